@@ -1,0 +1,50 @@
+//! # nexo-sdk
+//!
+//! Write [nexo](https://github.com/nexo-rt/nexo) plugins in Rust. A plugin is a
+//! WebAssembly component that implements one world of the `nexo:plugin` WIT
+//! package: an **agent**, a **skill** or a **search backend**.
+//!
+//! Turn on the feature for the one world your plugin implements (`agent`,
+//! `skill` or `search-backend`), implement its trait, and export your type:
+//!
+//! ```ignore
+//! use nexo_sdk::agent::{Agent, Capability, Manifest};
+//!
+//! struct Reviewer;
+//!
+//! impl Agent for Reviewer {
+//!     fn manifest() -> Manifest {
+//!         Manifest::new("reviewer", "Reviews code for bugs")
+//!             .instructions("You are a careful code reviewer.")
+//!             .capabilities([Capability::Read, Capability::Glob])
+//!     }
+//!     // `run` defaults to one prompt through the host's model loop.
+//! }
+//!
+//! nexo_sdk::export_agent!(Reviewer);
+//! ```
+//!
+//! Build with `nexo build` or `cargo build --release --target wasm32-wasip2`.
+//! A plugin must enable exactly one world feature: a component carries the type
+//! information of every world compiled into it.
+
+extern crate alloc;
+// The generated bindings name their runtime as `nexo_sdk::…`, in this crate too.
+extern crate self as nexo_sdk;
+
+#[cfg(any(
+    all(feature = "agent", feature = "skill"),
+    all(feature = "agent", feature = "search-backend"),
+    all(feature = "skill", feature = "search-backend"),
+))]
+compile_error!("enable exactly one of the nexo-sdk features `agent`, `skill` and `search-backend`");
+
+#[cfg(feature = "agent")]
+pub mod agent;
+#[cfg(feature = "search-backend")]
+pub mod search;
+#[cfg(feature = "skill")]
+pub mod skill;
+
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
