@@ -1,1 +1,43 @@
-//! x
+//! # nexo
+//!
+//! A runtime that hosts AI agents as WebAssembly components.
+//!
+//! Agents, skills and web-search backends are components that implement the
+//! worlds of the `nexo:plugin` WIT package (see `wit/` in the repository).
+//! The host loads them ([`plugin`]), runs them on one shared [`engine`] with a
+//! deadline and memory cap per run, and gives them only the authority the
+//! operator granted.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use nexo::{Engine, EngineConfig, Plugin};
+//!
+//! let engine = Engine::new(EngineConfig::default())?;
+//! let plugin = Plugin::load(&engine, "hello.wasm")?;
+//! println!("{} is a {}", plugin.name(), plugin.kind());
+//! # Ok(()) }
+//! ```
+//!
+//! Data flows one way: manifest → grant → instance → tools → model loop →
+//! events. This release covers loading, inspecting and running plugins; the
+//! host tools and the model loop answer with typed refusals until the
+//! permission layer and the providers land.
+
+pub mod agent;
+pub mod bindings;
+pub mod engine;
+pub mod error;
+pub mod plugin;
+pub mod search;
+pub mod skill;
+pub mod state;
+
+pub use engine::{Engine, EngineConfig, Limits};
+pub use error::PluginError;
+pub use plugin::{Plugin, PluginKind};
+
+/// The `wasmtime` crate nexo is built on, so that code extending the host uses
+/// the same version.
+pub use wasmtime;
+/// The `anyhow` crate, re-exported for the same reason.
+pub use anyhow;

@@ -1,0 +1,257 @@
+//! The process-wide WebAssembly engine: compilation, the compile cache, the
+//! instance pool, and the limits every run gets.
+//!
+//! One [`Engine`] serves a whole process. It owns:
+//!
+//! - a wasmtime engine with the component model, async host calls, epoch
+//!   interruption (a ticker thread advances the epoch; each store gets a
+//!   deadline in ticks), and, by default, the pooling instance allocator;
+//! - the on-disk compile cache ([`cache`]), keyed by the component's SHA-256 and
+//!   the engine's compatibility hash;
+//! - one [`Linker`] per plugin kind, so each world gets exactly the imports it
+//!   is allowed.
+
+pub mod cache;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings;
+use crate::plugin::PluginKind;
+use crate::state::HostState;
+pub use cache::{CacheOutcome, ComponentCache};
+
+const MIB: usize = 1 << 20;
+
+/// Limits applied to every plugin run. The defaults are safe for untrusted
+/// plugins; raise them per deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock limit for one `run` call, including host calls it makes.
+    /// Default: 300 s.
+    pub run_timeout: Duration,
+    /// Wall-clock limit for describing a plugin (its manifest, metadata or
+    /// info export) and other short calls. Default: 5 s.
+    pub call_timeout: Duration,
+    /// Largest linear memory one instance may grow to, in bytes.
+    /// Default: 256 MiB.
+    pub memory_bytes: usize,
+    /// Largest table one instance may grow to, in elements. Default: 100 000.
+    pub table_elements: usize,
+    /// Most core instances, tables and memories in one store. Default: 64.
+    pub instances_per_store: usize,
+    /// Largest string or byte list a plugin may hand to one host call.
+    /// Default: 1 MiB.
+    pub host_arg_bytes: usize,
+    /// Longest log line kept; longer lines are cut. Default: 4 KiB.
+    pub log_line_bytes: usize,
+    /// Most log lines kept per run; later lines are dropped. Default: 1 000.
+    pub log_lines: usize,
+    /// Bytes of the plugin's stdout and stderr kept per run. Default: 64 KiB.
+    pub stdio_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            run_timeout: Duration::from_secs(300),
+            call_timeout: Duration::from_secs(5),
+            memory_bytes: 256 * MIB,
+            table_elements: 100_000,
+            instances_per_store: 64,
+            host_arg_bytes: MIB,
+            log_line_bytes: 4096,
+            log_lines: 1000,
+            stdio_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// How the engine is built. The defaults suit a long-running host.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Per-run limits.
+    pub limits: Limits,
+    /// Use the pooling instance allocator (fast instantiation, memory
+    /// reserved up front). Default: on.
+    pub pooling: bool,
+    /// With pooling: how many component instances may be live at once.
+    /// Default: 128.
+    pub max_live_instances: u32,
+    /// Where compiled components are cached; `None` disables the cache.
+    /// Default: `$NEXO_CACHE_DIR`, else `$XDG_CACHE_HOME/nexo/components`, else
+    /// `~/.cache/nexo/components`. The directory must be writable only by the
+    /// operator: cached artifacts are native code.
+    pub cache_dir: Option<PathBuf>,
+    /// How often the epoch advances; deadlines are rounded up to it.
+    /// Default: 10 ms.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            limits: Limits::default(),
+            pooling: true,
+            max_live_instances: 128,
+            cache_dir: cache::default_dir(),
+            epoch_tick: Duration::from_millis(10),
+        }
+    }
+}
+
+/// The shared engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    wasmtime: wasmtime::Engine,
+    config: EngineConfig,
+    cache: Option<ComponentCache>,
+    agent_linker: Linker<HostState>,
+    skill_linker: Linker<HostState>,
+    search_linker: Linker<HostState>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Builds the engine, its linkers and its cache, and starts the epoch
+    /// ticker.
+    pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
+        let wasmtime = wasmtime::Engine::new(&wasmtime_config(&config)?)
+            .map_err(anyhow::Error::from)
+            .context("cannot create the WebAssembly engine")?;
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(ComponentCache::open(dir, &wasmtime)?),
+            None => None,
+        };
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                agent_linker: linker(&wasmtime, PluginKind::Agent)?,
+                skill_linker: linker(&wasmtime, PluginKind::Skill)?,
+                search_linker: linker(&wasmtime, PluginKind::SearchBackend)?,
+                wasmtime,
+                config,
+                cache,
+            }),
+        };
+        spawn_ticker(&engine.inner.wasmtime, engine.inner.config.epoch_tick);
+        Ok(engine)
+    }
+
+    /// The underlying wasmtime engine.
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.inner.wasmtime
+    }
+
+    /// The configuration the engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// The per-run limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.config.limits
+    }
+
+    /// The linker holding exactly the imports a plugin of `kind` may use.
+    pub fn linker(&self, kind: PluginKind) -> &Linker<HostState> {
+        match kind {
+            PluginKind::Agent => &self.inner.agent_linker,
+            PluginKind::Skill => &self.inner.skill_linker,
+            PluginKind::SearchBackend => &self.inner.search_linker,
+        }
+    }
+
+    /// Compiles a component, or loads it from the compile cache.
+    pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<(Component, CacheOutcome)> {
+        match &self.inner.cache {
+            Some(cache) => cache.load_or_compile(&self.inner.wasmtime, bytes),
+            None => Ok((Component::new(&self.inner.wasmtime, bytes)?, CacheOutcome::Disabled)),
+        }
+    }
+
+    /// The number of epoch ticks that covers `timeout`.
+    pub fn ticks_for(&self, timeout: Duration) -> u64 {
+        let tick = self.inner.config.epoch_tick.as_nanos().max(1);
+        // One extra tick: the first one may come right after the deadline is set.
+        (timeout.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+    }
+}
+
+fn wasmtime_config(config: &EngineConfig) -> anyhow::Result<Config> {
+    let limits = &config.limits;
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(true);
+    // Our guests are synchronous; the component-model-async machinery would
+    // only add a host task to every call.
+    c.concurrency_support(false);
+    c.max_wasm_stack(MIB);
+    if config.pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        let live = config.max_live_instances;
+        let per_store = u32::try_from(limits.instances_per_store).unwrap_or(u32::MAX);
+        pool.total_component_instances(live)
+            .total_core_instances(live.saturating_mul(per_store.min(8)))
+            .total_memories(live.saturating_mul(4))
+            .total_tables(live.saturating_mul(8))
+            .max_memories_per_component(per_store.min(16))
+            .max_tables_per_component(per_store.min(32))
+            .max_core_instances_per_component(per_store)
+            .max_memory_size(limits.memory_bytes)
+            .table_elements(limits.table_elements)
+            // Keeping a little memory resident avoids page faults on the
+            // next instantiation; more costs a reset on every drop.
+            .linear_memory_keep_resident(64 * 1024)
+            .table_keep_resident(64 * 1024);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Ok(c)
+}
+
+fn linker(engine: &wasmtime::Engine, kind: PluginKind) -> anyhow::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    match kind {
+        PluginKind::Agent => {
+            bindings::agent::AgentPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
+        }
+        PluginKind::Skill => {}
+        PluginKind::SearchBackend => bindings::search::SearchBackendPlugin::add_to_linker::<
+            HostState,
+            HasSelf<HostState>,
+        >(&mut linker, |s| s)?,
+    }
+    Ok(linker)
+}
+
+fn spawn_ticker(engine: &wasmtime::Engine, tick: Duration) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new().name("nexo-epoch".into()).spawn(move || {
+        loop {
+            std::thread::sleep(tick);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => break,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        // Without the ticker no deadline fires; runs still end at the
+        // wall-clock timeout that wraps every call.
+        tracing::error!(error = %e, "cannot start the epoch ticker thread");
+    }
+}

@@ -1,0 +1,243 @@
+//! Typed errors for loading and running plugins. Each message names the cause
+//! and, where there is one, the fix.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::plugin::PluginKind;
+
+/// Everything that can go wrong with a plugin, from reading its file to a
+/// trap in its code. The host keeps running after any of these.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The file could not be read.
+    #[error("cannot read plugin {}: {source}", path.display())]
+    Read {
+        /// The plugin file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
+    /// The file is not WebAssembly at all.
+    #[error(
+        "{} is not a WebAssembly file: it does not start with the `\\0asm` magic bytes. \
+         Pass the `.wasm` component that `nexo build` (or `cargo build --target wasm32-wasip2`) produced",
+        path.display()
+    )]
+    NotWasm {
+        /// The plugin file.
+        path: PathBuf,
+    },
+
+    /// The file is a core module, not a component.
+    #[error(
+        "{} is a core WebAssembly module, not a component. Build the plugin for the \
+         wasm32-wasip2 target (`nexo build`), or wrap the module with `wasm-tools component new`",
+        path.display()
+    )]
+    CoreModule {
+        /// The plugin file.
+        path: PathBuf,
+    },
+
+    /// The file is a precompiled artifact, which nexo never loads from a
+    /// plugin path because it is native code.
+    #[error(
+        "{} is a precompiled wasmtime artifact; nexo loads only `.wasm` components \
+         and compiles them itself. Pass the original `.wasm` file",
+        path.display()
+    )]
+    Precompiled {
+        /// The plugin file.
+        path: PathBuf,
+    },
+
+    /// The component failed validation or compilation.
+    #[error("{} is not a valid WebAssembly component: {reason}", path.display())]
+    Invalid {
+        /// The plugin file.
+        path: PathBuf,
+        /// What the validator said.
+        reason: String,
+    },
+
+    /// The component exports none of the nexo worlds' interfaces.
+    #[error(
+        "{} is a component of a world nexo does not host: it exports [{}], but a nexo plugin \
+         exports exactly one of `nexo:plugin/agent`, `nexo:plugin/skill` or \
+         `nexo:plugin/search-backend` (version 0.1.x). Build it against the WIT files in `wit/`",
+        path.display(),
+        exports.join(", ")
+    )]
+    UnknownWorld {
+        /// The plugin file.
+        path: PathBuf,
+        /// What it does export.
+        exports: Vec<String>,
+    },
+
+    /// The component exports more than one nexo world's interface.
+    #[error(
+        "{} exports the interfaces of several nexo worlds ({}); a plugin implements exactly one. \
+         With nexo-sdk, enable only one of the features `agent`, `skill` and `search-backend`",
+        path.display(),
+        found.join(", ")
+    )]
+    SeveralWorlds {
+        /// The plugin file.
+        path: PathBuf,
+        /// The nexo interfaces it exports.
+        found: Vec<String>,
+    },
+
+    /// The component targets a version of the contract this host lacks.
+    #[error(
+        "{} was built against `{found}`, but this host supports `nexo:plugin@0.1.x`. \
+         Rebuild the plugin with the WIT files this nexo ships, or upgrade nexo",
+        path.display()
+    )]
+    UnsupportedVersion {
+        /// The plugin file.
+        path: PathBuf,
+        /// The interface and version it exports.
+        found: String,
+    },
+
+    /// The component imports something its world does not offer.
+    #[error("the {kind} in {} imports `{import}`, which {why}", path.display())]
+    ForbiddenImport {
+        /// The plugin file.
+        path: PathBuf,
+        /// The detected kind.
+        kind: PluginKind,
+        /// The import's name.
+        import: String,
+        /// Why it is refused and what to do.
+        why: String,
+    },
+
+    /// The component lacks an export its world requires, or has it with the
+    /// wrong type.
+    #[error(
+        "the {kind} in {} does not match the `{world}` world: {detail}. \
+         Build it against the WIT files in `wit/` (nexo-sdk does this for you)",
+        path.display()
+    )]
+    MissingExport {
+        /// The plugin file.
+        path: PathBuf,
+        /// The detected kind.
+        kind: PluginKind,
+        /// The world it should implement.
+        world: &'static str,
+        /// What wasmtime found missing or mistyped.
+        detail: String,
+    },
+
+    /// The plugin's self-description breaks a rule.
+    #[error("the {kind} in {} has an invalid {field}: {problem}", path.display())]
+    BadManifest {
+        /// The plugin file.
+        path: PathBuf,
+        /// The detected kind.
+        kind: PluginKind,
+        /// The field that is wrong.
+        field: &'static str,
+        /// The rule it breaks, and the value.
+        problem: String,
+    },
+
+    /// The plugin is of another kind than the operation needs.
+    #[error("{} is a {found}, not a {expected}{hint}", path.display())]
+    WrongKind {
+        /// The plugin file.
+        path: PathBuf,
+        /// The kind the operation needs.
+        expected: PluginKind,
+        /// The kind the plugin is.
+        found: PluginKind,
+        /// A pointer to what to do instead.
+        hint: &'static str,
+    },
+
+    /// The plugin trapped (a panic, an out-of-bounds access, `unreachable`).
+    #[error("plugin `{plugin}` trapped in `{function}`: {trap}{}", guest_output(stderr))]
+    Trap {
+        /// The plugin's name.
+        plugin: String,
+        /// The export that was running.
+        function: String,
+        /// The trap, with the wasm backtrace when there is one.
+        trap: String,
+        /// What the plugin wrote to stderr, such as its panic message.
+        stderr: String,
+    },
+
+    /// The plugin ran past its deadline and was stopped.
+    #[error(
+        "plugin `{plugin}` was stopped in `{function}` after its {} s deadline. \
+         If the work is legitimate, raise the limit (`--timeout`)",
+        limit.as_secs_f64()
+    )]
+    Deadline {
+        /// The plugin's name.
+        plugin: String,
+        /// The export that was running.
+        function: String,
+        /// The deadline.
+        limit: Duration,
+    },
+
+    /// The plugin asked for more memory than its cap.
+    #[error(
+        "plugin `{plugin}` was stopped in `{function}`: it tried to grow its memory to {requested} bytes, \
+         past the cap of {cap} bytes. If it needs more, raise the cap (`--memory`)"
+    )]
+    MemoryLimit {
+        /// The plugin's name.
+        plugin: String,
+        /// The export that was running.
+        function: String,
+        /// The size it asked for.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+
+    /// The plugin could not be instantiated, for example because the
+    /// instance pool is full.
+    #[error("cannot start an instance of plugin `{plugin}`: {reason}")]
+    Instantiate {
+        /// The plugin's name.
+        plugin: String,
+        /// What failed.
+        reason: String,
+    },
+
+    /// The agent ran and reported that it failed.
+    #[error("agent `{plugin}` failed: {reason}")]
+    AgentFailed {
+        /// The plugin's name.
+        plugin: String,
+        /// The agent's own explanation.
+        reason: String,
+    },
+
+    /// The search backend ran and reported an error.
+    #[error("search backend `{plugin}` failed: {reason}")]
+    SearchFailed {
+        /// The plugin's name.
+        plugin: String,
+        /// The backend's explanation.
+        reason: String,
+    },
+}
+
+fn guest_output(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("\nplugin stderr:\n{stderr}")
+    }
+}

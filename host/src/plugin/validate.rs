@@ -1,0 +1,87 @@
+//! Rules for what plugins say about themselves.
+
+use std::path::Path;
+
+use super::{Description, PluginKind};
+use crate::error::PluginError;
+
+/// Longest description accepted, in characters (as for Agent Skills).
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+
+/// Checks a plugin name: 1–64 characters of lowercase letters, digits and
+/// hyphens, with no leading, trailing or doubled hyphen.
+pub fn name(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.chars().count() > 64 {
+        return Err(format!("{value:?} must be 1 to 64 characters long"));
+    }
+    if !value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err(format!("{value:?} may contain only lowercase letters, digits and hyphens"));
+    }
+    if value.starts_with('-') || value.ends_with('-') || value.contains("--") {
+        return Err(format!("{value:?} must not start or end with a hyphen or contain two in a row"));
+    }
+    Ok(())
+}
+
+fn description_text(value: &str) -> Result<(), String> {
+    let n = value.trim().chars().count();
+    if n == 0 || n > MAX_DESCRIPTION_CHARS {
+        return Err(format!("must be 1 to {MAX_DESCRIPTION_CHARS} characters long (it has {n})"));
+    }
+    Ok(())
+}
+
+pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Result<(), PluginError> {
+    let bad = |field: &'static str, problem: String| PluginError::BadManifest {
+        path: path.to_path_buf(),
+        kind,
+        field,
+        problem,
+    };
+    let (n, desc) = match d {
+        Description::Agent(m) => (&m.name, &m.description),
+        Description::Skill(s) => (&s.metadata.name, &s.metadata.description),
+        Description::SearchBackend(i) => (&i.name, &i.description),
+    };
+    name(n).map_err(|p| bad("name", p))?;
+    description_text(desc).map_err(|p| bad("description", p))?;
+    match d {
+        Description::Agent(m) => {
+            if m.max_turns == Some(0) {
+                return Err(bad("max-turns", "must be at least 1 when set".into()));
+            }
+            for host in &m.fetch_allow {
+                if host.is_empty() || host.contains(['/', ':', '*', ' ']) {
+                    return Err(bad(
+                        "fetch-allow",
+                        format!("{host:?} is not a bare host name (write `example.com`, not a URL or a glob)"),
+                    ));
+                }
+            }
+        }
+        Description::Skill(s) => {
+            for r in &s.resources {
+                if r.starts_with('/') || r.split('/').any(|seg| seg == ".." || seg.is_empty()) {
+                    return Err(bad("resources", format!("{r:?} must be a relative path without `..`")));
+                }
+            }
+        }
+        Description::SearchBackend(_) => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name;
+
+    #[test]
+    fn names_follow_the_skill_rules() {
+        for ok in ["a", "hello", "code-review", "x1-y2", &"a".repeat(64)] {
+            assert!(name(ok).is_ok(), "{ok} should pass");
+        }
+        for bad in ["", "Hello", "-a", "a-", "a--b", "a b", "a_b", "é", &"a".repeat(65)] {
+            assert!(name(bad).is_err(), "{bad} should fail");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! What a store holds for one plugin instance: its WASI context (granting
+//! nothing unless the run adds preopens), its resource limiter, its captured
+//! stdio, and the per-kind host context.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::engine::{Engine, Limits};
+
+/// A directory the run exposes to the component through WASI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preopen {
+    /// The host directory.
+    pub host: PathBuf,
+    /// Where the guest sees it, for example `/workspace`.
+    pub guest: String,
+    /// Whether the guest may create and change files there.
+    pub writable: bool,
+}
+
+/// Per-run settings chosen by the operator.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Directories preopened into the component. Empty by default: the
+    /// component sees no filesystem at all.
+    pub preopens: Vec<Preopen>,
+    /// Overrides [`Limits::run_timeout`] for this run.
+    pub timeout: Option<std::time::Duration>,
+    /// Plain settings a search backend reads through its `config` import.
+    pub settings: BTreeMap<String, String>,
+}
+
+/// A limit a plugin ran into, recorded by the limiter so the host can
+/// report it precisely after the trap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitHit {
+    /// A memory wanted to grow past the cap.
+    Memory {
+        /// The size the guest asked for.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// A table wanted to grow past the cap.
+    Table {
+        /// The size the guest asked for.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+}
+
+/// Enforces [`Limits`] on memories, tables and instances, and remembers what
+/// it refused.
+#[derive(Debug)]
+pub struct RunLimiter {
+    memory_cap: usize,
+    table_cap: usize,
+    instances: usize,
+    /// The first limit the plugin hit, if any.
+    pub hit: Option<LimitHit>,
+}
+
+impl ResourceLimiter for RunLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            self.hit.get_or_insert(LimitHit::Memory { requested: desired, cap: self.memory_cap });
+            // Trap rather than return -1: an allocator that sees -1 would abort
+            // with a less precise message.
+            wasmtime::bail!("memory cap of {} bytes exceeded (asked for {desired})", self.memory_cap);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.table_cap {
+            self.hit.get_or_insert(LimitHit::Table { requested: desired, cap: self.table_cap });
+            wasmtime::bail!("table cap of {} elements exceeded (asked for {desired})", self.table_cap);
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.instances
+    }
+
+    fn memories(&self) -> usize {
+        self.instances
+    }
+}
+
+/// The data of every plugin store.
+pub struct HostState {
+    /// The plugin's name, for logs and errors.
+    pub plugin: Arc<str>,
+    /// The limits of this run.
+    pub limits: Limits,
+    /// The resource limiter.
+    pub limiter: RunLimiter,
+    /// Settings for a search backend's `config` import.
+    pub settings: BTreeMap<String, String>,
+    /// Log lines written so far.
+    pub log_lines: usize,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl HostState {
+    /// What the plugin wrote to stderr (a Rust panic message, for example),
+    /// lossily decoded and trimmed.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents()).trim().to_string()
+    }
+
+    /// What the plugin wrote to stdout.
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.contents()).trim().to_string()
+    }
+}
+
+/// Builds a store for one instance of `plugin`, with the engine's limits, a
+/// deadline of `timeout`, and the WASI grants in `options`.
+pub fn new_store(
+    engine: &Engine,
+    plugin: Arc<str>,
+    options: &RunOptions,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Store<HostState>> {
+    let limits = engine.limits().clone();
+    let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
+    let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
+    // The builder grants nothing by default: no env, args, network or files.
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(stdout.clone()).stderr(stderr.clone());
+    for p in &options.preopens {
+        let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        wasi.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
+            anyhow::anyhow!("cannot open {} for the plugin: {e}", p.host.display())
+        })?;
+    }
+    let limiter = RunLimiter {
+        memory_cap: limits.memory_bytes,
+        table_cap: limits.table_elements,
+        instances: limits.instances_per_store,
+        hit: None,
+    };
+    let state = HostState {
+        plugin,
+        limiter,
+        settings: options.settings.clone(),
+        log_lines: 0,
+        wasi: wasi.build(),
+        table: ResourceTable::new(),
+        stdout,
+        stderr,
+        limits,
+    };
+    let mut store = Store::new(engine.wasmtime(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(engine.ticks_for(timeout));
+    store.epoch_deadline_trap();
+    Ok(store)
+}
