@@ -19,6 +19,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("BAD_MANIFEST", "bad-manifest"),
     ("NO_RUN", "no-run"),
     ("NOT_A_PLUGIN", "not-a-plugin"),
+    ("TOOL_PROBE", "tool-probe"),
+    ("GREEDY_SKILL", "greedy-skill"),
 ];
 
 fn main() {

@@ -114,7 +114,7 @@ impl HostState {
                 self.limits.host_arg_bytes
             )));
         }
-        let cap = format!("{capability:?}").to_lowercase();
+        let cap = capability.as_str();
         tracing::info!(target: "nexo::gate", plugin = &*self.plugin, tool, capability = cap, verdict = "denied");
         Err(ToolError::Denied(format!(
             "`{tool}` needs the `{cap}` capability, which is not granted to `{}`: this host grants agents no tool capabilities",

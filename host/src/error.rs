@@ -149,7 +149,7 @@ pub enum PluginError {
     },
 
     /// The plugin is of another kind than the operation needs.
-    #[error("{} is a {found}, not a {expected}{hint}", path.display())]
+    #[error("{} is a {found}, not {}{hint}", path.display(), expected.with_article())]
     WrongKind {
         /// The plugin file.
         path: PathBuf,
@@ -168,8 +168,10 @@ pub enum PluginError {
         plugin: String,
         /// The export that was running.
         function: String,
-        /// The trap, with the wasm backtrace when there is one.
+        /// What trapped, for example "wasm `unreachable` instruction executed".
         trap: String,
+        /// The wasm backtrace, when there is one.
+        backtrace: String,
         /// What the plugin wrote to stderr, such as its panic message.
         stderr: String,
     },

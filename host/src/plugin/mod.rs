@@ -67,6 +67,17 @@ impl PluginKind {
     }
 }
 
+impl PluginKind {
+    /// The kind's name with its indefinite article.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            PluginKind::Agent => "an agent",
+            PluginKind::Skill => "a skill",
+            PluginKind::SearchBackend => "a search backend",
+        }
+    }
+}
+
 impl fmt::Display for PluginKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -441,13 +452,11 @@ pub(crate) fn settle<T>(
     if let Some(LimitHit::Memory { requested, cap }) = state.limiter.hit {
         return Err(PluginError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
     }
-    if let Some(wasmtime::Trap::Interrupt) = err.downcast_ref::<wasmtime::Trap>() {
-        return Err(deadline());
-    }
-    Err(PluginError::Trap {
-        plugin,
-        function: function.to_string(),
-        trap: format!("{err:?}"),
-        stderr: state.stderr_text(),
-    })
+    let trap = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => return Err(deadline()),
+        Some(trap) => trap.to_string(),
+        None => format!("{err:#}"),
+    };
+    let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| b.to_string()).unwrap_or_default();
+    Err(PluginError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: state.stderr_text() })
 }

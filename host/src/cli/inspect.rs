@@ -1,0 +1,98 @@
+//! `nexo inspect`: text and JSON descriptions of a plugin.
+
+use nexo::Plugin;
+use nexo::bindings::{PermissionMode, SandboxKind};
+use nexo::plugin::Description;
+
+/// Prints the description of `plugin` to stdout.
+pub fn print(plugin: &Plugin, json: bool) {
+    if json {
+        let value = serde_json::json!({
+            "path": plugin.path(),
+            "kind": plugin.kind(),
+            "world": plugin.kind().world(),
+            "export": plugin.export(),
+            "name": plugin.name(),
+            "description": plugin.description(),
+            "imports": plugin.imports(),
+            "exports": plugin.exports(),
+            "size": plugin.size(),
+            "sha256": plugin.sha256(),
+            "cache": plugin.cache_outcome(),
+        });
+        match serde_json::to_string_pretty(&value) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("error: cannot encode the description: {e}"),
+        }
+        return;
+    }
+    println!("{}  ({}, {})", plugin.name(), plugin.kind(), plugin.export());
+    row("file", &format!("{} ({} bytes, sha256 {})", plugin.path().display(), plugin.size(), &plugin.sha256()[..16]));
+    match plugin.description() {
+        Description::Agent(m) => {
+            row("description", &m.description);
+            row("instructions", &first_line(&m.instructions));
+            row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
+            if let Some(p) = &m.provider {
+                row("provider", p);
+            }
+            row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
+            row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
+            row("skills", &list(m.skills.iter().map(String::as_str)));
+            row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
+            row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
+            row("sandbox", &m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
+            row(
+                "permissions",
+                &m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
+            );
+        }
+        Description::Skill(s) => {
+            row("description", &s.metadata.description);
+            if let Some(l) = &s.metadata.license {
+                row("license", l);
+            }
+            if let Some(c) = &s.metadata.compatibility {
+                row("compatibility", c);
+            }
+            row("allowed tools", &list(s.metadata.allowed_tools.iter().map(String::as_str)));
+            row("resources", &list(s.resources.iter().map(String::as_str)));
+            row("requested", "(none: skills hold no capabilities)");
+        }
+        Description::SearchBackend(i) => {
+            row("description", &i.description);
+            row("hosts", &list(i.hosts.iter().map(String::as_str)));
+            row("requested", "outbound HTTP to its granted hosts only");
+        }
+    }
+    let mut imports = plugin.imports().iter();
+    row("imports", imports.next().map(String::as_str).unwrap_or("(none)"));
+    for i in imports {
+        row("", i);
+    }
+}
+
+fn row(label: &str, value: &str) {
+    println!("  {label:<13} {value}");
+}
+
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.is_empty() {
+        "(none)".into()
+    } else if line.chars().count() > 100 || text.lines().count() > 1 {
+        format!("{}…", line.chars().take(100).collect::<String>())
+    } else {
+        line.into()
+    }
+}
+
+fn or_default(value: Option<&str>, default: &str) -> String {
+    value.unwrap_or(default).to_string()
+}
+
+fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let items: Vec<&str> = items.collect();
+    if items.is_empty() { "(none)".into() } else { items.join(", ") }
+}
+

@@ -1,0 +1,78 @@
+//! Loading and describing the first-party plugins, and the compile cache.
+
+use nexo::bindings::Capability;
+use nexo::engine::CacheOutcome;
+use nexo::plugin::Description;
+use nexo::{EngineConfig, Plugin, PluginKind};
+use nexo_tests as built;
+
+use crate::engine;
+
+#[tokio::test]
+async fn every_first_party_plugin_describes_itself() {
+    let hello = Plugin::load(engine(), built::HELLO).await.unwrap();
+    assert_eq!(hello.kind(), PluginKind::Agent);
+    assert_eq!(hello.name(), "hello");
+    assert_eq!(hello.export(), "nexo:plugin/agent@0.1.0");
+    let m = hello.manifest().unwrap();
+    assert_eq!(m.capabilities, vec![Capability::Read, Capability::Glob]);
+    assert_eq!(m.max_turns, Some(8));
+    assert!(m.instructions.contains("helpful assistant"));
+    assert!(hello.imports().iter().any(|i| i == "nexo:plugin/model@0.1.0"));
+
+    let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
+    assert_eq!((stats.kind(), stats.name()), (PluginKind::Agent, "text-stats"));
+    assert!(stats.manifest().unwrap().capabilities.is_empty());
+
+    let skill = Plugin::load(engine(), built::CODE_REVIEW).await.unwrap();
+    assert_eq!((skill.kind(), skill.name()), (PluginKind::Skill, "code-review"));
+    let Description::Skill(s) = skill.description() else { panic!("not a skill description") };
+    assert_eq!(s.resources, vec!["references/severity.md".to_string()]);
+    assert_eq!(s.metadata.license.as_deref(), Some("Apache-2.0"));
+    assert!(
+        !skill.imports().iter().any(|i| i.starts_with("nexo:")),
+        "a skill imports nothing from nexo: {:?}",
+        skill.imports()
+    );
+
+    for (path, name, hosts) in [(built::SEARXNG, "searxng", vec![]), (built::BRAVE, "brave", vec!["api.search.brave.com"])] {
+        let backend = Plugin::load(engine(), path).await.unwrap();
+        assert_eq!((backend.kind(), backend.name()), (PluginKind::SearchBackend, name));
+        let Description::SearchBackend(info) = backend.description() else { panic!("not a backend") };
+        assert_eq!(info.hosts, hosts);
+        assert!(backend.imports().iter().any(|i| i == "nexo:plugin/outbound-http@0.1.0"));
+        assert!(!backend.imports().iter().any(|i| i.starts_with("nexo:plugin/tools")));
+    }
+}
+
+#[tokio::test]
+async fn the_compile_cache_is_hit_on_the_second_load_and_survives_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || EngineConfig { cache_dir: Some(dir.path().to_path_buf()), max_live_instances: 4, ..EngineConfig::default() };
+    let engine = nexo::Engine::new(config()).unwrap();
+    let first = Plugin::load(&engine, built::TEXT_STATS).await.unwrap();
+    assert_eq!(first.cache_outcome(), CacheOutcome::Miss);
+    let second = Plugin::load(&engine, built::TEXT_STATS).await.unwrap();
+    assert_eq!(second.cache_outcome(), CacheOutcome::Hit);
+
+    // A new engine with the same settings (a new process) reuses the artifact.
+    let again = nexo::Engine::new(config()).unwrap();
+    assert_eq!(Plugin::load(&again, built::TEXT_STATS).await.unwrap().cache_outcome(), CacheOutcome::Hit);
+
+    // A damaged artifact is replaced, and the plugin still runs.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
+    }
+    let repaired = Plugin::load(&engine, built::TEXT_STATS).await.unwrap();
+    assert_eq!(repaired.cache_outcome(), CacheOutcome::Miss);
+    let answer = repaired.run_agent("one two", &Default::default()).await.unwrap();
+    assert!(answer.contains("words: 2"), "{answer}");
+    assert_eq!(Plugin::load(&engine, built::TEXT_STATS).await.unwrap().cache_outcome(), CacheOutcome::Hit);
+}
+
+#[tokio::test]
+async fn without_a_cache_every_load_compiles() {
+    let engine = crate::engine_with(|_| {});
+    let plugin = Plugin::load(&engine, built::HELLO).await.unwrap();
+    assert_eq!(plugin.cache_outcome(), CacheOutcome::Disabled);
+}

@@ -1,0 +1,130 @@
+//! Running agents, skills and search backends.
+
+use std::collections::BTreeMap;
+
+use nexo::state::{Preopen, RunOptions};
+use nexo::{Plugin, PluginError};
+use nexo_tests as built;
+
+use crate::engine;
+
+#[tokio::test]
+async fn a_custom_run_answers() {
+    let plugin = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
+    let answer = plugin.run_agent("alpha beta\ngamma delta epsilon", &RunOptions::default()).await.unwrap();
+    assert_eq!(answer, "lines: 2\nwords: 5\ncharacters: 30\nlongest word: epsilon");
+    // The agent's own failure is reported as such, with its reason.
+    match plugin.run_agent("   ", &RunOptions::default()).await {
+        Err(PluginError::AgentFailed { plugin, reason }) => {
+            assert_eq!(plugin, "text-stats");
+            assert!(reason.contains("input is empty"), "{reason}");
+        }
+        other => panic!("expected AgentFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_default_run_prompts_the_model_and_reports_that_none_is_configured() {
+    let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
+    match plugin.run_agent("What is in README.md?", &RunOptions::default()).await {
+        Err(PluginError::AgentFailed { plugin, reason }) => {
+            assert_eq!(plugin, "hello");
+            assert!(reason.starts_with("model not configured"), "{reason}");
+        }
+        other => panic!("expected AgentFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_tool_refuses_with_a_recoverable_error_by_default() {
+    let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
+    // The probe asks for read, glob, write and shell; nothing is granted, so
+    // every call is refused, and the agent keeps running to report it.
+    let report = plugin.run_agent("README.md", &RunOptions::default()).await.unwrap();
+    let lines: Vec<&str> = report.lines().collect();
+    let expected = [
+        ("read-file", "read"),
+        ("write-file", "write"),
+        ("glob", "glob"),
+        ("shell", "shell"),
+        ("fetch", "fetch"),
+        ("web-search", "search"),
+    ];
+    assert_eq!(lines.len(), expected.len() + 1, "{report}");
+    for ((tool, cap), line) in expected.iter().zip(&lines) {
+        assert!(line.starts_with(&format!("{tool}: denied: ")), "{line}");
+        assert!(line.contains(&format!("`{cap}` capability")), "{line}");
+    }
+    assert!(lines[6].starts_with("prompt: ModelError::NotConfigured"), "{}", lines[6]);
+}
+
+#[tokio::test]
+async fn a_skill_component_hands_over_its_instructions_and_resources() {
+    let skill = Plugin::load(engine(), built::CODE_REVIEW).await.unwrap();
+    let body = skill.skill_instructions().await.unwrap();
+    assert!(body.starts_with("# Code review"), "{body}");
+    assert!(!body.contains("name: code-review"), "the frontmatter is not part of the body");
+    let severity = skill.skill_resource("references/severity.md").await.unwrap().unwrap();
+    assert!(severity.contains("**high**"));
+    assert_eq!(skill.skill_resource("references/missing.md").await.unwrap(), None);
+    assert_eq!(skill.skill_resource("../../etc/passwd").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_search_backend_gets_no_network_it_was_not_granted() {
+    let backend = Plugin::load(engine(), built::SEARXNG).await.unwrap();
+    // Without its setting, it says what is missing.
+    match backend.search("rust wasm", None, &RunOptions::default()).await {
+        Err(PluginError::SearchFailed { reason, .. }) => assert!(reason.contains("base-url"), "{reason}"),
+        other => panic!("expected SearchFailed, got {other:?}"),
+    }
+    // With it, its request reaches the host, which refuses it: no hosts granted.
+    let options = RunOptions {
+        settings: BTreeMap::from([("base-url".to_string(), "http://127.0.0.1:9".to_string())]),
+        ..RunOptions::default()
+    };
+    match backend.search("rust wasm", Some("en"), &options).await {
+        Err(PluginError::SearchFailed { plugin, reason }) => {
+            assert_eq!(plugin, "searxng");
+            assert!(reason.contains("refused by the host"), "{reason}");
+            assert!(reason.contains("no hosts are granted"), "{reason}");
+        }
+        other => panic!("expected SearchFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn wasi_file_access_is_confined_to_the_preopen() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("inside.txt"), "visible").unwrap();
+    std::fs::write(root.path().join("secret.txt"), "hidden").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(root.path().join("secret.txt"), work.join("link.txt")).unwrap();
+    let plugin = Plugin::load(engine(), built::ESCAPE).await.unwrap();
+    let probes = "/workspace/inside.txt\n/workspace/../secret.txt\n/workspace/link.txt\n../secret.txt\n/etc/passwd\n";
+
+    let options = RunOptions {
+        preopens: vec![Preopen { host: work.clone(), guest: "/workspace".into(), writable: false }],
+        ..RunOptions::default()
+    };
+    let report = plugin.run_agent(probes, &options).await.unwrap();
+    let outcome = |path: &str| {
+        report
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{path}\t")))
+            .unwrap_or_else(|| panic!("no line for {path} in {report}"))
+            .to_string()
+    };
+    assert_eq!(outcome("/workspace/inside.txt"), "ok visible");
+    for escape in ["/workspace/../secret.txt", "/workspace/link.txt", "../secret.txt", "/etc/passwd"] {
+        let o = outcome(escape);
+        assert!(o.starts_with("err "), "{escape} must fail, got {o}");
+        assert!(!o.contains("hidden"), "{escape} leaked the secret");
+    }
+
+    // With no preopen at all, even the workspace is invisible.
+    let report = plugin.run_agent("/workspace/inside.txt\n", &RunOptions::default()).await.unwrap();
+    assert!(report.contains("/workspace/inside.txt\terr "), "{report}");
+}
