@@ -106,11 +106,14 @@ impl ComponentCache {
 
 #[allow(unsafe_code)]
 fn load_artifact(engine: &wasmtime::Engine, path: &Path) -> anyhow::Result<Component> {
+    // Read into memory rather than map the file: a mapped file that someone
+    // truncates or rewrites in place would crash the process with SIGBUS.
+    let bytes = std::fs::read(path)?;
     // SAFETY: the artifact was written by `store_artifact` into a directory
     // only the operator can write (created 0700), named after the hash of its
     // source and of this engine's settings; wasmtime re-checks its header and
     // compatibility before use.
-    unsafe { Ok(Component::deserialize_file(engine, path)?) }
+    unsafe { Ok(Component::deserialize(engine, &bytes)?) }
 }
 
 fn store_artifact(component: &Component, path: &Path) -> anyhow::Result<()> {
