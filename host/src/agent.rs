@@ -11,7 +11,8 @@ use wasmtime::Store;
 
 use crate::bindings::agent::AgentPlugin;
 use crate::bindings::agent::nexo::plugin::{log, model, tools, types};
-use crate::bindings::{Capability, ModelError, RunError, SearchHit, ToolError};
+use crate::bindings::{ModelError, RunError, SearchHit, ToolError};
+use crate::manifest::Capability;
 use crate::error::PluginError;
 use crate::plugin::{Plugin, PluginKind, Pre, settle};
 use crate::state::{HostState, RunOptions};

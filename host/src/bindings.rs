@@ -13,7 +13,6 @@ pub mod agent {
         world: "nexo:plugin/agent-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [serde::Serialize, serde::Deserialize],
     });
 }
 
@@ -24,7 +23,6 @@ pub mod skill {
         world: "nexo:plugin/skill-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [serde::Serialize, serde::Deserialize],
     });
 }
 
@@ -35,7 +33,6 @@ pub mod search {
         world: "nexo:plugin/search-backend-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [serde::Serialize, serde::Deserialize],
         with: {
             "nexo:plugin/types": crate::bindings::agent::nexo::plugin::types,
             "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
@@ -49,50 +46,3 @@ pub use agent::nexo::plugin::types::{Capability, SearchHit, ToolError};
 pub use search::exports::nexo::plugin::search_backend::{BackendInfo, SearchError, SearchOptions};
 pub use skill::exports::nexo::plugin::skill::SkillMetadata;
 
-impl Capability {
-    /// Every capability, in the contract's order.
-    pub const ALL: [Capability; 6] = [
-        Capability::Read,
-        Capability::Glob,
-        Capability::Write,
-        Capability::Shell,
-        Capability::Fetch,
-        Capability::Search,
-    ];
-
-    /// The name used in the WIT, in grants and in messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Read => "read",
-            Capability::Glob => "glob",
-            Capability::Write => "write",
-            Capability::Shell => "shell",
-            Capability::Fetch => "fetch",
-            Capability::Search => "search",
-        }
-    }
-}
-
-impl SandboxKind {
-    /// The name used in the WIT and in configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxKind::Virtual => "virtual",
-            SandboxKind::Local => "local",
-            SandboxKind::Container => "container",
-            SandboxKind::Remote => "remote",
-        }
-    }
-}
-
-impl PermissionMode {
-    /// The name used in the WIT and in configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::ReadOnly => "read-only",
-            PermissionMode::Auto => "auto",
-            PermissionMode::Ask => "ask",
-            PermissionMode::Approve => "approve",
-        }
-    }
-}

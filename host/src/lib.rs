@@ -27,6 +27,7 @@ pub mod agent;
 pub mod bindings;
 pub mod engine;
 pub mod error;
+pub mod manifest;
 pub mod plugin;
 pub mod search;
 pub mod skill;

@@ -1,6 +1,6 @@
 //! Loading and describing the first-party plugins, and the compile cache.
 
-use nexo::bindings::Capability;
+use nexo::manifest::Capability;
 use nexo::engine::CacheOutcome;
 use nexo::plugin::Description;
 use nexo::{EngineConfig, Plugin, PluginKind};

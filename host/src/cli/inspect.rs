@@ -1,7 +1,7 @@
 //! `nexo inspect`: text and JSON descriptions of a plugin.
 
 use nexo::Plugin;
-use nexo::bindings::{PermissionMode, SandboxKind};
+use nexo::manifest::{PermissionMode, SandboxKind};
 use nexo::plugin::Description;
 
 /// Prints the description of `plugin` to stdout.

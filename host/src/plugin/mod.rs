@@ -17,7 +17,7 @@ use wasmtime::component::Component;
 use crate::bindings::agent::AgentPluginPre;
 use crate::bindings::search::SearchBackendPluginPre;
 use crate::bindings::skill::SkillPluginPre;
-use crate::bindings::{AgentManifest, BackendInfo, SkillMetadata};
+use crate::manifest::{AgentManifest, BackendInfo, SkillMetadata};
 use crate::engine::{CacheOutcome, Engine};
 use crate::error::PluginError;
 use crate::state::{HostState, LimitHit, RunOptions, new_store};
@@ -412,18 +412,18 @@ async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<Descrip
         wasmtime::Result::Ok(match pre {
             Pre::Agent(pre) => {
                 let bindings = pre.instantiate_async(&mut store).await?;
-                Description::Agent(bindings.nexo_plugin_agent().call_manifest(&mut store).await?)
+                Description::Agent(bindings.nexo_plugin_agent().call_manifest(&mut store).await?.into())
             }
             Pre::Skill(pre) => {
                 let bindings = pre.instantiate_async(&mut store).await?;
                 let skill = bindings.nexo_plugin_skill();
-                let metadata = skill.call_metadata(&mut store).await?;
+                let metadata = skill.call_metadata(&mut store).await?.into();
                 let resources = skill.call_resources(&mut store).await?;
                 Description::Skill(SkillDescription { metadata, resources })
             }
             Pre::SearchBackend(pre) => {
                 let bindings = pre.instantiate_async(&mut store).await?;
-                Description::SearchBackend(bindings.nexo_plugin_search_backend().call_info(&mut store).await?)
+                Description::SearchBackend(bindings.nexo_plugin_search_backend().call_info(&mut store).await?.into())
             }
         })
     })

@@ -1,0 +1,239 @@
+//! What plugins say about themselves, as plain data.
+//!
+//! The WIT bindings are the wire format; these types are what the rest of the
+//! host (and `nexo inspect --json`) works with. Names serialize in kebab-case,
+//! as in the WIT.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bindings;
+
+/// One kind of host authority an agent can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    /// Read files in the sandbox.
+    Read,
+    /// List files by glob pattern.
+    Glob,
+    /// Create or overwrite files.
+    Write,
+    /// Run shell commands.
+    Shell,
+    /// Fetch allow-listed web pages.
+    Fetch,
+    /// Query the configured web-search backend.
+    Search,
+}
+
+impl Capability {
+    /// Every capability, in the contract's order.
+    pub const ALL: [Capability; 6] = [
+        Capability::Read,
+        Capability::Glob,
+        Capability::Write,
+        Capability::Shell,
+        Capability::Fetch,
+        Capability::Search,
+    ];
+
+    /// The name used in the WIT, in grants and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Read => "read",
+            Capability::Glob => "glob",
+            Capability::Write => "write",
+            Capability::Shell => "shell",
+            Capability::Fetch => "fetch",
+            Capability::Search => "search",
+        }
+    }
+}
+
+/// Where an agent's tools act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxKind {
+    /// In-memory files, no host access. The default.
+    Virtual,
+    /// The operator's working directory.
+    Local,
+    /// A hardened container.
+    Container,
+    /// A remote sandbox service.
+    Remote,
+}
+
+impl SandboxKind {
+    /// The name used in the WIT and in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxKind::Virtual => "virtual",
+            SandboxKind::Local => "local",
+            SandboxKind::Container => "container",
+            SandboxKind::Remote => "remote",
+        }
+    }
+}
+
+/// How the permission gate treats actions beyond reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionMode {
+    /// Only `read` and `glob`. The default.
+    ReadOnly,
+    /// Everything granted runs without asking.
+    Auto,
+    /// Each action beyond reading asks the operator.
+    Ask,
+    /// Each action beyond reading waits for a durable approval.
+    Approve,
+}
+
+impl PermissionMode {
+    /// The name used in the WIT and in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::ReadOnly => "read-only",
+            PermissionMode::Auto => "auto",
+            PermissionMode::Ask => "ask",
+            PermissionMode::Approve => "approve",
+        }
+    }
+}
+
+/// An agent's manifest: who it is and what it asks for. Every field is a
+/// request; the operator's grant decides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct AgentManifest {
+    /// Short identifier.
+    pub name: String,
+    /// One line on what it does.
+    pub description: String,
+    /// System instructions for the model.
+    pub instructions: String,
+    /// Model id hint.
+    pub model: Option<String>,
+    /// Provider for the model hint.
+    pub provider: Option<String>,
+    /// Skills to load, by name.
+    pub skills: Vec<String>,
+    /// Requested capabilities.
+    pub capabilities: Vec<Capability>,
+    /// Requested fetch hosts.
+    pub fetch_allow: Vec<String>,
+    /// Requested MCP servers, by configured name.
+    pub mcp_servers: Vec<String>,
+    /// Turn cap for one prompt.
+    pub max_turns: Option<u32>,
+    /// Expected sandbox.
+    pub sandbox: Option<SandboxKind>,
+    /// Expected permission mode.
+    pub permissions: Option<PermissionMode>,
+}
+
+/// A skill's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SkillMetadata {
+    /// Short identifier.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// Licence.
+    pub license: Option<String>,
+    /// Environment requirements.
+    pub compatibility: Option<String>,
+    /// Tools it expects (informational; grants nothing).
+    pub allowed_tools: Vec<String>,
+    /// Free-form metadata.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// A search backend's self-description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BackendInfo {
+    /// Short identifier.
+    pub name: String,
+    /// The service it adapts.
+    pub description: String,
+    /// Hosts it asks to reach.
+    pub hosts: Vec<String>,
+}
+
+impl From<bindings::Capability> for Capability {
+    fn from(c: bindings::Capability) -> Self {
+        match c {
+            bindings::Capability::Read => Capability::Read,
+            bindings::Capability::Glob => Capability::Glob,
+            bindings::Capability::Write => Capability::Write,
+            bindings::Capability::Shell => Capability::Shell,
+            bindings::Capability::Fetch => Capability::Fetch,
+            bindings::Capability::Search => Capability::Search,
+        }
+    }
+}
+
+impl From<bindings::SandboxKind> for SandboxKind {
+    fn from(s: bindings::SandboxKind) -> Self {
+        match s {
+            bindings::SandboxKind::Virtual => SandboxKind::Virtual,
+            bindings::SandboxKind::Local => SandboxKind::Local,
+            bindings::SandboxKind::Container => SandboxKind::Container,
+            bindings::SandboxKind::Remote => SandboxKind::Remote,
+        }
+    }
+}
+
+impl From<bindings::PermissionMode> for PermissionMode {
+    fn from(m: bindings::PermissionMode) -> Self {
+        match m {
+            bindings::PermissionMode::ReadOnly => PermissionMode::ReadOnly,
+            bindings::PermissionMode::Auto => PermissionMode::Auto,
+            bindings::PermissionMode::Ask => PermissionMode::Ask,
+            bindings::PermissionMode::Approve => PermissionMode::Approve,
+        }
+    }
+}
+
+impl From<bindings::AgentManifest> for AgentManifest {
+    fn from(m: bindings::AgentManifest) -> Self {
+        AgentManifest {
+            name: m.name,
+            description: m.description,
+            instructions: m.instructions,
+            model: m.model,
+            provider: m.provider,
+            skills: m.skills,
+            capabilities: m.capabilities.into_iter().map(Capability::from).collect(),
+            fetch_allow: m.fetch_allow,
+            mcp_servers: m.mcp_servers,
+            max_turns: m.max_turns,
+            sandbox: m.sandbox.map(SandboxKind::from),
+            permissions: m.permissions.map(PermissionMode::from),
+        }
+    }
+}
+
+impl From<bindings::SkillMetadata> for SkillMetadata {
+    fn from(m: bindings::SkillMetadata) -> Self {
+        SkillMetadata {
+            name: m.name,
+            description: m.description,
+            license: m.license,
+            compatibility: m.compatibility,
+            allowed_tools: m.allowed_tools,
+            extra: m.extra.into_iter().collect(),
+        }
+    }
+}
+
+impl From<bindings::BackendInfo> for BackendInfo {
+    fn from(i: bindings::BackendInfo) -> Self {
+        BackendInfo { name: i.name, description: i.description, hosts: i.hosts }
+    }
+}
