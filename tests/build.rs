@@ -1,6 +1,7 @@
 //! Builds every plugin in `plugins/` into a component and writes their paths
 //! into `$OUT_DIR/plugins.rs`. Tests and benchmarks use those paths, so a test
 //! whose plugin failed to build fails to compile rather than skipping.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a build script should fail loudly
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -49,10 +50,15 @@ fn main() {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         };
-        writeln!(out, "/// The built `{package}` component.\npub const {constant}: &str = {:?};", path.display().to_string())
-            .expect("writing to a String cannot fail");
+        writeln!(
+            out,
+            "/// The built `{package}` component.\npub const {constant}: &str = {:?};",
+            path.display().to_string()
+        )
+        .expect("writing to a String cannot fail");
     }
-    writeln!(out, "/// Every built plugin, as (package, path).\npub const ALL: &[(&str, &str)] = &[").expect("infallible");
+    writeln!(out, "/// Every built plugin, as (package, path).\npub const ALL: &[(&str, &str)] = &[")
+        .expect("infallible");
     for (constant, package) in PLUGINS {
         writeln!(out, "    ({package:?}, {constant}),").expect("infallible");
     }

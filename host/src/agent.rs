@@ -12,8 +12,8 @@ use wasmtime::Store;
 use crate::bindings::agent::AgentPlugin;
 use crate::bindings::agent::nexo::plugin::{log, model, tools, types};
 use crate::bindings::{ModelError, RunError, SearchHit, ToolError};
-use crate::manifest::Capability;
 use crate::error::PluginError;
+use crate::manifest::Capability;
 use crate::plugin::{Plugin, PluginKind, Pre, settle};
 use crate::state::{HostState, RunOptions};
 
@@ -29,9 +29,7 @@ impl Plugin {
     /// run deadline, and the WASI grants in `options`.
     pub async fn instantiate_agent(&self, options: &RunOptions) -> Result<AgentInstance, PluginError> {
         self.expect_kind(PluginKind::Agent)?;
-        let Pre::Agent(pre) = self.pre() else {
-            unreachable!("an agent plugin always holds an agent InstancePre")
-        };
+        let Pre::Agent(pre) = self.pre() else { unreachable!("an agent plugin always holds an agent InstancePre") };
         let timeout = options.timeout.unwrap_or(self.engine().limits().run_timeout);
         let mut store = self.store(options, timeout)?;
         let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;

@@ -45,4 +45,3 @@ pub use agent::nexo::plugin::model::{ModelError, Reply, StopReason};
 pub use agent::nexo::plugin::types::{Capability, SearchHit, ToolError};
 pub use search::exports::nexo::plugin::search_backend::{BackendInfo, SearchError, SearchOptions};
 pub use skill::exports::nexo::plugin::skill::SkillMetadata;
-

@@ -237,9 +237,5 @@ pub enum PluginError {
 }
 
 fn guest_output(stderr: &str) -> String {
-    if stderr.is_empty() {
-        String::new()
-    } else {
-        format!("\nplugin stderr:\n{stderr}")
-    }
+    if stderr.is_empty() { String::new() } else { format!("\nplugin stderr:\n{stderr}") }
 }

@@ -37,8 +37,8 @@ pub use engine::{Engine, EngineConfig, Limits};
 pub use error::PluginError;
 pub use plugin::{Plugin, PluginKind};
 
+/// The `anyhow` crate, re-exported for the same reason.
+pub use anyhow;
 /// The `wasmtime` crate nexo is built on, so that code extending the host uses
 /// the same version.
 pub use wasmtime;
-/// The `anyhow` crate, re-exported for the same reason.
-pub use anyhow;

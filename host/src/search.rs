@@ -16,7 +16,12 @@ pub const MAX_RESULTS: u32 = 8;
 
 impl Plugin {
     /// Runs one query through this search backend.
-    pub async fn search(&self, query: &str, language: Option<&str>, options: &RunOptions) -> Result<Vec<SearchHit>, PluginError> {
+    pub async fn search(
+        &self,
+        query: &str,
+        language: Option<&str>,
+        options: &RunOptions,
+    ) -> Result<Vec<SearchHit>, PluginError> {
         self.expect_kind(PluginKind::SearchBackend)?;
         let Pre::SearchBackend(pre) = self.pre() else {
             unreachable!("a search-backend plugin always holds a search-backend InstancePre")

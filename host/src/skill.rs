@@ -29,9 +29,7 @@ impl Plugin {
         PluginError,
     > {
         self.expect_kind(PluginKind::Skill)?;
-        let Pre::Skill(pre) = self.pre() else {
-            unreachable!("a skill plugin always holds a skill InstancePre")
-        };
+        let Pre::Skill(pre) = self.pre() else { unreachable!("a skill plugin always holds a skill InstancePre") };
         let timeout = self.engine().limits().call_timeout;
         let mut store = self.store(&RunOptions::default(), timeout)?;
         let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;

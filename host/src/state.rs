@@ -152,9 +152,8 @@ pub fn new_store(
     wasi.stdout(stdout.clone()).stderr(stderr.clone());
     for p in &options.preopens {
         let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
-        wasi.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
-            anyhow::anyhow!("cannot open {} for the plugin: {e}", p.host.display())
-        })?;
+        wasi.preopened_dir(&p.host, &p.guest, perms)
+            .map_err(|e| anyhow::anyhow!("cannot open {} for the plugin: {e}", p.host.display()))?;
     }
     let limiter = RunLimiter {
         memory_cap: limits.memory_bytes,

@@ -112,3 +112,24 @@ fn wit_prints_the_contract() {
         assert!(text.contains(world), "missing {world}");
     }
 }
+
+#[test]
+fn build_turns_the_example_crate_into_a_loadable_agent() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    // Share the plugins' target directory so the standard library is not rebuilt.
+    let target = root.join("target").join("plugins");
+    let example = root.join("examples").join("first-agent");
+    let out = nexo(&["build", example.to_str().unwrap(), "--target-dir", target.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let artifact = stdout(&out).trim().to_string();
+    assert!(artifact.ends_with("first_agent.wasm"), "{artifact}");
+    assert!(stderr(&out).contains("built agent `first-agent`"), "{}", stderr(&out));
+    let out = nexo(&["inspect", "--json", &artifact]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["description"]["description"]["capabilities"], serde_json::json!(["read"]));
+
+    // A directory that is not a crate gets a clear error.
+    let out = nexo(&["build", root.join("docs").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("has no `[package] name`"), "{}", stderr(&out));
+}

@@ -189,3 +189,22 @@ async fn runs_are_isolated_from_each_other() {
     assert!(first.run("one").await.unwrap().contains("words: 1"));
     assert!(first.run("one two").await.unwrap().contains("words: 2"));
 }
+
+#[tokio::test]
+async fn a_full_instance_pool_is_a_clear_error_not_a_crash() {
+    let engine = engine_with(|c| c.max_live_instances = 2);
+    let plugin = Plugin::load(&engine, built::TEXT_STATS).await.unwrap();
+    let _a = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
+    let _b = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
+    match plugin.instantiate_agent(&RunOptions::default()).await {
+        Err(PluginError::Instantiate { plugin, reason }) => {
+            assert_eq!(plugin, "text-stats");
+            assert!(reason.contains("max_live_instances"), "{reason}");
+        }
+        Err(other) => panic!("expected Instantiate, got {other:?}"),
+        Ok(_) => panic!("expected Instantiate, got an instance"),
+    }
+    drop(_a);
+    // A freed slot is usable again.
+    assert!(plugin.run_agent("x", &RunOptions::default()).await.is_ok());
+}

@@ -1,7 +1,7 @@
 //! Loading and describing the first-party plugins, and the compile cache.
 
-use nexo::manifest::Capability;
 use nexo::engine::CacheOutcome;
+use nexo::manifest::Capability;
 use nexo::plugin::Description;
 use nexo::{EngineConfig, Plugin, PluginKind};
 use nexo_tests as built;
@@ -35,7 +35,9 @@ async fn every_first_party_plugin_describes_itself() {
         skill.imports()
     );
 
-    for (path, name, hosts) in [(built::SEARXNG, "searxng", vec![]), (built::BRAVE, "brave", vec!["api.search.brave.com"])] {
+    for (path, name, hosts) in
+        [(built::SEARXNG, "searxng", vec![]), (built::BRAVE, "brave", vec!["api.search.brave.com"])]
+    {
         let backend = Plugin::load(engine(), path).await.unwrap();
         assert_eq!((backend.kind(), backend.name()), (PluginKind::SearchBackend, name));
         let Description::SearchBackend(info) = backend.description() else { panic!("not a backend") };
@@ -48,7 +50,8 @@ async fn every_first_party_plugin_describes_itself() {
 #[tokio::test]
 async fn the_compile_cache_is_hit_on_the_second_load_and_survives_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || EngineConfig { cache_dir: Some(dir.path().to_path_buf()), max_live_instances: 4, ..EngineConfig::default() };
+    let config =
+        || EngineConfig { cache_dir: Some(dir.path().to_path_buf()), max_live_instances: 4, ..EngineConfig::default() };
     let engine = nexo::Engine::new(config()).unwrap();
     let first = Plugin::load(&engine, built::TEXT_STATS).await.unwrap();
     assert_eq!(first.cache_outcome(), CacheOutcome::Miss);

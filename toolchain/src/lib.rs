@@ -137,29 +137,19 @@ pub fn build_package(
     cmd.stdout(Stdio::from(std::io::stderr()));
     let status = cmd.status().map_err(BuildError::Spawn)?;
     if !status.success() {
-        return Err(BuildError::Failed {
-            package: package.map(String::from),
-            status: status.to_string(),
-        });
+        return Err(BuildError::Failed { package: package.map(String::from), status: status.to_string() });
     }
     let name = match package {
         Some(p) => p.to_string(),
         None => package_name(manifest_path).unwrap_or_default(),
     };
     let artifact = artifact_path(target_dir, &name);
-    if artifact.is_file() {
-        Ok(artifact)
-    } else {
-        Err(BuildError::MissingArtifact(artifact))
-    }
+    if artifact.is_file() { Ok(artifact) } else { Err(BuildError::MissingArtifact(artifact)) }
 }
 
 /// Where cargo puts the component of package `name`.
 pub fn artifact_path(target_dir: &Path, name: &str) -> PathBuf {
-    target_dir
-        .join(TARGET)
-        .join("release")
-        .join(format!("{}.wasm", name.replace('-', "_")))
+    target_dir.join(TARGET).join("release").join(format!("{}.wasm", name.replace('-', "_")))
 }
 
 /// Reads `[package] name` from a `Cargo.toml`, without a TOML parser: the
@@ -184,28 +174,20 @@ pub fn package_name(manifest_path: &Path) -> Option<String> {
 }
 
 fn rustup_has_target() -> bool {
-    let Ok(out) = Command::new("rustc")
-        .args(["--print", "target-libdir", "--target", TARGET])
-        .stderr(Stdio::null())
-        .output()
+    let Ok(out) =
+        Command::new("rustc").args(["--print", "target-libdir", "--target", TARGET]).stderr(Stdio::null()).output()
     else {
         return false;
     };
     // rustc prints a path even when the target is missing; look inside it.
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("libstd-"))
-        })
+        .map(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with("libstd-")))
         .unwrap_or(false)
 }
 
 fn debian_available() -> bool {
-    [DEBIAN_RUSTC, DEBIAN_CARGO, DEBIAN_STD_SRC, DEBIAN_WASI_LIBC]
-        .iter()
-        .all(|p| Path::new(p).exists())
+    [DEBIAN_RUSTC, DEBIAN_CARGO, DEBIAN_STD_SRC, DEBIAN_WASI_LIBC].iter().all(|p| Path::new(p).exists())
 }
 
 /// Removes what an outer cargo (a build script's parent) sets, so the nested

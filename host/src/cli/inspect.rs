@@ -95,4 +95,3 @@ fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {
     let items: Vec<&str> = items.collect();
     if items.is_empty() { "(none)".into() } else { items.join(", ") }
 }
-

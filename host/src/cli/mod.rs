@@ -95,7 +95,9 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
@@ -169,7 +171,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
 async fn build(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path::Path>) -> ExitCode {
     let manifest = path.join("Cargo.toml");
     let Some(package) = nexo_toolchain::package_name(&manifest) else {
-        eprintln!("error: {} has no `[package] name`: point `nexo build` at a plugin crate's directory", manifest.display());
+        eprintln!(
+            "error: {} has no `[package] name`: point `nexo build` at a plugin crate's directory",
+            manifest.display()
+        );
         return ExitCode::from(2);
     };
     let toolchain = match nexo_toolchain::Toolchain::detect() {

@@ -59,8 +59,9 @@ impl Hasher for ShaHasher {
 impl ComponentCache {
     /// Opens (creating if needed) the cache at `dir` for `engine`.
     pub fn open(dir: &Path, engine: &wasmtime::Engine) -> anyhow::Result<ComponentCache> {
-        create_private_dir(dir)
-            .with_context(|| format!("cannot create the compile cache at {}; set NEXO_CACHE_DIR or pass --no-cache", dir.display()))?;
+        create_private_dir(dir).with_context(|| {
+            format!("cannot create the compile cache at {}; set NEXO_CACHE_DIR or pass --no-cache", dir.display())
+        })?;
         let mut hasher = ShaHasher(Sha256::new());
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
         let engine_key = hex::encode(&hasher.0.finalize()[..8]);

@@ -230,10 +230,9 @@ fn linker(engine: &wasmtime::Engine, kind: PluginKind) -> anyhow::Result<Linker<
             bindings::agent::AgentPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
         }
         PluginKind::Skill => {}
-        PluginKind::SearchBackend => bindings::search::SearchBackendPlugin::add_to_linker::<
-            HostState,
-            HasSelf<HostState>,
-        >(&mut linker, |s| s)?,
+        PluginKind::SearchBackend => {
+            bindings::search::SearchBackendPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
+        }
     }
     Ok(linker)
 }

@@ -17,9 +17,9 @@ use wasmtime::component::Component;
 use crate::bindings::agent::AgentPluginPre;
 use crate::bindings::search::SearchBackendPluginPre;
 use crate::bindings::skill::SkillPluginPre;
-use crate::manifest::{AgentManifest, BackendInfo, SkillMetadata};
 use crate::engine::{CacheOutcome, Engine};
 use crate::error::PluginError;
+use crate::manifest::{AgentManifest, BackendInfo, SkillMetadata};
 use crate::state::{HostState, LimitHit, RunOptions, new_store};
 
 /// The version of the `nexo:plugin` package this host implements. Any
@@ -162,9 +162,8 @@ impl Plugin {
     /// Loads a component from memory; `path` only labels errors.
     pub async fn from_bytes(engine: &Engine, path: PathBuf, bytes: &[u8]) -> Result<Plugin, PluginError> {
         check_header(&path, bytes)?;
-        let (component, cache) = engine
-            .compile(bytes)
-            .map_err(|e| PluginError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
+        let (component, cache) =
+            engine.compile(bytes).map_err(|e| PluginError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
         let ty = component.component_type();
         let wt = engine.wasmtime();
         let exports: Vec<String> = ty.exports(wt).map(|(n, _)| n.to_string()).collect();
@@ -268,9 +267,8 @@ impl Plugin {
 
     /// A fresh store for one instance of this plugin.
     pub(crate) fn store(&self, options: &RunOptions, timeout: Duration) -> Result<Store<HostState>, PluginError> {
-        new_store(&self.inner.engine, self.inner.name.clone(), options, timeout).map_err(|e| {
-            PluginError::Instantiate { plugin: self.inner.name.to_string(), reason: format!("{e:#}") }
-        })
+        new_store(&self.inner.engine, self.inner.name.clone(), options, timeout)
+            .map_err(|e| PluginError::Instantiate { plugin: self.inner.name.to_string(), reason: format!("{e:#}") })
     }
 
     /// Fails with [`PluginError::WrongKind`] unless this plugin is `expected`.
@@ -283,12 +281,7 @@ impl Plugin {
             PluginKind::SearchBackend => ": search backends serve an agent's web_search tool",
             PluginKind::Agent => "",
         };
-        Err(PluginError::WrongKind {
-            path: self.inner.path.clone(),
-            expected,
-            found: self.inner.kind,
-            hint,
-        })
+        Err(PluginError::WrongKind { path: self.inner.path.clone(), expected, found: self.inner.kind, hint })
     }
 }
 
@@ -369,7 +362,9 @@ fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<()
                     _ => format!("the `{}` world does not offer", kind.world()),
                 }
             } else if !version_supported(version) {
-                format!("this host does not provide (it implements nexo:plugin@{CONTRACT_VERSION}); rebuild against its WIT")
+                format!(
+                    "this host does not provide (it implements nexo:plugin@{CONTRACT_VERSION}); rebuild against its WIT"
+                )
             } else {
                 continue;
             }
@@ -451,6 +446,12 @@ pub(crate) fn settle<T>(
     };
     if let Some(LimitHit::Memory { requested, cap }) = state.limiter.hit {
         return Err(PluginError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
+    }
+    if err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+        return Err(PluginError::Instantiate {
+            plugin,
+            reason: format!("{err:#}; wait for running instances to finish, or raise `max_live_instances`"),
+        });
     }
     let trap = match err.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => return Err(deadline()),

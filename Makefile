@@ -1,0 +1,41 @@
+# The two commands a fresh machine needs:
+#   make demo   build nexo and the bundled plugins, inspect them, run an agent
+#   make test   every test (builds the plugins itself)
+# Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh).
+
+CARGO ?= cargo
+PLUGIN_OUT := target/plugins
+NEXO := target/debug/nexo
+
+.PHONY: demo test toolchain plugins bench lint fmt
+
+toolchain:
+	./scripts/wasm-toolchain.sh
+
+plugins: toolchain
+	$(CARGO) build -q -p nexo
+	$(NEXO) build plugins/agents/text-stats --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/agents/hello --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/skills/code-review --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/search-backends/searxng --target-dir $(PLUGIN_OUT)
+
+demo: plugins
+	@echo "== nexo inspect: an agent, a skill and a search backend"
+	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/hello.wasm
+	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/code_review.wasm
+	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/searxng.wasm
+	@echo "== nexo run: the text-stats agent, offline"
+	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/text_stats.wasm "WebAssembly components give every agent its own sandbox."
+
+test: toolchain
+	$(CARGO) test --workspace
+
+bench: toolchain
+	$(CARGO) bench -p nexo --bench engine
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
