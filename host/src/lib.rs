@@ -13,7 +13,7 @@
 //! use nexo::{Engine, EngineConfig, Plugin};
 //!
 //! let engine = Engine::new(EngineConfig::default())?;
-//! let plugin = Plugin::load(&engine, "hello.wasm")?;
+//! let plugin = Plugin::load(&engine, "hello.wasm").await?;
 //! println!("{} is a {}", plugin.name(), plugin.kind());
 //! # Ok(()) }
 //! ```

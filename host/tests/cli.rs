@@ -1,4 +1,5 @@
 //! The `nexo` binary: inspect, run and exit codes, against real plugins.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::process::{Command, Output};
 

@@ -1,5 +1,6 @@
 //! End-to-end tests: real components built from `plugins/`, loaded and run by
 //! the host. One test binary, so wasmtime is linked once.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 mod failures;
 mod loading;

@@ -163,11 +163,9 @@ pub fn package_name(manifest_path: &Path) -> Option<String> {
             in_package = line == "[package]";
             continue;
         }
-        if in_package {
-            if let Some(rest) = line.strip_prefix("name") {
-                let value = rest.trim_start().strip_prefix('=')?.trim();
-                return Some(value.trim_matches('"').to_string());
-            }
+        if in_package && let Some(rest) = line.strip_prefix("name") {
+            let value = rest.trim_start().strip_prefix('=')?.trim();
+            return Some(value.trim_matches('"').to_string());
         }
     }
     None

@@ -41,10 +41,10 @@ pub fn print(plugin: &Plugin, json: bool) {
             row("skills", &list(m.skills.iter().map(String::as_str)));
             row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
             row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
-            row("sandbox", &m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
+            row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
             row(
                 "permissions",
-                &m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
+                m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
             );
         }
         Description::Skill(s) => {
