@@ -1,0 +1,145 @@
+//! Sandboxes: *where* an agent's tools act.
+//!
+//! Every sandbox implements [`Sandbox`]: read, write, glob, exec and close,
+//! plus what it supports and how it describes itself to the model. The
+//! permission gate (in the host) decides *whether* an action may happen; the
+//! sandbox decides *where* it happens and refuses anything that would leave
+//! it.
+//!
+//! - [`VirtualSandbox`]: an in-memory filesystem with no host access and no
+//!   shell. The default.
+//! - [`LocalSandbox`]: a host directory, opened as a cap-std [`Dir`](cap_std::fs::Dir)
+//!   so escapes are refused by construction.
+//!
+//! Paths are relative to the sandbox root; an absolute path is accepted only
+//! if it lies inside the root as the sandbox presents it.
+
+mod local;
+mod path;
+pub mod shell;
+mod virtual_fs;
+
+use std::time::{Duration, SystemTime};
+
+pub use local::LocalSandbox;
+pub use path::normalize;
+pub use shell::{Confinement, ShellPolicy};
+pub use virtual_fs::VirtualSandbox;
+
+/// The most bytes of a file a sandbox reads or writes in one call.
+pub const MAX_FILE_BYTES: usize = 4 << 20;
+
+/// Why a sandbox refused or failed an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// The path or target escapes the sandbox.
+    #[error("{0}")]
+    Security(String),
+    /// The file does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The sandbox cannot do this at all.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The arguments are malformed.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The operation ran past its time limit.
+    #[error("{0}")]
+    Timeout(String),
+    /// The sandbox is misconfigured (a missing binary, a bad option).
+    #[error("{0}")]
+    Config(String),
+    /// The operation was attempted and failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A file's contents as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileText {
+    /// The text.
+    pub text: String,
+    /// The modification time, where the sandbox has one (real filesystems).
+    pub mtime: Option<SystemTime>,
+}
+
+/// What the sandbox knows about an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// The modification time, where the sandbox has one.
+    pub mtime: Option<SystemTime>,
+}
+
+/// What a command printed and how it ended. Output is raw: the host's
+/// truncation routine shortens it for the model.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutput {
+    /// Exit status; -1 when killed by a signal.
+    pub status: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Where an agent's tools act.
+///
+/// Methods block; the host calls them off its async threads. Implementations
+/// must refuse any path that leaves the sandbox with
+/// [`SandboxError::Security`].
+pub trait Sandbox: Send + Sync {
+    /// A short name: `virtual`, `local`, `container` or `remote`.
+    fn name(&self) -> &'static str;
+
+    /// Whether [`Sandbox::exec`] can run commands. When it cannot, the host
+    /// does not offer the shell tool at all.
+    fn supports_shell(&self) -> bool;
+
+    /// One plain-text paragraph telling the model where it runs, or `None`
+    /// (the virtual sandbox says nothing).
+    fn instructions(&self) -> Option<String>;
+
+    /// Reads a UTF-8 text file.
+    fn read(&self, path: &str) -> Result<FileText, SandboxError>;
+
+    /// Says whether a file exists, and its modification time.
+    fn stat(&self, path: &str) -> Result<Option<FileStat>, SandboxError>;
+
+    /// Creates or replaces a file, creating parent directories.
+    fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError>;
+
+    /// Lists files matching a glob pattern, relative to the root, sorted.
+    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError>;
+
+    /// Runs a shell command with a time limit.
+    fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError>;
+
+    /// Releases what the sandbox holds (a container, a connection).
+    /// Idempotent.
+    fn close(&self) -> Result<(), SandboxError>;
+}
+
+/// Compiles a glob pattern the way every sandbox matches it: `*` stays within
+/// one path segment, `**` crosses segments, and matching is on `/`-separated
+/// paths relative to the root.
+pub fn glob_matcher(pattern: &str) -> Result<globset::GlobMatcher, SandboxError> {
+    let pattern = pattern.trim();
+    if pattern.is_empty() {
+        return Err(SandboxError::InvalidInput("the glob pattern is empty".into()));
+    }
+    let pattern = pattern.trim_start_matches("./");
+    if pattern.starts_with('/') || pattern.split('/').any(|s| s == "..") {
+        return Err(SandboxError::Security(format!(
+            "glob pattern {pattern:?} reaches outside the sandbox; use a pattern relative to its root"
+        )));
+    }
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| SandboxError::InvalidInput(format!("bad glob pattern {pattern:?}: {e}")))
+}
+
+/// The most matches a glob returns; past it, the list is cut.
+pub const MAX_GLOB_MATCHES: usize = 1000;
