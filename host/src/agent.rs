@@ -1,21 +1,24 @@
 //! Running agent components, and the host side of the agent world's imports.
 //!
-//! The imports answer within the contract: the tools refuse with a
-//! `tool-error` because this host grants agents no tool capabilities yet, and
-//! `prompt` answers `model-error::not-configured` because no model provider
-//! is wired in. Refusals are values, never traps, so agents can recover.
+//! Each agent instance gets a [`Toolbox`]: its sandbox, the permission gate
+//! and its effective grant (requested ∩ granted). The `tools` import calls
+//! it; refusals come back as `tool-error` values, never traps. `prompt`
+//! answers `model-error::not-configured` until model providers are wired in.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use nexo_sandbox::{Sandbox, VirtualSandbox};
 use wasmtime::Store;
 
 use crate::bindings::agent::AgentPlugin;
 use crate::bindings::agent::nexo::plugin::{log, model, tools, types};
 use crate::bindings::{ModelError, RunError, SearchHit, ToolError};
 use crate::error::PluginError;
-use crate::manifest::Capability;
+use crate::manifest::{AgentManifest, Capability};
 use crate::plugin::{Plugin, PluginKind, Pre, settle};
-use crate::state::{HostState, RunOptions};
+use crate::state::{HostState, Preopen, RunOptions};
+use crate::tools::{ToolFailure, Toolbox};
 
 /// One live instance of an agent, ready to run.
 pub struct AgentInstance {
@@ -31,7 +34,22 @@ impl Plugin {
         self.expect_kind(PluginKind::Agent)?;
         let Pre::Agent(pre) = self.pre() else { unreachable!("an agent plugin always holds an agent InstancePre") };
         let timeout = options.timeout.unwrap_or(self.engine().limits().run_timeout);
-        let mut store = self.store(options, timeout)?;
+        let Some(manifest) = self.manifest() else { unreachable!("an agent plugin always has a manifest") };
+        let toolbox = toolbox_for(manifest, options);
+        let mut options = options.clone();
+        if let Some(root) = toolbox.sandbox().host_root() {
+            // WASI writes bypass the gate, so the preopen is writable only
+            // when writes would pass it without asking.
+            let writable =
+                toolbox.effective().contains(&Capability::Write) && options.permissions.auto_allows(Capability::Write);
+            options.preopens.push(Preopen {
+                host: root.to_path_buf(),
+                guest: root.to_string_lossy().into_owned(),
+                writable,
+            });
+        }
+        let mut store = self.store(&options, timeout)?;
+        store.data_mut().toolbox = Some(Arc::new(toolbox));
         let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", timeout, result)?;
         Ok(AgentInstance { store, bindings, timeout })
@@ -41,6 +59,19 @@ impl Plugin {
     pub async fn run_agent(&self, input: &str, options: &RunOptions) -> Result<String, PluginError> {
         self.instantiate_agent(options).await?.run(input).await
     }
+}
+
+/// Builds the toolbox of one run: the operator's sandbox (in-memory by
+/// default), the permissions narrowed by the agent's own request, and the
+/// grant intersected with what the agent asked for.
+fn toolbox_for(manifest: &AgentManifest, options: &RunOptions) -> Toolbox {
+    let sandbox: Arc<dyn Sandbox> = options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
+    let mut permissions = options.permissions.clone();
+    if let Some(requested) = manifest.permissions {
+        permissions = permissions.narrowed_to(requested);
+    }
+    let effective = options.grant.effective(&manifest.capabilities);
+    Toolbox::new(&manifest.name, sandbox, permissions, effective, options.tool_limits)
 }
 
 impl AgentInstance {
@@ -103,50 +134,87 @@ impl log::Host for HostState {
 }
 
 impl HostState {
-    /// The answer to every tool call until capabilities can be granted:
-    /// default deny, as a recoverable error.
-    fn refuse<T>(&self, tool: &str, capability: Capability, arg: &str) -> Result<T, ToolError> {
-        if arg.len() > self.limits.host_arg_bytes {
+    /// The run's toolbox, after checking the size of the argument.
+    fn toolbox(&self, tool: &str, args: &[&str]) -> Result<Arc<Toolbox>, ToolError> {
+        let size: usize = args.iter().map(|a| a.len()).sum();
+        if size > self.limits.host_arg_bytes {
             return Err(ToolError::InvalidInput(format!(
-                "the argument to `{tool}` is {} bytes; the limit is {}",
-                arg.len(),
+                "the arguments to `{tool}` are {size} bytes; the limit is {}",
                 self.limits.host_arg_bytes
             )));
         }
-        let cap = capability.as_str();
-        tracing::info!(target: "nexo::gate", plugin = &*self.plugin, tool, capability = cap, verdict = "denied");
-        Err(ToolError::Denied(format!(
-            "`{tool}` needs the `{cap}` capability, which is not granted to `{}`: this host grants agents no tool capabilities",
-            self.plugin
-        )))
+        self.toolbox.clone().ok_or_else(|| ToolError::Denied(format!("`{tool}` is not available to this plugin")))
+    }
+}
+
+fn wit_error(e: ToolFailure) -> ToolError {
+    match e {
+        ToolFailure::Denied(m) => ToolError::Denied(m),
+        ToolFailure::ApprovalRequired(m) => ToolError::ApprovalRequired(m),
+        ToolFailure::Security(m) => ToolError::Security(m),
+        ToolFailure::Unsupported(m) => ToolError::Unsupported(m),
+        ToolFailure::NotFound(m) => ToolError::NotFound(m),
+        ToolFailure::InvalidInput(m) => ToolError::InvalidInput(m),
+        ToolFailure::Timeout(m) => ToolError::Timeout(m),
+        ToolFailure::Failed(m) => ToolError::Failed(m),
     }
 }
 
 impl tools::Host for HostState {
     async fn read_file(&mut self, path: String) -> wasmtime::Result<Result<String, ToolError>> {
-        Ok(self.refuse("read-file", Capability::Read, &path))
+        let result = match self.toolbox("read-file", &[&path]) {
+            Ok(tb) => tb.read_file(&path).await.map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 
     async fn write_file(&mut self, path: String, contents: String) -> wasmtime::Result<Result<(), ToolError>> {
-        let size = path.len() + contents.len();
-        let arg = if size > self.limits.host_arg_bytes { contents } else { path };
-        Ok(self.refuse("write-file", Capability::Write, &arg))
+        let result = match self.toolbox("write-file", &[&path, &contents]) {
+            Ok(tb) => tb.write_file(&path, &contents).await.map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 
     async fn glob(&mut self, pattern: String) -> wasmtime::Result<Result<Vec<String>, ToolError>> {
-        Ok(self.refuse("glob", Capability::Glob, &pattern))
+        let result = match self.toolbox("glob", &[&pattern]) {
+            Ok(tb) => tb.glob(&pattern).await.map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 
     async fn shell(&mut self, command: String) -> wasmtime::Result<Result<tools::ShellOutput, ToolError>> {
-        Ok(self.refuse("shell", Capability::Shell, &command))
+        let result = match self.toolbox("shell", &[&command]) {
+            Ok(tb) => tb
+                .shell(&command)
+                .await
+                .map(|o| tools::ShellOutput { status: o.status, stdout: o.stdout, stderr: o.stderr })
+                .map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 
     async fn fetch(&mut self, url: String) -> wasmtime::Result<Result<tools::Page, ToolError>> {
-        Ok(self.refuse("fetch", Capability::Fetch, &url))
+        let result = match self.toolbox("fetch", &[&url]) {
+            Ok(tb) => tb
+                .fetch(&url)
+                .await
+                .map(|body| tools::Page { url: url.clone(), status: 200, content_type: None, body, truncated: false })
+                .map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 
     async fn web_search(&mut self, query: String) -> wasmtime::Result<Result<Vec<SearchHit>, ToolError>> {
-        Ok(self.refuse("web-search", Capability::Search, &query))
+        let result = match self.toolbox("web-search", &[&query]) {
+            Ok(tb) => tb.web_search(&query).await.map_err(wit_error),
+            Err(e) => Err(e),
+        };
+        Ok(result)
     }
 }
 

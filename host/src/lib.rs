@@ -28,10 +28,13 @@ pub mod bindings;
 pub mod engine;
 pub mod error;
 pub mod manifest;
+pub mod permissions;
 pub mod plugin;
 pub mod search;
 pub mod skill;
 pub mod state;
+pub mod tools;
+pub mod truncate;
 
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::PluginError;

@@ -11,7 +11,11 @@ use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use nexo_sandbox::Sandbox;
+
 use crate::engine::{Engine, Limits};
+use crate::permissions::{Grant, Permissions};
+use crate::tools::{ToolLimits, Toolbox};
 
 /// A directory the run exposes to the component through WASI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,16 +28,38 @@ pub struct Preopen {
     pub writable: bool,
 }
 
-/// Per-run settings chosen by the operator.
-#[derive(Debug, Clone, Default)]
+/// Per-run settings chosen by the operator. The defaults are the safe ones:
+/// the in-memory sandbox, `read-only`, and a grant of `read` and `glob`.
+#[derive(Clone, Default)]
 pub struct RunOptions {
-    /// Directories preopened into the component. Empty by default: the
-    /// component sees no filesystem at all.
+    /// Where the agent's tools act. `None`: a fresh in-memory sandbox.
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// The permission mode and its hooks.
+    pub permissions: Permissions,
+    /// What the operator grants; the agent gets this ∩ what it requested.
+    pub grant: Grant,
+    /// Tool limits.
+    pub tool_limits: ToolLimits,
+    /// Extra directories preopened into the component. A local sandbox's
+    /// directory is preopened on its own; otherwise the component sees no
+    /// filesystem at all.
     pub preopens: Vec<Preopen>,
     /// Overrides [`Limits::run_timeout`] for this run.
     pub timeout: Option<std::time::Duration>,
     /// Plain settings a search backend reads through its `config` import.
     pub settings: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("sandbox", &self.sandbox.as_ref().map(|s| s.name()))
+            .field("permissions", &self.permissions)
+            .field("grant", &self.grant)
+            .field("preopens", &self.preopens)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A limit a plugin ran into, recorded by the limiter so the host can
@@ -111,6 +137,8 @@ pub struct HostState {
     pub settings: BTreeMap<String, String>,
     /// Log lines written so far.
     pub log_lines: usize,
+    /// The agent's tools, for agent instances.
+    pub toolbox: Option<Arc<Toolbox>>,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -166,6 +194,7 @@ pub fn new_store(
         limiter,
         settings: options.settings.clone(),
         log_lines: 0,
+        toolbox: None,
         wasi: wasi.build(),
         table: ResourceTable::new(),
         stdout,

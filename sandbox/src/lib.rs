@@ -118,6 +118,12 @@ pub trait Sandbox: Send + Sync {
     /// Releases what the sandbox holds (a container, a connection).
     /// Idempotent.
     fn close(&self) -> Result<(), SandboxError>;
+
+    /// The host directory behind the sandbox, if it is one. The host preopens
+    /// it into the agent component so WASI file access sees the same files.
+    fn host_root(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Compiles a glob pattern the way every sandbox matches it: `*` stays within

@@ -36,12 +36,11 @@ impl LocalSandbox {
 
     /// Opens `root` with a shell policy.
     pub fn with_shell(root: &Path, shell: ShellPolicy) -> Result<Self, SandboxError> {
-        let root = root.canonicalize().map_err(|e| {
-            SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display()))
-        })?;
-        let dir = Dir::open_ambient_dir(&root, ambient_authority()).map_err(|e| {
-            SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display()))
-        })?;
+        let root = root
+            .canonicalize()
+            .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())
+            .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
         Ok(LocalSandbox { root, dir, shell })
     }
 
@@ -177,6 +176,10 @@ impl Sandbox for LocalSandbox {
 
     fn close(&self) -> Result<(), SandboxError> {
         Ok(())
+    }
+
+    fn host_root(&self) -> Option<&Path> {
+        Some(&self.root)
     }
 }
 

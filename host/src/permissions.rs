@@ -1,0 +1,237 @@
+//! The permission gate: *what* an agent's tools may do.
+//!
+//! Two inputs decide every tool call:
+//!
+//! - the **grant**: the capabilities the agent's manifest requested,
+//!   intersected with those the operator granted. A plugin can never widen it.
+//! - the **permission mode**: `read-only` (the default), `auto`, `ask` or
+//!   `approve`. Capabilities on the allow list (by default `read` and `glob`)
+//!   pass under every mode; the others follow the mode.
+//!
+//! The gate returns a [`Verdict`]; a denial becomes a recoverable tool error,
+//! and `approval required` is its own outcome that a run can turn into a
+//! suspension.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::manifest::{Capability, PermissionMode};
+
+/// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
+pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go ahead.
+    Allow,
+    /// Refused; the message says why and how to change it.
+    Deny(String),
+    /// Needs a human's approval before it may run.
+    ApprovalRequired(String),
+}
+
+/// The permission mode with its allow list and hooks.
+#[derive(Clone)]
+pub struct Permissions {
+    mode: PermissionMode,
+    allow: BTreeSet<Capability>,
+    on_ask: Option<AskHook>,
+    ask_when: Option<AskHook>,
+}
+
+impl fmt::Debug for Permissions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permissions")
+            .field("mode", &self.mode)
+            .field("allow", &self.allow)
+            .field("on_ask", &self.on_ask.is_some())
+            .field("ask_when", &self.ask_when.is_some())
+            .finish()
+    }
+}
+
+impl Default for Permissions {
+    /// `read-only` with the default allow list.
+    fn default() -> Self {
+        Permissions::new(PermissionMode::ReadOnly)
+    }
+}
+
+/// The capabilities allowed under every mode unless the allow list is set.
+pub const DEFAULT_ALLOW: [Capability; 2] = [Capability::Read, Capability::Glob];
+
+impl Permissions {
+    /// A mode with the default allow list (`read`, `glob`) and no hooks.
+    /// `ask` with no hook denies everything it would ask about.
+    pub fn new(mode: PermissionMode) -> Self {
+        Permissions { mode, allow: DEFAULT_ALLOW.into_iter().collect(), on_ask: None, ask_when: None }
+    }
+
+    /// Replaces the allow list, for example `read`, `glob` and `fetch` in
+    /// `read-only` mode.
+    pub fn with_allow(mut self, allow: impl IntoIterator<Item = Capability>) -> Self {
+        self.allow = allow.into_iter().collect();
+        self
+    }
+
+    /// Sets the `ask` decision hook.
+    pub fn on_ask(mut self, hook: impl Fn(Capability, &str) -> bool + Send + Sync + 'static) -> Self {
+        self.on_ask = Some(Arc::new(hook));
+        self
+    }
+
+    /// Narrows which actions `ask` asks about: when the predicate answers
+    /// false the action is allowed without asking. Unset, everything is asked.
+    pub fn ask_when(mut self, predicate: impl Fn(Capability, &str) -> bool + Send + Sync + 'static) -> Self {
+        self.ask_when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// The same permissions, with the mode narrowed to `mode` if that is
+    /// stricter. A plugin's own request can only ever narrow.
+    pub fn narrowed_to(mut self, mode: PermissionMode) -> Self {
+        self.mode = stricter(self.mode, mode);
+        self
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> PermissionMode {
+        self.mode
+    }
+
+    /// The allow list.
+    pub fn allow(&self) -> &BTreeSet<Capability> {
+        &self.allow
+    }
+
+    /// Whether `cap` passes without a hook or an approval under this mode.
+    pub fn auto_allows(&self, cap: Capability) -> bool {
+        self.allow.contains(&cap) || self.mode == PermissionMode::Auto
+    }
+
+    /// Decides one action. `detail` (a path, a command, a URL) goes to the
+    /// hooks and into messages.
+    pub fn check(&self, cap: Capability, detail: &str) -> Verdict {
+        if self.allow.contains(&cap) {
+            return Verdict::Allow;
+        }
+        let name = cap.as_str();
+        match self.mode {
+            PermissionMode::Auto => Verdict::Allow,
+            PermissionMode::ReadOnly => Verdict::Deny(format!(
+                "`{name}` is not allowed in read-only mode; the operator can choose another mode (for example `--mode auto`)"
+            )),
+            PermissionMode::Ask => {
+                if let Some(predicate) = &self.ask_when
+                    && !predicate(cap, detail)
+                {
+                    return Verdict::Allow;
+                }
+                match &self.on_ask {
+                    None => Verdict::Deny(format!(
+                        "`{name}` needs the operator's approval, and no one can be asked (ask mode without a prompt)"
+                    )),
+                    Some(hook) if hook(cap, detail) => Verdict::Allow,
+                    Some(_) => Verdict::Deny(format!("the operator declined `{name}` {detail}")),
+                }
+            }
+            PermissionMode::Approve => Verdict::ApprovalRequired(format!("`{name}` {detail} waits for an approval")),
+        }
+    }
+}
+
+/// What the operator grants: a set of capabilities. The default grants
+/// `read` and `glob`, which act only inside the sandbox (in-memory by default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The granted capabilities.
+    pub capabilities: BTreeSet<Capability>,
+}
+
+impl Default for Grant {
+    fn default() -> Self {
+        Grant { capabilities: DEFAULT_ALLOW.into_iter().collect() }
+    }
+}
+
+impl Grant {
+    /// Grants exactly `caps`.
+    pub fn of(caps: impl IntoIterator<Item = Capability>) -> Self {
+        Grant { capabilities: caps.into_iter().collect() }
+    }
+
+    /// Grants nothing.
+    pub fn none() -> Self {
+        Grant { capabilities: BTreeSet::new() }
+    }
+
+    /// Requested ∩ granted.
+    pub fn effective(&self, requested: &[Capability]) -> BTreeSet<Capability> {
+        requested.iter().copied().filter(|c| self.capabilities.contains(c)).collect()
+    }
+}
+
+/// The stricter of two modes: a plugin may narrow the operator's mode, never
+/// widen it. From strictest: read-only, approve, ask, auto.
+pub fn stricter(a: PermissionMode, b: PermissionMode) -> PermissionMode {
+    fn rank(m: PermissionMode) -> u8 {
+        match m {
+            PermissionMode::ReadOnly => 0,
+            PermissionMode::Approve => 1,
+            PermissionMode::Ask => 2,
+            PermissionMode::Auto => 3,
+        }
+    }
+    if rank(a) <= rank(b) { a } else { b }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_is_the_intersection() {
+        let grant = Grant::of([Capability::Read, Capability::Write, Capability::Shell]);
+        let eff = grant.effective(&[Capability::Read, Capability::Fetch, Capability::Shell]);
+        assert_eq!(eff.into_iter().collect::<Vec<_>>(), vec![Capability::Read, Capability::Shell]);
+        assert!(Grant::none().effective(&Capability::ALL).is_empty());
+    }
+
+    #[test]
+    fn a_plugin_can_only_narrow_the_mode() {
+        use PermissionMode::*;
+        assert_eq!(stricter(Auto, ReadOnly), ReadOnly);
+        assert_eq!(stricter(ReadOnly, Auto), ReadOnly);
+        assert_eq!(stricter(Ask, Approve), Approve);
+        assert_eq!(stricter(Auto, Ask), Ask);
+    }
+
+    #[test]
+    fn ask_when_narrows_what_is_asked() {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let p = Permissions::new(PermissionMode::Ask)
+            .on_ask(move |cap, detail| {
+                log.lock().unwrap().push(format!("{} {detail}", cap.as_str()));
+                false
+            })
+            .ask_when(|cap, detail| cap == Capability::Write && detail.starts_with("protected/"));
+        assert_eq!(p.check(Capability::Write, "notes.txt"), Verdict::Allow);
+        assert!(matches!(p.check(Capability::Write, "protected/x"), Verdict::Deny(_)));
+        assert_eq!(p.check(Capability::Shell, "ls"), Verdict::Allow);
+        assert_eq!(*asked.lock().unwrap(), vec!["write protected/x".to_string()]);
+    }
+
+    #[test]
+    fn an_explicit_allow_list_extends_read_only() {
+        let p = Permissions::new(PermissionMode::ReadOnly).with_allow([
+            Capability::Read,
+            Capability::Glob,
+            Capability::Fetch,
+        ]);
+        assert_eq!(p.check(Capability::Fetch, "https://example.com"), Verdict::Allow);
+        assert!(matches!(p.check(Capability::Write, "a"), Verdict::Deny(_)));
+    }
+}

@@ -1,0 +1,292 @@
+//! The agent tools: read-file, write-file, glob, shell, fetch and
+//! web-search, behind the one permission gate.
+//!
+//! A [`Toolbox`] belongs to one run. It holds the sandbox (*where*), the
+//! permissions and the effective grant (*what*), and the read tracker for the
+//! read-before-write guard. The WIT `tools` import and the model loop both
+//! call it, so every call passes the same sequence: granted? → supported by
+//! the sandbox? → the mode's verdict → act in the sandbox → truncate.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use nexo_sandbox::{Sandbox, SandboxError};
+
+use crate::manifest::Capability;
+use crate::permissions::{Permissions, Verdict};
+use crate::truncate::{Truncation, truncate};
+
+/// Why a tool call did not succeed; mirrors the WIT `tool-error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolFailure {
+    /// Not granted, or refused by the mode.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// Waits for a human's approval.
+    #[error("approval required: {0}")]
+    ApprovalRequired(String),
+    /// Escapes the sandbox.
+    #[error("security: {0}")]
+    Security(String),
+    /// The sandbox cannot do this.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// No such file.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Malformed arguments, or a guard such as read-before-write.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// Ran past its time limit.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// Attempted and failed.
+    #[error("failed: {0}")]
+    Failed(String),
+}
+
+impl From<SandboxError> for ToolFailure {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::Security(m) => ToolFailure::Security(m),
+            SandboxError::NotFound(m) => ToolFailure::NotFound(m),
+            SandboxError::Unsupported(m) => ToolFailure::Unsupported(m),
+            SandboxError::InvalidInput(m) => ToolFailure::InvalidInput(m),
+            SandboxError::Timeout(m) => ToolFailure::Timeout(m),
+            SandboxError::Config(m) | SandboxError::Failed(m) => ToolFailure::Failed(m),
+        }
+    }
+}
+
+/// What a shell command returned, after truncation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellResult {
+    /// Exit status.
+    pub status: i32,
+    /// Standard output, truncated.
+    pub stdout: String,
+    /// Standard error, truncated.
+    pub stderr: String,
+}
+
+/// Per-run tool settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLimits {
+    /// Time limit for one shell command. Default: 120 s.
+    pub shell_timeout: Duration,
+    /// Truncation of shell output.
+    pub shell_output: Truncation,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits { shell_timeout: Duration::from_secs(120), shell_output: Truncation::default() }
+    }
+}
+
+/// The tools of one run.
+pub struct Toolbox {
+    agent: String,
+    sandbox: Arc<dyn Sandbox>,
+    permissions: Permissions,
+    effective: BTreeSet<Capability>,
+    limits: ToolLimits,
+    /// Paths read in this run, with the modification time seen.
+    reads: Mutex<HashMap<String, Option<SystemTime>>>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("agent", &self.agent)
+            .field("sandbox", &self.sandbox.name())
+            .field("permissions", &self.permissions)
+            .field("effective", &self.effective)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tool names, as the WIT and the model see them.
+pub fn tool_name(cap: Capability) -> &'static str {
+    match cap {
+        Capability::Read => "read-file",
+        Capability::Glob => "glob",
+        Capability::Write => "write-file",
+        Capability::Shell => "shell",
+        Capability::Fetch => "fetch",
+        Capability::Search => "web-search",
+    }
+}
+
+impl Toolbox {
+    /// A toolbox for `agent` acting in `sandbox`, with the effective
+    /// capabilities (requested ∩ granted) and the permissions.
+    pub fn new(
+        agent: &str,
+        sandbox: Arc<dyn Sandbox>,
+        permissions: Permissions,
+        effective: BTreeSet<Capability>,
+        limits: ToolLimits,
+    ) -> Self {
+        Toolbox { agent: agent.into(), sandbox, permissions, effective, limits, reads: Mutex::new(HashMap::new()) }
+    }
+
+    /// The sandbox.
+    pub fn sandbox(&self) -> &Arc<dyn Sandbox> {
+        &self.sandbox
+    }
+
+    /// The effective capabilities.
+    pub fn effective(&self) -> &BTreeSet<Capability> {
+        &self.effective
+    }
+
+    /// The capabilities whose tools are offered to the model: granted, and
+    /// supported by the sandbox. `fetch` and `search` wait for their
+    /// configuration (allow-list, backend), so they are not offered yet.
+    pub fn offered(&self) -> Vec<Capability> {
+        self.effective
+            .iter()
+            .copied()
+            .filter(|c| match c {
+                Capability::Shell => self.sandbox.supports_shell(),
+                Capability::Fetch | Capability::Search => false,
+                _ => true,
+            })
+            .collect()
+    }
+
+    /// Runs the gate for one action, in the fixed order: granted → supported
+    /// → the mode's verdict.
+    pub fn authorize(&self, cap: Capability, detail: &str) -> Result<(), ToolFailure> {
+        let tool = tool_name(cap);
+        let outcome = self.decide(cap, detail);
+        let verdict = match &outcome {
+            Ok(()) => "allowed",
+            Err(ToolFailure::ApprovalRequired(_)) => "approval-required",
+            Err(ToolFailure::Unsupported(_)) => "unsupported",
+            Err(_) => "denied",
+        };
+        tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail, verdict);
+        outcome
+    }
+
+    fn decide(&self, cap: Capability, detail: &str) -> Result<(), ToolFailure> {
+        let name = cap.as_str();
+        if !self.effective.contains(&cap) {
+            return Err(ToolFailure::Denied(format!(
+                "`{}` needs the `{name}` capability, which `{}` did not request or the operator did not grant",
+                tool_name(cap),
+                self.agent
+            )));
+        }
+        if cap == Capability::Shell && !self.sandbox.supports_shell() {
+            return Err(ToolFailure::Unsupported(format!(
+                "the {} sandbox runs no shell commands",
+                self.sandbox.name()
+            )));
+        }
+        match self.permissions.check(cap, detail) {
+            Verdict::Allow => Ok(()),
+            Verdict::Deny(m) => Err(ToolFailure::Denied(m)),
+            Verdict::ApprovalRequired(m) => Err(ToolFailure::ApprovalRequired(m)),
+        }
+    }
+
+    /// Reads a file and records it for the read-before-write guard.
+    pub async fn read_file(&self, path: &str) -> Result<String, ToolFailure> {
+        self.authorize(Capability::Read, path)?;
+        let sandbox = self.sandbox.clone();
+        let p = path.to_string();
+        let file = blocking(move || sandbox.read(&p)).await?;
+        self.remember(path, file.mtime);
+        Ok(file.text)
+    }
+
+    /// Writes a file. On a real filesystem, an existing file must have been
+    /// read in this run, and must not have changed since.
+    pub async fn write_file(&self, path: &str, contents: &str) -> Result<(), ToolFailure> {
+        self.authorize(Capability::Write, path)?;
+        let sandbox = self.sandbox.clone();
+        let p = path.to_string();
+        let existing = blocking(move || sandbox.stat(&p)).await?;
+        if let Some(stat) = existing
+            && let Some(now) = stat.mtime
+        {
+            match self.reads().get(&key(path)) {
+                None => return Err(ToolFailure::InvalidInput(format!("read {path} before overwriting it"))),
+                Some(seen) if *seen != Some(now) => {
+                    return Err(ToolFailure::InvalidInput(format!("stale: {path} changed since you read it")));
+                }
+                Some(_) => {}
+            }
+        }
+        let sandbox = self.sandbox.clone();
+        let (p, c) = (path.to_string(), contents.to_string());
+        blocking(move || sandbox.write(&p, &c)).await?;
+        // Our own write must not make the next write look stale.
+        let sandbox = self.sandbox.clone();
+        let p = path.to_string();
+        if let Ok(Some(stat)) = blocking(move || sandbox.stat(&p)).await {
+            self.remember(path, stat.mtime);
+        }
+        Ok(())
+    }
+
+    /// Lists files matching a pattern.
+    pub async fn glob(&self, pattern: &str) -> Result<Vec<String>, ToolFailure> {
+        self.authorize(Capability::Glob, pattern)?;
+        let sandbox = self.sandbox.clone();
+        let p = pattern.to_string();
+        blocking(move || sandbox.glob(&p)).await
+    }
+
+    /// Runs a shell command; output is truncated for the model.
+    pub async fn shell(&self, command: &str) -> Result<ShellResult, ToolFailure> {
+        self.authorize(Capability::Shell, command)?;
+        let sandbox = self.sandbox.clone();
+        let c = command.to_string();
+        let timeout = self.limits.shell_timeout;
+        let out = blocking(move || sandbox.exec(&c, timeout)).await?;
+        Ok(ShellResult {
+            status: out.status,
+            stdout: truncate(&out.stdout, self.limits.shell_output),
+            stderr: truncate(&out.stderr, self.limits.shell_output),
+        })
+    }
+
+    /// Fetches a page. The gate runs; the guarded HTTP client is not part of
+    /// this build, so an allowed fetch reports that it is unavailable.
+    pub async fn fetch(&self, url: &str) -> Result<String, ToolFailure> {
+        self.authorize(Capability::Fetch, url)?;
+        Err(ToolFailure::Unsupported("this host has no web access configured for agents".into()))
+    }
+
+    /// Searches the web. As with fetch, no backend is configured yet.
+    pub async fn web_search(&self, query: &str) -> Result<Vec<crate::bindings::SearchHit>, ToolFailure> {
+        self.authorize(Capability::Search, query)?;
+        Err(ToolFailure::Unsupported("this host has no search backend configured".into()))
+    }
+
+    fn reads(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<SystemTime>>> {
+        self.reads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember(&self, path: &str, mtime: Option<SystemTime>) {
+        self.reads().insert(key(path), mtime);
+    }
+}
+
+fn key(path: &str) -> String {
+    path.trim_start_matches("./").to_string()
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+) -> Result<T, ToolFailure> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(ToolFailure::from),
+        Err(e) => Err(ToolFailure::Failed(format!("the sandbox operation stopped unexpectedly: {e}"))),
+    }
+}

@@ -1,0 +1,162 @@
+//! The spec's mode × capability × sandbox table, cell by cell, through the
+//! one gate (`Toolbox::authorize`), plus the real operations behind the
+//! allowed cells.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::sync::{Arc, Mutex};
+
+use nexo::manifest::{Capability, PermissionMode};
+use nexo::permissions::{Grant, Permissions};
+use nexo::tools::{ToolFailure, ToolLimits, Toolbox};
+use nexo_sandbox::{LocalSandbox, Sandbox, VirtualSandbox};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cell {
+    Allow,
+    Deny,
+    Approval,
+    Unsupported,
+}
+use Cell::*;
+
+fn outcome(r: Result<(), ToolFailure>) -> Cell {
+    match r {
+        Ok(()) => Allow,
+        Err(ToolFailure::Denied(_)) => Deny,
+        Err(ToolFailure::ApprovalRequired(_)) => Approval,
+        Err(ToolFailure::Unsupported(_)) => Unsupported,
+        Err(other) => panic!("unexpected gate outcome {other:?}"),
+    }
+}
+
+fn toolbox(sandbox: Arc<dyn Sandbox>, permissions: Permissions) -> Toolbox {
+    // Everything requested and granted: this table is about modes and sandboxes.
+    let effective = Grant::of(Capability::ALL).effective(&Capability::ALL);
+    Toolbox::new("table", sandbox, permissions, effective, ToolLimits::default())
+}
+
+const CAPS: [Capability; 6] = Capability::ALL;
+
+#[test]
+fn modes_by_capability() {
+    let asked = Arc::new(Mutex::new(Vec::<Capability>::new()));
+    let log = asked.clone();
+    let yes = Permissions::new(PermissionMode::Ask).on_ask(move |cap, _| {
+        log.lock().unwrap().push(cap);
+        true
+    });
+    let no = Permissions::new(PermissionMode::Ask).on_ask(|_, _| false);
+    //                       read   glob   write     shell     fetch     search
+    let rows: Vec<(&str, Permissions, [Cell; 6])> = vec![
+        ("read_only", Permissions::new(PermissionMode::ReadOnly), [Allow, Allow, Deny, Deny, Deny, Deny]),
+        ("auto", Permissions::new(PermissionMode::Auto), [Allow; 6]),
+        ("ask, on_ask says yes", yes, [Allow; 6]),
+        ("ask, on_ask says no", no, [Allow, Allow, Deny, Deny, Deny, Deny]),
+        ("ask, no hook", Permissions::new(PermissionMode::Ask), [Allow, Allow, Deny, Deny, Deny, Deny]),
+        ("approve", Permissions::new(PermissionMode::Approve), [Allow, Allow, Approval, Approval, Approval, Approval]),
+    ];
+    // A sandbox that supports everything, so only the mode decides.
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    for (name, permissions, expected) in rows {
+        let tb = toolbox(local.clone(), permissions);
+        for (cap, want) in CAPS.iter().zip(expected) {
+            assert_eq!(outcome(tb.authorize(*cap, "detail")), want, "mode {name}, capability {}", cap.as_str());
+        }
+    }
+    // read and glob are on the allow list: ask never asks about them.
+    assert_eq!(
+        *asked.lock().unwrap(),
+        vec![Capability::Write, Capability::Shell, Capability::Fetch, Capability::Search]
+    );
+}
+
+#[test]
+fn sandboxes_by_capability_in_auto_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    //                         read   glob   write  shell        fetch  search
+    let rows: Vec<(Arc<dyn Sandbox>, [Cell; 6])> = vec![
+        (Arc::new(VirtualSandbox::new()), [Allow, Allow, Allow, Unsupported, Allow, Allow]),
+        (Arc::new(LocalSandbox::open(dir.path()).unwrap()), [Allow; 6]),
+    ];
+    for (sandbox, expected) in rows {
+        let name = sandbox.name();
+        let tb = toolbox(sandbox, Permissions::new(PermissionMode::Auto));
+        for (cap, want) in CAPS.iter().zip(expected) {
+            assert_eq!(outcome(tb.authorize(*cap, "x")), want, "sandbox {name}, capability {}", cap.as_str());
+        }
+        // The shell tool is not even offered where the sandbox cannot run it.
+        assert_eq!(tb.offered().contains(&Capability::Shell), name != "virtual", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn allowed_cells_act_inside_the_sandbox() {
+    // Virtual: writes stay in memory.
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), Permissions::new(PermissionMode::Auto));
+    tb.write_file("notes/a.txt", "alpha").await.unwrap();
+    assert_eq!(tb.read_file("notes/a.txt").await.unwrap(), "alpha");
+    assert_eq!(tb.glob("**/*.txt").await.unwrap(), vec!["notes/a.txt"]);
+    assert!(matches!(tb.read_file("../../etc/passwd").await, Err(ToolFailure::Security(_))));
+
+    // Local: guarded host files.
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("README.md"), "hello").unwrap();
+    let tb = toolbox(Arc::new(LocalSandbox::open(&root).unwrap()), Permissions::new(PermissionMode::Auto));
+    assert_eq!(tb.read_file("README.md").await.unwrap(), "hello");
+    assert!(matches!(tb.write_file("../escape.txt", "x").await, Err(ToolFailure::Security(_))));
+    assert!(!outer.path().join("escape.txt").exists());
+}
+
+#[tokio::test]
+async fn a_denied_capability_is_not_granted_unless_requested_and_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    // The operator grants write, the agent did not request it: no write.
+    let effective = Grant::of([Capability::Read, Capability::Write]).effective(&[Capability::Read]);
+    let tb =
+        Toolbox::new("a", sandbox.clone(), Permissions::new(PermissionMode::Auto), effective, ToolLimits::default());
+    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolFailure::Denied(m)) if m.contains("did not request")));
+    // The agent requested write, the operator did not grant it: no write.
+    let effective = Grant::default().effective(&[Capability::Read, Capability::Write]);
+    let tb = Toolbox::new("a", sandbox, Permissions::new(PermissionMode::Auto), effective, ToolLimits::default());
+    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolFailure::Denied(_))));
+    assert!(!dir.path().join("x.txt").exists());
+}
+
+#[tokio::test]
+async fn read_before_write_and_the_stale_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("existing.txt"), "v1").unwrap();
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), Permissions::new(PermissionMode::Auto));
+    // A new file writes freely.
+    tb.write_file("new.txt", "fresh").await.unwrap();
+    // An existing file must be read first.
+    match tb.write_file("existing.txt", "v2").await {
+        Err(ToolFailure::InvalidInput(m)) => assert_eq!(m, "read existing.txt before overwriting it"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(tb.read_file("existing.txt").await.unwrap(), "v1");
+    // Someone else changes it after our read.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(dir.path().join("existing.txt"), "changed elsewhere").unwrap();
+    let f = std::fs::File::options().write(true).open(dir.path().join("existing.txt")).unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).unwrap();
+    match tb.write_file("existing.txt", "v2").await {
+        Err(ToolFailure::InvalidInput(m)) => assert_eq!(m, "stale: existing.txt changed since you read it"),
+        other => panic!("{other:?}"),
+    }
+    // Read again, then the write goes through, and so does a second one.
+    tb.read_file("existing.txt").await.unwrap();
+    tb.write_file("existing.txt", "v2").await.unwrap();
+    tb.write_file("existing.txt", "v3").await.unwrap();
+    assert_eq!(std::fs::read_to_string(dir.path().join("existing.txt")).unwrap(), "v3");
+    // The in-memory sandbox has no mtimes, so the guard does not apply there.
+    let v = toolbox(
+        Arc::new(VirtualSandbox::with_files([("a.txt", "1")]).unwrap()),
+        Permissions::new(PermissionMode::Auto),
+    );
+    v.write_file("a.txt", "2").await.unwrap();
+}
