@@ -134,3 +134,55 @@ fn build_turns_the_example_crate_into_a_loadable_agent() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("has no `[package] name`"), "{}", stderr(&out));
 }
+
+#[test]
+fn grants_on_the_command_line_reach_the_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# hi").unwrap();
+    let cwd = dir.path().to_str().unwrap();
+    let probe = built::TOOL_PROBE;
+
+    // The default: in memory, read-only, read and glob granted.
+    let out = nexo(&["run", probe, "README.md"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("read-file: other: ToolError::NotFound"), "{}", stdout(&out));
+
+    // Local sandbox, write granted, but read-only mode: reading works, writing is refused.
+    let out = nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write"]);
+    let text = stdout(&out);
+    assert!(text.contains("read-file: ok"), "{text}");
+    assert!(text.contains("write-file: denied: `write` is not allowed in read-only mode"), "{text}");
+
+    // Ask mode with no terminal to ask on: refused.
+    let out =
+        nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "ask"]);
+    assert!(stdout(&out).contains("write-file: denied: the operator declined `write`"), "{}", stdout(&out));
+    assert!(!dir.path().join("out.txt").exists());
+
+    // Auto: the write lands.
+    let out =
+        nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "auto"]);
+    assert!(stdout(&out).contains("write-file: ok"), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "x");
+
+    // Approve: its own outcome, neither allowed nor denied.
+    let out =
+        nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "approve"]);
+    assert!(stdout(&out).contains("write-file: other: ToolError::ApprovalRequired"), "{}", stdout(&out));
+
+    // --cwd means nothing without a local sandbox.
+    let out = nexo(&["run", probe, "x", "--cwd", cwd]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--cwd needs --sandbox local"), "{}", stderr(&out));
+}
+
+#[test]
+fn inspect_shows_requested_granted_and_effective() {
+    let out = nexo(&["inspect", "--json", "--allow", "write,fetch", "--mode", "auto", built::TOOL_PROBE]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["requested"], serde_json::json!(["read", "glob", "write", "shell"]));
+    assert_eq!(v["granted"], serde_json::json!(["read", "glob", "write", "fetch"]));
+    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write"]));
+    assert_eq!(v["mode"], "auto");
+    assert_eq!(v["sandbox"], "virtual");
+}

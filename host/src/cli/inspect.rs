@@ -2,10 +2,21 @@
 
 use nexo::Plugin;
 use nexo::manifest::{PermissionMode, SandboxKind};
+use nexo::permissions::stricter;
 use nexo::plugin::Description;
 
-/// Prints the description of `plugin` to stdout.
-pub fn print(plugin: &Plugin, json: bool) {
+use super::grant::GrantArgs;
+
+/// Prints the description of `plugin` to stdout, with what the operator's
+/// flags would grant it.
+pub fn print(plugin: &Plugin, grant: &GrantArgs, json: bool) {
+    let granted = grant.grant();
+    let requested = plugin.manifest().map(|m| m.capabilities.clone()).unwrap_or_default();
+    let effective = granted.effective(&requested);
+    let mode = match plugin.manifest().and_then(|m| m.permissions) {
+        Some(asked) => stricter(grant.mode(), asked),
+        None => grant.mode(),
+    };
     if json {
         let value = serde_json::json!({
             "path": plugin.path(),
@@ -19,6 +30,11 @@ pub fn print(plugin: &Plugin, json: bool) {
             "size": plugin.size(),
             "sha256": plugin.sha256(),
             "cache": plugin.cache_outcome(),
+            "requested": requested,
+            "granted": granted.capabilities,
+            "effective": effective,
+            "mode": mode.as_str(),
+            "sandbox": grant.sandbox_name(),
         });
         match serde_json::to_string_pretty(&value) {
             Ok(text) => println!("{text}"),
@@ -37,6 +53,16 @@ pub fn print(plugin: &Plugin, json: bool) {
                 row("provider", p);
             }
             row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
+            row("granted", &list(granted.capabilities.iter().map(|c| c.as_str())));
+            row(
+                "effective",
+                &format!(
+                    "{} (mode {}, {} sandbox)",
+                    list(effective.iter().map(|c| c.as_str())),
+                    mode.as_str(),
+                    grant.sandbox_name()
+                ),
+            );
             row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
             row("skills", &list(m.skills.iter().map(String::as_str)));
             row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));

@@ -4,6 +4,7 @@
 //! memory cap, or its own error); 2 the plugin could not be loaded or the
 //! command was wrong.
 
+mod grant;
 mod inspect;
 
 use std::path::PathBuf;
@@ -11,7 +12,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use nexo::state::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin, PluginError};
 
 /// The contract plugins are built against, shipped inside the binary.
@@ -43,6 +43,8 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        grant: grant::GrantArgs,
     },
     /// Run an agent on one input and print its answer.
     Run {
@@ -59,6 +61,8 @@ enum Command {
         /// Print the outcome as one JSON object.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        grant: grant::GrantArgs,
     },
     /// Build a plugin crate into a component and check that nexo can load it.
     Build {
@@ -133,19 +137,26 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
     };
     match &cli.command {
-        Command::Inspect { file, json } => match Plugin::load(&engine, file).await {
+        Command::Inspect { file, json, grant } => match Plugin::load(&engine, file).await {
             Ok(plugin) => {
-                inspect::print(&plugin, *json);
+                inspect::print(&plugin, grant, *json);
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
         },
-        Command::Run { file, input, json, .. } => {
+        Command::Run { file, input, json, grant, .. } => {
+            let options = match grant.run_options() {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let plugin = match Plugin::load(&engine, file).await {
                 Ok(p) => p,
                 Err(e) => return fail(&e),
             };
-            let outcome = plugin.run_agent(input, &RunOptions::default()).await;
+            let outcome = plugin.run_agent(input, &options).await;
             if *json {
                 let value = match &outcome {
                     Ok(answer) => serde_json::json!({ "status": "ok", "agent": plugin.name(), "answer": answer }),

@@ -1,0 +1,151 @@
+//! The operator's grant on the command line: which capabilities, which
+//! permission mode, which sandbox.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use nexo::manifest::{Capability, PermissionMode};
+use nexo::permissions::{Grant, Permissions};
+use nexo::state::RunOptions;
+use nexo_sandbox::{Confinement, LocalSandbox, Sandbox, ShellPolicy};
+
+/// Grant flags shared by `run` and `inspect`.
+#[derive(Args, Debug, Clone)]
+pub struct GrantArgs {
+    /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
+    /// (comma-separated or repeated). An agent gets only what it also requested.
+    #[arg(long = "allow", value_name = "CAP", value_delimiter = ',')]
+    allow: Vec<CapArg>,
+    /// Permission mode for actions beyond reading.
+    #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
+    mode: ModeArg,
+    /// Where tools act: `virtual` (in memory, no host access) or `local` (the --cwd directory).
+    #[arg(long, value_enum, default_value_t = SandboxArg::Virtual)]
+    sandbox: SandboxArg,
+    /// The directory of the local sandbox (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// How local shell commands are confined. `none` runs them unconfined: only
+    /// for trusted agents, and only when you say so.
+    #[arg(long, value_enum, default_value_t = ConfinementArg::Auto)]
+    shell_confinement: ConfinementArg,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum CapArg {
+    Read,
+    Glob,
+    Write,
+    Shell,
+    Fetch,
+    Search,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ModeArg {
+    ReadOnly,
+    Auto,
+    Ask,
+    Approve,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum SandboxArg {
+    Virtual,
+    Local,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfinementArg {
+    Auto,
+    Bubblewrap,
+    Landlock,
+    None,
+}
+
+impl From<CapArg> for Capability {
+    fn from(c: CapArg) -> Self {
+        match c {
+            CapArg::Read => Capability::Read,
+            CapArg::Glob => Capability::Glob,
+            CapArg::Write => Capability::Write,
+            CapArg::Shell => Capability::Shell,
+            CapArg::Fetch => Capability::Fetch,
+            CapArg::Search => Capability::Search,
+        }
+    }
+}
+
+impl GrantArgs {
+    /// The granted capabilities: `read` and `glob`, plus `--allow`.
+    pub fn grant(&self) -> Grant {
+        let mut grant = Grant::default();
+        grant.capabilities.extend(self.allow.iter().copied().map(Capability::from));
+        grant
+    }
+
+    /// The permission mode.
+    pub fn mode(&self) -> PermissionMode {
+        match self.mode {
+            ModeArg::ReadOnly => PermissionMode::ReadOnly,
+            ModeArg::Auto => PermissionMode::Auto,
+            ModeArg::Ask => PermissionMode::Ask,
+            ModeArg::Approve => PermissionMode::Approve,
+        }
+    }
+
+    /// The sandbox's name.
+    pub fn sandbox_name(&self) -> &'static str {
+        match self.sandbox {
+            SandboxArg::Virtual => "virtual",
+            SandboxArg::Local => "local",
+        }
+    }
+
+    /// Run options for these flags.
+    pub fn run_options(&self) -> Result<RunOptions, String> {
+        let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
+            SandboxArg::Virtual => None,
+            SandboxArg::Local => {
+                let cwd = match &self.cwd {
+                    Some(dir) => dir.clone(),
+                    None => std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?,
+                };
+                let confinement = match self.shell_confinement {
+                    ConfinementArg::Auto => Confinement::Auto,
+                    ConfinementArg::Bubblewrap => Confinement::Bubblewrap,
+                    ConfinementArg::Landlock => Confinement::Landlock,
+                    ConfinementArg::None => Confinement::Unconfined,
+                };
+                let policy = ShellPolicy { confinement, ..ShellPolicy::default() };
+                Some(Arc::new(LocalSandbox::with_shell(&cwd, policy).map_err(|e| e.to_string())?))
+            }
+        };
+        if self.cwd.is_some() && self.sandbox == SandboxArg::Virtual {
+            return Err("--cwd needs --sandbox local (the virtual sandbox has no host directory)".into());
+        }
+        let mut permissions = Permissions::new(self.mode());
+        if self.mode == ModeArg::Ask {
+            permissions = permissions.on_ask(ask_on_terminal);
+        }
+        Ok(RunOptions { sandbox, permissions, grant: self.grant(), ..RunOptions::default() })
+    }
+}
+
+/// `ask` mode's hook: a y/N question on the terminal. Without a terminal
+/// nobody can answer, so the answer is no.
+fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return false;
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "Allow `{}` {detail}? [y/N] ", cap.as_str());
+    let _ = err.flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim(), "y" | "Y" | "yes" | "Yes")
+}
