@@ -80,10 +80,24 @@ impl AgentInstance {
         let agent = self.bindings.nexo_plugin_agent();
         let result = tokio::time::timeout(self.timeout, agent.call_run(&mut self.store, input)).await;
         let plugin = self.store.data().plugin.to_string();
+        self.log_stdio();
         match settle(&self.store, "run", self.timeout, result)? {
             Ok(answer) => Ok(answer),
             Err(RunError::Failed(reason)) => Err(PluginError::AgentFailed { plugin, reason }),
             Err(RunError::Model(err)) => Err(PluginError::AgentFailed { plugin, reason: model_error_text(&err) }),
+        }
+    }
+
+    /// Sends what the plugin printed to the log; the pipes are already bounded.
+    fn log_stdio(&self) {
+        let state = self.store.data();
+        let plugin = &*state.plugin;
+        let (out, err) = (state.stdout_text(), state.stderr_text());
+        if !out.is_empty() {
+            tracing::info!(target: "nexo::plugin", plugin, stream = "stdout", "{out}");
+        }
+        if !err.is_empty() {
+            tracing::info!(target: "nexo::plugin", plugin, stream = "stderr", "{err}");
         }
     }
 

@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub preopens: Vec<Preopen>,
     /// Overrides [`Limits::run_timeout`] for this run.
     pub timeout: Option<std::time::Duration>,
+    /// Environment variables for the component. Empty by default: it sees
+    /// only what the operator passes.
+    pub env: Vec<(String, String)>,
     /// Plain settings a search backend reads through its `config` import.
     pub settings: BTreeMap<String, String>,
 }
@@ -178,6 +181,12 @@ pub fn new_store(
     // The builder grants nothing by default: no env, args, network or files.
     let mut wasi = WasiCtxBuilder::new();
     wasi.stdout(stdout.clone()).stderr(stderr.clone());
+    // No sockets and no name lookups: the builder's defaults, stated so a
+    // later change cannot loosen them by accident.
+    wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    for (key, value) in &options.env {
+        wasi.env(key, value);
+    }
     for p in &options.preopens {
         let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
         wasi.preopened_dir(&p.host, &p.guest, perms)

@@ -159,3 +159,69 @@ async fn wasi_file_access_is_confined_to_the_preopen() {
     let report = plugin.run_agent("/workspace/inside.txt\n", &RunOptions::default()).await.unwrap();
     assert!(report.contains("/workspace/inside.txt\terr "), "{report}");
 }
+
+#[tokio::test]
+async fn wasi_grants_follow_the_operators_grant() {
+    use nexo::manifest::{Capability, PermissionMode};
+    use nexo::permissions::{Grant, Permissions};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# readme").unwrap();
+    let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
+    let root = sandbox.root().display().to_string();
+    // Something to connect to, so a refused connection is the host's doing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probes = format!(
+        "read:{root}/README.md\nwrite:{root}/planted.txt\ntcp:127.0.0.1:{port}\ndns:localhost\nenv:\nprint:hi\n"
+    );
+    let plugin = Plugin::load(engine(), built::ESCAPE).await.unwrap();
+    let run = |options: RunOptions| {
+        let plugin = plugin.clone();
+        let probes = probes.clone();
+        async move {
+            let report = plugin.run_agent(&probes, &options).await.unwrap();
+            report
+                .lines()
+                .filter_map(|l| l.split_once('\t'))
+                .map(|(probe, outcome)| (probe.split(':').next().unwrap().to_string(), outcome.to_string()))
+                .collect::<BTreeMap<String, String>>()
+        }
+    };
+    let local = |grant: Grant, mode: PermissionMode| RunOptions {
+        sandbox: Some(sandbox.clone()),
+        grant,
+        permissions: Permissions::new(mode),
+        ..RunOptions::default()
+    };
+
+    // Read granted, write not: the directory is there, read-only.
+    let o = run(local(Grant::default(), PermissionMode::Auto)).await;
+    assert_eq!(o["read"], "ok # readme");
+    assert!(o["write"].starts_with("err "), "{o:?}");
+    assert!(!dir.path().join("planted.txt").exists());
+    // No sockets, no name lookups, no environment, whatever the grant.
+    assert!(o["tcp"].starts_with("err "), "{o:?}");
+    assert!(o["dns"].starts_with("err "), "{o:?}");
+    assert_eq!(o["env"], "ok");
+    assert_eq!(o["print"], "ok");
+
+    // Write granted but the mode would ask: WASI writes cannot be asked about, so still read-only.
+    let o = run(local(Grant::of([Capability::Read, Capability::Write]), PermissionMode::Ask)).await;
+    assert!(o["write"].starts_with("err "), "{o:?}");
+    assert!(!dir.path().join("planted.txt").exists());
+
+    // Write granted and auto: the component may write.
+    let o = run(local(Grant::of([Capability::Read, Capability::Write]), PermissionMode::Auto)).await;
+    assert_eq!(o["write"], "ok", "{o:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("planted.txt")).unwrap(), "written by the plugin");
+
+    // The virtual sandbox preopens nothing.
+    let o = run(RunOptions { grant: Grant::of(Capability::ALL), ..RunOptions::default() }).await;
+    assert!(o["read"].starts_with("err "), "{o:?}");
+
+    // The environment is exactly what the operator passes.
+    let o = run(RunOptions { env: vec![("GREETING".into(), "hi".into())], ..RunOptions::default() }).await;
+    assert_eq!(o["env"], "ok GREETING");
+    drop(listener);
+}
