@@ -16,6 +16,7 @@
 
 mod local;
 mod path;
+mod remote;
 pub mod shell;
 mod virtual_fs;
 
@@ -23,6 +24,7 @@ use std::time::{Duration, SystemTime};
 
 pub use local::LocalSandbox;
 pub use path::normalize;
+pub use remote::{RemoteClient, RemoteSandbox};
 pub use shell::{Confinement, ShellPolicy};
 pub use virtual_fs::VirtualSandbox;
 
