@@ -22,6 +22,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("NOT_A_PLUGIN", "not-a-plugin"),
     ("TOOL_PROBE", "tool-probe"),
     ("GREEDY_SKILL", "greedy-skill"),
+    ("MEMORY_PROVIDER", "memory-provider"),
 ];
 
 fn main() {

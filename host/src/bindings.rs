@@ -40,6 +40,21 @@ pub mod search {
     });
 }
 
+/// The `sandbox-provider-plugin` world.
+pub mod provider {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "nexo:plugin/sandbox-provider-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: {
+            "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
+            "nexo:plugin/outbound-http": crate::bindings::search::nexo::plugin::outbound_http,
+            "nexo:plugin/config": crate::bindings::search::nexo::plugin::config,
+        },
+    });
+}
+
 pub use agent::exports::nexo::plugin::agent::{AgentManifest, PermissionMode, RunError, SandboxKind};
 pub use agent::nexo::plugin::model::{ModelError, Reply, StopReason};
 pub use agent::nexo::plugin::types::{Capability, SearchHit, ToolError};

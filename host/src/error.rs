@@ -65,8 +65,8 @@ pub enum PluginError {
     /// The component exports none of the nexo worlds' interfaces.
     #[error(
         "{} is a component of a world nexo does not host: it exports [{}], but a nexo plugin \
-         exports exactly one of `nexo:plugin/agent`, `nexo:plugin/skill` or \
-         `nexo:plugin/search-backend` (version 0.1.x). Build it against the WIT files in `wit/`",
+         exports exactly one of `nexo:plugin/agent`, `nexo:plugin/skill`, \
+         `nexo:plugin/search-backend` or `nexo:plugin/sandbox-provider` (version 0.1.x). Build it against the WIT files in `wit/`",
         path.display(),
         exports.join(", ")
     )]

@@ -30,6 +30,7 @@ pub mod error;
 pub mod manifest;
 pub mod permissions;
 pub mod plugin;
+pub mod provider;
 pub mod search;
 pub mod skill;
 pub mod state;

@@ -165,6 +165,26 @@ pub struct BackendInfo {
     pub hosts: Vec<String>,
 }
 
+/// A sandbox provider's self-description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ProviderInfo {
+    /// Short identifier.
+    pub name: String,
+    /// The service it adapts.
+    pub description: String,
+    /// Hosts it asks to reach.
+    pub hosts: Vec<String>,
+    /// The working directory inside the remote environment.
+    pub workdir: String,
+}
+
+impl From<bindings::provider::exports::nexo::plugin::sandbox_provider::ProviderInfo> for ProviderInfo {
+    fn from(i: bindings::provider::exports::nexo::plugin::sandbox_provider::ProviderInfo) -> Self {
+        ProviderInfo { name: i.name, description: i.description, hosts: i.hosts, workdir: i.workdir }
+    }
+}
+
 impl From<bindings::Capability> for Capability {
     fn from(c: bindings::Capability) -> Self {
         match c {

@@ -225,3 +225,45 @@ async fn wasi_grants_follow_the_operators_grant() {
     assert_eq!(o["env"], "ok GREETING");
     drop(listener);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_provider_component_hosts_an_agents_tools() {
+    use nexo::manifest::{Capability, PermissionMode};
+    use nexo::permissions::{Grant, Permissions};
+    use nexo_sandbox::Sandbox;
+
+    let provider = Plugin::load(engine(), built::MEMORY_PROVIDER).await.unwrap();
+    assert_eq!(provider.kind(), nexo::PluginKind::SandboxProvider);
+    let sandbox = std::sync::Arc::new(provider.sandbox_provider(&RunOptions::default()).await.unwrap());
+    assert_eq!(sandbox.name(), "remote");
+    assert!(sandbox.instructions().unwrap().contains("memory-provider"));
+    {
+        let s = sandbox.clone();
+        tokio::task::spawn_blocking(move || s.write("README.md", "# remote")).await.unwrap().unwrap();
+    }
+
+    let probe = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
+    let options = RunOptions {
+        sandbox: Some(sandbox.clone()),
+        grant: Grant::of(Capability::ALL),
+        permissions: Permissions::new(PermissionMode::Auto),
+        ..RunOptions::default()
+    };
+    let o = outcomes(&probe.run_agent("README.md", &options).await.unwrap());
+    assert_eq!(o["read-file"], "ok", "{o:?}");
+    // README.md was read, so the new out.txt and the read file may be written.
+    assert_eq!(o["write-file"], "ok", "{o:?}");
+    assert_eq!(o["glob"], "ok", "{o:?}");
+    assert_eq!(o["shell"], "ok", "{o:?}");
+    let s = sandbox.clone();
+    let (listing, out) = tokio::task::spawn_blocking(move || {
+        (s.glob("*").unwrap(), s.exec("ls; $(rm -rf /)", std::time::Duration::from_secs(5)).unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(listing, vec!["README.md", "out.txt"]);
+    // The model's command reached the provider as an argument, not as command text.
+    assert!(out.stdout.contains(r#"args=["/workspace", "ls; $(rm -rf /)"]"#), "{}", out.stdout);
+    let s = sandbox.clone();
+    tokio::task::spawn_blocking(move || s.close()).await.unwrap().unwrap();
+}

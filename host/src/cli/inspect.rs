@@ -90,6 +90,12 @@ pub fn print(plugin: &Plugin, grant: &GrantArgs, json: bool) {
             row("hosts", &list(i.hosts.iter().map(String::as_str)));
             row("requested", "outbound HTTP to its granted hosts only");
         }
+        Description::SandboxProvider(i) => {
+            row("description", &i.description);
+            row("workdir", &i.workdir);
+            row("hosts", &list(i.hosts.iter().map(String::as_str)));
+            row("requested", "outbound HTTP to its granted hosts only");
+        }
     }
     let mut imports = plugin.imports().iter();
     row("imports", imports.next().map(String::as_str).unwrap_or("(none)"));

@@ -118,6 +118,7 @@ struct Inner {
     agent_linker: Linker<HostState>,
     skill_linker: Linker<HostState>,
     search_linker: Linker<HostState>,
+    provider_linker: Linker<HostState>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -142,6 +143,7 @@ impl Engine {
                 agent_linker: linker(&wasmtime, PluginKind::Agent)?,
                 skill_linker: linker(&wasmtime, PluginKind::Skill)?,
                 search_linker: linker(&wasmtime, PluginKind::SearchBackend)?,
+                provider_linker: linker(&wasmtime, PluginKind::SandboxProvider)?,
                 wasmtime,
                 config,
                 cache,
@@ -172,6 +174,7 @@ impl Engine {
             PluginKind::Agent => &self.inner.agent_linker,
             PluginKind::Skill => &self.inner.skill_linker,
             PluginKind::SearchBackend => &self.inner.search_linker,
+            PluginKind::SandboxProvider => &self.inner.provider_linker,
         }
     }
 
@@ -233,6 +236,10 @@ fn linker(engine: &wasmtime::Engine, kind: PluginKind) -> anyhow::Result<Linker<
         PluginKind::SearchBackend => {
             bindings::search::SearchBackendPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
         }
+        PluginKind::SandboxProvider => bindings::provider::SandboxProviderPlugin::add_to_linker::<
+            HostState,
+            HasSelf<HostState>,
+        >(&mut linker, |s| s)?,
     }
     Ok(linker)
 }

@@ -15,11 +15,12 @@ use wasmtime::Store;
 use wasmtime::component::Component;
 
 use crate::bindings::agent::AgentPluginPre;
+use crate::bindings::provider::SandboxProviderPluginPre;
 use crate::bindings::search::SearchBackendPluginPre;
 use crate::bindings::skill::SkillPluginPre;
 use crate::engine::{CacheOutcome, Engine};
 use crate::error::PluginError;
-use crate::manifest::{AgentManifest, BackendInfo, SkillMetadata};
+use crate::manifest::{AgentManifest, BackendInfo, ProviderInfo, SkillMetadata};
 use crate::state::{HostState, LimitHit, RunOptions, new_store};
 
 /// The version of the `nexo:plugin` package this host implements. Any
@@ -36,6 +37,8 @@ pub enum PluginKind {
     Skill,
     /// `nexo:plugin/search-backend-plugin`.
     SearchBackend,
+    /// `nexo:plugin/sandbox-provider-plugin`.
+    SandboxProvider,
 }
 
 impl PluginKind {
@@ -45,6 +48,7 @@ impl PluginKind {
             PluginKind::Agent => "nexo:plugin/agent",
             PluginKind::Skill => "nexo:plugin/skill",
             PluginKind::SearchBackend => "nexo:plugin/search-backend",
+            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider",
         }
     }
 
@@ -54,6 +58,7 @@ impl PluginKind {
             PluginKind::Agent => "nexo:plugin/agent-plugin",
             PluginKind::Skill => "nexo:plugin/skill-plugin",
             PluginKind::SearchBackend => "nexo:plugin/search-backend-plugin",
+            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider-plugin",
         }
     }
 
@@ -62,7 +67,7 @@ impl PluginKind {
         match self {
             PluginKind::Agent => &["types", "log", "tools", "model"],
             PluginKind::Skill => &["types"],
-            PluginKind::SearchBackend => &["types", "log", "outbound-http", "config"],
+            PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
         }
     }
 }
@@ -74,6 +79,7 @@ impl PluginKind {
             PluginKind::Agent => "an agent",
             PluginKind::Skill => "a skill",
             PluginKind::SearchBackend => "a search backend",
+            PluginKind::SandboxProvider => "a sandbox provider",
         }
     }
 }
@@ -84,6 +90,7 @@ impl fmt::Display for PluginKind {
             PluginKind::Agent => "agent",
             PluginKind::Skill => "skill",
             PluginKind::SearchBackend => "search backend",
+            PluginKind::SandboxProvider => "sandbox provider",
         })
     }
 }
@@ -107,6 +114,8 @@ pub enum Description {
     Skill(SkillDescription),
     /// A search backend's info.
     SearchBackend(BackendInfo),
+    /// A sandbox provider's info.
+    SandboxProvider(ProviderInfo),
 }
 
 /// The linked, ready-to-instantiate form of a plugin.
@@ -118,6 +127,8 @@ pub enum Pre {
     Skill(SkillPluginPre<HostState>),
     /// A search backend.
     SearchBackend(SearchBackendPluginPre<HostState>),
+    /// A sandbox provider.
+    SandboxProvider(SandboxProviderPluginPre<HostState>),
 }
 
 /// A loaded plugin. Cheap to clone; instantiate it once per run.
@@ -178,6 +189,7 @@ impl Plugin {
             Description::Agent(m) => m.name.as_str(),
             Description::Skill(s) => s.metadata.name.as_str(),
             Description::SearchBackend(i) => i.name.as_str(),
+            Description::SandboxProvider(i) => i.name.as_str(),
         });
         Ok(Plugin {
             inner: Arc::new(Inner {
@@ -279,6 +291,7 @@ impl Plugin {
         let hint = match self.inner.kind {
             PluginKind::Skill => ": skills are loaded by agents, not run on their own",
             PluginKind::SearchBackend => ": search backends serve an agent's web_search tool",
+            PluginKind::SandboxProvider => ": sandbox providers host an agent's tools (RunOptions::sandbox)",
             PluginKind::Agent => "",
         };
         Err(PluginError::WrongKind { path: self.inner.path.clone(), expected, found: self.inner.kind, hint })
@@ -318,7 +331,7 @@ fn version_supported(version: Option<&str>) -> bool {
 }
 
 fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), PluginError> {
-    let kinds = [PluginKind::Agent, PluginKind::Skill, PluginKind::SearchBackend];
+    let kinds = [PluginKind::Agent, PluginKind::Skill, PluginKind::SearchBackend, PluginKind::SandboxProvider];
     let mut found = Vec::new();
     let mut other_version = None;
     for name in exports {
@@ -394,6 +407,9 @@ fn link(engine: &Engine, path: &Path, kind: PluginKind, component: &Component) -
         PluginKind::Agent => Pre::Agent(AgentPluginPre::new(instance_pre).map_err(missing)?),
         PluginKind::Skill => Pre::Skill(SkillPluginPre::new(instance_pre).map_err(missing)?),
         PluginKind::SearchBackend => Pre::SearchBackend(SearchBackendPluginPre::new(instance_pre).map_err(missing)?),
+        PluginKind::SandboxProvider => {
+            Pre::SandboxProvider(SandboxProviderPluginPre::new(instance_pre).map_err(missing)?)
+        }
     })
 }
 
@@ -419,6 +435,12 @@ async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<Descrip
             Pre::SearchBackend(pre) => {
                 let bindings = pre.instantiate_async(&mut store).await?;
                 Description::SearchBackend(bindings.nexo_plugin_search_backend().call_info(&mut store).await?.into())
+            }
+            Pre::SandboxProvider(pre) => {
+                let bindings = pre.instantiate_async(&mut store).await?;
+                Description::SandboxProvider(
+                    bindings.nexo_plugin_sandbox_provider().call_info(&mut store).await?.into(),
+                )
             }
         })
     })

@@ -42,6 +42,7 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
         Description::Agent(m) => (&m.name, &m.description),
         Description::Skill(s) => (&s.metadata.name, &s.metadata.description),
         Description::SearchBackend(i) => (&i.name, &i.description),
+        Description::SandboxProvider(i) => (&i.name, &i.description),
     };
     name(n).map_err(|p| bad("name", p))?;
     description_text(desc).map_err(|p| bad("description", p))?;
@@ -67,6 +68,11 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
             }
         }
         Description::SearchBackend(_) => {}
+        Description::SandboxProvider(i) => {
+            if !i.workdir.starts_with('/') {
+                return Err(bad("workdir", format!("{:?} must be an absolute path", i.workdir)));
+            }
+        }
     }
     Ok(())
 }

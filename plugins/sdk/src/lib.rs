@@ -33,14 +33,18 @@ extern crate alloc;
 extern crate self as nexo_sdk;
 
 #[cfg(any(
-    all(feature = "agent", feature = "skill"),
-    all(feature = "agent", feature = "search-backend"),
-    all(feature = "skill", feature = "search-backend"),
+    all(feature = "agent", any(feature = "skill", feature = "search-backend", feature = "sandbox-provider")),
+    all(feature = "skill", any(feature = "search-backend", feature = "sandbox-provider")),
+    all(feature = "search-backend", feature = "sandbox-provider"),
 ))]
-compile_error!("enable exactly one of the nexo-sdk features `agent`, `skill` and `search-backend`");
+compile_error!(
+    "enable exactly one of the nexo-sdk features `agent`, `skill`, `search-backend` and `sandbox-provider`"
+);
 
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "sandbox-provider")]
+pub mod provider;
 #[cfg(feature = "search-backend")]
 pub mod search;
 #[cfg(feature = "skill")]
