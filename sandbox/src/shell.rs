@@ -30,7 +30,12 @@ pub enum Confinement {
 }
 
 /// Runs `command` with `sh -c` in `root`.
-pub(crate) fn run(root: &Path, command: &str, timeout: Duration, policy: &ShellPolicy) -> Result<ExecOutput, SandboxError> {
+pub(crate) fn run(
+    root: &Path,
+    command: &str,
+    timeout: Duration,
+    policy: &ShellPolicy,
+) -> Result<ExecOutput, SandboxError> {
     let _ = (root, command, timeout, policy);
     Err(SandboxError::Unsupported("shell commands are not available in this build yet".into()))
 }
