@@ -14,6 +14,7 @@
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
 
+mod container;
 mod local;
 mod path;
 mod remote;
@@ -22,6 +23,10 @@ mod virtual_fs;
 
 use std::time::{Duration, SystemTime};
 
+pub use container::{
+    Bind, CONTAINER_LABEL, ContainerConfig, ContainerSandbox, DEFAULT_CWD, DEFAULT_PIDS_LIMIT, MAX_OUTPUT_BYTES,
+    Network, Runtime, find_on_path,
+};
 pub use local::LocalSandbox;
 pub use path::normalize;
 pub use remote::{RemoteClient, RemoteSandbox};

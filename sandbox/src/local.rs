@@ -126,15 +126,15 @@ impl Sandbox for LocalSandbox {
                 contents.len()
             )));
         }
-        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Err(e) = self.dir.create_dir_all(parent) {
-                // A symlink that leads out makes creation fail with "exists";
-                // following it names the real cause.
-                return Err(match self.dir.metadata(parent) {
-                    Err(follow) => self.io_error(path, follow),
-                    Ok(_) => self.io_error(path, e),
-                });
-            }
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
+            && let Err(e) = self.dir.create_dir_all(parent)
+        {
+            // A symlink that leads out makes creation fail with "exists";
+            // following it names the real cause.
+            return Err(match self.dir.metadata(parent) {
+                Err(follow) => self.io_error(path, follow),
+                Ok(_) => self.io_error(path, e),
+            });
         }
         self.dir.write(&rel, contents).map_err(|e| self.io_error(path, e))
     }
