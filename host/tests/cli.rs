@@ -174,6 +174,11 @@ fn grants_on_the_command_line_reach_the_tools() {
     let out = nexo(&["run", probe, "x", "--cwd", cwd]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--cwd needs --sandbox local"), "{}", stderr(&out));
+
+    // A container needs an image; there is no default.
+    let out = nexo(&["run", probe, "x", "--sandbox", "container"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("needs --image"), "{}", stderr(&out));
 }
 
 #[test]

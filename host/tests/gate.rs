@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::permissions::{Grant, Permissions};
 use nexo::tools::{ToolFailure, ToolLimits, Toolbox};
-use nexo_sandbox::{LocalSandbox, Sandbox, VirtualSandbox};
+use nexo_sandbox::{ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, VirtualSandbox};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell {
@@ -27,6 +27,11 @@ fn outcome(r: Result<(), ToolFailure>) -> Cell {
         Err(ToolFailure::Unsupported(_)) => Unsupported,
         Err(other) => panic!("unexpected gate outcome {other:?}"),
     }
+}
+
+fn container() -> ContainerSandbox {
+    let config = ContainerConfig { binary: Some("/bin/true".into()), ..ContainerConfig::docker("alpine:3") };
+    ContainerSandbox::new(config).unwrap()
 }
 
 fn toolbox(sandbox: Arc<dyn Sandbox>, permissions: Permissions) -> Toolbox {
@@ -57,18 +62,20 @@ fn modes_by_capability() {
     ];
     // A sandbox that supports everything, so only the mode decides.
     let dir = tempfile::tempdir().unwrap();
-    let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    let sandboxes: [Arc<dyn Sandbox>; 2] = [Arc::new(LocalSandbox::open(dir.path()).unwrap()), Arc::new(container())];
     for (name, permissions, expected) in rows {
-        let tb = toolbox(local.clone(), permissions);
-        for (cap, want) in CAPS.iter().zip(expected) {
-            assert_eq!(outcome(tb.authorize(*cap, "detail")), want, "mode {name}, capability {}", cap.as_str());
+        for sandbox in &sandboxes {
+            let tb = toolbox(sandbox.clone(), permissions.clone());
+            for (cap, want) in CAPS.iter().zip(expected) {
+                let got = outcome(tb.authorize(*cap, "detail"));
+                assert_eq!(got, want, "mode {name}, {} sandbox, capability {}", sandbox.name(), cap.as_str());
+            }
         }
     }
     // read and glob are on the allow list: ask never asks about them.
-    assert_eq!(
-        *asked.lock().unwrap(),
-        vec![Capability::Write, Capability::Shell, Capability::Fetch, Capability::Search]
-    );
+    let asked = asked.lock().unwrap();
+    assert_eq!(asked[..4], [Capability::Write, Capability::Shell, Capability::Fetch, Capability::Search]);
+    assert!(!asked.contains(&Capability::Read) && !asked.contains(&Capability::Glob));
 }
 
 #[test]
@@ -78,6 +85,8 @@ fn sandboxes_by_capability_in_auto_mode() {
     let rows: Vec<(Arc<dyn Sandbox>, [Cell; 6])> = vec![
         (Arc::new(VirtualSandbox::new()), [Allow, Allow, Allow, Unsupported, Allow, Allow]),
         (Arc::new(LocalSandbox::open(dir.path()).unwrap()), [Allow; 6]),
+        // The gate asks the container nothing, so no container is started.
+        (Arc::new(container()), [Allow; 6]),
     ];
     for (sandbox, expected) in rows {
         let name = sandbox.name();

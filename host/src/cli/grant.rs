@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::permissions::{Grant, Permissions};
 use nexo::state::RunOptions;
-use nexo_sandbox::{Confinement, LocalSandbox, Sandbox, ShellPolicy};
+use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
 
 /// Grant flags shared by `run` and `inspect`.
 #[derive(Args, Debug, Clone)]
@@ -21,9 +21,16 @@ pub struct GrantArgs {
     /// Permission mode for actions beyond reading.
     #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
     mode: ModeArg,
-    /// Where tools act: `virtual` (in memory, no host access) or `local` (the --cwd directory).
+    /// Where tools act: `virtual` (in memory, no host access), `local` (the --cwd
+    /// directory) or `container` (a hardened throwaway container; needs --image).
     #[arg(long, value_enum, default_value_t = SandboxArg::Virtual)]
     sandbox: SandboxArg,
+    /// The image for `--sandbox container`.
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// The container CLI for `--sandbox container`.
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Docker)]
+    container_runtime: RuntimeArg,
     /// The directory of the local sandbox (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -55,6 +62,13 @@ enum ModeArg {
 enum SandboxArg {
     Virtual,
     Local,
+    Container,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum RuntimeArg {
+    Docker,
+    Apple,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +115,7 @@ impl GrantArgs {
         match self.sandbox {
             SandboxArg::Virtual => "virtual",
             SandboxArg::Local => "local",
+            SandboxArg::Container => "container",
         }
     }
 
@@ -122,9 +137,22 @@ impl GrantArgs {
                 let policy = ShellPolicy { confinement, ..ShellPolicy::default() };
                 Some(Arc::new(LocalSandbox::with_shell(&cwd, policy).map_err(|e| e.to_string())?))
             }
+            SandboxArg::Container => {
+                let Some(image) = &self.image else {
+                    return Err("--sandbox container needs --image (there is no default image)".into());
+                };
+                let config = match self.container_runtime {
+                    RuntimeArg::Docker => ContainerConfig::docker(image),
+                    RuntimeArg::Apple => ContainerConfig::apple(image),
+                };
+                Some(Arc::new(ContainerSandbox::new(config).map_err(|e| e.to_string())?))
+            }
         };
-        if self.cwd.is_some() && self.sandbox == SandboxArg::Virtual {
-            return Err("--cwd needs --sandbox local (the virtual sandbox has no host directory)".into());
+        if self.cwd.is_some() && self.sandbox != SandboxArg::Local {
+            return Err("--cwd needs --sandbox local (only the local sandbox works in a host directory)".into());
+        }
+        if self.image.is_some() && self.sandbox != SandboxArg::Container {
+            return Err("--image needs --sandbox container".into());
         }
         let mut permissions = Permissions::new(self.mode());
         if self.mode == ModeArg::Ask {

@@ -157,6 +157,13 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Err(e) => return fail(&e),
             };
             let outcome = plugin.run_agent(input, &options).await;
+            if let Some(sandbox) = options.sandbox.clone() {
+                // The CLI created the sandbox, so it removes it (a container, say).
+                let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
+                if let Ok(Err(e)) = closed {
+                    eprintln!("warning: closing the sandbox failed: {e}");
+                }
+            }
             if *json {
                 let value = match &outcome {
                     Ok(answer) => serde_json::json!({ "status": "ok", "agent": plugin.name(), "answer": answer }),
