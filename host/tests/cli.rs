@@ -191,3 +191,35 @@ fn inspect_shows_requested_granted_and_effective() {
     assert_eq!(v["mode"], "auto");
     assert_eq!(v["sandbox"], "virtual");
 }
+
+#[test]
+fn the_config_file_sets_the_grant_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nexo.toml");
+    std::fs::write(&config, "[grant]\nallow = [\"write\"]\nmode = \"auto\"\n").unwrap();
+    let out = nexo(&["inspect", "--json", "--config", config.to_str().unwrap(), built::TOOL_PROBE]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["granted"], serde_json::json!(["read", "glob", "write"]));
+    assert_eq!(v["mode"], "auto");
+    // A flag wins over the file, and --allow adds to its list.
+    let out = nexo(&[
+        "inspect",
+        "--json",
+        "--config",
+        config.to_str().unwrap(),
+        "--mode",
+        "ask",
+        "--allow",
+        "shell",
+        built::TOOL_PROBE,
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["mode"], "ask");
+    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write", "shell"]));
+    // A mistake in the file names the file and the field.
+    std::fs::write(&config, "[grant]\nalow = [\"write\"]\n").unwrap();
+    let out = nexo(&["inspect", "--config", config.to_str().unwrap(), built::TOOL_PROBE]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("nexo.toml is invalid") && err.contains("alow"), "{err}");
+}

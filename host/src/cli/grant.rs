@@ -10,37 +10,65 @@ use nexo::manifest::{Capability, PermissionMode};
 use nexo::permissions::{Grant, Permissions};
 use nexo::state::RunOptions;
 use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
+use serde::Deserialize;
 
-/// Grant flags shared by `run` and `inspect`.
+/// Grant flags shared by `run` and `inspect`. Each flag overrides the same
+/// setting in the operator's config file; `--allow` adds to its list.
 #[derive(Args, Debug, Clone)]
 pub struct GrantArgs {
+    /// The operator's config file (TOML, a `[grant]` table). Flags override it.
+    #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
+    config: Option<PathBuf>,
     /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
     /// (comma-separated or repeated). An agent gets only what it also requested.
     #[arg(long = "allow", value_name = "CAP", value_delimiter = ',')]
     allow: Vec<CapArg>,
-    /// Permission mode for actions beyond reading.
-    #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
-    mode: ModeArg,
+    /// Permission mode for actions beyond reading [default: read-only].
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
     /// Where tools act: `virtual` (in memory, no host access), `local` (the --cwd
     /// directory) or `container` (a hardened throwaway container; needs --image).
-    #[arg(long, value_enum, default_value_t = SandboxArg::Virtual)]
-    sandbox: SandboxArg,
+    #[arg(long, value_enum)]
+    sandbox: Option<SandboxArg>,
     /// The image for `--sandbox container`.
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
-    /// The container CLI for `--sandbox container`.
-    #[arg(long, value_enum, default_value_t = RuntimeArg::Docker)]
-    container_runtime: RuntimeArg,
+    /// The container CLI for `--sandbox container` [default: docker].
+    #[arg(long, value_enum)]
+    container_runtime: Option<RuntimeArg>,
     /// The directory of the local sandbox (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// How local shell commands are confined. `none` runs them unconfined: only
-    /// for trusted agents, and only when you say so.
-    #[arg(long, value_enum, default_value_t = ConfinementArg::Auto)]
-    shell_confinement: ConfinementArg,
+    /// How local shell commands are confined [default: auto]. `none` runs them
+    /// unconfined: only for trusted agents, and only when you say so.
+    #[arg(long, value_enum)]
+    shell_confinement: Option<ConfinementArg>,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
+/// The operator's config file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    grant: GrantTable,
+}
+
+/// `[grant]` in the config file: the same settings as the flags.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct GrantTable {
+    #[serde(default)]
+    allow: Vec<CapArg>,
+    mode: Option<ModeArg>,
+    sandbox: Option<SandboxArg>,
+    cwd: Option<PathBuf>,
+    image: Option<String>,
+    container_runtime: Option<RuntimeArg>,
+    shell_confinement: Option<ConfinementArg>,
+}
+
+#[derive(ValueEnum, Deserialize, Debug, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
 enum CapArg {
     Read,
     Glob,
@@ -50,7 +78,8 @@ enum CapArg {
     Search,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 enum ModeArg {
     ReadOnly,
     Auto,
@@ -58,20 +87,23 @@ enum ModeArg {
     Approve,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 enum SandboxArg {
     Virtual,
     Local,
     Container,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 enum RuntimeArg {
     Docker,
     Apple,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 enum ConfinementArg {
     Auto,
     Bubblewrap,
@@ -93,7 +125,46 @@ impl From<CapArg> for Capability {
 }
 
 impl GrantArgs {
-    /// The granted capabilities: `read` and `glob`, plus `--allow`.
+    /// The config file's `[grant]` table with the flags laid over it.
+    pub fn resolve(&self) -> Result<Resolved, String> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
+                toml::from_str::<ConfigFile>(&text)
+                    .map_err(|e| format!("the config file {} is invalid: {e}", path.display()))?
+            }
+            None => ConfigFile::default(),
+        };
+        let t = file.grant;
+        let mut allow = t.allow;
+        allow.extend(self.allow.iter().copied());
+        Ok(Resolved {
+            allow,
+            mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
+            sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxArg::Virtual),
+            cwd: self.cwd.clone().or(t.cwd),
+            image: self.image.clone().or(t.image),
+            container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeArg::Docker),
+            shell_confinement: self.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementArg::Auto),
+        })
+    }
+}
+
+/// The operator's grant after merging the config file and the flags.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    allow: Vec<CapArg>,
+    mode: ModeArg,
+    sandbox: SandboxArg,
+    cwd: Option<PathBuf>,
+    image: Option<String>,
+    container_runtime: RuntimeArg,
+    shell_confinement: ConfinementArg,
+}
+
+impl Resolved {
+    /// The granted capabilities: `read` and `glob`, plus the allow list.
     pub fn grant(&self) -> Grant {
         let mut grant = Grant::default();
         grant.capabilities.extend(self.allow.iter().copied().map(Capability::from));
@@ -119,7 +190,7 @@ impl GrantArgs {
         }
     }
 
-    /// Run options for these flags.
+    /// Run options for this grant.
     pub fn run_options(&self) -> Result<RunOptions, String> {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
             SandboxArg::Virtual => None,

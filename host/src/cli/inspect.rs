@@ -5,11 +5,11 @@ use nexo::manifest::{PermissionMode, SandboxKind};
 use nexo::permissions::stricter;
 use nexo::plugin::Description;
 
-use super::grant::GrantArgs;
+use super::grant::Resolved;
 
 /// Prints the description of `plugin` to stdout, with what the operator's
 /// flags would grant it.
-pub fn print(plugin: &Plugin, grant: &GrantArgs, json: bool) {
+pub fn print(plugin: &Plugin, grant: &Resolved, json: bool) {
     let granted = grant.grant();
     let requested = plugin.manifest().map(|m| m.capabilities.clone()).unwrap_or_default();
     let effective = granted.effective(&requested);

@@ -137,15 +137,19 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
     };
     match &cli.command {
-        Command::Inspect { file, json, grant } => match Plugin::load(&engine, file).await {
-            Ok(plugin) => {
-                inspect::print(&plugin, grant, *json);
+        Command::Inspect { file, json, grant } => match (Plugin::load(&engine, file).await, grant.resolve()) {
+            (Err(e), _) => fail(&e),
+            (Ok(_), Err(e)) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+            (Ok(plugin), Ok(grant)) => {
+                inspect::print(&plugin, &grant, *json);
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(&e),
         },
         Command::Run { file, input, json, grant, .. } => {
-            let options = match grant.run_options() {
+            let options = match grant.resolve().and_then(|g| g.run_options()) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {e}");
