@@ -13,7 +13,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::path::{display, normalize};
-use crate::shell::{self, ShellPolicy};
+use crate::shell::{self, Confinement, ShellPolicy};
 use crate::{ExecOutput, FileStat, FileText, MAX_FILE_BYTES, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher};
 
 /// Most directory entries one glob visits.
@@ -36,12 +36,11 @@ impl LocalSandbox {
 
     /// Opens `root` with a shell policy.
     pub fn with_shell(root: &Path, shell: ShellPolicy) -> Result<Self, SandboxError> {
-        let root = root.canonicalize().map_err(|e| {
-            SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display()))
-        })?;
-        let dir = Dir::open_ambient_dir(&root, ambient_authority()).map_err(|e| {
-            SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display()))
-        })?;
+        let root = root
+            .canonicalize()
+            .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())
+            .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
         Ok(LocalSandbox { root, dir, shell })
     }
 
@@ -84,10 +83,23 @@ impl Sandbox for LocalSandbox {
     }
 
     fn instructions(&self) -> Option<String> {
+        let root = self.root.display();
+        let shell = match self.shell.effective_confinement() {
+            Ok(Confinement::Bubblewrap) => format!(
+                "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, the \
+                 rest of the filesystem is read-only, and there is no network access."
+            ),
+            Ok(Confinement::Landlock) => format!(
+                "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}){}.",
+                if shell::landlock_denies_tcp() { " and cannot open TCP connections" } else { "" }
+            ),
+            Ok(_) => "Shell commands run unconfined, as the host user.".to_string(),
+            Err(_) => "Shell commands cannot run: no OS confinement is available.".to_string(),
+        };
         Some(format!(
             "You run on the host machine, in the directory {root}. The real host filesystem and a shell are \
-             reachable; file access is confined to {root}.",
-            root = self.root.display()
+             reachable; file access is confined to {root}. {shell} Background processes end when the command that \
+             started them does."
         ))
     }
 
@@ -127,15 +139,15 @@ impl Sandbox for LocalSandbox {
                 contents.len()
             )));
         }
-        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Err(e) = self.dir.create_dir_all(parent) {
-                // A symlink that leads out makes creation fail with "exists";
-                // following it names the real cause.
-                return Err(match self.dir.metadata(parent) {
-                    Err(follow) => self.io_error(path, follow),
-                    Ok(_) => self.io_error(path, e),
-                });
-            }
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
+            && let Err(e) = self.dir.create_dir_all(parent)
+        {
+            // A symlink that leads out makes creation fail with "exists";
+            // following it names the real cause.
+            return Err(match self.dir.metadata(parent) {
+                Err(follow) => self.io_error(path, follow),
+                Ok(_) => self.io_error(path, e),
+            });
         }
         self.dir.write(&rel, contents).map_err(|e| self.io_error(path, e))
     }

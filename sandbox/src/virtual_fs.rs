@@ -93,13 +93,7 @@ impl Sandbox for VirtualSandbox {
 
     fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError> {
         let matcher = glob_matcher(pattern)?;
-        Ok(self
-            .files()
-            .keys()
-            .map(|k| display(k))
-            .filter(|k| matcher.is_match(k))
-            .take(MAX_GLOB_MATCHES)
-            .collect())
+        Ok(self.files().keys().map(|k| display(k)).filter(|k| matcher.is_match(k)).take(MAX_GLOB_MATCHES).collect())
     }
 
     fn exec(&self, _command: &str, _timeout: Duration) -> Result<ExecOutput, SandboxError> {
