@@ -28,6 +28,7 @@ demo: plugins
 	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/text_stats.wasm "WebAssembly components give every agent its own sandbox."
 
 test: toolchain
+	./scripts/test-deps.sh
 	$(CARGO) test --workspace
 
 bench: toolchain

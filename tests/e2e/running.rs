@@ -85,6 +85,8 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     let o = outcomes(&plugin.run_agent("README.md", &options).await.unwrap());
     assert_eq!(o["write-file"], "ok", "{o:?}");
     assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "x");
+    // The shell ran, confined, in the sandbox directory.
+    assert_eq!(o["shell"], "ok", "{o:?}");
     // fetch is gated by its own request: the probe lists hosts but does not ask for the capability.
     assert!(o["fetch"].starts_with("denied: "), "{o:?}");
 }
