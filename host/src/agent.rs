@@ -11,13 +11,14 @@ use std::time::Duration;
 use nexo_sandbox::{Sandbox, VirtualSandbox};
 use wasmtime::Store;
 
+use crate::agent_loop::{LoopContext, Outcome, Status};
 use crate::bindings::agent::AgentPlugin;
 use crate::bindings::agent::nexo::plugin::{log, model, tools, types};
 use crate::bindings::{ModelError, RunError, SearchHit, ToolError};
 use crate::error::PluginError;
 use crate::manifest::{AgentManifest, Capability};
 use crate::plugin::{Plugin, PluginKind, Pre, settle};
-use crate::state::{HostState, Preopen, RunOptions};
+use crate::state::{HostState, Preopen, Prompting, RunOptions};
 use crate::tools::{ToolFailure, Toolbox};
 
 /// One live instance of an agent, ready to run.
@@ -48,8 +49,10 @@ impl Plugin {
                 writable,
             });
         }
+        let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), &options);
         let mut store = self.store(&options, timeout)?;
         store.data_mut().toolbox = Some(Arc::new(toolbox));
+        store.data_mut().prompting = Some(prompting);
         let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", timeout, result)?;
         Ok(AgentInstance { store, bindings, timeout })
@@ -66,6 +69,11 @@ impl Plugin {
 /// grant intersected with what the agent asked for.
 fn toolbox_for(manifest: &AgentManifest, options: &RunOptions) -> Toolbox {
     let sandbox: Arc<dyn Sandbox> = options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
+    toolbox_with(manifest, sandbox, options)
+}
+
+/// The toolbox for `manifest` acting in `sandbox` under `options`.
+pub(crate) fn toolbox_with(manifest: &AgentManifest, sandbox: Arc<dyn Sandbox>, options: &RunOptions) -> Toolbox {
     let mut permissions = options.permissions.clone();
     if let Some(requested) = manifest.permissions {
         permissions = permissions.narrowed_to(requested);
@@ -99,6 +107,11 @@ impl AgentInstance {
         if !err.is_empty() {
             tracing::info!(target: "nexo::plugin", plugin, stream = "stderr", "{err}");
         }
+    }
+
+    /// How the agent's latest `prompt` ended, if it prompted.
+    pub fn last_outcome(&self) -> Option<&Outcome> {
+        self.store.data().last_outcome.as_ref()
     }
 
     /// What the agent wrote to stdout so far.
@@ -233,10 +246,54 @@ impl tools::Host for HostState {
 }
 
 impl model::Host for HostState {
-    async fn prompt(&mut self, _input: String) -> wasmtime::Result<Result<model::Reply, ModelError>> {
-        Ok(Err(ModelError::NotConfigured(format!(
-            "agent `{}` asked the model loop, but this host has no model provider configured",
-            self.plugin
-        ))))
+    async fn prompt(&mut self, input: String) -> wasmtime::Result<Result<model::Reply, ModelError>> {
+        if input.len() > self.limits.host_arg_bytes {
+            return Ok(Err(ModelError::Provider(format!(
+                "the prompt is {} bytes; the limit is {}",
+                input.len(),
+                self.limits.host_arg_bytes
+            ))));
+        }
+        let (Some(prompting), Some(toolbox)) = (self.prompting.clone(), self.toolbox.clone()) else {
+            return Ok(Err(ModelError::NotConfigured(format!(
+                "`{}` cannot prompt: it is not an agent run",
+                self.plugin
+            ))));
+        };
+        let Some(provider) = prompting.model.clone() else {
+            let why = match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
+                Err(e) => e.to_string(),
+                Ok(_) => "no model is configured".to_string(),
+            };
+            return Ok(Err(ModelError::NotConfigured(why)));
+        };
+        let ctx = LoopContext {
+            provider: &*provider,
+            toolbox: &toolbox,
+            instructions: &prompting.instructions,
+            limits: prompting.limits,
+            events: &*prompting.events,
+        };
+        Ok(match prompting.agent_loop.run(ctx, &input).await {
+            Ok(outcome) => {
+                let reply = model::Reply {
+                    text: outcome.text.clone(),
+                    stop: match outcome.status {
+                        Status::Completed => model::StopReason::Completed,
+                        Status::TurnLimit => model::StopReason::TurnLimit,
+                        Status::TokenBudget => model::StopReason::TokenBudget,
+                        Status::ApprovalRequired { .. } => model::StopReason::ApprovalRequired,
+                    },
+                    turns: outcome.turns,
+                    input_tokens: outcome.usage.input_tokens,
+                    output_tokens: outcome.usage.output_tokens,
+                };
+                self.last_outcome = Some(outcome);
+                Ok(reply)
+            }
+            Err(nexo_model::ModelError::Config(m)) => Err(ModelError::NotConfigured(m)),
+            Err(e @ nexo_model::ModelError::Unavailable { .. }) => Err(ModelError::Unavailable(e.to_string())),
+            Err(e) => Err(ModelError::Provider(e.to_string())),
+        })
     }
 }

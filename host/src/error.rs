@@ -117,6 +117,22 @@ pub enum PluginError {
         why: String,
     },
 
+    /// The component's imports do not match what this host provides, for
+    /// example because it was built against another version of the WIT.
+    #[error(
+        "the {kind} in {} cannot be linked: {reason}. It was probably built against a different \
+         version of the nexo WIT; rebuild it against this host's (`nexo wit` prints it)",
+        path.display()
+    )]
+    Link {
+        /// The plugin file.
+        path: PathBuf,
+        /// The detected kind.
+        kind: PluginKind,
+        /// What wasmtime found.
+        reason: String,
+    },
+
     /// The component lacks an export its world requires, or has it with the
     /// wrong type.
     #[error(

@@ -24,6 +24,8 @@
 //! permission layer and the providers land.
 
 pub mod agent;
+pub mod agent_file;
+pub mod agent_loop;
 pub mod bindings;
 pub mod engine;
 pub mod error;

@@ -105,9 +105,10 @@ impl PermissionMode {
 }
 
 /// An agent's manifest: who it is and what it asks for. Every field is a
-/// request; the operator's grant decides.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// request; the operator's grant decides. The same fields, in TOML, make a
+/// declarative agent file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default, deny_unknown_fields)]
 pub struct AgentManifest {
     /// Short identifier.
     pub name: String,

@@ -13,6 +13,9 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use nexo_sandbox::Sandbox;
 
+use nexo_model::Provider;
+
+use crate::agent_loop::{EventSink, HostLoop, Loop, LoopLimits, Outcome};
 use crate::engine::{Engine, Limits};
 use crate::permissions::{Grant, Permissions};
 use crate::tools::{ToolLimits, Toolbox};
@@ -40,6 +43,15 @@ pub struct RunOptions {
     pub grant: Grant,
     /// Tool limits.
     pub tool_limits: ToolLimits,
+    /// The model. `None`: `prompt` answers `not-configured`.
+    pub model: Option<Arc<dyn Provider>>,
+    /// The loop that runs each prompt. `None`: [`HostLoop`].
+    pub agent_loop: Option<Arc<dyn Loop>>,
+    /// Turn cap, token budget, streaming. The agent's own `max-turns` can
+    /// only lower the cap.
+    pub loop_limits: LoopLimits,
+    /// Where loop events go. `None`: nowhere.
+    pub events: Option<Arc<dyn EventSink>>,
     /// Extra directories preopened into the component. A local sandbox's
     /// directory is preopened on its own; otherwise the component sees no
     /// filesystem at all.
@@ -61,7 +73,47 @@ impl std::fmt::Debug for RunOptions {
             .field("grant", &self.grant)
             .field("preopens", &self.preopens)
             .field("timeout", &self.timeout)
+            .field("model", &self.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
+            .field("loop_limits", &self.loop_limits)
             .finish_non_exhaustive()
+    }
+}
+
+/// What an agent instance's `prompt` import runs with.
+#[derive(Clone)]
+pub struct Prompting {
+    /// The model, if one is configured.
+    pub model: Option<Arc<dyn Provider>>,
+    /// The loop.
+    pub agent_loop: Arc<dyn Loop>,
+    /// Limits, with the agent's own turn cap applied.
+    pub limits: LoopLimits,
+    /// Instructions in order: the agent's, then the sandbox's.
+    pub instructions: Vec<String>,
+    /// Where events go.
+    pub events: Arc<dyn EventSink>,
+}
+
+impl Prompting {
+    /// The prompting setup for an agent with `manifest` under `options`.
+    pub fn new(
+        manifest: &crate::manifest::AgentManifest,
+        sandbox_instructions: Option<String>,
+        options: &RunOptions,
+    ) -> Self {
+        let mut limits = options.loop_limits;
+        if let Some(cap) = manifest.max_turns {
+            limits.max_turns = limits.max_turns.min(cap);
+        }
+        let mut instructions = vec![manifest.instructions.clone()];
+        instructions.extend(sandbox_instructions);
+        Prompting {
+            model: options.model.clone(),
+            agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
+            limits,
+            instructions,
+            events: options.events.clone().unwrap_or_else(crate::agent_loop::no_events),
+        }
     }
 }
 
@@ -142,6 +194,10 @@ pub struct HostState {
     pub log_lines: usize,
     /// The agent's tools, for agent instances.
     pub toolbox: Option<Arc<Toolbox>>,
+    /// What `prompt` needs, for agent instances.
+    pub prompting: Option<Prompting>,
+    /// How the latest prompt ended.
+    pub last_outcome: Option<Outcome>,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -204,6 +260,8 @@ pub fn new_store(
         settings: options.settings.clone(),
         log_lines: 0,
         toolbox: None,
+        prompting: None,
+        last_outcome: None,
         wasi: wasi.build(),
         table: ResourceTable::new(),
         stdout,

@@ -180,5 +180,9 @@ pub trait Provider: Send + Sync {
     /// Runs one model turn. When `deltas` is given the provider streams and
     /// calls it with each piece of text; the returned [`Response`] is the same
     /// either way.
-    fn complete<'a>(&'a self, request: &'a Request, deltas: Option<DeltaSink<'a>>) -> BoxFuture<'a, Result<Response, ModelError>>;
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        deltas: Option<DeltaSink<'a>>,
+    ) -> BoxFuture<'a, Result<Response, ModelError>>;
 }

@@ -48,9 +48,25 @@ pub struct GrantArgs {
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
-struct ConfigFile {
+pub struct ConfigFile {
     #[serde(default)]
     grant: GrantTable,
+    /// The `[model]` table.
+    #[serde(default)]
+    pub model: super::model::ModelTable,
+}
+
+/// Reads the config file, if any.
+pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
+    match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
+            toml::from_str::<ConfigFile>(&text)
+                .map_err(|e| format!("the config file {} is invalid: {e}", path.display()))
+        }
+        None => Ok(ConfigFile::default()),
+    }
 }
 
 /// `[grant]` in the config file: the same settings as the flags.
@@ -125,17 +141,14 @@ impl From<CapArg> for Capability {
 }
 
 impl GrantArgs {
+    /// The config file, if one was given.
+    pub fn config_path(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+
     /// The config file's `[grant]` table with the flags laid over it.
     pub fn resolve(&self) -> Result<Resolved, String> {
-        let file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-                toml::from_str::<ConfigFile>(&text)
-                    .map_err(|e| format!("the config file {} is invalid: {e}", path.display()))?
-            }
-            None => ConfigFile::default(),
-        };
+        let file = read_config(self.config.as_deref())?;
         let t = file.grant;
         let mut allow = t.allow;
         allow.extend(self.allow.iter().copied());

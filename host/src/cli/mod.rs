@@ -1,17 +1,23 @@
 //! Command-line parsing and dispatch.
 //!
-//! Exit codes: 0 success; 1 the plugin ran and failed (trap, deadline,
-//! memory cap, or its own error); 2 the plugin could not be loaded or the
-//! command was wrong.
+//! Exit codes: 0 success; 1 the run failed (a trap, a deadline, the memory
+//! cap, a model error, or the agent's own error); 2 nothing ran (a bad file
+//! or configuration, or a wrong command line); 3 the turn cap or token budget
+//! cut the answer short; 4 the run stopped at an action that needs approval.
 
 mod grant;
 mod inspect;
+mod model;
+mod progress;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use nexo::agent_file::AgentFile;
+use nexo::agent_loop::Status;
+use nexo::state::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin, PluginError};
 
 /// The contract plugins are built against, shipped inside the binary.
@@ -48,7 +54,7 @@ enum Command {
     },
     /// Run an agent on one input and print its answer.
     Run {
-        /// The agent's `.wasm` component.
+        /// The agent: a `.wasm` component, or a declarative `.toml` manifest.
         file: PathBuf,
         /// The input (prompt) for the agent.
         input: String,
@@ -58,11 +64,13 @@ enum Command {
         /// Memory cap for the agent, in MiB.
         #[arg(long, value_name = "MIB", default_value_t = 256)]
         memory: usize,
-        /// Print the outcome as one JSON object.
+        /// Print events as JSON lines, then the outcome as one JSON object.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
         grant: grant::GrantArgs,
+        #[command(flatten)]
+        model: model::ModelArgs,
     },
     /// Build a plugin crate into a component and check that nexo can load it.
     Build {
@@ -148,19 +156,33 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 ExitCode::SUCCESS
             }
         },
-        Command::Run { file, input, json, grant, .. } => {
-            let options = match grant.resolve().and_then(|g| g.run_options()) {
+        Command::Run { file, input, json, grant, model, .. } => {
+            let mut options = match grant.resolve().and_then(|g| g.run_options()) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
-            let plugin = match Plugin::load(&engine, file).await {
-                Ok(p) => p,
-                Err(e) => return fail(&e),
-            };
-            let outcome = plugin.run_agent(input, &options).await;
+            match model.resolve(grant.config_path()) {
+                Ok(resolved) => {
+                    if let Some(provider) = &resolved.provider
+                        && provider.name() == "scripted"
+                    {
+                        eprintln!("note: scripted provider: replaying {}; no model is called", provider.model());
+                    }
+                    options.model = resolved.provider;
+                    options.loop_limits = resolved.limits;
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            let progress = std::sync::Arc::new(progress::Progress::new(*json));
+            options.events = Some(progress.clone());
+            let result = run_agent(&engine, file, input, &options).await;
+            progress.finish();
             if let Some(sandbox) = options.sandbox.clone() {
                 // The CLI created the sandbox, so it removes it (a container, say).
                 let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
@@ -168,26 +190,87 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     eprintln!("warning: closing the sandbox failed: {e}");
                 }
             }
-            if *json {
-                let value = match &outcome {
-                    Ok(answer) => serde_json::json!({ "status": "ok", "agent": plugin.name(), "answer": answer }),
-                    Err(e) => serde_json::json!({ "status": "error", "agent": plugin.name(), "error": e.to_string() }),
-                };
-                println!("{value}");
-            }
-            match outcome {
-                Ok(answer) => {
-                    if !*json {
-                        println!("{answer}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) if *json => exit_code(&e),
-                Err(e) => fail(&e),
-            }
+            report(result, *json)
         }
         Command::Build { .. } | Command::Wit => unreachable!("handled above"),
     }
+}
+
+/// What a run produced: the agent's name, its answer, and how its last
+/// prompt ended (if it prompted).
+struct RunResult {
+    agent: String,
+    answer: Result<String, PluginError>,
+    status: Option<Status>,
+}
+
+async fn run_agent(
+    engine: &Engine,
+    file: &std::path::Path,
+    input: &str,
+    options: &RunOptions,
+) -> Result<RunResult, PluginError> {
+    if file.extension().is_some_and(|e| e == "toml") {
+        let agent = AgentFile::load(file)?;
+        let name = agent.manifest().name.clone();
+        return Ok(match agent.run(input, options).await {
+            Ok(outcome) => RunResult { agent: name, answer: Ok(outcome.text), status: Some(outcome.status) },
+            Err(e) => RunResult { agent: name, answer: Err(e), status: None },
+        });
+    }
+    let plugin = Plugin::load(engine, file).await?;
+    let mut instance = plugin.instantiate_agent(options).await?;
+    let answer = instance.run(input).await;
+    let status = instance.last_outcome().map(|o| o.status.clone());
+    Ok(RunResult { agent: plugin.name().to_string(), answer, status })
+}
+
+fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
+    let run = match result {
+        Ok(run) => run,
+        Err(e) => {
+            if json {
+                println!("{}", serde_json::json!({ "status": "error", "error": e.to_string() }));
+            }
+            return fail(&e);
+        }
+    };
+    let code = match (&run.answer, &run.status) {
+        (Err(e), _) => exit_code(e),
+        (Ok(_), Some(Status::TurnLimit | Status::TokenBudget)) => ExitCode::from(3),
+        (Ok(_), Some(Status::ApprovalRequired { .. })) => ExitCode::from(4),
+        (Ok(_), _) => ExitCode::SUCCESS,
+    };
+    let status = match (&run.answer, &run.status) {
+        (Err(_), _) => "error",
+        (Ok(_), Some(Status::TurnLimit)) => "turn-limit",
+        (Ok(_), Some(Status::TokenBudget)) => "token-budget",
+        (Ok(_), Some(Status::ApprovalRequired { .. })) => "approval-required",
+        (Ok(_), _) => "ok",
+    };
+    if json {
+        let value = match &run.answer {
+            Ok(answer) => serde_json::json!({ "status": status, "agent": run.agent, "answer": answer }),
+            Err(e) => serde_json::json!({ "status": status, "agent": run.agent, "error": e.to_string() }),
+        };
+        println!("{value}");
+        return code;
+    }
+    match &run.answer {
+        Ok(answer) => {
+            println!("{answer}");
+            match &run.status {
+                Some(Status::TurnLimit) => eprintln!("stopped: turn limit reached; the answer above is partial"),
+                Some(Status::TokenBudget) => eprintln!("stopped: token budget used up; the answer above is partial"),
+                Some(Status::ApprovalRequired { tool, detail }) => {
+                    eprintln!("stopped: `{tool}` needs approval: {detail}")
+                }
+                _ => {}
+            }
+        }
+        Err(e) => eprintln!("error: {e}"),
+    }
+    code
 }
 
 async fn build(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path::Path>) -> ExitCode {

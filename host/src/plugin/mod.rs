@@ -2,7 +2,7 @@
 //! cache), find which world it implements, check its imports against that
 //! world, link it once into an `InstancePre`, and read its self-description.
 
-mod validate;
+pub mod validate;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -391,11 +391,10 @@ fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<()
 }
 
 fn link(engine: &Engine, path: &Path, kind: PluginKind, component: &Component) -> Result<Pre, PluginError> {
-    let instance_pre = engine.linker(kind).instantiate_pre(component).map_err(|e| PluginError::ForbiddenImport {
+    let instance_pre = engine.linker(kind).instantiate_pre(component).map_err(|e| PluginError::Link {
         path: path.to_path_buf(),
         kind,
-        import: "(see below)".into(),
-        why: format!("this host cannot satisfy: {e:#}"),
+        reason: format!("{e:#}"),
     })?;
     let missing = |e: wasmtime::Error| PluginError::MissingExport {
         path: path.to_path_buf(),

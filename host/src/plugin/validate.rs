@@ -31,6 +31,28 @@ fn description_text(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks an agent manifest, returning the field and the rule it breaks.
+pub fn agent_manifest(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, String)> {
+    name(&m.name).map_err(|p| ("name", p))?;
+    description_text(&m.description).map_err(|p| ("description", p))?;
+    agent_rules(m)
+}
+
+fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, String)> {
+    if m.max_turns == Some(0) {
+        return Err(("max-turns", "must be at least 1 when set".into()));
+    }
+    for host in &m.fetch_allow {
+        if host.is_empty() || host.contains(['/', ':', '*', ' ']) {
+            return Err((
+                "fetch-allow",
+                format!("{host:?} is not a bare host name (write `example.com`, not a URL or a glob)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Result<(), PluginError> {
     let bad = |field: &'static str, problem: String| PluginError::BadManifest {
         path: path.to_path_buf(),
@@ -47,19 +69,7 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
     name(n).map_err(|p| bad("name", p))?;
     description_text(desc).map_err(|p| bad("description", p))?;
     match d {
-        Description::Agent(m) => {
-            if m.max_turns == Some(0) {
-                return Err(bad("max-turns", "must be at least 1 when set".into()));
-            }
-            for host in &m.fetch_allow {
-                if host.is_empty() || host.contains(['/', ':', '*', ' ']) {
-                    return Err(bad(
-                        "fetch-allow",
-                        format!("{host:?} is not a bare host name (write `example.com`, not a URL or a glob)"),
-                    ));
-                }
-            }
-        }
+        Description::Agent(m) => agent_rules(m).map_err(|(field, problem)| bad(field, problem))?,
         Description::Skill(s) => {
             for r in &s.resources {
                 if r.starts_with('/') || r.split('/').any(|seg| seg == ".." || seg.is_empty()) {

@@ -1,0 +1,93 @@
+//! Declarative agents: a TOML file with the manifest's fields, run by the
+//! host loop with no component at all. For agents that need no code.
+//!
+//! ```toml
+//! name = "reviewer"
+//! description = "Reviews code for bugs"
+//! instructions = "You are a careful code reviewer."
+//! capabilities = ["read", "glob"]
+//! max-turns = 10
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nexo_sandbox::{Sandbox, VirtualSandbox};
+
+use crate::agent_loop::{HostLoop, LoopContext, Outcome};
+use crate::error::PluginError;
+use crate::manifest::AgentManifest;
+use crate::plugin::{PluginKind, validate};
+use crate::state::{Prompting, RunOptions};
+
+/// A declarative agent, loaded and checked.
+#[derive(Debug, Clone)]
+pub struct AgentFile {
+    path: PathBuf,
+    manifest: AgentManifest,
+}
+
+impl AgentFile {
+    /// Reads and validates the file.
+    pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, PluginError> {
+        let path = path.as_ref().to_path_buf();
+        let text = std::fs::read_to_string(&path).map_err(|source| PluginError::Read { path: path.clone(), source })?;
+        let manifest: AgentManifest = toml::from_str(&text).map_err(|e| PluginError::BadManifest {
+            path: path.clone(),
+            kind: PluginKind::Agent,
+            field: "file",
+            problem: e.to_string(),
+        })?;
+        validate::agent_manifest(&manifest).map_err(|(field, problem)| PluginError::BadManifest {
+            path: path.clone(),
+            kind: PluginKind::Agent,
+            field,
+            problem,
+        })?;
+        Ok(AgentFile { path, manifest })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &AgentManifest {
+        &self.manifest
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs one prompt with the host loop, under the operator's options.
+    pub async fn run(&self, input: &str, options: &RunOptions) -> Result<Outcome, PluginError> {
+        let sandbox: Arc<dyn Sandbox> = options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
+        let toolbox = crate::agent::toolbox_with(&self.manifest, sandbox, options);
+        let prompting = Prompting::new(&self.manifest, toolbox.sandbox().instructions(), options);
+        let failed = |reason: String| PluginError::AgentFailed { plugin: self.manifest.name.clone(), reason };
+        let Some(provider) = prompting.model.clone() else {
+            let why = match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
+                Err(e) => e.to_string(),
+                Ok(_) => "no model is configured".into(),
+            };
+            return Err(failed(format!("model not configured: {why}")));
+        };
+        let agent_loop = options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop));
+        let ctx = LoopContext {
+            provider: &*provider,
+            toolbox: &toolbox,
+            instructions: &prompting.instructions,
+            limits: prompting.limits,
+            events: &*prompting.events,
+        };
+        let run = agent_loop.run(ctx, input);
+        let timeout = options.timeout.unwrap_or(std::time::Duration::from_secs(300));
+        match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(e)) => Err(failed(e.to_string())),
+            Err(_) => Err(PluginError::Deadline {
+                plugin: self.manifest.name.clone(),
+                function: "prompt".into(),
+                limit: timeout,
+            }),
+        }
+    }
+}

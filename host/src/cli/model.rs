@@ -1,0 +1,105 @@
+//! Model flags: which model, which provider, and the loop's limits. Flags win
+//! over `NEXO_*` variables, which win over the config file's `[model]`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use nexo::agent_loop::LoopLimits;
+use nexo_model::{ModelConfig, Provider, ProviderKind};
+use serde::Deserialize;
+
+/// Model flags of `nexo run`.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The model id, e.g. `gpt-4o-mini`, `claude-sonnet-4-5` or `gemma3:12b`. There is no default.
+    #[arg(long, env = "NEXO_MODEL")]
+    model: Option<String>,
+    /// The provider: openai, openai-compatible, ollama, openrouter, anthropic, scripted.
+    #[arg(long, env = "NEXO_PROVIDER")]
+    provider: Option<String>,
+    /// The API base URL (OpenAI-compatible servers).
+    #[arg(long, env = "NEXO_BASE_URL")]
+    base_url: Option<String>,
+    /// Use a model id the provider is not known to serve; needs --provider.
+    #[arg(long)]
+    assume_model_exists: bool,
+    /// Replay a recorded conversation instead of calling a model (the scripted provider).
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// The most model turns for one prompt (the agent may ask for fewer) [default: 20].
+    #[arg(long, value_name = "N")]
+    max_turns: Option<u32>,
+    /// The most tokens (input + output) for one prompt.
+    #[arg(long, value_name = "N")]
+    token_budget: Option<u64>,
+    /// Stream the model's text (emits text-delta events with --json).
+    #[arg(long)]
+    stream: bool,
+}
+
+/// `[model]` in the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModelTable {
+    model: Option<String>,
+    provider: Option<ProviderKind>,
+    base_url: Option<String>,
+    #[serde(default)]
+    assume_model_exists: bool,
+    script: Option<PathBuf>,
+    max_turns: Option<u32>,
+    token_budget: Option<u64>,
+}
+
+/// The model and loop settings, resolved.
+pub struct Resolved {
+    /// The provider, or `None` when no model is configured (agents that never
+    /// prompt still run).
+    pub provider: Option<Arc<dyn Provider>>,
+    /// The loop's limits.
+    pub limits: LoopLimits,
+}
+
+fn parse_provider(name: &str) -> Result<ProviderKind, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
+        format!("unknown provider `{name}`: use openai, openai-compatible, ollama, openrouter, anthropic or scripted")
+    })
+}
+
+impl ModelArgs {
+    /// Resolves flags, environment and the config file into a provider.
+    pub fn resolve(&self, config: Option<&Path>) -> Result<Resolved, String> {
+        let table = super::grant::read_config(config)?.model;
+        let provider = match &self.provider {
+            Some(p) => Some(parse_provider(p)?),
+            None => table.provider,
+        };
+        let cfg = ModelConfig {
+            model: self.model.clone().or(table.model),
+            provider,
+            assume_model_exists: self.assume_model_exists || table.assume_model_exists,
+            base_url: self.base_url.clone().or(table.base_url),
+            script: self.script.clone().or(table.script),
+            ..ModelConfig::default()
+        };
+        let mut limits = LoopLimits::default();
+        if let Some(n) = self.max_turns.or(table.max_turns) {
+            if n == 0 {
+                return Err("--max-turns must be at least 1".into());
+            }
+            limits.max_turns = n;
+        }
+        limits.token_budget = self.token_budget.or(table.token_budget);
+        limits.stream = self.stream;
+        let nothing_set = cfg.model.is_none() && cfg.provider.is_none() && cfg.script.is_none();
+        let provider = if nothing_set {
+            // Not an error yet: an agent that never prompts needs no model. One
+            // that does gets the configuration error at its first prompt.
+            None
+        } else {
+            Some(nexo_model::resolve(&cfg).map_err(|e| e.to_string())?)
+        };
+        Ok(Resolved { provider, limits })
+    }
+}
