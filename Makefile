@@ -24,7 +24,13 @@ demo: plugins
 	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/hello.wasm
 	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/code_review.wasm
 	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/searxng.wasm
-	@echo "== nexo run: the text-stats agent, offline"
+	@echo "== nexo run: the hello agent on a recorded conversation (scripted provider, offline)"
+	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/hello.wasm "What is in this workspace?" \
+	  --script examples/offline/hello-script.json --sandbox local --cwd examples/offline/workspace
+	@echo "== nexo run: a declarative agent (examples/offline/reviewer.toml)"
+	$(NEXO) run examples/offline/reviewer.toml "Review the workspace" \
+	  --script examples/offline/reviewer-script.json --sandbox local --cwd examples/offline/workspace
+	@echo "== nexo run: the text-stats agent, which needs no model"
 	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/text_stats.wasm "WebAssembly components give every agent its own sandbox."
 
 test: toolchain

@@ -11,6 +11,9 @@ fn nexo(args: &[&str]) -> Output {
         .args(args)
         .env("NEXO_CACHE_DIR", cache)
         .env_remove("NEXO_LOG")
+        .env_remove("NEXO_MODEL")
+        .env_remove("NEXO_PROVIDER")
+        .env_remove("NEXO_BASE_URL")
         .output()
         .expect("run nexo")
 }
@@ -222,4 +225,110 @@ fn the_config_file_sets_the_grant_and_flags_override_it() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("nexo.toml is invalid") && err.contains("alow"), "{err}");
+}
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn the_offline_demo_runs_on_the_scripted_provider() {
+    let ex = root().join("examples/offline");
+    let (script, ws) = (ex.join("hello-script.json"), ex.join("workspace"));
+    let out = nexo(&[
+        "run",
+        built::HELLO,
+        "What is in this workspace?",
+        "--script",
+        script.to_str().unwrap(),
+        "--sandbox",
+        "local",
+        "--cwd",
+        ws.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("two files, README.md and notes/todo.md"), "{}", stdout(&out));
+    // It says plainly that no model was called, and shows each tool call.
+    let err = stderr(&out);
+    assert!(err.contains("scripted provider: replaying"), "{err}");
+    assert!(err.contains("glob: allowed") && err.contains("read_file: allowed"), "{err}");
+
+    // The declarative agent, with events as JSON lines.
+    let out = nexo(&[
+        "run",
+        ex.join("reviewer.toml").to_str().unwrap(),
+        "Review",
+        "--script",
+        ex.join("reviewer-script.json").to_str().unwrap(),
+        "--sandbox",
+        "local",
+        "--cwd",
+        ws.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().filter_map(|v| v["event"].as_str()).collect();
+    assert_eq!(events, ["turn-started", "tool-call", "tool-result", "turn-started", "done"]);
+    let last = lines.last().unwrap();
+    assert_eq!(last["status"], "ok");
+    assert_eq!(last["agent"], "reviewer");
+}
+
+#[test]
+fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let forever: Vec<_> = (0..10)
+        .map(|_| serde_json::json!({ "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] }))
+        .collect();
+    let script = dir.path().join("forever.json");
+    std::fs::write(&script, serde_json::json!({ "turns": forever }).to_string()).unwrap();
+    let out = nexo(&["run", built::HELLO, "x", "--script", script.to_str().unwrap(), "--max-turns", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("turn limit reached"), "{}", stderr(&out));
+
+    let agent = dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let write = dir.path().join("write.json");
+    let turn =
+        serde_json::json!({ "tool_calls": [{ "name": "write_file", "arguments": { "path": "a", "content": "b" } }] });
+    std::fs::write(&write, serde_json::json!({ "turns": [turn] }).to_string()).unwrap();
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "x",
+        "--script",
+        write.to_str().unwrap(),
+        "--allow",
+        "write",
+        "--mode",
+        "approve",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`write_file` needs approval"), "{}", stderr(&out));
+
+    // No model anywhere: the agent's prompt fails with how to set one.
+    let out = Command::new(env!("CARGO_BIN_EXE_nexo"))
+        .args(["run", built::HELLO, "hi"])
+        .env("NEXO_CACHE_DIR", dir.path().join("cache"))
+        .env_remove("NEXO_MODEL")
+        .env_remove("NEXO_PROVIDER")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("set NEXO_MODEL, pass --model"), "{}", stderr(&out));
+
+    // An unknown model id needs a provider; assume-model-exists needs one too.
+    let out = nexo(&["run", built::HELLO, "hi", "--model", "gemma3:12b"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot tell which provider serves `gemma3:12b`"), "{}", stderr(&out));
+    let out = nexo(&["run", built::HELLO, "hi", "--model", "gemma3:12b", "--assume-model-exists"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("provider must be named"), "{}", stderr(&out));
+
+    // A bad declarative agent names the field.
+    std::fs::write(&agent, "name = \"Bad Name\"\ndescription = \"x\"\n").unwrap();
+    let out = nexo(&["run", agent.to_str().unwrap(), "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("invalid name"), "{}", stderr(&out));
 }

@@ -11,7 +11,7 @@
 //! never appear in errors, logs or events.
 
 mod config;
-mod scripted;
+pub mod scripted;
 
 use std::future::Future;
 use std::pin::Pin;

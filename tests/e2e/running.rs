@@ -269,3 +269,62 @@ async fn a_sandbox_provider_component_hosts_an_agents_tools() {
     let s = sandbox.clone();
     tokio::task::spawn_blocking(move || s.close()).await.unwrap().unwrap();
 }
+
+fn scripted(turns: serde_json::Value) -> std::sync::Arc<dyn nexo_model::Provider> {
+    let script: nexo_model::scripted::Script = serde_json::from_value(serde_json::json!({ "turns": turns })).unwrap();
+    std::sync::Arc::new(nexo_model::ScriptedProvider::new("e2e", script))
+}
+
+#[tokio::test]
+async fn an_agent_component_prompts_the_model_loop_with_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# the readme").unwrap();
+    let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = {
+        let events = events.clone();
+        move |e: &nexo::agent_loop::Event| events.lock().unwrap().push(serde_json::to_value(e).unwrap())
+    };
+    let options = RunOptions {
+        sandbox: Some(std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap())),
+        model: Some(scripted(serde_json::json!([
+            { "tool_calls": [{ "name": "read_file", "arguments": { "path": "README.md" } }] },
+            { "text": "The readme is a heading." }
+        ]))),
+        events: Some(std::sync::Arc::new(sink)),
+        ..RunOptions::default()
+    };
+    let mut instance = plugin.instantiate_agent(&options).await.unwrap();
+    assert_eq!(instance.run("What is in the readme?").await.unwrap(), "The readme is a heading.");
+    let outcome = instance.last_outcome().unwrap();
+    assert_eq!(outcome.status, nexo::agent_loop::Status::Completed);
+    // The agent's instructions come first, then the sandbox's.
+    let nexo_model::Message::System { text } = &outcome.transcript[0] else { panic!() };
+    assert!(text.starts_with("You are a helpful assistant"), "{text}");
+    assert!(text.contains("You run on the host machine"), "{text}");
+    let kinds: Vec<String> = events.lock().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds, ["turn-started", "tool-call", "tool-result", "turn-started", "done"]);
+}
+
+#[tokio::test]
+async fn the_agents_turn_cap_and_the_operators_cap_both_hold() {
+    let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
+    // hello asks for at most 8 turns; the operator allows 20 by default.
+    let forever: Vec<_> = (0..30)
+        .map(|_| serde_json::json!({ "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] }))
+        .collect();
+    let options = RunOptions { model: Some(scripted(serde_json::json!(forever))), ..RunOptions::default() };
+    let mut instance = plugin.instantiate_agent(&options).await.unwrap();
+    instance.run("loop").await.unwrap();
+    let outcome = instance.last_outcome().unwrap();
+    assert_eq!((outcome.status.clone(), outcome.turns), (nexo::agent_loop::Status::TurnLimit, 8));
+    // An operator cap below the agent's wins.
+    let options = RunOptions {
+        model: Some(scripted(serde_json::json!(forever))),
+        loop_limits: nexo::agent_loop::LoopLimits { max_turns: 3, ..Default::default() },
+        ..RunOptions::default()
+    };
+    let mut instance = plugin.instantiate_agent(&options).await.unwrap();
+    instance.run("loop").await.unwrap();
+    assert_eq!(instance.last_outcome().unwrap().turns, 3);
+}

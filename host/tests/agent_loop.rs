@@ -1,0 +1,182 @@
+//! The host loop against the scripted provider: event order, the hard turn
+//! cap, the token budget, denials, approvals and instruction order.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::sync::{Arc, Mutex};
+
+use nexo::agent_loop::{Event, HostLoop, Loop, LoopContext, LoopLimits, Outcome, Status};
+use nexo::manifest::{Capability, PermissionMode};
+use nexo::permissions::{Grant, Permissions};
+use nexo::tools::{ToolLimits, Toolbox};
+use nexo_model::scripted::Script;
+use nexo_model::{Message, ScriptedProvider};
+use nexo_sandbox::{LocalSandbox, Sandbox, VirtualSandbox};
+use serde_json::json;
+
+fn script(turns: serde_json::Value) -> ScriptedProvider {
+    let script: Script = serde_json::from_value(json!({ "turns": turns })).unwrap();
+    ScriptedProvider::new("test", script)
+}
+
+fn toolbox(sandbox: Arc<dyn Sandbox>, mode: PermissionMode, caps: &[Capability]) -> Toolbox {
+    let effective = Grant::of(Capability::ALL).effective(caps);
+    Toolbox::new("test-agent", sandbox, Permissions::new(mode), effective, ToolLimits::default())
+}
+
+async fn run(
+    provider: &ScriptedProvider,
+    tb: &Toolbox,
+    limits: LoopLimits,
+    instructions: &[String],
+) -> (Outcome, Vec<Event>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let events = events.clone();
+        move |e: &Event| events.lock().unwrap().push(e.clone())
+    };
+    let ctx = LoopContext { provider, toolbox: tb, instructions, limits, events: &sink };
+    let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    let events = events.lock().unwrap().clone();
+    (outcome, events)
+}
+
+fn names(events: &[Event]) -> Vec<&'static str> {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::TurnStarted { .. } => "turn",
+            Event::TextDelta { .. } => "delta",
+            Event::ToolCall { .. } => "call",
+            Event::ToolResult { .. } => "result",
+            Event::Done { .. } => "done",
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn events_come_in_order_and_tool_results_reach_the_model() {
+    let vfs = Arc::new(VirtualSandbox::with_files([("a.txt", "alpha")]).unwrap());
+    let tb = toolbox(vfs, PermissionMode::ReadOnly, &[Capability::Read, Capability::Glob]);
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "read_file", "arguments": { "path": "a.txt" } }] },
+        { "text": "It says alpha." }
+    ]));
+    let limits = LoopLimits { stream: true, ..LoopLimits::default() };
+    let (outcome, events) = run(&provider, &tb, limits, &["Be brief.".into()]).await;
+    assert_eq!(outcome.status, Status::Completed);
+    assert_eq!(outcome.text, "It says alpha.");
+    assert_eq!(outcome.turns, 2);
+    assert_eq!(names(&events), ["turn", "call", "result", "turn", "delta", "done"]);
+    let Message::ToolResult { content, is_error, .. } = &outcome.transcript[3] else {
+        panic!("{:?}", outcome.transcript)
+    };
+    assert_eq!((content.as_str(), *is_error), ("alpha", false));
+}
+
+#[tokio::test]
+async fn the_turn_cap_is_hard() {
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]);
+    // A model that would call tools forever.
+    let forever: Vec<_> =
+        (0..10).map(|_| json!({ "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] })).collect();
+    let provider = script(json!(forever));
+    let limits = LoopLimits { max_turns: 3, ..LoopLimits::default() };
+    let (outcome, events) = run(&provider, &tb, limits, &[]).await;
+    assert_eq!(outcome.status, Status::TurnLimit);
+    assert_eq!(outcome.turns, 3);
+    // Tools ran for two turns; the third turn's calls were not run.
+    assert_eq!(events.iter().filter(|e| matches!(e, Event::ToolResult { .. })).count(), 2);
+    let Some(Message::ToolResult { content, is_error: true, .. }) = outcome.transcript.last() else { panic!() };
+    assert_eq!(content, "error: not run: turn limit reached");
+    assert!(matches!(events.last(), Some(Event::Done { status: Status::TurnLimit, turns: 3, .. })));
+}
+
+#[tokio::test]
+async fn the_token_budget_stops_the_loop() {
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]);
+    let many: Vec<_> = (0..10)
+        .map(
+            |_| json!({ "text": "x".repeat(400), "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] }),
+        )
+        .collect();
+    let provider = script(json!(many));
+    let limits = LoopLimits { token_budget: Some(300), ..LoopLimits::default() };
+    let (outcome, _) = run(&provider, &tb, limits, &[]).await;
+    assert_eq!(outcome.status, Status::TokenBudget);
+    assert!(outcome.turns < 10);
+    assert!(outcome.usage.input_tokens + outcome.usage.output_tokens > 300);
+}
+
+#[tokio::test]
+async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::ReadOnly, &Capability::ALL);
+    let provider = script(json!([
+        { "tool_calls": [
+            { "name": "write_file", "arguments": { "path": "x.txt", "content": "x" } },
+            { "name": "no_such_tool", "arguments": {} },
+            { "name": "read_file", "arguments": {} }
+        ] },
+        { "text": "I could not write." }
+    ]));
+    let (outcome, events) = run(&provider, &tb, LoopLimits::default(), &[]).await;
+    assert_eq!(outcome.status, Status::Completed);
+    assert!(!dir.path().join("x.txt").exists());
+    let results: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolResult { name, verdict, .. } => Some((name.as_str(), verdict.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, [("write_file", "denied"), ("no_such_tool", "failed"), ("read_file", "failed")]);
+    let errors: Vec<&str> = outcome
+        .transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { content, is_error: true, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(errors[0].contains("read-only mode"), "{errors:?}");
+    assert!(errors[1].contains("there is no tool `no_such_tool`"), "{errors:?}");
+    assert!(errors[2].contains("needs a string argument `path`"), "{errors:?}");
+}
+
+#[tokio::test]
+async fn an_action_needing_approval_stops_the_run_with_its_own_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::Approve, &Capability::ALL);
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "shell", "arguments": { "command": "touch made" } }] },
+        { "text": "never reached" }
+    ]));
+    let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &[]).await;
+    match &outcome.status {
+        Status::ApprovalRequired { tool, detail } => {
+            assert_eq!(tool, "shell");
+            assert!(detail.contains("touch made"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!dir.path().join("made").exists());
+}
+
+#[tokio::test]
+async fn instructions_come_in_order_and_tools_match_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    let tb = toolbox(local.clone(), PermissionMode::Auto, &Capability::ALL);
+    let provider = script(json!([{ "text": "done" }]));
+    let instructions = vec!["AGENT".to_string(), local.instructions().unwrap(), "SKILL".to_string()];
+    let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &instructions).await;
+    let Message::System { text } = &outcome.transcript[0] else { panic!() };
+    let (a, s, k) = (text.find("AGENT").unwrap(), text.find("host machine").unwrap(), text.find("SKILL").unwrap());
+    assert!(a < s && s < k, "{text}");
+    // Fetch and search wait for their configuration; shell is offered only where it can run.
+    let names: Vec<String> = nexo::agent_loop::tool_specs(&tb.offered()).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["read_file", "glob", "write_file", "shell"]);
+    let virt = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::Auto, &Capability::ALL);
+    let names: Vec<String> = nexo::agent_loop::tool_specs(&virt.offered()).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["read_file", "glob", "write_file"]);
+}
