@@ -61,6 +61,27 @@ async fn by_default_tools_act_in_memory_and_everything_beyond_reading_is_refused
 }
 
 #[tokio::test]
+async fn a_custom_run_prompts_several_times_and_calls_tools_through_the_same_gate() {
+    let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
+    let options = RunOptions {
+        model: Some(scripted(serde_json::json!([
+            { "tool_calls": [{ "name": "write_file", "arguments": { "path": "x", "content": "y" } }] },
+            { "text": "first" },
+            { "text": "second" }
+        ]))),
+        ..RunOptions::default()
+    };
+    let mut instance = plugin.instantiate_agent(&options).await.unwrap();
+    let o = outcomes(&instance.run("README.md").await.unwrap());
+    // Direct calls and the model's calls meet the same gate: write is not granted either way.
+    assert!(o["write-file"].starts_with("denied: "), "{o:?}");
+    assert_eq!(o["prompt"], "ok first");
+    assert_eq!(o["prompt-again"], "ok second");
+    let outcome = instance.last_outcome().unwrap();
+    assert_eq!(outcome.turns, 1);
+}
+
+#[tokio::test]
 async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("README.md"), "# hello").unwrap();

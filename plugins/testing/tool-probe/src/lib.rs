@@ -30,8 +30,13 @@ impl Agent for ToolProbe {
             describe("fetch", tools::fetch("https://example.com/")),
             describe("web-search", tools::web_search("nexo")),
             match model::prompt("hi") {
-                Ok(_) => "prompt: ok".to_string(),
+                Ok(reply) => format!("prompt: ok {}", reply.text),
                 Err(e) => format!("prompt: {e:?}"),
+            },
+            // A custom run may prompt as often as it likes; each prompt is a full loop.
+            match model::prompt("again") {
+                Ok(reply) => format!("prompt-again: ok {}", reply.text),
+                Err(e) => format!("prompt-again: {e:?}"),
             },
         ];
         Ok(lines.join("\n"))
