@@ -11,7 +11,7 @@ use std::time::Duration;
 use nexo_sandbox::{Sandbox, VirtualSandbox};
 use wasmtime::Store;
 
-use crate::agent_loop::{LoopContext, Outcome, Status};
+use crate::agent_loop::{Outcome, Status};
 use crate::bindings::agent::AgentPlugin;
 use crate::bindings::agent::nexo::plugin::{log, model, tools, types};
 use crate::bindings::{ModelError, RunError, SearchHit, ToolError};
@@ -260,21 +260,7 @@ impl model::Host for HostState {
                 self.plugin
             ))));
         };
-        let Some(provider) = prompting.model.clone() else {
-            let why = match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
-                Err(e) => e.to_string(),
-                Ok(_) => "no model is configured".to_string(),
-            };
-            return Ok(Err(ModelError::NotConfigured(why)));
-        };
-        let ctx = LoopContext {
-            provider: &*provider,
-            toolbox: &toolbox,
-            instructions: &prompting.instructions,
-            limits: prompting.limits,
-            events: &*prompting.events,
-        };
-        Ok(match prompting.agent_loop.run(ctx, &input).await {
+        Ok(match prompting.run(&toolbox, &input).await {
             Ok(outcome) => {
                 let reply = model::Reply {
                     text: outcome.text.clone(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use nexo_sandbox::{Sandbox, VirtualSandbox};
 
-use crate::agent_loop::{HostLoop, LoopContext, Outcome};
+use crate::agent_loop::Outcome;
 use crate::error::PluginError;
 use crate::manifest::AgentManifest;
 use crate::plugin::{PluginKind, validate};
@@ -63,25 +63,11 @@ impl AgentFile {
         let toolbox = crate::agent::toolbox_with(&self.manifest, sandbox, options);
         let prompting = Prompting::new(&self.manifest, toolbox.sandbox().instructions(), options);
         let failed = |reason: String| PluginError::AgentFailed { plugin: self.manifest.name.clone(), reason };
-        let Some(provider) = prompting.model.clone() else {
-            let why = match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
-                Err(e) => e.to_string(),
-                Ok(_) => "no model is configured".into(),
-            };
-            return Err(failed(format!("model not configured: {why}")));
-        };
-        let agent_loop = options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop));
-        let ctx = LoopContext {
-            provider: &*provider,
-            toolbox: &toolbox,
-            instructions: &prompting.instructions,
-            limits: prompting.limits,
-            events: &*prompting.events,
-        };
-        let run = agent_loop.run(ctx, input);
+        let run = prompting.run(&toolbox, input);
         let timeout = options.timeout.unwrap_or(std::time::Duration::from_secs(300));
         match tokio::time::timeout(timeout, run).await {
             Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(e @ nexo_model::ModelError::Config(_))) => Err(failed(format!("model not configured: {e}"))),
             Ok(Err(e)) => Err(failed(e.to_string())),
             Err(_) => Err(PluginError::Deadline {
                 plugin: self.manifest.name.clone(),

@@ -95,6 +95,25 @@ pub struct Prompting {
 }
 
 impl Prompting {
+    /// Runs one prompt with `toolbox`. Without a model, this is the
+    /// configuration error that says how to set one.
+    pub async fn run(&self, toolbox: &Toolbox, input: &str) -> Result<Outcome, nexo_model::ModelError> {
+        let Some(provider) = self.model.clone() else {
+            return Err(match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
+                Err(e) => e,
+                Ok(_) => nexo_model::ModelError::Config("no model is configured".into()),
+            });
+        };
+        let ctx = crate::agent_loop::LoopContext {
+            provider: &*provider,
+            toolbox,
+            instructions: &self.instructions,
+            limits: self.limits,
+            events: &*self.events,
+        };
+        self.agent_loop.run(ctx, input).await
+    }
+
     /// The prompting setup for an agent with `manifest` under `options`.
     pub fn new(
         manifest: &crate::manifest::AgentManifest,

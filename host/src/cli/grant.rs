@@ -21,8 +21,8 @@ pub struct GrantArgs {
     config: Option<PathBuf>,
     /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
     /// (comma-separated or repeated). An agent gets only what it also requested.
-    #[arg(long = "allow", value_name = "CAP", value_delimiter = ',')]
-    allow: Vec<CapArg>,
+    #[arg(long = "allow", value_name = "CAP", value_delimiter = ',', value_parser = parse_capability)]
+    allow: Vec<Capability>,
     /// Permission mode for actions beyond reading [default: read-only].
     #[arg(long, value_enum)]
     mode: Option<ModeArg>,
@@ -74,24 +74,13 @@ pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, String>
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct GrantTable {
     #[serde(default)]
-    allow: Vec<CapArg>,
+    allow: Vec<Capability>,
     mode: Option<ModeArg>,
     sandbox: Option<SandboxArg>,
     cwd: Option<PathBuf>,
     image: Option<String>,
     container_runtime: Option<RuntimeArg>,
     shell_confinement: Option<ConfinementArg>,
-}
-
-#[derive(ValueEnum, Deserialize, Debug, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-enum CapArg {
-    Read,
-    Glob,
-    Write,
-    Shell,
-    Fetch,
-    Search,
 }
 
 #[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,17 +116,10 @@ enum ConfinementArg {
     None,
 }
 
-impl From<CapArg> for Capability {
-    fn from(c: CapArg) -> Self {
-        match c {
-            CapArg::Read => Capability::Read,
-            CapArg::Glob => Capability::Glob,
-            CapArg::Write => Capability::Write,
-            CapArg::Shell => Capability::Shell,
-            CapArg::Fetch => Capability::Fetch,
-            CapArg::Search => Capability::Search,
-        }
-    }
+/// Parses a capability name as written in the WIT and in manifests.
+fn parse_capability(name: &str) -> Result<Capability, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| format!("unknown capability `{name}`: use read, glob, write, shell, fetch or search"))
 }
 
 impl GrantArgs {
@@ -167,7 +149,7 @@ impl GrantArgs {
 /// The operator's grant after merging the config file and the flags.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    allow: Vec<CapArg>,
+    allow: Vec<Capability>,
     mode: ModeArg,
     sandbox: SandboxArg,
     cwd: Option<PathBuf>,
@@ -180,7 +162,7 @@ impl Resolved {
     /// The granted capabilities: `read` and `glob`, plus the allow list.
     pub fn grant(&self) -> Grant {
         let mut grant = Grant::default();
-        grant.capabilities.extend(self.allow.iter().copied().map(Capability::from));
+        grant.capabilities.extend(self.allow.iter().copied());
         grant
     }
 
