@@ -211,7 +211,8 @@ fn writes_outside_the_root_fail(c: Confinement) {
         format!("echo x > {}", quote(&f.outside.join("planted.txt"))),
         format!("echo x > {}", quote(&f.root.join("../outside/planted.txt"))),
         format!("mkdir {}", quote(&f.outside.join("dir"))),
-        format!("rm -f {}", quote(&f.outside.join("keep.txt"))),
+        // Not `rm -f`: where the outside is invisible (bwrap hides /tmp), `-f` would succeed on nothing.
+        format!("rm {}", quote(&f.outside.join("keep.txt"))),
         format!("echo x > {}", quote(&etc)),
         format!("ln -s {} link && echo x >> link", quote(&f.outside.join("keep.txt"))),
     ] {
