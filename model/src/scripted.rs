@@ -76,7 +76,11 @@ impl Provider for ScriptedProvider {
         &self.label
     }
 
-    fn complete<'a>(&'a self, request: &'a Request, deltas: Option<DeltaSink<'a>>) -> BoxFuture<'a, Result<Response, ModelError>> {
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        deltas: Option<DeltaSink<'a>>,
+    ) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
             let index = {
                 let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
@@ -99,11 +103,16 @@ impl Provider for ScriptedProvider {
                 .tool_calls
                 .iter()
                 .enumerate()
-                .map(|(i, c)| ToolCall { id: format!("call_{index}_{i}"), name: c.name.clone(), arguments: c.arguments.clone() })
+                .map(|(i, c)| ToolCall {
+                    id: format!("call_{index}_{i}"),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
                 .collect();
             let stop = if tool_calls.is_empty() { StopReason::EndTurn } else { StopReason::ToolUse };
             // A rough count, so token budgets can be exercised offline.
-            let input: usize = request.messages.iter().map(|m| serde_json::to_string(m).map(|s| s.len()).unwrap_or(0)).sum();
+            let input: usize =
+                request.messages.iter().map(|m| serde_json::to_string(m).map(|s| s.len()).unwrap_or(0)).sum();
             let usage = Usage { input_tokens: (input / 4) as u64, output_tokens: (turn.text.len() / 4 + 1) as u64 };
             Ok(Response { text: turn.text.clone(), tool_calls, stop, usage })
         })
