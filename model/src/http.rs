@@ -173,7 +173,9 @@ impl Http {
                 }
                 Err(e) if e.is_timeout() => return Err(self.timed_out()),
                 Err(e) if e.is_connect() => {
-                    let message = format!("cannot connect to {url}: {}", chain(&e));
+                    // reqwest's own message repeats the URL; its sources hold the cause.
+                    let cause = std::error::Error::source(&e).map_or_else(|| chain(&e), chain);
+                    let message = format!("cannot connect to {url}: {cause}");
                     if retry >= limits.max_retries {
                         return Err(self.unavailable(gave_up(message, retry)));
                     }

@@ -32,7 +32,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use config::{ModelConfig, ProviderKind, resolve, resolve_with_env};
-pub use scripted::ScriptedProvider;
+pub use scripted::{Script, ScriptedCall, ScriptedProvider, ScriptedTurn};
 
 /// A boxed, sendable future, so [`Provider`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
