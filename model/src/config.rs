@@ -1,11 +1,15 @@
 //! Which provider serves which model, and where its key comes from.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::anthropic::AnthropicProvider;
+use crate::http::Limits;
+use crate::openai::OpenAiProvider;
 use crate::{ModelError, Provider, ScriptedProvider};
 
 /// A provider family.
@@ -27,7 +31,9 @@ pub enum ProviderKind {
 }
 
 /// What the operator configured. Empty by default: there is no default model.
-#[derive(Debug, Clone, Default)]
+///
+/// Its `Debug` output shows whether a key is set, never the key.
+#[derive(Clone, Default)]
 pub struct ModelConfig {
     /// The model id, for example `gpt-4o-mini` or `gemma3:12b`.
     pub model: Option<String>,
@@ -36,16 +42,83 @@ pub struct ModelConfig {
     /// Skip the check that the id is one the provider is known to serve.
     /// Needs an explicit provider.
     pub assume_model_exists: bool,
-    /// The API base URL (for OpenAI-compatible servers).
+    /// The API base URL. Required for `openai-compatible`; the others default
+    /// to `https://api.openai.com/v1` (openai), `http://localhost:11434/v1`
+    /// (ollama), `https://openrouter.ai/api/v1` (openrouter) and
+    /// `https://api.anthropic.com` (anthropic).
     pub base_url: Option<String>,
-    /// The API key. When unset, the provider's environment variable is read.
+    /// The API key. When unset, the provider's environment variable is read:
+    /// `OPENAI_API_KEY` (openai), `OPENROUTER_API_KEY` (openrouter),
+    /// `ANTHROPIC_API_KEY` (anthropic). Ollama and `openai-compatible` servers
+    /// read no variable (an OpenAI key is not sent to another server) and
+    /// send no key unless one is set here.
     pub api_key: Option<String>,
     /// The script for the scripted provider.
     pub script: Option<PathBuf>,
     /// The time limit for one HTTP request. Default: 120 s.
     pub timeout: Option<Duration>,
-    /// Retries on 429 and 5xx. Default: 3.
+    /// Retries on 429, 500, 502, 503, 504, 529 and failed connections.
+    /// Default: 3.
     pub max_retries: Option<u32>,
+    /// The delay before the first retry; each further retry doubles it, and
+    /// half of each delay is random jitter. Default: 1 s. Tests set it to a
+    /// millisecond or so.
+    pub retry_base_delay: Option<Duration>,
+    /// The longest wait between two attempts; it also caps a server's
+    /// `retry-after`. Default: 30 s.
+    pub retry_max_delay: Option<Duration>,
+}
+
+impl fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("model", &self.model)
+            .field("provider", &self.provider)
+            .field("assume_model_exists", &self.assume_model_exists)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("script", &self.script)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .finish()
+    }
+}
+
+impl ProviderKind {
+    /// The name the provider goes by in messages and events.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::OpenaiCompatible => "openai-compatible",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Openrouter => "openrouter",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Scripted => "scripted",
+        }
+    }
+
+    /// The environment variable holding the key, for providers that need one.
+    pub fn key_variable(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Openai => Some("OPENAI_API_KEY"),
+            ProviderKind::Openrouter => Some("OPENROUTER_API_KEY"),
+            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::OpenaiCompatible | ProviderKind::Ollama | ProviderKind::Scripted => None,
+        }
+    }
+
+    /// The API base URL used when none is configured.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Openai => Some("https://api.openai.com/v1"),
+            ProviderKind::Ollama => Some("http://localhost:11434/v1"),
+            ProviderKind::Openrouter => Some("https://openrouter.ai/api/v1"),
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::OpenaiCompatible | ProviderKind::Scripted => None,
+        }
+    }
 }
 
 /// Guesses the provider from well-known model id prefixes.
@@ -61,7 +134,17 @@ fn infer(model: &str) -> Option<ProviderKind> {
 }
 
 /// Turns the configuration into a provider, or explains what is missing.
+/// Keys not in the configuration are read from the process environment.
 pub fn resolve(config: &ModelConfig) -> Result<Arc<dyn Provider>, ModelError> {
+    resolve_with_env(config, &|name| std::env::var(name).ok())
+}
+
+/// [`resolve`], reading environment variables through `env` instead of the
+/// process environment (so tests need not change it).
+pub fn resolve_with_env(
+    config: &ModelConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Provider>, ModelError> {
     if config.assume_model_exists && config.provider.is_none() {
         return Err(ModelError::Config(
             "`assume_model_exists` skips the model lookup, so the provider must be named: set `provider` (--provider)"
@@ -87,10 +170,53 @@ pub fn resolve(config: &ModelConfig) -> Result<Arc<dyn Provider>, ModelError> {
              ollama, openrouter or anthropic)"
         )));
     };
-    build(kind, model, config)
+    build(kind, model, config, env)
 }
 
-fn build(kind: ProviderKind, model: &str, config: &ModelConfig) -> Result<Arc<dyn Provider>, ModelError> {
-    let _ = (kind, model, config);
-    Err(ModelError::Config("HTTP providers are not built yet".into()))
+fn build(
+    kind: ProviderKind,
+    model: &str,
+    config: &ModelConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Provider>, ModelError> {
+    let name = kind.name();
+    let key = match (config.api_key.clone().filter(|k| !k.trim().is_empty()), kind.key_variable()) {
+        (Some(key), _) => Some(key),
+        (None, None) => None,
+        (None, Some(variable)) => match env(variable).filter(|k| !k.trim().is_empty()) {
+            Some(key) => Some(key),
+            None => {
+                return Err(ModelError::Config(format!(
+                    "{name} needs an API key: set {variable} (or `api_key` in the config file)"
+                )));
+            }
+        },
+    };
+    let base_url = match config.base_url.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+        Some(url) => url.to_string(),
+        None => match kind.default_base_url() {
+            Some(url) => url.to_string(),
+            None => {
+                return Err(ModelError::Config(format!(
+                    "the {name} provider needs the server's base URL, for example http://localhost:8000/v1: \
+                     set --base-url (or `base_url` in the config file)"
+                )));
+            }
+        },
+    };
+    let parsed = reqwest::Url::parse(&base_url)
+        .map_err(|e| ModelError::Config(format!("the base URL `{base_url}` for {name} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ModelError::Config(format!(
+            "the base URL `{base_url}` for {name} must start with http:// or https://"
+        )));
+    }
+    let limits = Limits::from_config(config);
+    match kind {
+        ProviderKind::Anthropic => Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits)?)),
+        ProviderKind::Scripted => {
+            Err(ModelError::Config("the scripted provider needs a script file (--script FILE)".into()))
+        }
+        _ => Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits)?)),
+    }
 }

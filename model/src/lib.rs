@@ -9,8 +9,21 @@
 //! There is no default model: [`resolve`] fails with a configuration error
 //! that says how to set one. Keys come from the environment or the caller and
 //! never appear in errors, logs or events.
+//!
+//! HTTP providers time out (default 120 s per request; for a stream, per wait
+//! for the next piece), and retry 429, 500, 502, 503, 504, 529 and failed
+//! connections with exponential backoff and jitter, honouring `retry-after`
+//! up to a cap (see [`ModelConfig`]).
+//!
+//! With the `mock` feature, [`mock::MockServer`] serves both wire formats on
+//! loopback for tests.
 
+mod anthropic;
 mod config;
+mod http;
+#[cfg(feature = "mock")]
+pub mod mock;
+mod openai;
 pub mod scripted;
 
 use std::future::Future;
@@ -18,8 +31,8 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::{ModelConfig, ProviderKind, resolve};
-pub use scripted::ScriptedProvider;
+pub use config::{ModelConfig, ProviderKind, resolve, resolve_with_env};
+pub use scripted::{Script, ScriptedCall, ScriptedProvider, ScriptedTurn};
 
 /// A boxed, sendable future, so [`Provider`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -1,0 +1,496 @@
+//! Anthropic Messages (`POST {base}/v1/messages`).
+//!
+//! System messages, wherever they are in the conversation, are joined into
+//! the top-level `system` field. Tool results travel as `tool_result` blocks
+//! in user messages; consecutive ones share a message, as the API expects.
+
+use std::collections::BTreeMap;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::http::{Http, Limits, SseEvent, is_event_stream, quote};
+use crate::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, Usage};
+
+/// The API version the request and event formats follow.
+const API_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` is required by this API; used when a request leaves it 0.
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// A provider speaking the Messages API.
+#[derive(Debug)]
+pub(crate) struct AnthropicProvider {
+    model: String,
+    url: String,
+    http: Http,
+}
+
+impl AnthropicProvider {
+    /// A provider for `model` at `base_url` (`https://api.anthropic.com`; a
+    /// base ending in `/v1` is accepted too), sending `key` as `x-api-key`.
+    pub(crate) fn new(model: &str, base_url: &str, key: Option<String>, limits: Limits) -> Result<Self, ModelError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &key {
+            let value = HeaderValue::from_str(key.trim()).map_err(|_| {
+                ModelError::Config("the API key for anthropic contains characters that cannot go in a header".into())
+            })?;
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
+        let http = Http::new("anthropic", headers, key, limits)?;
+        let base = base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") { format!("{base}/messages") } else { format!("{base}/v1/messages") };
+        Ok(AnthropicProvider { model: model.into(), url, http })
+    }
+
+    /// The request body.
+    fn body(&self, request: &Request, stream: bool) -> Value {
+        let model = if request.model.is_empty() { &self.model } else { &request.model };
+        let max_tokens = if request.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { request.max_tokens };
+        let mut body = json!({"model": model, "max_tokens": max_tokens, "messages": wire_messages(&request.messages)});
+        let system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::System { text } if !text.trim().is_empty() => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    let schema = if t.parameters.is_null() {
+                        json!({"type": "object", "properties": {}})
+                    } else {
+                        t.parameters.clone()
+                    };
+                    json!({"name": t.name, "description": t.description, "input_schema": schema})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn name(&self) -> &str {
+        self.http.provider()
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        deltas: Option<DeltaSink<'a>>,
+    ) -> BoxFuture<'a, Result<Response, ModelError>> {
+        Box::pin(async move {
+            let body = self.body(request, deltas.is_some()).to_string().into_bytes();
+            let response = self.http.post(&self.url, body, deltas.is_some()).await?;
+            match deltas {
+                Some(sink) if is_event_stream(&response) => {
+                    let mut events = self.http.events(response);
+                    let mut state = StreamState::default();
+                    while let Some(event) = events.next().await? {
+                        if state.on_event(&self.http, &event, sink)? {
+                            break;
+                        }
+                    }
+                    state.finish(&self.http)
+                }
+                deltas => {
+                    let value = self.http.read_json(response).await?;
+                    let response = parse_response(&self.http, &value)?;
+                    if let Some(sink) = deltas
+                        && !response.text.is_empty()
+                    {
+                        sink(&response.text);
+                    }
+                    Ok(response)
+                }
+            }
+        })
+    }
+}
+
+fn is_role(message: &Value, role: &str) -> bool {
+    message.get("role").and_then(Value::as_str) == Some(role)
+}
+
+fn blocks_of(message: &mut Value) -> Option<&mut Vec<Value>> {
+    message.get_mut("content").and_then(Value::as_array_mut)
+}
+
+/// The conversation as Messages API turns (system messages excluded).
+fn wire_messages(messages: &[Message]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for message in messages {
+        match message {
+            Message::System { .. } => {}
+            Message::User { text } => {
+                // The API rejects empty text blocks.
+                if text.is_empty() {
+                    continue;
+                }
+                let block = json!({"type": "text", "text": text});
+                match out.last_mut().filter(|m| is_role(m, "user")).and_then(blocks_of) {
+                    Some(blocks) => blocks.push(block),
+                    None => out.push(json!({"role": "user", "content": [block]})),
+                }
+            }
+            Message::Assistant { text, tool_calls } => {
+                let mut blocks = Vec::new();
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for call in tool_calls {
+                    // `input` must be an object.
+                    let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                }
+                if blocks.is_empty() {
+                    continue;
+                }
+                match out.last_mut().filter(|m| is_role(m, "assistant")).and_then(blocks_of) {
+                    Some(existing) => existing.extend(blocks),
+                    None => out.push(json!({"role": "assistant", "content": blocks})),
+                }
+            }
+            Message::ToolResult { call_id, content, is_error, .. } => {
+                let block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
+                // Results must come before any text in their user message, so they join only
+                // a message that holds nothing but results.
+                let only_results = |m: &&mut Value| {
+                    is_role(m, "user")
+                        && m.get("content").and_then(Value::as_array).is_some_and(|blocks| {
+                            blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                        })
+                };
+                match out.last_mut().filter(only_results).and_then(blocks_of) {
+                    Some(blocks) => blocks.push(block),
+                    None => out.push(json!({"role": "user", "content": [block]})),
+                }
+            }
+        }
+    }
+    out
+}
+
+fn stop_reason(reason: Option<&str>, has_calls: bool) -> StopReason {
+    match reason {
+        // A stop sequence ends the answer like end_turn does (nexo sets none).
+        Some("end_turn" | "stop_sequence") => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some(other) => StopReason::Other(other.into()),
+        None if has_calls => StopReason::ToolUse,
+        None => StopReason::EndTurn,
+    }
+}
+
+/// Input tokens including cached ones (which the API counts separately), so
+/// budgets see the whole prompt.
+fn input_tokens(usage: &Value) -> u64 {
+    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
+        .iter()
+        .filter_map(|f| usage.get(*f).and_then(Value::as_u64))
+        .sum()
+}
+
+fn output_tokens(usage: &Value) -> u64 {
+    usage.get("output_tokens").and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// An `error` object from a body or an `error` event.
+fn api_error(http: &Http, error: Option<&Value>) -> ModelError {
+    let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or("error");
+    let message = error.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("no message").to_string();
+    let status = match kind {
+        "overloaded_error" => return http.unavailable(format!("overloaded: {message}")),
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        _ => 500,
+    };
+    http.status_error(status, message)
+}
+
+fn tool_input(http: &Http, name: &str, input: Option<&Value>) -> Result<Value, ModelError> {
+    match input {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(object @ Value::Object(_)) => Ok(object.clone()),
+        Some(Value::String(text)) => parse_input_json(http, name, text, None),
+        Some(other) => Err(http.protocol(format!("the input of the `{name}` tool call is not an object: {other}"))),
+    }
+}
+
+fn parse_input_json(http: &Http, name: &str, text: &str, initial: Option<&Value>) -> Result<Value, ModelError> {
+    if text.trim().is_empty() {
+        return Ok(initial.filter(|v| v.is_object()).cloned().unwrap_or_else(|| json!({})));
+    }
+    serde_json::from_str(text).map_err(|e| {
+        http.protocol(format!(
+            "the input of the `{name}` tool call is not valid JSON ({e}): {}",
+            quote(text.as_bytes())
+        ))
+    })
+}
+
+/// A non-streamed answer.
+fn parse_response(http: &Http, value: &Value) -> Result<Response, ModelError> {
+    if value.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(api_error(http, value.get("error")));
+    }
+    let Some(content) = value.get("content").and_then(Value::as_array) else {
+        return Err(http.protocol(format!("the answer has no content: {}", quote(value.to_string().as_bytes()))));
+    };
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => {
+                let Some(name) = block.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
+                    return Err(http.protocol("a tool_use block has no name"));
+                };
+                let id = block.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+                let arguments = tool_input(http, name, block.get("input"))?;
+                tool_calls.push(ToolCall { id, name: name.into(), arguments });
+            }
+            // Thinking and other blocks carry nothing the caller uses.
+            _ => {}
+        }
+    }
+    let usage = value.get("usage").cloned().unwrap_or_default();
+    let stop = stop_reason(value.get("stop_reason").and_then(Value::as_str), !tool_calls.is_empty());
+    Ok(Response {
+        text,
+        tool_calls,
+        stop,
+        usage: Usage { input_tokens: input_tokens(&usage), output_tokens: output_tokens(&usage) },
+    })
+}
+
+/// One content block of a streamed answer.
+#[derive(Debug)]
+enum Block {
+    Text(String),
+    Tool { id: String, name: String, json: String, initial: Value },
+    Other,
+}
+
+/// A streamed answer being assembled.
+#[derive(Debug, Default)]
+struct StreamState {
+    /// By block index, which orders text and tool calls as the model wrote them.
+    blocks: BTreeMap<u64, Block>,
+    stop: Option<String>,
+    usage: Usage,
+    stopped: bool,
+}
+
+impl StreamState {
+    /// Takes one event; true at `message_stop`.
+    fn on_event(&mut self, http: &Http, event: &SseEvent, sink: DeltaSink<'_>) -> Result<bool, ModelError> {
+        if event.data.trim().is_empty() {
+            return Ok(false);
+        }
+        let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+            http.protocol(format!("a stream event is not valid JSON ({e}): {}", quote(event.data.as_bytes())))
+        })?;
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or(&event.event);
+        let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match kind {
+            "message_start" => {
+                if let Some(usage) = data.pointer("/message/usage") {
+                    self.usage = Usage { input_tokens: input_tokens(usage), output_tokens: output_tokens(usage) };
+                }
+            }
+            "content_block_start" => {
+                let block = data.get("content_block").cloned().unwrap_or_default();
+                let block = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        let text = block.get("text").and_then(Value::as_str).unwrap_or("").to_string();
+                        if !text.is_empty() {
+                            sink(&text);
+                        }
+                        Block::Text(text)
+                    }
+                    Some("tool_use") => Block::Tool {
+                        id: block.get("id").and_then(Value::as_str).unwrap_or("").into(),
+                        name: block.get("name").and_then(Value::as_str).unwrap_or("").into(),
+                        json: String::new(),
+                        initial: block.get("input").cloned().unwrap_or_default(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let delta = data.get("delta").cloned().unwrap_or_default();
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let text = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        match self.blocks.entry(index).or_insert_with(|| Block::Text(String::new())) {
+                            Block::Text(buffer) => buffer.push_str(text),
+                            _ => {
+                                return Err(http.protocol(format!("text arrived for block {index}, which is not text")));
+                            }
+                        }
+                        if !text.is_empty() {
+                            sink(text);
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let part = delta.get("partial_json").and_then(Value::as_str).unwrap_or("");
+                        match self.blocks.get_mut(&index) {
+                            Some(Block::Tool { json, .. }) => json.push_str(part),
+                            _ => {
+                                return Err(http.protocol(format!(
+                                    "tool input arrived for block {index}, which is not a tool call"
+                                )));
+                            }
+                        }
+                    }
+                    // Thinking, signatures, citations: nothing the caller uses.
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop = Some(reason.into());
+                }
+                if let Some(usage) = data.get("usage") {
+                    // Counts here are cumulative; newer API versions repeat the input counts too.
+                    if usage.get("output_tokens").is_some() {
+                        self.usage.output_tokens = output_tokens(usage);
+                    }
+                    let input = input_tokens(usage);
+                    if input > 0 {
+                        self.usage.input_tokens = input;
+                    }
+                }
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(true);
+            }
+            "error" => return Err(api_error(http, data.get("error"))),
+            // `ping`, `content_block_stop`, and event types added later.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// The answer, once the stream has ended.
+    fn finish(self, http: &Http) -> Result<Response, ModelError> {
+        if !self.stopped && self.stop.is_none() {
+            return Err(http.protocol("the stream was cut off: it ended before message_stop"));
+        }
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for block in self.blocks.into_values() {
+            match block {
+                Block::Text(part) => text.push_str(&part),
+                Block::Tool { id, name, json, initial } => {
+                    if name.is_empty() {
+                        return Err(http.protocol("a streamed tool_use block has no name"));
+                    }
+                    let arguments = parse_input_json(http, &name, &json, Some(&initial))?;
+                    tool_calls.push(ToolCall { id, name, arguments });
+                }
+                Block::Other => {}
+            }
+        }
+        let stop = stop_reason(self.stop.as_deref(), !tool_calls.is_empty());
+        Ok(Response { text, tool_calls, stop, usage: self.usage })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT};
+
+    fn provider(base: &str) -> AnthropicProvider {
+        let limits = Limits {
+            timeout: DEFAULT_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            base_delay: DEFAULT_RETRY_BASE_DELAY,
+            max_delay: DEFAULT_RETRY_MAX_DELAY,
+        };
+        AnthropicProvider::new("claude-x", base, Some("sk-ant-very-secret".into()), limits).unwrap()
+    }
+
+    #[test]
+    fn debug_hides_the_key_and_urls_join() {
+        let p = provider("https://api.anthropic.com/");
+        let debug = format!("{p:?}");
+        assert!(!debug.contains("sk-ant-very-secret"), "{debug}");
+        assert_eq!(p.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(provider("http://h/v1").url, "http://h/v1/messages");
+    }
+
+    #[test]
+    fn results_do_not_join_a_message_with_text() {
+        let messages = vec![
+            Message::User { text: "a".into() },
+            Message::ToolResult { call_id: "1".into(), name: "t".into(), content: "r".into(), is_error: false },
+            Message::ToolResult { call_id: "2".into(), name: "t".into(), content: "r".into(), is_error: true },
+            Message::User { text: "b".into() },
+            Message::Assistant { text: String::new(), tool_calls: vec![] },
+        ];
+        let wire = wire_messages(&messages);
+        assert_eq!(wire.len(), 2, "{wire:#?}");
+        assert_eq!(wire[1]["content"].as_array().unwrap().len(), 3);
+        assert_eq!(wire[1]["content"][1]["is_error"], true);
+        assert_eq!(wire[1]["content"][2]["type"], "text");
+    }
+
+    fn event(data: Value) -> SseEvent {
+        SseEvent { event: String::new(), data: data.to_string() }
+    }
+
+    #[test]
+    fn stream_without_message_stop() {
+        let p = provider("http://h");
+        let sink = |_: &str| {};
+        let mut state = StreamState::default();
+        state
+            .on_event(
+                &p.http,
+                &event(json!({"type": "message_start", "message": {"usage": {"input_tokens": 5}}})),
+                &sink,
+            )
+            .unwrap();
+        let cut = StreamState { ..Default::default() }.finish(&p.http).unwrap_err();
+        assert!(matches!(cut, ModelError::Protocol { .. }));
+        // A stop reason without message_stop is complete enough.
+        state
+            .on_event(
+                &p.http,
+                &event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}})),
+                &sink,
+            )
+            .unwrap();
+        let response = state.finish(&p.http).unwrap();
+        assert_eq!(response.usage, Usage { input_tokens: 5, output_tokens: 3 });
+        assert_eq!(response.stop, StopReason::EndTurn);
+    }
+}
