@@ -4,6 +4,7 @@
 
 mod failures;
 mod loading;
+mod models;
 mod running;
 
 use std::sync::OnceLock;
