@@ -56,5 +56,53 @@ fn per_turn(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_turn);
+/// The same loop against an OpenAI-compatible server given by
+/// `NEXO_BENCH_OPENAI_URL` (for example the stateless fake server used to
+/// measure peer harnesses, which answers tool calls until the request holds
+/// N tool results). Also times one bare model call with the same client, so
+/// the loop's own share per turn is the difference.
+fn per_turn_http(c: &mut Criterion) {
+    let Ok(url) = std::env::var("NEXO_BENCH_OPENAI_URL") else {
+        eprintln!("agent-loop-http: set NEXO_BENCH_OPENAI_URL to an OpenAI-compatible fake server to run this group");
+        return;
+    };
+    let turns: u32 = std::env::var("NEXO_BENCH_TURNS").ok().and_then(|t| t.parse().ok()).unwrap_or(10);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let config = nexo_model::ModelConfig {
+        model: Some("fake-model".into()),
+        provider: Some(nexo_model::ProviderKind::OpenaiCompatible),
+        base_url: Some(url),
+        max_retries: Some(0),
+        ..nexo_model::ModelConfig::default()
+    };
+    let provider = nexo_model::resolve(&config).unwrap();
+    let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi")]).unwrap());
+    // Only glob is offered, so the fake server calls glob every turn.
+    let effective = Grant::default().effective(&[Capability::Glob]);
+    let toolbox = Toolbox::new("bench", sandbox, Permissions::new(PermissionMode::ReadOnly), effective, ToolLimits::default());
+    let instructions = vec!["You are a benchmark.".to_string()];
+    let events = |_: &nexo::agent_loop::Event| {};
+    let limits = LoopLimits { max_turns: turns + 5, ..LoopLimits::default() };
+    let mut group = c.benchmark_group("agent-loop-http");
+    group.bench_function(format!("one prompt, {turns} tool turns + 1 final (loopback fake server)"), |b| {
+        b.iter(|| {
+            let ctx = LoopContext { provider: &*provider, toolbox: &toolbox, instructions: &instructions, limits, events: &events };
+            let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
+            assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));
+            black_box(outcome)
+        })
+    });
+    let request = nexo_model::Request {
+        model: "fake-model".into(),
+        messages: vec![nexo_model::Message::User { text: "list the files".into() }],
+        tools: nexo::agent_loop::tool_specs(&[Capability::Glob]),
+        max_tokens: 4096,
+    };
+    group.bench_function("one bare model call (the same client and server)", |b| {
+        b.iter(|| black_box(rt.block_on(provider.complete(&request, None)).unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_turn, per_turn_http);
 criterion_main!(benches);
