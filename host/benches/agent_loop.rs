@@ -79,14 +79,21 @@ fn per_turn_http(c: &mut Criterion) {
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi")]).unwrap());
     // Only glob is offered, so the fake server calls glob every turn.
     let effective = Grant::default().effective(&[Capability::Glob]);
-    let toolbox = Toolbox::new("bench", sandbox, Permissions::new(PermissionMode::ReadOnly), effective, ToolLimits::default());
+    let toolbox =
+        Toolbox::new("bench", sandbox, Permissions::new(PermissionMode::ReadOnly), effective, ToolLimits::default());
     let instructions = vec!["You are a benchmark.".to_string()];
     let events = |_: &nexo::agent_loop::Event| {};
     let limits = LoopLimits { max_turns: turns + 5, ..LoopLimits::default() };
     let mut group = c.benchmark_group("agent-loop-http");
     group.bench_function(format!("one prompt, {turns} tool turns + 1 final (loopback fake server)"), |b| {
         b.iter(|| {
-            let ctx = LoopContext { provider: &*provider, toolbox: &toolbox, instructions: &instructions, limits, events: &events };
+            let ctx = LoopContext {
+                provider: &*provider,
+                toolbox: &toolbox,
+                instructions: &instructions,
+                limits,
+                events: &events,
+            };
             let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
             assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));
             black_box(outcome)

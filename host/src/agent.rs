@@ -37,20 +37,16 @@ impl Plugin {
         let timeout = options.timeout.unwrap_or(self.engine().limits().run_timeout);
         let Some(manifest) = self.manifest() else { unreachable!("an agent plugin always has a manifest") };
         let toolbox = toolbox_for(manifest, options);
-        let mut options = options.clone();
-        if let Some(root) = toolbox.sandbox().host_root() {
-            // WASI writes bypass the gate, so the preopen is writable only
-            // when writes would pass it without asking.
-            let writable =
-                toolbox.effective().contains(&Capability::Write) && options.permissions.auto_allows(Capability::Write);
-            options.preopens.push(Preopen {
-                host: root.to_path_buf(),
-                guest: root.to_string_lossy().into_owned(),
-                writable,
-            });
-        }
-        let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), &options);
-        let mut store = self.store(&options, timeout)?;
+        // WASI writes bypass the gate, so the sandbox directory's preopen is
+        // writable only when writes would pass it without asking.
+        let sandbox_dir = toolbox.sandbox().host_root().map(|root| Preopen {
+            host: root.to_path_buf(),
+            guest: root.to_string_lossy().into_owned(),
+            writable: toolbox.effective().contains(&Capability::Write)
+                && options.permissions.auto_allows(Capability::Write),
+        });
+        let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), options);
+        let mut store = self.store_with(options, sandbox_dir.as_ref(), timeout)?;
         store.data_mut().toolbox = Some(Arc::new(toolbox));
         store.data_mut().prompting = Some(prompting);
         let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;

@@ -243,11 +243,12 @@ impl HostState {
 }
 
 /// Builds a store for one instance of `plugin`, with the engine's limits, a
-/// deadline of `timeout`, and the WASI grants in `options`.
+/// deadline of `timeout`, and the WASI grants in `options` plus `extra`.
 pub fn new_store(
     engine: &Engine,
     plugin: Arc<str>,
     options: &RunOptions,
+    extra: Option<&Preopen>,
     timeout: std::time::Duration,
 ) -> anyhow::Result<Store<HostState>> {
     let limits = engine.limits().clone();
@@ -262,7 +263,7 @@ pub fn new_store(
     for (key, value) in &options.env {
         wasi.env(key, value);
     }
-    for p in &options.preopens {
+    for p in options.preopens.iter().chain(extra) {
         let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
         wasi.preopened_dir(&p.host, &p.guest, perms)
             .map_err(|e| anyhow::anyhow!("cannot open {} for the plugin: {e}", p.host.display()))?;

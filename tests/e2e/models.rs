@@ -82,7 +82,8 @@ async fn full_run(kind: ProviderKind, stream: bool) {
     match kind {
         ProviderKind::Anthropic => {
             assert!(first["system"].as_str().unwrap().starts_with("You are a helpful assistant"));
-            let tools: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+            let tools: Vec<&str> =
+                first["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
             assert_eq!(tools, ["read_file", "glob"]);
             assert_eq!(sent[0].header("x-api-key"), Some("sk-test-secret"));
         }

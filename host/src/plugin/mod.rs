@@ -21,7 +21,7 @@ use crate::bindings::skill::SkillPluginPre;
 use crate::engine::{CacheOutcome, Engine};
 use crate::error::PluginError;
 use crate::manifest::{AgentManifest, BackendInfo, ProviderInfo, SkillMetadata};
-use crate::state::{HostState, LimitHit, RunOptions, new_store};
+use crate::state::{HostState, LimitHit, Preopen, RunOptions, new_store};
 
 /// The version of the `nexo:plugin` package this host implements. Any
 /// `0.1.x` plugin is accepted.
@@ -279,7 +279,17 @@ impl Plugin {
 
     /// A fresh store for one instance of this plugin.
     pub(crate) fn store(&self, options: &RunOptions, timeout: Duration) -> Result<Store<HostState>, PluginError> {
-        new_store(&self.inner.engine, self.inner.name.clone(), options, timeout)
+        self.store_with(options, None, timeout)
+    }
+
+    /// A fresh store, with one more preopen (an agent's sandbox directory).
+    pub(crate) fn store_with(
+        &self,
+        options: &RunOptions,
+        extra: Option<&Preopen>,
+        timeout: Duration,
+    ) -> Result<Store<HostState>, PluginError> {
+        new_store(&self.inner.engine, self.inner.name.clone(), options, extra, timeout)
             .map_err(|e| PluginError::Instantiate { plugin: self.inner.name.to_string(), reason: format!("{e:#}") })
     }
 
@@ -416,7 +426,7 @@ fn link(engine: &Engine, path: &Path, kind: PluginKind, component: &Component) -
 /// short call deadline.
 async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<Description, PluginError> {
     let timeout = engine.limits().call_timeout;
-    let mut store = new_store(engine, label.clone(), &RunOptions::default(), timeout)
+    let mut store = new_store(engine, label.clone(), &RunOptions::default(), None, timeout)
         .map_err(|e| PluginError::Instantiate { plugin: label.to_string(), reason: format!("{e:#}") })?;
     let result = tokio::time::timeout(timeout, async {
         wasmtime::Result::Ok(match pre {
