@@ -167,7 +167,11 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 /// published skills unloadable.
 pub fn parse_skill_md(file: &Path, text: &str) -> Result<(SkillMetadata, String), SkillError> {
     let (yaml, body) = split_frontmatter(file, text)?;
-    let root: Raw = serde_saphyr::from_str(yaml)
+    // A leading newline stands for the opening `---` line, so that the parser's
+    // line numbers are the file's; snippets are off to keep messages on one line.
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let root: Raw = serde_saphyr::from_str_with_options(&format!("\n{yaml}"), options)
         .map_err(|e| SkillError::Yaml { file: file.to_path_buf(), message: e.to_string() })?;
     let entries = match root {
         // An empty frontmatter is an empty mapping: the missing name is reported.
@@ -226,11 +230,7 @@ fn required_string(file: &Path, fields: &mut BTreeMap<String, Raw>, field: &str)
     }
 }
 
-fn optional_string(
-    file: &Path,
-    fields: &mut BTreeMap<String, Raw>,
-    field: &str,
-) -> Result<Option<String>, SkillError> {
+fn optional_string(file: &Path, fields: &mut BTreeMap<String, Raw>, field: &str) -> Result<Option<String>, SkillError> {
     match fields.remove(field) {
         None | Some(Raw::Null) => Ok(None),
         Some(Raw::Str(s)) => Ok(Some(s)),
@@ -255,11 +255,7 @@ fn metadata_map(file: &Path, value: Option<Raw>) -> Result<BTreeMap<String, Stri
     let mut map = BTreeMap::new();
     for (key, value) in entries {
         let Some(key) = key.scalar_text() else {
-            return Err(SkillError::field(
-                file,
-                "metadata",
-                format!("keys must be strings, found {}", key.kind()),
-            ));
+            return Err(SkillError::field(file, "metadata", format!("keys must be strings, found {}", key.kind())));
         };
         let field = format!("metadata.{key}");
         let text = match value {
