@@ -206,3 +206,22 @@ fn missing_skill_md_names_the_path() {
     let err = load_skill(&dir).unwrap_err();
     assert_eq!(err.to_string(), format!("no skill \"triage\": {} does not exist", dir.join("SKILL.md").display()));
 }
+
+#[test]
+fn duplicate_field() {
+    let (_tmp, _file, err) = load("triage", "---\nname: triage\nname: triage\ndescription: x\n---\n");
+    // Either our rule or the parser's duplicate-key check; both name the key.
+    assert!(err.to_string().contains("name"), "{err}");
+    assert!(err.to_string().contains("SKILL.md"), "{err}");
+}
+
+#[test]
+fn crlf_line_endings_are_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("triage");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("SKILL.md"), "---\r\nname: triage\r\ndescription: Triage.\r\n---\r\nBody.\r\n").unwrap();
+    let skill = load_skill(&dir).unwrap();
+    assert_eq!(skill.metadata.description, "Triage.");
+    assert_eq!(skill.instructions, "Body.");
+}
