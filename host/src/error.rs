@@ -223,6 +223,15 @@ pub enum PluginError {
         cap: usize,
     },
 
+    /// A skill the agent names could not be loaded.
+    #[error("agent `{agent}` names a skill that cannot be loaded: {reason}")]
+    Skill {
+        /// The agent's name.
+        agent: String,
+        /// What is wrong, naming the file and the rule (or the path looked for).
+        reason: String,
+    },
+
     /// The plugin could not be instantiated, for example because the
     /// instance pool is full.
     #[error("cannot start an instance of plugin `{plugin}`: {reason}")]

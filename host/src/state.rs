@@ -52,6 +52,9 @@ pub struct RunOptions {
     pub loop_limits: LoopLimits,
     /// Where loop events go. `None`: nowhere.
     pub events: Option<Arc<dyn EventSink>>,
+    /// The directory holding skill packages an agent names in its manifest.
+    /// `None`: `skills` in the current directory.
+    pub skills_path: Option<PathBuf>,
     /// Extra directories preopened into the component. A local sandbox's
     /// directory is preopened on its own; otherwise the component sees no
     /// filesystem at all.
@@ -114,25 +117,33 @@ impl Prompting {
         self.agent_loop.run(ctx, input).await
     }
 
-    /// The prompting setup for an agent with `manifest` under `options`.
+    /// The prompting setup for an agent with `manifest` under `options`. The
+    /// skills the manifest names are loaded eagerly: their instructions come
+    /// after the agent's and the sandbox's. A skill adds instructions only; it
+    /// never widens what the agent may do.
     pub fn new(
         manifest: &crate::manifest::AgentManifest,
         sandbox_instructions: Option<String>,
         options: &RunOptions,
-    ) -> Self {
+    ) -> Result<Self, nexo_skills::SkillError> {
         let mut limits = options.loop_limits;
         if let Some(cap) = manifest.max_turns {
             limits.max_turns = limits.max_turns.min(cap);
         }
         let mut instructions = vec![manifest.instructions.clone()];
         instructions.extend(sandbox_instructions);
-        Prompting {
+        let skills_path = options.skills_path.clone().unwrap_or_else(|| PathBuf::from("skills"));
+        for name in &manifest.skills {
+            let skill = nexo_skills::find(&skills_path, name)?;
+            instructions.push(format!("# Skill: {}\n\n{}", skill.name(), skill.instructions));
+        }
+        Ok(Prompting {
             model: options.model.clone(),
             agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
             limits,
             instructions,
             events: options.events.clone().unwrap_or_else(crate::agent_loop::no_events),
-        }
+        })
     }
 }
 

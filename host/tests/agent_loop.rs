@@ -180,3 +180,24 @@ async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let names: Vec<String> = nexo::agent_loop::tool_specs(&virt.offered()).into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["read_file", "glob", "write_file"]);
 }
+
+#[tokio::test]
+async fn skills_come_last_in_the_instructions() {
+    let dir = tempfile::tempdir().unwrap();
+    nexo_skills::scaffold(&dir.path().join("skills"), "triage").unwrap();
+    let manifest = nexo::manifest::AgentManifest {
+        name: "a".into(),
+        description: "d".into(),
+        instructions: "AGENT".into(),
+        skills: vec!["triage".into()],
+        ..Default::default()
+    };
+    let options = nexo::state::RunOptions { skills_path: Some(dir.path().join("skills")), ..Default::default() };
+    let p = nexo::state::Prompting::new(&manifest, Some("SANDBOX".into()), &options).unwrap();
+    assert_eq!(p.instructions.len(), 3);
+    assert_eq!((p.instructions[0].as_str(), p.instructions[1].as_str()), ("AGENT", "SANDBOX"));
+    assert!(p.instructions[2].starts_with("# Skill: triage"), "{}", p.instructions[2]);
+    let missing = nexo::manifest::AgentManifest { skills: vec!["nope".into()], ..manifest };
+    let err = nexo::state::Prompting::new(&missing, None, &options).err().unwrap();
+    assert!(err.to_string().contains("nope/SKILL.md does not exist"), "{err}");
+}

@@ -332,3 +332,65 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("invalid name"), "{}", stderr(&out));
 }
+
+#[test]
+fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let skills = dir.path().join("skills");
+    let out = nexo(&["skill", "new", "triage", "--path", skills.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = nexo(&["skill", "check", skills.join("triage").to_str().unwrap()]);
+    assert!(out.status.success() && stdout(&out).starts_with("ok  triage"), "{}", stderr(&out));
+    let out = nexo(&["skill", "new", "triage", "--path", skills.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "never overwrites");
+
+    // A skill that claims tools: it adds instructions, and nothing else.
+    std::fs::write(
+        skills.join("triage/SKILL.md"),
+        "---\nname: triage\ndescription: >-\n  Triage issues\n  by severity.\nallowed-tools: shell write_file\n---\n# Triage\nRank by severity.\n",
+    )
+    .unwrap();
+    let agent = dir.path().join("triager.toml");
+    std::fs::write(&agent, "name = \"triager\"\ndescription = \"Triages\"\ninstructions = \"AGENT RULES\"\ncapabilities = [\"read\"]\nskills = [\"triage\"]\n").unwrap();
+    let script = dir.path().join("s.json");
+    let turn = serde_json::json!({ "tool_calls": [{ "name": "shell", "arguments": { "command": "touch pwned" } }] });
+    std::fs::write(&script, serde_json::json!({ "turns": [turn, { "text": "done" }] }).to_string()).unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "triage",
+        "--script",
+        script.to_str().unwrap(),
+        "--skills-path",
+        skills.to_str().unwrap(),
+        "--sandbox",
+        "local",
+        "--cwd",
+        ws.to_str().unwrap(),
+        "--mode",
+        "auto",
+        "--allow",
+        "shell",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // shell was granted by the operator but not requested by the agent; the skill's allowed-tools changes nothing.
+    assert!(stdout(&out).contains(r#""name":"shell","verdict":"failed""#), "{}", stdout(&out));
+    assert!(!ws.join("pwned").exists());
+
+    // A missing skill names the path it looked for.
+    std::fs::write(&agent, "name = \"triager\"\ndescription = \"Triages\"\nskills = [\"nope\"]\n").unwrap();
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "x",
+        "--script",
+        script.to_str().unwrap(),
+        "--skills-path",
+        skills.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nope/SKILL.md does not exist"), "{}", stderr(&out));
+}

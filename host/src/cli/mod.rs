@@ -83,6 +83,26 @@ enum Command {
     },
     /// Print the `nexo:plugin` WIT package this host implements.
     Wit,
+    /// Work with skill packages (SKILL.md directories).
+    #[command(subcommand)]
+    Skill(SkillCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum SkillCommand {
+    /// Create a valid skill package: `<path>/<name>/SKILL.md` and `references/`.
+    New {
+        /// The skill's name: lowercase letters, digits and single hyphens.
+        name: String,
+        /// The skills directory.
+        #[arg(long, default_value = "skills")]
+        path: PathBuf,
+    },
+    /// Validate a skill package directory (or every package in a skills directory).
+    Check {
+        /// A skill's directory, or a skills directory holding several.
+        path: PathBuf,
+    },
 }
 
 /// Runs the CLI and returns the process exit code.
@@ -134,6 +154,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
         print!("{WIT}");
         return ExitCode::SUCCESS;
     }
+    if let Command::Skill(command) = &cli.command {
+        return skill(command);
+    }
     if let Command::Build { path, target_dir } = &cli.command {
         return build(&cli, path, target_dir.as_deref()).await;
     }
@@ -173,6 +196,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     }
                     options.model = resolved.provider;
                     options.loop_limits = resolved.limits;
+                    options.skills_path = Some(model.skills_path.clone());
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -192,7 +216,49 @@ async fn dispatch(cli: Cli) -> ExitCode {
             }
             report(result, *json)
         }
-        Command::Build { .. } | Command::Wit => unreachable!("handled above"),
+        Command::Build { .. } | Command::Wit | Command::Skill(_) => unreachable!("handled above"),
+    }
+}
+
+fn skill(command: &SkillCommand) -> ExitCode {
+    match command {
+        SkillCommand::New { name, path } => match nexo_skills::scaffold(path, name) {
+            Ok(dir) => {
+                println!("{}", dir.display());
+                eprintln!("created skill `{name}`: edit its description and instructions in SKILL.md");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        SkillCommand::Check { path } => {
+            let result = if path.join(nexo_skills::SKILL_FILE).is_file() {
+                nexo_skills::load_skill(path).map(|s| vec![s])
+            } else if path.is_dir() {
+                nexo_skills::SkillSet::load(path).map(|set| set.iter().cloned().collect())
+            } else {
+                eprintln!("error: {} is neither a skill directory nor a skills directory", path.display());
+                return ExitCode::from(2);
+            };
+            match result {
+                Ok(skills) if skills.is_empty() => {
+                    eprintln!("error: no skill packages in {}", path.display());
+                    ExitCode::from(2)
+                }
+                Ok(skills) => {
+                    for s in skills {
+                        println!("ok  {}  ({} resources)  {}", s.name(), s.resources.len(), s.metadata.description);
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

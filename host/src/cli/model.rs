@@ -36,6 +36,9 @@ pub struct ModelArgs {
     /// Stream the model's text (emits text-delta events with --json).
     #[arg(long)]
     stream: bool,
+    /// The directory of skill packages the agent may name.
+    #[arg(long, value_name = "DIR", default_value = "skills")]
+    pub skills_path: PathBuf,
 }
 
 /// `[model]` in the config file.
