@@ -45,6 +45,7 @@ fn per_turn(c: &mut Criterion) {
                     instructions: &instructions,
                     limits: LoopLimits::default(),
                     events: &events,
+                    skills: &[],
                 };
                 let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
                 assert_eq!(outcome.status, Status::Completed);
@@ -93,6 +94,7 @@ fn per_turn_http(c: &mut Criterion) {
                 instructions: &instructions,
                 limits,
                 events: &events,
+                skills: &[],
             };
             let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
             assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));

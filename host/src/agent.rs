@@ -45,8 +45,8 @@ impl Plugin {
             writable: toolbox.effective().contains(&Capability::Write)
                 && options.permissions.auto_allows(Capability::Write),
         });
-        let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), options)
-            .map_err(|e| PluginError::Skill { agent: manifest.name.clone(), reason: e.to_string() })?;
+        let skills = crate::state::resolve_skills(manifest, options).await?;
+        let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), skills, options);
         let mut store = self.store_with(options, sandbox_dir.as_ref(), timeout)?;
         store.data_mut().toolbox = Some(Arc::new(toolbox));
         store.data_mut().prompting = Some(prompting);

@@ -61,8 +61,8 @@ impl AgentFile {
     pub async fn run(&self, input: &str, options: &RunOptions) -> Result<Outcome, PluginError> {
         let sandbox: Arc<dyn Sandbox> = options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
         let toolbox = crate::agent::toolbox_with(&self.manifest, sandbox, options);
-        let prompting = Prompting::new(&self.manifest, toolbox.sandbox().instructions(), options)
-            .map_err(|e| PluginError::Skill { agent: self.manifest.name.clone(), reason: e.to_string() })?;
+        let skills = crate::state::resolve_skills(&self.manifest, options).await?;
+        let prompting = Prompting::new(&self.manifest, toolbox.sandbox().instructions(), skills, options);
         let failed = |reason: String| PluginError::AgentFailed { plugin: self.manifest.name.clone(), reason };
         let run = prompting.run(&toolbox, input);
         let timeout = options.timeout.unwrap_or(std::time::Duration::from_secs(300));

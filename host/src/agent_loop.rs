@@ -155,6 +155,38 @@ pub struct LoopContext<'a> {
     pub limits: LoopLimits,
     /// Where events go.
     pub events: &'a dyn EventSink,
+    /// Skills the model may activate (progressive disclosure): each offered
+    /// by name and description, its body returned by `activate_skill`.
+    /// Empty when skills are loaded eagerly into `instructions`.
+    pub skills: &'a [SkillDoc],
+}
+
+/// A skill as the loop offers it under progressive disclosure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillDoc {
+    /// The skill's name.
+    pub name: String,
+    /// When to use it.
+    pub description: String,
+    /// Its instructions, returned on activation.
+    pub body: String,
+}
+
+/// The tool through which the model activates a skill.
+pub const ACTIVATE_SKILL: &str = "activate_skill";
+
+fn activate_skill_spec(skills: &[SkillDoc]) -> ToolSpec {
+    let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
+    ToolSpec {
+        name: ACTIVATE_SKILL.to_string(),
+        description: "Load a skill's full instructions before doing the task it describes.".to_string(),
+        parameters: json!({
+            "type": "object",
+            "properties": { "name": { "type": "string", "enum": names, "description": "The skill's name" } },
+            "required": ["name"],
+            "additionalProperties": false
+        }),
+    }
 }
 
 /// Drives one prompt to completion. Swappable: the agent does not change.
@@ -290,6 +322,24 @@ async fn dispatch(toolbox: &Toolbox, offered: &[Capability], call: &ToolCall) ->
     }
 }
 
+/// Returns a skill's body. It reads nothing and grants nothing: a skill's
+/// files stay reachable only through the agent's own gated tools.
+fn activate(skills: &[SkillDoc], call: &ToolCall) -> ToolOutput {
+    let name = call.arguments.get("name").and_then(|v| v.as_str()).unwrap_or("");
+    match skills.iter().find(|s| s.name == name) {
+        Some(skill) => ToolOutput { content: skill.body.clone(), is_error: false, verdict: "allowed", approval: None },
+        None => ToolOutput {
+            content: format!(
+                "error: there is no skill `{name}`; the skills are: {}",
+                skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            is_error: true,
+            verdict: "failed",
+            approval: None,
+        },
+    }
+}
+
 fn summary(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     if line.chars().count() > 120 || text.lines().nth(1).is_some() {
@@ -303,7 +353,10 @@ impl Loop for HostLoop {
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>> {
         Box::pin(async move {
             let offered = ctx.toolbox.offered();
-            let tools = tool_specs(&offered);
+            let mut tools = tool_specs(&offered);
+            if !ctx.skills.is_empty() {
+                tools.push(activate_skill_spec(ctx.skills));
+            }
             let mut messages = Vec::new();
             let system: Vec<&str> = ctx.instructions.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
             if !system.is_empty() {
@@ -371,7 +424,11 @@ impl Loop for HostLoop {
                         name: call.name.clone(),
                         arguments: call.arguments.clone(),
                     });
-                    let out = dispatch(ctx.toolbox, &offered, call).await;
+                    let out = if call.name == ACTIVATE_SKILL && !ctx.skills.is_empty() {
+                        activate(ctx.skills, call)
+                    } else {
+                        dispatch(ctx.toolbox, &offered, call).await
+                    };
                     ctx.events.emit(&Event::ToolResult {
                         turn: turns,
                         id: call.id.clone(),

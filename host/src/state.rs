@@ -55,6 +55,12 @@ pub struct RunOptions {
     /// The directory holding skill packages an agent names in its manifest.
     /// `None`: `skills` in the current directory.
     pub skills_path: Option<PathBuf>,
+    /// How named skills reach the model. Default: eagerly, in the system
+    /// instructions.
+    pub skill_mode: SkillMode,
+    /// Skill components an agent may name; they are looked up before the
+    /// skills path. Each runs with zero capabilities.
+    pub skill_components: Vec<crate::Plugin>,
     /// Extra directories preopened into the component. A local sandbox's
     /// directory is preopened on its own; otherwise the component sees no
     /// filesystem at all.
@@ -82,6 +88,50 @@ impl std::fmt::Debug for RunOptions {
     }
 }
 
+/// Finds each skill `manifest` names: first among the skill components in
+/// `options`, then in the skills path.
+pub async fn resolve_skills(
+    manifest: &crate::manifest::AgentManifest,
+    options: &RunOptions,
+) -> Result<Vec<crate::agent_loop::SkillDoc>, crate::PluginError> {
+    let skills_path = options.skills_path.clone().unwrap_or_else(|| PathBuf::from("skills"));
+    let fail = |reason: String| crate::PluginError::Skill { agent: manifest.name.clone(), reason };
+    let mut found = Vec::new();
+    for name in &manifest.skills {
+        if let Some(component) = options.skill_components.iter().find(|c| c.name() == name) {
+            let crate::plugin::Description::Skill(d) = component.description() else {
+                return Err(fail(format!("{} is not a skill component", component.path().display())));
+            };
+            let body = component.skill_instructions().await.map_err(|e| fail(e.to_string()))?;
+            found.push(crate::agent_loop::SkillDoc {
+                name: d.metadata.name.clone(),
+                description: d.metadata.description.clone(),
+                body,
+            });
+            continue;
+        }
+        let skill = nexo_skills::find(&skills_path, name).map_err(|e| fail(e.to_string()))?;
+        found.push(crate::agent_loop::SkillDoc {
+            name: skill.metadata.name,
+            description: skill.metadata.description,
+            body: skill.instructions,
+        });
+    }
+    Ok(found)
+}
+
+/// How an agent's skills reach the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SkillMode {
+    /// Each skill's instructions go into the system prompt, after the
+    /// agent's and the sandbox's.
+    #[default]
+    Eager,
+    /// Only names and descriptions go into the system prompt; the model loads
+    /// a skill's instructions with the `activate_skill` tool.
+    Progressive,
+}
+
 /// What an agent instance's `prompt` import runs with.
 #[derive(Clone)]
 pub struct Prompting {
@@ -95,6 +145,8 @@ pub struct Prompting {
     pub instructions: Vec<String>,
     /// Where events go.
     pub events: Arc<dyn EventSink>,
+    /// Skills offered through `activate_skill` (progressive mode).
+    pub skills: Vec<crate::agent_loop::SkillDoc>,
 }
 
 impl Prompting {
@@ -113,37 +165,49 @@ impl Prompting {
             instructions: &self.instructions,
             limits: self.limits,
             events: &*self.events,
+            skills: &self.skills,
         };
         self.agent_loop.run(ctx, input).await
     }
 
-    /// The prompting setup for an agent with `manifest` under `options`. The
-    /// skills the manifest names are loaded eagerly: their instructions come
-    /// after the agent's and the sandbox's. A skill adds instructions only; it
-    /// never widens what the agent may do.
+    /// The prompting setup for an agent with `manifest` under `options`,
+    /// with its skills already resolved ([`resolve_skills`]). Eager skills'
+    /// instructions come after the agent's and the sandbox's. A skill adds
+    /// instructions only; it never widens what the agent may do.
     pub fn new(
         manifest: &crate::manifest::AgentManifest,
         sandbox_instructions: Option<String>,
+        skills: Vec<crate::agent_loop::SkillDoc>,
         options: &RunOptions,
-    ) -> Result<Self, nexo_skills::SkillError> {
+    ) -> Self {
         let mut limits = options.loop_limits;
         if let Some(cap) = manifest.max_turns {
             limits.max_turns = limits.max_turns.min(cap);
         }
         let mut instructions = vec![manifest.instructions.clone()];
         instructions.extend(sandbox_instructions);
-        let skills_path = options.skills_path.clone().unwrap_or_else(|| PathBuf::from("skills"));
-        for name in &manifest.skills {
-            let skill = nexo_skills::find(&skills_path, name)?;
-            instructions.push(format!("# Skill: {}\n\n{}", skill.name(), skill.instructions));
+        let mut offered = Vec::new();
+        for skill in skills {
+            match options.skill_mode {
+                SkillMode::Eager => instructions.push(format!("# Skill: {}\n\n{}", skill.name, skill.body)),
+                SkillMode::Progressive => offered.push(skill),
+            }
         }
-        Ok(Prompting {
+        if !offered.is_empty() {
+            let list: Vec<String> = offered.iter().map(|s| format!("- {}: {}", s.name, s.description)).collect();
+            instructions.push(format!(
+                "Skills are available. Before a task one of them covers, load it with `activate_skill`:\n{}",
+                list.join("\n")
+            ));
+        }
+        Prompting {
             model: options.model.clone(),
             agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
             limits,
             instructions,
             events: options.events.clone().unwrap_or_else(crate::agent_loop::no_events),
-        })
+            skills: offered,
+        }
     }
 }
 

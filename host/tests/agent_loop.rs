@@ -34,7 +34,7 @@ async fn run(
         let events = events.clone();
         move |e: &Event| events.lock().unwrap().push(e.clone())
     };
-    let ctx = LoopContext { provider, toolbox: tb, instructions, limits, events: &sink };
+    let ctx = LoopContext { provider, toolbox: tb, instructions, limits, events: &sink, skills: &[] };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let events = events.lock().unwrap().clone();
     (outcome, events)
@@ -193,11 +193,67 @@ async fn skills_come_last_in_the_instructions() {
         ..Default::default()
     };
     let options = nexo::state::RunOptions { skills_path: Some(dir.path().join("skills")), ..Default::default() };
-    let p = nexo::state::Prompting::new(&manifest, Some("SANDBOX".into()), &options).unwrap();
+    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
+    let p = nexo::state::Prompting::new(&manifest, Some("SANDBOX".into()), skills, &options);
     assert_eq!(p.instructions.len(), 3);
     assert_eq!((p.instructions[0].as_str(), p.instructions[1].as_str()), ("AGENT", "SANDBOX"));
     assert!(p.instructions[2].starts_with("# Skill: triage"), "{}", p.instructions[2]);
     let missing = nexo::manifest::AgentManifest { skills: vec!["nope".into()], ..manifest };
-    let err = nexo::state::Prompting::new(&missing, None, &options).err().unwrap();
+    let err = nexo::state::resolve_skills(&missing, &options).await.err().unwrap();
     assert!(err.to_string().contains("nope/SKILL.md does not exist"), "{err}");
+}
+
+#[tokio::test]
+async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
+    let dir = tempfile::tempdir().unwrap();
+    let skills = dir.path().join("skills");
+    std::fs::create_dir_all(skills.join("triage")).unwrap();
+    std::fs::write(
+        skills.join("triage/SKILL.md"),
+        "---\nname: triage\ndescription: Rank issues by severity.\n---\nSECRET-BODY: rank high, medium, low.\n",
+    )
+    .unwrap();
+    let manifest = nexo::manifest::AgentManifest {
+        name: "a".into(),
+        description: "d".into(),
+        instructions: "AGENT".into(),
+        skills: vec!["triage".into()],
+        ..Default::default()
+    };
+    let options = nexo::state::RunOptions {
+        skills_path: Some(skills),
+        skill_mode: nexo::state::SkillMode::Progressive,
+        ..Default::default()
+    };
+    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
+    let p = nexo::state::Prompting::new(&manifest, None, skills, &options);
+    let system = p.instructions.join("\n");
+    assert!(system.contains("- triage: Rank issues by severity."), "{system}");
+    assert!(!system.contains("SECRET-BODY"), "only the name and description go up front");
+
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Read]);
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "activate_skill", "arguments": { "name": "triage" } },
+                         { "name": "activate_skill", "arguments": { "name": "nope" } }] },
+        { "text": "ranked" }
+    ]));
+    let ctx = LoopContext {
+        provider: &provider,
+        toolbox: &tb,
+        instructions: &p.instructions,
+        limits: LoopLimits::default(),
+        events: &|_: &Event| {},
+        skills: &p.skills,
+    };
+    let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
+    let results: Vec<(&str, bool)> = outcome
+        .transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { content, is_error, .. } => Some((content.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], ("SECRET-BODY: rank high, medium, low.", false));
+    assert!(results[1].1 && results[1].0.contains("there is no skill `nope`"), "{results:?}");
 }

@@ -349,3 +349,37 @@ async fn the_agents_turn_cap_and_the_operators_cap_both_hold() {
     instance.run("loop").await.unwrap();
     assert_eq!(instance.last_outcome().unwrap().turns, 3);
 }
+
+#[tokio::test]
+async fn a_skill_component_matches_its_skill_directory_and_serves_an_agent() {
+    // plugins/skills/code-review is both a SKILL.md package and the crate that
+    // compiles it into a component: the two must say the same thing.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/skills/code-review");
+    let package = nexo_skills::load_skill(&dir).unwrap();
+    let component = Plugin::load(engine(), built::CODE_REVIEW).await.unwrap();
+    let nexo::plugin::Description::Skill(d) = component.description() else { panic!("not a skill") };
+    assert_eq!(d.metadata.name, package.metadata.name);
+    assert_eq!(d.metadata.description, package.metadata.description);
+    assert_eq!(d.resources, package.resources);
+    assert_eq!(component.skill_instructions().await.unwrap(), package.instructions);
+
+    // A declarative agent names the skill; the component serves it, with no capabilities of its own.
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("reviewer.toml");
+    std::fs::write(
+        &file,
+        "name = \"reviewer\"\ndescription = \"Reviews\"\ninstructions = \"AGENT\"\nskills = [\"code-review\"]\n",
+    )
+    .unwrap();
+    let agent = nexo::agent_file::AgentFile::load(&file).unwrap();
+    let options = RunOptions {
+        model: Some(scripted(serde_json::json!([{ "text": "reviewed" }]))),
+        skill_components: vec![component],
+        skills_path: Some(work.path().join("no-such-dir")),
+        ..RunOptions::default()
+    };
+    let outcome = agent.run("review", &options).await.unwrap();
+    let nexo_model::Message::System { text } = &outcome.transcript[0] else { panic!() };
+    assert!(text.starts_with("AGENT"), "{text}");
+    assert!(text.contains("# Skill: code-review") && text.contains("Read the changed files"), "{text}");
+}

@@ -197,6 +197,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     options.model = resolved.provider;
                     options.loop_limits = resolved.limits;
                     options.skills_path = Some(model.skills_path.clone());
+                    if model.progressive_skills {
+                        options.skill_mode = nexo::state::SkillMode::Progressive;
+                    }
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

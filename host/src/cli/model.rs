@@ -39,6 +39,10 @@ pub struct ModelArgs {
     /// The directory of skill packages the agent may name.
     #[arg(long, value_name = "DIR", default_value = "skills")]
     pub skills_path: PathBuf,
+    /// Load skills progressively: only names and descriptions up front, the
+    /// model activates one with a tool (default: eagerly, in the instructions).
+    #[arg(long)]
+    pub progressive_skills: bool,
 }
 
 /// `[model]` in the config file.
