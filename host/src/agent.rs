@@ -2,8 +2,9 @@
 //!
 //! Each agent instance gets a [`Toolbox`]: its sandbox, the permission gate
 //! and its effective grant (requested ∩ granted). The `tools` import calls
-//! it; refusals come back as `tool-error` values, never traps. `prompt`
-//! answers `model-error::not-configured` until model providers are wired in.
+//! it; refusals come back as `tool-error` values, never traps. `prompt` runs
+//! the run's loop with its model (and answers `model-error::not-configured`,
+//! saying how to set one, when there is none).
 
 use std::sync::Arc;
 use std::time::Duration;

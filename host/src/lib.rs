@@ -18,10 +18,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Data flows one way: manifest → grant → instance → tools → model loop →
-//! events. This release covers loading, inspecting and running plugins; the
-//! host tools and the model loop answer with typed refusals until the
-//! permission layer and the providers land.
+//! Data flows one way: manifest ([`manifest`]) → grant ([`permissions`]) →
+//! instance ([`plugin`], [`state`]) → tools ([`tools`], in a sandbox from
+//! `nexo-sandbox`) → model loop ([`agent_loop`], providers from `nexo-model`)
+//! → events. Web access (`fetch`, `web_search`, search backends' HTTP) passes
+//! the gate but is refused until the guarded HTTP client lands.
 
 pub mod agent;
 pub mod agent_file;
