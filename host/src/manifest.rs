@@ -4,8 +4,6 @@
 //! host (and `nexo inspect --json`) works with. Names serialize in kebab-case,
 //! as in the WIT.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::bindings;
@@ -136,23 +134,8 @@ pub struct AgentManifest {
     pub permissions: Option<PermissionMode>,
 }
 
-/// A skill's metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct SkillMetadata {
-    /// Short identifier.
-    pub name: String,
-    /// What it does and when to use it.
-    pub description: String,
-    /// Licence.
-    pub license: Option<String>,
-    /// Environment requirements.
-    pub compatibility: Option<String>,
-    /// Tools it expects (informational; grants nothing).
-    pub allowed_tools: Vec<String>,
-    /// Free-form metadata.
-    pub extra: BTreeMap<String, String>,
-}
+/// A skill's metadata: one type for SKILL.md packages and skill components.
+pub use nexo_skills::SkillMetadata;
 
 /// A search backend's self-description.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,8 +33,11 @@ pub const RESOURCE_DIRS: [&str; 3] = ["references", "scripts", "assets"];
 /// The description [`scaffold`] writes, to be replaced by the author.
 pub const PLACEHOLDER_DESCRIPTION: &str = "Describe what this skill does and when to use it.";
 
-/// The frontmatter of a `SKILL.md`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The frontmatter of a `SKILL.md`, validated. The host uses the same type for
+/// skill components' metadata; it serializes with the frontmatter's
+/// kebab-case names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct SkillMetadata {
     /// 1–64 lowercase letters, digits and single hyphens; equals the directory name.
     pub name: String,
