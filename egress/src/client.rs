@@ -1,0 +1,846 @@
+//! The guarded client: allow-lists, the address guard at connect time,
+//! header hygiene, secret injection, redirects and limits.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION};
+use tracing::info;
+use url::{Host, Url};
+
+use crate::address::check_address;
+use crate::allow::HostList;
+use crate::resolver::{Resolver, SystemResolver};
+
+/// The `User-Agent` of every request.
+pub const USER_AGENT: &str = concat!("nexo/", env!("CARGO_PKG_VERSION"));
+
+const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
+const DEFAULT_MAX_REDIRECTS: usize = 5;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Shorter secrets are too likely to occur by chance to be scrubbed from
+/// response bodies.
+const MIN_SCRUB_LEN: usize = 8;
+
+/// Why a request was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressError {
+    /// The URL is malformed, not http(s), or carries credentials.
+    #[error("bad URL: {0}")]
+    BadUrl(String),
+    /// A caller header is malformed.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The host (of the first URL or of a redirect) is not on an allow-list.
+    #[error("host `{host}` is not on the allow-list (allowed: {allowed}); add it to fetch_allow / the backend's hosts")]
+    HostNotAllowed {
+        /// The refused host.
+        host: String,
+        /// The list that refused it.
+        allowed: String,
+    },
+    /// The host is, or resolves to, an address that is not public.
+    #[error("{}", non_public_message(.host, .ip, .reason))]
+    NonPublicAddress {
+        /// The host as written in the URL.
+        host: String,
+        /// The refused address.
+        ip: IpAddr,
+        /// What kind of address it is.
+        reason: String,
+    },
+    /// The host name could not be resolved.
+    #[error("cannot resolve `{host}`: {message}; check the host name")]
+    Resolve {
+        /// The host name.
+        host: String,
+        /// What the resolver said.
+        message: String,
+    },
+    /// The redirect chain is longer than the policy allows.
+    #[error(
+        "more than {limit} redirects (the next would go to {last}); fetch the final URL directly or allow more redirects"
+    )]
+    TooManyRedirects {
+        /// The policy's redirect limit.
+        limit: usize,
+        /// Where the refused redirect pointed (scheme, host and path only).
+        last: String,
+    },
+    /// A hop did not finish in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A network or protocol failure.
+    #[error("request failed: {0}")]
+    Failed(String),
+    /// The client or a secret header is misconfigured.
+    #[error("egress configuration: {0}")]
+    Config(String),
+}
+
+impl EgressError {
+    /// Whether this is a policy refusal (the request was not allowed) rather
+    /// than a network failure or a configuration error.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            EgressError::BadUrl(_)
+                | EgressError::BadRequest(_)
+                | EgressError::HostNotAllowed { .. }
+                | EgressError::NonPublicAddress { .. }
+                | EgressError::TooManyRedirects { .. }
+        )
+    }
+}
+
+fn non_public_message(host: &str, ip: &IpAddr, reason: &str) -> String {
+    let what = if host.trim_start_matches('[').trim_end_matches(']') == ip.to_string() {
+        format!("{ip} is {reason}")
+    } else {
+        format!("`{host}` resolves to {ip}, {reason}")
+    };
+    format!("{what}; nexo never connects to private, loopback or link-local addresses")
+}
+
+/// A header the client adds to requests for the policy's hosts, such as an
+/// API key. Its value cannot be read back, and `Debug` redacts it.
+#[derive(Clone)]
+pub struct SecretHeader {
+    name: String,
+    value: String,
+}
+
+impl SecretHeader {
+    /// A secret header; fails with [`EgressError::Config`] if `name` or
+    /// `value` is not a valid header, or `name` is one the client controls
+    /// (`host`, `content-length`, hop-by-hop headers).
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Result<Self, EgressError> {
+        let name = name.into().to_ascii_lowercase();
+        let value = value.into();
+        if HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(EgressError::Config(format!("`{name}` is not a valid header name for a secret header")));
+        }
+        if HeaderValue::from_str(&value).is_err() {
+            return Err(EgressError::Config(format!(
+                "the secret value for header `{name}` is not a valid header value (no control characters or line breaks)"
+            )));
+        }
+        if CLIENT_CONTROLLED.contains(&name.as_str()) && !CREDENTIALS.contains(&name.as_str()) {
+            return Err(EgressError::Config(format!("`{name}` is set by the client and cannot be a secret header")));
+        }
+        if name.starts_with("proxy-") {
+            return Err(EgressError::Config(format!("`{name}` is a proxy header; nexo uses no proxy")));
+        }
+        Ok(SecretHeader { name, value })
+    }
+
+    /// The header name, lowercased.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn header(&self) -> Result<(HeaderName, HeaderValue), EgressError> {
+        let name = HeaderName::from_bytes(self.name.as_bytes())
+            .map_err(|_| EgressError::Config(format!("`{}` is not a valid header name", self.name)))?;
+        let mut value = HeaderValue::from_str(&self.value)
+            .map_err(|_| EgressError::Config(format!("the secret value for `{}` is not valid", self.name)))?;
+        // Keeps it out of hyper's own debug output.
+        value.set_sensitive(true);
+        Ok((name, value))
+    }
+}
+
+impl fmt::Debug for SecretHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: <redacted>", self.name)
+    }
+}
+
+/// What one request may reach: the hosts, operator narrowing, injected
+/// secrets and limits.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    hosts: HostList,
+    within: Vec<HostList>,
+    secrets: Vec<SecretHeader>,
+    max_body: usize,
+    max_redirects: usize,
+    timeout: Duration,
+}
+
+impl Policy {
+    /// A policy allowing `hosts`, with the default limits: 2 MiB of body, 5
+    /// redirects, 30 seconds per hop.
+    pub fn new(hosts: HostList) -> Self {
+        Policy {
+            hosts,
+            within: Vec::new(),
+            secrets: Vec::new(),
+            max_body: DEFAULT_MAX_BODY,
+            max_redirects: DEFAULT_MAX_REDIRECTS,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// A second list every hop must also match (the operator narrowing an
+    /// agent's list). May be called several times; every list must match.
+    pub fn also_within(mut self, list: HostList) -> Self {
+        self.within.push(list);
+        self
+    }
+
+    /// Adds `secret` to every request whose host matches the policy's hosts.
+    /// A later secret with the same name replaces an earlier one.
+    pub fn inject(mut self, secret: SecretHeader) -> Self {
+        self.secrets.retain(|s| s.name != secret.name);
+        self.secrets.push(secret);
+        self
+    }
+
+    /// The most body bytes kept; the rest is not read.
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// The most redirects followed.
+    pub fn max_redirects(mut self, redirects: usize) -> Self {
+        self.max_redirects = redirects;
+        self
+    }
+
+    /// The time limit for each hop: resolving, connecting, and reading the
+    /// whole (capped) body.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The hosts requests may reach.
+    pub fn hosts(&self) -> &HostList {
+        &self.hosts
+    }
+
+    /// The narrowing lists given with [`Policy::also_within`].
+    pub fn narrowed_by(&self) -> &[HostList] {
+        &self.within
+    }
+
+    /// The names of the injected secret headers.
+    pub fn secret_names(&self) -> impl Iterator<Item = &str> {
+        self.secrets.iter().map(SecretHeader::name)
+    }
+
+    /// The body limit in bytes.
+    pub fn body_limit(&self) -> usize {
+        self.max_body
+    }
+
+    /// The redirect limit.
+    pub fn redirect_limit(&self) -> usize {
+        self.max_redirects
+    }
+
+    /// The time limit per hop.
+    pub fn time_limit(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// A response to [`GuardedClient::get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The final URL, after redirects.
+    pub url: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The response headers, in order (values decoded lossily as UTF-8).
+    pub headers: Vec<(String, String)>,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
+    /// The body, at most the policy's `max_body` bytes.
+    pub body: Vec<u8>,
+    /// Whether the body was cut at `max_body`.
+    pub truncated: bool,
+}
+
+/// Headers the client sets itself or that carry credentials; callers cannot
+/// send them. `proxy-*` and `x-forwarded-*` are matched by prefix.
+const CLIENT_CONTROLLED: &[&str] = &[
+    "host",
+    "user-agent",
+    "cookie",
+    "authorization",
+    "proxy-authorization",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "content-length",
+    "forwarded",
+    "expect",
+];
+
+/// Controlled headers an operator may still inject as secrets.
+const CREDENTIALS: &[&str] = &["authorization", "cookie"];
+
+fn caller_may_send(lower: &str) -> bool {
+    !(CLIENT_CONTROLLED.contains(&lower) || lower.starts_with("proxy-") || lower.starts_with("x-forwarded-"))
+}
+
+/// The checks shared by the pre-flight and the connect-time resolver.
+struct Guard {
+    resolver: Arc<dyn Resolver>,
+    exempt: Vec<IpAddr>,
+    /// Test routes (feature `testing`); always empty otherwise.
+    routes: HashMap<IpAddr, SocketAddr>,
+}
+
+impl Guard {
+    fn check(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
+        if self.exempt.contains(&ip) {
+            return Ok(());
+        }
+        check_address(ip).map_err(|refused| EgressError::NonPublicAddress {
+            host: host.to_string(),
+            ip,
+            reason: refused.explanation(),
+        })
+    }
+
+    /// Resolves `name`; every address must pass, or the whole name is refused.
+    async fn resolve_checked(&self, name: &str) -> Result<Vec<IpAddr>, EgressError> {
+        let addrs = self
+            .resolver
+            .resolve(name)
+            .await
+            .map_err(|e| EgressError::Resolve { host: name.to_string(), message: e.to_string() })?;
+        if addrs.is_empty() {
+            return Err(EgressError::Resolve { host: name.to_string(), message: "no addresses".into() });
+        }
+        for ip in &addrs {
+            self.check(name, *ip)?;
+        }
+        Ok(addrs)
+    }
+
+    fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
+        // Port 0: hyper fills in the URL's port.
+        self.routes.get(&ip).copied().unwrap_or(SocketAddr::new(ip, 0))
+    }
+}
+
+/// A guard refusal travelling through reqwest's error chain.
+#[derive(Debug)]
+struct Refused(EgressError);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// reqwest resolves every new connection's host through this, so the guard
+/// checks exactly the addresses it connects to: a name that resolves
+/// differently at connect time (DNS rebinding) is checked again.
+struct ConnectGuard(Arc<Guard>);
+
+impl reqwest::dns::Resolve for ConnectGuard {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let guard = Arc::clone(&self.0);
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs = guard.resolve_checked(&name).await.map_err(|e| Box::new(Refused(e)))?;
+            let addrs: Vec<SocketAddr> = addrs.into_iter().map(|ip| guard.connect_addr(ip)).collect();
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// Builds a [`GuardedClient`].
+pub struct GuardedClientBuilder {
+    resolver: Arc<dyn Resolver>,
+    exempt: Vec<IpAddr>,
+    connect_timeout: Duration,
+    routes: HashMap<IpAddr, SocketAddr>,
+}
+
+impl Default for GuardedClientBuilder {
+    fn default() -> Self {
+        GuardedClientBuilder {
+            resolver: Arc::new(SystemResolver),
+            exempt: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            routes: HashMap::new(),
+        }
+    }
+}
+
+impl fmt::Debug for GuardedClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedClientBuilder")
+            .field("allow_private", &self.exempt)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardedClientBuilder {
+    /// Resolves host names with `resolver` instead of the system resolver.
+    /// The guard checks whatever it returns.
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Exempts exactly these addresses from the address guard, for an
+    /// operator's self-hosted backend on a private address. Never for the
+    /// fetch tool. [`build`](Self::build) refuses unspecified, multicast and
+    /// broadcast addresses.
+    pub fn allow_private(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.exempt.extend(addrs);
+        self
+    }
+
+    /// How long to wait for a TCP (and TLS) connection; 10 seconds by default.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Tests only: after `checked` has passed the guard, connect to `to`
+    /// instead. The guard still runs on `checked`; a route exempts nothing.
+    /// Only names resolved at connect time are routed (IP-literal URLs
+    /// connect directly), and a port in the URL replaces `to`'s port.
+    #[cfg(feature = "testing")]
+    pub fn route_for_tests(mut self, checked: IpAddr, to: SocketAddr) -> Self {
+        self.routes.insert(checked, to);
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<GuardedClient, EgressError> {
+        for ip in &self.exempt {
+            let canonical = ip.to_canonical();
+            let refused = if canonical.is_unspecified() {
+                Some("the unspecified address")
+            } else if canonical.is_multicast() {
+                Some("a multicast address")
+            } else if canonical == IpAddr::from([255, 255, 255, 255]) {
+                Some("the broadcast address")
+            } else {
+                None
+            };
+            if let Some(what) = refused {
+                return Err(EgressError::Config(format!(
+                    "cannot exempt {ip} from the address guard: it is {what}; give the backend's own unicast address"
+                )));
+            }
+        }
+        let mut exempt = self.exempt;
+        exempt.sort();
+        exempt.dedup();
+        let guard = Arc::new(Guard { resolver: self.resolver, exempt, routes: self.routes });
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
+            .user_agent(USER_AGENT)
+            .connect_timeout(self.connect_timeout)
+            .https_only(false)
+            .http1_only()
+            .dns_resolver(Arc::new(ConnectGuard(Arc::clone(&guard))))
+            .build()
+            .map_err(|e| EgressError::Config(format!("cannot set up the HTTP client: {}", chain(&e))))?;
+        Ok(GuardedClient { inner: Arc::new(Inner { http, guard }) })
+    }
+}
+
+/// The guarded HTTP client. Cloning is cheap and shares one connection pool.
+#[derive(Clone)]
+pub struct GuardedClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    guard: Arc<Guard>,
+}
+
+impl fmt::Debug for GuardedClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedClient").field("allow_private", &self.inner.guard.exempt).finish_non_exhaustive()
+    }
+}
+
+enum Hop {
+    Done(Response),
+    Redirect(Url),
+}
+
+impl GuardedClient {
+    /// A client with the system resolver and no exemptions.
+    pub fn new() -> Result<Self, EgressError> {
+        Self::builder().build()
+    }
+
+    /// A builder with the defaults of [`GuardedClient::new`].
+    pub fn builder() -> GuardedClientBuilder {
+        GuardedClientBuilder::default()
+    }
+
+    /// GETs `url` under `policy`, following allowed redirects. Every hop is
+    /// checked against the policy's host lists and the address guard.
+    pub async fn get(&self, url: &str, headers: &[(String, String)], policy: &Policy) -> Result<Response, EgressError> {
+        let caller = caller_headers(headers, policy)?;
+        let mut current = Url::parse(url)
+            .map_err(|e| EgressError::BadUrl(format!("`{}` is not a valid URL: {e}", strip_query(url))))?;
+        let mut followed = 0;
+        loop {
+            match self.hop(&current, &caller, policy).await? {
+                Hop::Done(response) => return Ok(response),
+                Hop::Redirect(next) => {
+                    if followed >= policy.max_redirects {
+                        return Err(EgressError::TooManyRedirects { limit: policy.max_redirects, last: shown(&next) });
+                    }
+                    followed += 1;
+                    current = next;
+                }
+            }
+        }
+    }
+
+    /// One request, logged once with its verdict.
+    async fn hop(&self, url: &Url, caller: &HeaderMap, policy: &Policy) -> Result<Hop, EgressError> {
+        let url_shown = shown(url);
+        let host = url.host_str().unwrap_or_default();
+        let result = self.hop_unlogged(url, caller, policy, &url_shown).await;
+        match &result {
+            Ok(Hop::Done(r)) => info!(
+                target: "nexo::egress",
+                host,
+                verdict = "ok",
+                url = %url_shown,
+                status = r.status,
+                bytes = r.body.len(),
+                truncated = r.truncated
+            ),
+            Ok(Hop::Redirect(next)) => {
+                info!(target: "nexo::egress", host, verdict = "redirect", url = %url_shown, to = %shown(next))
+            }
+            Err(e) => info!(
+                target: "nexo::egress",
+                host,
+                verdict = if e.is_refusal() { "refused" } else { "failed" },
+                url = %url_shown,
+                error = %e
+            ),
+        }
+        result
+    }
+
+    async fn hop_unlogged(
+        &self,
+        url: &Url,
+        caller: &HeaderMap,
+        policy: &Policy,
+        url_shown: &str,
+    ) -> Result<Hop, EgressError> {
+        let host = check_url(url, url_shown)?;
+        let host_text = host.to_string();
+        if !policy.hosts.matches_url_host(&host) {
+            return Err(EgressError::HostNotAllowed { host: host_text, allowed: policy.hosts.to_string() });
+        }
+        for list in &policy.within {
+            if !list.matches_url_host(&host) {
+                return Err(EgressError::HostNotAllowed {
+                    host: host_text,
+                    allowed: format!("{list}, as narrowed by the operator"),
+                });
+            }
+        }
+        let inject = if policy.hosts.matches_url_host(&host) { policy.secrets.as_slice() } else { &[] };
+        let work = async {
+            let guard = &self.inner.guard;
+            match host {
+                Host::Ipv4(ip) => guard.check(&host_text, IpAddr::V4(ip))?,
+                Host::Ipv6(ip) => guard.check(&host_text, IpAddr::V6(ip))?,
+                // Refuses early with a clear error; the connect-time resolver
+                // checks again whatever it connects to.
+                Host::Domain(name) => drop(guard.resolve_checked(name).await?),
+            }
+            let mut headers = caller.clone();
+            for secret in inject {
+                let (name, value) = secret.header()?;
+                headers.insert(name, value);
+            }
+            let response = self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
+            self.finish(url, response, policy, inject, url_shown).await
+        };
+        match tokio::time::timeout(policy.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(EgressError::Timeout(format!(
+                "GET {url_shown} did not finish within {:?}; the server is slow or unreachable — retry later or allow more time",
+                policy.timeout
+            ))),
+        }
+    }
+
+    async fn finish(
+        &self,
+        url: &Url,
+        mut response: reqwest::Response,
+        policy: &Policy,
+        injected: &[SecretHeader],
+        url_shown: &str,
+    ) -> Result<Hop, EgressError> {
+        let status = response.status().as_u16();
+        if matches!(status, 301 | 302 | 303 | 307 | 308)
+            && let Some(location) = response.headers().get(LOCATION)
+        {
+            let location = String::from_utf8_lossy(location.as_bytes()).into_owned();
+            let next = url.join(&location).map_err(|e| {
+                EgressError::BadUrl(format!(
+                    "{url_shown} redirected to `{}`, which is not a valid URL: {e}",
+                    strip_query(&location)
+                ))
+            })?;
+            return Ok(Hop::Redirect(next));
+        }
+        let secrets: Vec<&[u8]> =
+            injected.iter().map(|s| s.value.as_bytes()).filter(|v| v.len() >= MIN_SCRUB_LEN).collect();
+        let headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = scrub(value.as_bytes().to_vec(), &secrets);
+                (name.as_str().to_string(), String::from_utf8_lossy(&value).into_owned())
+            })
+            .collect();
+        let content_type =
+            headers.iter().find(|(name, _)| name == reqwest::header::CONTENT_TYPE.as_str()).map(|(_, v)| v.clone());
+        let mut body = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = response.chunk().await.map_err(|e| send_error(e, url_shown))? {
+            let room = policy.max_body - body.len();
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Hop::Done(Response {
+            url: url.to_string(),
+            status,
+            headers,
+            content_type,
+            body: scrub(body, &secrets),
+            truncated,
+        }))
+    }
+}
+
+/// Scheme, user info and host checks for one hop.
+fn check_url<'u>(url: &'u Url, url_shown: &str) -> Result<Host<&'u str>, EgressError> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(EgressError::BadUrl(format!(
+            "{url_shown} uses the scheme `{}`; only http and https URLs can be fetched",
+            url.scheme()
+        )));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(EgressError::BadUrl(format!(
+            "{url_shown} carries credentials (`user:password@`); remove them — nexo never sends credentials from URLs"
+        )));
+    }
+    url.host().ok_or_else(|| EgressError::BadUrl(format!("{url_shown} has no host")))
+}
+
+/// The caller's headers minus those the client controls, carry credentials,
+/// or share a name with a secret header.
+fn caller_headers(headers: &[(String, String)], policy: &Policy) -> Result<HeaderMap, EgressError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if !caller_may_send(&lower) || policy.secrets.iter().any(|s| s.name == lower) {
+            tracing::debug!(target: "nexo::egress", header = %lower, "dropped a caller header");
+            continue;
+        }
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
+        let value = HeaderValue::from_str(value).map_err(|_| {
+            EgressError::BadRequest(format!(
+                "the value of header `{name}` is not a valid header value (no control characters or line breaks)"
+            ))
+        })?;
+        map.append(header, value);
+    }
+    Ok(map)
+}
+
+/// A reqwest error as an [`EgressError`], keeping a guard refusal from the
+/// connect-time resolver as it was.
+fn send_error(error: reqwest::Error, url_shown: &str) -> EgressError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(err) = source {
+        if let Some(Refused(refusal)) = err.downcast_ref::<Refused>() {
+            return refusal.clone();
+        }
+        source = err.source();
+    }
+    let error = error.without_url();
+    if error.is_timeout() {
+        EgressError::Timeout(format!("GET {url_shown}: {}; the server is slow or unreachable", chain(&error)))
+    } else {
+        EgressError::Failed(format!("GET {url_shown}: {}", chain(&error)))
+    }
+}
+
+/// An error and its sources, joined with ": ".
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(err) = source {
+        let next = err.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = err.source();
+    }
+    text
+}
+
+/// Scheme, host, port and path: query strings and fragments can hold secrets.
+fn shown(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
+        None => format!("{}://{host}{}", url.scheme(), url.path()),
+    }
+}
+
+fn strip_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or_default()
+}
+
+/// Replaces each secret in `bytes` with `<redacted>`, should a server echo one.
+fn scrub(mut bytes: Vec<u8>, secrets: &[&[u8]]) -> Vec<u8> {
+    for secret in secrets {
+        if bytes.windows(secret.len()).any(|w| w == *secret) {
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i..].starts_with(secret) {
+                    out.extend_from_slice(b"<redacted>");
+                    i += secret.len();
+                } else {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+            bytes = out;
+        }
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_header_debug_is_redacted() {
+        let secret = SecretHeader::new("X-Api-Key", "sk-very-secret-value").unwrap();
+        assert_eq!(format!("{secret:?}"), "x-api-key: <redacted>");
+        let policy = Policy::new(HostList::new(["example.com"]).unwrap()).inject(secret);
+        assert!(!format!("{policy:?}").contains("sk-very-secret-value"));
+        assert_eq!(policy.secret_names().collect::<Vec<_>>(), ["x-api-key"]);
+    }
+
+    #[test]
+    fn secret_header_validation() {
+        assert!(matches!(SecretHeader::new("bad name", "v"), Err(EgressError::Config(_))));
+        assert!(matches!(SecretHeader::new("x-key", "a\nb"), Err(EgressError::Config(_))));
+        assert!(matches!(SecretHeader::new("Host", "evil"), Err(EgressError::Config(_))));
+        assert!(matches!(SecretHeader::new("proxy-authorization", "x"), Err(EgressError::Config(_))));
+        assert!(SecretHeader::new("Authorization", "Bearer abc").is_ok());
+    }
+
+    #[test]
+    fn caller_headers_are_filtered() {
+        let policy = Policy::new(HostList::default()).inject(SecretHeader::new("x-api-key", "secret-value").unwrap());
+        let given: Vec<(String, String)> = [
+            "Host",
+            "User-Agent",
+            "Cookie",
+            "Authorization",
+            "Proxy-Authorization",
+            "Proxy-Foo",
+            "Connection",
+            "Keep-Alive",
+            "Transfer-Encoding",
+            "TE",
+            "Upgrade",
+            "Content-Length",
+            "Forwarded",
+            "X-Forwarded-For",
+            "X-API-KEY",
+            "Accept",
+            "X-Custom",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), "v".to_string()))
+        .collect();
+        let map = caller_headers(&given, &policy).unwrap();
+        let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["accept", "x-custom"]);
+        let bad = caller_headers(&[("bad name".into(), "v".into())], &policy).unwrap_err();
+        assert!(matches!(bad, EgressError::BadRequest(_)), "{bad}");
+        let bad = caller_headers(&[("x-ok".into(), "a\r\nb".into())], &policy).unwrap_err();
+        assert!(matches!(bad, EgressError::BadRequest(_)), "{bad}");
+    }
+
+    #[test]
+    fn shown_urls_drop_query_and_userinfo() {
+        let url = Url::parse("https://u:p@example.com:8443/a/b?token=secret#frag").unwrap();
+        assert_eq!(shown(&url), "https://example.com:8443/a/b");
+    }
+
+    #[test]
+    fn scrub_replaces_every_occurrence() {
+        let out = scrub(b"a-SECRET12-b-SECRET12".to_vec(), &[b"SECRET12"]);
+        assert_eq!(out, b"a-<redacted>-b-<redacted>");
+    }
+
+    #[test]
+    fn error_messages_name_cause_and_fix() {
+        let e = EgressError::HostNotAllowed { host: "x.org".into(), allowed: "a.com, b.com".into() };
+        assert_eq!(
+            e.to_string(),
+            "host `x.org` is not on the allow-list (allowed: a.com, b.com); add it to fetch_allow / the backend's hosts"
+        );
+        let e = EgressError::NonPublicAddress {
+            host: "localhost".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            reason: "a loopback address".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "`localhost` resolves to 127.0.0.1, a loopback address; nexo never connects to private, loopback or link-local addresses"
+        );
+        assert!(e.is_refusal());
+        assert!(!EgressError::Timeout("t".into()).is_refusal());
+        assert!(!EgressError::Failed("f".into()).is_refusal());
+    }
+}

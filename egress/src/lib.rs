@@ -1,0 +1,64 @@
+//! The one guarded HTTP client every nexo egress path uses: the agent `fetch`
+//! tool and the outbound HTTP of search-backend components.
+//!
+//! Egress is denied by default. A request goes out only if every hop — the
+//! first URL and each redirect — passes all of these:
+//!
+//! 1. **URL**: parsed the WHATWG way ([`url::Url`]), so the numeric host forms
+//!    (`http://2130706433/`, `http://0177.0.0.1/`, `http://0x7f.1/`,
+//!    `http://127.1/`) become the address they denote before any check. Only
+//!    `http` and `https`; user info (`user:pass@`) is refused, never sent.
+//! 2. **Allow-lists**: the host must match the [`Policy`]'s [`HostList`] and
+//!    every list added with [`Policy::also_within`] (an operator narrowing an
+//!    agent's list). Lists match whole labels — `example.com` covers
+//!    `news.example.com`, never `notexample.com` — and have no globs.
+//! 3. **Address guard**: an IP-literal host, and every address a host name
+//!    resolves to, must be public ([`check_address`]): loopback, private,
+//!    link-local (including the 169.254.169.254 cloud metadata endpoint),
+//!    CGNAT, documentation, multicast, reserved and IPv4-embedding IPv6 forms
+//!    are refused. If any one address of a name is refused, the whole name is.
+//!    Only addresses an operator listed with
+//!    [`GuardedClientBuilder::allow_private`] are exempt (for a self-hosted
+//!    search backend, never for the fetch tool).
+//! 4. **Connect what was checked**: the HTTP stack resolves names through the
+//!    guard itself (a `reqwest` DNS resolver wrapping the [`Resolver`]), so
+//!    the addresses checked are exactly the addresses connected to. A name
+//!    that answers a public address first and a private one at connect time
+//!    (DNS rebinding) is refused at connect time. Any [`Resolver`] may be
+//!    plugged in: the guard checks whatever it returns.
+//!
+//! The client never uses a proxy, never keeps cookies, always sends `GET` with
+//! `User-Agent:` [`USER_AGENT`], and drops caller headers that it controls or
+//! that carry credentials (`Authorization`, `Cookie`, `Host`, `Proxy-*`,
+//! `X-Forwarded-*`, hop-by-hop headers). Credentials reach a server only as a
+//! [`SecretHeader`] the operator put in the policy: the client adds it to
+//! requests for the policy's hosts, its value cannot be read back, `Debug`
+//! redacts it, and it is scrubbed from responses that echo it. Bodies are
+//! capped ([`Policy::max_body`], then `truncated` is set), each hop has a
+//! time limit, and redirects are limited.
+//!
+//! Each hop logs one `info` line on target `nexo::egress` with the host and
+//! the verdict; logs carry scheme, host and path only, since query strings
+//! can hold secrets.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nexo_egress::EgressError> {
+//! use nexo_egress::{GuardedClient, HostList, Policy};
+//!
+//! let client = GuardedClient::new()?;
+//! let hosts = HostList::new(["example.com"]).map_err(|e| nexo_egress::EgressError::Config(e.to_string()))?;
+//! let response = client.get("https://news.example.com/", &[], &Policy::new(hosts)).await?;
+//! println!("{} {} bytes", response.status, response.body.len());
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod address;
+pub mod allow;
+pub mod client;
+pub mod resolver;
+
+pub use address::{NonPublic, check_address};
+pub use allow::{BadHost, HostList};
+pub use client::{EgressError, GuardedClient, GuardedClientBuilder, Policy, Response, SecretHeader, USER_AGENT};
+pub use resolver::{Resolver, SystemResolver};
