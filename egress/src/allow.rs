@@ -135,13 +135,13 @@ fn parse_entry(raw: &str) -> Result<Entry, BadHost> {
         return Err(bad(raw, "it contains whitespace; give one bare host name per entry"));
     }
     if raw.contains("://") {
-        return Err(bad(raw, "it has a scheme; give the bare host, e.g. `example.com` instead of `https://example.com`"));
-    }
-    if raw.contains('*') || raw.contains('?') || raw.contains('{') || raw.contains('}') || raw.contains('!') {
         return Err(bad(
             raw,
-            "wildcards and globs are not supported; `example.com` already covers all its subdomains",
+            "it has a scheme; give the bare host, e.g. `example.com` instead of `https://example.com`",
         ));
+    }
+    if raw.contains('*') || raw.contains('?') || raw.contains('{') || raw.contains('}') || raw.contains('!') {
+        return Err(bad(raw, "wildcards and globs are not supported; `example.com` already covers all its subdomains"));
     }
     if raw.contains('@') {
         return Err(bad(raw, "it has user info (`user@`); give the bare host"));
@@ -195,14 +195,22 @@ mod tests {
     #[test]
     fn name_entry_covers_subdomains_by_whole_labels() {
         let l = list(&["example.com"]);
-        for host in ["example.com", "news.example.com", "a.b.example.com", "EXAMPLE.COM", "News.Example.Com.", "example.com."]
+        for host in
+            ["example.com", "news.example.com", "a.b.example.com", "EXAMPLE.COM", "News.Example.Com.", "example.com."]
         {
             assert!(l.matches(host), "{host} should match");
         }
-        for host in
-            ["notexample.com", "evil-example.com", "example.com.evil.org", "example.co", "com", "xexample.com", "",
-             "example.com..", ".example.com"]
-        {
+        for host in [
+            "notexample.com",
+            "evil-example.com",
+            "example.com.evil.org",
+            "example.co",
+            "com",
+            "xexample.com",
+            "",
+            "example.com..",
+            ".example.com",
+        ] {
             assert!(!l.matches(host), "{host} should not match");
         }
     }

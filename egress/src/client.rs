@@ -195,7 +195,10 @@ impl Policy {
     }
 
     /// Adds `secret` to every request whose host matches the policy's hosts.
-    /// A later secret with the same name replaces an earlier one.
+    /// Caller headers of the same name are dropped; a later secret with the
+    /// same name replaces an earlier one. Should a server echo the value, it
+    /// is replaced by `<redacted>` in the response headers and body (values
+    /// shorter than 8 bytes are left alone: they occur by chance).
     pub fn inject(mut self, secret: SecretHeader) -> Self {
         self.secrets.retain(|s| s.name != secret.name);
         self.secrets.push(secret);
@@ -336,6 +339,8 @@ impl Guard {
     }
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A guard refusal travelling through reqwest's error chain.
 #[derive(Debug)]
 struct Refused(EgressError);
@@ -358,7 +363,9 @@ impl reqwest::dns::Resolve for ConnectGuard {
         let guard = Arc::clone(&self.0);
         let name = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs = guard.resolve_checked(&name).await.map_err(|e| Box::new(Refused(e)))?;
+            // Boxed as the trait object directly: `?` on a `Box<Refused>` would box
+            // it again and hide it from the downcast in `send_error`.
+            let addrs = guard.resolve_checked(&name).await.map_err(|e| -> BoxError { Box::new(Refused(e)) })?;
             let addrs: Vec<SocketAddr> = addrs.into_iter().map(|ip| guard.connect_addr(ip)).collect();
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
@@ -583,7 +590,8 @@ impl GuardedClient {
                 let (name, value) = secret.header()?;
                 headers.insert(name, value);
             }
-            let response = self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
+            let response =
+                self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
             self.finish(url, response, policy, inject, url_shown).await
         };
         match tokio::time::timeout(policy.timeout, work).await {

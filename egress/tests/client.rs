@@ -1,0 +1,274 @@
+//! The guarded client against real loopback servers: what it sends, what it
+//! returns, limits, redirects, secrets and exemptions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{FakeResolver, Reply, Server, hosts, routed_client};
+use nexo_egress::{EgressError, GuardedClient, Policy, SecretHeader, USER_AGENT};
+
+fn public_resolver() -> FakeResolver {
+    FakeResolver::new(&[
+        ("public.test", &["93.184.216.34"]),
+        ("www.public.test", &["93.184.216.34"]),
+        ("api.public.test", &["93.184.216.34"]),
+        ("other.public.test", &["93.184.216.34"]),
+    ])
+}
+
+fn header_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+#[tokio::test]
+async fn get_returns_status_body_type_and_final_url() {
+    let server = Server::start(|_| Reply::ok("text/plain; charset=utf-8", "hello")).await;
+    let client = routed_client(public_resolver(), &server);
+    let response = client.get("http://public.test/page?q=1", &[], &Policy::new(hosts(&["public.test"]))).await.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, b"hello");
+    assert!(!response.truncated);
+    assert_eq!(response.content_type.as_deref(), Some("text/plain; charset=utf-8"));
+    assert_eq!(response.url, "http://public.test/page?q=1");
+    assert!(response.headers.iter().any(|(n, v)| n == "content-length" && v == "5"), "{:?}", response.headers);
+
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, "GET");
+    assert_eq!(seen[0].target, "/page?q=1");
+    assert_eq!(USER_AGENT, format!("nexo/{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(seen[0].all("user-agent"), [USER_AGENT]);
+    assert_eq!(seen[0].header("host"), Some("public.test"));
+    assert_eq!(seen[0].header("cookie"), None);
+}
+
+#[tokio::test]
+async fn caller_credentials_and_controlled_headers_are_dropped() {
+    let server = Server::start(|_| Reply::ok("text/plain", "ok")).await;
+    let client = routed_client(public_resolver(), &server);
+    let headers = header_pairs(&[
+        ("Authorization", "Bearer caller-token"),
+        ("Cookie", "session=caller"),
+        ("Host", "evil.example"),
+        ("User-Agent", "curl/8"),
+        ("Proxy-Authorization", "Basic eA=="),
+        ("X-Forwarded-For", "127.0.0.1"),
+        ("Accept", "text/html"),
+        ("X-Custom", "kept"),
+    ]);
+    client.get("http://public.test/", &headers, &Policy::new(hosts(&["public.test"]))).await.unwrap();
+    let seen = &server.requests()[0];
+    assert_eq!(seen.all("accept"), ["text/html"]);
+    assert_eq!(seen.header("x-custom"), Some("kept"));
+    assert_eq!(seen.all("host"), ["public.test"]);
+    assert_eq!(seen.all("user-agent"), [USER_AGENT]);
+    for dropped in ["authorization", "cookie", "proxy-authorization", "x-forwarded-for"] {
+        assert_eq!(seen.header(dropped), None, "{dropped} reached the server: {seen:?}");
+    }
+}
+
+#[tokio::test]
+async fn secret_header_is_injected_and_never_shown() {
+    const KEY: &str = "sk-test-0123456789abcdef";
+    // The server echoes the key back, as some error pages do.
+    let server = Server::start(|req| {
+        let key = req.header("x-api-key").unwrap_or("none").to_string();
+        Reply {
+            status: 200,
+            headers: vec![("X-Echo".into(), key.clone()), ("Content-Type".into(), "text/plain".into())],
+            body: format!("your key is {key}").into_bytes(),
+        }
+    })
+    .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"])).inject(SecretHeader::new("X-Api-Key", KEY).unwrap());
+    assert!(!format!("{policy:?}").contains(KEY), "{policy:?}");
+    assert!(format!("{policy:?}").contains("x-api-key: <redacted>"), "{policy:?}");
+
+    // A caller header of the same name cannot replace or add to the secret.
+    let forged = header_pairs(&[("x-api-key", "forged")]);
+    let response = client.get("http://www.public.test/data", &forged, &policy).await.unwrap();
+    let seen = &server.requests()[0];
+    assert_eq!(seen.all("x-api-key"), [KEY], "the granted host gets exactly the secret");
+    assert!(!format!("{response:?}").contains(KEY), "{response:?}");
+    assert_eq!(response.body, b"your key is <redacted>");
+    assert!(response.headers.contains(&("x-echo".into(), "<redacted>".into())), "{:?}", response.headers);
+
+    let err = client.get("http://elsewhere.test/", &[], &policy).await.unwrap_err();
+    assert!(!format!("{err:?} {err}").contains(KEY));
+}
+
+#[tokio::test]
+async fn body_is_capped_and_marked_truncated() {
+    let server = Server::start(|_| Reply::ok("application/octet-stream", vec![b'x'; 1_000_000])).await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"])).max_body(1000);
+    let response = client.get("http://public.test/big", &[], &policy).await.unwrap();
+    assert_eq!(response.body.len(), 1000);
+    assert!(response.truncated);
+
+    let policy = Policy::new(hosts(&["public.test"])).max_body(1_000_000);
+    let response = client.get("http://public.test/big", &[], &policy).await.unwrap();
+    assert_eq!(response.body.len(), 1_000_000);
+    assert!(!response.truncated, "a body of exactly max_body is whole");
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out() {
+    let server = Server::silent().await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"])).timeout(Duration::from_millis(300));
+    let started = Instant::now();
+    let err = client.get("http://public.test/slow?token=hidden", &[], &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::Timeout(_)), "{err}");
+    assert!(!err.is_refusal());
+    assert!(!err.to_string().contains("hidden"), "query strings stay out of messages: {err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(server.count(), 1, "the request reached the server");
+}
+
+#[tokio::test]
+async fn redirects_within_the_list_are_followed() {
+    let server = Server::start(|req| match req.target.as_str() {
+        "/start" => Reply::redirect(302, "http://www.public.test/middle"),
+        "/middle" => Reply::redirect(303, "/final?x=1"),
+        "/final?x=1" => Reply::ok("text/html", "final"),
+        "/no-location" => Reply { status: 302, headers: vec![], body: b"nowhere".to_vec() },
+        _ => Reply { status: 404, headers: vec![], body: Vec::new() },
+    })
+    .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"]));
+    let response = client.get("http://public.test/start", &[], &policy).await.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, b"final");
+    assert_eq!(response.url, "http://www.public.test/final?x=1");
+    let hosts_seen: Vec<_> = server.requests().iter().map(|r| r.header("host").unwrap().to_string()).collect();
+    assert_eq!(hosts_seen, ["public.test", "www.public.test", "www.public.test"]);
+
+    // A 3xx without Location is an answer, not a redirect.
+    let response = client.get("http://public.test/no-location", &[], &policy).await.unwrap();
+    assert_eq!(response.status, 302);
+    assert_eq!(response.body, b"nowhere");
+
+    // No redirects allowed: the first one is too many.
+    let err = client.get("http://public.test/start", &[], &policy.clone().max_redirects(0)).await.unwrap_err();
+    assert!(matches!(err, EgressError::TooManyRedirects { limit: 0, .. }), "{err}");
+}
+
+#[tokio::test]
+async fn allow_private_exempts_exactly_the_listed_address() {
+    let server = Server::start(|_| Reply::ok("application/json", "{}")).await;
+    let url = format!("http://127.0.0.1:{}/search", server.port());
+    let policy = Policy::new(hosts(&["127.0.0.1"]));
+
+    let exempt = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
+    let response = exempt.get(&url, &[], &policy).await.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, b"{}");
+
+    let guarded = GuardedClient::new().unwrap();
+    let err = guarded.get(&url, &[], &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::NonPublicAddress { .. }), "{err}");
+
+    // Another loopback address is not exempt.
+    let other = format!("http://127.0.0.2:{}/", server.port());
+    let err = exempt.get(&other, &[], &Policy::new(hosts(&["127.0.0.2"]))).await.unwrap_err();
+    assert!(matches!(err, EgressError::NonPublicAddress { .. }), "{err}");
+    assert_eq!(server.count(), 1);
+}
+
+#[tokio::test]
+async fn allow_private_exempts_resolved_names_too() {
+    let server = Server::start(|_| Reply::ok("text/plain", "backend")).await;
+    let resolver = FakeResolver::new(&[("backend.internal", &["127.0.0.1"])]);
+    let client = GuardedClient::builder()
+        .resolver(Arc::new(resolver))
+        .allow_private([IpAddr::from([127, 0, 0, 1])])
+        .build()
+        .unwrap();
+    let url = format!("http://backend.internal:{}/", server.port());
+    let response = client.get(&url, &[], &Policy::new(hosts(&["backend.internal"]))).await.unwrap();
+    assert_eq!(response.body, b"backend");
+}
+
+#[test]
+fn allow_private_refuses_unspecified_multicast_and_broadcast() {
+    for ip in ["0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "::ffff:0.0.0.0"] {
+        let ip: IpAddr = ip.parse().unwrap();
+        let err = GuardedClient::builder().allow_private([ip]).build().unwrap_err();
+        assert!(matches!(err, EgressError::Config(_)), "{ip}: {err}");
+        assert!(err.to_string().contains(&ip.to_string()), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn also_within_narrows_the_hosts() {
+    let server = Server::start(|_| Reply::ok("text/plain", "ok")).await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"])).also_within(hosts(&["api.public.test"]));
+
+    let response = client.get("http://api.public.test/v1", &[], &policy).await.unwrap();
+    assert_eq!(response.status, 200);
+
+    for url in ["http://public.test/", "http://other.public.test/"] {
+        let err = client.get(url, &[], &policy).await.unwrap_err();
+        assert!(
+            matches!(&err, EgressError::HostNotAllowed { allowed, .. } if allowed.contains("api.public.test")),
+            "{err}"
+        );
+        assert!(err.is_refusal());
+    }
+    // Every narrowing list must match.
+    let twice = policy.clone().also_within(hosts(&["www.public.test"]));
+    let err = client.get("http://api.public.test/v1", &[], &twice).await.unwrap_err();
+    assert!(matches!(err, EgressError::HostNotAllowed { .. }), "{err}");
+    assert_eq!(server.count(), 1);
+}
+
+#[tokio::test]
+async fn off_list_hosts_are_refused_before_any_lookup() {
+    let resolver = public_resolver();
+    let calls = resolver.calls.clone();
+    let server = Server::trap().await;
+    let client = routed_client(resolver, &server);
+    let err = client.get("http://notpublic.test/", &[], &Policy::new(hosts(&["public.test"]))).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "host `notpublic.test` is not on the allow-list (allowed: public.test); add it to fetch_allow / the backend's hosts"
+    );
+    let err = client.get("http://public.test/", &[], &Policy::new(Default::default())).await.unwrap_err();
+    assert!(matches!(err, EgressError::HostNotAllowed { .. }), "an empty list allows nothing: {err}");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(server.count(), 0);
+}
+
+#[tokio::test]
+async fn clones_share_the_client() {
+    let server = Server::start(|_| Reply::ok("text/plain", "ok")).await;
+    let client = routed_client(public_resolver(), &server);
+    let clone = client.clone();
+    let policy = Policy::new(hosts(&["public.test"]));
+    let (a, b) =
+        tokio::join!(client.get("http://public.test/a", &[], &policy), clone.get("http://public.test/b", &[], &policy));
+    assert_eq!(a.unwrap().status, 200);
+    assert_eq!(b.unwrap().status, 200);
+    assert_eq!(server.count(), 2);
+}
+
+#[tokio::test]
+async fn bad_caller_headers_are_refused() {
+    let server = Server::trap().await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"]));
+    let err =
+        client.get("http://public.test/", &header_pairs(&[("X-Ok", "a\r\nInjected: 1")]), &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::BadRequest(_)), "{err}");
+    let err = client.get("http://public.test/", &header_pairs(&[("Bad Name", "v")]), &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::BadRequest(_)), "{err}");
+    assert_eq!(server.count(), 0);
+}
