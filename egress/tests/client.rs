@@ -272,3 +272,65 @@ async fn bad_caller_headers_are_refused() {
     assert!(matches!(err, EgressError::BadRequest(_)), "{err}");
     assert_eq!(server.count(), 0);
 }
+
+/// Collects `nexo::egress` events as text, one line per event.
+#[derive(Default, Clone)]
+struct Capture(Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={:?}", field.name(), value));
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(format!("{} {}", event.metadata().target(), event.metadata().level()));
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn one_log_line_per_hop_without_query_or_secrets() {
+    const KEY: &str = "sk-log-test-0123456789";
+    let server = Server::start(|req| match req.target.as_str() {
+        "/start?token=hidden" => Reply::redirect(302, "/final?token=hidden2"),
+        _ => Reply::ok("text/plain", "ok"),
+    })
+    .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy = Policy::new(hosts(&["public.test"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let capture = Capture::default();
+    let guard = tracing::subscriber::set_default(capture.clone());
+    client.get("http://public.test/start?token=hidden", &[], &policy).await.unwrap();
+    client.get("http://elsewhere.test/x?token=hidden3", &[], &policy).await.unwrap_err();
+    drop(guard);
+
+    let lines = capture.0.lock().unwrap().clone();
+    let hops: Vec<&String> = lines.iter().filter(|l| l.starts_with("nexo::egress INFO")).collect();
+    assert_eq!(hops.len(), 3, "{lines:#?}");
+    assert!(hops[0].contains("host=\"public.test\"") && hops[0].contains("verdict=\"redirect\""), "{}", hops[0]);
+    assert!(
+        hops[0].contains("http://public.test/start") && hops[0].contains("http://public.test/final"),
+        "{}",
+        hops[0]
+    );
+    assert!(hops[1].contains("verdict=\"ok\"") && hops[1].contains("status=200"), "{}", hops[1]);
+    assert!(hops[2].contains("host=\"elsewhere.test\"") && hops[2].contains("verdict=\"refused\""), "{}", hops[2]);
+    for line in &lines {
+        assert!(!line.contains("token=") && !line.contains(KEY), "leaked: {line}");
+    }
+}
