@@ -23,6 +23,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("TOOL_PROBE", "tool-probe"),
     ("GREEDY_SKILL", "greedy-skill"),
     ("MEMORY_PROVIDER", "memory-provider"),
+    ("WEB_PROBE", "web-probe"),
+    ("SECRET_PROBE", "secret-probe"),
 ];
 
 fn main() {

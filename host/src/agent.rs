@@ -77,7 +77,11 @@ pub(crate) fn toolbox_with(manifest: &AgentManifest, sandbox: Arc<dyn Sandbox>, 
         permissions = permissions.narrowed_to(requested);
     }
     let effective = options.grant.effective(&manifest.capabilities);
+    let fetch =
+        crate::web::Fetcher::new(&manifest.fetch_allow, options.grant.fetch_hosts.as_deref(), options.http.clone())
+            .transpose();
     Toolbox::new(&manifest.name, sandbox, permissions, effective, options.tool_limits)
+        .with_web(fetch, options.search.clone())
 }
 
 impl AgentInstance {
@@ -227,7 +231,13 @@ impl tools::Host for HostState {
             Ok(tb) => tb
                 .fetch(&url)
                 .await
-                .map(|body| tools::Page { url: url.clone(), status: 200, content_type: None, body, truncated: false })
+                .map(|p| tools::Page {
+                    url: p.url,
+                    status: p.status,
+                    content_type: p.content_type,
+                    body: p.body,
+                    truncated: p.truncated,
+                })
                 .map_err(wit_error),
             Err(e) => Err(e),
         };
@@ -236,7 +246,9 @@ impl tools::Host for HostState {
 
     async fn web_search(&mut self, query: String) -> wasmtime::Result<Result<Vec<SearchHit>, ToolError>> {
         let result = match self.toolbox("web-search", &[&query]) {
-            Ok(tb) => tb.web_search(&query).await.map_err(wit_error),
+            Ok(tb) => {
+                tb.web_search(&query).await.map(|hits| hits.into_iter().map(Into::into).collect()).map_err(wit_error)
+            }
             Err(e) => Err(e),
         };
         Ok(result)

@@ -32,7 +32,13 @@ impl AgentFile {
     pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, PluginError> {
         let path = path.as_ref().to_path_buf();
         let text = std::fs::read_to_string(&path).map_err(|source| PluginError::Read { path: path.clone(), source })?;
-        let manifest: AgentManifest = toml::from_str(&text).map_err(|e| PluginError::BadManifest {
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates the TOML `text`; `path` names it in errors.
+    pub fn parse(text: &str, path: impl Into<PathBuf>) -> Result<AgentFile, PluginError> {
+        let path = path.into();
+        let manifest: AgentManifest = toml::from_str(text).map_err(|e| PluginError::BadManifest {
             path: path.clone(),
             kind: PluginKind::Agent,
             field: "file",

@@ -259,6 +259,15 @@ pub enum PluginError {
         /// The backend's explanation.
         reason: String,
     },
+
+    /// The operator's network grant for a component cannot be used.
+    #[error("the network grant for `{plugin}` is invalid: {reason}")]
+    Egress {
+        /// The plugin's name.
+        plugin: String,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
 }
 
 fn guest_output(stderr: &str) -> String {

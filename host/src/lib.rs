@@ -21,8 +21,8 @@
 //! Data flows one way: manifest ([`manifest`]) → grant ([`permissions`]) →
 //! instance ([`plugin`], [`state`]) → tools ([`tools`], in a sandbox from
 //! `nexo-sandbox`) → model loop ([`agent_loop`], providers from `nexo-model`)
-//! → events. Web access (`fetch`, `web_search`, search backends' HTTP) passes
-//! the gate but is refused until the guarded HTTP client lands.
+//! → events. Every web request (the `fetch` tool, search backends' and
+//! sandbox providers' HTTP) goes through one guarded client ([`web`]).
 
 pub mod agent;
 pub mod agent_file;
@@ -39,6 +39,7 @@ pub mod skill;
 pub mod state;
 pub mod tools;
 pub mod truncate;
+pub mod web;
 
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::PluginError;

@@ -148,23 +148,27 @@ impl Permissions {
 pub struct Grant {
     /// The granted capabilities.
     pub capabilities: BTreeSet<Capability>,
+    /// Hosts the operator lets any agent fetch from. `None`: the agent's own
+    /// `fetch-allow` list decides. Set, a URL must be on both lists
+    /// (subdomain-aware), so the operator can only narrow.
+    pub fetch_hosts: Option<Vec<String>>,
 }
 
 impl Default for Grant {
     fn default() -> Self {
-        Grant { capabilities: DEFAULT_ALLOW.into_iter().collect() }
+        Grant { capabilities: DEFAULT_ALLOW.into_iter().collect(), fetch_hosts: None }
     }
 }
 
 impl Grant {
     /// Grants exactly `caps`.
     pub fn of(caps: impl IntoIterator<Item = Capability>) -> Self {
-        Grant { capabilities: caps.into_iter().collect() }
+        Grant { capabilities: caps.into_iter().collect(), fetch_hosts: None }
     }
 
     /// Grants nothing.
     pub fn none() -> Self {
-        Grant { capabilities: BTreeSet::new() }
+        Grant { capabilities: BTreeSet::new(), fetch_hosts: None }
     }
 
     /// Requested ∩ granted.

@@ -16,6 +16,7 @@ use crate::bindings::provider::exports::nexo::plugin::sandbox_provider::SandboxE
 use crate::error::PluginError;
 use crate::plugin::{Description, Plugin, PluginKind, Pre, settle};
 use crate::state::{HostState, RunOptions};
+use crate::web::EgressGrant;
 
 /// A provider instance behind the [`RemoteClient`] calls.
 struct ComponentClient {
@@ -30,12 +31,27 @@ impl Plugin {
     /// from within a tokio runtime; the sandbox's blocking methods must then
     /// run off the runtime's async threads (as the tools do).
     pub async fn sandbox_provider(&self, options: &RunOptions) -> Result<RemoteSandbox, PluginError> {
+        self.sandbox_provider_with(options, &EgressGrant::default()).await
+    }
+
+    /// [`Plugin::sandbox_provider`] with a network grant: the hosts the
+    /// provider may reach through `outbound-http`, its API key (added by the
+    /// host) and its settings.
+    pub async fn sandbox_provider_with(
+        &self,
+        options: &RunOptions,
+        grant: &EgressGrant,
+    ) -> Result<RemoteSandbox, PluginError> {
         self.expect_kind(PluginKind::SandboxProvider)?;
+        let egress =
+            grant.egress().map_err(|reason| PluginError::Egress { plugin: self.name().to_string(), reason })?;
         let (Pre::SandboxProvider(pre), Description::SandboxProvider(info)) = (self.pre(), self.description()) else {
             unreachable!("a sandbox provider holds a provider InstancePre and description")
         };
         let call_timeout = options.timeout.unwrap_or(self.engine().limits().run_timeout);
         let mut store = self.store(options, call_timeout)?;
+        store.data_mut().settings = grant.settings.clone();
+        store.data_mut().egress = egress;
         let result = tokio::time::timeout(call_timeout, pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", call_timeout, result)?;
         let client = ComponentClient {

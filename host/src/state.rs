@@ -70,8 +70,13 @@ pub struct RunOptions {
     /// Environment variables for the component. Empty by default: it sees
     /// only what the operator passes.
     pub env: Vec<(String, String)>,
-    /// Plain settings a search backend reads through its `config` import.
-    pub settings: BTreeMap<String, String>,
+    /// The backend behind the `web_search` tool. `None`: agents get no
+    /// search tool, even with `search` granted.
+    pub search: Option<Arc<dyn crate::search::SearchBackend>>,
+    /// The guarded client for the `fetch` tool. `None`: the process-wide one
+    /// ([`crate::web::shared_client`]). Whatever client is used, the fetch
+    /// tool never reaches a private address.
+    pub http: Option<nexo_egress::GuardedClient>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -84,6 +89,7 @@ impl std::fmt::Debug for RunOptions {
             .field("timeout", &self.timeout)
             .field("model", &self.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
             .field("loop_limits", &self.loop_limits)
+            .field("search", &self.search.as_ref().map(|s| s.name().to_string()))
             .finish_non_exhaustive()
     }
 }
@@ -282,8 +288,10 @@ pub struct HostState {
     pub limits: Limits,
     /// The resource limiter.
     pub limiter: RunLimiter,
-    /// Settings for a search backend's `config` import.
+    /// Settings for a component's `config` import.
     pub settings: BTreeMap<String, String>,
+    /// A component's outbound HTTP; `None` refuses every request.
+    pub egress: Option<Arc<crate::web::Egress>>,
     /// Log lines written so far.
     pub log_lines: usize,
     /// The agent's tools, for agent instances.
@@ -352,7 +360,8 @@ pub fn new_store(
     let state = HostState {
         plugin,
         limiter,
-        settings: options.settings.clone(),
+        settings: BTreeMap::new(),
+        egress: None,
         log_lines: 0,
         toolbox: None,
         prompting: None,

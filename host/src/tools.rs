@@ -1,6 +1,11 @@
 //! The agent tools: read-file, write-file, glob, shell, fetch and
 //! web-search, behind the one permission gate.
 //!
+//! `fetch` and `web-search` run in the host process, not the sandbox: a
+//! container with no network does not constrain them. Their bounds are the
+//! gate, the agent's `fetch-allow` list (and the operator's `fetch-hosts`),
+//! the configured backend, and the guarded client's address rules.
+//!
 //! A [`Toolbox`] belongs to one run. It holds the sandbox (*where*), the
 //! permissions and the effective grant (*what*), and the read tracker for the
 //! read-before-write guard. The WIT `tools` import and the model loop both
@@ -13,9 +18,13 @@ use std::time::{Duration, SystemTime};
 
 use nexo_sandbox::{Sandbox, SandboxError};
 
+use nexo_egress::EgressError;
+
 use crate::manifest::Capability;
 use crate::permissions::{Permissions, Verdict};
+use crate::search::{SearchBackend, SearchFailure, SearchHit, normalize};
 use crate::truncate::{Truncation, truncate};
+use crate::web::{Fetcher, Page};
 
 /// Why a tool call did not succeed; mirrors the WIT `tool-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +103,10 @@ pub struct Toolbox {
     limits: ToolLimits,
     /// Paths read in this run, with the modification time seen.
     reads: Mutex<HashMap<String, Option<SystemTime>>>,
+    /// The fetch tool's access; `None` when the agent lists no hosts.
+    fetch: Option<Result<Fetcher, String>>,
+    /// The backend behind `web_search`.
+    search: Option<Arc<dyn SearchBackend>>,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -129,7 +142,25 @@ impl Toolbox {
         effective: BTreeSet<Capability>,
         limits: ToolLimits,
     ) -> Self {
-        Toolbox { agent: agent.into(), sandbox, permissions, effective, limits, reads: Mutex::new(HashMap::new()) }
+        Toolbox {
+            agent: agent.into(),
+            sandbox,
+            permissions,
+            effective,
+            limits,
+            reads: Mutex::new(HashMap::new()),
+            fetch: None,
+            search: None,
+        }
+    }
+
+    /// Adds web access: the fetch tool's (or why it could not be set up) and
+    /// the search backend. Without them, `fetch` and `web_search` are not
+    /// offered, whatever the grant says.
+    pub fn with_web(mut self, fetch: Option<Result<Fetcher, String>>, search: Option<Arc<dyn SearchBackend>>) -> Self {
+        self.fetch = fetch;
+        self.search = search;
+        self
     }
 
     /// The sandbox.
@@ -143,18 +174,27 @@ impl Toolbox {
     }
 
     /// The capabilities whose tools are offered to the model: granted, and
-    /// supported by the sandbox. `fetch` and `search` wait for their
-    /// configuration (allow-list, backend), so they are not offered yet.
+    /// usable: a shell in the sandbox, a `fetch-allow` list for `fetch`, a
+    /// configured backend for `search`.
     pub fn offered(&self) -> Vec<Capability> {
         self.effective
             .iter()
             .copied()
             .filter(|c| match c {
                 Capability::Shell => self.sandbox.supports_shell(),
-                Capability::Fetch | Capability::Search => false,
+                Capability::Fetch => self.fetch.is_some(),
+                Capability::Search => self.search.is_some(),
                 _ => true,
             })
             .collect()
+    }
+
+    /// The hosts the fetch tool may reach, for its description.
+    pub fn fetch_hosts(&self) -> Option<Vec<String>> {
+        match &self.fetch {
+            Some(Ok(f)) => Some(f.hosts().entries().to_vec()),
+            _ => None,
+        }
     }
 
     /// Runs the gate for one action, in the fixed order: granted → supported
@@ -186,6 +226,18 @@ impl Toolbox {
                 "the {} sandbox runs no shell commands",
                 self.sandbox.name()
             )));
+        }
+        if cap == Capability::Fetch && self.fetch.is_none() {
+            return Err(ToolFailure::Denied(format!(
+                "`{}` lists no hosts in `fetch-allow`, so it may fetch nothing",
+                self.agent
+            )));
+        }
+        if cap == Capability::Search && self.search.is_none() {
+            return Err(ToolFailure::Unsupported(
+                "no search backend is configured; the operator sets one in the `[search]` section of the config file"
+                    .into(),
+            ));
         }
         match self.permissions.check(cap, detail) {
             Verdict::Allow => Ok(()),
@@ -256,17 +308,36 @@ impl Toolbox {
         })
     }
 
-    /// Fetches a page. The gate runs; the guarded HTTP client is not part of
-    /// this build, so an allowed fetch reports that it is unavailable.
-    pub async fn fetch(&self, url: &str) -> Result<String, ToolFailure> {
+    /// Fetches a page with GET through the guarded client: only hosts on the
+    /// agent's allow-list, never a private address, the body cut at 200 KB.
+    /// An HTTP error status is a tool error; the page is untrusted input.
+    pub async fn fetch(&self, url: &str) -> Result<Page, ToolFailure> {
         self.authorize(Capability::Fetch, url)?;
-        Err(ToolFailure::Unsupported("this host has no web access configured for agents".into()))
+        let fetcher = match &self.fetch {
+            Some(Ok(f)) => f,
+            Some(Err(e)) => return Err(ToolFailure::Failed(format!("web access is not available: {e}"))),
+            None => unreachable!("authorize refuses fetch without an allow-list"),
+        };
+        let page = fetcher.fetch(url).await.map_err(fetch_failure)?;
+        if page.status >= 400 {
+            return Err(ToolFailure::Failed(format!("{} answered HTTP {}", page.url, page.status)));
+        }
+        Ok(page)
     }
 
-    /// Searches the web. As with fetch, no backend is configured yet.
-    pub async fn web_search(&self, query: &str) -> Result<Vec<crate::bindings::SearchHit>, ToolFailure> {
+    /// Searches the web through the configured backend: at most 8 rows,
+    /// snippets cut to 300 characters. Rows are untrusted input.
+    pub async fn web_search(&self, query: &str) -> Result<Vec<SearchHit>, ToolFailure> {
         self.authorize(Capability::Search, query)?;
-        Err(ToolFailure::Unsupported("this host has no search backend configured".into()))
+        let Some(backend) = &self.search else { unreachable!("authorize refuses search without a backend") };
+        if query.trim().is_empty() {
+            return Err(ToolFailure::InvalidInput("the query is empty".into()));
+        }
+        match backend.search(query).await {
+            Ok(hits) => Ok(normalize(hits)),
+            Err(SearchFailure::InvalidQuery(m)) => Err(ToolFailure::InvalidInput(format!("{}: {m}", backend.name()))),
+            Err(e) => Err(ToolFailure::Failed(format!("{}: {e}", backend.name()))),
+        }
     }
 
     fn reads(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<SystemTime>>> {
@@ -275,6 +346,18 @@ impl Toolbox {
 
     fn remember(&self, path: &str, mtime: Option<SystemTime>) {
         self.reads().insert(key(path), mtime);
+    }
+}
+
+/// Maps the guarded client's refusals onto tool errors: a private address is
+/// a security refusal, an off-list host a denial.
+fn fetch_failure(e: EgressError) -> ToolFailure {
+    match e {
+        EgressError::NonPublicAddress { .. } => ToolFailure::Security(e.to_string()),
+        EgressError::HostNotAllowed { .. } | EgressError::TooManyRedirects { .. } => ToolFailure::Denied(e.to_string()),
+        EgressError::BadUrl(_) | EgressError::BadRequest(_) => ToolFailure::InvalidInput(e.to_string()),
+        EgressError::Timeout(_) => ToolFailure::Timeout(e.to_string()),
+        e => ToolFailure::Failed(e.to_string()),
     }
 }
 

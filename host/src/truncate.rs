@@ -1,6 +1,8 @@
-//! The one output-truncation routine. Everything that hands long text to a
-//! model (shell output now; fetched pages and tool results later) goes
-//! through it, so one command cannot flood a small context window.
+//! The one place text is cut before it reaches a model: shell output keeps
+//! its end ([`truncate`]), fetched pages and search snippets keep their start
+//! ([`head_chars`], [`head_bytes`]). One module, so every cut is marked the
+//! same way and a long page or a noisy command cannot flood a small context
+//! window.
 
 /// Limits for [`truncate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +39,32 @@ pub fn truncate(text: &str, limits: Truncation) -> String {
         out.push_str("…[truncated]");
     }
     out
+}
+
+/// Keeps the first `max` characters of `text`, ending with `…` when cut (the
+/// ellipsis counts towards `max`). Used for search snippets and titles.
+pub fn head_chars(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Decodes at most `max` bytes of `bytes` as UTF-8 (invalid sequences become
+/// U+FFFD) without splitting a character at the cut. Returns the text and
+/// whether anything was dropped. Used for fetched pages.
+pub fn head_bytes(bytes: &[u8], max: usize) -> (String, bool) {
+    if bytes.len() <= max {
+        return (String::from_utf8_lossy(bytes).into_owned(), false);
+    }
+    let mut cut = max;
+    // Step back over continuation bytes so the last character stays whole.
+    while cut > 0 && cut > max.saturating_sub(3) && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
+        cut -= 1;
+    }
+    (String::from_utf8_lossy(&bytes[..cut]).into_owned(), true)
 }
 
 /// Removes CSI (`ESC [ … letter`) and OSC (`ESC ] … BEL/ST`) sequences and
@@ -98,6 +126,28 @@ mod tests {
     fn strips_ansi_escapes() {
         let out = truncate("\u{1b}[31mred\u{1b}[0m and \u{1b}]0;title\u{7}plain", Truncation::default());
         assert_eq!(out, "red and plain");
+    }
+
+    #[test]
+    fn head_chars_counts_characters_and_marks_the_cut() {
+        assert_eq!(head_chars("short", 300), "short");
+        let cut = head_chars(&"é".repeat(400), 300);
+        assert_eq!(cut.chars().count(), 300);
+        assert!(cut.ends_with('…'));
+        assert_eq!(head_chars(&"x".repeat(300), 300), "x".repeat(300));
+    }
+
+    #[test]
+    fn head_bytes_never_splits_a_character() {
+        let text = "aé€😀".repeat(10);
+        for max in 0..text.len() + 2 {
+            let (out, cut) = head_bytes(text.as_bytes(), max);
+            assert!(out.len() <= max, "{max}: {out}");
+            assert!(!out.contains('\u{fffd}'), "{max}: {out}");
+            assert_eq!(cut, max < text.len());
+            assert!(text.starts_with(&out));
+        }
+        assert_eq!(head_bytes(b"ok", 200_000), ("ok".to_string(), false));
     }
 
     #[test]

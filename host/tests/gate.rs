@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::permissions::{Grant, Permissions};
+use nexo::search::{SearchBackend, SearchFailure, SearchHit};
 use nexo::tools::{ToolFailure, ToolLimits, Toolbox};
+use nexo::web::Fetcher;
 use nexo_sandbox::{ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, VirtualSandbox};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +36,47 @@ fn container() -> ContainerSandbox {
     ContainerSandbox::new(config).unwrap()
 }
 
+/// A backend for the table only: the gate decides before any backend is called.
+struct UnusedBackend;
+
+impl SearchBackend for UnusedBackend {
+    fn name(&self) -> &str {
+        "unused"
+    }
+    fn search<'a>(&'a self, _query: &'a str) -> nexo_model::BoxFuture<'a, Result<Vec<SearchHit>, SearchFailure>> {
+        Box::pin(async { Err(SearchFailure::Unavailable("the gate table never searches".into())) })
+    }
+}
+
 fn toolbox(sandbox: Arc<dyn Sandbox>, permissions: Permissions) -> Toolbox {
-    // Everything requested and granted: this table is about modes and sandboxes.
+    // Everything requested, granted and configured: this table is about modes and sandboxes.
     let effective = Grant::of(Capability::ALL).effective(&Capability::ALL);
+    let fetch = Fetcher::new(&["example.com".to_string()], None, None).transpose();
     Toolbox::new("table", sandbox, permissions, effective, ToolLimits::default())
+        .with_web(fetch, Some(Arc::new(UnusedBackend)))
+}
+
+#[test]
+fn web_tools_need_their_configuration_as_well_as_the_grant() {
+    let effective = Grant::of(Capability::ALL).effective(&Capability::ALL);
+    let tb = Toolbox::new(
+        "bare",
+        Arc::new(VirtualSandbox::new()),
+        Permissions::new(PermissionMode::Auto),
+        effective,
+        ToolLimits::default(),
+    );
+    // No fetch-allow list: no fetch tool, and a direct call is denied.
+    match tb.authorize(Capability::Fetch, "https://example.com/") {
+        Err(ToolFailure::Denied(m)) => assert!(m.contains("fetch-allow"), "{m}"),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    // No backend: no search tool, and a direct call says none is configured.
+    match tb.authorize(Capability::Search, "query") {
+        Err(ToolFailure::Unsupported(m)) => assert!(m.contains("[search]"), "{m}"),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+    assert_eq!(tb.offered(), [Capability::Read, Capability::Glob, Capability::Write]);
 }
 
 const CAPS: [Capability; 6] = Capability::ALL;

@@ -6,6 +6,7 @@ mod failures;
 mod loading;
 mod models;
 mod running;
+mod web;
 
 use std::sync::OnceLock;
 use std::time::Duration;

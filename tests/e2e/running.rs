@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use nexo::state::{Preopen, RunOptions};
+use nexo::web::EgressGrant;
 use nexo::{Plugin, PluginError};
 use nexo_tests as built;
 
@@ -128,16 +129,16 @@ async fn a_skill_component_hands_over_its_instructions_and_resources() {
 async fn a_search_backend_gets_no_network_it_was_not_granted() {
     let backend = Plugin::load(engine(), built::SEARXNG).await.unwrap();
     // Without its setting, it says what is missing.
-    match backend.search("rust wasm", None, &RunOptions::default()).await {
+    match backend.search("rust wasm", None, &EgressGrant::default()).await {
         Err(PluginError::SearchFailed { reason, .. }) => assert!(reason.contains("base-url"), "{reason}"),
         other => panic!("expected SearchFailed, got {other:?}"),
     }
     // With it, its request reaches the host, which refuses it: no hosts granted.
-    let options = RunOptions {
+    let grant = EgressGrant {
         settings: BTreeMap::from([("base-url".to_string(), "http://127.0.0.1:9".to_string())]),
-        ..RunOptions::default()
+        ..EgressGrant::default()
     };
-    match backend.search("rust wasm", Some("en"), &options).await {
+    match backend.search("rust wasm", Some("en"), &grant).await {
         Err(PluginError::SearchFailed { plugin, reason }) => {
             assert_eq!(plugin, "searxng");
             assert!(reason.contains("refused by the host"), "{reason}");

@@ -43,6 +43,10 @@ pub struct GrantArgs {
     /// unconfined: only for trusted agents, and only when you say so.
     #[arg(long, value_enum)]
     shell_confinement: Option<ConfinementArg>,
+    /// Limit `fetch` to these hosts and their subdomains (repeatable; adds to
+    /// `fetch-hosts`). A URL must be on this list and on the agent's `fetch-allow`.
+    #[arg(long = "fetch-host", value_name = "HOST", value_delimiter = ',')]
+    fetch_hosts: Vec<String>,
 }
 
 /// The operator's config file.
@@ -54,6 +58,8 @@ pub struct ConfigFile {
     /// The `[model]` table.
     #[serde(default)]
     pub model: super::model::ModelTable,
+    /// The `[search]` table.
+    pub search: Option<super::web::SearchTable>,
 }
 
 /// Reads the config file, if any.
@@ -81,6 +87,7 @@ struct GrantTable {
     image: Option<String>,
     container_runtime: Option<RuntimeArg>,
     shell_confinement: Option<ConfinementArg>,
+    fetch_hosts: Option<Vec<String>>,
 }
 
 #[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +141,15 @@ impl GrantArgs {
         let t = file.grant;
         let mut allow = t.allow;
         allow.extend(self.allow.iter().copied());
+        let fetch_hosts: Option<Vec<String>> = match (t.fetch_hosts, self.fetch_hosts.is_empty()) {
+            (None, true) => None,
+            (hosts, _) => Some(hosts.unwrap_or_default().into_iter().chain(self.fetch_hosts.iter().cloned()).collect()),
+        };
+        if let Some(hosts) = &fetch_hosts {
+            nexo_egress::HostList::new(hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
+        }
         Ok(Resolved {
+            fetch_hosts,
             allow,
             mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
             sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxArg::Virtual),
@@ -149,6 +164,7 @@ impl GrantArgs {
 /// The operator's grant after merging the config file and the flags.
 #[derive(Debug, Clone)]
 pub struct Resolved {
+    fetch_hosts: Option<Vec<String>>,
     allow: Vec<Capability>,
     mode: ModeArg,
     sandbox: SandboxArg,
@@ -163,6 +179,7 @@ impl Resolved {
     pub fn grant(&self) -> Grant {
         let mut grant = Grant::default();
         grant.capabilities.extend(self.allow.iter().copied());
+        grant.fetch_hosts = self.fetch_hosts.clone();
         grant
     }
 

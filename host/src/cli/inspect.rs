@@ -6,10 +6,12 @@ use nexo::permissions::stricter;
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
+use super::web::SearchSetup;
 
 /// Prints the description of `plugin` to stdout, with what the operator's
-/// flags would grant it.
-pub fn print(plugin: &Plugin, grant: &Resolved, json: bool) {
+/// flags would grant it (and, for a search backend, the network grant of
+/// `[search]`).
+pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
     let granted = grant.grant();
     let requested = plugin.manifest().map(|m| m.capabilities.clone()).unwrap_or_default();
     let effective = granted.effective(&requested);
@@ -35,6 +37,14 @@ pub fn print(plugin: &Plugin, grant: &Resolved, json: bool) {
             "effective": effective,
             "mode": mode.as_str(),
             "sandbox": grant.sandbox_name(),
+            "fetch-hosts": granted.fetch_hosts,
+            "search": search.map(|s| serde_json::json!({
+                "backend": s.backend,
+                "granted-hosts": s.grant.hosts,
+                "allow-private": s.grant.allow_private,
+                "settings": s.grant.settings,
+                "api-key": s.key_source,
+            })),
         });
         match serde_json::to_string_pretty(&value) {
             Ok(text) => println!("{text}"),
@@ -64,6 +74,16 @@ pub fn print(plugin: &Plugin, grant: &Resolved, json: bool) {
                 ),
             );
             row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
+            if let Some(hosts) = &granted.fetch_hosts {
+                row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
+            }
+            row(
+                "web search",
+                &match search {
+                    Some(s) => format!("through {}", s.backend.display()),
+                    None => "(no backend configured: no web_search tool)".into(),
+                },
+            );
             row("skills", &list(m.skills.iter().map(String::as_str)));
             row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
             row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
@@ -87,8 +107,20 @@ pub fn print(plugin: &Plugin, grant: &Resolved, json: bool) {
         }
         Description::SearchBackend(i) => {
             row("description", &i.description);
-            row("hosts", &list(i.hosts.iter().map(String::as_str)));
-            row("requested", "outbound HTTP to its granted hosts only");
+            row("requested", &format!("outbound HTTP to {}", list(i.hosts.iter().map(String::as_str))));
+            let same =
+                |s: &&SearchSetup| std::fs::canonicalize(&s.backend).ok() == std::fs::canonicalize(plugin.path()).ok();
+            match search.filter(same) {
+                Some(s) => {
+                    row("granted", &list(s.grant.hosts.iter().map(String::as_str)));
+                    if !s.grant.allow_private.is_empty() {
+                        let addrs: Vec<String> = s.grant.allow_private.iter().map(|a| a.to_string()).collect();
+                        row("private ok", &list(addrs.iter().map(String::as_str)));
+                    }
+                    row("api key", s.key_source.as_deref().unwrap_or("(none)"));
+                }
+                None => row("granted", "(none: every request is refused; grant hosts in [search])"),
+            }
         }
         Description::SandboxProvider(i) => {
             row("description", &i.description);

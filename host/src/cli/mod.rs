@@ -9,6 +9,7 @@ mod grant;
 mod inspect;
 mod model;
 mod progress;
+mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,8 @@ enum Command {
         json: bool,
         #[command(flatten)]
         grant: grant::GrantArgs,
+        #[command(flatten)]
+        search: web::SearchArgs,
     },
     /// Run an agent on one input and print its answer.
     Run {
@@ -69,6 +72,8 @@ enum Command {
         json: bool,
         #[command(flatten)]
         grant: grant::GrantArgs,
+        #[command(flatten)]
+        search: web::SearchArgs,
         #[command(flatten)]
         model: model::ModelArgs,
     },
@@ -168,18 +173,21 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
     };
     match &cli.command {
-        Command::Inspect { file, json, grant } => match (Plugin::load(&engine, file).await, grant.resolve()) {
-            (Err(e), _) => fail(&e),
-            (Ok(_), Err(e)) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
+        Command::Inspect { file, json, grant, search } => {
+            let setup = grant.resolve().and_then(|g| Ok((g, search_setup(grant, search)?)));
+            match (Plugin::load(&engine, file).await, setup) {
+                (Err(e), _) => fail(&e),
+                (Ok(_), Err(e)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+                (Ok(plugin), Ok((grant, search))) => {
+                    inspect::print(&plugin, &grant, search.as_ref(), *json);
+                    ExitCode::SUCCESS
+                }
             }
-            (Ok(plugin), Ok(grant)) => {
-                inspect::print(&plugin, &grant, *json);
-                ExitCode::SUCCESS
-            }
-        },
-        Command::Run { file, input, json, grant, model, .. } => {
+        }
+        Command::Run { file, input, json, grant, search, model, .. } => {
             let mut options = match grant.resolve().and_then(|g| g.run_options()) {
                 Ok(o) => o,
                 Err(e) => {
@@ -187,6 +195,17 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            match search_setup(grant, search) {
+                Ok(None) => {}
+                Ok(Some(setup)) => match search_backend(&engine, &setup).await {
+                    Ok(backend) => options.search = Some(backend),
+                    Err(e) => return fail(&e),
+                },
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
             match model.resolve(grant.config_path()) {
                 Ok(resolved) => {
                     if let Some(provider) = &resolved.provider
@@ -221,6 +240,21 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
         Command::Build { .. } | Command::Wit | Command::Skill(_) => unreachable!("handled above"),
     }
+}
+
+/// The search backend from the config file's `[search]` and the flags.
+fn search_setup(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Option<web::SearchSetup>, String> {
+    let file = grant::read_config(grant.config_path())?;
+    search.resolve(file.search.as_ref(), grant.config_path())
+}
+
+/// Loads the configured search backend; it must be a search-backend component.
+async fn search_backend(
+    engine: &Engine,
+    setup: &web::SearchSetup,
+) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, PluginError> {
+    let plugin = Plugin::load(engine, &setup.backend).await?;
+    Ok(std::sync::Arc::new(nexo::search::ComponentBackend::new(plugin, &setup.grant)?))
 }
 
 fn skill(command: &SkillCommand) -> ExitCode {

@@ -26,7 +26,7 @@ pub mod bindings {
 pub use bindings::exports::nexo::plugin::search_backend::{BackendInfo as Info, SearchError, SearchOptions};
 pub use bindings::nexo::plugin::config::get as setting;
 pub use bindings::nexo::plugin::log::{self, Level};
-pub use bindings::nexo::plugin::outbound_http::{self as http, HttpError, Method, Request, Response};
+pub use bindings::nexo::plugin::outbound_http::{self as http, HttpError, Request, Response};
 pub use bindings::nexo::plugin::types::SearchHit;
 
 /// A web-search backend.
@@ -41,10 +41,8 @@ pub trait SearchBackend {
 /// Sends a GET request with extra headers through the host.
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Result<Response, HttpError> {
     http::send(&Request {
-        method: Method::Get,
         url: url.into(),
         headers: headers.iter().map(|(k, v)| (String::from(*k), String::from(*v))).collect(),
-        body: None,
     })
 }
 

@@ -1,0 +1,121 @@
+//! The operator's web settings: the search backend (`[search]` in the config
+//! file, `--search-backend`, `--search-host`) and its network grant.
+//!
+//! ```toml
+//! [search]
+//! backend = "brave.wasm"              # relative to this file
+//! hosts = ["api.search.brave.com"]    # what the backend may reach
+//! allow-private = []                  # exact private addresses (self-hosted services)
+//! settings = { base-url = "https://api.search.brave.com" }
+//! api-key = { header = "X-Subscription-Token", env = "BRAVE_API_KEY" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use nexo::web::{ApiKey, EgressGrant};
+use serde::Deserialize;
+
+/// Search flags of `run` and `inspect`. They override `[search]`.
+#[derive(Args, Debug, Clone)]
+pub struct SearchArgs {
+    /// The search-backend component behind the `web_search` tool.
+    #[arg(long, value_name = "FILE")]
+    search_backend: Option<PathBuf>,
+    /// Grant the search backend a host (repeatable; adds to `[search] hosts`).
+    #[arg(long = "search-host", value_name = "HOST", value_delimiter = ',')]
+    search_hosts: Vec<String>,
+}
+
+/// `[search]` in the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SearchTable {
+    backend: Option<PathBuf>,
+    #[serde(default)]
+    hosts: Vec<String>,
+    #[serde(default)]
+    allow_private: Vec<IpAddr>,
+    #[serde(default)]
+    settings: BTreeMap<String, String>,
+    api_key: Option<ApiKeyTable>,
+    timeout_secs: Option<u64>,
+}
+
+/// Where the backend's API key comes from. The key itself never sits in the
+/// config file: it is read from the environment of the host process.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ApiKeyTable {
+    /// The header the host puts the key in.
+    header: String,
+    /// The environment variable holding the key.
+    env: String,
+    /// Put before the key, for example `Bearer `.
+    #[serde(default)]
+    prefix: String,
+}
+
+/// The search backend the operator chose, with its grant.
+#[derive(Debug, Clone)]
+pub struct SearchSetup {
+    /// The component.
+    pub backend: PathBuf,
+    /// Its network grant.
+    pub grant: EgressGrant,
+    /// Where the key comes from, for `inspect` (never the key).
+    pub key_source: Option<String>,
+}
+
+impl SearchArgs {
+    /// Lays the flags over `[search]` (whose relative paths are relative to
+    /// the config file). `None` when no backend is configured.
+    pub fn resolve(&self, table: Option<&SearchTable>, config: Option<&Path>) -> Result<Option<SearchSetup>, String> {
+        let table = table.cloned().unwrap_or_default();
+        let backend = match (&self.search_backend, &table.backend) {
+            (Some(flag), _) => flag.clone(),
+            (None, Some(path)) => match config.and_then(Path::parent) {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            },
+            (None, None) => {
+                if !self.search_hosts.is_empty() || !table.hosts.is_empty() {
+                    return Err("search hosts are granted but no backend is set: add `backend` to `[search]` \
+                                or pass --search-backend"
+                        .into());
+                }
+                return Ok(None);
+            }
+        };
+        let mut hosts = table.hosts;
+        hosts.extend(self.search_hosts.iter().cloned());
+        let (api_key, key_source) = match &table.api_key {
+            None => (None, None),
+            Some(k) => {
+                let value = std::env::var(&k.env).map_err(|_| {
+                    format!(
+                        "the search backend's API key is read from ${}, which is not set: export it, \
+                         or remove `api-key` from `[search]`",
+                        k.env
+                    )
+                })?;
+                let source = format!("{} header, from ${}", k.header, k.env);
+                (Some(ApiKey { header: k.header.clone(), value: format!("{}{value}", k.prefix) }), Some(source))
+            }
+        };
+        let grant = EgressGrant {
+            hosts,
+            allow_private: table.allow_private,
+            api_key,
+            settings: table.settings,
+            timeout: table.timeout_secs.map(Duration::from_secs),
+            client: None,
+        };
+        // Check the grant now, so a bad host entry is a configuration error before anything runs.
+        grant.egress().map_err(|e| format!("[search]: {e}"))?;
+        Ok(Some(SearchSetup { backend, grant, key_source }))
+    }
+}
