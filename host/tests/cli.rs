@@ -394,3 +394,130 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("nope/SKILL.md does not exist"), "{}", stderr(&out));
 }
+
+/// A one-shot HTTP/1.1 server on loopback answering every request with
+/// `body` as JSON; it returns the request lines it saw.
+fn json_server(body: String) -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            // Drain the headers.
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let _ = tx.send(request_line.trim().to_string());
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn a_configured_search_backend_serves_web_search_in_a_run() {
+    let results: Vec<serde_json::Value> = (1..=3)
+        .map(|i| serde_json::json!({"title": format!("Result {i}"), "url": format!("https://example.org/{i}"), "content": "text"}))
+        .collect();
+    let (port, seen) = json_server(serde_json::json!({ "query": "rust", "results": results }).to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nexo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[grant]\nallow = [\"search\"]\nmode = \"auto\"\n\n[search]\nbackend = {:?}\nhosts = [\"127.0.0.1\"]\n\
+             allow-private = [\"127.0.0.1\"]\nsettings = {{ base-url = \"http://127.0.0.1:{port}\" }}\n",
+            built::SEARXNG
+        ),
+    )
+    .unwrap();
+    let agent = dir.path().join("researcher.toml");
+    std::fs::write(
+        &agent,
+        "name = \"researcher\"\ndescription = \"Finds pages\"\ninstructions = \"Search first.\"\ncapabilities = [\"search\"]\n",
+    )
+    .unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"tool_calls": [{"name": "web_search", "arguments": {"query": "rust"}}]}, {"text": "Found three."}]}"#,
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+
+    // inspect shows what the backend asks for and what the operator granted.
+    let out = nexo(&["inspect", "--config", cfg, built::SEARXNG]);
+    let text = stdout(&out);
+    assert!(text.contains("granted       127.0.0.1"), "{text}");
+    assert!(text.contains("private ok    127.0.0.1"), "{text}");
+    let out = nexo(&["inspect", built::BRAVE]);
+    let text = stdout(&out);
+    assert!(text.contains("outbound HTTP to api.search.brave.com"), "{text}");
+    assert!(text.contains("(none: every request is refused"), "{text}");
+    let out = nexo(&["inspect", "--json", "--config", cfg, built::SEARXNG]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["search"]["granted-hosts"], serde_json::json!(["127.0.0.1"]));
+
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "Find rust pages",
+        "--script",
+        script.to_str().unwrap(),
+        "--config",
+        cfg,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Found three.");
+    assert!(stderr(&out).contains("web_search: allowed"), "{}", stderr(&out));
+    let request = seen.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+    assert!(request.starts_with("GET /search?q=rust&format=json"), "{request}");
+
+    // Without the grant, the tool is not even offered: the scripted call is an unknown tool.
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "Find rust pages",
+        "--script",
+        script.to_str().unwrap(),
+        "--search-backend",
+        built::SEARXNG,
+    ]);
+    assert!(stderr(&out).contains("there is no tool `web_search`"), "{}", stderr(&out));
+    assert!(seen.try_recv().is_err(), "nothing reached the server");
+}
+
+#[test]
+fn bad_web_settings_are_configuration_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nexo.toml");
+    let cases = [
+        (
+            format!(
+                "[search]\nbackend = {:?}\nhosts = [\"api.search.brave.com\"]\napi-key = {{ header = \"X-Subscription-Token\", env = \"NEXO_TEST_UNSET_KEY\" }}\n",
+                built::BRAVE
+            ),
+            "NEXO_TEST_UNSET_KEY",
+        ),
+        (format!("[search]\nbackend = {:?}\nhosts = [\"https://api.example.com/\"]\n", built::BRAVE), "[search]"),
+        ("[search]\nhosts = [\"api.example.com\"]\n".to_string(), "no backend is set"),
+        ("[grant]\nfetch-hosts = [\"*.example.com\"]\n".to_string(), "fetch-hosts"),
+        (format!("[search]\nbackend = {:?}\nhosts = [\"api.example.com\"]\n", built::HELLO), "not a search backend"),
+    ];
+    for (text, needle) in cases {
+        std::fs::write(&config, &text).unwrap();
+        let out = nexo(&["run", built::HELLO, "hi", "--config", config.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{text}: {}", stderr(&out));
+    }
+}
