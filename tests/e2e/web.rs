@@ -469,3 +469,37 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
         self.clone()
     }
 }
+
+/// Opt-in: `NEXO_LIVE=1` fetches a real page over TLS through the system
+/// resolver, and the metadata address stays refused.
+#[tokio::test]
+async fn live_fetch_over_tls() {
+    if std::env::var("NEXO_LIVE").as_deref() != Ok("1") {
+        println!("skipped: set NEXO_LIVE=1 to fetch https://example.com/ for real");
+        return;
+    }
+    let fetcher = nexo::web::Fetcher::new(&["example.com".to_string()], None, None).unwrap().unwrap();
+    let page = fetcher.fetch("https://example.com/").await.unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Example Domain"), "{}", page.body);
+    assert!(fetcher.fetch("https://www.iana.org/").await.is_err(), "off the list");
+}
+
+/// Opt-in: `NEXO_LIVE=1 BRAVE_API_KEY=…` runs the Brave component against the
+/// real API, with the key added by the host.
+#[tokio::test]
+async fn live_brave_search() {
+    let (Ok("1"), Ok(key)) = (std::env::var("NEXO_LIVE").as_deref(), std::env::var("BRAVE_API_KEY")) else {
+        println!("skipped: set NEXO_LIVE=1 and BRAVE_API_KEY to query Brave Search for real");
+        return;
+    };
+    let grant = EgressGrant {
+        hosts: vec!["api.search.brave.com".into()],
+        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key }),
+        ..EgressGrant::default()
+    };
+    let plugin = Plugin::load(engine(), built::BRAVE).await.unwrap();
+    let hits = plugin.search("WebAssembly component model", Some("en"), &grant).await.unwrap();
+    assert!(!hits.is_empty() && hits.len() <= 8, "{hits:?}");
+    assert!(hits.iter().all(|h| h.url.starts_with("http") && h.snippet.chars().count() <= 300));
+}
