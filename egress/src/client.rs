@@ -113,6 +113,8 @@ fn non_public_message(host: &str, ip: &IpAddr, reason: &str) -> String {
 pub struct SecretHeader {
     name: String,
     value: String,
+    /// The key without its prefix (`Bearer `), scrubbed as well.
+    bare: Option<String>,
 }
 
 impl SecretHeader {
@@ -136,7 +138,28 @@ impl SecretHeader {
         if name.starts_with("proxy-") {
             return Err(EgressError::Config(format!("`{name}` is a proxy header; nexo uses no proxy")));
         }
-        Ok(SecretHeader { name, value })
+        Ok(SecretHeader { name, value, bare: None })
+    }
+
+    /// A secret header whose value is `prefix` followed by `key`, for
+    /// example `Authorization: Bearer <key>`. Responses are scrubbed of the
+    /// bare key as well as of the whole value.
+    pub fn with_prefix(
+        name: impl Into<String>,
+        prefix: impl Into<String>,
+        key: impl Into<String>,
+    ) -> Result<Self, EgressError> {
+        let key = key.into();
+        let mut secret = Self::new(name, format!("{}{key}", prefix.into()))?;
+        secret.bare = Some(key);
+        Ok(secret)
+    }
+
+    /// The values to scrub from responses: the whole value and the bare key.
+    fn scrub_values(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.value.as_bytes())
+            .chain(self.bare.as_deref().map(str::as_bytes))
+            .filter(|v| v.len() >= MIN_SCRUB_LEN)
     }
 
     /// The header name, lowercased.
@@ -293,8 +316,33 @@ const CLIENT_CONTROLLED: &[&str] = &[
 /// Controlled headers an operator may still inject as secrets.
 const CREDENTIALS: &[&str] = &["authorization", "cookie"];
 
+/// Standard headers a caller may send. Everything else standard is dropped:
+/// `Range` or `Accept-Encoding` could let a component read an echoed key in
+/// pieces or compressed, past the scrubber.
+const CALLER_STANDARD: &[&str] = &["accept", "accept-language", "cache-control", "if-none-match", "if-modified-since"];
+
+/// `x-` headers a caller may not send: method overrides (GET only means GET
+/// only) and client-address or URL-rewrite headers some servers trust.
+const CALLER_X_REFUSED: &[&str] = &[
+    "x-http-method",
+    "x-http-method-override",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-real-ip",
+    "x-client-ip",
+    "x-original-host",
+    "x-host",
+];
+
 fn caller_may_send(lower: &str) -> bool {
-    !(CLIENT_CONTROLLED.contains(&lower) || lower.starts_with("proxy-") || lower.starts_with("x-forwarded-"))
+    if CALLER_STANDARD.contains(&lower) {
+        return true;
+    }
+    lower.starts_with("x-")
+        && !lower.starts_with("x-forwarded-")
+        && !CALLER_X_REFUSED.contains(&lower)
+        && !CLIENT_CONTROLLED.contains(&lower)
 }
 
 /// The checks shared by the pre-flight and the connect-time resolver.
@@ -331,6 +379,12 @@ impl Guard {
             self.check(name, *ip)?;
         }
         Ok(addrs)
+    }
+
+    /// Whether `ip` is the operator's exempted private service (or, in tests,
+    /// a routed address), where plain http may carry a key.
+    fn private_ok(&self, ip: IpAddr) -> bool {
+        self.exempt.contains(&ip) || self.routes.contains_key(&ip)
     }
 
     fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
@@ -444,6 +498,8 @@ impl GuardedClientBuilder {
                 Some("a multicast address")
             } else if canonical == IpAddr::from([255, 255, 255, 255]) {
                 Some("the broadcast address")
+            } else if is_link_local(canonical) {
+                Some("a link-local address (the range of cloud metadata services such as 169.254.169.254)")
             } else {
                 None
             };
@@ -505,15 +561,24 @@ impl GuardedClient {
         GuardedClientBuilder::default()
     }
 
+    /// Whether this client exempts any address from the guard
+    /// ([`GuardedClientBuilder::allow_private`]). The fetch tool refuses such
+    /// a client.
+    pub fn has_exemptions(&self) -> bool {
+        !self.inner.guard.exempt.is_empty()
+    }
+
     /// GETs `url` under `policy`, following allowed redirects. Every hop is
     /// checked against the policy's host lists and the address guard.
     pub async fn get(&self, url: &str, headers: &[(String, String)], policy: &Policy) -> Result<Response, EgressError> {
         let caller = caller_headers(headers, policy)?;
+        // One deadline for the request and all its redirects.
+        let deadline = tokio::time::Instant::now() + policy.timeout;
         let mut current = Url::parse(url)
             .map_err(|e| EgressError::BadUrl(format!("`{}` is not a valid URL: {e}", strip_query(url))))?;
         let mut followed = 0;
         loop {
-            match self.hop(&current, &caller, policy).await? {
+            match self.hop(&current, &caller, policy, deadline).await? {
                 Hop::Done(response) => return Ok(response),
                 Hop::Redirect(next) => {
                     if followed >= policy.max_redirects {
@@ -527,10 +592,16 @@ impl GuardedClient {
     }
 
     /// One request, logged once with its verdict.
-    async fn hop(&self, url: &Url, caller: &HeaderMap, policy: &Policy) -> Result<Hop, EgressError> {
+    async fn hop(
+        &self,
+        url: &Url,
+        caller: &HeaderMap,
+        policy: &Policy,
+        deadline: tokio::time::Instant,
+    ) -> Result<Hop, EgressError> {
         let url_shown = shown(url);
         let host = url.host_str().unwrap_or_default();
-        let result = self.hop_unlogged(url, caller, policy, &url_shown).await;
+        let result = self.hop_unlogged(url, caller, policy, &url_shown, deadline).await;
         match &result {
             Ok(Hop::Done(r)) => info!(
                 target: "nexo::egress",
@@ -561,6 +632,7 @@ impl GuardedClient {
         caller: &HeaderMap,
         policy: &Policy,
         url_shown: &str,
+        deadline: tokio::time::Instant,
     ) -> Result<Hop, EgressError> {
         let host = check_url(url, url_shown)?;
         let host_text = host.to_string();
@@ -575,15 +647,26 @@ impl GuardedClient {
                 });
             }
         }
-        let inject = if policy.hosts.matches_url_host(&host) { policy.secrets.as_slice() } else { &[] };
+        // Every host that gets this far is on `hosts`, so it gets the secrets.
+        let inject = policy.secrets.as_slice();
         let work = async {
             let guard = &self.inner.guard;
-            match host {
-                Host::Ipv4(ip) => guard.check(&host_text, IpAddr::V4(ip))?,
-                Host::Ipv6(ip) => guard.check(&host_text, IpAddr::V6(ip))?,
+            let addrs = match host {
+                Host::Ipv4(ip) => vec![IpAddr::V4(ip)],
+                Host::Ipv6(ip) => vec![IpAddr::V6(ip)],
                 // Refuses early with a clear error; the connect-time resolver
                 // checks again whatever it connects to.
-                Host::Domain(name) => drop(guard.resolve_checked(name).await?),
+                Host::Domain(name) => guard.resolve_checked(name).await?,
+            };
+            for ip in &addrs {
+                guard.check(&host_text, *ip)?;
+            }
+            // A key crosses the network only inside TLS, or to the operator's
+            // own exempted service (a test route stands in for TLS).
+            if !inject.is_empty() && url.scheme() != "https" && !addrs.iter().all(|ip| guard.private_ok(*ip)) {
+                return Err(EgressError::BadRequest(format!(
+                    "{url_shown} is plain http, and nexo sends this host's API key only over https; use an https URL"
+                )));
             }
             let mut headers = caller.clone();
             for secret in inject {
@@ -594,10 +677,11 @@ impl GuardedClient {
                 self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
             self.finish(url, response, policy, inject, url_shown).await
         };
-        match tokio::time::timeout(policy.timeout, work).await {
+        match tokio::time::timeout_at(deadline, work).await {
             Ok(result) => result,
             Err(_) => Err(EgressError::Timeout(format!(
-                "GET {url_shown} did not finish within {:?}; the server is slow or unreachable — retry later or allow more time",
+                "GET {url_shown} did not finish within {:?} (redirects included); the server is slow or unreachable — \
+                 retry later or allow more time",
                 policy.timeout
             ))),
         }
@@ -612,10 +696,12 @@ impl GuardedClient {
         url_shown: &str,
     ) -> Result<Hop, EgressError> {
         let status = response.status().as_u16();
+        let secrets: Vec<&[u8]> = injected.iter().flat_map(SecretHeader::scrub_values).collect();
         if matches!(status, 301 | 302 | 303 | 307 | 308)
             && let Some(location) = response.headers().get(LOCATION)
         {
-            let location = String::from_utf8_lossy(location.as_bytes()).into_owned();
+            // Scrubbed too: the next URL shows up in logs and error messages.
+            let location = String::from_utf8_lossy(&scrub(location.as_bytes().to_vec(), &secrets)).into_owned();
             let next = url.join(&location).map_err(|e| {
                 EgressError::BadUrl(format!(
                     "{url_shown} redirected to `{}`, which is not a valid URL: {e}",
@@ -624,8 +710,6 @@ impl GuardedClient {
             })?;
             return Ok(Hop::Redirect(next));
         }
-        let secrets: Vec<&[u8]> =
-            injected.iter().map(|s| s.value.as_bytes()).filter(|v| v.len() >= MIN_SCRUB_LEN).collect();
         let headers: Vec<(String, String)> = response
             .headers()
             .iter()
@@ -636,10 +720,14 @@ impl GuardedClient {
             .collect();
         let content_type =
             headers.iter().find(|(name, _)| name == reqwest::header::CONTENT_TYPE.as_str()).map(|(_, v)| v.clone());
+        // Read a little past the cap and scrub before cutting, so a key
+        // straddling the cap cannot survive in part.
+        let overlap = secrets.iter().map(|s| s.len() - 1).max().unwrap_or(0);
+        let read_cap = policy.max_body.saturating_add(overlap);
         let mut body = Vec::new();
         let mut truncated = false;
         while let Some(chunk) = response.chunk().await.map_err(|e| send_error(e, url_shown))? {
-            let room = policy.max_body - body.len();
+            let room = read_cap - body.len();
             if chunk.len() > room {
                 body.extend_from_slice(&chunk[..room]);
                 truncated = true;
@@ -647,14 +735,19 @@ impl GuardedClient {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Hop::Done(Response {
-            url: url.to_string(),
-            status,
-            headers,
-            content_type,
-            body: scrub(body, &secrets),
-            truncated,
-        }))
+        let mut body = scrub(body, &secrets);
+        if body.len() > policy.max_body {
+            body.truncate(policy.max_body);
+            truncated = true;
+        }
+        Ok(Hop::Done(Response { url: url.to_string(), status, headers, content_type, body, truncated }))
+    }
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
     }
 }
 
@@ -679,13 +772,13 @@ fn check_url<'u>(url: &'u Url, url_shown: &str) -> Result<Host<&'u str>, EgressE
 fn caller_headers(headers: &[(String, String)], policy: &Policy) -> Result<HeaderMap, EgressError> {
     let mut map = HeaderMap::new();
     for (name, value) in headers {
-        let lower = name.to_ascii_lowercase();
-        if !caller_may_send(&lower) || policy.secrets.iter().any(|s| s.name == lower) {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
+        let lower = header.as_str();
+        if !caller_may_send(lower) || policy.secrets.iter().any(|s| s.name == lower) {
             tracing::debug!(target: "nexo::egress", header = %lower, "dropped a caller header");
             continue;
         }
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
         let value = HeaderValue::from_str(value).map_err(|_| {
             EgressError::BadRequest(format!(
                 "the value of header `{name}` is not a valid header value (no control characters or line breaks)"

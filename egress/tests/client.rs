@@ -334,3 +334,116 @@ async fn one_log_line_per_hop_without_query_or_secrets() {
         assert!(!line.contains("token=") && !line.contains(KEY), "leaked: {line}");
     }
 }
+
+#[tokio::test]
+async fn caller_headers_are_an_allow_list() {
+    let server = Server::start(|_| Reply::ok("text/plain", "ok")).await;
+    let client = routed_client(public_resolver(), &server);
+    let headers = header_pairs(&[
+        // Could read an echoed key in pieces or compressed, past the scrubber.
+        ("Range", "bytes=0-9"),
+        ("If-Range", "x"),
+        ("Accept-Encoding", "gzip"),
+        // GET only means GET only.
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-Method-Override", "PUT"),
+        ("X-Original-URL", "/admin"),
+        ("X-Real-IP", "127.0.0.1"),
+        ("Origin", "https://evil.example"),
+        ("Accept-Language", "en"),
+        ("X-Custom", "kept"),
+    ]);
+    client.get("http://public.test/", &headers, &Policy::new(hosts(&["public.test"]))).await.unwrap();
+    let seen = &server.requests()[0];
+    let sent: Vec<&str> = seen.headers.iter().map(|(n, _)| n.as_str()).collect();
+    for dropped in
+        ["range", "if-range", "accept-encoding", "x-http-method-override", "x-method-override", "x-original-url"]
+    {
+        assert!(!sent.contains(&dropped), "{dropped} reached the server: {sent:?}");
+    }
+    assert!(!sent.contains(&"x-real-ip") && !sent.contains(&"origin"), "{sent:?}");
+    assert_eq!(seen.header("accept-language"), Some("en"));
+    assert_eq!(seen.header("x-custom"), Some("kept"));
+}
+
+#[tokio::test]
+async fn keys_travel_only_over_tls_or_to_the_operators_own_service() {
+    const KEY: &str = "sk-test-tls-only-0123456789";
+    let trap = Server::trap().await;
+    // `plain.test` is public and not routed: a real connection would be plain http to the internet.
+    let resolver = FakeResolver::new(&[("plain.test", &["8.8.8.8"])]);
+    let client = GuardedClient::builder().resolver(Arc::new(resolver)).build().unwrap();
+    let policy = Policy::new(hosts(&["plain.test"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    match client.get("http://plain.test/search", &[], &policy).await {
+        Err(EgressError::BadRequest(m)) => assert!(m.contains("only over https"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(trap.count(), 0);
+    // The operator's exempted private service may take the key over plain http.
+    let server = Server::start(|req| Reply::ok("text/plain", req.header("x-api-key").unwrap_or("none").len().to_string()))
+        .await;
+    let exempt = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
+    let policy = Policy::new(hosts(&["127.0.0.1"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let response = exempt.get(&format!("http://127.0.0.1:{}/", server.port()), &[], &policy).await.unwrap();
+    assert_eq!(response.body, KEY.len().to_string().as_bytes());
+}
+
+#[tokio::test]
+async fn a_prefixed_key_is_scrubbed_with_and_without_its_prefix() {
+    const KEY: &str = "sk-test-bare-0123456789";
+    let server = Server::start(|req| {
+        let auth = req.header("authorization").unwrap_or("").to_string();
+        let bare = auth.trim_start_matches("Bearer ").to_string();
+        Reply::ok("text/plain", format!("got [{auth}] invalid key {bare}"))
+    })
+    .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy =
+        Policy::new(hosts(&["public.test"])).inject(SecretHeader::with_prefix("Authorization", "Bearer ", KEY).unwrap());
+    let response = client.get("http://public.test/", &[], &policy).await.unwrap();
+    assert_eq!(server.requests()[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    let body = String::from_utf8(response.body).unwrap();
+    assert_eq!(body, "got [<redacted>] invalid key <redacted>");
+}
+
+#[tokio::test]
+async fn a_key_straddling_the_body_cap_is_scrubbed_before_the_cut() {
+    const KEY: &str = "sk-test-straddle-0123456789";
+    let server = Server::start(|_| {
+        let mut body = "a".repeat(995);
+        body.push_str(KEY);
+        body.push_str(&"b".repeat(100));
+        Reply::ok("text/plain", body)
+    })
+    .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy =
+        Policy::new(hosts(&["public.test"])).max_body(1000).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let response = client.get("http://public.test/", &[], &policy).await.unwrap();
+    assert_eq!(response.body.len(), 1000);
+    assert!(response.truncated);
+    let body = String::from_utf8(response.body).unwrap();
+    assert!(!body.contains(&KEY[..5]), "the first bytes of the key survived the cut: {}", &body[990..]);
+    assert!(body.ends_with("<reda"), "{}", &body[990..]);
+}
+
+#[tokio::test]
+async fn a_key_in_a_redirect_location_is_scrubbed_from_errors() {
+    const KEY: &str = "sk-test-location-0123456789";
+    let server = Server::start(|req| Reply::redirect(302, &format!("/next/{}", req.header("x-api-key").unwrap_or(""))))
+        .await;
+    let client = routed_client(public_resolver(), &server);
+    let policy =
+        Policy::new(hosts(&["public.test"])).max_redirects(0).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let err = client.get("http://public.test/", &[], &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::TooManyRedirects { .. }), "{err:?}");
+    assert!(!format!("{err} {err:?}").contains(KEY), "{err}");
+}
+
+#[test]
+fn link_local_addresses_cannot_be_exempted() {
+    for ip in ["169.254.169.254", "fe80::1"] {
+        let err = GuardedClient::builder().allow_private([ip.parse::<IpAddr>().unwrap()]).build().unwrap_err();
+        assert!(matches!(&err, EgressError::Config(m) if m.contains("link-local")), "{ip}: {err:?}");
+    }
+}

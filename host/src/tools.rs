@@ -208,6 +208,8 @@ impl Toolbox {
             Err(ToolFailure::Unsupported(_)) => "unsupported",
             Err(_) => "denied",
         };
+        // A URL's query string can carry tokens: the log keeps what comes before it.
+        let detail = if cap == Capability::Fetch { detail.split(['?', '#']).next().unwrap_or("") } else { detail };
         tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail, verdict);
         outcome
     }

@@ -42,13 +42,20 @@ pub fn shared_client() -> Result<GuardedClient, String> {
 
 /// An API key the host adds to a component's requests, as a header. Its
 /// value never enters the component, the logs or the events.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct ApiKey {
     /// The header, for example `X-Subscription-Token` or `Authorization`.
     pub header: String,
-    /// The header's full value, for example `Bearer sk-…`.
+    /// Put before the key in the header, for example `Bearer `.
+    pub prefix: String,
+    /// The key. At least [`MIN_KEY_LEN`] characters, so that a response
+    /// echoing it can be recognized and scrubbed.
     pub value: String,
 }
+
+/// The shortest API key accepted: shorter strings turn up in ordinary
+/// responses, so scrubbing them would be unreliable.
+pub const MIN_KEY_LEN: usize = 8;
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,7 +109,14 @@ impl EgressGrant {
         };
         let mut policy = Policy::new(hosts).max_body(COMPONENT_MAX_BODY).timeout(self.timeout.unwrap_or(FETCH_TIMEOUT));
         if let Some(key) = &self.api_key {
-            policy = policy.inject(SecretHeader::new(&key.header, &key.value).map_err(|e| e.to_string())?);
+            if key.value.chars().count() < MIN_KEY_LEN {
+                return Err(format!(
+                    "the API key for `{}` is shorter than {MIN_KEY_LEN} characters; check the variable that holds it",
+                    key.header
+                ));
+            }
+            let secret = SecretHeader::with_prefix(&key.header, &key.prefix, &key.value).map_err(|e| e.to_string())?;
+            policy = policy.inject(secret);
         }
         Ok(Some(Arc::new(Egress { client, policy })))
     }
@@ -183,13 +197,19 @@ impl Fetcher {
         if fetch_allow.is_empty() {
             return Ok(None);
         }
+        // Three bytes over, so the cut below can end on a character boundary.
         let mut policy = Policy::new(HostList::new(fetch_allow).map_err(|e| format!("fetch-allow: {e}"))?)
-            .max_body(FETCH_MAX_BODY)
+            .max_body(FETCH_MAX_BODY + 3)
             .timeout(FETCH_TIMEOUT);
         if let Some(within) = within {
             policy = policy.also_within(HostList::new(within).map_err(|e| format!("fetch-hosts: {e}"))?);
         }
         let client = match client {
+            Some(c) if c.has_exemptions() => {
+                return Err("the fetch tool cannot use a client that exempts private addresses; \
+                            exemptions are for search backends only"
+                    .into());
+            }
             Some(c) => c,
             None => shared_client()?,
         };
@@ -223,7 +243,7 @@ mod tests {
     fn an_api_key_never_shows_in_debug_output() {
         let grant = EgressGrant {
             hosts: vec!["api.example.com".into()],
-            api_key: Some(ApiKey { header: "X-Token".into(), value: "sk-very-secret".into() }),
+            api_key: Some(ApiKey { header: "X-Token".into(), value: "sk-very-secret".into(), ..ApiKey::default() }),
             ..EgressGrant::default()
         };
         assert!(!format!("{grant:?}").contains("sk-very-secret"));
@@ -234,6 +254,19 @@ mod tests {
         let grant = EgressGrant { allow_private: vec!["10.0.0.5".parse().unwrap()], ..EgressGrant::default() };
         assert!(grant.egress().unwrap_err().contains("need `hosts`"));
         assert!(EgressGrant::default().egress().unwrap().is_none());
+    }
+
+    #[test]
+    fn short_keys_are_refused_and_fetch_never_takes_an_exempting_client() {
+        let grant = EgressGrant {
+            hosts: vec!["api.example.com".into()],
+            api_key: Some(ApiKey { header: "X-Token".into(), value: "abc".into(), ..ApiKey::default() }),
+            ..EgressGrant::default()
+        };
+        assert!(grant.egress().unwrap_err().contains("shorter than 8"));
+        let exempting = GuardedClient::builder().allow_private(["10.0.0.5".parse().unwrap()]).build().unwrap();
+        let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err();
+        assert!(err.contains("search backends only"), "{err}");
     }
 
     #[test]

@@ -296,7 +296,7 @@ async fn a_brave_component_gets_its_key_from_the_host_and_answers() {
     let (addr, seen) = site().await;
     let grant = EgressGrant {
         hosts: vec!["api.search.brave.com".into()],
-        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: BRAVE_KEY.into() }),
+        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: BRAVE_KEY.into(), ..ApiKey::default() }),
         settings: BTreeMap::from([("base-url".to_string(), "http://api.search.brave.com".to_string())]),
         client: Some(seam_client(addr, vec!["api.search.brave.com"])),
         ..EgressGrant::default()
@@ -328,7 +328,7 @@ async fn a_backend_cannot_reach_an_ungranted_host_and_never_sees_its_key() {
     let key = "sk-nexo-never-in-wasm-71c2";
     let grant = EgressGrant {
         hosts: vec!["search.example".into()],
-        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key.into() }),
+        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key.into(), ..ApiKey::default() }),
         settings: BTreeMap::from([
             ("echo-url".to_string(), "http://search.example/echo".to_string()),
             (
@@ -495,7 +495,7 @@ async fn live_brave_search() {
     };
     let grant = EgressGrant {
         hosts: vec!["api.search.brave.com".into()],
-        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key }),
+        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key, ..ApiKey::default() }),
         ..EgressGrant::default()
     };
     let plugin = Plugin::load(engine(), built::BRAVE).await.unwrap();

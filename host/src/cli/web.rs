@@ -103,7 +103,7 @@ impl SearchArgs {
                     )
                 })?;
                 let source = format!("{} header, from ${}", k.header, k.env);
-                (Some(ApiKey { header: k.header.clone(), value: format!("{}{value}", k.prefix) }), Some(source))
+                (Some(ApiKey { header: k.header.clone(), prefix: k.prefix.clone(), value }), Some(source))
             }
         };
         let grant = EgressGrant {
