@@ -36,9 +36,13 @@ demo: plugins
 test: toolchain
 	./scripts/test-deps.sh
 	$(CARGO) test --workspace
+	@# The guarded client's test seam must never reach a normal build of nexo.
+	@if $(CARGO) tree -p nexo -e normal,features -i nexo-egress | grep -q 'feature "testing"'; then \
+		echo "error: a normal build of nexo enables nexo-egress/testing (the test-only network seam)"; exit 1; fi
 
 bench: toolchain
 	$(CARGO) bench -p nexo --bench engine
+	$(CARGO) bench -p nexo-egress --bench client
 
 lint:
 	$(CARGO) fmt --all --check

@@ -380,8 +380,8 @@ async fn keys_travel_only_over_tls_or_to_the_operators_own_service() {
     }
     assert_eq!(trap.count(), 0);
     // The operator's exempted private service may take the key over plain http.
-    let server = Server::start(|req| Reply::ok("text/plain", req.header("x-api-key").unwrap_or("none").len().to_string()))
-        .await;
+    let server =
+        Server::start(|req| Reply::ok("text/plain", req.header("x-api-key").unwrap_or("none").len().to_string())).await;
     let exempt = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
     let policy = Policy::new(hosts(&["127.0.0.1"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
     let response = exempt.get(&format!("http://127.0.0.1:{}/", server.port()), &[], &policy).await.unwrap();
@@ -398,8 +398,8 @@ async fn a_prefixed_key_is_scrubbed_with_and_without_its_prefix() {
     })
     .await;
     let client = routed_client(public_resolver(), &server);
-    let policy =
-        Policy::new(hosts(&["public.test"])).inject(SecretHeader::with_prefix("Authorization", "Bearer ", KEY).unwrap());
+    let policy = Policy::new(hosts(&["public.test"]))
+        .inject(SecretHeader::with_prefix("Authorization", "Bearer ", KEY).unwrap());
     let response = client.get("http://public.test/", &[], &policy).await.unwrap();
     assert_eq!(server.requests()[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
     let body = String::from_utf8(response.body).unwrap();
@@ -430,8 +430,8 @@ async fn a_key_straddling_the_body_cap_is_scrubbed_before_the_cut() {
 #[tokio::test]
 async fn a_key_in_a_redirect_location_is_scrubbed_from_errors() {
     const KEY: &str = "sk-test-location-0123456789";
-    let server = Server::start(|req| Reply::redirect(302, &format!("/next/{}", req.header("x-api-key").unwrap_or(""))))
-        .await;
+    let server =
+        Server::start(|req| Reply::redirect(302, &format!("/next/{}", req.header("x-api-key").unwrap_or("")))).await;
     let client = routed_client(public_resolver(), &server);
     let policy =
         Policy::new(hosts(&["public.test"])).max_redirects(0).inject(SecretHeader::new("x-api-key", KEY).unwrap());

@@ -74,8 +74,8 @@ pub struct RunOptions {
     /// search tool, even with `search` granted.
     pub search: Option<Arc<dyn crate::search::SearchBackend>>,
     /// The guarded client for the `fetch` tool. `None`: the process-wide one
-    /// ([`crate::web::shared_client`]). Whatever client is used, the fetch
-    /// tool never reaches a private address.
+    /// ([`crate::web::shared_client`]). A client that exempts private
+    /// addresses is refused: the fetch tool never reaches one.
     pub http: Option<nexo_egress::GuardedClient>,
 }
 
