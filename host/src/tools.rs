@@ -324,6 +324,12 @@ impl Toolbox {
         if page.status >= 400 {
             return Err(ToolFailure::Failed(format!("{} answered HTTP {}", page.url, page.status)));
         }
+        if let Some(ct) = page.content_type.as_deref().filter(|ct| is_binary(ct)) {
+            return Err(ToolFailure::Unsupported(format!(
+                "{} is `{ct}`, not text; fetch returns text pages only",
+                page.url
+            )));
+        }
         Ok(page)
     }
 
@@ -349,6 +355,22 @@ impl Toolbox {
     fn remember(&self, path: &str, mtime: Option<SystemTime>) {
         self.reads().insert(key(path), mtime);
     }
+}
+
+/// Media types that decode to noise as text (and would fill a context window
+/// with replacement characters).
+fn is_binary(content_type: &str) -> bool {
+    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    ["image/", "audio/", "video/", "font/"].iter().any(|p| mime.starts_with(p))
+        || matches!(
+            mime.as_str(),
+            "application/octet-stream"
+                | "application/pdf"
+                | "application/zip"
+                | "application/gzip"
+                | "application/x-tar"
+                | "application/wasm"
+        )
 }
 
 /// Maps the guarded client's refusals onto tool errors: a private address is

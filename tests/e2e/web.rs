@@ -88,6 +88,13 @@ async fn site() -> (SocketAddr, Shared) {
             }),
         )
         .route(
+            "/logo.png",
+            get(|State(s): State<Shared>, h: HeaderMap| async move {
+                record(&s, "/logo.png", &h).await;
+                ([(header::CONTENT_TYPE, "image/png")], vec![0x89u8, b'P', b'N', b'G', 0xff, 0xfe])
+            }),
+        )
+        .route(
             "/missing",
             get(|State(s): State<Shared>, h: HeaderMap| async move {
                 record(&s, "/missing", &h).await;
@@ -223,10 +230,11 @@ async fn fetch_refuses_what_the_rules_refuse_and_the_run_goes_on() {
         "fetch file:///etc/passwd".to_string(),
         "fetch http://news.example/missing".to_string(),
         "fetch http://news.example/big".to_string(),
+        "fetch http://news.example/logo.png".to_string(),
     ]
     .join("\n");
     let out = probe(&input, &options).await;
-    assert_eq!(out.len(), 10, "{out:#?}");
+    assert_eq!(out.len(), 11, "{out:#?}");
     assert!(out[0].starts_with("denied: ") && out[0].contains("notexample.com"), "{}", out[0]);
     assert!(out[1].starts_with("denied: ") && out[1].contains("news.example.evil.org"), "{}", out[1]);
     assert!(out[2].starts_with("security: ") && out[2].contains("loopback"), "{}", out[2]);
@@ -240,9 +248,11 @@ async fn fetch_refuses_what_the_rules_refuse_and_the_run_goes_on() {
     // 1 MB of two-byte characters: cut at 200 KB on a character boundary.
     assert!(out[9].starts_with("ok 200 http://news.example/big"), "{}", out[9]);
     assert!(out[9].contains("truncated=true len=200000"), "{}", out[9]);
-    // Only the allowed hops reached the site: the three redirects, the 404 and the big page.
+    // Binary media is not handed to a model as text.
+    assert!(out[10].starts_with("unsupported: ") && out[10].contains("image/png"), "{}", out[10]);
+    // Only the allowed hops reached the site: the three redirects, the 404, the big page and the image.
     let paths: Vec<String> = seen.lock().unwrap().requests.iter().map(|(p, _)| p.clone()).collect();
-    assert_eq!(paths, ["/redirect", "/redirect", "/redirect", "/missing", "/big"]);
+    assert_eq!(paths, ["/redirect", "/redirect", "/redirect", "/missing", "/big", "/logo.png"]);
 }
 
 #[tokio::test]

@@ -43,10 +43,18 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
         return Err(("max-turns", "must be at least 1 when set".into()));
     }
     for host in &m.fetch_allow {
-        if host.is_empty() || host.contains(['/', ':', '*', ' ']) {
+        nexo_egress::HostList::new([host]).map_err(|e| ("fetch-allow", e.to_string()))?;
+        // An entry covers its subdomains, so a lone label such as `com` would
+        // open a whole top-level domain. `localhost` may be listed: the address
+        // guard refuses it anyway.
+        let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
+        let labels = host.trim_end_matches('.').split('.').count();
+        if !ip && labels < 2 && !host.eq_ignore_ascii_case("localhost") {
             return Err((
                 "fetch-allow",
-                format!("{host:?} is not a bare host name (write `example.com`, not a URL or a glob)"),
+                format!(
+                    "{host:?} is a single label, which would cover a whole top-level domain; list `example.{host}`-style names"
+                ),
             ));
         }
     }
@@ -98,6 +106,34 @@ mod tests {
         }
         for bad in ["", "Hello", "-a", "a-", "a--b", "a b", "a_b", "é", &"a".repeat(65)] {
             assert!(name(bad).is_err(), "{bad} should fail");
+        }
+    }
+}
+
+#[cfg(test)]
+mod fetch_allow_tests {
+    use super::*;
+    use crate::manifest::AgentManifest;
+
+    fn with_hosts(hosts: &[&str]) -> Result<(), (&'static str, String)> {
+        let m = AgentManifest {
+            name: "a".into(),
+            description: "d".into(),
+            fetch_allow: hosts.iter().map(|h| h.to_string()).collect(),
+            ..AgentManifest::default()
+        };
+        agent_manifest(&m)
+    }
+
+    #[test]
+    fn fetch_allow_takes_bare_hosts_only() {
+        for ok in [&["example.com", "news.example.org."][..], &["localhost", "127.0.0.1", "[::1]"]] {
+            assert!(with_hosts(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["https://example.com", "example.com:443", "*.example.com", "example.com/path", "", "com", "org."] {
+            let (field, problem) = with_hosts(&[bad]).unwrap_err();
+            assert_eq!(field, "fetch-allow", "{bad}");
+            assert!(!problem.is_empty());
         }
     }
 }
