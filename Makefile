@@ -18,18 +18,22 @@ plugins: toolchain
 	$(NEXO) build plugins/agents/hello --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/skills/code-review --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/search-backends/searxng --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/search-backends/brave --target-dir $(PLUGIN_OUT)
 
 demo: plugins
 	@echo "== nexo inspect: an agent, a skill and a search backend"
 	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/hello.wasm
 	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/code_review.wasm
-	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/searxng.wasm
+	$(NEXO) inspect $(PLUGIN_OUT)/wasm32-wasip2/release/searxng.wasm --config examples/web/searxng.toml
 	@echo "== nexo run: the hello agent on a recorded conversation (scripted provider, offline)"
 	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/hello.wasm "What is in this workspace?" \
 	  --script examples/offline/hello-script.json --sandbox local --cwd examples/offline/workspace
 	@echo "== nexo run: a declarative agent (examples/offline/reviewer.toml)"
 	$(NEXO) run examples/offline/reviewer.toml "Review the workspace" \
 	  --script examples/offline/reviewer-script.json --sandbox local --cwd examples/offline/workspace
+	@echo "== nexo run: web access is guarded (the metadata address and an off-list host are refused)"
+	$(NEXO) run examples/offline/researcher.toml "Read the instance metadata" \
+	  --script examples/offline/researcher-script.json --allow fetch --mode auto
 	@echo "== nexo run: the text-stats agent, which needs no model"
 	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/text_stats.wasm "WebAssembly components give every agent its own sandbox."
 

@@ -37,7 +37,9 @@ pub enum EgressError {
     #[error("bad request: {0}")]
     BadRequest(String),
     /// The host (of the first URL or of a redirect) is not on an allow-list.
-    #[error("host `{host}` is not on the allow-list (allowed: {allowed}); add it to fetch_allow / the backend's hosts")]
+    #[error(
+        "host `{host}` is not on the allow-list (allowed: {allowed}); only listed hosts and their subdomains can be reached"
+    )]
     HostNotAllowed {
         /// The refused host.
         host: String,
@@ -929,7 +931,7 @@ mod tests {
         let e = EgressError::HostNotAllowed { host: "x.org".into(), allowed: "a.com, b.com".into() };
         assert_eq!(
             e.to_string(),
-            "host `x.org` is not on the allow-list (allowed: a.com, b.com); add it to fetch_allow / the backend's hosts"
+            "host `x.org` is not on the allow-list (allowed: a.com, b.com); only listed hosts and their subdomains can be reached"
         );
         let e = EgressError::NonPublicAddress {
             host: "localhost".into(),

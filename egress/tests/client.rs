@@ -239,7 +239,7 @@ async fn off_list_hosts_are_refused_before_any_lookup() {
     let err = client.get("http://notpublic.test/", &[], &Policy::new(hosts(&["public.test"]))).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "host `notpublic.test` is not on the allow-list (allowed: public.test); add it to fetch_allow / the backend's hosts"
+        "host `notpublic.test` is not on the allow-list (allowed: public.test); only listed hosts and their subdomains can be reached"
     );
     let err = client.get("http://public.test/", &[], &Policy::new(Default::default())).await.unwrap_err();
     assert!(matches!(err, EgressError::HostNotAllowed { .. }), "an empty list allows nothing: {err}");

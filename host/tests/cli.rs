@@ -521,3 +521,31 @@ fn bad_web_settings_are_configuration_errors() {
         assert!(stderr(&out).contains(needle), "{text}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn the_offline_web_demo_shows_the_guard_refusing() {
+    let ex = root().join("examples/offline");
+    let out = nexo(&[
+        "run",
+        ex.join("researcher.toml").to_str().unwrap(),
+        "Read the instance metadata",
+        "--script",
+        ex.join("researcher-script.json").to_str().unwrap(),
+        "--allow",
+        "fetch",
+        "--mode",
+        "auto",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let verdicts: Vec<&str> =
+        lines.iter().filter(|v| v["event"] == "tool-result").map(|v| v["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["security", "denied"], "{lines:?}");
+    // The example configs parse, and name the backend they grant.
+    let web = root().join("examples/web/searxng.toml");
+    let out = nexo(&["inspect", "--json", "--config", web.to_str().unwrap(), built::SEARXNG]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["search"]["allow-private"], serde_json::json!(["10.0.0.5"]));
+    assert_eq!(v["fetch-hosts"], serde_json::json!(["wikipedia.org", "example.com"]));
+}

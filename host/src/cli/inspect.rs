@@ -107,7 +107,12 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
         }
         Description::SearchBackend(i) => {
             row("description", &i.description);
-            row("requested", &format!("outbound HTTP to {}", list(i.hosts.iter().map(String::as_str))));
+            let requested = if i.hosts.is_empty() {
+                "outbound HTTP (it names no hosts: its settings say where)".to_string()
+            } else {
+                format!("outbound HTTP to {}", list(i.hosts.iter().map(String::as_str)))
+            };
+            row("requested", &requested);
             let same =
                 |s: &&SearchSetup| std::fs::canonicalize(&s.backend).ok() == std::fs::canonicalize(plugin.path()).ok();
             match search.filter(same) {
