@@ -513,3 +513,15 @@ async fn live_brave_search() {
     assert!(!hits.is_empty() && hits.len() <= 8, "{hits:?}");
     assert!(hits.iter().all(|h| h.url.starts_with("http") && h.snippet.chars().count() <= 300));
 }
+
+#[tokio::test]
+async fn a_failing_backend_is_a_tool_error_and_the_host_goes_on() {
+    let grant = EgressGrant { timeout: Some(crate::SHORT), ..EgressGrant::default() };
+    let plugin = Plugin::load(engine(), built::SECRET_PROBE).await.unwrap();
+    let backend: Arc<dyn SearchBackend> = Arc::new(ComponentBackend::new(plugin, &grant).unwrap());
+    let options = RunOptions { search: Some(backend.clone()), ..web_options(GuardedClient::new().unwrap()) };
+    let out = probe("search spin\nsearch panic\nsearch fine", &options).await;
+    assert!(out[0].starts_with("failed: ") && out[0].contains("deadline"), "{}", out[0]);
+    assert!(out[1].starts_with("failed: ") && out[1].contains("panicked on purpose"), "{}", out[1]);
+    assert!(out[2].starts_with("ok 1 rows: memory"), "the same backend answers the next query: {}", out[2]);
+}

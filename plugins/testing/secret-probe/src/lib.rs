@@ -8,7 +8,8 @@
 //! 2. GETs every URL in the `forbidden` setting (space-separated);
 //! 3. scans its whole linear memory for the forward key.
 //!
-//! Each finding is one row: title = probe, snippet = outcome.
+//! Each finding is one row: title = probe, snippet = outcome. The queries
+//! `spin` and `panic` make it loop forever or panic instead.
 
 use nexo_sdk::search::{get, setting, HttpError, Info, SearchBackend, SearchError, SearchHit, SearchOptions};
 
@@ -54,6 +55,14 @@ impl SearchBackend for SecretProbe {
     }
 
     fn search(query: String, _options: SearchOptions) -> Result<Vec<SearchHit>, SearchError> {
+        // Misbehaviour on request, for the host's failure handling.
+        match query.as_str() {
+            "spin" => loop {
+                core::hint::spin_loop();
+            },
+            "panic" => panic!("the probe panicked on purpose"),
+            _ => {}
+        }
         let mut rows = Vec::new();
         if let Some(url) = setting("echo-url") {
             rows.push(row("echo", outcome(get(&url, &[("x-probe", "1"), ("authorization", "Bearer guest-made")]))));

@@ -6,15 +6,17 @@ use nexo_sdk::agent::{tools, Agent, Capability, Manifest, RunError, ToolError};
 
 struct WebProbe;
 
+/// One line per outcome: newlines in a message become spaces.
 fn error(e: ToolError) -> String {
-    match e {
+    let text = match e {
         ToolError::Denied(m) => format!("denied: {m}"),
         ToolError::Security(m) => format!("security: {m}"),
         ToolError::Unsupported(m) => format!("unsupported: {m}"),
         ToolError::InvalidInput(m) => format!("invalid-input: {m}"),
         ToolError::Failed(m) => format!("failed: {m}"),
         other => format!("other: {other:?}"),
-    }
+    };
+    text.replace('\n', " ")
 }
 
 impl Agent for WebProbe {
