@@ -367,6 +367,11 @@ impl Guard {
         })
     }
 
+    /// `ip` itself, if it passes [`Guard::check`].
+    fn checked(&self, host: &str, ip: IpAddr) -> Result<IpAddr, EgressError> {
+        self.check(host, ip).map(|()| ip)
+    }
+
     /// Resolves `name`; every address must pass, or the whole name is refused.
     async fn resolve_checked(&self, name: &str) -> Result<Vec<IpAddr>, EgressError> {
         let addrs = self
@@ -654,15 +659,12 @@ impl GuardedClient {
         let work = async {
             let guard = &self.inner.guard;
             let addrs = match host {
-                Host::Ipv4(ip) => vec![IpAddr::V4(ip)],
-                Host::Ipv6(ip) => vec![IpAddr::V6(ip)],
                 // Refuses early with a clear error; the connect-time resolver
                 // checks again whatever it connects to.
                 Host::Domain(name) => guard.resolve_checked(name).await?,
+                Host::Ipv4(ip) => vec![guard.checked(&host_text, IpAddr::V4(ip))?],
+                Host::Ipv6(ip) => vec![guard.checked(&host_text, IpAddr::V6(ip))?],
             };
-            for ip in &addrs {
-                guard.check(&host_text, *ip)?;
-            }
             // A key crosses the network only inside TLS, or to the operator's
             // own exempted service (a test route stands in for TLS).
             if !inject.is_empty() && url.scheme() != "https" && !addrs.iter().all(|ip| guard.private_ok(*ip)) {

@@ -177,16 +177,26 @@ impl Toolbox {
     /// usable: a shell in the sandbox, a `fetch-allow` list for `fetch`, a
     /// configured backend for `search`.
     pub fn offered(&self) -> Vec<Capability> {
-        self.effective
-            .iter()
-            .copied()
-            .filter(|c| match c {
-                Capability::Shell => self.sandbox.supports_shell(),
-                Capability::Fetch => self.fetch.is_some(),
-                Capability::Search => self.search.is_some(),
-                _ => true,
-            })
-            .collect()
+        self.effective.iter().copied().filter(|c| self.unavailable(*c).is_none()).collect()
+    }
+
+    /// Why `cap` cannot run in this toolbox at all, whatever the mode says:
+    /// one place for both what is offered and what the gate refuses.
+    fn unavailable(&self, cap: Capability) -> Option<ToolFailure> {
+        match cap {
+            Capability::Shell if !self.sandbox.supports_shell() => {
+                Some(ToolFailure::Unsupported(format!("the {} sandbox runs no shell commands", self.sandbox.name())))
+            }
+            Capability::Fetch if self.fetch.is_none() => Some(ToolFailure::Denied(format!(
+                "`{}` lists no hosts in `fetch-allow`, so it may fetch nothing",
+                self.agent
+            ))),
+            Capability::Search if self.search.is_none() => Some(ToolFailure::Unsupported(
+                "no search backend is configured; the operator sets one in the `[search]` section of the config file"
+                    .into(),
+            )),
+            _ => None,
+        }
     }
 
     /// The hosts the fetch tool may reach, for its description.
@@ -223,23 +233,8 @@ impl Toolbox {
                 self.agent
             )));
         }
-        if cap == Capability::Shell && !self.sandbox.supports_shell() {
-            return Err(ToolFailure::Unsupported(format!(
-                "the {} sandbox runs no shell commands",
-                self.sandbox.name()
-            )));
-        }
-        if cap == Capability::Fetch && self.fetch.is_none() {
-            return Err(ToolFailure::Denied(format!(
-                "`{}` lists no hosts in `fetch-allow`, so it may fetch nothing",
-                self.agent
-            )));
-        }
-        if cap == Capability::Search && self.search.is_none() {
-            return Err(ToolFailure::Unsupported(
-                "no search backend is configured; the operator sets one in the `[search]` section of the config file"
-                    .into(),
-            ));
+        if let Some(refusal) = self.unavailable(cap) {
+            return Err(refusal);
         }
         match self.permissions.check(cap, detail) {
             Verdict::Allow => Ok(()),

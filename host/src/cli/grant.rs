@@ -141,10 +141,10 @@ impl GrantArgs {
         let t = file.grant;
         let mut allow = t.allow;
         allow.extend(self.allow.iter().copied());
-        let fetch_hosts: Option<Vec<String>> = match (t.fetch_hosts, self.fetch_hosts.is_empty()) {
-            (None, true) => None,
-            (hosts, _) => Some(hosts.unwrap_or_default().into_iter().chain(self.fetch_hosts.iter().cloned()).collect()),
-        };
+        let mut fetch_hosts = t.fetch_hosts;
+        if !self.fetch_hosts.is_empty() {
+            fetch_hosts.get_or_insert_default().extend(self.fetch_hosts.iter().cloned());
+        }
         if let Some(hosts) = &fetch_hosts {
             nexo_egress::HostList::new(hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
         }

@@ -42,14 +42,12 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
     if m.max_turns == Some(0) {
         return Err(("max-turns", "must be at least 1 when set".into()));
     }
-    for host in &m.fetch_allow {
-        nexo_egress::HostList::new([host]).map_err(|e| ("fetch-allow", e.to_string()))?;
-        // An entry covers its subdomains, so a lone label such as `com` would
-        // open a whole top-level domain. `localhost` may be listed: the address
-        // guard refuses it anyway.
-        let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
-        let labels = host.trim_end_matches('.').split('.').count();
-        if !ip && labels < 2 && !host.eq_ignore_ascii_case("localhost") {
+    let hosts = nexo_egress::HostList::new(&m.fetch_allow).map_err(|e| ("fetch-allow", e.to_string()))?;
+    // An entry covers its subdomains, so a lone label such as `com` would open
+    // a whole top-level domain. `localhost` may be listed: the address guard
+    // refuses it anyway. Entries are normalized here (no brackets or trailing dot).
+    for host in hosts.entries() {
+        if !host.contains(['.', ':']) && host != "localhost" {
             return Err((
                 "fetch-allow",
                 format!(
