@@ -31,7 +31,8 @@ impl AgentFile {
     /// Reads and validates the file.
     pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, PluginError> {
         let path = path.as_ref().to_path_buf();
-        let text = std::fs::read_to_string(&path).map_err(|source| PluginError::Read { path: path.clone(), source })?;
+        let text = crate::files::read_regular_text(&path, crate::files::MAX_TOML_BYTES)
+            .map_err(|source| PluginError::Read { path: path.clone(), source })?;
         Self::parse(&text, path)
     }
 
@@ -42,7 +43,7 @@ impl AgentFile {
             path: path.clone(),
             kind: PluginKind::Agent,
             field: "file",
-            problem: e.to_string(),
+            problem: crate::files::toml_problem(text, &e),
         })?;
         validate::agent_manifest(&manifest).map_err(|(field, problem)| PluginError::BadManifest {
             path: path.clone(),

@@ -90,8 +90,9 @@ pub enum Event {
         id: String,
         /// The tool.
         name: String,
-        /// `allowed`, `denied`, `approval-required`, `unsupported`, `security`
-        /// or `failed`.
+        /// `allowed`, or the error's kind: `denied`, `approval-required`,
+        /// `unsupported`, `security`, `not-found`, `invalid-input`, `timeout`
+        /// or `failed`. It always names the same kind as the error text.
         verdict: String,
         /// The start of the result or error, for display.
         summary: String,
@@ -272,7 +273,10 @@ fn verdict_of(e: &ToolFailure) -> &'static str {
         ToolFailure::ApprovalRequired(_) => "approval-required",
         ToolFailure::Unsupported(_) => "unsupported",
         ToolFailure::Security(_) => "security",
-        _ => "failed",
+        ToolFailure::NotFound(_) => "not-found",
+        ToolFailure::InvalidInput(_) => "invalid-input",
+        ToolFailure::Timeout(_) => "timeout",
+        ToolFailure::Failed(_) => "failed",
     }
 }
 
@@ -290,7 +294,7 @@ async fn dispatch(toolbox: &Toolbox, offered: &[Capability], call: &ToolCall) ->
         return ToolOutput {
             content: format!("error: there is no tool `{}`; the tools are: {}", call.name, names.join(", ")),
             is_error: true,
-            verdict: "failed",
+            verdict: "invalid-input",
             approval: None,
         };
     };
@@ -352,7 +356,7 @@ fn activate(skills: &[SkillDoc], call: &ToolCall) -> ToolOutput {
                 skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
             ),
             is_error: true,
-            verdict: "failed",
+            verdict: "invalid-input",
             approval: None,
         },
     }

@@ -129,7 +129,7 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
             _ => None,
         })
         .collect();
-    assert_eq!(results, [("write_file", "denied"), ("no_such_tool", "failed"), ("read_file", "failed")]);
+    assert_eq!(results, [("write_file", "denied"), ("no_such_tool", "invalid-input"), ("read_file", "invalid-input")]);
     let errors: Vec<&str> = outcome
         .transcript
         .iter()

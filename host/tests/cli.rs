@@ -101,9 +101,14 @@ fn failures_have_distinct_exit_codes_and_clear_messages() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("world nexo does not host"), "{}", stderr(&out));
 
-    let out = nexo(&["inspect", "Cargo.toml"]);
+    let out = nexo(&["inspect", "README.md"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not a WebAssembly file"), "{}", stderr(&out));
+
+    // A `.toml` file is read as a declarative agent, and its errors say where.
+    let out = nexo(&["inspect", "Cargo.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("Cargo.toml has an invalid file: line "), "{}", stderr(&out));
 }
 
 #[test]
@@ -377,7 +382,7 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // shell was granted by the operator but not requested by the agent; the skill's allowed-tools changes nothing.
-    assert!(stdout(&out).contains(r#""name":"shell","verdict":"failed""#), "{}", stdout(&out));
+    assert!(stdout(&out).contains(r#""name":"shell","verdict":"invalid-input""#), "{}", stdout(&out));
     assert!(!ws.join("pwned").exists());
 
     // A missing skill names the path it looked for.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
+use crate::endpoint::Endpoint;
 use crate::http::{Http, Limits, SseEvent, is_event_stream, quote};
 use crate::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, Usage};
 
@@ -22,7 +23,7 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 #[derive(Debug)]
 pub(crate) struct AnthropicProvider {
     model: String,
-    url: String,
+    url: Endpoint,
     http: Http,
 }
 
@@ -39,8 +40,7 @@ impl AnthropicProvider {
         }
         headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
         let http = Http::new("anthropic", headers, key, limits)?;
-        let base = base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") { format!("{base}/messages") } else { format!("{base}/v1/messages") };
+        let url = Endpoint::new(base_url, "anthropic", "/v1/messages", Some("/v1"))?;
         Ok(AnthropicProvider { model: model.into(), url, http })
     }
 
@@ -443,8 +443,8 @@ mod tests {
         let p = provider("https://api.anthropic.com/");
         let debug = format!("{p:?}");
         assert!(!debug.contains("sk-ant-very-secret"), "{debug}");
-        assert_eq!(p.url, "https://api.anthropic.com/v1/messages");
-        assert_eq!(provider("http://h/v1").url, "http://h/v1/messages");
+        assert_eq!(p.url.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(provider("http://h/v1").url.url, "http://h/v1/messages");
     }
 
     #[test]

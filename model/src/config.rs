@@ -187,7 +187,7 @@ fn build(
             Some(key) => Some(key),
             None => {
                 return Err(ModelError::Config(format!(
-                    "{name} needs an API key: set {variable} (or `api_key` in the config file)"
+                    "{name} needs an API key: set the environment variable {variable}"
                 )));
             }
         },
@@ -199,18 +199,12 @@ fn build(
             None => {
                 return Err(ModelError::Config(format!(
                     "the {name} provider needs the server's base URL, for example http://localhost:8000/v1: \
-                     set --base-url (or `base_url` in the config file)"
+                     set --base-url (or `base-url` in the config file's `[model]`)"
                 )));
             }
         },
     };
-    let parsed = reqwest::Url::parse(&base_url)
-        .map_err(|e| ModelError::Config(format!("the base URL `{base_url}` for {name} is not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(ModelError::Config(format!(
-            "the base URL `{base_url}` for {name} must start with http:// or https://"
-        )));
-    }
+    crate::endpoint::check_base(&base_url, name)?;
     let limits = Limits::from_config(config);
     match kind {
         ProviderKind::Anthropic => Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits)?)),

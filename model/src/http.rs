@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 
+use crate::endpoint::Endpoint;
 use crate::{ModelConfig, ModelError};
 
 /// The time limit for one request when the configuration sets none.
@@ -132,13 +133,13 @@ impl Http {
     /// timeout covers the wait for the response headers and then each wait
     /// for the next piece of the stream ([`SseStream`]), so a long answer that
     /// keeps arriving is not cut off.
-    pub(crate) async fn post(&self, url: &str, body: Vec<u8>, stream: bool) -> Result<reqwest::Response, ModelError> {
+    pub(crate) async fn post(&self, endpoint: &Endpoint, body: Vec<u8>, stream: bool) -> Result<reqwest::Response, ModelError> {
         let limits = self.limits;
         let mut retry = 0u32;
         loop {
             let mut request = self
                 .client
-                .post(url)
+                .post(&endpoint.url)
                 .headers(self.headers.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body.clone());
@@ -175,13 +176,13 @@ impl Http {
                 Err(e) if e.is_connect() => {
                     // reqwest's own message repeats the URL; its sources hold the cause.
                     let cause = std::error::Error::source(&e).map_or_else(|| chain(&e), chain);
-                    let message = format!("cannot connect to {url}: {cause}");
+                    let message = format!("cannot connect to {}: {cause}", endpoint.shown);
                     if retry >= limits.max_retries {
                         return Err(self.unavailable(gave_up(message, retry)));
                     }
                     (message, None)
                 }
-                Err(e) => return Err(self.unavailable(format!("the request to {url} failed: {}", chain(&e)))),
+                Err(e) => return Err(self.unavailable(format!("the request to {} failed: {}", endpoint.shown, chain(&e)))),
             };
             let delay = match retry_after {
                 Some(wait) => wait.min(limits.max_delay),

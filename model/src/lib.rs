@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod config;
+mod endpoint;
 mod http;
 #[cfg(feature = "mock")]
 pub mod mock;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
+use crate::endpoint::Endpoint;
 use crate::http::{Http, Limits, is_event_stream, quote};
 use crate::{
     BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall, Usage,
@@ -20,7 +21,7 @@ use crate::{
 pub(crate) struct OpenAiProvider {
     kind: ProviderKind,
     model: String,
-    url: String,
+    url: Endpoint,
     http: Http,
 }
 
@@ -47,7 +48,7 @@ impl OpenAiProvider {
             headers.insert(HeaderName::from_static("x-title"), HeaderValue::from_static("nexo"));
         }
         let http = Http::new(name, headers, key, limits)?;
-        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        let url = Endpoint::new(base_url, name, "/chat/completions", None)?;
         Ok(OpenAiProvider { kind, model: model.into(), url, http })
     }
 
@@ -384,7 +385,7 @@ mod tests {
         let debug = format!("{p:?}");
         assert!(!debug.contains("sk-very-secret-key"), "{debug}");
         assert!(debug.contains("<redacted>"), "{debug}");
-        assert_eq!(p.url, "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(p.url.url, "http://127.0.0.1:9/v1/chat/completions");
     }
 
     #[test]

@@ -66,10 +66,11 @@ pub struct ConfigFile {
 pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
     match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES)
                 .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-            toml::from_str::<ConfigFile>(&text)
-                .map_err(|e| format!("the config file {} is invalid: {e}", path.display()))
+            toml::from_str::<ConfigFile>(&text).map_err(|e| {
+                format!("the config file {} is invalid: {}", path.display(), nexo::files::toml_problem(&text, &e))
+            })
         }
         None => Ok(ConfigFile::default()),
     }
@@ -202,6 +203,31 @@ impl Resolved {
         }
     }
 
+    /// The local sandbox's shell policy.
+    fn shell_policy(&self) -> ShellPolicy {
+        let confinement = match self.shell_confinement {
+            ConfinementArg::Auto => Confinement::Auto,
+            ConfinementArg::Bubblewrap => Confinement::Bubblewrap,
+            ConfinementArg::Landlock => Confinement::Landlock,
+            ConfinementArg::None => Confinement::Unconfined,
+        };
+        ShellPolicy { confinement, ..ShellPolicy::default() }
+    }
+
+    /// How shell commands would run under this grant, in one line, truthfully:
+    /// the mechanism actually in force, not the one asked for.
+    pub fn shell_summary(&self, shell_effective: bool) -> String {
+        let how = match self.sandbox {
+            SandboxArg::Virtual => return "(none: the virtual sandbox has no shell)".into(),
+            SandboxArg::Container => "in the container".to_string(),
+            SandboxArg::Local => match self.shell_policy().effective_confinement() {
+                Ok(c) => shell_confinement_text(c),
+                Err(e) => format!("refused: {e}"),
+            },
+        };
+        if shell_effective { how } else { format!("{how} (shell not granted to this agent)") }
+    }
+
     /// Run options for this grant.
     pub fn run_options(&self) -> Result<RunOptions, String> {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
@@ -211,13 +237,8 @@ impl Resolved {
                     Some(dir) => dir.clone(),
                     None => std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?,
                 };
-                let confinement = match self.shell_confinement {
-                    ConfinementArg::Auto => Confinement::Auto,
-                    ConfinementArg::Bubblewrap => Confinement::Bubblewrap,
-                    ConfinementArg::Landlock => Confinement::Landlock,
-                    ConfinementArg::None => Confinement::Unconfined,
-                };
-                let policy = ShellPolicy { confinement, ..ShellPolicy::default() };
+                let policy = self.shell_policy();
+                log_confinement(&policy);
                 Some(Arc::new(LocalSandbox::with_shell(&cwd, policy).map_err(|e| e.to_string())?))
             }
             SandboxArg::Container => {
@@ -245,12 +266,49 @@ impl Resolved {
     }
 }
 
+/// One line on what a confinement mechanism enforces.
+fn shell_confinement_text(c: Confinement) -> String {
+    match c {
+        Confinement::Bubblewrap => "bubblewrap: namespaces, read-only host, no network, no process outlives its command",
+        Confinement::Landlock => "landlock: write only in the root, no network sockets (seccomp), no process outlives its command",
+        Confinement::Unconfined => "UNCONFINED: commands run as the host user (the operator opted in)",
+        Confinement::Auto => "auto",
+    }
+    .to_string()
+}
+
+/// States the confinement shell commands will run under, at info level,
+/// and warns when `auto` could not use bubblewrap.
+fn log_confinement(policy: &ShellPolicy) {
+    match policy.effective_confinement() {
+        Ok(c) => {
+            tracing::info!(target: "nexo::sandbox", "shell confinement: {}", shell_confinement_text(c));
+            if policy.confinement == Confinement::Auto && c != Confinement::Bubblewrap {
+                let why = ShellPolicy { confinement: Confinement::Bubblewrap, ..policy.clone() }
+                    .effective_confinement()
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(
+                    target: "nexo::sandbox",
+                    "bubblewrap is not usable here, so shell commands fall back to Landlock: {why}"
+                );
+            }
+        }
+        Err(e) => tracing::info!(target: "nexo::sandbox", "shell commands cannot run: {e}"),
+    }
+}
+
 /// `ask` mode's hook: a y/N question on the terminal. Without a terminal
 /// nobody can answer, so the answer is no.
-fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
+///
+/// The action comes from the model, so it is shown whole and escaped on one
+/// line: no control sequence in it can erase or redraw the question.
+pub fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return false;
     }
+    let detail = nexo::terminal::escape(detail, nexo::terminal::Lines::Flatten);
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "Allow `{}` {detail}? [y/N] ", cap.as_str());
     let _ = err.flush();

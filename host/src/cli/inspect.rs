@@ -1,7 +1,8 @@
 //! `nexo inspect`: text and JSON descriptions of a plugin.
 
 use nexo::Plugin;
-use nexo::manifest::{PermissionMode, SandboxKind};
+use nexo::agent_file::AgentFile;
+use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo::permissions::stricter;
 use nexo::plugin::Description;
 
@@ -37,6 +38,7 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
             "effective": effective,
             "mode": mode.as_str(),
             "sandbox": grant.sandbox_name(),
+            "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
             "fetch-hosts": granted.fetch_hosts,
             "search": search.map(|s| serde_json::json!({
                 "backend": s.backend,
@@ -46,53 +48,13 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
                 "api-key": s.key_source,
             })),
         });
-        match serde_json::to_string_pretty(&value) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("error: cannot encode the description: {e}"),
-        }
+        print_json_pretty(&value);
         return;
     }
-    println!("{}  ({}, {})", plugin.name(), plugin.kind(), plugin.export());
+    outln!("{}  ({}, {})", plugin.name(), plugin.kind(), plugin.export());
     row("file", &format!("{} ({} bytes, sha256 {})", plugin.path().display(), plugin.size(), &plugin.sha256()[..16]));
     match plugin.description() {
-        Description::Agent(m) => {
-            row("description", &m.description);
-            row("instructions", &first_line(&m.instructions));
-            row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
-            if let Some(p) = &m.provider {
-                row("provider", p);
-            }
-            row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
-            row("granted", &list(granted.capabilities.iter().map(|c| c.as_str())));
-            row(
-                "effective",
-                &format!(
-                    "{} (mode {}, {} sandbox)",
-                    list(effective.iter().map(|c| c.as_str())),
-                    mode.as_str(),
-                    grant.sandbox_name()
-                ),
-            );
-            row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
-            if let Some(hosts) = &granted.fetch_hosts {
-                row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
-            }
-            row(
-                "web search",
-                &match search {
-                    Some(s) => format!("through {}", s.backend.display()),
-                    None => "(no backend configured: no web_search tool)".into(),
-                },
-            );
-            row("skills", &list(m.skills.iter().map(String::as_str)));
-            row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
-            row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
-            row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
-            row(
-                "permissions",
-                m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
-            );
-        }
+        Description::Agent(m) => agent_rows(m, grant, search),
         Description::Skill(s) => {
             row("description", &s.metadata.description);
             if let Some(l) = &s.metadata.license {
@@ -141,8 +103,98 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
     }
 }
 
+/// The rows that describe an agent, from a component or a TOML file alike.
+fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>) {
+    let granted = grant.grant();
+    let effective = granted.effective(&m.capabilities);
+    let mode = match m.permissions {
+        Some(asked) => stricter(grant.mode(), asked),
+        None => grant.mode(),
+    };
+        row("description", &m.description);
+        row("instructions", &first_line(&m.instructions));
+        row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
+        if let Some(p) = &m.provider {
+            row("provider", p);
+        }
+        row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
+        row("granted", &list(granted.capabilities.iter().map(|c| c.as_str())));
+        row(
+            "effective",
+            &format!(
+                "{} (mode {}, {} sandbox)",
+                list(effective.iter().map(|c| c.as_str())),
+                mode.as_str(),
+                grant.sandbox_name()
+            ),
+        );
+        row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
+        if let Some(hosts) = &granted.fetch_hosts {
+            row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
+        }
+        row(
+            "web search",
+            &match search {
+                Some(s) => format!("through {}", s.backend.display()),
+                None => "(no backend configured: no web_search tool)".into(),
+            },
+        );
+        row("skills", &list(m.skills.iter().map(String::as_str)));
+        row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
+        row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
+        row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
+        row(
+            "permissions",
+            m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
+        );
+    row("shell", &grant.shell_summary(effective.contains(&Capability::Shell)));
+}
+
+/// Prints the description of a declarative (TOML) agent.
+pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
+    let m = agent.manifest();
+    let granted = grant.grant();
+    let effective = granted.effective(&m.capabilities);
+    let mode = match m.permissions {
+        Some(asked) => stricter(grant.mode(), asked),
+        None => grant.mode(),
+    };
+    if json {
+        let value = serde_json::json!({
+            "path": agent.path(),
+            "kind": "agent",
+            "format": "toml",
+            "name": m.name,
+            "description": m,
+            "requested": m.capabilities,
+            "granted": granted.capabilities,
+            "effective": effective,
+            "mode": mode.as_str(),
+            "sandbox": grant.sandbox_name(),
+            "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
+            "fetch-hosts": granted.fetch_hosts,
+            "search": search.map(|s| s.backend.clone()),
+        });
+        print_json_pretty(&value);
+        return;
+    }
+    outln!("{}  (agent, declarative TOML: run by the host loop, no component)", m.name);
+    row("file", &agent.path().display().to_string());
+    agent_rows(m, grant, search);
+}
+
+fn print_json_pretty(value: &serde_json::Value) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout().lock(), "{}", nexo::terminal::json_safe(&text));
+        }
+        Err(e) => errln!("error: cannot encode the description: {e}"),
+    }
+}
+
 fn row(label: &str, value: &str) {
-    println!("  {label:<13} {value}");
+    outln!("  {label:<13} {value}");
 }
 
 fn first_line(text: &str) -> String {

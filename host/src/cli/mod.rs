@@ -5,6 +5,18 @@
 //! or configuration, or a wrong command line); 3 the turn cap or token budget
 //! cut the answer short; 4 the run stopped at an action that needs approval.
 
+/// Prints to stdout through [`nexo::terminal::print_line`]: escaped on a
+/// terminal, and never a panic on a closed pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => { nexo::terminal::print_line(&format!($($arg)*)) };
+}
+
+/// Prints to stderr through [`nexo::terminal::eprint_line`]: always escaped,
+/// since diagnostics quote paths, tool arguments and server bodies.
+macro_rules! errln {
+    ($($arg:tt)*) => { nexo::terminal::eprint_line(&format!($($arg)*)) };
+}
+
 mod grant;
 mod inspect;
 mod model;
@@ -43,9 +55,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Describe a plugin: its kind, name, requested capabilities and imports.
+    /// Describe a plugin or a TOML agent: its kind, name, requested and granted capabilities.
     Inspect {
-        /// The `.wasm` component.
+        /// The `.wasm` component, or a declarative `.toml` agent.
         file: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -61,12 +73,12 @@ enum Command {
         file: PathBuf,
         /// The input (prompt) for the agent.
         input: String,
-        /// Wall-clock limit for the run, in seconds.
-        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        /// Wall-clock limit for the whole run (every turn, tool call and host call), in seconds: 1 or more.
+        #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout: u64,
-        /// Memory cap for the agent, in MiB.
-        #[arg(long, value_name = "MIB", default_value_t = 256)]
-        memory: usize,
+        /// Memory cap for the agent's linear memory, in MiB: 16 to 4096.
+        #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=4096))]
+        memory: u64,
         /// Print events as JSON lines, then the outcome as one JSON object.
         #[arg(long)]
         json: bool,
@@ -117,11 +129,15 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
-    runtime.block_on(dispatch(cli))
+    let code = runtime.block_on(dispatch(cli));
+    // A host call may still be blocked in I/O past the deadline (a component
+    // reading a FIFO); its thread must not hold the process open.
+    runtime.shutdown_background();
+    code
 }
 
 fn init_tracing(verbose: u8) {
@@ -134,10 +150,26 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+}
+
+/// stderr for log records, each escaped by [`nexo::terminal::escape_log_record`];
+/// a closed stderr is ignored.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().lock().write_all(&nexo::terminal::escape_log_record(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 fn engine_config(cli: &Cli) -> EngineConfig {
@@ -149,14 +181,15 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     }
     if let Command::Run { timeout, memory, .. } = &cli.command {
         config.limits.run_timeout = Duration::from_secs(*timeout);
-        config.limits.memory_bytes = memory.saturating_mul(1 << 20);
+        config.limits.memory_bytes = usize::try_from(*memory).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     }
     config
 }
 
 async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Wit = cli.command {
-        print!("{WIT}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().lock().write_all(WIT.as_bytes());
         return ExitCode::SUCCESS;
     }
     if let Command::Skill(command) = &cli.command {
@@ -168,17 +201,30 @@ async fn dispatch(cli: Cli) -> ExitCode {
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
     match &cli.command {
         Command::Inspect { file, json, grant, search } => {
             let setup = grant.resolve().and_then(|g| Ok((g, search_setup(grant, search)?)));
+            if is_toml(file) {
+                return match (AgentFile::load(file), setup) {
+                    (Err(e), _) => fail(&e),
+                    (Ok(_), Err(e)) => {
+                        errln!("error: {e}");
+                        ExitCode::from(2)
+                    }
+                    (Ok(agent), Ok((grant, search))) => {
+                        inspect::print_agent_file(&agent, &grant, search.as_ref(), *json);
+                        ExitCode::SUCCESS
+                    }
+                };
+            }
             match (Plugin::load(&engine, file).await, setup) {
                 (Err(e), _) => fail(&e),
                 (Ok(_), Err(e)) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     ExitCode::from(2)
                 }
                 (Ok(plugin), Ok((grant, search))) => {
@@ -187,11 +233,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run { file, input, json, grant, search, model, .. } => {
+        Command::Run { file, input, json, grant, search, model, timeout, .. } => {
             let mut options = match grant.resolve().and_then(|g| g.run_options()) {
                 Ok(o) => o,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
@@ -202,7 +248,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(e) => return fail(&e),
                 },
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     return ExitCode::from(2);
                 }
             }
@@ -211,7 +257,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     if let Some(provider) = &resolved.provider
                         && provider.name() == "scripted"
                     {
-                        eprintln!("note: scripted provider: replaying {}; no model is called", provider.model());
+                        errln!("note: scripted provider: replaying {}; no model is called", provider.model());
                     }
                     options.model = resolved.provider;
                     options.loop_limits = resolved.limits;
@@ -221,19 +267,28 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     }
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     return ExitCode::from(2);
                 }
             }
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             options.events = Some(progress.clone());
+            if grant.resolve().is_ok_and(|g| g.mode() == nexo::manifest::PermissionMode::Ask) {
+                // The spinner would redraw over the question; hide it while asking.
+                let shown = progress.clone();
+                options.permissions = options
+                    .permissions
+                    .clone()
+                    .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
+            }
+            options.timeout = Some(Duration::from_secs(*timeout));
             let result = run_agent(&engine, file, input, &options).await;
             progress.finish();
             if let Some(sandbox) = options.sandbox.clone() {
                 // The CLI created the sandbox, so it removes it (a container, say).
                 let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
                 if let Ok(Err(e)) = closed {
-                    eprintln!("warning: closing the sandbox failed: {e}");
+                    errln!("warning: closing the sandbox failed: {e}");
                 }
             }
             report(result, *json)
@@ -261,12 +316,12 @@ fn skill(command: &SkillCommand) -> ExitCode {
     match command {
         SkillCommand::New { name, path } => match nexo_skills::scaffold(path, name) {
             Ok(dir) => {
-                println!("{}", dir.display());
-                eprintln!("created skill `{name}`: edit its description and instructions in SKILL.md");
+                outln!("{}", dir.display());
+                errln!("created skill `{name}`: edit its description and instructions in SKILL.md");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 ExitCode::from(2)
             }
         },
@@ -276,22 +331,22 @@ fn skill(command: &SkillCommand) -> ExitCode {
             } else if path.is_dir() {
                 nexo_skills::SkillSet::load(path).map(|set| set.iter().cloned().collect())
             } else {
-                eprintln!("error: {} is neither a skill directory nor a skills directory", path.display());
+                errln!("error: {} is neither a skill directory nor a skills directory", path.display());
                 return ExitCode::from(2);
             };
             match result {
                 Ok(skills) if skills.is_empty() => {
-                    eprintln!("error: no skill packages in {}", path.display());
+                    errln!("error: no skill packages in {}", path.display());
                     ExitCode::from(2)
                 }
                 Ok(skills) => {
                     for s in skills {
-                        println!("ok  {}  ({} resources)  {}", s.name(), s.resources.len(), s.metadata.description);
+                        outln!("ok  {}  ({} resources)  {}", s.name(), s.resources.len(), s.metadata.description);
                     }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     ExitCode::from(1)
                 }
             }
@@ -313,7 +368,7 @@ async fn run_agent(
     input: &str,
     options: &RunOptions,
 ) -> Result<RunResult, PluginError> {
-    if file.extension().is_some_and(|e| e == "toml") {
+    if is_toml(file) {
         let agent = AgentFile::load(file)?;
         let name = agent.manifest().name.clone();
         return Ok(match agent.run(input, options).await {
@@ -322,10 +377,27 @@ async fn run_agent(
         });
     }
     let plugin = Plugin::load(engine, file).await?;
-    let mut instance = plugin.instantiate_agent(options).await?;
-    let answer = instance.run(input).await;
-    let status = instance.last_outcome().map(|o| o.status.clone());
+    // One deadline for instantiation and the run together, on top of the
+    // per-call ones, so `--timeout` bounds the run as a whole.
+    let limit = options.timeout.unwrap_or(engine.limits().run_timeout);
+    let run = async {
+        let mut instance = plugin.instantiate_agent(options).await?;
+        let answer = instance.run(input).await;
+        Ok::<_, PluginError>((answer, instance.last_outcome().map(|o| o.status.clone())))
+    };
+    let (answer, status) = match tokio::time::timeout(limit, run).await {
+        Ok(done) => done?,
+        Err(_) => {
+            let deadline = PluginError::Deadline { plugin: plugin.name().to_string(), function: "run".into(), limit };
+            (Err(deadline), None)
+        }
+    };
     Ok(RunResult { agent: plugin.name().to_string(), answer, status })
+}
+
+/// Whether `file` names a declarative agent rather than a component.
+fn is_toml(file: &std::path::Path) -> bool {
+    file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
 }
 
 fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
@@ -333,7 +405,7 @@ fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
         Ok(run) => run,
         Err(e) => {
             if json {
-                println!("{}", serde_json::json!({ "status": "error", "error": e.to_string() }));
+                nexo::terminal::print_json(&serde_json::json!({ "status": "error", "error": e.to_string() }));
             }
             return fail(&e);
         }
@@ -356,22 +428,22 @@ fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
             Ok(answer) => serde_json::json!({ "status": status, "agent": run.agent, "answer": answer }),
             Err(e) => serde_json::json!({ "status": status, "agent": run.agent, "error": e.to_string() }),
         };
-        println!("{value}");
+        nexo::terminal::print_json(&value);
         return code;
     }
     match &run.answer {
         Ok(answer) => {
-            println!("{answer}");
+            outln!("{answer}");
             match &run.status {
-                Some(Status::TurnLimit) => eprintln!("stopped: turn limit reached; the answer above is partial"),
-                Some(Status::TokenBudget) => eprintln!("stopped: token budget used up; the answer above is partial"),
+                Some(Status::TurnLimit) => errln!("stopped: turn limit reached; the answer above is partial"),
+                Some(Status::TokenBudget) => errln!("stopped: token budget used up; the answer above is partial"),
                 Some(Status::ApprovalRequired { tool, detail }) => {
-                    eprintln!("stopped: `{tool}` needs approval: {detail}")
+                    errln!("stopped: `{tool}` needs approval: {detail}")
                 }
                 _ => {}
             }
         }
-        Err(e) => eprintln!("error: {e}"),
+        Err(e) => errln!("error: {e}"),
     }
     code
 }
@@ -379,7 +451,7 @@ fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
 async fn build(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path::Path>) -> ExitCode {
     let manifest = path.join("Cargo.toml");
     let Some(package) = nexo_toolchain::package_name(&manifest) else {
-        eprintln!(
+        errln!(
             "error: {} has no `[package] name`: point `nexo build` at a plugin crate's directory",
             manifest.display()
         );
@@ -388,30 +460,30 @@ async fn build(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path:
     let toolchain = match nexo_toolchain::Toolchain::detect() {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let target_dir = target_dir.map(PathBuf::from).unwrap_or_else(|| path.join("target"));
-    eprintln!("building `{package}` for {} with the {toolchain:?} toolchain", nexo_toolchain::TARGET);
+    errln!("building `{package}` for {} with the {toolchain:?} toolchain", nexo_toolchain::TARGET);
     let artifact = match nexo_toolchain::build_package(&toolchain, &manifest, Some(&package), &target_dir) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let engine = match Engine::new(engine_config(cli)) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
     match Plugin::load(&engine, &artifact).await {
         Ok(plugin) => {
-            println!("{}", artifact.display());
-            eprintln!("built {} `{}` ({} bytes)", plugin.kind(), plugin.name(), plugin.size());
+            outln!("{}", artifact.display());
+            errln!("built {} `{}` ({} bytes)", plugin.kind(), plugin.name(), plugin.size());
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
@@ -431,6 +503,6 @@ fn exit_code(e: &PluginError) -> ExitCode {
 }
 
 fn fail(e: &PluginError) -> ExitCode {
-    eprintln!("error: {e}");
+    errln!("error: {e}");
     exit_code(e)
 }

@@ -19,7 +19,7 @@ pub struct ModelArgs {
     #[arg(long, env = "NEXO_PROVIDER")]
     provider: Option<String>,
     /// The API base URL (OpenAI-compatible servers).
-    #[arg(long, env = "NEXO_BASE_URL")]
+    #[arg(long, env = "NEXO_BASE_URL", hide_env_values = true)]
     base_url: Option<String>,
     /// Use a model id the provider is not known to serve; needs --provider.
     #[arg(long)]
@@ -27,8 +27,8 @@ pub struct ModelArgs {
     /// Replay a recorded conversation instead of calling a model (the scripted provider).
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
-    /// The most model turns for one prompt (the agent may ask for fewer) [default: 20].
-    #[arg(long, value_name = "N")]
+    /// The most model turns for one prompt, 1 or more (the agent may ask for fewer) [default: 20].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_turns: Option<u32>,
     /// The most tokens (input + output) for one prompt.
     #[arg(long, value_name = "N")]
@@ -93,7 +93,7 @@ impl ModelArgs {
         let mut limits = LoopLimits::default();
         if let Some(n) = self.max_turns.or(table.max_turns) {
             if n == 0 {
-                return Err("--max-turns must be at least 1".into());
+                return Err("max-turns must be at least 1 (`[model] max-turns` in the config file)".into());
             }
             limits.max_turns = n;
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nexo::agent_loop::{Event, EventSink};
+use nexo::terminal::{Lines, escape};
 
 /// Shows events to a person or a program.
 pub enum Progress {
@@ -42,10 +43,20 @@ impl Progress {
         }
     }
 
+    /// Runs `f` with the spinner hidden, for a question on the terminal.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self {
+            Progress::Terminal(bar) => bar.suspend(f),
+            _ => f(),
+        }
+    }
+
     fn line(&self, text: String) {
         match self {
-            Progress::Terminal(bar) => bar.println(text),
-            Progress::Plain => eprintln!("{text}"),
+            Progress::Terminal(bar) => bar.println(escape(&text, Lines::Flatten)),
+            Progress::Plain => {
+                let _ = writeln!(std::io::stderr().lock(), "{}", escape(&text, Lines::Flatten));
+            }
             Progress::Json(_) => {}
         }
     }
@@ -74,7 +85,7 @@ impl EventSink for Progress {
         if let Progress::Json(out) = self {
             if let Ok(line) = serde_json::to_string(event) {
                 let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                let _ = writeln!(out, "{line}");
+                let _ = writeln!(out, "{}", nexo::terminal::json_safe(&line));
             }
             return;
         }
@@ -87,7 +98,7 @@ impl EventSink for Progress {
             }
             Event::ToolCall { name, arguments, .. } => {
                 if let Progress::Terminal(bar) = self {
-                    bar.set_message(format!("{name} {}", short(arguments)));
+                    bar.set_message(escape(&format!("{name} {}", short(arguments)), Lines::Flatten).into_owned());
                 }
             }
             Event::ToolResult { name, verdict, summary, .. } => {

@@ -72,6 +72,30 @@ impl Default for Limits {
     }
 }
 
+/// The smallest memory cap [`Limits::check`] accepts: below it even a small
+/// Rust component (1 MiB of stack plus its data) cannot start.
+pub const MIN_MEMORY_BYTES: usize = 16 * MIB;
+/// The largest memory cap: all a 32-bit linear memory can address.
+pub const MAX_MEMORY_BYTES: usize = 4096 * MIB;
+
+impl Limits {
+    /// Refuses limits no run could work under, before the engine is built,
+    /// so a bad cap is a configuration error rather than a plugin that looks
+    /// invalid.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&self.memory_bytes) {
+            anyhow::bail!(
+                "the memory cap of {} bytes is out of range: give 16 to 4096 MiB (`--memory MIB`)",
+                self.memory_bytes
+            );
+        }
+        if self.run_timeout.is_zero() || self.call_timeout.is_zero() {
+            anyhow::bail!("a time limit of zero lets nothing run: give a positive one (`--timeout SECS`)");
+        }
+        Ok(())
+    }
+}
+
 /// How the engine is built. The defaults suit a long-running host.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -131,6 +155,7 @@ impl Engine {
     /// Builds the engine, its linkers and its cache, and starts the epoch
     /// ticker.
     pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
+        config.limits.check()?;
         let wasmtime = wasmtime::Engine::new(&wasmtime_config(&config)?)
             .map_err(anyhow::Error::from)
             .context("cannot create the WebAssembly engine")?;

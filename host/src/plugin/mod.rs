@@ -166,7 +166,8 @@ impl Plugin {
     /// Loads the component at `path`.
     pub async fn load(engine: &Engine, path: impl AsRef<Path>) -> Result<Plugin, PluginError> {
         let path = path.as_ref().to_path_buf();
-        let bytes = std::fs::read(&path).map_err(|source| PluginError::Read { path: path.clone(), source })?;
+        let bytes = crate::files::read_regular(&path, crate::files::MAX_COMPONENT_BYTES)
+            .map_err(|source| PluginError::Read { path: path.clone(), source })?;
         Plugin::from_bytes(engine, path, &bytes).await
     }
 
