@@ -75,8 +75,7 @@ pub fn eprint_line(text: &str) {
 /// is ignored instead of panicking.
 pub fn print_line(text: &str) {
     let stdout = std::io::stdout();
-    let shown =
-        if std::io::IsTerminal::is_terminal(&stdout) { escape(text, Lines::Keep) } else { Cow::Borrowed(text) };
+    let shown = if std::io::IsTerminal::is_terminal(&stdout) { escape(text, Lines::Keep) } else { Cow::Borrowed(text) };
     let mut out = stdout.lock();
     let _ = writeln!(out, "{shown}");
 }
@@ -89,7 +88,8 @@ pub fn print_line(text: &str) {
 /// formatter's own colouring.
 pub fn escape_log_record(record: &[u8]) -> Cow<'_, [u8]> {
     let text = String::from_utf8_lossy(record);
-    let unsafe_here = |c: char| is_unsafe(c) && !matches!(c, '\n' | '\t' | '\x1b') && !('\u{7f}'..='\u{9f}').contains(&c);
+    let unsafe_here =
+        |c: char| is_unsafe(c) && !matches!(c, '\n' | '\t' | '\x1b') && !('\u{7f}'..='\u{9f}').contains(&c);
     if !text.chars().any(unsafe_here) {
         return Cow::Borrowed(record);
     }

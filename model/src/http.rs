@@ -133,7 +133,12 @@ impl Http {
     /// timeout covers the wait for the response headers and then each wait
     /// for the next piece of the stream ([`SseStream`]), so a long answer that
     /// keeps arriving is not cut off.
-    pub(crate) async fn post(&self, endpoint: &Endpoint, body: Vec<u8>, stream: bool) -> Result<reqwest::Response, ModelError> {
+    pub(crate) async fn post(
+        &self,
+        endpoint: &Endpoint,
+        body: Vec<u8>,
+        stream: bool,
+    ) -> Result<reqwest::Response, ModelError> {
         let limits = self.limits;
         let mut retry = 0u32;
         loop {
@@ -182,7 +187,9 @@ impl Http {
                     }
                     (message, None)
                 }
-                Err(e) => return Err(self.unavailable(format!("the request to {} failed: {}", endpoint.shown, chain(&e)))),
+                Err(e) => {
+                    return Err(self.unavailable(format!("the request to {} failed: {}", endpoint.shown, chain(&e))));
+                }
             };
             let delay = match retry_after {
                 Some(wait) => wait.min(limits.max_delay),

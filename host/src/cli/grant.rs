@@ -269,8 +269,12 @@ impl Resolved {
 /// One line on what a confinement mechanism enforces.
 fn shell_confinement_text(c: Confinement) -> String {
     match c {
-        Confinement::Bubblewrap => "bubblewrap: namespaces, read-only host, no network, no process outlives its command",
-        Confinement::Landlock => "landlock: write only in the root, no network sockets (seccomp), no process outlives its command",
+        Confinement::Bubblewrap => {
+            "bubblewrap: namespaces, read-only host, no network, no process outlives its command"
+        }
+        Confinement::Landlock => {
+            "landlock: write only in the root, no network sockets (seccomp), no process outlives its command"
+        }
         Confinement::Unconfined => "UNCONFINED: commands run as the host user (the operator opted in)",
         Confinement::Auto => "auto",
     }

@@ -111,42 +111,42 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
         Some(asked) => stricter(grant.mode(), asked),
         None => grant.mode(),
     };
-        row("description", &m.description);
-        row("instructions", &first_line(&m.instructions));
-        row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
-        if let Some(p) = &m.provider {
-            row("provider", p);
-        }
-        row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
-        row("granted", &list(granted.capabilities.iter().map(|c| c.as_str())));
-        row(
-            "effective",
-            &format!(
-                "{} (mode {}, {} sandbox)",
-                list(effective.iter().map(|c| c.as_str())),
-                mode.as_str(),
-                grant.sandbox_name()
-            ),
-        );
-        row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
-        if let Some(hosts) = &granted.fetch_hosts {
-            row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
-        }
-        row(
-            "web search",
-            &match search {
-                Some(s) => format!("through {}", s.backend.display()),
-                None => "(no backend configured: no web_search tool)".into(),
-            },
-        );
-        row("skills", &list(m.skills.iter().map(String::as_str)));
-        row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
-        row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
-        row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
-        row(
-            "permissions",
-            m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
-        );
+    row("description", &m.description);
+    row("instructions", &first_line(&m.instructions));
+    row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
+    if let Some(p) = &m.provider {
+        row("provider", p);
+    }
+    row("requested", &list(m.capabilities.iter().map(|c| c.as_str())));
+    row("granted", &list(granted.capabilities.iter().map(|c| c.as_str())));
+    row(
+        "effective",
+        &format!(
+            "{} (mode {}, {} sandbox)",
+            list(effective.iter().map(|c| c.as_str())),
+            mode.as_str(),
+            grant.sandbox_name()
+        ),
+    );
+    row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
+    if let Some(hosts) = &granted.fetch_hosts {
+        row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
+    }
+    row(
+        "web search",
+        &match search {
+            Some(s) => format!("through {}", s.backend.display()),
+            None => "(no backend configured: no web_search tool)".into(),
+        },
+    );
+    row("skills", &list(m.skills.iter().map(String::as_str)));
+    row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
+    row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
+    row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
+    row(
+        "permissions",
+        m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
+    );
     row("shell", &grant.shell_summary(effective.contains(&Capability::Shell)));
 }
 

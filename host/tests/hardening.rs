@@ -1,0 +1,446 @@
+//! Regression tests for the attacks of the adversarial review, each run
+//! against the real `nexo` binary: terminal escapes, deadlines, FIFOs,
+//! closed pipes, base URLs, TOML excerpts and the limit flags.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nexo_tests as built;
+
+fn nexo_cmd(args: &[&str]) -> Command {
+    let cache = std::env::temp_dir().join(format!("nexo-hardening-cache-{}", std::process::id()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nexo"));
+    cmd.args(args)
+        .env("NEXO_CACHE_DIR", cache)
+        .env_remove("NEXO_LOG")
+        .env_remove("NEXO_MODEL")
+        .env_remove("NEXO_PROVIDER")
+        .env_remove("NEXO_BASE_URL")
+        .env_remove("NEXO_CONFIG");
+    cmd
+}
+
+fn nexo(args: &[&str]) -> Output {
+    nexo_cmd(args).stdin(Stdio::null()).output().expect("run nexo")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A directory holding a TOML agent, its script and a workspace.
+struct Scene {
+    dir: tempfile::TempDir,
+}
+
+impl Scene {
+    fn new(capabilities: &str, script: serde_json::Value) -> Scene {
+        // Under the target directory: bubblewrap gives commands a private /tmp.
+        let dir = tempfile::Builder::new().prefix("hardening-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        std::fs::write(
+            dir.path().join("agent.toml"),
+            format!("name = \"probe\"\ndescription = \"Probes\"\ncapabilities = [{capabilities}]\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("script.json"), script.to_string()).unwrap();
+        Scene { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.path("ws")
+    }
+
+    /// `nexo run agent.toml` on the script in the local sandbox, plus `extra`.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            self.path("agent.toml").display().to_string(),
+            "go".into(),
+            "--script".into(),
+            self.path("script.json").display().to_string(),
+            "--sandbox".into(),
+            "local".into(),
+            "--cwd".into(),
+            self.ws().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    fn run(&self, extra: &[&str]) -> Output {
+        let args = self.args(extra);
+        nexo(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
+
+fn shell_script(command: &str) -> serde_json::Value {
+    serde_json::json!({ "turns": [
+        { "tool_calls": [{ "name": "shell", "arguments": { "command": command } }] },
+        { "text": "done" }
+    ] })
+}
+
+// ---------------------------------------------------------------------------
+// Terminal escapes.
+
+/// A pseudo-terminal pair: the master for the test, the slave for nexo.
+fn pty() -> (std::fs::File, std::fs::File) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+    (std::fs::File::from(master), slave)
+}
+
+#[test]
+fn the_ask_prompt_cannot_be_redrawn_by_the_command_it_shows() {
+    let attack = "touch PWNED #\r\x1b[2K\x1b[1A\x1b[2KAllow `shell` ls";
+    let scene = Scene::new("\"shell\"", shell_script(attack));
+    let (mut master, slave) = pty();
+    let args = scene.args(&["--allow", "shell", "--mode", "ask"]);
+    let mut child = nexo_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+
+    // Read the terminal until the question appears, answer no, read the rest.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut reader = master.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        // EIO once nexo has exited and the slave side is closed.
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&screen).contains("[y/N]") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(chunk) => screen.extend(chunk),
+            Err(_) => {
+                panic!("no approval question within 60 s; the terminal showed {:?}", String::from_utf8_lossy(&screen))
+            }
+        }
+    }
+    master.write_all(b"n\n").unwrap();
+    let status = child.wait().unwrap();
+    while let Ok(chunk) = rx.recv_timeout(Duration::from_millis(500)) {
+        screen.extend(chunk);
+    }
+    let screen = String::from_utf8_lossy(&screen).into_owned();
+
+    // The whole action is shown, with its controls visible, on the question's line.
+    assert!(
+        screen.contains("Allow `shell` touch PWNED #\\r\\x1b[2K\\x1b[1A\\x1b[2KAllow `shell` ls? [y/N]"),
+        "{screen:?}"
+    );
+    // None of the command's own sequences reached the terminal raw.
+    assert!(!screen.contains("\x1b[1A\x1b[2KAllow"), "{screen:?}");
+    assert!(!screen.contains("#\r"), "{screen:?}");
+    assert!(status.success(), "{status:?}: {screen:?}");
+    assert!(!scene.ws().join("PWNED").exists(), "the denied command ran");
+}
+
+#[test]
+fn tool_lines_and_answers_show_controls_escaped() {
+    let scene = Scene::new(
+        "\"read\"",
+        serde_json::json!({ "turns": [
+            { "tool_calls": [{ "name": "read_file", "arguments": { "path": "evil\u{1b}]0;owned\u{7}.txt" } }] },
+            { "tool_calls": [{ "name": "read_file", "arguments": { "path": "notes.txt" } }] },
+            { "text": "answer \u{1b}[2J\u{202e}cleared" }
+        ] }),
+    );
+    std::fs::write(scene.ws().join("notes.txt"), "line \u{1b}[1A\u{1b}[2Kspoofed\r\n").unwrap();
+    let out = scene.run(&[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\r'), "{err:?}");
+    assert!(err.contains("evil\\x1b]0;owned\\x07.txt"), "{err}");
+    assert!(err.contains("line \\x1b[1A\\x1b[2Kspoofed"), "{err}");
+    // Into a pipe the answer stays byte-exact, for programs.
+    assert_eq!(stdout(&out), "answer \u{1b}[2J\u{202e}cleared\n");
+}
+
+/// A loopback server that answers every request with `status` and `body`,
+/// and reports each request line.
+fn http_server(status: &'static str, body: String) -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut request_body = vec![0u8; length];
+            let _ = reader.read_exact(&mut request_body);
+            let _ = tx.send(request_line.trim().to_string());
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() {
+    let body = serde_json::json!({ "error": { "message": "bad \u{1b}[2K\u{1b}[1Aerror: all fine\u{9b}" } }).to_string();
+    let (port, seen) = http_server("400 Bad Request", body);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("a.toml");
+    std::fs::write(&agent, "name = \"asker\"\ndescription = \"Asks\"\n").unwrap();
+    let base = format!("http://127.0.0.1:{port}/v1?key=q-s3cret-value");
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "hi",
+        "--provider",
+        "openai-compatible",
+        "--model",
+        "m",
+        "--base-url",
+        &base,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The query goes after the API path, where the gateway expects it.
+    assert_eq!(
+        seen.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "POST /v1/chat/completions?key=q-s3cret-value HTTP/1.1"
+    );
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{9b}'), "{err:?}");
+    assert!(err.contains("bad \\x1b[2K\\x1b[1Aerror: all fine\\x9b"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    // Unreachable: the message names the endpoint without its query.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap().port();
+    drop(closed);
+    let base = format!("http://127.0.0.1:{dead}/v1?key=q-s3cret-value");
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "hi",
+        "--provider",
+        "openai-compatible",
+        "--model",
+        "m",
+        "--base-url",
+        &base,
+        "-v",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{dead}/v1/chat/completions?<redacted>")), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    // Credentials in the URL are refused, and not echoed.
+    let base = format!("http://user:pw-s3cret@127.0.0.1:{port}/v1");
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "hi",
+        "--provider",
+        "openai-compatible",
+        "--model",
+        "m",
+        "--base-url",
+        &base,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("carries credentials"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    // --help never shows the value of NEXO_BASE_URL.
+    let help = nexo_cmd(&["run", "--help"]).env("NEXO_BASE_URL", "http://h/v1?key=env-s3cret").output().unwrap();
+    assert!(help.status.success());
+    assert!(!stdout(&help).contains("s3cret"), "{}", stdout(&help));
+}
+
+// ---------------------------------------------------------------------------
+// Closed pipes.
+
+#[test]
+fn a_closed_stdout_or_stderr_is_not_a_panic() {
+    for (args, close_stdout) in [(&["wit"][..], true), (&["run", "/nonexistent/agent.wasm", "x"][..], false)] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = nexo_cmd(args);
+        cmd.stdin(Stdio::null());
+        let out = if close_stdout {
+            cmd.stdout(Stdio::from(writer)).stderr(Stdio::piped()).output().unwrap()
+        } else {
+            cmd.stderr(Stdio::from(writer)).stdout(Stdio::piped()).output().unwrap()
+        };
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{args:?}: {}", stderr(&out));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Deadlines.
+
+fn assert_deadline(out: &Output, started: Instant, limit_secs: u64) {
+    let took = started.elapsed();
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("deadline") || err.contains("time limit"), "{err}");
+    // Generous: the point is that it ends near the limit, not minutes later.
+    assert!(took < Duration::from_secs(limit_secs + 20), "ran {took:?} with --timeout {limit_secs}: {err}");
+}
+
+#[test]
+fn timeout_bounds_a_toml_agent_blocked_in_a_shell_command() {
+    let scene = Scene::new("\"shell\"", shell_script("sleep 300"));
+    let started = Instant::now();
+    let out = scene.run(&["--allow", "shell", "--mode", "auto", "--timeout", "3"]);
+    assert_deadline(&out, started, 3);
+}
+
+#[test]
+fn timeout_ends_the_process_when_a_component_blocks_reading_a_fifo() {
+    let scene = Scene::new("\"read\"", serde_json::json!({ "turns": [] }));
+    let fifo = scene.ws().join("pipe");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let started = Instant::now();
+    let out = nexo(&[
+        "run",
+        built::ESCAPE,
+        &format!("read:{}", fifo.display()),
+        "--sandbox",
+        "local",
+        "--cwd",
+        scene.ws().to_str().unwrap(),
+        "--timeout",
+        "3",
+    ]);
+    assert_deadline(&out, started, 3);
+}
+
+// ---------------------------------------------------------------------------
+// Files nexo itself reads.
+
+#[test]
+fn a_fifo_as_the_agent_or_config_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["agent.toml", "agent.wasm", "config.toml"] {
+        assert!(Command::new("mkfifo").arg(dir.path().join(name)).status().unwrap().success());
+    }
+    let agent_toml = dir.path().join("agent.toml");
+    let agent_wasm = dir.path().join("agent.wasm");
+    let config = dir.path().join("config.toml");
+    let cases: [&[&str]; 4] = [
+        &["run", agent_toml.to_str().unwrap(), "x"],
+        &["run", agent_wasm.to_str().unwrap(), "x"],
+        &["inspect", agent_wasm.to_str().unwrap()],
+        &["inspect", built::HELLO, "--config", config.to_str().unwrap()],
+    ];
+    for args in cases {
+        let out = nexo(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("FIFO"), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn toml_errors_quote_a_short_excerpt_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent.toml");
+    std::fs::write(&agent, format!("name = \"x\"\ndescription = \"{}\n", "d".repeat(200_000))).unwrap();
+    let out = nexo(&["inspect", agent.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("line 2, column"), "{}", &stderr(&out)[..stderr(&out).len().min(500)]);
+    assert!(out.stderr.len() < 1000, "{} bytes of error", out.stderr.len());
+
+    // A config file that is a symlink to another file quotes none of its lines whole.
+    let config = dir.path().join("nexo.toml");
+    let target = dir.path().join("passwd");
+    std::fs::write(&target, "root:x:0:0:root:/root:/bin/bash:and-a-long-private-tail-that-must-not-be-shown\n")
+        .unwrap();
+    std::os::unix::fs::symlink(&target, &config).unwrap();
+    let out = nexo(&["inspect", built::HELLO, "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("root:x:0:0:root:/root:/bin/bash"), "{}", stderr(&out));
+    assert!(stderr(&out).len() < 400, "{}", stderr(&out));
+}
+
+#[test]
+fn inspect_describes_a_toml_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("reviewer.toml");
+    std::fs::write(&agent, "name = \"reviewer\"\ndescription = \"Reviews\"\ncapabilities = [\"read\", \"shell\"]\n")
+        .unwrap();
+    let out = nexo(&["inspect", agent.to_str().unwrap(), "--allow", "shell", "--sandbox", "local"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.starts_with("reviewer  (agent, declarative TOML"), "{text}");
+    assert!(text.contains("requested     read, shell"), "{text}");
+    assert!(text.contains("\n  shell "), "{text}");
+    let out = nexo(&["inspect", "--json", agent.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["format"], "toml");
+    assert_eq!(v["name"], "reviewer");
+}
+
+// ---------------------------------------------------------------------------
+// Limit flags.
+
+#[test]
+fn limit_flags_are_validated_with_clear_ranges() {
+    for (flag, value) in [("--memory", "0"), ("--memory", "100000000"), ("--timeout", "0"), ("--max-turns", "0")] {
+        let out = nexo(&["run", built::HELLO, "x", flag, value]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!err.contains("wasmtime") && !err.contains("invalid component"), "{flag} {value}: {err}");
+    }
+    // The smallest cap still runs a real component, and its cache entry survives.
+    let out = nexo(&["run", built::TEXT_STATS, "two words", "--memory", "16"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn the_engine_refuses_impossible_limits() {
+    let mut config = nexo::EngineConfig { cache_dir: None, ..nexo::EngineConfig::default() };
+    config.limits.memory_bytes = 0;
+    let e = nexo::Engine::new(config.clone()).unwrap_err().to_string();
+    assert!(e.contains("16 to 4096 MiB"), "{e}");
+    config.limits.memory_bytes = 64 << 20;
+    config.limits.run_timeout = Duration::ZERO;
+    assert!(nexo::Engine::new(config).is_err());
+}
