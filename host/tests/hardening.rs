@@ -444,3 +444,38 @@ fn the_engine_refuses_impossible_limits() {
     config.limits.run_timeout = Duration::ZERO;
     assert!(nexo::Engine::new(config).is_err());
 }
+
+// ---------------------------------------------------------------------------
+// Inherited descriptors.
+
+/// Opens `path` (a directory, or a file for appending) as a descriptor that
+/// children inherit, like `exec 7</dir` in nexo's parent shell would.
+fn inheritable(file: std::fs::File) -> (std::fs::File, i32) {
+    use std::os::fd::AsRawFd;
+    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()).unwrap();
+    let fd = file.as_raw_fd();
+    (file, fd)
+}
+
+#[test]
+fn descriptors_inherited_by_nexo_do_not_reach_shell_commands() {
+    for confinement in ["bubblewrap", "landlock"] {
+        let scene = Scene::new("\"shell\"", serde_json::json!({ "turns": [] }));
+        let outside = scene.path("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("log"), "").unwrap();
+        let (_dir, dir_fd) = inheritable(std::fs::File::open(&outside).unwrap());
+        let (_log, log_fd) = inheritable(std::fs::OpenOptions::new().append(true).open(outside.join("log")).unwrap());
+        let command =
+            format!("echo via-proc > /proc/self/fd/{dir_fd}/pwned; echo via-fd >&{log_fd}; ls /proc/self/fd; true");
+        std::fs::write(scene.path("script.json"), shell_script(&command).to_string()).unwrap();
+        let out = scene.run(&["--allow", "shell", "--mode", "auto", "--shell-confinement", confinement, "--json"]);
+        assert!(out.status.success(), "{confinement}: {}", stderr(&out));
+        assert!(!outside.join("pwned").exists(), "{confinement}: wrote through /proc/self/fd/{dir_fd}");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("log")).unwrap(),
+            "",
+            "{confinement}: wrote through fd {log_fd}"
+        );
+    }
+}
