@@ -479,3 +479,34 @@ fn descriptors_inherited_by_nexo_do_not_reach_shell_commands() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// No process outlives nexo.
+
+#[test]
+fn no_shell_process_outlives_nexo_killed_mid_command() {
+    for confinement in ["bubblewrap", "landlock"] {
+        for signal in [rustix::process::Signal::TERM, rustix::process::Signal::KILL] {
+            // A session leader of its own and a double fork: both escape a process-group kill.
+            let command = "setsid sh -c 'sleep 3; touch escaped-setsid' & \
+                           (sh -c 'sleep 3; touch escaped-daemon' &) ; sleep 60";
+            let scene = Scene::new("\"shell\"", shell_script(command));
+            let args = scene.args(&["--allow", "shell", "--mode", "auto", "--shell-confinement", confinement]);
+            let mut child = nexo_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // Long enough for the command and its children to start.
+            std::thread::sleep(Duration::from_millis(1500));
+            let pid = rustix::process::Pid::from_child(&child);
+            rustix::process::kill_process(pid, signal).unwrap();
+            child.wait().unwrap();
+            std::thread::sleep(Duration::from_secs(4));
+            for marker in ["escaped-setsid", "escaped-daemon"] {
+                assert!(!scene.ws().join(marker).exists(), "{confinement}, {signal:?}: {marker} ran after nexo died");
+            }
+        }
+    }
+}
