@@ -56,9 +56,12 @@
 pub mod address;
 pub mod allow;
 pub mod client;
+pub mod origin;
 pub mod resolver;
+mod scrub;
 
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList};
 pub use client::{EgressError, GuardedClient, GuardedClientBuilder, Policy, Response, SecretHeader, USER_AGENT};
+pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};
