@@ -317,7 +317,10 @@ async fn a_key_goes_only_to_its_exact_origin() {
     assert_eq!(auth(&other), [None, None], "another port never gets the key");
     // A subdomain of the granted host, on the granted port.
     client.get(&format!("http://www.public.test:{port}/"), &[], &policy).await.unwrap();
-    assert_eq!(auth(&granted)[1..], [Some(format!("Bearer {KEY}")), None], "the redirect's first hop had it");
+    // The same host and port under another scheme.
+    let https_only = self::policy(&format!("https://public.test:{port}"));
+    client.get(&format!("http://public.test:{port}/"), &[], &https_only).await.unwrap();
+    assert_eq!(auth(&granted)[1..], [Some(format!("Bearer {KEY}")), None, None], "the redirect's first hop had it");
 }
 
 #[tokio::test]

@@ -79,7 +79,8 @@ pub struct EgressGrant {
     /// operator runs on a private network (a self-hosted SearXNG). Never
     /// applies to the fetch tool.
     pub allow_private: Vec<IpAddr>,
-    /// The API key the host adds to requests for `hosts`.
+    /// The API key the host adds to requests for its origins (by default
+    /// `https://<host>:443` for each of `hosts`).
     pub api_key: Option<ApiKey>,
     /// Plain settings served by the `config` import (never secrets).
     pub settings: BTreeMap<String, String>,
