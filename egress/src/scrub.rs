@@ -93,16 +93,16 @@ impl Scrubber {
         self.exact.is_none() && self.tolerant.is_none()
     }
 
-    /// Pushes the input ranges of this secret's matches in `view` onto `out`.
-    fn find(&self, view: &View, out: &mut Vec<(usize, usize)>) {
+    /// Pushes the input ranges of this secret's matches onto `out`.
+    fn find(&self, view: &View, alphanumeric: &(Vec<u8>, Vec<usize>), out: &mut Vec<(usize, usize)>) {
         if let Some(exact) = &self.exact {
             for m in exact.find_iter(&view.bytes) {
                 out.push((view.starts[m.start()], view.end_of(m.end() - 1)));
             }
         }
         if let Some(tolerant) = &self.tolerant {
-            let (bytes, index) = view.alphanumeric();
-            for m in tolerant.find_iter(&bytes) {
+            let (bytes, index) = alphanumeric;
+            for m in tolerant.find_iter(bytes) {
                 out.push((view.starts[index[m.start()]], view.end_of(index[m.end() - 1])));
             }
         }
@@ -259,9 +259,10 @@ pub(crate) fn scrub(input: Vec<u8>, scrubbers: &[&Scrubber]) -> Vec<u8> {
         return input;
     }
     let view = View::decode(&input);
+    let alphanumeric = view.alphanumeric();
     let mut ranges = Vec::new();
     for scrubber in scrubbers {
-        scrubber.find(&view, &mut ranges);
+        scrubber.find(&view, &alphanumeric, &mut ranges);
     }
     if ranges.is_empty() {
         return input;
