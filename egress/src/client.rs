@@ -796,8 +796,10 @@ impl GuardedClient {
             .headers()
             .iter()
             .map(|(name, value)| {
+                // Names too: a server can echo a key as a header name.
+                let name = scrub(name.as_str().as_bytes().to_vec(), &secrets);
                 let value = scrub(value.as_bytes().to_vec(), &secrets);
-                (name.as_str().to_string(), String::from_utf8_lossy(&value).into_owned())
+                (String::from_utf8_lossy(&name).into_owned(), String::from_utf8_lossy(&value).into_owned())
             })
             .collect();
         // Refused rather than decoded: decoding would put a decompressor

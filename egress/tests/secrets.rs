@@ -201,7 +201,12 @@ async fn an_echoed_key_is_unrecoverable_in_every_encoding() {
         let echoed = encode(how, &auth);
         Reply {
             status: 200,
-            headers: vec![("Content-Type".into(), "application/json".into()), ("X-Echo".into(), echoed.clone())],
+            headers: vec![
+                ("Content-Type".into(), "application/json".into()),
+                ("X-Echo".into(), echoed.clone()),
+                // Header names are tokens: the key's hex fits.
+                (format!("X-Key-{}", hex::encode(auth.trim_start_matches("Bearer "))), "1".into()),
+            ],
             body: format!("{{\"echo\":\"{echoed}\",\"note\":\"invalid key\"}}").into_bytes(),
         }
     })
@@ -215,6 +220,9 @@ async fn an_echoed_key_is_unrecoverable_in_every_encoding() {
         assert_eq!(recover(&response.body), None, "{how}: {body}");
         let echo = &response.headers.iter().find(|(n, _)| n == "x-echo").unwrap().1;
         assert_eq!(recover(echo.as_bytes()), None, "{how} in a header: {echo}");
+        let names: Vec<&str> = response.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"x-key-<redacted>"), "{names:?}");
+        assert_eq!(recover(names.join(" ").as_bytes()), None, "in a header name: {names:?}");
     }
     // The key did go out, exactly: the upstream really echoed it.
     assert!(server.requests().iter().all(|r| r.header("authorization") == Some(format!("Bearer {KEY}").as_str())));
