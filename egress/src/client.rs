@@ -731,6 +731,12 @@ impl GuardedClient {
         }
         // Only the secrets whose origin this URL has exactly.
         let inject: Vec<&SecretHeader> = policy.secrets.iter().filter(|s| policy.sends(s, url)).collect();
+        if inject.len() < policy.secrets.len() {
+            // Says why an upstream answers 401, without naming the key.
+            let withheld: Vec<&str> =
+                policy.secrets.iter().filter(|s| !inject.iter().any(|i| i.name == s.name)).map(|s| s.name()).collect();
+            tracing::debug!(target: "nexo::egress", url = %url_shown, ?withheld, "not sending secret headers: this URL is not one of their origins");
+        }
         let work = async {
             let guard = &self.inner.guard;
             let addrs = match host {
