@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use nexo_egress::{GuardedClient, HostList, Policy, Resolver, check_address};
+use nexo_egress::{GuardedClient, HostList, Policy, Resolver, SecretHeader, check_address};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -92,6 +92,12 @@ fn get(c: &mut Criterion) {
     let guarded_name =
         GuardedClient::builder().resolver(Arc::new(FakeResolver)).route_for_tests(PUBLIC, server).build().unwrap();
     let policy_name = Policy::new(HostList::new(["bench.test"]).unwrap());
+    // A key for this origin: every response is then scrubbed.
+    let key = SecretHeader::with_prefix("Authorization", "Bearer ", "sk-bench-0123456789abcdef")
+        .unwrap()
+        .for_origins([format!("http://bench.test:{}", server.port())])
+        .unwrap();
+    let policy_key = policy_name.clone().inject(key);
 
     // Each client works before measuring: a wrong setup fails here, not as a
     // suspiciously fast benchmark.
@@ -101,6 +107,8 @@ fn get(c: &mut Criterion) {
         let r = guarded_ip.get(&by_ip, &[], &policy_ip).await.unwrap();
         assert_eq!((r.status, r.body.as_slice(), r.truncated), (200, BODY, false));
         let r = guarded_name.get(&by_name, &[], &policy_name).await.unwrap();
+        assert_eq!((r.status, r.body.as_slice(), r.truncated), (200, BODY, false));
+        let r = guarded_name.get(&by_name, &[], &policy_key).await.unwrap();
         assert_eq!((r.status, r.body.as_slice(), r.truncated), (200, BODY, false));
     });
 
@@ -128,6 +136,15 @@ fn get(c: &mut Criterion) {
         b.iter(|| {
             rt.block_on(async {
                 let response = guarded_name.get(black_box(by_name.as_str()), &[], &policy_name).await.unwrap();
+                assert_eq!(response.status, 200);
+                black_box(response)
+            })
+        })
+    });
+    group.bench_function("guarded, by name, with a key (sent and scrubbed)", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let response = guarded_name.get(black_box(by_name.as_str()), &[], &policy_key).await.unwrap();
                 assert_eq!(response.status, 200);
                 black_box(response)
             })

@@ -80,6 +80,20 @@ impl HostList {
         self.matches_entry(&entry)
     }
 
+    /// Whether a host parsed by `url` is one of the entries itself, not a
+    /// subdomain of one.
+    pub(crate) fn is_entry(&self, host: &Host<&str>) -> bool {
+        let entry = match host {
+            Host::Domain(name) => match normalize(name) {
+                Ok(entry) => entry,
+                Err(_) => return false,
+            },
+            Host::Ipv4(ip) => Entry::Ip(IpAddr::V4(*ip)),
+            Host::Ipv6(ip) => Entry::Ip(IpAddr::V6(*ip)),
+        };
+        self.entries.contains(&entry)
+    }
+
     fn matches_entry(&self, host: &Entry) -> bool {
         self.entries.iter().any(|allowed| match (allowed, host) {
             (Entry::Ip(a), Entry::Ip(h)) => a == h,

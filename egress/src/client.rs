@@ -7,13 +7,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION};
+use reqwest::header::{
+    ACCEPT_ENCODING, CONTENT_ENCODING, HeaderMap, HeaderName, HeaderValue, LOCATION, TRANSFER_ENCODING,
+};
 use tracing::info;
 use url::{Host, Url};
 
 use crate::address::check_address;
 use crate::allow::HostList;
+use crate::origin::Origin;
 use crate::resolver::{Resolver, SystemResolver};
+use crate::scrub::{Scrubber, scrub};
 
 /// The `User-Agent` of every request.
 pub const USER_AGENT: &str = concat!("nexo/", env!("CARGO_PKG_VERSION"));
@@ -22,10 +26,6 @@ const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
 const DEFAULT_MAX_REDIRECTS: usize = 5;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Shorter secrets are too likely to occur by chance to be scrubbed from
-/// response bodies.
-const MIN_SCRUB_LEN: usize = 8;
 
 /// Why a request was refused or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +80,22 @@ pub enum EgressError {
     /// A network or protocol failure.
     #[error("request failed: {0}")]
     Failed(String),
+    /// The server answered in a content or transfer coding the client did
+    /// not ask for. The client asks for `identity` only, since a compressed
+    /// body could carry a key past the scrubber.
+    #[error(
+        "{url} answered with `{header}: {encoding}`, an encoding nexo did not ask for (it sends \
+         `Accept-Encoding: identity`); the response is refused because an encoded body cannot be checked for \
+         leaked keys — configure the server to answer uncompressed"
+    )]
+    UnrequestedEncoding {
+        /// The URL (scheme, host and path only).
+        url: String,
+        /// `content-encoding` or `transfer-encoding`.
+        header: String,
+        /// The header's value, scrubbed.
+        encoding: String,
+    },
     /// The client or a secret header is misconfigured.
     #[error("egress configuration: {0}")]
     Config(String),
@@ -109,14 +125,19 @@ fn non_public_message(host: &str, ip: &IpAddr, reason: &str) -> String {
     format!("{what}; nexo never connects to private, loopback or link-local addresses")
 }
 
-/// A header the client adds to requests for the policy's hosts, such as an
-/// API key. Its value cannot be read back, and `Debug` redacts it.
+/// A header the client adds to requests for exact origins, such as an API
+/// key. By default those are `https://<entry>:443` for each entry of the
+/// policy's hosts; [`SecretHeader::for_origins`] names them instead. Its
+/// value cannot be read back, and `Debug` redacts it.
 #[derive(Clone)]
 pub struct SecretHeader {
     name: String,
     value: String,
     /// The key without its prefix (`Bearer `), scrubbed as well.
     bare: Option<String>,
+    /// `None`: https on port 443 of the policy's host entries.
+    origins: Option<Vec<Origin>>,
+    scrubber: Arc<Scrubber>,
 }
 
 impl SecretHeader {
@@ -140,7 +161,8 @@ impl SecretHeader {
         if name.starts_with("proxy-") {
             return Err(EgressError::Config(format!("`{name}` is a proxy header; nexo uses no proxy")));
         }
-        Ok(SecretHeader { name, value, bare: None })
+        let scrubber = Arc::new(Scrubber::new([value.as_bytes()])?);
+        Ok(SecretHeader { name, value, bare: None, origins: None, scrubber })
     }
 
     /// A secret header whose value is `prefix` followed by `key`, for
@@ -153,15 +175,39 @@ impl SecretHeader {
     ) -> Result<Self, EgressError> {
         let key = key.into();
         let mut secret = Self::new(name, format!("{}{key}", prefix.into()))?;
+        secret.scrubber = Arc::new(Scrubber::new([secret.value.as_bytes(), key.as_bytes()])?);
         secret.bare = Some(key);
         Ok(secret)
     }
 
-    /// The values to scrub from responses: the whole value and the bare key.
-    fn scrub_values(&self) -> impl Iterator<Item = &[u8]> {
-        std::iter::once(self.value.as_bytes())
-            .chain(self.bare.as_deref().map(str::as_bytes))
-            .filter(|v| v.len() >= MIN_SCRUB_LEN)
+    /// Sends the header only to these origins (`scheme://host[:port]`, see
+    /// [`Origin::parse`]), instead of `https://<entry>:443` for each entry of
+    /// the policy's hosts: for a service on another port, or over plain
+    /// http to an address exempted with
+    /// [`GuardedClientBuilder::allow_private`]. A plain-http origin is still
+    /// refused at request time unless the host resolves to such an address.
+    /// Fails with [`EgressError::Config`] for a malformed origin or an empty
+    /// list.
+    pub fn for_origins<I, S>(mut self, origins: I) -> Result<Self, EgressError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let origins = origins.into_iter().map(|o| Origin::parse(o.as_ref())).collect::<Result<Vec<_>, _>>()?;
+        if origins.is_empty() {
+            return Err(EgressError::Config(format!(
+                "no origins given for the secret header `{}`; name at least one, or leave the default",
+                self.name
+            )));
+        }
+        self.origins = Some(origins);
+        Ok(self)
+    }
+
+    /// The origins given with [`SecretHeader::for_origins`]; `None` means
+    /// the default, `https://<entry>:443` for the policy's host entries.
+    pub fn origins(&self) -> Option<&[Origin]> {
+        self.origins.as_deref()
     }
 
     /// The header name, lowercased.
@@ -219,11 +265,15 @@ impl Policy {
         self
     }
 
-    /// Adds `secret` to every request whose host matches the policy's hosts.
-    /// Caller headers of the same name are dropped; a later secret with the
-    /// same name replaces an earlier one. Should a server echo the value, it
-    /// is replaced by `<redacted>` in the response headers and body (values
-    /// shorter than 8 bytes are left alone: they occur by chance).
+    /// Adds `secret` to every request for its origins: by default
+    /// `https://<entry>:443` for each entry of the policy's hosts (exactly
+    /// that host: not its subdomains, another port or plain http), or those
+    /// of [`SecretHeader::for_origins`]. Caller headers of the same name are
+    /// dropped on every request; a later secret with the same name replaces
+    /// an earlier one. Should a server echo the value, in its literal or a
+    /// common encoded form, it is replaced by `<redacted>` in every response
+    /// of the policy: headers, body and redirect targets (values shorter
+    /// than 8 bytes are left alone: they occur by chance).
     pub fn inject(mut self, secret: SecretHeader) -> Self {
         self.secrets.retain(|s| s.name != secret.name);
         self.secrets.push(secret);
@@ -262,6 +312,31 @@ impl Policy {
     /// The names of the injected secret headers.
     pub fn secret_names(&self) -> impl Iterator<Item = &str> {
         self.secrets.iter().map(SecretHeader::name)
+    }
+
+    /// The names of the secret headers a request for `url` would carry
+    /// (its host must still pass the allow-lists and the guard).
+    pub fn secrets_for(&self, url: &str) -> Vec<&str> {
+        match Url::parse(url) {
+            Ok(url) => self.secrets.iter().filter(|s| self.sends(s, &url)).map(SecretHeader::name).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Whether `secret` goes to `url`'s exact origin.
+    fn sends(&self, secret: &SecretHeader, url: &Url) -> bool {
+        match &secret.origins {
+            Some(origins) => origins.iter().any(|o| o.matches(url)),
+            None => {
+                url.scheme() == "https"
+                    && url.port_or_known_default() == Some(443)
+                    && url.host().is_some_and(|host| self.hosts.is_entry(&host))
+            }
+        }
+    }
+
+    fn scrubbers(&self) -> Vec<&Scrubber> {
+        self.secrets.iter().map(|s| &*s.scrubber).collect()
     }
 
     /// The body limit in bytes.
@@ -654,8 +729,14 @@ impl GuardedClient {
                 });
             }
         }
-        // Every host that gets this far is on `hosts`, so it gets the secrets.
-        let inject = policy.secrets.as_slice();
+        // Only the secrets whose origin this URL has exactly.
+        let inject: Vec<&SecretHeader> = policy.secrets.iter().filter(|s| policy.sends(s, url)).collect();
+        if inject.len() < policy.secrets.len() {
+            // Says why an upstream answers 401, without naming the key.
+            let withheld: Vec<&str> =
+                policy.secrets.iter().filter(|s| !inject.iter().any(|i| i.name == s.name)).map(|s| s.name()).collect();
+            tracing::debug!(target: "nexo::egress", url = %url_shown, ?withheld, "not sending secret headers: this URL is not one of their origins");
+        }
         let work = async {
             let guard = &self.inner.guard;
             let addrs = match host {
@@ -673,13 +754,15 @@ impl GuardedClient {
                 )));
             }
             let mut headers = caller.clone();
-            for secret in inject {
+            for secret in &inject {
                 let (name, value) = secret.header()?;
                 headers.insert(name, value);
             }
+            // Uncompressed only: the scrubber must see the bytes the caller gets.
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
             let response =
                 self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
-            self.finish(url, response, policy, inject, url_shown).await
+            self.finish(url, response, policy, url_shown).await
         };
         match tokio::time::timeout_at(deadline, work).await {
             Ok(result) => result,
@@ -696,11 +779,12 @@ impl GuardedClient {
         url: &Url,
         mut response: reqwest::Response,
         policy: &Policy,
-        injected: &[SecretHeader],
         url_shown: &str,
     ) -> Result<Hop, EgressError> {
         let status = response.status().as_u16();
-        let secrets: Vec<&[u8]> = injected.iter().flat_map(SecretHeader::scrub_values).collect();
+        // Every secret of the policy, not only those sent on this hop: an
+        // earlier hop may have put one into this URL.
+        let secrets = policy.scrubbers();
         if matches!(status, 301 | 302 | 303 | 307 | 308)
             && let Some(location) = response.headers().get(LOCATION)
         {
@@ -718,15 +802,38 @@ impl GuardedClient {
             .headers()
             .iter()
             .map(|(name, value)| {
+                // Names too: a server can echo a key as a header name.
+                let name = scrub(name.as_str().as_bytes().to_vec(), &secrets);
                 let value = scrub(value.as_bytes().to_vec(), &secrets);
-                (name.as_str().to_string(), String::from_utf8_lossy(&value).into_owned())
+                (String::from_utf8_lossy(&name).into_owned(), String::from_utf8_lossy(&value).into_owned())
             })
             .collect();
+        // Refused rather than decoded: decoding would put a decompressor
+        // (and its zip-bomb limits) in front of the scrubber, while a server
+        // asked for `identity` has no reason to send anything else.
+        // Hyper removes chunked framing itself.
+        for (header, allowed) in
+            [(CONTENT_ENCODING.as_str(), &["identity"][..]), (TRANSFER_ENCODING.as_str(), &["identity", "chunked"][..])]
+        {
+            for (_, value) in headers.iter().filter(|(name, _)| name == header) {
+                let refused = value
+                    .split(',')
+                    .map(str::trim)
+                    .any(|coding| !coding.is_empty() && !allowed.iter().any(|a| coding.eq_ignore_ascii_case(a)));
+                if refused {
+                    return Err(EgressError::UnrequestedEncoding {
+                        url: url_shown.to_string(),
+                        header: header.to_string(),
+                        encoding: value.clone(),
+                    });
+                }
+            }
+        }
         let content_type =
             headers.iter().find(|(name, _)| name == reqwest::header::CONTENT_TYPE.as_str()).map(|(_, v)| v.clone());
         // Read a little past the cap and scrub before cutting, so a key
         // straddling the cap cannot survive in part.
-        let overlap = secrets.iter().map(|s| s.len() - 1).max().unwrap_or(0);
+        let overlap = secrets.iter().map(|s| s.max_match()).max().unwrap_or(0);
         let read_cap = policy.max_body.saturating_add(overlap);
         let mut body = Vec::new();
         let mut truncated = false;
@@ -839,27 +946,6 @@ fn strip_query(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or_default()
 }
 
-/// Replaces each secret in `bytes` with `<redacted>`, should a server echo one.
-fn scrub(mut bytes: Vec<u8>, secrets: &[&[u8]]) -> Vec<u8> {
-    for secret in secrets {
-        if bytes.windows(secret.len()).any(|w| w == *secret) {
-            let mut out = Vec::with_capacity(bytes.len());
-            let mut i = 0;
-            while i < bytes.len() {
-                if bytes[i..].starts_with(secret) {
-                    out.extend_from_slice(b"<redacted>");
-                    i += secret.len();
-                } else {
-                    out.push(bytes[i]);
-                    i += 1;
-                }
-            }
-            bytes = out;
-        }
-    }
-    bytes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -920,12 +1006,6 @@ mod tests {
     fn shown_urls_drop_query_and_userinfo() {
         let url = Url::parse("https://u:p@example.com:8443/a/b?token=secret#frag").unwrap();
         assert_eq!(shown(&url), "https://example.com:8443/a/b");
-    }
-
-    #[test]
-    fn scrub_replaces_every_occurrence() {
-        let out = scrub(b"a-SECRET12-b-SECRET12".to_vec(), &[b"SECRET12"]);
-        assert_eq!(out, b"a-<redacted>-b-<redacted>");
     }
 
     #[test]

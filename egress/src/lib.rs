@@ -32,10 +32,15 @@
 //! that carry credentials (`Authorization`, `Cookie`, `Host`, `Proxy-*`,
 //! `X-Forwarded-*`, hop-by-hop headers). Credentials reach a server only as a
 //! [`SecretHeader`] the operator put in the policy: the client adds it to
-//! requests for the policy's hosts, its value cannot be read back, `Debug`
-//! redacts it, and it is scrubbed from responses that echo it. Bodies are
-//! capped ([`Policy::max_body`], then `truncated` is set), each hop has a
-//! time limit, and redirects are limited.
+//! requests for its exact [`Origin`]s (by default `https://<entry>:443` for
+//! each of the policy's host entries), its value cannot be read back, `Debug`
+//! redacts it, and it is scrubbed from responses that echo it, literally or
+//! in a common encoding (percent, JSON and HTML escapes, hex, base64, case,
+//! separators). The client asks for `Accept-Encoding: identity` and refuses
+//! any other content coding ([`EgressError::UnrequestedEncoding`]), so the
+//! scrubber sees what the caller gets. Bodies are capped
+//! ([`Policy::max_body`], then `truncated` is set), each hop has a time
+//! limit, and redirects are limited.
 //!
 //! Each hop logs one `info` line on target `nexo::egress` with the host and
 //! the verdict; logs carry scheme, host and path only, since query strings
@@ -56,9 +61,12 @@
 pub mod address;
 pub mod allow;
 pub mod client;
+pub mod origin;
 pub mod resolver;
+mod scrub;
 
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList};
 pub use client::{EgressError, GuardedClient, GuardedClientBuilder, Policy, Response, SecretHeader, USER_AGENT};
+pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};

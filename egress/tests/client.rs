@@ -85,7 +85,8 @@ async fn secret_header_is_injected_and_never_shown() {
     })
     .await;
     let client = routed_client(public_resolver(), &server);
-    let policy = Policy::new(hosts(&["public.test"])).inject(SecretHeader::new("X-Api-Key", KEY).unwrap());
+    let secret = SecretHeader::new("X-Api-Key", KEY).unwrap().for_origins(["http://www.public.test"]).unwrap();
+    let policy = Policy::new(hosts(&["public.test"])).inject(secret);
     assert!(!format!("{policy:?}").contains(KEY), "{policy:?}");
     assert!(format!("{policy:?}").contains("x-api-key: <redacted>"), "{policy:?}");
 
@@ -312,7 +313,8 @@ async fn one_log_line_per_hop_without_query_or_secrets() {
     })
     .await;
     let client = routed_client(public_resolver(), &server);
-    let policy = Policy::new(hosts(&["public.test"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let secret = SecretHeader::new("x-api-key", KEY).unwrap().for_origins(["http://public.test"]).unwrap();
+    let policy = Policy::new(hosts(&["public.test"])).inject(secret);
     let capture = Capture::default();
     let guard = tracing::subscriber::set_default(capture.clone());
     client.get("http://public.test/start?token=hidden", &[], &policy).await.unwrap();
@@ -356,11 +358,10 @@ async fn caller_headers_are_an_allow_list() {
     client.get("http://public.test/", &headers, &Policy::new(hosts(&["public.test"]))).await.unwrap();
     let seen = &server.requests()[0];
     let sent: Vec<&str> = seen.headers.iter().map(|(n, _)| n.as_str()).collect();
-    for dropped in
-        ["range", "if-range", "accept-encoding", "x-http-method-override", "x-method-override", "x-original-url"]
-    {
+    for dropped in ["range", "if-range", "x-http-method-override", "x-method-override", "x-original-url"] {
         assert!(!sent.contains(&dropped), "{dropped} reached the server: {sent:?}");
     }
+    assert_eq!(seen.all("accept-encoding"), ["identity"], "the client's own, never the caller's");
     assert!(!sent.contains(&"x-real-ip") && !sent.contains(&"origin"), "{sent:?}");
     assert_eq!(seen.header("accept-language"), Some("en"));
     assert_eq!(seen.header("x-custom"), Some("kept"));
@@ -373,7 +374,8 @@ async fn keys_travel_only_over_tls_or_to_the_operators_own_service() {
     // `plain.test` is public and not routed: a real connection would be plain http to the internet.
     let resolver = FakeResolver::new(&[("plain.test", &["8.8.8.8"])]);
     let client = GuardedClient::builder().resolver(Arc::new(resolver)).build().unwrap();
-    let policy = Policy::new(hosts(&["plain.test"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let secret = SecretHeader::new("x-api-key", KEY).unwrap().for_origins(["http://plain.test"]).unwrap();
+    let policy = Policy::new(hosts(&["plain.test"])).inject(secret);
     match client.get("http://plain.test/search", &[], &policy).await {
         Err(EgressError::BadRequest(m)) => assert!(m.contains("only over https"), "{m}"),
         other => panic!("expected a refusal, got {other:?}"),
@@ -383,7 +385,9 @@ async fn keys_travel_only_over_tls_or_to_the_operators_own_service() {
     let server =
         Server::start(|req| Reply::ok("text/plain", req.header("x-api-key").unwrap_or("none").len().to_string())).await;
     let exempt = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
-    let policy = Policy::new(hosts(&["127.0.0.1"])).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let origin = format!("http://127.0.0.1:{}", server.port());
+    let policy = Policy::new(hosts(&["127.0.0.1"]))
+        .inject(SecretHeader::new("x-api-key", KEY).unwrap().for_origins([origin]).unwrap());
     let response = exempt.get(&format!("http://127.0.0.1:{}/", server.port()), &[], &policy).await.unwrap();
     assert_eq!(response.body, KEY.len().to_string().as_bytes());
 }
@@ -398,8 +402,8 @@ async fn a_prefixed_key_is_scrubbed_with_and_without_its_prefix() {
     })
     .await;
     let client = routed_client(public_resolver(), &server);
-    let policy = Policy::new(hosts(&["public.test"]))
-        .inject(SecretHeader::with_prefix("Authorization", "Bearer ", KEY).unwrap());
+    let secret = SecretHeader::with_prefix("Authorization", "Bearer ", KEY).unwrap();
+    let policy = Policy::new(hosts(&["public.test"])).inject(secret.for_origins(["http://public.test"]).unwrap());
     let response = client.get("http://public.test/", &[], &policy).await.unwrap();
     assert_eq!(server.requests()[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
     let body = String::from_utf8(response.body).unwrap();
@@ -433,10 +437,11 @@ async fn a_key_in_a_redirect_location_is_scrubbed_from_errors() {
     let server =
         Server::start(|req| Reply::redirect(302, &format!("/next/{}", req.header("x-api-key").unwrap_or("")))).await;
     let client = routed_client(public_resolver(), &server);
-    let policy =
-        Policy::new(hosts(&["public.test"])).max_redirects(0).inject(SecretHeader::new("x-api-key", KEY).unwrap());
+    let secret = SecretHeader::new("x-api-key", KEY).unwrap().for_origins(["http://public.test"]).unwrap();
+    let policy = Policy::new(hosts(&["public.test"])).max_redirects(0).inject(secret);
     let err = client.get("http://public.test/", &[], &policy).await.unwrap_err();
     assert!(matches!(err, EgressError::TooManyRedirects { .. }), "{err:?}");
+    assert_eq!(server.requests()[0].header("x-api-key"), Some(KEY), "the key was sent, and echoed");
     assert!(!format!("{err} {err:?}").contains(KEY), "{err}");
 }
 

@@ -21,6 +21,7 @@ fn variant(e: &EgressError) -> &'static str {
         EgressError::TooManyRedirects { .. } => "TooManyRedirects",
         EgressError::Timeout(_) => "Timeout",
         EgressError::Failed(_) => "Failed",
+        EgressError::UnrequestedEncoding { .. } => "UnrequestedEncoding",
         EgressError::Config(_) => "Config",
     }
 }

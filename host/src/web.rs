@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use nexo_egress::{EgressError, GuardedClient, HostList, Policy, SecretHeader};
+use nexo_egress::{EgressError, GuardedClient, HostList, Origin, Policy, SecretHeader};
 
 use crate::bindings::search::nexo::plugin::outbound_http;
 use crate::truncate::head_bytes;
@@ -51,6 +51,11 @@ pub struct ApiKey {
     /// The key. At least [`MIN_KEY_LEN`] characters, so that a response
     /// echoing it can be recognized and scrubbed.
     pub value: String,
+    /// The exact origins (`scheme://host[:port]`) the key is sent to. Empty,
+    /// the default: `https://<host>:443` for each granted host (that host
+    /// only, not its subdomains). Each must be on a granted host, and be
+    /// https or on an `allow-private` address.
+    pub origins: Vec<String>,
 }
 
 /// The shortest API key accepted: shorter strings turn up in ordinary
@@ -74,7 +79,8 @@ pub struct EgressGrant {
     /// operator runs on a private network (a self-hosted SearXNG). Never
     /// applies to the fetch tool.
     pub allow_private: Vec<IpAddr>,
-    /// The API key the host adds to requests for `hosts`.
+    /// The API key the host adds to requests for its origins (by default
+    /// `https://<host>:443` for each of `hosts`).
     pub api_key: Option<ApiKey>,
     /// Plain settings served by the `config` import (never secrets).
     pub settings: BTreeMap<String, String>,
@@ -107,6 +113,9 @@ impl EgressGrant {
                 .build()
                 .map_err(|e| e.to_string())?,
         };
+        if let Some(key) = &self.api_key {
+            self.check_origins(key, &hosts)?;
+        }
         let mut policy = Policy::new(hosts).max_body(COMPONENT_MAX_BODY).timeout(self.timeout.unwrap_or(FETCH_TIMEOUT));
         if let Some(key) = &self.api_key {
             if key.value.chars().count() < MIN_KEY_LEN {
@@ -115,10 +124,64 @@ impl EgressGrant {
                     key.header
                 ));
             }
-            let secret = SecretHeader::with_prefix(&key.header, &key.prefix, &key.value).map_err(|e| e.to_string())?;
+            let mut secret =
+                SecretHeader::with_prefix(&key.header, &key.prefix, &key.value).map_err(|e| e.to_string())?;
+            if !key.origins.is_empty() {
+                secret = secret.for_origins(&key.origins).map_err(|e| e.to_string())?;
+            }
             policy = policy.inject(secret);
         }
         Ok(Some(Arc::new(Egress { client, policy })))
+    }
+}
+
+impl EgressGrant {
+    /// The origins the API key goes to, as `scheme://host:port`: the key's
+    /// own, or `https://<host>:443` for each granted host. Empty without a
+    /// key or with a bad entry ([`EgressGrant::egress`] reports those).
+    pub fn key_origins(&self) -> Vec<String> {
+        let Some(key) = &self.api_key else { return Vec::new() };
+        if !key.origins.is_empty() {
+            return key.origins.iter().filter_map(|o| Origin::parse(o).ok()).map(|o| o.to_string()).collect();
+        }
+        let Ok(hosts) = HostList::new(&self.hosts) else { return Vec::new() };
+        hosts
+            .entries()
+            .iter()
+            .map(|h| if h.contains(':') { format!("https://[{h}]:443") } else { format!("https://{h}:443") })
+            .collect()
+    }
+
+    /// Each origin of `key` parses, is on a granted host, and is https or
+    /// on an exempted private address: a key never crosses the internet in
+    /// cleartext.
+    fn check_origins(&self, key: &ApiKey, hosts: &HostList) -> Result<(), String> {
+        let header = &key.header;
+        for text in &key.origins {
+            let origin = Origin::parse(text)
+                .map_err(|e| format!("the API key for `{header}`: {e}; fix the entry in the key's `origins`"))?;
+            if !hosts.matches(&origin.host()) {
+                return Err(format!(
+                    "the API key for `{header}` names the origin `{text}`, whose host is not granted (hosts: {hosts}); \
+                     add `{}` to `hosts`, or fix the origin",
+                    origin.host()
+                ));
+            }
+            // A name is checked at request time: it must resolve to an exempt address.
+            let private_ok = match origin.ip() {
+                Some(ip) => self.allow_private.contains(&ip),
+                None => !self.allow_private.is_empty(),
+            };
+            // A caller's own client brings its own exemptions; it still refuses plain http elsewhere.
+            if !origin.is_https() && !private_ok && self.client.is_none() {
+                return Err(format!(
+                    "the API key for `{header}` names the plain-http origin `{text}`; a key is sent only over https, \
+                     or over http to an address in `allow-private`: use an https origin, or list the service's \
+                     address in `allow-private`"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -267,6 +330,59 @@ mod tests {
         let exempting = GuardedClient::builder().allow_private(["10.0.0.5".parse().unwrap()]).build().unwrap();
         let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err();
         assert!(err.contains("search backends only"), "{err}");
+    }
+
+    fn keyed(hosts: &[&str], origins: &[&str], allow_private: &[&str]) -> EgressGrant {
+        EgressGrant {
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            allow_private: allow_private.iter().map(|a| a.parse().unwrap()).collect(),
+            api_key: Some(ApiKey {
+                header: "X-Token".into(),
+                value: "sk-long-enough-key".into(),
+                origins: origins.iter().map(|o| o.to_string()).collect(),
+                ..ApiKey::default()
+            }),
+            ..EgressGrant::default()
+        }
+    }
+
+    #[test]
+    fn the_key_goes_to_https_443_of_each_granted_host_by_default() {
+        let grant = keyed(&["api.example.com", "2001:db8::1"], &[], &[]);
+        assert_eq!(grant.key_origins(), ["https://api.example.com:443", "https://[2001:db8::1]:443"]);
+        let egress = grant.egress().unwrap().unwrap();
+        assert_eq!(egress.policy.secrets_for("https://api.example.com/v1"), ["x-token"]);
+        for url in ["http://api.example.com/", "https://api.example.com:8443/", "https://eu.api.example.com/"] {
+            assert!(egress.policy.secrets_for(url).is_empty(), "{url}");
+        }
+    }
+
+    #[test]
+    fn explicit_origins_replace_the_default() {
+        let grant = keyed(
+            &["search.internal", "10.0.0.5"],
+            &["https://search.internal:8443", "http://10.0.0.5:8888"],
+            &["10.0.0.5"],
+        );
+        assert_eq!(grant.key_origins(), ["https://search.internal:8443", "http://10.0.0.5:8888"]);
+        let egress = grant.egress().unwrap().unwrap();
+        assert_eq!(egress.policy.secrets_for("https://search.internal:8443/q"), ["x-token"]);
+        assert_eq!(egress.policy.secrets_for("http://10.0.0.5:8888/search"), ["x-token"]);
+        for url in ["https://search.internal/", "http://10.0.0.5/", "https://10.0.0.5:8888/"] {
+            assert!(egress.policy.secrets_for(url).is_empty(), "{url}");
+        }
+    }
+
+    #[test]
+    fn bad_key_origins_are_configuration_errors_that_name_the_key_and_the_fix() {
+        let err = keyed(&["api.example.com"], &["api.example.com"], &[]).egress().unwrap_err();
+        assert!(err.contains("`X-Token`") && err.contains("scheme://host[:port]"), "{err}");
+        let err = keyed(&["api.example.com"], &["https://other.example.com"], &[]).egress().unwrap_err();
+        assert!(err.contains("`X-Token`") && err.contains("add `other.example.com` to `hosts`"), "{err}");
+        let err = keyed(&["api.example.com"], &["http://api.example.com:8080"], &[]).egress().unwrap_err();
+        assert!(err.contains("plain-http") && err.contains("allow-private"), "{err}");
+        let err = keyed(&["10.0.0.5"], &["http://10.0.0.5:8888"], &["10.0.0.6"]).egress().unwrap_err();
+        assert!(err.contains("plain-http"), "{err}");
     }
 
     #[test]

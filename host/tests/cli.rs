@@ -528,6 +528,58 @@ fn bad_web_settings_are_configuration_errors() {
 }
 
 #[test]
+fn inspect_shows_where_the_search_key_goes_and_a_bad_key_origin_stops_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nexo.toml");
+    let inspect = |api_key: &str, json: bool| {
+        let text = format!(
+            "[search]\nbackend = {:?}\nhosts = [\"api.search.brave.com\"]\napi-key = {api_key}\n",
+            built::BRAVE
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut args = vec!["inspect", "--config", config.to_str().unwrap(), built::BRAVE];
+        if json {
+            args.insert(1, "--json");
+        }
+        Command::new(env!("CARGO_BIN_EXE_nexo"))
+            .args(args)
+            .env("NEXO_CACHE_DIR", std::env::temp_dir().join(format!("nexo-cli-test-cache-{}", std::process::id())))
+            .env("NEXO_TEST_SEARCH_KEY", "sk-test-0123456789abcdef")
+            .output()
+            .unwrap()
+    };
+    let out = inspect("{ header = \"X-Subscription-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }", false);
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "X-Subscription-Token header, from $NEXO_TEST_SEARCH_KEY, sent only to https://api.search.brave.com:443"
+        ),
+        "{text} {}",
+        stderr(&out)
+    );
+    assert!(!text.contains("sk-test-0123456789abcdef"), "{text}");
+    let out = inspect(
+        "{ header = \"X-Subscription-Token\", env = \"NEXO_TEST_SEARCH_KEY\", origins = [\"https://api.search.brave.com:8443\"] }",
+        true,
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["search"]["api-key-origins"], serde_json::json!(["https://api.search.brave.com:8443"]));
+    for (origins, needle) in [
+        ("[\"api.search.brave.com\"]", "scheme://host[:port]"),
+        ("[\"http://api.search.brave.com\"]", "plain-http"),
+        ("[\"https://elsewhere.example\"]", "add `elsewhere.example` to `hosts`"),
+    ] {
+        let out = inspect(
+            &format!("{{ header = \"X-Subscription-Token\", env = \"NEXO_TEST_SEARCH_KEY\", origins = {origins} }}"),
+            false,
+        );
+        assert_eq!(out.status.code(), Some(2), "{origins}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("API key for `X-Subscription-Token`") && err.contains(needle), "{origins}: {err}");
+    }
+}
+
+#[test]
 fn the_offline_web_demo_shows_the_guard_refusing() {
     let ex = root().join("examples/offline");
     let out = nexo(&[

@@ -127,7 +127,16 @@ async fn site() -> (SocketAddr, Shared) {
             get(|State(s): State<Shared>, h: HeaderMap| async move {
                 record(&s, "/echo", &h).await;
                 let v = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
-                format!("token={};auth={};probe={}", v("x-subscription-token"), v("authorization"), v("x-probe"))
+                // The token echoed encoded too, as a careless upstream might.
+                let token = v("x-subscription-token");
+                let pct: String = token.bytes().map(|b| format!("%{b:02X}")).collect();
+                let spaced = token.chars().map(String::from).collect::<Vec<_>>().join(" ");
+                format!(
+                    "token={token};hex={};pct={pct};spaced={spaced};auth={};probe={}",
+                    hex::encode_upper(&token),
+                    v("authorization"),
+                    v("x-probe")
+                )
             }),
         )
         .with_state(seen.clone());
@@ -306,7 +315,13 @@ async fn a_brave_component_gets_its_key_from_the_host_and_answers() {
     let (addr, seen) = site().await;
     let grant = EgressGrant {
         hosts: vec!["api.search.brave.com".into()],
-        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: BRAVE_KEY.into(), ..ApiKey::default() }),
+        api_key: Some(ApiKey {
+            header: "X-Subscription-Token".into(),
+            value: BRAVE_KEY.into(),
+            // The seam's plain-http stand-in for the default, https://api.search.brave.com:443.
+            origins: vec!["http://api.search.brave.com".into()],
+            ..ApiKey::default()
+        }),
         settings: BTreeMap::from([("base-url".to_string(), "http://api.search.brave.com".to_string())]),
         client: Some(seam_client(addr, vec!["api.search.brave.com"])),
         ..EgressGrant::default()
@@ -338,7 +353,12 @@ async fn a_backend_cannot_reach_an_ungranted_host_and_never_sees_its_key() {
     let key = "sk-nexo-never-in-wasm-71c2";
     let grant = EgressGrant {
         hosts: vec!["search.example".into()],
-        api_key: Some(ApiKey { header: "X-Subscription-Token".into(), value: key.into(), ..ApiKey::default() }),
+        api_key: Some(ApiKey {
+            header: "X-Subscription-Token".into(),
+            value: key.into(),
+            origins: vec!["http://search.example".into()],
+            ..ApiKey::default()
+        }),
         settings: BTreeMap::from([
             ("echo-url".to_string(), "http://search.example/echo".to_string()),
             (
@@ -391,7 +411,10 @@ async fn a_backend_cannot_reach_an_ungranted_host_and_never_sees_its_key() {
     // The tool result the model saw: the probe's rows.
     let sent = model.requests();
     let result = sent[1].raw_body.clone();
-    assert!(result.contains("token=<redacted>"), "the echoed key is scrubbed: {result}");
+    assert!(
+        result.contains("token=<redacted>;hex=<redacted>;pct=<redacted>;spaced=<redacted>;"),
+        "the echoed key is scrubbed, encoded or not: {result}"
+    );
     assert!(result.contains("auth=-"), "the guest's own Authorization header is dropped: {result}");
     assert!(result.contains("probe=1"), "ordinary headers pass: {result}");
     assert!(result.contains("clean"), "the key is not in guest memory: {result}");

@@ -46,6 +46,7 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
                 "allow-private": s.grant.allow_private,
                 "settings": s.grant.settings,
                 "api-key": s.key_source,
+                "api-key-origins": s.key_origins,
             })),
         });
         print_json_pretty(&value);

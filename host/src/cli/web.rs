@@ -8,6 +8,8 @@
 //! allow-private = []                  # exact private addresses (self-hosted services)
 //! settings = { base-url = "https://api.search.brave.com" }
 //! api-key = { header = "X-Subscription-Token", env = "BRAVE_API_KEY" }
+//! # sent only to https://api.search.brave.com:443; for another port or scheme:
+//! # api-key = { header = "…", env = "…", origins = ["https://search.internal:8443"] }
 //! ```
 
 use std::collections::BTreeMap;
@@ -57,6 +59,10 @@ struct ApiKeyTable {
     /// Put before the key, for example `Bearer `.
     #[serde(default)]
     prefix: String,
+    /// The exact origins the key goes to; by default `https://<host>:443`
+    /// for each of `hosts`.
+    #[serde(default)]
+    origins: Vec<String>,
 }
 
 /// The search backend the operator chose, with its grant.
@@ -66,8 +72,11 @@ pub struct SearchSetup {
     pub backend: PathBuf,
     /// Its network grant.
     pub grant: EgressGrant,
-    /// Where the key comes from, for `inspect` (never the key).
+    /// Where the key comes from and where it goes, for `inspect` (never
+    /// the key).
     pub key_source: Option<String>,
+    /// The exact origins the key is sent to (`scheme://host:port`).
+    pub key_origins: Vec<String>,
 }
 
 impl SearchArgs {
@@ -102,8 +111,9 @@ impl SearchArgs {
                         k.env
                     )
                 })?;
-                let source = format!("{} header, from ${}", k.header, k.env);
-                (Some(ApiKey { header: k.header.clone(), prefix: k.prefix.clone(), value }), Some(source))
+                let key =
+                    ApiKey { header: k.header.clone(), prefix: k.prefix.clone(), value, origins: k.origins.clone() };
+                (Some(key), Some(format!("{} header, from ${}", k.header, k.env)))
             }
         };
         let grant = EgressGrant {
@@ -116,6 +126,59 @@ impl SearchArgs {
         };
         // Check the grant now, so a bad host entry is a configuration error before anything runs.
         grant.egress().map_err(|e| format!("[search]: {e}"))?;
-        Ok(Some(SearchSetup { backend, grant, key_source }))
+        let key_origins = grant.key_origins();
+        let key_source = key_source.map(|source| format!("{source}, sent only to {}", key_origins.join(", ")));
+        Ok(Some(SearchSetup { backend, grant, key_source, key_origins }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> SearchTable {
+        #[derive(Deserialize)]
+        struct File {
+            search: SearchTable,
+        }
+        toml::from_str::<File>(text).unwrap().search
+    }
+
+    fn resolve(text: &str) -> Result<Option<SearchSetup>, String> {
+        let args = SearchArgs { search_backend: None, search_hosts: Vec::new() };
+        args.resolve(Some(&table(text)), None)
+    }
+
+    // `PATH` stands in for the key variable: always set, and long enough.
+    #[test]
+    fn key_origins_come_from_the_config_and_show_in_the_key_source() {
+        let setup = resolve(
+            "[search]\nbackend = \"b.wasm\"\nhosts = [\"api.example.com\"]\n\
+             api-key = { header = \"X-Token\", env = \"PATH\" }\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(setup.key_origins, ["https://api.example.com:443"]);
+        assert_eq!(
+            setup.key_source.as_deref(),
+            Some("X-Token header, from $PATH, sent only to https://api.example.com:443")
+        );
+        let setup = resolve(
+            "[search]\nbackend = \"b.wasm\"\nhosts = [\"10.0.0.5\"]\nallow-private = [\"10.0.0.5\"]\n\
+             api-key = { header = \"X-Token\", env = \"PATH\", origins = [\"http://10.0.0.5:8888\"] }\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(setup.key_origins, ["http://10.0.0.5:8888"]);
+    }
+
+    #[test]
+    fn a_bad_key_origin_is_a_search_configuration_error() {
+        let err = resolve(
+            "[search]\nbackend = \"b.wasm\"\nhosts = [\"api.example.com\"]\n\
+             api-key = { header = \"X-Token\", env = \"PATH\", origins = [\"http://api.example.com:8080\"] }\n",
+        )
+        .unwrap_err();
+        assert!(err.starts_with("[search]: the API key for `X-Token`") && err.contains("plain-http"), "{err}");
     }
 }
