@@ -101,7 +101,7 @@ fn failures_have_distinct_exit_codes_and_clear_messages() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("world nexo does not host"), "{}", stderr(&out));
 
-    let out = nexo(&["inspect", "README.md"]);
+    let out = nexo(&["inspect", "src/main.rs"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not a WebAssembly file"), "{}", stderr(&out));
 
