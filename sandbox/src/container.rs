@@ -908,6 +908,8 @@ fn run_cli(
         use std::os::unix::process::CommandExt;
         // Its own group, so a timeout kill reaches whatever it spawned.
         command.process_group(0);
+        // The CLI gets none of the host's descriptors beyond its stdio.
+        crate::process::close_inherited_fds(&mut command);
     }
     let mut child = command.spawn()?;
     let writer: Option<JoinHandle<()>> = match (stdin, child.stdin.take()) {
