@@ -347,3 +347,76 @@ unsafe fn kill_listed_children() {
         libc::close(fd);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    use super::*;
+
+    /// Runs `probe` in a child after installing the filter; the child execs
+    /// `/bin/true` only if the probe returned true.
+    fn filtered(probe: fn() -> bool) -> bool {
+        let prog = socket_filter().unwrap();
+        let mut cmd = Command::new("/bin/true");
+        // SAFETY: the hook installs the prepared filter and makes raw syscalls only.
+        unsafe {
+            cmd.pre_exec(move || {
+                install_filter(&prog)?;
+                if probe() { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::EPROTO)) }
+            });
+        }
+        match cmd.status() {
+            Ok(status) => status.success(),
+            Err(e) if e.raw_os_error() == Some(libc::EPROTO) => false,
+            Err(e) => panic!("the probe could not run: {e}"),
+        }
+    }
+
+    fn refused(ret: libc::c_long) -> bool {
+        ret == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EACCES)
+    }
+
+    #[test]
+    fn the_filter_refuses_sockets_and_io_uring_but_not_stream_pairs() {
+        // SAFETY (all probes): raw syscalls on locals in the forked child.
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0) })));
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET6, libc::SOCK_DGRAM, 0) })));
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) })));
+        assert!(filtered(|| {
+            let mut params = [0u8; 120];
+            refused(unsafe { libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) })
+        }));
+        assert!(filtered(|| {
+            let mut fds = [0; 2];
+            let flags = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC;
+            refused(unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) })
+        }));
+        assert!(filtered(|| {
+            let mut fds = [0; 2];
+            let flags = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+            unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) == 0 }
+        }));
+        // A control: the probe does fail where a syscall is allowed.
+        assert!(!filtered(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_filter_refuses_x32_system_calls() {
+        // SAFETY: a raw syscall in the forked child. x32 socket is 0x40000000 + 41.
+        assert!(filtered(|| {
+            let ret = unsafe { libc::syscall(0x4000_0000 + libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0) };
+            ret == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS)
+        }));
+    }
+
+    #[test]
+    fn bwrap_bytes_are_eight_per_instruction() {
+        let prog = socket_filter().unwrap();
+        let bytes = filter_bytes(&prog);
+        assert_eq!(bytes.len(), prog.len() * 8);
+        assert_eq!(&bytes[4..8], &4u32.to_ne_bytes(), "the first instruction loads the arch at offset 4");
+    }
+}

@@ -491,6 +491,9 @@ fn fd_probe_helper() {
     let out = f.exec(&format!("bash -c 'echo x >&{log_fd}'"));
     assert_ne!(out.status, 0, "descriptor {log_fd} is still open in the command: {out:?}");
     assert_eq!(std::fs::read_to_string(&log_path).unwrap(), "", "wrote outside through >&{log_fd}");
+    // Nothing but stdio (and ls's own directory handle) is open.
+    let out = f.exec("ls /proc/self/fd");
+    assert_eq!(out.stdout, "0\n1\n2\n3\n", "{out:?}");
     println!("fd-probe-ok");
 }
 
