@@ -59,8 +59,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const SHELL: &str = "/bin/sh";
 
 /// How long output readers may take to finish after the command's processes
-/// are gone; only a process that escaped the group (`setsid`) can hold a pipe
-/// open that long.
+/// are gone; only a process that survived the cleanup could hold a pipe open
+/// that long.
 const READER_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a shepherd may take to kill what a timed-out command left, before
@@ -111,8 +111,8 @@ pub struct ShellLimits {
     /// JavaScript engine settings) may need more. Default 8 GiB.
     pub memory_bytes: Option<u64>,
     /// `RLIMIT_CPU`: CPU seconds of each process, after which it is killed
-    /// (SIGXCPU, then SIGKILL). The wall-clock time limit applies as well.
-    /// Default 600.
+    /// (SIGXCPU, then SIGKILL). The wall-clock time limit bounds the command
+    /// as a whole; this stops one runaway process. Default 1800.
     pub cpu_seconds: Option<u64>,
     /// `RLIMIT_FSIZE`: the largest file a process may write, in bytes; a
     /// write past it fails and the writer gets SIGXFSZ. Default 2 GiB.
@@ -124,7 +124,7 @@ impl Default for ShellLimits {
         ShellLimits {
             processes: Some(4096),
             memory_bytes: Some(8 << 30),
-            cpu_seconds: Some(600),
+            cpu_seconds: Some(1800),
             file_size_bytes: Some(2 << 30),
         }
     }
@@ -208,8 +208,10 @@ pub enum Confinement {
     /// signalled or traced. Older kernels are refused rather than given
     /// weaker confinement.
     Landlock,
-    /// No OS confinement: only the narrowed environment, the timeout and the
-    /// output cap. Only when the operator explicitly opts in.
+    /// No OS confinement: only the narrowed environment, the timeout, the
+    /// output cap, [`ShellLimits`], descriptor closing and the shepherd (which
+    /// the command, running as the host user, could kill). Only when the
+    /// operator explicitly opts in.
     Unconfined,
 }
 
@@ -329,22 +331,22 @@ pub(crate) fn instructions(root: &Path, policy: &ShellPolicy) -> String {
     let root = root.display();
     let no_network = "There is no network access: commands cannot open TCP connections or create any other socket \
                       (UDP, raw or Unix), only connected socket pairs.";
-    let shell = match policy.effective_confinement() {
-        Ok(Confinement::Bubblewrap) => format!(
+    let Ok(confinement) = policy.effective_confinement() else {
+        return format!(
+            "You run on the host machine, in the directory {root}. File access is confined to {root}. Shell \
+             commands cannot run: no OS confinement is available."
+        );
+    };
+    let shell = match confinement {
+        Confinement::Bubblewrap => format!(
             "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, the rest of \
              the filesystem is read-only, and host processes are invisible. {no_network}"
         ),
-        Ok(Confinement::Landlock) => format!(
+        Confinement::Landlock => format!(
             "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}); the rest of \
              the filesystem is read-only. {no_network}"
         ),
-        Ok(_) => "Shell commands run unconfined, as the host user, with the host's network.".to_string(),
-        Err(_) => {
-            return format!(
-                "You run on the host machine, in the directory {root}. File access is confined to {root}. Shell commands \
-             cannot run: no OS confinement is available."
-            );
-        }
+        _ => "Shell commands run unconfined, as the host user, with the host's network.".to_string(),
     };
     let limits = &policy.limits;
     format!(
@@ -370,21 +372,18 @@ pub(crate) fn run(
     let env = child_env(root, policy)?;
     let confinement = policy.effective_confinement()?;
     let limits = policy.limits.resolve();
-    // Kept open until the spawn: bwrap reads the seccomp filter from it.
-    let mut _filter_fd = None;
-    let mut cmd = match confinement {
+    // `filter_fd` stays open until the spawn: bwrap reads the seccomp filter from it.
+    let (mut cmd, filter_fd) = match confinement {
         Confinement::Bubblewrap => {
             let bwrap = policy.bwrap_binary().map_err(SandboxError::Config)?;
-            let (cmd, fd) = bwrap_command(&bwrap, Some(root), limits).map_err(SandboxError::Config)?;
-            _filter_fd = Some(fd);
-            let mut cmd = cmd;
+            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits).map_err(SandboxError::Config)?;
             cmd.args(["--", SHELL, "-c", command]);
-            cmd
+            (cmd, Some(fd))
         }
         Confinement::Landlock => {
             let mut cmd = shell_command(root, command);
             confine_with_landlock(&mut cmd, root, limits)?;
-            cmd
+            (cmd, None)
         }
         Confinement::Unconfined => {
             let mut cmd = shell_command(root, command);
@@ -399,7 +398,7 @@ pub(crate) fn run(
             unsafe {
                 cmd.pre_exec(hook);
             }
-            cmd
+            (cmd, None)
         }
         // effective_confinement never returns Auto; fail closed if it ever did.
         Confinement::Auto => {
@@ -408,7 +407,7 @@ pub(crate) fn run(
     };
     cmd.env_clear().envs(env);
     let child = spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
-    drop(_filter_fd);
+    drop(filter_fd);
     let shepherded = confinement != Confinement::Bubblewrap;
     match supervise(child, timeout, shepherded)? {
         Finished::Exited(output) => Ok(output),
@@ -628,6 +627,8 @@ fn bwrap_command(bwrap: &Path, root: Option<&Path>, limits: Limits) -> Result<(C
         .map_err(|e| format!("cannot make a pipe for the seccomp filter: {e}"))?;
     // A few hundred bytes: far below the pipe buffer, so this never blocks.
     std::fs::File::from(write).write_all(&filter).map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
+    // Above stdio, which the child's std replaces before the hook runs.
+    let read = rustix::io::fcntl_dupfd_cloexec(&read, 3).map_err(|e| format!("cannot move the filter pipe: {e}"))?;
     let filter_fd = read.as_raw_fd();
     let mut cmd = Command::new(bwrap);
     let hook = move || {
