@@ -206,6 +206,8 @@ pub(crate) fn fork_shepherd() -> io::Result<()> {
     // single-threaded here (a fresh child), so fork is safe to call.
     unsafe {
         let host = libc::getppid();
+        // A host that ignores SIGCHLD would have children reaped unseen, the shell's status lost.
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         let mut all = MaybeUninit::<libc::sigset_t>::uninit();
         let mut old = MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigfillset(all.as_mut_ptr());

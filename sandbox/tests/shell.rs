@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use nexo_sandbox::shell::{DEFAULT_PATH, MAX_OUTPUT_BYTES};
 use nexo_sandbox::{Confinement, ExecOutput, LocalSandbox, Sandbox, SandboxError, ShellLimits, ShellPolicy};
+use rustix::process::Signal;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -405,6 +406,7 @@ fn supervisor_death_ends_the_command(c: Confinement, signal: &str) {
     let dir = tempfile::Builder::new().prefix("shell-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
     let mut helper = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "orphan_probe_helper", "--nocapture", "--test-threads=1"])
         .env("NEXO_ORPHAN_PROBE", format!("{c:?}"))
@@ -418,13 +420,34 @@ fn supervisor_death_ends_the_command(c: Confinement, signal: &str) {
         assert!(helper.try_wait().unwrap().is_none(), "the helper ended early");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = Command::new("kill").args([&format!("-{signal}"), &helper.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    let sig = if signal == "KILL" { Signal::KILL } else { Signal::TERM };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&helper), sig).unwrap();
     helper.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Every process the command started is gone (none works in the root any more)...
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = processes_in(&root);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes {left:?} outlived their host (SIG{signal}) under {c:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...and none wrote anything later.
+    std::thread::sleep(Duration::from_millis(2000));
     for name in ["marker-setsid", "marker-daemon", "marker-shell"] {
         assert!(!root.join(name).exists(), "{name}: the command outlived its host (SIG{signal}) under {c:?}");
     }
+}
+
+/// Live processes whose working directory is `dir`.
+fn processes_in(dir: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .collect()
 }
 
 /// Runs only when re-executed by `supervisor_death_ends_the_command`.
