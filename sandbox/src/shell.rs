@@ -848,6 +848,37 @@ mod tests {
     }
 
     #[test]
+    fn confinement_that_cannot_be_set_up_is_a_config_error() {
+        let cmd = Command::new(SHELL);
+        for (errno, says) in [
+            (SECCOMP_REFUSED, "seccomp socket filter could not be installed"),
+            (SHEPHERD_REFUSED, "could not be started"),
+            (LIMITS_REFUSED, "resource limits could not be set"),
+        ] {
+            for c in [Confinement::Landlock, Confinement::Bubblewrap, Confinement::Unconfined] {
+                match spawn_error(c, &cmd, io::Error::from_raw_os_error(errno)) {
+                    SandboxError::Config(msg) => assert!(msg.contains(says) && msg.contains("not run"), "{msg}"),
+                    other => panic!("{errno} under {c:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn limits_never_exceed_the_hosts_hard_limit() {
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Fsize).maximum;
+        let limits = ShellLimits { file_size_bytes: Some(u64::MAX - 1), ..ShellLimits::NONE };
+        let shown = format!("{limits}");
+        assert!(shown.contains("processes host's") && shown.contains("memory host's per process"), "{shown}");
+        // Resolving clamps, so applying can only lower a limit, never fail for being too high.
+        let resolved = format!("{:?}", limits.resolve());
+        assert!(
+            resolved.contains(&format!("{:?}", Some(hard.map_or(u64::MAX - 1, |h| h.min(u64::MAX - 1))))),
+            "{resolved}"
+        );
+    }
+
+    #[test]
     fn long_commands_are_shortened_in_messages() {
         assert_eq!(shorten("abc", 5), "abc");
         assert_eq!(shorten("abcdef", 3), "abc…");

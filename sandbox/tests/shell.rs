@@ -777,6 +777,7 @@ fn describe_states_what_the_active_confinement_guarantees() {
     assert!(bwrap.starts_with("shell confinement bubblewrap: "), "{bwrap}");
     assert_eq!(describe(Confinement::Auto), bwrap);
     let landlock = describe(Confinement::Landlock);
+    println!("{bwrap}\n{landlock}\n{}", Fixture::new(Confinement::Landlock).sandbox.instructions().unwrap());
     assert!(landlock.starts_with("shell confinement Landlock and seccomp: "), "{landlock}");
     for text in [&bwrap, &landlock] {
         assert!(text.contains("no network and no sockets except connected Unix socket pairs"), "{text}");
