@@ -381,20 +381,20 @@ fn detached_processes_end_with_the_command(c: Confinement) {
     let f = Fixture::new(c);
     let started = Instant::now();
     let out = f.exec(
-        "setsid sh -c 'sleep 1; touch late-setsid' </dev/null >/dev/null 2>&1 & \
-         (sh -c 'sleep 1; touch late-daemon' </dev/null >/dev/null 2>&1 &); echo started",
+        "setsid sh -c 'sleep 2; touch late-setsid' </dev/null >/dev/null 2>&1 & \
+         (sh -c 'sleep 2; touch late-daemon' </dev/null >/dev/null 2>&1 &); echo started",
     );
     assert_eq!((out.status, out.stdout.as_str()), (0, "started\n"), "{out:?}");
-    assert!(started.elapsed() < Duration::from_millis(900), "the command waited for its children: {out:?}");
+    assert!(started.elapsed() < Duration::from_millis(1800), "the command waited for its children: {out:?}");
     let err = f
         .sandbox
         .exec(
-            "setsid sh -c 'sleep 1; touch late-timeout' </dev/null >/dev/null 2>&1 & sleep 30",
+            "setsid sh -c 'sleep 2; touch late-timeout' </dev/null >/dev/null 2>&1 & sleep 30",
             Duration::from_millis(300),
         )
         .unwrap_err();
     assert!(matches!(err, SandboxError::Timeout(_)), "{err:?}");
-    std::thread::sleep(Duration::from_millis(2000).saturating_sub(started.elapsed()));
+    std::thread::sleep(Duration::from_millis(3000).saturating_sub(started.elapsed()));
     for name in ["late-setsid", "late-daemon", "late-timeout"] {
         assert!(!f.root.join(name).exists(), "{name}: a detached process outlived its command under {c:?}");
     }
@@ -434,7 +434,7 @@ fn supervisor_death_ends_the_command(c: Confinement, signal: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     // ...and none wrote anything later.
-    std::thread::sleep(Duration::from_millis(2000));
+    std::thread::sleep(Duration::from_millis(3500));
     for name in ["marker-setsid", "marker-daemon", "marker-shell"] {
         assert!(!root.join(name).exists(), "{name}: the command outlived its host (SIG{signal}) under {c:?}");
     }
@@ -459,8 +459,8 @@ fn orphan_probe_helper() {
     let policy = require(ShellPolicy { confinement: confinement_named(&name), ..ShellPolicy::default() });
     let s = LocalSandbox::with_shell(Path::new(&root), policy).unwrap();
     let _ = s.exec(
-        "setsid sh -c 'sleep 1.5; touch marker-setsid' </dev/null >/dev/null 2>&1 & \
-         (sh -c 'sleep 1.5; touch marker-daemon' </dev/null >/dev/null 2>&1 &); touch started; sleep 1.5; \
+        "setsid sh -c 'sleep 3; touch marker-setsid' </dev/null >/dev/null 2>&1 & \
+         (sh -c 'sleep 3; touch marker-daemon' </dev/null >/dev/null 2>&1 &); touch started; sleep 3; \
          touch marker-shell",
         LIMIT,
     );
