@@ -31,8 +31,20 @@
 //! Landlock is applied, so it is outside the command's domain, and Landlock
 //! ABI 6 signal scoping keeps the command from killing it. Signals to it are
 //! blocked and taken with `sigtimedwait`, so none of them kills it before it
-//! has cleaned up; only SIGKILL does, and then the shell gets SIGKILL too
-//! (its own parent-death signal).
+//! has cleaned up; only SIGKILL from outside the sandbox does, and then the
+//! shell gets SIGKILL too (its own parent-death signal), though what it had
+//! already started is left to init.
+//!
+//! Why this rather than the alternatives: a PID namespace needs privileges
+//! (bubblewrap is that path); cgroups need a delegated hierarchy; a process
+//! group or session is left by a plain `setsid`; a subreaper catches every
+//! orphan without any of those. The cost: the shepherd is a fork of the host
+//! that never execs, so pages the host writes while a command runs are copied
+//! once (page tables are already copied by every fork). A command forking
+//! faster than the shepherd kills is still ended, a generation per round,
+//! because each killed process's children reparent to the shepherd; the
+//! host gives it five seconds (`SHEPHERD_GRACE`) on a timeout before killing
+//! the process group itself.
 
 #![allow(unsafe_code)] // raw syscalls between fork and exec
 
