@@ -13,6 +13,10 @@
 //!
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
+//!
+//! Host processes a sandbox starts (shell commands, container CLIs) never
+//! inherit the host's open descriptors: see [`close_inherited_fds`], which the
+//! host can use for its own child processes too.
 
 mod confine;
 mod container;

@@ -761,6 +761,21 @@ fn landlock_keeps_tmp_read_only_and_drops_capabilities() {
     assert_eq!(f.exec("kill -9 $$").status, -1);
 }
 
+/// The shepherd is outside the Landlock domain, so the command cannot kill it
+/// to orphan what it started.
+#[test]
+fn landlock_command_cannot_kill_its_shepherd() {
+    let f = Fixture::new(Confinement::Landlock);
+    let started = Instant::now();
+    let out = f.exec(
+        "setsid sh -c 'sleep 2; touch late' </dev/null >/dev/null 2>&1 & \
+         kill -KILL $PPID; echo kill=$?; kill -TERM 0; echo done",
+    );
+    assert!(out.stdout.contains("kill=1"), "the command killed its shepherd: {out:?}");
+    std::thread::sleep(Duration::from_millis(3000).saturating_sub(started.elapsed()));
+    assert!(!f.root.join("late").exists(), "a detached process outlived its command");
+}
+
 #[test]
 fn unconfined_reports_signals_as_minus_one() {
     let f = Fixture::new(Confinement::Unconfined);
