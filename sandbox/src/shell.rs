@@ -188,7 +188,8 @@ pub enum Confinement {
     /// PID, IPC, UTS and cgroup namespaces: no network at all, no view of host
     /// processes. The socket filter Landlock uses is loaded too
     /// (`--seccomp`), since a network namespace does not cover pathname Unix
-    /// sockets outside `/tmp` and `/run`.
+    /// sockets outside `/tmp` and `/run`; so servers on the sandbox's own
+    /// loopback do not work either.
     ///
     /// Under bubblewrap a command killed by signal N reports status 128 + N
     /// (bwrap's own convention), not -1.
