@@ -908,6 +908,8 @@ fn run_cli(
         use std::os::unix::process::CommandExt;
         // Its own group, so a timeout kill reaches whatever it spawned.
         command.process_group(0);
+        // The CLI gets none of the host's descriptors beyond its stdio.
+        crate::process::close_inherited_fds(&mut command);
     }
     let mut child = command.spawn()?;
     let writer: Option<JoinHandle<()>> = match (stdin, child.stdin.take()) {
@@ -1288,6 +1290,24 @@ esac
         assert!(out.stdout.starts_with(&"x".repeat(1000)));
         assert!(out.stdout.ends_with(&format!("[stdout cut at {MAX_OUTPUT_BYTES} bytes]")));
         assert!(out.stdout.len() < MAX_OUTPUT_BYTES + 100);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_cli_gets_no_inherited_descriptors() {
+        let fake = Fake::new();
+        let s = fake.sandbox();
+        let outside = tempfile::tempdir().unwrap();
+        let log_path = outside.path().join("log.txt");
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        // As a parent's `exec 8>>file` would leave it: inheritable.
+        rustix::io::fcntl_setfd(&log, rustix::io::FdFlags::empty()).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&log);
+        let out = s.exec(&format!("bash -c 'echo leaked >&{fd}'"), Duration::from_secs(10));
+        rustix::io::fcntl_setfd(&log, rustix::io::FdFlags::CLOEXEC).unwrap();
+        let out = out.unwrap();
+        assert_ne!(out.status, 0, "descriptor {fd} reached the container CLI: {out:?}");
+        assert_eq!(fs::read_to_string(&log_path).unwrap(), "");
     }
 
     #[test]

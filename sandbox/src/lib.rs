@@ -13,10 +13,16 @@
 //!
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
+//!
+//! Host processes a sandbox starts (shell commands, container CLIs) never
+//! inherit the host's open descriptors: see [`close_inherited_fds`], which the
+//! host can use for its own child processes too.
 
+mod confine;
 mod container;
 mod local;
 mod path;
+pub mod process;
 mod remote;
 pub mod shell;
 mod virtual_fs;
@@ -29,8 +35,9 @@ pub use container::{
 };
 pub use local::LocalSandbox;
 pub use path::normalize;
+pub use process::close_inherited_fds;
 pub use remote::{RemoteClient, RemoteSandbox};
-pub use shell::{Confinement, ShellPolicy};
+pub use shell::{Confinement, ShellLimits, ShellPolicy};
 pub use virtual_fs::VirtualSandbox;
 
 /// The most bytes of a file a sandbox reads or writes in one call.

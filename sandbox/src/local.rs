@@ -13,7 +13,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::path::{display, normalize};
-use crate::shell::{self, Confinement, ShellPolicy};
+use crate::shell::{self, ShellPolicy};
 use crate::{ExecOutput, FileStat, FileText, MAX_FILE_BYTES, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher};
 
 /// Most directory entries one glob visits.
@@ -83,24 +83,7 @@ impl Sandbox for LocalSandbox {
     }
 
     fn instructions(&self) -> Option<String> {
-        let root = self.root.display();
-        let shell = match self.shell.effective_confinement() {
-            Ok(Confinement::Bubblewrap) => format!(
-                "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, the \
-                 rest of the filesystem is read-only, and there is no network access."
-            ),
-            Ok(Confinement::Landlock) => format!(
-                "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}){}.",
-                if shell::landlock_denies_tcp() { " and cannot open TCP connections" } else { "" }
-            ),
-            Ok(_) => "Shell commands run unconfined, as the host user.".to_string(),
-            Err(_) => "Shell commands cannot run: no OS confinement is available.".to_string(),
-        };
-        Some(format!(
-            "You run on the host machine, in the directory {root}. The real host filesystem and a shell are \
-             reachable; file access is confined to {root}. {shell} Background processes end when the command that \
-             started them does."
-        ))
+        Some(shell::instructions(&self.root, &self.shell))
     }
 
     fn read(&self, path: &str) -> Result<FileText, SandboxError> {

@@ -1,18 +1,31 @@
 //! Running shell commands for the local sandbox: a narrowed environment, a
 //! timeout, capped output, and OS confinement where the kernel allows it.
 //!
-//! Every command runs as `/bin/sh -c <command>` in the sandbox root, in its
-//! own process group, with an environment that holds only `PATH`, `HOME`,
-//! `LANG` and the policy's additions. The command ends when the shell exits or
-//! the time limit passes; either way every process still left in its group is
-//! killed, so background jobs never outlive the command.
+//! Every command runs as `/bin/sh -c <command>` in the sandbox root, with an
+//! environment that holds only `PATH`, `HOME`, `LANG` and the policy's
+//! additions, resource limits ([`ShellLimits`]), and no descriptor of the host
+//! beyond its stdin (`/dev/null`), stdout and stderr. The command ends when the
+//! shell exits or the time limit passes; either way every process it started
+//! is killed, including ones that left its process group or session:
+//!
+//! - under bubblewrap, by its PID namespace: when the namespace's first
+//!   process ends, the kernel kills the rest, and `--die-with-parent` ends the
+//!   sandbox if the host dies;
+//! - otherwise, by a shepherd process (see `confine.rs`): a child subreaper
+//!   between the host and the shell, which every orphan reparents to, and
+//!   which kills them all when the shell exits, on a timeout, or when the host
+//!   dies. A PID namespace would need privileges the host may lack; a process
+//!   group or session is left by a plain `setsid`.
 //!
 //! Confinement is chosen by [`Confinement`]; see there for what each mechanism
-//! does and does not cover.
+//! does and does not cover, and [`ShellPolicy::describe`] for the summary the
+//! host shows.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +41,8 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
+use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED};
+use crate::process::cloexec_all_but;
 use crate::{ExecOutput, SandboxError};
 
 /// The most bytes kept from each of stdout and stderr. The rest is read and
@@ -44,9 +59,13 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const SHELL: &str = "/bin/sh";
 
 /// How long output readers may take to finish after the command's processes
-/// are gone; only a process that escaped the group (`setsid`) can hold a pipe
-/// open that long.
+/// are gone; only a process that survived the cleanup could hold a pipe open
+/// that long.
 const READER_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a shepherd may take to kill what a timed-out command left, before
+/// the host kills the shepherd's process group itself.
+const SHEPHERD_GRACE: Duration = Duration::from_secs(5);
 
 /// Time limit for the one-off bubblewrap probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -69,15 +88,93 @@ pub struct ShellPolicy {
     /// The bubblewrap binary. `None` looks for `bwrap` on the host's `PATH`.
     /// Set it when bwrap lives elsewhere (or, in tests, to a bogus path).
     pub bwrap: Option<PathBuf>,
+    /// Resource limits for every process of a command.
+    pub limits: ShellLimits,
+}
+
+/// Resource limits for shell commands, set as rlimits (soft and hard alike, so
+/// a command cannot raise them) on the shell under every confinement and
+/// inherited by everything it starts. `None` keeps the host's limit; a value
+/// above the host's hard limit is lowered to it. Core dumps are always off.
+///
+/// Except for [`ShellLimits::processes`] these are limits *per process*, not
+/// for the command as a whole: ten processes may each use the memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShellLimits {
+    /// `RLIMIT_NPROC`: a process fails to fork once its real user has this
+    /// many processes (threads count), host processes of that user included.
+    /// The kernel does not enforce it for real uid 0, so a host running as
+    /// root gets no process-count limit. Default 4096.
+    pub processes: Option<u64>,
+    /// `RLIMIT_AS`: address space of each process, in bytes; allocations past
+    /// it fail. Runtimes that reserve much more than they use (some JVM and
+    /// JavaScript engine settings) may need more. Default 8 GiB.
+    pub memory_bytes: Option<u64>,
+    /// `RLIMIT_CPU`: CPU seconds of each process, after which it is killed
+    /// (SIGXCPU, then SIGKILL). The wall-clock time limit bounds the command
+    /// as a whole; this stops one runaway process. Default 1800.
+    pub cpu_seconds: Option<u64>,
+    /// `RLIMIT_FSIZE`: the largest file a process may write, in bytes; a
+    /// write past it fails and the writer gets SIGXFSZ. Default 2 GiB.
+    pub file_size_bytes: Option<u64>,
+}
+
+impl Default for ShellLimits {
+    fn default() -> Self {
+        ShellLimits {
+            processes: Some(4096),
+            memory_bytes: Some(8 << 30),
+            cpu_seconds: Some(1800),
+            file_size_bytes: Some(2 << 30),
+        }
+    }
+}
+
+impl ShellLimits {
+    /// No limits beyond the host's own (core dumps still off).
+    pub const NONE: ShellLimits =
+        ShellLimits { processes: None, memory_bytes: None, cpu_seconds: None, file_size_bytes: None };
+
+    fn resolve(&self) -> Limits {
+        Limits::new(self.processes, self.memory_bytes, self.cpu_seconds, self.file_size_bytes)
+    }
+}
+
+impl fmt::Display for ShellLimits {
+    /// One line, e.g. `processes 4096 (not enforced for root), memory 8 GiB per process, ...`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn bytes(n: u64) -> String {
+            match n {
+                n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
+                n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+                n => format!("{n} bytes"),
+            }
+        }
+        let or_host = |v: Option<String>| v.unwrap_or_else(|| "host's".into());
+        let root = rustix::process::getuid().is_root();
+        write!(
+            f,
+            "processes {}{}, memory {} per process, CPU time {} per process, file size {}",
+            or_host(self.processes.map(|n| n.to_string())),
+            if root && self.processes.is_some() { " (not enforced: the host runs as root)" } else { "" },
+            or_host(self.memory_bytes.map(bytes)),
+            or_host(self.cpu_seconds.map(|s| format!("{s} s"))),
+            or_host(self.file_size_bytes.map(bytes)),
+        )
+    }
 }
 
 /// How shell commands are confined by the operating system.
 ///
-/// Both mechanisms leave the host filesystem readable (the agent can read
-/// what the host user can, bar what bubblewrap hides) and make only the
-/// sandbox root writable.
-/// Both drop every capability, so a host running as root does not hand root's
-/// privileges to the command.
+/// Both mechanisms promise the same: the host filesystem readable (the agent
+/// can read what the host user can, bar what bubblewrap hides), only the
+/// sandbox root writable, no sockets at all except connected Unix stream
+/// pairs (`socketpair`), so no network and no host daemon's Unix socket; no
+/// capabilities, so a host running as root does not hand root's privileges to
+/// the command; and no process outliving the command. Under every mechanism,
+/// Unconfined included, commands get [`ShellLimits`], none of the host's open
+/// descriptors, and the process cleanup (under Unconfined the command could
+/// still kill the process that does it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Confinement {
     /// Bubblewrap if `bwrap` works here, else Landlock if the kernel supports
@@ -89,34 +186,95 @@ pub enum Confinement {
     /// `/tmp` and `/run` (hiding host daemons' sockets there), a minimal
     /// `/dev`, a fresh `/proc` with `/proc/sys` read-only, and new network,
     /// PID, IPC, UTS and cgroup namespaces: no network at all, no view of host
-    /// processes.
+    /// processes. The socket filter Landlock uses is loaded too
+    /// (`--seccomp`), since a network namespace does not cover pathname Unix
+    /// sockets outside `/tmp` and `/run`; so servers on the sandbox's own
+    /// loopback do not work either.
     ///
     /// Under bubblewrap a command killed by signal N reports status 128 + N
     /// (bwrap's own convention), not -1.
     Bubblewrap,
-    /// Landlock (Linux 5.13+): execute and read everywhere, write only beneath
-    /// the root (and to `/dev/null`); `/tmp` is *not* writable, since it is
-    /// shared with the host (point `TMPDIR` inside the root through
-    /// [`ShellPolicy::env`] if tools need it). On kernels with Landlock ABI 4+
-    /// TCP bind and connect are denied; ABI 6+ also keeps signals and abstract
-    /// Unix sockets inside the sandbox.
+    /// Landlock, ABI 6 or newer (Linux 6.12+), with a seccomp filter:
+    /// execute and read everywhere, write only beneath the root (and to
+    /// `/dev/null`); `/tmp` is *not* writable, since it is shared with the
+    /// host (point `TMPDIR` inside the root through [`ShellPolicy::env`] if
+    /// tools need it). Landlock denies TCP bind and connect and keeps signals
+    /// and abstract Unix sockets inside the sandbox; the seccomp filter
+    /// refuses `socket(2)` for every family (MPTCP, UDP, raw, netlink and
+    /// pathname Unix sockets all included), datagram socket pairs, io_uring
+    /// and `pidfd_getfd`. A shepherd process outside the Landlock domain
+    /// ends every process the command started.
     ///
-    /// Landlock does not cover UDP, raw sockets or pathname Unix sockets (such
-    /// as `/run/docker.sock`), and processes stay visible. Prefer
-    /// [`Confinement::Bubblewrap`] where it is available.
+    /// Host processes stay visible (`ps`, `/proc`), though they cannot be
+    /// signalled or traced. Older kernels are refused rather than given
+    /// weaker confinement.
     Landlock,
-    /// No OS confinement: only the narrowed environment, the timeout and the
-    /// output cap. Only when the operator explicitly opts in.
+    /// No OS confinement: only the narrowed environment, the timeout, the
+    /// output cap, [`ShellLimits`], descriptor closing and the shepherd (which
+    /// the command, running as the host user, could kill). Only when the
+    /// operator explicitly opts in.
     Unconfined,
 }
 
+impl Confinement {
+    /// What commands run under this mechanism can and cannot do, as one
+    /// sentence; written from what this module enforces.
+    pub fn guarantees(self) -> &'static str {
+        match self {
+            Confinement::Bubblewrap => {
+                "bubblewrap: only the sandbox root is writable, the rest of the host filesystem is read-only, /tmp \
+                 and /run are private and empty; no network and no sockets except connected Unix socket pairs; no \
+                 capabilities; host processes invisible; none of the host's open descriptors; every process ends \
+                 with the command, on a timeout, or when the host dies"
+            }
+            Confinement::Landlock => {
+                "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, the rest of the host \
+                 filesystem is readable, /tmp is not writable; no network and no sockets except connected Unix \
+                 socket pairs; no capabilities; host processes visible but not signallable; none of the host's \
+                 open descriptors; every process ends with the command, on a timeout, or when the host dies"
+            }
+            Confinement::Unconfined => {
+                "unconfined: commands run as the host user with its filesystem, network and processes; only the \
+                 environment, the time limit, resource limits and descriptor closing apply, and processes are ended \
+                 with the command unless the command kills the process that does it"
+            }
+            Confinement::Auto => "auto: bubblewrap if it works here, else Landlock, else refuse to run",
+        }
+    }
+}
+
+impl fmt::Display for Confinement {
+    /// The mechanism's name as the operator writes it: `auto`, `bubblewrap`, `landlock` or `unconfined`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Confinement::Auto => "auto",
+            Confinement::Bubblewrap => "bubblewrap",
+            Confinement::Landlock => "landlock",
+            Confinement::Unconfined => "unconfined",
+        })
+    }
+}
+
 impl ShellPolicy {
+    /// One line for logs and `nexo inspect`: the mechanism commands actually
+    /// run under, what it guarantees, and the resource limits; or why
+    /// commands cannot run. Probes as [`ShellPolicy::effective_confinement`].
+    pub fn describe(&self) -> String {
+        match self.effective_confinement() {
+            Ok(c) => format!("shell confinement {}; limits: {}", c.guarantees(), self.limits),
+            Err(e) => format!("shell commands cannot run: {e}"),
+        }
+    }
+
     /// The mechanism commands will actually run under: [`Confinement::Auto`]
     /// resolved, and a requested mechanism checked to work here. Probes run
     /// once per process and are cached.
     pub fn effective_confinement(&self) -> Result<Confinement, SandboxError> {
         match self.confinement {
-            Confinement::Unconfined => Ok(Confinement::Unconfined),
+            Confinement::Unconfined => match confine::shepherd_supported() {
+                Ok(()) => Ok(Confinement::Unconfined),
+                Err(why) => Err(SandboxError::Config(format!("shell commands cannot run: {why}"))),
+            },
             Confinement::Bubblewrap => match self.bwrap_binary().and_then(|b| probe_bwrap(&b)) {
                 Ok(()) => Ok(Confinement::Bubblewrap),
                 Err(why) => Err(SandboxError::Config(format!(
@@ -125,11 +283,11 @@ impl ShellPolicy {
                      confinement"
                 ))),
             },
-            Confinement::Landlock => match landlock_abi() {
+            Confinement::Landlock => match landlock_usable() {
                 Ok(_) => Ok(Confinement::Landlock),
                 Err(why) => Err(SandboxError::Config(format!(
-                    "shell confinement Landlock was requested, but {why}. Run on Linux 5.13+ with Landlock enabled \
-                     (the `lsm=` boot parameter must include `landlock`), or choose Bubblewrap"
+                    "shell confinement Landlock was requested, but {why}. Run on Linux 6.12+ (Landlock ABI 6) with \
+                     Landlock enabled (the `lsm=` boot parameter must include `landlock`), or choose Bubblewrap"
                 ))),
             },
             Confinement::Auto => {
@@ -137,7 +295,7 @@ impl ShellPolicy {
                     Ok(()) => return Ok(Confinement::Bubblewrap),
                     Err(why) => why,
                 };
-                let landlock = match landlock_abi() {
+                let landlock = match landlock_usable() {
                     Ok(_) => return Ok(Confinement::Landlock),
                     Err(why) => why,
                 };
@@ -169,6 +327,36 @@ impl ShellPolicy {
     }
 }
 
+/// What the local sandbox tells the model about its shell, from what is enforced.
+pub(crate) fn instructions(root: &Path, policy: &ShellPolicy) -> String {
+    let root = root.display();
+    let no_network = "There is no network access: commands cannot open TCP connections or create any other socket \
+                      (UDP, raw or Unix), only connected socket pairs.";
+    let Ok(confinement) = policy.effective_confinement() else {
+        return format!(
+            "You run on the host machine, in the directory {root}. File access is confined to {root}. Shell \
+             commands cannot run: no OS confinement is available."
+        );
+    };
+    let shell = match confinement {
+        Confinement::Bubblewrap => format!(
+            "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, the rest of \
+             the filesystem is read-only, and host processes are invisible. {no_network}"
+        ),
+        Confinement::Landlock => format!(
+            "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}); the rest of \
+             the filesystem is read-only. {no_network}"
+        ),
+        _ => "Shell commands run unconfined, as the host user, with the host's network.".to_string(),
+    };
+    let limits = &policy.limits;
+    format!(
+        "You run on the host machine, in the directory {root}. The real host filesystem and a shell are reachable; \
+         file access is confined to {root}. {shell} Every process a command starts, background and detached ones \
+         included, is killed when the command ends. Resource limits: {limits}."
+    )
+}
+
 /// Runs `command` with `sh -c` in `root`.
 pub(crate) fn run(
     root: &Path,
@@ -184,19 +372,35 @@ pub(crate) fn run(
     }
     let env = child_env(root, policy)?;
     let confinement = policy.effective_confinement()?;
-    let mut cmd = match confinement {
+    let limits = policy.limits.resolve();
+    // `filter_fd` stays open until the spawn: bwrap reads the seccomp filter from it.
+    let (mut cmd, filter_fd) = match confinement {
         Confinement::Bubblewrap => {
             let bwrap = policy.bwrap_binary().map_err(SandboxError::Config)?;
-            let mut cmd = bwrap_command(&bwrap, Some(root));
+            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits).map_err(SandboxError::Config)?;
             cmd.args(["--", SHELL, "-c", command]);
-            cmd
+            (cmd, Some(fd))
         }
         Confinement::Landlock => {
             let mut cmd = shell_command(root, command);
-            confine_with_landlock(&mut cmd, root)?;
-            cmd
+            confine_with_landlock(&mut cmd, root, limits)?;
+            (cmd, None)
         }
-        Confinement::Unconfined => shell_command(root, command),
+        Confinement::Unconfined => {
+            let mut cmd = shell_command(root, command);
+            let hook = move || {
+                cloexec_all_but(None)?;
+                confine::fork_shepherd()?;
+                limits.apply()
+            };
+            // SAFETY: the hook runs between fork and exec and is async-signal-safe
+            // (see `confine`): raw syscalls on memory prepared before the fork.
+            #[allow(unsafe_code)]
+            unsafe {
+                cmd.pre_exec(hook);
+            }
+            (cmd, None)
+        }
         // effective_confinement never returns Auto; fail closed if it ever did.
         Confinement::Auto => {
             return Err(SandboxError::Config("shell confinement Auto was not resolved to a mechanism".into()));
@@ -204,7 +408,9 @@ pub(crate) fn run(
     };
     cmd.env_clear().envs(env);
     let child = spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
-    match supervise(child, timeout)? {
+    drop(filter_fd);
+    let shepherded = confinement != Confinement::Bubblewrap;
+    match supervise(child, timeout, shepherded)? {
         Finished::Exited(output) => Ok(output),
         Finished::TimedOut => Err(SandboxError::Timeout(format!(
             "the command `{}` ran past its {timeout:?} limit and was killed, with every process it started. Split \
@@ -228,6 +434,20 @@ fn spawn(cmd: &mut Command) -> io::Result<Child> {
 fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error) -> SandboxError {
     let program = Path::new(cmd.get_program()).display().to_string();
     match e.raw_os_error() {
+        Some(SECCOMP_REFUSED) => SandboxError::Config(
+            "the seccomp socket filter could not be installed for this command, so it was not run with weaker \
+             confinement than promised. The kernel needs seccomp filters (CONFIG_SECCOMP_FILTER)"
+                .into(),
+        ),
+        Some(SHEPHERD_REFUSED) => SandboxError::Config(
+            "the process that ends every process of a command could not be started (it needs \
+             PR_SET_CHILD_SUBREAPER and a free process slot), so the command was not run"
+                .into(),
+        ),
+        Some(LIMITS_REFUSED) => SandboxError::Config(
+            "the shell's resource limits could not be set, so the command was not run. Check ShellPolicy::limits"
+                .into(),
+        ),
         Some(code) if confinement == Confinement::Landlock && code == LANDLOCK_REFUSED.raw_os_error() => {
             SandboxError::Config(
                 "Landlock could not be fully enforced for this command, so it was not run with weaker confinement \
@@ -322,9 +542,9 @@ impl Capture {
     }
 }
 
-/// Waits for the shell to exit or the deadline to pass, then kills what is left
-/// of its process group and collects the output.
-fn supervise(mut child: Child, timeout: Duration) -> Result<Finished, SandboxError> {
+/// Waits for the shell (or its shepherd) to exit or the deadline to pass, then
+/// kills what is left and collects the output.
+fn supervise(mut child: Child, timeout: Duration, shepherded: bool) -> Result<Finished, SandboxError> {
     let pid = Pid::from_child(&child);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(SandboxError::Failed("the command's output pipes were not set up".into()));
@@ -358,7 +578,25 @@ fn supervise(mut child: Child, timeout: Duration) -> Result<Finished, SandboxErr
         nap = (nap * 2).min(Duration::from_millis(20));
     };
 
-    // Whatever the shell left running dies with it; ESRCH just means nothing was left.
+    if timed_out && shepherded {
+        // The shepherd kills the whole tree, detached processes included; a
+        // group kill would kill the shepherd first and orphan them.
+        let _ = rustix::process::kill_process(pid, Signal::TERM);
+        let deadline = Instant::now() + SHEPHERD_GRACE;
+        while Instant::now() < deadline
+            && matches!(
+                rustix::process::waitid(
+                    WaitId::Pid(pid),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+                ),
+                Ok(None)
+            )
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Whatever is left in the group dies now (a shepherd has already ended
+    // everything); ESRCH just means nothing was left.
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
     let status = child.wait().map_err(|e| SandboxError::Failed(format!("cannot wait for the command: {e}")))?;
 
@@ -380,10 +618,31 @@ fn supervise(mut child: Child, timeout: Duration) -> Result<Finished, SandboxErr
 // ---------------------------------------------------------------------------
 // Bubblewrap.
 
-/// bwrap with every option except the command. `root` is bound writable and
-/// made the working directory; without it (the probe) nothing is writable.
-fn bwrap_command(bwrap: &Path, root: Option<&Path>) -> Command {
+/// bwrap with every option except the command, and the pipe it reads the
+/// seccomp filter from (to be closed once it is spawned). `root` is bound
+/// writable and made the working directory; without it (the probe) nothing is
+/// writable.
+fn bwrap_command(bwrap: &Path, root: Option<&Path>, limits: Limits) -> Result<(Command, OwnedFd), String> {
+    let filter = confine::filter_bytes(&confine::socket_filter()?);
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("cannot make a pipe for the seccomp filter: {e}"))?;
+    // A few hundred bytes: far below the pipe buffer, so this never blocks.
+    std::fs::File::from(write).write_all(&filter).map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
+    // Above stdio, which the child's std replaces before the hook runs.
+    let read = rustix::io::fcntl_dupfd_cloexec(&read, 3).map_err(|e| format!("cannot move the filter pipe: {e}"))?;
+    let filter_fd = read.as_raw_fd();
     let mut cmd = Command::new(bwrap);
+    let hook = move || {
+        cloexec_all_but(Some(filter_fd))?;
+        limits.apply()
+    };
+    // SAFETY: the hook runs between fork and exec and only makes syscalls
+    // (close_range, fcntl, prlimit) on values prepared before the fork.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    cmd.arg("--seccomp").arg(filter_fd.to_string());
     cmd.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]);
     // Only over directories that exist: bwrap would otherwise create them on the host's root.
     for dir in ["/tmp", "/run"] {
@@ -408,7 +667,7 @@ fn bwrap_command(bwrap: &Path, root: Option<&Path>) -> Command {
         Some(root) => cmd.arg("--bind").arg(root).arg(root).arg("--chdir").arg(root),
         None => cmd.args(["--chdir", "/"]),
     };
-    cmd
+    Ok((cmd, read))
 }
 
 /// Whether `bwrap` runs a trivial command with the options real commands get;
@@ -421,13 +680,14 @@ fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
 
 fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
     let shown = bwrap.display();
-    let mut cmd = bwrap_command(bwrap, None);
+    let (mut cmd, filter_fd) = bwrap_command(bwrap, None, ShellLimits::NONE.resolve())?;
     cmd.args(["--", SHELL, "-c", "true"]).env_clear().env("PATH", DEFAULT_PATH);
     let child = spawn(&mut cmd).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => format!("bubblewrap was not found at {shown}"),
         _ => format!("bubblewrap at {shown} cannot be started: {e}"),
     })?;
-    match supervise(child, PROBE_TIMEOUT) {
+    drop(filter_fd);
+    match supervise(child, PROBE_TIMEOUT, false) {
         Ok(Finished::Exited(out)) if out.status == 0 => Ok(()),
         Ok(Finished::Exited(out)) => Err(format!(
             "bubblewrap at {shown} does not work here (status {}: {})",
@@ -444,10 +704,11 @@ fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
 // ---------------------------------------------------------------------------
 // Landlock.
 
-/// The Landlock ABIs this module knows how to use, newest first. Newer kernels
-/// are used at the newest of these (ABI 9 adds pathname Unix sockets and ABI 10
-/// UDP, not yet requested here).
-const LANDLOCK_ABIS: [ABI; 6] = [ABI::V6, ABI::V5, ABI::V4, ABI::V3, ABI::V2, ABI::V1];
+/// The Landlock ABIs this module uses, newest first. ABI 6 is the oldest that
+/// scopes signals, which keeps the command from killing its shepherd, so older
+/// kernels are refused. Newer kernels are used at ABI 6 (ABI 9 adds pathname
+/// Unix sockets and ABI 10 UDP; the seccomp filter already refuses both).
+const LANDLOCK_ABIS: [ABI; 1] = [ABI::V6];
 
 /// The newest ABI in [`LANDLOCK_ABIS`] the kernel fully supports; probed once.
 fn landlock_abi() -> Result<ABI, String> {
@@ -462,16 +723,20 @@ fn landlock_abi() -> Result<ABI, String> {
                 }
             }
             Err(match last {
-                Some(e) => format!("the kernel does not support Landlock ({e})"),
-                None => "the kernel does not support Landlock".into(),
+                Some(e) => format!("the kernel does not support Landlock ABI 6 ({e})"),
+                None => "the kernel does not support Landlock ABI 6".into(),
             })
         })
         .clone()
 }
 
-/// Whether Landlock here denies TCP (ABI 4+).
-pub(crate) fn landlock_denies_tcp() -> bool {
-    landlock_abi().is_ok_and(|abi| abi >= ABI::V4)
+/// Whether Landlock confinement as a whole works here: the ABI, the seccomp
+/// filter and the shepherd.
+fn landlock_usable() -> Result<ABI, String> {
+    let abi = landlock_abi()?;
+    confine::socket_filter()?;
+    confine::shepherd_supported()?;
+    Ok(abi)
 }
 
 /// A ruleset handling everything `abi` offers, refusing to build if the kernel
@@ -488,9 +753,11 @@ fn landlock_ruleset(abi: ABI) -> Result<RulesetCreated, RulesetError> {
     ruleset.create()
 }
 
-/// Makes `cmd` restrict itself with Landlock between fork and exec.
-fn confine_with_landlock(cmd: &mut Command, root: &Path) -> Result<(), SandboxError> {
+/// Makes `cmd` confine itself between fork and exec: descriptors, shepherd,
+/// limits, capabilities, Landlock, and last the seccomp filter.
+fn confine_with_landlock(cmd: &mut Command, root: &Path, limits: Limits) -> Result<(), SandboxError> {
     let abi = landlock_abi().map_err(SandboxError::Config)?;
+    let filter = confine::socket_filter().map_err(SandboxError::Config)?;
     let failed = |e: &dyn std::fmt::Display| SandboxError::Config(format!("cannot set up Landlock rules: {e}"));
     let path = |p: &Path| PathFd::new(p).map_err(|e| failed(&e));
     // All allocation (ruleset, rules, path fds) happens here, before the fork.
@@ -503,18 +770,24 @@ fn confine_with_landlock(cmd: &mut Command, root: &Path) -> Result<(), SandboxEr
     let drop_caps = rustix::thread::capabilities(None).map(|c| !c.permitted.is_empty()).unwrap_or(true);
     let mut ruleset = Some(ruleset);
     let hook = move || -> io::Result<()> {
+        cloexec_all_but(None)?;
+        // Before Landlock, so the shepherd stays outside the command's domain.
+        confine::fork_shepherd()?;
+        limits.apply()?;
         if drop_caps {
             drop_capabilities().map_err(|_| io::Error::from(CAPS_REFUSED))?;
         }
         let ruleset = ruleset.take().ok_or(io::Error::from(LANDLOCK_REFUSED))?;
         match ruleset.restrict_self() {
-            Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => Ok(()),
-            _ => Err(io::Error::from(LANDLOCK_REFUSED)),
+            Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => {}
+            _ => return Err(io::Error::from(LANDLOCK_REFUSED)),
         }
+        confine::install_filter(&filter)
     };
     // SAFETY: the hook runs in the forked child before exec. It only makes
-    // syscalls (prctl, capset, landlock_restrict_self, close) and allocates
-    // nothing: the ruleset and its path fds were prepared above, and its
+    // syscalls (close_range, fork, prctl, prlimit, capset,
+    // landlock_restrict_self, seccomp, close) and allocates nothing: the
+    // ruleset, its path fds and the filter were prepared above, and its
     // errors are plain errnos.
     #[allow(unsafe_code)]
     unsafe {
@@ -573,6 +846,37 @@ mod tests {
         let root = Path::new("/");
         assert!(matches!(run(root, "echo \0", Duration::from_secs(1), &policy), Err(SandboxError::InvalidInput(_))));
         assert!(matches!(run(root, "true", Duration::ZERO, &policy), Err(SandboxError::InvalidInput(_))));
+    }
+
+    #[test]
+    fn confinement_that_cannot_be_set_up_is_a_config_error() {
+        let cmd = Command::new(SHELL);
+        for (errno, says) in [
+            (SECCOMP_REFUSED, "seccomp socket filter could not be installed"),
+            (SHEPHERD_REFUSED, "could not be started"),
+            (LIMITS_REFUSED, "resource limits could not be set"),
+        ] {
+            for c in [Confinement::Landlock, Confinement::Bubblewrap, Confinement::Unconfined] {
+                match spawn_error(c, &cmd, io::Error::from_raw_os_error(errno)) {
+                    SandboxError::Config(msg) => assert!(msg.contains(says) && msg.contains("not run"), "{msg}"),
+                    other => panic!("{errno} under {c:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn limits_never_exceed_the_hosts_hard_limit() {
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Fsize).maximum;
+        let limits = ShellLimits { file_size_bytes: Some(u64::MAX - 1), ..ShellLimits::NONE };
+        let shown = format!("{limits}");
+        assert!(shown.contains("processes host's") && shown.contains("memory host's per process"), "{shown}");
+        // Resolving clamps, so applying can only lower a limit, never fail for being too high.
+        let resolved = format!("{:?}", limits.resolve());
+        assert!(
+            resolved.contains(&format!("{:?}", Some(hard.map_or(u64::MAX - 1, |h| h.min(u64::MAX - 1))))),
+            "{resolved}"
+        );
     }
 
     #[test]

@@ -3,13 +3,19 @@
 //! fail with what to install; they never pass vacuously.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nexo_sandbox::shell::{DEFAULT_PATH, MAX_OUTPUT_BYTES};
-use nexo_sandbox::{Confinement, ExecOutput, LocalSandbox, Sandbox, SandboxError, ShellPolicy};
+use nexo_sandbox::{Confinement, ExecOutput, LocalSandbox, Sandbox, SandboxError, ShellLimits, ShellPolicy};
+use rustix::process::Signal;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -29,11 +35,15 @@ impl Fixture {
     }
 
     fn in_dir(dir: tempfile::TempDir, confinement: Confinement) -> Fixture {
+        Fixture::with_policy(dir, ShellPolicy { confinement, ..ShellPolicy::default() })
+    }
+
+    fn with_policy(dir: tempfile::TempDir, policy: ShellPolicy) -> Fixture {
         let root = dir.path().join("root");
         let outside = dir.path().join("outside");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
-        let policy = require(ShellPolicy { confinement, ..ShellPolicy::default() });
+        let policy = require(policy);
         let sandbox = LocalSandbox::with_shell(&root, policy).unwrap();
         let (root, outside) = (root.canonicalize().unwrap(), outside.canonicalize().unwrap());
         Fixture { _dir: dir, root, outside, sandbox }
@@ -236,6 +246,354 @@ fn network_is_refused(c: Confinement) {
     );
 }
 
+/// Runs this test binary inside the sandbox as a socket probe (see
+/// `socket_probe_helper`): it prints what it got, or exits 3 when refused.
+fn socket_probe(f: &Fixture, kind: &str, arg: &str) -> ExecOutput {
+    let exe = std::env::current_exe().unwrap();
+    f.exec(&format!(
+        "NEXO_SOCKET_PROBE='{kind}' NEXO_SOCKET_ARG='{arg}' {} --exact socket_probe_helper --nocapture --test-threads=1",
+        quote(&exe)
+    ))
+}
+
+/// Runs only when started by `socket_probe`, inside the sandbox.
+#[test]
+fn socket_probe_helper() {
+    let Ok(kind) = std::env::var("NEXO_SOCKET_PROBE") else { return };
+    let arg = std::env::var("NEXO_SOCKET_ARG").unwrap_or_default();
+    let refused = |what: &str, e: std::io::Error| -> ! {
+        eprintln!("refused: {what}: {e}");
+        std::process::exit(3)
+    };
+    match kind.as_str() {
+        "mptcp" => {
+            // std has no MPTCP: make the socket by hand, then let std drive it.
+            #[allow(unsafe_code)]
+            // SAFETY: plain socket/connect calls on a local address; the fd is owned by the stream after.
+            let mut stream = unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP);
+                if fd < 0 {
+                    refused("socket", std::io::Error::last_os_error());
+                }
+                let port: u16 = arg.parse().unwrap();
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: port.to_be(),
+                    sin_addr: libc::in_addr { s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be() },
+                    sin_zero: [0; 8],
+                };
+                let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                if libc::connect(fd, (&raw const addr).cast(), len) != 0 {
+                    refused("connect", std::io::Error::last_os_error());
+                }
+                <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd)
+            };
+            stream.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            println!("{}", response.lines().next().unwrap_or(""));
+        }
+        "udp" | "udp6" => {
+            let (bind, to) = if kind == "udp" { ("127.0.0.1:0", "127.0.0.1") } else { ("[::1]:0", "::1") };
+            let socket = UdpSocket::bind(bind).unwrap_or_else(|e| refused("socket", e));
+            let port: u16 = arg.parse().unwrap();
+            socket.send_to(b"hi", (to, port)).unwrap_or_else(|e| refused("send", e));
+            println!("sent");
+        }
+        "unix" => {
+            let mut stream = std::os::unix::net::UnixStream::connect(&arg).unwrap_or_else(|e| refused("connect", e));
+            stream.write_all(b"hi").unwrap();
+            println!("connected");
+        }
+        "unix-dgram-pair" => {
+            let (a, _b) = UnixDatagram::pair().unwrap_or_else(|e| refused("socketpair", e));
+            a.send_to(b"hi", &arg).unwrap_or_else(|e| refused("send", e));
+            println!("sent");
+        }
+        "netlink" => {
+            #[allow(unsafe_code)]
+            // SAFETY: a plain socket call.
+            let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) };
+            if fd < 0 {
+                refused("socket", std::io::Error::last_os_error());
+            }
+            println!("opened");
+        }
+        "pair" => {
+            let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| refused("socketpair", e));
+            a.write_all(b"x").unwrap();
+            let mut got = [0u8; 1];
+            b.read_exact(&mut got).unwrap();
+            println!("pair {}", got[0] as char);
+        }
+        other => panic!("unknown probe {other}"),
+    }
+}
+
+/// A loopback HTTP server answering `200 OK`; `hit` turns true once someone connects.
+struct HttpServer {
+    port: u16,
+    hit: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (hit, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (h, st) = (Arc::clone(&hit), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !st.load(Ordering::SeqCst) && Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        h.store(true, Ordering::SeqCst);
+                        conn.set_nonblocking(false).unwrap();
+                        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                        let _ = conn.read(&mut [0u8; 512]);
+                        let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        HttpServer { port, hit, stop }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn received(socket: &UdpSocket) -> bool {
+    socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    socket.recv(&mut [0u8; 16]).is_ok()
+}
+
+/// MPTCP, UDP (v4 and v6), netlink and Unix sockets outside the root: all
+/// refused, while a connected Unix socket pair still works.
+fn sockets_are_refused(c: Confinement) {
+    let f = Fixture::new(c);
+    let server = HttpServer::start();
+    let out = socket_probe(&f, "mptcp", &server.port.to_string());
+    assert!(out.status != 0 && !out.stdout.contains("200"), "MPTCP reached the host under {c:?}: {out:?}");
+    assert!(!server.hit.load(Ordering::SeqCst), "MPTCP connected to the host under {c:?}");
+
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = socket_probe(&f, "udp", &udp.local_addr().unwrap().port().to_string());
+    assert!(out.status != 0 && !received(&udp), "a UDP datagram reached the host under {c:?}: {out:?}");
+    if let Ok(udp6) = UdpSocket::bind("[::1]:0") {
+        let out = socket_probe(&f, "udp6", &udp6.local_addr().unwrap().port().to_string());
+        assert!(out.status != 0 && !received(&udp6), "a UDP6 datagram reached the host under {c:?}: {out:?}");
+    }
+
+    let path = f.outside.join("daemon.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let out = socket_probe(&f, "unix", path.to_str().unwrap());
+    assert!(
+        out.status != 0 && listener.accept().is_err(),
+        "a Unix socket outside the root was reached under {c:?}: {out:?}"
+    );
+    let dgram_path = f.outside.join("log.sock");
+    let dgram = UnixDatagram::bind(&dgram_path).unwrap();
+    dgram.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let out = socket_probe(&f, "unix-dgram-pair", dgram_path.to_str().unwrap());
+    assert!(
+        out.status != 0 && dgram.recv(&mut [0u8; 16]).is_err(),
+        "a datagram reached a Unix socket outside the root under {c:?}: {out:?}"
+    );
+    let out = socket_probe(&f, "netlink", "");
+    assert!(out.status != 0, "a netlink socket was opened under {c:?}: {out:?}");
+
+    let out = socket_probe(&f, "pair", "");
+    assert!(out.status == 0 && out.stdout.contains("pair x\n"), "socket pairs must keep working: {out:?}");
+}
+
+/// Processes that leave the group (`setsid`) or reparent (double fork) still
+/// end with the command, whether it exits or times out.
+fn detached_processes_end_with_the_command(c: Confinement) {
+    let f = Fixture::new(c);
+    let started = Instant::now();
+    let out = f.exec(
+        "setsid sh -c 'sleep 2; touch late-setsid' </dev/null >/dev/null 2>&1 & \
+         (sh -c 'sleep 2; touch late-daemon' </dev/null >/dev/null 2>&1 &); echo started",
+    );
+    assert_eq!((out.status, out.stdout.as_str()), (0, "started\n"), "{out:?}");
+    assert!(started.elapsed() < Duration::from_millis(1800), "the command waited for its children: {out:?}");
+    let err = f
+        .sandbox
+        .exec(
+            "setsid sh -c 'sleep 2; touch late-timeout' </dev/null >/dev/null 2>&1 & sleep 30",
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+    assert!(matches!(err, SandboxError::Timeout(_)), "{err:?}");
+    std::thread::sleep(Duration::from_millis(3000).saturating_sub(started.elapsed()));
+    for name in ["late-setsid", "late-daemon", "late-timeout"] {
+        assert!(!f.root.join(name).exists(), "{name}: a detached process outlived its command under {c:?}");
+    }
+}
+
+/// Runs a long command from a helper process, kills the helper with `signal`
+/// mid-command, and checks nothing the command started lives on.
+fn supervisor_death_ends_the_command(c: Confinement, signal: &str) {
+    let dir = tempfile::Builder::new().prefix("shell-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "orphan_probe_helper", "--nocapture", "--test-threads=1"])
+        .env("NEXO_ORPHAN_PROBE", format!("{c:?}"))
+        .env("NEXO_ORPHAN_ROOT", &root)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !root.join("started").exists() {
+        assert!(Instant::now() < deadline, "the helper never started its command");
+        assert!(helper.try_wait().unwrap().is_none(), "the helper ended early");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sig = if signal == "KILL" { Signal::KILL } else { Signal::TERM };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&helper), sig).unwrap();
+    helper.wait().unwrap();
+    // Every process the command started is gone (none works in the root any more)...
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = processes_in(&root);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes {left:?} outlived their host (SIG{signal}) under {c:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...and none wrote anything later.
+    std::thread::sleep(Duration::from_millis(3500));
+    for name in ["marker-setsid", "marker-daemon", "marker-shell"] {
+        assert!(!root.join(name).exists(), "{name}: the command outlived its host (SIG{signal}) under {c:?}");
+    }
+}
+
+/// Live processes whose working directory is `dir`.
+fn processes_in(dir: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .collect()
+}
+
+/// Runs only when re-executed by `supervisor_death_ends_the_command`.
+#[test]
+fn orphan_probe_helper() {
+    let (Ok(name), Some(root)) = (std::env::var("NEXO_ORPHAN_PROBE"), std::env::var_os("NEXO_ORPHAN_ROOT")) else {
+        return;
+    };
+    let policy = require(ShellPolicy { confinement: confinement_named(&name), ..ShellPolicy::default() });
+    let s = LocalSandbox::with_shell(Path::new(&root), policy).unwrap();
+    let _ = s.exec(
+        "setsid sh -c 'sleep 3; touch marker-setsid' </dev/null >/dev/null 2>&1 & \
+         (sh -c 'sleep 3; touch marker-daemon' </dev/null >/dev/null 2>&1 &); touch started; sleep 3; \
+         touch marker-shell",
+        LIMIT,
+    );
+}
+
+fn supervisor_sigterm_ends_the_command(c: Confinement) {
+    supervisor_death_ends_the_command(c, "TERM");
+}
+
+fn supervisor_sigkill_ends_the_command(c: Confinement) {
+    supervisor_death_ends_the_command(c, "KILL");
+}
+
+/// Re-runs this test binary to open descriptors without close-on-exec (the
+/// way a parent shell's `exec 7<dir` would), isolated from other tests.
+fn inherited_descriptors_are_closed(c: Confinement) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "fd_probe_helper", "--nocapture", "--test-threads=1"])
+        .env("NEXO_FD_PROBE", format!("{c:?}"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("fd-probe-ok"), "{stdout}\n{stderr}");
+}
+
+/// Runs only when re-executed by `inherited_descriptors_are_closed`.
+#[test]
+fn fd_probe_helper() {
+    let Ok(name) = std::env::var("NEXO_FD_PROBE") else { return };
+    let f = Fixture::new(confinement_named(&name));
+    let dir = std::fs::File::open(&f.outside).unwrap();
+    let log_path = f.outside.join("log.txt");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+    for fd in [&dir, &log] {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+    }
+    let (dir_fd, log_fd) = (dir.as_raw_fd(), log.as_raw_fd());
+    // The control: without the helper, a child does inherit them.
+    let leaked = Command::new("/bin/bash").arg("-c").arg(format!("echo control >&{log_fd}")).status().unwrap();
+    assert!(leaked.success() && std::fs::read_to_string(&log_path).unwrap() == "control\n");
+    std::fs::write(&log_path, "").unwrap();
+    let mut closed = Command::new("/bin/bash");
+    closed.arg("-c").arg(format!("echo helper >&{log_fd}"));
+    nexo_sandbox::close_inherited_fds(&mut closed);
+    assert!(!closed.status().unwrap().success(), "close_inherited_fds left descriptor {log_fd} open");
+
+    let out = f.exec(&format!("echo x > /proc/self/fd/{dir_fd}/planted.txt; ls /proc/self/fd/{dir_fd}/"));
+    assert!(!f.outside.join("planted.txt").exists(), "wrote outside through /proc/self/fd/{dir_fd}: {out:?}");
+    assert_ne!(out.status, 0, "descriptor {dir_fd} is still open in the command: {out:?}");
+    let out = f.exec(&format!("bash -c 'echo x >&{log_fd}'"));
+    assert_ne!(out.status, 0, "descriptor {log_fd} is still open in the command: {out:?}");
+    assert_eq!(std::fs::read_to_string(&log_path).unwrap(), "", "wrote outside through >&{log_fd}");
+    // Nothing but stdio (and ls's own directory handle) is open.
+    let out = f.exec("ls /proc/self/fd");
+    assert_eq!(out.stdout, "0\n1\n2\n3\n", "{out:?}");
+    println!("fd-probe-ok");
+}
+
+fn limited(c: Confinement, limits: ShellLimits) -> Fixture {
+    let dir = tempfile::Builder::new().prefix("shell-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    Fixture::with_policy(dir, ShellPolicy { confinement: c, limits, ..ShellPolicy::default() })
+}
+
+fn file_size_is_limited(c: Confinement) {
+    let f = limited(c, ShellLimits { file_size_bytes: Some(1 << 20), ..ShellLimits::default() });
+    let out = f.exec("head -c 3000000 /dev/zero > big; echo status=$?");
+    assert!(!out.stdout.contains("status=0"), "{out:?}");
+    let len = std::fs::metadata(f.root.join("big")).unwrap().len();
+    assert!(len <= 1 << 20, "a {len}-byte file was written past the 1 MiB limit");
+    // The default allows it.
+    let f = limited(c, ShellLimits::default());
+    assert_eq!(f.exec("head -c 3000000 /dev/zero > big && wc -c < big").stdout.trim(), "3000000");
+}
+
+fn memory_is_limited(c: Confinement) {
+    // dd allocates its whole 1 GiB block up front.
+    let probe = "dd if=/dev/zero of=/dev/null bs=1G count=1 2>/dev/null && echo allocated";
+    let f = limited(c, ShellLimits { memory_bytes: Some(512 << 20), ..ShellLimits::default() });
+    let out = f.exec(probe);
+    assert!(out.status != 0 && !out.stdout.contains("allocated"), "1 GiB was allocated under a 512 MiB limit: {out:?}");
+    let f = limited(c, ShellLimits::default());
+    let out = f.exec(probe);
+    assert_eq!((out.status, out.stdout.as_str()), (0, "allocated\n"), "the default refused 1 GiB: {out:?}");
+}
+
+fn cpu_time_is_limited(c: Confinement) {
+    let f = limited(c, ShellLimits { cpu_seconds: Some(1), ..ShellLimits::default() });
+    let started = Instant::now();
+    let out = f.exec("sh -c 'while :; do :; done'; echo status=$?");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(out.stdout.starts_with("status=") && !out.stdout.contains("status=0"), "{out:?}");
+}
+
 #[test]
 fn unconfined_commands_reach_outside_and_the_network() {
     let f = Fixture::new(Confinement::Unconfined);
@@ -245,6 +603,19 @@ fn unconfined_commands_reach_outside_and_the_network() {
     assert!(planted.exists());
     let (out, connected) = tcp_connect(&f);
     assert!(out.status == 0 && out.stdout == "connected\n" && connected, "{out:?}");
+    // The probes the confined mechanisms must refuse do work here.
+    let server = HttpServer::start();
+    let out = socket_probe(&f, "mptcp", &server.port.to_string());
+    assert!(out.stdout.contains("HTTP/1.0 200 OK\n"), "{out:?}");
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = socket_probe(&f, "udp", &udp.local_addr().unwrap().port().to_string());
+    assert!(out.status == 0 && received(&udp), "{out:?}");
+    let path = f.outside.join("daemon.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let out = socket_probe(&f, "unix", path.to_str().unwrap());
+    assert!(out.stdout.contains("connected\n"), "{out:?}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_ok());
 }
 
 macro_rules! mechanism_tests {
@@ -284,6 +655,34 @@ macro_rules! mechanism_tests {
             fn output_is_capped_without_deadlock() {
                 super::output_is_capped_without_deadlock($confinement);
             }
+            #[test]
+            fn detached_processes_end_with_the_command() {
+                super::detached_processes_end_with_the_command($confinement);
+            }
+            #[test]
+            fn supervisor_sigterm_ends_the_command() {
+                super::supervisor_sigterm_ends_the_command($confinement);
+            }
+            #[test]
+            fn supervisor_sigkill_ends_the_command() {
+                super::supervisor_sigkill_ends_the_command($confinement);
+            }
+            #[test]
+            fn inherited_descriptors_are_closed() {
+                super::inherited_descriptors_are_closed($confinement);
+            }
+            #[test]
+            fn file_size_is_limited() {
+                super::file_size_is_limited($confinement);
+            }
+            #[test]
+            fn memory_is_limited() {
+                super::memory_is_limited($confinement);
+            }
+            #[test]
+            fn cpu_time_is_limited() {
+                super::cpu_time_is_limited($confinement);
+            }
             mechanism_tests!(@confined $confinement, $confined);
         }
     };
@@ -295,6 +694,10 @@ macro_rules! mechanism_tests {
         #[test]
         fn network_is_refused() {
             super::network_is_refused($confinement);
+        }
+        #[test]
+        fn sockets_are_refused() {
+            super::sockets_are_refused($confinement);
         }
     };
     (@confined $confinement:expr, false) => {};
@@ -358,6 +761,21 @@ fn landlock_keeps_tmp_read_only_and_drops_capabilities() {
     assert_eq!(f.exec("kill -9 $$").status, -1);
 }
 
+/// The shepherd is outside the Landlock domain, so the command cannot kill it
+/// to orphan what it started.
+#[test]
+fn landlock_command_cannot_kill_its_shepherd() {
+    let f = Fixture::new(Confinement::Landlock);
+    let started = Instant::now();
+    let out = f.exec(
+        "setsid sh -c 'sleep 2; touch late' </dev/null >/dev/null 2>&1 & \
+         kill -KILL $PPID; echo kill=$?; kill -TERM 0; echo done",
+    );
+    assert!(out.stdout.contains("kill=1"), "the command killed its shepherd: {out:?}");
+    std::thread::sleep(Duration::from_millis(3000).saturating_sub(started.elapsed()));
+    assert!(!f.root.join("late").exists(), "a detached process outlived its command");
+}
+
 #[test]
 fn unconfined_reports_signals_as_minus_one() {
     let f = Fixture::new(Confinement::Unconfined);
@@ -399,4 +817,38 @@ fn instructions_say_how_commands_are_confined() {
     assert!(text(Confinement::Bubblewrap).contains("no network access"));
     assert!(text(Confinement::Landlock).contains("cannot open TCP connections"));
     assert!(text(Confinement::Unconfined).contains("unconfined"));
+    for c in [Confinement::Bubblewrap, Confinement::Landlock] {
+        let text = text(c);
+        assert!(text.contains("UDP") && text.contains("only connected socket pairs"), "{text}");
+        assert!(text.contains("detached ones included, is killed when the command ends"), "{text}");
+        assert!(text.contains("memory 8 GiB per process"), "{text}");
+    }
+}
+
+#[test]
+fn describe_states_what_the_active_confinement_guarantees() {
+    let describe = |c| require(ShellPolicy { confinement: c, ..ShellPolicy::default() }).describe();
+    let bwrap = describe(Confinement::Bubblewrap);
+    assert!(bwrap.starts_with("shell confinement bubblewrap: "), "{bwrap}");
+    assert_eq!(describe(Confinement::Auto), bwrap);
+    let landlock = describe(Confinement::Landlock);
+    println!("{bwrap}\n{landlock}\n{}", Fixture::new(Confinement::Landlock).sandbox.instructions().unwrap());
+    assert!(landlock.starts_with("shell confinement Landlock and seccomp: "), "{landlock}");
+    for text in [&bwrap, &landlock] {
+        assert!(text.contains("no network and no sockets except connected Unix socket pairs"), "{text}");
+        assert!(text.contains("every process ends with the command"), "{text}");
+        assert!(text.contains("none of the host's open descriptors"), "{text}");
+        assert!(text.contains("file size 2 GiB"), "{text}");
+    }
+    // Root is exempt from RLIMIT_NPROC, and the summary says so.
+    let root = rustix::process::getuid().is_root();
+    assert_eq!(bwrap.contains("processes 4096 (not enforced: the host runs as root)"), root, "{bwrap}");
+    assert!(describe(Confinement::Unconfined).starts_with("shell confinement unconfined: "));
+    let broken = ShellPolicy {
+        confinement: Confinement::Bubblewrap,
+        bwrap: Some("/nonexistent/bwrap".into()),
+        ..ShellPolicy::default()
+    };
+    assert!(broken.describe().starts_with("shell commands cannot run: "), "{}", broken.describe());
+    assert_eq!(Confinement::Landlock.to_string(), "landlock");
 }
