@@ -220,10 +220,7 @@ impl Resolved {
         let how = match self.sandbox {
             SandboxArg::Virtual => return "(none: the virtual sandbox has no shell)".into(),
             SandboxArg::Container => "in the container".to_string(),
-            SandboxArg::Local => match self.shell_policy().effective_confinement() {
-                Ok(c) => shell_confinement_text(c),
-                Err(e) => format!("refused: {e}"),
-            },
+            SandboxArg::Local => self.shell_policy().describe(),
         };
         if shell_effective { how } else { format!("{how} (shell not granted to this agent)") }
     }
@@ -266,27 +263,12 @@ impl Resolved {
     }
 }
 
-/// One line on what a confinement mechanism enforces.
-fn shell_confinement_text(c: Confinement) -> String {
-    match c {
-        Confinement::Bubblewrap => {
-            "bubblewrap: namespaces, read-only host, no network, no process outlives its command"
-        }
-        Confinement::Landlock => {
-            "landlock: write only in the root, no network sockets (seccomp), no process outlives its command"
-        }
-        Confinement::Unconfined => "UNCONFINED: commands run as the host user (the operator opted in)",
-        Confinement::Auto => "auto",
-    }
-    .to_string()
-}
-
 /// States the confinement shell commands will run under, at info level,
 /// and warns when `auto` could not use bubblewrap.
 fn log_confinement(policy: &ShellPolicy) {
     match policy.effective_confinement() {
         Ok(c) => {
-            tracing::info!(target: "nexo::sandbox", "shell confinement: {}", shell_confinement_text(c));
+            tracing::info!(target: "nexo::sandbox", "{}", policy.describe());
             if policy.confinement == Confinement::Auto && c != Confinement::Bubblewrap {
                 let why = ShellPolicy { confinement: Confinement::Bubblewrap, ..policy.clone() }
                     .effective_confinement()
