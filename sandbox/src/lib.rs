@@ -116,8 +116,9 @@ pub trait Sandbox: Send + Sync {
     /// Creates or replaces a file, creating parent directories.
     fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError>;
 
-    /// Lists files matching a glob pattern, relative to the root, sorted.
-    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError>;
+    /// Lists files matching a glob pattern, relative to the root, sorted;
+    /// at most [`MAX_GLOB_MATCHES`], and says when it cut the list.
+    fn glob(&self, pattern: &str) -> Result<GlobMatches, SandboxError>;
 
     /// Runs a shell command with a time limit.
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError>;
@@ -156,3 +157,31 @@ pub fn glob_matcher(pattern: &str) -> Result<globset::GlobMatcher, SandboxError>
 
 /// The most matches a glob returns; past it, the list is cut.
 pub const MAX_GLOB_MATCHES: usize = 1000;
+
+/// What a glob found: the first [`MAX_GLOB_MATCHES`] paths, sorted, and
+/// whether more exist.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GlobMatches {
+    /// The matching paths, relative to the root, sorted.
+    pub paths: Vec<String>,
+    /// More files matched than `paths` holds, or the walk stopped before it
+    /// saw every file: the model must narrow the pattern to see the rest.
+    pub truncated: bool,
+}
+
+impl GlobMatches {
+    /// Sorts and dedups `paths` and cuts them at [`MAX_GLOB_MATCHES`];
+    /// `walk_cut` says the listing behind them was already incomplete.
+    pub fn new(mut paths: Vec<String>, walk_cut: bool) -> Self {
+        paths.sort();
+        paths.dedup();
+        let truncated = walk_cut || paths.len() > MAX_GLOB_MATCHES;
+        paths.truncate(MAX_GLOB_MATCHES);
+        GlobMatches { paths, truncated }
+    }
+}
+
+/// The refusal for a path that is not a regular file or a directory.
+pub(crate) fn not_regular(path: &str, kind: &str) -> SandboxError {
+    SandboxError::InvalidInput(format!("{path} is {kind}; the file tools read and write only regular files"))
+}
