@@ -309,6 +309,23 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "hidden");
     }
 
+    /// The check on the opened handle, which catches a FIFO swapped in
+    /// between the path check and the open.
+    #[test]
+    fn an_opened_fifo_is_refused_on_its_handle() {
+        let (_t, s) = sandbox();
+        let fifo = s.root().join("pipe");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let opened = std::fs::OpenOptions::new().read(true).custom_flags(OPEN_FLAGS).open(&fifo).unwrap();
+        match s.check_opened("pipe", &File::from_std(opened)) {
+            Err(SandboxError::InvalidInput(m)) => assert!(m.contains("pipe is a FIFO"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let plain = std::fs::File::open(s.root().join("src/lib.rs")).unwrap();
+        assert!(s.check_opened("src/lib.rs", &File::from_std(plain)).unwrap().is_file());
+    }
+
     #[cfg(unix)]
     #[test]
     fn symlinks_cannot_lead_out() {
