@@ -1011,6 +1011,7 @@ fn run_cli(
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::unix::fs::FileTypeExt;
 
     /// A stand-in for the docker CLI: it logs each argv (every argument as
     /// `A<arg>\0`, then `E\0`), keeps a fake filesystem under `fs/`, and
@@ -1314,6 +1315,54 @@ esac
         assert!(matches!(s.write("/workspace", "x"), Err(SandboxError::InvalidInput(_))));
         let big = "x".repeat(MAX_FILE_BYTES + 1);
         assert!(matches!(s.write("big.txt", &big), Err(SandboxError::InvalidInput(_))));
+    }
+
+    /// The scripts run for real (the fake runs them on a directory of its
+    /// own), so a FIFO and a mknod'ed /dev/zero (needs root, as in CI) are
+    /// real too.
+    #[test]
+    fn special_files_are_refused_and_reads_are_bounded() {
+        use rustix::fs::{CWD, FileType, Mode, makedev, mkfifoat, mknodat};
+        let fake = Fake::new();
+        mkfifoat(CWD, &fake.path("fs/workspace/pipe"), Mode::from_raw_mode(0o666)).unwrap();
+        let zero = fake.path("fs/workspace/zero");
+        if let Err(e) = mknodat(CWD, &zero, FileType::CharacterDevice, Mode::from_raw_mode(0o666), makedev(1, 5)) {
+            panic!("this test needs root to make a device node with mknod (as in CI), and mknod failed: {e}");
+        }
+        let s = fake.sandbox();
+        let started = Instant::now();
+        for (path, kind) in [("pipe", "a FIFO"), ("zero", "a character device")] {
+            let results = [s.read(path).map(|_| ()), s.write(path, "x"), s.stat(path).map(|_| ())];
+            for result in results {
+                match result {
+                    Err(SandboxError::InvalidInput(m)) => assert!(m.contains(&format!("{path} is {kind}")), "{m}"),
+                    other => panic!("{path}: expected a refusal, got {other:?}"),
+                }
+            }
+        }
+        // The op timeout is 30 s by default: a blocked FIFO or an endless cat would show.
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(fs::symlink_metadata(&zero).unwrap().file_type().is_char_device());
+        fake.set("fs/workspace/cap", &"x".repeat(MAX_FILE_BYTES));
+        fake.set("fs/workspace/over", &"x".repeat(MAX_FILE_BYTES + 1));
+        assert_eq!(s.read("cap").unwrap().text.len(), MAX_FILE_BYTES);
+        assert!(matches!(s.read("over"), Err(SandboxError::InvalidInput(m)) if m.contains("read limit")));
+    }
+
+    #[test]
+    fn glob_says_when_it_cut_the_matches() {
+        let fake = Fake::new();
+        for i in 0..=crate::MAX_GLOB_MATCHES {
+            fake.set(&format!("fs/workspace/f{i:04}.txt"), "");
+        }
+        let s = fake.sandbox();
+        let cut = s.glob("*.txt").unwrap();
+        assert!(cut.truncated);
+        assert_eq!(cut.paths.len(), crate::MAX_GLOB_MATCHES);
+        fs::remove_file(fake.path("fs/workspace/f0000.txt")).unwrap();
+        let whole = s.glob("*.txt").unwrap();
+        assert!(!whole.truncated);
+        assert_eq!(whole.paths.len(), crate::MAX_GLOB_MATCHES);
     }
 
     #[test]
