@@ -75,7 +75,7 @@ const WRITE_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
 const READ_SCRIPT: &str = r#"exec head -c "$2" -- "$1""#;
 
 /// The modification time of `$1`, following a symlink as the file tools do.
-const STAT_SCRIPT: &str = r#"exec stat -L -c %Y -- "$1""#;
+const STAT_SCRIPT: &str = r#"exec stat -c %Y -L -- "$1""#;
 
 /// Which container CLI drives the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -1324,7 +1324,7 @@ esac
     fn special_files_are_refused_and_reads_are_bounded() {
         use rustix::fs::{CWD, FileType, Mode, makedev, mkfifoat, mknodat};
         let fake = Fake::new();
-        mkfifoat(CWD, &fake.path("fs/workspace/pipe"), Mode::from_raw_mode(0o666)).unwrap();
+        mkfifoat(CWD, fake.path("fs/workspace/pipe"), Mode::from_raw_mode(0o666)).unwrap();
         let zero = fake.path("fs/workspace/zero");
         if let Err(e) = mknodat(CWD, &zero, FileType::CharacterDevice, Mode::from_raw_mode(0o666), makedev(1, 5)) {
             panic!("this test needs root to make a device node with mknod (as in CI), and mknod failed: {e}");

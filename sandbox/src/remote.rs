@@ -57,7 +57,7 @@ if [ ! -f "$1" ] && [ ! -d "$1" ]; then
   elif [ -b "$1" ]; then echo 'a block device'; elif [ -S "$1" ]; then echo 'a socket'; else echo 'not a regular file'; fi
   exit 4
 fi
-stat -L -c %Y -- "$1""#;
+stat -c %Y -L -- "$1""#;
 
 /// How long the sandbox's own helper commands (stat, listing) may take.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
