@@ -71,7 +71,7 @@ pub struct FileText {
     pub mtime: Option<SystemTime>,
 }
 
-/// What the sandbox knows about an existing file.
+/// What the sandbox knows about an existing regular file or directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStat {
     /// The modification time, where the sandbox has one.
@@ -107,13 +107,18 @@ pub trait Sandbox: Send + Sync {
     /// (the virtual sandbox says nothing).
     fn instructions(&self) -> Option<String>;
 
-    /// Reads a UTF-8 text file.
+    /// Reads a UTF-8 text file: a regular file of at most
+    /// [`MAX_FILE_BYTES`], counted as read. A FIFO, device or socket is
+    /// refused with [`SandboxError::InvalidInput`] without being read.
     fn read(&self, path: &str) -> Result<FileText, SandboxError>;
 
-    /// Says whether a file exists, and its modification time.
+    /// Says whether a file exists, and its modification time. A FIFO,
+    /// device or socket is refused with [`SandboxError::InvalidInput`].
     fn stat(&self, path: &str) -> Result<Option<FileStat>, SandboxError>;
 
-    /// Creates or replaces a file, creating parent directories.
+    /// Creates or replaces a file, creating parent directories. An existing
+    /// FIFO, device or socket is refused with [`SandboxError::InvalidInput`]
+    /// and left untouched.
     fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError>;
 
     /// Lists files matching a glob pattern, relative to the root, sorted;
