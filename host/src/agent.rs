@@ -208,7 +208,8 @@ impl tools::Host for HostState {
 
     async fn glob(&mut self, pattern: String) -> wasmtime::Result<Result<Vec<String>, ToolError>> {
         let result = match self.toolbox("glob", &[&pattern]) {
-            Ok(tb) => tb.glob(&pattern).await.map_err(wit_error),
+            // The WIT list carries paths only: a guest sees at most MAX_GLOB_MATCHES and no flag.
+            Ok(tb) => tb.glob(&pattern).await.map(|m| m.paths).map_err(wit_error),
             Err(e) => Err(e),
         };
         Ok(result)

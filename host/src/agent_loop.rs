@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::manifest::Capability;
-use crate::tools::{ToolFailure, Toolbox};
+use crate::tools::{ToolFailure, Toolbox, glob_text};
 
 /// Limits for one prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,10 +301,7 @@ async fn dispatch(toolbox: &Toolbox, offered: &[Capability], call: &ToolCall) ->
     let result: Result<String, ToolFailure> = async {
         match cap {
             Capability::Read => toolbox.read_file(arg(call, "path")?).await,
-            Capability::Glob => toolbox
-                .glob(arg(call, "pattern")?)
-                .await
-                .map(|files| if files.is_empty() { "(no matching files)".to_string() } else { files.join("\n") }),
+            Capability::Glob => toolbox.glob(arg(call, "pattern")?).await.map(|m| glob_text(&m)),
             Capability::Write => {
                 let (path, content) = (arg(call, "path")?, arg(call, "content")?);
                 toolbox.write_file(path, content).await.map(|()| format!("wrote {} bytes to {path}", content.len()))

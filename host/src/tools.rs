@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use nexo_sandbox::{Sandbox, SandboxError};
+use nexo_sandbox::{GlobMatches, MAX_GLOB_MATCHES, Sandbox, SandboxError};
 
 use nexo_egress::EgressError;
 
@@ -283,8 +283,9 @@ impl Toolbox {
         Ok(())
     }
 
-    /// Lists files matching a pattern.
-    pub async fn glob(&self, pattern: &str) -> Result<Vec<String>, ToolFailure> {
+    /// Lists files matching a pattern: at most
+    /// [`MAX_GLOB_MATCHES`](nexo_sandbox::MAX_GLOB_MATCHES), flagged when cut.
+    pub async fn glob(&self, pattern: &str) -> Result<GlobMatches, ToolFailure> {
         self.authorize(Capability::Glob, pattern)?;
         let sandbox = self.sandbox.clone();
         let p = pattern.to_string();
@@ -350,6 +351,19 @@ impl Toolbox {
     fn remember(&self, path: &str, mtime: Option<SystemTime>) {
         self.reads().insert(key(path), mtime);
     }
+}
+
+/// The glob tool's text for the model: one path a line, and a last line
+/// saying so when the list was cut, so the model does not take it as whole.
+pub fn glob_text(matches: &GlobMatches) -> String {
+    let mut text = if matches.paths.is_empty() { "(no matching files)".to_string() } else { matches.paths.join("\n") };
+    if matches.truncated && matches.paths.len() >= MAX_GLOB_MATCHES {
+        text.push_str(&format!("\n(first {MAX_GLOB_MATCHES} matches shown; more exist: narrow the pattern)"));
+    } else if matches.truncated {
+        // The walk hit its own limit before the match cap: the rest is unknown, not known to exist.
+        text.push_str("\n(the file listing stopped early, so more files may match: narrow the pattern)");
+    }
+    text
 }
 
 /// Media types that decode to noise as text (and would fill a context window

@@ -257,3 +257,32 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
     assert_eq!(results[0], ("SECRET-BODY: rank high, medium, low.", false));
     assert!(results[1].1 && results[1].0.contains("there is no skill `nope`"), "{results:?}");
 }
+
+#[tokio::test]
+async fn a_cut_glob_tells_the_model_it_was_cut() {
+    let vfs = VirtualSandbox::new();
+    for i in 0..=nexo_sandbox::MAX_GLOB_MATCHES {
+        vfs.write(&format!("f{i:04}.txt"), "").unwrap();
+    }
+    let tb = toolbox(Arc::new(vfs), PermissionMode::ReadOnly, &[Capability::Glob]);
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*.txt" } }] },
+        { "tool_calls": [{ "name": "glob", "arguments": { "pattern": "f000*.txt" } }] },
+        { "text": "done" }
+    ]));
+    let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &[]).await;
+    let results: Vec<&str> = outcome
+        .transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    let lines: Vec<&str> = results[0].lines().collect();
+    assert_eq!(lines.len(), nexo_sandbox::MAX_GLOB_MATCHES + 1, "{:?}", &lines[lines.len() - 2..]);
+    assert_eq!(lines[999], "f0999.txt");
+    assert_eq!(lines[1000], "(first 1000 matches shown; more exist: narrow the pattern)");
+    // A whole list says nothing more.
+    assert_eq!(results[1], (0..10).map(|i| format!("f000{i}.txt")).collect::<Vec<_>>().join("\n"));
+}

@@ -144,7 +144,7 @@ async fn allowed_cells_act_inside_the_sandbox() {
     let tb = toolbox(Arc::new(VirtualSandbox::new()), Permissions::new(PermissionMode::Auto));
     tb.write_file("notes/a.txt", "alpha").await.unwrap();
     assert_eq!(tb.read_file("notes/a.txt").await.unwrap(), "alpha");
-    assert_eq!(tb.glob("**/*.txt").await.unwrap(), vec!["notes/a.txt"]);
+    assert_eq!(tb.glob("**/*.txt").await.unwrap().paths, vec!["notes/a.txt"]);
     assert!(matches!(tb.read_file("../../etc/passwd").await, Err(ToolFailure::Security(_))));
 
     // Local: guarded host files.

@@ -31,7 +31,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::path::{display, normalize};
-use crate::{ExecOutput, FileStat, FileText, MAX_FILE_BYTES, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher};
+use crate::{
+    ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, Sandbox, SandboxError, glob_matcher, not_regular,
+};
 
 /// The label that marks nexo's containers; its value is the sandbox name.
 pub const CONTAINER_LABEL: &str = "nexo.sandbox.id";
@@ -52,9 +54,28 @@ const MAX_LIST_BYTES: usize = 8 << 20;
 /// The keep-alive command: present in busybox/alpine and debian-slim alike.
 const KEEP_ALIVE: [&str; 3] = ["tail", "-f", "/dev/null"];
 
+/// Prints what kind of special file `$1` is and exits 5 when it is neither a
+/// regular file nor a directory: a FIFO blocks `cat`, a device never ends.
+const REFUSE_SPECIAL: &str = r#"if [ -e "$1" ] && [ ! -f "$1" ] && [ ! -d "$1" ]; then
+  if [ -p "$1" ]; then echo fifo; elif [ -c "$1" ]; then echo char; elif [ -b "$1" ]; then echo block;
+  elif [ -S "$1" ]; then echo socket; else echo special; fi
+  exit 5
+fi
+"#;
+
+/// The exit status of [`REFUSE_SPECIAL`].
+const SPECIAL_STATUS: i32 = 5;
+
 /// Creates the parent directory, then copies stdin into the file. The path
 /// arrives as `$1`, so no part of it is ever parsed by the shell.
 const WRITE_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
+
+/// Reads at most `$2` bytes of `$1`: `head` stops there, where `cat` on a
+/// device would run until the timeout.
+const READ_SCRIPT: &str = r#"exec head -c "$2" -- "$1""#;
+
+/// The modification time of `$1`, following a symlink as the file tools do.
+const STAT_SCRIPT: &str = r#"exec stat -c %Y -L -- "$1""#;
 
 /// Which container CLI drives the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -499,6 +520,9 @@ impl ContainerSandbox {
     }
 
     fn file_error(&self, path: &str, out: &CliOutput) -> SandboxError {
+        if let Some(refused) = special_refusal(path, out) {
+            return refused;
+        }
         let message = out.stderr_text();
         let lower = message.to_lowercase();
         if lower.contains("no such file") || lower.contains("not a directory") {
@@ -511,7 +535,8 @@ impl ContainerSandbox {
     }
 
     fn stat_at(&self, id: &str, path: &str, abs: &str) -> Result<Option<FileStat>, SandboxError> {
-        let out = self.op(&strings(&["exec", id, "stat", "-c", "%Y", "--", abs]), None, 4096)?;
+        let script = format!("{REFUSE_SPECIAL}{STAT_SCRIPT}");
+        let out = self.op(&strings(&["exec", id, "sh", "-c", &script, "sh", abs]), None, 4096)?;
         self.forget_if_gone(id, &out);
         if !out.ok() {
             return match self.file_error(path, &out) {
@@ -579,12 +604,15 @@ impl Sandbox for ContainerSandbox {
     fn read(&self, path: &str) -> Result<FileText, SandboxError> {
         let (abs, _) = self.container_path(path)?;
         let id = self.container()?;
-        let out = self.op(&strings(&["exec", &id, "cat", "--", &abs]), None, MAX_FILE_BYTES)?;
+        let limit = (MAX_FILE_BYTES + 1).to_string();
+        let script = format!("{REFUSE_SPECIAL}{READ_SCRIPT}");
+        let out =
+            self.op(&strings(&["exec", &id, "sh", "-c", &script, "sh", &abs, &limit]), None, MAX_FILE_BYTES + 1)?;
         self.forget_if_gone(&id, &out);
         if !out.ok() {
             return Err(self.file_error(path, &out));
         }
-        if out.stdout_cut {
+        if out.stdout_cut || out.stdout.len() > MAX_FILE_BYTES {
             return Err(SandboxError::InvalidInput(format!(
                 "{path} is over the {MAX_FILE_BYTES}-byte read limit; read a part of it with the shell"
             )));
@@ -614,16 +642,20 @@ impl Sandbox for ContainerSandbox {
             )));
         }
         let id = self.container()?;
-        let args = strings(&["exec", "-i", &id, "sh", "-c", WRITE_SCRIPT, "sh", &abs]);
+        let script = format!("{REFUSE_SPECIAL}{WRITE_SCRIPT}");
+        let args = strings(&["exec", "-i", &id, "sh", "-c", &script, "sh", &abs]);
         let out = self.op(&args, Some(contents.as_bytes()), 1 << 20)?;
         self.forget_if_gone(&id, &out);
+        if let Some(refused) = special_refusal(path, &out) {
+            return Err(refused);
+        }
         if !out.ok() {
             return Err(SandboxError::Failed(format!("cannot write {path}: {}", out.stderr_text())));
         }
         Ok(())
     }
 
-    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError> {
+    fn glob(&self, pattern: &str) -> Result<GlobMatches, SandboxError> {
         let matcher = glob_matcher(pattern)?;
         let id = self.container()?;
         // NUL-separated so a file name with a newline stays one entry.
@@ -643,17 +675,14 @@ impl Sandbox for ContainerSandbox {
             // The last entry may be a fragment.
             entries.pop();
         }
-        let mut found: Vec<String> = entries
+        let found: Vec<String> = entries
             .into_iter()
             .filter_map(|e| std::str::from_utf8(e).ok())
             .map(|e| e.trim_start_matches("./"))
             .filter(|e| !e.is_empty() && *e != "." && matcher.is_match(e))
             .map(str::to_string)
             .collect();
-        found.sort();
-        found.dedup();
-        found.truncate(MAX_GLOB_MATCHES);
-        Ok(found)
+        Ok(GlobMatches::new(found, out.stdout_cut))
     }
 
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError> {
@@ -845,6 +874,21 @@ fn resolve_override(binary: &Path, path: &OsStr) -> Option<PathBuf> {
     }
 }
 
+/// The refusal [`REFUSE_SPECIAL`] asked for, if it did.
+fn special_refusal(path: &str, out: &CliOutput) -> Option<SandboxError> {
+    if out.status != Some(SPECIAL_STATUS) {
+        return None;
+    }
+    let kind = match String::from_utf8_lossy(&out.stdout).trim() {
+        "fifo" => "a FIFO (named pipe)",
+        "char" => "a character device",
+        "block" => "a block device",
+        "socket" => "a socket",
+        _ => "not a regular file",
+    };
+    Some(not_regular(path, kind))
+}
+
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
@@ -969,6 +1013,7 @@ fn run_cli(
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::unix::fs::FileTypeExt;
 
     /// A stand-in for the docker CLI: it logs each argv (every argument as
     /// `A<arg>\0`, then `E\0`), keeps a fake filesystem under `fs/`, and
@@ -1006,11 +1051,9 @@ exec)
     shift
     fs="$dir/fs"
     case "$1" in
-    cat) exec cat -- "$fs$3" ;;
-    stat) exec stat -c %Y -- "$fs$5" ;;
     find) cd "$fs$wd" && exec "$@" ;;
     sh)
-        if [ $# -ge 5 ]; then exec sh -c "$3" sh "$fs$5"; fi
+        if [ $# -ge 5 ]; then s=$3; p=$5; shift 5; exec sh -c "$s" sh "$fs$p" "$@"; fi
         cd "$fs$wd" && exec sh -c "$3" ;;
     *) echo "fake: cannot exec $1" >&2; exit 127 ;;
     esac ;;
@@ -1200,7 +1243,7 @@ esac
         assert_eq!(s.container_id(), None);
         assert_eq!(s.read("a.txt").unwrap().text, "alpha");
         s.write("b.txt", "beta").unwrap();
-        assert_eq!(s.glob("*.txt").unwrap(), vec!["a.txt", "b.txt"]);
+        assert_eq!(s.glob("*.txt").unwrap().paths, vec!["a.txt", "b.txt"]);
         s.exec("true", Duration::from_secs(10)).unwrap();
         assert_eq!(s.container_id().as_deref(), Some("c0ffee1"));
         assert_eq!(fake.subcommands().iter().filter(|c| *c == "run").count(), 1);
@@ -1235,10 +1278,15 @@ esac
         s.glob("**/*").unwrap();
         s.exec("ls -la", Duration::from_secs(10)).unwrap();
         let calls = fake.calls();
-        assert_eq!(calls[1], v(&["exec", "c0ffee1", "cat", "--", "/workspace/a.txt"]));
-        assert_eq!(calls[2], v(&["exec", "c0ffee1", "stat", "-c", "%Y", "--", "/workspace/a.txt"]));
-        assert_eq!(calls[3], v(&["exec", "c0ffee1", "stat", "-c", "%Y", "--", "/workspace/a.txt"]));
-        assert_eq!(calls[4], v(&["exec", "-i", "c0ffee1", "sh", "-c", WRITE_SCRIPT, "sh", "/workspace/dir/b.txt"]));
+        let script = |s: &str| format!("{REFUSE_SPECIAL}{s}");
+        let limit = (MAX_FILE_BYTES + 1).to_string();
+        let read = script(READ_SCRIPT);
+        assert_eq!(calls[1], v(&["exec", "c0ffee1", "sh", "-c", &read, "sh", "/workspace/a.txt", &limit]));
+        let stat = script(STAT_SCRIPT);
+        assert_eq!(calls[2], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
+        assert_eq!(calls[3], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
+        let write = script(WRITE_SCRIPT);
+        assert_eq!(calls[4], v(&["exec", "-i", "c0ffee1", "sh", "-c", &write, "sh", "/workspace/dir/b.txt"]));
         assert_eq!(calls[5], v(&["exec", "-w", "/workspace", "c0ffee1", "find", ".", "-type", "f", "-print0"]));
         assert_eq!(calls[6], v(&["exec", "-w", "/workspace", "c0ffee1", "sh", "-c", "ls -la"]));
         assert_eq!(calls.len(), 7);
@@ -1262,13 +1310,61 @@ esac
         s.write("out/new/file.txt", "line 1\nline 2\n").unwrap();
         assert_eq!(fs::read_to_string(fake.path("fs/workspace/out/new/file.txt")).unwrap(), "line 1\nline 2\n");
         assert_eq!(s.read("out/new/file.txt").unwrap().text, "line 1\nline 2\n");
-        assert_eq!(s.glob("**/*.rs").unwrap(), vec!["src/deep/mod.rs", "src/lib.rs"]);
-        assert_eq!(s.glob("*").unwrap(), vec!["README.md"]);
-        assert_eq!(s.glob("./src/*.rs").unwrap(), vec!["src/lib.rs"]);
+        assert_eq!(s.glob("**/*.rs").unwrap().paths, vec!["src/deep/mod.rs", "src/lib.rs"]);
+        assert_eq!(s.glob("*").unwrap().paths, vec!["README.md"]);
+        assert_eq!(s.glob("./src/*.rs").unwrap().paths, vec!["src/lib.rs"]);
         assert!(matches!(s.write("", "x"), Err(SandboxError::InvalidInput(_))));
         assert!(matches!(s.write("/workspace", "x"), Err(SandboxError::InvalidInput(_))));
         let big = "x".repeat(MAX_FILE_BYTES + 1);
         assert!(matches!(s.write("big.txt", &big), Err(SandboxError::InvalidInput(_))));
+    }
+
+    /// The scripts run for real (the fake runs them on a directory of its
+    /// own), so a FIFO and a mknod'ed /dev/zero (needs root, as in CI) are
+    /// real too.
+    #[test]
+    fn special_files_are_refused_and_reads_are_bounded() {
+        use rustix::fs::{CWD, FileType, Mode, makedev, mkfifoat, mknodat};
+        let fake = Fake::new();
+        mkfifoat(CWD, fake.path("fs/workspace/pipe"), Mode::from_raw_mode(0o666)).unwrap();
+        let zero = fake.path("fs/workspace/zero");
+        if let Err(e) = mknodat(CWD, &zero, FileType::CharacterDevice, Mode::from_raw_mode(0o666), makedev(1, 5)) {
+            panic!("this test needs root to make a device node with mknod (as in CI), and mknod failed: {e}");
+        }
+        let s = fake.sandbox();
+        let started = Instant::now();
+        for (path, kind) in [("pipe", "a FIFO"), ("zero", "a character device")] {
+            let results = [s.read(path).map(|_| ()), s.write(path, "x"), s.stat(path).map(|_| ())];
+            for result in results {
+                match result {
+                    Err(SandboxError::InvalidInput(m)) => assert!(m.contains(&format!("{path} is {kind}")), "{m}"),
+                    other => panic!("{path}: expected a refusal, got {other:?}"),
+                }
+            }
+        }
+        // The op timeout is 30 s by default: a blocked FIFO or an endless cat would show.
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(fs::symlink_metadata(&zero).unwrap().file_type().is_char_device());
+        fake.set("fs/workspace/cap", &"x".repeat(MAX_FILE_BYTES));
+        fake.set("fs/workspace/over", &"x".repeat(MAX_FILE_BYTES + 1));
+        assert_eq!(s.read("cap").unwrap().text.len(), MAX_FILE_BYTES);
+        assert!(matches!(s.read("over"), Err(SandboxError::InvalidInput(m)) if m.contains("read limit")));
+    }
+
+    #[test]
+    fn glob_says_when_it_cut_the_matches() {
+        let fake = Fake::new();
+        for i in 0..=crate::MAX_GLOB_MATCHES {
+            fake.set(&format!("fs/workspace/f{i:04}.txt"), "");
+        }
+        let s = fake.sandbox();
+        let cut = s.glob("*.txt").unwrap();
+        assert!(cut.truncated);
+        assert_eq!(cut.paths.len(), crate::MAX_GLOB_MATCHES);
+        fs::remove_file(fake.path("fs/workspace/f0000.txt")).unwrap();
+        let whole = s.glob("*.txt").unwrap();
+        assert!(!whole.truncated);
+        assert_eq!(whole.paths.len(), crate::MAX_GLOB_MATCHES);
     }
 
     #[test]
@@ -1368,7 +1464,7 @@ esac
         let abs = format!("/workspace/{name}");
         let calls = fake.calls();
         assert!(calls.iter().any(|c| c.last() == Some(&abs) && c[0] == "exec" && c[1] == "-i"));
-        assert!(calls.iter().any(|c| c == &v(&["exec", "c0ffee1", "cat", "--", &abs])));
+        assert!(calls.iter().any(|c| c[..4] == v(&["exec", "c0ffee1", "sh", "-c"]) && c[6] == abs));
         // A glob pattern is matched here, never handed to a shell or to find.
         s.glob(&format!("*$(touch {m})*")).unwrap();
         assert!(!marker.exists());
@@ -1596,7 +1692,7 @@ esac
         assert!(s.stat("src/a b.txt").unwrap().is_some());
         assert_eq!(s.stat("missing").unwrap(), None);
         assert!(matches!(s.read("missing"), Err(SandboxError::NotFound(_))));
-        assert_eq!(s.glob("**/*.txt").unwrap(), vec!["src/a b.txt"]);
+        assert_eq!(s.glob("**/*.txt").unwrap().paths, vec!["src/a b.txt"]);
         let out = s.exec("cat 'src/a b.txt'; echo err >&2; exit 3", Duration::from_secs(30)).unwrap();
         assert_eq!((out.status, out.stdout.as_str(), out.stderr.as_str()), (3, contents, "err\n"));
         assert_ne!(s.exec("touch /etc/x", Duration::from_secs(30)).unwrap().status, 0, "the root is read-only");

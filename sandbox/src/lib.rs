@@ -78,7 +78,7 @@ pub struct FileText {
     pub mtime: Option<SystemTime>,
 }
 
-/// What the sandbox knows about an existing file.
+/// What the sandbox knows about an existing regular file or directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStat {
     /// The modification time, where the sandbox has one.
@@ -114,17 +114,23 @@ pub trait Sandbox: Send + Sync {
     /// (the virtual sandbox says nothing).
     fn instructions(&self) -> Option<String>;
 
-    /// Reads a UTF-8 text file.
+    /// Reads a UTF-8 text file: a regular file of at most
+    /// [`MAX_FILE_BYTES`], counted as read. A FIFO, device or socket is
+    /// refused with [`SandboxError::InvalidInput`] without being read.
     fn read(&self, path: &str) -> Result<FileText, SandboxError>;
 
-    /// Says whether a file exists, and its modification time.
+    /// Says whether a file exists, and its modification time. A FIFO,
+    /// device or socket is refused with [`SandboxError::InvalidInput`].
     fn stat(&self, path: &str) -> Result<Option<FileStat>, SandboxError>;
 
-    /// Creates or replaces a file, creating parent directories.
+    /// Creates or replaces a file, creating parent directories. An existing
+    /// FIFO, device or socket is refused with [`SandboxError::InvalidInput`]
+    /// and left untouched.
     fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError>;
 
-    /// Lists files matching a glob pattern, relative to the root, sorted.
-    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError>;
+    /// Lists files matching a glob pattern, relative to the root, sorted;
+    /// at most [`MAX_GLOB_MATCHES`], and says when it cut the list.
+    fn glob(&self, pattern: &str) -> Result<GlobMatches, SandboxError>;
 
     /// Runs a shell command with a time limit.
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError>;
@@ -163,3 +169,31 @@ pub fn glob_matcher(pattern: &str) -> Result<globset::GlobMatcher, SandboxError>
 
 /// The most matches a glob returns; past it, the list is cut.
 pub const MAX_GLOB_MATCHES: usize = 1000;
+
+/// What a glob found: the first [`MAX_GLOB_MATCHES`] paths, sorted, and
+/// whether more exist.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GlobMatches {
+    /// The matching paths, relative to the root, sorted.
+    pub paths: Vec<String>,
+    /// More files matched than `paths` holds, or the walk stopped before it
+    /// saw every file: the model must narrow the pattern to see the rest.
+    pub truncated: bool,
+}
+
+impl GlobMatches {
+    /// Sorts and dedups `paths` and cuts them at [`MAX_GLOB_MATCHES`];
+    /// `walk_cut` says the listing behind them was already incomplete.
+    pub fn new(mut paths: Vec<String>, walk_cut: bool) -> Self {
+        paths.sort();
+        paths.dedup();
+        let truncated = walk_cut || paths.len() > MAX_GLOB_MATCHES;
+        paths.truncate(MAX_GLOB_MATCHES);
+        GlobMatches { paths, truncated }
+    }
+}
+
+/// The refusal for a path that is not a regular file or a directory.
+pub(crate) fn not_regular(path: &str, kind: &str) -> SandboxError {
+    SandboxError::InvalidInput(format!("{path} is {kind}; the file tools read and write only regular files"))
+}

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::path::{display, normalize};
-use crate::{ExecOutput, FileStat, FileText, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher};
+use crate::{
+    ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, Sandbox, SandboxError, glob_matcher, not_regular,
+};
 
 /// What a remote sandbox needs from its client.
 ///
@@ -16,7 +18,10 @@ use crate::{ExecOutput, FileStat, FileText, MAX_GLOB_MATCHES, Sandbox, SandboxEr
 /// parameters `$1`, `$2`, …: the sandbox passes untrusted values (paths, glob
 /// patterns) only that way, never inside `command`.
 pub trait RemoteClient: Send + Sync {
-    /// Reads a text file by absolute path.
+    /// Reads a text file by absolute path. The sandbox has checked that it
+    /// is a regular file just before; an implementation should still read
+    /// at most [`MAX_FILE_BYTES`] + 1 bytes, since the host holds what it
+    /// returns in memory.
     fn read(&self, path: &str) -> Result<String, SandboxError>;
     /// Creates or replaces a file by absolute path, creating parents.
     fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError>;
@@ -38,6 +43,21 @@ impl std::fmt::Debug for RemoteSandbox {
         f.debug_struct("RemoteSandbox").field("cwd", &self.cwd).field("label", &self.label).finish_non_exhaustive()
     }
 }
+
+/// The most file names one glob takes from the remote listing; `head`
+/// passes one more, so a cut listing is known to be cut.
+const MAX_LISTED: usize = 100_000;
+
+/// The modification time of `$1` (exit 0), or exit 3 when it does not
+/// exist, or exit 4 with its kind when it is neither a regular file nor a
+/// directory. Symlinks are followed, as reading them does.
+const STAT_SCRIPT: &str = r#"[ -e "$1" ] || exit 3
+if [ ! -f "$1" ] && [ ! -d "$1" ]; then
+  if [ -p "$1" ]; then echo 'a FIFO (named pipe)'; elif [ -c "$1" ]; then echo 'a character device';
+  elif [ -b "$1" ]; then echo 'a block device'; elif [ -S "$1" ]; then echo 'a socket'; else echo 'not a regular file'; fi
+  exit 4
+fi
+stat -c %Y -L -- "$1""#;
 
 /// How long the sandbox's own helper commands (stat, listing) may take.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -77,20 +97,29 @@ impl Sandbox for RemoteSandbox {
 
     fn read(&self, path: &str) -> Result<FileText, SandboxError> {
         let abs = self.absolute(path)?;
+        // Checked first: a client's plain read of a FIFO blocks, of a device never ends.
+        let Some(stat) = self.stat(path)? else {
+            return Err(SandboxError::NotFound(format!("{path}: no such file")));
+        };
         let text = self.client.read(&abs)?;
-        let mtime = self.stat(path)?.and_then(|s| s.mtime);
-        Ok(FileText { text, mtime })
+        if text.len() > MAX_FILE_BYTES {
+            return Err(SandboxError::InvalidInput(format!(
+                "{path} is over the {MAX_FILE_BYTES}-byte read limit; read a part of it with the shell"
+            )));
+        }
+        Ok(FileText { text, mtime: stat.mtime })
     }
 
     fn stat(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
         let abs = self.absolute(path)?;
-        let out = self.client.exec(r#"[ -e "$1" ] || exit 3; stat -c %Y -- "$1""#, &[abs], HELPER_TIMEOUT)?;
+        let out = self.client.exec(STAT_SCRIPT, &[abs], HELPER_TIMEOUT)?;
         match out.status {
             0 => {
                 let secs = out.stdout.trim().parse::<u64>().ok();
                 Ok(Some(FileStat { mtime: secs.map(|s| UNIX_EPOCH + Duration::from_secs(s)) }))
             }
             3 => Ok(None),
+            4 => Err(not_regular(path, out.stdout.trim())),
             _ => Ok(Some(FileStat { mtime: None::<SystemTime> })),
         }
     }
@@ -100,10 +129,18 @@ impl Sandbox for RemoteSandbox {
         if abs == self.cwd {
             return Err(SandboxError::InvalidInput(format!("{path} names the sandbox root, not a file")));
         }
+        if contents.len() > MAX_FILE_BYTES {
+            return Err(SandboxError::InvalidInput(format!(
+                "{path}: {} bytes is over the {MAX_FILE_BYTES}-byte file limit",
+                contents.len()
+            )));
+        }
+        // Writing into a FIFO blocks or feeds its reader; into a device, worse.
+        self.stat(path)?;
         self.client.write(&abs, contents)
     }
 
-    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError> {
+    fn glob(&self, pattern: &str) -> Result<GlobMatches, SandboxError> {
         let matcher = glob_matcher(pattern)?;
         // The remote side narrows by file name; the exact match happens here.
         // Both the directory and the name pattern travel as positional
@@ -111,22 +148,22 @@ impl Sandbox for RemoteSandbox {
         let last = pattern.trim().rsplit('/').next().unwrap_or("*");
         let name = if last.contains("**") || last.is_empty() { "*".to_string() } else { last.to_string() };
         let out = self.client.exec(
-            r#"cd -- "$1" && find . -type f -name "$2" 2>/dev/null | head -n 100000"#,
+            r#"cd -- "$1" && find . -type f -name "$2" 2>/dev/null | head -n 100001"#,
             &[self.cwd.clone(), name],
             HELPER_TIMEOUT,
         )?;
         if out.status != 0 {
             return Err(SandboxError::Failed(format!("listing files failed: {}", out.stderr.trim())));
         }
-        let mut found: Vec<String> = out
+        let listed = out.stdout.lines().count();
+        let found: Vec<String> = out
             .stdout
             .lines()
+            .take(MAX_LISTED)
             .map(|l| l.trim_start_matches("./").to_string())
             .filter(|p| !p.is_empty() && matcher.is_match(p))
             .collect();
-        found.sort();
-        found.truncate(MAX_GLOB_MATCHES);
-        Ok(found)
+        Ok(GlobMatches::new(found, listed > MAX_LISTED))
     }
 
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError> {
@@ -145,19 +182,24 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::MAX_GLOB_MATCHES;
 
     /// Records every call and answers from a tiny in-memory store.
     #[derive(Default)]
     struct Recorder {
         calls: Mutex<Vec<(String, Vec<String>)>>,
         files: Mutex<std::collections::BTreeMap<String, String>>,
+        /// Paths the stat script reports as special files, with their kind.
+        special: Mutex<std::collections::BTreeMap<String, String>>,
     }
 
     impl RemoteClient for &'static Recorder {
         fn read(&self, path: &str) -> Result<String, SandboxError> {
+            self.calls.lock().unwrap().push(("read".into(), vec![path.into()]));
             self.files.lock().unwrap().get(path).cloned().ok_or_else(|| SandboxError::NotFound(path.into()))
         }
         fn write(&self, path: &str, contents: &str) -> Result<(), SandboxError> {
+            self.calls.lock().unwrap().push(("write".into(), vec![path.into()]));
             self.files.lock().unwrap().insert(path.into(), contents.into());
             Ok(())
         }
@@ -169,7 +211,12 @@ mod tests {
                 return Ok(ExecOutput { status: 0, stdout: listing.join("\n"), stderr: String::new() });
             }
             if command.contains("stat") {
-                return Ok(ExecOutput { status: 3, ..ExecOutput::default() });
+                let path = &args[0];
+                if let Some(kind) = self.special.lock().unwrap().get(path) {
+                    return Ok(ExecOutput { status: 4, stdout: format!("{kind}\n"), stderr: String::new() });
+                }
+                let status = if self.files.lock().unwrap().contains_key(path) { 0 } else { 3 };
+                return Ok(ExecOutput { status, stdout: "1700000000\n".into(), stderr: String::new() });
             }
             Ok(ExecOutput { status: 0, stdout: "ran".into(), stderr: String::new() })
         }
@@ -185,7 +232,7 @@ mod tests {
         s.write("src/a.rs", "x").unwrap();
         s.write("b.rs", "y").unwrap();
         s.write("notes.md", "z").unwrap();
-        assert_eq!(s.glob("**/*.rs").unwrap(), vec!["b.rs", "src/a.rs"]);
+        assert_eq!(s.glob("**/*.rs").unwrap().paths, vec!["b.rs", "src/a.rs"]);
         assert_eq!(s.read("/workspace/src/a.rs").unwrap().text, "x");
         let evil = "*$(touch pwned);`id`.rs";
         s.glob(evil).unwrap();
@@ -199,5 +246,51 @@ mod tests {
         assert!(calls.iter().any(|(_, args)| args.get(1).is_some_and(|a| a == "echo hi; ls")));
         assert!(matches!(s.read("../etc/passwd"), Err(SandboxError::Security(_))));
         assert!(matches!(s.glob("/etc/*"), Err(SandboxError::Security(_))));
+    }
+
+    #[test]
+    fn special_files_are_refused_before_the_client_reads_or_writes() {
+        let rec: &'static Recorder = Box::leak(Box::default());
+        let s = RemoteSandbox::new(Box::new(rec), "/workspace", "test").unwrap();
+        rec.special.lock().unwrap().insert("/workspace/pipe".into(), "a FIFO (named pipe)".into());
+        rec.files.lock().unwrap().insert("/workspace/pipe".into(), "never read".into());
+        for result in [s.read("pipe").map(|_| ()), s.write("pipe", "x"), s.stat("pipe").map(|_| ())] {
+            match result {
+                Err(SandboxError::InvalidInput(m)) => assert!(m.contains("pipe is a FIFO"), "{m}"),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        let calls = rec.calls.lock().unwrap();
+        assert!(!calls.iter().any(|(c, _)| c == "read" || c == "write"), "{calls:?}");
+        assert_eq!(rec.files.lock().unwrap()["/workspace/pipe"], "never read");
+    }
+
+    #[test]
+    fn an_oversized_read_is_refused_and_a_missing_file_is_not_read() {
+        let rec: &'static Recorder = Box::leak(Box::default());
+        let s = RemoteSandbox::new(Box::new(rec), "/workspace", "test").unwrap();
+        rec.files.lock().unwrap().insert("/workspace/big".into(), "x".repeat(MAX_FILE_BYTES + 1));
+        rec.files.lock().unwrap().insert("/workspace/cap".into(), "x".repeat(MAX_FILE_BYTES));
+        assert!(matches!(s.read("big"), Err(SandboxError::InvalidInput(m)) if m.contains("read limit")));
+        assert_eq!(s.read("cap").unwrap().text.len(), MAX_FILE_BYTES);
+        assert!(matches!(s.write("big2", &"x".repeat(MAX_FILE_BYTES + 1)), Err(SandboxError::InvalidInput(_))));
+        assert!(matches!(s.read("missing"), Err(SandboxError::NotFound(_))));
+    }
+
+    #[test]
+    fn glob_says_when_it_cut_the_matches() {
+        let rec: &'static Recorder = Box::leak(Box::default());
+        let s = RemoteSandbox::new(Box::new(rec), "/workspace", "test").unwrap();
+        for i in 0..=MAX_GLOB_MATCHES {
+            rec.files.lock().unwrap().insert(format!("/workspace/f{i:04}.txt"), String::new());
+        }
+        let all = s.glob("*.txt").unwrap();
+        assert!(all.truncated);
+        assert_eq!(all.paths.len(), MAX_GLOB_MATCHES);
+        assert_eq!(all.paths[0], "f0000.txt");
+        rec.files.lock().unwrap().remove("/workspace/f0000.txt");
+        let exact = s.glob("*.txt").unwrap();
+        assert!(!exact.truncated);
+        assert_eq!(exact.paths.len(), MAX_GLOB_MATCHES);
     }
 }

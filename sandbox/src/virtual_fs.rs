@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::path::{display, normalize};
-use crate::{ExecOutput, FileStat, FileText, MAX_FILE_BYTES, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher};
+use crate::{
+    ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, MAX_GLOB_MATCHES, Sandbox, SandboxError, glob_matcher,
+};
 
 /// The root the model sees.
 pub const VIRTUAL_ROOT: &str = "/workspace";
@@ -91,9 +93,17 @@ impl Sandbox for VirtualSandbox {
         Ok(())
     }
 
-    fn glob(&self, pattern: &str) -> Result<Vec<String>, SandboxError> {
+    fn glob(&self, pattern: &str) -> Result<GlobMatches, SandboxError> {
         let matcher = glob_matcher(pattern)?;
-        Ok(self.files().keys().map(|k| display(k)).filter(|k| matcher.is_match(k)).take(MAX_GLOB_MATCHES).collect())
+        // One past the cap is enough to know the list was cut.
+        let found: Vec<String> = self
+            .files()
+            .keys()
+            .map(|k| display(k))
+            .filter(|k| matcher.is_match(k))
+            .take(MAX_GLOB_MATCHES + 1)
+            .collect();
+        Ok(GlobMatches::new(found, false))
     }
 
     fn exec(&self, _command: &str, _timeout: Duration) -> Result<ExecOutput, SandboxError> {
@@ -119,8 +129,8 @@ mod tests {
         s.write("/workspace/README.md", "hi").unwrap();
         assert_eq!(s.read("./src/main.rs").unwrap().text, "fn main() {}");
         assert_eq!(s.read("README.md").unwrap().mtime, None);
-        assert_eq!(s.glob("**/*.rs").unwrap(), vec!["src/main.rs"]);
-        assert_eq!(s.glob("*").unwrap(), vec!["README.md"]);
+        assert_eq!(s.glob("**/*.rs").unwrap().paths, vec!["src/main.rs"]);
+        assert_eq!(s.glob("*").unwrap().paths, vec!["README.md"]);
         assert!(matches!(s.read("missing.txt"), Err(SandboxError::NotFound(_))));
         assert!(matches!(s.read("../etc/passwd"), Err(SandboxError::Security(_))));
         assert!(matches!(s.write("/etc/passwd", "x"), Err(SandboxError::Security(_))));

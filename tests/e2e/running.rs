@@ -281,7 +281,7 @@ async fn a_sandbox_provider_component_hosts_an_agents_tools() {
     assert_eq!(o["shell"], "ok", "{o:?}");
     let s = sandbox.clone();
     let (listing, out) = tokio::task::spawn_blocking(move || {
-        (s.glob("*").unwrap(), s.exec("ls; $(rm -rf /)", std::time::Duration::from_secs(5)).unwrap())
+        (s.glob("*").unwrap().paths, s.exec("ls; $(rm -rf /)", std::time::Duration::from_secs(5)).unwrap())
     })
     .await
     .unwrap();
