@@ -1,4 +1,7 @@
 //! Paths to the plugin components built from `plugins/`, for tests and
-//! benchmarks. The build script builds them; see `build.rs`.
+//! benchmarks (the build script builds them; see `build.rs`), and a plain
+//! loopback HTTP server for tests of the CLI.
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
+
+pub mod loopback;

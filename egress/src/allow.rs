@@ -69,29 +69,13 @@ impl HostList {
 
     /// Whether a host parsed by `url` is on the list.
     pub(crate) fn matches_url_host(&self, host: &Host<&str>) -> bool {
-        let entry = match host {
-            Host::Domain(name) => match normalize(name) {
-                Ok(entry) => entry,
-                Err(_) => return false,
-            },
-            Host::Ipv4(ip) => Entry::Ip(IpAddr::V4(*ip)),
-            Host::Ipv6(ip) => Entry::Ip(IpAddr::V6(*ip)),
-        };
-        self.matches_entry(&entry)
+        url_entry(host).is_some_and(|entry| self.matches_entry(&entry))
     }
 
     /// Whether a host parsed by `url` is one of the entries itself, not a
     /// subdomain of one.
     pub(crate) fn is_entry(&self, host: &Host<&str>) -> bool {
-        let entry = match host {
-            Host::Domain(name) => match normalize(name) {
-                Ok(entry) => entry,
-                Err(_) => return false,
-            },
-            Host::Ipv4(ip) => Entry::Ip(IpAddr::V4(*ip)),
-            Host::Ipv6(ip) => Entry::Ip(IpAddr::V6(*ip)),
-        };
-        self.entries.contains(&entry)
+        url_entry(host).is_some_and(|entry| self.entries.contains(&entry))
     }
 
     fn matches_entry(&self, host: &Entry) -> bool {
@@ -174,6 +158,15 @@ fn parse_entry(raw: &str) -> Result<Entry, BadHost> {
 }
 
 /// Normalizes a host the same way for entries and for hosts being checked.
+/// A host parsed by `url` as a list entry; `None` if the name is not valid.
+fn url_entry(host: &Host<&str>) -> Option<Entry> {
+    match host {
+        Host::Domain(name) => normalize(name).ok(),
+        Host::Ipv4(ip) => Some(Entry::Ip(IpAddr::V4(*ip))),
+        Host::Ipv6(ip) => Some(Entry::Ip(IpAddr::V6(*ip))),
+    }
+}
+
 fn normalize(raw: &str) -> Result<Entry, String> {
     if let Ok(ip) = raw.parse::<IpAddr>() {
         return Ok(Entry::Ip(ip));

@@ -402,39 +402,13 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
 
 /// A one-shot HTTP/1.1 server on loopback answering every request with
 /// `body` as JSON; it returns the request lines it saw.
-fn json_server(body: String) -> (u16, std::sync::mpsc::Receiver<String>) {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            reader.read_line(&mut request_line).unwrap();
-            // Drain the headers.
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap() > 2 {
-                line.clear();
-            }
-            let _ = tx.send(request_line.trim().to_string());
-            let mut stream = stream;
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, rx)
-}
-
 #[test]
 fn a_configured_search_backend_serves_web_search_in_a_run() {
     let results: Vec<serde_json::Value> = (1..=3)
         .map(|i| serde_json::json!({"title": format!("Result {i}"), "url": format!("https://example.org/{i}"), "content": "text"}))
         .collect();
-    let (port, seen) = json_server(serde_json::json!({ "query": "rust", "results": results }).to_string());
+    let (port, seen) =
+        built::loopback::json_server("200 OK", serde_json::json!({ "query": "rust", "results": results }).to_string());
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("nexo.toml");
     std::fs::write(

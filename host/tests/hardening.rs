@@ -182,49 +182,9 @@ fn tool_lines_and_answers_show_controls_escaped() {
     assert_eq!(stdout(&out), "answer \u{1b}[2J\u{202e}cleared\n");
 }
 
-/// A loopback server that answers every request with `status` and `body`,
-/// and reports each request line.
-fn http_server(status: &'static str, body: String) -> (u16, std::sync::mpsc::Receiver<String>) {
-    use std::io::{BufRead, BufReader};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            reader.read_line(&mut request_line).unwrap();
-            let mut length = 0usize;
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap() > 2 {
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                line.clear();
-            }
-            let mut request_body = vec![0u8; length];
-            let _ = reader.read_exact(&mut request_body);
-            let _ = tx.send(request_line.trim().to_string());
-            let mut stream = stream;
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, rx)
-}
-
-#[test]
-fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() {
-    let body = serde_json::json!({ "error": { "message": "bad \u{1b}[2K\u{1b}[1Aerror: all fine\u{9b}" } }).to_string();
-    let (port, seen) = http_server("400 Bad Request", body);
-    let dir = tempfile::tempdir().unwrap();
-    let agent = dir.path().join("a.toml");
-    std::fs::write(&agent, "name = \"asker\"\ndescription = \"Asks\"\n").unwrap();
-    let base = format!("http://127.0.0.1:{port}/v1?key=q-s3cret-value");
-    let out = nexo(&[
+/// `nexo run` of `agent` against an OpenAI-compatible server at `base`.
+fn ask_model(agent: &std::path::Path, base: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
         "run",
         agent.to_str().unwrap(),
         "hi",
@@ -233,8 +193,21 @@ fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() 
         "--model",
         "m",
         "--base-url",
-        &base,
-    ]);
+        base,
+    ];
+    args.extend_from_slice(extra);
+    nexo(&args)
+}
+
+#[test]
+fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() {
+    let body = serde_json::json!({ "error": { "message": "bad \u{1b}[2K\u{1b}[1Aerror: all fine\u{9b}" } }).to_string();
+    let (port, seen) = built::loopback::json_server("400 Bad Request", body);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("a.toml");
+    std::fs::write(&agent, "name = \"asker\"\ndescription = \"Asks\"\n").unwrap();
+    let base = format!("http://127.0.0.1:{port}/v1?key=q-s3cret-value");
+    let out = ask_model(&agent, &base, &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     // The query goes after the API path, where the gateway expects it.
@@ -251,18 +224,7 @@ fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() 
     let dead = closed.local_addr().unwrap().port();
     drop(closed);
     let base = format!("http://127.0.0.1:{dead}/v1?key=q-s3cret-value");
-    let out = nexo(&[
-        "run",
-        agent.to_str().unwrap(),
-        "hi",
-        "--provider",
-        "openai-compatible",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-        "-v",
-    ]);
+    let out = ask_model(&agent, &base, &["-v"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("127.0.0.1:{dead}/v1/chat/completions?<redacted>")), "{err}");
@@ -270,17 +232,7 @@ fn model_server_errors_are_escaped_and_base_url_queries_are_joined_and_hidden() 
 
     // Credentials in the URL are refused, and not echoed.
     let base = format!("http://user:pw-s3cret@127.0.0.1:{port}/v1");
-    let out = nexo(&[
-        "run",
-        agent.to_str().unwrap(),
-        "hi",
-        "--provider",
-        "openai-compatible",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let out = ask_model(&agent, &base, &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("carries credentials"), "{err}");

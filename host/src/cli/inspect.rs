@@ -1,9 +1,11 @@
 //! `nexo inspect`: text and JSON descriptions of a plugin.
 
+use std::collections::BTreeSet;
+
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
-use nexo::permissions::stricter;
+use nexo::permissions::{Grant, stricter};
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
@@ -13,15 +15,10 @@ use super::web::SearchSetup;
 /// flags would grant it (and, for a search backend, the network grant of
 /// `[search]`).
 pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
-    let granted = grant.grant();
-    let requested = plugin.manifest().map(|m| m.capabilities.clone()).unwrap_or_default();
-    let effective = granted.effective(&requested);
-    let mode = match plugin.manifest().and_then(|m| m.permissions) {
-        Some(asked) => stricter(grant.mode(), asked),
-        None => grant.mode(),
-    };
+    let requested_caps = plugin.manifest().map(|m| m.capabilities.as_slice()).unwrap_or_default();
+    let (granted, effective, mode) = authority(grant, plugin.manifest());
     if json {
-        let value = serde_json::json!({
+        let mut value = serde_json::json!({
             "path": plugin.path(),
             "kind": plugin.kind(),
             "world": plugin.kind().world(),
@@ -33,13 +30,6 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
             "size": plugin.size(),
             "sha256": plugin.sha256(),
             "cache": plugin.cache_outcome(),
-            "requested": requested,
-            "granted": granted.capabilities,
-            "effective": effective,
-            "mode": mode.as_str(),
-            "sandbox": grant.sandbox_name(),
-            "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
-            "fetch-hosts": granted.fetch_hosts,
             "search": search.map(|s| serde_json::json!({
                 "backend": s.backend,
                 "granted-hosts": s.grant.hosts,
@@ -49,6 +39,7 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
                 "api-key-origins": s.key_origins,
             })),
         });
+        authority_json(&mut value, grant, requested_caps, &granted, &effective, mode);
         print_json_pretty(&value);
         return;
     }
@@ -104,14 +95,45 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
     }
 }
 
-/// The rows that describe an agent, from a component or a TOML file alike.
-fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>) {
+/// What the operator grants, what the agent then gets, and the mode it runs
+/// under (the stricter of the operator's and the agent's own).
+fn authority(grant: &Resolved, manifest: Option<&AgentManifest>) -> (Grant, BTreeSet<Capability>, PermissionMode) {
     let granted = grant.grant();
-    let effective = granted.effective(&m.capabilities);
-    let mode = match m.permissions {
+    let requested = manifest.map(|m| m.capabilities.as_slice()).unwrap_or_default();
+    let effective = granted.effective(requested);
+    let mode = match manifest.and_then(|m| m.permissions) {
         Some(asked) => stricter(grant.mode(), asked),
         None => grant.mode(),
     };
+    (granted, effective, mode)
+}
+
+/// Adds what was requested, granted and in force to a JSON description.
+fn authority_json(
+    value: &mut serde_json::Value,
+    grant: &Resolved,
+    requested: &[Capability],
+    granted: &Grant,
+    effective: &BTreeSet<Capability>,
+    mode: PermissionMode,
+) {
+    let fields = serde_json::json!({
+        "requested": requested,
+        "granted": granted.capabilities,
+        "effective": effective,
+        "mode": mode.as_str(),
+        "sandbox": grant.sandbox_name(),
+        "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
+        "fetch-hosts": granted.fetch_hosts,
+    });
+    if let (Some(out), serde_json::Value::Object(fields)) = (value.as_object_mut(), fields) {
+        out.extend(fields);
+    }
+}
+
+/// The rows that describe an agent, from a component or a TOML file alike.
+fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>) {
+    let (granted, effective, mode) = authority(grant, Some(m));
     row("description", &m.description);
     row("instructions", &first_line(&m.instructions));
     row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
@@ -154,28 +176,18 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
 /// Prints the description of a declarative (TOML) agent.
 pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
     let m = agent.manifest();
-    let granted = grant.grant();
-    let effective = granted.effective(&m.capabilities);
-    let mode = match m.permissions {
-        Some(asked) => stricter(grant.mode(), asked),
-        None => grant.mode(),
-    };
+    let requested_caps = m.capabilities.as_slice();
+    let (granted, effective, mode) = authority(grant, Some(m));
     if json {
-        let value = serde_json::json!({
+        let mut value = serde_json::json!({
             "path": agent.path(),
             "kind": "agent",
             "format": "toml",
             "name": m.name,
             "description": m,
-            "requested": m.capabilities,
-            "granted": granted.capabilities,
-            "effective": effective,
-            "mode": mode.as_str(),
-            "sandbox": grant.sandbox_name(),
-            "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
-            "fetch-hosts": granted.fetch_hosts,
             "search": search.map(|s| s.backend.clone()),
         });
+        authority_json(&mut value, grant, requested_caps, &granted, &effective, mode);
         print_json_pretty(&value);
         return;
     }
