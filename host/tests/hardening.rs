@@ -462,3 +462,37 @@ fn no_shell_process_outlives_nexo_killed_mid_command() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Stating the confinement.
+
+#[test]
+fn a_fallback_to_landlock_is_stated_not_silent() {
+    // A `bwrap` on PATH that fails, as on hosts that restrict user namespaces.
+    let scene = Scene::new("\"shell\"", shell_script("true"));
+    let bin = scene.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("bwrap"), "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+        .unwrap();
+    std::fs::set_permissions(bin.join("bwrap"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+
+    let args = scene.args(&["--allow", "shell", "--mode", "auto"]);
+    let out = nexo_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>()).env("PATH", &path).output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // Without -v: a warning that names the fallback and why.
+    assert!(err.contains("fall back to Landlock") && err.contains("Permission denied"), "{err}");
+
+    // With -v, the info line says what is actually in force; inspect says the same.
+    let mut verbose = args.clone();
+    verbose.push("-v".into());
+    let out = nexo_cmd(&verbose.iter().map(String::as_str).collect::<Vec<_>>()).env("PATH", &path).output().unwrap();
+    assert!(stderr(&out).contains("shell confinement Landlock and seccomp"), "{}", stderr(&out));
+    let out =
+        nexo_cmd(&["inspect", scene.path("agent.toml").to_str().unwrap(), "--sandbox", "local", "--allow", "shell"])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+    assert!(stdout(&out).contains("shell         shell confinement Landlock and seccomp"), "{}", stdout(&out));
+}
