@@ -13,7 +13,8 @@ use crate::ModelError;
 pub(crate) struct Endpoint {
     /// What requests go to, query included.
     pub url: String,
-    /// `url` with its query replaced by `?<redacted>`.
+    /// `url` with its query replaced by `?<redacted>` and any matrix
+    /// parameters by `;<redacted>`.
     pub shown: String,
 }
 
@@ -68,7 +69,8 @@ pub(crate) fn check_base(base: &str, provider: &str) -> Result<reqwest::Url, Mod
     Ok(url)
 }
 
-/// `url` without credentials and with its query replaced by `?<redacted>`.
+/// `url` without credentials, its query replaced by `?<redacted>` and its
+/// matrix parameters by `;<redacted>`.
 pub(crate) fn shown(url: &reqwest::Url) -> String {
     let mut clean = url.clone();
     let _ = clean.set_username("");
@@ -76,7 +78,21 @@ pub(crate) fn shown(url: &reqwest::Url) -> String {
     clean.set_fragment(None);
     let had_query = clean.query().is_some();
     clean.set_query(None);
-    let mut text = String::from(clean);
+    let mut text = String::from(clean.clone());
+    // Matrix parameters (`/v1;jsessionid=…`) carry sessions and tokens too.
+    let path = clean.path();
+    if path.contains(';') {
+        let shown: Vec<String> = path
+            .split('/')
+            .map(|seg| match seg.split_once(';') {
+                Some((name, _)) => format!("{name};<redacted>"),
+                None => seg.to_string(),
+            })
+            .collect();
+        // Without query or fragment, the serialized URL ends with its path.
+        text.truncate(text.len() - path.len());
+        text.push_str(&shown.join("/"));
+    }
     if had_query {
         text.push_str("?<redacted>");
     }
@@ -117,6 +133,13 @@ mod tests {
         assert_eq!(e.url, "https://gw.example/v1/chat/completions?key=s3cret");
         assert_eq!(e.shown, "https://gw.example/v1/chat/completions?<redacted>");
         assert!(!format!("{e:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn matrix_parameters_are_hidden_too() {
+        let e = Endpoint::new("http://h:1/v1;jsessionid=s3cret", "openai", "/chat/completions", None).unwrap();
+        assert_eq!(e.url, "http://h:1/v1;jsessionid=s3cret/chat/completions");
+        assert_eq!(e.shown, "http://h:1/v1;<redacted>/chat/completions");
     }
 
     #[test]

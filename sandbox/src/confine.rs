@@ -11,10 +11,11 @@
 //! for every family, Unix included, because seccomp cannot see the address a
 //! Unix socket would connect or send to. `socketpair(2)` stays allowed for
 //! stream and seqpacket Unix pairs (pipelines, git, language runtimes use
-//! them); datagram pairs are refused, since `sendto` with an address would
-//! reach any datagram socket on the host. io_uring is refused too, as its
-//! socket and connect operations never pass through the filter, and so is
-//! `pidfd_getfd`. Bubblewrap gets the same filter through `--seccomp`, since
+//! them); any other pair type is refused (a datagram pair's `sendto` with an
+//! address would reach any datagram socket on the host, and a Unix `SOCK_RAW`
+//! pair is a datagram pair). io_uring is refused too, as its socket and
+//! connect operations never pass through the filter, and so are
+//! `pidfd_getfd`, SysV IPC and the kernel keyrings (see [`REFUSED_SYSCALLS`]). Bubblewrap gets the same filter through `--seccomp`, since
 //! its network namespace does not cover pathname Unix sockets either.
 //!
 //! # The shepherd
@@ -88,6 +89,36 @@ fn jump(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     jump_if(libc::BPF_JEQ, k, jt, jf)
 }
 
+/// System calls the filter refuses outright (EACCES), besides the socket
+/// rules: sockets of any family; io_uring, whose operations bypass syscall
+/// filters; taking another process's descriptors; SysV IPC, which Landlock
+/// does not confine (host shared memory, queues and semaphores of the same
+/// user are otherwise readable, writable and removable, and what a command
+/// creates outlives it); and the kernel keyrings, shared with the host user's
+/// session (Kerberos caches, cached passphrases).
+const REFUSED_SYSCALLS: [libc::c_long; 20] = [
+    libc::SYS_socket,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_shmdt,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+];
+
 /// The socket filter described in the module comment, as a classic BPF
 /// program; an error on architectures it is not written for.
 pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
@@ -102,13 +133,7 @@ pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
         // x32 system calls carry this bit and other numbers; refuse them all.
         prog.extend([jump_if(BPF_JGE, 0x4000_0000, 0, 1), ret(foreign)]);
     }
-    for nr in [
-        libc::SYS_socket,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_pidfd_getfd,
-    ] {
+    for nr in REFUSED_SYSCALLS {
         prog.extend([jump(nr as u32, 0, 1), ret(deny)]);
     }
     prog.extend([
@@ -119,7 +144,9 @@ pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
         ret(deny),
         load(24),
         stmt(libc::BPF_ALU | libc::BPF_AND | BPF_K, SOCK_TYPE_MASK),
-        jump(libc::SOCK_DGRAM as u32, 0, 1),
+        // An allow-list: the kernel turns a Unix SOCK_RAW pair into a datagram one.
+        jump(libc::SOCK_STREAM as u32, 2, 0),
+        jump(libc::SOCK_SEQPACKET as u32, 1, 0),
         ret(deny),
         ret(libc::SECCOMP_RET_ALLOW),
     ]);
@@ -412,8 +439,33 @@ mod tests {
             let flags = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
             unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) == 0 }
         }));
+        // A Unix SOCK_RAW pair is a datagram pair in disguise.
+        assert!(filtered(|| {
+            let mut fds = [0; 2];
+            refused(unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, libc::SOCK_RAW, 0, fds.as_mut_ptr()) })
+        }));
+        assert!(filtered(|| {
+            let mut fds = [0; 2];
+            let flags = libc::SOCK_SEQPACKET;
+            unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) == 0 }
+        }));
         // A control: the probe does fail where a syscall is allowed.
         assert!(!filtered(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
+    }
+
+    #[test]
+    fn the_filter_refuses_sysv_ipc_and_keyrings() {
+        // SAFETY (all probes): raw syscalls on locals in the forked child.
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_shmget, libc::IPC_PRIVATE, 4096, 0o600) })));
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_shmctl, 0, libc::IPC_INFO, 0) })));
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_msgget, libc::IPC_PRIVATE, 0o600) })));
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_semget, libc::IPC_PRIVATE, 1, 0o600) })));
+        // KEYCTL_GET_KEYRING_ID (0) of the user keyring (-4).
+        assert!(filtered(|| refused(unsafe { libc::syscall(libc::SYS_keyctl, 0, -4, 0) })));
+        assert!(filtered(|| {
+            let (kind, desc, data) = (c"user".as_ptr(), c"nexo-probe".as_ptr(), b"x".as_ptr());
+            refused(unsafe { libc::syscall(libc::SYS_add_key, kind, desc, data, 1, -4) })
+        }));
     }
 
     #[cfg(target_arch = "x86_64")]

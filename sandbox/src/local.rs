@@ -62,6 +62,14 @@ impl LocalSandbox {
         let root = root
             .canonicalize()
             .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
+        if root.parent().is_none() {
+            // Everything is beneath `/`: the root would confine nothing.
+            return Err(SandboxError::Config(
+                "the sandbox directory is the filesystem root `/`, which would make the whole host writable to the \
+                 agent; give it a project directory (--cwd DIR)"
+                    .into(),
+            ));
+        }
         let dir = Dir::open_ambient_dir(&root, ambient_authority())
             .map_err(|e| SandboxError::Config(format!("cannot open the sandbox directory {}: {e}", root.display())))?;
         Ok(LocalSandbox { root, dir, shell })
@@ -278,6 +286,16 @@ mod tests {
         assert_eq!(s.glob("**/*").unwrap().paths, vec!["out/new.txt", "src/lib.rs"]);
         assert!(s.stat("nope").unwrap().is_none());
         assert!(matches!(s.read("nope"), Err(SandboxError::NotFound(_))));
+    }
+
+    #[test]
+    fn the_filesystem_root_is_not_a_sandbox() {
+        for root in ["/", "/.", "/tmp/.."] {
+            match LocalSandbox::open(Path::new(root)) {
+                Err(SandboxError::Config(m)) => assert!(m.contains("whole host writable"), "{m}"),
+                other => panic!("{root}: {other:?}"),
+            }
+        }
     }
 
     #[test]

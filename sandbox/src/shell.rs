@@ -224,13 +224,13 @@ impl Confinement {
             Confinement::Bubblewrap => {
                 "bubblewrap: only the sandbox root is writable, the rest of the host filesystem is read-only, /tmp \
                  and /run are private and empty; no network and no sockets except connected Unix socket pairs; no \
-                 capabilities; host processes invisible; none of the host's open descriptors; every process ends \
+                 SysV IPC or keyrings; no capabilities; host processes invisible; none of the host's open descriptors; every process ends \
                  with the command, on a timeout, or when the host dies"
             }
             Confinement::Landlock => {
                 "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, the rest of the host \
                  filesystem is readable, /tmp is not writable; no network and no sockets except connected Unix \
-                 socket pairs; no capabilities; host processes visible but not signallable; none of the host's \
+                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes visible but not signallable; none of the host's \
                  open descriptors; every process ends with the command, on a timeout, or when the host dies"
             }
             Confinement::Unconfined => {

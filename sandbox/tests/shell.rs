@@ -310,6 +310,20 @@ fn socket_probe_helper() {
             a.send_to(b"hi", &arg).unwrap_or_else(|e| refused("send", e));
             println!("sent");
         }
+        "unix-raw-pair" => {
+            // The kernel makes a Unix SOCK_RAW pair a datagram pair.
+            let mut fds = [0; 2];
+            #[allow(unsafe_code)]
+            // SAFETY: socketpair into a local array; the fd is owned by the datagram socket after.
+            let a = unsafe {
+                if libc::socketpair(libc::AF_UNIX, libc::SOCK_RAW, 0, fds.as_mut_ptr()) != 0 {
+                    refused("socketpair", std::io::Error::last_os_error());
+                }
+                <UnixDatagram as std::os::fd::FromRawFd>::from_raw_fd(fds[0])
+            };
+            a.send_to(b"hi", &arg).unwrap_or_else(|e| refused("send", e));
+            println!("sent");
+        }
         "netlink" => {
             #[allow(unsafe_code)]
             // SAFETY: a plain socket call.
@@ -406,6 +420,11 @@ fn sockets_are_refused(c: Confinement) {
     assert!(
         out.status != 0 && dgram.recv(&mut [0u8; 16]).is_err(),
         "a datagram reached a Unix socket outside the root under {c:?}: {out:?}"
+    );
+    let out = socket_probe(&f, "unix-raw-pair", dgram_path.to_str().unwrap());
+    assert!(
+        out.status != 0 && dgram.recv(&mut [0u8; 16]).is_err(),
+        "a raw Unix pair sent a datagram outside the root under {c:?}: {out:?}"
     );
     let out = socket_probe(&f, "netlink", "");
     assert!(out.status != 0, "a netlink socket was opened under {c:?}: {out:?}");
