@@ -25,6 +25,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("MEMORY_PROVIDER", "memory-provider"),
     ("WEB_PROBE", "web-probe"),
     ("SECRET_PROBE", "secret-probe"),
+    ("CAUTIOUS", "cautious"),
 ];
 
 fn main() {

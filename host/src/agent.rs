@@ -39,12 +39,12 @@ impl Plugin {
         let Some(manifest) = self.manifest() else { unreachable!("an agent plugin always has a manifest") };
         let toolbox = toolbox_for(manifest, options);
         // WASI writes bypass the gate, so the sandbox directory's preopen is
-        // writable only when writes would pass it without asking.
+        // writable only when writes would pass it without asking, under the
+        // mode as the plugin's own declaration narrows it.
         let sandbox_dir = toolbox.sandbox().host_root().map(|root| Preopen {
             host: root.to_path_buf(),
             guest: root.to_string_lossy().into_owned(),
-            writable: toolbox.effective().contains(&Capability::Write)
-                && options.permissions.auto_allows(Capability::Write),
+            writable: toolbox.allows_unasked(Capability::Write),
         });
         let skills = crate::state::resolve_skills(manifest, options).await?;
         let prompting = Prompting::new(manifest, toolbox.sandbox().instructions(), skills, options);

@@ -173,6 +173,13 @@ impl Toolbox {
         &self.effective
     }
 
+    /// Whether `cap` is effective and the (narrowed) mode allows it without
+    /// asking: the test for authority that bypasses the gate, such as a
+    /// writable WASI preopen, which nobody can be asked about.
+    pub fn allows_unasked(&self, cap: Capability) -> bool {
+        self.effective.contains(&cap) && self.permissions.auto_allows(cap)
+    }
+
     /// The capabilities whose tools are offered to the model: granted, and
     /// usable: a shell in the sandbox, a `fetch-allow` list for `fetch`, a
     /// configured backend for `search`.

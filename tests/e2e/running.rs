@@ -250,6 +250,28 @@ async fn wasi_grants_follow_the_operators_grant() {
     drop(listener);
 }
 
+#[tokio::test]
+async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
+    use nexo::manifest::{Capability, PermissionMode};
+    use nexo::permissions::{Grant, Permissions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
+    let target = sandbox.root().join("planted.txt");
+    let plugin = Plugin::load(engine(), built::CAUTIOUS).await.unwrap();
+    assert_eq!(plugin.manifest().unwrap().permissions, Some(PermissionMode::ReadOnly));
+    // The operator grants write and runs in auto; the plugin's own read-only narrows that.
+    let options = RunOptions {
+        sandbox: Some(sandbox.clone()),
+        grant: Grant::of([Capability::Read, Capability::Write]),
+        permissions: Permissions::new(PermissionMode::Auto),
+        ..RunOptions::default()
+    };
+    let answer = plugin.run_agent(&target.display().to_string(), &options).await.unwrap();
+    assert!(answer.starts_with("refused: "), "{answer}");
+    assert!(!target.exists(), "a plugin that declared read-only wrote through its preopen");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_provider_component_hosts_an_agents_tools() {
     use nexo::manifest::{Capability, PermissionMode};
