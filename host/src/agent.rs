@@ -81,6 +81,7 @@ pub(crate) fn toolbox_with(manifest: &AgentManifest, sandbox: Arc<dyn Sandbox>, 
         crate::web::Fetcher::new(&manifest.fetch_allow, options.grant.fetch_hosts.as_deref(), options.http.clone())
             .transpose();
     Toolbox::new(&manifest.name, sandbox, permissions, effective, options.tool_limits)
+        .with_requested(manifest.capabilities.iter().copied())
         .with_web(fetch, options.search.clone())
 }
 

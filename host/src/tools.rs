@@ -107,6 +107,9 @@ pub struct Toolbox {
     fetch: Option<Result<Fetcher, String>>,
     /// The backend behind `web_search`.
     search: Option<Arc<dyn SearchBackend>>,
+    /// What the agent requested, when known, so a refusal can say which
+    /// side is missing: the plugin's request or the operator's grant.
+    requested: Option<BTreeSet<Capability>>,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -151,7 +154,15 @@ impl Toolbox {
             reads: Mutex::new(HashMap::new()),
             fetch: None,
             search: None,
+            requested: None,
         }
+    }
+
+    /// Records what the agent requested, for refusals that name the side
+    /// that refused.
+    pub fn with_requested(mut self, requested: impl IntoIterator<Item = Capability>) -> Self {
+        self.requested = Some(requested.into_iter().collect());
+        self
     }
 
     /// Adds web access: the fetch tool's (or why it could not be set up) and
@@ -234,11 +245,21 @@ impl Toolbox {
     fn decide(&self, cap: Capability, detail: &str) -> Result<(), ToolFailure> {
         let name = cap.as_str();
         if !self.effective.contains(&cap) {
-            return Err(ToolFailure::Denied(format!(
-                "`{}` needs the `{name}` capability, which `{}` did not request or the operator did not grant",
-                tool_name(cap),
-                self.agent
-            )));
+            let (tool, agent) = (tool_name(cap), &self.agent);
+            return Err(ToolFailure::Denied(match &self.requested {
+                Some(requested) if !requested.contains(&cap) => format!(
+                    "`{tool}` needs the `{name}` capability, which `{agent}` does not request: the plugin's author \
+                     adds `{name}` to the manifest's `capabilities`; the operator cannot grant what was not requested"
+                ),
+                Some(_) => format!(
+                    "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
+                     it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
+                ),
+                None => format!(
+                    "`{tool}` needs the `{name}` capability, which `{agent}` did not request or the operator did not \
+                     grant"
+                ),
+            }));
         }
         if let Some(refusal) = self.unavailable(cap) {
             return Err(refusal);

@@ -54,9 +54,18 @@ async fn by_default_tools_act_in_memory_and_everything_beyond_reading_is_refused
     let o = outcomes(&report);
     assert!(o["read-file"].starts_with("other: ToolError::NotFound"), "{report}");
     assert_eq!(o["glob"], "ok", "{report}");
-    for tool in ["write-file", "shell", "fetch", "web-search"] {
+    // Requested but not granted: the refusal names the operator's flag.
+    for (tool, cap) in [("write-file", "write"), ("shell", "shell")] {
         assert!(o[tool].starts_with("denied: "), "{tool}: {report}");
-        assert!(o[tool].contains("did not request or the operator did not grant"), "{tool}: {report}");
+        assert!(
+            o[tool].contains(&format!("the operator did not grant it; grant it with `--allow {cap}`")),
+            "{tool}: {report}"
+        );
+    }
+    // Not requested: only the plugin's author can change that.
+    for tool in ["fetch", "web-search"] {
+        assert!(o[tool].starts_with("denied: "), "{tool}: {report}");
+        assert!(o[tool].contains("which `tool-probe` does not request"), "{tool}: {report}");
     }
     assert!(o["prompt"].starts_with("ModelError::NotConfigured"), "{report}");
 }

@@ -276,7 +276,7 @@ async fn fetch_needs_the_capability_the_mode_and_the_operators_host_list() {
     // Not granted: denied, whatever the mode.
     let not_granted = RunOptions { grant: Grant::default(), ..web_options(client.clone()) };
     let out = probe("fetch http://news.example/story", &not_granted).await;
-    assert!(out[0].contains("did not request or the operator did not grant"), "{out:?}");
+    assert!(out[0].contains("the operator did not grant it; grant it with `--allow fetch`"), "{out:?}");
     // The operator narrows the hosts: the URL must be on both lists.
     let mut narrowed = web_options(client);
     narrowed.grant.fetch_hosts = Some(vec!["other.example".into()]);
