@@ -92,11 +92,7 @@ pub enum PluginError {
     },
 
     /// The component targets a version of the contract this host lacks.
-    #[error(
-        "{} was built against `{found}`, but this host supports `nexo:plugin@0.1.x`. \
-         Rebuild the plugin with the WIT files this nexo ships, or upgrade nexo",
-        path.display()
-    )]
+    #[error("{}", unsupported_version(path, found))]
     UnsupportedVersion {
         /// The plugin file.
         path: PathBuf,
@@ -272,4 +268,29 @@ pub enum PluginError {
 
 fn guest_output(stderr: &str) -> String {
     if stderr.is_empty() { String::new() } else { format!("\nplugin stderr:\n{stderr}") }
+}
+
+/// Says whether an unsupported contract version is newer or older than the
+/// host's, since the fixes differ: upgrade nexo, or rebuild the plugin.
+fn unsupported_version(path: &std::path::Path, found: &str) -> String {
+    let host = crate::plugin::CONTRACT_VERSION;
+    let version = found.split_once('@').map_or("", |(_, v)| v);
+    let key = |v: &str| v.split('.').map(|n| n.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>();
+    let (path, newer) = (path.display(), key(version) > key(host));
+    if version.is_empty() {
+        format!(
+            "{path} exports `{found}` without a version, but this host supports `nexo:plugin@0.1.x`. Rebuild the \
+             plugin with the WIT files this nexo ships (`nexo wit`)"
+        )
+    } else if newer {
+        format!(
+            "{path} was built against `{found}`, a newer contract than this host knows (`nexo:plugin@{host}`, \
+             accepting 0.1.x). Upgrade nexo, or rebuild the plugin against the WIT this nexo ships (`nexo wit`)"
+        )
+    } else {
+        format!(
+            "{path} was built against `{found}`, an older contract than this host supports (`nexo:plugin@0.1.x`). \
+             Rebuild the plugin with the WIT files this nexo ships (`nexo wit`)"
+        )
+    }
 }

@@ -79,3 +79,39 @@ async fn without_a_cache_every_load_compiles() {
     let plugin = Plugin::load(&engine, built::HELLO).await.unwrap();
     assert_eq!(plugin.cache_outcome(), CacheOutcome::Disabled);
 }
+
+/// `bytes` with every `from` replaced by `to` (same length, so the
+/// component's encoding stays valid).
+fn patched(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while let Some(at) = out[i..].windows(from.len()).position(|w| w == from) {
+        out[i + at..i + at + to.len()].copy_from_slice(to);
+        i += at + to.len();
+    }
+    assert_ne!(out, bytes, "nothing to patch");
+    out
+}
+
+#[tokio::test]
+async fn a_component_of_another_contract_version_says_which_way_to_go() {
+    let bytes = std::fs::read(built::TEXT_STATS).unwrap();
+    let cases = [
+        (
+            &b"nexo:plugin/agent@0.1.0"[..],
+            &b"nexo:plugin/agent@0.9.0"[..],
+            "a newer contract than this host knows",
+            "Upgrade nexo",
+        ),
+        (&b"nexo:plugin/agent@0.1.0"[..], &b"nexo:plugin/agent@0.0.9"[..], "an older contract", "Rebuild the plugin"),
+    ];
+    for (from, to, says, fix) in cases {
+        let component = patched(&bytes, from, to);
+        let err = Plugin::from_bytes(engine(), "patched.wasm".into(), &component).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, nexo::PluginError::UnsupportedVersion { .. }), "{text}");
+        assert!(text.contains(says) && text.contains(fix), "{text}");
+        assert!(text.contains(std::str::from_utf8(to).unwrap()), "{text}");
+    }
+}
