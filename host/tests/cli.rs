@@ -137,6 +137,27 @@ fn build_turns_the_example_crate_into_a_loadable_agent() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["description"]["description"]["capabilities"], serde_json::json!(["read"]));
 
+    // A compile error is quoted with the line it points at.
+    let broken = tempfile::tempdir().unwrap();
+    let manifest = std::fs::read_to_string(example.join("Cargo.toml")).unwrap();
+    let sdk = root.join("plugins").join("sdk");
+    let manifest = manifest.replace("../../plugins/sdk", sdk.to_str().unwrap()).replace("first-agent", "broken-agent");
+    std::fs::write(broken.path().join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(example.join("Cargo.lock"), broken.path().join("Cargo.lock")).unwrap();
+    std::fs::create_dir(broken.path().join("src")).unwrap();
+    let source = std::fs::read_to_string(example.join("src").join("lib.rs")).unwrap();
+    std::fs::write(
+        broken.path().join("src").join("lib.rs"),
+        format!("{source}\nconst BROKEN: u32 = \"not a number\";\n"),
+    )
+    .unwrap();
+    let line = source.lines().count() + 2;
+    let out = nexo(&["build", broken.path().to_str().unwrap(), "--target-dir", target.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with("error: building plugin `broken-agent` failed"), "{last}");
+    assert!(last.contains(&format!("mismatched types at src/lib.rs:{line}:")), "{last}");
+
     // A directory that is not a crate gets a clear error.
     let out = nexo(&["build", root.join("docs").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));

@@ -53,6 +53,10 @@ pub enum BuildError {
         package: Option<String>,
         /// The exit status as text.
         status: String,
+        /// The compiler's first error and where it points
+        /// (`error[E0308]: mismatched types at src/lib.rs:12:18`), when
+        /// cargo printed one.
+        first_error: Option<String>,
     },
     /// The build succeeded but the expected artifact is missing.
     MissingArtifact(PathBuf),
@@ -63,10 +67,16 @@ impl fmt::Display for BuildError {
         match self {
             BuildError::NoToolchain(msg) => f.write_str(msg),
             BuildError::Spawn(e) => write!(f, "could not start cargo: {e}"),
-            BuildError::Failed { package, status } => match package {
-                Some(p) => write!(f, "building plugin `{p}` failed ({status}); see the compiler output above"),
-                None => write!(f, "building the plugin failed ({status}); see the compiler output above"),
-            },
+            BuildError::Failed { package, status, first_error } => {
+                match package {
+                    Some(p) => write!(f, "building plugin `{p}` failed ({status})")?,
+                    None => write!(f, "building the plugin failed ({status})")?,
+                }
+                match first_error {
+                    Some(first) => write!(f, ": {first}; the whole compiler output is above"),
+                    None => write!(f, "; see the compiler output above"),
+                }
+            }
             BuildError::MissingArtifact(p) => write!(
                 f,
                 "the build finished but {} is missing: is the crate a `cdylib` (`[lib] crate-type = [\"cdylib\"]`)?",
@@ -135,9 +145,16 @@ pub fn build_package(
     }
     // Build scripts read `cargo:` lines from stdout, so keep stdout clean.
     cmd.stdout(Stdio::from(std::io::stderr()));
-    let status = cmd.status().map_err(BuildError::Spawn)?;
+    // The output is read on its way through, to quote the first error; keep
+    // its colours when it ends on a terminal.
+    let color = if std::io::IsTerminal::is_terminal(&std::io::stderr()) { "always" } else { "never" };
+    cmd.arg("--color").arg(color).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(BuildError::Spawn)?;
+    let scan = child.stderr.take().map(|pipe| std::thread::spawn(move || forward_and_find_error(pipe)));
+    let status = child.wait().map_err(BuildError::Spawn)?;
+    let first_error = scan.and_then(|t| t.join().ok()).flatten();
     if !status.success() {
-        return Err(BuildError::Failed { package: package.map(String::from), status: status.to_string() });
+        return Err(BuildError::Failed { package: package.map(String::from), status: status.to_string(), first_error });
     }
     let name = match package {
         Some(p) => p.to_string(),
@@ -145,6 +162,50 @@ pub fn build_package(
     };
     let artifact = artifact_path(target_dir, &name);
     if artifact.is_file() { Ok(artifact) } else { Err(BuildError::MissingArtifact(artifact)) }
+}
+
+/// Copies cargo's output to this process's stderr, and returns its first
+/// compiler error with the location the next `-->` line gives.
+fn forward_and_find_error(pipe: impl std::io::Read) -> Option<String> {
+    use std::io::{BufRead, Write};
+    let mut err = std::io::stderr();
+    let (mut first, mut pending) = (None, None::<String>);
+    for line in std::io::BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
+        let _ = err.write_all(&line);
+        let _ = err.write_all(b"\n");
+        if first.is_some() {
+            continue;
+        }
+        let plain = strip_ansi(&String::from_utf8_lossy(&line));
+        let text = plain.trim();
+        if let Some(location) = text.strip_prefix("--> ") {
+            if let Some(message) = pending.take() {
+                first = Some(format!("{message} at {location}"));
+            }
+        } else if text.starts_with("error") && !text.starts_with("error: could not compile") {
+            pending.get_or_insert_with(|| text.to_string());
+        }
+    }
+    first.or(pending)
+}
+
+/// `text` without ANSI colour sequences (`ESC [ … m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // Skip to the end of the sequence: a letter after `[`.
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Where cargo puts the component of package `name`.
@@ -218,5 +279,46 @@ fn scrub_env(cmd: &mut Command) {
         if drop {
             cmd.env_remove::<OsString>(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_error_is_quoted_with_its_location() {
+        let output = "   Compiling broken v0.1.0 (/w/broken)\n\
+                      \x1b[0m\x1b[1m\x1b[38;5;9merror[E0308]\x1b[0m\x1b[1m: mismatched types\x1b[0m\n\
+                      \x1b[0m  \x1b[0m\x1b[1m\x1b[38;5;12m--> \x1b[0msrc/lib.rs:12:18\n\
+                      error[E0425]: cannot find value `y` in this scope\n\
+                      \x20 --> src/lib.rs:20:5\n\
+                      error: could not compile `broken` (lib) due to 2 previous errors\n";
+        let first = forward_and_find_error(output.as_bytes());
+        assert_eq!(first.as_deref(), Some("error[E0308]: mismatched types at src/lib.rs:12:18"));
+    }
+
+    #[test]
+    fn an_error_without_a_location_is_still_quoted() {
+        let output = "error: failed to parse manifest at `/w/Cargo.toml`\n";
+        assert_eq!(
+            forward_and_find_error(output.as_bytes()).as_deref(),
+            Some("error: failed to parse manifest at `/w/Cargo.toml`")
+        );
+        assert_eq!(forward_and_find_error("   Compiling x\n".as_bytes()), None);
+    }
+
+    #[test]
+    fn the_message_names_the_error() {
+        let e = BuildError::Failed {
+            package: Some("broken".into()),
+            status: "exit status: 101".into(),
+            first_error: Some("error[E0308]: mismatched types at src/lib.rs:12:18".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "building plugin `broken` failed (exit status: 101): error[E0308]: mismatched types at src/lib.rs:12:18; \
+             the whole compiler output is above"
+        );
     }
 }
