@@ -117,9 +117,13 @@ pub async fn resolve_skills(
             continue;
         }
         let skill = nexo_skills::find(&skills_path, name).map_err(|e| fail(e.to_string()))?;
+        for warning in &skill.warnings {
+            tracing::warn!(agent = %manifest.name, "skill `{name}`: {warning}");
+        }
         found.push(crate::agent_loop::SkillDoc {
             name: skill.metadata.name,
-            description: skill.metadata.description,
+            // The listing promises at most this much per skill.
+            description: crate::truncate::head_chars(&skill.metadata.description, nexo_skills::MAX_DESCRIPTION_LEN),
             body: skill.instructions,
         });
     }

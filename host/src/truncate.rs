@@ -42,7 +42,8 @@ pub fn truncate(text: &str, limits: Truncation) -> String {
 }
 
 /// Keeps the first `max` characters of `text`, ending with `…` when cut (the
-/// ellipsis counts towards `max`). Used for search snippets and titles.
+/// ellipsis counts towards `max`). Used for search snippets and titles, and
+/// for skill descriptions in the listing.
 pub fn head_chars(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();

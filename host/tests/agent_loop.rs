@@ -286,3 +286,24 @@ async fn a_cut_glob_tells_the_model_it_was_cut() {
     // A whole list says nothing more.
     assert_eq!(results[1], (0..10).map(|i| format!("f000{i}.txt")).collect::<Vec<_>>().join("\n"));
 }
+
+#[tokio::test]
+async fn a_skill_with_an_over_long_description_loads_and_is_cut_in_the_listing() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../skills/tests/fixtures/long-description");
+    let manifest = nexo::manifest::AgentManifest {
+        name: "a".into(),
+        description: "d".into(),
+        skills: vec!["api-guide".into()],
+        ..Default::default()
+    };
+    let options = nexo::state::RunOptions {
+        skills_path: Some(fixtures),
+        skill_mode: nexo::state::SkillMode::Progressive,
+        ..Default::default()
+    };
+    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
+    assert_eq!(skills[0].description.chars().count(), nexo_skills::MAX_DESCRIPTION_LEN);
+    assert!(skills[0].description.ends_with('…'));
+    let p = nexo::state::Prompting::new(&manifest, None, skills, &options);
+    assert!(p.instructions.join("\n").contains("- api-guide: Guides work with a hosted model API"));
+}

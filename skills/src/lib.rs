@@ -22,7 +22,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 pub use error::SkillError;
-pub use parse::{MAX_DESCRIPTION_LEN, MAX_NAME_LEN, parse_skill_md};
+pub use parse::{MAX_DESCRIPTION_LEN, MAX_NAME_LEN, parse_skill_md, parse_skill_md_for_use};
 
 /// The skills directory used when none is configured.
 pub const DEFAULT_SKILLS_DIR: &str = "skills";
@@ -65,6 +65,9 @@ pub struct Skill {
     /// Every file under `references/`, `scripts/` and `assets/`, as sorted,
     /// `/`-separated paths relative to [`dir`](Skill::dir).
     pub resources: Vec<String>,
+    /// What loading tolerated (only [`find`] tolerates anything: an over-long
+    /// description). Empty for a package that passes [`load_skill`].
+    pub warnings: Vec<String>,
 }
 
 impl Skill {
@@ -79,6 +82,10 @@ impl Skill {
 /// Fails if `dir/SKILL.md` is missing or invalid, or if its `name` is not
 /// the directory's name.
 pub fn load_skill(dir: &Path) -> Result<Skill, SkillError> {
+    load(dir, false)
+}
+
+fn load(dir: &Path, for_use: bool) -> Result<Skill, SkillError> {
     let file = dir.join(SKILL_FILE);
     let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let text = match fs::read_to_string(&file) {
@@ -88,7 +95,8 @@ pub fn load_skill(dir: &Path) -> Result<Skill, SkillError> {
         }
         Err(e) => return Err(SkillError::io(file, e)),
     };
-    let (metadata, instructions) = parse_skill_md(&file, &text)?;
+    let (metadata, instructions, warning) =
+        if for_use { parse::parse_skill_md_for_use(&file, &text)? } else { parse::parse(&file, &text, false)? };
     if metadata.name != dir_name {
         return Err(SkillError::field(
             &file,
@@ -97,7 +105,7 @@ pub fn load_skill(dir: &Path) -> Result<Skill, SkillError> {
         ));
     }
     let resources = list_resources(dir)?;
-    Ok(Skill { metadata, instructions, dir: dir.to_path_buf(), resources })
+    Ok(Skill { metadata, instructions, dir: dir.to_path_buf(), resources, warnings: warning.into_iter().collect() })
 }
 
 /// Lists the files under the resource directories of the skill in `dir`.
@@ -208,10 +216,14 @@ impl SkillSet {
     }
 }
 
-/// Loads the skill called `name` from the skills directory `skills_path`.
+/// Loads the skill called `name` from the skills directory `skills_path`,
+/// as an agent uses it.
 ///
 /// The name is validated first, so that it cannot address anything outside
-/// `skills_path` (`../x` is not a skill name).
+/// `skills_path` (`../x` is not a skill name). Every rule of [`load_skill`]
+/// holds but one: a description over [`MAX_DESCRIPTION_LEN`] is accepted,
+/// with a note in [`Skill::warnings`], since public skills exist that break
+/// only that rule.
 pub fn find(skills_path: &Path, name: &str) -> Result<Skill, SkillError> {
     let dir = skills_path.join(name);
     let file = dir.join(SKILL_FILE);
@@ -219,7 +231,7 @@ pub fn find(skills_path: &Path, name: &str) -> Result<Skill, SkillError> {
     if !file.is_file() {
         return Err(SkillError::NotFound { name: name.to_owned(), path: file });
     }
-    load_skill(&dir)
+    load(&dir, true)
 }
 
 /// Creates a new skill package `skills_path/name` and returns its directory.

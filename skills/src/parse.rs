@@ -166,6 +166,22 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 /// their own (`version`, `author`, ...) and rejecting them would make many
 /// published skills unloadable.
 pub fn parse_skill_md(file: &Path, text: &str) -> Result<(SkillMetadata, String), SkillError> {
+    parse(file, text, false).map(|(metadata, body, _)| (metadata, body))
+}
+
+/// Parses like [`parse_skill_md`], except that a description over
+/// [`MAX_DESCRIPTION_LEN`] is accepted; the third value is then a warning
+/// that says so. For loading a skill into an agent, where one over-long
+/// field should not stop the run; `nexo skill check` stays strict.
+pub fn parse_skill_md_for_use(file: &Path, text: &str) -> Result<(SkillMetadata, String, Option<String>), SkillError> {
+    parse(file, text, true)
+}
+
+pub(crate) fn parse(
+    file: &Path,
+    text: &str,
+    allow_long: bool,
+) -> Result<(SkillMetadata, String, Option<String>), SkillError> {
     let (yaml, body) = split_frontmatter(file, text)?;
     // A leading newline stands for the opening `---` line, so that the parser's
     // line numbers are the file's; snippets are off to keep messages on one line.
@@ -205,12 +221,13 @@ pub fn parse_skill_md(file: &Path, text: &str) -> Result<(SkillMetadata, String)
     if len == 0 {
         return Err(SkillError::field(file, "description", "must not be empty"));
     }
+    let mut warning = None;
     if len > MAX_DESCRIPTION_LEN {
-        return Err(SkillError::field(
-            file,
-            "description",
-            format!("is {len} characters long; at most {MAX_DESCRIPTION_LEN} are allowed"),
-        ));
+        let rule = format!("is {len} characters long; at most {MAX_DESCRIPTION_LEN} are allowed");
+        if !allow_long {
+            return Err(SkillError::field(file, "description", rule));
+        }
+        warning = Some(format!("{}: `description` {rule}; it is cut where listed", file.display()));
     }
 
     let license = optional_string(file, &mut fields, "license")?;
@@ -219,7 +236,7 @@ pub fn parse_skill_md(file: &Path, text: &str) -> Result<(SkillMetadata, String)
     let allowed_tools = allowed_tools(file, fields.remove("allowed-tools"))?;
 
     let metadata = SkillMetadata { name, description, license, compatibility, allowed_tools, extra };
-    Ok((metadata, body.trim().to_owned()))
+    Ok((metadata, body.trim().to_owned(), warning))
 }
 
 fn required_string(file: &Path, fields: &mut BTreeMap<String, Raw>, field: &str) -> Result<String, SkillError> {

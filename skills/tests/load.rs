@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use nexo_skills::{PLACEHOLDER_DESCRIPTION, SkillError, SkillSet, find, load_skill, scaffold};
+use nexo_skills::{MAX_DESCRIPTION_LEN, PLACEHOLDER_DESCRIPTION, SkillError, SkillSet, find, load_skill, scaffold};
 
 fn collection() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/collection")
@@ -172,4 +172,27 @@ fn scaffold_refuses_invalid_names() {
         assert!(matches!(&err, SkillError::Field { field, .. } if field == "name"), "{name:?}: {err}");
     }
     assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing was created");
+}
+
+#[test]
+fn an_over_long_description_fails_the_check_but_loads_for_an_agent_with_a_warning() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/long-description");
+    // `nexo skill check` stays strict.
+    let err = load_skill(&dir.join("api-guide")).unwrap_err();
+    assert!(matches!(&err, SkillError::Field { field, .. } if field == "description"), "{err}");
+    assert!(SkillSet::load(&dir).is_err());
+    // An agent that names it still gets it, and is told why it is unusual.
+    let skill = find(&dir, "api-guide").unwrap();
+    assert!(skill.metadata.description.chars().count() > MAX_DESCRIPTION_LEN);
+    assert_eq!(skill.resources, ["references/requests.md"]);
+    assert_eq!(skill.warnings.len(), 1, "{:?}", skill.warnings);
+    assert!(skill.warnings[0].contains("characters long; at most 1024"), "{:?}", skill.warnings);
+    // Any other fault still fails, lenient or not.
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("api-guide");
+    fs::create_dir(&bad).unwrap();
+    let text =
+        fs::read_to_string(dir.join("api-guide/SKILL.md")).unwrap().replace("name: api-guide", "name: Api_Guide");
+    fs::write(bad.join("SKILL.md"), text).unwrap();
+    assert!(find(tmp.path(), "api-guide").is_err());
 }
