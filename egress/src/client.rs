@@ -17,7 +17,7 @@ use crate::address::check_address;
 use crate::allow::HostList;
 use crate::origin::Origin;
 use crate::resolver::{Resolver, SystemResolver};
-use crate::scrub::{Scrubber, scrub};
+use crate::scrub::{Redactor, scrub};
 
 /// The `User-Agent` of every request.
 pub const USER_AGENT: &str = concat!("nexo/", env!("CARGO_PKG_VERSION"));
@@ -137,7 +137,7 @@ pub struct SecretHeader {
     bare: Option<String>,
     /// `None`: https on port 443 of the policy's host entries.
     origins: Option<Vec<Origin>>,
-    scrubber: Arc<Scrubber>,
+    scrubber: Arc<Redactor>,
 }
 
 impl SecretHeader {
@@ -161,7 +161,7 @@ impl SecretHeader {
         if name.starts_with("proxy-") {
             return Err(EgressError::Config(format!("`{name}` is a proxy header; nexo uses no proxy")));
         }
-        let scrubber = Arc::new(Scrubber::new([value.as_bytes()])?);
+        let scrubber = Arc::new(Redactor::new([value.as_bytes()])?);
         Ok(SecretHeader { name, value, bare: None, origins: None, scrubber })
     }
 
@@ -175,7 +175,7 @@ impl SecretHeader {
     ) -> Result<Self, EgressError> {
         let key = key.into();
         let mut secret = Self::new(name, format!("{}{key}", prefix.into()))?;
-        secret.scrubber = Arc::new(Scrubber::new([secret.value.as_bytes(), key.as_bytes()])?);
+        secret.scrubber = Arc::new(Redactor::new([secret.value.as_bytes(), key.as_bytes()])?);
         secret.bare = Some(key);
         Ok(secret)
     }
@@ -335,7 +335,7 @@ impl Policy {
         }
     }
 
-    fn scrubbers(&self) -> Vec<&Scrubber> {
+    fn scrubbers(&self) -> Vec<&Redactor> {
         self.secrets.iter().map(|s| &*s.scrubber).collect()
     }
 

@@ -35,8 +35,10 @@
 //! requests for its exact [`Origin`]s (by default `https://<entry>:443` for
 //! each of the policy's host entries), its value cannot be read back, `Debug`
 //! redacts it, and it is scrubbed from responses that echo it, literally or
-//! in a common encoding (percent, JSON and HTML escapes, hex, base64, case,
-//! separators). The client asks for `Accept-Encoding: identity` and refuses
+//! in a common encoding (percent, JSON, JavaScript and HTML escapes, hex,
+//! base64 and base32, UTF-16, case, separators), and any run of 12 or more
+//! of its letters and digits ([`Redactor`], which other crates use to scrub
+//! their own secrets the same way). The client asks for `Accept-Encoding: identity` and refuses
 //! any other content coding ([`EgressError::UnrequestedEncoding`]), so the
 //! scrubber sees what the caller gets. Bodies are capped
 //! ([`Policy::max_body`], then `truncated` is set), each hop has a time
@@ -70,3 +72,4 @@ pub use allow::{BadHost, HostList};
 pub use client::{EgressError, GuardedClient, GuardedClientBuilder, Policy, Response, SecretHeader, USER_AGENT};
 pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};
+pub use scrub::Redactor;

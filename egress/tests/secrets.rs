@@ -11,6 +11,8 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STAN
 use common::{FakeResolver, Reply, Server, hosts, routed_client};
 use nexo_egress::{EgressError, Policy, SecretHeader};
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use regex::{Captures, Regex};
+use std::sync::LazyLock;
 
 /// Upper- and lower-case letters, digits, `-` and `/`.
 const KEY: &str = "sk-Live/7Gh2Qx9Lm4Tz8Wp3";
@@ -48,6 +50,34 @@ const ENCODINGS: &[&str] = &[
     "dashed",
     "mixed",
     "html-entities",
+    "html-hex-entities",
+    "html-no-semicolon",
+    "html-no-semicolon-slash",
+    "html-named",
+    "html-mixed",
+    "js-hex-lower",
+    "js-hex-upper",
+    "es6-unicode",
+    "octal",
+    "octal-3",
+    "percent-u",
+    "percent-u-slash",
+    "utf16le-hex",
+    "utf16be-hex",
+    "utf16le-base64-0",
+    "utf16le-base64-1",
+    "utf16le-base64-2",
+    "utf16be-base64url",
+    "base32",
+    "base32-nopad-lower",
+    "base32-1",
+    "base32-2",
+    "base32-3",
+    "base32-4",
+    "glitch-section",
+    "glitch-bogus-entity",
+    "glitch-bad-percent",
+    "glitch-stray-backslash",
 ];
 
 /// `value` encoded the way `/echo/<how>` asks.
@@ -82,8 +112,44 @@ fn encode(how: &str, auth: &str) -> String {
             })
             .collect(),
         "html-entities" => each(&|c| format!("&#{};", c as u32)),
+        "html-hex-entities" => each(&|c| format!("&#x{:X};", c as u32)),
+        "html-no-semicolon" => each(&|c| format!("&#{}", c as u32)),
+        // `&#477` decodes as U+01DD: the `7` after the slash is lost, the rest must go.
+        "html-no-semicolon-slash" => key.replace('-', "&#45").replace('/', "&#47"),
+        "html-named" => key.replace('-', "&hyphen;").replace('/', "&sol;"),
+        "html-mixed" => key.replace('-', "&#x2d").replace('/', "&sol;").replace('L', "&#76;"),
+        "js-hex-lower" => each(&|c| format!("\\x{:02x}", c as u32)),
+        "js-hex-upper" => each(&|c| format!("\\x{:02X}", c as u32)),
+        "es6-unicode" => each(&|c| format!("\\u{{{:x}}}", c as u32)),
+        "octal" => each(&|c| format!("\\{:o}", c as u32)),
+        "octal-3" => key.replace('-', "\\055").replace('/', "\\057"),
+        "percent-u" => each(&|c| format!("%u{:04X}", c as u32)),
+        "percent-u-slash" => key.replace('/', "%u002F"),
+        "utf16le-hex" => hex::encode(utf16(key, true)),
+        "utf16be-hex" => hex::encode_upper(utf16(key, false)),
+        "utf16le-base64-0" | "utf16le-base64-1" | "utf16le-base64-2" => {
+            let prefix = utf16(&"ab"[..how[15..].parse().unwrap()], true);
+            STANDARD.encode([prefix, utf16(key, true)].concat())
+        }
+        "utf16be-base64url" => URL_SAFE_NO_PAD.encode(utf16(key, false)),
+        "base32" => data_encoding::BASE32.encode(key.as_bytes()),
+        "base32-nopad-lower" => data_encoding::BASE32_NOPAD.encode(key.as_bytes()).to_lowercase(),
+        "base32-1" | "base32-2" | "base32-3" | "base32-4" => {
+            let offset: usize = how[7..].parse().unwrap();
+            data_encoding::BASE32.encode(format!("{}{key}:and-some-more-data", &"abcd"[..offset]).as_bytes())
+        }
+        // One separator or escape the scrubber does not know, in the middle of the key.
+        "glitch-section" => key.replace('/', "\u{a7}"),
+        "glitch-bogus-entity" => key.replace('/', "&bogus;"),
+        "glitch-bad-percent" => key.replace('/', "%zz"),
+        "glitch-stray-backslash" => key.replace('/', "\\q"),
         other => panic!("unknown encoding {other}"),
     }
+}
+
+/// The UTF-16 bytes of `text`, little- or big-endian.
+fn utf16(text: &str, little_endian: bool) -> Vec<u8> {
+    text.encode_utf16().flat_map(|u| if little_endian { u.to_le_bytes() } else { u.to_be_bytes() }).collect()
 }
 
 /// The 8-character pieces of `text`, lowercased.
@@ -96,8 +162,11 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Tries to get 8 consecutive characters of the key back out of `body` the
-/// ways a reader could: as is, JSON-decoded, percent-decoded, hex- and
-/// base64-decoded, and with every separator removed. Returns how it did.
+/// ways a reader could: as is, JSON-decoded, percent-decoded, with
+/// JavaScript, C, IIS and HTML escapes decoded, hex-, base64- and
+/// base32-decoded (also read as UTF-16), and with every separator removed.
+/// Returns how it did. Eight is stricter than the scrubber's fragment rule
+/// (twelve): the echoes below leave at most the six characters of `sk-Live`.
 fn recover(body: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(body).into_owned();
     let mut texts = vec![text.clone()];
@@ -107,7 +176,8 @@ fn recover(body: &[u8]) -> Option<String> {
         texts.push(unescaped);
     }
     texts.extend(texts.clone().iter().map(|t| percent_decode_str(t).decode_utf8_lossy().into_owned()));
-    texts.extend(texts.clone().iter().map(|t| html_decode(t)));
+    texts.extend(texts.clone().iter().map(|t| unescape(t)));
+    texts.extend(texts.clone().iter().map(|t| html_escape::decode_html_entities(t).into_owned()));
     let key_windows = windows(KEY);
     let key_alnum: String = KEY.chars().filter(char::is_ascii_alphanumeric).collect();
     let alnum_windows = windows(&key_alnum);
@@ -117,6 +187,12 @@ fn recover(body: &[u8]) -> Option<String> {
             .with_decode_padding_mode(DecodePaddingMode::Indifferent)
             .with_decode_allow_trailing_bits(true),
     );
+    let base32 = {
+        let mut spec = data_encoding::Specification::new();
+        spec.symbols.push_str("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567");
+        spec.check_trailing_bits = false;
+        spec.encoding().unwrap()
+    };
     for t in &texts {
         let mut decoded: Vec<(String, Vec<u8>)> = vec![("plain".into(), t.as_bytes().to_vec())];
         for run in t.split(|c: char| !c.is_ascii_hexdigit()).filter(|r| r.len() >= 16) {
@@ -148,6 +224,22 @@ fn recover(body: &[u8]) -> Option<String> {
                 }
             }
         }
+        let b32 = |c: char| c.is_ascii_alphabetic() || ('2'..='7').contains(&c);
+        for run in t.split(|c: char| !b32(c)).filter(|r| r.len() >= 13) {
+            let upper = run.to_ascii_uppercase();
+            for skip in 0..8.min(upper.len()) {
+                let part = &upper[skip..];
+                if let Ok(bytes) = base32.decode(&part.as_bytes()[..part.len() - part.len() % 8]) {
+                    decoded.push((format!("base32 from char {skip}"), bytes));
+                }
+            }
+        }
+        // UTF-16 of ASCII: every other byte is zero.
+        let utf16: Vec<(String, Vec<u8>)> = decoded
+            .iter()
+            .map(|(how, bytes)| (format!("{how}, as UTF-16"), bytes.iter().copied().filter(|b| *b != 0).collect()))
+            .collect();
+        decoded.extend(utf16);
         for (how, bytes) in &decoded {
             if let Some(w) = key_windows.iter().find(|w| contains(bytes, w)) {
                 return Some(format!("{how}: {}", String::from_utf8_lossy(w)));
@@ -161,26 +253,29 @@ fn recover(body: &[u8]) -> Option<String> {
     None
 }
 
-/// `&#NNN;` entities decoded.
-fn html_decode(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("&#") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at + 2..];
-        match tail.split_once(';').and_then(|(n, after)| Some((char::from_u32(n.parse().ok()?)?, after))) {
-            Some((c, after)) => {
-                out.push(c);
-                rest = after;
-            }
-            None => {
-                out.push_str("&#");
-                rest = tail;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+/// JavaScript and C escapes (`\xNN`, `\uNNNN`, `\u{N}`, octal `\NNN`),
+/// `%uNNNN` and HTML numeric entities with or without `;`, decoded.
+fn unescape(text: &str) -> String {
+    // Groups 1 to 5 are hex, 6 octal, 7 decimal.
+    static ESCAPE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(concat!(
+            r"\\x([0-9a-fA-F]{2})|\\u\{([0-9a-fA-F]{1,6})\}|\\u([0-9a-fA-F]{4})|%[uU]([0-9a-fA-F]{4})",
+            r"|&#[xX]([0-9a-fA-F]{1,6});?|\\([0-7]{1,3})|&#([0-9]{1,7});?",
+        ))
+        .unwrap()
+    });
+    ESCAPE
+        .replace_all(text, |caps: &Captures<'_>| {
+            let group = (1..=7).find(|&i| caps.get(i).is_some()).unwrap();
+            let radix = match group {
+                6 => 8,
+                7 => 10,
+                _ => 16,
+            };
+            let decoded = u32::from_str_radix(&caps[group], radix).ok().and_then(char::from_u32);
+            decoded.map_or_else(|| caps[0].to_string(), String::from)
+        })
+        .into_owned()
 }
 
 #[test]

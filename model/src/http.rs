@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
+use nexo_egress::Redactor;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use crate::endpoint::Endpoint;
@@ -63,6 +64,8 @@ pub(crate) struct Http {
     client: reqwest::Client,
     headers: HeaderMap,
     secret: Option<String>,
+    /// The key's encodings, for messages; `None` for keys too short for it.
+    redactor: Option<Redactor>,
     limits: Limits,
 }
 
@@ -95,7 +98,15 @@ impl Http {
             .user_agent(concat!("nexo/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ModelError::Config(format!("cannot set up an HTTP client for {provider}: {}", chain(&e))))?;
-        Ok(Http { provider: provider.into(), client, headers, secret: secret.filter(|s| !s.is_empty()), limits })
+        let secret = secret.filter(|s| !s.is_empty());
+        let redactor =
+            match &secret {
+                Some(key) => Some(Redactor::new([key.as_bytes()]).map_err(|e| {
+                    ModelError::Config(format!("cannot prepare the scrubbing of the {provider} key: {e}"))
+                })?),
+                None => None,
+            };
+        Ok(Http { provider: provider.into(), client, headers, secret, redactor, limits })
     }
 
     /// The provider's name, for messages.
@@ -103,8 +114,15 @@ impl Http {
         &self.provider
     }
 
-    /// Removes the key from `text`, should a server echo it back.
+    /// Removes the key from `text`, should a server echo it back: literally
+    /// or encoded (escaped, hex, base64, base32…), and any run of 12 of its
+    /// letters and digits, as the egress client scrubs responses.
     fn scrub(&self, text: String) -> String {
+        let text = match &self.redactor {
+            Some(redactor) => redactor.redact_str(&text),
+            None => text,
+        };
+        // The redactor skips keys shorter than 8 bytes; the literal still goes.
         match &self.secret {
             Some(key) if text.contains(key.as_str()) => text.replace(key.as_str(), "<redacted>"),
             _ => text,

@@ -350,6 +350,22 @@ async fn an_echoed_key_is_scrubbed() {
 }
 
 #[tokio::test]
+async fn an_encoded_key_in_a_401_is_scrubbed() {
+    let server = MockServer::start().await.unwrap();
+    let p = provider(&config(ProviderKind::Openai, &server));
+    let escaped: String = KEY.chars().map(|c| format!("\\x{:02x}", c as u32)).collect();
+    let base32 = data_encoding::BASE32.encode(KEY.as_bytes());
+    for stream in MODES {
+        server.push(Reply::error(401, format!("Incorrect API key provided: {escaped} (base32 {base32})")));
+        let error = run(p.as_ref(), &request("go"), stream).await.0.unwrap_err();
+        assert_clean(&error, "openai");
+        let text = format!("{error} {error:?}");
+        assert!(text.contains("Incorrect API key provided: <redacted> (base32 <redacted>)"), "{text}");
+        assert!(!text.contains("\\x73\\x6b") && !text.contains(&base32[..16]), "{text}");
+    }
+}
+
+#[tokio::test]
 async fn malformed_json_is_a_protocol_error() {
     let server = MockServer::start().await.unwrap();
     let p = provider(&config(ProviderKind::Openai, &server));
