@@ -236,5 +236,27 @@ fn guard_pieces(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, get, guard_pieces);
+/// The cost of scrubbing a key and its encodings from 2 MiB bodies.
+fn scrubbing(c: &mut Criterion) {
+    let redactor =
+        nexo_egress::Redactor::new([b"Bearer sk-Live/7Gh2Qx9Lm4Tz8Wp3".as_slice(), b"sk-Live/7Gh2Qx9Lm4Tz8Wp3"])
+            .expect("a valid secret");
+    let mut group = c.benchmark_group("scrub");
+    group.sample_size(20);
+    for (what, chunk) in [
+        (
+            "escaped JSON",
+            "{\"title\": \"Caf\\u00e9 &amp; bar\", \"url\": \"https://example.com/a%20b?q=1\", \"n\": 12345},\n",
+        ),
+        ("prose", "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor 2024. "),
+    ] {
+        let body = chunk.repeat((2 << 20) / chunk.len() + 1);
+        group.bench_function(format!("2 MiB of {what}"), |b| {
+            b.iter(|| std::hint::black_box(redactor.redact(std::hint::black_box(body.as_bytes().to_vec()))))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, get, guard_pieces, scrubbing);
 criterion_main!(benches);

@@ -748,31 +748,3 @@ mod tests {
         assert!(!format!("{scrubber:?}").contains("0123"));
     }
 }
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-
-    /// The cost of scrubbing 2 MiB bodies (run with `--release -- --ignored --nocapture`).
-    #[test]
-    #[ignore = "a measurement, not a check"]
-    fn scrub_two_mebibytes() {
-        let redactor =
-            Redactor::new([b"Bearer sk-Live/7Gh2Qx9Lm4Tz8Wp3".as_slice(), b"sk-Live/7Gh2Qx9Lm4Tz8Wp3"]).unwrap();
-        for (what, chunk) in [
-            (
-                "escaped JSON",
-                "{\"title\": \"Caf\\u00e9 &amp; bar\", \"url\": \"https://example.com/a%20b?q=1\", \"n\": 12345},\n",
-            ),
-            ("prose", "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor 2024. "),
-        ] {
-            let body = chunk.repeat((2 << 20) / chunk.len() + 1);
-            let runs = 20;
-            let start = std::time::Instant::now();
-            for _ in 0..runs {
-                std::hint::black_box(scrub(std::hint::black_box(body.as_bytes().to_vec()), &[&redactor]));
-            }
-            println!("scrub of {} bytes of {what}: {:?} per body", body.len(), start.elapsed() / runs);
-        }
-    }
-}
