@@ -586,7 +586,11 @@ fn init(dir: &std::path::Path) -> ExitCode {
             for path in written {
                 outln!("{}", path.display());
             }
-            errln!("next: nexo inspect {} --config {}", dir.join("agents/example.toml").display(), dir.join("nexo.toml").display());
+            errln!(
+                "next: nexo inspect {} --config {}",
+                dir.join("agents/example.toml").display(),
+                dir.join("nexo.toml").display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -41,7 +41,10 @@ pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
             let Description::SearchBackend(info) = plugin.description() else { unreachable!("kind is search backend") };
             let grant = nexo::web::EgressGrant { hosts: info.hosts.clone(), ..Default::default() };
             let hosts = if info.hosts.is_empty() { "(none)".to_string() } else { info.hosts.join(", ") };
-            checks.push(check(format!("its hosts are valid grant entries: {hosts}"), grant.egress().map(|_| ()).map_err(|e| e.to_string())));
+            checks.push(check(
+                format!("its hosts are valid grant entries: {hosts}"),
+                grant.egress().map(|_| ()).map_err(|e| e.to_string()),
+            ));
         }
         PluginKind::SandboxProvider => {
             let started = match plugin.sandbox_provider(&RunOptions::default()).await {
@@ -79,7 +82,9 @@ async fn agent(plugin: &Plugin, tests: &Path) -> Check {
     .await;
     let verdict = match result {
         Err(e) => Err(e.to_string()),
-        Ok((_, Some(Status::TurnLimit | Status::TokenBudget))) => Err("the turn cap or token budget cut it short".into()),
+        Ok((_, Some(Status::TurnLimit | Status::TokenBudget))) => {
+            Err("the turn cap or token budget cut it short".into())
+        }
         Ok((_, Some(Status::ApprovalRequired { tool, .. }))) => Err(format!("stopped: `{tool}` needs approval")),
         Ok((answer, _)) if answer.contains(&expected) => Ok(()),
         Ok((answer, _)) => Err(format!("the answer lacks {expected:?}; it was {answer:?}")),
@@ -89,9 +94,10 @@ async fn agent(plugin: &Plugin, tests: &Path) -> Check {
 
 async fn skill(plugin: &Plugin) -> Vec<Check> {
     let mut checks = Vec::new();
-    let instructions = plugin.skill_instructions().await.map_err(|e| e.to_string()).and_then(|text| {
-        if text.trim().is_empty() { Err("the instructions are empty".to_string()) } else { Ok(()) }
-    });
+    let instructions =
+        plugin.skill_instructions().await.map_err(|e| e.to_string()).and_then(|text| {
+            if text.trim().is_empty() { Err("the instructions are empty".to_string()) } else { Ok(()) }
+        });
     checks.push(check("has instructions", instructions));
     let Description::Skill(description) = plugin.description() else { unreachable!("kind is skill") };
     for path in &description.resources {

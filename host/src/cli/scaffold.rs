@@ -186,7 +186,9 @@ mod tests {
     fn uncommented(text: &str) -> String {
         text.lines()
             .map(|line| match line.strip_prefix("# ") {
-                Some(rest) if rest.starts_with('[') || rest.split_once(" = ").is_some_and(|(k, _)| !k.contains(' ')) => {
+                Some(rest)
+                    if rest.starts_with('[') || rest.split_once(" = ").is_some_and(|(k, _)| !k.contains(' ')) =>
+                {
                     rest
                 }
                 _ => line,
@@ -204,9 +206,27 @@ mod tests {
         assert!(parsed.is_ok(), "{parsed:?}\n{all}");
         // Every key of the three tables appears, so none was forgotten.
         let keys = [
-            "allow", "mode", "sandbox", "cwd", "image", "container-runtime", "shell-confinement", "fetch-hosts",
-            "model", "provider", "base-url", "assume-model-exists", "script", "max-turns", "token-budget",
-            "backend", "hosts", "allow-private", "settings", "api-key", "timeout-secs",
+            "allow",
+            "mode",
+            "sandbox",
+            "cwd",
+            "image",
+            "container-runtime",
+            "shell-confinement",
+            "fetch-hosts",
+            "model",
+            "provider",
+            "base-url",
+            "assume-model-exists",
+            "script",
+            "max-turns",
+            "token-budget",
+            "backend",
+            "hosts",
+            "allow-private",
+            "settings",
+            "api-key",
+            "timeout-secs",
         ];
         for key in keys {
             assert!(all.lines().any(|l| l.starts_with(&format!("{key} = "))), "missing `{key}`");

@@ -145,8 +145,10 @@ pub fn install(dir: &Path) -> Result<(), String> {
     let parent = dir.parent().ok_or_else(|| format!("{} has no parent directory", dir.display()))?;
     std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     // Unpack beside the final place and rename: a reader sees all or nothing.
-    let staging =
-        tempfile::Builder::new().prefix(".nexo-sdk-").tempdir_in(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".nexo-sdk-")
+        .tempdir_in(parent)
+        .map_err(|e| format!("{}: {e}", parent.display()))?;
     for (path, text) in &files {
         let dest = staging.path().join(path);
         if let Some(p) = dest.parent() {
