@@ -88,11 +88,21 @@ fn manifest() -> Result<String, String> {
             }
         }
     }
-    let body = toml::to_string(&sdk).map_err(|e| e.to_string())?;
+    // `[package]` first, as people write it; toml's tables are sorted by key.
+    let mut body = String::new();
+    let mut keys: Vec<String> = sdk.keys().cloned().collect();
+    keys.sort_by_key(|k| k != "package");
+    for key in keys {
+        let mut one = toml::Table::new();
+        one.insert(key.clone(), sdk[&key].clone());
+        body.push_str(&toml::to_string(&one).map_err(|e| e.to_string())?);
+        body.push('\n');
+    }
     Ok(format!(
         "# The nexo guest SDK, unpacked by nexo {}. Do not edit: nexo checks this\n\
-         # directory by content hash and refuses to use a changed copy.\n\n{body}",
-        env!("CARGO_PKG_VERSION")
+         # directory by content hash and refuses to use a changed copy.\n\n{}",
+        env!("CARGO_PKG_VERSION"),
+        body.trim_end()
     ))
 }
 
