@@ -20,7 +20,10 @@ macro_rules! errln {
 mod grant;
 mod inspect;
 mod model;
+mod plugin_test;
 mod progress;
+mod scaffold;
+mod sdk;
 mod web;
 
 use std::path::PathBuf;
@@ -94,9 +97,32 @@ enum Command {
         /// The plugin crate's directory.
         #[arg(default_value = ".")]
         path: PathBuf,
-        /// Where cargo puts build output (default: <path>/target).
+        /// Where cargo puts build output (default: $CARGO_TARGET_DIR, else <path>/target).
         #[arg(long, value_name = "DIR")]
         target_dir: Option<PathBuf>,
+    },
+    /// Build a plugin crate and check it in an in-process host (an agent runs its scripted test).
+    Test {
+        /// The plugin crate's directory.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Where cargo puts build output (default: $CARGO_TARGET_DIR, else <path>/target).
+        #[arg(long, value_name = "DIR")]
+        target_dir: Option<PathBuf>,
+    },
+    /// Write a new plugin crate NAME/ that builds anywhere (the SDK comes from this binary).
+    New {
+        /// What to make.
+        #[arg(value_enum)]
+        kind: scaffold::NewKind,
+        /// The plugin's name, and its directory: lowercase letters, digits and single hyphens.
+        name: PathBuf,
+    },
+    /// Write an operator project: a commented nexo.toml, skills/, agents/ and .gitignore.
+    Init {
+        /// The project's directory (created if missing).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
     },
     /// Print the `nexo:plugin` WIT package this host implements.
     Wit,
@@ -196,7 +222,23 @@ async fn dispatch(cli: Cli) -> ExitCode {
         return skill(command);
     }
     if let Command::Build { path, target_dir } = &cli.command {
-        return build(&cli, path, target_dir.as_deref()).await;
+        return match build(&cli, path, target_dir.as_deref()).await {
+            Ok((plugin, artifact)) => {
+                outln!("{}", artifact.display());
+                errln!("built {} `{}` ({} bytes)", plugin.kind(), plugin.name(), plugin.size());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        };
+    }
+    if let Command::Test { path, target_dir } = &cli.command {
+        return test(&cli, path, target_dir.as_deref()).await;
+    }
+    if let Command::New { kind, name } = &cli.command {
+        return new(*kind, name);
+    }
+    if let Command::Init { dir } = &cli.command {
+        return init(dir);
     }
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
@@ -293,7 +335,12 @@ async fn dispatch(cli: Cli) -> ExitCode {
             }
             report(result, *json)
         }
-        Command::Build { .. } | Command::Wit | Command::Skill(_) => unreachable!("handled above"),
+        Command::Build { .. }
+        | Command::Test { .. }
+        | Command::New { .. }
+        | Command::Init { .. }
+        | Command::Wit
+        | Command::Skill(_) => unreachable!("handled above"),
     }
 }
 
@@ -448,45 +495,108 @@ fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
     code
 }
 
-async fn build(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path::Path>) -> ExitCode {
+/// Builds the plugin crate at `path` and loads the component; on failure the
+/// error is printed and the exit code returned.
+async fn build(
+    cli: &Cli,
+    path: &std::path::Path,
+    target_dir: Option<&std::path::Path>,
+) -> Result<(Plugin, PathBuf), ExitCode> {
     let manifest = path.join("Cargo.toml");
     let Some(package) = nexo_toolchain::package_name(&manifest) else {
         errln!(
             "error: {} has no `[package] name`: point `nexo build` at a plugin crate's directory",
             manifest.display()
         );
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     };
-    let toolchain = match nexo_toolchain::Toolchain::detect() {
-        Ok(t) => t,
-        Err(e) => {
-            errln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let target_dir = target_dir.map(PathBuf::from).unwrap_or_else(|| path.join("target"));
+    let toolchain = nexo_toolchain::Toolchain::detect().map_err(|e| {
+        errln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    // As cargo does: the flag, else $CARGO_TARGET_DIR, else the crate's own target/.
+    let target_dir = target_dir
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| path.join("target"));
     errln!("building `{package}` for {} with the {toolchain:?} toolchain", nexo_toolchain::TARGET);
-    let artifact = match nexo_toolchain::build_package(&toolchain, &manifest, Some(&package), &target_dir) {
-        Ok(a) => a,
+    let artifact = nexo_toolchain::build_package(&toolchain, &manifest, Some(&package), &target_dir).map_err(|e| {
+        errln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    let engine = Engine::new(engine_config(cli)).map_err(|e| {
+        errln!("error: {e:#}");
+        ExitCode::from(2)
+    })?;
+    match Plugin::load(&engine, &artifact).await {
+        Ok(plugin) => Ok((plugin, artifact)),
+        Err(e) => Err(fail(&e)),
+    }
+}
+
+/// `nexo test`: build, then the checks of [`plugin_test`]; exit 0 if all pass, 1 if not.
+async fn test(cli: &Cli, path: &std::path::Path, target_dir: Option<&std::path::Path>) -> ExitCode {
+    let (plugin, artifact) = match build(cli, path, target_dir).await {
+        Ok(built) => built,
+        Err(code) => return code,
+    };
+    errln!("testing {}", artifact.display());
+    let checks = plugin_test::run(&plugin, path).await;
+    let failed = checks.iter().filter(|c| c.result.is_err()).count();
+    for c in &checks {
+        match &c.result {
+            Ok(()) => outln!("ok    {}", c.what),
+            Err(reason) => outln!("FAIL  {}: {reason}", c.what),
+        }
+    }
+    if failed == 0 {
+        outln!("test result: ok ({} checks passed)", checks.len());
+        ExitCode::SUCCESS
+    } else {
+        outln!("test result: FAILED ({failed} of {} checks failed)", checks.len());
+        ExitCode::from(1)
+    }
+}
+
+fn new(kind: scaffold::NewKind, name: &std::path::Path) -> ExitCode {
+    let sdk_dir = match sdk::default_dir() {
+        Ok(d) => d,
         Err(e) => {
             errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let engine = match Engine::new(engine_config(cli)) {
-        Ok(e) => e,
-        Err(e) => {
-            errln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    match Plugin::load(&engine, &artifact).await {
-        Ok(plugin) => {
-            outln!("{}", artifact.display());
-            errln!("built {} `{}` ({} bytes)", plugin.kind(), plugin.name(), plugin.size());
+    match scaffold::new_plugin(kind, name, &sdk_dir) {
+        Ok(_) => {
+            outln!("{}", name.display());
+            errln!("created {} crate {} (SDK in {})", kind.label(), name.display(), sdk_dir.display());
+            errln!("next: nexo build {0}    then: nexo test {0}", name.display());
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&e),
+        Err(e) => {
+            errln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init(dir: &std::path::Path) -> ExitCode {
+    match scaffold::init(dir) {
+        Ok(written) => {
+            for path in written {
+                outln!("{}", path.display());
+            }
+            errln!(
+                "next: nexo inspect {} --config {}",
+                dir.join("agents/example.toml").display(),
+                dir.join("nexo.toml").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

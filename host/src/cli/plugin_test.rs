@@ -1,0 +1,112 @@
+//! `nexo test`: checks a built plugin in an in-process host, by kind.
+//!
+//! - agent: runs `tests/input.txt` against the scripted model conversation
+//!   `tests/script.json` with the default grant (read and glob, read-only,
+//!   the in-memory sandbox); passes if the run ends normally and the answer
+//!   contains `tests/expect.txt` (trimmed).
+//! - skill: the instructions are not empty and every listed resource reads.
+//! - search backend: the hosts its `info` names are valid grant entries.
+//! - sandbox provider: it starts as a remote sandbox (instantiated, no
+//!   network granted) and closes.
+//!
+//! Every kind first passes loading: world detection, import checks, and a
+//! valid name and description.
+
+use std::path::Path;
+
+use nexo::agent_loop::Status;
+use nexo::plugin::Description;
+use nexo::state::RunOptions;
+use nexo::{Plugin, PluginKind};
+
+/// One check's outcome: what was checked, and the problem if it failed.
+pub struct Check {
+    /// What was checked.
+    pub what: String,
+    /// `Err(reason)` when it failed.
+    pub result: Result<(), String>,
+}
+
+fn check(what: impl Into<String>, result: Result<(), String>) -> Check {
+    Check { what: what.into(), result }
+}
+
+/// Runs the checks for `plugin`, whose crate is at `crate_dir`.
+pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
+    let mut checks = vec![check(format!("loads as {} `{}`", plugin.kind().with_article(), plugin.name()), Ok(()))];
+    match plugin.kind() {
+        PluginKind::Agent => checks.push(agent(plugin, &crate_dir.join("tests")).await),
+        PluginKind::Skill => checks.extend(skill(plugin).await),
+        PluginKind::SearchBackend => {
+            let Description::SearchBackend(info) = plugin.description() else { unreachable!("kind is search backend") };
+            let grant = nexo::web::EgressGrant { hosts: info.hosts.clone(), ..Default::default() };
+            let hosts = if info.hosts.is_empty() { "(none)".to_string() } else { info.hosts.join(", ") };
+            checks.push(check(
+                format!("its hosts are valid grant entries: {hosts}"),
+                grant.egress().map(|_| ()).map_err(|e| e.to_string()),
+            ));
+        }
+        PluginKind::SandboxProvider => {
+            let started = match plugin.sandbox_provider(&RunOptions::default()).await {
+                Ok(sandbox) => tokio::task::spawn_blocking(move || nexo_sandbox::Sandbox::close(&sandbox))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| format!("close failed: {e}"))),
+                Err(e) => Err(e.to_string()),
+            };
+            checks.push(check("starts as a remote sandbox and closes", started));
+        }
+    }
+    checks
+}
+
+async fn agent(plugin: &Plugin, tests: &Path) -> Check {
+    let (script, input, expect) = (tests.join("script.json"), tests.join("input.txt"), tests.join("expect.txt"));
+    let what = format!("answers {} against {}", input.display(), script.display());
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    let (input_text, expected) = match (read(&input), read(&expect)) {
+        (Ok(i), Ok(e)) => (i, e.trim().to_string()),
+        (Err(e), _) | (_, Err(e)) => return check(what, Err(e)),
+    };
+    let config = nexo_model::ModelConfig { script: Some(script.clone()), ..Default::default() };
+    let provider = match nexo_model::resolve(&config) {
+        Ok(p) => p,
+        Err(e) => return check(what, Err(e.to_string())),
+    };
+    let options = RunOptions { model: Some(provider), ..RunOptions::default() };
+    let result = async {
+        let mut instance = plugin.instantiate_agent(&options).await?;
+        let answer = instance.run(input_text.trim_end_matches('\n')).await?;
+        Ok::<_, nexo::PluginError>((answer, instance.last_outcome().map(|o| o.status.clone())))
+    }
+    .await;
+    let verdict = match result {
+        Err(e) => Err(e.to_string()),
+        Ok((_, Some(Status::TurnLimit | Status::TokenBudget))) => {
+            Err("the turn cap or token budget cut it short".into())
+        }
+        Ok((_, Some(Status::ApprovalRequired { tool, .. }))) => Err(format!("stopped: `{tool}` needs approval")),
+        Ok((answer, _)) if answer.contains(&expected) => Ok(()),
+        Ok((answer, _)) => Err(format!("the answer lacks {expected:?}; it was {answer:?}")),
+    };
+    check(format!("{what}; the answer contains {}", expect.display()), verdict)
+}
+
+async fn skill(plugin: &Plugin) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let instructions =
+        plugin.skill_instructions().await.map_err(|e| e.to_string()).and_then(|text| {
+            if text.trim().is_empty() { Err("the instructions are empty".to_string()) } else { Ok(()) }
+        });
+    checks.push(check("has instructions", instructions));
+    let Description::Skill(description) = plugin.description() else { unreachable!("kind is skill") };
+    for path in &description.resources {
+        let read = match plugin.skill_resource(path).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("it is listed but read-resource returns nothing".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        checks.push(check(format!("resource {path} reads"), read));
+    }
+    checks
+}
