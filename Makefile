@@ -49,6 +49,8 @@ test: toolchain
 		echo "error: a normal build of nexo enables nexo-egress/testing (the test-only network seam)"; exit 1; fi
 
 bench: toolchain
+	./scripts/python-deps.sh
+	./scripts/js-deps.sh
 	$(CARGO) bench -p nexo --bench engine
 	$(CARGO) bench -p nexo-egress --bench client
 

@@ -9,7 +9,6 @@
 //! A missing tool is a failure, never a skip: the panic says how to install it
 //! (`scripts/python-deps.sh`, `scripts/js-deps.sh`; `make test` runs both).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -30,10 +29,9 @@ struct Guest {
     installed: &'static str,
     /// How to install it, for the failure message.
     install: &'static str,
-    /// Files the component is built from, relative to the example.
+    /// Files the component is built from, relative to the example. The
+    /// example's `build.sh <output>` builds it (with `$tool_env` set).
     sources: &'static [&'static str],
-    /// The tool's arguments; `{wit}` and `{out}` are replaced.
-    args: &'static [&'static str],
 }
 
 const PYTHON: Guest = Guest {
@@ -44,8 +42,7 @@ const PYTHON: Guest = Guest {
     installed: "target/tools/python/bin/componentize-py",
     install: "run ./scripts/python-deps.sh (`make test` does), or `pip install componentize-py==0.25.1` and \
               put it on PATH or in $NEXO_COMPONENTIZE_PY",
-    sources: &["app.py"],
-    args: &["-d", "{wit}", "-w", "agent-plugin", "componentize", "app", "-o", "{out}"],
+    sources: &["build.sh", "app.py"],
 };
 
 const JAVASCRIPT: Guest = Guest {
@@ -56,9 +53,7 @@ const JAVASCRIPT: Guest = Guest {
     installed: "target/tools/js/node_modules/.bin/componentize-js",
     install: "run ./scripts/js-deps.sh (`make test` does), or `npm install @bytecodealliance/componentize-js@0.23.0 \
               @bytecodealliance/preview2-shim@0.25.0` and put its .bin on PATH or the tool in $NEXO_COMPONENTIZE_JS",
-    sources: &["agent.js", "package-lock.json"],
-    // ComponentizeJS would otherwise import wasi:http, which no nexo world offers.
-    args: &["agent.js", "--wit", "{wit}", "--world-name", "agent-plugin", "-d", "http", "-d", "fetch-event", "-o", "{out}"],
+    sources: &["build.sh", "agent.js", "package-lock.json"],
 };
 
 /// The repository root.
@@ -82,11 +77,8 @@ pub fn js_agent() -> &'static Path {
 
 fn build(guest: &Guest) -> PathBuf {
     let root = root();
-    let tool = find_tool(guest, &root).unwrap_or_else(|| {
-        panic!(
-            "{} is not installed, so examples/{} cannot be built: {}",
-            guest.tool, guest.example, guest.install
-        )
+    let tool = find_tool(guest, &root).and_then(|t| t.canonicalize().ok()).unwrap_or_else(|| {
+        panic!("{} is not installed, so examples/{} cannot be built: {}", guest.tool, guest.example, guest.install)
     });
     let version = run_ok(Command::new(&tool).arg("--version"), guest.tool);
     let dir = root.join("examples").join(guest.example);
@@ -94,7 +86,6 @@ fn build(guest: &Guest) -> PathBuf {
 
     let mut hash = Sha256::new();
     hash.update(version.trim().as_bytes());
-    hash.update(guest.args.join(" ").as_bytes());
     let mut inputs: Vec<PathBuf> = guest.sources.iter().map(|s| dir.join(s)).collect();
     inputs.push(wit.join("nexo.wit"));
     for input in &inputs {
@@ -113,18 +104,18 @@ fn build(guest: &Guest) -> PathBuf {
     // Build to a private name, then rename: a concurrent test binary never
     // sees half a component.
     let partial = out_dir.join(format!("{}-{key}.{}.partial.wasm", guest.output, std::process::id()));
-    let args: Vec<OsString> = guest
-        .args
-        .iter()
-        .map(|a| match *a {
-            "{wit}" => wit.clone().into_os_string(),
-            "{out}" => partial.clone().into_os_string(),
-            other => other.into(),
-        })
-        .collect();
     eprintln!("building examples/{} with {} ({})", guest.example, guest.tool, version.trim());
-    run_ok(Command::new(&tool).args(&args).current_dir(&dir), guest.tool);
+    run_ok(Command::new(dir.join("build.sh")).arg(&partial).env(guest.tool_env, &tool), guest.tool);
     std::fs::rename(&partial, &out).unwrap_or_else(|e| panic!("cannot move {} into place: {e}", partial.display()));
+    // Older builds of this example are 10 to 20 MB each: keep only this one.
+    let prefix = format!("{}-", guest.output);
+    for entry in std::fs::read_dir(&out_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".wasm") && !name.contains(".partial.") && entry.path() != out {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
     out
 }
 

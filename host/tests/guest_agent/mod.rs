@@ -127,7 +127,10 @@ pub fn run_without_a_model_surveys_the_workspace(guest: &Guest) {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim_end(), format!("Workspace survey:\n{}", survey(guest)));
     let err = stderr(&out);
-    assert!(err.contains("surveyed 3 paths, read 2 files") && err.contains(&format!("plugin=\"{}\"", guest.name)), "{err}");
+    assert!(
+        err.contains("surveyed 3 paths, read 2 files") && err.contains(&format!("plugin=\"{}\"", guest.name)),
+        "{err}"
+    );
     assert!(err.contains("no model configured; answering with the survey alone"), "{err}");
     eprintln!("{}: nexo run, cache hit, no model: {took:?}", guest.name);
 
@@ -155,7 +158,17 @@ pub fn run_with_a_scripted_model_answers(guest: &Guest) {
     let cwd = ws.path().to_str().expect("UTF-8");
     let out = nexo(
         guest,
-        &["run", path(guest), "What is left to do?", "--sandbox", "local", "--cwd", cwd, "--script", script.to_str().expect("UTF-8")],
+        &[
+            "run",
+            path(guest),
+            "What is left to do?",
+            "--sandbox",
+            "local",
+            "--cwd",
+            cwd,
+            "--script",
+            script.to_str().expect("UTF-8"),
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
@@ -179,7 +192,8 @@ pub fn errors_and_the_memory_floor(guest: &Guest) {
     let out = nexo(guest, &["run", path(guest), "   "]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains(&format!("agent `{}` failed: the input is empty: say what to do with the workspace", guest.name)),
+        stderr(&out)
+            .contains(&format!("agent `{}` failed: the input is empty: say what to do with the workspace", guest.name)),
         "{}",
         stderr(&out)
     );
@@ -202,7 +216,9 @@ pub fn costs_next_to_rust(guest: &Guest) {
     let engine = Engine::new(EngineConfig { cache_dir: Some(cache), ..EngineConfig::default() }).expect("engine");
     let options = RunOptions::default();
     let mut rows = Vec::new();
-    for (label, file) in [(guest.name, PathBuf::from(guest.path)), ("text-stats (Rust)", PathBuf::from(nexo_tests::TEXT_STATS))] {
+    for (label, file) in
+        [(guest.name, PathBuf::from(guest.path)), ("text-stats (Rust)", PathBuf::from(nexo_tests::TEXT_STATS))]
+    {
         let size = std::fs::metadata(&file).expect("stat").len();
         let started = Instant::now();
         let plugin = rt.block_on(Plugin::load(&engine, &file)).expect("load");
