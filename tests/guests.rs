@@ -4,7 +4,8 @@
 //!
 //! Building one takes seconds to tens of seconds, so a build is cached under
 //! `target/guests/`, named by a hash of its inputs (the sources, the WIT, the
-//! tool's version): a re-run with nothing changed builds nothing.
+//! tool's version): a re-run with nothing changed builds nothing. Each build
+//! has its own compile cache next to it ([`compile_cache`]).
 //!
 //! A missing tool is a failure, never a skip: the panic says how to install it
 //! (`scripts/python-deps.sh`, `scripts/js-deps.sh`; `make test` runs both).
@@ -75,6 +76,12 @@ pub fn js_agent() -> &'static Path {
     BUILT.get_or_init(|| build(&JAVASCRIPT))
 }
 
+/// A compile cache directory for one built example (`<build>.cache/`, next
+/// to it, removed with it), so a re-run of the tests compiles nothing either.
+pub fn compile_cache(component: &Path) -> PathBuf {
+    component.with_extension("cache")
+}
+
 fn build(guest: &Guest) -> PathBuf {
     let root = root();
     let tool = find_tool(guest, &root).and_then(|t| t.canonicalize().ok()).unwrap_or_else(|| {
@@ -107,13 +114,19 @@ fn build(guest: &Guest) -> PathBuf {
     eprintln!("building examples/{} with {} ({})", guest.example, guest.tool, version.trim());
     run_ok(Command::new(dir.join("build.sh")).arg(&partial).env(guest.tool_env, &tool), guest.tool);
     std::fs::rename(&partial, &out).unwrap_or_else(|e| panic!("cannot move {} into place: {e}", partial.display()));
-    // Older builds of this example are 10 to 20 MB each: keep only this one.
+    // Older builds of this example (10 to 20 MB each) and their compile
+    // caches (about 35 MB): keep only this one.
     let prefix = format!("{}-", guest.output);
     for entry in std::fs::read_dir(&out_dir).into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".wasm") && !name.contains(".partial.") && entry.path() != out {
-            let _ = std::fs::remove_file(entry.path());
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) || name.contains(".partial.") || path == out || path == compile_cache(&out) {
+            continue;
+        }
+        if name.ends_with(".wasm") {
+            let _ = std::fs::remove_file(&path);
+        } else if name.ends_with(".cache") {
+            let _ = std::fs::remove_dir_all(&path);
         }
     }
     out
