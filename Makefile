@@ -1,7 +1,8 @@
 # The two commands a fresh machine needs:
 #   make demo   build nexo and the bundled plugins, inspect them, run an agent
 #   make test   every test (builds the plugins itself)
-# Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh).
+# Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh);
+# `make test` also installs bubblewrap, componentize-py and ComponentizeJS (scripts/*-deps.sh).
 
 CARGO ?= cargo
 PLUGIN_OUT := target/plugins
@@ -39,6 +40,9 @@ demo: plugins
 
 test: toolchain
 	./scripts/test-deps.sh
+	@# componentize-py and ComponentizeJS, for the Python and JavaScript example agents' tests.
+	./scripts/python-deps.sh
+	./scripts/js-deps.sh
 	$(CARGO) test --workspace
 	@# The guarded client's test seam must never reach a normal build of nexo.
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \
@@ -46,6 +50,8 @@ test: toolchain
 		echo "error: a normal build of nexo enables nexo-egress/testing (the test-only network seam)"; exit 1; fi
 
 bench: toolchain
+	./scripts/python-deps.sh
+	./scripts/js-deps.sh
 	$(CARGO) bench -p nexo --bench engine
 	$(CARGO) bench -p nexo-egress --bench client
 

@@ -3,7 +3,9 @@
 //! the pooling allocator.
 //!
 //! Run with `cargo bench -p nexo --bench engine`. The plugins come from
-//! `nexo-tests`, whose build script builds them.
+//! `nexo-tests`, whose build script builds them; the Python and JavaScript
+//! example agents need `scripts/python-deps.sh` and `scripts/js-deps.sh`
+//! (`make bench` runs them).
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;
@@ -93,5 +95,45 @@ fn instantiate(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, compile, cache_hit, instantiate);
+/// The Python and JavaScript example agents next to the Rust ones: loading
+/// from a warm cache, instantiating, and one run (the no-model path: `glob`
+/// and `read-file` on an empty virtual sandbox). Compiling them is timed once,
+/// not sampled: it takes seconds.
+fn guests(c: &mut Criterion) {
+    let rt = runtime();
+    let options = RunOptions::default();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = engine(true, Some(dir.path()));
+    let agents = [
+        ("python-agent", nexo_tests::guests::python_agent().to_path_buf()),
+        ("js-agent", nexo_tests::guests::js_agent().to_path_buf()),
+        ("hello (Rust)", nexo_tests::HELLO.into()),
+    ];
+    let mut group = c.benchmark_group("guests");
+    group.sample_size(20);
+    for (name, path) in &agents {
+        let bytes = std::fs::read(path).expect("read component");
+        let started = std::time::Instant::now();
+        engine.compile(&bytes).expect("compile");
+        eprintln!("{name}: {} bytes, first compile {:?}", bytes.len(), started.elapsed());
+        group.bench_function(format!("{name}: Plugin::load from the cache"), |b| {
+            b.iter(|| black_box(rt.block_on(Plugin::load(&engine, path)).expect("load")))
+        });
+        let plugin = rt.block_on(Plugin::load(&engine, path)).expect("load");
+        group.bench_function(format!("{name}: instantiate (pooling)"), |b| {
+            b.iter(|| black_box(rt.block_on(plugin.instantiate_agent(&options)).expect("instantiate")))
+        });
+        if plugin.name() != "hello" {
+            group.bench_function(format!("{name}: instantiate + run"), |b| {
+                b.iter(|| {
+                    let mut instance = rt.block_on(plugin.instantiate_agent(&options)).expect("instantiate");
+                    black_box(rt.block_on(instance.run("survey")).expect("run"))
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, compile, cache_hit, instantiate, guests);
 criterion_main!(benches);

@@ -369,15 +369,31 @@ fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), 
     }
 }
 
+/// The WASI 0.2 packages every plugin's linker provides
+/// (`wasmtime_wasi::p2::add_to_linker_async`).
+const WASI_PACKAGES: &[&str] = &["io", "clocks", "random", "cli", "filesystem", "sockets"];
+
 fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<(), PluginError> {
     for import in imports {
         let (iface, version) = split_version(import);
-        if iface.starts_with("wasi:") {
-            // The linker holds WASI 0.2 with nothing granted; it rejects
-            // versions it lacks.
-            continue;
-        }
-        let why = if let Some(name) = iface.strip_prefix("nexo:plugin/") {
+        let why = if let Some(package) = iface.strip_prefix("wasi:").and_then(|i| i.split('/').next()) {
+            if WASI_PACKAGES.contains(&package) {
+                // The linker holds these WASI 0.2 packages with nothing
+                // granted; it rejects versions it lacks.
+                continue;
+            }
+            let mut why = format!(
+                "nexo does not provide: of WASI it offers only {} (with nothing granted)",
+                WASI_PACKAGES.join(", ")
+            );
+            if package == "http" {
+                why.push_str(
+                    "; web access goes through the host's `fetch` tool. ComponentizeJS adds wasi:http \
+                     unless told not to: build with `-d http -d fetch-event`",
+                );
+            }
+            why
+        } else if let Some(name) = iface.strip_prefix("nexo:plugin/") {
             if !kind.allowed_imports().contains(&name) {
                 match kind {
                     PluginKind::Skill => "the skill world does not offer: a skill is data and holds no authority \
@@ -492,4 +508,28 @@ pub(crate) fn settle<T>(
     };
     let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| b.to_string()).unwrap_or_default();
     Err(PluginError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: state.stderr_text() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wasi_imports_beyond_the_linkers_packages_are_named_with_the_fix() {
+        let path = Path::new("js_agent.wasm");
+        let ok =
+            ["wasi:io/streams@0.2.9", "wasi:cli/stdout@0.2.10", "wasi:sockets/tcp@0.2.0", "nexo:plugin/tools@0.1.0"];
+        let ok: Vec<String> = ok.iter().map(|s| s.to_string()).collect();
+        assert!(check_imports(path, PluginKind::Agent, &ok).is_ok());
+
+        let http = vec!["wasi:io/poll@0.2.10".to_string(), "wasi:http/types@0.2.10".to_string()];
+        let err = check_imports(path, PluginKind::Agent, &http).unwrap_err().to_string();
+        assert!(err.contains("imports `wasi:http/types@0.2.10`, which nexo does not provide"), "{err}");
+        assert!(err.contains("build with `-d http -d fetch-event`"), "{err}");
+
+        let nn = vec!["wasi:nn/inference@0.2.0-rc".to_string()];
+        let err = check_imports(path, PluginKind::Agent, &nn).unwrap_err().to_string();
+        assert!(err.contains("offers only io, clocks, random, cli, filesystem, sockets"), "{err}");
+        assert!(!err.contains("fetch-event"), "{err}");
+    }
 }

@@ -1,0 +1,39 @@
+//! The Python example agent (`examples/python-agent`), built with
+//! componentize-py against `wit/` alone, run through the real `nexo` binary.
+//!
+//! The build needs componentize-py: `scripts/python-deps.sh` installs it
+//! (`make test` and CI run it). Without it these tests fail and say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+mod guest_agent;
+
+use guest_agent::Guest;
+
+fn python() -> Guest {
+    Guest { path: nexo_tests::guests::python_agent(), name: "python-agent", label: "python 3.14" }
+}
+
+#[test]
+fn inspect_shows_world_and_manifest() {
+    guest_agent::inspect_shows_world_and_manifest(&python());
+}
+
+#[test]
+fn run_without_a_model_surveys_the_workspace() {
+    guest_agent::run_without_a_model_surveys_the_workspace(&python());
+}
+
+#[test]
+fn run_with_a_scripted_model_answers() {
+    guest_agent::run_with_a_scripted_model_answers(&python());
+}
+
+#[test]
+fn errors_and_the_memory_floor() {
+    guest_agent::errors_and_the_memory_floor(&python());
+}
+
+#[test]
+fn costs_next_to_rust() {
+    guest_agent::costs_next_to_rust(&python());
+}

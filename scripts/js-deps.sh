@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs ComponentizeJS, which builds examples/js-agent into a component, with
+# npm into target/tools/js (override with NEXO_JS_TOOLS), pinned by
+# examples/js-agent/package.json and package-lock.json. Installs Node.js and npm
+# with apt-get first if they are missing (as root, or with sudo); otherwise
+# says exactly what to install.
+#
+# Idempotent and quick when the locked versions are already there; `make test`
+# and .ci/run call it. The tests look for the tool at the same place (or at
+# $NEXO_COMPONENTIZE_JS, or on PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DIR="${NEXO_JS_TOOLS:-target/tools/js}"
+LOCK="examples/js-agent/package-lock.json"
+
+if [ -x "$DIR/node_modules/.bin/componentize-js" ] && cmp -s "$LOCK" "$DIR/package-lock.json"; then
+  exit 0
+fi
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+      if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        echo "error: building the JavaScript example needs Node.js and npm. Run as root: apt-get install -y nodejs npm" >&2
+        exit 1
+      fi
+    fi
+    echo "js deps: installing nodejs npm"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq nodejs npm
+  else
+    echo "error: building the JavaScript example needs Node.js (18 or newer) and npm; install them with your package manager" >&2
+    exit 1
+  fi
+fi
+
+echo "js deps: installing ComponentizeJS into $DIR (npm ci)"
+mkdir -p "$DIR"
+cp examples/js-agent/package.json "$LOCK" "$DIR/"
+(cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error)
+"$DIR/node_modules/.bin/componentize-js" --version
