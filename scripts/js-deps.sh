@@ -19,22 +19,8 @@ if [ -x "$DIR/node_modules/.bin/componentize-js" ] && cmp -s "$LOCK" "$DIR/packa
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-      if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-        echo "error: building the JavaScript example needs Node.js and npm. Run as root: apt-get install -y nodejs npm" >&2
-        exit 1
-      fi
-    fi
-    echo "js deps: installing nodejs npm"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq nodejs npm
-  else
-    echo "error: building the JavaScript example needs Node.js (18 or newer) and npm; install them with your package manager" >&2
-    exit 1
-  fi
+  . scripts/apt-install.sh
+  apt_install "building the JavaScript example" nodejs npm
 fi
 
 echo "js deps: installing ComponentizeJS into $DIR (npm ci)"

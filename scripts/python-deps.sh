@@ -18,22 +18,8 @@ if [ -x "$VENV/bin/componentize-py" ] && [ "$("$VENV/bin/componentize-py" --vers
 fi
 
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-      if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-        echo "error: building the Python example needs python3 with venv. Run as root: apt-get install -y python3 python3-venv" >&2
-        exit 1
-      fi
-    fi
-    echo "python deps: installing python3 python3-venv"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq python3 python3-venv
-  else
-    echo "error: building the Python example needs python3 with its venv module; install them with your package manager" >&2
-    exit 1
-  fi
+  . scripts/apt-install.sh
+  apt_install "building the Python example" python3 python3-venv
 fi
 
 echo "python deps: installing componentize-py $VERSION into $VENV"
