@@ -48,6 +48,8 @@ test: toolchain
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \
 	if echo "$$tree" | grep -q 'feature "testing"'; then \
 		echo "error: a normal build of nexo enables nexo-egress/testing (the test-only network seam)"; exit 1; fi
+	@# Formatting and lints are part of the tests (warnings are errors).
+	$(MAKE) lint
 
 bench: toolchain
 	./scripts/python-deps.sh
