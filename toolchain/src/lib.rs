@@ -150,7 +150,8 @@ pub fn build_package(
     let color = if std::io::IsTerminal::is_terminal(&std::io::stderr()) { "always" } else { "never" };
     cmd.arg("--color").arg(color).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(BuildError::Spawn)?;
-    let scan = child.stderr.take().map(|pipe| std::thread::spawn(move || forward_and_find_error(pipe)));
+    let scan =
+        child.stderr.take().map(|pipe| std::thread::spawn(move || forward_and_find_error(pipe, std::io::stderr())));
     let status = child.wait().map_err(BuildError::Spawn)?;
     let first_error = scan.and_then(|t| t.join().ok()).flatten();
     if !status.success() {
@@ -164,11 +165,10 @@ pub fn build_package(
     if artifact.is_file() { Ok(artifact) } else { Err(BuildError::MissingArtifact(artifact)) }
 }
 
-/// Copies cargo's output to this process's stderr, and returns its first
-/// compiler error with the location the next `-->` line gives.
-fn forward_and_find_error(pipe: impl std::io::Read) -> Option<String> {
-    use std::io::{BufRead, Write};
-    let mut err = std::io::stderr();
+/// Copies cargo's output to `err` (this process's stderr), and returns its
+/// first compiler error with the location the next `-->` line gives.
+fn forward_and_find_error(pipe: impl std::io::Read, mut err: impl std::io::Write) -> Option<String> {
+    use std::io::BufRead;
     let (mut first, mut pending) = (None, None::<String>);
     for line in std::io::BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
         let _ = err.write_all(&line);
@@ -294,18 +294,20 @@ mod tests {
                       error[E0425]: cannot find value `y` in this scope\n\
                       \x20 --> src/lib.rs:20:5\n\
                       error: could not compile `broken` (lib) due to 2 previous errors\n";
-        let first = forward_and_find_error(output.as_bytes());
+        let mut forwarded = Vec::new();
+        let first = forward_and_find_error(output.as_bytes(), &mut forwarded);
         assert_eq!(first.as_deref(), Some("error[E0308]: mismatched types at src/lib.rs:12:18"));
+        assert_eq!(forwarded, output.as_bytes(), "the whole output passes through unchanged");
     }
 
     #[test]
     fn an_error_without_a_location_is_still_quoted() {
         let output = "error: failed to parse manifest at `/w/Cargo.toml`\n";
         assert_eq!(
-            forward_and_find_error(output.as_bytes()).as_deref(),
+            forward_and_find_error(output.as_bytes(), std::io::sink()).as_deref(),
             Some("error: failed to parse manifest at `/w/Cargo.toml`")
         );
-        assert_eq!(forward_and_find_error("   Compiling x\n".as_bytes()), None);
+        assert_eq!(forward_and_find_error("   Compiling x\n".as_bytes(), std::io::sink()), None);
     }
 
     #[test]
