@@ -144,3 +144,41 @@ fn init_writes_a_project_whose_config_inspect_accepts() {
     assert_code(&out, 2);
     assert!(text(&out.stderr).contains("never overwrites"), "{}", text(&out.stderr));
 }
+
+/// The Rust example of each world in docs/plugins.md is the template that
+/// `nexo new` writes, which the test above builds and checks with `nexo test`:
+/// so every such example is compiled and run, and cannot drift.
+#[test]
+fn the_docs_show_the_templates_the_tests_build() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = std::fs::read_to_string(root.join("../docs/plugins.md")).unwrap();
+    for (heading, kind, name) in [
+        ("### An agent", "agent", "my-agent"),
+        ("### A skill", "skill-component", "my-skill"),
+        ("### A search backend", "search-backend", "my-search"),
+        ("### A sandbox provider", "sandbox-provider", "my-sandbox"),
+    ] {
+        let section = docs.split(&format!("{heading}\n")).nth(1).unwrap_or_else(|| panic!("no {heading} section"));
+        let intro = format!("`nexo new {kind} {name}` writes this `src/lib.rs`");
+        assert!(section.contains(&intro), "{heading}: the example must say it is the template");
+        let code = section.split("```rust\n").nth(1).and_then(|c| c.split("\n```").next()).unwrap();
+        let template = std::fs::read_to_string(root.join("templates").join(kind).join("lib.rs")).unwrap();
+        assert_eq!(
+            code,
+            template.replace("{{name}}", name).trim_end(),
+            "{heading} differs from templates/{kind}/lib.rs"
+        );
+    }
+    // The Python example quotes the agent the Python test builds and runs.
+    let app = std::fs::read_to_string(root.join("../examples/python-agent/app.py")).unwrap();
+    let python: Vec<&str> = docs.split("```python\n").skip(1).filter_map(|c| c.split("\n```").next()).collect();
+    assert!(!python.is_empty(), "docs/plugins.md shows no Python");
+    for block in python {
+        for piece in block.split("\n\n\n") {
+            assert!(
+                app.contains(piece),
+                "this Python in docs/plugins.md is not in examples/python-agent/app.py:\n{piece}"
+            );
+        }
+    }
+}
