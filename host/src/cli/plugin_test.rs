@@ -5,7 +5,10 @@
 //!   the in-memory sandbox); passes if the run ends normally and the answer
 //!   contains `tests/expect.txt` (trimmed).
 //! - skill: the instructions are not empty and every listed resource reads.
-//! - search backend: the hosts its `info` names are valid grant entries.
+//! - search backend: the hosts its `info` names are valid grant entries, and
+//!   `tests/query.txt` run against a loopback upstream that serves
+//!   `tests/response.txt` (at the `base-url` setting) returns a hit whose
+//!   title or URL contains `tests/expect.txt`.
 //! - sandbox provider: it starts as a remote sandbox (instantiated, no
 //!   network granted) and closes.
 //!
@@ -45,6 +48,7 @@ pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
                 format!("its hosts are valid grant entries: {hosts}"),
                 grant.egress().map(|_| ()).map_err(|e| e.to_string()),
             ));
+            checks.push(search(plugin, &crate_dir.join("tests")).await);
         }
         PluginKind::SandboxProvider => {
             let started = match plugin.sandbox_provider(&RunOptions::default()).await {
@@ -90,6 +94,58 @@ async fn agent(plugin: &Plugin, tests: &Path) -> Check {
         Ok((answer, _)) => Err(format!("the answer lacks {expected:?}; it was {answer:?}")),
     };
     check(format!("{what}; the answer contains {}", expect.display()), verdict)
+}
+
+/// Runs `tests/query.txt` through the backend against a loopback upstream
+/// that answers every GET with `tests/response.txt`, reached at the
+/// `base-url` setting, and looks for `tests/expect.txt` in the hits.
+async fn search(plugin: &Plugin, tests: &Path) -> Check {
+    let (query, response, expect) = (tests.join("query.txt"), tests.join("response.txt"), tests.join("expect.txt"));
+    let what = format!("answers {} from a loopback upstream serving {}", query.display(), response.display());
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    let (query, body, expected) = match (read(&query), read(&response), read(&expect)) {
+        (Ok(q), Ok(b), Ok(e)) => (q.trim().to_string(), b, e.trim().to_string()),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return check(what, Err(e)),
+    };
+    let result = async {
+        let port = serve_forever(body).await?;
+        let loopback = std::net::IpAddr::from([127, 0, 0, 1]);
+        let grant = nexo::web::EgressGrant {
+            hosts: vec!["127.0.0.1".into()],
+            allow_private: vec![loopback],
+            settings: [("base-url".to_string(), format!("http://127.0.0.1:{port}"))].into(),
+            ..Default::default()
+        };
+        let backend = nexo::search::ComponentBackend::new(plugin.clone(), &grant).map_err(|e| e.to_string())?;
+        let hits = nexo::search::SearchBackend::search(&backend, &query).await.map_err(|e| e.to_string())?;
+        let found = hits.iter().any(|h| h.title.contains(&expected) || h.url.contains(&expected));
+        if found { Ok(()) } else { Err(format!("no hit has {expected:?} in its title or URL; the hits were {hits:?}")) }
+    }
+    .await;
+    check(format!("{what}; a hit contains {}", expect.display()), result)
+}
+
+/// A loopback HTTP/1.1 server answering every request with `body` as text.
+async fn serve_forever(body: String) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    Ok(port)
 }
 
 async fn skill(plugin: &Plugin) -> Vec<Check> {

@@ -57,7 +57,12 @@ impl NewKind {
                 ("SKILL.md", include_str!("../../templates/skill-component/SKILL.md")),
                 ("references/checklist.md", include_str!("../../templates/skill-component/references/checklist.md")),
             ],
-            NewKind::SearchBackend => &[("src/lib.rs", include_str!("../../templates/search-backend/lib.rs"))],
+            NewKind::SearchBackend => &[
+                ("src/lib.rs", include_str!("../../templates/search-backend/lib.rs")),
+                ("tests/query.txt", include_str!("../../templates/search-backend/tests/query.txt")),
+                ("tests/response.txt", include_str!("../../templates/search-backend/tests/response.txt")),
+                ("tests/expect.txt", include_str!("../../templates/search-backend/tests/expect.txt")),
+            ],
             NewKind::SandboxProvider => &[("src/lib.rs", include_str!("../../templates/sandbox-provider/lib.rs"))],
             NewKind::Workflow => &[],
         }

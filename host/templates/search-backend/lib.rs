@@ -4,7 +4,8 @@
 //! Requests go through the host's guarded client: GET only, to the hosts the
 //! operator granted (`[search] hosts`). The host adds the API key itself, so a
 //! backend never holds one. `nexo test` checks that it loads and that the
-//! hosts `info` names are valid grant entries.
+//! hosts `info` names are valid grant entries, and runs `tests/query.txt`
+//! against a loopback server that serves `tests/response.txt`.
 //!
 //! This starting point expects an API at the `base-url` setting that answers
 //! `GET <base-url>/search?q=…` with one hit per line, `url<TAB>title<TAB>snippet`.
