@@ -75,9 +75,9 @@ pub fn kind_name(kind: &std::fs::FileType) -> &'static str {
 /// A TOML parse error as one short line: where it is, what is wrong, and at
 /// most a few dozen characters of the line around it.
 pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
-    let message = shorten(error.message().trim(), MESSAGE_CHARS);
+    let message = crate::truncate::head_chars(error.message().trim(), MESSAGE_CHARS);
     let Some(span) = error.span() else { return message };
-    let start = floor_char_boundary(text, span.start.min(text.len()));
+    let start = text.floor_char_boundary(span.start);
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let line_no = text[..start].matches('\n').count() + 1;
@@ -89,20 +89,6 @@ pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
     let cut_left = if skip > 0 { "…" } else { "" };
     let cut_right = if line.chars().count() > skip + EXCERPT_CHARS { "…" } else { "" };
     format!("line {line_no}, column {column}: {message} (at `{cut_left}{}{cut_right}`)", window.trim_end_matches('\r'))
-}
-
-fn shorten(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
-fn floor_char_boundary(text: &str, mut i: usize) -> usize {
-    while !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 #[cfg(test)]

@@ -5,25 +5,13 @@ use std::process::{Command, Output};
 
 use nexo_tests as built;
 
+mod common;
+
+use common::{stderr, stdout};
+
 fn nexo(args: &[&str]) -> Output {
     let cache = std::env::temp_dir().join(format!("nexo-cli-test-cache-{}", std::process::id()));
-    Command::new(env!("CARGO_BIN_EXE_nexo"))
-        .args(args)
-        .env("NEXO_CACHE_DIR", cache)
-        .env_remove("NEXO_LOG")
-        .env_remove("NEXO_MODEL")
-        .env_remove("NEXO_PROVIDER")
-        .env_remove("NEXO_BASE_URL")
-        .output()
-        .expect("run nexo")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    common::nexo_command(&cache).args(args).output().expect("run nexo")
 }
 
 #[test]

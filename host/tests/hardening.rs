@@ -10,29 +10,19 @@ use std::time::{Duration, Instant};
 
 use nexo_tests as built;
 
+mod common;
+
+use common::{stderr, stdout};
+
 fn nexo_cmd(args: &[&str]) -> Command {
     let cache = std::env::temp_dir().join(format!("nexo-hardening-cache-{}", std::process::id()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nexo"));
-    cmd.args(args)
-        .env("NEXO_CACHE_DIR", cache)
-        .env_remove("NEXO_LOG")
-        .env_remove("NEXO_MODEL")
-        .env_remove("NEXO_PROVIDER")
-        .env_remove("NEXO_BASE_URL")
-        .env_remove("NEXO_CONFIG");
+    let mut cmd = common::nexo_command(&cache);
+    cmd.args(args);
     cmd
 }
 
 fn nexo(args: &[&str]) -> Output {
     nexo_cmd(args).stdin(Stdio::null()).output().expect("run nexo")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A directory holding a TOML agent, its script and a workspace.

@@ -5,6 +5,7 @@
 //! (`make test` and CI run it). Without it these tests fail and say so.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
+mod common;
 mod guest_agent;
 
 use guest_agent::Guest;

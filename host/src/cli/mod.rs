@@ -315,7 +315,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             }
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             options.events = Some(progress.clone());
-            if grant.resolve().is_ok_and(|g| g.mode() == nexo::manifest::PermissionMode::Ask) {
+            if options.permissions.mode() == nexo::manifest::PermissionMode::Ask {
                 // The spinner would redraw over the question; hide it while asking.
                 let shown = progress.clone();
                 options.permissions = options

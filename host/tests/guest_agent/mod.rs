@@ -3,7 +3,9 @@
 //! binary. Both do the same thing, so they answer the same.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::common::{stderr, stdout};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -40,28 +42,11 @@ fn path(guest: &Guest) -> &'static str {
 }
 
 fn nexo_in(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nexo"))
-        .args(args)
-        .env("NEXO_CACHE_DIR", cache)
-        .env_remove("NEXO_LOG")
-        .env_remove("NEXO_MODEL")
-        .env_remove("NEXO_PROVIDER")
-        .env_remove("NEXO_BASE_URL")
-        .env_remove("NEXO_CONFIG")
-        .output()
-        .expect("run nexo")
+    crate::common::nexo_command(cache).args(args).output().expect("run nexo")
 }
 
 fn nexo(guest: &Guest, args: &[&str]) -> Output {
     nexo_in(cache(guest), args)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A workspace with two text files and one that is not UTF-8.
