@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Status};
+use nexo::authority::{Grant, Permissions};
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::permissions::{Grant, Permissions};
 use nexo::tools::{ToolLimits, Toolbox};
 use nexo_model::ScriptedProvider;
 use nexo_model::scripted::Script;

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use nexo::state::RunOptions;
+use nexo::settings::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin};
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -10,15 +10,13 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use nexo_sandbox::{Sandbox, VirtualSandbox};
 
 use crate::agent_loop::Outcome;
-use crate::error::PluginError;
-use crate::manifest::AgentManifest;
-use crate::plugin::{PluginKind, validate};
-use crate::state::{Prompting, RunOptions};
+use crate::capability::model::{Prompt, model_error_text};
+use crate::error::{LoadError, RunError};
+use crate::manifest::{AgentManifest, PluginKind};
+use crate::plugin::validate;
+use crate::settings::RunOptions;
 
 /// A declarative agent, loaded and checked.
 #[derive(Debug, Clone)]
@@ -29,23 +27,23 @@ pub struct AgentFile {
 
 impl AgentFile {
     /// Reads and validates the file.
-    pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, PluginError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, LoadError> {
         let path = path.as_ref().to_path_buf();
         let text = crate::files::read_regular_text(&path, crate::files::MAX_TOML_BYTES)
-            .map_err(|source| PluginError::Read { path: path.clone(), source })?;
+            .map_err(|source| LoadError::Read { path: path.clone(), source })?;
         Self::parse(&text, path)
     }
 
     /// Parses and validates the TOML `text`; `path` names it in errors.
-    pub fn parse(text: &str, path: impl Into<PathBuf>) -> Result<AgentFile, PluginError> {
+    pub fn parse(text: &str, path: impl Into<PathBuf>) -> Result<AgentFile, LoadError> {
         let path = path.into();
-        let manifest: AgentManifest = toml::from_str(text).map_err(|e| PluginError::BadManifest {
+        let manifest: AgentManifest = toml::from_str(text).map_err(|e| LoadError::BadManifest {
             path: path.clone(),
             kind: PluginKind::Agent,
             field: "file",
             problem: crate::files::toml_problem(text, &e),
         })?;
-        validate::agent_manifest(&manifest).map_err(|(field, problem)| PluginError::BadManifest {
+        validate::agent_manifest(&manifest).map_err(|(field, problem)| LoadError::BadManifest {
             path: path.clone(),
             kind: PluginKind::Agent,
             field,
@@ -64,24 +62,24 @@ impl AgentFile {
         &self.path
     }
 
-    /// Runs one prompt with the host loop, under the operator's options.
-    pub async fn run(&self, input: &str, options: &RunOptions) -> Result<Outcome, PluginError> {
-        let sandbox: Arc<dyn Sandbox> = options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
-        let toolbox = crate::agent::toolbox_with(&self.manifest, sandbox, options);
-        let skills = crate::state::resolve_skills(&self.manifest, options).await?;
-        let prompting = Prompting::new(&self.manifest, toolbox.sandbox().instructions(), skills, options);
-        let failed = |reason: String| PluginError::AgentFailed { plugin: self.manifest.name.clone(), reason };
-        let run = prompting.run(&toolbox, input);
-        let timeout = options.timeout.unwrap_or(std::time::Duration::from_secs(300));
-        match tokio::time::timeout(timeout, run).await {
-            Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(e @ nexo_model::ModelError::Config(_))) => Err(failed(format!("model not configured: {e}"))),
-            Ok(Err(e)) => Err(failed(e.to_string())),
-            Err(_) => Err(PluginError::Deadline {
-                plugin: self.manifest.name.clone(),
-                function: "prompt".into(),
-                limit: timeout,
-            }),
+    /// Runs one prompt with the host loop, under the operator's options:
+    /// the same units and host-call path as a component agent, with
+    /// `options.timeout` (default 300 s) bounding the whole run.
+    pub async fn run(&self, input: &str, options: &RunOptions) -> Result<Outcome, RunError> {
+        let limit = options.timeout.unwrap_or(crate::Limits::default().run_timeout);
+        let name = &self.manifest.name;
+        let run = async {
+            let arg_limit = crate::Limits::default().host_arg_bytes;
+            let prepared = crate::world::agent::prepare(&self.manifest, options, &[], arg_limit).await?;
+            prepared
+                .tools
+                .call(&Prompt, input.to_string())
+                .await
+                .map_err(|e| RunError::AgentFailed { plugin: name.clone(), reason: model_error_text(&e) })
+        };
+        match tokio::time::timeout(limit, run).await {
+            Ok(result) => result,
+            Err(_) => Err(RunError::Deadline { plugin: name.clone(), function: "prompt".into(), limit }),
         }
     }
 }

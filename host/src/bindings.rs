@@ -3,7 +3,9 @@
 //! Every nexo import is `async` (tools and the model loop do I/O) and
 //! `trappable` (the host can end a run it must stop, such as one that
 //! overran a host-side limit). The skill and search-backend worlds reuse the
-//! agent world's shared interfaces so each WIT type has one Rust type.
+//! agent world's shared interfaces so each WIT type has one Rust type, and
+//! the host uses the WIT error types (`tool-error`, `search-error`) as its
+//! own: there is no hand-written mirror to keep in step.
 #![allow(missing_docs)]
 
 /// The `agent-plugin` world.
@@ -13,6 +15,7 @@ pub mod agent {
         world: "nexo:plugin/agent-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
+        additional_derives: [PartialEq, Eq],
     });
 }
 
@@ -23,6 +26,7 @@ pub mod skill {
         world: "nexo:plugin/skill-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
+        additional_derives: [PartialEq, Eq],
     });
 }
 
@@ -33,6 +37,7 @@ pub mod search {
         world: "nexo:plugin/search-backend-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
+        additional_derives: [PartialEq, Eq],
         with: {
             "nexo:plugin/types": crate::bindings::agent::nexo::plugin::types,
             "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
@@ -47,6 +52,7 @@ pub mod provider {
         world: "nexo:plugin/sandbox-provider-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
+        additional_derives: [PartialEq, Eq],
         with: {
             "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
             "nexo:plugin/outbound-http": crate::bindings::search::nexo::plugin::outbound_http,
@@ -57,6 +63,7 @@ pub mod provider {
 
 pub use agent::exports::nexo::plugin::agent::{AgentManifest, PermissionMode, RunError, SandboxKind};
 pub use agent::nexo::plugin::model::{ModelError, Reply, StopReason};
+pub use agent::nexo::plugin::tools::{Page, ShellOutput};
 pub use agent::nexo::plugin::types::{Capability, SearchHit, ToolError};
 pub use search::exports::nexo::plugin::search_backend::{BackendInfo, SearchError, SearchOptions};
 pub use skill::exports::nexo::plugin::skill::SkillMetadata;

@@ -1,15 +1,19 @@
-//! Typed errors for loading and running plugins. Each message names the cause
-//! and, where there is one, the fix.
+//! The host's errors, one type per layer: [`LoadError`] (reading, checking
+//! and linking a component), [`RunError`] (running one), [`ConfigError`]
+//! (the operator's settings), and the tool layer's [`ToolError`], which is
+//! the WIT `tool-error` itself. Each message names the cause and, where
+//! there is one, the fix. The host keeps running after any of them.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::plugin::PluginKind;
+pub use crate::bindings::ToolError;
+use crate::manifest::PluginKind;
 
-/// Everything that can go wrong with a plugin, from reading its file to a
-/// trap in its code. The host keeps running after any of these.
+/// Why a component could not be loaded: its file, its format, its world,
+/// its imports or its self-description.
 #[derive(Debug, thiserror::Error)]
-pub enum PluginError {
+pub enum LoadError {
     /// The file could not be read.
     #[error("cannot read plugin {}: {source}", path.display())]
     Read {
@@ -173,6 +177,15 @@ pub enum PluginError {
         hint: &'static str,
     },
 
+    /// Describing the plugin (its manifest, metadata or info export) failed.
+    #[error(transparent)]
+    Describe(Box<RunError>),
+}
+
+/// Why a run failed: a trap, a deadline, the memory cap, the agent's own
+/// error, or something it needs that could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
     /// The plugin trapped (a panic, an out-of-bounds access, `unreachable`).
     #[error("plugin `{plugin}` trapped in `{function}`: {trap}{}", guest_output(stderr))]
     Trap {
@@ -256,6 +269,56 @@ pub enum PluginError {
         reason: String,
     },
 
+    /// The plugin cannot serve this run, for example because it is of
+    /// another kind.
+    #[error(transparent)]
+    Load(Box<LoadError>),
+
+    /// The operator's settings for this run cannot be used.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl From<LoadError> for RunError {
+    fn from(e: LoadError) -> Self {
+        RunError::Load(Box::new(e))
+    }
+}
+
+impl From<RunError> for LoadError {
+    fn from(e: RunError) -> Self {
+        LoadError::Describe(Box::new(e))
+    }
+}
+
+/// What is wrong with the operator's settings: the config file, a flag, a
+/// grant. Nothing has run when one of these is reported.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read the config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML, or has unknown or mistyped keys.
+    #[error("the config file {} is invalid: {problem}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The line, column and rule, with a short excerpt.
+        problem: String,
+    },
+    /// One setting cannot be used; the message names it and the fix.
+    #[error("{problem}")]
+    Invalid {
+        /// The setting, as the operator writes it (`--image`, `[search]`, `fetch-hosts`).
+        setting: &'static str,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
     /// The operator's network grant for a component cannot be used.
     #[error("the network grant for `{plugin}` is invalid: {reason}")]
     Egress {
@@ -266,6 +329,71 @@ pub enum PluginError {
     },
 }
 
+impl ConfigError {
+    /// A problem with `setting`.
+    pub fn invalid(setting: &'static str, problem: impl Into<String>) -> Self {
+        ConfigError::Invalid { setting, problem: problem.into() }
+    }
+}
+
+impl ToolError {
+    /// The error's kind as events and logs name it: `denied`,
+    /// `approval-required`, `security`, `unsupported`, `not-found`,
+    /// `invalid-input`, `timeout` or `failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::Denied(_) => "denied",
+            ToolError::ApprovalRequired(_) => "approval-required",
+            ToolError::Security(_) => "security",
+            ToolError::Unsupported(_) => "unsupported",
+            ToolError::NotFound(_) => "not-found",
+            ToolError::InvalidInput(_) => "invalid-input",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::Failed(_) => "failed",
+        }
+    }
+
+    /// The message, which names the cause and the fix.
+    pub fn message(&self) -> &str {
+        match self {
+            ToolError::Denied(m)
+            | ToolError::ApprovalRequired(m)
+            | ToolError::Security(m)
+            | ToolError::Unsupported(m)
+            | ToolError::NotFound(m)
+            | ToolError::InvalidInput(m)
+            | ToolError::Timeout(m)
+            | ToolError::Failed(m) => m,
+        }
+    }
+
+    /// `kind: message`, as the model reads it. (The generated `Display`
+    /// prints the variant's debug form.)
+    pub fn text(&self) -> String {
+        let kind = match self {
+            ToolError::ApprovalRequired(_) => "approval required",
+            ToolError::InvalidInput(_) => "invalid input",
+            ToolError::NotFound(_) => "not found",
+            other => other.kind(),
+        };
+        format!("{kind}: {}", self.message())
+    }
+}
+
+impl From<nexo_sandbox::SandboxError> for ToolError {
+    fn from(e: nexo_sandbox::SandboxError) -> Self {
+        use nexo_sandbox::SandboxError as S;
+        match e {
+            S::Security(m) => ToolError::Security(m),
+            S::NotFound(m) => ToolError::NotFound(m),
+            S::Unsupported(m) => ToolError::Unsupported(m),
+            S::InvalidInput(m) => ToolError::InvalidInput(m),
+            S::Timeout(m) => ToolError::Timeout(m),
+            S::Config(m) | S::Failed(m) => ToolError::Failed(m),
+        }
+    }
+}
+
 fn guest_output(stderr: &str) -> String {
     if stderr.is_empty() { String::new() } else { format!("\nplugin stderr:\n{stderr}") }
 }
@@ -273,7 +401,7 @@ fn guest_output(stderr: &str) -> String {
 /// Says whether an unsupported contract version is newer or older than the
 /// host's, since the fixes differ: upgrade nexo, or rebuild the plugin.
 fn unsupported_version(path: &std::path::Path, found: &str) -> String {
-    let host = crate::plugin::CONTRACT_VERSION;
+    let host = crate::manifest::CONTRACT_VERSION;
     let version = found.split_once('@').map_or("", |(_, v)| v);
     let key = |v: &str| v.split('.').map(|n| n.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>();
     let (path, newer) = (path.display(), key(version) > key(host));

@@ -2,11 +2,11 @@
 //!
 //! A runtime that hosts AI agents as WebAssembly components.
 //!
-//! Agents, skills and web-search backends are components that implement the
-//! worlds of the `nexo:plugin` WIT package (see `wit/` in the repository).
-//! The host loads them ([`plugin`]), runs them on one shared [`engine`] with a
-//! deadline and memory cap per run, and gives them only the authority the
-//! operator granted.
+//! Agents, skills, web-search backends and sandbox providers are components
+//! that implement the worlds of the `nexo:plugin` WIT package (see `wit/` in
+//! the repository). The host loads them ([`plugin`]), runs them on one shared
+//! [`engine`] with a deadline and memory cap per run, and gives them only the
+//! authority the operator granted.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -18,33 +18,36 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Data flows one way: manifest ([`manifest`]) → grant ([`permissions`]) →
-//! instance ([`plugin`], [`state`]) → tools ([`tools`], in a sandbox from
-//! `nexo-sandbox`) → model loop ([`agent_loop`], providers from `nexo-model`)
-//! → events. Every web request (the `fetch` tool, search backends' and
-//! sandbox providers' HTTP) goes through one guarded client ([`web`]).
+//! Data flows one way: manifest ([`manifest`]) → the operator's settings
+//! ([`settings`]) → [`authority`] → instance ([`world`], [`instance`]) → the
+//! host-call path ([`host_call`]) into the capability units ([`unit`],
+//! [`capability`]) → model loop ([`agent_loop`], providers from `nexo-model`)
+//! → [`events`]. Every web request (the `fetch` tool, search backends' and
+//! sandbox providers' HTTP) goes through one guarded client ([`egress`]).
 
-pub mod agent;
 pub mod agent_file;
 pub mod agent_loop;
+pub mod authority;
 pub mod bindings;
+pub mod capability;
+pub mod egress;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod files;
+pub mod host_call;
+pub mod instance;
 pub mod manifest;
-pub mod permissions;
 pub mod plugin;
-pub mod provider;
 pub mod search;
-pub mod skill;
-pub mod state;
+pub mod settings;
 pub mod terminal;
-pub mod tools;
 pub mod truncate;
-pub mod web;
+pub mod unit;
+pub mod world;
 
 pub use engine::{Engine, EngineConfig, Limits};
-pub use error::PluginError;
+pub use error::{ConfigError, LoadError, RunError, ToolError};
 pub use plugin::{Plugin, PluginKind};
 
 /// The `anyhow` crate, re-exported for the same reason.

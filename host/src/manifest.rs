@@ -4,6 +4,8 @@
 //! host (and `nexo inspect --json`) works with. Names serialize in kebab-case,
 //! as in the WIT.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::bindings;
@@ -132,6 +134,101 @@ pub struct AgentManifest {
     pub sandbox: Option<SandboxKind>,
     /// Expected permission mode.
     pub permissions: Option<PermissionMode>,
+}
+
+/// The version of the `nexo:plugin` package this host implements. Any
+/// `0.1.x` plugin is accepted.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+
+/// Which world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    /// `nexo:plugin/agent-plugin`.
+    Agent,
+    /// `nexo:plugin/skill-plugin`.
+    Skill,
+    /// `nexo:plugin/search-backend-plugin`.
+    SearchBackend,
+    /// `nexo:plugin/sandbox-provider-plugin`.
+    SandboxProvider,
+}
+
+impl PluginKind {
+    /// The interface a plugin of this kind exports, without a version.
+    pub fn export_interface(self) -> &'static str {
+        match self {
+            PluginKind::Agent => "nexo:plugin/agent",
+            PluginKind::Skill => "nexo:plugin/skill",
+            PluginKind::SearchBackend => "nexo:plugin/search-backend",
+            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider",
+        }
+    }
+
+    /// The world's name in the WIT package.
+    pub fn world(self) -> &'static str {
+        match self {
+            PluginKind::Agent => "nexo:plugin/agent-plugin",
+            PluginKind::Skill => "nexo:plugin/skill-plugin",
+            PluginKind::SearchBackend => "nexo:plugin/search-backend-plugin",
+            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider-plugin",
+        }
+    }
+
+    /// The `nexo:plugin` interfaces this kind may import.
+    pub(crate) fn allowed_imports(self) -> &'static [&'static str] {
+        match self {
+            PluginKind::Agent => &["types", "log", "tools", "model"],
+            PluginKind::Skill => &["types"],
+            PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
+        }
+    }
+}
+
+impl PluginKind {
+    /// The kind's name with its indefinite article.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            PluginKind::Agent => "an agent",
+            PluginKind::Skill => "a skill",
+            PluginKind::SearchBackend => "a search backend",
+            PluginKind::SandboxProvider => "a sandbox provider",
+        }
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PluginKind::Agent => "agent",
+            PluginKind::Skill => "skill",
+            PluginKind::SearchBackend => "search backend",
+            PluginKind::SandboxProvider => "sandbox provider",
+        })
+    }
+}
+
+/// A skill component's self-description.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillDescription {
+    /// Its metadata.
+    pub metadata: SkillMetadata,
+    /// Its bundled resource paths.
+    pub resources: Vec<String>,
+}
+
+/// What a plugin says about itself.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "description")]
+pub enum Description {
+    /// An agent's manifest.
+    Agent(AgentManifest),
+    /// A skill's metadata and resources.
+    Skill(SkillDescription),
+    /// A search backend's info.
+    SearchBackend(BackendInfo),
+    /// A sandbox provider's info.
+    SandboxProvider(ProviderInfo),
 }
 
 /// A skill's metadata: one type for SKILL.md packages and skill components.

@@ -5,9 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use nexo::agent_loop::{Event, HostLoop, Loop, LoopContext, LoopLimits, Outcome, Status};
-use nexo::manifest::{Capability, PermissionMode};
-use nexo::permissions::{Grant, Permissions};
-use nexo::tools::{ToolLimits, Toolbox};
+use nexo::authority::{Grant, Permissions};
+use nexo::capability::model::Prompting;
+use nexo::host_call::ToolContext;
+use nexo::manifest::{AgentManifest, Capability, PermissionMode};
+use nexo::settings::RunOptions;
 use nexo_model::scripted::Script;
 use nexo_model::{Message, ScriptedProvider};
 use nexo_sandbox::{LocalSandbox, Sandbox, VirtualSandbox};
@@ -18,9 +20,32 @@ fn script(turns: serde_json::Value) -> ScriptedProvider {
     ScriptedProvider::new("test", script)
 }
 
-fn toolbox(sandbox: Arc<dyn Sandbox>, mode: PermissionMode, caps: &[Capability]) -> Toolbox {
-    let effective = Grant::of(Capability::ALL).effective(caps);
-    Toolbox::new("test-agent", sandbox, Permissions::new(mode), effective, ToolLimits::default())
+/// A run's tools as a real run prepares them, with its events recorded.
+struct Toolbox {
+    tools: Arc<ToolContext>,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+async fn prepared(manifest: &AgentManifest, options: RunOptions) -> Toolbox {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let events = events.clone();
+        move |e: &Event| events.lock().unwrap().push(e.clone())
+    };
+    let options = RunOptions { events: Some(Arc::new(sink)), ..options };
+    let tools = nexo::world::agent::prepare(manifest, &options, &[], 1 << 20).await.unwrap().tools;
+    Toolbox { tools, events }
+}
+
+async fn toolbox(sandbox: Arc<dyn Sandbox>, mode: PermissionMode, caps: &[Capability]) -> Toolbox {
+    let manifest = AgentManifest { name: "test-agent".into(), capabilities: caps.to_vec(), ..AgentManifest::default() };
+    let options = RunOptions {
+        sandbox: Some(sandbox),
+        permissions: Permissions::new(mode),
+        grant: Grant::of(Capability::ALL),
+        ..RunOptions::default()
+    };
+    prepared(&manifest, options).await
 }
 
 async fn run(
@@ -29,15 +54,19 @@ async fn run(
     limits: LoopLimits,
     instructions: &[String],
 ) -> (Outcome, Vec<Event>) {
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = {
-        let events = events.clone();
-        move |e: &Event| events.lock().unwrap().push(e.clone())
-    };
-    let ctx = LoopContext { provider, toolbox: tb, instructions, limits, events: &sink, skills: &[] };
+    let ctx = LoopContext { provider, tools: &tb.tools, instructions, limits };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
-    let events = events.lock().unwrap().clone();
+    let events = tb.events.lock().unwrap().clone();
     (outcome, events)
+}
+
+fn offered(tb: &Toolbox) -> Vec<String> {
+    tb.tools.specs().into_iter().map(|t| t.name).collect()
+}
+
+/// The instructions a run's prompts get.
+fn instructions(tb: &Toolbox) -> Vec<String> {
+    tb.tools.state::<Prompting>().unwrap().instructions.clone()
 }
 
 fn names(events: &[Event]) -> Vec<&'static str> {
@@ -56,7 +85,7 @@ fn names(events: &[Event]) -> Vec<&'static str> {
 #[tokio::test]
 async fn events_come_in_order_and_tool_results_reach_the_model() {
     let vfs = Arc::new(VirtualSandbox::with_files([("a.txt", "alpha")]).unwrap());
-    let tb = toolbox(vfs, PermissionMode::ReadOnly, &[Capability::Read, Capability::Glob]);
+    let tb = toolbox(vfs, PermissionMode::ReadOnly, &[Capability::Read, Capability::Glob]).await;
     let provider = script(json!([
         { "tool_calls": [{ "name": "read_file", "arguments": { "path": "a.txt" } }] },
         { "text": "It says alpha." }
@@ -75,7 +104,7 @@ async fn events_come_in_order_and_tool_results_reach_the_model() {
 
 #[tokio::test]
 async fn the_turn_cap_is_hard() {
-    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]);
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]).await;
     // A model that would call tools forever.
     let forever: Vec<_> =
         (0..10).map(|_| json!({ "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] })).collect();
@@ -93,7 +122,7 @@ async fn the_turn_cap_is_hard() {
 
 #[tokio::test]
 async fn the_token_budget_stops_the_loop() {
-    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]);
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Glob]).await;
     let many: Vec<_> = (0..10)
         .map(
             |_| json!({ "text": "x".repeat(400), "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] }),
@@ -110,7 +139,8 @@ async fn the_token_budget_stops_the_loop() {
 #[tokio::test]
 async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::ReadOnly, &Capability::ALL);
+    let tb =
+        toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::ReadOnly, &Capability::ALL).await;
     let provider = script(json!([
         { "tool_calls": [
             { "name": "write_file", "arguments": { "path": "x.txt", "content": "x" } },
@@ -146,7 +176,8 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
 #[tokio::test]
 async fn an_action_needing_approval_stops_the_run_with_its_own_status() {
     let dir = tempfile::tempdir().unwrap();
-    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::Approve, &Capability::ALL);
+    let tb =
+        toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::Approve, &Capability::ALL).await;
     let provider = script(json!([
         { "tool_calls": [{ "name": "shell", "arguments": { "command": "touch made" } }] },
         { "text": "never reached" }
@@ -166,7 +197,7 @@ async fn an_action_needing_approval_stops_the_run_with_its_own_status() {
 async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
-    let tb = toolbox(local.clone(), PermissionMode::Auto, &Capability::ALL);
+    let tb = toolbox(local.clone(), PermissionMode::Auto, &Capability::ALL).await;
     let provider = script(json!([{ "text": "done" }]));
     let instructions = vec!["AGENT".to_string(), local.instructions().unwrap(), "SKILL".to_string()];
     let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &instructions).await;
@@ -174,11 +205,9 @@ async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let (a, s, k) = (text.find("AGENT").unwrap(), text.find("host machine").unwrap(), text.find("SKILL").unwrap());
     assert!(a < s && s < k, "{text}");
     // Fetch and search wait for their configuration; shell is offered only where it can run.
-    let names: Vec<String> = nexo::agent_loop::tool_specs(&tb.offered()).into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["read_file", "glob", "write_file", "shell"]);
-    let virt = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::Auto, &Capability::ALL);
-    let names: Vec<String> = nexo::agent_loop::tool_specs(&virt.offered()).into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["read_file", "glob", "write_file"]);
+    assert_eq!(offered(&tb), ["read_file", "glob", "write_file", "shell"]);
+    let virt = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::Auto, &Capability::ALL).await;
+    assert_eq!(offered(&virt), ["read_file", "glob", "write_file"]);
 }
 
 #[tokio::test]
@@ -192,14 +221,15 @@ async fn skills_come_last_in_the_instructions() {
         skills: vec!["triage".into()],
         ..Default::default()
     };
-    let options = nexo::state::RunOptions { skills_path: Some(dir.path().join("skills")), ..Default::default() };
-    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
-    let p = nexo::state::Prompting::new(&manifest, Some("SANDBOX".into()), skills, &options);
-    assert_eq!(p.instructions.len(), 3);
-    assert_eq!((p.instructions[0].as_str(), p.instructions[1].as_str()), ("AGENT", "SANDBOX"));
-    assert!(p.instructions[2].starts_with("# Skill: triage"), "{}", p.instructions[2]);
+    let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    let options =
+        RunOptions { skills_path: Some(dir.path().join("skills")), sandbox: Some(local.clone()), ..Default::default() };
+    let p = instructions(&prepared(&manifest, options.clone()).await);
+    assert_eq!(p.len(), 3);
+    assert_eq!((p[0].as_str(), p[1].as_str()), ("AGENT", local.instructions().unwrap().as_str()));
+    assert!(p[2].starts_with("# Skill: triage"), "{}", p[2]);
     let missing = nexo::manifest::AgentManifest { skills: vec!["nope".into()], ..manifest };
-    let err = nexo::state::resolve_skills(&missing, &options).await.err().unwrap();
+    let err = nexo::capability::skills::resolve(&missing, &options).await.err().unwrap();
     assert!(err.to_string().contains("nope/SKILL.md does not exist"), "{err}");
 }
 
@@ -220,31 +250,25 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
         skills: vec!["triage".into()],
         ..Default::default()
     };
-    let options = nexo::state::RunOptions {
+    let options = RunOptions {
         skills_path: Some(skills),
-        skill_mode: nexo::state::SkillMode::Progressive,
+        skill_mode: nexo::settings::SkillMode::Progressive,
         ..Default::default()
     };
-    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
-    let p = nexo::state::Prompting::new(&manifest, None, skills, &options);
-    let system = p.instructions.join("\n");
+    let manifest = AgentManifest { capabilities: vec![Capability::Read], ..manifest };
+    let tb = prepared(&manifest, options).await;
+    let p = instructions(&tb);
+    let system = p.join("\n");
     assert!(system.contains("- triage: Rank issues by severity."), "{system}");
     assert!(!system.contains("SECRET-BODY"), "only the name and description go up front");
+    assert_eq!(offered(&tb), ["read_file", "activate_skill"]);
 
-    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[Capability::Read]);
     let provider = script(json!([
         { "tool_calls": [{ "name": "activate_skill", "arguments": { "name": "triage" } },
                          { "name": "activate_skill", "arguments": { "name": "nope" } }] },
         { "text": "ranked" }
     ]));
-    let ctx = LoopContext {
-        provider: &provider,
-        toolbox: &tb,
-        instructions: &p.instructions,
-        limits: LoopLimits::default(),
-        events: &|_: &Event| {},
-        skills: &p.skills,
-    };
+    let ctx = LoopContext { provider: &provider, tools: &tb.tools, instructions: &p, limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
     let results: Vec<(&str, bool)> = outcome
         .transcript
@@ -264,7 +288,7 @@ async fn a_cut_glob_tells_the_model_it_was_cut() {
     for i in 0..=nexo_sandbox::MAX_GLOB_MATCHES {
         vfs.write(&format!("f{i:04}.txt"), "").unwrap();
     }
-    let tb = toolbox(Arc::new(vfs), PermissionMode::ReadOnly, &[Capability::Glob]);
+    let tb = toolbox(Arc::new(vfs), PermissionMode::ReadOnly, &[Capability::Glob]).await;
     let provider = script(json!([
         { "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*.txt" } }] },
         { "tool_calls": [{ "name": "glob", "arguments": { "pattern": "f000*.txt" } }] },
@@ -296,14 +320,14 @@ async fn a_skill_with_an_over_long_description_loads_and_is_cut_in_the_listing()
         skills: vec!["api-guide".into()],
         ..Default::default()
     };
-    let options = nexo::state::RunOptions {
+    let options = RunOptions {
         skills_path: Some(fixtures),
-        skill_mode: nexo::state::SkillMode::Progressive,
+        skill_mode: nexo::settings::SkillMode::Progressive,
         ..Default::default()
     };
-    let skills = nexo::state::resolve_skills(&manifest, &options).await.unwrap();
+    let skills = nexo::capability::skills::resolve(&manifest, &options).await.unwrap();
     assert_eq!(skills[0].description.chars().count(), nexo_skills::MAX_DESCRIPTION_LEN);
     assert!(skills[0].description.ends_with('…'));
-    let p = nexo::state::Prompting::new(&manifest, None, skills, &options);
-    assert!(p.instructions.join("\n").contains("- api-guide: Guides work with a hosted model API"));
+    let p = instructions(&prepared(&manifest, options).await);
+    assert!(p.join("\n").contains("- api-guide: Guides work with a hosted model API"));
 }

@@ -5,12 +5,14 @@
 
 use std::sync::{Arc, Mutex};
 
+mod toolbox;
+
+use nexo::ToolError;
+use nexo::authority::{Grant, Permissions};
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::permissions::{Grant, Permissions};
-use nexo::search::{SearchBackend, SearchFailure, SearchHit};
-use nexo::tools::{ToolFailure, ToolLimits, Toolbox};
-use nexo::web::Fetcher;
+use nexo::search::{SearchBackend, SearchError, SearchHit};
 use nexo_sandbox::{ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, VirtualSandbox};
+use toolbox::{Setup, Toolbox};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell {
@@ -21,12 +23,12 @@ enum Cell {
 }
 use Cell::*;
 
-fn outcome(r: Result<(), ToolFailure>) -> Cell {
+fn outcome(r: Result<(), ToolError>) -> Cell {
     match r {
         Ok(()) => Allow,
-        Err(ToolFailure::Denied(_)) => Deny,
-        Err(ToolFailure::ApprovalRequired(_)) => Approval,
-        Err(ToolFailure::Unsupported(_)) => Unsupported,
+        Err(ToolError::Denied(_)) => Deny,
+        Err(ToolError::ApprovalRequired(_)) => Approval,
+        Err(ToolError::Unsupported(_)) => Unsupported,
         Err(other) => panic!("unexpected gate outcome {other:?}"),
     }
 }
@@ -43,37 +45,37 @@ impl SearchBackend for UnusedBackend {
     fn name(&self) -> &str {
         "unused"
     }
-    fn search<'a>(&'a self, _query: &'a str) -> nexo_model::BoxFuture<'a, Result<Vec<SearchHit>, SearchFailure>> {
-        Box::pin(async { Err(SearchFailure::Unavailable("the gate table never searches".into())) })
+    fn search<'a>(&'a self, _query: &'a str) -> nexo_model::BoxFuture<'a, Result<Vec<SearchHit>, SearchError>> {
+        Box::pin(async { Err(SearchError::Unavailable("the gate table never searches".into())) })
     }
 }
 
-fn toolbox(sandbox: Arc<dyn Sandbox>, permissions: Permissions) -> Toolbox {
+async fn toolbox(sandbox: Arc<dyn Sandbox>, permissions: Permissions) -> Toolbox {
     // Everything requested, granted and configured: this table is about modes and sandboxes.
-    let effective = Grant::of(Capability::ALL).effective(&Capability::ALL);
-    let fetch = Fetcher::new(&["example.com".to_string()], None, None).transpose();
-    Toolbox::new("table", sandbox, permissions, effective, ToolLimits::default())
-        .with_web(fetch, Some(Arc::new(UnusedBackend)))
+    Setup {
+        agent: "table",
+        fetch_allow: vec!["example.com".to_string()],
+        search: Some(Arc::new(UnusedBackend)),
+        ..Setup::all(sandbox, permissions)
+    }
+    .build()
+    .await
 }
 
-#[test]
-fn web_tools_need_their_configuration_as_well_as_the_grant() {
-    let effective = Grant::of(Capability::ALL).effective(&Capability::ALL);
-    let tb = Toolbox::new(
-        "bare",
-        Arc::new(VirtualSandbox::new()),
-        Permissions::new(PermissionMode::Auto),
-        effective,
-        ToolLimits::default(),
-    );
+#[tokio::test]
+async fn web_tools_need_their_configuration_as_well_as_the_grant() {
+    let tb =
+        Setup { agent: "bare", ..Setup::all(Arc::new(VirtualSandbox::new()), Permissions::new(PermissionMode::Auto)) }
+            .build()
+            .await;
     // No fetch-allow list: no fetch tool, and a direct call is denied.
     match tb.authorize(Capability::Fetch, "https://example.com/") {
-        Err(ToolFailure::Denied(m)) => assert!(m.contains("fetch-allow"), "{m}"),
+        Err(ToolError::Denied(m)) => assert!(m.contains("fetch-allow"), "{m}"),
         other => panic!("expected a denial, got {other:?}"),
     }
     // No backend: no search tool, and a direct call says none is configured.
     match tb.authorize(Capability::Search, "query") {
-        Err(ToolFailure::Unsupported(m)) => assert!(m.contains("[search]"), "{m}"),
+        Err(ToolError::Unsupported(m)) => assert!(m.contains("[search]"), "{m}"),
         other => panic!("expected unsupported, got {other:?}"),
     }
     assert_eq!(tb.offered(), [Capability::Read, Capability::Glob, Capability::Write]);
@@ -81,8 +83,8 @@ fn web_tools_need_their_configuration_as_well_as_the_grant() {
 
 const CAPS: [Capability; 6] = Capability::ALL;
 
-#[test]
-fn modes_by_capability() {
+#[tokio::test]
+async fn modes_by_capability() {
     let asked = Arc::new(Mutex::new(Vec::<Capability>::new()));
     let log = asked.clone();
     let yes = Permissions::new(PermissionMode::Ask).on_ask(move |cap, _| {
@@ -104,7 +106,7 @@ fn modes_by_capability() {
     let sandboxes: [Arc<dyn Sandbox>; 2] = [Arc::new(LocalSandbox::open(dir.path()).unwrap()), Arc::new(container())];
     for (name, permissions, expected) in rows {
         for sandbox in &sandboxes {
-            let tb = toolbox(sandbox.clone(), permissions.clone());
+            let tb = toolbox(sandbox.clone(), permissions.clone()).await;
             for (cap, want) in CAPS.iter().zip(expected) {
                 let got = outcome(tb.authorize(*cap, "detail"));
                 assert_eq!(got, want, "mode {name}, {} sandbox, capability {}", sandbox.name(), cap.as_str());
@@ -117,8 +119,8 @@ fn modes_by_capability() {
     assert!(!asked.contains(&Capability::Read) && !asked.contains(&Capability::Glob));
 }
 
-#[test]
-fn sandboxes_by_capability_in_auto_mode() {
+#[tokio::test]
+async fn sandboxes_by_capability_in_auto_mode() {
     let dir = tempfile::tempdir().unwrap();
     //                         read   glob   write  shell        fetch  search
     let rows: Vec<(Arc<dyn Sandbox>, [Cell; 6])> = vec![
@@ -129,7 +131,7 @@ fn sandboxes_by_capability_in_auto_mode() {
     ];
     for (sandbox, expected) in rows {
         let name = sandbox.name();
-        let tb = toolbox(sandbox, Permissions::new(PermissionMode::Auto));
+        let tb = toolbox(sandbox, Permissions::new(PermissionMode::Auto)).await;
         for (cap, want) in CAPS.iter().zip(expected) {
             assert_eq!(outcome(tb.authorize(*cap, "x")), want, "sandbox {name}, capability {}", cap.as_str());
         }
@@ -141,20 +143,20 @@ fn sandboxes_by_capability_in_auto_mode() {
 #[tokio::test]
 async fn allowed_cells_act_inside_the_sandbox() {
     // Virtual: writes stay in memory.
-    let tb = toolbox(Arc::new(VirtualSandbox::new()), Permissions::new(PermissionMode::Auto));
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), Permissions::new(PermissionMode::Auto)).await;
     tb.write_file("notes/a.txt", "alpha").await.unwrap();
     assert_eq!(tb.read_file("notes/a.txt").await.unwrap(), "alpha");
     assert_eq!(tb.glob("**/*.txt").await.unwrap().paths, vec!["notes/a.txt"]);
-    assert!(matches!(tb.read_file("../../etc/passwd").await, Err(ToolFailure::Security(_))));
+    assert!(matches!(tb.read_file("../../etc/passwd").await, Err(ToolError::Security(_))));
 
     // Local: guarded host files.
     let outer = tempfile::tempdir().unwrap();
     let root = outer.path().join("repo");
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("README.md"), "hello").unwrap();
-    let tb = toolbox(Arc::new(LocalSandbox::open(&root).unwrap()), Permissions::new(PermissionMode::Auto));
+    let tb = toolbox(Arc::new(LocalSandbox::open(&root).unwrap()), Permissions::new(PermissionMode::Auto)).await;
     assert_eq!(tb.read_file("README.md").await.unwrap(), "hello");
-    assert!(matches!(tb.write_file("../escape.txt", "x").await, Err(ToolFailure::Security(_))));
+    assert!(matches!(tb.write_file("../escape.txt", "x").await, Err(ToolError::Security(_))));
     assert!(!outer.path().join("escape.txt").exists());
 }
 
@@ -162,15 +164,27 @@ async fn allowed_cells_act_inside_the_sandbox() {
 async fn a_denied_capability_is_not_granted_unless_requested_and_granted() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
+    let auto = || Permissions::new(PermissionMode::Auto);
     // The operator grants write, the agent did not request it: no write.
-    let effective = Grant::of([Capability::Read, Capability::Write]).effective(&[Capability::Read]);
-    let tb =
-        Toolbox::new("a", sandbox.clone(), Permissions::new(PermissionMode::Auto), effective, ToolLimits::default());
-    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolFailure::Denied(m)) if m.contains("did not request")));
+    let tb = Setup {
+        agent: "a",
+        requested: vec![Capability::Read],
+        grant: Grant::of([Capability::Read, Capability::Write]),
+        ..Setup::all(sandbox.clone(), auto())
+    }
+    .build()
+    .await;
+    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolError::Denied(m)) if m.contains("does not request")));
     // The agent requested write, the operator did not grant it: no write.
-    let effective = Grant::default().effective(&[Capability::Read, Capability::Write]);
-    let tb = Toolbox::new("a", sandbox, Permissions::new(PermissionMode::Auto), effective, ToolLimits::default());
-    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolFailure::Denied(_))));
+    let tb = Setup {
+        agent: "a",
+        requested: vec![Capability::Read, Capability::Write],
+        grant: Grant::default(),
+        ..Setup::all(sandbox, auto())
+    }
+    .build()
+    .await;
+    assert!(matches!(tb.write_file("x.txt", "x").await, Err(ToolError::Denied(m)) if m.contains("did not grant")));
     assert!(!dir.path().join("x.txt").exists());
 }
 
@@ -178,12 +192,12 @@ async fn a_denied_capability_is_not_granted_unless_requested_and_granted() {
 async fn read_before_write_and_the_stale_guard() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("existing.txt"), "v1").unwrap();
-    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), Permissions::new(PermissionMode::Auto));
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), Permissions::new(PermissionMode::Auto)).await;
     // A new file writes freely.
     tb.write_file("new.txt", "fresh").await.unwrap();
     // An existing file must be read first.
     match tb.write_file("existing.txt", "v2").await {
-        Err(ToolFailure::InvalidInput(m)) => assert_eq!(m, "read existing.txt before overwriting it"),
+        Err(ToolError::InvalidInput(m)) => assert_eq!(m, "read existing.txt before overwriting it"),
         other => panic!("{other:?}"),
     }
     assert_eq!(tb.read_file("existing.txt").await.unwrap(), "v1");
@@ -193,7 +207,7 @@ async fn read_before_write_and_the_stale_guard() {
     let f = std::fs::File::options().write(true).open(dir.path().join("existing.txt")).unwrap();
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).unwrap();
     match tb.write_file("existing.txt", "v2").await {
-        Err(ToolFailure::InvalidInput(m)) => assert_eq!(m, "stale: existing.txt changed since you read it"),
+        Err(ToolError::InvalidInput(m)) => assert_eq!(m, "stale: existing.txt changed since you read it"),
         other => panic!("{other:?}"),
     }
     // Read again, then the write goes through, and so does a second one.
@@ -205,6 +219,7 @@ async fn read_before_write_and_the_stale_guard() {
     let v = toolbox(
         Arc::new(VirtualSandbox::with_files([("a.txt", "1")]).unwrap()),
         Permissions::new(PermissionMode::Auto),
-    );
+    )
+    .await;
     v.write_file("a.txt", "2").await.unwrap();
 }

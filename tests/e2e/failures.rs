@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use nexo::state::RunOptions;
-use nexo::{Plugin, PluginError, PluginKind};
+use nexo::settings::RunOptions;
+use nexo::{LoadError, Plugin, PluginKind, RunError};
 use nexo_tests as built;
 
 use crate::{SHORT, engine, engine_with};
@@ -21,13 +21,13 @@ async fn a_file_that_is_not_wasm() {
     let path = dir.path().join("agent.wasm");
     std::fs::write(&path, "#!/bin/sh\necho not wasm\n").unwrap();
     let err = Plugin::load(engine(), &path).await.unwrap_err();
-    assert!(matches!(err, PluginError::NotWasm { .. }), "{err:?}");
+    assert!(matches!(err, LoadError::NotWasm { .. }), "{err:?}");
     assert!(err.to_string().contains("magic bytes"), "{err}");
     // An empty file and a missing file are clear too.
     std::fs::write(&path, b"").unwrap();
-    assert!(matches!(Plugin::load(engine(), &path).await.unwrap_err(), PluginError::NotWasm { .. }));
+    assert!(matches!(Plugin::load(engine(), &path).await.unwrap_err(), LoadError::NotWasm { .. }));
     let missing = Plugin::load(engine(), dir.path().join("nope.wasm")).await.unwrap_err();
-    assert!(matches!(missing, PluginError::Read { .. }), "{missing:?}");
+    assert!(matches!(missing, LoadError::Read { .. }), "{missing:?}");
     host_still_works(engine()).await;
 }
 
@@ -38,7 +38,7 @@ async fn a_core_module_instead_of_a_component() {
     // The smallest valid core module: magic and version 1.
     std::fs::write(&path, b"\0asm\x01\0\0\0").unwrap();
     let err = Plugin::load(engine(), &path).await.unwrap_err();
-    assert!(matches!(err, PluginError::CoreModule { .. }), "{err:?}");
+    assert!(matches!(err, LoadError::CoreModule { .. }), "{err:?}");
     assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
     host_still_works(engine()).await;
 }
@@ -47,7 +47,7 @@ async fn a_core_module_instead_of_a_component() {
 async fn a_truncated_component() {
     let bytes = std::fs::read(built::HELLO).unwrap();
     let err = Plugin::from_bytes(engine(), "cut.wasm".into(), &bytes[..bytes.len() / 2]).await.unwrap_err();
-    assert!(matches!(err, PluginError::Invalid { .. }), "{err:?}");
+    assert!(matches!(err, LoadError::Invalid { .. }), "{err:?}");
     host_still_works(engine()).await;
 }
 
@@ -56,14 +56,14 @@ async fn a_precompiled_artifact_is_refused() {
     let bytes = std::fs::read(built::HELLO).unwrap();
     let native = engine().wasmtime().precompile_component(&bytes).unwrap();
     let err = Plugin::from_bytes(engine(), "hello.cwasm".into(), &native).await.unwrap_err();
-    assert!(matches!(err, PluginError::Precompiled { .. }), "{err:?}");
+    assert!(matches!(err, LoadError::Precompiled { .. }), "{err:?}");
 }
 
 #[tokio::test]
 async fn a_component_of_an_unknown_world() {
     let err = Plugin::load(engine(), built::NOT_A_PLUGIN).await.unwrap_err();
     match &err {
-        PluginError::UnknownWorld { exports, .. } => assert_eq!(exports, &["acme:greeter/greet@1.0.0".to_string()]),
+        LoadError::UnknownWorld { exports, .. } => assert_eq!(exports, &["acme:greeter/greet@1.0.0".to_string()]),
         other => panic!("expected UnknownWorld, got {other:?}"),
     }
     assert!(err.to_string().contains("nexo:plugin/agent"), "{err}");
@@ -74,7 +74,7 @@ async fn a_component_of_an_unknown_world() {
 async fn a_missing_export() {
     let err = Plugin::load(engine(), built::NO_RUN).await.unwrap_err();
     match &err {
-        PluginError::MissingExport { kind, detail, .. } => {
+        LoadError::MissingExport { kind, detail, .. } => {
             assert_eq!(*kind, PluginKind::Agent);
             assert!(detail.contains("manifest"), "{detail}");
         }
@@ -87,7 +87,7 @@ async fn a_missing_export() {
 async fn a_skill_that_imports_tools_is_refused() {
     let err = Plugin::load(engine(), built::GREEDY_SKILL).await.unwrap_err();
     match &err {
-        PluginError::ForbiddenImport { kind, import, .. } => {
+        LoadError::ForbiddenImport { kind, import, .. } => {
             assert_eq!(*kind, PluginKind::Skill);
             assert_eq!(import, "nexo:plugin/tools@0.1.0");
         }
@@ -100,7 +100,7 @@ async fn a_skill_that_imports_tools_is_refused() {
 async fn a_bad_manifest() {
     let err = Plugin::load(engine(), built::BAD_MANIFEST).await.unwrap_err();
     match &err {
-        PluginError::BadManifest { field, problem, .. } => {
+        LoadError::BadManifest { field, problem, .. } => {
             assert_eq!(*field, "name");
             assert!(problem.contains("Not A Valid Name!"), "{problem}");
         }
@@ -113,7 +113,7 @@ async fn a_trap_is_reported_with_the_plugin_name() {
     let plugin = Plugin::load(engine(), built::TRAP).await.unwrap();
     let err = plugin.run_agent("payload", &RunOptions::default()).await.unwrap_err();
     match &err {
-        PluginError::Trap { plugin, function, trap, stderr, .. } => {
+        RunError::Trap { plugin, function, trap, stderr, .. } => {
             assert_eq!(plugin, "trap");
             assert_eq!(function, "run");
             assert!(trap.contains("unreachable"), "{trap}");
@@ -133,7 +133,7 @@ async fn an_endless_loop_is_stopped_at_the_deadline() {
     let err = plugin.run_agent("go", &options).await.unwrap_err();
     let took = started.elapsed();
     match &err {
-        PluginError::Deadline { plugin, limit, .. } => {
+        RunError::Deadline { plugin, limit, .. } => {
             assert_eq!(plugin, "spin");
             assert_eq!(*limit, SHORT);
         }
@@ -158,7 +158,7 @@ async fn a_spinning_plugin_does_not_block_other_runs() {
         let answer = stats.run_agent("a b c", &RunOptions::default()).await.unwrap();
         assert!(answer.contains("words: 3"));
     }
-    assert!(matches!(spinning.await.unwrap(), Err(PluginError::Deadline { .. })));
+    assert!(matches!(spinning.await.unwrap(), Err(RunError::Deadline { .. })));
 }
 
 #[tokio::test]
@@ -168,7 +168,7 @@ async fn a_memory_hog_is_refused_at_the_cap() {
     let plugin = Plugin::load(&engine, built::HOG).await.unwrap();
     let err = plugin.run_agent("eat", &RunOptions::default()).await.unwrap_err();
     match &err {
-        PluginError::MemoryLimit { plugin, requested, cap: reported, .. } => {
+        RunError::MemoryLimit { plugin, requested, cap: reported, .. } => {
             assert_eq!(plugin, "hog");
             assert_eq!(*reported, cap);
             assert!(*requested > cap);
@@ -186,8 +186,8 @@ async fn runs_are_isolated_from_each_other() {
     let mut first = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
     let trap = Plugin::load(engine(), built::TRAP).await.unwrap();
     assert!(trap.run_agent("x", &RunOptions::default()).await.is_err());
-    assert!(first.run("one").await.unwrap().contains("words: 1"));
-    assert!(first.run("one two").await.unwrap().contains("words: 2"));
+    assert!(first.run("one").await.unwrap().answer.contains("words: 1"));
+    assert!(first.run("one two").await.unwrap().answer.contains("words: 2"));
 }
 
 #[tokio::test]
@@ -197,7 +197,7 @@ async fn a_full_instance_pool_is_a_clear_error_not_a_crash() {
     let _a = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
     let _b = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
     match plugin.instantiate_agent(&RunOptions::default()).await {
-        Err(PluginError::Instantiate { plugin, reason }) => {
+        Err(RunError::Instantiate { plugin, reason }) => {
             assert_eq!(plugin, "text-stats");
             assert!(reason.contains("max_live_instances"), "{reason}");
         }

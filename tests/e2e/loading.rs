@@ -110,7 +110,7 @@ async fn a_component_of_another_contract_version_says_which_way_to_go() {
         let component = patched(&bytes, from, to);
         let err = Plugin::from_bytes(engine(), "patched.wasm".into(), &component).await.unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, nexo::PluginError::UnsupportedVersion { .. }), "{text}");
+        assert!(matches!(err, nexo::LoadError::UnsupportedVersion { .. }), "{text}");
         assert!(text.contains(says) && text.contains(fix), "{text}");
         assert!(text.contains(std::str::from_utf8(to).unwrap()), "{text}");
     }

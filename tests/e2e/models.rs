@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use nexo::agent_loop::{LoopLimits, Status};
-use nexo::state::RunOptions;
-use nexo::{Plugin, PluginError};
+use nexo::settings::RunOptions;
+use nexo::{Plugin, RunError};
 use nexo_model::mock::{MockServer, MockToolCall, Reply, long_text};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
 use nexo_tests as built;
@@ -63,9 +63,9 @@ async fn full_run(kind: ProviderKind, stream: bool) {
     };
     let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
-    let answer = instance.run("What does the readme say?").await.unwrap();
-    assert_eq!(answer, "The readme says nexo runs agents.");
-    let outcome = instance.last_outcome().unwrap();
+    let run = instance.run("What does the readme say?").await.unwrap();
+    assert_eq!(run.answer, "The readme says nexo runs agents.");
+    let outcome = run.last_prompt.unwrap();
     assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, 2));
     if stream {
         assert_eq!(*deltas.lock().unwrap(), "The readme says nexo runs agents.");
@@ -139,7 +139,7 @@ async fn provider_failures_end_the_run_with_a_clear_error_and_the_host_goes_on()
             ..RunOptions::default()
         };
         match plugin.run_agent("hi", &options).await {
-            Err(PluginError::AgentFailed { plugin, reason }) => {
+            Err(RunError::AgentFailed { plugin, reason }) => {
                 assert_eq!(plugin, "hello");
                 assert!(reason.contains(expect), "{reason}");
                 assert!(!reason.contains("sk-test-secret"), "{reason}");
@@ -157,7 +157,7 @@ async fn provider_failures_end_the_run_with_a_clear_error_and_the_host_goes_on()
     };
     let options = RunOptions { model: Some(resolve(&config).unwrap()), ..RunOptions::default() };
     match plugin.run_agent("hi", &options).await {
-        Err(PluginError::AgentFailed { reason, .. }) => assert!(reason.contains("unavailable"), "{reason}"),
+        Err(RunError::AgentFailed { reason, .. }) => assert!(reason.contains("unavailable"), "{reason}"),
         other => panic!("{other:?}"),
     }
 }

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use nexo::state::{Preopen, RunOptions};
-use nexo::web::EgressGrant;
-use nexo::{Plugin, PluginError};
+use nexo::egress::EgressGrant;
+use nexo::instance::Preopen;
+use nexo::settings::RunOptions;
+use nexo::{Plugin, RunError};
 use nexo_tests as built;
 
 use crate::engine;
@@ -16,7 +17,7 @@ async fn a_custom_run_answers() {
     assert_eq!(answer, "lines: 2\nwords: 5\ncharacters: 30\nlongest word: epsilon");
     // The agent's own failure is reported as such, with its reason.
     match plugin.run_agent("   ", &RunOptions::default()).await {
-        Err(PluginError::AgentFailed { plugin, reason }) => {
+        Err(RunError::AgentFailed { plugin, reason }) => {
             assert_eq!(plugin, "text-stats");
             assert!(reason.contains("input is empty"), "{reason}");
         }
@@ -28,7 +29,7 @@ async fn a_custom_run_answers() {
 async fn the_default_run_prompts_the_model_and_reports_that_none_is_configured() {
     let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
     match plugin.run_agent("What is in README.md?", &RunOptions::default()).await {
-        Err(PluginError::AgentFailed { plugin, reason }) => {
+        Err(RunError::AgentFailed { plugin, reason }) => {
             assert_eq!(plugin, "hello");
             assert!(reason.starts_with("model not configured"), "{reason}");
         }
@@ -82,12 +83,13 @@ async fn a_custom_run_prompts_several_times_and_calls_tools_through_the_same_gat
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
-    let o = outcomes(&instance.run("README.md").await.unwrap());
+    let run = instance.run("README.md").await.unwrap();
+    let o = outcomes(&run.answer);
     // Direct calls and the model's calls meet the same gate: write is not granted either way.
     assert!(o["write-file"].starts_with("denied: "), "{o:?}");
     assert_eq!(o["prompt"], "ok first");
     assert_eq!(o["prompt-again"], "ok second");
-    let outcome = instance.last_outcome().unwrap();
+    let outcome = run.last_prompt.unwrap();
     assert_eq!(outcome.turns, 1);
 }
 
@@ -97,7 +99,7 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     std::fs::write(dir.path().join("README.md"), "# hello").unwrap();
     let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
     let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
-    let grant = nexo::permissions::Grant::of(nexo::manifest::Capability::ALL);
+    let grant = nexo::authority::Grant::of(nexo::manifest::Capability::ALL);
 
     // read-only: the grant covers write, but the mode refuses it.
     let options = RunOptions { sandbox: Some(sandbox.clone()), grant: grant.clone(), ..RunOptions::default() };
@@ -110,7 +112,7 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     let options = RunOptions {
         sandbox: Some(sandbox),
         grant,
-        permissions: nexo::permissions::Permissions::new(nexo::manifest::PermissionMode::Auto),
+        permissions: nexo::authority::Permissions::new(nexo::manifest::PermissionMode::Auto),
         ..RunOptions::default()
     };
     let o = outcomes(&plugin.run_agent("README.md", &options).await.unwrap());
@@ -124,14 +126,15 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
 
 #[tokio::test]
 async fn a_skill_component_hands_over_its_instructions_and_resources() {
-    let skill = Plugin::load(engine(), built::CODE_REVIEW).await.unwrap();
-    let body = skill.skill_instructions().await.unwrap();
+    let plugin = Plugin::load(engine(), built::CODE_REVIEW).await.unwrap();
+    let skill = plugin.skill().unwrap();
+    let body = skill.instructions().await.unwrap();
     assert!(body.starts_with("# Code review"), "{body}");
     assert!(!body.contains("name: code-review"), "the frontmatter is not part of the body");
-    let severity = skill.skill_resource("references/severity.md").await.unwrap().unwrap();
+    let severity = skill.resource("references/severity.md").await.unwrap().unwrap();
     assert!(severity.contains("**high**"));
-    assert_eq!(skill.skill_resource("references/missing.md").await.unwrap(), None);
-    assert_eq!(skill.skill_resource("../../etc/passwd").await.unwrap(), None);
+    assert_eq!(skill.resource("references/missing.md").await.unwrap(), None);
+    assert_eq!(skill.resource("../../etc/passwd").await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -139,7 +142,7 @@ async fn a_search_backend_gets_no_network_it_was_not_granted() {
     let backend = Plugin::load(engine(), built::SEARXNG).await.unwrap();
     // Without its setting, it says what is missing.
     match backend.search("rust wasm", None, &EgressGrant::default()).await {
-        Err(PluginError::SearchFailed { reason, .. }) => assert!(reason.contains("base-url"), "{reason}"),
+        Err(RunError::SearchFailed { reason, .. }) => assert!(reason.contains("base-url"), "{reason}"),
         other => panic!("expected SearchFailed, got {other:?}"),
     }
     // With it, its request reaches the host, which refuses it: no hosts granted.
@@ -148,7 +151,7 @@ async fn a_search_backend_gets_no_network_it_was_not_granted() {
         ..EgressGrant::default()
     };
     match backend.search("rust wasm", Some("en"), &grant).await {
-        Err(PluginError::SearchFailed { plugin, reason }) => {
+        Err(RunError::SearchFailed { plugin, reason }) => {
             assert_eq!(plugin, "searxng");
             assert!(reason.contains("refused by the host"), "{reason}");
             assert!(reason.contains("no hosts are granted"), "{reason}");
@@ -195,8 +198,8 @@ async fn wasi_file_access_is_confined_to_the_preopen() {
 
 #[tokio::test]
 async fn wasi_grants_follow_the_operators_grant() {
+    use nexo::authority::{Grant, Permissions};
     use nexo::manifest::{Capability, PermissionMode};
-    use nexo::permissions::{Grant, Permissions};
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("README.md"), "# readme").unwrap();
@@ -261,8 +264,8 @@ async fn wasi_grants_follow_the_operators_grant() {
 
 #[tokio::test]
 async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
+    use nexo::authority::{Grant, Permissions};
     use nexo::manifest::{Capability, PermissionMode};
-    use nexo::permissions::{Grant, Permissions};
 
     let dir = tempfile::tempdir().unwrap();
     let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
@@ -283,13 +286,14 @@ async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_provider_component_hosts_an_agents_tools() {
+    use nexo::authority::{Grant, Permissions};
     use nexo::manifest::{Capability, PermissionMode};
-    use nexo::permissions::{Grant, Permissions};
     use nexo_sandbox::Sandbox;
 
     let provider = Plugin::load(engine(), built::MEMORY_PROVIDER).await.unwrap();
     assert_eq!(provider.kind(), nexo::PluginKind::SandboxProvider);
-    let sandbox = std::sync::Arc::new(provider.sandbox_provider(&RunOptions::default()).await.unwrap());
+    let sandbox =
+        std::sync::Arc::new(provider.sandbox_provider().unwrap().start(&Default::default(), None).await.unwrap());
     assert_eq!(sandbox.name(), "remote");
     assert!(sandbox.instructions().unwrap().contains("memory-provider"));
     {
@@ -348,8 +352,9 @@ async fn an_agent_component_prompts_the_model_loop_with_its_tools() {
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
-    assert_eq!(instance.run("What is in the readme?").await.unwrap(), "The readme is a heading.");
-    let outcome = instance.last_outcome().unwrap();
+    let run = instance.run("What is in the readme?").await.unwrap();
+    assert_eq!(run.answer, "The readme is a heading.");
+    let outcome = run.last_prompt.unwrap();
     assert_eq!(outcome.status, nexo::agent_loop::Status::Completed);
     // The agent's instructions come first, then the sandbox's.
     let nexo_model::Message::System { text } = &outcome.transcript[0] else { panic!() };
@@ -368,8 +373,7 @@ async fn the_agents_turn_cap_and_the_operators_cap_both_hold() {
         .collect();
     let options = RunOptions { model: Some(scripted(serde_json::json!(forever))), ..RunOptions::default() };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
-    instance.run("loop").await.unwrap();
-    let outcome = instance.last_outcome().unwrap();
+    let outcome = instance.run("loop").await.unwrap().last_prompt.unwrap();
     assert_eq!((outcome.status.clone(), outcome.turns), (nexo::agent_loop::Status::TurnLimit, 8));
     // An operator cap below the agent's wins.
     let options = RunOptions {
@@ -378,8 +382,7 @@ async fn the_agents_turn_cap_and_the_operators_cap_both_hold() {
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
-    instance.run("loop").await.unwrap();
-    assert_eq!(instance.last_outcome().unwrap().turns, 3);
+    assert_eq!(instance.run("loop").await.unwrap().last_prompt.unwrap().turns, 3);
 }
 
 #[tokio::test]
@@ -393,7 +396,8 @@ async fn a_skill_component_matches_its_skill_directory_and_serves_an_agent() {
     assert_eq!(d.metadata.name, package.metadata.name);
     assert_eq!(d.metadata.description, package.metadata.description);
     assert_eq!(d.resources, package.resources);
-    assert_eq!(component.skill_instructions().await.unwrap(), package.instructions);
+    let component = component.skill().unwrap().clone();
+    assert_eq!(component.instructions().await.unwrap(), package.instructions);
 
     // A declarative agent names the skill; the component serves it, with no capabilities of its own.
     let work = tempfile::tempdir().unwrap();

@@ -16,12 +16,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use nexo::agent_loop::Event;
+use nexo::authority::{Grant, Permissions};
+use nexo::egress::{ApiKey, EgressGrant};
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::permissions::{Grant, Permissions};
-use nexo::search::{ComponentBackend, SearchBackend};
-use nexo::state::RunOptions;
-use nexo::web::{ApiKey, EgressGrant};
-use nexo::{Plugin, PluginError};
+use nexo::search::SearchBackend;
+use nexo::settings::RunOptions;
+use nexo::world::search_backend::ComponentBackend;
+use nexo::{Plugin, RunError};
 use nexo_egress::{GuardedClient, Resolver, SystemResolver};
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
 use nexo_tests as built;
@@ -299,7 +300,8 @@ fn searxng_grant(addr: SocketAddr) -> EgressGrant {
 async fn a_searxng_component_answers_web_search_with_normalized_rows() {
     let (addr, seen) = site().await;
     let backend = Plugin::load(engine(), built::SEARXNG).await.unwrap();
-    let backend: Arc<dyn SearchBackend> = Arc::new(ComponentBackend::new(backend, &searxng_grant(addr)).unwrap());
+    let backend: Arc<dyn SearchBackend> =
+        Arc::new(ComponentBackend::new(backend.search_backend().unwrap().clone(), &searxng_grant(addr)).unwrap());
     let options = RunOptions { search: Some(backend), ..web_options(GuardedClient::new().unwrap()) };
     let out = probe("search rust wasm", &options).await;
     // 12 rows served, 8 kept; every 500-character snippet cut to 300.
@@ -339,7 +341,7 @@ async fn a_brave_component_gets_its_key_from_the_host_and_answers() {
     // Without the key, Brave's 401 becomes the backend's error, with Brave's detail.
     let keyless = EgressGrant { api_key: None, ..grant };
     match plugin.search("wasm components", None, &keyless).await {
-        Err(PluginError::SearchFailed { plugin, reason }) => {
+        Err(RunError::SearchFailed { plugin, reason }) => {
             assert_eq!(plugin, "brave");
             assert!(reason.contains("401") && reason.contains("subscription token is invalid"), "{reason}");
         }
@@ -373,7 +375,8 @@ async fn a_backend_cannot_reach_an_ungranted_host_and_never_sees_its_key() {
         ..EgressGrant::default()
     };
     let plugin = Plugin::load(engine(), built::SECRET_PROBE).await.unwrap();
-    let backend: Arc<dyn SearchBackend> = Arc::new(ComponentBackend::new(plugin, &grant).unwrap());
+    let backend: Arc<dyn SearchBackend> =
+        Arc::new(ComponentBackend::new(plugin.search_backend().unwrap().clone(), &grant).unwrap());
 
     // The model calls web_search with the key reversed as the query, so the
     // probe can look for the forward key in its memory without holding it.
@@ -511,7 +514,7 @@ async fn live_fetch_over_tls() {
         println!("skipped: set NEXO_LIVE=1 to fetch https://example.com/ for real");
         return;
     }
-    let fetcher = nexo::web::Fetcher::new(&["example.com".to_string()], None, None).unwrap().unwrap();
+    let fetcher = nexo::capability::fetch::Fetcher::new(&["example.com".to_string()], None, None).unwrap().unwrap();
     let page = fetcher.fetch("https://example.com/").await.unwrap();
     assert_eq!(page.status, 200);
     assert!(page.body.contains("Example Domain"), "{}", page.body);
@@ -541,7 +544,8 @@ async fn live_brave_search() {
 async fn a_failing_backend_is_a_tool_error_and_the_host_goes_on() {
     let grant = EgressGrant { timeout: Some(crate::SHORT), ..EgressGrant::default() };
     let plugin = Plugin::load(engine(), built::SECRET_PROBE).await.unwrap();
-    let backend: Arc<dyn SearchBackend> = Arc::new(ComponentBackend::new(plugin, &grant).unwrap());
+    let backend: Arc<dyn SearchBackend> =
+        Arc::new(ComponentBackend::new(plugin.search_backend().unwrap().clone(), &grant).unwrap());
     let options = RunOptions { search: Some(backend.clone()), ..web_options(GuardedClient::new().unwrap()) };
     let out = probe("search spin\nsearch panic\nsearch fine", &options).await;
     assert!(out[0].starts_with("failed: ") && out[0].contains("deadline"), "{}", out[0]);

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
+use nexo::ConfigError;
+use nexo::authority::{Grant, Permissions};
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::permissions::{Grant, Permissions};
-use nexo::state::RunOptions;
+use nexo::settings::RunOptions;
 use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
 use serde::Deserialize;
 
@@ -62,14 +63,15 @@ pub struct ConfigFile {
     pub search: Option<super::web::SearchTable>,
 }
 
-/// Reads the config file, if any.
-pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
+/// Reads the config file, if any. The CLI reads it once per command.
+pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, ConfigError> {
     match path {
         Some(path) => {
             let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES)
-                .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-            toml::from_str::<ConfigFile>(&text).map_err(|e| {
-                format!("the config file {} is invalid: {}", path.display(), nexo::files::toml_problem(&text, &e))
+                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            toml::from_str::<ConfigFile>(&text).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                problem: nexo::files::toml_problem(&text, &e),
             })
         }
         None => Ok(ConfigFile::default()),
@@ -137,9 +139,8 @@ impl GrantArgs {
     }
 
     /// The config file's `[grant]` table with the flags laid over it.
-    pub fn resolve(&self) -> Result<Resolved, String> {
-        let file = read_config(self.config.as_deref())?;
-        let t = file.grant;
+    pub fn resolve(&self, file: &ConfigFile) -> Result<Resolved, ConfigError> {
+        let t = file.grant.clone();
         let mut allow = t.allow;
         allow.extend(self.allow.iter().copied());
         let mut fetch_hosts = t.fetch_hosts;
@@ -147,7 +148,8 @@ impl GrantArgs {
             fetch_hosts.get_or_insert_default().extend(self.fetch_hosts.iter().cloned());
         }
         if let Some(hosts) = &fetch_hosts {
-            nexo_egress::HostList::new(hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
+            nexo_egress::HostList::new(hosts.iter())
+                .map_err(|e| ConfigError::invalid("fetch-hosts", format!("fetch-hosts: {e}")))?;
         }
         Ok(Resolved {
             fetch_hosts,
@@ -226,34 +228,46 @@ impl Resolved {
     }
 
     /// Run options for this grant.
-    pub fn run_options(&self) -> Result<RunOptions, String> {
+    pub fn run_options(&self) -> Result<RunOptions, ConfigError> {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
             SandboxArg::Virtual => None,
             SandboxArg::Local => {
                 let cwd = match &self.cwd {
                     Some(dir) => dir.clone(),
-                    None => std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?,
+                    None => std::env::current_dir().map_err(|e| {
+                        ConfigError::invalid("--cwd", format!("cannot read the current directory: {e}"))
+                    })?,
                 };
                 let policy = self.shell_policy();
                 log_confinement(&policy);
-                Some(Arc::new(LocalSandbox::with_shell(&cwd, policy).map_err(|e| e.to_string())?))
+                Some(Arc::new(
+                    LocalSandbox::with_shell(&cwd, policy).map_err(|e| ConfigError::invalid("--cwd", e.to_string()))?,
+                ))
             }
             SandboxArg::Container => {
                 let Some(image) = &self.image else {
-                    return Err("--sandbox container needs --image (there is no default image)".into());
+                    return Err(ConfigError::invalid(
+                        "--image",
+                        "--sandbox container needs --image (there is no default image)",
+                    ));
                 };
                 let config = match self.container_runtime {
                     RuntimeArg::Docker => ContainerConfig::docker(image),
                     RuntimeArg::Apple => ContainerConfig::apple(image),
                 };
-                Some(Arc::new(ContainerSandbox::new(config).map_err(|e| e.to_string())?))
+                Some(Arc::new(
+                    ContainerSandbox::new(config).map_err(|e| ConfigError::invalid("--sandbox", e.to_string()))?,
+                ))
             }
         };
         if self.cwd.is_some() && self.sandbox != SandboxArg::Local {
-            return Err("--cwd needs --sandbox local (only the local sandbox works in a host directory)".into());
+            return Err(ConfigError::invalid(
+                "--cwd",
+                "--cwd needs --sandbox local (only the local sandbox works in a host directory)",
+            ));
         }
         if self.image.is_some() && self.sandbox != SandboxArg::Container {
-            return Err("--image needs --sandbox container".into());
+            return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
         let mut permissions = Permissions::new(self.mode());
         if self.mode == ModeArg::Ask {

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
+use nexo::authority::{Authority, Grant, Permissions};
 use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
-use nexo::permissions::{Grant, stricter};
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
@@ -98,14 +98,10 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
 /// What the operator grants, what the agent then gets, and the mode it runs
 /// under (the stricter of the operator's and the agent's own).
 fn authority(grant: &Resolved, manifest: Option<&AgentManifest>) -> (Grant, BTreeSet<Capability>, PermissionMode) {
-    let granted = grant.grant();
-    let requested = manifest.map(|m| m.capabilities.as_slice()).unwrap_or_default();
-    let effective = granted.effective(requested);
-    let mode = match manifest.and_then(|m| m.permissions) {
-        Some(asked) => stricter(grant.mode(), asked),
-        None => grant.mode(),
-    };
-    (granted, effective, mode)
+    // The same computation a run makes: one authority, asked the same questions.
+    let none = AgentManifest::default();
+    let authority = Authority::new(manifest.unwrap_or(&none), &grant.grant(), &Permissions::new(grant.mode()));
+    (authority.granted().clone(), authority.effective().clone(), authority.mode())
 }
 
 /// Adds what was requested, granted and in force to a JSON description.

@@ -33,8 +33,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use nexo::agent_file::AgentFile;
 use nexo::agent_loop::Status;
-use nexo::state::RunOptions;
-use nexo::{Engine, EngineConfig, Plugin, PluginError};
+use nexo::settings::RunOptions;
+use nexo::{ConfigError, Engine, EngineConfig, Plugin, RunError};
 
 /// The contract plugins are built against, shipped inside the binary.
 const WIT: &str = include_str!("../../../wit/nexo.wit");
@@ -249,52 +249,42 @@ async fn dispatch(cli: Cli) -> ExitCode {
     };
     match &cli.command {
         Command::Inspect { file, json, grant, search } => {
-            let setup = grant.resolve().and_then(|g| Ok((g, search_setup(grant, search)?)));
+            let setup = settings(grant, search);
             if is_toml(file) {
                 return match (AgentFile::load(file), setup) {
-                    (Err(e), _) => fail(&e),
-                    (Ok(_), Err(e)) => {
-                        errln!("error: {e}");
-                        ExitCode::from(2)
-                    }
-                    (Ok(agent), Ok((grant, search))) => {
-                        inspect::print_agent_file(&agent, &grant, search.as_ref(), *json);
+                    (Err(e), _) => fail(&e.into()),
+                    (Ok(_), Err(e)) => config_failure(&e),
+                    (Ok(agent), Ok(settings)) => {
+                        inspect::print_agent_file(&agent, &settings.grant, settings.search.as_ref(), *json);
                         ExitCode::SUCCESS
                     }
                 };
             }
             match (Plugin::load(&engine, file).await, setup) {
-                (Err(e), _) => fail(&e),
-                (Ok(_), Err(e)) => {
-                    errln!("error: {e}");
-                    ExitCode::from(2)
-                }
-                (Ok(plugin), Ok((grant, search))) => {
-                    inspect::print(&plugin, &grant, search.as_ref(), *json);
+                (Err(e), _) => fail(&e.into()),
+                (Ok(_), Err(e)) => config_failure(&e),
+                (Ok(plugin), Ok(settings)) => {
+                    inspect::print(&plugin, &settings.grant, settings.search.as_ref(), *json);
                     ExitCode::SUCCESS
                 }
             }
         }
         Command::Run { file, input, json, grant, search, model, timeout, .. } => {
-            let mut options = match grant.resolve().and_then(|g| g.run_options()) {
-                Ok(o) => o,
-                Err(e) => {
-                    errln!("error: {e}");
-                    return ExitCode::from(2);
-                }
+            let settings = match settings(grant, search) {
+                Ok(s) => s,
+                Err(e) => return config_failure(&e),
             };
-            match search_setup(grant, search) {
-                Ok(None) => {}
-                Ok(Some(setup)) => match search_backend(&engine, &setup).await {
+            let mut options = match settings.grant.run_options() {
+                Ok(o) => o,
+                Err(e) => return config_failure(&e),
+            };
+            if let Some(setup) = &settings.search {
+                match search_backend(&engine, setup).await {
                     Ok(backend) => options.search = Some(backend),
                     Err(e) => return fail(&e),
-                },
-                Err(e) => {
-                    errln!("error: {e}");
-                    return ExitCode::from(2);
                 }
             }
-            match model.resolve(grant.config_path()) {
+            match model.resolve(&settings.file.model) {
                 Ok(resolved) => {
                     if let Some(provider) = &resolved.provider
                         && provider.name() == "scripted"
@@ -305,13 +295,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     options.loop_limits = resolved.limits;
                     options.skills_path = Some(model.skills_path.clone());
                     if model.progressive_skills {
-                        options.skill_mode = nexo::state::SkillMode::Progressive;
+                        options.skill_mode = nexo::settings::SkillMode::Progressive;
                     }
                 }
-                Err(e) => {
-                    errln!("error: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return config_failure(&e),
             }
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             options.events = Some(progress.clone());
@@ -344,19 +331,34 @@ async fn dispatch(cli: Cli) -> ExitCode {
     }
 }
 
-/// The search backend from the config file's `[search]` and the flags.
-fn search_setup(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Option<web::SearchSetup>, String> {
+/// The operator's settings for one command: the config file, read once,
+/// with the flags laid over it.
+struct Settings {
+    file: grant::ConfigFile,
+    grant: grant::Resolved,
+    search: Option<web::SearchSetup>,
+}
+
+fn settings(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Settings, ConfigError> {
     let file = grant::read_config(grant.config_path())?;
-    search.resolve(file.search.as_ref(), grant.config_path())
+    let resolved = grant.resolve(&file)?;
+    let search = search.resolve(file.search.as_ref(), grant.config_path())?;
+    Ok(Settings { file, grant: resolved, search })
+}
+
+fn config_failure(e: &ConfigError) -> ExitCode {
+    errln!("error: {e}");
+    ExitCode::from(2)
 }
 
 /// Loads the configured search backend; it must be a search-backend component.
 async fn search_backend(
     engine: &Engine,
     setup: &web::SearchSetup,
-) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, PluginError> {
+) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, RunError> {
     let plugin = Plugin::load(engine, &setup.backend).await?;
-    Ok(std::sync::Arc::new(nexo::search::ComponentBackend::new(plugin, &setup.grant)?))
+    let backend = plugin.search_backend()?.clone();
+    Ok(std::sync::Arc::new(nexo::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
 }
 
 fn skill(command: &SkillCommand) -> ExitCode {
@@ -405,7 +407,7 @@ fn skill(command: &SkillCommand) -> ExitCode {
 /// prompt ended (if it prompted).
 struct RunResult {
     agent: String,
-    answer: Result<String, PluginError>,
+    answer: Result<String, RunError>,
     status: Option<Status>,
 }
 
@@ -414,7 +416,7 @@ async fn run_agent(
     file: &std::path::Path,
     input: &str,
     options: &RunOptions,
-) -> Result<RunResult, PluginError> {
+) -> Result<RunResult, RunError> {
     if is_toml(file) {
         let agent = AgentFile::load(file)?;
         let name = agent.manifest().name.clone();
@@ -424,22 +426,15 @@ async fn run_agent(
         });
     }
     let plugin = Plugin::load(engine, file).await?;
-    // One deadline for instantiation and the run together, on top of the
-    // per-call ones, so `--timeout` bounds the run as a whole.
-    let limit = options.timeout.unwrap_or(engine.limits().run_timeout);
-    let run = async {
-        let mut instance = plugin.instantiate_agent(options).await?;
-        let answer = instance.run(input).await;
-        Ok::<_, PluginError>((answer, instance.last_outcome().map(|o| o.status.clone())))
-    };
-    let (answer, status) = match tokio::time::timeout(limit, run).await {
-        Ok(done) => done?,
-        Err(_) => {
-            let deadline = PluginError::Deadline { plugin: plugin.name().to_string(), function: "run".into(), limit };
-            (Err(deadline), None)
-        }
-    };
-    Ok(RunResult { agent: plugin.name().to_string(), answer, status })
+    let agent = plugin.agent()?;
+    Ok(match agent.run(input, options).await {
+        Ok(outcome) => RunResult {
+            agent: agent.name().to_string(),
+            answer: Ok(outcome.answer),
+            status: outcome.last_prompt.map(|o| o.status),
+        },
+        Err(e) => RunResult { agent: agent.name().to_string(), answer: Err(e), status: None },
+    })
 }
 
 /// Whether `file` names a declarative agent rather than a component.
@@ -447,7 +442,7 @@ fn is_toml(file: &std::path::Path) -> bool {
     file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
 }
 
-fn report(result: Result<RunResult, PluginError>, json: bool) -> ExitCode {
+fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
     let run = match result {
         Ok(run) => run,
         Err(e) => {
@@ -530,7 +525,7 @@ async fn build(
     })?;
     match Plugin::load(&engine, &artifact).await {
         Ok(plugin) => Ok((plugin, artifact)),
-        Err(e) => Err(fail(&e)),
+        Err(e) => Err(fail(&e.into())),
     }
 }
 
@@ -600,19 +595,20 @@ fn init(dir: &std::path::Path) -> ExitCode {
     }
 }
 
-fn exit_code(e: &PluginError) -> ExitCode {
+/// 1 when the plugin ran and failed; 2 when nothing could run.
+fn exit_code(e: &RunError) -> ExitCode {
     match e {
-        PluginError::Trap { .. }
-        | PluginError::Deadline { .. }
-        | PluginError::MemoryLimit { .. }
-        | PluginError::AgentFailed { .. }
-        | PluginError::SearchFailed { .. }
-        | PluginError::Instantiate { .. } => ExitCode::from(1),
-        _ => ExitCode::from(2),
+        RunError::Trap { .. }
+        | RunError::Deadline { .. }
+        | RunError::MemoryLimit { .. }
+        | RunError::AgentFailed { .. }
+        | RunError::SearchFailed { .. }
+        | RunError::Instantiate { .. } => ExitCode::from(1),
+        RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) => ExitCode::from(2),
     }
 }
 
-fn fail(e: &PluginError) -> ExitCode {
+fn fail(e: &RunError) -> ExitCode {
     errln!("error: {e}");
     exit_code(e)
 }

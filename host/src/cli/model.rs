@@ -1,10 +1,11 @@
 //! Model flags: which model, which provider, and the loop's limits. Flags win
 //! over `NEXO_*` variables, which win over the config file's `[model]`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use nexo::ConfigError;
 use nexo::agent_loop::LoopLimits;
 use nexo_model::{ModelConfig, Provider, ProviderKind};
 use serde::Deserialize;
@@ -68,16 +69,21 @@ pub struct Resolved {
     pub limits: LoopLimits,
 }
 
-fn parse_provider(name: &str) -> Result<ProviderKind, String> {
+fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
     serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
-        format!("unknown provider `{name}`: use openai, openai-compatible, ollama, openrouter, anthropic or scripted")
+        ConfigError::invalid(
+            "--provider",
+            format!(
+                "unknown provider `{name}`: use openai, openai-compatible, ollama, openrouter, anthropic or scripted"
+            ),
+        )
     })
 }
 
 impl ModelArgs {
-    /// Resolves flags, environment and the config file into a provider.
-    pub fn resolve(&self, config: Option<&Path>) -> Result<Resolved, String> {
-        let table = super::grant::read_config(config)?.model;
+    /// Resolves flags, environment and the config file's `[model]` into a provider.
+    pub fn resolve(&self, table: &ModelTable) -> Result<Resolved, ConfigError> {
+        let table = table.clone();
         let provider = match &self.provider {
             Some(p) => Some(parse_provider(p)?),
             None => table.provider,
@@ -93,7 +99,10 @@ impl ModelArgs {
         let mut limits = LoopLimits::default();
         if let Some(n) = self.max_turns.or(table.max_turns) {
             if n == 0 {
-                return Err("max-turns must be at least 1 (`[model] max-turns` in the config file)".into());
+                return Err(ConfigError::invalid(
+                    "max-turns",
+                    "max-turns must be at least 1 (`[model] max-turns` in the config file)",
+                ));
             }
             limits.max_turns = n;
         }
@@ -105,7 +114,7 @@ impl ModelArgs {
             // that does gets the configuration error at its first prompt.
             None
         } else {
-            Some(nexo_model::resolve(&cfg).map_err(|e| e.to_string())?)
+            Some(nexo_model::resolve(&cfg).map_err(|e| ConfigError::invalid("[model]", e.to_string()))?)
         };
         Ok(Resolved { provider, limits })
     }

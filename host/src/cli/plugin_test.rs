@@ -19,7 +19,7 @@ use std::path::Path;
 
 use nexo::agent_loop::Status;
 use nexo::plugin::Description;
-use nexo::state::RunOptions;
+use nexo::settings::RunOptions;
 use nexo::{Plugin, PluginKind};
 
 /// One check's outcome: what was checked, and the problem if it failed.
@@ -42,7 +42,7 @@ pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
         PluginKind::Skill => checks.extend(skill(plugin).await),
         PluginKind::SearchBackend => {
             let Description::SearchBackend(info) = plugin.description() else { unreachable!("kind is search backend") };
-            let grant = nexo::web::EgressGrant { hosts: info.hosts.clone(), ..Default::default() };
+            let grant = nexo::egress::EgressGrant { hosts: info.hosts.clone(), ..Default::default() };
             let hosts = if info.hosts.is_empty() { "(none)".to_string() } else { info.hosts.join(", ") };
             checks.push(check(
                 format!("its hosts are valid grant entries: {hosts}"),
@@ -51,7 +51,8 @@ pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
             checks.push(search(plugin, &crate_dir.join("tests")).await);
         }
         PluginKind::SandboxProvider => {
-            let started = match plugin.sandbox_provider(&RunOptions::default()).await {
+            let provider = plugin.sandbox_provider().map_err(nexo::RunError::from);
+            let started = match async { provider?.start(&Default::default(), None).await }.await {
                 Ok(sandbox) => tokio::task::spawn_blocking(move || nexo_sandbox::Sandbox::close(&sandbox))
                     .await
                     .map_err(|e| e.to_string())
@@ -79,9 +80,8 @@ async fn agent(plugin: &Plugin, tests: &Path) -> Check {
     };
     let options = RunOptions { model: Some(provider), ..RunOptions::default() };
     let result = async {
-        let mut instance = plugin.instantiate_agent(&options).await?;
-        let answer = instance.run(input_text.trim_end_matches('\n')).await?;
-        Ok::<_, nexo::PluginError>((answer, instance.last_outcome().map(|o| o.status.clone())))
+        let outcome = plugin.agent()?.run(input_text.trim_end_matches('\n'), &options).await?;
+        Ok::<_, nexo::RunError>((outcome.answer, outcome.last_prompt.map(|o| o.status)))
     }
     .await;
     let verdict = match result {
@@ -110,13 +110,14 @@ async fn search(plugin: &Plugin, tests: &Path) -> Check {
     let result = async {
         let port = serve_forever(body).await?;
         let loopback = std::net::IpAddr::from([127, 0, 0, 1]);
-        let grant = nexo::web::EgressGrant {
+        let grant = nexo::egress::EgressGrant {
             hosts: vec!["127.0.0.1".into()],
             allow_private: vec![loopback],
             settings: [("base-url".to_string(), format!("http://127.0.0.1:{port}"))].into(),
             ..Default::default()
         };
-        let backend = nexo::search::ComponentBackend::new(plugin.clone(), &grant).map_err(|e| e.to_string())?;
+        let handle = plugin.search_backend().map_err(|e| e.to_string())?.clone();
+        let backend = nexo::world::search_backend::ComponentBackend::new(handle, &grant).map_err(|e| e.to_string())?;
         let hits = nexo::search::SearchBackend::search(&backend, &query).await.map_err(|e| e.to_string())?;
         let found = hits.iter().any(|h| h.title.contains(&expected) || h.url.contains(&expected));
         if found { Ok(()) } else { Err(format!("no hit has {expected:?} in its title or URL; the hits were {hits:?}")) }
@@ -150,14 +151,18 @@ async fn serve_forever(body: String) -> Result<u16, String> {
 
 async fn skill(plugin: &Plugin) -> Vec<Check> {
     let mut checks = Vec::new();
+    let skill = match plugin.skill() {
+        Ok(skill) => skill,
+        Err(e) => return vec![check("is a skill", Err(e.to_string()))],
+    };
     let instructions =
-        plugin.skill_instructions().await.map_err(|e| e.to_string()).and_then(|text| {
+        skill.instructions().await.map_err(|e| e.to_string()).and_then(|text| {
             if text.trim().is_empty() { Err("the instructions are empty".to_string()) } else { Ok(()) }
         });
     checks.push(check("has instructions", instructions));
     let Description::Skill(description) = plugin.description() else { unreachable!("kind is skill") };
     for path in &description.resources {
-        let read = match plugin.skill_resource(path).await {
+        let read = match skill.resource(path).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err("it is listed but read-resource returns nothing".to_string()),
             Err(e) => Err(e.to_string()),

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use nexo::web::{ApiKey, EgressGrant};
+use nexo::ConfigError;
+use nexo::egress::{ApiKey, EgressGrant};
 use serde::Deserialize;
 
 /// Search flags of `run` and `inspect`. They override `[search]`.
@@ -82,7 +83,11 @@ pub struct SearchSetup {
 impl SearchArgs {
     /// Lays the flags over `[search]` (whose relative paths are relative to
     /// the config file). `None` when no backend is configured.
-    pub fn resolve(&self, table: Option<&SearchTable>, config: Option<&Path>) -> Result<Option<SearchSetup>, String> {
+    pub fn resolve(
+        &self,
+        table: Option<&SearchTable>,
+        config: Option<&Path>,
+    ) -> Result<Option<SearchSetup>, ConfigError> {
         let table = table.cloned().unwrap_or_default();
         let backend = match (&self.search_backend, &table.backend) {
             (Some(flag), _) => flag.clone(),
@@ -92,9 +97,11 @@ impl SearchArgs {
             },
             (None, None) => {
                 if !self.search_hosts.is_empty() || !table.hosts.is_empty() {
-                    return Err("search hosts are granted but no backend is set: add `backend` to `[search]` \
-                                or pass --search-backend"
-                        .into());
+                    return Err(ConfigError::invalid(
+                        "[search]",
+                        "search hosts are granted but no backend is set: add `backend` to `[search]` or pass \
+                         --search-backend",
+                    ));
                 }
                 return Ok(None);
             }
@@ -105,10 +112,13 @@ impl SearchArgs {
             None => (None, None),
             Some(k) => {
                 let value = std::env::var(&k.env).map_err(|_| {
-                    format!(
-                        "the search backend's API key is read from ${}, which is not set: export it, \
-                         or remove `api-key` from `[search]`",
-                        k.env
+                    ConfigError::invalid(
+                        "[search] api-key",
+                        format!(
+                            "the search backend's API key is read from ${}, which is not set: export it, \
+                             or remove `api-key` from `[search]`",
+                            k.env
+                        ),
                     )
                 })?;
                 let key =
@@ -125,7 +135,7 @@ impl SearchArgs {
             client: None,
         };
         // Check the grant now, so a bad host entry is a configuration error before anything runs.
-        grant.egress().map_err(|e| format!("[search]: {e}"))?;
+        grant.egress().map_err(|e| ConfigError::invalid("[search]", format!("[search]: {e}")))?;
         let key_origins = grant.key_origins();
         let key_source = key_source.map(|source| format!("{source}, sent only to {}", key_origins.join(", ")));
         Ok(Some(SearchSetup { backend, grant, key_source, key_origins }))
@@ -146,7 +156,7 @@ mod tests {
 
     fn resolve(text: &str) -> Result<Option<SearchSetup>, String> {
         let args = SearchArgs { search_backend: None, search_hosts: Vec::new() };
-        args.resolve(Some(&table(text)), None)
+        args.resolve(Some(&table(text)), None).map_err(|e| e.to_string())
     }
 
     // `PATH` stands in for the key variable: always set, and long enough.

@@ -8,22 +8,22 @@
 //!   deadline in ticks), and, by default, the pooling instance allocator;
 //! - the on-disk compile cache ([`cache`]), keyed by the component's SHA-256 and
 //!   the engine's compatibility hash;
-//! - one [`Linker`] per plugin kind, so each world gets exactly the imports it
-//!   is allowed.
+//! - a slot per type for what is built once per engine and shared by every
+//!   run ([`Engine::shared`]): each world keeps its linker there, so the
+//!   engine itself knows no world.
 
 pub mod cache;
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings;
-use crate::plugin::PluginKind;
-use crate::state::HostState;
 pub use cache::{CacheOutcome, ComponentCache};
 
 const MIB: usize = 1 << 20;
@@ -82,15 +82,22 @@ impl Limits {
     /// Refuses limits no run could work under, before the engine is built,
     /// so a bad cap is a configuration error rather than a plugin that looks
     /// invalid.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), crate::error::ConfigError> {
+        use crate::error::ConfigError;
         if !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&self.memory_bytes) {
-            anyhow::bail!(
-                "the memory cap of {} bytes is out of range: give 16 to 4096 MiB (`--memory MIB`)",
-                self.memory_bytes
-            );
+            return Err(ConfigError::invalid(
+                "--memory",
+                format!(
+                    "the memory cap of {} bytes is out of range: give 16 to 4096 MiB (`--memory MIB`)",
+                    self.memory_bytes
+                ),
+            ));
         }
         if self.run_timeout.is_zero() || self.call_timeout.is_zero() {
-            anyhow::bail!("a time limit of zero lets nothing run: give a positive one (`--timeout SECS`)");
+            return Err(ConfigError::invalid(
+                "--timeout",
+                "a time limit of zero lets nothing run: give a positive one (`--timeout SECS`)",
+            ));
         }
         Ok(())
     }
@@ -139,10 +146,7 @@ struct Inner {
     wasmtime: wasmtime::Engine,
     config: EngineConfig,
     cache: Option<ComponentCache>,
-    agent_linker: Linker<HostState>,
-    skill_linker: Linker<HostState>,
-    search_linker: Linker<HostState>,
-    provider_linker: Linker<HostState>,
+    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -163,17 +167,7 @@ impl Engine {
             Some(dir) => Some(ComponentCache::open(dir, &wasmtime)?),
             None => None,
         };
-        let engine = Engine {
-            inner: Arc::new(Inner {
-                agent_linker: linker(&wasmtime, PluginKind::Agent)?,
-                skill_linker: linker(&wasmtime, PluginKind::Skill)?,
-                search_linker: linker(&wasmtime, PluginKind::SearchBackend)?,
-                provider_linker: linker(&wasmtime, PluginKind::SandboxProvider)?,
-                wasmtime,
-                config,
-                cache,
-            }),
-        };
+        let engine = Engine { inner: Arc::new(Inner { shared: Mutex::new(HashMap::new()), wasmtime, config, cache }) };
         spawn_ticker(&engine.inner.wasmtime, engine.inner.config.epoch_tick);
         Ok(engine)
     }
@@ -193,14 +187,26 @@ impl Engine {
         &self.inner.config.limits
     }
 
-    /// The linker holding exactly the imports a plugin of `kind` may use.
-    pub fn linker(&self, kind: PluginKind) -> &Linker<HostState> {
-        match kind {
-            PluginKind::Agent => &self.inner.agent_linker,
-            PluginKind::Skill => &self.inner.skill_linker,
-            PluginKind::SearchBackend => &self.inner.search_linker,
-            PluginKind::SandboxProvider => &self.inner.provider_linker,
+    /// The value of type `T` this engine shares between runs, built by
+    /// `init` on first use: a world's linker, for example. Built once; a
+    /// failed `init` is returned and tried again next time.
+    pub fn shared<T: Send + Sync + 'static>(
+        &self,
+        init: impl FnOnce(&Engine) -> wasmtime::Result<T>,
+    ) -> wasmtime::Result<Arc<T>> {
+        let key = TypeId::of::<T>();
+        if let Some(found) = self.slots().get(&key).cloned() {
+            return found.downcast::<T>().map_err(|_| wasmtime::format_err!("engine slot holds another type"));
         }
+        // Built outside the lock: a linker takes a while, and `init` may use the engine.
+        let value: Arc<T> = Arc::new(init(self)?);
+        let mut slots = self.slots();
+        let kept = slots.entry(key).or_insert_with(|| value.clone() as Arc<dyn Any + Send + Sync>).clone();
+        kept.downcast::<T>().map_err(|_| wasmtime::format_err!("engine slot holds another type"))
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<TypeId, Arc<dyn Any + Send + Sync>>> {
+        self.inner.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Compiles a component, or loads it from the compile cache.
@@ -248,25 +254,6 @@ fn wasmtime_config(config: &EngineConfig) -> anyhow::Result<Config> {
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Ok(c)
-}
-
-fn linker(engine: &wasmtime::Engine, kind: PluginKind) -> anyhow::Result<Linker<HostState>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    match kind {
-        PluginKind::Agent => {
-            bindings::agent::AgentPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
-        }
-        PluginKind::Skill => {}
-        PluginKind::SearchBackend => {
-            bindings::search::SearchBackendPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?
-        }
-        PluginKind::SandboxProvider => bindings::provider::SandboxProviderPlugin::add_to_linker::<
-            HostState,
-            HasSelf<HostState>,
-        >(&mut linker, |s| s)?,
-    }
-    Ok(linker)
 }
 
 fn spawn_ticker(engine: &wasmtime::Engine, tick: Duration) {

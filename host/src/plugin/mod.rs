@@ -7,184 +7,78 @@ pub mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
-use wasmtime::Store;
 use wasmtime::component::Component;
 
-use crate::bindings::agent::AgentPluginPre;
-use crate::bindings::provider::SandboxProviderPluginPre;
-use crate::bindings::search::SearchBackendPluginPre;
-use crate::bindings::skill::SkillPluginPre;
 use crate::engine::{CacheOutcome, Engine};
-use crate::error::PluginError;
-use crate::manifest::{AgentManifest, BackendInfo, ProviderInfo, SkillMetadata};
-use crate::state::{HostState, LimitHit, Preopen, RunOptions, new_store};
+pub use crate::error::LoadError;
+use crate::error::RunError;
+use crate::manifest::AgentManifest;
+pub use crate::manifest::{CONTRACT_VERSION, Description, PluginKind, SkillDescription};
+use crate::settings::RunOptions;
+use crate::world::agent::{Agent, AgentInstance};
+use crate::world::sandbox_provider::SandboxProviderPlugin;
+use crate::world::search_backend::SearchBackendPlugin;
+use crate::world::skill::Skill;
+use crate::world::{LinkFailure, Meta, agent, sandbox_provider, search_backend, skill};
 
-/// The version of the `nexo:plugin` package this host implements. Any
-/// `0.1.x` plugin is accepted.
-pub const CONTRACT_VERSION: &str = "0.1.0";
-
-/// Which world a plugin implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PluginKind {
-    /// `nexo:plugin/agent-plugin`.
-    Agent,
-    /// `nexo:plugin/skill-plugin`.
-    Skill,
-    /// `nexo:plugin/search-backend-plugin`.
-    SearchBackend,
-    /// `nexo:plugin/sandbox-provider-plugin`.
-    SandboxProvider,
-}
-
-impl PluginKind {
-    /// The interface a plugin of this kind exports, without a version.
-    pub fn export_interface(self) -> &'static str {
-        match self {
-            PluginKind::Agent => "nexo:plugin/agent",
-            PluginKind::Skill => "nexo:plugin/skill",
-            PluginKind::SearchBackend => "nexo:plugin/search-backend",
-            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider",
-        }
-    }
-
-    /// The world's name in the WIT package.
-    pub fn world(self) -> &'static str {
-        match self {
-            PluginKind::Agent => "nexo:plugin/agent-plugin",
-            PluginKind::Skill => "nexo:plugin/skill-plugin",
-            PluginKind::SearchBackend => "nexo:plugin/search-backend-plugin",
-            PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider-plugin",
-        }
-    }
-
-    /// The `nexo:plugin` interfaces this kind may import.
-    fn allowed_imports(self) -> &'static [&'static str] {
-        match self {
-            PluginKind::Agent => &["types", "log", "tools", "model"],
-            PluginKind::Skill => &["types"],
-            PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
-        }
-    }
-}
-
-impl PluginKind {
-    /// The kind's name with its indefinite article.
-    pub fn with_article(self) -> &'static str {
-        match self {
-            PluginKind::Agent => "an agent",
-            PluginKind::Skill => "a skill",
-            PluginKind::SearchBackend => "a search backend",
-            PluginKind::SandboxProvider => "a sandbox provider",
-        }
-    }
-}
-
-impl fmt::Display for PluginKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PluginKind::Agent => "agent",
-            PluginKind::Skill => "skill",
-            PluginKind::SearchBackend => "search backend",
-            PluginKind::SandboxProvider => "sandbox provider",
-        })
-    }
-}
-
-/// A skill component's self-description.
-#[derive(Debug, Clone, Serialize)]
-pub struct SkillDescription {
-    /// Its metadata.
-    pub metadata: SkillMetadata,
-    /// Its bundled resource paths.
-    pub resources: Vec<String>,
-}
-
-/// What a plugin says about itself.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "description")]
-pub enum Description {
-    /// An agent's manifest.
-    Agent(AgentManifest),
-    /// A skill's metadata and resources.
-    Skill(SkillDescription),
-    /// A search backend's info.
-    SearchBackend(BackendInfo),
-    /// A sandbox provider's info.
-    SandboxProvider(ProviderInfo),
-}
-
-/// The linked, ready-to-instantiate form of a plugin.
-#[derive(Clone)]
-pub enum Pre {
-    /// An agent.
-    Agent(AgentPluginPre<HostState>),
-    /// A skill.
-    Skill(SkillPluginPre<HostState>),
-    /// A search backend.
-    SearchBackend(SearchBackendPluginPre<HostState>),
-    /// A sandbox provider.
-    SandboxProvider(SandboxProviderPluginPre<HostState>),
-}
-
-/// A loaded plugin. Cheap to clone; instantiate it once per run.
+/// A loaded plugin of any world, with its typed handle. Cheap to clone;
+/// instantiate it once per run.
 #[derive(Clone)]
 pub struct Plugin {
-    inner: Arc<Inner>,
+    meta: Arc<Meta>,
+    world: World,
+    description: Arc<Description>,
 }
 
-struct Inner {
-    engine: Engine,
-    path: PathBuf,
-    name: Arc<str>,
-    kind: PluginKind,
-    export: String,
-    sha256: String,
-    size: usize,
-    cache: CacheOutcome,
-    imports: Vec<String>,
-    exports: Vec<String>,
-    pre: Pre,
-    description: Description,
+/// The typed handle of a loaded plugin.
+#[derive(Clone, Debug)]
+pub enum World {
+    /// An agent.
+    Agent(Agent),
+    /// A skill.
+    Skill(Skill),
+    /// A search backend.
+    SearchBackend(SearchBackendPlugin),
+    /// A sandbox provider.
+    SandboxProvider(SandboxProviderPlugin),
 }
 
 impl fmt::Debug for Plugin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plugin")
-            .field("path", &self.inner.path)
-            .field("name", &self.inner.name)
-            .field("kind", &self.inner.kind)
+            .field("path", &self.meta.path)
+            .field("name", &self.meta.name)
+            .field("kind", &self.meta.kind)
             .finish_non_exhaustive()
     }
 }
 
 impl Plugin {
     /// Loads the component at `path`.
-    pub async fn load(engine: &Engine, path: impl AsRef<Path>) -> Result<Plugin, PluginError> {
+    pub async fn load(engine: &Engine, path: impl AsRef<Path>) -> Result<Plugin, LoadError> {
         let path = path.as_ref().to_path_buf();
         let bytes = crate::files::read_regular(&path, crate::files::MAX_COMPONENT_BYTES)
-            .map_err(|source| PluginError::Read { path: path.clone(), source })?;
+            .map_err(|source| LoadError::Read { path: path.clone(), source })?;
         Plugin::from_bytes(engine, path, &bytes).await
     }
 
     /// Loads a component from memory; `path` only labels errors.
-    pub async fn from_bytes(engine: &Engine, path: PathBuf, bytes: &[u8]) -> Result<Plugin, PluginError> {
+    pub async fn from_bytes(engine: &Engine, path: PathBuf, bytes: &[u8]) -> Result<Plugin, LoadError> {
         check_header(&path, bytes)?;
         let (component, cache) =
-            engine.compile(bytes).map_err(|e| PluginError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
+            engine.compile(bytes).map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
         let ty = component.component_type();
         let wt = engine.wasmtime();
         let exports: Vec<String> = ty.exports(wt).map(|(n, _)| n.to_string()).collect();
         let imports: Vec<String> = ty.imports(wt).map(|(n, _)| n.to_string()).collect();
         let (kind, export) = detect_kind(&path, &exports)?;
         check_imports(&path, kind, &imports)?;
-        let pre = link(engine, &path, kind, &component)?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let description = describe(engine, &pre, Arc::from(file_name.as_str())).await?;
+        let label: Arc<str> = Arc::from(file_name.as_str());
+        let linked = Linked::new(engine, &path, kind, &component)?;
+        let description = linked.describe(engine, label).await?;
         validate::description(&path, kind, &description)?;
         let name: Arc<str> = Arc::from(match &description {
             Description::Agent(m) => m.name.as_str(),
@@ -192,52 +86,60 @@ impl Plugin {
             Description::SearchBackend(i) => i.name.as_str(),
             Description::SandboxProvider(i) => i.name.as_str(),
         });
-        Ok(Plugin {
-            inner: Arc::new(Inner {
-                engine: engine.clone(),
-                path,
-                name,
-                kind,
-                export,
-                sha256: hex::encode(Sha256::digest(bytes)),
-                size: bytes.len(),
-                cache,
-                imports,
-                exports,
-                pre,
-                description,
-            }),
-        })
+        let meta = Arc::new(Meta {
+            engine: engine.clone(),
+            path,
+            name,
+            kind,
+            export,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            size: bytes.len(),
+            cache,
+            imports,
+            exports,
+        });
+        let world = match (linked, &description) {
+            (Linked::Agent(pre), Description::Agent(m)) => World::Agent(Agent::new(meta.clone(), pre, m.clone())),
+            (Linked::Skill(pre), Description::Skill(d)) => World::Skill(Skill::new(meta.clone(), pre, d.clone())),
+            (Linked::SearchBackend(pre), Description::SearchBackend(i)) => {
+                World::SearchBackend(SearchBackendPlugin::new(meta.clone(), pre, i.clone()))
+            }
+            (Linked::SandboxProvider(pre), Description::SandboxProvider(i)) => {
+                World::SandboxProvider(SandboxProviderPlugin::new(meta.clone(), pre, i.clone()))
+            }
+            _ => unreachable!("a world describes itself with its own description"),
+        };
+        Ok(Plugin { meta, world, description: Arc::new(description) })
     }
 
     /// The plugin's name, from its self-description.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.meta.name
     }
 
     /// The world it implements.
     pub fn kind(&self) -> PluginKind {
-        self.inner.kind
+        self.meta.kind
     }
 
     /// The file it was loaded from.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.meta.path
     }
 
     /// The exported nexo interface, with its version.
     pub fn export(&self) -> &str {
-        &self.inner.export
+        &self.meta.export
     }
 
     /// What the plugin says about itself.
     pub fn description(&self) -> &Description {
-        &self.inner.description
+        &self.description
     }
 
     /// The agent manifest, if this is an agent.
     pub fn manifest(&self) -> Option<&AgentManifest> {
-        match &self.inner.description {
+        match &*self.description {
             Description::Agent(m) => Some(m),
             _ => None,
         }
@@ -245,81 +147,165 @@ impl Plugin {
 
     /// Every import of the component, by name.
     pub fn imports(&self) -> &[String] {
-        &self.inner.imports
+        &self.meta.imports
     }
 
     /// Every export of the component, by name.
     pub fn exports(&self) -> &[String] {
-        &self.inner.exports
+        &self.meta.exports
     }
 
     /// The SHA-256 of the component, hex-encoded.
     pub fn sha256(&self) -> &str {
-        &self.inner.sha256
+        &self.meta.sha256
     }
 
     /// The component's size in bytes.
     pub fn size(&self) -> usize {
-        self.inner.size
+        self.meta.size
     }
 
     /// Whether the compiled code came from the cache.
     pub fn cache_outcome(&self) -> CacheOutcome {
-        self.inner.cache
-    }
-
-    /// The linked plugin.
-    pub fn pre(&self) -> &Pre {
-        &self.inner.pre
+        self.meta.cache
     }
 
     /// The engine it was loaded into.
     pub fn engine(&self) -> &Engine {
-        &self.inner.engine
+        &self.meta.engine
     }
 
-    /// A fresh store for one instance of this plugin.
-    pub(crate) fn store(&self, options: &RunOptions, timeout: Duration) -> Result<Store<HostState>, PluginError> {
-        self.store_with(options, None, timeout)
+    /// The typed handle.
+    pub fn world(&self) -> &World {
+        &self.world
     }
 
-    /// A fresh store, with one more preopen (an agent's sandbox directory).
-    pub(crate) fn store_with(
-        &self,
-        options: &RunOptions,
-        extra: Option<&Preopen>,
-        timeout: Duration,
-    ) -> Result<Store<HostState>, PluginError> {
-        new_store(&self.inner.engine, self.inner.name.clone(), options, extra, timeout)
-            .map_err(|e| PluginError::Instantiate { plugin: self.inner.name.to_string(), reason: format!("{e:#}") })
-    }
-
-    /// Fails with [`PluginError::WrongKind`] unless this plugin is `expected`.
-    pub fn expect_kind(&self, expected: PluginKind) -> Result<(), PluginError> {
-        if self.inner.kind == expected {
-            return Ok(());
+    /// The agent, or [`LoadError::WrongKind`].
+    pub fn agent(&self) -> Result<&Agent, LoadError> {
+        match &self.world {
+            World::Agent(a) => Ok(a),
+            _ => Err(self.wrong_kind(PluginKind::Agent)),
         }
-        let hint = match self.inner.kind {
+    }
+
+    /// The skill, or [`LoadError::WrongKind`].
+    pub fn skill(&self) -> Result<&Skill, LoadError> {
+        match &self.world {
+            World::Skill(s) => Ok(s),
+            _ => Err(self.wrong_kind(PluginKind::Skill)),
+        }
+    }
+
+    /// The search backend, or [`LoadError::WrongKind`].
+    pub fn search_backend(&self) -> Result<&SearchBackendPlugin, LoadError> {
+        match &self.world {
+            World::SearchBackend(b) => Ok(b),
+            _ => Err(self.wrong_kind(PluginKind::SearchBackend)),
+        }
+    }
+
+    /// The sandbox provider, or [`LoadError::WrongKind`].
+    pub fn sandbox_provider(&self) -> Result<&SandboxProviderPlugin, LoadError> {
+        match &self.world {
+            World::SandboxProvider(p) => Ok(p),
+            _ => Err(self.wrong_kind(PluginKind::SandboxProvider)),
+        }
+    }
+
+    /// Instantiates this agent ([`Agent::instantiate`]).
+    pub async fn instantiate_agent(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
+        self.agent()?.instantiate(options).await
+    }
+
+    /// Runs this agent once on `input` and returns its answer ([`Agent::run`]).
+    pub async fn run_agent(&self, input: &str, options: &RunOptions) -> Result<String, RunError> {
+        Ok(self.agent()?.run(input, options).await?.answer)
+    }
+
+    /// Runs one query through this search backend under `grant`. To serve
+    /// many queries, build a
+    /// [`ComponentBackend`](crate::world::search_backend::ComponentBackend) once instead.
+    pub async fn search(
+        &self,
+        query: &str,
+        language: Option<&str>,
+        grant: &crate::egress::EgressGrant,
+    ) -> Result<Vec<crate::search::SearchHit>, RunError> {
+        let backend = crate::world::search_backend::ComponentBackend::new(self.search_backend()?.clone(), grant)?;
+        backend.query(query, language).await
+    }
+
+    fn wrong_kind(&self, expected: PluginKind) -> LoadError {
+        let hint = match self.meta.kind {
             PluginKind::Skill => ": skills are loaded by agents, not run on their own",
             PluginKind::SearchBackend => ": search backends serve an agent's web_search tool",
             PluginKind::SandboxProvider => ": sandbox providers host an agent's tools (RunOptions::sandbox)",
             PluginKind::Agent => "",
         };
-        Err(PluginError::WrongKind { path: self.inner.path.clone(), expected, found: self.inner.kind, hint })
+        LoadError::WrongKind { path: self.meta.path.clone(), expected, found: self.meta.kind, hint }
     }
 }
 
-fn check_header(path: &Path, bytes: &[u8]) -> Result<(), PluginError> {
+/// A component linked into its world, before it has described itself.
+enum Linked {
+    Agent(crate::bindings::agent::AgentPluginPre<crate::unit::AgentHost>),
+    Skill(crate::bindings::skill::SkillPluginPre<crate::instance::Host<()>>),
+    SearchBackend(crate::bindings::search::SearchBackendPluginPre<crate::instance::Host<crate::egress::EgressState>>),
+    SandboxProvider(
+        crate::bindings::provider::SandboxProviderPluginPre<crate::instance::Host<crate::egress::EgressState>>,
+    ),
+}
+
+impl Linked {
+    fn new(engine: &Engine, path: &Path, kind: PluginKind, component: &Component) -> Result<Linked, LoadError> {
+        let failed = |e: LinkFailure| match e {
+            LinkFailure::Imports(e) => LoadError::Link { path: path.to_path_buf(), kind, reason: format!("{e:#}") },
+            LinkFailure::Exports(e) => LoadError::MissingExport {
+                path: path.to_path_buf(),
+                kind,
+                world: kind.world(),
+                detail: format!("{e:#}"),
+            },
+        };
+        Ok(match kind {
+            PluginKind::Agent => Linked::Agent(agent::link(engine, component).map_err(failed)?),
+            PluginKind::Skill => Linked::Skill(skill::link(engine, component).map_err(failed)?),
+            PluginKind::SearchBackend => {
+                Linked::SearchBackend(search_backend::link(engine, component).map_err(failed)?)
+            }
+            PluginKind::SandboxProvider => {
+                Linked::SandboxProvider(sandbox_provider::link(engine, component).map_err(failed)?)
+            }
+        })
+    }
+
+    /// Instantiates the plugin once to read its self-description, under the
+    /// short call deadline.
+    async fn describe(&self, engine: &Engine, label: Arc<str>) -> Result<Description, LoadError> {
+        Ok(match self {
+            Linked::Agent(pre) => Description::Agent(agent::describe(engine, pre, label).await?),
+            Linked::Skill(pre) => Description::Skill(skill::describe(engine, pre, label).await?),
+            Linked::SearchBackend(pre) => {
+                Description::SearchBackend(search_backend::describe(engine, pre, label).await?)
+            }
+            Linked::SandboxProvider(pre) => {
+                Description::SandboxProvider(sandbox_provider::describe(engine, pre, label).await?)
+            }
+        })
+    }
+}
+
+fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     if wasmtime::Engine::detect_precompiled(bytes).is_some() {
-        return Err(PluginError::Precompiled { path: path.to_path_buf() });
+        return Err(LoadError::Precompiled { path: path.to_path_buf() });
     }
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(PluginError::NotWasm { path: path.to_path_buf() });
+        return Err(LoadError::NotWasm { path: path.to_path_buf() });
     }
     match bytes[4..8] {
-        [1, 0, 0, 0] => Err(PluginError::CoreModule { path: path.to_path_buf() }),
+        [1, 0, 0, 0] => Err(LoadError::CoreModule { path: path.to_path_buf() }),
         [0x0d, 0, 1, 0] => Ok(()),
-        _ => Err(PluginError::Invalid {
+        _ => Err(LoadError::Invalid {
             path: path.to_path_buf(),
             reason: format!(
                 "unknown WebAssembly version and layer {:02x?}; this host reads component-model binaries (0d 00 01 00)",
@@ -341,7 +327,7 @@ fn version_supported(version: Option<&str>) -> bool {
     version.is_some_and(|v| v.starts_with("0.1."))
 }
 
-fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), PluginError> {
+fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), LoadError> {
     let kinds = [PluginKind::Agent, PluginKind::Skill, PluginKind::SearchBackend, PluginKind::SandboxProvider];
     let mut found = Vec::new();
     let mut other_version = None;
@@ -359,10 +345,10 @@ fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), 
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => match other_version {
-            Some(found) => Err(PluginError::UnsupportedVersion { path: path.to_path_buf(), found }),
-            None => Err(PluginError::UnknownWorld { path: path.to_path_buf(), exports: exports.to_vec() }),
+            Some(found) => Err(LoadError::UnsupportedVersion { path: path.to_path_buf(), found }),
+            None => Err(LoadError::UnknownWorld { path: path.to_path_buf(), exports: exports.to_vec() }),
         },
-        _ => Err(PluginError::SeveralWorlds {
+        _ => Err(LoadError::SeveralWorlds {
             path: path.to_path_buf(),
             found: found.into_iter().map(|(_, n)| n).collect(),
         }),
@@ -373,7 +359,7 @@ fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), 
 /// (`wasmtime_wasi::p2::add_to_linker_async`).
 const WASI_PACKAGES: &[&str] = &["io", "clocks", "random", "cli", "filesystem", "sockets"];
 
-fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<(), PluginError> {
+fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<(), LoadError> {
     for import in imports {
         let (iface, version) = split_version(import);
         let why = if let Some(package) = iface.strip_prefix("wasi:").and_then(|i| i.split('/').next()) {
@@ -412,102 +398,9 @@ fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<()
             "nexo does not provide: a plugin may import only WASI 0.2 and its world's `nexo:plugin` interfaces"
                 .to_string()
         };
-        return Err(PluginError::ForbiddenImport { path: path.to_path_buf(), kind, import: import.clone(), why });
+        return Err(LoadError::ForbiddenImport { path: path.to_path_buf(), kind, import: import.clone(), why });
     }
     Ok(())
-}
-
-fn link(engine: &Engine, path: &Path, kind: PluginKind, component: &Component) -> Result<Pre, PluginError> {
-    let instance_pre = engine.linker(kind).instantiate_pre(component).map_err(|e| PluginError::Link {
-        path: path.to_path_buf(),
-        kind,
-        reason: format!("{e:#}"),
-    })?;
-    let missing = |e: wasmtime::Error| PluginError::MissingExport {
-        path: path.to_path_buf(),
-        kind,
-        world: kind.world(),
-        detail: format!("{e:#}"),
-    };
-    Ok(match kind {
-        PluginKind::Agent => Pre::Agent(AgentPluginPre::new(instance_pre).map_err(missing)?),
-        PluginKind::Skill => Pre::Skill(SkillPluginPre::new(instance_pre).map_err(missing)?),
-        PluginKind::SearchBackend => Pre::SearchBackend(SearchBackendPluginPre::new(instance_pre).map_err(missing)?),
-        PluginKind::SandboxProvider => {
-            Pre::SandboxProvider(SandboxProviderPluginPre::new(instance_pre).map_err(missing)?)
-        }
-    })
-}
-
-/// Instantiates the plugin once to read its self-description, under the
-/// short call deadline.
-async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<Description, PluginError> {
-    let timeout = engine.limits().call_timeout;
-    let mut store = new_store(engine, label.clone(), &RunOptions::default(), None, timeout)
-        .map_err(|e| PluginError::Instantiate { plugin: label.to_string(), reason: format!("{e:#}") })?;
-    let result = tokio::time::timeout(timeout, async {
-        wasmtime::Result::Ok(match pre {
-            Pre::Agent(pre) => {
-                let bindings = pre.instantiate_async(&mut store).await?;
-                Description::Agent(bindings.nexo_plugin_agent().call_manifest(&mut store).await?.into())
-            }
-            Pre::Skill(pre) => {
-                let bindings = pre.instantiate_async(&mut store).await?;
-                let skill = bindings.nexo_plugin_skill();
-                let metadata = skill.call_metadata(&mut store).await?.into();
-                let resources = skill.call_resources(&mut store).await?;
-                Description::Skill(SkillDescription { metadata, resources })
-            }
-            Pre::SearchBackend(pre) => {
-                let bindings = pre.instantiate_async(&mut store).await?;
-                Description::SearchBackend(bindings.nexo_plugin_search_backend().call_info(&mut store).await?.into())
-            }
-            Pre::SandboxProvider(pre) => {
-                let bindings = pre.instantiate_async(&mut store).await?;
-                Description::SandboxProvider(
-                    bindings.nexo_plugin_sandbox_provider().call_info(&mut store).await?.into(),
-                )
-            }
-        })
-    })
-    .await;
-    settle(&store, "describe", timeout, result)
-}
-
-/// Turns the outcome of a guarded call into a typed error: the wall-clock
-/// timeout and epoch interruption become [`PluginError::Deadline`], a refused
-/// memory growth [`PluginError::MemoryLimit`], anything else a
-/// [`PluginError::Trap`] with the plugin's stderr.
-pub(crate) fn settle<T>(
-    store: &Store<HostState>,
-    function: &str,
-    timeout: Duration,
-    result: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
-) -> Result<T, PluginError> {
-    let state = store.data();
-    let plugin = state.plugin.to_string();
-    let deadline = || PluginError::Deadline { plugin: plugin.clone(), function: function.to_string(), limit: timeout };
-    let err = match result {
-        Ok(Ok(value)) => return Ok(value),
-        Ok(Err(err)) => err,
-        Err(_) => return Err(deadline()),
-    };
-    if let Some(LimitHit::Memory { requested, cap }) = state.limiter.hit {
-        return Err(PluginError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
-    }
-    if err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
-        return Err(PluginError::Instantiate {
-            plugin,
-            reason: format!("{err:#}; wait for running instances to finish, or raise `max_live_instances`"),
-        });
-    }
-    let trap = match err.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => return Err(deadline()),
-        Some(trap) => trap.to_string(),
-        None => format!("{err:#}"),
-    };
-    let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| b.to_string()).unwrap_or_default();
-    Err(PluginError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: state.stderr_text() })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{Description, PluginKind};
-use crate::error::PluginError;
+use crate::error::LoadError;
 
 /// Longest description accepted, in characters (as for Agent Skills).
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
@@ -59,8 +59,8 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
     Ok(())
 }
 
-pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Result<(), PluginError> {
-    let bad = |field: &'static str, problem: String| PluginError::BadManifest {
+pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Result<(), LoadError> {
+    let bad = |field: &'static str, problem: String| LoadError::BadManifest {
         path: path.to_path_buf(),
         kind,
         field,

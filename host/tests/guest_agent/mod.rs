@@ -193,7 +193,7 @@ pub fn errors_and_the_memory_floor(guest: &Guest) {
 /// instantiates each a few times from one pool (the slots are reused), and
 /// prints what each step costs. Run with `--nocapture` to see the table.
 pub fn costs_next_to_rust(guest: &Guest) {
-    use nexo::state::RunOptions;
+    use nexo::settings::RunOptions;
     use nexo::{Engine, EngineConfig, Plugin};
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -215,7 +215,7 @@ pub fn costs_next_to_rust(guest: &Guest) {
             let mut instance = rt.block_on(plugin.instantiate_agent(&options)).expect("instantiate");
             instantiate = instantiate.min(started.elapsed());
             let started = Instant::now();
-            let answer = rt.block_on(instance.run("one two three")).expect("run");
+            let answer = rt.block_on(instance.run("one two three")).expect("run").answer;
             run = run.min(started.elapsed());
             assert!(!answer.is_empty());
         }

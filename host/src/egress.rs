@@ -3,12 +3,13 @@
 //!
 //! Every byte that leaves the process on a plugin's behalf goes through it:
 //!
-//! - the agent's `fetch` tool ([`Fetcher`]): hosts on the agent's
+//! - the agent's `fetch` tool (`capability::fetch`): hosts on the agent's
 //!   `fetch-allow` list (and within the operator's `fetch-hosts`, if set),
 //!   public addresses only, with no way to loosen that;
 //! - the `outbound-http` import of search backends and sandbox providers
-//!   ([`Egress`]): only the hosts the operator granted to that component
-//!   ([`EgressGrant`]), with the operator's API key added by the host.
+//!   ([`Egress`], served by [`EgressState`]): only the hosts the operator
+//!   granted to that component ([`EgressGrant`]), with the operator's API
+//!   key added by the host.
 //!
 //! The client resolves each name, refuses any non-public address, connects
 //! only to the address it checked, sends GET with a fixed user agent and no
@@ -21,8 +22,13 @@ use std::time::Duration;
 
 use nexo_egress::{EgressError, GuardedClient, HostList, Origin, Policy, SecretHeader};
 
-use crate::bindings::search::nexo::plugin::outbound_http;
-use crate::truncate::head_bytes;
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::search::nexo::plugin::{config, outbound_http};
+use crate::engine::Engine;
+use crate::error::ConfigError;
+use crate::instance::{Host, base_linker};
+use crate::world::WorldLinker;
 
 /// The most a fetched page contributes: 200 KB of its body.
 pub const FETCH_MAX_BODY: usize = 200_000;
@@ -35,9 +41,16 @@ pub const COMPONENT_MAX_BODY: usize = 2 * 1024 * 1024;
 
 /// The client shared by every run that does not bring its own. Building it
 /// loads the TLS roots once per process.
-pub fn shared_client() -> Result<GuardedClient, String> {
+pub fn shared_client() -> Result<GuardedClient, ConfigError> {
     static CLIENT: OnceLock<Result<GuardedClient, String>> = OnceLock::new();
-    CLIENT.get_or_init(|| GuardedClient::new().map_err(|e| e.to_string())).clone()
+    CLIENT
+        .get_or_init(|| GuardedClient::new().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| ConfigError::invalid("web access", format!("cannot set up the HTTP client: {e}")))
+}
+
+fn grant_error(problem: impl Into<String>) -> ConfigError {
+    ConfigError::invalid("grant", problem)
 }
 
 /// An API key the host adds to a component's requests, as a header. Its
@@ -95,23 +108,23 @@ pub struct EgressGrant {
 impl EgressGrant {
     /// Builds the egress of a component under this grant, or `None` when no
     /// host is granted (every request is then refused).
-    pub fn egress(&self) -> Result<Option<Arc<Egress>>, String> {
+    pub fn egress(&self) -> Result<Option<Arc<Egress>>, ConfigError> {
         if self.hosts.is_empty() {
             if !self.allow_private.is_empty() || self.api_key.is_some() {
-                return Err(
-                    "`allow-private` and the API key need `hosts`: list the hosts the component may reach".into()
-                );
+                return Err(grant_error(
+                    "`allow-private` and the API key need `hosts`: list the hosts the component may reach",
+                ));
             }
             return Ok(None);
         }
-        let hosts = HostList::new(&self.hosts).map_err(|e| e.to_string())?;
+        let hosts = HostList::new(&self.hosts).map_err(|e| grant_error(e.to_string()))?;
         let client = match (&self.client, self.allow_private.is_empty()) {
             (Some(client), _) => client.clone(),
             (None, true) => shared_client()?,
             (None, false) => GuardedClient::builder()
                 .allow_private(self.allow_private.iter().copied())
                 .build()
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| grant_error(e.to_string()))?,
         };
         if let Some(key) = &self.api_key {
             self.check_origins(key, &hosts)?;
@@ -119,15 +132,15 @@ impl EgressGrant {
         let mut policy = Policy::new(hosts).max_body(COMPONENT_MAX_BODY).timeout(self.timeout.unwrap_or(FETCH_TIMEOUT));
         if let Some(key) = &self.api_key {
             if key.value.chars().count() < MIN_KEY_LEN {
-                return Err(format!(
+                return Err(grant_error(format!(
                     "the API key for `{}` is shorter than {MIN_KEY_LEN} characters; check the variable that holds it",
                     key.header
-                ));
+                )));
             }
-            let mut secret =
-                SecretHeader::with_prefix(&key.header, &key.prefix, &key.value).map_err(|e| e.to_string())?;
+            let mut secret = SecretHeader::with_prefix(&key.header, &key.prefix, &key.value)
+                .map_err(|e| grant_error(e.to_string()))?;
             if !key.origins.is_empty() {
-                secret = secret.for_origins(&key.origins).map_err(|e| e.to_string())?;
+                secret = secret.for_origins(&key.origins).map_err(|e| grant_error(e.to_string()))?;
             }
             policy = policy.inject(secret);
         }
@@ -155,7 +168,11 @@ impl EgressGrant {
     /// Each origin of `key` parses, is on a granted host, and is https or
     /// on an exempted private address: a key never crosses the internet in
     /// cleartext.
-    fn check_origins(&self, key: &ApiKey, hosts: &HostList) -> Result<(), String> {
+    fn check_origins(&self, key: &ApiKey, hosts: &HostList) -> Result<(), ConfigError> {
+        self.check_origins_text(key, hosts).map_err(grant_error)
+    }
+
+    fn check_origins_text(&self, key: &ApiKey, hosts: &HostList) -> Result<(), String> {
         let header = &key.header;
         for text in &key.origins {
             let origin = Origin::parse(text)
@@ -185,6 +202,63 @@ impl EgressGrant {
     }
 }
 
+/// The per-instance state of a search backend or sandbox provider: its
+/// outbound HTTP (`None` refuses every request) and its plain settings.
+#[derive(Debug, Default)]
+pub struct EgressState {
+    /// The component's outbound HTTP.
+    pub egress: Option<Arc<Egress>>,
+    /// What the `config` import serves.
+    pub settings: BTreeMap<String, String>,
+    /// The plugin's name, for logs and refusals.
+    pub plugin: Arc<str>,
+}
+
+impl EgressState {
+    /// The state for `plugin` under `grant`.
+    pub fn new(plugin: &str, grant: &EgressGrant) -> Result<Self, ConfigError> {
+        let egress =
+            grant.egress().map_err(|e| ConfigError::Egress { plugin: plugin.to_string(), reason: e.to_string() })?;
+        Ok(EgressState { egress, settings: grant.settings.clone(), plugin: Arc::from(plugin) })
+    }
+
+    /// The linker of the worlds whose only way out is `outbound-http` (search
+    /// backends and sandbox providers): WASI, `types`, `log`,
+    /// `outbound-http` and `config`. Built once per engine.
+    pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Arc<WorldLinker<Host<EgressState>>>> {
+        engine.shared(|engine| {
+            let mut linker: Linker<Host<EgressState>> = base_linker::<EgressState>(engine)?;
+            outbound_http::add_to_linker::<Host<EgressState>, HasSelf<EgressState>>(&mut linker, |h| &mut h.world)?;
+            config::add_to_linker::<Host<EgressState>, HasSelf<EgressState>>(&mut linker, |h| &mut h.world)?;
+            Ok(WorldLinker(linker))
+        })
+    }
+}
+
+impl config::Host for EgressState {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(self.settings.get(&key).cloned())
+    }
+}
+
+impl outbound_http::Host for EgressState {
+    async fn send(
+        &mut self,
+        request: outbound_http::Request,
+    ) -> wasmtime::Result<Result<outbound_http::Response, outbound_http::HttpError>> {
+        let Some(egress) = self.egress.clone() else {
+            let host = request.url.split('/').nth(2).unwrap_or("").chars().take(100).collect::<String>();
+            tracing::info!(target: "nexo::egress", plugin = &*self.plugin, host, verdict = "denied");
+            return Ok(Err(outbound_http::HttpError::Denied(format!(
+                "no hosts are granted to `{}`: the operator lists the hosts a component may reach \
+                 (`hosts` in its section of the config file)",
+                self.plugin
+            ))));
+        };
+        Ok(egress.send(&self.plugin, request).await)
+    }
+}
+
 /// A component's outbound HTTP: the guarded client and the policy of its
 /// grant. The client adds the key and scrubs it from any response that
 /// echoes it, so it never reaches the component.
@@ -201,7 +275,7 @@ impl std::fmt::Debug for Egress {
 
 impl Egress {
     /// Sends a component's request.
-    pub(crate) async fn send(
+    pub async fn send(
         &self,
         plugin: &str,
         request: outbound_http::Request,
@@ -225,79 +299,6 @@ impl Egress {
     }
 }
 
-/// A fetched page, as the tools return it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Page {
-    /// The final URL, after redirects.
-    pub url: String,
-    /// The HTTP status.
-    pub status: u16,
-    /// The `content-type` header.
-    pub content_type: Option<String>,
-    /// The body, raw, cut at [`FETCH_MAX_BODY`]. Untrusted input.
-    pub body: String,
-    /// Whether the body was cut.
-    pub truncated: bool,
-}
-
-/// The fetch tool's access: the agent's allow-list, narrowed by the
-/// operator's, through the guarded client with no private-address exemption.
-#[derive(Debug, Clone)]
-pub struct Fetcher {
-    client: GuardedClient,
-    policy: Policy,
-}
-
-impl Fetcher {
-    /// The fetch access for an agent that lists `fetch_allow`, narrowed to
-    /// `within` when the operator set it. `None` when the agent lists no
-    /// hosts: it then gets no fetch tool at all.
-    pub fn new(
-        fetch_allow: &[String],
-        within: Option<&[String]>,
-        client: Option<GuardedClient>,
-    ) -> Result<Option<Fetcher>, String> {
-        if fetch_allow.is_empty() {
-            return Ok(None);
-        }
-        // Three bytes over, so the cut below can end on a character boundary.
-        let mut policy = Policy::new(HostList::new(fetch_allow).map_err(|e| format!("fetch-allow: {e}"))?)
-            .max_body(FETCH_MAX_BODY + 3)
-            .timeout(FETCH_TIMEOUT);
-        if let Some(within) = within {
-            policy = policy.also_within(HostList::new(within).map_err(|e| format!("fetch-hosts: {e}"))?);
-        }
-        let client = match client {
-            Some(c) if c.has_exemptions() => {
-                return Err("the fetch tool cannot use a client that exempts private addresses; \
-                            exemptions are for search backends only"
-                    .into());
-            }
-            Some(c) => c,
-            None => shared_client()?,
-        };
-        Ok(Some(Fetcher { client, policy }))
-    }
-
-    /// The hosts the agent may fetch from.
-    pub fn hosts(&self) -> &HostList {
-        self.policy.hosts()
-    }
-
-    /// GETs `url`. Any refusal or failure is an error naming its cause.
-    pub async fn fetch(&self, url: &str) -> Result<Page, EgressError> {
-        let response = self.client.get(url, &[], &self.policy).await?;
-        let (body, cut) = head_bytes(&response.body, FETCH_MAX_BODY);
-        Ok(Page {
-            url: response.url,
-            status: response.status,
-            content_type: response.content_type,
-            body,
-            truncated: cut || response.truncated,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,21 +316,18 @@ mod tests {
     #[test]
     fn a_key_or_private_address_without_hosts_is_a_configuration_error() {
         let grant = EgressGrant { allow_private: vec!["10.0.0.5".parse().unwrap()], ..EgressGrant::default() };
-        assert!(grant.egress().unwrap_err().contains("need `hosts`"));
+        assert!(grant.egress().unwrap_err().to_string().contains("need `hosts`"));
         assert!(EgressGrant::default().egress().unwrap().is_none());
     }
 
     #[test]
-    fn short_keys_are_refused_and_fetch_never_takes_an_exempting_client() {
+    fn short_keys_are_refused() {
         let grant = EgressGrant {
             hosts: vec!["api.example.com".into()],
             api_key: Some(ApiKey { header: "X-Token".into(), value: "abc".into(), ..ApiKey::default() }),
             ..EgressGrant::default()
         };
-        assert!(grant.egress().unwrap_err().contains("shorter than 8"));
-        let exempting = GuardedClient::builder().allow_private(["10.0.0.5".parse().unwrap()]).build().unwrap();
-        let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err();
-        assert!(err.contains("search backends only"), "{err}");
+        assert!(grant.egress().unwrap_err().to_string().contains("shorter than 8"));
     }
 
     fn keyed(hosts: &[&str], origins: &[&str], allow_private: &[&str]) -> EgressGrant {
@@ -375,19 +373,13 @@ mod tests {
 
     #[test]
     fn bad_key_origins_are_configuration_errors_that_name_the_key_and_the_fix() {
-        let err = keyed(&["api.example.com"], &["api.example.com"], &[]).egress().unwrap_err();
+        let err = keyed(&["api.example.com"], &["api.example.com"], &[]).egress().unwrap_err().to_string();
         assert!(err.contains("`X-Token`") && err.contains("scheme://host[:port]"), "{err}");
-        let err = keyed(&["api.example.com"], &["https://other.example.com"], &[]).egress().unwrap_err();
+        let err = keyed(&["api.example.com"], &["https://other.example.com"], &[]).egress().unwrap_err().to_string();
         assert!(err.contains("`X-Token`") && err.contains("add `other.example.com` to `hosts`"), "{err}");
-        let err = keyed(&["api.example.com"], &["http://api.example.com:8080"], &[]).egress().unwrap_err();
+        let err = keyed(&["api.example.com"], &["http://api.example.com:8080"], &[]).egress().unwrap_err().to_string();
         assert!(err.contains("plain-http") && err.contains("allow-private"), "{err}");
-        let err = keyed(&["10.0.0.5"], &["http://10.0.0.5:8888"], &["10.0.0.6"]).egress().unwrap_err();
+        let err = keyed(&["10.0.0.5"], &["http://10.0.0.5:8888"], &["10.0.0.6"]).egress().unwrap_err().to_string();
         assert!(err.contains("plain-http"), "{err}");
-    }
-
-    #[test]
-    fn no_allow_list_means_no_fetcher() {
-        assert!(Fetcher::new(&[], None, None).unwrap().is_none());
-        assert!(Fetcher::new(&["*.example.com".into()], None, None).unwrap_err().contains("fetch-allow"));
     }
 }

@@ -5,63 +5,101 @@
 //! [`RemoteClient`], so [`RemoteSandbox`] (and through it the permission gate
 //! and every tool) works the same for a Rust client and a `.wasm` adapter.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nexo_sandbox::{ExecOutput, RemoteClient, RemoteSandbox, SandboxError};
 use wasmtime::Store;
+use wasmtime::component::Component;
 
-use crate::bindings::provider::SandboxProviderPlugin;
+use super::{LinkFailure, Meta};
 use crate::bindings::provider::exports::nexo::plugin::sandbox_provider::SandboxError as WitError;
-use crate::error::PluginError;
-use crate::plugin::{Description, Plugin, PluginKind, Pre, settle};
-use crate::state::{HostState, RunOptions};
-use crate::web::EgressGrant;
+use crate::bindings::provider::{SandboxProviderPlugin as Bindings, SandboxProviderPluginPre};
+use crate::egress::{EgressGrant, EgressState};
+use crate::engine::Engine;
+use crate::error::RunError;
+use crate::instance::{Host, Wasi, new_store, settle};
+use crate::manifest::ProviderInfo;
+
+type Pre = SandboxProviderPluginPre<Host<EgressState>>;
+
+/// Links `component` as a sandbox provider.
+pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFailure> {
+    let linker = EgressState::linker(engine).map_err(LinkFailure::Imports)?;
+    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
+    Pre::new(pre).map_err(LinkFailure::Exports)
+}
+
+/// Reads a provider's info under the short call deadline, with no egress.
+pub(crate) async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<ProviderInfo, RunError> {
+    let timeout = engine.limits().call_timeout;
+    let mut store = new_store(engine, label, &Wasi::default(), timeout, EgressState::default())?;
+    let result = tokio::time::timeout(timeout, async {
+        let bindings = pre.instantiate_async(&mut store).await?;
+        bindings.nexo_plugin_sandbox_provider().call_info(&mut store).await
+    })
+    .await;
+    settle(&store, "describe", timeout, result).map(ProviderInfo::from)
+}
+
+/// A loaded sandbox-provider component.
+#[derive(Clone)]
+pub struct SandboxProviderPlugin {
+    meta: Arc<Meta>,
+    pre: Pre,
+    info: ProviderInfo,
+}
+
+impl std::fmt::Debug for SandboxProviderPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxProviderPlugin").field("name", &self.meta.name).finish_non_exhaustive()
+    }
+}
 
 /// A provider instance behind the [`RemoteClient`] calls.
 struct ComponentClient {
-    plugin: Plugin,
-    instance: Mutex<(Store<HostState>, SandboxProviderPlugin)>,
+    engine: Engine,
+    instance: Mutex<(Store<Host<EgressState>>, Bindings)>,
     runtime: tokio::runtime::Handle,
     call_timeout: Duration,
 }
 
-impl Plugin {
-    /// Starts this sandbox provider and wraps it as a remote sandbox. Call
-    /// from within a tokio runtime; the sandbox's blocking methods must then
-    /// run off the runtime's async threads (as the tools do).
-    pub async fn sandbox_provider(&self, options: &RunOptions) -> Result<RemoteSandbox, PluginError> {
-        self.sandbox_provider_with(options, &EgressGrant::default()).await
+impl SandboxProviderPlugin {
+    pub(crate) fn new(meta: Arc<Meta>, pre: Pre, info: ProviderInfo) -> Self {
+        SandboxProviderPlugin { meta, pre, info }
     }
 
-    /// [`Plugin::sandbox_provider`] with a network grant: the hosts the
-    /// provider may reach through `outbound-http`, its API key (added by the
-    /// host) and its settings.
-    pub async fn sandbox_provider_with(
-        &self,
-        options: &RunOptions,
-        grant: &EgressGrant,
-    ) -> Result<RemoteSandbox, PluginError> {
-        self.expect_kind(PluginKind::SandboxProvider)?;
-        let egress =
-            grant.egress().map_err(|reason| PluginError::Egress { plugin: self.name().to_string(), reason })?;
-        let (Pre::SandboxProvider(pre), Description::SandboxProvider(info)) = (self.pre(), self.description()) else {
-            unreachable!("a sandbox provider holds a provider InstancePre and description")
-        };
-        let call_timeout = options.timeout.unwrap_or(self.engine().limits().run_timeout);
-        let mut store = self.store(options, call_timeout)?;
-        store.data_mut().settings = grant.settings.clone();
-        store.data_mut().egress = egress;
-        let result = tokio::time::timeout(call_timeout, pre.instantiate_async(&mut store)).await;
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// What it says about itself.
+    pub fn info(&self) -> &ProviderInfo {
+        &self.info
+    }
+
+    /// Starts the provider under `grant` (the hosts it may reach through
+    /// `outbound-http`, its API key, added by the host, and its settings)
+    /// and wraps it as a remote sandbox. Each call gets `timeout` (default:
+    /// the engine's run timeout). Call from within a tokio runtime; the
+    /// sandbox's blocking methods must then run off the runtime's async
+    /// threads (as the tools do).
+    pub async fn start(&self, grant: &EgressGrant, timeout: Option<Duration>) -> Result<RemoteSandbox, RunError> {
+        let engine = &self.meta.engine;
+        let state = EgressState::new(self.name(), grant)?;
+        let call_timeout = timeout.unwrap_or(engine.limits().run_timeout);
+        let mut store = new_store(engine, self.meta.name.clone(), &Wasi::default(), call_timeout, state)?;
+        let result = tokio::time::timeout(call_timeout, self.pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", call_timeout, result)?;
         let client = ComponentClient {
-            plugin: self.clone(),
+            engine: engine.clone(),
             instance: Mutex::new((store, bindings)),
             runtime: tokio::runtime::Handle::current(),
             call_timeout,
         };
-        RemoteSandbox::new(Box::new(client), &info.workdir, &info.name)
-            .map_err(|e| PluginError::Instantiate { plugin: self.name().to_string(), reason: e.to_string() })
+        RemoteSandbox::new(Box::new(client), &self.info.workdir, &self.info.name)
+            .map_err(|e| RunError::Instantiate { plugin: self.name().to_string(), reason: e.to_string() })
     }
 }
 
@@ -83,14 +121,14 @@ impl ComponentClient {
         function: &str,
         timeout: Duration,
         f: impl for<'a> FnOnce(
-            &'a mut Store<HostState>,
-            &'a SandboxProviderPlugin,
+            &'a mut Store<Host<EgressState>>,
+            &'a Bindings,
         )
             -> std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<Result<T, WitError>>> + Send + 'a>>,
     ) -> Result<T, SandboxError> {
         let mut guard = self.instance.lock().unwrap_or_else(|e| e.into_inner());
         let (store, bindings) = &mut *guard;
-        let ticks = self.plugin.engine().ticks_for(timeout);
+        let ticks = self.engine.ticks_for(timeout);
         store.set_epoch_deadline(ticks);
         let result = self.runtime.block_on(async { tokio::time::timeout(timeout, f(store, bindings)).await });
         match settle(store, function, timeout, result) {

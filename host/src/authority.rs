@@ -1,6 +1,11 @@
-//! The permission gate: *what* an agent's tools may do.
+//! Authority: *what* an agent may do, decided in one place.
 //!
-//! Two inputs decide every tool call:
+//! [`Authority`] is computed once per run from three inputs, and then
+//! answers every "may this happen?" question: the gate before each tool
+//! call, whether the sandbox directory's WASI preopen is writable, which
+//! tools the model is offered, and what `nexo inspect` prints.
+//!
+//! The inputs:
 //!
 //! - the **grant**: the capabilities the agent's manifest requested,
 //!   intersected with those the operator granted. A plugin can never widen it.
@@ -8,15 +13,18 @@
 //!   `approve`. Capabilities on the allow list (by default `read` and `glob`)
 //!   pass under every mode; the others follow the mode.
 //!
-//! The gate returns a [`Verdict`]; a denial becomes a recoverable tool error,
-//! and `approval required` is its own outcome that a run can turn into a
-//! suspension.
+//! - the plugin's own declared **mode**, which can only narrow the
+//!   operator's.
+//!
+//! A denial becomes a recoverable tool error, and `approval required` is its
+//! own outcome that a run can turn into a suspension.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::manifest::{Capability, PermissionMode};
+use crate::error::ToolError;
+use crate::manifest::{AgentManifest, Capability, PermissionMode};
 
 /// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
 pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
@@ -191,9 +199,156 @@ pub fn stricter(a: PermissionMode, b: PermissionMode) -> PermissionMode {
     if rank(a) <= rank(b) { a } else { b }
 }
 
+/// The authority of one run: requested ∩ granted, under the operator's mode
+/// narrowed by the plugin's own. Built once, before the instance; the
+/// capability units then note what their configuration cannot serve.
+#[derive(Debug, Clone)]
+pub struct Authority {
+    agent: String,
+    requested: BTreeSet<Capability>,
+    granted: Grant,
+    effective: BTreeSet<Capability>,
+    permissions: Permissions,
+    /// Why an effective capability cannot run here at all (no shell in the
+    /// sandbox, no `fetch-allow` list, no search backend).
+    unavailable: BTreeMap<Capability, ToolError>,
+}
+
+impl Authority {
+    /// The authority of `manifest` under the operator's `grant` and
+    /// `permissions`.
+    pub fn new(manifest: &AgentManifest, grant: &Grant, permissions: &Permissions) -> Authority {
+        let mut permissions = permissions.clone();
+        if let Some(declared) = manifest.permissions {
+            permissions = permissions.narrowed_to(declared);
+        }
+        Authority {
+            agent: manifest.name.clone(),
+            requested: manifest.capabilities.iter().copied().collect(),
+            effective: grant.effective(&manifest.capabilities),
+            granted: grant.clone(),
+            permissions,
+            unavailable: BTreeMap::new(),
+        }
+    }
+
+    /// Notes that `cap` cannot run in this run's configuration: the gate
+    /// refuses it with `why`, and its tool is not offered.
+    pub fn set_unavailable(&mut self, cap: Capability, why: ToolError) {
+        self.unavailable.insert(cap, why);
+    }
+
+    /// The agent's name.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// What the plugin requested.
+    pub fn requested(&self) -> &BTreeSet<Capability> {
+        &self.requested
+    }
+
+    /// What the operator granted.
+    pub fn granted(&self) -> &Grant {
+        &self.granted
+    }
+
+    /// Requested ∩ granted.
+    pub fn effective(&self) -> &BTreeSet<Capability> {
+        &self.effective
+    }
+
+    /// The mode in force: the operator's, narrowed by the plugin's own.
+    pub fn mode(&self) -> PermissionMode {
+        self.permissions.mode()
+    }
+
+    /// The permissions in force, hooks included.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
+    }
+
+    /// Whether the model is offered `cap`'s tool: effective, and servable.
+    pub fn offers(&self, cap: Capability) -> bool {
+        self.effective.contains(&cap) && !self.unavailable.contains_key(&cap)
+    }
+
+    /// The capabilities whose tools are offered, in the contract's order.
+    pub fn offered(&self) -> Vec<Capability> {
+        self.effective.iter().copied().filter(|c| self.offers(*c)).collect()
+    }
+
+    /// Whether `cap` is effective and passes without asking anyone: the test
+    /// for authority that bypasses the gate, such as a writable WASI
+    /// preopen, about which nobody can be asked.
+    pub fn allows_unasked(&self, cap: Capability) -> bool {
+        self.effective.contains(&cap) && self.permissions.auto_allows(cap)
+    }
+
+    /// The gate for one action, in a fixed order: effective → servable →
+    /// the mode's verdict. Every decision is logged (a URL without its query).
+    pub fn authorize(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
+        let outcome = self.decide(cap, tool, detail);
+        let verdict = match &outcome {
+            Ok(()) => "allowed",
+            Err(ToolError::ApprovalRequired(_)) => "approval-required",
+            Err(ToolError::Unsupported(_)) => "unsupported",
+            Err(_) => "denied",
+        };
+        // A URL's query string can carry tokens: the log keeps what comes before it.
+        let detail = if cap == Capability::Fetch { detail.split(['?', '#']).next().unwrap_or("") } else { detail };
+        tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail, verdict);
+        outcome
+    }
+
+    fn decide(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
+        let (name, agent) = (cap.as_str(), &self.agent);
+        if !self.effective.contains(&cap) {
+            return Err(ToolError::Denied(if self.requested.contains(&cap) {
+                format!(
+                    "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
+                     it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
+                )
+            } else {
+                format!(
+                    "`{tool}` needs the `{name}` capability, which `{agent}` does not request: the plugin's author \
+                     adds `{name}` to the manifest's `capabilities`; the operator cannot grant what was not requested"
+                )
+            }));
+        }
+        if let Some(refusal) = self.unavailable.get(&cap) {
+            return Err(refusal.clone());
+        }
+        match self.permissions.check(cap, detail) {
+            Verdict::Allow => Ok(()),
+            Verdict::Deny(m) => Err(ToolError::Denied(m)),
+            Verdict::ApprovalRequired(m) => Err(ToolError::ApprovalRequired(m)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_declared_mode_narrows_the_gate_and_the_preopen_alike() {
+        let manifest = AgentManifest {
+            name: "careful".into(),
+            capabilities: vec![Capability::Read, Capability::Write],
+            permissions: Some(PermissionMode::ReadOnly),
+            ..AgentManifest::default()
+        };
+        let grant = Grant::of([Capability::Read, Capability::Write]);
+        let authority = Authority::new(&manifest, &grant, &Permissions::new(PermissionMode::Auto));
+        assert_eq!(authority.mode(), PermissionMode::ReadOnly);
+        assert!(!authority.allows_unasked(Capability::Write));
+        assert!(matches!(authority.authorize(Capability::Write, "write-file", "a"), Err(ToolError::Denied(_))));
+        let bold = AgentManifest { permissions: None, ..manifest };
+        let authority = Authority::new(&bold, &grant, &Permissions::new(PermissionMode::Auto));
+        assert!(authority.allows_unasked(Capability::Write));
+        assert_eq!(authority.authorize(Capability::Write, "write-file", "a"), Ok(()));
+    }
 
     #[test]
     fn effective_is_the_intersection() {

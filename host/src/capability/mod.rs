@@ -1,0 +1,15 @@
+//! The capability units of the agent world, one module each (see
+//! [`crate::unit`]). Each module holds the unit, its per-instance state and
+//! its tools; each tool's spec, argument parsing, handler and WIT adapter
+//! sit together in its unit's file.
+
+pub mod fetch;
+pub mod files;
+pub mod model;
+pub mod sandbox;
+pub mod search;
+pub mod shell;
+pub mod skills;
+
+/// The WIT interface the agent tools are imported from.
+pub(crate) const TOOLS: &str = "nexo:plugin/tools@0.1.0";

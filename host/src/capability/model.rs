@@ -1,0 +1,173 @@
+//! The model unit: the `prompt` import, which runs one prompt through the
+//! run's loop with the run's model and tools. The loop's own tool calls
+//! come back through the host-call path one by one. Without a model,
+//! `prompt` answers `not-configured`, saying how to set one.
+
+use std::sync::Arc;
+
+use nexo_model::{BoxFuture, Provider};
+use wasmtime::component::Linker;
+
+use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
+use crate::bindings::agent::nexo::plugin::model as wit;
+use crate::error::{RunError, ToolError};
+use crate::events::{EventSink, Status};
+use crate::host_call::{HostCall, MaybeTool, ModelReply, ToolContext};
+use crate::unit::{AgentHost, Setup, Unit};
+
+/// What a run's prompts run with.
+#[derive(Clone)]
+pub struct Prompting {
+    /// The model, if one is configured.
+    pub model: Option<Arc<dyn Provider>>,
+    /// The loop.
+    pub agent_loop: Arc<dyn Loop>,
+    /// Limits, with the agent's own turn cap applied.
+    pub limits: LoopLimits,
+    /// System instructions in order: the agent's, the sandbox's, the skills'.
+    pub instructions: Vec<String>,
+}
+
+impl Prompting {
+    /// Runs one prompt with the run's tools. Without a model, this is the
+    /// configuration error that says how to set one.
+    pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
+        let Some(provider) = self.model.clone() else {
+            return Err(match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
+                Err(e) => e,
+                Ok(_) => nexo_model::ModelError::Config("no model is configured".into()),
+            });
+        };
+        let ctx = LoopContext { provider: &*provider, tools, instructions: &self.instructions, limits: self.limits };
+        self.agent_loop.run(ctx, input).await
+    }
+}
+
+/// The model unit. It comes last: its instructions are everyone's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ModelUnit;
+
+impl Unit for ModelUnit {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+
+    fn link(&self, linker: &mut Linker<AgentHost>) -> wasmtime::Result<()> {
+        linker.instance("nexo:plugin/model@0.1.0")?.func_wrap_async("prompt", |mut store, (input,): (String,)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move {
+                let reply = match cx.call(&Prompt, input).await {
+                    Ok(outcome) => {
+                        let reply = reply(&outcome);
+                        store.data_mut().world.last_prompt = Some(outcome);
+                        Ok(reply)
+                    }
+                    Err(e) => Err(e),
+                };
+                Ok((reply,))
+            })
+        })
+    }
+
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
+        Box::pin(async move {
+            let options = setup.options;
+            let mut limits = options.loop_limits;
+            if let Some(cap) = setup.manifest.max_turns {
+                limits.max_turns = limits.max_turns.min(cap);
+            }
+            setup.state.insert(Prompting {
+                model: options.model.clone(),
+                agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
+                limits,
+                instructions: setup.instructions.clone(),
+            });
+            Ok(())
+        })
+    }
+}
+
+fn reply(outcome: &Outcome) -> wit::Reply {
+    wit::Reply {
+        text: outcome.text.clone(),
+        stop: match outcome.status {
+            Status::Completed => wit::StopReason::Completed,
+            Status::TurnLimit => wit::StopReason::TurnLimit,
+            Status::TokenBudget => wit::StopReason::TokenBudget,
+            Status::ApprovalRequired { .. } => wit::StopReason::ApprovalRequired,
+        },
+        turns: outcome.turns,
+        input_tokens: outcome.usage.input_tokens,
+        output_tokens: outcome.usage.output_tokens,
+    }
+}
+
+impl From<ToolError> for wit::ModelError {
+    fn from(e: ToolError) -> Self {
+        wit::ModelError::Provider(e.message().to_string())
+    }
+}
+
+/// The WIT `model-error` for a provider's error.
+pub fn model_error(e: nexo_model::ModelError) -> wit::ModelError {
+    match e {
+        nexo_model::ModelError::Config(m) => wit::ModelError::NotConfigured(m),
+        e @ nexo_model::ModelError::Unavailable { .. } => wit::ModelError::Unavailable(e.to_string()),
+        e => wit::ModelError::Provider(e.to_string()),
+    }
+}
+
+/// A `model-error` as a run's failure reads.
+pub fn model_error_text(err: &wit::ModelError) -> String {
+    match err {
+        wit::ModelError::NotConfigured(m) => format!("model not configured: {m}"),
+        wit::ModelError::Unavailable(m) => format!("model unavailable: {m}"),
+        wit::ModelError::Provider(m) => format!("model provider error: {m}"),
+    }
+}
+
+/// `prompt`: one prompt, driven to its end by the run's loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Prompt;
+
+impl HostCall for Prompt {
+    type Args = String;
+    type Output = Outcome;
+    type Error = wit::ModelError;
+
+    fn name(&self) -> &'static str {
+        "prompt"
+    }
+
+    fn arg_bytes(&self, input: &String) -> usize {
+        input.len()
+    }
+
+    fn execute<'a>(&'a self, cx: &'a ToolContext, input: String) -> BoxFuture<'a, Result<Outcome, wit::ModelError>> {
+        Box::pin(async move {
+            let prompting = cx.state::<Prompting>()?;
+            prompting.run(cx, &input).await.map_err(model_error)
+        })
+    }
+}
+
+// The model does not call `prompt`; the guest does. The path never decodes
+// JSON for it nor renders it for a model.
+impl MaybeTool for Prompt {
+    fn decode_json(&self, _arguments: &serde_json::Value) -> Result<String, ToolError> {
+        Err(ToolError::Unsupported("`prompt` is not a model tool".into()))
+    }
+
+    fn reply(&self, result: Result<Outcome, wit::ModelError>) -> ModelReply {
+        let text = match result {
+            Ok(outcome) => outcome.text,
+            Err(e) => model_error_text(&e),
+        };
+        ModelReply { content: text, is_error: false, verdict: "allowed", approval: None }
+    }
+}
+
+/// Where a run's events go: the operator's sink, or nowhere.
+pub(crate) fn events(sink: Option<&Arc<dyn EventSink>>) -> Arc<dyn EventSink> {
+    sink.cloned().unwrap_or_else(crate::events::no_events)
+}

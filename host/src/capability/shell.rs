@@ -1,0 +1,157 @@
+//! The shell unit: the `shell` tool, which runs a command in the run's
+//! sandbox under the sandbox's own confinement, with a time limit, and cuts
+//! its output for the model (the end of a log is where the error is).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexo_model::{BoxFuture, ToolSpec};
+use serde_json::{Value, json};
+use wasmtime::component::Linker;
+
+use super::TOOLS;
+use super::sandbox::{Workspace, blocking};
+use crate::bindings::ShellOutput;
+use crate::error::{RunError, ToolError};
+use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
+use crate::manifest::Capability;
+use crate::truncate::{Truncation, truncate};
+use crate::unit::{AgentHost, Setup, Unit};
+
+/// Per-run tool settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLimits {
+    /// Time limit for one shell command. Default: 120 s.
+    pub shell_timeout: Duration,
+    /// Truncation of shell output.
+    pub shell_output: Truncation,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits { shell_timeout: Duration::from_secs(120), shell_output: Truncation::default() }
+    }
+}
+
+/// What a shell command returned; truncated before anyone sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellResult {
+    /// Exit status.
+    pub status: i32,
+    /// Standard output, truncated.
+    pub stdout: String,
+    /// Standard error, truncated.
+    pub stderr: String,
+}
+
+/// The shell unit.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShellUnit;
+
+/// The shell unit's per-instance state.
+#[derive(Debug, Clone, Copy)]
+struct ShellState {
+    limits: ToolLimits,
+}
+
+impl Unit for ShellUnit {
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+
+    fn link(&self, linker: &mut Linker<AgentHost>) -> wasmtime::Result<()> {
+        linker.instance(TOOLS)?.func_wrap_async("shell", |store, (command,): (String,)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move {
+                let out = cx.call(&Shell, command).await;
+                Ok((out.map(|o| ShellOutput { status: o.status, stdout: o.stdout, stderr: o.stderr }),))
+            })
+        })
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+        vec![Arc::new(Shell)]
+    }
+
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
+        Box::pin(async move {
+            let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
+            if let Some(sandbox) = sandbox.filter(|s| !s.supports_shell()) {
+                setup.authority.set_unavailable(
+                    Capability::Shell,
+                    ToolError::Unsupported(format!("the {} sandbox runs no shell commands", sandbox.name())),
+                );
+            }
+            setup.state.insert(ShellState { limits: setup.options.tool_limits });
+            Ok(())
+        })
+    }
+}
+
+/// `shell`: one command line in the sandbox.
+#[derive(Debug, Clone, Copy)]
+pub struct Shell;
+
+impl HostCall for Shell {
+    type Args = String;
+    type Output = ShellResult;
+    type Error = ToolError;
+
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+
+    fn capability(&self) -> Option<Capability> {
+        Some(Capability::Shell)
+    }
+
+    fn detail(&self, command: &String) -> String {
+        command.clone()
+    }
+
+    fn arg_bytes(&self, command: &String) -> usize {
+        command.len()
+    }
+
+    fn execute<'a>(&'a self, cx: &'a ToolContext, command: String) -> BoxFuture<'a, Result<ShellResult, ToolError>> {
+        Box::pin(async move {
+            let sandbox = cx.state::<Workspace>()?.sandbox.clone();
+            let limits = cx.state::<ShellState>()?.limits;
+            let out = blocking(move || sandbox.exec(&command, limits.shell_timeout)).await?;
+            Ok(ShellResult { status: out.status, stdout: out.stdout, stderr: out.stderr })
+        })
+    }
+
+    fn truncate(&self, cx: &ToolContext, out: ShellResult) -> ShellResult {
+        let Ok(state) = cx.state::<ShellState>() else { return out };
+        let limits = state.limits.shell_output;
+        ShellResult { status: out.status, stdout: truncate(&out.stdout, limits), stderr: truncate(&out.stderr, limits) }
+    }
+}
+
+impl Tool for Shell {
+    fn model_name(&self) -> &'static str {
+        "shell"
+    }
+
+    fn spec(&self, _cx: &ToolContext) -> ToolSpec {
+        ToolSpec {
+            name: "shell".into(),
+            description: "Run a shell command in the workspace and return its exit status and output.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"command": {"type": "string", "description": "The command line"}},
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn decode(&self, arguments: &Value) -> Result<String, ToolError> {
+        Ok(string_arg("shell", arguments, "command")?.to_string())
+    }
+
+    fn render(&self, o: &ShellResult) -> String {
+        format!("exit status: {}\nstdout:\n{}\nstderr:\n{}", o.status, o.stdout, o.stderr)
+    }
+}

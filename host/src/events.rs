@@ -1,0 +1,97 @@
+//! What a run reports while it happens: one [`Event`] per step, in order,
+//! to an [`EventSink`] (the CLI's progress display, `--json` lines, and
+//! later the server's event stream and the journal).
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+/// How a prompt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum Status {
+    /// The model gave its final answer.
+    Completed,
+    /// The turn cap was reached; the answer is partial.
+    TurnLimit,
+    /// The token budget was used up; the answer is partial.
+    TokenBudget,
+    /// An action needs approval before the run can go on.
+    ApprovalRequired {
+        /// The tool.
+        tool: String,
+        /// Why, from the gate.
+        detail: String,
+    },
+}
+
+/// One thing that happened during a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "event")]
+pub enum Event {
+    /// A model turn begins.
+    TurnStarted {
+        /// 1-based.
+        turn: u32,
+    },
+    /// Streamed text.
+    TextDelta {
+        /// The piece of text.
+        text: String,
+    },
+    /// The model called a tool.
+    ToolCall {
+        /// The turn.
+        turn: u32,
+        /// The call id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
+    /// A tool call finished.
+    ToolResult {
+        /// The turn.
+        turn: u32,
+        /// The call id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// `allowed`, or the error's kind: `denied`, `approval-required`,
+        /// `unsupported`, `security`, `not-found`, `invalid-input`, `timeout`
+        /// or `failed`. It always names the same kind as the error text.
+        verdict: String,
+        /// The start of the result or error, for display.
+        summary: String,
+    },
+    /// The prompt ended.
+    Done {
+        /// How.
+        #[serde(flatten)]
+        status: Status,
+        /// Model turns taken.
+        turns: u32,
+        /// Tokens used.
+        input_tokens: u64,
+        /// Tokens used.
+        output_tokens: u64,
+    },
+}
+
+/// Receives events as they happen.
+pub trait EventSink: Send + Sync {
+    /// Called once per event, in order.
+    fn emit(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync> EventSink for F {
+    fn emit(&self, event: &Event) {
+        self(event)
+    }
+}
+
+/// Drops every event.
+pub fn no_events() -> Arc<dyn EventSink> {
+    Arc::new(|_: &Event| {})
+}

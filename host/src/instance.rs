@@ -1,0 +1,277 @@
+//! What every plugin store holds, whatever its world: the WASI context
+//! (granting nothing unless the run adds preopens), the resource limiter,
+//! captured stdio and the log budget ([`Core`]), next to the world's own
+//! per-instance state `W` ([`Host`]). Also the one place a guarded call's
+//! outcome becomes a typed error ([`settle`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{HasData, Linker, ResourceTable};
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::bindings::agent::nexo::plugin::{log, types};
+use crate::engine::{Engine, Limits};
+use crate::error::RunError;
+
+/// A directory the run exposes to the component through WASI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preopen {
+    /// The host directory.
+    pub host: PathBuf,
+    /// Where the guest sees it, for example `/workspace`.
+    pub guest: String,
+    /// Whether the guest may create and change files there.
+    pub writable: bool,
+}
+
+/// What a store is set up with, besides the world's own state.
+#[derive(Debug, Clone, Default)]
+pub struct Wasi {
+    /// Directories preopened into the component.
+    pub preopens: Vec<Preopen>,
+    /// Environment variables; empty by default.
+    pub env: Vec<(String, String)>,
+}
+
+/// A limit a plugin ran into, recorded by the limiter so the host can
+/// report it precisely after the trap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitHit {
+    /// A memory wanted to grow past the cap.
+    Memory {
+        /// The size the guest asked for.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// A table wanted to grow past the cap.
+    Table {
+        /// The size the guest asked for.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+}
+
+/// Enforces [`Limits`] on memories, tables and instances, and remembers what
+/// it refused.
+#[derive(Debug)]
+pub struct RunLimiter {
+    memory_cap: usize,
+    table_cap: usize,
+    instances: usize,
+    /// The first limit the plugin hit, if any.
+    pub hit: Option<LimitHit>,
+}
+
+impl ResourceLimiter for RunLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            self.hit.get_or_insert(LimitHit::Memory { requested: desired, cap: self.memory_cap });
+            // Trap rather than return -1: an allocator that sees -1 would abort
+            // with a less precise message.
+            wasmtime::bail!("memory cap of {} bytes exceeded (asked for {desired})", self.memory_cap);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.table_cap {
+            self.hit.get_or_insert(LimitHit::Table { requested: desired, cap: self.table_cap });
+            wasmtime::bail!("table cap of {} elements exceeded (asked for {desired})", self.table_cap);
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.instances
+    }
+
+    fn memories(&self) -> usize {
+        self.instances
+    }
+}
+
+/// The part of a store every world shares.
+pub struct Core {
+    /// The plugin's name, for logs and errors.
+    pub plugin: Arc<str>,
+    /// The limits of this run.
+    pub limits: Limits,
+    /// The resource limiter.
+    pub limiter: RunLimiter,
+    log_lines: usize,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl Core {
+    /// What the plugin wrote to stderr (a Rust panic message, for example),
+    /// lossily decoded and trimmed.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents()).trim().to_string()
+    }
+
+    /// What the plugin wrote to stdout.
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.contents()).trim().to_string()
+    }
+
+    /// Sends what the plugin printed to the log; the pipes are already bounded.
+    pub fn log_stdio(&self) {
+        let plugin = &*self.plugin;
+        let (out, err) = (self.stdout_text(), self.stderr_text());
+        if !out.is_empty() {
+            tracing::info!(target: "nexo::plugin", plugin, stream = "stdout", "{out}");
+        }
+        if !err.is_empty() {
+            tracing::info!(target: "nexo::plugin", plugin, stream = "stderr", "{err}");
+        }
+    }
+}
+
+/// The data of a plugin store: the shared [`Core`] and the world's state.
+pub struct Host<W> {
+    /// What every world has.
+    pub core: Core,
+    /// The world's own per-instance state.
+    pub world: W,
+}
+
+impl<W: Send + 'static> WasiView for Host<W> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.core.wasi, table: &mut self.core.table }
+    }
+}
+
+/// Projects a store's data onto its [`Core`], for the imports every world
+/// shares (`log`, `types`).
+pub struct HasCore;
+
+impl HasData for HasCore {
+    type Data<'a> = &'a mut Core;
+}
+
+/// A linker with what every world imports: WASI 0.2 (granting nothing by
+/// itself), `types` and `log`.
+pub fn base_linker<W: Send + 'static>(engine: &Engine) -> wasmtime::Result<Linker<Host<W>>> {
+    let mut linker = Linker::new(engine.wasmtime());
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    types::add_to_linker::<Host<W>, HasCore>(&mut linker, |h| &mut h.core)?;
+    log::add_to_linker::<Host<W>, HasCore>(&mut linker, |h| &mut h.core)?;
+    Ok(linker)
+}
+
+/// Builds a store for one instance of `plugin`: the engine's limits, a
+/// deadline of `timeout`, the WASI set-up in `wasi`, and the world's state.
+pub fn new_store<W: Send + 'static>(
+    engine: &Engine,
+    plugin: Arc<str>,
+    wasi_setup: &Wasi,
+    timeout: Duration,
+    world: W,
+) -> Result<Store<Host<W>>, RunError> {
+    let limits = engine.limits().clone();
+    let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
+    let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
+    // The builder grants nothing by default: no env, args, network or files.
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(stdout.clone()).stderr(stderr.clone());
+    // No sockets and no name lookups: the builder's defaults, stated so a
+    // later change cannot loosen them by accident.
+    wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    for (key, value) in &wasi_setup.env {
+        wasi.env(key, value);
+    }
+    for p in &wasi_setup.preopens {
+        let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        wasi.preopened_dir(&p.host, &p.guest, perms).map_err(|e| RunError::Instantiate {
+            plugin: plugin.to_string(),
+            reason: format!("cannot open {} for the plugin: {e}", p.host.display()),
+        })?;
+    }
+    let limiter = RunLimiter {
+        memory_cap: limits.memory_bytes,
+        table_cap: limits.table_elements,
+        instances: limits.instances_per_store,
+        hit: None,
+    };
+    let core =
+        Core { plugin, limiter, log_lines: 0, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
+    let mut store = Store::new(engine.wasmtime(), Host { core, world });
+    store.limiter(|s| &mut s.core.limiter);
+    store.set_epoch_deadline(engine.ticks_for(timeout));
+    store.epoch_deadline_trap();
+    Ok(store)
+}
+
+/// Turns the outcome of a guarded call into a typed error: the wall-clock
+/// timeout and epoch interruption become [`RunError::Deadline`], a refused
+/// memory growth [`RunError::MemoryLimit`], anything else a
+/// [`RunError::Trap`] with the plugin's stderr.
+pub fn settle<W, T>(
+    store: &Store<Host<W>>,
+    function: &str,
+    timeout: Duration,
+    result: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+) -> Result<T, RunError> {
+    let core = &store.data().core;
+    let plugin = core.plugin.to_string();
+    let deadline = || RunError::Deadline { plugin: plugin.clone(), function: function.to_string(), limit: timeout };
+    let err = match result {
+        Ok(Ok(value)) => return Ok(value),
+        Ok(Err(err)) => err,
+        Err(_) => return Err(deadline()),
+    };
+    if let Some(LimitHit::Memory { requested, cap }) = core.limiter.hit {
+        return Err(RunError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
+    }
+    if err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+        return Err(RunError::Instantiate {
+            plugin,
+            reason: format!("{err:#}; wait for running instances to finish, or raise `max_live_instances`"),
+        });
+    }
+    let trap = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => return Err(deadline()),
+        Some(trap) => trap.to_string(),
+        None => format!("{err:#}"),
+    };
+    let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| b.to_string()).unwrap_or_default();
+    Err(RunError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: core.stderr_text() })
+}
+
+impl types::Host for Core {}
+
+impl log::Host for Core {
+    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        if self.log_lines >= self.limits.log_lines {
+            return Ok(());
+        }
+        self.log_lines += 1;
+        let (cut, was_cut) = crate::truncate::head_bytes(message.as_bytes(), self.limits.log_line_bytes);
+        let message = if was_cut { format!("{cut} …[cut]") } else { cut };
+        let plugin = &*self.plugin;
+        match level {
+            log::Level::Trace => tracing::trace!(target: "nexo::plugin", plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "nexo::plugin", plugin, "{message}"),
+            log::Level::Info => tracing::info!(target: "nexo::plugin", plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "nexo::plugin", plugin, "{message}"),
+            log::Level::Error => tracing::error!(target: "nexo::plugin", plugin, "{message}"),
+        }
+        if self.log_lines == self.limits.log_lines {
+            tracing::warn!(target: "nexo::plugin", plugin, "log line limit reached; dropping further lines");
+        }
+        Ok(())
+    }
+}

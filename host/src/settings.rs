@@ -1,0 +1,97 @@
+//! The operator's settings for one agent run, as typed values. They flow one
+//! way: the CLI (or an embedding program) builds them once, the run turns
+//! them with the manifest into an [`Authority`](crate::authority::Authority),
+//! and each capability unit reads its own part when it prepares the
+//! instance. Search backends and sandbox providers take their own, smaller
+//! settings ([`EgressGrant`](crate::egress::EgressGrant)).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexo_model::Provider;
+use nexo_sandbox::Sandbox;
+
+use crate::agent_loop::{Loop, LoopLimits};
+use crate::authority::{Grant, Permissions};
+use crate::capability::shell::ToolLimits;
+use crate::events::EventSink;
+use crate::instance::Preopen;
+use crate::search::SearchBackend;
+use crate::world::skill::Skill;
+
+/// How an agent's skills reach the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SkillMode {
+    /// Each skill's instructions go into the system prompt, after the
+    /// agent's and the sandbox's.
+    #[default]
+    Eager,
+    /// Only names and descriptions go into the system prompt; the model loads
+    /// a skill's instructions with the `activate_skill` tool.
+    Progressive,
+}
+
+/// Per-run settings chosen by the operator. The defaults are the safe ones:
+/// the in-memory sandbox, `read-only`, and a grant of `read` and `glob`.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Where the agent's tools act. `None`: a fresh in-memory sandbox.
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// The permission mode and its hooks.
+    pub permissions: Permissions,
+    /// What the operator grants; the agent gets this ∩ what it requested.
+    pub grant: Grant,
+    /// Tool limits.
+    pub tool_limits: ToolLimits,
+    /// The model. `None`: `prompt` answers `not-configured`.
+    pub model: Option<Arc<dyn Provider>>,
+    /// The loop that runs each prompt. `None`: the host loop.
+    pub agent_loop: Option<Arc<dyn Loop>>,
+    /// Turn cap, token budget, streaming. The agent's own `max-turns` can
+    /// only lower the cap.
+    pub loop_limits: LoopLimits,
+    /// Where events go. `None`: nowhere.
+    pub events: Option<Arc<dyn EventSink>>,
+    /// The directory holding skill packages an agent names in its manifest.
+    /// `None`: `skills` in the current directory.
+    pub skills_path: Option<PathBuf>,
+    /// How named skills reach the model. Default: eagerly, in the system
+    /// instructions.
+    pub skill_mode: SkillMode,
+    /// Skill components an agent may name; they are looked up before the
+    /// skills path. Each runs with zero capabilities.
+    pub skill_components: Vec<Skill>,
+    /// Extra directories preopened into the component. A local sandbox's
+    /// directory is preopened on its own; otherwise the component sees no
+    /// filesystem at all.
+    pub preopens: Vec<Preopen>,
+    /// The wall-clock limit of the whole run. `None`: the engine's
+    /// [`Limits::run_timeout`](crate::Limits::run_timeout).
+    pub timeout: Option<Duration>,
+    /// Environment variables for the component. Empty by default: it sees
+    /// only what the operator passes.
+    pub env: Vec<(String, String)>,
+    /// The backend behind the `web_search` tool. `None`: agents get no
+    /// search tool, even with `search` granted.
+    pub search: Option<Arc<dyn SearchBackend>>,
+    /// The guarded client for the `fetch` tool. `None`: the process-wide one.
+    /// A client that exempts private addresses is refused: the fetch tool
+    /// never reaches one.
+    pub http: Option<nexo_egress::GuardedClient>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("sandbox", &self.sandbox.as_ref().map(|s| s.name()))
+            .field("permissions", &self.permissions)
+            .field("grant", &self.grant)
+            .field("preopens", &self.preopens)
+            .field("timeout", &self.timeout)
+            .field("model", &self.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
+            .field("loop_limits", &self.loop_limits)
+            .field("search", &self.search.as_ref().map(|s| s.name().to_string()))
+            .finish_non_exhaustive()
+    }
+}

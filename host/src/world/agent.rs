@@ -1,0 +1,220 @@
+//! The agent world: agents as components, and the runtime every agent run
+//! shares, component or declarative file alike.
+//!
+//! A run is prepared in one direction: the manifest and the operator's
+//! [`RunOptions`] give the [`Authority`]; each capability unit of [`UNITS`]
+//! then prepares its per-instance state in order; the result is the run's
+//! [`ToolContext`], which every guest import and every model tool call goes
+//! through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use super::{LinkFailure, Meta, WorldLinker};
+use crate::agent_loop::Outcome;
+use crate::authority::{Authority, Grant};
+use crate::bindings::RunError as WitRunError;
+use crate::bindings::agent::{AgentPlugin, AgentPluginPre};
+use crate::capability::fetch::FetchUnit;
+use crate::capability::files::FilesUnit;
+use crate::capability::model::{ModelUnit, model_error_text};
+use crate::capability::sandbox::SandboxUnit;
+use crate::capability::search::SearchUnit;
+use crate::capability::shell::ShellUnit;
+use crate::capability::skills::SkillsUnit;
+use crate::engine::Engine;
+use crate::error::RunError;
+use crate::host_call::{ToolContext, UnitState};
+use crate::instance::{Host, Preopen, Wasi, base_linker, new_store, settle};
+use crate::manifest::AgentManifest;
+pub use crate::settings::RunOptions;
+use crate::unit::{AgentHost, AgentState, Setup, Unit};
+
+/// The agent world's capability units, in dependency order: the sandbox
+/// before the tools that act in it, the model last (its instructions are
+/// everyone's). Units an embedding program adds run just before the model.
+pub static UNITS: &[&dyn Unit] =
+    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &ModelUnit];
+
+/// A run, prepared: its host-call context and what the component's WASI
+/// sees.
+pub struct Prepared {
+    /// The run's tools, authority and unit state.
+    pub tools: Arc<ToolContext>,
+    /// The directories preopened into the component.
+    pub preopens: Vec<Preopen>,
+}
+
+/// Prepares a run of `manifest` under `options`: the authority, then each
+/// unit in order, then `extra` units (an embedding program's own, which
+/// serve tools but no WIT import) just before the model. `arg_limit` caps
+/// what a guest hands to one call.
+pub async fn prepare(
+    manifest: &AgentManifest,
+    options: &RunOptions,
+    extra: &[Arc<dyn Unit>],
+    arg_limit: usize,
+) -> Result<Prepared, RunError> {
+    let mut authority = Authority::new(manifest, &options.grant, &options.permissions);
+    let mut state = UnitState::default();
+    let mut preopens = options.preopens.clone();
+    let mut instructions = vec![manifest.instructions.clone()];
+    let (model, built_in) = UNITS.split_last().expect("the unit list ends with the model unit");
+    let units: Vec<&dyn Unit> =
+        built_in.iter().copied().chain(extra.iter().map(|u| &**u)).chain(std::iter::once(*model)).collect();
+    let mut setup = Setup {
+        manifest,
+        options,
+        authority: &mut authority,
+        state: &mut state,
+        preopens: &mut preopens,
+        instructions: &mut instructions,
+    };
+    for unit in &units {
+        unit.prepare(&mut setup).await?;
+    }
+    let tools = units.iter().flat_map(|u| u.tools()).collect();
+    let events = crate::capability::model::events(options.events.as_ref());
+    let tools = Arc::new(ToolContext::new(authority, events, arg_limit, tools, state));
+    Ok(Prepared { tools, preopens })
+}
+
+pub(crate) type AgentLinker = WorldLinker<AgentHost>;
+
+/// The agent world's linker: WASI, `types` and `log`, then each unit's
+/// imports.
+fn linker(engine: &Engine) -> wasmtime::Result<Arc<AgentLinker>> {
+    engine.shared(|engine| {
+        let mut linker = base_linker::<AgentState>(engine)?;
+        for unit in UNITS {
+            unit.link(&mut linker)?;
+        }
+        Ok(WorldLinker(linker))
+    })
+}
+
+/// Links `component` as an agent.
+pub(crate) fn link(engine: &Engine, component: &Component) -> Result<AgentPluginPre<AgentHost>, LinkFailure> {
+    let linker = linker(engine).map_err(LinkFailure::Imports)?;
+    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
+    AgentPluginPre::new(pre).map_err(LinkFailure::Exports)
+}
+
+/// Reads an agent's manifest under the short call deadline.
+pub(crate) async fn describe(
+    engine: &Engine,
+    pre: &AgentPluginPre<AgentHost>,
+    label: Arc<str>,
+) -> Result<AgentManifest, RunError> {
+    let timeout = engine.limits().call_timeout;
+    // Describing grants nothing: no unit is prepared, so any tool call fails.
+    let authority = Authority::new(&AgentManifest::default(), &Grant::none(), &Default::default());
+    let tools = ToolContext::new(authority, crate::events::no_events(), 0, Vec::new(), UnitState::default());
+    let state = AgentState { tools: Arc::new(tools), last_prompt: None };
+    let mut store = new_store(engine, label, &Wasi::default(), timeout, state)?;
+    let result = tokio::time::timeout(timeout, async {
+        let bindings = pre.instantiate_async(&mut store).await?;
+        bindings.nexo_plugin_agent().call_manifest(&mut store).await
+    })
+    .await;
+    settle(&store, "describe", timeout, result).map(AgentManifest::from)
+}
+
+/// A loaded agent component.
+#[derive(Clone)]
+pub struct Agent {
+    meta: Arc<Meta>,
+    pre: AgentPluginPre<AgentHost>,
+    manifest: Arc<AgentManifest>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("name", &self.meta.name).field("path", &self.meta.path).finish_non_exhaustive()
+    }
+}
+
+/// What one run of an agent produced.
+#[derive(Debug, Clone)]
+pub struct AgentOutcome {
+    /// The agent's answer.
+    pub answer: String,
+    /// How its last prompt ended, with its transcript; `None` if it never
+    /// prompted.
+    pub last_prompt: Option<Outcome>,
+}
+
+impl Agent {
+    pub(crate) fn new(meta: Arc<Meta>, pre: AgentPluginPre<AgentHost>, manifest: AgentManifest) -> Self {
+        Agent { meta, pre, manifest: Arc::new(manifest) }
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// Its manifest.
+    pub fn manifest(&self) -> &AgentManifest {
+        &self.manifest
+    }
+
+    /// Instantiates the agent with a fresh store: the engine's limits, the
+    /// run deadline, and the run prepared from `options`.
+    pub async fn instantiate(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
+        let engine = &self.meta.engine;
+        let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
+        let prepared = prepare(&self.manifest, options, &[], engine.limits().host_arg_bytes).await?;
+        let wasi = Wasi { preopens: prepared.preopens, env: options.env.clone() };
+        let state = AgentState { tools: prepared.tools, last_prompt: None };
+        let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
+        let result = tokio::time::timeout(timeout, self.pre.instantiate_async(&mut store)).await;
+        let bindings = settle(&store, "instantiate", timeout, result)?;
+        Ok(AgentInstance { store, bindings, timeout })
+    }
+
+    /// Instantiates the agent and runs it once on `input`, with one deadline
+    /// for both (on top of the per-call ones), so `options.timeout` bounds
+    /// the run as a whole.
+    pub async fn run(&self, input: &str, options: &RunOptions) -> Result<AgentOutcome, RunError> {
+        let limit = options.timeout.unwrap_or(self.meta.engine.limits().run_timeout);
+        let run = async { self.instantiate(options).await?.run(input).await };
+        match tokio::time::timeout(limit, run).await {
+            Ok(done) => done,
+            Err(_) => Err(RunError::Deadline { plugin: self.name().to_string(), function: "run".into(), limit }),
+        }
+    }
+}
+
+/// One live instance of an agent, ready to run.
+pub struct AgentInstance {
+    store: Store<Host<AgentState>>,
+    bindings: AgentPlugin,
+    timeout: Duration,
+}
+
+impl AgentInstance {
+    /// Calls the agent's `run` export under the run deadline.
+    pub async fn run(&mut self, input: &str) -> Result<AgentOutcome, RunError> {
+        let agent = self.bindings.nexo_plugin_agent();
+        let result = tokio::time::timeout(self.timeout, agent.call_run(&mut self.store, input)).await;
+        let plugin = self.store.data().core.plugin.to_string();
+        self.store.data().core.log_stdio();
+        let answer = match settle(&self.store, "run", self.timeout, result)? {
+            Ok(answer) => answer,
+            Err(WitRunError::Failed(reason)) => return Err(RunError::AgentFailed { plugin, reason }),
+            Err(WitRunError::Model(err)) => {
+                return Err(RunError::AgentFailed { plugin, reason: model_error_text(&err) });
+            }
+        };
+        Ok(AgentOutcome { answer, last_prompt: self.store.data_mut().world.last_prompt.take() })
+    }
+
+    /// What the agent wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        self.store.data().core.stdout_text()
+    }
+}
