@@ -26,6 +26,9 @@ const PLUGINS: &[(&str, &str)] = &[
     ("WEB_PROBE", "web-probe"),
     ("SECRET_PROBE", "secret-probe"),
     ("CAUTIOUS", "cautious"),
+    ("DECLARES_AUTO", "declares-auto"),
+    ("DECLARES_ASK", "declares-ask"),
+    ("DECLARES_APPROVE", "declares-approve"),
 ];
 
 fn main() {

@@ -94,7 +94,13 @@ fn build(guest: &Guest) -> PathBuf {
     let mut hash = Sha256::new();
     hash.update(version.trim().as_bytes());
     let mut inputs: Vec<PathBuf> = guest.sources.iter().map(|s| dir.join(s)).collect();
-    inputs.push(wit.join("nexo.wit"));
+    let mut wit_files: Vec<PathBuf> = std::fs::read_dir(&wit)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", wit.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wit"))
+        .collect();
+    wit_files.sort();
+    inputs.extend(wit_files);
     for input in &inputs {
         let bytes = std::fs::read(input).unwrap_or_else(|e| panic!("cannot read {}: {e}", input.display()));
         hash.update(input.strip_prefix(&root).unwrap_or(input).to_string_lossy().as_bytes());

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Status};
 use nexo::authority::{Grant, Permissions};
-use nexo::manifest::{Capability, PermissionMode};
-use nexo::tools::{ToolLimits, Toolbox};
+use nexo::host_call::ToolContext;
+use nexo::manifest::{AgentManifest, Capability, PermissionMode};
+use nexo::settings::RunOptions;
 use nexo_model::ScriptedProvider;
 use nexo_model::scripted::Script;
 use nexo_sandbox::VirtualSandbox;
@@ -26,27 +27,30 @@ fn provider() -> ScriptedProvider {
     ScriptedProvider::new("bench", script)
 }
 
+/// The run's tools as a run prepares them: `caps` requested, the default grant.
+fn tools(rt: &tokio::runtime::Runtime, sandbox: Arc<VirtualSandbox>, caps: &[Capability]) -> Arc<ToolContext> {
+    let manifest = AgentManifest { name: "bench".into(), capabilities: caps.to_vec(), ..AgentManifest::default() };
+    let options = RunOptions {
+        sandbox: Some(sandbox),
+        permissions: Permissions::new(PermissionMode::ReadOnly),
+        grant: Grant::default(),
+        ..RunOptions::default()
+    };
+    rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], 1 << 20)).unwrap().tools
+}
+
 fn per_turn(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi"), ("docs/a.md", "a")]).unwrap());
-    let effective = Grant::default().effective(&[Capability::Read, Capability::Glob]);
-    let toolbox =
-        Toolbox::new("bench", sandbox, Permissions::new(PermissionMode::ReadOnly), effective, ToolLimits::default());
+    let toolbox = tools(&rt, sandbox, &[Capability::Read, Capability::Glob]);
     let instructions = vec!["You are a benchmark.".to_string()];
-    let events = |_: &nexo::agent_loop::Event| {};
     let mut group = c.benchmark_group("agent-loop");
     group.bench_function(format!("one prompt, {TOOL_TURNS} tool turns + 1 final (scripted model)"), |b| {
         b.iter_batched(
             provider,
             |p| {
-                let ctx = LoopContext {
-                    provider: &p,
-                    toolbox: &toolbox,
-                    instructions: &instructions,
-                    limits: LoopLimits::default(),
-                    events: &events,
-                    skills: &[],
-                };
+                let ctx =
+                    LoopContext { provider: &p, tools: &toolbox, instructions: &instructions, limits: LoopLimits::default() };
                 let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
                 assert_eq!(outcome.status, Status::Completed);
                 black_box(outcome)
@@ -79,23 +83,13 @@ fn per_turn_http(c: &mut Criterion) {
     let provider = nexo_model::resolve(&config).unwrap();
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi")]).unwrap());
     // Only glob is offered, so the fake server calls glob every turn.
-    let effective = Grant::default().effective(&[Capability::Glob]);
-    let toolbox =
-        Toolbox::new("bench", sandbox, Permissions::new(PermissionMode::ReadOnly), effective, ToolLimits::default());
+    let toolbox = tools(&rt, sandbox, &[Capability::Glob]);
     let instructions = vec!["You are a benchmark.".to_string()];
-    let events = |_: &nexo::agent_loop::Event| {};
     let limits = LoopLimits { max_turns: turns + 5, ..LoopLimits::default() };
     let mut group = c.benchmark_group("agent-loop-http");
     group.bench_function(format!("one prompt, {turns} tool turns + 1 final (loopback fake server)"), |b| {
         b.iter(|| {
-            let ctx = LoopContext {
-                provider: &*provider,
-                toolbox: &toolbox,
-                instructions: &instructions,
-                limits,
-                events: &events,
-                skills: &[],
-            };
+            let ctx = LoopContext { provider: &*provider, tools: &toolbox, instructions: &instructions, limits };
             let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
             assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));
             black_box(outcome)
@@ -104,7 +98,7 @@ fn per_turn_http(c: &mut Criterion) {
     let request = nexo_model::Request {
         model: "fake-model".into(),
         messages: vec![nexo_model::Message::User { text: "list the files".into() }],
-        tools: nexo::agent_loop::tool_specs(&[Capability::Glob]),
+        tools: toolbox.specs(),
         max_tokens: 4096,
     };
     group.bench_function("one bare model call (the same client and server)", |b| {

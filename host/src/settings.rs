@@ -14,11 +14,26 @@ use nexo_sandbox::Sandbox;
 
 use crate::agent_loop::{Loop, LoopLimits};
 use crate::authority::{Grant, Permissions};
-use crate::capability::shell::ToolLimits;
+use crate::truncate::Truncation;
 use crate::events::EventSink;
 use crate::instance::Preopen;
 use crate::search::SearchBackend;
 use crate::world::skill::Skill;
+
+/// Per-run tool settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLimits {
+    /// Time limit for one shell command. Default: 120 s.
+    pub shell_timeout: Duration,
+    /// Truncation of shell output.
+    pub shell_output: Truncation,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits { shell_timeout: Duration::from_secs(120), shell_output: Truncation::default() }
+    }
+}
 
 /// How an agent's skills reach the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

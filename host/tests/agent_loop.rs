@@ -331,3 +331,125 @@ async fn a_skill_with_an_over_long_description_loads_and_is_cut_in_the_listing()
     let p = instructions(&prepared(&manifest, options).await);
     assert!(p.join("\n").contains("- api-guide: Guides work with a hosted model API"));
 }
+
+/// A capability unit of the test's own: one module's worth of code and one
+/// registration (the `extra` units of `prepare`). Its tool goes through the
+/// same host-call path as the built-in ones: events, the gate, truncation.
+mod echo_unit {
+    use std::sync::Arc;
+
+    use nexo::error::{RunError, ToolError};
+    use nexo::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
+    use nexo::manifest::Capability;
+    use nexo::unit::{Setup, Unit};
+    use nexo_model::{BoxFuture, ToolSpec};
+
+    pub struct EchoUnit;
+
+    /// The unit's per-instance state: a prefix the operator chose.
+    struct Prefix(String);
+
+    impl Unit for EchoUnit {
+        fn name(&self) -> &'static str {
+            "echo"
+        }
+        fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+            vec![Arc::new(Echo)]
+        }
+        fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
+            setup.state.insert(Prefix(format!("{} says", setup.manifest.name)));
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// `echo`: needs `read`, so the gate decides like for any tool.
+    struct Echo;
+
+    impl HostCall for Echo {
+        type Args = String;
+        type Output = String;
+        type Error = ToolError;
+        fn name(&self) -> &'static str {
+            "echo"
+        }
+        fn capability(&self) -> Option<Capability> {
+            Some(Capability::Read)
+        }
+        fn detail(&self, text: &String) -> String {
+            text.clone()
+        }
+        fn execute<'a>(&'a self, cx: &'a ToolContext, text: String) -> BoxFuture<'a, Result<String, ToolError>> {
+            Box::pin(async move { Ok(format!("{} {text}", cx.state::<Prefix>()?.0)) })
+        }
+        fn truncate(&self, _cx: &ToolContext, out: String) -> String {
+            nexo::truncate::head_chars(&out, 20)
+        }
+    }
+
+    impl Tool for Echo {
+        fn model_name(&self) -> &'static str {
+            "echo"
+        }
+        fn spec(&self, _cx: &ToolContext) -> ToolSpec {
+            ToolSpec { name: "echo".into(), description: "Echo a text".into(), parameters: serde_json::json!({}) }
+        }
+        fn decode(&self, arguments: &serde_json::Value) -> Result<String, ToolError> {
+            Ok(string_arg("echo", arguments, "text")?.to_string())
+        }
+        fn render(&self, out: &String) -> String {
+            out.clone()
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
+    let manifest = AgentManifest { name: "parrot".into(), capabilities: vec![Capability::Read], ..Default::default() };
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let events = events.clone();
+        move |e: &Event| events.lock().unwrap().push(e.clone())
+    };
+    let unit: Arc<dyn nexo::unit::Unit> = Arc::new(echo_unit::EchoUnit);
+    let run = |permissions: Permissions| {
+        let options = RunOptions {
+            sandbox: Some(Arc::new(VirtualSandbox::new())),
+            permissions,
+            grant: Grant::default(),
+            events: Some(Arc::new(sink.clone())),
+            ..RunOptions::default()
+        };
+        let (manifest, unit) = (manifest.clone(), unit.clone());
+        async move { nexo::world::agent::prepare(&manifest, &options, &[unit], 1 << 20).await.unwrap().tools }
+    };
+    let tools = run(Permissions::new(PermissionMode::ReadOnly)).await;
+    let names: Vec<String> = tools.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["read_file", "echo"]);
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "echo", "arguments": { "text": "hello there, general" } }] },
+        { "text": "done" }
+    ]));
+    let ctx = LoopContext { provider: &provider, tools: &tools, instructions: &[], limits: LoopLimits::default() };
+    let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    let Message::ToolResult { content, is_error: false, .. } = &outcome.transcript[2] else {
+        panic!("{:?}", outcome.transcript)
+    };
+    // Executed with the unit's own state, then cut by its truncate step.
+    assert_eq!(content, "parrot says hello t…");
+    let seen = names_of(&events.lock().unwrap());
+    assert_eq!(seen, ["turn", "call", "result", "turn", "done"]);
+    // The gate decides for it as for any tool: read is not allowed without read-only's allow list.
+    let strict = run(Permissions::new(PermissionMode::ReadOnly).with_allow([])).await;
+    let provider = script(json!([
+        { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }] },
+        { "text": "done" }
+    ]));
+    let ctx = LoopContext { provider: &provider, tools: &strict, instructions: &[], limits: LoopLimits::default() };
+    let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
+    assert!(content.starts_with("error: denied: "), "{content}");
+}
+
+fn names_of(events: &[Event]) -> Vec<&'static str> {
+    names(events)
+}

@@ -589,3 +589,89 @@ fn the_offline_web_demo_shows_the_guard_refusing() {
     assert_eq!(v["search"]["allow-private"], serde_json::json!(["10.0.0.5"]));
     assert_eq!(v["fetch-hosts"], serde_json::json!(["wikipedia.org", "example.com"]));
 }
+
+/// A TOML agent declaring each permission mode, run by an operator who
+/// grants `write` under `--mode` `operator`: the stricter mode wins, for the
+/// gate (the tool call) and for what `inspect` reports alike.
+#[test]
+fn a_toml_agent_s_declared_mode_narrows_the_operator_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"tool_calls": [{"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}]},
+                      {"text": "done"}]}"#,
+    )
+    .unwrap();
+    // (declared, operator's mode) → (exit code, verdict of the write, mode inspect shows)
+    let cases = [
+        ("auto", "auto", 0, "allowed", "auto"),
+        ("read-only", "auto", 0, "denied", "read-only"),
+        ("ask", "auto", 0, "denied", "ask"),
+        ("approve", "auto", 4, "approval-required", "approve"),
+        ("auto", "read-only", 0, "denied", "read-only"),
+        ("auto", "approve", 4, "approval-required", "approve"),
+    ];
+    for (declared, operator, code, verdict, shown) in cases {
+        let work = tempfile::tempdir().unwrap();
+        let agent = dir.path().join(format!("{declared}-{operator}.toml"));
+        std::fs::write(
+            &agent,
+            format!(
+                "name = \"writer\"\ndescription = \"Writes a file\"\ninstructions = \"Write.\"\n\
+                 capabilities = [\"read\", \"write\"]\npermissions = \"{declared}\"\n"
+            ),
+        )
+        .unwrap();
+        let (agent, cwd) = (agent.to_str().unwrap(), work.path().to_str().unwrap());
+        let grant = ["--allow", "write", "--mode", operator, "--sandbox", "local", "--cwd", cwd];
+        let mut args = vec!["run", agent, "go", "--script", script.to_str().unwrap(), "--json"];
+        args.extend(grant);
+        let out = nexo(&args);
+        let case = format!("declared {declared}, operator {operator}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(code), "{case}");
+        let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let verdicts: Vec<&str> =
+            lines.iter().filter(|v| v["event"] == "tool-result").map(|v| v["verdict"].as_str().unwrap()).collect();
+        assert_eq!(verdicts, [verdict], "{case}");
+        assert_eq!(work.path().join("out.txt").exists(), verdict == "allowed", "{case}");
+        let mut args = vec!["inspect", "--json", agent];
+        args.extend(grant);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&nexo(&args))).unwrap();
+        assert_eq!(v["mode"], shown, "{case}");
+    }
+}
+
+/// The manifest fields beyond capabilities are acted on: a declared sandbox
+/// is a floor on isolation, MCP servers the host cannot serve stop the run,
+/// and a model hint never names an endpoint on the operator's network.
+#[test]
+fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = |extra: &str| {
+        let path = dir.path().join(format!("agent-{}.toml", extra.len()));
+        std::fs::write(&path, format!("name = \"a\"\ndescription = \"d\"\ninstructions = \"i\"\n{extra}\n")).unwrap();
+        path
+    };
+    let cwd = dir.path().to_str().unwrap();
+    let isolated = agent("sandbox = \"virtual\"");
+    let out = nexo(&["run", isolated.to_str().unwrap(), "x", "--sandbox", "local", "--cwd", cwd]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("declares the virtual sandbox") && stderr(&out).contains("--sandbox virtual"));
+    // Stricter than declared is fine: the agent then fails only for want of a model.
+    let local = agent("sandbox = \"local\"");
+    let out = nexo(&["run", local.to_str().unwrap(), "x"]);
+    assert!(stderr(&out).contains("model not configured"), "{}", stderr(&out));
+
+    let mcp = agent("mcp-servers = [\"github\"]");
+    let out = nexo(&["run", mcp.to_str().unwrap(), "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("asks for the MCP servers github"), "{}", stderr(&out));
+    let text = stdout(&nexo(&["inspect", mcp.to_str().unwrap()]));
+    assert!(text.contains("github (not served yet: the run fails)"), "{text}");
+
+    let hinted = agent("model = \"llama3\"\nprovider = \"ollama\"");
+    let out = nexo(&["run", hinted.to_str().unwrap(), "x"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("model not configured"), "the ollama hint was not followed: {}", stderr(&out));
+}

@@ -118,11 +118,11 @@ fn new_refuses_an_sdk_directory_with_other_content() {
     // Unpacking again is a no-op when the content is the same.
     let out = nexo_in(tmp.path(), &sdk, &[], &["new", "skill-component", "second"]);
     assert_code(&out, 0);
-    std::fs::write(sdk.join("wit/nexo.wit"), "package other:thing;\n").unwrap();
+    std::fs::write(sdk.join("wit/worlds.wit"), "package other:thing;\n").unwrap();
     let out = nexo_in(tmp.path(), &sdk, &[], &["new", "agent", "third"]);
     assert_code(&out, 2);
     assert!(text(&out.stderr).contains("is not the SDK of nexo"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read_to_string(sdk.join("wit/nexo.wit")).unwrap(), "package other:thing;\n");
+    assert_eq!(std::fs::read_to_string(sdk.join("wit/worlds.wit")).unwrap(), "package other:thing;\n");
     assert!(!tmp.path().join("third").exists());
 }
 

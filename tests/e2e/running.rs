@@ -262,26 +262,80 @@ async fn wasi_grants_follow_the_operators_grant() {
     drop(listener);
 }
 
-#[tokio::test]
-async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
-    use nexo::authority::{Grant, Permissions};
-    use nexo::manifest::{Capability, PermissionMode};
+/// Runs a `declares-*` probe (or `cautious`) in a fresh local sandbox with
+/// `write` granted, and returns its answer and whether each write landed.
+async fn probe(plugin: &str, permissions: nexo::authority::Permissions) -> (String, bool, bool) {
+    use nexo::authority::Grant;
+    use nexo::manifest::Capability;
 
     let dir = tempfile::tempdir().unwrap();
     let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
-    let target = sandbox.root().join("planted.txt");
+    let root = sandbox.root().to_path_buf();
+    let plugin = Plugin::load(engine(), plugin).await.unwrap();
+    let options = RunOptions {
+        sandbox: Some(sandbox),
+        grant: Grant::of([Capability::Read, Capability::Write]),
+        permissions,
+        ..RunOptions::default()
+    };
+    let answer = plugin.run_agent(&root.display().to_string(), &options).await.unwrap();
+    (answer, root.join("tool.txt").exists(), root.join("wasi.txt").exists())
+}
+
+#[tokio::test]
+async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
+    use nexo::authority::Permissions;
+    use nexo::manifest::PermissionMode;
+
     let plugin = Plugin::load(engine(), built::CAUTIOUS).await.unwrap();
     assert_eq!(plugin.manifest().unwrap().permissions, Some(PermissionMode::ReadOnly));
     // The operator grants write and runs in auto; the plugin's own read-only narrows that.
-    let options = RunOptions {
-        sandbox: Some(sandbox.clone()),
-        grant: Grant::of([Capability::Read, Capability::Write]),
-        permissions: Permissions::new(PermissionMode::Auto),
-        ..RunOptions::default()
+    let (answer, tool, wasi) = probe(built::CAUTIOUS, Permissions::new(PermissionMode::Auto)).await;
+    assert!(answer.contains("wasi: refused: "), "{answer}");
+    assert!(!wasi, "a plugin that declared read-only wrote through its preopen");
+    assert!(answer.starts_with("tool: Denied(") && !tool, "{answer}");
+}
+
+#[tokio::test]
+async fn each_declared_mode_narrows_the_gate_and_the_preopen_alike() {
+    use nexo::authority::Permissions;
+    use nexo::manifest::PermissionMode::{self, *};
+
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let yes = {
+        let asked = asked.clone();
+        move || {
+            let asked = asked.clone();
+            Permissions::new(Ask).on_ask(move |cap, _| {
+                asked.lock().unwrap().push(cap);
+                true
+            })
+        }
     };
-    let answer = plugin.run_agent(&target.display().to_string(), &options).await.unwrap();
-    assert!(answer.starts_with("refused: "), "{answer}");
-    assert!(!target.exists(), "a plugin that declared read-only wrote through its preopen");
+    // (plugin, its declared mode, the operator's permissions) →
+    // (the tool's outcome, whether the tool wrote, whether WASI wrote)
+    let cases: Vec<(&str, PermissionMode, Permissions, &str, bool, bool)> = vec![
+        (built::DECLARES_AUTO, Auto, Permissions::new(Auto), "tool: ok", true, true),
+        (built::CAUTIOUS, ReadOnly, Permissions::new(Auto), "tool: Denied(", false, false),
+        (built::DECLARES_ASK, Ask, Permissions::new(Auto), "tool: Denied(", false, false),
+        (built::DECLARES_ASK, Ask, yes(), "tool: ok", true, false),
+        (built::DECLARES_APPROVE, Approve, Permissions::new(Auto), "tool: ApprovalRequired(", false, false),
+        // A plugin can only narrow: declaring auto widens nothing.
+        (built::DECLARES_AUTO, Auto, Permissions::new(ReadOnly), "tool: Denied(", false, false),
+        (built::DECLARES_AUTO, Auto, yes(), "tool: ok", true, false),
+    ];
+    for (plugin, declared, permissions, tool_says, tool_wrote, wasi_wrote) in cases {
+        let loaded = Plugin::load(engine(), plugin).await.unwrap();
+        assert_eq!(loaded.manifest().unwrap().permissions, Some(declared));
+        let operator = permissions.mode();
+        let (answer, tool, wasi) = probe(plugin, permissions).await;
+        let case = format!("declared {declared:?}, operator {operator:?}: {answer}");
+        assert!(answer.starts_with(tool_says), "{case}");
+        assert_eq!((tool, wasi), (tool_wrote, wasi_wrote), "{case}");
+        assert_eq!(answer.contains("wasi: wrote"), wasi_wrote, "{case}");
+    }
+    // The hook was asked once per ask-mode write, never about WASI.
+    assert_eq!(asked.lock().unwrap().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,6 +5,7 @@
 
 pub mod fetch;
 pub mod files;
+pub mod mcp;
 pub mod model;
 pub mod sandbox;
 pub mod search;

@@ -2,6 +2,12 @@
 //! run's loop with the run's model and tools. The loop's own tool calls
 //! come back through the host-call path one by one. Without a model,
 //! `prompt` answers `not-configured`, saying how to set one.
+//!
+//! The manifest's `model` and `provider` are a hint: when the operator
+//! configured no model, the hinted one is used if the operator's
+//! environment can serve it (its key is set). The hint may name only a
+//! hosted provider (openai, anthropic, openrouter): a plugin never points
+//! the host at an endpoint on the operator's network.
 
 use std::sync::Arc;
 
@@ -76,14 +82,51 @@ impl Unit for ModelUnit {
             if let Some(cap) = setup.manifest.max_turns {
                 limits.max_turns = limits.max_turns.min(cap);
             }
+            let model = match &options.model {
+                Some(model) => Some(model.clone()),
+                None => hinted_model(setup.manifest),
+            };
             setup.state.insert(Prompting {
-                model: options.model.clone(),
+                model,
                 agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
                 limits,
                 instructions: setup.instructions.clone(),
             });
             Ok(())
         })
+    }
+}
+
+/// The model the manifest hints at, if it names a hosted provider's model
+/// and the operator's environment has its key.
+fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Provider>> {
+    use nexo_model::ProviderKind;
+    let id = manifest.model.clone()?;
+    let provider = match manifest.provider.as_deref() {
+        None => None,
+        Some("openai") => Some(ProviderKind::Openai),
+        Some("anthropic") => Some(ProviderKind::Anthropic),
+        Some("openrouter") => Some(ProviderKind::Openrouter),
+        Some(other) => {
+            tracing::warn!(agent = %manifest.name, "ignoring the manifest's provider hint `{other}`: a plugin may \
+                hint only at openai, anthropic or openrouter; the operator sets any other (`--provider`)");
+            return None;
+        }
+    };
+    let config = nexo_model::ModelConfig { model: Some(id.clone()), provider, ..nexo_model::ModelConfig::default() };
+    match nexo_model::resolve(&config) {
+        Ok(p) if matches!(p.name(), "openai" | "anthropic" | "openrouter") => {
+            tracing::info!(agent = %manifest.name, "using the manifest's model hint `{id}` ({})", p.name());
+            Some(p)
+        }
+        Ok(p) => {
+            tracing::warn!(agent = %manifest.name, "ignoring the model hint `{id}`: it resolves to {}", p.name());
+            None
+        }
+        Err(e) => {
+            tracing::info!(agent = %manifest.name, "the manifest's model hint `{id}` cannot be used: {e}");
+            None
+        }
     }
 }
 

@@ -6,15 +6,20 @@
 //! WASI writes bypass the gate, so the preopen is writable only when the
 //! authority lets `write` pass without asking, under the mode as the
 //! plugin's own declaration narrows it.
+//!
+//! An agent's declared `sandbox` is a floor on isolation, as its declared
+//! mode is a ceiling on authority: it may run in a sandbox at least as
+//! isolated as the one it names (virtual, then container or remote, then
+//! local), never in a less isolated one.
 
 use std::sync::Arc;
 
 use nexo_model::BoxFuture;
 use nexo_sandbox::{Sandbox, SandboxError, VirtualSandbox};
 
-use crate::error::{RunError, ToolError};
+use crate::error::{ConfigError, RunError, ToolError};
 use crate::instance::Preopen;
-use crate::manifest::Capability;
+use crate::manifest::{Capability, SandboxKind};
 use crate::unit::{Setup, Unit};
 
 /// The run's sandbox, shared by the units whose tools act in it.
@@ -37,6 +42,9 @@ impl Unit for SandboxUnit {
         Box::pin(async move {
             let sandbox: Arc<dyn Sandbox> =
                 setup.options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
+            if let Some(declared) = setup.manifest.sandbox {
+                check_floor(&setup.manifest.name, declared, sandbox.name())?;
+            }
             if let Some(root) = sandbox.host_root() {
                 setup.preopens.push(Preopen {
                     host: root.to_path_buf(),
@@ -51,6 +59,31 @@ impl Unit for SandboxUnit {
     }
 }
 
+/// How far a sandbox keeps an agent from the host: 0 is the most isolated.
+fn isolation(kind: &str) -> u8 {
+    match kind {
+        "virtual" => 0,
+        "container" | "remote" => 1,
+        _ => 2,
+    }
+}
+
+/// Refuses a run in a less isolated sandbox than the agent declared.
+fn check_floor(agent: &str, declared: SandboxKind, actual: &str) -> Result<(), ConfigError> {
+    if isolation(actual) <= isolation(declared.as_str()) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "--sandbox",
+        format!(
+            "`{agent}` declares the {} sandbox, and the {actual} sandbox gives it more access to the host than \
+             that; run it with `--sandbox {}` (or a more isolated one), or ask its author to declare `{actual}`",
+            declared.as_str(),
+            declared.as_str()
+        ),
+    ))
+}
+
 /// Runs a sandbox operation off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
@@ -58,5 +91,21 @@ pub(crate) async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(ToolError::from),
         Err(e) => Err(ToolError::Failed(format!("the sandbox operation stopped unexpectedly: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_sandbox_is_a_floor_on_isolation() {
+        assert!(check_floor("a", SandboxKind::Local, "virtual").is_ok());
+        assert!(check_floor("a", SandboxKind::Local, "container").is_ok());
+        assert!(check_floor("a", SandboxKind::Container, "remote").is_ok());
+        assert!(check_floor("a", SandboxKind::Virtual, "virtual").is_ok());
+        let err = check_floor("a", SandboxKind::Virtual, "local").unwrap_err().to_string();
+        assert!(err.contains("declares the virtual sandbox") && err.contains("--sandbox virtual"), "{err}");
+        assert!(check_floor("a", SandboxKind::Container, "local").is_err());
     }
 }

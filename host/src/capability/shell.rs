@@ -3,7 +3,6 @@
 //! its output for the model (the end of a log is where the error is).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
@@ -15,23 +14,9 @@ use crate::bindings::ShellOutput;
 use crate::error::{RunError, ToolError};
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
-use crate::truncate::{Truncation, truncate};
+use crate::settings::ToolLimits;
+use crate::truncate::truncate;
 use crate::unit::{AgentHost, Setup, Unit};
-
-/// Per-run tool settings.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolLimits {
-    /// Time limit for one shell command. Default: 120 s.
-    pub shell_timeout: Duration,
-    /// Truncation of shell output.
-    pub shell_output: Truncation,
-}
-
-impl Default for ToolLimits {
-    fn default() -> Self {
-        ToolLimits { shell_timeout: Duration::from_secs(120), shell_output: Truncation::default() }
-    }
-}
 
 /// What a shell command returned; truncated before anyone sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -132,7 +132,13 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
     let (granted, effective, mode) = authority(grant, Some(m));
     row("description", &m.description);
     row("instructions", &first_line(&m.instructions));
-    row("model", &or_default(m.model.as_deref(), "(the operator's choice)"));
+    row(
+        "model",
+        &match &m.model {
+            Some(id) => format!("{id} (a hint: used when the operator sets no model and has its key)"),
+            None => "(the operator's choice)".into(),
+        },
+    );
     if let Some(p) = &m.provider {
         row("provider", p);
     }
@@ -159,9 +165,22 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
         },
     );
     row("skills", &list(m.skills.iter().map(String::as_str)));
-    row("mcp servers", &list(m.mcp_servers.iter().map(String::as_str)));
+    row(
+        "mcp servers",
+        &if m.mcp_servers.is_empty() {
+            "(none)".to_string()
+        } else {
+            format!("{} (not served yet: the run fails)", list(m.mcp_servers.iter().map(String::as_str)))
+        },
+    );
     row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
-    row("sandbox", m.sandbox.map(SandboxKind::as_str).unwrap_or("(the operator's choice; default virtual)"));
+    row(
+        "sandbox",
+        &match m.sandbox {
+            Some(kind) => format!("{} (the least isolated sandbox it runs in)", kind.as_str()),
+            None => "(the operator's choice; default virtual)".into(),
+        },
+    );
     row(
         "permissions",
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),

@@ -25,6 +25,7 @@ mod progress;
 mod scaffold;
 mod sdk;
 mod web;
+mod wit;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,8 +37,6 @@ use nexo::agent_loop::Status;
 use nexo::settings::RunOptions;
 use nexo::{ConfigError, Engine, EngineConfig, Plugin, RunError};
 
-/// The contract plugins are built against, shipped inside the binary.
-const WIT: &str = include_str!("../../../wit/nexo.wit");
 
 /// nexo hosts AI agents, skills and search backends as WebAssembly components.
 #[derive(Parser, Debug)]
@@ -124,8 +123,12 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
-    /// Print the `nexo:plugin` WIT package this host implements.
-    Wit,
+    /// Print the `nexo:plugin` WIT package this host implements (or write its files with --out).
+    Wit {
+        /// Write the package's files into this directory instead of printing them.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Work with skill packages (SKILL.md directories).
     #[command(subcommand)]
     Skill(SkillCommand),
@@ -213,10 +216,21 @@ fn engine_config(cli: &Cli) -> EngineConfig {
 }
 
 async fn dispatch(cli: Cli) -> ExitCode {
-    if let Command::Wit = cli.command {
-        use std::io::Write as _;
-        let _ = std::io::stdout().lock().write_all(WIT.as_bytes());
-        return ExitCode::SUCCESS;
+    if let Command::Wit { out } = &cli.command {
+        let Some(dir) = out else {
+            wit::print();
+            return ExitCode::SUCCESS;
+        };
+        return match wit::write(dir) {
+            Ok(()) => {
+                errln!("wrote {} WIT files to {}", wit::FILES.len(), dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                errln!("error: cannot write the WIT files to {}: {e}", dir.display());
+                ExitCode::from(2)
+            }
+        };
     }
     if let Command::Skill(command) = &cli.command {
         return skill(command);
@@ -326,7 +340,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Test { .. }
         | Command::New { .. }
         | Command::Init { .. }
-        | Command::Wit
+        | Command::Wit { .. }
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }

@@ -17,7 +17,6 @@ const SOURCES: &[(&str, &str)] = &[
     ("src/provider.rs", include_str!("../../../plugins/sdk/src/provider.rs")),
     ("src/search.rs", include_str!("../../../plugins/sdk/src/search.rs")),
     ("src/skill.rs", include_str!("../../../plugins/sdk/src/skill.rs")),
-    ("wit/nexo.wit", super::WIT),
 ];
 
 /// The SDK's own manifest, which inherits from the plugins workspace.
@@ -51,14 +50,15 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
 }
 
 /// Every file of the unpacked SDK, by relative path.
-pub fn files() -> Result<Vec<(&'static str, String)>, String> {
-    let mut files = vec![("Cargo.toml", manifest()?)];
-    files.extend(SOURCES.iter().map(|(path, text)| (*path, (*text).to_string())));
+pub fn files() -> Result<Vec<(String, String)>, String> {
+    let mut files = vec![("Cargo.toml".to_string(), manifest()?)];
+    files.extend(SOURCES.iter().map(|(path, text)| (path.to_string(), (*text).to_string())));
+    files.extend(super::wit::FILES.iter().map(|(name, text)| (format!("wit/{name}"), (*text).to_string())));
     Ok(files)
 }
 
 /// A SHA-256 over every path and content, so two SDKs compare by one value.
-fn digest(files: &[(&str, String)]) -> String {
+fn digest(files: &[(String, String)]) -> String {
     let mut hash = Sha256::new();
     for (path, text) in files {
         for part in [path.as_bytes(), text.as_bytes()] {
@@ -178,13 +178,16 @@ pub fn install(dir: &Path) -> Result<(), String> {
     }
 }
 
-fn verify(dir: &Path, files: &[(&str, String)], want: &str) -> Result<(), String> {
-    let on_disk: Vec<(&str, String)> =
-        files.iter().map(|(path, _)| (*path, std::fs::read_to_string(dir.join(path)).unwrap_or_default())).collect();
+fn verify(dir: &Path, files: &[(String, String)], want: &str) -> Result<(), String> {
+    let on_disk: Vec<(String, String)> = files
+        .iter()
+        .map(|(path, _)| (path.clone(), std::fs::read_to_string(dir.join(path)).unwrap_or_default()))
+        .collect();
     if digest(&on_disk) == want {
         return Ok(());
     }
-    let changed: Vec<&str> = files.iter().zip(&on_disk).filter(|(a, b)| a.1 != b.1).map(|(a, _)| a.0).collect();
+    let changed: Vec<&str> =
+        files.iter().zip(&on_disk).filter(|(a, b)| a.1 != b.1).map(|(a, _)| a.0.as_str()).collect();
     Err(format!(
         "{} exists but is not the SDK of nexo {} (it differs in {}): remove the directory so nexo can unpack \
          it again, or set ${SDK_DIR_ENV} to another directory",
@@ -238,7 +241,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("sdk").join("0.1.0");
         install(&dir).unwrap();
-        assert_eq!(std::fs::read_to_string(dir.join("wit/nexo.wit")).unwrap(), super::super::WIT);
+        for (name, text) in super::super::wit::FILES {
+            assert_eq!(std::fs::read_to_string(dir.join("wit").join(name)).unwrap(), *text);
+        }
         install(&dir).unwrap();
         std::fs::write(dir.join("src/agent.rs"), "// edited\n").unwrap();
         let err = install(&dir).unwrap_err();

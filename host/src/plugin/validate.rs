@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{Description, PluginKind};
+use crate::manifest::{Description, PluginKind};
 use crate::error::LoadError;
 
 /// Longest description accepted, in characters (as for Agent Skills).

@@ -20,6 +20,7 @@ use crate::bindings::RunError as WitRunError;
 use crate::bindings::agent::{AgentPlugin, AgentPluginPre};
 use crate::capability::fetch::FetchUnit;
 use crate::capability::files::FilesUnit;
+use crate::capability::mcp::McpUnit;
 use crate::capability::model::{ModelUnit, model_error_text};
 use crate::capability::sandbox::SandboxUnit;
 use crate::capability::search::SearchUnit;
@@ -37,7 +38,7 @@ use crate::unit::{AgentHost, AgentState, Setup, Unit};
 /// before the tools that act in it, the model last (its instructions are
 /// everyone's). Units an embedding program adds run just before the model.
 pub static UNITS: &[&dyn Unit] =
-    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &ModelUnit];
+    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit, &ModelUnit];
 
 /// A run, prepared: its host-call context and what the component's WASI
 /// sees.
