@@ -14,9 +14,11 @@
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
 //!
-//! Host processes a sandbox starts (shell commands, container CLIs) never
-//! inherit the host's open descriptors: see [`close_inherited_fds`], which the
-//! host can use for its own child processes too.
+//! Host processes a sandbox starts (shell commands, container CLIs) run under
+//! one supervisor (the [`process`] module): the same time limit handling, the
+//! same output cap ([`MAX_OUTPUT_BYTES`]) and cut note, and none of the host's
+//! open descriptors: see [`close_inherited_fds`], which the host can use for
+//! its own child processes too.
 
 mod confine;
 mod container;
@@ -30,12 +32,12 @@ mod virtual_fs;
 use std::time::{Duration, SystemTime};
 
 pub use container::{
-    Bind, CONTAINER_LABEL, ContainerConfig, ContainerSandbox, DEFAULT_CWD, DEFAULT_PIDS_LIMIT, MAX_OUTPUT_BYTES,
-    Network, Runtime, find_on_path,
+    Bind, CONTAINER_LABEL, ContainerConfig, ContainerSandbox, DEFAULT_CWD, DEFAULT_PIDS_LIMIT, Network, Runtime,
+    find_on_path,
 };
 pub use local::LocalSandbox;
 pub use path::normalize;
-pub use process::close_inherited_fds;
+pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds};
 pub use remote::{RemoteClient, RemoteSandbox};
 pub use shell::{Confinement, ShellLimits, ShellPolicy};
 pub use virtual_fs::VirtualSandbox;
