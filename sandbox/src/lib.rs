@@ -87,8 +87,11 @@ pub struct FileStat {
     pub mtime: Option<SystemTime>,
 }
 
-/// What a command printed and how it ended. Output is raw: the host's
-/// truncation routine shortens it for the model.
+/// What a command printed and how it ended. The local and container
+/// sandboxes decode each stream lossily and keep it up to
+/// [`MAX_OUTPUT_BYTES`], a cut ending with a note saying so
+/// (`[stdout cut at 4194304 bytes]`); a remote sandbox's output is as its
+/// client returns it. The host's truncation routine shortens it for the model.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecOutput {
     /// Exit status; -1 when killed by a signal.

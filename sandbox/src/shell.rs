@@ -36,6 +36,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
 };
+use nexo_text::head_chars;
 use rustix::io::Errno;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
@@ -404,7 +405,7 @@ pub(crate) fn run(
         Outcome::TimedOut => Err(SandboxError::Timeout(format!(
             "the command `{}` ran past its {timeout:?} limit and was killed, with every process it started. Split \
              the work into shorter steps or give it a longer limit",
-            shorten(command, 200)
+            head_chars(command, 200)
         ))),
     }
 }
@@ -472,13 +473,6 @@ fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsStrin
         env.push((name.into(), value.into()));
     }
     Ok(env)
-}
-
-fn shorten(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -565,7 +559,7 @@ fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
         Ok(Outcome::Exited(out)) => Err(format!(
             "bubblewrap at {shown} does not work here (status {}: {})",
             out.status.unwrap_or(-1),
-            shorten(out.stderr.text().trim(), 300)
+            head_chars(out.stderr.text().trim(), 300)
         )),
         Ok(Outcome::TimedOut) => {
             Err(format!("bubblewrap at {shown} did not finish a trivial command in {PROBE_TIMEOUT:?}"))
@@ -754,8 +748,16 @@ mod tests {
 
     #[test]
     fn long_commands_are_shortened_in_messages() {
-        assert_eq!(shorten("abc", 5), "abc");
-        assert_eq!(shorten("abcdef", 3), "abc…");
-        assert_eq!(shorten("ééé", 2), "éé…");
+        let root = tempfile::tempdir().unwrap();
+        let policy = ShellPolicy { confinement: Confinement::Unconfined, ..ShellPolicy::default() };
+        let command = format!("sleep 30 # {}", "é".repeat(500));
+        match run(root.path(), &command, Duration::from_millis(100), &policy) {
+            Err(SandboxError::Timeout(msg)) => {
+                let shown = head_chars(&command, 200);
+                assert!(shown.chars().count() == 200 && shown.ends_with('…'), "{shown}");
+                assert!(msg.contains(&format!("`{shown}`")) && !msg.contains(&command), "{msg}");
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
     }
 }
