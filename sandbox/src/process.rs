@@ -61,7 +61,7 @@ pub(crate) enum AfterExit {
     KillGroup,
     /// Left alone unless something in it still holds the output pipes after
     /// [`PIPE_LINGER`]: a container CLI may start helpers meant to outlive it
-    /// (podman's `conmon`), but none that keep writing to its output.
+    /// (podman's rootless helpers, say), but none that keep its output open.
     KillGroupIfPipesHeld,
 }
 
