@@ -101,7 +101,7 @@ pub(crate) fn shown(url: &reqwest::Url) -> String {
 
 /// The same redaction for text that did not parse as a URL: anything from
 /// the first `?` or `#` on, and anything before an `@` in the authority,
-/// is hidden; the rest is cut to 100 characters.
+/// is hidden; the rest is cut to 100 characters, marked with `…`.
 fn redact_text(text: &str) -> String {
     let (head, hidden) = match text.find(['?', '#']) {
         Some(cut) => (&text[..cut], true),
@@ -116,7 +116,7 @@ fn redact_text(text: &str) -> String {
         Some(at) => format!("<redacted>@{}", &rest[at + 1..]),
         None => rest.to_string(),
     };
-    let mut out: String = format!("{scheme}{rest}").chars().take(100).collect();
+    let mut out = nexo_text::head_chars(&format!("{scheme}{rest}"), 100);
     if hidden {
         out.push_str("?<redacted>");
     }
@@ -157,6 +157,13 @@ mod tests {
             assert!(!e.contains("s3cret"), "{e}");
             assert!(e.contains("http://h/v1"), "{e}");
         }
+    }
+
+    #[test]
+    fn long_unparseable_bases_are_cut_and_say_so() {
+        let shown = redact_text(&format!("http://[bad/{}?key=s3cret", "é".repeat(200)));
+        assert!(shown.ends_with("…?<redacted>"), "{shown}");
+        assert_eq!(shown.trim_end_matches("?<redacted>").chars().count(), 100);
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub(crate) const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
 /// Anthropic's 529 "overloaded".
 const RETRY_STATUSES: [u16; 6] = [429, 500, 502, 503, 504, 529];
 
-/// Error bodies and odd answers are quoted up to this many characters.
+/// Error bodies and odd answers are quoted up to this many characters, the
+/// ellipsis marking a cut included.
 const QUOTE_LIMIT: usize = 300;
 
 /// Time limits and retry policy, resolved from a [`ModelConfig`].
@@ -293,13 +294,7 @@ pub(crate) fn error_message(body: &[u8]) -> Option<String> {
 
 /// The start of `bytes` as text, for messages.
 pub(crate) fn quote(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut chars = text.chars();
-    let mut out: String = chars.by_ref().take(QUOTE_LIMIT).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
+    nexo_text::head_chars(&String::from_utf8_lossy(bytes), QUOTE_LIMIT)
 }
 
 /// An error and its sources, joined, because reqwest's top-level message
@@ -432,6 +427,15 @@ impl SseStream<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_are_cut_at_the_limit_without_splitting_a_character() {
+        assert_eq!(quote(b"short"), "short");
+        let long = quote("é".repeat(QUOTE_LIMIT + 1).as_bytes());
+        assert_eq!(long.chars().count(), QUOTE_LIMIT);
+        assert!(long.ends_with('…') && long.starts_with('é'), "{long}");
+        assert_eq!(quote(b"a\xffb"), "a\u{fffd}b");
+    }
 
     fn parse(chunks: &[&[u8]], finish: bool) -> Vec<SseEvent> {
         let mut parser = SseParser::default();

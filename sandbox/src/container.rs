@@ -16,31 +16,29 @@
 //! mapping is unverified, and reconnecting (which needs an exact label
 //! filter) is refused for it.
 //!
-//! A command that runs past its timeout has its CLI process (and the CLI's
-//! process group) killed; `docker exec` does not forward that, so the process
-//! inside the container may go on until the container is removed.
+//! Every CLI call runs under the supervisor the local shell uses too
+//! (`process.rs`). A command that runs past its timeout has its CLI process
+//! (and the CLI's process group) killed; `docker exec` does not forward that,
+//! so the process inside the container may go on until the container is
+//! removed.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::path::{display, normalize};
+use crate::process::{AfterExit, Job, OnTimeout, Outcome, Output as CliOutput, close_inherited_fds};
 use crate::{
-    ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, Sandbox, SandboxError, glob_matcher, not_regular,
+    ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, MAX_OUTPUT_BYTES, Sandbox, SandboxError, glob_matcher,
+    not_regular,
 };
 
 /// The label that marks nexo's containers; its value is the sandbox name.
 pub const CONTAINER_LABEL: &str = "nexo.sandbox.id";
-
-/// The most bytes kept of a command's standard output, and of its standard
-/// error; past it, the output is cut and says so.
-pub const MAX_OUTPUT_BYTES: usize = 4 << 20;
 
 /// The default working directory inside the container.
 pub const DEFAULT_CWD: &str = "/workspace";
@@ -263,28 +261,6 @@ pub struct ContainerSandbox {
     id: Mutex<Option<String>>,
 }
 
-/// What one CLI call printed and how it ended.
-#[derive(Debug, Default)]
-struct CliOutput {
-    /// The exit code; `None` when killed by a signal.
-    status: Option<i32>,
-    stdout: Vec<u8>,
-    stdout_cut: bool,
-    stderr: Vec<u8>,
-    stderr_cut: bool,
-}
-
-impl CliOutput {
-    fn ok(&self) -> bool {
-        self.status == Some(0)
-    }
-
-    fn stderr_text(&self) -> String {
-        let text = String::from_utf8_lossy(&self.stderr).trim().to_string();
-        if text.is_empty() { format!("exit status {:?} with no message", self.status) } else { text }
-    }
-}
-
 impl ContainerSandbox {
     /// Checks `config` and finds the CLI; starts nothing.
     ///
@@ -419,7 +395,7 @@ impl ContainerSandbox {
                 self.config.runtime.title()
             )));
         }
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = String::from_utf8_lossy(&out.stdout.bytes);
         match stdout.lines().map(str::trim).rfind(|l| !l.is_empty()) {
             Some(id) if is_plain_id(id) => Ok(id.to_string()),
             _ => Err(SandboxError::Failed(format!(
@@ -446,7 +422,7 @@ impl ContainerSandbox {
             _ => return self.create(),
         };
         let mut ids: Vec<String> = Vec::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
+        for line in String::from_utf8_lossy(&out.stdout.bytes).lines().map(str::trim).filter(|l| !l.is_empty()) {
             if !ids.iter().any(|id| id == line) {
                 ids.push(line.to_string());
             }
@@ -475,7 +451,9 @@ impl ContainerSandbox {
         }
     }
 
-    /// Runs the CLI; `Ok(None)` means it ran past `timeout` and was killed.
+    /// Runs the CLI with `stdin` fed in, output capped at `cap` bytes per
+    /// stream; `Ok(None)` means it ran past `timeout` and was killed with its
+    /// process group.
     fn cli(
         &self,
         args: &[String],
@@ -483,8 +461,19 @@ impl ContainerSandbox {
         timeout: Duration,
         cap: usize,
     ) -> Result<Option<CliOutput>, SandboxError> {
-        run_cli(&self.binary, args, stdin, timeout, cap)
-            .map_err(|e| SandboxError::Failed(format!("cannot run {}: {e}; check `binary`", self.binary.display())))
+        let mut command = Command::new(&self.binary);
+        command.args(args);
+        // The CLI gets none of the host's descriptors beyond its stdio.
+        close_inherited_fds(&mut command);
+        let job =
+            Job { stdin, timeout, cap, on_timeout: OnTimeout::KillGroup, after_exit: AfterExit::KillGroupIfPipesHeld };
+        let child = job
+            .spawn(&mut command)
+            .map_err(|e| SandboxError::Failed(format!("cannot run {}: {e}; check `binary`", self.binary.display())))?;
+        match job.supervise(child)? {
+            Outcome::Exited(out) => Ok(Some(out)),
+            Outcome::TimedOut => Ok(None),
+        }
     }
 
     /// Runs a bookkeeping or file command under `op_timeout`.
@@ -503,7 +492,7 @@ impl ContainerSandbox {
     /// Forgets a container removed behind our back, so the next tool call
     /// starts afresh. Not called while starting: the slot is locked then.
     fn forget_if_gone(&self, id: &str, out: &CliOutput) {
-        if !out.ok() && String::from_utf8_lossy(&out.stderr).contains("No such container") {
+        if !out.ok() && String::from_utf8_lossy(&out.stderr.bytes).contains("No such container") {
             let mut slot = self.slot();
             if slot.as_deref() == Some(id) {
                 *slot = None;
@@ -544,7 +533,7 @@ impl ContainerSandbox {
                 other => Err(other),
             };
         }
-        let secs = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok();
+        let secs = String::from_utf8_lossy(&out.stdout.bytes).trim().parse::<u64>().ok();
         Ok(Some(FileStat { mtime: secs.map(|s| UNIX_EPOCH + Duration::from_secs(s)) }))
     }
 }
@@ -612,12 +601,12 @@ impl Sandbox for ContainerSandbox {
         if !out.ok() {
             return Err(self.file_error(path, &out));
         }
-        if out.stdout_cut || out.stdout.len() > MAX_FILE_BYTES {
+        if out.stdout.cut || out.stdout.bytes.len() > MAX_FILE_BYTES {
             return Err(SandboxError::InvalidInput(format!(
                 "{path} is over the {MAX_FILE_BYTES}-byte read limit; read a part of it with the shell"
             )));
         }
-        let text = String::from_utf8(out.stdout)
+        let text = String::from_utf8(out.stdout.bytes)
             .map_err(|_| SandboxError::InvalidInput(format!("{path} is not UTF-8 text")))?;
         // The text is what matters; a failed stat only loses the time.
         let mtime = self.stat_at(&id, path, &abs).ok().flatten().and_then(|s| s.mtime);
@@ -663,15 +652,15 @@ impl Sandbox for ContainerSandbox {
         let out = self.op(&args, None, MAX_LIST_BYTES)?;
         self.forget_if_gone(&id, &out);
         // find exits non-zero on one unreadable directory; what it listed still counts.
-        if !out.ok() && out.stdout.is_empty() {
+        if !out.ok() && out.stdout.bytes.is_empty() {
             return Err(SandboxError::Failed(format!(
                 "cannot list files in {}: {}",
                 self.config.cwd,
                 out.stderr_text()
             )));
         }
-        let mut entries: Vec<&[u8]> = out.stdout.split(|b| *b == 0).collect();
-        if out.stdout_cut {
+        let mut entries: Vec<&[u8]> = out.stdout.bytes.split(|b| *b == 0).collect();
+        if out.stdout.cut {
             // The last entry may be a fragment.
             entries.pop();
         }
@@ -682,7 +671,7 @@ impl Sandbox for ContainerSandbox {
             .filter(|e| !e.is_empty() && *e != "." && matcher.is_match(e))
             .map(str::to_string)
             .collect();
-        Ok(GlobMatches::new(found, out.stdout_cut))
+        Ok(GlobMatches::new(found, out.stdout.cut))
     }
 
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError> {
@@ -695,11 +684,7 @@ impl Sandbox for ContainerSandbox {
             )));
         };
         self.forget_if_gone(&id, &out);
-        Ok(ExecOutput {
-            status: out.status.unwrap_or(-1),
-            stdout: output_text(&out.stdout, out.stdout_cut, "stdout"),
-            stderr: output_text(&out.stderr, out.stderr_cut, "stderr"),
-        })
+        Ok(out.into())
     }
 
     fn close(&self) -> Result<(), SandboxError> {
@@ -879,7 +864,7 @@ fn special_refusal(path: &str, out: &CliOutput) -> Option<SandboxError> {
     if out.status != Some(SPECIAL_STATUS) {
         return None;
     }
-    let kind = match String::from_utf8_lossy(&out.stdout).trim() {
+    let kind = match String::from_utf8_lossy(&out.stdout.bytes).trim() {
         "fifo" => "a FIFO (named pipe)",
         "char" => "a character device",
         "block" => "a block device",
@@ -893,127 +878,14 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-fn output_text(bytes: &[u8], cut: bool, which: &str) -> String {
-    let mut text = String::from_utf8_lossy(bytes).into_owned();
-    if cut {
-        text.push_str(&format!("\n[{which} cut at {MAX_OUTPUT_BYTES} bytes]"));
-    }
-    text
-}
-
-/// Reads all of `pipe`, keeping the first `cap` bytes; the rest is drained
-/// so the writer never blocks.
-fn read_capped(mut pipe: impl Read, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut cut = false;
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        match pipe.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-                cut |= n > room;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    (kept, cut)
-}
-
-/// Kills the CLI and everything it started: it leads its own process group.
-fn kill_group(child: &mut Child) {
-    #[cfg(unix)]
-    {
-        let _ =
-            rustix::process::kill_process_group(rustix::process::Pid::from_child(child), rustix::process::Signal::KILL);
-    }
-    let _ = child.kill();
-}
-
-/// Runs `binary args` with `stdin` fed in, output capped at `cap` bytes per
-/// stream. `Ok(None)`: it ran past `timeout` and was killed with its group.
-fn run_cli(
-    binary: &Path,
-    args: &[String],
-    stdin: Option<&[u8]>,
-    timeout: Duration,
-    cap: usize,
-) -> io::Result<Option<CliOutput>> {
-    let mut command = Command::new(binary);
-    command
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        // Its own group, so a timeout kill reaches whatever it spawned.
-        command.process_group(0);
-        // The CLI gets none of the host's descriptors beyond its stdio.
-        crate::process::close_inherited_fds(&mut command);
-    }
-    let mut child = command.spawn()?;
-    let writer: Option<JoinHandle<()>> = match (stdin, child.stdin.take()) {
-        (Some(data), Some(mut pipe)) => {
-            let data = data.to_vec();
-            // A CLI that exits early closes the pipe; its status tells what went wrong.
-            Some(thread::spawn(move || drop(pipe.write_all(&data))))
-        }
-        _ => None,
-    };
-    let stdout = child.stdout.take().map(|p| thread::spawn(move || read_capped(p, cap)));
-    let stderr = child.stderr.take().map(|p| thread::spawn(move || read_capped(p, cap)));
-
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    kill_group(&mut child);
-                    let _ = child.wait();
-                    break None;
-                }
-                thread::sleep(pause.min(deadline - now));
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => {
-                kill_group(&mut child);
-                let _ = child.wait();
-                return Err(e);
-            }
-        }
-    };
-    if status.is_some() {
-        // Something the CLI left behind may hold the pipes open; give it a moment, then end the group.
-        let grace = Instant::now() + Duration::from_secs(1);
-        let done = |h: &Option<JoinHandle<(Vec<u8>, bool)>>| h.as_ref().is_none_or(|h| h.is_finished());
-        while !(done(&stdout) && done(&stderr)) && Instant::now() < grace {
-            thread::sleep(Duration::from_millis(5));
-        }
-        if !(done(&stdout) && done(&stderr)) {
-            kill_group(&mut child);
-        }
-    }
-    let join = |h: Option<JoinHandle<(Vec<u8>, bool)>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
-    let (stdout, stdout_cut) = join(stdout);
-    let (stderr, stderr_cut) = join(stderr);
-    if let Some(writer) = writer {
-        let _ = writer.join();
-    }
-    Ok(status.map(|s| CliOutput { status: s.code(), stdout, stdout_cut, stderr, stderr_cut }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::FileTypeExt;
+    use std::process::Stdio;
+    use std::thread;
+    use std::time::Instant;
 
     /// A stand-in for the docker CLI: it logs each argv (every argument as
     /// `A<arg>\0`, then `E\0`), keeps a fake filesystem under `fs/`, and

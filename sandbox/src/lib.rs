@@ -14,9 +14,11 @@
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
 //!
-//! Host processes a sandbox starts (shell commands, container CLIs) never
-//! inherit the host's open descriptors: see [`close_inherited_fds`], which the
-//! host can use for its own child processes too.
+//! Host processes a sandbox starts (shell commands, container CLIs) run under
+//! one supervisor (the [`process`] module): the same time limit handling, the
+//! same output cap ([`MAX_OUTPUT_BYTES`]) and cut note, and none of the host's
+//! open descriptors: see [`close_inherited_fds`], which the host can use for
+//! its own child processes too.
 
 mod confine;
 mod container;
@@ -30,12 +32,12 @@ mod virtual_fs;
 use std::time::{Duration, SystemTime};
 
 pub use container::{
-    Bind, CONTAINER_LABEL, ContainerConfig, ContainerSandbox, DEFAULT_CWD, DEFAULT_PIDS_LIMIT, MAX_OUTPUT_BYTES,
-    Network, Runtime, find_on_path,
+    Bind, CONTAINER_LABEL, ContainerConfig, ContainerSandbox, DEFAULT_CWD, DEFAULT_PIDS_LIMIT, Network, Runtime,
+    find_on_path,
 };
 pub use local::LocalSandbox;
 pub use path::normalize;
-pub use process::close_inherited_fds;
+pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds};
 pub use remote::{RemoteClient, RemoteSandbox};
 pub use shell::{Confinement, ShellLimits, ShellPolicy};
 pub use virtual_fs::VirtualSandbox;
@@ -85,8 +87,11 @@ pub struct FileStat {
     pub mtime: Option<SystemTime>,
 }
 
-/// What a command printed and how it ended. Output is raw: the host's
-/// truncation routine shortens it for the model.
+/// What a command printed and how it ended. The local and container
+/// sandboxes decode each stream lossily and keep it up to
+/// [`MAX_OUTPUT_BYTES`], a cut ending with a note saying so
+/// (`[stdout cut at 4194304 bytes]`); a remote sandbox's output is as its
+/// client returns it. The host's truncation routine shortens it for the model.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecOutput {
     /// Exit status; -1 when killed by a signal.

@@ -24,30 +24,27 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
 };
+use nexo_text::head_chars;
 use rustix::io::Errno;
-use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED};
-use crate::process::cloexec_all_but;
+use crate::process::{AfterExit, Job, OnTimeout, Outcome, cloexec_all_but};
 use crate::{ExecOutput, SandboxError};
 
-/// The most bytes kept from each of stdout and stderr. The rest is read and
-/// discarded, so a chatty command never blocks on a full pipe.
-pub const MAX_OUTPUT_BYTES: usize = 4 << 20;
+pub use crate::process::MAX_OUTPUT_BYTES;
 
 /// `PATH` inside the sandbox unless [`ShellPolicy::env`] sets one. A fixed
 /// list rather than the host's `PATH`, which may name user-writable or
@@ -57,15 +54,6 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The shell every command runs under.
 const SHELL: &str = "/bin/sh";
-
-/// How long output readers may take to finish after the command's processes
-/// are gone; only a process that survived the cleanup could hold a pipe open
-/// that long.
-const READER_GRACE: Duration = Duration::from_secs(2);
-
-/// How long a shepherd may take to kill what a timed-out command left, before
-/// the host kills the shepherd's process group itself.
-const SHEPHERD_GRACE: Duration = Duration::from_secs(5);
 
 /// Time limit for the one-off bubblewrap probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -407,15 +395,17 @@ pub(crate) fn run(
         }
     };
     cmd.env_clear().envs(env);
-    let child = spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
+    // Bubblewrap's PID namespace ends the command's processes; otherwise its shepherd does.
+    let on_timeout = if confinement == Confinement::Bubblewrap { OnTimeout::KillGroup } else { OnTimeout::AskShepherd };
+    let job = Job { stdin: None, timeout, cap: MAX_OUTPUT_BYTES, on_timeout, after_exit: AfterExit::KillGroup };
+    let child = job.spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
     drop(filter_fd);
-    let shepherded = confinement != Confinement::Bubblewrap;
-    match supervise(child, timeout, shepherded)? {
-        Finished::Exited(output) => Ok(output),
-        Finished::TimedOut => Err(SandboxError::Timeout(format!(
+    match job.supervise(child)? {
+        Outcome::Exited(output) => Ok(output.into()),
+        Outcome::TimedOut => Err(SandboxError::Timeout(format!(
             "the command `{}` ran past its {timeout:?} limit and was killed, with every process it started. Split \
              the work into shorter steps or give it a longer limit",
-            shorten(command, 200)
+            head_chars(command, 200)
         ))),
     }
 }
@@ -424,11 +414,6 @@ fn shell_command(root: &Path, command: &str) -> Command {
     let mut cmd = Command::new(SHELL);
     cmd.arg("-c").arg(command).current_dir(root);
     cmd
-}
-
-fn spawn(cmd: &mut Command) -> io::Result<Child> {
-    // Its own group, so a timeout can kill everything the command started.
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn()
 }
 
 fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error) -> SandboxError {
@@ -488,131 +473,6 @@ fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsStrin
         env.push((name.into(), value.into()));
     }
     Ok(env)
-}
-
-fn shorten(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Running and supervising the child.
-
-enum Finished {
-    Exited(ExecOutput),
-    TimedOut,
-}
-
-/// One output pipe, drained on its own thread into a capped buffer.
-struct Capture {
-    buf: Arc<Mutex<Vec<u8>>>,
-    reader: JoinHandle<()>,
-}
-
-impl Capture {
-    fn start(mut pipe: impl Read + Send + 'static, name: &str) -> Result<Capture, SandboxError> {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buf);
-        let reader = thread::Builder::new()
-            .name(format!("nexo-shell-{name}"))
-            .spawn(move || {
-                let mut chunk = vec![0u8; 64 << 10];
-                loop {
-                    match pipe.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut kept = sink.lock().unwrap_or_else(PoisonError::into_inner);
-                            let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-                            kept.extend_from_slice(&chunk[..n.min(room)]);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-            })
-            .map_err(|e| SandboxError::Failed(format!("cannot start a thread to read the command's {name}: {e}")))?;
-        Ok(Capture { buf, reader })
-    }
-
-    /// What was read so far, decoded lossily.
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buf.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
-/// Waits for the shell (or its shepherd) to exit or the deadline to pass, then
-/// kills what is left and collects the output.
-fn supervise(mut child: Child, timeout: Duration, shepherded: bool) -> Result<Finished, SandboxError> {
-    let pid = Pid::from_child(&child);
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(SandboxError::Failed("the command's output pipes were not set up".into()));
-    };
-    let captures = match (Capture::start(stdout, "stdout"), Capture::start(stderr, "stderr")) {
-        (Ok(out), Ok(err)) => [out, err],
-        (Err(e), _) | (_, Err(e)) => {
-            let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-            let _ = child.wait();
-            return Err(e);
-        }
-    };
-
-    let start = Instant::now();
-    let mut nap = Duration::from_millis(1);
-    let timed_out = loop {
-        // WNOWAIT leaves the shell unreaped, so its pid (the group id) cannot
-        // be reused before the group is killed below.
-        match rustix::process::waitid(
-            WaitId::Pid(pid),
-            WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
-        ) {
-            Ok(None) => {}
-            Ok(Some(_)) | Err(_) => break false,
-        }
-        let elapsed = start.elapsed();
-        if elapsed >= timeout {
-            break true;
-        }
-        thread::sleep(nap.min(timeout - elapsed));
-        nap = (nap * 2).min(Duration::from_millis(20));
-    };
-
-    if timed_out && shepherded {
-        // The shepherd kills the whole tree, detached processes included; a
-        // group kill would kill the shepherd first and orphan them.
-        let _ = rustix::process::kill_process(pid, Signal::TERM);
-        let deadline = Instant::now() + SHEPHERD_GRACE;
-        while Instant::now() < deadline
-            && matches!(
-                rustix::process::waitid(
-                    WaitId::Pid(pid),
-                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
-                ),
-                Ok(None)
-            )
-        {
-            thread::sleep(Duration::from_millis(5));
-        }
-    }
-    // Whatever is left in the group dies now (a shepherd has already ended
-    // everything); ESRCH just means nothing was left.
-    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-    let status = child.wait().map_err(|e| SandboxError::Failed(format!("cannot wait for the command: {e}")))?;
-
-    let grace = Instant::now() + READER_GRACE;
-    while captures.iter().any(|c| !c.reader.is_finished()) && Instant::now() < grace {
-        thread::sleep(Duration::from_millis(2));
-    }
-    let [out, err] = captures;
-    let output = ExecOutput { status: status.code().unwrap_or(-1), stdout: out.text(), stderr: err.text() };
-    // A reader still running belongs to an escaped process; it ends with the pipe.
-    for capture in [out, err] {
-        if capture.reader.is_finished() {
-            let _ = capture.reader.join();
-        }
-    }
-    Ok(if timed_out { Finished::TimedOut } else { Finished::Exited(output) })
 }
 
 // ---------------------------------------------------------------------------
@@ -682,19 +542,26 @@ fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
     let shown = bwrap.display();
     let (mut cmd, filter_fd) = bwrap_command(bwrap, None, ShellLimits::NONE.resolve())?;
     cmd.args(["--", SHELL, "-c", "true"]).env_clear().env("PATH", DEFAULT_PATH);
-    let child = spawn(&mut cmd).map_err(|e| match e.kind() {
+    let job = Job {
+        stdin: None,
+        timeout: PROBE_TIMEOUT,
+        cap: MAX_OUTPUT_BYTES,
+        on_timeout: OnTimeout::KillGroup,
+        after_exit: AfterExit::KillGroup,
+    };
+    let child = job.spawn(&mut cmd).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => format!("bubblewrap was not found at {shown}"),
         _ => format!("bubblewrap at {shown} cannot be started: {e}"),
     })?;
     drop(filter_fd);
-    match supervise(child, PROBE_TIMEOUT, false) {
-        Ok(Finished::Exited(out)) if out.status == 0 => Ok(()),
-        Ok(Finished::Exited(out)) => Err(format!(
+    match job.supervise(child) {
+        Ok(Outcome::Exited(out)) if out.ok() => Ok(()),
+        Ok(Outcome::Exited(out)) => Err(format!(
             "bubblewrap at {shown} does not work here (status {}: {})",
-            out.status,
-            shorten(out.stderr.trim(), 300)
+            out.status.unwrap_or(-1),
+            head_chars(out.stderr.text().trim(), 300)
         )),
-        Ok(Finished::TimedOut) => {
+        Ok(Outcome::TimedOut) => {
             Err(format!("bubblewrap at {shown} did not finish a trivial command in {PROBE_TIMEOUT:?}"))
         }
         Err(e) => Err(format!("bubblewrap at {shown} could not be checked: {e}")),
@@ -881,8 +748,16 @@ mod tests {
 
     #[test]
     fn long_commands_are_shortened_in_messages() {
-        assert_eq!(shorten("abc", 5), "abc");
-        assert_eq!(shorten("abcdef", 3), "abc…");
-        assert_eq!(shorten("ééé", 2), "éé…");
+        let root = tempfile::tempdir().unwrap();
+        let policy = ShellPolicy { confinement: Confinement::Unconfined, ..ShellPolicy::default() };
+        let command = format!("sleep 30 # {}", "é".repeat(500));
+        match run(root.path(), &command, Duration::from_millis(100), &policy) {
+            Err(SandboxError::Timeout(msg)) => {
+                let shown = head_chars(&command, 200);
+                assert!(shown.chars().count() == 200 && shown.ends_with('…'), "{shown}");
+                assert!(msg.contains(&format!("`{shown}`")) && !msg.contains(&command), "{msg}");
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
     }
 }

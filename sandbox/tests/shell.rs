@@ -190,9 +190,15 @@ fn output_is_capped_without_deadlock(c: Confinement) {
     let out = f.exec("head -c 5000000 /dev/zero | tr '\\0' e >&2; head -c 5000000 /dev/zero | tr '\\0' o; echo");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     assert_eq!(out.status, 0);
-    assert_eq!(out.stdout.len(), MAX_OUTPUT_BYTES);
-    assert_eq!(out.stderr.len(), MAX_OUTPUT_BYTES);
-    assert!(out.stdout.bytes().all(|b| b == b'o') && out.stderr.bytes().all(|b| b == b'e'));
+    // Exactly the cap of each stream is kept, then a last line says where it was cut.
+    let kept = |text: &str, stream: &str| {
+        let note = format!("\n[{stream} cut at {MAX_OUTPUT_BYTES} bytes]");
+        text.strip_suffix(&note).unwrap_or_else(|| panic!("{stream} does not end with {note:?}")).to_string()
+    };
+    let (stdout, stderr) = (kept(&out.stdout, "stdout"), kept(&out.stderr, "stderr"));
+    assert_eq!(stdout.len(), MAX_OUTPUT_BYTES);
+    assert_eq!(stderr.len(), MAX_OUTPUT_BYTES);
+    assert!(stdout.bytes().all(|b| b == b'o') && stderr.bytes().all(|b| b == b'e'));
     // Invalid UTF-8 is decoded lossily, not refused.
     let out = f.exec("printf 'a\\377b'");
     assert_eq!(out.stdout, "a\u{fffd}b");
