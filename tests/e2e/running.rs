@@ -293,7 +293,7 @@ async fn a_plugin_that_declares_read_only_cannot_write_through_wasi() {
     let (answer, tool, wasi) = probe(built::CAUTIOUS, Permissions::new(PermissionMode::Auto)).await;
     assert!(answer.contains("wasi: refused: "), "{answer}");
     assert!(!wasi, "a plugin that declared read-only wrote through its preopen");
-    assert!(answer.starts_with("tool: Denied(") && !tool, "{answer}");
+    assert!(answer.starts_with("tool: ToolError::Denied(") && !tool, "{answer}");
 }
 
 #[tokio::test]
@@ -316,12 +316,12 @@ async fn each_declared_mode_narrows_the_gate_and_the_preopen_alike() {
     // (the tool's outcome, whether the tool wrote, whether WASI wrote)
     let cases: Vec<(&str, PermissionMode, Permissions, &str, bool, bool)> = vec![
         (built::DECLARES_AUTO, Auto, Permissions::new(Auto), "tool: ok", true, true),
-        (built::CAUTIOUS, ReadOnly, Permissions::new(Auto), "tool: Denied(", false, false),
-        (built::DECLARES_ASK, Ask, Permissions::new(Auto), "tool: Denied(", false, false),
+        (built::CAUTIOUS, ReadOnly, Permissions::new(Auto), "tool: ToolError::Denied(", false, false),
+        (built::DECLARES_ASK, Ask, Permissions::new(Auto), "tool: ToolError::Denied(", false, false),
         (built::DECLARES_ASK, Ask, yes(), "tool: ok", true, false),
-        (built::DECLARES_APPROVE, Approve, Permissions::new(Auto), "tool: ApprovalRequired(", false, false),
+        (built::DECLARES_APPROVE, Approve, Permissions::new(Auto), "tool: ToolError::ApprovalRequired(", false, false),
         // A plugin can only narrow: declaring auto widens nothing.
-        (built::DECLARES_AUTO, Auto, Permissions::new(ReadOnly), "tool: Denied(", false, false),
+        (built::DECLARES_AUTO, Auto, Permissions::new(ReadOnly), "tool: ToolError::Denied(", false, false),
         (built::DECLARES_AUTO, Auto, yes(), "tool: ok", true, false),
     ];
     for (plugin, declared, permissions, tool_says, tool_wrote, wasi_wrote) in cases {

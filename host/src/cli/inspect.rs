@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
 use nexo::authority::{Authority, Grant, Permissions};
-use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
+use nexo::manifest::{AgentManifest, Capability, PermissionMode};
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
@@ -234,10 +234,6 @@ fn first_line(text: &str) -> String {
     } else {
         line.into()
     }
-}
-
-fn or_default(value: Option<&str>, default: &str) -> String {
-    value.unwrap_or(default).to_string()
 }
 
 fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {

@@ -4,7 +4,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Raw bindings generated from `wit/nexo.wit` for the `agent-plugin` world.
+/// Raw bindings generated from `wit/` for the `agent-plugin` world.
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({

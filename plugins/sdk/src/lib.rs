@@ -2,10 +2,12 @@
 //!
 //! Write [nexo](https://github.com/nexo-rt/nexo) plugins in Rust. A plugin is a
 //! WebAssembly component that implements one world of the `nexo:plugin` WIT
-//! package: an **agent**, a **skill** or a **search backend**.
+//! package, one of four: an **agent**, a **skill**, a **search backend** or a
+//! **sandbox provider**.
 //!
 //! Turn on the feature for the one world your plugin implements (`agent`,
-//! `skill` or `search-backend`), implement its trait, and export your type:
+//! `skill`, `search-backend` or `sandbox-provider`), implement its trait, and
+//! export your type:
 //!
 //! ```ignore
 //! use nexo_sdk::agent::{Agent, Capability, Manifest};

@@ -9,7 +9,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Raw bindings generated from `wit/nexo.wit` for the
+/// Raw bindings generated from `wit/` for the
 /// `sandbox-provider-plugin` world.
 #[allow(missing_docs)]
 pub mod bindings {

@@ -9,7 +9,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Raw bindings generated from `wit/nexo.wit` for the `search-backend-plugin`
+/// Raw bindings generated from `wit/` for the `search-backend-plugin`
 /// world.
 #[allow(missing_docs)]
 pub mod bindings {

@@ -5,7 +5,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Raw bindings generated from `wit/nexo.wit` for the `skill-plugin` world.
+/// Raw bindings generated from `wit/` for the `skill-plugin` world.
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
