@@ -270,7 +270,7 @@ impl Fetcher {
         let client = match client {
             Some(c) if c.has_exemptions() => {
                 return Err("the fetch tool cannot use a client that exempts private addresses; \
-                            exemptions are for search backends only"
+                            exemptions are for search backends and model servers only"
                     .into());
             }
             Some(c) => c,
@@ -329,7 +329,11 @@ mod tests {
         assert!(grant.egress().unwrap_err().contains("shorter than 8"));
         let exempting = GuardedClient::builder().allow_private(["10.0.0.5".parse().unwrap()]).build().unwrap();
         let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err();
-        assert!(err.contains("search backends only"), "{err}");
+        assert!(err.contains("search backends and model servers only"), "{err}");
+        // Nor a model provider's, which exempts its base URL's host.
+        let exempting = GuardedClient::builder().allow_private_host("localhost").build().unwrap();
+        let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err();
+        assert!(err.contains("exempts private addresses"), "{err}");
     }
 
     fn keyed(hosts: &[&str], origins: &[&str], allow_private: &[&str]) -> EgressGrant {
