@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{
-    ACCEPT_ENCODING, CONTENT_ENCODING, HeaderMap, HeaderName, HeaderValue, LOCATION, TRANSFER_ENCODING,
+    ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, TRANSFER_ENCODING,
 };
 use tracing::info;
 use url::{Host, Url};
@@ -17,7 +17,7 @@ use crate::address::check_address;
 use crate::allow::HostList;
 use crate::origin::Origin;
 use crate::resolver::{Resolver, SystemResolver};
-use crate::scrub::{Redactor, scrub};
+use crate::scrub::{Redactor, scrub, scrub_prefix};
 
 /// The `User-Agent` of every request.
 pub const USER_AGENT: &str = concat!("nexo/", env!("CARGO_PKG_VERSION"));
@@ -26,6 +26,7 @@ const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
 const DEFAULT_MAX_REDIRECTS: usize = 5;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why a request was refused or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,9 +78,55 @@ pub enum EgressError {
     /// A hop did not finish in time.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// No connection could be made (refused, unreachable, TLS failed).
+    #[error("cannot connect to {url}: {message}; check that the server is running and reachable")]
+    Connect {
+        /// The URL (scheme, host and path only).
+        url: String,
+        /// What the network stack said.
+        message: String,
+    },
     /// A network or protocol failure.
     #[error("request failed: {0}")]
     Failed(String),
+    /// A POST was answered with a redirect that would turn it into a GET.
+    #[error(
+        "{method} {from} answered {status}, a redirect to {to}; nexo re-sends a {method} only on 307 or 308, since \
+         301, 302 and 303 would turn it into a GET without its body — use the final URL directly"
+    )]
+    RedirectNotFollowed {
+        /// The request's method.
+        method: String,
+        /// The redirect status.
+        status: u16,
+        /// The URL that redirected (scheme, host and path only).
+        from: String,
+        /// Where it pointed (scheme, host and path only).
+        to: String,
+    },
+    /// A hop's scheme, host and port are not among the policy's origins
+    /// ([`Policy::within_origins`]).
+    #[error(
+        "{origin} is not one of the origins this request may reach ({allowed}); only that exact scheme, host and \
+         port can be reached"
+    )]
+    OriginNotAllowed {
+        /// The refused origin, `scheme://host:port`.
+        origin: String,
+        /// The policy's origins.
+        allowed: String,
+    },
+    /// A streamed body went past the policy's body limit.
+    #[error(
+        "{url} sent more than {limit} bytes, the body limit; the rest was not read — allow a larger body if an \
+         answer this long is expected"
+    )]
+    BodyTooLarge {
+        /// The URL (scheme, host and path only).
+        url: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The server answered in a content or transfer coding the client did
     /// not ask for. The client asks for `identity` only, since a compressed
     /// body could carry a key past the scrubber.
@@ -112,6 +159,8 @@ impl EgressError {
                 | EgressError::HostNotAllowed { .. }
                 | EgressError::NonPublicAddress { .. }
                 | EgressError::TooManyRedirects { .. }
+                | EgressError::RedirectNotFollowed { .. }
+                | EgressError::OriginNotAllowed { .. }
         )
     }
 }
@@ -233,29 +282,77 @@ impl fmt::Debug for SecretHeader {
 }
 
 /// What one request may reach: the hosts, operator narrowing, injected
-/// secrets and limits.
+/// secrets and headers, and limits.
 #[derive(Debug, Clone)]
 pub struct Policy {
     hosts: HostList,
     within: Vec<HostList>,
+    origins: Option<Vec<Origin>>,
+    headers: Vec<(HeaderName, HeaderValue)>,
     secrets: Vec<SecretHeader>,
     max_body: usize,
     max_redirects: usize,
     timeout: Duration,
+    stream_timeout: Duration,
 }
 
 impl Policy {
     /// A policy allowing `hosts`, with the default limits: 2 MiB of body, 5
-    /// redirects, 30 seconds per hop.
+    /// redirects, 30 seconds per request (redirects included), 10 minutes
+    /// for a streamed body.
     pub fn new(hosts: HostList) -> Self {
         Policy {
             hosts,
             within: Vec::new(),
+            origins: None,
+            headers: Vec::new(),
             secrets: Vec::new(),
             max_body: DEFAULT_MAX_BODY,
             max_redirects: DEFAULT_MAX_REDIRECTS,
             timeout: DEFAULT_TIMEOUT,
+            stream_timeout: DEFAULT_STREAM_TIMEOUT,
         }
+    }
+
+    /// Every hop must also have exactly one of these origins (scheme, host
+    /// and port; see [`Origin`]), for a client that talks to one service,
+    /// such as a model provider: a redirect cannot take it to another port
+    /// or scheme of an allowed host. A second call replaces the list; an
+    /// empty list allows nothing.
+    pub fn within_origins(mut self, origins: impl IntoIterator<Item = Origin>) -> Self {
+        self.origins = Some(origins.into_iter().collect());
+        self
+    }
+
+    /// Adds a header the operator sends with every request of the policy,
+    /// such as an API version (`anthropic-version`). It is not a secret: it
+    /// is neither redacted nor scrubbed (use [`Policy::inject`] for keys).
+    /// Caller headers of the same name are dropped; a later call with the
+    /// same name replaces the value. Fails with [`EgressError::Config`] for
+    /// an invalid name or value, and for headers the client sets itself,
+    /// credentials, and those that could read an echoed key past the
+    /// scrubber (`accept-encoding`, `range`).
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, EgressError> {
+        let lower = name.to_ascii_lowercase();
+        let header = HeaderName::from_bytes(lower.as_bytes())
+            .map_err(|_| EgressError::Config(format!("`{name}` is not a valid header name")))?;
+        if CLIENT_CONTROLLED.contains(&lower.as_str())
+            || POLICY_REFUSED.contains(&lower.as_str())
+            || lower.starts_with("proxy-")
+        {
+            return Err(EgressError::Config(format!(
+                "`{lower}` cannot be a policy header: the client sets it, or it carries credentials (give a key as a \
+                 SecretHeader)"
+            )));
+        }
+        let value = HeaderValue::from_str(value).map_err(|_| {
+            EgressError::Config(format!(
+                "the value of header `{lower}` is not a valid header value (no control characters or line breaks)"
+            ))
+        })?;
+        self.headers.retain(|(n, _)| *n != header);
+        self.headers.push((header, value));
+        Ok(self)
     }
 
     /// A second list every hop must also match (the operator narrowing an
@@ -292,10 +389,20 @@ impl Policy {
         self
     }
 
-    /// The time limit for each hop: resolving, connecting, and reading the
-    /// whole (capped) body.
+    /// The time limit for a request, redirects included: resolving,
+    /// connecting, and reading the whole (capped) body. For a streamed
+    /// request ([`GuardedClient::stream`]), the limit until the response
+    /// headers, and then for each wait for the next piece of the body.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The time limit for a streamed request in all, from its start to the
+    /// end of its body, so a server that trickles bytes cannot hold it open
+    /// for ever.
+    pub fn stream_timeout(mut self, timeout: Duration) -> Self {
+        self.stream_timeout = timeout;
         self
     }
 
@@ -307,6 +414,11 @@ impl Policy {
     /// The narrowing lists given with [`Policy::also_within`].
     pub fn narrowed_by(&self) -> &[HostList] {
         &self.within
+    }
+
+    /// The origins given with [`Policy::within_origins`], if any.
+    pub fn origins_within(&self) -> Option<&[Origin]> {
+        self.origins.as_deref()
     }
 
     /// The names of the injected secret headers.
@@ -339,6 +451,11 @@ impl Policy {
         self.secrets.iter().map(|s| &*s.scrubber).collect()
     }
 
+    /// Whether a caller header named `lower` is replaced by one of the policy's.
+    fn sets_header(&self, lower: &str) -> bool {
+        self.secrets.iter().any(|s| s.name == lower) || self.headers.iter().any(|(n, _)| n.as_str() == lower)
+    }
+
     /// The body limit in bytes.
     pub fn body_limit(&self) -> usize {
         self.max_body
@@ -349,13 +466,101 @@ impl Policy {
         self.max_redirects
     }
 
-    /// The time limit per hop.
+    /// The time limit per request ([`Policy::timeout`]).
     pub fn time_limit(&self) -> Duration {
         self.timeout
     }
+
+    /// The time limit for a streamed request in all ([`Policy::stream_timeout`]).
+    pub fn stream_time_limit(&self) -> Duration {
+        self.stream_timeout
+    }
 }
 
-/// A response to [`GuardedClient::get`].
+/// The methods the client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Get,
+    Post,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+        }
+    }
+}
+
+/// What [`GuardedClient::send`] and [`GuardedClient::stream`] send: a GET,
+/// or a POST with a JSON body, and caller headers. Caller headers pass the
+/// same filter as those of [`GuardedClient::get`]; the client sets
+/// `Content-Type` itself. `Debug` shows the method, the URL without its
+/// query, and the body's length only.
+#[derive(Clone)]
+pub struct Request {
+    method: Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    /// JSON, for a POST.
+    body: Option<Vec<u8>>,
+}
+
+impl Request {
+    /// A GET of `url`.
+    pub fn get(url: impl Into<String>) -> Self {
+        Request { method: Method::Get, url: url.into(), headers: Vec::new(), body: None }
+    }
+
+    /// A POST of `body` to `url`, sent with `Content-Type: application/json`.
+    ///
+    /// A POST follows only 307 and 308 redirects, which keep the method and
+    /// body, and checks each hop like the first. It refuses 301, 302 and 303
+    /// ([`EgressError::RedirectNotFollowed`]): those turn the request into a
+    /// GET without its body, which an API (a model provider's, say) would
+    /// answer with something other than what was asked, so the caller should
+    /// learn the final URL instead.
+    pub fn post_json(url: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
+        Request { method: Method::Post, url: url.into(), headers: Vec::new(), body: Some(body.into()) }
+    }
+
+    /// Adds a caller header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds caller headers.
+    pub fn headers(mut self, headers: &[(String, String)]) -> Self {
+        self.headers.extend_from_slice(headers);
+        self
+    }
+
+    /// `GET` or `POST`.
+    pub fn method(&self) -> &'static str {
+        self.method.as_str()
+    }
+
+    /// The URL, as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Request")
+            .field("method", &self.method.as_str())
+            .field("url", &strip_query(&self.url))
+            .field("headers", &names)
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// A response to [`GuardedClient::get`] or [`GuardedClient::send`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     /// The final URL, after redirects.
@@ -370,6 +575,184 @@ pub struct Response {
     pub body: Vec<u8>,
     /// Whether the body was cut at `max_body`.
     pub truncated: bool,
+}
+
+/// A response to [`GuardedClient::stream`]: the head, checked and scrubbed
+/// like a [`Response`]'s, and a body read piece by piece with
+/// [`StreamingResponse::chunk`].
+pub struct StreamingResponse {
+    /// The final URL, after redirects.
+    pub url: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The response headers, in order (values decoded lossily as UTF-8).
+    pub headers: Vec<(String, String)>,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
+    body: BodyStream,
+}
+
+impl fmt::Debug for StreamingResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamingResponse")
+            .field("url", &self.url)
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .field("content_type", &self.content_type)
+            .field("received", &self.body.received)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamingResponse {
+    /// The next piece of the body, scrubbed of the policy's secrets, or
+    /// `None` at its end.
+    ///
+    /// Pieces are released at event boundaries: the bytes up to the last
+    /// blank line received (`\n\n`, which ends a server-sent event) are
+    /// scrubbed and returned as soon as they arrive, the rest waits for more.
+    /// A match is searched in all that has arrived, so it may span such a
+    /// boundary; one that has not fully arrived when the bytes before the
+    /// boundary go out is caught only in the parts on each side (any 12
+    /// characters of the key, see [`Redactor`]). Bytes without a blank line
+    /// are held back up to twice the longest possible match and then
+    /// released, keeping that much back. Without secrets every piece goes
+    /// out as it arrives.
+    ///
+    /// Errors: [`EgressError::BodyTooLarge`] past the policy's body limit
+    /// ([`Policy::max_body`]), [`EgressError::Timeout`] when nothing arrives
+    /// within the policy's timeout or the whole request passes its
+    /// [`Policy::stream_timeout`], and a network failure as
+    /// [`EgressError::Failed`]. After an error the bytes held back are
+    /// dropped, and every later call returns the same error.
+    pub async fn chunk(&mut self) -> Result<Option<Vec<u8>>, EgressError> {
+        self.body.next().await
+    }
+
+    /// How many body bytes have been received so far.
+    pub fn received(&self) -> usize {
+        self.body.received
+    }
+}
+
+/// The body of a [`StreamingResponse`].
+struct BodyStream {
+    response: reqwest::Response,
+    redactors: Vec<Arc<Redactor>>,
+    /// The longest match: held back when no event boundary comes.
+    overlap: usize,
+    /// Received, not yet released.
+    pending: Vec<u8>,
+    /// How far `pending` was searched for a blank line, and where the last
+    /// one found ends.
+    searched: usize,
+    boundary: usize,
+    received: usize,
+    limit: usize,
+    idle: Duration,
+    end: tokio::time::Instant,
+    ended: bool,
+    failed: Option<EgressError>,
+    method: Method,
+    url_shown: String,
+}
+
+impl BodyStream {
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, EgressError> {
+        loop {
+            if let Some(error) = &self.failed {
+                return Err(error.clone());
+            }
+            if let Some(piece) = self.release(self.ended) {
+                return Ok(Some(piece));
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            let now = tokio::time::Instant::now();
+            let idle_end = now + self.idle;
+            let wait = idle_end.min(self.end);
+            let read = tokio::time::timeout_at(wait, self.response.chunk()).await;
+            match read {
+                Err(_) => {
+                    let message = if idle_end <= self.end {
+                        format!(
+                            "{} {}: nothing arrived for {:?}; the server stalled — retry later or allow more time",
+                            self.method.as_str(),
+                            self.url_shown,
+                            self.idle
+                        )
+                    } else {
+                        format!(
+                            "{} {}: the streamed body did not end within the request's time limit; allow more \
+                             time for streams",
+                            self.method.as_str(),
+                            self.url_shown
+                        )
+                    };
+                    return Err(self.fail(EgressError::Timeout(message)));
+                }
+                Ok(Err(e)) => return Err(self.fail(send_error(e, self.method, &self.url_shown))),
+                Ok(Ok(None)) => self.ended = true,
+                Ok(Ok(Some(bytes))) => {
+                    self.received = self.received.saturating_add(bytes.len());
+                    if self.received > self.limit {
+                        let error = EgressError::BodyTooLarge { url: self.url_shown.clone(), limit: self.limit };
+                        return Err(self.fail(error));
+                    }
+                    self.pending.extend_from_slice(&bytes);
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, error: EgressError) -> EgressError {
+        // The held-back bytes could end in part of a key: never released.
+        self.pending.clear();
+        self.failed = Some(error.clone());
+        info!(target: "nexo::egress", verdict = "failed", url = %self.url_shown, error = %error, "streamed body");
+        error
+    }
+
+    /// The next piece to release, scrubbed; `all` releases everything.
+    fn release(&mut self, all: bool) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        if self.overlap == 0 {
+            return Some(std::mem::take(&mut self.pending));
+        }
+        let len = self.pending.len();
+        let cut = if all {
+            len
+        } else {
+            // Only the new bytes (and the two before them) can complete a blank line.
+            let from = self.searched.saturating_sub(2);
+            if let Some(end) = last_blank_line(&self.pending[from..]) {
+                self.boundary = from + end;
+            }
+            self.searched = len;
+            let slack = if len - self.boundary >= 2 * self.overlap { len - self.overlap } else { 0 };
+            self.boundary.max(slack)
+        };
+        if cut == 0 {
+            return None;
+        }
+        let redactors: Vec<&Redactor> = self.redactors.iter().map(|r| &**r).collect();
+        let (piece, consumed) = scrub_prefix(&self.pending, &redactors, cut);
+        self.pending.drain(..consumed);
+        self.searched = self.pending.len();
+        self.boundary = 0;
+        Some(piece)
+    }
+}
+
+/// The end of the last blank line (`\n\n` or `\n\r\n`) in `bytes`.
+fn last_blank_line(bytes: &[u8]) -> Option<usize> {
+    (1..bytes.len())
+        .rev()
+        .find(|&i| bytes[i] == b'\n' && (bytes[i - 1] == b'\n' || (i >= 2 && bytes[i - 2..i] == *b"\n\r")))
+        .map(|i| i + 1)
 }
 
 /// Headers the client sets itself or that carry credentials; callers cannot
@@ -392,6 +775,10 @@ const CLIENT_CONTROLLED: &[&str] = &[
 
 /// Controlled headers an operator may still inject as secrets.
 const CREDENTIALS: &[&str] = &["authorization", "cookie"];
+
+/// Headers a policy may not set either: the client sets the body's type, and
+/// the others could read an echoed key compressed or in pieces.
+const POLICY_REFUSED: &[&str] = &["accept-encoding", "content-type", "content-encoding", "range", "if-range"];
 
 /// Standard headers a caller may send. Everything else standard is dropped:
 /// `Range` or `Accept-Encoding` could let a component read an echoed key in
@@ -426,13 +813,23 @@ fn caller_may_send(lower: &str) -> bool {
 struct Guard {
     resolver: Arc<dyn Resolver>,
     exempt: Vec<IpAddr>,
+    /// Hosts whose addresses are all exempt (matched exactly, not their
+    /// subdomains).
+    exempt_hosts: HostList,
     /// Test routes (feature `testing`); always empty otherwise.
     routes: HashMap<IpAddr, SocketAddr>,
 }
 
 impl Guard {
-    fn check(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
-        if self.exempt.contains(&ip) {
+    /// Whether `host` is one of the exempted hosts itself.
+    fn host_exempt(&self, host: &Host<&str>) -> bool {
+        self.exempt_hosts.is_entry(host)
+    }
+
+    fn check(&self, host: &str, host_exempt: bool, ip: IpAddr) -> Result<(), EgressError> {
+        // An exempted host still never reaches what no exemption may cover
+        // (the metadata service among them): `check_address` refuses those.
+        if self.exempt.contains(&ip) || (host_exempt && never_exempt(ip).is_none()) {
             return Ok(());
         }
         check_address(ip).map_err(|refused| EgressError::NonPublicAddress {
@@ -443,8 +840,8 @@ impl Guard {
     }
 
     /// `ip` itself, if it passes [`Guard::check`].
-    fn checked(&self, host: &str, ip: IpAddr) -> Result<IpAddr, EgressError> {
-        self.check(host, ip).map(|()| ip)
+    fn checked(&self, host: &str, host_exempt: bool, ip: IpAddr) -> Result<IpAddr, EgressError> {
+        self.check(host, host_exempt, ip).map(|()| ip)
     }
 
     /// Resolves `name`; every address must pass, or the whole name is refused.
@@ -457,16 +854,18 @@ impl Guard {
         if addrs.is_empty() {
             return Err(EgressError::Resolve { host: name.to_string(), message: "no addresses".into() });
         }
+        let host_exempt = self.host_exempt(&Host::Domain(name));
         for ip in &addrs {
-            self.check(name, *ip)?;
+            self.check(name, host_exempt, *ip)?;
         }
         Ok(addrs)
     }
 
     /// Whether `ip` is the operator's exempted private service (or, in tests,
-    /// a routed address), where plain http may carry a key.
-    fn private_ok(&self, ip: IpAddr) -> bool {
-        self.exempt.contains(&ip) || self.routes.contains_key(&ip)
+    /// a routed address), where plain http may carry a key. A public address
+    /// of an exempted host is not: a key crosses the internet only in TLS.
+    fn private_ok(&self, host_exempt: bool, ip: IpAddr) -> bool {
+        self.exempt.contains(&ip) || self.routes.contains_key(&ip) || (host_exempt && check_address(ip).is_err())
     }
 
     fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
@@ -512,6 +911,7 @@ impl reqwest::dns::Resolve for ConnectGuard {
 pub struct GuardedClientBuilder {
     resolver: Arc<dyn Resolver>,
     exempt: Vec<IpAddr>,
+    exempt_hosts: Vec<String>,
     connect_timeout: Duration,
     routes: HashMap<IpAddr, SocketAddr>,
 }
@@ -521,6 +921,7 @@ impl Default for GuardedClientBuilder {
         GuardedClientBuilder {
             resolver: Arc::new(SystemResolver),
             exempt: Vec::new(),
+            exempt_hosts: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             routes: HashMap::new(),
         }
@@ -531,6 +932,7 @@ impl fmt::Debug for GuardedClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GuardedClientBuilder")
             .field("allow_private", &self.exempt)
+            .field("allow_private_host", &self.exempt_hosts)
             .field("connect_timeout", &self.connect_timeout)
             .field("routes", &self.routes)
             .finish_non_exhaustive()
@@ -554,6 +956,21 @@ impl GuardedClientBuilder {
         self
     }
 
+    /// Exempts whatever `host` resolves to from the address guard, for
+    /// requests to exactly that host (a name or an IP literal; not its
+    /// subdomains): for a service the operator named, such as a model server
+    /// on `localhost` or a private network, whose addresses the operator
+    /// does not list. Never for the fetch tool, and never from a plugin:
+    /// the host must come from the operator. Loopback and private addresses
+    /// pass; unspecified, multicast, broadcast and link-local ones (the
+    /// cloud metadata service) are still refused. Plain http may carry a key
+    /// to such a host only on a non-public address. [`build`](Self::build)
+    /// refuses a malformed host or such an IP literal.
+    pub fn allow_private_host(mut self, host: impl Into<String>) -> Self {
+        self.exempt_hosts.push(host.into());
+        self
+    }
+
     /// How long to wait for a TCP (and TLS) connection; 10 seconds by default.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -573,28 +990,27 @@ impl GuardedClientBuilder {
     /// Builds the client.
     pub fn build(self) -> Result<GuardedClient, EgressError> {
         for ip in &self.exempt {
-            let canonical = ip.to_canonical();
-            let refused = if canonical.is_unspecified() {
-                Some("the unspecified address")
-            } else if canonical.is_multicast() {
-                Some("a multicast address")
-            } else if canonical == IpAddr::from([255, 255, 255, 255]) {
-                Some("the broadcast address")
-            } else if is_link_local(canonical) {
-                Some("a link-local address (the range of cloud metadata services such as 169.254.169.254)")
-            } else {
-                None
-            };
-            if let Some(what) = refused {
+            if let Some(what) = never_exempt(*ip) {
                 return Err(EgressError::Config(format!(
                     "cannot exempt {ip} from the address guard: it is {what}; give the backend's own unicast address"
+                )));
+            }
+        }
+        let exempt_hosts = HostList::new(&self.exempt_hosts).map_err(|e| {
+            EgressError::Config(format!("cannot exempt `{}` from the address guard: {}", e.entry, e.reason))
+        })?;
+        for entry in exempt_hosts.entries() {
+            if let Some(what) = entry.parse::<IpAddr>().ok().and_then(never_exempt) {
+                return Err(EgressError::Config(format!(
+                    "cannot exempt the host {entry} from the address guard: it is {what}; give the service's own \
+                     unicast address or name"
                 )));
             }
         }
         let mut exempt = self.exempt;
         exempt.sort();
         exempt.dedup();
-        let guard = Arc::new(Guard { resolver: self.resolver, exempt, routes: self.routes });
+        let guard = Arc::new(Guard { resolver: self.resolver, exempt, exempt_hosts, routes: self.routes });
         let http = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -623,13 +1039,26 @@ struct Inner {
 
 impl fmt::Debug for GuardedClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GuardedClient").field("allow_private", &self.inner.guard.exempt).finish_non_exhaustive()
+        f.debug_struct("GuardedClient")
+            .field("allow_private", &self.inner.guard.exempt)
+            .field("allow_private_host", &self.inner.guard.exempt_hosts)
+            .finish_non_exhaustive()
     }
 }
 
 enum Hop {
-    Done(Response),
+    Done(Box<Head>),
     Redirect(Url),
+}
+
+/// A final answer whose headers passed: the body is still to be read.
+struct Head {
+    url: Url,
+    url_shown: String,
+    status: u16,
+    headers: Vec<(String, String)>,
+    content_type: Option<String>,
+    response: reqwest::Response,
 }
 
 impl GuardedClient {
@@ -643,25 +1072,124 @@ impl GuardedClient {
         GuardedClientBuilder::default()
     }
 
-    /// Whether this client exempts any address from the guard
-    /// ([`GuardedClientBuilder::allow_private`]). The fetch tool refuses such
-    /// a client.
+    /// Whether this client exempts any address or host from the guard
+    /// ([`GuardedClientBuilder::allow_private`],
+    /// [`GuardedClientBuilder::allow_private_host`]). The fetch tool refuses
+    /// such a client.
     pub fn has_exemptions(&self) -> bool {
-        !self.inner.guard.exempt.is_empty()
+        !self.inner.guard.exempt.is_empty() || !self.inner.guard.exempt_hosts.is_empty()
     }
 
     /// GETs `url` under `policy`, following allowed redirects. Every hop is
     /// checked against the policy's host lists and the address guard.
     pub async fn get(&self, url: &str, headers: &[(String, String)], policy: &Policy) -> Result<Response, EgressError> {
-        let caller = caller_headers(headers, policy)?;
-        // One deadline for the request and all its redirects.
+        self.send(Request::get(url).headers(headers), policy).await
+    }
+
+    /// Sends `request` under `policy` and reads the whole body, capped at
+    /// [`Policy::max_body`] (then `truncated` is set), all within
+    /// [`Policy::timeout`]. The same checks as [`GuardedClient::get`] apply
+    /// to every hop; a POST follows only 307 and 308 redirects
+    /// ([`Request::post_json`]).
+    pub async fn send(&self, request: Request, policy: &Policy) -> Result<Response, EgressError> {
         let deadline = tokio::time::Instant::now() + policy.timeout;
-        let mut current = Url::parse(url)
-            .map_err(|e| EgressError::BadUrl(format!("`{}` is not a valid URL: {e}", strip_query(url))))?;
+        let head = self.follow(&request, policy, deadline).await?;
+        let method = request.method;
+        let host = head.url.host_str().unwrap_or_default().to_string();
+        let url_shown = head.url_shown.clone();
+        let read = async {
+            let (body, truncated) = read_capped(head.response, policy, method, &head.url_shown).await?;
+            Ok(Response {
+                url: head.url.to_string(),
+                status: head.status,
+                headers: head.headers,
+                content_type: head.content_type,
+                body,
+                truncated,
+            })
+        };
+        let result = match tokio::time::timeout_at(deadline, read).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out(method, &url_shown, policy)),
+        };
+        match &result {
+            Ok(r) => info!(
+                target: "nexo::egress",
+                host,
+                verdict = "ok",
+                method = method.as_str(),
+                url = %url_shown,
+                status = r.status,
+                bytes = r.body.len(),
+                truncated = r.truncated
+            ),
+            Err(e) => log_error(&host, method, &url_shown, e),
+        }
+        result
+    }
+
+    /// Sends `request` under `policy` and returns once the response headers
+    /// are in, for a body read piece by piece ([`StreamingResponse::chunk`]),
+    /// such as server-sent events. The checks of [`GuardedClient::send`]
+    /// apply to every hop, and the body is scrubbed of the policy's secrets
+    /// as it is read. Limits: [`Policy::timeout`] until the headers and then
+    /// for each wait for the body; [`Policy::stream_timeout`] for the whole
+    /// request; [`Policy::max_body`] bytes of body, past which reading fails
+    /// ([`EgressError::BodyTooLarge`]) rather than cutting it silently.
+    pub async fn stream(&self, request: Request, policy: &Policy) -> Result<StreamingResponse, EgressError> {
+        let started = tokio::time::Instant::now();
+        let head = self.follow(&request, policy, started + policy.timeout).await?;
+        info!(
+            target: "nexo::egress",
+            host = head.url.host_str().unwrap_or_default(),
+            verdict = "ok",
+            method = request.method.as_str(),
+            url = %head.url_shown,
+            status = head.status,
+            streamed = true
+        );
+        let redactors: Vec<Arc<Redactor>> = policy.secrets.iter().map(|s| Arc::clone(&s.scrubber)).collect();
+        let overlap = redactors.iter().map(|r| r.max_match()).max().unwrap_or(0);
+        let body = BodyStream {
+            response: head.response,
+            redactors,
+            overlap,
+            pending: Vec::new(),
+            searched: 0,
+            boundary: 0,
+            received: 0,
+            limit: policy.max_body,
+            idle: policy.timeout,
+            end: started + policy.stream_timeout,
+            ended: false,
+            failed: None,
+            method: request.method,
+            url_shown: head.url_shown,
+        };
+        Ok(StreamingResponse {
+            url: head.url.to_string(),
+            status: head.status,
+            headers: head.headers,
+            content_type: head.content_type,
+            body,
+        })
+    }
+
+    /// Sends `request`, following allowed redirects, up to the final
+    /// answer's headers. The one path every request takes through the checks.
+    async fn follow(
+        &self,
+        request: &Request,
+        policy: &Policy,
+        deadline: tokio::time::Instant,
+    ) -> Result<Head, EgressError> {
+        let caller = caller_headers(&request.headers, policy)?;
+        let mut current = Url::parse(&request.url)
+            .map_err(|e| EgressError::BadUrl(format!("`{}` is not a valid URL: {e}", strip_query(&request.url))))?;
         let mut followed = 0;
         loop {
-            match self.hop(&current, &caller, policy, deadline).await? {
-                Hop::Done(response) => return Ok(response),
+            match self.hop(&current, request, &caller, policy, deadline).await? {
+                Hop::Done(head) => return Ok(*head),
                 Hop::Redirect(next) => {
                     if followed >= policy.max_redirects {
                         return Err(EgressError::TooManyRedirects { limit: policy.max_redirects, last: shown(&next) });
@@ -673,37 +1201,30 @@ impl GuardedClient {
         }
     }
 
-    /// One request, logged once with its verdict.
+    /// One request; redirects and refusals are logged here, final answers
+    /// once their body is read (or, streamed, once their headers are in).
     async fn hop(
         &self,
         url: &Url,
+        request: &Request,
         caller: &HeaderMap,
         policy: &Policy,
         deadline: tokio::time::Instant,
     ) -> Result<Hop, EgressError> {
         let url_shown = shown(url);
         let host = url.host_str().unwrap_or_default();
-        let result = self.hop_unlogged(url, caller, policy, &url_shown, deadline).await;
+        let result = self.hop_unlogged(url, request, caller, policy, &url_shown, deadline).await;
         match &result {
-            Ok(Hop::Done(r)) => info!(
+            Ok(Hop::Done(_)) => {}
+            Ok(Hop::Redirect(next)) => info!(
                 target: "nexo::egress",
                 host,
-                verdict = "ok",
+                verdict = "redirect",
+                method = request.method.as_str(),
                 url = %url_shown,
-                status = r.status,
-                bytes = r.body.len(),
-                truncated = r.truncated
+                to = %shown(next)
             ),
-            Ok(Hop::Redirect(next)) => {
-                info!(target: "nexo::egress", host, verdict = "redirect", url = %url_shown, to = %shown(next))
-            }
-            Err(e) => info!(
-                target: "nexo::egress",
-                host,
-                verdict = if e.is_refusal() { "refused" } else { "failed" },
-                url = %url_shown,
-                error = %e
-            ),
+            Err(e) => log_error(host, request.method, &url_shown, e),
         }
         result
     }
@@ -711,6 +1232,7 @@ impl GuardedClient {
     async fn hop_unlogged(
         &self,
         url: &Url,
+        request: &Request,
         caller: &HeaderMap,
         policy: &Policy,
         url_shown: &str,
@@ -729,6 +1251,13 @@ impl GuardedClient {
                 });
             }
         }
+        if let Some(origins) = &policy.origins
+            && !origins.iter().any(|o| o.matches(url))
+        {
+            let allowed: Vec<String> = origins.iter().map(Origin::to_string).collect();
+            let allowed = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+            return Err(EgressError::OriginNotAllowed { origin: url.origin().ascii_serialization(), allowed });
+        }
         // Only the secrets whose origin this URL has exactly.
         let inject: Vec<&SecretHeader> = policy.secrets.iter().filter(|s| policy.sends(s, url)).collect();
         if inject.len() < policy.secrets.len() {
@@ -737,128 +1266,203 @@ impl GuardedClient {
                 policy.secrets.iter().filter(|s| !inject.iter().any(|i| i.name == s.name)).map(|s| s.name()).collect();
             tracing::debug!(target: "nexo::egress", url = %url_shown, ?withheld, "not sending secret headers: this URL is not one of their origins");
         }
+        let method = request.method;
         let work = async {
             let guard = &self.inner.guard;
+            let host_exempt = guard.host_exempt(&host);
             let addrs = match host {
                 // Refuses early with a clear error; the connect-time resolver
                 // checks again whatever it connects to.
                 Host::Domain(name) => guard.resolve_checked(name).await?,
-                Host::Ipv4(ip) => vec![guard.checked(&host_text, IpAddr::V4(ip))?],
-                Host::Ipv6(ip) => vec![guard.checked(&host_text, IpAddr::V6(ip))?],
+                Host::Ipv4(ip) => vec![guard.checked(&host_text, host_exempt, IpAddr::V4(ip))?],
+                Host::Ipv6(ip) => vec![guard.checked(&host_text, host_exempt, IpAddr::V6(ip))?],
             };
             // A key crosses the network only inside TLS, or to the operator's
             // own exempted service (a test route stands in for TLS).
-            if !inject.is_empty() && url.scheme() != "https" && !addrs.iter().all(|ip| guard.private_ok(*ip)) {
+            if !inject.is_empty()
+                && url.scheme() != "https"
+                && !addrs.iter().all(|ip| guard.private_ok(host_exempt, *ip))
+            {
                 return Err(EgressError::BadRequest(format!(
                     "{url_shown} is plain http, and nexo sends this host's API key only over https; use an https URL"
                 )));
             }
             let mut headers = caller.clone();
+            for (name, value) in &policy.headers {
+                headers.insert(name.clone(), value.clone());
+            }
             for secret in &inject {
                 let (name, value) = secret.header()?;
                 headers.insert(name, value);
             }
             // Uncompressed only: the scrubber must see the bytes the caller gets.
             headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-            let response =
-                self.inner.http.get(url.clone()).headers(headers).send().await.map_err(|e| send_error(e, url_shown))?;
-            self.finish(url, response, policy, url_shown).await
+            let mut builder = match method {
+                Method::Get => self.inner.http.get(url.clone()),
+                Method::Post => self.inner.http.post(url.clone()),
+            };
+            if let Some(body) = &request.body {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                builder = builder.body(body.clone());
+            }
+            let response = builder.headers(headers).send().await.map_err(|e| send_error(e, method, url_shown))?;
+            head(url, response, policy, method, url_shown)
         };
         match tokio::time::timeout_at(deadline, work).await {
             Ok(result) => result,
-            Err(_) => Err(EgressError::Timeout(format!(
-                "GET {url_shown} did not finish within {:?} (redirects included); the server is slow or unreachable — \
-                 retry later or allow more time",
-                policy.timeout
-            ))),
+            Err(_) => Err(timed_out(method, url_shown, policy)),
         }
     }
+}
 
-    async fn finish(
-        &self,
-        url: &Url,
-        mut response: reqwest::Response,
-        policy: &Policy,
-        url_shown: &str,
-    ) -> Result<Hop, EgressError> {
-        let status = response.status().as_u16();
-        // Every secret of the policy, not only those sent on this hop: an
-        // earlier hop may have put one into this URL.
-        let secrets = policy.scrubbers();
-        if matches!(status, 301 | 302 | 303 | 307 | 308)
-            && let Some(location) = response.headers().get(LOCATION)
-        {
-            // Scrubbed too: the next URL shows up in logs and error messages.
-            let location = String::from_utf8_lossy(&scrub(location.as_bytes().to_vec(), &secrets)).into_owned();
-            let next = url.join(&location).map_err(|e| {
-                EgressError::BadUrl(format!(
-                    "{url_shown} redirected to `{}`, which is not a valid URL: {e}",
-                    strip_query(&location)
-                ))
-            })?;
-            return Ok(Hop::Redirect(next));
+fn timed_out(method: Method, url_shown: &str, policy: &Policy) -> EgressError {
+    EgressError::Timeout(format!(
+        "{} {url_shown} did not finish within {:?} (redirects included); the server is slow or unreachable — \
+         retry later or allow more time",
+        method.as_str(),
+        policy.timeout
+    ))
+}
+
+fn log_error(host: &str, method: Method, url_shown: &str, e: &EgressError) {
+    info!(
+        target: "nexo::egress",
+        host,
+        verdict = if e.is_refusal() { "refused" } else { "failed" },
+        method = method.as_str(),
+        url = %url_shown,
+        error = %e
+    );
+}
+
+/// A redirect to follow, or the final answer with its headers scrubbed and
+/// its codings checked.
+fn head(
+    url: &Url,
+    response: reqwest::Response,
+    policy: &Policy,
+    method: Method,
+    url_shown: &str,
+) -> Result<Hop, EgressError> {
+    let status = response.status().as_u16();
+    // Every secret of the policy, not only those sent on this hop: an
+    // earlier hop may have put one into this URL.
+    let secrets = policy.scrubbers();
+    if matches!(status, 301 | 302 | 303 | 307 | 308)
+        && let Some(location) = response.headers().get(LOCATION)
+    {
+        // Scrubbed too: the next URL shows up in logs and error messages.
+        let location = String::from_utf8_lossy(&scrub(location.as_bytes().to_vec(), &secrets)).into_owned();
+        let next = url.join(&location).map_err(|e| {
+            EgressError::BadUrl(format!(
+                "{url_shown} redirected to `{}`, which is not a valid URL: {e}",
+                strip_query(&location)
+            ))
+        })?;
+        if method == Method::Post && !matches!(status, 307 | 308) {
+            return Err(EgressError::RedirectNotFollowed {
+                method: method.as_str().to_string(),
+                status,
+                from: url_shown.to_string(),
+                to: shown(&next),
+            });
         }
-        let headers: Vec<(String, String)> = response
-            .headers()
-            .iter()
-            .map(|(name, value)| {
-                // Names too: a server can echo a key as a header name.
-                let name = scrub(name.as_str().as_bytes().to_vec(), &secrets);
-                let value = scrub(value.as_bytes().to_vec(), &secrets);
-                (String::from_utf8_lossy(&name).into_owned(), String::from_utf8_lossy(&value).into_owned())
-            })
-            .collect();
-        // Refused rather than decoded: decoding would put a decompressor
-        // (and its zip-bomb limits) in front of the scrubber, while a server
-        // asked for `identity` has no reason to send anything else.
-        // Hyper removes chunked framing itself.
-        for (header, allowed) in
-            [(CONTENT_ENCODING.as_str(), &["identity"][..]), (TRANSFER_ENCODING.as_str(), &["identity", "chunked"][..])]
-        {
-            for (_, value) in headers.iter().filter(|(name, _)| name == header) {
-                let refused = value
-                    .split(',')
-                    .map(str::trim)
-                    .any(|coding| !coding.is_empty() && !allowed.iter().any(|a| coding.eq_ignore_ascii_case(a)));
-                if refused {
-                    return Err(EgressError::UnrequestedEncoding {
-                        url: url_shown.to_string(),
-                        header: header.to_string(),
-                        encoding: value.clone(),
-                    });
-                }
-            }
-        }
-        let content_type =
-            headers.iter().find(|(name, _)| name == reqwest::header::CONTENT_TYPE.as_str()).map(|(_, v)| v.clone());
-        // Read a little past the cap and scrub before cutting, so a key
-        // straddling the cap cannot survive in part.
-        let overlap = secrets.iter().map(|s| s.max_match()).max().unwrap_or(0);
-        let read_cap = policy.max_body.saturating_add(overlap);
-        let mut body = Vec::new();
-        let mut truncated = false;
-        while let Some(chunk) = response.chunk().await.map_err(|e| send_error(e, url_shown))? {
-            let room = read_cap - body.len();
-            if chunk.len() > room {
-                body.extend_from_slice(&chunk[..room]);
-                truncated = true;
-                break;
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let mut body = scrub(body, &secrets);
-        if body.len() > policy.max_body {
-            body.truncate(policy.max_body);
-            truncated = true;
-        }
-        Ok(Hop::Done(Response { url: url.to_string(), status, headers, content_type, body, truncated }))
+        return Ok(Hop::Redirect(next));
     }
+    let headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            // Names too: a server can echo a key as a header name.
+            let name = scrub(name.as_str().as_bytes().to_vec(), &secrets);
+            let value = scrub(value.as_bytes().to_vec(), &secrets);
+            (String::from_utf8_lossy(&name).into_owned(), String::from_utf8_lossy(&value).into_owned())
+        })
+        .collect();
+    // Refused rather than decoded: decoding would put a decompressor
+    // (and its zip-bomb limits) in front of the scrubber, while a server
+    // asked for `identity` has no reason to send anything else.
+    // Hyper removes chunked framing itself.
+    for (header, allowed) in
+        [(CONTENT_ENCODING.as_str(), &["identity"][..]), (TRANSFER_ENCODING.as_str(), &["identity", "chunked"][..])]
+    {
+        for (_, value) in headers.iter().filter(|(name, _)| name == header) {
+            let refused = value
+                .split(',')
+                .map(str::trim)
+                .any(|coding| !coding.is_empty() && !allowed.iter().any(|a| coding.eq_ignore_ascii_case(a)));
+            if refused {
+                return Err(EgressError::UnrequestedEncoding {
+                    url: url_shown.to_string(),
+                    header: header.to_string(),
+                    encoding: value.clone(),
+                });
+            }
+        }
+    }
+    let content_type = headers.iter().find(|(name, _)| name == CONTENT_TYPE.as_str()).map(|(_, v)| v.clone());
+    Ok(Hop::Done(Box::new(Head {
+        url: url.clone(),
+        url_shown: url_shown.to_string(),
+        status,
+        headers,
+        content_type,
+        response,
+    })))
+}
+
+/// The whole body, scrubbed and cut at the policy's limit.
+async fn read_capped(
+    mut response: reqwest::Response,
+    policy: &Policy,
+    method: Method,
+    url_shown: &str,
+) -> Result<(Vec<u8>, bool), EgressError> {
+    let secrets = policy.scrubbers();
+    // Read a little past the cap and scrub before cutting, so a key
+    // straddling the cap cannot survive in part.
+    let overlap = secrets.iter().map(|s| s.max_match()).max().unwrap_or(0);
+    let read_cap = policy.max_body.saturating_add(overlap);
+    let mut body = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = response.chunk().await.map_err(|e| send_error(e, method, url_shown))? {
+        let room = read_cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mut body = scrub(body, &secrets);
+    if body.len() > policy.max_body {
+        body.truncate(policy.max_body);
+        truncated = true;
+    }
+    Ok((body, truncated))
 }
 
 fn is_link_local(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// What no exemption may cover, and why: `None` for an address an operator
+/// may exempt.
+fn never_exempt(ip: IpAddr) -> Option<&'static str> {
+    let canonical = ip.to_canonical();
+    if canonical.is_unspecified() {
+        Some("the unspecified address")
+    } else if canonical.is_multicast() {
+        Some("a multicast address")
+    } else if canonical == IpAddr::from([255, 255, 255, 255]) {
+        Some("the broadcast address")
+    } else if is_link_local(canonical) {
+        Some("a link-local address (the range of cloud metadata services such as 169.254.169.254)")
+    } else {
+        None
     }
 }
 
@@ -886,7 +1490,7 @@ fn caller_headers(headers: &[(String, String)], policy: &Policy) -> Result<Heade
         let header = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
         let lower = header.as_str();
-        if !caller_may_send(lower) || policy.secrets.iter().any(|s| s.name == lower) {
+        if !caller_may_send(lower) || policy.sets_header(lower) {
             tracing::debug!(target: "nexo::egress", header = %lower, "dropped a caller header");
             continue;
         }
@@ -902,7 +1506,7 @@ fn caller_headers(headers: &[(String, String)], policy: &Policy) -> Result<Heade
 
 /// A reqwest error as an [`EgressError`], keeping a guard refusal from the
 /// connect-time resolver as it was.
-fn send_error(error: reqwest::Error, url_shown: &str) -> EgressError {
+fn send_error(error: reqwest::Error, method: Method, url_shown: &str) -> EgressError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(err) = source {
         if let Some(Refused(refusal)) = err.downcast_ref::<Refused>() {
@@ -911,10 +1515,15 @@ fn send_error(error: reqwest::Error, url_shown: &str) -> EgressError {
         source = err.source();
     }
     let error = error.without_url();
+    let method = method.as_str();
     if error.is_timeout() {
-        EgressError::Timeout(format!("GET {url_shown}: {}; the server is slow or unreachable", chain(&error)))
+        EgressError::Timeout(format!("{method} {url_shown}: {}; the server is slow or unreachable", chain(&error)))
+    } else if error.is_connect() {
+        // reqwest's own message ("error sending request") says nothing; its sources hold the cause.
+        let message = std::error::Error::source(&error).map_or_else(|| chain(&error), chain);
+        EgressError::Connect { url: url_shown.to_string(), message }
     } else {
-        EgressError::Failed(format!("GET {url_shown}: {}", chain(&error)))
+        EgressError::Failed(format!("{method} {url_shown}: {}", chain(&error)))
     }
 }
 
@@ -933,12 +1542,27 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Scheme, host, port and path: query strings and fragments can hold secrets.
+/// Scheme, host, port and path: query strings and fragments can hold
+/// secrets, and so can matrix parameters (`/v1;jsessionid=…`), shown as
+/// `;<redacted>`.
 fn shown(url: &Url) -> String {
     let host = url.host_str().unwrap_or_default();
+    let path = url.path();
+    let path = if path.contains(';') {
+        let segments: Vec<String> = path
+            .split('/')
+            .map(|segment| match segment.split_once(';') {
+                Some((name, _)) => format!("{name};<redacted>"),
+                None => segment.to_string(),
+            })
+            .collect();
+        segments.join("/")
+    } else {
+        path.to_string()
+    };
     match url.port() {
-        Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
-        None => format!("{}://{host}{}", url.scheme(), url.path()),
+        Some(port) => format!("{}://{host}:{port}{path}", url.scheme()),
+        None => format!("{}://{host}{path}", url.scheme()),
     }
 }
 
@@ -1006,6 +1630,8 @@ mod tests {
     fn shown_urls_drop_query_and_userinfo() {
         let url = Url::parse("https://u:p@example.com:8443/a/b?token=secret#frag").unwrap();
         assert_eq!(shown(&url), "https://example.com:8443/a/b");
+        let url = Url::parse("http://h/v1;jsessionid=secret/chat").unwrap();
+        assert_eq!(shown(&url), "http://h/v1;<redacted>/chat");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The one guarded HTTP client every nexo egress path uses: the agent `fetch`
-//! tool and the outbound HTTP of search-backend components.
+//! tool, the outbound HTTP of search-backend components, and the model
+//! providers' API calls.
 //!
 //! Egress is denied by default. A request goes out only if every hop — the
 //! first URL and each redirect — passes all of these:
@@ -18,8 +19,11 @@
 //!    CGNAT, documentation, multicast, reserved and IPv4-embedding IPv6 forms
 //!    are refused. If any one address of a name is refused, the whole name is.
 //!    Only addresses an operator listed with
-//!    [`GuardedClientBuilder::allow_private`] are exempt (for a self-hosted
-//!    search backend, never for the fetch tool).
+//!    [`GuardedClientBuilder::allow_private`], and the addresses of a host
+//!    the operator named with [`GuardedClientBuilder::allow_private_host`]
+//!    (a model server on `localhost`), are exempt: for a self-hosted search
+//!    backend or model server, never for the fetch tool, and never
+//!    link-local ones.
 //! 4. **Connect what was checked**: the HTTP stack resolves names through the
 //!    guard itself (a `reqwest` DNS resolver wrapping the [`Resolver`]), so
 //!    the addresses checked are exactly the addresses connected to. A name
@@ -27,10 +31,17 @@
 //!    (DNS rebinding) is refused at connect time. Any [`Resolver`] may be
 //!    plugged in: the guard checks whatever it returns.
 //!
-//! The client never uses a proxy, never keeps cookies, always sends `GET` with
-//! `User-Agent:` [`USER_AGENT`], and drops caller headers that it controls or
-//! that carry credentials (`Authorization`, `Cookie`, `Host`, `Proxy-*`,
-//! `X-Forwarded-*`, hop-by-hop headers). Credentials reach a server only as a
+//! A policy may also pin every hop to exact origins
+//! ([`Policy::within_origins`]): a model provider reaches only its base URL's
+//! scheme, host and port.
+//!
+//! The client never uses a proxy, never keeps cookies, sends `GET` (or, for
+//! [`Request::post_json`], a `POST` with a JSON body) with `User-Agent:`
+//! [`USER_AGENT`], and drops caller headers that it controls or that carry
+//! credentials (`Authorization`, `Cookie`, `Host`, `Proxy-*`,
+//! `X-Forwarded-*`, hop-by-hop headers); operator headers that are not
+//! secrets go in the policy ([`Policy::header`]). A `POST` follows only 307
+//! and 308 redirects, which keep its method and body. Credentials reach a server only as a
 //! [`SecretHeader`] the operator put in the policy: the client adds it to
 //! requests for its exact [`Origin`]s (by default `https://<entry>:443` for
 //! each of the policy's host entries), its value cannot be read back, `Debug`
@@ -41,8 +52,11 @@
 //! their own secrets the same way). The client asks for `Accept-Encoding: identity` and refuses
 //! any other content coding ([`EgressError::UnrequestedEncoding`]), so the
 //! scrubber sees what the caller gets. Bodies are capped
-//! ([`Policy::max_body`], then `truncated` is set), each hop has a time
-//! limit, and redirects are limited.
+//! ([`Policy::max_body`], then `truncated` is set), each request has a time
+//! limit, and redirects are limited. A body can also be read as it arrives
+//! ([`GuardedClient::stream`], for server-sent events): it is scrubbed piece
+//! by piece ([`StreamingResponse::chunk`]), has a byte cap past which reading
+//! fails, a limit on each wait and one for the whole request.
 //!
 //! Each hop logs one `info` line on target `nexo::egress` with the host and
 //! the verdict; logs carry scheme, host and path only, since query strings
@@ -69,7 +83,10 @@ mod scrub;
 
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList};
-pub use client::{EgressError, GuardedClient, GuardedClientBuilder, Policy, Response, SecretHeader, USER_AGENT};
+pub use client::{
+    EgressError, GuardedClient, GuardedClientBuilder, Policy, Request, Response, SecretHeader, StreamingResponse,
+    USER_AGENT,
+};
 pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};
 pub use scrub::Redactor;

@@ -535,41 +535,60 @@ fn hex_prefix(bytes: &[u8], max: usize) -> (u32, usize) {
 /// Replaces every form of every secret of `redactors` in `input` with
 /// `<redacted>`.
 pub(crate) fn scrub(input: Vec<u8>, redactors: &[&Redactor]) -> Vec<u8> {
-    if redactors.iter().all(|s| s.is_empty()) || input.is_empty() {
+    let ranges = matches(&input, redactors);
+    if ranges.is_empty() {
         return input;
     }
-    let view = View::decode(&input);
+    replace(&input, &ranges)
+}
+
+/// Scrubs `input[..cut]` for a stream that releases its body in pieces:
+/// matches are searched in all of `input`, so the bytes past `cut` are
+/// context, and a match that straddles `cut` is released whole. Returns the
+/// scrubbed piece and how many bytes of `input` it covers (at least `cut`).
+pub(crate) fn scrub_prefix(input: &[u8], redactors: &[&Redactor], cut: usize) -> (Vec<u8>, usize) {
+    let mut cut = cut.min(input.len());
+    let mut ranges = matches(input, redactors);
+    // Merged ranges are disjoint and sorted: at most one straddles the cut.
+    if let Some(&(_, end)) = ranges.iter().find(|(start, end)| *start < cut && *end > cut) {
+        cut = end;
+    }
+    ranges.retain(|(_, end)| *end <= cut);
+    (replace(&input[..cut], &ranges), cut)
+}
+
+/// The input ranges of every match, sorted, overlapping ones merged.
+fn matches(input: &[u8], redactors: &[&Redactor]) -> Vec<(usize, usize)> {
+    if redactors.iter().all(|s| s.is_empty()) || input.is_empty() {
+        return Vec::new();
+    }
+    let view = View::decode(input);
     let alphanumeric = view.alphanumeric();
     let mut ranges = Vec::new();
     for redactor in redactors {
         redactor.find(&view, &alphanumeric, &mut ranges);
     }
-    if ranges.is_empty() {
-        return input;
-    }
     // Each search yields its matches in order; they only need merging where
     // forms (or secrets) overlap. Matches are rare, so sorting is cheap.
     ranges.sort_unstable();
-    let mut out = Vec::with_capacity(input.len());
-    let mut copied = 0;
-    let mut current: Option<(usize, usize)> = None;
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
     for (start, end) in ranges {
-        match &mut current {
+        match merged.last_mut() {
             Some((_, cur_end)) if start < *cur_end => *cur_end = (*cur_end).max(end),
-            _ => {
-                if let Some((s, e)) = current.take() {
-                    out.extend_from_slice(&input[copied..s]);
-                    out.extend_from_slice(REDACTED);
-                    copied = e;
-                }
-                current = Some((start, end));
-            }
+            _ => merged.push((start, end)),
         }
     }
-    if let Some((s, e)) = current {
-        out.extend_from_slice(&input[copied..s]);
+    merged
+}
+
+/// `input` with each of `ranges` (sorted, disjoint) replaced by `<redacted>`.
+fn replace(input: &[u8], ranges: &[(usize, usize)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut copied = 0;
+    for &(start, end) in ranges {
+        out.extend_from_slice(&input[copied..start]);
         out.extend_from_slice(REDACTED);
-        copied = e;
+        copied = end;
     }
     out.extend_from_slice(&input[copied..]);
     out
@@ -746,5 +765,20 @@ mod tests {
         // The hex of UTF-16 is the longest form: four characters per byte.
         assert_eq!(scrubber.max_match(), 4 * KEY.len() * (MAX_SEPARATOR_RUN + 1) * MAX_ESCAPE_LEN);
         assert!(!format!("{scrubber:?}").contains("0123"));
+    }
+
+    #[test]
+    fn a_prefix_is_scrubbed_with_the_rest_as_context() {
+        let scrubber = Redactor::new([KEY.as_bytes()]).unwrap();
+        let input = format!("head {KEY} tail");
+        // The cut falls inside the key: the whole key is released, redacted.
+        let (out, consumed) = scrub_prefix(input.as_bytes(), &[&scrubber], 10);
+        assert_eq!(out, b"head <redacted>");
+        assert_eq!(consumed, 5 + KEY.len());
+        // A cut before the match leaves it, raw, for the next piece.
+        let (out, consumed) = scrub_prefix(input.as_bytes(), &[&scrubber], 3);
+        assert_eq!((out.as_slice(), consumed), (b"hea".as_slice(), 3));
+        let (out, consumed) = scrub_prefix(input.as_bytes(), &[&scrubber], input.len());
+        assert_eq!((out, consumed), (scrub(input.clone().into_bytes(), &[&scrubber]), input.len()));
     }
 }

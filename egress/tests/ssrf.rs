@@ -20,7 +20,11 @@ fn variant(e: &EgressError) -> &'static str {
         EgressError::Resolve { .. } => "Resolve",
         EgressError::TooManyRedirects { .. } => "TooManyRedirects",
         EgressError::Timeout(_) => "Timeout",
+        EgressError::Connect { .. } => "Connect",
         EgressError::Failed(_) => "Failed",
+        EgressError::RedirectNotFollowed { .. } => "RedirectNotFollowed",
+        EgressError::OriginNotAllowed { .. } => "OriginNotAllowed",
+        EgressError::BodyTooLarge { .. } => "BodyTooLarge",
         EgressError::UnrequestedEncoding { .. } => "UnrequestedEncoding",
         EgressError::Config(_) => "Config",
     }

@@ -6,11 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
-use crate::http::{Http, Limits, SseEvent, is_event_stream, quote};
+use crate::http::{Auth, Http, Limits, Reach, SseEvent, is_event_stream, quote};
 use crate::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, Usage};
 
 /// The API version the request and event formats follow.
@@ -29,18 +28,19 @@ pub(crate) struct AnthropicProvider {
 
 impl AnthropicProvider {
     /// A provider for `model` at `base_url` (`https://api.anthropic.com`; a
-    /// base ending in `/v1` is accepted too), sending `key` as `x-api-key`.
-    pub(crate) fn new(model: &str, base_url: &str, key: Option<String>, limits: Limits) -> Result<Self, ModelError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &key {
-            let value = HeaderValue::from_str(key.trim()).map_err(|_| {
-                ModelError::Config("the API key for anthropic contains characters that cannot go in a header".into())
-            })?;
-            headers.insert(HeaderName::from_static("x-api-key"), value);
-        }
-        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
-        let http = Http::new("anthropic", headers, key, limits)?;
+    /// base ending in `/v1` is accepted too), sending `key` as `x-api-key`,
+    /// to a server whose addresses `reach` allows.
+    pub(crate) fn new(
+        model: &str,
+        base_url: &str,
+        key: Option<String>,
+        limits: Limits,
+        reach: Reach,
+    ) -> Result<Self, ModelError> {
         let url = Endpoint::new(base_url, "anthropic", "/v1/messages", Some("/v1"))?;
+        let auth = Auth { header: "x-api-key", prefix: "" };
+        let headers = [("anthropic-version", API_VERSION)];
+        let http = Http::new("anthropic", &url, reach, auth, key, &headers, limits)?;
         Ok(AnthropicProvider { model: model.into(), url, http })
     }
 
@@ -426,7 +426,9 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT};
+    use crate::http::{
+        DEFAULT_MAX_BODY, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT,
+    };
 
     fn provider(base: &str) -> AnthropicProvider {
         let limits = Limits {
@@ -434,8 +436,9 @@ mod tests {
             max_retries: DEFAULT_MAX_RETRIES,
             base_delay: DEFAULT_RETRY_BASE_DELAY,
             max_delay: DEFAULT_RETRY_MAX_DELAY,
+            max_body: DEFAULT_MAX_BODY,
         };
-        AnthropicProvider::new("claude-x", base, Some("sk-ant-very-secret".into()), limits).unwrap()
+        AnthropicProvider::new("claude-x", base, Some("sk-ant-very-secret".into()), limits, Reach::Public).unwrap()
     }
 
     #[test]

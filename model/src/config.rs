@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::anthropic::AnthropicProvider;
-use crate::http::Limits;
+use crate::http::{Limits, Reach};
 use crate::openai::OpenAiProvider;
 use crate::{ModelError, Provider, ScriptedProvider};
 
@@ -67,6 +67,10 @@ pub struct ModelConfig {
     /// The longest wait between two attempts; it also caps a server's
     /// `retry-after`. Default: 30 s.
     pub retry_max_delay: Option<Duration>,
+    /// The most bytes one answer may have, streamed or not (for a stream,
+    /// its events); a longer one fails rather than being cut. Default:
+    /// 64 MiB.
+    pub max_response_bytes: Option<usize>,
 }
 
 impl fmt::Debug for ModelConfig {
@@ -82,6 +86,7 @@ impl fmt::Debug for ModelConfig {
             .field("max_retries", &self.max_retries)
             .field("retry_base_delay", &self.retry_base_delay)
             .field("retry_max_delay", &self.retry_max_delay)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -192,25 +197,58 @@ fn build(
             }
         },
     };
-    let base_url = match config.base_url.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
-        Some(url) => url.to_string(),
-        None => match kind.default_base_url() {
-            Some(url) => url.to_string(),
-            None => {
-                return Err(ModelError::Config(format!(
-                    "the {name} provider needs the server's base URL, for example http://localhost:8000/v1: \
-                     set --base-url (or `base-url` in the config file's `[model]`)"
-                )));
-            }
-        },
-    };
+    let (base_url, reach) = base_url(kind, config)?;
     crate::endpoint::check_base(&base_url, name)?;
     let limits = Limits::from_config(config);
     match kind {
-        ProviderKind::Anthropic => Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits)?)),
+        ProviderKind::Anthropic => Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits, reach)?)),
         ProviderKind::Scripted => {
             Err(ModelError::Config("the scripted provider needs a script file (--script FILE)".into()))
         }
-        _ => Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits)?)),
+        _ => Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits, reach)?)),
+    }
+}
+
+/// The base URL and which addresses its server may have. The operator's
+/// base URL may be on this machine or a private network (Ollama, llama.cpp),
+/// as may Ollama's built-in one; the hosted APIs' built-in ones stay
+/// public-only. A plugin never sets a base URL.
+fn base_url(kind: ProviderKind, config: &ModelConfig) -> Result<(String, Reach), ModelError> {
+    if let Some(url) = config.base_url.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+        return Ok((url.to_string(), Reach::OperatorHost));
+    }
+    match kind.default_base_url() {
+        Some(url) if kind == ProviderKind::Ollama => Ok((url.to_string(), Reach::OperatorHost)),
+        Some(url) => Ok((url.to_string(), Reach::Public)),
+        None => Err(ModelError::Config(format!(
+            "the {} provider needs the server's base URL, for example http://localhost:8000/v1: set --base-url (or \
+             `base-url` in the config file's `[model]`)",
+            kind.name()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_operators_base_url_and_ollamas_local_default_may_be_private() {
+        let configured = ModelConfig { base_url: Some(" http://127.0.0.1:8080/v1 ".into()), ..ModelConfig::default() };
+        for kind in [ProviderKind::Openai, ProviderKind::OpenaiCompatible, ProviderKind::Anthropic] {
+            let (url, reach) = base_url(kind, &configured).unwrap();
+            assert_eq!((url.as_str(), reach), ("http://127.0.0.1:8080/v1", Reach::OperatorHost), "{kind:?}");
+        }
+        let defaults = ModelConfig::default();
+        for kind in [ProviderKind::Openai, ProviderKind::Openrouter, ProviderKind::Anthropic] {
+            let (url, reach) = base_url(kind, &defaults).unwrap();
+            assert!(url.starts_with("https://"), "{url}");
+            assert_eq!(reach, Reach::Public, "{kind:?}");
+        }
+        assert_eq!(
+            base_url(ProviderKind::Ollama, &defaults).unwrap(),
+            ("http://localhost:11434/v1".to_string(), Reach::OperatorHost)
+        );
+        assert!(base_url(ProviderKind::OpenaiCompatible, &defaults).is_err());
     }
 }

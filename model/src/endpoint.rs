@@ -43,8 +43,8 @@ impl Endpoint {
 }
 
 /// Parses and checks a base URL: http or https, no credentials, no fragment.
-pub(crate) fn check_base(base: &str, provider: &str) -> Result<reqwest::Url, ModelError> {
-    let url = reqwest::Url::parse(base).map_err(|e| {
+pub(crate) fn check_base(base: &str, provider: &str) -> Result<url::Url, ModelError> {
+    let url = url::Url::parse(base).map_err(|e| {
         ModelError::Config(format!("the base URL `{}` for {provider} is not a URL: {e}", redact_text(base)))
     })?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -71,7 +71,7 @@ pub(crate) fn check_base(base: &str, provider: &str) -> Result<reqwest::Url, Mod
 
 /// `url` without credentials, its query replaced by `?<redacted>` and its
 /// matrix parameters by `;<redacted>`.
-pub(crate) fn shown(url: &reqwest::Url) -> String {
+pub(crate) fn shown(url: &url::Url) -> String {
     let mut clean = url.clone();
     let _ = clean.set_username("");
     let _ = clean.set_password(None);

@@ -1,26 +1,40 @@
-//! What the HTTP providers share: the client, retries with backoff, error
-//! bodies, and a server-sent-events reader.
+//! What the HTTP providers share: the guarded client and its operator
+//! policy, retries with backoff, error bodies, and a server-sent-events
+//! reader.
+//!
+//! Every call goes through `nexo_egress`'s [`GuardedClient`], the one HTTP
+//! stack of the process, under a [`Policy`] that reaches only the base URL's
+//! origin (scheme, host and port): a redirect elsewhere is refused, and so is
+//! a POST redirect other than 307 or 308. The key goes only to that origin
+//! (over plain http only to a private address) and is scrubbed from every
+//! answer. Only a base URL the operator configured (or Ollama's built-in
+//! `localhost` one) may be on a loopback or private address ([`Reach`]).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use nexo_egress::Redactor;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use nexo_egress::{EgressError, GuardedClient, HostList, Origin, Policy, Redactor, SecretHeader, StreamingResponse};
 
 use crate::endpoint::Endpoint;
 use crate::{ModelConfig, ModelError};
 
 /// The time limit for one request when the configuration sets none.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long to wait for a TCP (and TLS) connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retries after the first attempt when the configuration sets none.
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 3;
 /// The first retry's delay before jitter; each further retry doubles it.
 pub(crate) const DEFAULT_RETRY_BASE_DELAY: Duration = Duration::from_secs(1);
 /// The longest wait between two attempts, `retry-after` included.
 pub(crate) const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+/// The most bytes of one answer when the configuration sets none: a streamed
+/// answer of 128k tokens is about 40 MB of events.
+pub(crate) const DEFAULT_MAX_BODY: usize = 64 * 1024 * 1024;
+/// A streamed answer's limit in all (each wait for a piece has the
+/// configured timeout): 64k tokens at 50 a second take about 20 minutes.
+const STREAM_TIME_LIMIT: Duration = Duration::from_secs(3600);
+/// How much of an error body is read for its message.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// Statuses worth another try: rate limits, server errors, gateways, and
 /// Anthropic's 529 "overloaded".
@@ -30,13 +44,15 @@ const RETRY_STATUSES: [u16; 6] = [429, 500, 502, 503, 504, 529];
 /// ellipsis marking a cut included.
 const QUOTE_LIMIT: usize = 300;
 
-/// Time limits and retry policy, resolved from a [`ModelConfig`].
+/// Time limits, the answer's size limit and the retry policy, resolved from
+/// a [`ModelConfig`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
     pub(crate) timeout: Duration,
     pub(crate) max_retries: u32,
     pub(crate) base_delay: Duration,
     pub(crate) max_delay: Duration,
+    pub(crate) max_body: usize,
 }
 
 impl Limits {
@@ -46,6 +62,7 @@ impl Limits {
             max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
             base_delay: config.retry_base_delay.unwrap_or(DEFAULT_RETRY_BASE_DELAY),
             max_delay: config.retry_max_delay.unwrap_or(DEFAULT_RETRY_MAX_DELAY),
+            max_body: config.max_response_bytes.unwrap_or(DEFAULT_MAX_BODY),
         }
     }
 
@@ -58,12 +75,33 @@ impl Limits {
     }
 }
 
-/// An HTTP client for one provider. It holds the auth headers, so its
-/// `Debug` leaves them out.
+/// Which addresses a provider's server may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Public addresses only: the built-in base URL of a hosted API.
+    Public,
+    /// The base URL's host, whatever it resolves to (loopback and private
+    /// addresses included, link-local never): the operator named it, or it
+    /// is Ollama's built-in `localhost`. Never set from a plugin.
+    OperatorHost,
+}
+
+/// The header a provider sends its key in: `prefix` then the key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Auth {
+    pub(crate) header: &'static str,
+    pub(crate) prefix: &'static str,
+}
+
+/// An HTTP client for one provider. Its policy holds the key, so its
+/// `Debug` leaves it out.
 pub(crate) struct Http {
     provider: String,
-    client: reqwest::Client,
-    headers: HeaderMap,
+    client: GuardedClient,
+    /// Not streamed: the timeout covers the whole exchange.
+    policy: Policy,
+    /// Streamed: the timeout covers each wait, [`STREAM_TIME_LIMIT`] the whole.
+    stream_policy: Policy,
     secret: Option<String>,
     /// The key's encodings, for messages; `None` for keys too short for it.
     redactor: Option<Redactor>,
@@ -81,25 +119,43 @@ impl fmt::Debug for Http {
 }
 
 impl Http {
-    /// A client for `provider` sending `headers` (auth included) with every
-    /// request; `secret` is the key, kept only to scrub it from messages.
+    /// A client for `provider` that reaches only `endpoint`'s origin, with
+    /// the private-address exemption `reach` allows, sending `headers` with
+    /// every request and `key` (if any) as `auth` says.
     pub(crate) fn new(
         provider: &str,
-        mut headers: HeaderMap,
-        secret: Option<String>,
+        endpoint: &Endpoint,
+        reach: Reach,
+        auth: Auth,
+        key: Option<String>,
+        headers: &[(&str, &str)],
         limits: Limits,
     ) -> Result<Self, ModelError> {
-        for value in headers.values_mut() {
-            // Keeps keys out of reqwest's and hyper's own debug output.
-            value.set_sensitive(true);
+        let config = |what: String| ModelError::Config(format!("cannot set up the HTTP client for {provider}: {what}"));
+        let url = url::Url::parse(&endpoint.url).map_err(|e| config(e.to_string()))?;
+        let host = url.host_str().ok_or_else(|| config(format!("{} has no host", endpoint.shown)))?;
+        let origin = Origin::parse(&url.origin().ascii_serialization()).map_err(|e| config(e.to_string()))?;
+        let hosts = HostList::new([host]).map_err(|e| config(e.to_string()))?;
+        let mut builder = GuardedClient::builder();
+        if reach == Reach::OperatorHost {
+            builder = builder.allow_private_host(host);
         }
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("nexo/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ModelError::Config(format!("cannot set up an HTTP client for {provider}: {}", chain(&e))))?;
-        let secret = secret.filter(|s| !s.is_empty());
+        let client = builder.build().map_err(|e| config(e.to_string()))?;
+        let mut policy =
+            Policy::new(hosts).within_origins([origin.clone()]).max_body(limits.max_body).timeout(limits.timeout);
+        for (name, value) in headers {
+            policy = policy.header(name, value).map_err(|e| config(e.to_string()))?;
+        }
+        let secret = key.map(|k| k.trim().to_string()).filter(|k| !k.is_empty());
+        if let Some(key) = &secret {
+            let header = SecretHeader::with_prefix(auth.header, auth.prefix, key.as_str()).map_err(|_| {
+                ModelError::Config(format!("the API key for {provider} contains characters that cannot go in a header"))
+            })?;
+            let header = header.for_origins([origin.to_string()]).map_err(|e| config(e.to_string()))?;
+            policy = policy.inject(header);
+        }
+        let stream_policy = policy.clone().stream_timeout(STREAM_TIME_LIMIT);
+        let policy = policy.stream_timeout(limits.timeout);
         let redactor =
             match &secret {
                 Some(key) => Some(Redactor::new([key.as_bytes()]).map_err(|e| {
@@ -107,12 +163,18 @@ impl Http {
                 })?),
                 None => None,
             };
-        Ok(Http { provider: provider.into(), client, headers, secret, redactor, limits })
+        Ok(Http { provider: provider.into(), client, policy, stream_policy, secret, redactor, limits })
     }
 
     /// The provider's name, for messages.
     pub(crate) fn provider(&self) -> &str {
         &self.provider
+    }
+
+    /// Whether the client may reach a private address (the base URL's host).
+    #[cfg(test)]
+    pub(crate) fn reaches_private(&self) -> bool {
+        self.client.has_exemptions()
     }
 
     /// Removes the key from `text`, should a server echo it back: literally
@@ -146,7 +208,9 @@ impl Http {
     }
 
     /// POSTs `body` as JSON and returns the first successful response,
-    /// retrying connection failures and the statuses in [`RETRY_STATUSES`].
+    /// retrying failed connections and lookups and the statuses in
+    /// [`RETRY_STATUSES`]. Refusals (a redirect to another origin, a
+    /// non-public address) are not retried.
     ///
     /// Without `stream` the timeout covers the whole exchange. With it, the
     /// timeout covers the wait for the response headers and then each wait
@@ -157,37 +221,28 @@ impl Http {
         endpoint: &Endpoint,
         body: Vec<u8>,
         stream: bool,
-    ) -> Result<reqwest::Response, ModelError> {
+    ) -> Result<StreamingResponse, ModelError> {
         let limits = self.limits;
+        let policy = if stream { &self.stream_policy } else { &self.policy };
         let mut retry = 0u32;
         loop {
-            let mut request = self
-                .client
-                .post(&endpoint.url)
-                .headers(self.headers.clone())
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.clone());
+            let mut request = nexo_egress::Request::post_json(endpoint.url.as_str(), body.clone());
             if stream {
-                request = request.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
-            } else {
-                request = request.timeout(limits.timeout);
+                request = request.header("accept", "text/event-stream");
             }
-            let sent = match tokio::time::timeout(limits.timeout, request.send()).await {
-                Ok(sent) => sent,
-                Err(_) => return Err(self.timed_out()),
-            };
-            let (failure, retry_after) = match sent {
-                Ok(response) if response.status().is_success() => return Ok(response),
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = retry_after(response.headers());
-                    let body = match tokio::time::timeout(limits.timeout, response.bytes()).await {
-                        Ok(Ok(bytes)) => bytes.to_vec(),
-                        _ => Vec::new(),
-                    };
-                    let message = error_message(&body)
-                        .unwrap_or_else(|| status.canonical_reason().unwrap_or("no error message").to_string());
-                    let code = status.as_u16();
+            let (failure, retry_after) = match self.client.stream(request, policy).await {
+                Ok(response) if (200..300).contains(&response.status) => return Ok(response),
+                Ok(mut response) => {
+                    let code = response.status;
+                    let retry_after = retry_after(&response.headers);
+                    let body = read_some(&mut response, ERROR_BODY_LIMIT).await;
+                    let message = error_message(&body).unwrap_or_else(|| {
+                        http::StatusCode::from_u16(code)
+                            .ok()
+                            .and_then(|s| s.canonical_reason())
+                            .unwrap_or("no error message")
+                            .to_string()
+                    });
                     if !RETRY_STATUSES.contains(&code) {
                         return Err(self.status_error(code, message));
                     }
@@ -196,19 +251,31 @@ impl Http {
                     }
                     (format!("HTTP {code}: {}", self.scrub(message)), retry_after)
                 }
-                Err(e) if e.is_timeout() => return Err(self.timed_out()),
-                Err(e) if e.is_connect() => {
-                    // reqwest's own message repeats the URL; its sources hold the cause.
-                    let cause = std::error::Error::source(&e).map_or_else(|| chain(&e), chain);
+                Err(EgressError::Timeout(_)) => return Err(self.timed_out()),
+                Err(e @ (EgressError::Connect { .. } | EgressError::Resolve { .. })) => {
+                    let cause = match e {
+                        EgressError::Connect { message, .. } => message,
+                        other => other.to_string(),
+                    };
                     let message = format!("cannot connect to {}: {cause}", endpoint.shown);
                     if retry >= limits.max_retries {
                         return Err(self.unavailable(gave_up(message, retry)));
                     }
                     (message, None)
                 }
-                Err(e) => {
-                    return Err(self.unavailable(format!("the request to {} failed: {}", endpoint.shown, chain(&e))));
+                Err(e) if e.is_refusal() => {
+                    // The first URL is always allowed: these come from a redirect.
+                    let hint = match e {
+                        EgressError::HostNotAllowed { .. }
+                        | EgressError::OriginNotAllowed { .. }
+                        | EgressError::RedirectNotFollowed { .. } => {
+                            " (a provider reaches only its base URL: set the base URL to where the server redirects)"
+                        }
+                        _ => "",
+                    };
+                    return Err(self.unavailable(format!("the request to {} was refused: {e}{hint}", endpoint.shown)));
                 }
+                Err(e) => return Err(self.unavailable(format!("the request to {} failed: {e}", endpoint.shown))),
             };
             let delay = match retry_after {
                 Some(wait) => wait.min(limits.max_delay),
@@ -230,31 +297,55 @@ impl Http {
         self.unavailable(format!("no answer within {} s (the configured timeout)", self.limits.timeout.as_secs_f64()))
     }
 
+    fn too_large(&self) -> ModelError {
+        self.protocol(format!(
+            "the answer is longer than {} bytes, the limit; raise `max_response_bytes` if answers this long are \
+             expected",
+            self.limits.max_body
+        ))
+    }
+
     /// Reads a whole response body as JSON.
-    pub(crate) async fn read_json(&self, response: reqwest::Response) -> Result<serde_json::Value, ModelError> {
-        let bytes = match tokio::time::timeout(self.limits.timeout, response.bytes()).await {
-            Err(_) => return Err(self.timed_out()),
-            Ok(Err(e)) if e.is_timeout() => return Err(self.timed_out()),
-            Ok(Err(e)) => return Err(self.protocol(format!("the answer was cut off: {}", chain(&e)))),
-            Ok(Ok(bytes)) => bytes,
-        };
+    pub(crate) async fn read_json(&self, mut response: StreamingResponse) -> Result<serde_json::Value, ModelError> {
+        let mut bytes = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(piece)) => bytes.extend_from_slice(&piece),
+                Ok(None) => break,
+                Err(EgressError::Timeout(_)) => return Err(self.timed_out()),
+                Err(EgressError::BodyTooLarge { .. }) => return Err(self.too_large()),
+                Err(e) => return Err(self.protocol(format!("the answer was cut off: {e}"))),
+            }
+        }
         serde_json::from_slice(&bytes)
             .map_err(|e| self.protocol(format!("the answer is not valid JSON ({e}); it began: {}", quote(&bytes))))
     }
 
     /// Reads a response as server-sent events.
-    pub(crate) fn events(&self, response: reqwest::Response) -> SseStream<'_> {
+    pub(crate) fn events(&self, response: StreamingResponse) -> SseStream<'_> {
         SseStream { http: self, response, parser: SseParser::default(), queue: VecDeque::new(), eof: false }
     }
 }
 
+/// Up to `limit` bytes of a body (an error's), whatever stops it.
+async fn read_some(response: &mut StreamingResponse, limit: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        match response.chunk().await {
+            Ok(Some(piece)) => body.extend_from_slice(&piece),
+            _ => break,
+        }
+    }
+    body.truncate(limit);
+    body
+}
+
 /// Whether a response is an event stream (some servers ignore `stream: true`
 /// and answer with plain JSON).
-pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
+pub(crate) fn is_event_stream(response: &StreamingResponse) -> bool {
     response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+        .content_type
+        .as_deref()
         .is_none_or(|v| !v.trim_start().to_ascii_lowercase().starts_with("application/json"))
 }
 
@@ -264,9 +355,10 @@ fn gave_up(message: String, retries: u32) -> String {
 
 /// `retry-after-ms` (OpenAI) or `retry-after` in seconds. HTTP dates are
 /// ignored: backoff applies instead.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
     let number = |name: &str| {
-        headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0)
+        let (_, value) = headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name))?;
+        value.trim().parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0)
     };
     if let Some(ms) = number("retry-after-ms") {
         return Some(Duration::from_secs_f64(ms / 1000.0));
@@ -295,22 +387,6 @@ pub(crate) fn error_message(body: &[u8]) -> Option<String> {
 /// The start of `bytes` as text, for messages.
 pub(crate) fn quote(bytes: &[u8]) -> String {
     nexo_text::head_chars(&String::from_utf8_lossy(bytes), QUOTE_LIMIT)
-}
-
-/// An error and its sources, joined, because reqwest's top-level message
-/// alone ("error sending request") hides the cause.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
-    out
 }
 
 /// One server-sent event.
@@ -387,7 +463,7 @@ impl SseParser {
 /// Server-sent events read from a response, one at a time.
 pub(crate) struct SseStream<'h> {
     http: &'h Http,
-    response: reqwest::Response,
+    response: StreamingResponse,
     parser: SseParser,
     queue: VecDeque<SseEvent>,
     eof: bool,
@@ -395,8 +471,9 @@ pub(crate) struct SseStream<'h> {
 
 impl SseStream<'_> {
     /// The next event, or `None` at the end of the stream. A connection that
-    /// breaks is a [`ModelError::Protocol`] error ("cut off"); one that stays
-    /// silent longer than the timeout is [`ModelError::Unavailable`].
+    /// breaks, or a stream past the size limit, is a [`ModelError::Protocol`]
+    /// error; one that stays silent longer than the timeout, or runs past
+    /// the stream's time limit, is [`ModelError::Unavailable`].
     pub(crate) async fn next(&mut self) -> Result<Option<SseEvent>, ModelError> {
         loop {
             if let Some(event) = self.queue.pop_front() {
@@ -405,17 +482,14 @@ impl SseStream<'_> {
             if self.eof {
                 return Ok(None);
             }
-            let timeout = self.http.limits.timeout;
-            match tokio::time::timeout(timeout, self.response.chunk()).await {
-                Err(_) => {
-                    return Err(self.http.unavailable(format!(
-                        "the stream stalled: nothing arrived for {} s (the configured timeout)",
-                        timeout.as_secs_f64()
-                    )));
+            match self.response.chunk().await {
+                Err(EgressError::Timeout(message)) => {
+                    return Err(self.http.unavailable(format!("the stream stopped: {message}")));
                 }
-                Ok(Err(e)) => return Err(self.http.protocol(format!("the stream was cut off: {}", chain(&e)))),
-                Ok(Ok(Some(bytes))) => self.parser.push(&bytes, &mut self.queue),
-                Ok(Ok(None)) => {
+                Err(EgressError::BodyTooLarge { .. }) => return Err(self.http.too_large()),
+                Err(e) => return Err(self.http.protocol(format!("the stream was cut off: {e}"))),
+                Ok(Some(bytes)) => self.parser.push(&bytes, &mut self.queue),
+                Ok(None) => {
                     self.parser.finish(&mut self.queue);
                     self.eof = true;
                 }
@@ -473,6 +547,44 @@ mod tests {
         assert_eq!(parse(&[b"data: x\n\ndata: {\"y"], true).len(), 1);
     }
 
+    fn limits() -> Limits {
+        Limits {
+            timeout: Duration::from_secs(5),
+            max_retries: 0,
+            base_delay: DEFAULT_RETRY_BASE_DELAY,
+            max_delay: DEFAULT_RETRY_MAX_DELAY,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+
+    fn http(base: &str, reach: Reach) -> (Http, Endpoint) {
+        let endpoint = Endpoint::new(base, "openai", "/chat/completions", None).unwrap();
+        let auth = Auth { header: "authorization", prefix: "Bearer " };
+        let http = Http::new("openai", &endpoint, reach, auth, Some("sk-unit-0123456789".into()), &[], limits());
+        (http.unwrap(), endpoint)
+    }
+
+    #[test]
+    fn only_an_operator_host_is_exempt_from_the_address_guard() {
+        assert!(!http("https://api.openai.com/v1", Reach::Public).0.reaches_private());
+        assert!(http("http://localhost:11434/v1", Reach::OperatorHost).0.reaches_private());
+        let debug = format!("{:?}", http("https://api.openai.com/v1", Reach::Public).0);
+        assert!(!debug.contains("sk-unit") && debug.contains("<redacted>"), "{debug}");
+    }
+
+    #[tokio::test]
+    async fn a_public_only_provider_never_reaches_loopback() {
+        let (http, endpoint) = http("http://127.0.0.1:9/v1", Reach::Public);
+        for stream in [false, true] {
+            let error = http.post(&endpoint, b"{}".to_vec(), stream).await.unwrap_err();
+            assert!(
+                matches!(&error, ModelError::Unavailable { message, .. }
+                    if message.contains("refused") && message.contains("loopback")),
+                "{error}"
+            );
+        }
+    }
+
     #[test]
     fn error_messages() {
         assert_eq!(error_message(br#"{"error":{"message":"bad key","type":"x"}}"#).as_deref(), Some("bad key"));
@@ -488,6 +600,7 @@ mod tests {
             max_retries: 10,
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(1),
+            max_body: DEFAULT_MAX_BODY,
         };
         for retry in 0..10 {
             let d = limits.backoff(retry);
@@ -499,14 +612,11 @@ mod tests {
 
     #[test]
     fn retry_after_headers() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(retry_after(&headers), None);
-        headers.insert("retry-after", HeaderValue::from_static("2"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
-        headers.insert("retry-after-ms", HeaderValue::from_static("250"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
-        headers.remove("retry-after-ms");
-        headers.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
-        assert_eq!(retry_after(&headers), None);
+        let header = |name: &str, value: &str| (name.to_string(), value.to_string());
+        assert_eq!(retry_after(&[]), None);
+        assert_eq!(retry_after(&[header("retry-after", "2")]), Some(Duration::from_secs(2)));
+        let both = [header("retry-after", "2"), header("retry-after-ms", "250")];
+        assert_eq!(retry_after(&both), Some(Duration::from_millis(250)));
+        assert_eq!(retry_after(&[header("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]), None);
     }
 }

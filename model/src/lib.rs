@@ -11,9 +11,20 @@
 //! never appear in errors, logs or events.
 //!
 //! HTTP providers time out (default 120 s per request; for a stream, per wait
-//! for the next piece), and retry 429, 500, 502, 503, 504, 529 and failed
-//! connections with exponential backoff and jitter, honouring `retry-after`
-//! up to a cap (see [`ModelConfig`]).
+//! for the next piece, and an hour in all), cap an answer's size (default
+//! 64 MiB), and retry 429, 500, 502, 503, 504, 529 and failed connections with
+//! exponential backoff and jitter, honouring `retry-after` up to a cap (see
+//! [`ModelConfig`]).
+//!
+//! Their calls go through `nexo_egress::GuardedClient`, the one HTTP stack
+//! every egress path shares, under a policy that reaches only the base URL's
+//! origin (scheme, host and port): a redirect elsewhere, or a POST redirect
+//! other than 307 or 308, is refused, and every hop passes the address guard.
+//! The base URL the operator configured (`--base-url`, `NEXO_BASE_URL`, the
+//! config file), and Ollama's built-in `http://localhost:11434/v1`, may be on
+//! a loopback or private address; the built-in base URLs of the hosted APIs
+//! stay public-only. The key goes only to that origin, and over plain http
+//! only to a private address.
 //!
 //! With the `mock` feature, [`mock::MockServer`] serves both wire formats on
 //! loopback for tests.

@@ -90,6 +90,7 @@ enum Kind {
     Truncated { text: String },
     StreamError { kind: String, message: String },
     Raw { status: u16, content_type: String, body: String },
+    Redirect { status: u16, location: String },
 }
 
 impl Reply {
@@ -137,6 +138,12 @@ impl Reply {
     /// Exactly this status, content type and body, whatever the API.
     pub fn raw(status: u16, content_type: impl Into<String>, body: impl Into<String>) -> Self {
         Self::new(Kind::Raw { status, content_type: content_type.into(), body: body.into() })
+    }
+
+    /// A redirect: `status` (301, 302, 303, 307 or 308) with `Location:
+    /// location`, an empty body.
+    pub fn redirect(status: u16, location: impl Into<String>) -> Self {
+        Self::new(Kind::Redirect { status, location: location.into() })
     }
 
     /// Adds text to an answer (before its tool calls).
@@ -385,6 +392,14 @@ async fn handle(shared: Arc<Shared>, method: Method, uri: Uri, headers: HeaderMa
             *response.status_mut() = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             if let Ok(value) = HeaderValue::from_str(content_type) {
                 response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            response
+        }
+        Kind::Redirect { status, location } => {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::from_u16(*status).unwrap_or(StatusCode::TEMPORARY_REDIRECT);
+            if let Ok(value) = HeaderValue::from_str(location) {
+                response.headers_mut().insert(header::LOCATION, value);
             }
             response
         }

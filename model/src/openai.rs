@@ -7,11 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
-use crate::http::{Http, Limits, is_event_stream, quote};
+use crate::http::{Auth, Http, Limits, Reach, is_event_stream, quote};
 use crate::{
     BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall, Usage,
 };
@@ -27,28 +26,22 @@ pub(crate) struct OpenAiProvider {
 
 impl OpenAiProvider {
     /// A provider of `kind` for `model` at `base_url` (which ends before
-    /// `/chat/completions`), sending `key` as a bearer token when given.
+    /// `/chat/completions`), sending `key` as a bearer token when given, to
+    /// a server whose addresses `reach` allows.
     pub(crate) fn new(
         kind: ProviderKind,
         model: &str,
         base_url: &str,
         key: Option<String>,
         limits: Limits,
+        reach: Reach,
     ) -> Result<Self, ModelError> {
         let name = kind.name();
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &key {
-            let value = HeaderValue::from_str(&format!("Bearer {}", key.trim())).map_err(|_| {
-                ModelError::Config(format!("the API key for {name} contains characters that cannot go in a header"))
-            })?;
-            headers.insert(AUTHORIZATION, value);
-        }
-        if kind == ProviderKind::Openrouter {
-            // OpenRouter's attribution header; harmless elsewhere, so only sent there.
-            headers.insert(HeaderName::from_static("x-title"), HeaderValue::from_static("nexo"));
-        }
-        let http = Http::new(name, headers, key, limits)?;
+        // OpenRouter's attribution header; harmless elsewhere, so only sent there.
+        let headers: &[(&str, &str)] = if kind == ProviderKind::Openrouter { &[("x-title", "nexo")] } else { &[] };
         let url = Endpoint::new(base_url, name, "/chat/completions", None)?;
+        let auth = Auth { header: "authorization", prefix: "Bearer " };
+        let http = Http::new(name, &url, reach, auth, key, headers, limits)?;
         Ok(OpenAiProvider { kind, model: model.into(), url, http })
     }
 
@@ -364,7 +357,9 @@ mod tests {
 
     use super::*;
     use crate::ToolSpec;
-    use crate::http::{DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT};
+    use crate::http::{
+        DEFAULT_MAX_BODY, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT,
+    };
 
     fn limits() -> Limits {
         Limits {
@@ -372,11 +367,13 @@ mod tests {
             max_retries: DEFAULT_MAX_RETRIES,
             base_delay: DEFAULT_RETRY_BASE_DELAY,
             max_delay: DEFAULT_RETRY_MAX_DELAY,
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 
     fn provider(kind: ProviderKind) -> OpenAiProvider {
-        OpenAiProvider::new(kind, "m", "http://127.0.0.1:9/v1/", Some("sk-very-secret-key".into()), limits()).unwrap()
+        let key = Some("sk-very-secret-key".into());
+        OpenAiProvider::new(kind, "m", "http://127.0.0.1:9/v1/", key, limits(), Reach::OperatorHost).unwrap()
     }
 
     #[test]

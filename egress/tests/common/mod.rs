@@ -25,6 +25,8 @@ pub struct Seen {
     pub target: String,
     /// Names lowercased, in order.
     pub headers: Vec<(String, String)>,
+    /// The body (by `Content-Length`).
+    pub body: Vec<u8>,
 }
 
 impl Seen {
@@ -134,7 +136,8 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Seen> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let text = String::from_utf8_lossy(&buf).into_owned();
+    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut lines = text.split("\r\n");
     let mut request_line = lines.next()?.split(' ');
     let method = request_line.next()?.to_string();
@@ -143,8 +146,18 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Seen> {
         .take_while(|line| !line.is_empty())
         .filter_map(|line| line.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Some(Seen { method, target, headers })
+        .collect::<Vec<_>>();
+    let length: usize =
+        headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some(Seen { method, target, headers, body })
 }
 
 /// Answers fixed addresses per name and counts calls.

@@ -70,7 +70,7 @@ impl Fetcher {
                 return Err(ConfigError::invalid(
                     "fetch client",
                     "the fetch tool cannot use a client that exempts private addresses; \
-                     exemptions are for search backends only",
+                     exemptions are for search backends and model servers only",
                 ));
             }
             Some(c) => c,
@@ -288,6 +288,10 @@ mod tests {
     fn fetch_never_takes_an_exempting_client() {
         let exempting = GuardedClient::builder().allow_private(["10.0.0.5".parse().unwrap()]).build().unwrap();
         let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err().to_string();
-        assert!(err.contains("search backends only"), "{err}");
+        assert!(err.contains("search backends and model servers only"), "{err}");
+        // Nor a model provider's, which exempts its base URL's host.
+        let exempting = GuardedClient::builder().allow_private_host("localhost").build().unwrap();
+        let err = Fetcher::new(&["example.com".into()], None, Some(exempting)).unwrap_err().to_string();
+        assert!(err.contains("exempts private addresses"), "{err}");
     }
 }
