@@ -36,7 +36,7 @@ fn tools(rt: &tokio::runtime::Runtime, sandbox: Arc<VirtualSandbox>, caps: &[Cap
         grant: Grant::default(),
         ..RunOptions::default()
     };
-    rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], 1 << 20)).unwrap().tools
+    rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default())).unwrap().tools
 }
 
 fn per_turn(c: &mut Criterion) {
@@ -49,8 +49,12 @@ fn per_turn(c: &mut Criterion) {
         b.iter_batched(
             provider,
             |p| {
-                let ctx =
-                    LoopContext { provider: &p, tools: &toolbox, instructions: &instructions, limits: LoopLimits::default() };
+                let ctx = LoopContext {
+                    provider: &p,
+                    tools: &toolbox,
+                    instructions: &instructions,
+                    limits: LoopLimits::default(),
+                };
                 let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
                 assert_eq!(outcome.status, Status::Completed);
                 black_box(outcome)

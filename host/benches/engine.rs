@@ -79,8 +79,14 @@ fn instantiate(c: &mut Criterion) {
         group.bench_function(format!("store + WASI context only ({label})"), |b| {
             b.iter(|| {
                 black_box(
-                    nexo::state::new_store(&engine, name.clone(), &options, None, Duration::from_secs(60))
-                        .expect("store"),
+                    nexo::instance::new_store(
+                        &engine,
+                        name.clone(),
+                        &nexo::instance::Wasi::default(),
+                        Duration::from_secs(60),
+                        (),
+                    )
+                    .expect("store"),
                 )
             })
         });

@@ -43,7 +43,7 @@ impl AgentFile {
             field: "file",
             problem: crate::files::toml_problem(text, &e),
         })?;
-        validate::agent_manifest(&manifest).map_err(|(field, problem)| LoadError::BadManifest {
+        validate::agent_manifest(&manifest).map_err(|validate::Problem { field, problem }| LoadError::BadManifest {
             path: path.clone(),
             kind: PluginKind::Agent,
             field,
@@ -69,8 +69,8 @@ impl AgentFile {
         let limit = options.timeout.unwrap_or(crate::Limits::default().run_timeout);
         let name = &self.manifest.name;
         let run = async {
-            let arg_limit = crate::Limits::default().host_arg_bytes;
-            let prepared = crate::world::agent::prepare(&self.manifest, options, &[], arg_limit).await?;
+            let limits = crate::Limits::default();
+            let prepared = crate::world::agent::prepare(&self.manifest, options, &[], &limits).await?;
             prepared
                 .tools
                 .call(&Prompt, input.to_string())

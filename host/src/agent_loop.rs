@@ -12,7 +12,7 @@
 use nexo_model::{BoxFuture, Message, ModelError, Provider, Request, Usage};
 
 pub use crate::events::{Event, EventSink, Status, no_events};
-use crate::host_call::ToolContext;
+use crate::host_call::{CallContext, ToolContext};
 
 /// Limits for one prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

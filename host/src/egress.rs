@@ -22,12 +22,16 @@ use std::time::Duration;
 
 use nexo_egress::{EgressError, GuardedClient, HostList, Origin, Policy, SecretHeader};
 
-use wasmtime::component::{HasSelf, Linker};
+use nexo_model::BoxFuture;
+use wasmtime::component::Linker;
 
-use crate::bindings::search::nexo::plugin::{config, outbound_http};
-use crate::engine::Engine;
-use crate::error::ConfigError;
+use crate::bindings::search::nexo::plugin::outbound_http;
+use crate::engine::{Engine, Limits};
+use crate::error::{ConfigError, ToolError};
+use crate::events::EventSink;
+use crate::host_call::{CallContext, HostCall, LogBudget, guest};
 use crate::instance::{Host, base_linker};
+use crate::manifest::Capability;
 use crate::world::WorldLinker;
 
 /// The most a fetched page contributes: 200 KB of its body.
@@ -203,8 +207,10 @@ impl EgressGrant {
 }
 
 /// The per-instance state of a search backend or sandbox provider: its
-/// outbound HTTP (`None` refuses every request) and its plain settings.
-#[derive(Debug, Default)]
+/// outbound HTTP (`None` refuses every request), its plain settings, and
+/// what the host-call path needs. Every import of these worlds goes through
+/// the path with this as its context.
+#[derive(Debug)]
 pub struct EgressState {
     /// The component's outbound HTTP.
     pub egress: Option<Arc<Egress>>,
@@ -212,14 +218,27 @@ pub struct EgressState {
     pub settings: BTreeMap<String, String>,
     /// The plugin's name, for logs and refusals.
     pub plugin: Arc<str>,
+    arg_limit: usize,
+    log: LogBudget,
 }
 
 impl EgressState {
-    /// The state for `plugin` under `grant`.
-    pub fn new(plugin: &str, grant: &EgressGrant) -> Result<Self, ConfigError> {
+    /// The state for `plugin` under `grant` and the run's `limits`.
+    pub fn new(plugin: &str, grant: &EgressGrant, limits: &Limits) -> Result<Self, ConfigError> {
         let egress =
             grant.egress().map_err(|e| ConfigError::Egress { plugin: plugin.to_string(), reason: e.to_string() })?;
-        Ok(EgressState { egress, settings: grant.settings.clone(), plugin: Arc::from(plugin) })
+        Ok(EgressState { egress, settings: grant.settings.clone(), ..EgressState::nothing(plugin, limits) })
+    }
+
+    /// A state that grants nothing: no host, no settings.
+    pub fn nothing(plugin: &str, limits: &Limits) -> Self {
+        EgressState {
+            egress: None,
+            settings: BTreeMap::new(),
+            plugin: Arc::from(plugin),
+            arg_limit: limits.host_arg_bytes,
+            log: LogBudget::new(limits),
+        }
     }
 
     /// The linker of the worlds whose only way out is `outbound-http` (search
@@ -228,36 +247,126 @@ impl EgressState {
     pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Arc<WorldLinker<Host<EgressState>>>> {
         engine.shared(|engine| {
             let mut linker: Linker<Host<EgressState>> = base_linker::<EgressState>(engine)?;
-            outbound_http::add_to_linker::<Host<EgressState>, HasSelf<EgressState>>(&mut linker, |h| &mut h.world)?;
-            config::add_to_linker::<Host<EgressState>, HasSelf<EgressState>>(&mut linker, |h| &mut h.world)?;
+            crate::log::link::<EgressState, EgressState>(&mut linker, |w| w)?;
+            linker.instance("nexo:plugin/outbound-http@0.1.0")?.func_wrap_async(
+                "send",
+                |store, (request,): (outbound_http::Request,)| {
+                    Box::new(async move { Ok((guest(&store.data().world, &Send, request).await,)) })
+                },
+            )?;
+            linker.instance("nexo:plugin/config@0.1.0")?.func_wrap_async("get", |store, (key,): (String,)| {
+                Box::new(async move { Ok((guest(&store.data().world, &Get, key).await.unwrap_or(None),)) })
+            })?;
             Ok(WorldLinker(linker))
         })
     }
 }
 
-impl config::Host for EgressState {
-    async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(self.settings.get(&key).cloned())
+impl CallContext for EgressState {
+    fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// These worlds name no capability: their authority is the egress grant,
+    /// which the guarded client enforces on every request.
+    fn authorize(&self, _cap: Capability, _call: &str, _detail: &str) -> Result<(), ToolError> {
+        Ok(())
+    }
+
+    fn arg_limit(&self) -> usize {
+        self.arg_limit
+    }
+
+    fn events(&self) -> &dyn EventSink {
+        &NO_EVENTS
+    }
+
+    fn log(&self) -> &LogBudget {
+        &self.log
     }
 }
 
-impl outbound_http::Host for EgressState {
-    async fn send(
-        &mut self,
+/// Drops every event: these worlds' calls are not the model's.
+struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _event: &crate::events::Event) {}
+}
+
+static NO_EVENTS: NoEvents = NoEvents;
+
+/// `outbound-http.send`: one GET through the guarded client, under the
+/// component's grant, with the host's key added.
+#[derive(Debug, Clone, Copy)]
+pub struct Send;
+
+impl HostCall<EgressState> for Send {
+    type Args = outbound_http::Request;
+    type Output = outbound_http::Response;
+    type Error = outbound_http::HttpError;
+
+    fn name(&self) -> &'static str {
+        "send"
+    }
+
+    fn detail(&self, request: &outbound_http::Request) -> String {
+        request.url.clone()
+    }
+
+    fn arg_bytes(&self, request: &outbound_http::Request) -> usize {
+        request.url.len() + request.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a EgressState,
         request: outbound_http::Request,
-    ) -> wasmtime::Result<Result<outbound_http::Response, outbound_http::HttpError>> {
-        let Some(egress) = self.egress.clone() else {
-            let host = request.url.split('/').nth(2).unwrap_or("").chars().take(100).collect::<String>();
-            tracing::info!(target: "nexo::egress", plugin = &*self.plugin, host, verdict = "denied");
-            return Ok(Err(outbound_http::HttpError::Denied(format!(
-                "no hosts are granted to `{}`: the operator lists the hosts a component may reach \
-                 (`hosts` in its section of the config file)",
-                self.plugin
-            ))));
-        };
-        Ok(egress.send(&self.plugin, request).await)
+    ) -> BoxFuture<'a, Result<outbound_http::Response, outbound_http::HttpError>> {
+        Box::pin(async move {
+            let Some(egress) = cx.egress.clone() else {
+                let host = crate::truncate::head_chars(request.url.split('/').nth(2).unwrap_or(""), 100);
+                tracing::info!(target: "nexo::egress", plugin = &*cx.plugin, host, verdict = "denied");
+                return Err(outbound_http::HttpError::Denied(format!(
+                    "no hosts are granted to `{}`: the operator lists the hosts a component may reach \
+                     (`hosts` in its section of the config file)",
+                    cx.plugin
+                )));
+            };
+            egress.send(&cx.plugin, request).await
+        })
     }
 }
+
+/// `config.get`: one of the operator's plain settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Get;
+
+impl HostCall<EgressState> for Get {
+    type Args = String;
+    type Output = Option<String>;
+    type Error = ToolError;
+
+    fn name(&self) -> &'static str {
+        "get"
+    }
+
+    fn arg_bytes(&self, key: &String) -> usize {
+        key.len()
+    }
+
+    fn execute<'a>(&'a self, cx: &'a EgressState, key: String) -> BoxFuture<'a, Result<Option<String>, ToolError>> {
+        Box::pin(async move { Ok(cx.settings.get(&key).cloned()) })
+    }
+}
+
+impl From<ToolError> for outbound_http::HttpError {
+    fn from(e: ToolError) -> Self {
+        outbound_http::HttpError::Denied(e.message().to_string())
+    }
+}
+
+crate::guest_only!(Send, EgressState);
+crate::guest_only!(Get, EgressState);
 
 /// A component's outbound HTTP: the guarded client and the policy of its
 /// grant. The client adds the key and scrubs it from any response that

@@ -1,5 +1,5 @@
-//! The host-call path: every guest import of the agent world and every tool
-//! call the model makes enters [`ToolContext::enter`], which runs the same
+//! The host-call path: every guest import, in every world, and every tool
+//! call the model makes enters one function ([`enter`]), which runs the same
 //! steps in the same order:
 //!
 //! ```text
@@ -8,7 +8,8 @@
 //!
 //! - **decode**: WIT arguments arrive typed, and their size is checked; the
 //!   model's arrive as JSON and the call parses them.
-//! - **authorize**: the run's one [`Authority`] decides.
+//! - **authorize**: the world's context decides: an agent run's one
+//!   [`Authority`]; a search backend's or sandbox provider's egress grant.
 //! - **event**: a model's call is reported to the run's [`EventSink`].
 //! - **execute**: the call's handler, with its unit's per-instance state.
 //! - **truncate**: the call's own cut, through the one truncation routine.
@@ -17,22 +18,69 @@
 //!
 //! The journal, metering and the audit log are each one more step here.
 //! A call is defined once, in its capability unit's file: a [`HostCall`]
-//! (and, when the model may call it, a [`Tool`]).
+//! (and, when the model may call it, a [`Tool`]). A world's per-instance
+//! context ([`CallContext`]) is what the steps consult: [`ToolContext`] for
+//! agents, `egress::EgressState` for search backends and sandbox providers.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::Value;
 
 use crate::authority::Authority;
+use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
 use crate::manifest::Capability;
 
-/// One host call: its name, the capability it needs, and its handler.
-pub trait HostCall: Send + Sync + 'static {
+/// What the path consults for one instance's calls.
+pub trait CallContext: Send + Sync + 'static {
+    /// The plugin's name, for logs.
+    fn plugin(&self) -> &str;
+
+    /// The gate for one action the call names a capability for.
+    fn authorize(&self, cap: Capability, call: &str, detail: &str) -> Result<(), ToolError>;
+
+    /// The most bytes a guest may hand to one call.
+    fn arg_limit(&self) -> usize;
+
+    /// Where the model's calls are reported.
+    fn events(&self) -> &dyn EventSink;
+
+    /// The instance's log budget.
+    fn log(&self) -> &LogBudget;
+}
+
+/// How many log lines an instance has written, against its limits.
+#[derive(Debug)]
+pub struct LogBudget {
+    written: AtomicUsize,
+    /// The most lines kept.
+    pub max_lines: usize,
+    /// The longest line kept, in bytes.
+    pub line_bytes: usize,
+}
+
+impl LogBudget {
+    /// A fresh budget under `limits`.
+    pub fn new(limits: &Limits) -> Self {
+        LogBudget { written: AtomicUsize::new(0), max_lines: limits.log_lines, line_bytes: limits.log_line_bytes }
+    }
+
+    /// Takes one line from the budget: its number (1-based), or `None` once
+    /// the budget is spent.
+    pub fn take(&self) -> Option<usize> {
+        let n = self.written.fetch_add(1, Ordering::Relaxed) + 1;
+        (n <= self.max_lines).then_some(n)
+    }
+}
+
+/// One host call: its name, the capability it needs, and its handler, in
+/// the world whose context is `Cx`.
+pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
     /// The decoded arguments.
     type Args: Send;
     /// What the handler returns.
@@ -61,18 +109,17 @@ pub trait HostCall: Send + Sync + 'static {
     }
 
     /// Does the work, after the gate allowed it.
-    fn execute<'a>(&'a self, cx: &'a ToolContext, args: Self::Args)
-    -> BoxFuture<'a, Result<Self::Output, Self::Error>>;
+    fn execute<'a>(&'a self, cx: &'a Cx, args: Self::Args) -> BoxFuture<'a, Result<Self::Output, Self::Error>>;
 
     /// Caps the output before anyone sees it, through the one truncation
     /// routine ([`crate::truncate`]). Default: as is.
-    fn truncate(&self, _cx: &ToolContext, output: Self::Output) -> Self::Output {
+    fn truncate(&self, _cx: &Cx, output: Self::Output) -> Self::Output {
         output
     }
 }
 
 /// A host call the model may also make, as a tool.
-pub trait Tool: HostCall<Error = ToolError> {
+pub trait Tool: HostCall<ToolContext, Error = ToolError> {
     /// The name the model sees, such as `read_file`.
     fn model_name(&self) -> &'static str;
 
@@ -162,7 +209,7 @@ impl<T: Tool> DynTool for T {
 
     fn call_model<'a>(&'a self, cx: &'a ToolContext, turn: u32, call: &'a ToolCall) -> BoxFuture<'a, ModelReply> {
         Box::pin(async move {
-            match cx.enter(self, None, Origin::Model { turn, call }).await {
+            match enter(cx, self, None, Origin::Model { turn, call }).await {
                 Reply::Model(reply) => reply,
                 Reply::Guest(_) => unreachable!("a model call gets a model reply"),
             }
@@ -194,14 +241,37 @@ impl UnitState {
     }
 }
 
-/// Everything a run's host calls need: the authority, where events go, the
-/// tools, and each unit's per-instance state.
+/// Everything an agent run's host calls need: the authority, where events
+/// go, the tools, and each unit's per-instance state.
 pub struct ToolContext {
     authority: Arc<Authority>,
     events: Arc<dyn EventSink>,
     arg_limit: usize,
+    log: LogBudget,
     tools: Vec<Arc<dyn DynTool>>,
     state: UnitState,
+}
+
+impl CallContext for ToolContext {
+    fn plugin(&self) -> &str {
+        self.authority.agent()
+    }
+
+    fn authorize(&self, cap: Capability, call: &str, detail: &str) -> Result<(), ToolError> {
+        self.authority.authorize(cap, call, detail)
+    }
+
+    fn arg_limit(&self) -> usize {
+        self.arg_limit
+    }
+
+    fn events(&self) -> &dyn EventSink {
+        &*self.events
+    }
+
+    fn log(&self) -> &LogBudget {
+        &self.log
+    }
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -212,25 +282,22 @@ impl std::fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
-    /// A context from its parts; `arg_limit` caps what a guest hands to one call.
+    /// A context from its parts, under the run's `limits` (what a guest may
+    /// hand to one call, how much it may log).
     pub fn new(
         authority: Authority,
         events: Arc<dyn EventSink>,
-        arg_limit: usize,
+        limits: &Limits,
         tools: Vec<Arc<dyn DynTool>>,
         state: UnitState,
     ) -> Self {
-        ToolContext { authority: Arc::new(authority), events, arg_limit, tools, state }
+        let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
+        ToolContext { authority: Arc::new(authority), events, arg_limit, log, tools, state }
     }
 
     /// The run's authority.
     pub fn authority(&self) -> &Authority {
         &self.authority
-    }
-
-    /// Where the run's events go.
-    pub fn events(&self) -> &dyn EventSink {
-        &*self.events
     }
 
     /// A unit's per-instance state. Missing state is a host bug, reported
@@ -253,10 +320,7 @@ impl ToolContext {
 
     /// Runs a guest's call through the host-call path.
     pub async fn call<C: MaybeTool>(&self, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
-        match self.enter(call, Some(args), Origin::Guest).await {
-            Reply::Guest(result) => result,
-            Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
-        }
+        guest(self, call, args).await
     }
 
     /// Runs one of the model's tool calls: the offered tool of that name, or
@@ -268,96 +332,101 @@ impl ToolContext {
         let names: Vec<&str> = self.offered_tools().map(|t| t.model_name()).collect();
         let e =
             ToolError::InvalidInput(format!("there is no tool `{}`; the tools are: {}", call.name, names.join(", ")));
-        self.call_event(turn, call);
+        call_event(self, turn, call);
         let reply = ModelReply { content: format!("error: {}", e.message()), ..ModelReply::error(&e) };
-        self.result_event(turn, call, &reply);
+        result_event(self, turn, call, &reply);
         reply
-    }
-
-    /// The path itself. `args` is `None` for a model's call, whose JSON
-    /// arguments are in `origin`.
-    async fn enter<C: HostCall>(
-        &self,
-        call: &C,
-        args: Option<C::Args>,
-        origin: Origin<'_>,
-    ) -> Reply<C::Output, C::Error>
-    where
-        C: MaybeTool,
-    {
-        // decode
-        let decoded = match (&origin, args) {
-            (Origin::Guest, Some(args)) => {
-                let size = call.arg_bytes(&args);
-                if size > self.arg_limit {
-                    Err(ToolError::InvalidInput(format!(
-                        "the arguments to `{}` are {size} bytes; the limit is {}",
-                        call.name(),
-                        self.arg_limit
-                    )))
-                } else {
-                    Ok(args)
-                }
-            }
-            (Origin::Model { call: model_call, .. }, _) => call.decode_json(&model_call.arguments),
-            (Origin::Guest, None) => Err(ToolError::InvalidInput(format!("`{}` got no arguments", call.name()))),
-        };
-        // authorize
-        let allowed = decoded.and_then(|args| match call.capability() {
-            Some(cap) => self.authority.authorize(cap, call.name(), &call.detail(&args)).map(|()| args),
-            None => Ok(args),
-        });
-        // event
-        if let Origin::Model { turn, call: model_call } = &origin {
-            self.call_event(*turn, model_call);
-        }
-        // execute, then truncate
-        let result = match allowed {
-            Ok(args) => call.execute(self, args).await.map(|out| call.truncate(self, out)),
-            Err(refusal) => Err(C::Error::from(refusal)),
-        };
-        // result
-        match origin {
-            Origin::Guest => Reply::Guest(result),
-            Origin::Model { turn, call: model_call } => {
-                let reply = call.reply(result);
-                self.result_event(turn, model_call, &reply);
-                Reply::Model(reply)
-            }
-        }
-    }
-
-    fn call_event(&self, turn: u32, call: &ToolCall) {
-        self.events.emit(&Event::ToolCall {
-            turn,
-            id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-        });
-    }
-
-    fn result_event(&self, turn: u32, call: &ToolCall, reply: &ModelReply) {
-        self.events.emit(&Event::ToolResult {
-            turn,
-            id: call.id.clone(),
-            name: call.name.clone(),
-            verdict: reply.verdict.to_string(),
-            summary: summary(&reply.content),
-        });
     }
 }
 
+/// Runs a guest's import through the host-call path, in any world.
+pub async fn guest<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
+    match enter(cx, call, Some(args), Origin::Guest).await {
+        Reply::Guest(result) => result,
+        Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
+    }
+}
+
+/// The path itself. `args` is `None` for a model's call, whose JSON
+/// arguments are in `origin`.
+async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    call: &C,
+    args: Option<C::Args>,
+    origin: Origin<'_>,
+) -> Reply<C::Output, C::Error> {
+    // decode
+    let decoded = match (&origin, args) {
+        (Origin::Guest, Some(args)) => {
+            let size = call.arg_bytes(&args);
+            if size > cx.arg_limit() {
+                Err(ToolError::InvalidInput(format!(
+                    "the arguments to `{}` are {size} bytes; the limit is {}",
+                    call.name(),
+                    cx.arg_limit()
+                )))
+            } else {
+                Ok(args)
+            }
+        }
+        (Origin::Model { call: model_call, .. }, _) => call.decode_json(&model_call.arguments),
+        (Origin::Guest, None) => Err(ToolError::InvalidInput(format!("`{}` got no arguments", call.name()))),
+    };
+    // authorize
+    let allowed = decoded.and_then(|args| match call.capability() {
+        Some(cap) => cx.authorize(cap, call.name(), &call.detail(&args)).map(|()| args),
+        None => Ok(args),
+    });
+    // event
+    if let Origin::Model { turn, call: model_call } = &origin {
+        call_event(cx, *turn, model_call);
+    }
+    // execute, then truncate
+    let result = match allowed {
+        Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
+        Err(refusal) => Err(C::Error::from(refusal)),
+    };
+    // result
+    match origin {
+        Origin::Guest => Reply::Guest(result),
+        Origin::Model { turn, call: model_call } => {
+            let reply = call.reply(result);
+            result_event(cx, turn, model_call, &reply);
+            Reply::Model(reply)
+        }
+    }
+}
+
+fn call_event<Cx: CallContext>(cx: &Cx, turn: u32, call: &ToolCall) {
+    cx.events().emit(&Event::ToolCall {
+        turn,
+        id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+    });
+}
+
+fn result_event<Cx: CallContext>(cx: &Cx, turn: u32, call: &ToolCall, reply: &ModelReply) {
+    cx.events().emit(&Event::ToolResult {
+        turn,
+        id: call.id.clone(),
+        name: call.name.clone(),
+        verdict: reply.verdict.to_string(),
+        summary: summary(&reply.content),
+    });
+}
+
 /// What the path needs of a call only the model makes: JSON decoding and
-/// rendering. Every [`Tool`] has it; a guest-only [`HostCall`] gets the
-/// refusals below, which the path never reaches for it.
-pub trait MaybeTool: HostCall {
+/// rendering. Every [`Tool`] has it; a guest-only [`HostCall`] implements it
+/// with refusals the path never reaches (see [`guest_only!`](crate::guest_only)).
+pub trait MaybeTool<Cx: CallContext = ToolContext>: HostCall<Cx> {
     /// Parses the model's arguments.
     fn decode_json(&self, arguments: &Value) -> Result<Self::Args, ToolError>;
     /// The model's reply for a result.
     fn reply(&self, result: Result<Self::Output, Self::Error>) -> ModelReply;
 }
 
-impl<T: Tool> MaybeTool for T {
+impl<T: Tool> MaybeTool<ToolContext> for T {
     fn decode_json(&self, arguments: &Value) -> Result<Self::Args, ToolError> {
         self.decode(arguments)
     }
@@ -372,10 +441,29 @@ impl<T: Tool> MaybeTool for T {
 
 /// The first line of a result, for progress displays.
 fn summary(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("");
-    if line.chars().count() > 120 || text.lines().nth(1).is_some() {
-        format!("{}…", line.chars().take(120).collect::<String>())
-    } else {
-        line.to_string()
-    }
+    crate::truncate::first_line(text, 120)
+}
+
+/// Implements [`MaybeTool`] for a host call only guests make, in context `$cx`.
+#[macro_export]
+macro_rules! guest_only {
+    ($call:ty, $cx:ty) => {
+        impl $crate::host_call::MaybeTool<$cx> for $call {
+            fn decode_json(&self, _arguments: &serde_json::Value) -> Result<Self::Args, $crate::error::ToolError> {
+                Err($crate::error::ToolError::Unsupported(format!(
+                    "`{}` is not a model tool",
+                    $crate::host_call::HostCall::<$cx>::name(self)
+                )))
+            }
+
+            fn reply(&self, _result: Result<Self::Output, Self::Error>) -> $crate::host_call::ModelReply {
+                $crate::host_call::ModelReply {
+                    content: "error: not a model tool".into(),
+                    is_error: true,
+                    verdict: "invalid-input",
+                    approval: None,
+                }
+            }
+        }
+    };
 }

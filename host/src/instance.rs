@@ -1,6 +1,6 @@
 //! What every plugin store holds, whatever its world: the WASI context
-//! (granting nothing unless the run adds preopens), the resource limiter,
-//! captured stdio and the log budget ([`Core`]), next to the world's own
+//! (granting nothing unless the run adds preopens), the resource limiter and
+//! captured stdio ([`Core`]), next to the world's own
 //! per-instance state `W` ([`Host`]). Also the one place a guarded call's
 //! outcome becomes a typed error ([`settle`]).
 
@@ -13,7 +13,7 @@ use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::agent::nexo::plugin::{log, types};
+use crate::bindings::agent::nexo::plugin::types;
 use crate::engine::{Engine, Limits};
 use crate::error::RunError;
 
@@ -108,7 +108,6 @@ pub struct Core {
     pub limits: Limits,
     /// The resource limiter.
     pub limiter: RunLimiter,
-    log_lines: usize,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -162,13 +161,13 @@ impl HasData for HasCore {
     type Data<'a> = &'a mut Core;
 }
 
-/// A linker with what every world imports: WASI 0.2 (granting nothing by
-/// itself), `types` and `log`.
+/// A linker with what every world offers: WASI 0.2 (granting nothing by
+/// itself) and `types`. Worlds that import `log` add it with their context
+/// (`crate::log::link`).
 pub fn base_linker<W: Send + 'static>(engine: &Engine) -> wasmtime::Result<Linker<Host<W>>> {
     let mut linker = Linker::new(engine.wasmtime());
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     types::add_to_linker::<Host<W>, HasCore>(&mut linker, |h| &mut h.core)?;
-    log::add_to_linker::<Host<W>, HasCore>(&mut linker, |h| &mut h.core)?;
     Ok(linker)
 }
 
@@ -206,8 +205,7 @@ pub fn new_store<W: Send + 'static>(
         instances: limits.instances_per_store,
         hit: None,
     };
-    let core =
-        Core { plugin, limiter, log_lines: 0, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
+    let core = Core { plugin, limiter, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
     let mut store = Store::new(engine.wasmtime(), Host { core, world });
     store.limiter(|s| &mut s.core.limiter);
     store.set_epoch_deadline(engine.ticks_for(timeout));
@@ -252,26 +250,3 @@ pub fn settle<W, T>(
 }
 
 impl types::Host for Core {}
-
-impl log::Host for Core {
-    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
-        if self.log_lines >= self.limits.log_lines {
-            return Ok(());
-        }
-        self.log_lines += 1;
-        let (cut, was_cut) = crate::truncate::head_bytes(message.as_bytes(), self.limits.log_line_bytes);
-        let message = if was_cut { format!("{cut} …[cut]") } else { cut };
-        let plugin = &*self.plugin;
-        match level {
-            log::Level::Trace => tracing::trace!(target: "nexo::plugin", plugin, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "nexo::plugin", plugin, "{message}"),
-            log::Level::Info => tracing::info!(target: "nexo::plugin", plugin, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "nexo::plugin", plugin, "{message}"),
-            log::Level::Error => tracing::error!(target: "nexo::plugin", plugin, "{message}"),
-        }
-        if self.log_lines == self.limits.log_lines {
-            tracing::warn!(target: "nexo::plugin", plugin, "log line limit reached; dropping further lines");
-        }
-        Ok(())
-    }
-}

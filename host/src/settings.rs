@@ -14,10 +14,10 @@ use nexo_sandbox::Sandbox;
 
 use crate::agent_loop::{Loop, LoopLimits};
 use crate::authority::{Grant, Permissions};
-use crate::truncate::Truncation;
 use crate::events::EventSink;
 use crate::instance::Preopen;
 use crate::search::SearchBackend;
+use crate::truncate::Truncation;
 use crate::world::skill::Skill;
 
 /// Per-run tool settings.

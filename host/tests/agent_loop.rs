@@ -33,7 +33,7 @@ async fn prepared(manifest: &AgentManifest, options: RunOptions) -> Toolbox {
         move |e: &Event| events.lock().unwrap().push(e.clone())
     };
     let options = RunOptions { events: Some(Arc::new(sink)), ..options };
-    let tools = nexo::world::agent::prepare(manifest, &options, &[], 1 << 20).await.unwrap().tools;
+    let tools = nexo::world::agent::prepare(manifest, &options, &[], &nexo::Limits::default()).await.unwrap().tools;
     Toolbox { tools, events }
 }
 
@@ -420,7 +420,9 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
             ..RunOptions::default()
         };
         let (manifest, unit) = (manifest.clone(), unit.clone());
-        async move { nexo::world::agent::prepare(&manifest, &options, &[unit], 1 << 20).await.unwrap().tools }
+        async move {
+            nexo::world::agent::prepare(&manifest, &options, &[unit], &nexo::Limits::default()).await.unwrap().tools
+        }
     };
     let tools = run(Permissions::new(PermissionMode::ReadOnly)).await;
     let names: Vec<String> = tools.specs().into_iter().map(|t| t.name).collect();

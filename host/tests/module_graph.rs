@@ -126,8 +126,8 @@ fn graph(krate: &Crate) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
         if is_mod_rs {
             for child in known.iter().filter(|k| k.len() == module.len() + 1 && k.starts_with(module)) {
                 let name = child.last().unwrap();
-                let uses = paths_after(&text, &format!("{name}::")).len()
-                    + paths_after(&text, &format!("self::{name}")).len();
+                let uses =
+                    paths_after(&text, &format!("{name}::")).len() + paths_after(&text, &format!("self::{name}")).len();
                 if uses > 0 {
                     targets.push(child.clone());
                 }

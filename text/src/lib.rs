@@ -57,6 +57,18 @@ pub fn head_chars(text: &str, max: usize) -> String {
     out
 }
 
+/// The first line of `text`, at most `max` characters, ending with `…` when
+/// anything was left out (a longer line, or more lines). For one-line
+/// summaries: progress lines, events, `nexo inspect` rows.
+pub fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() > max || text.lines().nth(1).is_some() {
+        format!("{}…", line.chars().take(max).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
 /// Decodes at most `max` bytes of `bytes` as UTF-8 (invalid sequences become
 /// U+FFFD) without splitting a character at the cut. Returns the text and
 /// whether anything was dropped. Used for fetched pages.
@@ -146,6 +158,14 @@ fn strip_ansi(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_line_keeps_one_line_and_marks_the_rest() {
+        assert_eq!(first_line("short", 10), "short");
+        assert_eq!(first_line("one\ntwo", 10), "one…");
+        assert_eq!(first_line("abcdefghijkl", 10), "abcdefghij…");
+        assert_eq!(first_line("", 10), "");
+    }
 
     #[test]
     fn keeps_the_last_lines_and_marks_the_cut() {

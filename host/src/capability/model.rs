@@ -18,7 +18,7 @@ use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
 use crate::bindings::agent::nexo::plugin::model as wit;
 use crate::error::{RunError, ToolError};
 use crate::events::{EventSink, Status};
-use crate::host_call::{HostCall, MaybeTool, ModelReply, ToolContext};
+use crate::host_call::{HostCall, ToolContext};
 use crate::unit::{AgentHost, Setup, Unit};
 
 /// What a run's prompts run with.
@@ -194,21 +194,8 @@ impl HostCall for Prompt {
     }
 }
 
-// The model does not call `prompt`; the guest does. The path never decodes
-// JSON for it nor renders it for a model.
-impl MaybeTool for Prompt {
-    fn decode_json(&self, _arguments: &serde_json::Value) -> Result<String, ToolError> {
-        Err(ToolError::Unsupported("`prompt` is not a model tool".into()))
-    }
-
-    fn reply(&self, result: Result<Outcome, wit::ModelError>) -> ModelReply {
-        let text = match result {
-            Ok(outcome) => outcome.text,
-            Err(e) => model_error_text(&e),
-        };
-        ModelReply { content: text, is_error: false, verdict: "allowed", approval: None }
-    }
-}
+// The model does not call `prompt`; the guest does.
+crate::guest_only!(Prompt, ToolContext);
 
 /// Where a run's events go: the operator's sink, or nowhere.
 pub(crate) fn events(sink: Option<&Arc<dyn EventSink>>) -> Arc<dyn EventSink> {

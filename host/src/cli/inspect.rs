@@ -226,14 +226,10 @@ fn row(label: &str, value: &str) {
 }
 
 fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("");
-    if line.is_empty() {
-        "(none)".into()
-    } else if line.chars().count() > 100 || text.lines().count() > 1 {
-        format!("{}…", line.chars().take(100).collect::<String>())
-    } else {
-        line.into()
+    if text.lines().next().unwrap_or("").is_empty() {
+        return "(none)".into();
     }
+    nexo::truncate::first_line(text, 100)
 }
 
 fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {

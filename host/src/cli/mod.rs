@@ -37,7 +37,6 @@ use nexo::agent_loop::Status;
 use nexo::settings::RunOptions;
 use nexo::{ConfigError, Engine, EngineConfig, Plugin, RunError};
 
-
 /// nexo hosts AI agents, skills and search backends as WebAssembly components.
 #[derive(Parser, Debug)]
 #[command(name = "nexo", version, about)]

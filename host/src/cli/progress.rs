@@ -77,7 +77,7 @@ fn short(value: &serde_json::Value) -> String {
         }
         other => other.to_string(),
     };
-    if text.chars().count() > 80 { format!("{}…", text.chars().take(80).collect::<String>()) } else { text }
+    nexo::truncate::first_line(&text, 80)
 }
 
 impl EventSink for Progress {

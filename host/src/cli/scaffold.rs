@@ -102,7 +102,7 @@ pub fn new_plugin(kind: NewKind, dir: &Path, sdk_dir: &Path) -> Result<Vec<PathB
         return Err(ScaffoldError::WorkflowUnavailable);
     }
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    nexo::plugin::validate::name(&name).map_err(ScaffoldError::BadName)?;
+    nexo::plugin::validate::name(&name).map_err(|p| ScaffoldError::BadName(p.problem))?;
     let non_empty = std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(dir.exists());
     if non_empty {
         return Err(ScaffoldError::Exists(dir.to_path_buf()));

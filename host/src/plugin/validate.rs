@@ -2,15 +2,30 @@
 
 use std::path::Path;
 
-use crate::manifest::{Description, PluginKind};
 use crate::error::LoadError;
+use crate::manifest::{Description, PluginKind};
 
 /// Longest description accepted, in characters (as for Agent Skills).
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 
+/// A field of a self-description that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct Problem {
+    /// The field, as the manifest spells it.
+    pub field: &'static str,
+    /// The rule it breaks, with the value.
+    pub problem: String,
+}
+
 /// Checks a plugin name: 1–64 characters of lowercase letters, digits and
-/// hyphens, with no leading, trailing or doubled hyphen.
-pub fn name(value: &str) -> Result<(), String> {
+/// hyphens, with no leading, trailing or doubled hyphen. The error is the
+/// rule the name breaks, quoting it.
+pub fn name(value: &str) -> Result<(), Problem> {
+    name_rule(value).map_err(|problem| Problem { field: "name", problem })
+}
+
+fn name_rule(value: &str) -> Result<(), String> {
     if value.is_empty() || value.chars().count() > 64 {
         return Err(format!("{value:?} must be 1 to 64 characters long"));
     }
@@ -32,10 +47,10 @@ fn description_text(value: &str) -> Result<(), String> {
 }
 
 /// Checks an agent manifest, returning the field and the rule it breaks.
-pub fn agent_manifest(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, String)> {
-    name(&m.name).map_err(|p| ("name", p))?;
-    description_text(&m.description).map_err(|p| ("description", p))?;
-    agent_rules(m)
+pub fn agent_manifest(m: &crate::manifest::AgentManifest) -> Result<(), Problem> {
+    name(&m.name)?;
+    description_text(&m.description).map_err(|problem| Problem { field: "description", problem })?;
+    agent_rules(m).map_err(|(field, problem)| Problem { field, problem })
 }
 
 fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, String)> {
@@ -72,7 +87,7 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
         Description::SearchBackend(i) => (&i.name, &i.description),
         Description::SandboxProvider(i) => (&i.name, &i.description),
     };
-    name(n).map_err(|p| bad("name", p))?;
+    name_rule(n).map_err(|p| bad("name", p))?;
     description_text(desc).map_err(|p| bad("description", p))?;
     match d {
         Description::Agent(m) => agent_rules(m).map_err(|(field, problem)| bad(field, problem))?,
@@ -113,7 +128,7 @@ mod fetch_allow_tests {
     use super::*;
     use crate::manifest::AgentManifest;
 
-    fn with_hosts(hosts: &[&str]) -> Result<(), (&'static str, String)> {
+    fn with_hosts(hosts: &[&str]) -> Result<(), Problem> {
         let m = AgentManifest {
             name: "a".into(),
             description: "d".into(),
@@ -129,7 +144,7 @@ mod fetch_allow_tests {
             assert!(with_hosts(ok).is_ok(), "{ok:?}");
         }
         for bad in ["https://example.com", "example.com:443", "*.example.com", "example.com/path", "", "com", "org."] {
-            let (field, problem) = with_hosts(&[bad]).unwrap_err();
+            let Problem { field, problem } = with_hosts(&[bad]).unwrap_err();
             assert_eq!(field, "fetch-allow", "{bad}");
             assert!(!problem.is_empty());
         }

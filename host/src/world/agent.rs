@@ -26,7 +26,7 @@ use crate::capability::sandbox::SandboxUnit;
 use crate::capability::search::SearchUnit;
 use crate::capability::shell::ShellUnit;
 use crate::capability::skills::SkillsUnit;
-use crate::engine::Engine;
+use crate::engine::{Engine, Limits};
 use crate::error::RunError;
 use crate::host_call::{ToolContext, UnitState};
 use crate::instance::{Host, Preopen, Wasi, base_linker, new_store, settle};
@@ -51,13 +51,13 @@ pub struct Prepared {
 
 /// Prepares a run of `manifest` under `options`: the authority, then each
 /// unit in order, then `extra` units (an embedding program's own, which
-/// serve tools but no WIT import) just before the model. `arg_limit` caps
-/// what a guest hands to one call.
+/// serve tools but no WIT import) just before the model. `limits` caps what
+/// a guest hands to one call and how much it logs.
 pub async fn prepare(
     manifest: &AgentManifest,
     options: &RunOptions,
     extra: &[Arc<dyn Unit>],
-    arg_limit: usize,
+    limits: &Limits,
 ) -> Result<Prepared, RunError> {
     let mut authority = Authority::new(manifest, &options.grant, &options.permissions);
     let mut state = UnitState::default();
@@ -79,7 +79,7 @@ pub async fn prepare(
     }
     let tools = units.iter().flat_map(|u| u.tools()).collect();
     let events = crate::capability::model::events(options.events.as_ref());
-    let tools = Arc::new(ToolContext::new(authority, events, arg_limit, tools, state));
+    let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
     Ok(Prepared { tools, preopens })
 }
 
@@ -90,6 +90,7 @@ pub(crate) type AgentLinker = WorldLinker<AgentHost>;
 fn linker(engine: &Engine) -> wasmtime::Result<Arc<AgentLinker>> {
     engine.shared(|engine| {
         let mut linker = base_linker::<AgentState>(engine)?;
+        crate::log::link::<AgentState, ToolContext>(&mut linker, |w| &w.tools)?;
         for unit in UNITS {
             unit.link(&mut linker)?;
         }
@@ -112,8 +113,10 @@ pub(crate) async fn describe(
 ) -> Result<AgentManifest, RunError> {
     let timeout = engine.limits().call_timeout;
     // Describing grants nothing: no unit is prepared, so any tool call fails.
-    let authority = Authority::new(&AgentManifest::default(), &Grant::none(), &Default::default());
-    let tools = ToolContext::new(authority, crate::events::no_events(), 0, Vec::new(), UnitState::default());
+    let nameless = AgentManifest { name: label.to_string(), ..AgentManifest::default() };
+    let authority = Authority::new(&nameless, &Grant::none(), &Default::default());
+    let tools =
+        ToolContext::new(authority, crate::events::no_events(), engine.limits(), Vec::new(), UnitState::default());
     let state = AgentState { tools: Arc::new(tools), last_prompt: None };
     let mut store = new_store(engine, label, &Wasi::default(), timeout, state)?;
     let result = tokio::time::timeout(timeout, async {
@@ -168,7 +171,7 @@ impl Agent {
     pub async fn instantiate(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
         let engine = &self.meta.engine;
         let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
-        let prepared = prepare(&self.manifest, options, &[], engine.limits().host_arg_bytes).await?;
+        let prepared = prepare(&self.manifest, options, &[], engine.limits()).await?;
         let wasi = Wasi { preopens: prepared.preopens, env: options.env.clone() };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;

@@ -33,7 +33,8 @@ pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFa
 /// Reads a provider's info under the short call deadline, with no egress.
 pub(crate) async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<ProviderInfo, RunError> {
     let timeout = engine.limits().call_timeout;
-    let mut store = new_store(engine, label, &Wasi::default(), timeout, EgressState::default())?;
+    let mut store =
+        new_store(engine, label.clone(), &Wasi::default(), timeout, EgressState::nothing(&label, engine.limits()))?;
     let result = tokio::time::timeout(timeout, async {
         let bindings = pre.instantiate_async(&mut store).await?;
         bindings.nexo_plugin_sandbox_provider().call_info(&mut store).await
@@ -87,7 +88,7 @@ impl SandboxProviderPlugin {
     /// threads (as the tools do).
     pub async fn start(&self, grant: &EgressGrant, timeout: Option<Duration>) -> Result<RemoteSandbox, RunError> {
         let engine = &self.meta.engine;
-        let state = EgressState::new(self.name(), grant)?;
+        let state = EgressState::new(self.name(), grant, engine.limits())?;
         let call_timeout = timeout.unwrap_or(engine.limits().run_timeout);
         let mut store = new_store(engine, self.meta.name.clone(), &Wasi::default(), call_timeout, state)?;
         let result = tokio::time::timeout(call_timeout, self.pre.instantiate_async(&mut store)).await;

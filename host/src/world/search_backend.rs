@@ -31,7 +31,8 @@ pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFa
 /// Reads a backend's info under the short call deadline, with no egress.
 pub(crate) async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<BackendInfo, RunError> {
     let timeout = engine.limits().call_timeout;
-    let mut store = new_store(engine, label, &Wasi::default(), timeout, EgressState::default())?;
+    let mut store =
+        new_store(engine, label.clone(), &Wasi::default(), timeout, EgressState::nothing(&label, engine.limits()))?;
     let result = tokio::time::timeout(timeout, async {
         let bindings = pre.instantiate_async(&mut store).await?;
         bindings.nexo_plugin_search_backend().call_info(&mut store).await
@@ -87,7 +88,7 @@ impl std::fmt::Debug for ComponentBackend {
 impl ComponentBackend {
     /// Wraps `plugin` with `grant`, which is checked now.
     pub fn new(plugin: SearchBackendPlugin, grant: &EgressGrant) -> Result<Self, ConfigError> {
-        EgressState::new(plugin.name(), grant)?;
+        EgressState::new(plugin.name(), grant, &crate::Limits::default())?;
         Ok(ComponentBackend { plugin, grant: grant.clone(), timeout: grant.timeout })
     }
 
@@ -110,7 +111,7 @@ impl ComponentBackend {
     async fn call(&self, query: &str, language: Option<&str>) -> Result<Result<Vec<SearchHit>, SearchError>, RunError> {
         let engine = &self.plugin.meta.engine;
         let timeout = self.timeout.unwrap_or(engine.limits().call_timeout);
-        let state = EgressState::new(self.plugin.name(), &self.grant)?;
+        let state = EgressState::new(self.plugin.name(), &self.grant, engine.limits())?;
         let mut store = new_store(engine, self.plugin.meta.name.clone(), &Wasi::default(), timeout, state)?;
         let result = tokio::time::timeout(timeout, self.plugin.pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", timeout, result)?;

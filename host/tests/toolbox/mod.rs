@@ -74,7 +74,7 @@ impl Setup {
             events,
             ..RunOptions::default()
         };
-        Toolbox(nexo::world::agent::prepare(&manifest, &options, &[], 1 << 20).await.unwrap().tools)
+        Toolbox(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default()).await.unwrap().tools)
     }
 }
 

@@ -1,0 +1,77 @@
+//! The `log` import: a plugin's lines in the host's log, tagged with its
+//! name, through the host-call path like every other import. Each line is
+//! cut at the run's line limit (by the one truncation routine) and at most
+//! the run's number of lines is kept.
+
+use nexo_model::BoxFuture;
+use wasmtime::component::Linker;
+
+use crate::bindings::agent::nexo::plugin::log::Level;
+use crate::error::ToolError;
+use crate::host_call::{CallContext, HostCall, guest};
+use crate::instance::Host;
+
+/// `log`: one line at a level.
+#[derive(Debug, Clone, Copy)]
+pub struct Log;
+
+impl<Cx: CallContext> HostCall<Cx> for Log {
+    type Args = (Level, String);
+    type Output = ();
+    type Error = ToolError;
+
+    fn name(&self) -> &'static str {
+        "log"
+    }
+
+    fn execute<'a>(&'a self, cx: &'a Cx, (level, message): (Level, String)) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async move {
+            let budget = cx.log();
+            let Some(n) = budget.take() else { return Ok(()) };
+            let (cut, was_cut) = crate::truncate::head_bytes(message.as_bytes(), budget.line_bytes);
+            let message = if was_cut { format!("{cut} …[cut]") } else { cut };
+            let plugin = cx.plugin();
+            match level {
+                Level::Trace => tracing::trace!(target: "nexo::plugin", plugin, "{message}"),
+                Level::Debug => tracing::debug!(target: "nexo::plugin", plugin, "{message}"),
+                Level::Info => tracing::info!(target: "nexo::plugin", plugin, "{message}"),
+                Level::Warn => tracing::warn!(target: "nexo::plugin", plugin, "{message}"),
+                Level::Error => tracing::error!(target: "nexo::plugin", plugin, "{message}"),
+            }
+            if n == budget.max_lines {
+                tracing::warn!(target: "nexo::plugin", plugin, "log line limit reached; dropping further lines");
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<Cx: CallContext> crate::host_call::MaybeTool<Cx> for Log {
+    fn decode_json(&self, _arguments: &serde_json::Value) -> Result<(Level, String), ToolError> {
+        Err(ToolError::Unsupported("`log` is not a model tool".into()))
+    }
+
+    fn reply(&self, _result: Result<(), ToolError>) -> crate::host_call::ModelReply {
+        crate::host_call::ModelReply {
+            content: "error: not a model tool".into(),
+            is_error: true,
+            verdict: "invalid-input",
+            approval: None,
+        }
+    }
+}
+
+/// Adds `log` to a world's linker; `context` finds the call context in the
+/// world's state.
+pub fn link<W: Send + 'static, Cx: CallContext>(
+    linker: &mut Linker<Host<W>>,
+    context: fn(&W) -> &Cx,
+) -> wasmtime::Result<()> {
+    linker.instance("nexo:plugin/log@0.1.0")?.func_wrap_async("log", move |store, (level, message): (Level, String)| {
+        Box::new(async move {
+            // A log line never fails the guest: a refused one is dropped.
+            let _ = guest(context(&store.data().world), &Log, (level, message)).await;
+            Ok(())
+        })
+    })
+}
