@@ -425,8 +425,8 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         }
     };
     let tools = run(Permissions::new(PermissionMode::ReadOnly)).await;
-    let names: Vec<String> = tools.specs().into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["read_file", "echo"]);
+    let offered: Vec<String> = tools.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(offered, ["read_file", "echo"]);
     let provider = script(json!([
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "hello there, general" } }] },
         { "text": "done" }
@@ -438,7 +438,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
     };
     // Executed with the unit's own state, then cut by its truncate step.
     assert_eq!(content, "parrot says hello t…");
-    let seen = names_of(&events.lock().unwrap());
+    let seen = names(&events.lock().unwrap());
     assert_eq!(seen, ["turn", "call", "result", "turn", "done"]);
     // The gate decides for it as for any tool: read is not allowed without read-only's allow list.
     let strict = run(Permissions::new(PermissionMode::ReadOnly).with_allow([])).await;
@@ -450,8 +450,4 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
     assert!(content.starts_with("error: denied: "), "{content}");
-}
-
-fn names_of(events: &[Event]) -> Vec<&'static str> {
-    names(events)
 }

@@ -171,10 +171,10 @@ fn cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<Str
     }
     let mut state = BTreeMap::new();
     for node in edges.keys() {
-        if !state.contains_key(node) {
-            if let Some(found) = visit(node, edges, &mut state, &mut Vec::new()) {
-                return Some(found);
-            }
+        if !state.contains_key(node)
+            && let Some(found) = visit(node, edges, &mut state, &mut Vec::new())
+        {
+            return Some(found);
         }
     }
     None

@@ -35,10 +35,14 @@ pub use crate::settings::RunOptions;
 use crate::unit::{AgentHost, AgentState, Setup, Unit};
 
 /// The agent world's capability units, in dependency order: the sandbox
-/// before the tools that act in it, the model last (its instructions are
-/// everyone's). Units an embedding program adds run just before the model.
+/// before the tools that act in it. Units an embedding program adds come
+/// after these, and the model unit ([`MODEL`]) after all of them: its
+/// instructions are everyone's.
 pub static UNITS: &[&dyn Unit] =
-    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit, &ModelUnit];
+    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit];
+
+/// The model unit, always last.
+pub static MODEL: &dyn Unit = &ModelUnit;
 
 /// A run, prepared: its host-call context and what the component's WASI
 /// sees.
@@ -63,9 +67,8 @@ pub async fn prepare(
     let mut state = UnitState::default();
     let mut preopens = options.preopens.clone();
     let mut instructions = vec![manifest.instructions.clone()];
-    let (model, built_in) = UNITS.split_last().expect("the unit list ends with the model unit");
     let units: Vec<&dyn Unit> =
-        built_in.iter().copied().chain(extra.iter().map(|u| &**u)).chain(std::iter::once(*model)).collect();
+        UNITS.iter().copied().chain(extra.iter().map(|u| &**u)).chain(std::iter::once(MODEL)).collect();
     let mut setup = Setup {
         manifest,
         options,
@@ -91,7 +94,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Arc<AgentLinker>> {
     engine.shared(|engine| {
         let mut linker = base_linker::<AgentState>(engine)?;
         crate::log::link::<AgentState, ToolContext>(&mut linker, |w| &w.tools)?;
-        for unit in UNITS {
+        for unit in UNITS.iter().chain(std::iter::once(&MODEL)) {
             unit.link(&mut linker)?;
         }
         Ok(WorldLinker(linker))
