@@ -19,12 +19,12 @@
 //! A denial becomes a recoverable tool error, and `approval required` is its
 //! own outcome that a run can turn into a suspension.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ToolError;
-use crate::manifest::{AgentManifest, Capability, PermissionMode};
+use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
 
 /// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
 pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
@@ -44,7 +44,7 @@ pub enum Verdict {
 #[derive(Clone)]
 pub struct Permissions {
     mode: PermissionMode,
-    allow: BTreeSet<Capability>,
+    allow: CapSet,
     on_ask: Option<AskHook>,
     ask_when: Option<AskHook>,
 }
@@ -53,7 +53,7 @@ impl fmt::Debug for Permissions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permissions")
             .field("mode", &self.mode)
-            .field("allow", &self.allow)
+            .field("allow", &self.allow.to_set())
             .field("on_ask", &self.on_ask.is_some())
             .field("ask_when", &self.ask_when.is_some())
             .finish()
@@ -110,19 +110,19 @@ impl Permissions {
     }
 
     /// The allow list.
-    pub fn allow(&self) -> &BTreeSet<Capability> {
-        &self.allow
+    pub fn allow(&self) -> BTreeSet<Capability> {
+        self.allow.to_set()
     }
 
     /// Whether `cap` passes without a hook or an approval under this mode.
     pub fn auto_allows(&self, cap: Capability) -> bool {
-        self.allow.contains(&cap) || self.mode == PermissionMode::Auto
+        self.allow.contains(cap) || self.mode == PermissionMode::Auto
     }
 
     /// Decides one action. `detail` (a path, a command, a URL) goes to the
     /// hooks and into messages.
     pub fn check(&self, cap: Capability, detail: &str) -> Verdict {
-        if self.allow.contains(&cap) {
+        if self.allow.contains(cap) {
             return Verdict::Allow;
         }
         let name = cap.as_str();
@@ -205,13 +205,22 @@ pub fn stricter(a: PermissionMode, b: PermissionMode) -> PermissionMode {
 #[derive(Debug, Clone)]
 pub struct Authority {
     agent: String,
-    requested: BTreeSet<Capability>,
-    granted: Grant,
-    effective: BTreeSet<Capability>,
+    requested: CapSet,
+    effective: CapSet,
     permissions: Permissions,
-    /// Why an effective capability cannot run here at all (no shell in the
-    /// sandbox, no `fetch-allow` list, no search backend).
-    unavailable: BTreeMap<Capability, ToolError>,
+    /// Why a capability cannot run here at all (no shell in the sandbox, no
+    /// `fetch-allow` list, no search backend), by [`Capability::index`].
+    unavailable: [Option<Refusal>; Capability::ALL.len()],
+}
+
+/// Why a capability cannot run in this run's configuration, made into the
+/// gate's error only when someone asks: most runs never do.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    /// Builds the error from the agent's name and `detail`.
+    pub make: fn(agent: &str, detail: &'static str) -> ToolError,
+    /// What the message needs besides the agent's name (a sandbox's name).
+    pub detail: &'static str,
 }
 
 impl Authority {
@@ -222,20 +231,21 @@ impl Authority {
         if let Some(declared) = manifest.permissions {
             permissions = permissions.narrowed_to(declared);
         }
+        let requested: CapSet = manifest.capabilities.iter().copied().collect();
+        let granted: CapSet = grant.capabilities.iter().copied().collect();
         Authority {
             agent: manifest.name.clone(),
-            requested: manifest.capabilities.iter().copied().collect(),
-            effective: grant.effective(&manifest.capabilities),
-            granted: grant.clone(),
+            requested,
+            effective: requested.intersection(granted),
             permissions,
-            unavailable: BTreeMap::new(),
+            unavailable: [None; Capability::ALL.len()],
         }
     }
 
     /// Notes that `cap` cannot run in this run's configuration: the gate
     /// refuses it with `why`, and its tool is not offered.
-    pub fn set_unavailable(&mut self, cap: Capability, why: ToolError) {
-        self.unavailable.insert(cap, why);
+    pub fn set_unavailable(&mut self, cap: Capability, why: Refusal) {
+        self.unavailable[cap.index()] = Some(why);
     }
 
     /// The agent's name.
@@ -244,18 +254,13 @@ impl Authority {
     }
 
     /// What the plugin requested.
-    pub fn requested(&self) -> &BTreeSet<Capability> {
-        &self.requested
-    }
-
-    /// What the operator granted.
-    pub fn granted(&self) -> &Grant {
-        &self.granted
+    pub fn requested(&self) -> BTreeSet<Capability> {
+        self.requested.to_set()
     }
 
     /// Requested ∩ granted.
-    pub fn effective(&self) -> &BTreeSet<Capability> {
-        &self.effective
+    pub fn effective(&self) -> BTreeSet<Capability> {
+        self.effective.to_set()
     }
 
     /// The mode in force: the operator's, narrowed by the plugin's own.
@@ -270,19 +275,19 @@ impl Authority {
 
     /// Whether the model is offered `cap`'s tool: effective, and servable.
     pub fn offers(&self, cap: Capability) -> bool {
-        self.effective.contains(&cap) && !self.unavailable.contains_key(&cap)
+        self.effective.contains(cap) && self.unavailable[cap.index()].is_none()
     }
 
     /// The capabilities whose tools are offered, in the contract's order.
     pub fn offered(&self) -> Vec<Capability> {
-        self.effective.iter().copied().filter(|c| self.offers(*c)).collect()
+        self.effective.iter().filter(|c| self.offers(*c)).collect()
     }
 
     /// Whether `cap` is effective and passes without asking anyone: the test
     /// for authority that bypasses the gate, such as a writable WASI
     /// preopen, about which nobody can be asked.
     pub fn allows_unasked(&self, cap: Capability) -> bool {
-        self.effective.contains(&cap) && self.permissions.auto_allows(cap)
+        self.effective.contains(cap) && self.permissions.auto_allows(cap)
     }
 
     /// The gate for one action, in a fixed order: effective → servable →
@@ -303,8 +308,8 @@ impl Authority {
 
     fn decide(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
         let (name, agent) = (cap.as_str(), &self.agent);
-        if !self.effective.contains(&cap) {
-            return Err(ToolError::Denied(if self.requested.contains(&cap) {
+        if !self.effective.contains(cap) {
+            return Err(ToolError::Denied(if self.requested.contains(cap) {
                 format!(
                     "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
                      it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
@@ -316,8 +321,8 @@ impl Authority {
                 )
             }));
         }
-        if let Some(refusal) = self.unavailable.get(&cap) {
-            return Err(refusal.clone());
+        if let Some(refusal) = &self.unavailable[cap.index()] {
+            return Err((refusal.make)(agent, refusal.detail));
         }
         match self.permissions.check(cap, detail) {
             Verdict::Allow => Ok(()),

@@ -23,7 +23,6 @@
 //! agents, `egress::EgressState` for search backends and sandbox providers.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -223,32 +222,39 @@ enum Reply<O, E> {
     Model(ModelReply),
 }
 
-/// Per-instance state of the capability units, one value per type.
+/// Per-instance state of the capability units, one value per type. A run
+/// has a handful, so a short list beats a hash map.
 #[derive(Default)]
 pub struct UnitState {
-    values: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    values: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
 }
 
 impl UnitState {
     /// Stores a unit's state, replacing one of the same type.
     pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        self.values.insert(TypeId::of::<T>(), Box::new(value));
+        let id = TypeId::of::<T>();
+        self.values.retain(|(t, _)| *t != id);
+        if self.values.capacity() == 0 {
+            self.values.reserve(8);
+        }
+        self.values.push((id, Box::new(value)));
     }
 
     /// A unit's state, if the unit prepared one.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.values.get(&TypeId::of::<T>()).and_then(|v| v.downcast_ref())
+        let id = TypeId::of::<T>();
+        self.values.iter().find(|(t, _)| *t == id).and_then(|(_, v)| v.downcast_ref())
     }
 }
 
 /// Everything an agent run's host calls need: the authority, where events
 /// go, the tools, and each unit's per-instance state.
 pub struct ToolContext {
-    authority: Arc<Authority>,
+    authority: Authority,
     events: Arc<dyn EventSink>,
     arg_limit: usize,
     log: LogBudget,
-    tools: Vec<Arc<dyn DynTool>>,
+    tools: Vec<&'static dyn DynTool>,
     state: UnitState,
 }
 
@@ -288,11 +294,11 @@ impl ToolContext {
         authority: Authority,
         events: Arc<dyn EventSink>,
         limits: &Limits,
-        tools: Vec<Arc<dyn DynTool>>,
+        tools: Vec<&'static dyn DynTool>,
         state: UnitState,
     ) -> Self {
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
-        ToolContext { authority: Arc::new(authority), events, arg_limit, log, tools, state }
+        ToolContext { authority, events, arg_limit, log, tools, state }
     }
 
     /// The run's authority.
@@ -309,8 +315,8 @@ impl ToolContext {
     }
 
     /// The tools offered to the model, in unit order.
-    pub fn offered_tools(&self) -> impl Iterator<Item = &Arc<dyn DynTool>> {
-        self.tools.iter().filter(|t| t.offered(self))
+    pub fn offered_tools(&self) -> impl Iterator<Item = &'static dyn DynTool> + '_ {
+        self.tools.iter().copied().filter(|t| t.offered(self))
     }
 
     /// The specs of the offered tools.

@@ -39,6 +39,11 @@ impl Capability {
         Capability::Search,
     ];
 
+    /// The capability's position in [`Capability::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name used in the WIT, in grants and in messages.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,6 +54,48 @@ impl Capability {
             Capability::Fetch => "fetch",
             Capability::Search => "search",
         }
+    }
+}
+
+/// A set of capabilities as bits, so copying one costs nothing (a run
+/// copies several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct CapSet(u8);
+
+impl CapSet {
+    /// Whether `cap` is in the set.
+    pub fn contains(self, cap: Capability) -> bool {
+        self.0 & (1 << cap.index()) != 0
+    }
+
+    /// Adds `cap`.
+    pub fn insert(&mut self, cap: Capability) {
+        self.0 |= 1 << cap.index();
+    }
+
+    /// The capabilities in both sets.
+    pub fn intersection(self, other: CapSet) -> CapSet {
+        CapSet(self.0 & other.0)
+    }
+
+    /// The members, in the contract's order.
+    pub fn iter(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL.into_iter().filter(move |c| self.contains(*c))
+    }
+
+    /// The members as an ordered set.
+    pub fn to_set(self) -> std::collections::BTreeSet<Capability> {
+        self.iter().collect()
+    }
+}
+
+impl FromIterator<Capability> for CapSet {
+    fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
+        let mut set = CapSet::default();
+        for cap in iter {
+            set.insert(cap);
+        }
+        set
     }
 }
 

@@ -52,13 +52,38 @@ pub trait Unit: Send + Sync + 'static {
 
     /// The tools this unit contributes, offered to the model when the
     /// authority allows them.
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        Vec::new()
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[]
     }
 
     /// Prepares the unit for one run: reads its settings, checks its slice
-    /// of the grant, and stores its per-instance state.
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>>;
+    /// of the grant, and stores its per-instance state. Most units are done
+    /// at once; one that waits on I/O (a skill component's instructions)
+    /// hands back the work to await.
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a>;
+}
+
+/// What [`Unit::prepare`] returns.
+pub enum Step<'a> {
+    /// Prepared, or failed.
+    Ready(Result<(), RunError>),
+    /// Work to await before the next unit prepares.
+    Wait(BoxFuture<'a, Result<(), RunError>>),
+}
+
+impl Step<'_> {
+    /// The step of a unit that prepares at once.
+    pub fn ready(result: Result<(), RunError>) -> Self {
+        Step::Ready(result)
+    }
+
+    /// Finishes the step.
+    pub async fn finish(self) -> Result<(), RunError> {
+        match self {
+            Step::Ready(result) => result,
+            Step::Wait(work) => work.await,
+        }
+    }
 }
 
 /// What a unit prepares one run from and into.

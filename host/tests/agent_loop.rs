@@ -336,12 +336,10 @@ async fn a_skill_with_an_over_long_description_loads_and_is_cut_in_the_listing()
 /// registration (the `extra` units of `prepare`). Its tool goes through the
 /// same host-call path as the built-in ones: events, the gate, truncation.
 mod echo_unit {
-    use std::sync::Arc;
-
-    use nexo::error::{RunError, ToolError};
+    use nexo::error::ToolError;
     use nexo::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
     use nexo::manifest::Capability;
-    use nexo::unit::{Setup, Unit};
+    use nexo::unit::{Setup, Step, Unit};
     use nexo_model::{BoxFuture, ToolSpec};
 
     pub struct EchoUnit;
@@ -353,12 +351,12 @@ mod echo_unit {
         fn name(&self) -> &'static str {
             "echo"
         }
-        fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-            vec![Arc::new(Echo)]
+        fn tools(&self) -> &'static [&'static dyn DynTool] {
+            &[&Echo]
         }
-        fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
+        fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
             setup.state.insert(Prefix(format!("{} says", setup.manifest.name)));
-            Box::pin(async { Ok(()) })
+            Step::ready(Ok(()))
         }
     }
 

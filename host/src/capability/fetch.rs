@@ -5,21 +5,20 @@
 //! container without network does not constrain it: its bounds are the
 //! gate, the lists and the client's address rules.
 
-use std::sync::Arc;
-
 use nexo_egress::{EgressError, GuardedClient, HostList, Policy};
 use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
 use super::TOOLS;
+use crate::authority::Refusal;
 use crate::bindings;
 use crate::egress::{FETCH_MAX_BODY, FETCH_TIMEOUT, shared_client};
-use crate::error::{ConfigError, RunError, ToolError};
+use crate::error::{ConfigError, ToolError};
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
 use crate::truncate::head_bytes;
-use crate::unit::{AgentHost, Setup, Unit};
+use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// A fetched page, as the tools return it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,27 +127,31 @@ impl Unit for FetchUnit {
         })
     }
 
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        vec![Arc::new(Fetch)]
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[&Fetch]
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
             match Fetcher::new(allow, within, setup.options.http.clone()) {
                 Ok(Some(fetcher)) => setup.state.insert(FetchState(Ok(fetcher))),
                 Ok(None) => setup.authority.set_unavailable(
                     Capability::Fetch,
-                    ToolError::Denied(format!(
-                        "`{}` lists no hosts in `fetch-allow`, so it may fetch nothing",
-                        setup.manifest.name
-                    )),
+                    Refusal {
+                        make: |agent, _| {
+                            ToolError::Denied(format!(
+                                "`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"
+                            ))
+                        },
+                        detail: "",
+                    },
                 ),
                 // Reported when the tool is called, so an agent that never fetches still runs.
                 Err(e) => setup.state.insert(FetchState(Err(e))),
             }
             Ok(())
-        })
+        })())
     }
 }
 

@@ -4,7 +4,7 @@
 //! run, and not changed since, before it is overwritten.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use nexo_model::{BoxFuture, ToolSpec};
@@ -14,10 +14,10 @@ use wasmtime::component::Linker;
 
 use super::TOOLS;
 use super::sandbox::{Workspace, blocking};
-use crate::error::{RunError, ToolError};
+use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
-use crate::unit::{AgentHost, Setup, Unit};
+use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// The files unit.
 #[derive(Debug, Default, Clone, Copy)]
@@ -63,13 +63,13 @@ impl Unit for FilesUnit {
         })
     }
 
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        vec![Arc::new(ReadFile), Arc::new(Glob), Arc::new(WriteFile)]
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[&ReadFile, &Glob, &WriteFile]
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         setup.state.insert(Reads::default());
-        Box::pin(async { Ok(()) })
+        Step::ready(Ok(()))
     }
 }
 

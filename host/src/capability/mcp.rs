@@ -3,10 +3,8 @@
 //! connects to none yet, so an agent that names one fails before it runs,
 //! saying so, rather than running without the tools it expects.
 
-use nexo_model::BoxFuture;
-
 use crate::error::{ConfigError, RunError};
-use crate::unit::{Setup, Unit};
+use crate::unit::{Setup, Step, Unit};
 
 /// The MCP unit.
 #[derive(Debug, Default, Clone, Copy)]
@@ -17,8 +15,8 @@ impl Unit for McpUnit {
         "mcp"
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             let servers = &setup.manifest.mcp_servers;
             if servers.is_empty() {
                 return Ok(());
@@ -32,6 +30,6 @@ impl Unit for McpUnit {
                     servers.join(", ")
                 ),
             )))
-        })
+        })())
     }
 }

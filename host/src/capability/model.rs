@@ -16,10 +16,10 @@ use wasmtime::component::Linker;
 
 use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
 use crate::bindings::agent::nexo::plugin::model as wit;
-use crate::error::{RunError, ToolError};
+use crate::error::ToolError;
 use crate::events::{EventSink, Status};
 use crate::host_call::{HostCall, ToolContext};
-use crate::unit::{AgentHost, Setup, Unit};
+use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// What a run's prompts run with.
 #[derive(Clone)]
@@ -75,8 +75,8 @@ impl Unit for ModelUnit {
         })
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             let options = setup.options;
             let mut limits = options.loop_limits;
             if let Some(cap) = setup.manifest.max_turns {
@@ -90,10 +90,11 @@ impl Unit for ModelUnit {
                 model,
                 agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
                 limits,
-                instructions: setup.instructions.clone(),
+                // The model unit is last: nobody reads the list after it.
+                instructions: std::mem::take(setup.instructions),
             });
             Ok(())
-        })
+        })())
     }
 }
 

@@ -14,13 +14,12 @@
 
 use std::sync::Arc;
 
-use nexo_model::BoxFuture;
 use nexo_sandbox::{Sandbox, SandboxError, VirtualSandbox};
 
-use crate::error::{ConfigError, RunError, ToolError};
+use crate::error::{ConfigError, ToolError};
 use crate::instance::Preopen;
 use crate::manifest::{Capability, SandboxKind};
-use crate::unit::{Setup, Unit};
+use crate::unit::{Setup, Step, Unit};
 
 /// The run's sandbox, shared by the units whose tools act in it.
 #[derive(Clone)]
@@ -38,8 +37,8 @@ impl Unit for SandboxUnit {
         "sandbox"
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             let sandbox: Arc<dyn Sandbox> =
                 setup.options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
             if let Some(declared) = setup.manifest.sandbox {
@@ -55,7 +54,7 @@ impl Unit for SandboxUnit {
             setup.instructions.extend(sandbox.instructions());
             setup.state.insert(Workspace { sandbox });
             Ok(())
-        })
+        })())
     }
 }
 

@@ -10,11 +10,12 @@ use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
 use super::TOOLS;
-use crate::error::{RunError, ToolError};
+use crate::authority::Refusal;
+use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
 use crate::search::{SearchBackend, SearchError, SearchHit, describe, normalize};
-use crate::unit::{AgentHost, Setup, Unit};
+use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// The web-search unit.
 #[derive(Debug, Default, Clone, Copy)]
@@ -35,25 +36,30 @@ impl Unit for SearchUnit {
         })
     }
 
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        vec![Arc::new(WebSearch)]
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[&WebSearch]
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             match &setup.options.search {
                 Some(backend) => setup.state.insert(Backend(backend.clone())),
                 None => setup.authority.set_unavailable(
                     Capability::Search,
-                    ToolError::Unsupported(
-                        "no search backend is configured; the operator sets one in the `[search]` section of the \
-                         config file"
-                            .into(),
-                    ),
+                    Refusal {
+                        make: |_, _| {
+                            ToolError::Unsupported(
+                                "no search backend is configured; the operator sets one in the `[search]` section \
+                                 of the config file"
+                                    .into(),
+                            )
+                        },
+                        detail: "",
+                    },
                 ),
             }
             Ok(())
-        })
+        })())
     }
 }
 

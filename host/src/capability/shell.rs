@@ -2,21 +2,20 @@
 //! sandbox under the sandbox's own confinement, with a time limit, and cuts
 //! its output for the model (the end of a log is where the error is).
 
-use std::sync::Arc;
-
 use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
 use super::TOOLS;
 use super::sandbox::{Workspace, blocking};
+use crate::authority::Refusal;
 use crate::bindings::ShellOutput;
-use crate::error::{RunError, ToolError};
+use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
 use crate::settings::ToolLimits;
 use crate::truncate::truncate;
-use crate::unit::{AgentHost, Setup, Unit};
+use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// What a shell command returned; truncated before anyone sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,22 +53,22 @@ impl Unit for ShellUnit {
         })
     }
 
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        vec![Arc::new(Shell)]
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[&Shell]
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        Step::ready((|| {
             let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
             if let Some(sandbox) = sandbox.filter(|s| !s.supports_shell()) {
-                setup.authority.set_unavailable(
-                    Capability::Shell,
-                    ToolError::Unsupported(format!("the {} sandbox runs no shell commands", sandbox.name())),
-                );
+                let make = |_: &str, name: &'static str| {
+                    ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"))
+                };
+                setup.authority.set_unavailable(Capability::Shell, Refusal { make, detail: sandbox.name() });
             }
             setup.state.insert(ShellState { limits: setup.options.tool_limits });
             Ok(())
-        })
+        })())
     }
 }
 

@@ -4,8 +4,6 @@
 //! progressive mode, through the `activate_skill` tool. A skill adds
 //! instructions only; it never widens what the agent may do.
 
-use std::sync::Arc;
-
 use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 
@@ -13,7 +11,7 @@ use crate::error::{RunError, ToolError};
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::AgentManifest;
 use crate::settings::{RunOptions, SkillMode};
-use crate::unit::{Setup, Unit};
+use crate::unit::{Setup, Step, Unit};
 
 /// A skill as the model gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,12 +37,17 @@ impl Unit for SkillsUnit {
         "skills"
     }
 
-    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
-        vec![Arc::new(ActivateSkill)]
+    fn tools(&self) -> &'static [&'static dyn DynTool] {
+        &[&ActivateSkill]
     }
 
-    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move {
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        if setup.manifest.skills.is_empty() {
+            setup.state.insert(OfferedSkills::default());
+            return Step::ready(Ok(()));
+        }
+        // Skill components are instantiated to read their instructions.
+        Step::Wait(Box::pin(async move {
             let skills = resolve(setup.manifest, setup.options).await?;
             let mut offered = Vec::new();
             for skill in skills {
@@ -62,7 +65,7 @@ impl Unit for SkillsUnit {
             }
             setup.state.insert(OfferedSkills(offered));
             Ok(())
-        })
+        }))
     }
 }
 

@@ -101,7 +101,7 @@ fn authority(grant: &Resolved, manifest: Option<&AgentManifest>) -> (Grant, BTre
     // The same computation a run makes: one authority, asked the same questions.
     let none = AgentManifest::default();
     let authority = Authority::new(manifest.unwrap_or(&none), &grant.grant(), &Permissions::new(grant.mode()));
-    (authority.granted().clone(), authority.effective().clone(), authority.mode())
+    (grant.grant(), authority.effective(), authority.mode())
 }
 
 /// Adds what was requested, granted and in force to a JSON description.

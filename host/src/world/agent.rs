@@ -78,9 +78,9 @@ pub async fn prepare(
         instructions: &mut instructions,
     };
     for unit in &units {
-        unit.prepare(&mut setup).await?;
+        unit.prepare(&mut setup).finish().await?;
     }
-    let tools = units.iter().flat_map(|u| u.tools()).collect();
+    let tools = units.iter().flat_map(|u| u.tools().iter().copied()).collect();
     let events = crate::capability::model::events(options.events.as_ref());
     let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
     Ok(Prepared { tools, preopens })
