@@ -132,26 +132,22 @@ impl Unit for FetchUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        Step::ready((|| {
-            let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
-            match Fetcher::new(allow, within, setup.options.http.clone()) {
-                Ok(Some(fetcher)) => setup.state.insert(FetchState(Ok(fetcher))),
-                Ok(None) => setup.authority.set_unavailable(
-                    Capability::Fetch,
-                    Refusal {
-                        make: |agent, _| {
-                            ToolError::Denied(format!(
-                                "`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"
-                            ))
-                        },
-                        detail: "",
+        let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
+        match Fetcher::new(allow, within, setup.options.http.clone()) {
+            Ok(Some(fetcher)) => setup.state.insert(FetchState(Ok(fetcher))),
+            Ok(None) => setup.authority.set_unavailable(
+                Capability::Fetch,
+                Refusal {
+                    make: |agent, _| {
+                        ToolError::Denied(format!("`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"))
                     },
-                ),
-                // Reported when the tool is called, so an agent that never fetches still runs.
-                Err(e) => setup.state.insert(FetchState(Err(e))),
-            }
-            Ok(())
-        })())
+                    detail: "",
+                },
+            ),
+            // Reported when the tool is called, so an agent that never fetches still runs.
+            Err(e) => setup.state.insert(FetchState(Err(e))),
+        }
+        Step::ready(Ok(()))
     }
 }
 

@@ -76,25 +76,23 @@ impl Unit for ModelUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        Step::ready((|| {
-            let options = setup.options;
-            let mut limits = options.loop_limits;
-            if let Some(cap) = setup.manifest.max_turns {
-                limits.max_turns = limits.max_turns.min(cap);
-            }
-            let model = match &options.model {
-                Some(model) => Some(model.clone()),
-                None => hinted_model(setup.manifest),
-            };
-            setup.state.insert(Prompting {
-                model,
-                agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
-                limits,
-                // The model unit is last: nobody reads the list after it.
-                instructions: std::mem::take(setup.instructions),
-            });
-            Ok(())
-        })())
+        let options = setup.options;
+        let mut limits = options.loop_limits;
+        if let Some(cap) = setup.manifest.max_turns {
+            limits.max_turns = limits.max_turns.min(cap);
+        }
+        let model = match &options.model {
+            Some(model) => Some(model.clone()),
+            None => hinted_model(setup.manifest),
+        };
+        setup.state.insert(Prompting {
+            model,
+            agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
+            limits,
+            // The model unit is last: nobody reads the list after it.
+            instructions: std::mem::take(setup.instructions),
+        });
+        Step::ready(Ok(()))
     }
 }
 

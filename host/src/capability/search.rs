@@ -41,25 +41,23 @@ impl Unit for SearchUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        Step::ready((|| {
-            match &setup.options.search {
-                Some(backend) => setup.state.insert(Backend(backend.clone())),
-                None => setup.authority.set_unavailable(
-                    Capability::Search,
-                    Refusal {
-                        make: |_, _| {
-                            ToolError::Unsupported(
-                                "no search backend is configured; the operator sets one in the `[search]` section \
-                                 of the config file"
-                                    .into(),
-                            )
-                        },
-                        detail: "",
+        match &setup.options.search {
+            Some(backend) => setup.state.insert(Backend(backend.clone())),
+            None => setup.authority.set_unavailable(
+                Capability::Search,
+                Refusal {
+                    make: |_, _| {
+                        ToolError::Unsupported(
+                            "no search backend is configured; the operator sets one in the `[search]` section \
+                             of the config file"
+                                .into(),
+                        )
                     },
-                ),
-            }
-            Ok(())
-        })())
+                    detail: "",
+                },
+            ),
+        }
+        Step::ready(Ok(()))
     }
 }
 

@@ -58,17 +58,15 @@ impl Unit for ShellUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        Step::ready((|| {
-            let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
-            if let Some(sandbox) = sandbox.filter(|s| !s.supports_shell()) {
-                let make = |_: &str, name: &'static str| {
-                    ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"))
-                };
-                setup.authority.set_unavailable(Capability::Shell, Refusal { make, detail: sandbox.name() });
-            }
-            setup.state.insert(ShellState { limits: setup.options.tool_limits });
-            Ok(())
-        })())
+        let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
+        if let Some(sandbox) = sandbox.filter(|s| !s.supports_shell()) {
+            let make = |_: &str, name: &'static str| {
+                ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"))
+            };
+            setup.authority.set_unavailable(Capability::Shell, Refusal { make, detail: sandbox.name() });
+        }
+        setup.state.insert(ShellState { limits: setup.options.tool_limits });
+        Step::ready(Ok(()))
     }
 }
 
