@@ -255,10 +255,18 @@ fn network_is_refused(c: Confinement) {
 /// Runs this test binary inside the sandbox as a socket probe (see
 /// `socket_probe_helper`): it prints what it got, or exits 3 when refused.
 fn socket_probe(f: &Fixture, kind: &str, arg: &str) -> ExecOutput {
-    let exe = std::env::current_exe().unwrap();
+    // The probe runs from a link in the root: the sandbox may hide the target
+    // directory (bubblewrap's private /tmp hides a checkout under /tmp).
+    let probe = f.root.join(".socket-probe");
+    if !probe.exists() {
+        let exe = std::env::current_exe().unwrap();
+        if std::fs::hard_link(&exe, &probe).is_err() {
+            std::fs::copy(&exe, &probe).unwrap();
+        }
+    }
     f.exec(&format!(
         "NEXO_SOCKET_PROBE='{kind}' NEXO_SOCKET_ARG='{arg}' {} --exact socket_probe_helper --nocapture --test-threads=1",
-        quote(&exe)
+        quote(&probe)
     ))
 }
 
