@@ -87,7 +87,7 @@ impl Unit for ModelUnit {
         };
         setup.state.insert(Prompting {
             model,
-            agent_loop: options.agent_loop.clone().unwrap_or_else(|| Arc::new(HostLoop)),
+            agent_loop: options.agent_loop.clone().unwrap_or_else(host_loop),
             limits,
             // The model unit is last: nobody reads the list after it.
             instructions: std::mem::take(setup.instructions),
@@ -127,6 +127,12 @@ fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Pro
             None
         }
     }
+}
+
+/// The default loop, shared: a run without its own allocates none.
+fn host_loop() -> Arc<dyn Loop> {
+    static LOOP: std::sync::OnceLock<Arc<dyn Loop>> = std::sync::OnceLock::new();
+    LOOP.get_or_init(|| Arc::new(HostLoop)).clone()
 }
 
 fn reply(outcome: &Outcome) -> wit::Reply {

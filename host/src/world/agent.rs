@@ -67,8 +67,7 @@ pub async fn prepare(
     let mut state = UnitState::default();
     let mut preopens = options.preopens.clone();
     let mut instructions = vec![manifest.instructions.clone()];
-    let units: Vec<&dyn Unit> =
-        UNITS.iter().copied().chain(extra.iter().map(|u| &**u)).chain(std::iter::once(MODEL)).collect();
+    let units = || UNITS.iter().copied().chain(extra.iter().map(|u| &**u)).chain(std::iter::once(MODEL));
     let mut setup = Setup {
         manifest,
         options,
@@ -77,10 +76,13 @@ pub async fn prepare(
         preopens: &mut preopens,
         instructions: &mut instructions,
     };
-    for unit in &units {
+    for unit in units() {
         unit.prepare(&mut setup).finish().await?;
     }
-    let tools = units.iter().flat_map(|u| u.tools().iter().copied()).collect();
+    let mut tools = Vec::with_capacity(16);
+    for unit in units() {
+        tools.extend_from_slice(unit.tools());
+    }
     let events = crate::capability::model::events(options.events.as_ref());
     let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
     Ok(Prepared { tools, preopens })
