@@ -254,7 +254,7 @@ pub struct ToolContext {
     events: Arc<dyn EventSink>,
     arg_limit: usize,
     log: LogBudget,
-    tools: Vec<&'static dyn DynTool>,
+    tools: std::borrow::Cow<'static, [&'static dyn DynTool]>,
     state: UnitState,
 }
 
@@ -294,9 +294,10 @@ impl ToolContext {
         authority: Authority,
         events: Arc<dyn EventSink>,
         limits: &Limits,
-        tools: Vec<&'static dyn DynTool>,
+        tools: impl Into<std::borrow::Cow<'static, [&'static dyn DynTool]>>,
         state: UnitState,
     ) -> Self {
+        let tools = tools.into();
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
         ToolContext { authority, events, arg_limit, log, tools, state }
     }

@@ -28,7 +28,7 @@ use crate::capability::shell::ShellUnit;
 use crate::capability::skills::SkillsUnit;
 use crate::engine::{Engine, Limits};
 use crate::error::RunError;
-use crate::host_call::{ToolContext, UnitState};
+use crate::host_call::{DynTool, ToolContext, UnitState};
 use crate::instance::{Host, Preopen, Wasi, base_linker, new_store, settle};
 use crate::manifest::AgentManifest;
 pub use crate::settings::RunOptions;
@@ -79,10 +79,14 @@ pub async fn prepare(
     for unit in units() {
         unit.prepare(&mut setup).finish().await?;
     }
-    let mut tools = Vec::with_capacity(16);
-    for unit in units() {
-        tools.extend_from_slice(unit.tools());
-    }
+    // The built-in units' tools are the same every run: one shared list
+    // unless an embedder adds units.
+    let tools: std::borrow::Cow<'static, [&'static dyn DynTool]> = if extra.is_empty() {
+        static BUILT_IN: std::sync::OnceLock<Vec<&'static dyn DynTool>> = std::sync::OnceLock::new();
+        std::borrow::Cow::Borrowed(BUILT_IN.get_or_init(|| units().flat_map(|u| u.tools().iter().copied()).collect()))
+    } else {
+        std::borrow::Cow::Owned(units().flat_map(|u| u.tools().iter().copied()).collect())
+    };
     let events = crate::capability::model::events(options.events.as_ref());
     let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
     Ok(Prepared { tools, preopens })
