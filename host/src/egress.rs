@@ -248,15 +248,18 @@ impl EgressState {
         engine.shared(|engine| {
             let mut linker: Linker<Host<EgressState>> = base_linker::<EgressState>(engine)?;
             crate::log::link::<EgressState, EgressState>(&mut linker, |w| w)?;
-            linker.instance("nexo:plugin/outbound-http@0.1.0")?.func_wrap_async(
+            linker.instance(crate::manifest::interface::OUTBOUND_HTTP)?.func_wrap_async(
                 "send",
                 |store, (request,): (outbound_http::Request,)| {
                     Box::new(async move { Ok((guest(&store.data().world, &Send, request).await,)) })
                 },
             )?;
-            linker.instance("nexo:plugin/config@0.1.0")?.func_wrap_async("get", |store, (key,): (String,)| {
-                Box::new(async move { Ok((guest(&store.data().world, &Get, key).await.unwrap_or(None),)) })
-            })?;
+            linker.instance(crate::manifest::interface::CONFIG)?.func_wrap_async(
+                "get",
+                |store, (key,): (String,)| {
+                    Box::new(async move { Ok((guest(&store.data().world, &Get, key).await.unwrap_or(None),)) })
+                },
+            )?;
             Ok(WorldLinker(linker))
         })
     }
@@ -278,22 +281,13 @@ impl CallContext for EgressState {
     }
 
     fn events(&self) -> &dyn EventSink {
-        &NO_EVENTS
+        crate::events::SILENT
     }
 
     fn log(&self) -> &LogBudget {
         &self.log
     }
 }
-
-/// Drops every event: these worlds' calls are not the model's.
-struct NoEvents;
-
-impl EventSink for NoEvents {
-    fn emit(&self, _event: &crate::events::Event) {}
-}
-
-static NO_EVENTS: NoEvents = NoEvents;
 
 /// `outbound-http.send`: one GET through the guarded client, under the
 /// component's grant, with the host's key added.

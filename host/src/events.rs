@@ -91,8 +91,18 @@ impl<F: Fn(&Event) + Send + Sync> EventSink for F {
     }
 }
 
+/// The sink that drops every event.
+struct Silent;
+
+impl EventSink for Silent {
+    fn emit(&self, _event: &Event) {}
+}
+
+/// Drops every event, for contexts with no one to tell.
+pub static SILENT: &dyn EventSink = &Silent;
+
 /// Drops every event. One shared sink, so a run without one allocates nothing.
 pub fn no_events() -> Arc<dyn EventSink> {
     static NONE: std::sync::OnceLock<Arc<dyn EventSink>> = std::sync::OnceLock::new();
-    NONE.get_or_init(|| Arc::new(|_: &Event| {})).clone()
+    NONE.get_or_init(|| Arc::new(Silent)).clone()
 }

@@ -147,10 +147,10 @@ pub fn string_arg<'a>(tool: &str, arguments: &'a Value, key: &str) -> Result<&'a
 }
 
 /// Where a call comes from.
-enum Origin<'a> {
-    /// A guest import, with typed arguments.
-    Guest,
-    /// The model, in turn `turn`.
+enum Origin<'a, A> {
+    /// A guest import, with its typed arguments.
+    Guest(A),
+    /// The model, in turn `turn`; the arguments are the call's JSON.
     Model { turn: u32, call: &'a ToolCall },
 }
 
@@ -208,7 +208,7 @@ impl<T: Tool> DynTool for T {
 
     fn call_model<'a>(&'a self, cx: &'a ToolContext, turn: u32, call: &'a ToolCall) -> BoxFuture<'a, ModelReply> {
         Box::pin(async move {
-            match enter(cx, self, None, Origin::Model { turn, call }).await {
+            match enter(cx, self, Origin::Model { turn, call }).await {
                 Reply::Model(reply) => reply,
                 Reply::Guest(_) => unreachable!("a model call gets a model reply"),
             }
@@ -348,25 +348,23 @@ impl ToolContext {
 
 /// Runs a guest's import through the host-call path, in any world.
 pub async fn guest<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
-    match enter(cx, call, Some(args), Origin::Guest).await {
+    match enter(cx, call, Origin::Guest(args)).await {
         Reply::Guest(result) => result,
         Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
     }
 }
 
-/// The path itself. `args` is `None` for a model's call, whose JSON
-/// arguments are in `origin`.
+/// The path itself.
 async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     cx: &Cx,
     call: &C,
-    args: Option<C::Args>,
-    origin: Origin<'_>,
+    origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
     // decode
-    let decoded = match (&origin, args) {
-        (Origin::Guest, Some(args)) => {
+    let (decoded, model) = match origin {
+        Origin::Guest(args) => {
             let size = call.arg_bytes(&args);
-            if size > cx.arg_limit() {
+            let decoded = if size > cx.arg_limit() {
                 Err(ToolError::InvalidInput(format!(
                     "the arguments to `{}` are {size} bytes; the limit is {}",
                     call.name(),
@@ -374,10 +372,10 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
                 )))
             } else {
                 Ok(args)
-            }
+            };
+            (decoded, None)
         }
-        (Origin::Model { call: model_call, .. }, _) => call.decode_json(&model_call.arguments),
-        (Origin::Guest, None) => Err(ToolError::InvalidInput(format!("`{}` got no arguments", call.name()))),
+        Origin::Model { turn, call: model_call } => (call.decode_json(&model_call.arguments), Some((turn, model_call))),
     };
     // authorize
     let allowed = decoded.and_then(|args| match call.capability() {
@@ -385,8 +383,8 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         None => Ok(args),
     });
     // event
-    if let Origin::Model { turn, call: model_call } = &origin {
-        call_event(cx, *turn, model_call);
+    if let Some((turn, model_call)) = model {
+        call_event(cx, turn, model_call);
     }
     // execute, then truncate
     let result = match allowed {
@@ -394,9 +392,9 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Err(refusal) => Err(C::Error::from(refusal)),
     };
     // result
-    match origin {
-        Origin::Guest => Reply::Guest(result),
-        Origin::Model { turn, call: model_call } => {
+    match model {
+        None => Reply::Guest(result),
+        Some((turn, model_call)) => {
             let reply = call.reply(result);
             result_event(cx, turn, model_call, &reply);
             Reply::Model(reply)
@@ -451,11 +449,18 @@ fn summary(text: &str) -> String {
     crate::truncate::first_line(text, 120)
 }
 
-/// Implements [`MaybeTool`] for a host call only guests make, in context `$cx`.
+/// Implements [`MaybeTool`] for a host call only guests make, in context
+/// `$cx` (or, with `for<Cx: Bound>` first, in every context of that bound).
 #[macro_export]
 macro_rules! guest_only {
+    (for<$g:ident: $bound:path> $call:ty, $cx:ty) => {
+        $crate::guest_only!(@impl [$g: $bound] $call, $cx);
+    };
     ($call:ty, $cx:ty) => {
-        impl $crate::host_call::MaybeTool<$cx> for $call {
+        $crate::guest_only!(@impl [] $call, $cx);
+    };
+    (@impl [$($g:ident: $bound:path)?] $call:ty, $cx:ty) => {
+        impl<$($g: $bound)?> $crate::host_call::MaybeTool<$cx> for $call {
             fn decode_json(&self, _arguments: &serde_json::Value) -> Result<Self::Args, $crate::error::ToolError> {
                 Err($crate::error::ToolError::Unsupported(format!(
                     "`{}` is not a model tool",

@@ -46,20 +46,7 @@ impl<Cx: CallContext> HostCall<Cx> for Log {
     }
 }
 
-impl<Cx: CallContext> crate::host_call::MaybeTool<Cx> for Log {
-    fn decode_json(&self, _arguments: &serde_json::Value) -> Result<(Level, String), ToolError> {
-        Err(ToolError::Unsupported("`log` is not a model tool".into()))
-    }
-
-    fn reply(&self, _result: Result<(), ToolError>) -> crate::host_call::ModelReply {
-        crate::host_call::ModelReply {
-            content: "error: not a model tool".into(),
-            is_error: true,
-            verdict: "invalid-input",
-            approval: None,
-        }
-    }
-}
+crate::guest_only!(for<Cx: CallContext> Log, Cx);
 
 /// Adds `log` to a world's linker; `context` finds the call context in the
 /// world's state.
@@ -67,11 +54,14 @@ pub fn link<W: Send + 'static, Cx: CallContext>(
     linker: &mut Linker<Host<W>>,
     context: fn(&W) -> &Cx,
 ) -> wasmtime::Result<()> {
-    linker.instance("nexo:plugin/log@0.1.0")?.func_wrap_async("log", move |store, (level, message): (Level, String)| {
-        Box::new(async move {
-            // A log line never fails the guest: a refused one is dropped.
-            let _ = guest(context(&store.data().world), &Log, (level, message)).await;
-            Ok(())
-        })
-    })
+    linker.instance(crate::manifest::interface::LOG)?.func_wrap_async(
+        "log",
+        move |store, (level, message): (Level, String)| {
+            Box::new(async move {
+                // A log line never fails the guest: a refused one is dropped.
+                let _ = guest(context(&store.data().world), &Log, (level, message)).await;
+                Ok(())
+            })
+        },
+    )
 }

@@ -187,6 +187,21 @@ pub struct AgentManifest {
 /// `0.1.x` plugin is accepted.
 pub const CONTRACT_VERSION: &str = "0.1.0";
 
+/// The versioned names of the `nexo:plugin` interfaces the host serves, as
+/// linkers define them. Each ends with [`CONTRACT_VERSION`] (a unit test checks).
+pub mod interface {
+    /// `nexo:plugin/tools`.
+    pub const TOOLS: &str = "nexo:plugin/tools@0.1.0";
+    /// `nexo:plugin/model`.
+    pub const MODEL: &str = "nexo:plugin/model@0.1.0";
+    /// `nexo:plugin/log`.
+    pub const LOG: &str = "nexo:plugin/log@0.1.0";
+    /// `nexo:plugin/outbound-http`.
+    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.0";
+    /// `nexo:plugin/config`.
+    pub const CONFIG: &str = "nexo:plugin/config@0.1.0";
+}
+
 /// Which world a plugin implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -383,5 +398,17 @@ impl From<bindings::SkillMetadata> for SkillMetadata {
 impl From<bindings::BackendInfo> for BackendInfo {
     fn from(i: bindings::BackendInfo) -> Self {
         BackendInfo { name: i.name, description: i.description, hosts: i.hosts }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CONTRACT_VERSION, interface};
+
+    #[test]
+    fn interface_names_carry_the_contract_version() {
+        for name in [interface::TOOLS, interface::MODEL, interface::LOG, interface::OUTBOUND_HTTP, interface::CONFIG] {
+            assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");
+        }
     }
 }

@@ -14,7 +14,6 @@
 //! (`world::agent::UNITS`); adding a capability is one module there plus one
 //! line in that list.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use nexo_model::BoxFuture;
@@ -101,11 +100,4 @@ pub struct Setup<'a> {
     pub preopens: &'a mut Vec<Preopen>,
     /// System instructions, in unit order after the agent's own.
     pub instructions: &'a mut Vec<String>,
-}
-
-impl Setup<'_> {
-    /// The directory holding skill packages: the operator's, or `skills`.
-    pub fn skills_path(&self) -> PathBuf {
-        self.options.skills_path.clone().unwrap_or_else(|| PathBuf::from("skills"))
-    }
 }

@@ -10,13 +10,13 @@ use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
-use super::TOOLS;
 use crate::authority::Refusal;
 use crate::bindings;
 use crate::egress::{FETCH_MAX_BODY, FETCH_TIMEOUT, shared_client};
 use crate::error::{ConfigError, ToolError};
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
+use crate::manifest::interface::TOOLS;
 use crate::truncate::head_bytes;
 use crate::unit::{AgentHost, Setup, Step, Unit};
 

@@ -12,11 +12,11 @@ use nexo_sandbox::{GlobMatches, MAX_GLOB_MATCHES};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
-use super::TOOLS;
 use super::sandbox::{Workspace, blocking};
 use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
+use crate::manifest::interface::TOOLS;
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// The files unit.

@@ -11,6 +11,3 @@ pub mod sandbox;
 pub mod search;
 pub mod shell;
 pub mod skills;
-
-/// The WIT interface the agent tools are imported from.
-pub(crate) const TOOLS: &str = "nexo:plugin/tools@0.1.0";

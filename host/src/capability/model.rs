@@ -17,7 +17,7 @@ use wasmtime::component::Linker;
 use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
 use crate::bindings::agent::nexo::plugin::model as wit;
 use crate::error::ToolError;
-use crate::events::{EventSink, Status};
+use crate::events::Status;
 use crate::host_call::{HostCall, ToolContext};
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
@@ -59,20 +59,23 @@ impl Unit for ModelUnit {
     }
 
     fn link(&self, linker: &mut Linker<AgentHost>) -> wasmtime::Result<()> {
-        linker.instance("nexo:plugin/model@0.1.0")?.func_wrap_async("prompt", |mut store, (input,): (String,)| {
-            let cx = store.data().world.tools.clone();
-            Box::new(async move {
-                let reply = match cx.call(&Prompt, input).await {
-                    Ok(outcome) => {
-                        let reply = reply(&outcome);
-                        store.data_mut().world.last_prompt = Some(outcome);
-                        Ok(reply)
-                    }
-                    Err(e) => Err(e),
-                };
-                Ok((reply,))
-            })
-        })
+        linker.instance(crate::manifest::interface::MODEL)?.func_wrap_async(
+            "prompt",
+            |mut store, (input,): (String,)| {
+                let cx = store.data().world.tools.clone();
+                Box::new(async move {
+                    let reply = match cx.call(&Prompt, input).await {
+                        Ok(outcome) => {
+                            let reply = reply(&outcome);
+                            store.data_mut().world.last_prompt = Some(outcome);
+                            Ok(reply)
+                        }
+                        Err(e) => Err(e),
+                    };
+                    Ok((reply,))
+                })
+            },
+        )
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
@@ -201,8 +204,3 @@ impl HostCall for Prompt {
 
 // The model does not call `prompt`; the guest does.
 crate::guest_only!(Prompt, ToolContext);
-
-/// Where a run's events go: the operator's sink, or nowhere.
-pub(crate) fn events(sink: Option<&Arc<dyn EventSink>>) -> Arc<dyn EventSink> {
-    sink.cloned().unwrap_or_else(crate::events::no_events)
-}

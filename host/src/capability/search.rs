@@ -9,11 +9,11 @@ use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
-use super::TOOLS;
 use crate::authority::Refusal;
 use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
+use crate::manifest::interface::TOOLS;
 use crate::search::{SearchBackend, SearchError, SearchHit, describe, normalize};
 use crate::unit::{AgentHost, Setup, Step, Unit};
 

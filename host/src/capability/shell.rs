@@ -6,13 +6,13 @@ use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
-use super::TOOLS;
 use super::sandbox::{Workspace, blocking};
 use crate::authority::Refusal;
 use crate::bindings::ShellOutput;
 use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
+use crate::manifest::interface::TOOLS;
 use crate::settings::ToolLimits;
 use crate::truncate::truncate;
 use crate::unit::{AgentHost, Setup, Step, Unit};

@@ -87,7 +87,7 @@ pub async fn prepare(
     } else {
         std::borrow::Cow::Owned(units().flat_map(|u| u.tools().iter().copied()).collect())
     };
-    let events = crate::capability::model::events(options.events.as_ref());
+    let events = options.events.clone().unwrap_or_else(crate::events::no_events);
     let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
     Ok(Prepared { tools, preopens })
 }
@@ -109,9 +109,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Arc<AgentLinker>> {
 
 /// Links `component` as an agent.
 pub(crate) fn link(engine: &Engine, component: &Component) -> Result<AgentPluginPre<AgentHost>, LinkFailure> {
-    let linker = linker(engine).map_err(LinkFailure::Imports)?;
-    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
-    AgentPluginPre::new(pre).map_err(LinkFailure::Exports)
+    super::link(linker(engine), component, AgentPluginPre::new)
 }
 
 /// Reads an agent's manifest under the short call deadline.

@@ -63,3 +63,14 @@ pub(crate) enum LinkFailure {
 
 /// The linker of one world, built once per engine.
 pub(crate) struct WorldLinker<T: 'static>(pub(crate) wasmtime::component::Linker<T>);
+
+/// Links `component` with the world's linker (or reports why the linker
+/// could not be built), then types it as the world's `InstancePre`.
+pub(crate) fn link<T: 'static, P>(
+    linker: wasmtime::Result<Arc<WorldLinker<T>>>,
+    component: &wasmtime::component::Component,
+    typed: impl FnOnce(wasmtime::component::InstancePre<T>) -> wasmtime::Result<P>,
+) -> Result<P, LinkFailure> {
+    let pre = linker.map_err(LinkFailure::Imports)?.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
+    typed(pre).map_err(LinkFailure::Exports)
+}

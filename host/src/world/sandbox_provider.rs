@@ -25,9 +25,7 @@ type Pre = SandboxProviderPluginPre<Host<EgressState>>;
 
 /// Links `component` as a sandbox provider.
 pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFailure> {
-    let linker = EgressState::linker(engine).map_err(LinkFailure::Imports)?;
-    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
-    Pre::new(pre).map_err(LinkFailure::Exports)
+    super::link(EgressState::linker(engine), component, Pre::new)
 }
 
 /// Reads a provider's info under the short call deadline, with no egress.

@@ -23,9 +23,7 @@ type Pre = SearchBackendPluginPre<Host<EgressState>>;
 
 /// Links `component` as a search backend.
 pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFailure> {
-    let linker = EgressState::linker(engine).map_err(LinkFailure::Imports)?;
-    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
-    Pre::new(pre).map_err(LinkFailure::Exports)
+    super::link(EgressState::linker(engine), component, Pre::new)
 }
 
 /// Reads a backend's info under the short call deadline, with no egress.

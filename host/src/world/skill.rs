@@ -26,9 +26,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Arc<WorldLinker<Host<()>>>> {
 
 /// Links `component` as a skill.
 pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFailure> {
-    let linker = linker(engine).map_err(LinkFailure::Imports)?;
-    let pre = linker.0.instantiate_pre(component).map_err(LinkFailure::Imports)?;
-    Pre::new(pre).map_err(LinkFailure::Exports)
+    super::link(linker(engine), component, Pre::new)
 }
 
 async fn instance(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<(Store<Host<()>>, SkillPlugin), RunError> {
