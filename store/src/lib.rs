@@ -1,0 +1,562 @@
+//! The store: where nexo keeps durable runs.
+//!
+//! One trait, [`Store`], with two backends: [`MemoryStore`] (ephemeral runs,
+//! tests) and SQLite, the embedded default (PostgreSQL shares its SQL in a
+//! later release). A store holds, per run:
+//!
+//! - the run's record ([`Run`]): agent, component hash, input, status, the
+//!   operator's grant (never a secret), result or error, the owner's lease;
+//! - its events ([`StoredEvent`]);
+//! - its named checkpoints (JSON values);
+//! - its journal of host calls ([`Entry`]), which a resume replays;
+//! - its pending approval ([`Approval`]), if it waits for one.
+//!
+//! Every write is one [`Batch`] committed atomically and durably: when
+//! [`Store::commit`] returns, the batch survives a crash or a power loss.
+
+mod memory;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use memory::MemoryStore;
+
+/// The schema version this build writes. A database with a newer version
+/// is refused ([`StoreError::TooNew`]).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Why a store operation failed. Every message names the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The location is not a path or a URL the store understands.
+    #[error("cannot use `{location}` as a store: {reason}")]
+    BadLocation {
+        /// What was given.
+        location: String,
+        /// Why it cannot be used, and what to give instead.
+        reason: String,
+    },
+    /// The store could not be opened or created.
+    #[error("cannot open the store at {location}: {reason}")]
+    Open {
+        /// Where.
+        location: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The file is not a nexo store, or it is damaged. Nothing was changed.
+    #[error(
+        "the store at {location} is damaged or is not a nexo database ({reason}); nothing was changed: \
+         move it aside and restore a backup, or point --store at another file"
+    )]
+    Corrupt {
+        /// Where.
+        location: String,
+        /// What the database engine said.
+        reason: String,
+    },
+    /// The database was written by a newer nexo. Nothing was changed.
+    #[error(
+        "the store at {location} has schema version {found}, written by a newer nexo; this nexo understands \
+         up to version {supported}: upgrade nexo, or point --store at another file (nothing was changed)"
+    )]
+    TooNew {
+        /// Where.
+        location: String,
+        /// The database's version.
+        found: i64,
+        /// The newest this build understands.
+        supported: i64,
+    },
+    /// No such run.
+    #[error("there is no run `{0}` in this store (`nexo runs list` shows the runs there are)")]
+    NoRun(String),
+    /// The operation does not fit the run's state, for example resuming a
+    /// finished run or claiming one another process owns.
+    #[error("{0}")]
+    Conflict(String),
+    /// A backend this build cannot use yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Anything else the database reported.
+    #[error("the store failed: {0}")]
+    Backend(String),
+}
+
+/// Where a store lives: `--store`, `NEXO_STORE` or the config file's
+/// `store` key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// An SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL (`postgres://…`).
+    Postgres(String),
+    /// Nothing on disk: the run is forgotten when the process ends.
+    Memory,
+}
+
+impl Location {
+    /// Parses a path, a `sqlite://PATH` URL or a `postgres://` URL.
+    pub fn parse(text: &str) -> StoreResult<Location> {
+        let bad = |reason: &str| StoreError::BadLocation { location: text.to_string(), reason: reason.to_string() };
+        if text.trim().is_empty() {
+            return Err(bad("it is empty; give a file path, `sqlite://PATH` or `postgres://…`"));
+        }
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(bad("`sqlite://` needs a file path after it, for example `sqlite:///var/lib/nexo/nexo.db`"));
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Location::Postgres(text.to_string()));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            return Err(bad(&format!(
+                "the scheme `{scheme}` is not a store nexo knows; use a file path, `sqlite://PATH` or `postgres://…`"
+            )));
+        }
+        Ok(Location::Sqlite(PathBuf::from(text)))
+    }
+
+    /// The default: `nexo.db` in the user's data directory
+    /// (`$XDG_DATA_HOME/nexo`, else `~/.local/share/nexo`).
+    pub fn default_path() -> StoreResult<PathBuf> {
+        let base = match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+                Some(home) => Path::new(&home).join(".local/share"),
+                None => {
+                    return Err(StoreError::BadLocation {
+                        location: "(default)".into(),
+                        reason: "neither XDG_DATA_HOME nor HOME is set; pass --store PATH or set NEXO_STORE".into(),
+                    });
+                }
+            },
+        };
+        Ok(base.join("nexo").join("nexo.db"))
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "{}", path.display()),
+            // A URL may carry a password: show only what comes after the `@`.
+            Location::Postgres(url) => match url.rsplit_once('@') {
+                Some((_, host)) => write!(f, "postgres://…@{host}"),
+                None => f.write_str(url),
+            },
+            Location::Memory => f.write_str("(memory)"),
+        }
+    }
+}
+
+/// A run's status. There is no `resumed` status: a resumed run is
+/// `running` again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Owned by a process, which holds its lease.
+    Running,
+    /// Paused on purpose: a `suspend`, or an approval to decide.
+    Suspended,
+    /// Finished.
+    Done,
+    /// Ended with an error.
+    Failed,
+    /// Stopped by the operator.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Suspended,
+        RunStatus::Done,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Suspended => "suspended",
+            RunStatus::Done => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(name: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether the run has ended for good.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Done | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who owns a running run, and until when (milliseconds since the Unix
+/// epoch). An owner renews its lease while it works; a lease that ran out
+/// marks an orphan, which the start-up sweep recovers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// `host:pid:nonce` of the owning process.
+    pub owner: String,
+    /// When the lease ends.
+    pub until_ms: i64,
+}
+
+/// A run to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// Its id (see [`new_run_id`]).
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// `component` or `toml`.
+    pub kind: String,
+    /// Where the agent came from: the component's path, or the TOML file's.
+    pub source: String,
+    /// The SHA-256 of the component's bytes (of the TOML text for a TOML
+    /// agent), as lowercase hex.
+    pub component_sha256: String,
+    /// The run's input.
+    pub input: String,
+    /// The operator's grant the run started with, as the host records it.
+    /// It never holds a secret.
+    pub grant: Value,
+    /// `running` (with `lease`) or `queued`.
+    pub status: RunStatus,
+    /// The owner's lease, for a run that starts `running`.
+    pub lease: Option<Lease>,
+    /// When it was created.
+    pub created_ms: i64,
+}
+
+/// A recorded run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    /// Its id.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// `component` or `toml`.
+    pub kind: String,
+    /// The component's path, or the TOML file's.
+    pub source: String,
+    /// The SHA-256 the run started with.
+    pub component_sha256: String,
+    /// The input.
+    pub input: String,
+    /// The operator's grant.
+    pub grant: Value,
+    /// Its status.
+    pub status: RunStatus,
+    /// Why it is suspended.
+    pub suspend_reason: Option<String>,
+    /// The key the guest passed to `suspend`, for the application resuming it.
+    pub resume_key: Option<String>,
+    /// The JSON given at the latest resume.
+    pub resume_input: Option<String>,
+    /// The answer, once `done`.
+    pub result: Option<String>,
+    /// The error, once `failed` (or why it was cancelled).
+    pub error: Option<String>,
+    /// When it was created.
+    pub created_ms: i64,
+    /// When it last changed.
+    pub updated_ms: i64,
+    /// The owner's lease, while `running`.
+    pub lease: Option<Lease>,
+}
+
+/// One journaled host call. Sequence numbers are assigned when a call
+/// starts; a call that makes calls of its own (a prompt runs the model and
+/// tools) ends after them, so `end` is the next sequence number after its
+/// last inner call. A replay that answers the call skips to `end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The call's sequence number, from 0.
+    pub seq: u64,
+    /// The sequence number after the call and every call it made.
+    pub end: u64,
+    /// The interface, such as `nexo:plugin/tools` or `wasi:clocks`.
+    pub interface: String,
+    /// The function, such as `read-file`.
+    pub function: String,
+    /// The SHA-256 of the call's arguments, as lowercase hex.
+    pub args_hash: String,
+    /// The call's result, as JSON text.
+    pub result: String,
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// `tool_call`, `tool_result`, `checkpoint`, `suspended`, `resumed`,
+    /// `done` or another kind the host defines.
+    pub kind: String,
+    /// The event's fields.
+    pub data: Value,
+    /// When it happened.
+    pub at_ms: i64,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    /// Its position in the store, increasing (for `--follow` and SSE
+    /// resumption).
+    pub id: i64,
+    /// The run.
+    pub run: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its fields.
+    pub data: Value,
+    /// When it happened.
+    pub at_ms: i64,
+}
+
+/// An operator's answer to a pending approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The effect may happen.
+    Approved,
+    /// The call fails with a tool error; the run goes on.
+    Denied,
+}
+
+impl Decision {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approved => "approved",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// A gated call waiting for an operator's decision. A decision binds to
+/// exactly this call: its sequence number, capability, tool, argument hash
+/// and component.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Approval {
+    /// The call's sequence number in the journal.
+    pub seq: u64,
+    /// The capability the gate asked for.
+    pub capability: String,
+    /// The tool, as the model or guest named it.
+    pub tool: String,
+    /// The call's arguments.
+    pub arguments: Value,
+    /// The SHA-256 of the arguments.
+    pub args_hash: String,
+    /// The component that made the call.
+    pub component_sha256: String,
+    /// The decision, once made.
+    pub decision: Option<Decision>,
+    /// When it was requested.
+    pub created_ms: i64,
+}
+
+/// Writes that commit together, atomically and durably.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// Journal entries, in sequence order.
+    pub journal: Vec<Entry>,
+    /// Events, in order.
+    pub events: Vec<NewEvent>,
+    /// Checkpoints: name and JSON value. A name already present is kept as
+    /// it was (a checkpoint is written once).
+    pub checkpoints: Vec<(String, Value)>,
+}
+
+impl Batch {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.journal.is_empty() && self.events.is_empty() && self.checkpoints.is_empty()
+    }
+}
+
+/// How a run leaves `running`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// It finished: `done` with its answer, or `failed` with its error.
+    Finish {
+        /// `done`, `failed` or `cancelled`.
+        status: RunStatus,
+        /// The answer.
+        result: Option<String>,
+        /// The error.
+        error: Option<String>,
+    },
+    /// It paused: the guest called `suspend`, or a gate needs a decision.
+    Suspend {
+        /// Why.
+        reason: String,
+        /// The guest's resume key.
+        resume_key: Option<String>,
+        /// The pending approval, when a gate suspended it.
+        approval: Option<Approval>,
+    },
+}
+
+/// From which states a claim may take a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// A suspended run, resumed by the operator.
+    Resume,
+    /// A queued run, started by a worker.
+    Start,
+    /// A running run whose lease ran out before `now_ms`, recovered after a
+    /// crash.
+    Recover,
+}
+
+/// The store. Every method is one transaction.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Where it is, for messages (a URL without its password).
+    fn location(&self) -> String;
+
+    /// Records a new run.
+    async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
+
+    /// One run.
+    async fn run(&self, id: &str) -> StoreResult<Option<Run>>;
+
+    /// Runs, newest first, optionally of one status, at most `limit`.
+    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
+
+    /// Commits `batch` for the running run `id`, durably. Fails with
+    /// [`StoreError::Conflict`] if `owner` no longer holds the run's lease
+    /// (it was cancelled, or another process recovered it).
+    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
+
+    /// Commits `batch` and moves the run out of `running`, in one
+    /// transaction; a suspension also records its pending approval (and
+    /// replaces an older one). Returns the run as it now is.
+    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
+
+    /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
+    /// two processes cannot both win): from `suspended` for [`Claim::Resume`]
+    /// (recording `resume_input` and a `resumed` event), from `queued` for
+    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`].
+    /// Anything else is a [`StoreError::Conflict`] that says what state the
+    /// run is in.
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now_ms: i64,
+    ) -> StoreResult<Run>;
+
+    /// Extends `lease` while `owner` still holds the run. `false` means the
+    /// run is no longer this owner's (cancelled, or recovered elsewhere):
+    /// stop working on it.
+    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool>;
+
+    /// Running runs whose lease ended before `now_ms`.
+    async fn orphans(&self, now_ms: i64) -> StoreResult<Vec<Run>>;
+
+    /// Marks a run `cancelled` from `queued`, `suspended` or `running`
+    /// (its owner notices at its next renewal). A final run is a conflict.
+    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run>;
+
+    /// The run's journal, in sequence order.
+    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>>;
+
+    /// The run's events with an id above `after`, in order, at most `limit`.
+    async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The run's checkpoints, by name.
+    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>>;
+
+    /// The run's pending approval, if any.
+    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>>;
+
+    /// Records the operator's decision on the suspended run's pending
+    /// approval. No pending approval is a conflict.
+    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval>;
+
+    /// Removes the pending approval once its call has used it.
+    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
+}
+
+/// Opens the store at `location`, creating it (and running migrations) if
+/// needed.
+pub async fn open(location: &Location) -> StoreResult<std::sync::Arc<dyn Store>> {
+    match location {
+        Location::Memory => Ok(std::sync::Arc::new(MemoryStore::new())),
+        Location::Sqlite(_path) => Err(StoreError::Unsupported("the SQLite backend is not built yet".into())),
+        Location::Postgres(_) => Err(StoreError::Unsupported(
+            "PostgreSQL stores arrive with multi-node support; use an SQLite file for now".into(),
+        )),
+    }
+}
+
+/// A new run id: `r` then 26 characters, sortable by creation time.
+pub fn new_run_id() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0) as u64;
+    let mut random = [0u8; 10];
+    fill_random(&mut random);
+    let mut id = String::with_capacity(27);
+    id.push('r');
+    for i in (0..10).rev() {
+        id.push(ALPHABET[((now >> (i * 5)) & 31) as usize] as char);
+    }
+    let mut bits: u128 = 0;
+    for b in random {
+        bits = (bits << 8) | u128::from(b);
+    }
+    for i in (0..16).rev() {
+        id.push(ALPHABET[((bits >> (i * 5)) & 31) as usize] as char);
+    }
+    id
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn fill_random(buf: &mut [u8]) {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS; hashing a counter stretches it.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for chunk in buf.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        let bytes = h.finish().to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+}

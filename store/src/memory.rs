@@ -1,0 +1,283 @@
+//! The in-memory backend: for ephemeral runs and tests. It keeps the same
+//! rules as SQLite (leases, claims, write-once checkpoints) so code that
+//! works against one works against the other.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::{
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, Run, RunStatus, Store, StoreError, StoreResult,
+    StoredEvent, Transition, now_ms,
+};
+
+/// A store that lives only as long as the process.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: BTreeMap<String, Run>,
+    journal: BTreeMap<String, Vec<Entry>>,
+    events: Vec<StoredEvent>,
+    checkpoints: BTreeMap<String, Vec<(String, Value)>>,
+    approvals: BTreeMap<String, Approval>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
+    fn run_mut(&mut self, id: &str) -> StoreResult<&mut Run> {
+        self.runs.get_mut(id).ok_or_else(|| StoreError::NoRun(id.to_string()))
+    }
+
+    fn owned(&mut self, id: &str, owner: &str) -> StoreResult<&mut Run> {
+        let run = self.run_mut(id)?;
+        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+            return Err(StoreError::Conflict(format!(
+                "run `{id}` is no longer owned by this process (it is {}); stopping work on it",
+                run.status
+            )));
+        }
+        Ok(run)
+    }
+
+    fn apply(&mut self, id: &str, batch: Batch) {
+        self.journal.entry(id.to_string()).or_default().extend(batch.journal);
+        let checkpoints = self.checkpoints.entry(id.to_string()).or_default();
+        for (name, value) in batch.checkpoints {
+            if !checkpoints.iter().any(|(n, _)| *n == name) {
+                checkpoints.push((name, value));
+            }
+        }
+        for e in batch.events {
+            self.push_event(id, e.kind, e.data, e.at_ms);
+        }
+    }
+
+    fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
+        let next = self.events.last().map_or(1, |e| e.id + 1);
+        self.events.push(StoredEvent { id: next, run: id.to_string(), kind, data, at_ms });
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    fn location(&self) -> String {
+        "(memory)".into()
+    }
+
+    async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
+        let mut inner = self.lock();
+        if inner.runs.contains_key(&new.id) {
+            return Err(StoreError::Conflict(format!("a run `{}` already exists", new.id)));
+        }
+        let run = Run {
+            id: new.id.clone(),
+            agent: new.agent,
+            kind: new.kind,
+            source: new.source,
+            component_sha256: new.component_sha256,
+            input: new.input,
+            grant: new.grant,
+            status: new.status,
+            suspend_reason: None,
+            resume_key: None,
+            resume_input: None,
+            result: None,
+            error: None,
+            created_ms: new.created_ms,
+            updated_ms: new.created_ms,
+            lease: new.lease,
+        };
+        inner.runs.insert(new.id, run.clone());
+        Ok(run)
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
+        Ok(self.lock().runs.get(id).cloned())
+    }
+
+    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        let mut runs: Vec<Run> =
+            inner.runs.values().filter(|r| status.is_none_or(|s| r.status == s)).cloned().collect();
+        runs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.owned(id, owner)?;
+        inner.apply(id, batch);
+        Ok(())
+    }
+
+    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
+        let mut inner = self.lock();
+        inner.owned(id, owner)?;
+        inner.apply(id, batch);
+        let mut approval_record = None;
+        let run = inner.run_mut(id)?;
+        run.lease = None;
+        run.updated_ms = now_ms();
+        match to {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
+            Transition::Suspend { reason, resume_key, approval } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval_record = approval;
+            }
+        }
+        let run = run.clone();
+        if let Some(a) = approval_record {
+            inner.approvals.insert(id.to_string(), a);
+        }
+        Ok(run)
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        let mut inner = self.lock();
+        let run = inner.run_mut(id)?;
+        let ok = match how {
+            Claim::Resume => run.status == RunStatus::Suspended,
+            Claim::Start => run.status == RunStatus::Queued,
+            Claim::Recover => run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now),
+        };
+        if !ok {
+            return Err(StoreError::Conflict(claim_refusal(id, how, run)));
+        }
+        run.status = RunStatus::Running;
+        run.lease = Some(lease);
+        run.updated_ms = now;
+        if how == Claim::Resume {
+            run.resume_input = resume_input;
+            run.suspend_reason = None;
+        }
+        let run = run.clone();
+        if how == Claim::Resume {
+            inner.push_event(id, "resumed".into(), serde_json::json!({}), now);
+        }
+        Ok(run)
+    }
+
+    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let run = inner.run_mut(id)?;
+        match &mut run.lease {
+            Some(l) if run.status == RunStatus::Running && l.owner == lease.owner => {
+                l.until_ms = lease.until_ms;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        Ok(inner
+            .runs
+            .values()
+            .filter(|r| r.status == RunStatus::Running && r.lease.as_ref().is_none_or(|l| l.until_ms < now))
+            .cloned()
+            .collect())
+    }
+
+    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut inner = self.lock();
+        let run = inner.run_mut(id)?;
+        if run.status.is_final() {
+            return Err(StoreError::Conflict(format!("run `{id}` is already {}; there is nothing to cancel", run.status)));
+        }
+        run.status = RunStatus::Cancelled;
+        run.error = Some(reason.to_string());
+        run.lease = None;
+        run.updated_ms = now_ms();
+        let run = run.clone();
+        inner.approvals.remove(id);
+        Ok(run)
+    }
+
+    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
+        Ok(self.lock().journal.get(id).cloned().unwrap_or_default())
+    }
+
+    async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        let inner = self.lock();
+        Ok(inner.events.iter().filter(|e| e.run == id && e.id > after).take(limit).cloned().collect())
+    }
+
+    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
+        Ok(self.lock().checkpoints.get(id).cloned().unwrap_or_default())
+    }
+
+    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
+        Ok(self.lock().approvals.get(id).cloned())
+    }
+
+    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+        let mut inner = self.lock();
+        let status = inner.run_mut(id)?.status;
+        match inner.approvals.get_mut(id) {
+            Some(a) if status == RunStatus::Suspended => {
+                a.decision = Some(decision);
+                Ok(a.clone())
+            }
+            _ => Err(StoreError::Conflict(format!(
+                "run `{id}` has no pending approval (it is {status}); `nexo runs show {id}` shows its state"
+            ))),
+        }
+    }
+
+    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.owned(id, owner)?;
+        inner.approvals.remove(id);
+        Ok(())
+    }
+}
+
+/// Why a claim cannot take a run, naming what to do instead.
+pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
+    let status = run.status;
+    match (how, status) {
+        (Claim::Resume, RunStatus::Running) => {
+            format!("run `{id}` is running in another process; only a suspended run can be resumed")
+        }
+        (Claim::Resume, s) if s.is_final() => format!("run `{id}` is {s}; only a suspended run can be resumed"),
+        (Claim::Resume, s) => format!("run `{id}` is {s}; only a suspended run can be resumed"),
+        (Claim::Start, s) => format!("run `{id}` is {s}, not queued"),
+        (Claim::Recover, RunStatus::Running) => {
+            format!("run `{id}` is running and its owner's lease has not run out; it is not an orphan")
+        }
+        (Claim::Recover, s) => format!("run `{id}` is {s}, not an orphaned running run"),
+    }
+}
