@@ -9,7 +9,7 @@
 //! `turn-started`, `text-delta` (when streaming), `tool-call`,
 //! `tool-result`, and finally `done`.
 
-use nexo_model::{BoxFuture, Message, ModelError, Provider, Request, Usage};
+use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, Usage};
 
 pub use crate::events::{Event, EventSink, Status, no_events};
 use crate::host_call::{CallContext, ToolContext};
@@ -36,7 +36,7 @@ impl Default for LoopLimits {
 
 /// The result of one prompt: the last answer, how it ended, and the whole
 /// transcript.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// The final (or, when cut short, the latest) text.
     pub text: String,
@@ -111,7 +111,7 @@ impl Loop for HostLoop {
                 };
                 let sink: Option<&(dyn Fn(&str) + Send + Sync)> =
                     if ctx.limits.stream { Some(&delta_sink) } else { None };
-                let response = ctx.provider.complete(&request, sink).await?;
+                let response = complete(&ctx, &request, sink).await?;
                 usage.input_tokens += response.usage.input_tokens;
                 usage.output_tokens += response.usage.output_tokens;
                 if !response.text.is_empty() {
@@ -158,5 +158,39 @@ impl Loop for HostLoop {
                 }
             }
         })
+    }
+}
+
+/// One model turn. In a recorded run it is journaled like any host call:
+/// a replay answers it from the journal, so no turn is paid for twice. A
+/// provider that could not be reached is not journaled: a resume tries it
+/// again.
+async fn complete(ctx: &LoopContext<'_>, request: &Request, sink: Option<DeltaSink<'_>>) -> Result<Response, ModelError> {
+    use crate::journal::{Begin, Effect};
+    let Some(journal) = ctx.tools.journal() else {
+        return ctx.provider.complete(request, sink).await;
+    };
+    const INTERFACE: &str = "nexo:model";
+    let args = serde_json::json!({
+        "model": request.model,
+        "messages": request.messages,
+        "tools": request.tools,
+        "max_tokens": request.max_tokens,
+    });
+    let hash = crate::journal::hash_args(&args);
+    match journal.begin(INTERFACE, "complete", &hash) {
+        Begin::Replay(text) => serde_json::from_str::<Result<Response, ModelError>>(&text).unwrap_or_else(|e| {
+            Err(ModelError::Protocol { provider: "journal".into(), message: format!("a journaled turn cannot be read: {e}") })
+        }),
+        Begin::Live(seq) => {
+            let result = ctx.provider.complete(request, sink).await;
+            if !matches!(result, Err(ModelError::Unavailable { .. })) {
+                let text = serde_json::to_string(&result).unwrap_or_default();
+                journal.finish(seq, INTERFACE, "complete", &hash, text, Effect::Write).await;
+            }
+            result
+        }
+        Begin::Unjournaled => ctx.provider.complete(request, sink).await,
+        Begin::Halted(why) => Err(ModelError::Protocol { provider: "journal".into(), message: why }),
     }
 }

@@ -15,7 +15,7 @@ pub mod agent {
         world: "nexo:plugin/agent-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
     });
 }
 
@@ -26,7 +26,7 @@ pub mod skill {
         world: "nexo:plugin/skill-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
     });
 }
 
@@ -37,7 +37,7 @@ pub mod search {
         world: "nexo:plugin/search-backend-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
         with: {
             "nexo:plugin/types": crate::bindings::agent::nexo::plugin::types,
             "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
@@ -52,7 +52,7 @@ pub mod provider {
         world: "nexo:plugin/sandbox-provider-plugin",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
         with: {
             "nexo:plugin/log": crate::bindings::agent::nexo::plugin::log,
             "nexo:plugin/outbound-http": crate::bindings::search::nexo::plugin::outbound_http,

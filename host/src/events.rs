@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 /// How a prompt ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "status")]
 pub enum Status {
     /// The model gave its final answer.

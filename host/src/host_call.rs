@@ -16,7 +16,11 @@
 //! - **result**: a typed value for the guest, or text (and a result event)
 //!   for the model.
 //!
-//! The journal, metering and the audit log are each one more step here.
+//! A recorded run adds the journal around execute: a call the journal
+//! holds is answered from it (the gate, the event and the handler are not
+//! run again), and a live call's result is appended before the guest sees
+//! it (see [`crate::journal`]). Metering and the audit log will each be one
+//! more step here.
 //! A call is defined once, in its capability unit's file: a [`HostCall`]
 //! (and, when the model may call it, a [`Tool`]). A world's per-instance
 //! context ([`CallContext`]) is what the steps consult: [`ToolContext`] for
@@ -33,6 +37,7 @@ use crate::authority::Authority;
 use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
+use crate::journal::{Begin, Effect, Journal};
 use crate::manifest::Capability;
 
 /// What the path consults for one instance's calls.
@@ -51,6 +56,11 @@ pub trait CallContext: Send + Sync + 'static {
 
     /// The instance's log budget.
     fn log(&self) -> &LogBudget;
+
+    /// The run's journal, when the run is recorded.
+    fn journal(&self) -> Option<&Journal> {
+        None
+    }
 }
 
 /// How many log lines an instance has written, against its limits.
@@ -80,16 +90,33 @@ impl LogBudget {
 /// One host call: its name, the capability it needs, and its handler, in
 /// the world whose context is `Cx`.
 pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
-    /// The decoded arguments.
-    type Args: Send;
-    /// What the handler returns.
-    type Output: Send;
+    /// The decoded arguments; the journal hashes them.
+    type Args: Send + serde::Serialize;
+    /// What the handler returns; the journal stores it.
+    type Output: Send + serde::Serialize + serde::de::DeserializeOwned;
     /// How the call fails; a refusal of the gate is one such failure.
-    type Error: From<ToolError> + Send;
+    type Error: From<ToolError> + Send + serde::Serialize + serde::de::DeserializeOwned;
 
     /// The import's name in the WIT, such as `read-file`; the gate's
     /// messages and log use it.
     fn name(&self) -> &'static str;
+
+    /// The interface the call belongs to, for the journal.
+    fn interface(&self) -> &'static str {
+        crate::manifest::interface::TOOLS
+    }
+
+    /// How the journal records the call. Default: a [`Effect::Write`],
+    /// durable before the guest sees it.
+    fn effect(&self) -> Effect {
+        Effect::Write
+    }
+
+    /// Whether an error result is journaled. An error that records no
+    /// effect (a step that failed and should be retried on resume) is not.
+    fn journal_error(&self, _error: &Self::Error) -> bool {
+        true
+    }
 
     /// The capability the call needs; `None` for calls every agent may make.
     fn capability(&self) -> Option<Capability> {
@@ -256,6 +283,7 @@ pub struct ToolContext {
     log: LogBudget,
     tools: std::borrow::Cow<'static, [&'static dyn DynTool]>,
     state: UnitState,
+    journal: Option<Arc<Journal>>,
 }
 
 impl CallContext for ToolContext {
@@ -278,6 +306,10 @@ impl CallContext for ToolContext {
     fn log(&self) -> &LogBudget {
         &self.log
     }
+
+    fn journal(&self) -> Option<&Journal> {
+        self.journal.as_deref()
+    }
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -299,7 +331,18 @@ impl ToolContext {
     ) -> Self {
         let tools = tools.into();
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
-        ToolContext { authority, events, arg_limit, log, tools, state }
+        ToolContext { authority, events, arg_limit, log, tools, state, journal: None }
+    }
+
+    /// The same context, recording its calls in `journal`.
+    pub fn with_journal(mut self, journal: Option<Arc<Journal>>) -> Self {
+        self.journal = journal;
+        self
+    }
+
+    /// The run's journal, when the run is recorded.
+    pub fn run_journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.as_ref()
     }
 
     /// The run's authority.
@@ -328,6 +371,23 @@ impl ToolContext {
     /// Runs a guest's call through the host-call path.
     pub async fn call<C: MaybeTool>(&self, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
         guest(self, call, args).await
+    }
+
+    /// Runs a guest's import: [`ToolContext::call`], except that once the
+    /// run halted (it suspended, or its replay diverged) the guest does not
+    /// get an answer: its call traps, which unwinds it.
+    pub async fn guest_call<C: MaybeTool>(&self, call: &C, args: C::Args) -> wasmtime::Result<Result<C::Output, C::Error>> {
+        let out = guest(self, call, args).await;
+        self.unwind_if_halted()?;
+        Ok(out)
+    }
+
+    /// The trap that unwinds a guest whose run halted.
+    pub fn unwind_if_halted(&self) -> wasmtime::Result<()> {
+        match self.journal.as_ref().and_then(|j| j.halted()) {
+            Some(halt) => Err(wasmtime::Error::new(crate::journal::Halted(halt.summary()))),
+            None => Ok(()),
+        }
     }
 
     /// Runs one of the model's tool calls: the offered tool of that name, or
@@ -377,9 +437,49 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         }
         Origin::Model { turn, call: model_call } => (call.decode_json(&model_call.arguments), Some((turn, model_call))),
     };
-    // authorize
+    // journal: a recorded call is answered from the journal
+    let mut live = None;
+    if let (Some(journal), Ok(args)) = (cx.journal().filter(|_| call.effect() != Effect::Skip), &decoded) {
+        let arguments = match model {
+            Some((_, model_call)) => model_call.arguments.clone(),
+            None => serde_json::to_value(args).unwrap_or(Value::Null),
+        };
+        let hash = crate::journal::hash_args(&arguments);
+        match journal.begin(call.interface(), call.name(), &hash) {
+            Begin::Replay(text) => {
+                let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {
+                    let why = format!("the journal's entry for `{}` cannot be read: {e}", call.name());
+                    journal.halt(crate::journal::Halt::Failed(why.clone()));
+                    Err(C::Error::from(ToolError::Failed(why)))
+                });
+                return match model {
+                    None => Reply::Guest(result),
+                    Some(_) => Reply::Model(call.reply(result)),
+                };
+            }
+            Begin::Live(seq) => live = Some((journal, seq, hash, arguments)),
+            Begin::Unjournaled => {}
+            Begin::Halted(why) => {
+                let e = C::Error::from(ToolError::Failed(why));
+                return match model {
+                    None => Reply::Guest(Err(e)),
+                    Some(_) => Reply::Model(call.reply(Err(e))),
+                };
+            }
+        }
+    }
+    // authorize; under `approve`, a recorded run asks its journal for the
+    // operator's decision on exactly this call
     let allowed = decoded.and_then(|args| match call.capability() {
-        Some(cap) => cx.authorize(cap, call.name(), &call.detail(&args)).map(|()| args),
+        Some(cap) => match cx.authorize(cap, call.name(), &call.detail(&args)) {
+            Err(ToolError::ApprovalRequired(message)) => match &live {
+                Some((journal, seq, hash, arguments)) => {
+                    journal.approval(*seq, cap, call.name(), arguments, hash, message).map(|()| args)
+                }
+                None => Err(ToolError::ApprovalRequired(message)),
+            },
+            verdict => verdict.map(|()| args),
+        },
         None => Ok(args),
     });
     // event
@@ -391,6 +491,13 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
         Err(refusal) => Err(C::Error::from(refusal)),
     };
+    // journal: the result is recorded before anyone sees it
+    if let Some((journal, seq, hash, _)) = live
+        && result.as_ref().err().is_none_or(|e| call.journal_error(e))
+    {
+        let text = serde_json::to_string(&result).unwrap_or_default();
+        journal.finish(seq, call.interface(), call.name(), &hash, text, call.effect()).await;
+    }
     // result
     match model {
         None => Reply::Guest(result),

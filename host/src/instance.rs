@@ -35,6 +35,9 @@ pub struct Wasi {
     pub preopens: Vec<Preopen>,
     /// Environment variables; empty by default.
     pub env: Vec<(String, String)>,
+    /// A recorded run's journal: the clocks and the random seed go through
+    /// it, so a replay sees the times and random numbers the first pass saw.
+    pub journal: Option<Arc<crate::journal::Journal>>,
 }
 
 /// A limit a plugin ran into, recorded by the limiter so the host can
@@ -199,6 +202,9 @@ pub fn new_store<W: Send + 'static>(
             reason: format!("cannot open {} for the plugin: {e}", p.host.display()),
         })?;
     }
+    if let Some(journal) = &wasi_setup.journal {
+        journaled_sources(&mut wasi, journal);
+    }
     let limiter = RunLimiter {
         memory_cap: limits.memory_bytes,
         table_cap: limits.table_elements,
@@ -250,3 +256,64 @@ pub fn settle<W, T>(
 }
 
 impl types::Host for Core {}
+
+/// Routes WASI's clocks and randomness through a recorded run's journal.
+/// Randomness is one journaled seed per instance (for the secure and the
+/// insecure generator, and the insecure seed), not one entry per call: the
+/// generators are deterministic given it.
+fn journaled_sources(wasi: &mut WasiCtxBuilder, journal: &Arc<crate::journal::Journal>) {
+    use rand::SeedableRng;
+    let seed: [u8; 32] = journal.read_sync("wasi:random", "seed", || {
+        let mut seed = [0u8; 32];
+        rand::fill(&mut seed);
+        seed
+    });
+    let mut insecure_seed = [0u8; 16];
+    insecure_seed.copy_from_slice(&seed[..16]);
+    let mut insecure = seed;
+    insecure[0] ^= 0x5a;
+    wasi.secure_random(rand::rngs::StdRng::from_seed(seed))
+        .insecure_random(rand::rngs::StdRng::from_seed(insecure))
+        .insecure_random_seed(u128::from_le_bytes(insecure_seed))
+        .wall_clock(JournaledWallClock(journal.clone()))
+        .monotonic_clock(JournaledMonotonicClock { journal: journal.clone(), last: Default::default() });
+}
+
+struct JournaledWallClock(Arc<crate::journal::Journal>);
+
+impl wasmtime_wasi::HostWallClock for JournaledWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        let nanos: u128 = self.0.read_sync("wasi:clocks", "wall-clock.now", || {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+        });
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
+struct JournaledMonotonicClock {
+    journal: Arc<crate::journal::Journal>,
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl wasmtime_wasi::HostMonotonicClock for JournaledMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    // Nanoseconds since the epoch rather than since this process started:
+    // a run resumed in another process keeps a clock that never goes back.
+    fn now(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        let last = self.last.load(Ordering::Relaxed);
+        let now = self.journal.read_sync("wasi:clocks", "monotonic-clock.now", || {
+            let system = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos());
+            u64::try_from(system.unwrap_or(0)).unwrap_or(u64::MAX).max(last)
+        });
+        self.last.fetch_max(now, Ordering::Relaxed);
+        now
+    }
+}

@@ -37,6 +37,7 @@ pub mod events;
 pub mod files;
 pub mod host_call;
 pub mod instance;
+pub mod journal;
 pub mod log;
 pub mod manifest;
 pub mod plugin;

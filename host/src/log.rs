@@ -24,6 +24,10 @@ impl<Cx: CallContext> HostCall<Cx> for Log {
         "log"
     }
 
+    fn effect(&self) -> crate::journal::Effect {
+        crate::journal::Effect::Skip
+    }
+
     fn execute<'a>(&'a self, cx: &'a Cx, (level, message): (Level, String)) -> BoxFuture<'a, Result<(), ToolError>> {
         Box::pin(async move {
             let budget = cx.log();

@@ -185,21 +185,23 @@ pub struct AgentManifest {
 
 /// The version of the `nexo:plugin` package this host implements. Any
 /// `0.1.x` plugin is accepted.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.1.1";
 
 /// The versioned names of the `nexo:plugin` interfaces the host serves, as
 /// linkers define them. Each ends with [`CONTRACT_VERSION`] (a unit test checks).
 pub mod interface {
     /// `nexo:plugin/tools`.
-    pub const TOOLS: &str = "nexo:plugin/tools@0.1.0";
+    pub const TOOLS: &str = "nexo:plugin/tools@0.1.1";
     /// `nexo:plugin/model`.
-    pub const MODEL: &str = "nexo:plugin/model@0.1.0";
+    pub const MODEL: &str = "nexo:plugin/model@0.1.1";
     /// `nexo:plugin/log`.
-    pub const LOG: &str = "nexo:plugin/log@0.1.0";
+    pub const LOG: &str = "nexo:plugin/log@0.1.1";
     /// `nexo:plugin/outbound-http`.
-    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.0";
+    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.1";
     /// `nexo:plugin/config`.
-    pub const CONFIG: &str = "nexo:plugin/config@0.1.0";
+    pub const CONFIG: &str = "nexo:plugin/config@0.1.1";
+    /// `nexo:plugin/durable`.
+    pub const DURABLE: &str = "nexo:plugin/durable@0.1.1";
 }
 
 /// Which world a plugin implements.
@@ -407,7 +409,7 @@ mod tests {
 
     #[test]
     fn interface_names_carry_the_contract_version() {
-        for name in [interface::TOOLS, interface::MODEL, interface::LOG, interface::OUTBOUND_HTTP, interface::CONFIG] {
+        for name in [interface::TOOLS, interface::MODEL, interface::LOG, interface::OUTBOUND_HTTP, interface::CONFIG, interface::DURABLE] {
             assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");
         }
     }

@@ -94,6 +94,10 @@ pub struct RunOptions {
     /// A client that exempts private addresses is refused: the fetch tool
     /// never reaches one.
     pub http: Option<nexo_egress::GuardedClient>,
+    /// The journal of a recorded run (see [`crate::runs`]): every host
+    /// call, the WASI clocks and the random seed are journaled, and a
+    /// resume replays them. `None`: nothing is recorded.
+    pub journal: Option<Arc<crate::journal::Journal>>,
 }
 
 impl std::fmt::Debug for RunOptions {

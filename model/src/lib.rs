@@ -143,7 +143,7 @@ pub struct Usage {
 }
 
 /// The model's turn.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
     /// Its text.
     pub text: String,
@@ -160,7 +160,7 @@ pub type DeltaSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// Why a model call failed. Messages name the provider and, for HTTP errors,
 /// the status and the body's message; they never contain a key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ModelError {
     /// Nothing usable is configured; the message says how to fix it.
     #[error("{0}")]

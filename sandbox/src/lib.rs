@@ -177,7 +177,7 @@ pub const MAX_GLOB_MATCHES: usize = 1000;
 
 /// What a glob found: the first [`MAX_GLOB_MATCHES`] paths, sorted, and
 /// whether more exist.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct GlobMatches {
     /// The matching paths, relative to the root, sorted.
     pub paths: Vec<String>,

@@ -21,7 +21,7 @@ use crate::truncate::head_bytes;
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// A fetched page, as the tools return it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Page {
     /// The final URL, after redirects.
     pub url: String,
@@ -115,7 +115,7 @@ impl Unit for FetchUnit {
         linker.instance(TOOLS)?.func_wrap_async("fetch", |store, (url,): (String,)| {
             let cx = store.data().world.tools.clone();
             Box::new(async move {
-                let page = cx.call(&Fetch, url).await.map(|p| bindings::Page {
+                let page = cx.guest_call(&Fetch, url).await?.map(|p| bindings::Page {
                     url: p.url,
                     status: p.status,
                     content_type: p.content_type,

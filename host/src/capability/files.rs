@@ -50,16 +50,16 @@ impl Unit for FilesUnit {
         let mut tools = linker.instance(TOOLS)?;
         tools.func_wrap_async("read-file", |store, (path,): (String,)| {
             let cx = store.data().world.tools.clone();
-            Box::new(async move { Ok((cx.call(&ReadFile, path).await,)) })
+            Box::new(async move { Ok((cx.guest_call(&ReadFile, path).await?,)) })
         })?;
         tools.func_wrap_async("write-file", |store, (path, contents): (String, String)| {
             let cx = store.data().world.tools.clone();
-            Box::new(async move { Ok((cx.call(&WriteFile, (path, contents)).await.map(|_| ()),)) })
+            Box::new(async move { Ok((cx.guest_call(&WriteFile, (path, contents)).await?.map(|_| ()),)) })
         })?;
         tools.func_wrap_async("glob", |store, (pattern,): (String,)| {
             let cx = store.data().world.tools.clone();
             // The WIT list carries paths only: a guest sees at most MAX_GLOB_MATCHES and no flag.
-            Box::new(async move { Ok((cx.call(&Glob, pattern).await.map(|m| m.paths),)) })
+            Box::new(async move { Ok((cx.guest_call(&Glob, pattern).await?.map(|m| m.paths),)) })
         })
     }
 
@@ -96,6 +96,10 @@ impl HostCall for ReadFile {
 
     fn name(&self) -> &'static str {
         "read-file"
+    }
+
+    fn effect(&self) -> crate::journal::Effect {
+        crate::journal::Effect::Read
     }
 
     fn capability(&self) -> Option<Capability> {
@@ -243,6 +247,10 @@ impl HostCall for Glob {
 
     fn name(&self) -> &'static str {
         "glob"
+    }
+
+    fn effect(&self) -> crate::journal::Effect {
+        crate::journal::Effect::Read
     }
 
     fn capability(&self) -> Option<Capability> {

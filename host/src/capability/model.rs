@@ -64,7 +64,7 @@ impl Unit for ModelUnit {
             |mut store, (input,): (String,)| {
                 let cx = store.data().world.tools.clone();
                 Box::new(async move {
-                    let reply = match cx.call(&Prompt, input).await {
+                    let reply = match cx.guest_call(&Prompt, input).await? {
                         Ok(outcome) => {
                             let reply = reply(&outcome);
                             store.data_mut().world.last_prompt = Some(outcome);
@@ -188,6 +188,21 @@ impl HostCall for Prompt {
 
     fn name(&self) -> &'static str {
         "prompt"
+    }
+
+    fn interface(&self) -> &'static str {
+        crate::manifest::interface::MODEL
+    }
+
+    // Its turns and tool calls are journaled one by one; the prompt's own
+    // entry lets a replay skip the whole stretch at once.
+    fn effect(&self) -> crate::journal::Effect {
+        crate::journal::Effect::Read
+    }
+
+    fn journal_error(&self, error: &wit::ModelError) -> bool {
+        // An unreachable provider recorded nothing; a resume tries again.
+        !matches!(error, wit::ModelError::Unavailable(_))
     }
 
     fn arg_bytes(&self, input: &String) -> usize {

@@ -32,7 +32,7 @@ impl Unit for SearchUnit {
     fn link(&self, linker: &mut Linker<AgentHost>) -> wasmtime::Result<()> {
         linker.instance(TOOLS)?.func_wrap_async("web-search", |store, (query,): (String,)| {
             let cx = store.data().world.tools.clone();
-            Box::new(async move { Ok((cx.call(&WebSearch, query).await,)) })
+            Box::new(async move { Ok((cx.guest_call(&WebSearch, query).await?,)) })
         })
     }
 

@@ -18,7 +18,7 @@ use crate::truncate::truncate;
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// What a shell command returned; truncated before anyone sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShellResult {
     /// Exit status.
     pub status: i32,
@@ -47,7 +47,7 @@ impl Unit for ShellUnit {
         linker.instance(TOOLS)?.func_wrap_async("shell", |store, (command,): (String,)| {
             let cx = store.data().world.tools.clone();
             Box::new(async move {
-                let out = cx.call(&Shell, command).await;
+                let out = cx.guest_call(&Shell, command).await?;
                 Ok((out.map(|o| ShellOutput { status: o.status, stdout: o.stdout, stderr: o.stderr }),))
             })
         })

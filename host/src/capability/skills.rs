@@ -114,6 +114,10 @@ impl HostCall for ActivateSkill {
         "activate-skill"
     }
 
+    fn effect(&self) -> crate::journal::Effect {
+        crate::journal::Effect::Read
+    }
+
     fn detail(&self, name: &String) -> String {
         name.clone()
     }

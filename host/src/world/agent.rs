@@ -18,6 +18,7 @@ use crate::agent_loop::Outcome;
 use crate::authority::{Authority, Grant};
 use crate::bindings::RunError as WitRunError;
 use crate::bindings::agent::{AgentPlugin, AgentPluginPre};
+use crate::capability::durable::DurableUnit;
 use crate::capability::fetch::FetchUnit;
 use crate::capability::files::FilesUnit;
 use crate::capability::mcp::McpUnit;
@@ -39,7 +40,7 @@ use crate::unit::{AgentHost, AgentState, Setup, Unit};
 /// after these, and the model unit ([`MODEL`]) after all of them: its
 /// instructions are everyone's.
 pub static UNITS: &[&dyn Unit] =
-    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit];
+    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit, &DurableUnit];
 
 /// The model unit, always last.
 pub static MODEL: &dyn Unit = &ModelUnit;
@@ -88,7 +89,7 @@ pub async fn prepare(
         std::borrow::Cow::Owned(units().flat_map(|u| u.tools().iter().copied()).collect())
     };
     let events = options.events.clone().unwrap_or_else(crate::events::no_events);
-    let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state));
+    let tools = Arc::new(ToolContext::new(authority, events, limits, tools, state).with_journal(options.journal.clone()));
     Ok(Prepared { tools, preopens })
 }
 
@@ -179,7 +180,7 @@ impl Agent {
         let engine = &self.meta.engine;
         let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
         let prepared = prepare(&self.manifest, options, &[], engine.limits()).await?;
-        let wasi = Wasi { preopens: prepared.preopens, env: options.env.clone() };
+        let wasi = Wasi { preopens: prepared.preopens, env: options.env.clone(), journal: options.journal.clone() };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
         let result = tokio::time::timeout(timeout, self.pre.instantiate_async(&mut store)).await;

@@ -1,0 +1,405 @@
+//! The durable unit: the `durable` import, a workflow's primitives.
+//!
+//! - `checkpoint-begin` / `checkpoint-end`: a named result, stored once.
+//! - `checkpoint-all`: independent host steps (prompts, tool calls) run
+//!   concurrently, each stored as it completes.
+//! - `suspend`: the run ends `suspended`; a resume replays the journal up
+//!   to this call, which then returns.
+//! - `resume-input`: the JSON given at the latest resume.
+//!
+//! In a recorded run the values live in the store, beside the journal. A
+//! run without a store (an embedding program's, or `--ephemeral`) keeps
+//! checkpoints in memory for the run and cannot suspend.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use futures::StreamExt;
+use nexo_model::{BoxFuture, ToolCall};
+use serde_json::Value;
+use wasmtime::component::Linker;
+
+use crate::bindings::agent::nexo::plugin::durable as wit;
+use crate::capability::model::Prompt;
+use crate::error::ToolError;
+use crate::host_call::{CallContext, HostCall, ToolContext};
+use crate::journal::{Effect, Halt, RESERVED, unjournaled};
+use crate::manifest::interface::DURABLE;
+use crate::unit::{AgentHost, Setup, Step, Unit};
+
+/// How many steps of one `checkpoint-all` run at once.
+pub const STEP_CONCURRENCY: usize = 4;
+
+/// The longest checkpoint name, in bytes.
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// Per-instance state: the open checkpoint, and the values of a run
+/// without a store.
+#[derive(Debug, Default)]
+pub struct DurableState {
+    open: Mutex<Option<String>>,
+    memory: Mutex<BTreeMap<String, Value>>,
+}
+
+impl DurableState {
+    fn open(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Value>> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The durable unit.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DurableUnit;
+
+impl Unit for DurableUnit {
+    fn name(&self) -> &'static str {
+        "durable"
+    }
+
+    fn link(&self, linker: &mut Linker<AgentHost>) -> wasmtime::Result<()> {
+        let mut durable = linker.instance(DURABLE)?;
+        durable.func_wrap_async("checkpoint-begin", |store, (name,): (String,)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move {
+                let out = cx.guest_call(&CheckpointBegin, name.clone()).await?;
+                // Tracked here, not in the handler: a replayed begin opens
+                // the checkpoint too.
+                if let (Ok(None), Ok(state)) = (&out, cx.state::<DurableState>()) {
+                    *state.open() = Some(name);
+                }
+                Ok((out,))
+            })
+        })?;
+        durable.func_wrap_async("checkpoint-end", |store, (name, value): (String, String)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move {
+                let out = cx.guest_call(&CheckpointEnd, (name.clone(), value)).await?;
+                if let Ok(state) = cx.state::<DurableState>() {
+                    let mut open = state.open();
+                    if open.as_deref() == Some(name.as_str()) {
+                        *open = None;
+                    }
+                }
+                Ok((out,))
+            })
+        })?;
+        durable.func_wrap_async("checkpoint-all", |store, (steps,): (Vec<wit::Step>,)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move { Ok((cx.guest_call(&CheckpointAll, steps).await?,)) })
+        })?;
+        durable.func_wrap_async("suspend", |store, (reason, key): (String, Option<String>)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move { Ok((cx.guest_call(&Suspend, (reason, key)).await?,)) })
+        })?;
+        durable.func_wrap_async("resume-input", |store, (): ()| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move { Ok((cx.guest_call(&ResumeInput, ()).await?.unwrap_or(None),)) })
+        })?;
+        Ok(())
+    }
+
+    fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
+        setup.state.insert(DurableState::default());
+        Step::ready(Ok(()))
+    }
+}
+
+impl From<ToolError> for wit::DurableError {
+    fn from(e: ToolError) -> Self {
+        wit::DurableError::Invalid(e.text())
+    }
+}
+
+/// A checkpoint name the guest may use, or why not.
+fn check_name(name: &str) -> Result<(), wit::DurableError> {
+    if name.is_empty() {
+        return Err(wit::DurableError::ReservedName("a checkpoint needs a name".into()));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(wit::DurableError::ReservedName(format!(
+            "a checkpoint name is at most {MAX_NAME_BYTES} bytes; this one is {}",
+            name.len()
+        )));
+    }
+    if RESERVED.contains(&name) {
+        return Err(wit::DurableError::ReservedName(format!(
+            "`{name}` is reserved by the host ({}); choose another name",
+            RESERVED.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn parse_json(name: &str, value: &str) -> Result<Value, wit::DurableError> {
+    serde_json::from_str(value)
+        .map_err(|e| wit::DurableError::Invalid(format!("the value of checkpoint `{name}` is not JSON: {e}")))
+}
+
+/// `checkpoint-begin`.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointBegin;
+
+impl HostCall for CheckpointBegin {
+    type Args = String;
+    type Output = Option<String>;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "checkpoint-begin"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+
+    fn execute<'a>(&'a self, cx: &'a ToolContext, name: String) -> BoxFuture<'a, Result<Option<String>, wit::DurableError>> {
+        Box::pin(async move {
+            check_name(&name)?;
+            let stored = match cx.journal() {
+                Some(journal) => journal.checkpoint(&name),
+                None => cx.state::<DurableState>()?.memory().get(&name).cloned(),
+            };
+            Ok(stored.map(|v| v.to_string()))
+        })
+    }
+}
+
+crate::guest_only!(CheckpointBegin, ToolContext);
+
+/// `checkpoint-end`.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointEnd;
+
+impl HostCall for CheckpointEnd {
+    type Args = (String, String);
+    type Output = ();
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "checkpoint-end"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, (name, value): &(String, String)) -> usize {
+        name.len() + value.len()
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        (name, value): (String, String),
+    ) -> BoxFuture<'a, Result<(), wit::DurableError>> {
+        Box::pin(async move {
+            check_name(&name)?;
+            let value = parse_json(&name, &value)?;
+            match cx.journal() {
+                // Committed with this call's own entry: one transaction.
+                Some(journal) => journal.put_checkpoint(&name, value),
+                None => {
+                    cx.state::<DurableState>()?.memory().entry(name).or_insert(value);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+crate::guest_only!(CheckpointEnd, ToolContext);
+
+/// `checkpoint-all`.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointAll;
+
+impl HostCall for CheckpointAll {
+    type Args = Vec<wit::Step>;
+    type Output = Vec<(String, String)>;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "checkpoint-all"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, steps: &Vec<wit::Step>) -> usize {
+        steps
+            .iter()
+            .map(|s| {
+                s.name.len()
+                    + match &s.action {
+                        wit::StepAction::Prompt(p) => p.len(),
+                        wit::StepAction::Tool(t) => t.name.len() + t.arguments.len(),
+                    }
+            })
+            .sum()
+    }
+
+    // A failed step is not journaled: a resume runs the missing steps.
+    fn journal_error(&self, _error: &wit::DurableError) -> bool {
+        false
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        steps: Vec<wit::Step>,
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, wit::DurableError>> {
+        Box::pin(async move {
+            // Every name is checked before any step runs.
+            let mut seen = std::collections::BTreeSet::new();
+            for step in &steps {
+                check_name(&step.name)?;
+                if !seen.insert(step.name.as_str()) {
+                    return Err(wit::DurableError::Invalid(format!("the step name `{}` is given twice", step.name)));
+                }
+                if let wit::StepAction::Tool(t) = &step.action {
+                    parse_json(&step.name, &t.arguments)?;
+                }
+            }
+            let stored = |name: &str| match cx.journal() {
+                Some(journal) => journal.checkpoint(name),
+                None => cx.state::<DurableState>().ok().and_then(|s| s.memory().get(name).cloned()),
+            };
+            let pending: Vec<&wit::Step> = steps.iter().filter(|s| stored(&s.name).is_none()).collect();
+            let mut failure = None;
+            type StepRun<'s> = BoxFuture<'s, (&'s wit::Step, Result<Value, String>)>;
+            let runs: Vec<StepRun<'_>> = pending
+                .into_iter()
+                .map(|step| -> StepRun<'_> { Box::pin(async move { (step, unjournaled(run_step(cx, step)).await) }) })
+                .collect();
+            let mut runs = futures::stream::iter(runs).buffer_unordered(STEP_CONCURRENCY);
+            while let Some((step, result)) = runs.next().await {
+                match result {
+                    Ok(value) => match cx.journal() {
+                        Some(journal) => {
+                            // Each step is durable as it completes.
+                            journal.put_checkpoint(&step.name, value);
+                            journal.flush().await;
+                        }
+                        None => {
+                            cx.state::<DurableState>()?.memory().entry(step.name.clone()).or_insert(value);
+                        }
+                    },
+                    Err(message) => {
+                        // The steps in flight finish and are kept; they were paid for.
+                        failure.get_or_insert(wit::StepFailure { name: step.name.clone(), message });
+                    }
+                }
+            }
+            if let Some(failure) = failure {
+                return Err(wit::DurableError::StepFailed(failure));
+            }
+            Ok(steps
+                .iter()
+                .map(|s| (s.name.clone(), stored(&s.name).map(|v| v.to_string()).unwrap_or_default()))
+                .collect())
+        })
+    }
+}
+
+crate::guest_only!(CheckpointAll, ToolContext);
+
+/// Runs one step: its value as JSON, or its error.
+async fn run_step(cx: &ToolContext, step: &wit::Step) -> Result<Value, String> {
+    match &step.action {
+        wit::StepAction::Prompt(input) => match cx.call(&Prompt, input.clone()).await {
+            Ok(outcome) => Ok(Value::String(outcome.text)),
+            Err(e) => Err(crate::capability::model::model_error_text(&e)),
+        },
+        wit::StepAction::Tool(tool) => {
+            let arguments = serde_json::from_str(&tool.arguments).map_err(|e| e.to_string())?;
+            let call = ToolCall { id: format!("step-{}", step.name), name: tool.name.clone(), arguments };
+            let reply = cx.call_model(0, &call).await;
+            if reply.is_error { Err(reply.content) } else { Ok(Value::String(reply.content)) }
+        }
+    }
+}
+
+/// `suspend`.
+#[derive(Debug, Clone, Copy)]
+pub struct Suspend;
+
+impl HostCall for Suspend {
+    type Args = (String, Option<String>);
+    type Output = ();
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "suspend"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, (reason, key): &(String, Option<String>)) -> usize {
+        reason.len() + key.as_ref().map_or(0, String::len)
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        (reason, resume_key): (String, Option<String>),
+    ) -> BoxFuture<'a, Result<(), wit::DurableError>> {
+        Box::pin(async move {
+            if let Some(open) = cx.state::<DurableState>()?.open().as_ref() {
+                return Err(wit::DurableError::InsideCheckpoint(format!(
+                    "`suspend` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's \
+                     work must finish in one pass)"
+                )));
+            }
+            let Some(journal) = cx.journal() else {
+                return Err(wit::DurableError::NotDurable(
+                    "this run is not recorded, so it cannot be resumed; run it with a store (`nexo run` without \
+                     --ephemeral)"
+                        .into(),
+                ));
+            };
+            journal.halt_after_this_call(Halt::Suspend { reason, resume_key, approval: None });
+            Ok(())
+        })
+    }
+}
+
+crate::guest_only!(Suspend, ToolContext);
+
+/// `resume-input`.
+#[derive(Debug, Clone, Copy)]
+pub struct ResumeInput;
+
+impl HostCall for ResumeInput {
+    type Args = ();
+    type Output = Option<String>;
+    type Error = ToolError;
+
+    fn name(&self) -> &'static str {
+        "resume-input"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+
+    fn execute<'a>(&'a self, cx: &'a ToolContext, (): ()) -> BoxFuture<'a, Result<Option<String>, ToolError>> {
+        Box::pin(async move { Ok(cx.journal().and_then(|j| j.resume_input())) })
+    }
+}
+
+crate::guest_only!(ResumeInput, ToolContext);

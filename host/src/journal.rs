@@ -1,0 +1,475 @@
+//! The journal of a recorded run: every host call's result, in order, so a
+//! resume or a recovery can replay the run instead of re-running it.
+//!
+//! A component is deterministic given the results of its host calls. The
+//! host-call path ([`crate::host_call`]) asks the journal before it runs a
+//! call ([`Journal::begin`]): while the journal holds the call's sequence
+//! number, the recorded result is the answer, and nothing runs again (no
+//! model call, no write, no shell command, no fetch). Past the journal's
+//! end, calls run live and their results are appended
+//! ([`Journal::finish`]) before the guest sees them.
+//!
+//! - A call's [`Effect`] says how soon its entry must be durable: a `Write`
+//!   (model turns, writes, shell, fetch, search, checkpoints) commits with
+//!   every entry before it, before the guest continues; a `Read` (file
+//!   reads, clocks, randomness) waits in memory for the next commit.
+//! - A call that was in flight when the process died has no entry, so it
+//!   runs again: at-least-once for that one call.
+//! - A different call at a recorded sequence number stops the run with a
+//!   `nondeterminism` failure that names both calls.
+//! - Once the run halts (it suspends, or fails), nothing more is recorded,
+//!   so the calls that unwind after a halt leave no trace to replay.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use nexo_store::{Approval, Batch, Decision, Entry, NewEvent, Run, Store, StoreError};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::ToolError;
+use crate::events::{Event, EventSink};
+use crate::manifest::Capability;
+
+/// Checkpoint names the host keeps for itself.
+pub const RESERVED: [&str; 3] = ["__suspend__", "__approval__", "__buffer_events__"];
+
+/// How a call's entry is journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Not journaled: the call has no result a guest could act on (`log`).
+    Skip,
+    /// Journaled, and committed with the next write: re-running it costs
+    /// nothing and changes nothing.
+    Read,
+    /// Journaled and durable before the guest sees the result: it costs
+    /// money or changes the world.
+    Write,
+}
+
+/// Why a run stopped making progress.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Halt {
+    /// It paused: the guest suspended, or a gate waits for a decision.
+    Suspend {
+        /// Why.
+        reason: String,
+        /// The guest's resume key.
+        resume_key: Option<String>,
+        /// The pending approval.
+        approval: Option<Approval>,
+    },
+    /// It cannot go on: a nondeterministic replay, or a store failure.
+    Failed(String),
+}
+
+impl Halt {
+    /// One line for a trap message.
+    pub fn summary(&self) -> String {
+        match self {
+            Halt::Suspend { reason, .. } => format!("the run suspended: {reason}"),
+            Halt::Failed(why) => why.clone(),
+        }
+    }
+}
+
+/// The trap a guest's call unwinds with once its run halted.
+#[derive(Debug)]
+pub struct Halted(pub String);
+
+impl std::fmt::Display for Halted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Halted {}
+
+/// What [`Journal::begin`] decided for one call.
+#[derive(Debug)]
+pub enum Begin {
+    /// The journal holds the call: here is its result, as JSON text.
+    Replay(String),
+    /// Run it live; its entry takes this sequence number.
+    Live(u64),
+    /// Run it live and journal nothing: a step of `checkpoint-all`, whose
+    /// checkpoint is its record.
+    Unjournaled,
+    /// The run halted; the call must not run.
+    Halted(String),
+}
+
+tokio::task_local! {
+    static UNJOURNALED: ();
+}
+
+/// Runs `work` with journaling off: its host calls run live and leave no
+/// entries. For concurrent steps, whose order is not deterministic.
+pub async fn unjournaled<F: std::future::Future>(work: F) -> F::Output {
+    UNJOURNALED.scope((), work).await
+}
+
+/// The SHA-256 of a call's arguments, as hex.
+pub fn hash_args(args: &Value) -> String {
+    hex::encode(Sha256::digest(args.to_string().as_bytes()))
+}
+
+/// A recorded run's journal, shared by everything that serves its calls.
+pub struct Journal {
+    store: Arc<dyn Store>,
+    run: String,
+    owner: String,
+    component: String,
+    recorded: BTreeMap<u64, Entry>,
+    replay_end: u64,
+    buffer_events: bool,
+    resume_input: Option<String>,
+    state: Mutex<State>,
+    commits: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    next: u64,
+    pending: Batch,
+    held: Vec<NewEvent>,
+    halt: Option<Halt>,
+    halt_after: Option<Halt>,
+    checkpoints: BTreeMap<String, Value>,
+    decided: Option<Approval>,
+    replayed: u64,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("run", &self.run)
+            .field("recorded", &self.recorded.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a journal replays what the store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Answer recorded calls from the journal (the same component).
+    Journal,
+    /// Ignore the journal: the component changed, so only checkpoints,
+    /// looked up by name, carry over.
+    CheckpointsOnly,
+}
+
+impl Journal {
+    /// The journal of `run`, owned by `owner`, loaded from `store`.
+    /// `component` is the SHA-256 of what runs now; `buffer_events` holds
+    /// events until the run ends or suspends.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        run: &Run,
+        owner: &str,
+        replay: Replay,
+        buffer_events: bool,
+    ) -> Result<Journal, StoreError> {
+        let recorded: BTreeMap<u64, Entry> = match replay {
+            Replay::Journal => store.journal(&run.id).await?.into_iter().map(|e| (e.seq, e)).collect(),
+            Replay::CheckpointsOnly => BTreeMap::new(),
+        };
+        let replay_end = recorded.values().map(|e| e.end).max().unwrap_or(0);
+        let checkpoints = store.checkpoints(&run.id).await?.into_iter().collect();
+        let decided = store.approval(&run.id).await?.filter(|a| a.decision.is_some());
+        let next = match replay {
+            Replay::Journal => 0,
+            // A fresh numbering after the old journal, so new entries never
+            // collide with the ones kept for the record.
+            Replay::CheckpointsOnly => store.journal(&run.id).await?.iter().map(|e| e.end).max().unwrap_or(0),
+        };
+        Ok(Journal {
+            store,
+            run: run.id.clone(),
+            owner: owner.to_string(),
+            component: run.component_sha256.clone(),
+            recorded,
+            replay_end,
+            buffer_events,
+            resume_input: run.resume_input.clone(),
+            state: Mutex::new(State { next, checkpoints, decided, ..State::default() }),
+            commits: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run
+    }
+
+    /// Whether the next call is still answered from the journal (events
+    /// of a replayed stretch were recorded the first time).
+    pub fn replaying(&self) -> bool {
+        self.lock().next < self.replay_end
+    }
+
+    /// How many calls the journal answered so far.
+    pub fn replayed(&self) -> u64 {
+        self.lock().replayed
+    }
+
+    /// Decides how one call runs: from the journal, or live.
+    pub fn begin(&self, interface: &str, function: &str, args_hash: &str) -> Begin {
+        if UNJOURNALED.try_with(|_| ()).is_ok() {
+            return Begin::Unjournaled;
+        }
+        let mut state = self.lock();
+        if let Some(halt) = &state.halt {
+            return Begin::Halted(halt.summary());
+        }
+        let seq = state.next;
+        state.next += 1;
+        let Some(entry) = self.recorded.get(&seq) else {
+            return Begin::Live(seq);
+        };
+        if entry.interface != interface || entry.function != function || entry.args_hash != args_hash {
+            let why = format!(
+                "nondeterminism: at call {seq} the journal holds `{}` {} (arguments {}), but the component now \
+                 calls `{interface}` {function} (arguments {}); the component does not behave as it did when the \
+                 run was recorded, so the run cannot be replayed",
+                entry.interface,
+                entry.function,
+                short(&entry.args_hash),
+                short(args_hash)
+            );
+            state.halt = Some(Halt::Failed(why.clone()));
+            return Begin::Halted(why);
+        }
+        state.next = entry.end.max(seq + 1);
+        state.replayed += 1;
+        Begin::Replay(entry.result.clone())
+    }
+
+    /// Records a live call's result. A `Write` commits it, and everything
+    /// pending before it, before returning.
+    pub async fn finish(
+        &self,
+        seq: u64,
+        interface: &str,
+        function: &str,
+        args_hash: &str,
+        result: String,
+        effect: Effect,
+    ) {
+        {
+            let mut state = self.lock();
+            if state.halt.is_some() {
+                return;
+            }
+            let end = state.next;
+            state.pending.journal.push(Entry {
+                seq,
+                end,
+                interface: interface.to_string(),
+                function: function.to_string(),
+                args_hash: args_hash.to_string(),
+                result,
+            });
+            if let Some(halt) = state.halt_after.take() {
+                // The suspending call is recorded (a resume replays it, and it
+                // returns); the transition commits it.
+                state.halt = Some(halt);
+                return;
+            }
+        }
+        if effect == Effect::Write {
+            self.flush().await;
+        }
+    }
+
+    /// Answers a read the host makes for the guest synchronously (a clock,
+    /// a random seed): from the journal when it holds it, else `live()`'s
+    /// value, journaled with the next commit.
+    pub fn read_sync<T>(&self, interface: &str, function: &str, live: impl FnOnce() -> T) -> T
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let hash = hash_args(&Value::Null);
+        match self.begin(interface, function, &hash) {
+            Begin::Replay(text) => match serde_json::from_str(&text) {
+                Ok(value) => value,
+                Err(e) => {
+                    self.halt(Halt::Failed(format!("the journal's entry for {function} cannot be read: {e}")));
+                    live()
+                }
+            },
+            Begin::Live(seq) => {
+                let value = live();
+                let mut state = self.lock();
+                if state.halt.is_none() {
+                    let end = state.next;
+                    state.pending.journal.push(Entry {
+                        seq,
+                        end,
+                        interface: interface.to_string(),
+                        function: function.to_string(),
+                        args_hash: hash,
+                        result: serde_json::to_string(&value).unwrap_or_default(),
+                    });
+                }
+                value
+            }
+            Begin::Unjournaled | Begin::Halted(_) => live(),
+        }
+    }
+
+    /// Commits everything pending, durably. A failure halts the run: a
+    /// result that cannot be made durable must not reach the guest.
+    pub async fn flush(&self) {
+        let _order = self.commits.lock().await;
+        let batch = std::mem::take(&mut self.lock().pending);
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.commit(&self.run, &self.owner, batch).await {
+            self.halt(Halt::Failed(format!("the run's journal could not be written: {e}")));
+        }
+    }
+
+    /// Stops the run; the first halt wins.
+    pub fn halt(&self, halt: Halt) {
+        self.lock().halt.get_or_insert(halt);
+    }
+
+    /// Stops the run once the current call's entry is recorded.
+    pub fn halt_after_this_call(&self, halt: Halt) {
+        self.lock().halt_after = Some(halt);
+    }
+
+    /// Why the run halted, if it did.
+    pub fn halted(&self) -> Option<Halt> {
+        self.lock().halt.clone()
+    }
+
+    /// What a run's end writes: everything pending, with held events.
+    pub fn take_final_batch(&self) -> Batch {
+        let mut state = self.lock();
+        let mut batch = std::mem::take(&mut state.pending);
+        let held = std::mem::take(&mut state.held);
+        batch.events.splice(0..0, held);
+        batch
+    }
+
+    /// Records one event for the run's log, unless it belongs to a stretch
+    /// being replayed (recorded the first time).
+    pub fn record_event(&self, kind: &str, data: Value) {
+        if self.replaying() {
+            return;
+        }
+        let event = NewEvent { kind: kind.to_string(), data, at_ms: nexo_store::now_ms() };
+        let mut state = self.lock();
+        if state.halt.is_some() {
+            return;
+        }
+        if self.buffer_events { state.held.push(event) } else { state.pending.events.push(event) }
+    }
+
+    /// The JSON given at the latest resume.
+    pub fn resume_input(&self) -> Option<String> {
+        self.resume_input.clone()
+    }
+
+    /// A stored checkpoint's value.
+    pub fn checkpoint(&self, name: &str) -> Option<Value> {
+        self.lock().checkpoints.get(name).cloned()
+    }
+
+    /// Stores a checkpoint with the next commit (write-once: a stored one
+    /// is kept), with a `checkpoint` event that carries the name only.
+    pub fn put_checkpoint(&self, name: &str, value: Value) {
+        let mut state = self.lock();
+        if state.halt.is_some() || state.checkpoints.contains_key(name) {
+            return;
+        }
+        state.checkpoints.insert(name.to_string(), value.clone());
+        state.pending.checkpoints.push((name.to_string(), value));
+        let event = NewEvent {
+            kind: "checkpoint".into(),
+            data: serde_json::json!({ "name": name }),
+            at_ms: nexo_store::now_ms(),
+        };
+        if self.buffer_events { state.held.push(event) } else { state.pending.events.push(event) }
+    }
+
+    /// The gate's `approve` verdict for the live call `seq`: a decision the
+    /// operator made for exactly this call applies; anything else suspends
+    /// the run with a new pending approval (fail closed).
+    pub fn approval(
+        &self,
+        seq: u64,
+        cap: Capability,
+        tool: &str,
+        arguments: &Value,
+        args_hash: &str,
+        message: String,
+    ) -> Result<(), ToolError> {
+        let mut state = self.lock();
+        let matches = state.decided.as_ref().is_some_and(|a| {
+            a.seq == seq
+                && a.capability == cap.as_str()
+                && a.tool == tool
+                && a.args_hash == args_hash
+                && a.component_sha256 == self.component
+        });
+        if matches && let Some(decided) = state.decided.take() {
+            return match decided.decision {
+                Some(Decision::Approved) => Ok(()),
+                _ => Err(ToolError::Denied(format!("the operator denied `{tool}`"))),
+            };
+        }
+        let approval = Approval {
+            seq,
+            capability: cap.as_str().to_string(),
+            tool: tool.to_string(),
+            arguments: arguments.clone(),
+            args_hash: args_hash.to_string(),
+            component_sha256: self.component.clone(),
+            decision: None,
+            created_ms: nexo_store::now_ms(),
+        };
+        let reason = format!("approval: {message}");
+        state.halt.get_or_insert(Halt::Suspend { reason, resume_key: None, approval: Some(approval) });
+        Err(ToolError::ApprovalRequired(message))
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// The run's event sink: events reach the display (`inner`) and the run's
+/// log, except while a stretch already recorded is being replayed.
+pub struct JournalSink {
+    /// The journal.
+    pub journal: Arc<Journal>,
+    /// Where events are shown.
+    pub inner: Arc<dyn EventSink>,
+}
+
+impl EventSink for JournalSink {
+    fn emit(&self, event: &Event) {
+        if self.journal.replaying() {
+            return;
+        }
+        self.inner.emit(event);
+        let kind = match event {
+            Event::ToolCall { .. } => "tool_call",
+            Event::ToolResult { .. } => "tool_result",
+            Event::Done { .. } => "done",
+            // Turn starts and streamed text are for the display only.
+            Event::TurnStarted { .. } | Event::TextDelta { .. } => return,
+        };
+        if let Ok(data) = serde_json::to_value(event) {
+            self.journal.record_event(kind, data);
+        }
+    }
+}
