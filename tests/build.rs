@@ -29,6 +29,9 @@ const PLUGINS: &[(&str, &str)] = &[
     ("DECLARES_AUTO", "declares-auto"),
     ("DECLARES_ASK", "declares-ask"),
     ("DECLARES_APPROVE", "declares-approve"),
+    ("WORKFLOW_PROBE", "workflow-probe"),
+    ("DOCUMENT_APPROVAL", "document-approval"),
+    ("DASHBOARD", "dashboard"),
 ];
 
 fn main() {

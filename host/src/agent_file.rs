@@ -23,6 +23,7 @@ use crate::settings::RunOptions;
 pub struct AgentFile {
     path: PathBuf,
     manifest: AgentManifest,
+    sha256: String,
 }
 
 impl AgentFile {
@@ -49,12 +50,20 @@ impl AgentFile {
             field,
             problem,
         })?;
-        Ok(AgentFile { path, manifest })
+        use sha2::{Digest, Sha256};
+        let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+        Ok(AgentFile { path, manifest, sha256 })
     }
 
     /// The manifest.
     pub fn manifest(&self) -> &AgentManifest {
         &self.manifest
+    }
+
+    /// The SHA-256 of the file's text: a recorded run's check that it
+    /// resumes the same agent.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// The file.

@@ -41,6 +41,7 @@ pub mod journal;
 pub mod log;
 pub mod manifest;
 pub mod plugin;
+pub mod runs;
 pub mod search;
 pub mod settings;
 pub mod terminal;

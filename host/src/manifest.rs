@@ -242,7 +242,7 @@ impl PluginKind {
     /// The `nexo:plugin` interfaces this kind may import.
     pub(crate) fn allowed_imports(self) -> &'static [&'static str] {
         match self {
-            PluginKind::Agent => &["types", "log", "tools", "model"],
+            PluginKind::Agent => &["types", "log", "tools", "model", "durable"],
             PluginKind::Skill => &["types"],
             PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
         }

@@ -13,7 +13,7 @@ use crate::openai::OpenAiProvider;
 use crate::{ModelError, Provider, ScriptedProvider};
 
 /// A provider family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProviderKind {
     /// OpenAI's API.

@@ -434,6 +434,9 @@ pub enum Claim {
     /// A running run whose lease ran out before `now_ms`, recovered after a
     /// crash.
     Recover,
+    /// A failed run, tried again (recording `resume_input` like a resume):
+    /// the calls whose failure was not journaled run again.
+    Retry,
 }
 
 /// The store. Every method is one transaction.
@@ -464,7 +467,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
     /// two processes cannot both win): from `suspended` for [`Claim::Resume`]
     /// (recording `resume_input` and a `resumed` event), from `queued` for
-    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`].
+    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`],
+    /// from `failed` for [`Claim::Retry`] (like a resume, and clearing the
+    /// error).
     /// Anything else is a [`StoreError::Conflict`] that says what state the
     /// run is in.
     async fn claim(

@@ -171,6 +171,7 @@ impl Store for MemoryStore {
             Claim::Resume => run.status == RunStatus::Suspended,
             Claim::Start => run.status == RunStatus::Queued,
             Claim::Recover => run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now),
+            Claim::Retry => run.status == RunStatus::Failed,
         };
         if !ok {
             return Err(StoreError::Conflict(claim_refusal(id, how, run)));
@@ -178,12 +179,13 @@ impl Store for MemoryStore {
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
-        if how == Claim::Resume {
+        if matches!(how, Claim::Resume | Claim::Retry) {
             run.resume_input = resume_input;
             run.suspend_reason = None;
+            run.error = None;
         }
         let run = run.clone();
-        if how == Claim::Resume {
+        if matches!(how, Claim::Resume | Claim::Retry) {
             inner.push_event(id, "resumed".into(), serde_json::json!({}), now);
         }
         Ok(run)
@@ -279,5 +281,6 @@ pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
             format!("run `{id}` is running and its owner's lease has not run out; it is not an orphan")
         }
         (Claim::Recover, s) => format!("run `{id}` is {s}, not an orphaned running run"),
+        (Claim::Retry, s) => format!("run `{id}` is {s}; only a failed run can be retried"),
     }
 }

@@ -2,6 +2,7 @@
 //! the host. One test binary, so wasmtime is linked once.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
+mod durable;
 mod failures;
 mod loading;
 mod models;

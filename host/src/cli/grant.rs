@@ -11,7 +11,7 @@ use nexo::authority::{Grant, Permissions};
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::settings::RunOptions;
 use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Grant flags shared by `run` and `inspect`. Each flag overrides the same
 /// setting in the operator's config file; `--allow` adds to its list.
@@ -61,6 +61,13 @@ pub struct ConfigFile {
     pub model: super::model::ModelTable,
     /// The `[search]` table.
     pub search: Option<super::web::SearchTable>,
+    /// Where runs are recorded: a path, `sqlite://PATH` or `postgres://…`
+    /// (`--store` and `NEXO_STORE` win over it).
+    pub store: Option<String>,
+    /// Keep each run's events in memory and write them once, when it ends
+    /// or suspends. The journal is never held back.
+    #[serde(default, rename = "buffer-events")]
+    pub buffer_events: bool,
 }
 
 /// Reads the config file, if any. The CLI reads it once per command.
@@ -93,7 +100,7 @@ struct GrantTable {
     fetch_hosts: Option<Vec<String>>,
 }
 
-#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 enum ModeArg {
     ReadOnly,
@@ -102,7 +109,7 @@ enum ModeArg {
     Approve,
 }
 
-#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 enum SandboxArg {
     Virtual,
@@ -110,14 +117,14 @@ enum SandboxArg {
     Container,
 }
 
-#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 enum RuntimeArg {
     Docker,
     Apple,
 }
 
-#[derive(ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 enum ConfinementArg {
     Auto,
@@ -164,8 +171,10 @@ impl GrantArgs {
     }
 }
 
-/// The operator's grant after merging the config file and the flags.
-#[derive(Debug, Clone)]
+/// The operator's grant after merging the config file and the flags. A
+/// recorded run keeps it (it holds no secret), so a resume needs no flags.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Resolved {
     fetch_hosts: Option<Vec<String>>,
     allow: Vec<Capability>,
@@ -178,6 +187,36 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// The grant as a run records it: the local sandbox's directory made
+    /// absolute, so a resume elsewhere acts in the same place.
+    pub fn recorded(&self) -> Result<Resolved, ConfigError> {
+        let mut r = self.clone();
+        if r.sandbox == SandboxArg::Local {
+            let cwd = match &r.cwd {
+                Some(dir) => std::path::absolute(dir),
+                None => std::env::current_dir(),
+            }
+            .map_err(|e| ConfigError::invalid("--cwd", format!("cannot read the current directory: {e}")))?;
+            r.cwd = Some(cwd);
+        }
+        Ok(r)
+    }
+
+    /// The same grant, narrowed: a stricter `mode`, and `deny` taken out.
+    /// A resume can only narrow what the run started with.
+    pub fn narrowed(mut self, mode: Option<PermissionMode>, deny: &[Capability]) -> Resolved {
+        if let Some(mode) = mode {
+            self.mode = match nexo::authority::stricter(self.mode(), mode) {
+                PermissionMode::ReadOnly => ModeArg::ReadOnly,
+                PermissionMode::Auto => ModeArg::Auto,
+                PermissionMode::Ask => ModeArg::Ask,
+                PermissionMode::Approve => ModeArg::Approve,
+            };
+        }
+        self.allow.retain(|c| !deny.contains(c));
+        self
+    }
+
     /// The granted capabilities: `read` and `glob`, plus the allow list.
     pub fn grant(&self) -> Grant {
         let mut grant = Grant::default();

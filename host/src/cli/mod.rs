@@ -3,7 +3,9 @@
 //! Exit codes: 0 success; 1 the run failed (a trap, a deadline, the memory
 //! cap, a model error, or the agent's own error); 2 nothing ran (a bad file
 //! or configuration, or a wrong command line); 3 the turn cap or token budget
-//! cut the answer short; 4 the run stopped at an action that needs approval.
+//! cut the answer short; 4 the run is suspended (it waits for an approval,
+//! or its agent paused it) or, with `--ephemeral`, stopped at an action that
+//! needs approval.
 
 /// Prints to stdout through [`nexo::terminal::print_line`]: escaped on a
 /// terminal, and never a panic on a closed pipe.
@@ -22,6 +24,7 @@ mod inspect;
 mod model;
 mod plugin_test;
 mod progress;
+mod runs;
 mod scaffold;
 mod sdk;
 mod web;
@@ -50,6 +53,10 @@ struct Cli {
     /// More log output (-v: host info, -vv: debug). `NEXO_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Where runs are recorded: a file, `sqlite://PATH` or `postgres://…` (default: the config
+    /// file's `store`, else nexo.db in $XDG_DATA_HOME/nexo or ~/.local/share/nexo).
+    #[arg(long, global = true, value_name = "PATH|URL", env = "NEXO_STORE")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,6 +90,9 @@ enum Command {
         /// Print events as JSON lines, then the outcome as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Record nothing: no run, events, checkpoints or journal (the run cannot suspend or be resumed).
+        #[arg(long)]
+        ephemeral: bool,
         #[command(flatten)]
         grant: grant::GrantArgs,
         #[command(flatten)]
@@ -90,6 +100,9 @@ enum Command {
         #[command(flatten)]
         model: model::ModelArgs,
     },
+    /// Work with recorded runs: list, show, follow, resume, approve, deny, cancel, recover.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
     /// Build a plugin crate into a component and check that nexo can load it.
     Build {
         /// The plugin crate's directory.
@@ -253,6 +266,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Init { dir } = &cli.command {
         return init(dir);
     }
+    if let Command::Runs(command) = &cli.command {
+        return runs::command(command, &engine_config(&cli), cli.store.as_deref()).await;
+    }
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
         Err(e) => {
@@ -282,50 +298,42 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run { file, input, json, grant, search, model, timeout, .. } => {
+        Command::Run { file, input, json, grant, search, model, timeout, memory, ephemeral } => {
             let settings = match settings(grant, search) {
                 Ok(s) => s,
                 Err(e) => return config_failure(&e),
             };
-            let mut options = match settings.grant.run_options() {
-                Ok(o) => o,
-                Err(e) => return config_failure(&e),
+            let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
+                (Ok(grant), Ok(model_table)) => runs::Recorded {
+                    grant,
+                    model: model_table,
+                    search: search.merged(settings.file.search.as_ref(), grant_config(&cli)),
+                    timeout_secs: *timeout,
+                    memory_mib: *memory,
+                    skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
+                    progressive_skills: model.progressive_skills,
+                },
+                (Err(e), _) | (_, Err(e)) => return config_failure(&e),
             };
-            if let Some(setup) = &settings.search {
-                match search_backend(&engine, setup).await {
-                    Ok(backend) => options.search = Some(backend),
-                    Err(e) => return fail(&e),
-                }
-            }
-            match model.resolve(&settings.file.model) {
-                Ok(resolved) => {
-                    if let Some(provider) = &resolved.provider
-                        && provider.name() == "scripted"
-                    {
-                        errln!("note: scripted provider: replaying {}; no model is called", provider.model());
-                    }
-                    options.model = resolved.provider;
-                    options.loop_limits = resolved.limits;
-                    options.skills_path = Some(model.skills_path.clone());
-                    if model.progressive_skills {
-                        options.skill_mode = nexo::settings::SkillMode::Progressive;
-                    }
-                }
-                Err(e) => return config_failure(&e),
-            }
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
-            options.events = Some(progress.clone());
-            if options.permissions.mode() == nexo::manifest::PermissionMode::Ask {
-                // The spinner would redraw over the question; hide it while asking.
-                let shown = progress.clone();
-                options.permissions = options
-                    .permissions
-                    .clone()
-                    .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
-            }
-            options.timeout = Some(Duration::from_secs(*timeout));
-            let result = run_agent(&engine, file, input, &options).await;
-            progress.finish();
+            let options = match runs::options(&engine, &recorded, &progress).await {
+                Ok(o) => o,
+                Err(code) => return code,
+            };
+            let code = if *ephemeral {
+                let result = run_agent(&engine, file, input, &options).await;
+                progress.finish();
+                report(result, *json)
+            } else {
+                let store = match runs::open(cli.store.as_deref(), &settings.file).await {
+                    Ok(s) => s,
+                    Err(code) => return code,
+                };
+                let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
+                let code = runs::start(&engine, &recorder, file, input, &recorded, &options, *json).await;
+                progress.finish();
+                code
+            };
             if let Some(sandbox) = options.sandbox.clone() {
                 // The CLI created the sandbox, so it removes it (a container, say).
                 let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
@@ -333,13 +341,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     errln!("warning: closing the sandbox failed: {e}");
                 }
             }
-            report(result, *json)
+            code
         }
         Command::Build { .. }
         | Command::Test { .. }
         | Command::New { .. }
         | Command::Init { .. }
         | Command::Wit { .. }
+        | Command::Runs(_)
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }
@@ -455,15 +464,26 @@ fn is_toml(file: &std::path::Path) -> bool {
     file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
 }
 
+/// The config file `nexo run` was given, if any.
+fn grant_config(cli: &Cli) -> Option<&std::path::Path> {
+    match &cli.command {
+        Command::Run { grant, .. } | Command::Inspect { grant, .. } => grant.config_path(),
+        _ => None,
+    }
+}
+
+/// Prints an error that ended a run before it produced an outcome.
+fn report_error(e: &RunError, json: bool) -> ExitCode {
+    if json {
+        nexo::terminal::print_json(&serde_json::json!({ "status": "error", "error": e.to_string() }));
+    }
+    fail(e)
+}
+
 fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
     let run = match result {
         Ok(run) => run,
-        Err(e) => {
-            if json {
-                nexo::terminal::print_json(&serde_json::json!({ "status": "error", "error": e.to_string() }));
-            }
-            return fail(&e);
-        }
+        Err(e) => return report_error(&e, json),
     };
     let code = match (&run.answer, &run.status) {
         (Err(e), _) => exit_code(e),

@@ -8,10 +8,10 @@ use clap::Args;
 use nexo::ConfigError;
 use nexo::agent_loop::LoopLimits;
 use nexo_model::{ModelConfig, Provider, ProviderKind};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Model flags of `nexo run`.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct ModelArgs {
     /// The model id, e.g. `gpt-4o-mini`, `claude-sonnet-4-5` or `gemma3:12b`. There is no default.
     #[arg(long, env = "NEXO_MODEL")]
@@ -46,8 +46,9 @@ pub struct ModelArgs {
     pub progressive_skills: bool,
 }
 
-/// `[model]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
+/// `[model]` in the config file. A recorded run keeps the merged settings
+/// (no key: keys come from the environment at each resume).
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ModelTable {
     model: Option<String>,
@@ -58,6 +59,8 @@ pub struct ModelTable {
     script: Option<PathBuf>,
     max_turns: Option<u32>,
     token_budget: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
 }
 
 /// The model and loop settings, resolved.
@@ -81,6 +84,26 @@ fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
 }
 
 impl ModelArgs {
+    /// The flags laid over `[model]`: what a recorded run keeps.
+    pub fn merged(&self, table: &ModelTable) -> Result<ModelTable, ConfigError> {
+        let t = table.clone();
+        let provider = match &self.provider {
+            Some(p) => Some(parse_provider(p)?),
+            None => t.provider,
+        };
+        let script = self.script.clone().or(t.script).map(|p| std::path::absolute(&p).unwrap_or(p));
+        Ok(ModelTable {
+            model: self.model.clone().or(t.model),
+            provider,
+            base_url: self.base_url.clone().or(t.base_url),
+            assume_model_exists: self.assume_model_exists || t.assume_model_exists,
+            script,
+            max_turns: self.max_turns.or(t.max_turns),
+            token_budget: self.token_budget.or(t.token_budget),
+            stream: self.stream || t.stream,
+        })
+    }
+
     /// Resolves flags, environment and the config file's `[model]` into a provider.
     pub fn resolve(&self, table: &ModelTable) -> Result<Resolved, ConfigError> {
         let table = table.clone();
@@ -107,7 +130,7 @@ impl ModelArgs {
             limits.max_turns = n;
         }
         limits.token_budget = self.token_budget.or(table.token_budget);
-        limits.stream = self.stream;
+        limits.stream = self.stream || table.stream;
         let nothing_set = cfg.model.is_none() && cfg.provider.is_none() && cfg.script.is_none();
         let provider = if nothing_set {
             // Not an error yet: an agent that never prompts needs no model. One

@@ -23,7 +23,7 @@ use nexo::egress::{ApiKey, EgressGrant};
 use serde::Deserialize;
 
 /// Search flags of `run` and `inspect`. They override `[search]`.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct SearchArgs {
     /// The search-backend component behind the `web_search` tool.
     #[arg(long, value_name = "FILE")]
@@ -33,8 +33,9 @@ pub struct SearchArgs {
     search_hosts: Vec<String>,
 }
 
-/// `[search]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
+/// `[search]` in the config file. A recorded run keeps the merged table:
+/// it names the key's variable, never the key.
+#[derive(serde::Serialize, Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SearchTable {
     backend: Option<PathBuf>,
@@ -50,7 +51,7 @@ pub struct SearchTable {
 
 /// Where the backend's API key comes from. The key itself never sits in the
 /// config file: it is read from the environment of the host process.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(serde::Serialize, Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ApiKeyTable {
     /// The header the host puts the key in.
@@ -81,6 +82,23 @@ pub struct SearchSetup {
 }
 
 impl SearchArgs {
+    /// The flags laid over `[search]`, with the backend's path made
+    /// absolute: what a recorded run keeps. `None` without a backend.
+    pub fn merged(&self, table: Option<&SearchTable>, config: Option<&Path>) -> Option<SearchTable> {
+        let mut t = table.cloned().unwrap_or_default();
+        let backend = match (&self.search_backend, &t.backend) {
+            (Some(flag), _) => flag.clone(),
+            (None, Some(path)) => match config.and_then(Path::parent) {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            },
+            (None, None) => return None,
+        };
+        t.backend = Some(std::path::absolute(&backend).unwrap_or(backend));
+        t.hosts.extend(self.search_hosts.iter().cloned());
+        Some(t)
+    }
+
     /// Lays the flags over `[search]` (whose relative paths are relative to
     /// the config file). `None` when no backend is configured.
     pub fn resolve(

@@ -23,6 +23,8 @@ pub use bindings::nexo::plugin::model::{self, ModelError, Reply, StopReason};
 pub use bindings::nexo::plugin::tools::{self, Page, ShellOutput};
 pub use bindings::nexo::plugin::types::{Capability, SearchHit, ToolError};
 
+pub use crate::durable;
+
 /// An agent. Only [`Agent::manifest`] is required; the default
 /// [`Agent::run`] sends the input to the model loop as one prompt.
 pub trait Agent {

@@ -45,6 +45,8 @@ compile_error!(
 
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "agent")]
+pub mod durable;
 #[cfg(feature = "sandbox-provider")]
 pub mod provider;
 #[cfg(feature = "search-backend")]

@@ -1,0 +1,618 @@
+//! Recorded runs on the command line: how `nexo run` records a run, and
+//! `nexo runs list|show|events|resume|approve|deny|cancel|recover`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use nexo::agent_file::AgentFile;
+use nexo::agent_loop::Status;
+use nexo::manifest::{Capability, PermissionMode};
+use nexo::runs::{ResumeOutcome, RunEnd, Runs, Subject};
+use nexo::settings::RunOptions;
+use nexo::{Engine, EngineConfig, Plugin};
+use nexo_store::{Claim, Decision, Location, Run, RunStatus, Store, StoreError};
+use serde::{Deserialize, Serialize};
+
+use super::{grant, model, progress, web};
+
+/// `nexo runs …`.
+#[derive(Subcommand, Debug)]
+pub enum RunsCommand {
+    /// List recorded runs, newest first.
+    List {
+        /// Only runs with this status: queued, running, suspended, done, failed or cancelled.
+        #[arg(long, value_name = "STATUS", value_parser = parse_status)]
+        status: Option<RunStatus>,
+        /// The most runs to show.
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        limit: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Show one run: status, reason, pending approval, checkpoints and events.
+    Show {
+        /// The run's id.
+        run: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Print a run's events as JSON lines.
+    Events {
+        /// The run's id.
+        run: String,
+        /// Keep printing new events until the run stops running.
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Resume a suspended run (or retry a failed one), replaying its journal.
+    Resume {
+        /// The run's id.
+        run: String,
+        /// JSON for the guest's `resume-input`.
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
+        #[command(flatten)]
+        narrow: Narrow,
+    },
+    /// Approve the call a suspended run waits on, and resume it.
+    Approve {
+        /// The run's id.
+        run: String,
+        #[command(flatten)]
+        narrow: Narrow,
+    },
+    /// Deny the call a suspended run waits on (the model gets a tool error), and resume it.
+    Deny {
+        /// The run's id.
+        run: String,
+        #[command(flatten)]
+        narrow: Narrow,
+    },
+    /// Cancel a queued, running or suspended run.
+    Cancel {
+        /// The run's id.
+        run: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Recover runs left running by a process that died, replaying their journals.
+    Recover {
+        #[command(flatten)]
+        narrow: Narrow,
+    },
+}
+
+/// Where the store is, for `nexo runs` commands: `--store` (global, or
+/// `NEXO_STORE`), else the config file's `store`, else the default file.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// The operator's config file (its `store` and `buffer-events` keys).
+    #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// Flags of a resume. They can only narrow the grant the run started with.
+#[derive(Args, Debug, Clone)]
+pub struct Narrow {
+    /// A stricter permission mode than the run started with (read-only, approve, ask).
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    mode: Option<PermissionMode>,
+    /// Take capabilities away from the run's grant (comma-separated or repeated).
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = parse_capability)]
+    revoke: Vec<Capability>,
+    /// Resume even though the component changed: by checkpoints only, without replaying the journal.
+    #[arg(long)]
+    allow_changed_component: bool,
+    /// Print events as JSON lines, then the outcome as one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+fn parse_status(name: &str) -> Result<RunStatus, String> {
+    RunStatus::parse(name)
+        .ok_or_else(|| format!("unknown status `{name}`: use queued, running, suspended, done, failed or cancelled"))
+}
+
+fn parse_mode(name: &str) -> Result<PermissionMode, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| format!("unknown mode `{name}`: use read-only, approve, ask or auto"))
+}
+
+fn parse_capability(name: &str) -> Result<Capability, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| format!("unknown capability `{name}`: use read, glob, write, shell, fetch or search"))
+}
+
+/// What a recorded run keeps of the operator's settings, so a resume
+/// needs no flags. No field holds a secret: keys are read from the
+/// environment each time.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "kebab-case")]
+pub struct Recorded {
+    /// The grant.
+    pub grant: grant::Resolved,
+    /// The model settings.
+    pub model: model::ModelTable,
+    /// The search settings.
+    pub search: Option<web::SearchTable>,
+    /// The run's wall-clock limit per pass.
+    pub timeout_secs: u64,
+    /// The memory cap.
+    pub memory_mib: u64,
+    /// Where skill packages are.
+    pub skills_path: PathBuf,
+    /// Progressive skills.
+    pub progressive_skills: bool,
+}
+
+/// The store's location, from the flag (or `NEXO_STORE`), the config
+/// file, or the default.
+pub fn location(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Location, StoreError> {
+    match flag.or(file.store.as_deref()) {
+        Some(text) => Location::parse(text),
+        None => Location::default_path().map(Location::Sqlite),
+    }
+}
+
+/// Opens the store for a command, or prints why not.
+pub async fn open(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Arc<dyn Store>, ExitCode> {
+    let location = location(flag, file).map_err(|e| store_error(&e))?;
+    nexo_store::open(&location).await.map_err(|e| store_error(&e))
+}
+
+fn store_error(e: &StoreError) -> ExitCode {
+    errln!("error: {e}");
+    ExitCode::from(2)
+}
+
+/// The run options a recorded run's settings give, with `progress`
+/// showing its events.
+pub async fn options(
+    engine: &Engine,
+    rec: &Recorded,
+    progress: &Arc<progress::Progress>,
+) -> Result<RunOptions, ExitCode> {
+    let mut options = rec.grant.run_options().map_err(|e| super::config_failure(&e))?;
+    let search = web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| super::config_failure(&e))?;
+    if let Some(setup) = &search {
+        options.search = Some(super::search_backend(engine, setup).await.map_err(|e| super::fail(&e))?);
+    }
+    let resolved = model::ModelArgs::default().resolve(&rec.model).map_err(|e| super::config_failure(&e))?;
+    if let Some(provider) = &resolved.provider
+        && provider.name() == "scripted"
+    {
+        errln!("note: scripted provider: replaying {}; no model is called", provider.model());
+    }
+    options.model = resolved.provider;
+    options.loop_limits = resolved.limits;
+    options.skills_path = Some(rec.skills_path.clone());
+    if rec.progressive_skills {
+        options.skill_mode = nexo::settings::SkillMode::Progressive;
+    }
+    options.events = Some(progress.clone());
+    if options.permissions.mode() == PermissionMode::Ask {
+        // The spinner would redraw over the question; hide it while asking.
+        let shown = progress.clone();
+        options.permissions =
+            options.permissions.clone().on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
+    }
+    options.timeout = Some(Duration::from_secs(rec.timeout_secs));
+    Ok(options)
+}
+
+/// The engine for a recorded run's limits.
+fn engine(base: &EngineConfig, rec: &Recorded) -> Result<Engine, ExitCode> {
+    let mut config = base.clone();
+    config.limits.run_timeout = Duration::from_secs(rec.timeout_secs);
+    config.limits.memory_bytes = usize::try_from(rec.memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20);
+    Engine::new(config).map_err(|e| {
+        errln!("error: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
+/// `nexo run` of a recorded run: records it, runs it, reports how it ended.
+pub async fn start(
+    engine: &Engine,
+    runs: &Runs,
+    file: &std::path::Path,
+    input: &str,
+    rec: &Recorded,
+    options: &RunOptions,
+    json: bool,
+) -> ExitCode {
+    let grant = match serde_json::to_value(rec) {
+        Ok(v) => v,
+        Err(e) => {
+            errln!("error: cannot record the run's settings: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let end = if super::is_toml(file) {
+        let agent = match AgentFile::load(file) {
+            Ok(a) => a,
+            Err(e) => return super::fail(&e.into()),
+        };
+        runs.start(Subject::File(&agent), input, grant, options).await
+    } else {
+        let plugin = match Plugin::load(engine, file).await {
+            Ok(p) => p,
+            Err(e) => return super::fail(&e.into()),
+        };
+        let agent = match plugin.agent() {
+            Ok(a) => a,
+            Err(e) => return super::fail(&e.into()),
+        };
+        runs.start(Subject::Component { agent, sha256: plugin.sha256(), path: file }, input, grant, options).await
+    };
+    match end {
+        Ok(end) => report(&end, json),
+        Err(e) => super::report_error(&e, json),
+    }
+}
+
+/// Prints how a pass ended; the exit code says it: 0 done, 1 failed or
+/// cancelled, 3 done but cut short, 4 suspended.
+pub fn report(end: &RunEnd, json: bool) -> ExitCode {
+    let run = &end.run;
+    let approval = end.approval.as_ref();
+    if json {
+        let mut value = serde_json::json!({
+            "status": run.status,
+            "run": run.id,
+            "agent": run.agent,
+        });
+        match run.status {
+            RunStatus::Done => {
+                value["answer"] = run.result.clone().unwrap_or_default().into();
+                if let Some(Status::TurnLimit | Status::TokenBudget) = &end.prompt_status {
+                    value["partial"] = true.into();
+                }
+            }
+            RunStatus::Suspended => {
+                value["reason"] = run.suspend_reason.clone().into();
+                value["resume_key"] = run.resume_key.clone().into();
+                value["approval"] = serde_json::to_value(approval).unwrap_or_default();
+            }
+            _ => value["error"] = run.error.clone().into(),
+        }
+        nexo::terminal::print_json(&value);
+    }
+    let id = &run.id;
+    match run.status {
+        RunStatus::Done => {
+            if !json {
+                outln!("{}", run.result.as_deref().unwrap_or_default());
+            }
+            match &end.prompt_status {
+                Some(Status::TurnLimit) => {
+                    errln!("stopped: turn limit reached; the answer above is partial");
+                    ExitCode::from(3)
+                }
+                Some(Status::TokenBudget) => {
+                    errln!("stopped: token budget used up; the answer above is partial");
+                    ExitCode::from(3)
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        RunStatus::Suspended => {
+            errln!("suspended: {}", run.suspend_reason.as_deref().unwrap_or("(no reason given)"));
+            match approval {
+                Some(a) => errln!(
+                    "run {id} waits for a decision on {}: `nexo runs approve {id}` or `nexo runs deny {id}`",
+                    nexo::runs::describe_approval(a)
+                ),
+                None => errln!("run {id} is paused: `nexo runs resume {id} --input JSON` continues it"),
+            }
+            ExitCode::from(4)
+        }
+        RunStatus::Cancelled => {
+            errln!("run {id} was cancelled: {}", run.error.as_deref().unwrap_or_default());
+            ExitCode::from(1)
+        }
+        _ => {
+            errln!("error: {}", run.error.as_deref().unwrap_or("the run failed"));
+            errln!("run {id} failed; `nexo runs show {id}` has its events");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `nexo runs …`.
+pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
+    let store_args = match command {
+        RunsCommand::List { store, .. }
+        | RunsCommand::Show { store, .. }
+        | RunsCommand::Events { store, .. }
+        | RunsCommand::Cancel { store, .. } => store,
+        RunsCommand::Resume { narrow, .. }
+        | RunsCommand::Approve { narrow, .. }
+        | RunsCommand::Deny { narrow, .. }
+        | RunsCommand::Recover { narrow } => &narrow.store,
+    };
+    let file = match grant::read_config(store_args.config.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return super::config_failure(&e),
+    };
+    let store = match open(store_flag, &file).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let runs = Runs::new(store.clone(), file.buffer_events);
+    match command {
+        RunsCommand::List { status, limit, json, .. } => {
+            note_orphans(&runs).await;
+            list(&*store, *status, *limit, *json).await
+        }
+        RunsCommand::Show { run, json, .. } => {
+            note_orphans(&runs).await;
+            show(&*store, run, *json).await
+        }
+        RunsCommand::Events { run, follow, .. } => events(&*store, run, *follow).await,
+        RunsCommand::Cancel { run, .. } => match store.cancel(run, "cancelled by the operator").await {
+            Ok(r) => {
+                errln!("run {} is cancelled", r.id);
+                ExitCode::SUCCESS
+            }
+            Err(e) => store_error(&e),
+        },
+        RunsCommand::Resume { run, input, narrow } => {
+            if let Some(text) = input
+                && let Err(e) = serde_json::from_str::<serde_json::Value>(text)
+            {
+                errln!("error: --input must be JSON (for example '{{\"approved\": true}}'): {e}");
+                return ExitCode::from(2);
+            }
+            let how = match store.run(run).await {
+                Ok(Some(r)) if r.status == RunStatus::Failed => Claim::Retry,
+                _ => Claim::Resume,
+            };
+            recover_orphans(&runs, base, narrow).await;
+            resume(&runs, base, run, how, input.clone(), narrow).await
+        }
+        RunsCommand::Approve { run, narrow } | RunsCommand::Deny { run, narrow } => {
+            let decision = if matches!(command, RunsCommand::Approve { .. }) { Decision::Approved } else { Decision::Denied };
+            match runs.decide(run, decision).await {
+                Ok(a) => errln!("{} {}", decision.as_str(), nexo::runs::describe_approval(&a)),
+                Err(e) => return store_error(&e),
+            }
+            recover_orphans(&runs, base, narrow).await;
+            resume(&runs, base, run, Claim::Resume, None, narrow).await
+        }
+        RunsCommand::Recover { narrow } => {
+            let n = recover_orphans(&runs, base, narrow).await;
+            if n == 0 {
+                errln!("no run needs recovering");
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Says how many runs were left running by a process that died.
+async fn note_orphans(runs: &Runs) {
+    if let Ok(orphans) = runs.orphans().await
+        && !orphans.is_empty()
+    {
+        errln!(
+            "note: {} run(s) were left running by a process that is gone; `nexo runs recover` replays them",
+            orphans.len()
+        );
+    }
+}
+
+/// The start-up sweep: recovers every orphan through replay, or marks it
+/// failed when it cannot be replayed. Suspended runs are never touched.
+pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow) -> usize {
+    let orphans = match runs.orphans().await {
+        Ok(o) => o,
+        Err(e) => {
+            errln!("warning: cannot look for interrupted runs: {e}");
+            return 0;
+        }
+    };
+    for run in &orphans {
+        errln!("recovering run {} ({}), left running by a process that is gone", run.id, run.agent);
+        let _ = resume(runs, base, &run.id, Claim::Recover, None, narrow).await;
+    }
+    orphans.len()
+}
+
+/// Resumes, retries or recovers `id` with its recorded settings, narrowed.
+async fn resume(
+    runs: &Runs,
+    base: &EngineConfig,
+    id: &str,
+    how: Claim,
+    input: Option<String>,
+    narrow: &Narrow,
+) -> ExitCode {
+    let run = match runs.store().run(id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return store_error(&StoreError::NoRun(id.to_string())),
+        Err(e) => return store_error(&e),
+    };
+    let mut rec: Recorded = match serde_json::from_value(run.grant.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("its recorded settings cannot be read by this nexo ({e})");
+            return unrecoverable(runs, &run, how, &why).await;
+        }
+    };
+    rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke);
+    let engine = match engine(base, &rec) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let progress = Arc::new(progress::Progress::new(narrow.json));
+    let options = match options(&engine, &rec, &progress).await {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    let source = std::path::Path::new(&run.source);
+    let result = if run.kind == "toml" {
+        match AgentFile::load(source) {
+            Ok(agent) => {
+                runs.resume(id, how, input, Subject::File(&agent), &options, narrow.allow_changed_component).await
+            }
+            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
+        }
+    } else {
+        let plugin = match Plugin::load(&engine, source).await {
+            Ok(p) => p,
+            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
+        };
+        let agent = match plugin.agent() {
+            Ok(a) => a,
+            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
+        };
+        let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
+        runs.resume(id, how, input, subject, &options, narrow.allow_changed_component).await
+    };
+    progress.finish();
+    if let Some(sandbox) = options.sandbox.clone() {
+        let _ = tokio::task::spawn_blocking(move || sandbox.close()).await;
+    }
+    match result {
+        Ok(end) => report(&end, narrow.json),
+        Err(ResumeOutcome::Refused(e)) => {
+            errln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(ResumeOutcome::Run(e)) => super::report_error(&e, narrow.json),
+    }
+}
+
+/// A run that cannot be resumed: reported; an orphan is marked failed so
+/// the sweep does not try it forever.
+async fn unrecoverable(runs: &Runs, run: &Run, how: Claim, why: &str) -> ExitCode {
+    errln!("error: run {} cannot be resumed: {why}", run.id);
+    if how == Claim::Recover {
+        match runs.fail_orphan(&run.id, &format!("could not be recovered: {why}")).await {
+            Ok(()) => errln!("run {} is marked failed", run.id),
+            Err(e) => errln!("warning: could not mark run {} failed: {e}", run.id),
+        }
+    }
+    ExitCode::from(2)
+}
+
+async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: bool) -> ExitCode {
+    let runs = match store.runs(status, limit).await {
+        Ok(r) => r,
+        Err(e) => return store_error(&e),
+    };
+    if json {
+        nexo::terminal::print_json(&serde_json::to_value(&runs).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    if runs.is_empty() {
+        errln!("no runs in {}", store.location());
+    }
+    for r in &runs {
+        let note = r.suspend_reason.as_deref().or(r.error.as_deref()).unwrap_or("");
+        outln!("{}  {:<9}  {:<20}  {}  {}", r.id, r.status.as_str(), r.agent, time(r.created_ms), first_line(note));
+    }
+    ExitCode::SUCCESS
+}
+
+async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
+    let run = match store.run(id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return store_error(&StoreError::NoRun(id.to_string())),
+        Err(e) => return store_error(&e),
+    };
+    let (approval, checkpoints, events) =
+        match (store.approval(id).await, store.checkpoints(id).await, store.events(id, 0, 10_000).await) {
+            (Ok(a), Ok(c), Ok(e)) => (a, c, e),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return store_error(&e),
+        };
+    let names: Vec<&str> = checkpoints.iter().map(|(n, _)| n.as_str()).collect();
+    if json {
+        let value = serde_json::json!({
+            "run": run,
+            "approval": approval,
+            "checkpoints": names,
+            "events": events,
+        });
+        nexo::terminal::print_json(&value);
+        return ExitCode::SUCCESS;
+    }
+    outln!("run:       {}", run.id);
+    outln!("agent:     {} ({}, {})", run.agent, run.kind, run.source);
+    outln!("sha256:    {}", run.component_sha256);
+    outln!("status:    {}", run.status);
+    if let Some(reason) = &run.suspend_reason {
+        outln!("reason:    {reason}");
+    }
+    if let Some(key) = &run.resume_key {
+        outln!("resume key: {key}");
+    }
+    if let Some(a) = &approval {
+        let decision = a.decision.map_or("undecided", Decision::as_str);
+        outln!("approval:  {} ({decision})", nexo::runs::describe_approval(a));
+    }
+    if let Some(result) = &run.result {
+        outln!("result:    {}", first_line(result));
+    }
+    if let Some(error) = &run.error {
+        outln!("error:     {error}");
+    }
+    outln!("input:     {}", first_line(&run.input));
+    outln!("created:   {}", time(run.created_ms));
+    outln!("checkpoints: {}", if names.is_empty() { "(none)".to_string() } else { names.join(", ") });
+    outln!("events:");
+    for e in &events {
+        outln!("  {:>5}  {}  {:<11}  {}", e.id, time(e.at_ms), e.kind, first_line(&e.data.to_string()));
+    }
+    ExitCode::SUCCESS
+}
+
+async fn events(store: &dyn Store, id: &str, follow: bool) -> ExitCode {
+    let mut after = 0;
+    loop {
+        let batch = match store.events(id, after, 1000).await {
+            Ok(b) => b,
+            Err(e) => return store_error(&e),
+        };
+        for e in &batch {
+            nexo::terminal::print_json(&serde_json::to_value(e).unwrap_or_default());
+            after = e.id;
+        }
+        if !batch.is_empty() {
+            continue;
+        }
+        let run = match store.run(id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return store_error(&StoreError::NoRun(id.to_string())),
+            Err(e) => return store_error(&e),
+        };
+        if !follow || !matches!(run.status, RunStatus::Running | RunStatus::Queued) {
+            return ExitCode::SUCCESS;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn first_line(text: &str) -> String {
+    nexo::truncate::first_line(text, 100)
+}
+
+/// A timestamp as UTC, to the second.
+fn time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}

@@ -1,0 +1,395 @@
+//! Recorded runs: every run the CLI starts (unless `--ephemeral`) is a row
+//! in the store, with its grant, events, checkpoints and journal.
+//!
+//! [`Runs`] drives one run at a time through its lifecycle:
+//!
+//! ```text
+//! start ──► running ──► done | failed
+//!              │  ▲
+//!      suspend │  │ resume / approve / deny (replays the journal)
+//!              ▼  │
+//!           suspended
+//! ```
+//!
+//! While it works, the owner renews the run's lease. A run left `running`
+//! by a process that died is an orphan: [`Runs::orphans`] finds it, and
+//! [`Runs::resume`] with [`Claim::Recover`] replays it to where it was.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexo_store::{Claim, Decision, Lease, NewEvent, NewRun, Run, RunStatus, Store, StoreError, Transition};
+use serde_json::{Value, json};
+
+use crate::agent_file::AgentFile;
+use crate::error::RunError;
+use crate::events::Status;
+use crate::journal::{Halt, Journal, JournalSink, Replay};
+use crate::settings::RunOptions;
+use crate::world::agent::Agent;
+
+/// How long a lease lasts without renewal. The owner renews it every
+/// third of that.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// What a run runs: a component, or a declarative file.
+#[derive(Clone, Copy)]
+pub enum Subject<'a> {
+    /// An agent component, with the SHA-256 of its bytes and its path.
+    Component {
+        /// The loaded agent.
+        agent: &'a Agent,
+        /// Its SHA-256.
+        sha256: &'a str,
+        /// Its path.
+        path: &'a std::path::Path,
+    },
+    /// A TOML agent.
+    File(&'a AgentFile),
+}
+
+impl Subject<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Subject::Component { agent, .. } => agent.name(),
+            Subject::File(file) => &file.manifest().name,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Subject::Component { .. } => "component",
+            Subject::File(_) => "toml",
+        }
+    }
+
+    fn sha256(&self) -> String {
+        match self {
+            Subject::Component { sha256, .. } => sha256.to_string(),
+            Subject::File(file) => file.sha256().to_string(),
+        }
+    }
+
+    fn source(&self) -> String {
+        let path = match self {
+            Subject::Component { path, .. } => path.to_path_buf(),
+            Subject::File(file) => file.path().to_path_buf(),
+        };
+        std::path::absolute(&path).unwrap_or(path).display().to_string()
+    }
+
+    async fn run(&self, input: &str, options: &RunOptions) -> Result<(String, Option<Status>), RunError> {
+        match self {
+            Subject::Component { agent, .. } => {
+                let out = agent.run(input, options).await?;
+                Ok((out.answer, out.last_prompt.map(|p| p.status)))
+            }
+            Subject::File(file) => {
+                let out = file.run(input, options).await?;
+                Ok((out.text, Some(out.status)))
+            }
+        }
+    }
+}
+
+/// How a pass of a run ended.
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    /// The run, as the store now holds it.
+    pub run: Run,
+    /// How the last prompt ended, when the run finished.
+    pub prompt_status: Option<Status>,
+    /// How many host calls the journal answered.
+    pub replayed: u64,
+    /// The call a suspended run waits on a decision for.
+    pub approval: Option<nexo_store::Approval>,
+}
+
+/// Starts, resumes and recovers runs in one store, as one owner.
+#[derive(Debug, Clone)]
+pub struct Runs {
+    store: Arc<dyn Store>,
+    owner: String,
+    buffer_events: bool,
+}
+
+/// Why a resume was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The store refused (no such run, not suspended, …).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The component is not the one the run started with.
+    #[error(
+        "run `{run}` started with a component whose SHA-256 is {recorded}, but {source_path} now has {current}; a \
+         replay of another component is refused. Restore the original, or pass --allow-changed-component to resume \
+         it by checkpoints only (its journal is then not replayed, and work outside checkpoints runs again)"
+    )]
+    ChangedComponent {
+        /// The run.
+        run: String,
+        /// What it started with.
+        recorded: String,
+        /// What is there now.
+        current: String,
+        /// Where.
+        source_path: String,
+    },
+}
+
+impl Runs {
+    /// Runs in `store`, owned by this process. `buffer_events` keeps each
+    /// run's events in memory until it ends or suspends.
+    pub fn new(store: Arc<dyn Store>, buffer_events: bool) -> Self {
+        Runs { store, owner: owner_id(), buffer_events }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// This process's owner id.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    fn lease(&self) -> Lease {
+        Lease { owner: self.owner.clone(), until_ms: nexo_store::now_ms() + LEASE.as_millis() as i64 }
+    }
+
+    /// Records a new run of `subject` on `input` with the operator's
+    /// `grant` (as recorded: never a secret), then runs it.
+    pub async fn start(
+        &self,
+        subject: Subject<'_>,
+        input: &str,
+        grant: Value,
+        options: &RunOptions,
+    ) -> Result<RunEnd, RunError> {
+        let run = self
+            .store
+            .create_run(NewRun {
+                id: nexo_store::new_run_id(),
+                agent: subject.name().to_string(),
+                kind: subject.kind().to_string(),
+                source: subject.source(),
+                component_sha256: subject.sha256(),
+                input: input.to_string(),
+                grant,
+                status: RunStatus::Running,
+                lease: Some(self.lease()),
+                created_ms: nexo_store::now_ms(),
+            })
+            .await
+            .map_err(store_failure)?;
+        self.drive(run, subject, options, Replay::Journal).await
+    }
+
+    /// Claims the run `id` (`how`: a resume of a suspended run, a queued
+    /// start, or the recovery of an orphan) and runs it on, replaying its
+    /// journal. `resume_input` is what `resume-input` returns from now on.
+    /// A changed component is refused unless `allow_changed`, which resumes
+    /// by checkpoints only.
+    pub async fn resume(
+        &self,
+        id: &str,
+        how: Claim,
+        resume_input: Option<String>,
+        subject: Subject<'_>,
+        options: &RunOptions,
+        allow_changed: bool,
+    ) -> Result<RunEnd, ResumeOutcome> {
+        let run = self.store.run(id).await.map_err(ResumeError::from)?.ok_or_else(|| StoreError::NoRun(id.into()));
+        let run = run.map_err(ResumeError::from)?;
+        let current = subject.sha256();
+        let replay = if current == run.component_sha256 {
+            Replay::Journal
+        } else if allow_changed {
+            Replay::CheckpointsOnly
+        } else {
+            return Err(ResumeError::ChangedComponent {
+                run: id.to_string(),
+                recorded: run.component_sha256,
+                current,
+                source_path: subject.source(),
+            }
+            .into());
+        };
+        let now = match how {
+            // A dead owner on this machine holds no lease, whatever its
+            // expiry says.
+            Claim::Recover if owner_is_dead(&run) => run.lease.as_ref().map_or(0, |l| l.until_ms + 1),
+            _ => nexo_store::now_ms(),
+        }
+        .max(nexo_store::now_ms());
+        let mut run = self.store.claim(id, how, self.lease(), resume_input, now).await.map_err(ResumeError::from)?;
+        if replay == Replay::CheckpointsOnly {
+            // The journal records what runs now.
+            run.component_sha256 = current;
+        }
+        Ok(self.drive(run, subject, options, replay).await?)
+    }
+
+    /// Runs that were left `running` by a process that is gone: its lease
+    /// ran out, or it was this machine's and its process no longer exists.
+    pub async fn orphans(&self) -> Result<Vec<Run>, StoreError> {
+        let now = nexo_store::now_ms();
+        let running = self.store.runs(Some(RunStatus::Running), 10_000).await?;
+        Ok(running
+            .into_iter()
+            .filter(|r| r.lease.as_ref().is_none_or(|l| l.until_ms < now) || owner_is_dead(r))
+            .collect())
+    }
+
+    /// Records the operator's decision on a suspended run's pending approval.
+    pub async fn decide(&self, id: &str, decision: Decision) -> Result<nexo_store::Approval, StoreError> {
+        self.store.decide(id, decision).await
+    }
+
+    async fn drive(
+        &self,
+        run: Run,
+        subject: Subject<'_>,
+        options: &RunOptions,
+        replay: Replay,
+    ) -> Result<RunEnd, RunError> {
+        let journal = Arc::new(
+            Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events)
+                .await
+                .map_err(store_failure)?,
+        );
+        let mut options = options.clone();
+        let display = options.events.clone().unwrap_or_else(crate::events::no_events);
+        options.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
+        options.journal = Some(journal.clone());
+        let renewal = tokio::spawn(renew(self.store.clone(), run.id.clone(), self.owner.clone(), journal.clone()));
+        let result = subject.run(&run.input, &options).await;
+        renewal.abort();
+        let mut batch = journal.take_final_batch();
+        let at_ms = nexo_store::now_ms();
+        let mut pending = None;
+        let (to, prompt_status) = match (journal.halted(), result) {
+            (Some(Halt::Suspend { reason, resume_key, approval }), _) => {
+                let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval });
+                batch.events.push(NewEvent { kind: "suspended".into(), data, at_ms });
+                pending = approval.clone();
+                (Transition::Suspend { reason, resume_key, approval }, None)
+            }
+            (Some(Halt::Failed(why)), _) => {
+                batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
+                (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
+            }
+            (None, Ok((answer, status))) => {
+                (Transition::Finish { status: RunStatus::Done, result: Some(answer), error: None }, status)
+            }
+            (None, Err(e)) => {
+                let why = e.to_string();
+                batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
+                (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
+            }
+        };
+        let run = match self.store.transition(&run.id, &self.owner, batch, to).await {
+            Ok(run) => run,
+            // Cancelled (or taken over) while it ran: the store's record stands.
+            Err(StoreError::Conflict(_)) => {
+                self.store.run(&run.id).await.map_err(store_failure)?.ok_or_else(|| {
+                    store_failure(StoreError::NoRun(run.id.clone()))
+                })?
+            }
+            Err(e) => return Err(store_failure(e)),
+        };
+        Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending })
+    }
+
+    /// Marks an orphan that cannot be replayed (its component is gone, or
+    /// changed) failed, so no sweep tries it again.
+    pub async fn fail_orphan(&self, id: &str, why: &str) -> Result<(), StoreError> {
+        let run = self.store.run(id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        let now = if owner_is_dead(&run) { run.lease.as_ref().map_or(0, |l| l.until_ms + 1) } else { 0 }
+            .max(nexo_store::now_ms());
+        self.store.claim(id, Claim::Recover, self.lease(), None, now).await?;
+        let mut batch = nexo_store::Batch::default();
+        batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms: nexo_store::now_ms() });
+        let to = Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why.to_string()) };
+        self.store.transition(id, &self.owner, batch, to).await.map(|_| ())
+    }
+}
+
+/// A resume's failure: refused before it ran, or failed as it ran.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeOutcome {
+    /// Refused.
+    #[error(transparent)]
+    Refused(#[from] ResumeError),
+    /// It ran, and the host could not go on.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl From<StoreError> for ResumeOutcome {
+    fn from(e: StoreError) -> Self {
+        ResumeOutcome::Refused(ResumeError::Store(e))
+    }
+}
+
+/// Renews the lease until aborted. A run that is no longer this owner's
+/// (cancelled, or recovered elsewhere) halts at its next host call.
+async fn renew(store: Arc<dyn Store>, id: String, owner: String, journal: Arc<Journal>) {
+    let mut tick = tokio::time::interval(LEASE / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let lease = Lease { owner: owner.clone(), until_ms: nexo_store::now_ms() + LEASE.as_millis() as i64 };
+        match store.renew(&id, &lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                journal.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")));
+                return;
+            }
+            Err(e) => tracing::warn!(run = %id, "could not renew the run's lease: {e}"),
+        }
+    }
+}
+
+fn store_failure(e: StoreError) -> RunError {
+    RunError::Config(crate::error::ConfigError::invalid("store", e.to_string()))
+}
+
+/// `host:pid:nonce`.
+fn owner_id() -> String {
+    let nonce = nexo_store::new_run_id();
+    format!("{}:{}:{}", hostname(), std::process::id(), &nonce[nonce.len() - 8..])
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether the run's owner was a process on this machine that no longer
+/// exists. A reused pid reads as alive, which only delays recovery until
+/// the lease runs out.
+fn owner_is_dead(run: &Run) -> bool {
+    let Some(lease) = &run.lease else { return false };
+    let mut parts = lease.owner.split(':');
+    let (Some(host), Some(pid)) = (parts.next(), parts.next().and_then(|p| p.parse::<i32>().ok())) else {
+        return false;
+    };
+    if host != hostname() || pid <= 0 {
+        return false;
+    }
+    if pid as u32 == std::process::id() {
+        return false;
+    }
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A run's pending approval in one line, for the CLI.
+pub fn describe_approval(a: &nexo_store::Approval) -> String {
+    format!("`{}` ({}) with {} at call {}", a.tool, a.capability, a.arguments, a.seq)
+}

@@ -1,0 +1,302 @@
+//! Durable runs through the library: real workflow components, a loopback
+//! model server, and a store (in memory here; the CLI tests use SQLite
+//! files across processes). Each test asserts what was paid for: the model
+//! server's request count and the side effects in the workspace.
+
+use std::sync::Arc;
+
+use nexo::authority::Permissions;
+use nexo::manifest::PermissionMode;
+use nexo::runs::{Runs, Subject};
+use nexo::settings::RunOptions;
+use nexo::{Plugin, authority::Grant, manifest::Capability};
+use nexo_model::mock::{MockServer, MockToolCall, Reply};
+use nexo_model::{ModelConfig, ProviderKind, resolve};
+use nexo_store::{Claim, Decision, MemoryStore, RunStatus, Store};
+use nexo_tests as built;
+use serde_json::json;
+
+use crate::engine;
+
+fn provider(server: &MockServer) -> Arc<dyn nexo_model::Provider> {
+    let config = ModelConfig {
+        model: Some("test-model".into()),
+        provider: Some(ProviderKind::OpenaiCompatible),
+        base_url: Some(server.openai_base_url()),
+        api_key: Some("sk-durable-secret".into()),
+        retry_base_delay: Some(std::time::Duration::from_millis(1)),
+        ..ModelConfig::default()
+    };
+    resolve(&config).unwrap()
+}
+
+struct Scene {
+    dir: tempfile::TempDir,
+    server: MockServer,
+    store: Arc<dyn Store>,
+}
+
+impl Scene {
+    async fn new() -> Scene {
+        let dir = tempfile::Builder::new().prefix("durable-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        Scene { dir, server: MockServer::start().await.unwrap(), store: Arc::new(MemoryStore::new()) }
+    }
+
+    fn options(&self, mode: PermissionMode, caps: &[Capability]) -> RunOptions {
+        let sandbox = Arc::new(nexo_sandbox::LocalSandbox::open(self.dir.path()).unwrap());
+        let mut grant = Grant::default();
+        grant.capabilities.extend(caps.iter().copied());
+        RunOptions {
+            model: Some(provider(&self.server)),
+            sandbox: Some(sandbox),
+            permissions: Permissions::new(mode),
+            grant,
+            ..RunOptions::default()
+        }
+    }
+
+    /// A fresh owner over the same store: what another process would be.
+    fn runs(&self) -> Runs {
+        Runs::new(self.store.clone(), false)
+    }
+}
+
+async fn agent(path: &str) -> Plugin {
+    Plugin::load(engine(), path).await.unwrap()
+}
+
+fn subject<'a>(plugin: &'a Plugin, path: &'a str) -> Subject<'a> {
+    Subject::Component { agent: plugin.agent().unwrap(), sha256: plugin.sha256(), path: std::path::Path::new(path) }
+}
+
+#[tokio::test]
+async fn the_document_approval_suspends_and_an_approval_finishes_it_without_a_second_model_call() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("Revenue grew."));
+    let plugin = agent(built::DOCUMENT_APPROVAL).await;
+    let options = scene.options(PermissionMode::Auto, &[Capability::Write]);
+    let end = scene.runs().start(subject(&plugin, built::DOCUMENT_APPROVAL), "Q3 report", json!({}), &options).await;
+    let end = end.unwrap();
+    assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
+    assert_eq!(end.run.suspend_reason.as_deref(), Some("awaiting approval"));
+    assert_eq!(end.run.resume_key.as_deref(), Some("q3-report"));
+    assert_eq!(scene.server.requests().len(), 1);
+    assert!(!scene.dir.path().join("published/q3-report.md").exists());
+    let checkpoints = scene.store.checkpoints(&end.run.id).await.unwrap();
+    assert_eq!(checkpoints, [("draft".to_string(), json!("Revenue grew."))]);
+
+    let again = scene
+        .runs()
+        .resume(
+            &end.run.id,
+            Claim::Resume,
+            Some(r#"{"approved": true}"#.into()),
+            subject(&plugin, built::DOCUMENT_APPROVAL),
+            &options,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.run.status, RunStatus::Done, "{:?}", again.run);
+    assert_eq!(again.run.result.as_deref(), Some("published published/q3-report.md"));
+    assert_eq!(scene.server.requests().len(), 1, "the draft is not paid for twice");
+    assert!(again.replayed > 0);
+    let text = std::fs::read_to_string(scene.dir.path().join("published/q3-report.md")).unwrap();
+    assert_eq!(text, "# Q3 report\n\nRevenue grew.\n");
+    let kinds: Vec<String> =
+        scene.store.events(&end.run.id, 0, 100).await.unwrap().into_iter().map(|e| e.kind).collect();
+    for kind in ["checkpoint", "suspended", "resumed"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_gated_write_suspends_under_approve_and_the_decision_binds_to_that_call() {
+    for (decision, status, written) in
+        [(Decision::Approved, RunStatus::Done, true), (Decision::Denied, RunStatus::Done, false)]
+    {
+        let scene = Scene::new().await;
+        scene.server.push(Reply::tool_calls(vec![MockToolCall::new(
+            "c1",
+            "write_file",
+            json!({ "path": "notes.txt", "content": "hi" }),
+        )]));
+        scene.server.push(Reply::text("wrote it"));
+        let plugin = agent(built::WORKFLOW_PROBE).await;
+        let options = scene.options(PermissionMode::Approve, &[Capability::Write]);
+        let path = built::WORKFLOW_PROBE;
+        let end = scene.runs().start(subject(&plugin, path), "prompt write notes", json!({}), &options).await.unwrap();
+        assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
+        let pending = end.approval.clone().unwrap();
+        assert_eq!((pending.capability.as_str(), pending.tool.as_str()), ("write", "write-file"));
+        assert_eq!(pending.arguments, json!({ "path": "notes.txt", "content": "hi" }));
+        assert!(!scene.dir.path().join("notes.txt").exists(), "nothing happens before the decision");
+
+        scene.runs().decide(&end.run.id, decision).await.unwrap();
+        let again =
+            scene.runs().resume(&end.run.id, Claim::Resume, None, subject(&plugin, path), &options, false).await;
+        let again = again.unwrap();
+        assert_eq!(again.run.status, status, "{:?}", again.run);
+        assert_eq!(scene.dir.path().join("notes.txt").exists(), written);
+        // Two model turns in all: the one that asked for the write is replayed.
+        assert_eq!(scene.server.requests().len(), 2);
+        let last = scene.server.requests().last().unwrap().body.to_string();
+        if written {
+            assert!(!last.contains("denied"), "{last}");
+        } else {
+            assert!(last.contains("the operator denied"), "{last}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tampered_approval_fails_closed_and_suspends_again() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::tool_calls(vec![MockToolCall::new(
+        "c1",
+        "write_file",
+        json!({ "path": "notes.txt", "content": "hi" }),
+    )]));
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Approve, &[Capability::Write]);
+    let path = built::WORKFLOW_PROBE;
+    let end = scene.runs().start(subject(&plugin, path), "prompt write", json!({}), &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Suspended);
+    // The journaled model turn is edited so the replayed call writes elsewhere.
+    let tampered = MemoryStore::new();
+    let mut journal = scene.store.journal(&end.run.id).await.unwrap();
+    for entry in &mut journal {
+        entry.result = entry.result.replace("notes.txt", "other.txt");
+    }
+    let run = scene.store.run(&end.run.id).await.unwrap().unwrap();
+    let copy = tamper_copy(&tampered, &run, journal, &*scene.store).await;
+    tampered.decide(&copy, Decision::Approved).await.unwrap();
+    let tampered: Arc<dyn Store> = Arc::new(tampered);
+    let runs = Runs::new(tampered.clone(), false);
+    let again = runs.resume(&copy, Claim::Resume, None, subject(&plugin, path), &options, false).await.unwrap();
+    assert_eq!(again.run.status, RunStatus::Suspended, "the decision was for another call: {:?}", again.run);
+    let pending = again.approval.unwrap();
+    assert_eq!(pending.arguments["path"], "other.txt");
+    assert_eq!(pending.decision, None);
+    assert!(!scene.dir.path().join("other.txt").exists() && !scene.dir.path().join("notes.txt").exists());
+}
+
+/// Copies `run` into `into` as a suspended run with `journal` and the
+/// original's pending approval; returns its id.
+async fn tamper_copy(
+    into: &MemoryStore,
+    run: &nexo_store::Run,
+    journal: Vec<nexo_store::Entry>,
+    from: &dyn Store,
+) -> String {
+    let owner = "tamper:1:x";
+    let lease = nexo_store::Lease { owner: owner.into(), until_ms: i64::MAX };
+    let new = nexo_store::NewRun {
+        id: run.id.clone(),
+        agent: run.agent.clone(),
+        kind: run.kind.clone(),
+        source: run.source.clone(),
+        component_sha256: run.component_sha256.clone(),
+        input: run.input.clone(),
+        grant: run.grant.clone(),
+        status: RunStatus::Running,
+        lease: Some(lease),
+        created_ms: run.created_ms,
+    };
+    into.create_run(new).await.unwrap();
+    let batch = nexo_store::Batch { journal, ..Default::default() };
+    let approval = from.approval(&run.id).await.unwrap();
+    let to = nexo_store::Transition::Suspend { reason: "approval".into(), resume_key: None, approval };
+    into.transition(&run.id, owner, batch, to).await.unwrap();
+    run.id.clone()
+}
+
+#[tokio::test]
+async fn a_different_call_on_replay_is_a_nondeterminism_failure_naming_both_calls() {
+    let scene = Scene::new().await;
+    std::fs::write(scene.dir.path().join("mode.txt"), "a").unwrap();
+    scene.server.push(Reply::text("took branch a"));
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Auto, &[]);
+    let path = built::WORKFLOW_PROBE;
+    let mode = format!("{}/mode.txt", scene.dir.path().display());
+    let script = format!("branch {mode}; suspend wait");
+    let end = scene.runs().start(subject(&plugin, path), &script, json!({}), &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
+    // The component reads mode.txt through its preopen, which the journal
+    // does not cover: the replay now takes the other branch.
+    std::fs::write(scene.dir.path().join("mode.txt"), "b").unwrap();
+    let again = scene.runs().resume(&end.run.id, Claim::Resume, None, subject(&plugin, path), &options, false).await;
+    let again = again.unwrap();
+    assert_eq!(again.run.status, RunStatus::Failed);
+    let error = again.run.error.unwrap();
+    assert!(error.contains("nondeterminism") && error.contains("read-file") && error.contains("prompt"), "{error}");
+    assert_eq!(scene.server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn checkpoint_all_keeps_the_steps_that_completed_and_a_retry_runs_only_the_missing_one() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("alpha"));
+    scene.server.push(Reply::text("beta"));
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Auto, &[]);
+    let path = built::WORKFLOW_PROBE;
+    let script = "all a=prompt:one,b=prompt:two,c=read:missing.txt";
+    let end = scene.runs().start(subject(&plugin, path), script, json!({}), &options).await.unwrap();
+    // The probe reports the step failure as its answer line.
+    assert_eq!(end.run.status, RunStatus::Done);
+    let answer = end.run.result.clone().unwrap();
+    assert!(answer.starts_with("error:") && answer.contains("`c`"), "{answer}");
+    let mut names: Vec<String> =
+        scene.store.checkpoints(&end.run.id).await.unwrap().into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(scene.server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn reserved_names_and_suspend_inside_a_checkpoint_are_refused_with_clear_errors() {
+    let scene = Scene::new().await;
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Auto, &[]);
+    let path = built::WORKFLOW_PROBE;
+    let script = "reserved __suspend__; reserved __approval__; reserved __buffer_events__; suspend-in-checkpoint";
+    let end = scene.runs().start(subject(&plugin, path), script, json!({}), &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
+    let answer = end.run.result.unwrap();
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines.len(), 4, "{answer}");
+    for (line, name) in lines.iter().zip(["__suspend__", "__approval__", "__buffer_events__"]) {
+        assert!(line.starts_with("error:") && line.contains("reserved") && line.contains(name), "{line}");
+    }
+    assert!(lines[3].contains("inside the checkpoint `open`"), "{}", lines[3]);
+    assert!(scene.store.checkpoints(&end.run.id).await.unwrap().iter().all(|(n, _)| !n.starts_with("__")));
+}
+
+#[tokio::test]
+async fn clocks_and_randomness_replay_as_the_first_pass_saw_them() {
+    let scene = Scene::new().await;
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Auto, &[]);
+    let path = built::WORKFLOW_PROBE;
+    let runs = scene.runs();
+    let end = runs.start(subject(&plugin, path), "time; random; suspend pause; time", json!({}), &options);
+    let end = end.await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Suspended);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let runs = scene.runs();
+    let again = runs.resume(&end.run.id, Claim::Resume, Some("1".into()), subject(&plugin, path), &options, false);
+    let again = again.await.unwrap();
+    assert_eq!(again.run.status, RunStatus::Done, "{:?}", again.run);
+    let answer = again.run.result.unwrap();
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines[2], "resumed with 1");
+    // The first line is the time the first pass read, from the journal.
+    let journal = scene.store.journal(&end.run.id).await.unwrap();
+    assert!(journal.iter().any(|e| e.function == "seed"), "{journal:?}");
+    let first = journal.iter().find(|e| e.function == "wall-clock.now").unwrap();
+    let nanos: u64 = serde_json::from_str(&first.result).unwrap();
+    assert_eq!(lines[0], format!("{:?}", std::time::Duration::from_nanos(nanos)));
+    assert!(lines[3] > lines[0], "the clock goes on after the pause: {answer}");
+}
