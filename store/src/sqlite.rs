@@ -163,12 +163,15 @@ impl SqliteStore {
         })
     }
 
-    /// Closes every connection, waiting for them to finish; the last one
-    /// to close checkpoints the WAL into the database file. Dropping the
-    /// store closes them too, in the background.
+    /// Closes every connection, waiting for them to finish. The writer
+    /// closes last: as the file's last connection it checkpoints the WAL
+    /// into the database file and removes it (a read-only connection
+    /// cannot). Dropping the store closes them too, in the background, and
+    /// may leave the WAL for the next open to use: no commit is lost either
+    /// way.
     pub async fn close(&self) {
-        self.writer.close().await;
         self.reader.close().await;
+        self.writer.close().await;
     }
 
     async fn connection_settings(&self, conn: &mut SqliteConnection) -> StoreResult<ConnectionSettings> {
@@ -969,7 +972,11 @@ fn is_corrupt(code: i64) -> bool {
 /// What to do about a failure SQLite reported, when there is something.
 fn hint(code: i64) -> &'static str {
     match code & 0xff {
-        SQLITE_BUSY => " (another process held the store's write lock for over 5 s; try again)",
+        // Only the plain code: the busy timeout ran out (an extended one,
+        // such as a stale snapshot, is not about waiting longer).
+        SQLITE_BUSY if code == SQLITE_BUSY => {
+            " (another process held the store's write lock for longer than the 5 s busy timeout; try again)"
+        }
         SQLITE_READONLY => " (the file or its directory is read-only; give nexo write access or another --store)",
         SQLITE_FULL => " (the disk is full; free space and try again)",
         _ => "",
