@@ -15,6 +15,9 @@
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
 
 mod memory;
+mod refusal;
+mod sql;
+mod sqlite;
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use memory::MemoryStore;
+pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
@@ -109,7 +113,9 @@ impl Location {
         }
         if let Some(path) = text.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err(bad("`sqlite://` needs a file path after it, for example `sqlite:///var/lib/nexo/nexo.db`"));
+                return Err(bad(
+                    "`sqlite://` needs a file path after it, for example `sqlite:///var/lib/nexo/nexo.db`",
+                ));
             }
             return Ok(Location::Sqlite(PathBuf::from(path)));
         }
@@ -357,6 +363,11 @@ impl Decision {
             Decision::Denied => "denied",
         }
     }
+
+    /// Parses a stored or typed name.
+    pub fn parse(name: &str) -> Option<Decision> {
+        [Decision::Approved, Decision::Denied].into_iter().find(|d| d.as_str() == name)
+    }
 }
 
 /// A gated call waiting for an operator's decision. A decision binds to
@@ -385,7 +396,9 @@ pub struct Approval {
 /// Writes that commit together, atomically and durably.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
-    /// Journal entries, in sequence order.
+    /// Journal entries, in sequence order. A sequence number the run's
+    /// journal already has refuses the whole batch
+    /// ([`StoreError::Conflict`]): a call is journaled once.
     pub journal: Vec<Entry>,
     /// Events, in order.
     pub events: Vec<NewEvent>,
@@ -404,7 +417,9 @@ impl Batch {
 /// How a run leaves `running`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transition {
-    /// It finished: `done` with its answer, or `failed` with its error.
+    /// It finished: `done` with its answer, or `failed` with its error. A
+    /// status that is not final is a [`StoreError::Conflict`]. A finished
+    /// run's pending approval, if any, is removed.
     Finish {
         /// `done`, `failed` or `cancelled`.
         status: RunStatus,
@@ -451,7 +466,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// One run.
     async fn run(&self, id: &str) -> StoreResult<Option<Run>>;
 
-    /// Runs, newest first, optionally of one status, at most `limit`.
+    /// Runs, newest first (by `created_ms`, then by id), optionally of one
+    /// status, at most `limit`.
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
 
     /// Commits `batch` for the running run `id`, durably. Fails with
@@ -486,7 +502,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// stop working on it.
     async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool>;
 
-    /// Running runs whose lease ended before `now_ms`.
+    /// Running runs whose lease ended before `now_ms`, by id.
     async fn orphans(&self, now_ms: i64) -> StoreResult<Vec<Run>>;
 
     /// Marks a run `cancelled` from `queued`, `suspended` or `running`
@@ -499,7 +515,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The run's events with an id above `after`, in order, at most `limit`.
     async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
 
-    /// The run's checkpoints, by name.
+    /// The run's checkpoints, sorted by name (byte order).
     async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>>;
 
     /// The run's pending approval, if any.
@@ -518,7 +534,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 pub async fn open(location: &Location) -> StoreResult<std::sync::Arc<dyn Store>> {
     match location {
         Location::Memory => Ok(std::sync::Arc::new(MemoryStore::new())),
-        Location::Sqlite(_path) => Err(StoreError::Unsupported("the SQLite backend is not built yet".into())),
+        Location::Sqlite(path) => Ok(std::sync::Arc::new(SqliteStore::open(path).await?)),
         Location::Postgres(_) => Err(StoreError::Unsupported(
             "PostgreSQL stores arrive with multi-node support; use an SQLite file for now".into(),
         )),
@@ -554,14 +570,9 @@ pub fn now_ms() -> i64 {
 }
 
 fn fill_random(buf: &mut [u8]) {
-    use std::hash::{BuildHasher, Hasher};
-    // RandomState is seeded from the OS; hashing a counter stretches it.
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    for chunk in buf.chunks_mut(8) {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-        let bytes = h.finish().to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    // The operating system's random source does not fail on a working
+    // system; std's own hash maps panic too when it does.
+    if let Err(e) = getrandom::fill(buf) {
+        panic!("the operating system's random source failed: {e}");
     }
 }

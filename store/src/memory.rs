@@ -7,6 +7,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::refusal::{
+    claim_refusal, duplicate_entry, no_pending_approval, not_final, not_owned, nothing_to_cancel, run_exists,
+};
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Lease, NewRun, Run, RunStatus, Store, StoreError, StoreResult,
     StoredEvent, Transition, now_ms,
@@ -21,9 +24,11 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     runs: BTreeMap<String, Run>,
+    /// Per run, in sequence order.
     journal: BTreeMap<String, Vec<Entry>>,
     events: Vec<StoredEvent>,
-    checkpoints: BTreeMap<String, Vec<(String, Value)>>,
+    /// Per run, by name (the order `checkpoints` returns).
+    checkpoints: BTreeMap<String, BTreeMap<String, Value>>,
     approvals: BTreeMap<String, Approval>,
 }
 
@@ -47,25 +52,32 @@ impl Inner {
     fn owned(&mut self, id: &str, owner: &str) -> StoreResult<&mut Run> {
         let run = self.run_mut(id)?;
         if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
-            return Err(StoreError::Conflict(format!(
-                "run `{id}` is no longer owned by this process (it is {}); stopping work on it",
-                run.status
-            )));
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
         }
         Ok(run)
     }
 
-    fn apply(&mut self, id: &str, batch: Batch) {
-        self.journal.entry(id.to_string()).or_default().extend(batch.journal);
+    /// Writes `batch`, or nothing if one of its journal entries is already
+    /// there (as SQLite's primary key refuses the whole transaction).
+    fn apply(&mut self, id: &str, batch: Batch) -> StoreResult<()> {
+        let journal = self.journal.entry(id.to_string()).or_default();
+        for (i, e) in batch.journal.iter().enumerate() {
+            if journal.iter().chain(&batch.journal[..i]).any(|j| j.seq == e.seq) {
+                return Err(StoreError::Conflict(duplicate_entry(id, e.seq)));
+            }
+        }
+        for e in batch.journal {
+            let at = journal.partition_point(|j| j.seq < e.seq);
+            journal.insert(at, e);
+        }
         let checkpoints = self.checkpoints.entry(id.to_string()).or_default();
         for (name, value) in batch.checkpoints {
-            if !checkpoints.iter().any(|(n, _)| *n == name) {
-                checkpoints.push((name, value));
-            }
+            checkpoints.entry(name).or_insert(value);
         }
         for e in batch.events {
             self.push_event(id, e.kind, e.data, e.at_ms);
         }
+        Ok(())
     }
 
     fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
@@ -83,7 +95,7 @@ impl Store for MemoryStore {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let mut inner = self.lock();
         if inner.runs.contains_key(&new.id) {
-            return Err(StoreError::Conflict(format!("a run `{}` already exists", new.id)));
+            return Err(StoreError::Conflict(run_exists(&new.id)));
         }
         let run = Run {
             id: new.id.clone(),
@@ -123,14 +135,18 @@ impl Store for MemoryStore {
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
         let mut inner = self.lock();
         inner.owned(id, owner)?;
-        inner.apply(id, batch);
-        Ok(())
+        inner.apply(id, batch)
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
         let mut inner = self.lock();
         inner.owned(id, owner)?;
-        inner.apply(id, batch);
+        if let Transition::Finish { status, .. } = &to
+            && !status.is_final()
+        {
+            return Err(StoreError::Conflict(not_final(id, *status)));
+        }
+        inner.apply(id, batch)?;
         let mut approval_record = None;
         let run = inner.run_mut(id)?;
         run.lease = None;
@@ -150,9 +166,13 @@ impl Store for MemoryStore {
                 approval_record = approval;
             }
         }
+        let finished = run.status.is_final();
         let run = run.clone();
         if let Some(a) = approval_record {
             inner.approvals.insert(id.to_string(), a);
+        } else if finished {
+            // A finished run waits for nothing (as `cancel` also removes it).
+            inner.approvals.remove(id);
         }
         Ok(run)
     }
@@ -217,7 +237,7 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         let run = inner.run_mut(id)?;
         if run.status.is_final() {
-            return Err(StoreError::Conflict(format!("run `{id}` is already {}; there is nothing to cancel", run.status)));
+            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
         }
         run.status = RunStatus::Cancelled;
         run.error = Some(reason.to_string());
@@ -238,7 +258,12 @@ impl Store for MemoryStore {
     }
 
     async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
-        Ok(self.lock().checkpoints.get(id).cloned().unwrap_or_default())
+        let inner = self.lock();
+        Ok(inner
+            .checkpoints
+            .get(id)
+            .map(|c| c.iter().map(|(n, v)| (n.clone(), v.clone())).collect())
+            .unwrap_or_default())
     }
 
     async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
@@ -253,9 +278,7 @@ impl Store for MemoryStore {
                 a.decision = Some(decision);
                 Ok(a.clone())
             }
-            _ => Err(StoreError::Conflict(format!(
-                "run `{id}` has no pending approval (it is {status}); `nexo runs show {id}` shows its state"
-            ))),
+            _ => Err(StoreError::Conflict(no_pending_approval(id, status))),
         }
     }
 
@@ -264,23 +287,5 @@ impl Store for MemoryStore {
         inner.owned(id, owner)?;
         inner.approvals.remove(id);
         Ok(())
-    }
-}
-
-/// Why a claim cannot take a run, naming what to do instead.
-pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
-    let status = run.status;
-    match (how, status) {
-        (Claim::Resume, RunStatus::Running) => {
-            format!("run `{id}` is running in another process; only a suspended run can be resumed")
-        }
-        (Claim::Resume, s) if s.is_final() => format!("run `{id}` is {s}; only a suspended run can be resumed"),
-        (Claim::Resume, s) => format!("run `{id}` is {s}; only a suspended run can be resumed"),
-        (Claim::Start, s) => format!("run `{id}` is {s}, not queued"),
-        (Claim::Recover, RunStatus::Running) => {
-            format!("run `{id}` is running and its owner's lease has not run out; it is not an orphan")
-        }
-        (Claim::Recover, s) => format!("run `{id}` is {s}, not an orphaned running run"),
-        (Claim::Retry, s) => format!("run `{id}` is {s}; only a failed run can be retried"),
     }
 }

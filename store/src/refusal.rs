@@ -1,0 +1,57 @@
+//! The [`StoreError::Conflict`](crate::StoreError::Conflict) messages, one
+//! function per situation, so every backend refuses the same thing in the
+//! same words.
+
+use crate::{Claim, Run, RunStatus};
+
+/// Why a claim cannot take a run, naming what to do instead.
+pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
+    let status = run.status;
+    match (how, status) {
+        (Claim::Resume, RunStatus::Running) => {
+            format!("run `{id}` is running in another process; only a suspended run can be resumed")
+        }
+        (Claim::Resume, s) => format!("run `{id}` is {s}; only a suspended run can be resumed"),
+        (Claim::Start, s) => format!("run `{id}` is {s}, not queued"),
+        (Claim::Recover, RunStatus::Running) => {
+            format!("run `{id}` is running and its owner's lease has not run out; it is not an orphan")
+        }
+        (Claim::Recover, s) => format!("run `{id}` is {s}, not an orphaned running run"),
+        (Claim::Retry, s) => format!("run `{id}` is {s}; only a failed run can be retried"),
+    }
+}
+
+/// A write by a process that no longer holds the run's lease.
+pub(crate) fn not_owned(id: &str, status: RunStatus) -> String {
+    format!("run `{id}` is no longer owned by this process (it is {status}); stopping work on it")
+}
+
+/// A new run whose id is taken.
+pub(crate) fn run_exists(id: &str) -> String {
+    format!("a run `{id}` already exists")
+}
+
+/// A journal entry whose sequence number the run's journal already has (or
+/// that a batch holds twice). The whole batch is refused.
+pub(crate) fn duplicate_entry(id: &str, seq: u64) -> String {
+    format!(
+        "run `{id}` already has journal entry {seq}; a host call is journaled once (is another process \
+         working on this run?)"
+    )
+}
+
+/// A [`Transition::Finish`](crate::Transition::Finish) to a status that is
+/// not final.
+pub(crate) fn not_final(id: &str, status: RunStatus) -> String {
+    format!("run `{id}` cannot finish as {status}: a run finishes done, failed or cancelled")
+}
+
+/// Cancelling a run that has already ended.
+pub(crate) fn nothing_to_cancel(id: &str, status: RunStatus) -> String {
+    format!("run `{id}` is already {status}; there is nothing to cancel")
+}
+
+/// Deciding on a run that has no pending approval.
+pub(crate) fn no_pending_approval(id: &str, status: RunStatus) -> String {
+    format!("run `{id}` has no pending approval (it is {status}); `nexo runs show {id}` shows its state")
+}

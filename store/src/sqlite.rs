@@ -1,0 +1,995 @@
+//! The SQLite backend, the embedded default.
+//!
+//! One file, in WAL mode with `synchronous=FULL` (a commit is on disk when
+//! it returns, power loss included), foreign keys on and a 5 s busy
+//! timeout. Writes go through one connection (SQLite has one writer
+//! anyway; queuing them here keeps them off the busy handler), reads through
+//! a small pool of read-only connections. Every transaction that reads
+//! before it writes starts with `BEGIN IMMEDIATE`, which takes the write
+//! lock first, so two processes sharing the file cannot both claim a run.
+//!
+//! Opening never changes a file that is not already a nexo store or empty:
+//! a file that is not SQLite, another program's database, or a database
+//! from a newer nexo is refused before anything is written (not even the
+//! journal mode). The statements themselves are in [`crate::sql`], shared
+//! with the PostgreSQL backend to come.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row, Sqlite, Transaction};
+
+use crate::refusal::{
+    claim_refusal, duplicate_entry, no_pending_approval, not_final, not_owned, nothing_to_cancel, run_exists,
+};
+use crate::sql;
+use crate::{
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, Run, RunStatus, SCHEMA_VERSION, Store, StoreError,
+    StoreResult, StoredEvent, Transition, now_ms,
+};
+
+/// How long a statement waits for another process's write lock before it
+/// fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Read connections: WAL readers never block the writer or each other, and
+/// a process of nexo reads from a handful of tasks at most.
+const READERS: u32 = 4;
+
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// SQLite's primary result codes that mean "this file is damaged or not a
+/// database" (the low byte of an extended code).
+const SQLITE_CORRUPT: i64 = 11;
+const SQLITE_NOTADB: i64 = 26;
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_READONLY: i64 = 8;
+const SQLITE_FULL: i64 = 13;
+
+/// A store in an SQLite file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    location: String,
+    /// One connection: every write, in order.
+    writer: SqlitePool,
+    /// Read-only connections for reads that need no lock.
+    reader: SqlitePool,
+}
+
+/// The settings one connection runs with, as SQLite reports them
+/// ([`SqliteStore::settings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// `PRAGMA journal_mode`: `wal`.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`: 2 (`FULL`).
+    pub synchronous: i64,
+    /// `PRAGMA foreign_keys`.
+    pub foreign_keys: bool,
+    /// `PRAGMA busy_timeout`, in milliseconds.
+    pub busy_timeout_ms: i64,
+}
+
+/// The settings of a store's write connection and of one of its read
+/// connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The connection every write goes through.
+    pub writer: ConnectionSettings,
+    /// A read connection.
+    pub reader: ConnectionSettings,
+}
+
+/// What the file holds before migrations run.
+enum Found {
+    /// Nothing: a new or empty file.
+    Empty,
+    /// A nexo store at this schema version.
+    Nexo(i64),
+}
+
+impl SqliteStore {
+    /// Opens the store in the file at `path`, creating it (mode 0600, and
+    /// its missing parent directories with mode 0700) and migrating it to
+    /// [`SCHEMA_VERSION`] as needed.
+    ///
+    /// Refuses, without changing the file: one that is not an SQLite
+    /// database or is damaged, or an SQLite database with tables of its own
+    /// but not nexo's ([`StoreError::Corrupt`]); one with a newer schema
+    /// ([`StoreError::TooNew`]).
+    pub async fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let location = path.display().to_string();
+        prepare_file(&path, &location)?;
+
+        // No journal mode here: it is a property of the file, changed only
+        // once the file has proved to be ours (see `migrate`).
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(false)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true)
+            .synchronous(SqliteSynchronous::Full);
+
+        let mut conn = options.connect().await.map_err(|e| open_error(&location, &e))?;
+        let migrated = migrate(&mut conn, &location).await;
+        // Closing the only connection checkpoints and removes the WAL; a
+        // failure here changes nothing about what `migrate` found.
+        conn.close().await.ok();
+        migrated?;
+
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| open_error(&location, &e))?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .test_before_acquire(false)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(|e| open_error(&location, &e))?;
+        restrict_side_files(&path);
+        Ok(SqliteStore { path, location, writer, reader })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings the store's connections run with, as SQLite reports
+    /// them (for `nexo doctor` and tests).
+    pub async fn settings(&self) -> StoreResult<Settings> {
+        let mut writer = self.writer.acquire().await.map_err(|e| self.error(&e))?;
+        let mut reader = self.reader.acquire().await.map_err(|e| self.error(&e))?;
+        Ok(Settings {
+            writer: self.connection_settings(&mut writer).await?,
+            reader: self.connection_settings(&mut reader).await?,
+        })
+    }
+
+    /// Closes every connection, waiting for them to finish. The writer
+    /// closes last: as the file's last connection it checkpoints the WAL
+    /// into the database file and removes it (a read-only connection
+    /// cannot). Dropping the store closes them too, in the background, and
+    /// may leave the WAL for the next open to use: no commit is lost either
+    /// way.
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    async fn connection_settings(&self, conn: &mut SqliteConnection) -> StoreResult<ConnectionSettings> {
+        let journal_mode: String = self.pragma(conn, "PRAGMA journal_mode").await?;
+        let synchronous: i64 = self.pragma(conn, "PRAGMA synchronous").await?;
+        let foreign_keys: i64 = self.pragma(conn, "PRAGMA foreign_keys").await?;
+        let busy_timeout_ms: i64 = self.pragma(conn, "PRAGMA busy_timeout").await?;
+        Ok(ConnectionSettings {
+            journal_mode: journal_mode.to_ascii_lowercase(),
+            synchronous,
+            foreign_keys: foreign_keys != 0,
+            busy_timeout_ms,
+        })
+    }
+
+    async fn pragma<T>(&self, conn: &mut SqliteConnection, pragma: &'static str) -> StoreResult<T>
+    where
+        T: for<'r> sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite> + Send + Unpin,
+    {
+        sqlx::query_scalar(pragma).fetch_one(conn).await.map_err(|e| self.error(&e))
+    }
+
+    /// A database error as a [`StoreError`], naming the file.
+    fn error(&self, e: &sqlx::Error) -> StoreError {
+        match sqlite_code(e) {
+            Some(code) if is_corrupt(code) => {
+                StoreError::Corrupt { location: self.location.clone(), reason: e.to_string() }
+            }
+            Some(code) => StoreError::Backend(format!("{}: {e}{}", self.location, hint(code))),
+            None => StoreError::Backend(format!("{}: {e}", self.location)),
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        StoreError::Corrupt { location: self.location.clone(), reason }
+    }
+
+    /// Starts a write transaction that holds the write lock from its first
+    /// statement. Dropping it unfinished rolls it back.
+    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
+    }
+
+    /// Commits `tx` if `result` is a success, rolls it back otherwise.
+    async fn finish<T>(&self, tx: Transaction<'static, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
+        match result {
+            Ok(value) => {
+                tx.commit().await.map_err(|e| self.error(&e))?;
+                Ok(value)
+            }
+            Err(e) => {
+                // If the rollback itself fails, sqlx rolls back when the
+                // connection is next used; the first error is the one to tell.
+                tx.rollback().await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    async fn fetch_run(&self, conn: &mut SqliteConnection, id: &str) -> StoreResult<Option<Run>> {
+        let row = sqlx::query(sql::SELECT_RUN).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_run(&r)).transpose()
+    }
+
+    /// The run `id` if `owner` holds its lease; otherwise why not.
+    async fn check_owner(&self, conn: &mut SqliteConnection, id: &str, owner: &str) -> StoreResult<()> {
+        let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode_status(&row)?;
+        let holder: Option<String> = row.try_get("lease_owner").map_err(|e| self.error(&e))?;
+        if status != RunStatus::Running || holder.as_deref() != Some(owner) {
+            return Err(StoreError::Conflict(not_owned(id, status)));
+        }
+        Ok(())
+    }
+
+    /// Why a guarded write to `id` by `owner` wrote nothing.
+    async fn why_not_owned(&self, id: &str, owner: &str) -> StoreError {
+        let conn = self.writer.acquire().await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => return self.error(&e),
+        };
+        match self.check_owner(&mut conn, id, owner).await {
+            Err(e) => e,
+            // It changed hands and back between the two statements: say so
+            // rather than pretend the write happened.
+            Ok(()) => StoreError::Conflict(not_owned(id, RunStatus::Running)),
+        }
+    }
+
+    async fn write_batch(&self, conn: &mut SqliteConnection, id: &str, batch: Batch) -> StoreResult<()> {
+        for e in &batch.journal {
+            let inserted = sqlx::query(sql::APPEND_ENTRY)
+                .bind(id)
+                .bind(to_i64(e.seq, "sequence number")?)
+                .bind(to_i64(e.end, "end sequence number")?)
+                .bind(&e.interface)
+                .bind(&e.function)
+                .bind(&e.args_hash)
+                .bind(&e.result)
+                .execute(&mut *conn)
+                .await;
+            self.entry_written(inserted, id, e.seq)?;
+        }
+        for e in &batch.events {
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(id)
+                .bind(&e.kind)
+                .bind(e.data.to_string())
+                .bind(e.at_ms)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        for (name, value) in &batch.checkpoints {
+            sqlx::query(sql::PUT_CHECKPOINT)
+                .bind(id)
+                .bind(name)
+                .bind(value.to_string())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a journal insert wrote its row; a taken sequence number is
+    /// a conflict.
+    fn entry_written(
+        &self,
+        inserted: Result<sqlx::sqlite::SqliteQueryResult, sqlx::Error>,
+        id: &str,
+        seq: u64,
+    ) -> StoreResult<u64> {
+        match inserted {
+            Ok(done) => Ok(done.rows_affected()),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Err(StoreError::Conflict(duplicate_entry(id, seq)))
+            }
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    fn decode_status(&self, row: &SqliteRow) -> StoreResult<RunStatus> {
+        let status: String = row.try_get("status").map_err(|e| self.error(&e))?;
+        RunStatus::parse(&status).ok_or_else(|| self.corrupt(format!("a run has the unknown status `{status}`")))
+    }
+
+    fn decode_json(&self, text: &str, what: &str) -> StoreResult<Value> {
+        serde_json::from_str(text).map_err(|e| self.corrupt(format!("{what} is not JSON: {e}")))
+    }
+
+    fn decode_run(&self, row: &SqliteRow) -> StoreResult<Run> {
+        let get_err = |e: sqlx::Error| self.error(&e);
+        let id: String = row.try_get("id").map_err(get_err)?;
+        let grant: String = row.try_get("grant_json").map_err(get_err)?;
+        let owner: Option<String> = row.try_get("lease_owner").map_err(get_err)?;
+        let until: Option<i64> = row.try_get("lease_until_ms").map_err(get_err)?;
+        let lease = match (owner, until) {
+            (Some(owner), Some(until_ms)) => Some(Lease { owner, until_ms }),
+            (None, None) => None,
+            _ => return Err(self.corrupt(format!("run `{id}` has half a lease"))),
+        };
+        Ok(Run {
+            agent: row.try_get("agent").map_err(get_err)?,
+            kind: row.try_get("kind").map_err(get_err)?,
+            source: row.try_get("source").map_err(get_err)?,
+            component_sha256: row.try_get("component_sha256").map_err(get_err)?,
+            input: row.try_get("input").map_err(get_err)?,
+            grant: self.decode_json(&grant, &format!("run `{id}`'s grant"))?,
+            status: self.decode_status(row)?,
+            suspend_reason: row.try_get("suspend_reason").map_err(get_err)?,
+            resume_key: row.try_get("resume_key").map_err(get_err)?,
+            resume_input: row.try_get("resume_input").map_err(get_err)?,
+            result: row.try_get("result").map_err(get_err)?,
+            error: row.try_get("error").map_err(get_err)?,
+            created_ms: row.try_get("created_ms").map_err(get_err)?,
+            updated_ms: row.try_get("updated_ms").map_err(get_err)?,
+            lease,
+            id,
+        })
+    }
+
+    fn decode_approval(&self, id: &str, row: &SqliteRow) -> StoreResult<Approval> {
+        let get_err = |e: sqlx::Error| self.error(&e);
+        let arguments: String = row.try_get("arguments").map_err(get_err)?;
+        let decision: Option<String> = row.try_get("decision").map_err(get_err)?;
+        let decision = match decision {
+            None => None,
+            Some(d) => Some(
+                Decision::parse(&d)
+                    .ok_or_else(|| self.corrupt(format!("run `{id}`'s approval has the unknown decision `{d}`")))?,
+            ),
+        };
+        Ok(Approval {
+            seq: to_u64(row.try_get("seq").map_err(get_err)?, || self.corrupt(format!("run `{id}`'s approval")))?,
+            capability: row.try_get("capability").map_err(get_err)?,
+            tool: row.try_get("tool").map_err(get_err)?,
+            arguments: self.decode_json(&arguments, &format!("run `{id}`'s approval arguments"))?,
+            args_hash: row.try_get("args_hash").map_err(get_err)?,
+            component_sha256: row.try_get("component_sha256").map_err(get_err)?,
+            decision,
+            created_ms: row.try_get("created_ms").map_err(get_err)?,
+        })
+    }
+
+    async fn transition_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        owner: &str,
+        batch: Batch,
+        to: Transition,
+    ) -> StoreResult<Run> {
+        let mut run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
+        }
+        if let Transition::Finish { status, .. } = &to
+            && !status.is_final()
+        {
+            return Err(StoreError::Conflict(not_final(id, *status)));
+        }
+        self.write_batch(conn, id, batch).await?;
+        run.lease = None;
+        run.updated_ms = now_ms();
+        let mut approval = None;
+        match to {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
+            Transition::Suspend { reason, resume_key, approval: pending } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval = pending;
+            }
+        }
+        sqlx::query(sql::LEAVE_RUNNING)
+            .bind(id)
+            .bind(run.status.as_str())
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if let Some(a) = approval {
+            sqlx::query(sql::PUT_APPROVAL)
+                .bind(id)
+                .bind(to_i64(a.seq, "approval sequence number")?)
+                .bind(&a.capability)
+                .bind(&a.tool)
+                .bind(a.arguments.to_string())
+                .bind(&a.args_hash)
+                .bind(&a.component_sha256)
+                .bind(a.decision.map(Decision::as_str))
+                .bind(a.created_ms)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        } else if run.status.is_final() {
+            sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        }
+        Ok(run)
+    }
+
+    async fn claim_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        let mut run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        let ok = match how {
+            Claim::Resume => run.status == RunStatus::Suspended,
+            Claim::Start => run.status == RunStatus::Queued,
+            Claim::Recover => run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now),
+            Claim::Retry => run.status == RunStatus::Failed,
+        };
+        if !ok {
+            return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
+        }
+        let resumed = matches!(how, Claim::Resume | Claim::Retry);
+        let claimed = if resumed {
+            sqlx::query(sql::CLAIM_RESUME)
+                .bind(id)
+                .bind(&lease.owner)
+                .bind(lease.until_ms)
+                .bind(now)
+                .bind(&resume_input)
+                .execute(&mut *conn)
+                .await
+        } else {
+            sqlx::query(sql::CLAIM).bind(id).bind(&lease.owner).bind(lease.until_ms).bind(now).execute(&mut *conn).await
+        };
+        claimed.map_err(|e| self.error(&e))?;
+        if resumed {
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(id)
+                .bind("resumed")
+                .bind("{}")
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            run.resume_input = resume_input;
+            run.suspend_reason = None;
+            run.error = None;
+        }
+        run.status = RunStatus::Running;
+        run.lease = Some(lease);
+        run.updated_ms = now;
+        Ok(run)
+    }
+
+    async fn cancel_in(&self, conn: &mut SqliteConnection, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if run.status.is_final() {
+            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
+        }
+        run.status = RunStatus::Cancelled;
+        run.error = Some(reason.to_string());
+        run.lease = None;
+        run.updated_ms = now_ms();
+        sqlx::query(sql::CANCEL)
+            .bind(id)
+            .bind(reason)
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        Ok(run)
+    }
+
+    async fn decide_in(&self, conn: &mut SqliteConnection, id: &str, decision: Decision) -> StoreResult<Approval> {
+        let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode_status(&row)?;
+        let row =
+            sqlx::query(sql::SELECT_APPROVAL).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+        let (Some(row), RunStatus::Suspended) = (row, status) else {
+            return Err(StoreError::Conflict(no_pending_approval(id, status)));
+        };
+        let mut approval = self.decode_approval(id, &row)?;
+        sqlx::query(sql::DECIDE)
+            .bind(id)
+            .bind(decision.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        approval.decision = Some(decision);
+        Ok(approval)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
+        let run = Run {
+            id: new.id,
+            agent: new.agent,
+            kind: new.kind,
+            source: new.source,
+            component_sha256: new.component_sha256,
+            input: new.input,
+            grant: new.grant,
+            status: new.status,
+            suspend_reason: None,
+            resume_key: None,
+            resume_input: None,
+            result: None,
+            error: None,
+            created_ms: new.created_ms,
+            updated_ms: new.created_ms,
+            lease: new.lease,
+        };
+        let inserted = sqlx::query(sql::INSERT_RUN)
+            .bind(&run.id)
+            .bind(&run.agent)
+            .bind(&run.kind)
+            .bind(&run.source)
+            .bind(&run.component_sha256)
+            .bind(&run.input)
+            .bind(run.grant.to_string())
+            .bind(run.status.as_str())
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(&run.resume_input)
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(run.created_ms)
+            .bind(run.updated_ms)
+            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .execute(&self.writer)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::Conflict(run_exists(&run.id)));
+        }
+        Ok(run)
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
+        let mut conn = self.reader.acquire().await.map_err(|e| self.error(&e))?;
+        self.fetch_run(&mut conn, id).await
+    }
+
+    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match status {
+            Some(s) => sqlx::query(sql::LIST_RUNS_BY_STATUS).bind(s.as_str()).bind(limit).fetch_all(&self.reader).await,
+            None => sqlx::query(sql::LIST_RUNS).bind(limit).fetch_all(&self.reader).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
+        // The common case, one host call's entry and nothing else, is one
+        // autocommit statement whose lease check rides in the insert: the
+        // same cost as a bare insert (see benches/journal.rs).
+        if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
+            let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER)
+                .bind(id)
+                .bind(to_i64(e.seq, "sequence number")?)
+                .bind(to_i64(e.end, "end sequence number")?)
+                .bind(&e.interface)
+                .bind(&e.function)
+                .bind(&e.args_hash)
+                .bind(&e.result)
+                .bind(owner)
+                .execute(&self.writer)
+                .await;
+            return match self.entry_written(inserted, id, e.seq)? {
+                0 => Err(self.why_not_owned(id, owner).await),
+                _ => Ok(()),
+            };
+        }
+        if batch.is_empty() {
+            let mut conn = self.writer.acquire().await.map_err(|e| self.error(&e))?;
+            return self.check_owner(&mut conn, id, owner).await;
+        }
+        let mut tx = self.begin().await?;
+        let result = async {
+            self.check_owner(&mut tx, id, owner).await?;
+            self.write_batch(&mut tx, id, batch).await
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.transition_in(&mut tx, id, owner, batch, to).await;
+        self.finish(tx, result).await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
+        let renewed = sqlx::query(sql::RENEW)
+            .bind(id)
+            .bind(lease.until_ms)
+            .bind(&lease.owner)
+            .execute(&self.writer)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if renewed.rows_affected() > 0 {
+            return Ok(true);
+        }
+        let exists =
+            sqlx::query(sql::RUN_EXISTS).bind(id).fetch_optional(&self.reader).await.map_err(|e| self.error(&e))?;
+        match exists {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NoRun(id.to_string())),
+        }
+    }
+
+    async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
+        let rows = sqlx::query(sql::ORPHANS).bind(now).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.cancel_in(&mut tx, id, reason).await;
+        self.finish(tx, result).await
+    }
+
+    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
+        let rows = sqlx::query(sql::JOURNAL).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter()
+            .map(|row| {
+                let get_err = |e: sqlx::Error| self.error(&e);
+                let bad = || self.corrupt(format!("run `{id}`'s journal has a negative sequence number"));
+                Ok(Entry {
+                    seq: to_u64(row.try_get("seq").map_err(get_err)?, bad)?,
+                    end: to_u64(row.try_get("end_seq").map_err(get_err)?, bad)?,
+                    interface: row.try_get("interface").map_err(get_err)?,
+                    function: row.try_get("function").map_err(get_err)?,
+                    args_hash: row.try_get("args_hash").map_err(get_err)?,
+                    result: row.try_get("result").map_err(get_err)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::EVENTS)
+            .bind(id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        rows.iter()
+            .map(|row| {
+                let get_err = |e: sqlx::Error| self.error(&e);
+                let data: String = row.try_get("data").map_err(get_err)?;
+                let event: i64 = row.try_get("id").map_err(get_err)?;
+                Ok(StoredEvent {
+                    id: event,
+                    run: row.try_get("run").map_err(get_err)?,
+                    kind: row.try_get("kind").map_err(get_err)?,
+                    data: self.decode_json(&data, &format!("event {event}'s data"))?,
+                    at_ms: row.try_get("at_ms").map_err(get_err)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
+        let rows = sqlx::query(sql::CHECKPOINTS).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter()
+            .map(|row| {
+                let name: String = row.try_get("name").map_err(|e| self.error(&e))?;
+                let value: String = row.try_get("value").map_err(|e| self.error(&e))?;
+                let value = self.decode_json(&value, &format!("run `{id}`'s checkpoint `{name}`"))?;
+                Ok((name, value))
+            })
+            .collect()
+    }
+
+    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
+        let row = sqlx::query(sql::SELECT_APPROVAL)
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_approval(id, &r)).transpose()
+    }
+
+    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+        let mut tx = self.begin().await?;
+        let result = self.decide_in(&mut tx, id, decision).await;
+        self.finish(tx, result).await
+    }
+
+    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let result = async {
+            self.check_owner(&mut tx, id, owner).await?;
+            sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *tx).await.map_err(|e| self.error(&e))?;
+            Ok(())
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+}
+
+/// Creates the file's missing parent directories (0700) and the file
+/// itself (0600), or checks that an existing file starts like an SQLite
+/// database, without writing to it.
+fn prepare_file(path: &Path, location: &str) -> StoreResult<()> {
+    let open_err = |reason: String| StoreError::Open { location: location.to_string(), reason };
+    if let Some(dir) = path.parent() {
+        create_private_dirs(dir)
+            .map_err(|e| open_err(format!("cannot create the directory {}: {e}", dir.display())))?;
+    }
+    match create_private_file(path) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(open_err(format!("cannot create the file: {e}"))),
+    }
+    if path.is_dir() {
+        return Err(open_err("it is a directory; give the path of a file in it, such as nexo.db".into()));
+    }
+    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut head))
+        .map_err(|e| open_err(format!("cannot read the file: {e}")))?;
+    if !head.is_empty() && head != SQLITE_HEADER {
+        return Err(StoreError::Corrupt {
+            location: location.to_string(),
+            reason: "the file does not begin with SQLite's header, so it is not an SQLite database".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing ancestors with mode 0700 whatever the
+/// umask; directories that exist are left as they are.
+fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_private_dirs(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.create(dir) {
+        Ok(()) => set_mode(dir, 0o700),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates an empty file with mode 0600 whatever the umask, so SQLite
+/// never creates it with the default mode; `AlreadyExists` if it is there.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.sync_all()
+}
+
+/// Gives SQLite's `-wal` and `-shm` files mode 0600 (SQLite copies the
+/// database's mode, but a file left by an older process may differ).
+fn restrict_side_files(path: &Path) {
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        // Absent is fine; one we cannot chmod is not ours to fix.
+        set_mode(Path::new(&side), 0o600).ok();
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, mode);
+        Ok(())
+    }
+}
+
+/// Finds what the file holds and brings it to [`SCHEMA_VERSION`]. Writes
+/// nothing to a file it refuses.
+async fn migrate(conn: &mut SqliteConnection, location: &str) -> StoreResult<()> {
+    let found = inspect(conn, location).await?;
+    if let Found::Nexo(version) = found
+        && version > SCHEMA_VERSION
+    {
+        return Err(StoreError::TooNew { location: location.to_string(), found: version, supported: SCHEMA_VERSION });
+    }
+    use_wal(conn, location).await?;
+    if matches!(found, Found::Nexo(SCHEMA_VERSION)) {
+        return Ok(());
+    }
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(|e| open_error(location, &e))?;
+    // Another process may have migrated the file since `inspect`: look again
+    // now that this one holds the write lock.
+    let current = match inspect(&mut tx, location).await? {
+        Found::Empty => 0,
+        Found::Nexo(v) if v > SCHEMA_VERSION => {
+            return Err(StoreError::TooNew { location: location.to_string(), found: v, supported: SCHEMA_VERSION });
+        }
+        Found::Nexo(v) => v,
+    };
+    for migration in sql::MIGRATIONS.iter().filter(|m| m.version > current) {
+        for statement in migration.statements {
+            let statement = statement.replace("{EVENT_ID}", sql::EVENT_ID_SQLITE);
+            sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| open_error(location, &e))?;
+        }
+        sqlx::query(sql::RECORD_MIGRATION)
+            .bind(migration.version)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| open_error(location, &e))?;
+    }
+    tx.commit().await.map_err(|e| open_error(location, &e))
+}
+
+/// What the file holds: nothing, or a nexo store of some version. Another
+/// program's database is [`StoreError::Corrupt`].
+async fn inspect(conn: &mut SqliteConnection, location: &str) -> StoreResult<Found> {
+    // SQLite's own catalogue: this probe is the one backend-specific query.
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| open_error(location, &e))?;
+    if tables.is_empty() {
+        return Ok(Found::Empty);
+    }
+    let corrupt = |reason: String| StoreError::Corrupt { location: location.to_string(), reason };
+    if !tables.iter().any(|t| t == sql::SCHEMA_TABLE) {
+        let mut shown = tables.iter().take(5).map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ");
+        if tables.len() > 5 {
+            shown.push_str(", …");
+        }
+        return Err(corrupt(format!(
+            "it is an SQLite database with tables of its own ({shown}) but no `{}` table: another program's",
+            sql::SCHEMA_TABLE
+        )));
+    }
+    let version: Option<i64> =
+        sqlx::query_scalar(sql::SCHEMA_VERSION).fetch_one(&mut *conn).await.map_err(|e| open_error(location, &e))?;
+    match version {
+        Some(v) if v >= 1 => Ok(Found::Nexo(v)),
+        _ => Err(corrupt(format!("its `{}` table records no schema version", sql::SCHEMA_TABLE))),
+    }
+}
+
+/// Puts the file in WAL mode (a property of the file, kept across opens).
+async fn use_wal(conn: &mut SqliteConnection, location: &str) -> StoreResult<()> {
+    let mode: String =
+        sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut *conn).await.map_err(|e| open_error(location, &e))?;
+    if mode.eq_ignore_ascii_case("wal") {
+        return Ok(());
+    }
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| open_error(location, &e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Open {
+            location: location.to_string(),
+            reason: format!(
+                "SQLite kept the journal mode `{mode}` instead of switching to WAL; is another process using the file?"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// An error while opening, as [`StoreError::Corrupt`] when SQLite says the
+/// file is damaged or not a database, else [`StoreError::Open`].
+fn open_error(location: &str, e: &sqlx::Error) -> StoreError {
+    match sqlite_code(e) {
+        Some(code) if is_corrupt(code) => StoreError::Corrupt { location: location.to_string(), reason: e.to_string() },
+        code => StoreError::Open { location: location.to_string(), reason: format!("{e}{}", code.map_or("", hint)) },
+    }
+}
+
+/// SQLite's extended result code, if `e` came from SQLite.
+fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
+    match e {
+        sqlx::Error::Database(db) => db.code().and_then(|c| c.parse().ok()),
+        _ => None,
+    }
+}
+
+fn is_corrupt(code: i64) -> bool {
+    matches!(code & 0xff, SQLITE_CORRUPT | SQLITE_NOTADB)
+}
+
+/// What to do about a failure SQLite reported, when there is something.
+fn hint(code: i64) -> &'static str {
+    match code & 0xff {
+        // Only the plain code: the busy timeout ran out (an extended one,
+        // such as a stale snapshot, is not about waiting longer).
+        SQLITE_BUSY if code == SQLITE_BUSY => {
+            " (another process held the store's write lock for longer than the 5 s busy timeout; try again)"
+        }
+        SQLITE_READONLY => " (the file or its directory is read-only; give nexo write access or another --store)",
+        SQLITE_FULL => " (the disk is full; free space and try again)",
+        _ => "",
+    }
+}
+
+fn to_i64(n: u64, what: &str) -> StoreResult<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Backend(format!("the {what} {n} is too large to store")))
+}
+
+fn to_u64(n: i64, bad: impl FnOnce() -> StoreError) -> StoreResult<u64> {
+    u64::try_from(n).map_err(|_| bad())
+}

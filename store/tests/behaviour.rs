@@ -1,0 +1,555 @@
+//! One behavioural suite, run against every backend: `MemoryStore` and
+//! `SqliteStore` (on a real file in a temporary directory) must agree on
+//! every rule and every refusal.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::sync::Arc;
+
+use nexo_store::{
+    Approval, Batch, Claim, Decision, Entry, Lease, MemoryStore, NewEvent, NewRun, RunStatus, SqliteStore, Store,
+    StoreError, Transition,
+};
+use serde_json::{Value, json};
+
+/// A store and whatever must live as long as it.
+struct Fixture {
+    store: Arc<dyn Store>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn memory() -> Fixture {
+    Fixture { store: Arc::new(MemoryStore::new()), _dir: None }
+}
+
+async fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("nexo.db")).await.unwrap();
+    Fixture { store: Arc::new(store), _dir: Some(dir) }
+}
+
+/// Each listed `async fn(Arc<dyn Store>)` becomes one test per backend:
+/// `memory::NAME` and `sqlite::NAME`.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let fixture = super::memory().await;
+                    super::$name(fixture.store.clone()).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let fixture = super::sqlite().await;
+                    super::$name(fixture.store.clone()).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    create_get_and_list,
+    duplicate_run_is_a_conflict,
+    commit_reads_back,
+    checkpoints_are_written_once,
+    a_journal_entry_is_written_once,
+    only_the_lease_owner_commits,
+    start_claims_a_queued_run,
+    recover_needs_an_expired_lease,
+    resume_records_input_and_an_event,
+    resume_refusals_name_the_state,
+    claims_of_a_missing_run,
+    renew_only_while_owned,
+    suspend_with_approval_decide_and_clear,
+    a_newer_suspension_replaces_the_approval,
+    finish_ends_the_run,
+    finish_needs_a_final_status,
+    cancel_rules,
+    orphans_are_expired_running_runs,
+    reads_of_a_missing_run_are_empty,
+);
+
+const OWNER: &str = "host:1:a";
+const OTHER: &str = "host:2:b";
+const FAR: i64 = i64::MAX / 2;
+
+fn lease(owner: &str, until_ms: i64) -> Lease {
+    Lease { owner: owner.into(), until_ms }
+}
+
+fn new_run(id: &str, status: RunStatus, created_ms: i64) -> NewRun {
+    NewRun {
+        id: id.into(),
+        agent: "hello".into(),
+        kind: "component".into(),
+        source: "/agents/hello.wasm".into(),
+        component_sha256: "ab".repeat(32),
+        input: "What is in this workspace? ✓".into(),
+        grant: json!({"allow": ["files", "fetch"], "limits": {"turns": 8, "ratio": 0.25}, "mode": null}),
+        status,
+        lease: (status == RunStatus::Running).then(|| lease(OWNER, FAR)),
+        created_ms,
+    }
+}
+
+async fn running(store: &Arc<dyn Store>, id: &str) {
+    store.create_run(new_run(id, RunStatus::Running, 1_000)).await.unwrap();
+}
+
+fn entry(seq: u64) -> Entry {
+    Entry {
+        seq,
+        end: seq + 1,
+        interface: "nexo:plugin/tools".into(),
+        function: "read-file".into(),
+        args_hash: format!("{seq:064x}"),
+        result: format!(r#"{{"ok":"contents of file {seq}"}}"#),
+    }
+}
+
+fn event(kind: &str, n: i64) -> NewEvent {
+    NewEvent { kind: kind.into(), data: json!({"n": n, "text": "é"}), at_ms: 5_000 + n }
+}
+
+fn approval(seq: u64, tool: &str) -> Approval {
+    Approval {
+        seq,
+        capability: "shell".into(),
+        tool: tool.into(),
+        arguments: json!({"command": "rm -rf build"}),
+        args_hash: "cd".repeat(32),
+        component_sha256: "ab".repeat(32),
+        decision: None,
+        created_ms: 7_000,
+    }
+}
+
+fn suspend(reason: &str, approval: Option<Approval>) -> Transition {
+    Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval }
+}
+
+#[track_caller]
+fn conflict(result: Result<impl std::fmt::Debug, StoreError>, needle: &str) {
+    match result {
+        Err(StoreError::Conflict(message)) => {
+            assert!(message.contains(needle), "expected a conflict mentioning {needle:?}, got {message:?}")
+        }
+        other => panic!("expected a conflict mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn no_run(result: Result<impl std::fmt::Debug, StoreError>, id: &str) {
+    match result {
+        Err(StoreError::NoRun(missing)) => assert_eq!(missing, id),
+        other => panic!("expected NoRun({id}), got {other:?}"),
+    }
+}
+
+async fn create_get_and_list(store: Arc<dyn Store>) {
+    let a = store.create_run(new_run("ra", RunStatus::Queued, 1_000)).await.unwrap();
+    let b = store.create_run(new_run("rb", RunStatus::Running, 2_000)).await.unwrap();
+    let c = store.create_run(new_run("rc", RunStatus::Queued, 3_000)).await.unwrap();
+    // Same creation time as `rc`: the id breaks the tie, newest (largest) first.
+    let d = store.create_run(new_run("rd", RunStatus::Queued, 3_000)).await.unwrap();
+
+    assert_eq!(a.status, RunStatus::Queued);
+    assert_eq!(a.updated_ms, 1_000);
+    assert_eq!(a.lease, None);
+    assert_eq!(b.lease, Some(lease(OWNER, FAR)));
+    assert_eq!(b.suspend_reason, None);
+    assert_eq!(b.resume_input, None);
+
+    // What `create_run` returned is what is stored, JSON grant included.
+    assert_eq!(store.run("ra").await.unwrap().as_ref(), Some(&a));
+    assert_eq!(store.run("rb").await.unwrap().as_ref(), Some(&b));
+    assert_eq!(store.run("nope").await.unwrap(), None);
+
+    let ids = |runs: Vec<nexo_store::Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.runs(None, 10).await.unwrap()), ["rd", "rc", "rb", "ra"]);
+    assert_eq!(ids(store.runs(Some(RunStatus::Queued), 10).await.unwrap()), ["rd", "rc", "ra"]);
+    assert_eq!(ids(store.runs(Some(RunStatus::Running), 10).await.unwrap()), ["rb"]);
+    assert!(store.runs(Some(RunStatus::Done), 10).await.unwrap().is_empty());
+    assert_eq!(ids(store.runs(None, 2).await.unwrap()), ["rd", "rc"]);
+    assert!(store.runs(None, 0).await.unwrap().is_empty());
+    assert_eq!(store.runs(None, usize::MAX).await.unwrap().len(), 4);
+    assert_eq!(store.runs(None, 10).await.unwrap()[0], d);
+    assert_eq!(store.runs(None, 10).await.unwrap()[1], c);
+}
+
+async fn duplicate_run_is_a_conflict(store: Arc<dyn Store>) {
+    store.create_run(new_run("ra", RunStatus::Queued, 1_000)).await.unwrap();
+    let mut again = new_run("ra", RunStatus::Running, 2_000);
+    again.agent = "other".into();
+    conflict(store.create_run(again).await, "a run `ra` already exists");
+    assert_eq!(store.run("ra").await.unwrap().unwrap().agent, "hello");
+}
+
+async fn commit_reads_back(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    running(&store, "r2").await;
+    let batch = Batch {
+        journal: vec![entry(0), entry(1)],
+        events: vec![event("tool_call", 1), event("tool_result", 2)],
+        checkpoints: vec![("plan".into(), json!({"steps": [1, 2, 3]})), ("draft".into(), json!("text"))],
+    };
+    store.commit("r1", OWNER, batch).await.unwrap();
+    // The one-entry fast path.
+    store.commit("r1", OWNER, Batch { journal: vec![entry(2)], ..Batch::default() }).await.unwrap();
+    // Another run's writes interleave with r1's events.
+    store.commit("r2", OWNER, Batch { events: vec![event("other", 3)], ..Batch::default() }).await.unwrap();
+    store.commit("r1", OWNER, Batch { events: vec![event("done", 4)], ..Batch::default() }).await.unwrap();
+    store.commit("r1", OWNER, Batch::default()).await.unwrap();
+
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0), entry(1), entry(2)]);
+    assert!(store.journal("r2").await.unwrap().is_empty());
+
+    let events = store.events("r1", 0, 100).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), ["tool_call", "tool_result", "done"]);
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id), "ids increase: {events:?}");
+    assert!(events.iter().all(|e| e.run == "r1"));
+    assert_eq!(events[0].data, json!({"n": 1, "text": "é"}));
+    assert_eq!(events[0].at_ms, 5_001);
+    let other = store.events("r2", 0, 100).await.unwrap();
+    assert_eq!(other.len(), 1);
+    assert!(other[0].id > events[1].id && other[0].id < events[2].id, "ids are store-wide");
+
+    let after_first = store.events("r1", events[0].id, 100).await.unwrap();
+    assert_eq!(after_first, events[1..].to_vec());
+    assert_eq!(store.events("r1", events[0].id, 1).await.unwrap(), events[1..2].to_vec());
+    assert!(store.events("r1", events[2].id, 100).await.unwrap().is_empty());
+    assert!(store.events("r1", 0, 0).await.unwrap().is_empty());
+    assert_eq!(store.events("r1", -5, usize::MAX).await.unwrap(), events);
+
+    assert_eq!(
+        store.checkpoints("r1").await.unwrap(),
+        vec![("draft".to_string(), json!("text")), ("plan".to_string(), json!({"steps": [1, 2, 3]}))],
+        "sorted by name"
+    );
+}
+
+async fn checkpoints_are_written_once(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let put = |pairs: &[(&str, Value)]| Batch {
+        checkpoints: pairs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
+        ..Batch::default()
+    };
+    store.commit("r1", OWNER, put(&[("a", json!(1))])).await.unwrap();
+    store.commit("r1", OWNER, put(&[("a", json!(2)), ("b", json!(3)), ("b", json!(4))])).await.unwrap();
+    assert_eq!(store.checkpoints("r1").await.unwrap(), vec![("a".to_string(), json!(1)), ("b".to_string(), json!(3))]);
+    // In a transition too.
+    store.transition("r1", OWNER, put(&[("a", json!(5)), ("c", json!(6))]), suspend("wait", None)).await.unwrap();
+    assert_eq!(
+        store.checkpoints("r1").await.unwrap(),
+        vec![("a".to_string(), json!(1)), ("b".to_string(), json!(3)), ("c".to_string(), json!(6))]
+    );
+}
+
+async fn a_journal_entry_is_written_once(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.commit("r1", OWNER, Batch { journal: vec![entry(0), entry(1)], ..Batch::default() }).await.unwrap();
+
+    // Alone (one statement) and in a batch (one transaction): refused whole.
+    let again = Batch { journal: vec![entry(1)], ..Batch::default() };
+    conflict(store.commit("r1", OWNER, again).await, "already has journal entry 1");
+    let batch = Batch { journal: vec![entry(2), entry(0)], events: vec![event("tool_call", 1)], ..Batch::default() };
+    conflict(store.commit("r1", OWNER, batch).await, "already has journal entry 0");
+    let twice = Batch { journal: vec![entry(3), entry(3)], ..Batch::default() };
+    conflict(store.commit("r1", OWNER, twice).await, "already has journal entry 3");
+    let transition = Batch { journal: vec![entry(1)], events: vec![event("x", 2)], ..Batch::default() };
+    conflict(store.transition("r1", OWNER, transition, suspend("wait", None)).await, "already has journal entry 1");
+
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0), entry(1)]);
+    assert!(store.events("r1", 0, 100).await.unwrap().is_empty());
+    assert_eq!(store.run("r1").await.unwrap().unwrap().status, RunStatus::Running);
+    // The run goes on.
+    store.commit("r1", OWNER, Batch { journal: vec![entry(2)], ..Batch::default() }).await.unwrap();
+    assert_eq!(store.journal("r1").await.unwrap().len(), 3);
+}
+
+async fn only_the_lease_owner_commits(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let one = Batch { journal: vec![entry(0)], ..Batch::default() };
+    let many = Batch { journal: vec![entry(0)], events: vec![event("tool_call", 1)], ..Batch::default() };
+    let owned_elsewhere = "is no longer owned by this process (it is running)";
+    conflict(store.commit("r1", OTHER, one.clone()).await, owned_elsewhere);
+    conflict(store.commit("r1", OTHER, many.clone()).await, owned_elsewhere);
+    conflict(store.commit("r1", OTHER, Batch::default()).await, owned_elsewhere);
+    conflict(store.transition("r1", OTHER, Batch::default(), suspend("wait", None)).await, owned_elsewhere);
+    conflict(store.clear_approval("r1", OTHER).await, owned_elsewhere);
+    assert!(store.journal("r1").await.unwrap().is_empty());
+    assert!(store.events("r1", 0, 10).await.unwrap().is_empty());
+    assert_eq!(store.run("r1").await.unwrap().unwrap().status, RunStatus::Running);
+
+    no_run(store.commit("missing", OWNER, one.clone()).await, "missing");
+    no_run(store.commit("missing", OWNER, many.clone()).await, "missing");
+    no_run(store.commit("missing", OWNER, Batch::default()).await, "missing");
+    no_run(store.transition("missing", OWNER, Batch::default(), suspend("wait", None)).await, "missing");
+    no_run(store.clear_approval("missing", OWNER).await, "missing");
+
+    // Once cancelled, the owner's writes are refused.
+    store.cancel("r1", "operator").await.unwrap();
+    let cancelled = "is no longer owned by this process (it is cancelled)";
+    conflict(store.commit("r1", OWNER, one).await, cancelled);
+    conflict(store.commit("r1", OWNER, many).await, cancelled);
+    conflict(store.transition("r1", OWNER, Batch::default(), suspend("wait", None)).await, cancelled);
+
+    // A queued run has no owner at all.
+    store.create_run(new_run("r2", RunStatus::Queued, 1)).await.unwrap();
+    conflict(store.commit("r2", OWNER, Batch::default()).await, "(it is queued)");
+}
+
+async fn start_claims_a_queued_run(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1_000)).await.unwrap();
+    let run = store.claim("r1", Claim::Start, lease(OWNER, 60_000), Some("ignored".into()), 2_000).await.unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.lease, Some(lease(OWNER, 60_000)));
+    assert_eq!(run.updated_ms, 2_000);
+    assert_eq!(run.resume_input, None, "only a resume records its input");
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    assert!(store.events("r1", 0, 10).await.unwrap().is_empty(), "a start appends no event");
+
+    conflict(
+        store.claim("r1", Claim::Start, lease(OTHER, 60_000), None, 2_000).await,
+        "run `r1` is running, not queued",
+    );
+    store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+    store.transition("r1", OWNER, Batch::default(), suspend("wait", None)).await.unwrap();
+    conflict(store.claim("r1", Claim::Start, lease(OTHER, 1), None, 2_000).await, "run `r1` is suspended, not queued");
+}
+
+async fn recover_needs_an_expired_lease(store: Arc<dyn Store>) {
+    store
+        .create_run(NewRun { lease: Some(lease(OWNER, 10_000)), ..new_run("r1", RunStatus::Running, 1) })
+        .await
+        .unwrap();
+    let not_orphan = "its owner's lease has not run out; it is not an orphan";
+    conflict(store.claim("r1", Claim::Recover, lease(OTHER, 90_000), None, 9_999).await, not_orphan);
+    // The lease ends *before* `now`: at exactly its end it still holds.
+    conflict(store.claim("r1", Claim::Recover, lease(OTHER, 90_000), None, 10_000).await, not_orphan);
+    let run = store.claim("r1", Claim::Recover, lease(OTHER, 90_000), None, 10_001).await.unwrap();
+    assert_eq!(run.lease, Some(lease(OTHER, 90_000)));
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.updated_ms, 10_001);
+    assert!(store.events("r1", 0, 10).await.unwrap().is_empty(), "a recovery appends no event");
+
+    // The old owner is out; the new one writes.
+    let one = Batch { journal: vec![entry(0)], ..Batch::default() };
+    conflict(store.commit("r1", OWNER, one.clone()).await, "no longer owned");
+    assert!(!store.renew("r1", &lease(OWNER, 99_000)).await.unwrap());
+    store.commit("r1", OTHER, one).await.unwrap();
+
+    store.create_run(new_run("r2", RunStatus::Queued, 1)).await.unwrap();
+    conflict(
+        store.claim("r2", Claim::Recover, lease(OTHER, 1), None, FAR).await,
+        "run `r2` is queued, not an orphaned running run",
+    );
+}
+
+async fn resume_records_input_and_an_event(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let suspended = store.transition("r1", OWNER, Batch::default(), suspend("waiting for input", None)).await.unwrap();
+    assert_eq!(suspended.status, RunStatus::Suspended);
+    assert_eq!(suspended.suspend_reason.as_deref(), Some("waiting for input"));
+    assert_eq!(suspended.resume_key.as_deref(), Some("key-1"));
+    assert_eq!(suspended.lease, None);
+
+    let input = r#"{"answer": 42}"#.to_string();
+    let run = store.claim("r1", Claim::Resume, lease(OTHER, 50_000), Some(input.clone()), 20_000).await.unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.resume_input.as_deref(), Some(input.as_str()));
+    assert_eq!(run.suspend_reason, None);
+    assert_eq!(run.lease, Some(lease(OTHER, 50_000)));
+    assert_eq!(run.updated_ms, 20_000);
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    let events = store.events("r1", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].kind.as_str(), &events[0].data, events[0].at_ms), ("resumed", &json!({}), 20_000));
+
+    // A second resume replaces the input; none clears it.
+    store.transition("r1", OTHER, Batch::default(), suspend("again", None)).await.unwrap();
+    let run = store.claim("r1", Claim::Resume, lease(OWNER, 50_000), None, 21_000).await.unwrap();
+    assert_eq!(run.resume_input, None);
+    assert_eq!(store.events("r1", 0, 10).await.unwrap().len(), 2);
+}
+
+async fn resume_refusals_name_the_state(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    conflict(
+        store.claim("r1", Claim::Resume, lease(OTHER, 1), None, 1).await,
+        "run `r1` is running in another process; only a suspended run can be resumed",
+    );
+    store.create_run(new_run("r2", RunStatus::Queued, 1)).await.unwrap();
+    conflict(
+        store.claim("r2", Claim::Resume, lease(OTHER, 1), None, 1).await,
+        "run `r2` is queued; only a suspended run can be resumed",
+    );
+    let finish = Transition::Finish { status: RunStatus::Done, result: Some("ok".into()), error: None };
+    store.transition("r1", OWNER, Batch::default(), finish).await.unwrap();
+    conflict(
+        store.claim("r1", Claim::Resume, lease(OTHER, 1), None, 1).await,
+        "run `r1` is done; only a suspended run can be resumed",
+    );
+    // A refused claim changes nothing.
+    let run = store.run("r1").await.unwrap().unwrap();
+    assert_eq!((run.status, run.lease), (RunStatus::Done, None));
+    assert!(store.events("r1", 0, 10).await.unwrap().is_empty());
+}
+
+async fn claims_of_a_missing_run(store: Arc<dyn Store>) {
+    for how in [Claim::Resume, Claim::Start, Claim::Recover] {
+        no_run(store.claim("missing", how, lease(OWNER, 1), None, 1).await, "missing");
+    }
+}
+
+async fn renew_only_while_owned(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    assert!(store.renew("r1", &lease(OWNER, 123_456)).await.unwrap());
+    assert_eq!(store.run("r1").await.unwrap().unwrap().lease, Some(lease(OWNER, 123_456)));
+    assert!(!store.renew("r1", &lease(OTHER, 999_999)).await.unwrap());
+    assert_eq!(store.run("r1").await.unwrap().unwrap().lease, Some(lease(OWNER, 123_456)));
+    store.cancel("r1", "operator").await.unwrap();
+    assert!(!store.renew("r1", &lease(OWNER, 200_000)).await.unwrap());
+    assert_eq!(store.run("r1").await.unwrap().unwrap().lease, None);
+    no_run(store.renew("missing", &lease(OWNER, 1)).await, "missing");
+}
+
+async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let batch = Batch { journal: vec![entry(0)], events: vec![event("approval_requested", 1)], ..Batch::default() };
+    let run = store.transition("r1", OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    assert_eq!(run.status, RunStatus::Suspended);
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)], "the batch commits with the transition");
+    assert_eq!(store.events("r1", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(store.approval("r1").await.unwrap(), Some(approval(1, "shell")));
+
+    let decided = store.decide("r1", Decision::Denied).await.unwrap();
+    assert_eq!(decided, Approval { decision: Some(Decision::Denied), ..approval(1, "shell") });
+    // The operator may change their mind while the run waits.
+    let decided = store.decide("r1", Decision::Approved).await.unwrap();
+    assert_eq!(decided.decision, Some(Decision::Approved));
+    assert_eq!(store.approval("r1").await.unwrap(), Some(decided.clone()));
+
+    store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 30_000).await.unwrap();
+    // Resumed: the approval stays for the replayed call, but is no longer decidable.
+    assert_eq!(store.approval("r1").await.unwrap(), Some(decided));
+    conflict(
+        store.decide("r1", Decision::Denied).await,
+        "run `r1` has no pending approval (it is running); `nexo runs show r1` shows its state",
+    );
+    conflict(store.clear_approval("r1", OTHER).await, "no longer owned");
+    store.clear_approval("r1", OWNER).await.unwrap();
+    assert_eq!(store.approval("r1").await.unwrap(), None);
+    store.clear_approval("r1", OWNER).await.unwrap();
+
+    // Suspended without an approval: nothing to decide.
+    store.transition("r1", OWNER, Batch::default(), suspend("input", None)).await.unwrap();
+    conflict(store.decide("r1", Decision::Approved).await, "run `r1` has no pending approval (it is suspended)");
+    no_run(store.decide("missing", Decision::Approved).await, "missing");
+}
+
+async fn a_newer_suspension_replaces_the_approval(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let first = Approval { decision: Some(Decision::Approved), ..approval(1, "shell") };
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(first))).await.unwrap();
+    store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 1).await.unwrap();
+    store
+        .transition("r1", OWNER, Batch::default(), suspend("approval", Some(approval(4, "write_file"))))
+        .await
+        .unwrap();
+    assert_eq!(store.approval("r1").await.unwrap(), Some(approval(4, "write_file")));
+}
+
+async fn finish_ends_the_run(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    store.claim("r1", Claim::Resume, lease(OWNER, FAR), Some("{}".into()), 1).await.unwrap();
+    let batch = Batch { journal: vec![entry(0)], events: vec![event("done", 1)], ..Batch::default() };
+    let finish = Transition::Finish { status: RunStatus::Done, result: Some("the answer".into()), error: None };
+    let run = store.transition("r1", OWNER, batch, finish).await.unwrap();
+    assert_eq!(run.status, RunStatus::Done);
+    assert_eq!(run.result.as_deref(), Some("the answer"));
+    assert_eq!((&run.error, &run.lease, &run.suspend_reason, &run.resume_key), (&None, &None, &None, &None));
+    assert_eq!(run.resume_input.as_deref(), Some("{}"));
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run.clone());
+    assert_eq!(store.approval("r1").await.unwrap(), None, "a finished run waits for nothing");
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
+    conflict(store.commit("r1", OWNER, Batch::default()).await, "(it is done)");
+
+    running(&store, "r2").await;
+    let fail = Transition::Finish { status: RunStatus::Failed, result: None, error: Some("trap".into()) };
+    let run = store.transition("r2", OWNER, Batch::default(), fail).await.unwrap();
+    assert_eq!((run.status, run.error.as_deref()), (RunStatus::Failed, Some("trap")));
+}
+
+async fn finish_needs_a_final_status(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    for status in [RunStatus::Queued, RunStatus::Running, RunStatus::Suspended] {
+        let batch = Batch { journal: vec![entry(0)], ..Batch::default() };
+        let to = Transition::Finish { status, result: None, error: None };
+        conflict(store.transition("r1", OWNER, batch, to).await, "a run finishes done, failed or cancelled");
+    }
+    let run = store.run("r1").await.unwrap().unwrap();
+    assert_eq!((run.status, run.lease), (RunStatus::Running, Some(lease(OWNER, FAR))));
+    assert!(store.journal("r1").await.unwrap().is_empty(), "nothing of the batch was written");
+}
+
+async fn cancel_rules(store: Arc<dyn Store>) {
+    store.create_run(new_run("queued", RunStatus::Queued, 1)).await.unwrap();
+    let run = store.cancel("queued", "not needed").await.unwrap();
+    assert_eq!((run.status, run.error.as_deref()), (RunStatus::Cancelled, Some("not needed")));
+    assert_eq!(store.run("queued").await.unwrap().unwrap(), run);
+
+    running(&store, "suspended").await;
+    store
+        .transition("suspended", OWNER, Batch::default(), suspend("approval", Some(approval(1, "shell"))))
+        .await
+        .unwrap();
+    let run = store.cancel("suspended", "denied by policy").await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert_eq!(store.approval("suspended").await.unwrap(), None, "cancel removes the pending approval");
+    conflict(store.decide("suspended", Decision::Approved).await, "has no pending approval (it is cancelled)");
+    conflict(store.claim("suspended", Claim::Resume, lease(OWNER, 1), None, 1).await, "is cancelled");
+
+    running(&store, "running").await;
+    let run = store.cancel("running", "operator").await.unwrap();
+    assert_eq!((run.status, run.lease), (RunStatus::Cancelled, None));
+    assert!(!store.renew("running", &lease(OWNER, FAR)).await.unwrap(), "the owner notices at its next renewal");
+
+    conflict(store.cancel("running", "again").await, "run `running` is already cancelled; there is nothing to cancel");
+    running(&store, "done").await;
+    let finish = Transition::Finish { status: RunStatus::Done, result: None, error: None };
+    store.transition("done", OWNER, Batch::default(), finish).await.unwrap();
+    conflict(store.cancel("done", "late").await, "run `done` is already done; there is nothing to cancel");
+    assert_eq!(store.run("done").await.unwrap().unwrap().error, None, "a refused cancel changes nothing");
+    no_run(store.cancel("missing", "x").await, "missing");
+}
+
+async fn orphans_are_expired_running_runs(store: Arc<dyn Store>) {
+    for (id, until) in [("r3", 5_000), ("r1", 1_000), ("r2", 9_000)] {
+        store
+            .create_run(NewRun { lease: Some(lease(OWNER, until)), ..new_run(id, RunStatus::Running, 1) })
+            .await
+            .unwrap();
+    }
+    store.create_run(new_run("q", RunStatus::Queued, 1)).await.unwrap();
+    let ids = |runs: Vec<nexo_store::Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert!(store.orphans(1_000).await.unwrap().is_empty());
+    assert_eq!(ids(store.orphans(5_001).await.unwrap()), ["r1", "r3"]);
+    assert_eq!(ids(store.orphans(FAR).await.unwrap()), ["r1", "r2", "r3"]);
+    store.claim("r1", Claim::Recover, lease(OTHER, FAR), None, 5_001).await.unwrap();
+    assert_eq!(ids(store.orphans(5_001).await.unwrap()), ["r3"]);
+}
+
+async fn reads_of_a_missing_run_are_empty(store: Arc<dyn Store>) {
+    assert!(store.journal("missing").await.unwrap().is_empty());
+    assert!(store.events("missing", 0, 10).await.unwrap().is_empty());
+    assert!(store.checkpoints("missing").await.unwrap().is_empty());
+    assert_eq!(store.approval("missing").await.unwrap(), None);
+}

@@ -1,0 +1,414 @@
+//! What only the SQLite backend promises: the file survives the process,
+//! keeps its modes and settings, refuses files that are not its own
+//! without touching them, and lets exactly one of two processes claim a
+//! run.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nexo_store::{
+    Approval, Batch, Claim, Decision, Entry, Lease, Location, NewEvent, NewRun, RunStatus, SCHEMA_VERSION, SqliteStore,
+    Store, StoreError, Transition, open,
+};
+use serde_json::json;
+use sqlx::{ConnectOptions, Connection};
+
+const OWNER: &str = "host:1:a";
+
+fn lease(owner: &str) -> Lease {
+    Lease { owner: owner.into(), until_ms: i64::MAX / 2 }
+}
+
+fn new_run(id: &str) -> NewRun {
+    NewRun {
+        id: id.into(),
+        agent: "hello".into(),
+        kind: "component".into(),
+        source: "/agents/hello.wasm".into(),
+        component_sha256: "ab".repeat(32),
+        input: "hi".into(),
+        grant: json!({"allow": ["files"]}),
+        status: RunStatus::Running,
+        lease: Some(lease(OWNER)),
+        created_ms: 1_000,
+    }
+}
+
+fn entry(seq: u64) -> Entry {
+    Entry {
+        seq,
+        end: seq + 1,
+        interface: "nexo:plugin/tools".into(),
+        function: "read-file".into(),
+        args_hash: "00".repeat(32),
+        result: "\"ok\"".into(),
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut side = path.as_os_str().to_owned();
+    side.push(suffix);
+    PathBuf::from(side)
+}
+
+/// A raw connection to the file, as another program would open it.
+async fn raw(path: &Path) -> sqlx::SqliteConnection {
+    sqlx::sqlite::SqliteConnectOptions::new().filename(path).create_if_missing(true).connect().await.unwrap()
+}
+
+/// The file's bytes and whether SQLite's side files exist.
+fn snapshot(path: &Path) -> (Vec<u8>, bool, bool) {
+    (std::fs::read(path).unwrap(), side_file(path, "-wal").exists(), side_file(path, "-shm").exists())
+}
+
+#[tokio::test]
+async fn data_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let approval = Approval {
+        seq: 1,
+        capability: "shell".into(),
+        tool: "shell".into(),
+        arguments: json!({"command": "make"}),
+        args_hash: "cd".repeat(32),
+        component_sha256: "ab".repeat(32),
+        decision: None,
+        created_ms: 2_000,
+    };
+    let (run, events) = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.create_run(new_run("r1")).await.unwrap();
+        let batch = Batch {
+            journal: vec![entry(0), entry(1)],
+            events: vec![NewEvent { kind: "tool_call".into(), data: json!({"tool": "shell"}), at_ms: 1_500 }],
+            checkpoints: vec![("plan".into(), json!([1, 2]))],
+        };
+        store.commit("r1", OWNER, batch).await.unwrap();
+        let to = Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval.clone()) };
+        let run = store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
+        store.decide("r1", Decision::Approved).await.unwrap();
+        let events = store.events("r1", 0, 10).await.unwrap();
+        store.close().await;
+        (run, events)
+    };
+    assert!(!side_file(&path, "-wal").exists(), "closing checkpoints the WAL into the file");
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap(), Some(run));
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0), entry(1)]);
+    assert_eq!(store.events("r1", 0, 10).await.unwrap(), events);
+    assert_eq!(store.checkpoints("r1").await.unwrap(), vec![("plan".to_string(), json!([1, 2]))]);
+    assert_eq!(store.approval("r1").await.unwrap(), Some(Approval { decision: Some(Decision::Approved), ..approval }));
+    // Event ids go on from where they were.
+    store.claim("r1", Claim::Resume, lease(OWNER), None, 3_000).await.unwrap();
+    let all = store.events("r1", 0, 10).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all[1].id > all[0].id);
+}
+
+#[tokio::test]
+async fn dropping_the_store_without_close_keeps_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.create_run(new_run("r1")).await.unwrap();
+        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
+}
+
+#[tokio::test]
+async fn files_and_directories_are_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a").join("b").join("nexo.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.create_run(new_run("r1")).await.unwrap();
+    assert_eq!(mode(&dir.path().join("a")), 0o700);
+    assert_eq!(mode(&dir.path().join("a/b")), 0o700);
+    assert_eq!(mode(&path), 0o600);
+    for suffix in ["-wal", "-shm"] {
+        let side = side_file(&path, suffix);
+        assert!(side.exists(), "{} exists while the store is open", side.display());
+        assert_eq!(mode(&side), 0o600, "{}", side.display());
+    }
+    assert_eq!(store.location(), path.display().to_string());
+    assert_eq!(store.path(), path);
+}
+
+#[tokio::test]
+async fn an_existing_directory_keeps_its_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+    SqliteStore::open(dir.path().join("nexo.db")).await.unwrap();
+    assert_eq!(mode(dir.path()), 0o750);
+    assert_eq!(mode(&dir.path().join("nexo.db")), 0o600);
+}
+
+#[tokio::test]
+async fn connections_run_wal_full_sync_and_foreign_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let settings = store.settings().await.unwrap();
+    for conn in [&settings.writer, &settings.reader] {
+        assert_eq!(conn.journal_mode, "wal");
+        assert_eq!(conn.synchronous, 2, "synchronous=FULL");
+        assert!(conn.foreign_keys);
+        assert_eq!(conn.busy_timeout_ms, 5_000);
+    }
+    // WAL is the file's own setting: another program sees it too.
+    let mut conn = raw(&path).await;
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(mode, "wal");
+    // Foreign keys hold: a journal entry needs its run.
+    let orphan = store.commit("none", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await;
+    assert!(matches!(orphan, Err(StoreError::NoRun(_))), "{orphan:?}");
+    let fk = sqlx::query("PRAGMA foreign_keys = ON; INSERT INTO journal VALUES ('none', 0, 1, 'i', 'f', 'h', 'r')")
+        .execute(&mut conn)
+        .await;
+    assert!(fk.is_err(), "the schema declares the foreign key");
+}
+
+#[tokio::test]
+async fn a_fresh_file_gets_the_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    // Opening again migrates nothing.
+    SqliteStore::open(&path).await.unwrap().close().await;
+    let mut conn = raw(&path).await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, [SCHEMA_VERSION]);
+}
+
+#[tokio::test]
+async fn an_empty_existing_file_is_initialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    std::fs::write(&path, b"").unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.create_run(new_run("r1")).await.unwrap();
+    assert!(store.run("r1").await.unwrap().is_some());
+}
+
+async fn assert_refused_untouched(path: &Path, what: &str) {
+    let before = snapshot(path);
+    let refused = SqliteStore::open(path).await;
+    match &refused {
+        Err(StoreError::Corrupt { location, reason }) => {
+            assert_eq!(location, &path.display().to_string());
+            assert!(!reason.is_empty());
+        }
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(snapshot(path), before, "{what}: the file is unchanged");
+    let message = refused.unwrap_err().to_string();
+    assert!(message.contains("nothing was changed"), "{message}");
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_sqlite_is_corrupt_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    // Random bytes (a fixed xorshift stream, so a failure reproduces).
+    let random = dir.path().join("random.db");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let bytes: Vec<u8> = (0..8192)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&random, &bytes).unwrap();
+    assert_refused_untouched(&random, "random bytes").await;
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "these are my notes, not a database\n").unwrap();
+    assert_refused_untouched(&text, "a text file").await;
+
+    let short = dir.path().join("short.db");
+    std::fs::write(&short, b"SQLite").unwrap();
+    assert_refused_untouched(&short, "a file shorter than the header").await;
+
+    // SQLite's header, then garbage: SQLite itself finds the damage.
+    let damaged = dir.path().join("damaged.db");
+    let mut bytes_with_header = b"SQLite format 3\0".to_vec();
+    bytes_with_header.extend(bytes.iter().map(|b| b | 1));
+    std::fs::write(&damaged, &bytes_with_header).unwrap();
+    assert_refused_untouched(&damaged, "a damaged database").await;
+}
+
+#[tokio::test]
+async fn another_programs_database_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    {
+        let mut conn = raw(&path).await;
+        sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)").execute(&mut conn).await.unwrap();
+        sqlx::query("INSERT INTO users (name) VALUES ('ada')").execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    assert_refused_untouched(&path, "another program's database").await;
+    let message = SqliteStore::open(&path).await.unwrap_err().to_string();
+    assert!(message.contains("`users`") && message.contains("another program"), "{message}");
+    let mut conn = raw(&path).await;
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(tables, ["users"]);
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(mode, "delete", "the journal mode was not switched either");
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_too_new_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.create_run(new_run("r1")).await.unwrap();
+        store.close().await;
+        let mut conn = raw(&path).await;
+        sqlx::query("UPDATE nexo_schema SET version = $1").bind(SCHEMA_VERSION + 1).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    let before = snapshot(&path);
+    match SqliteStore::open(&path).await {
+        Err(StoreError::TooNew { location, found, supported }) => {
+            assert_eq!(location, path.display().to_string());
+            assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    assert_eq!(snapshot(&path), before, "nothing was written");
+    let mut conn = raw(&path).await;
+    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM nexo_schema").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, [SCHEMA_VERSION + 1]);
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(runs, 1);
+}
+
+#[tokio::test]
+async fn an_empty_schema_table_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    let mut conn = raw(&path).await;
+    sqlx::query("DELETE FROM nexo_schema").execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    assert_refused_untouched(&path, "no schema version").await;
+}
+
+#[tokio::test]
+async fn a_directory_is_an_open_error() {
+    let dir = tempfile::tempdir().unwrap();
+    match SqliteStore::open(dir.path()).await {
+        Err(StoreError::Open { reason, .. }) => assert!(reason.contains("directory"), "{reason}"),
+        other => panic!("expected Open, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_never_both_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    // Two processes' worth of stores, opened at once on a new file: both
+    // migrations race, one creates the schema.
+    let (a, b) = tokio::join!(SqliteStore::open(&path), SqliteStore::open(&path));
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) = (Arc::new(a.unwrap()), Arc::new(b.unwrap()));
+    for i in 0..20 {
+        let id = format!("r{i}");
+        a.create_run(new_run(&id)).await.unwrap();
+        a.transition(
+            &id,
+            OWNER,
+            Batch::default(),
+            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None },
+        )
+        .await
+        .unwrap();
+        let (ra, rb) = tokio::join!(
+            a.claim(&id, Claim::Resume, lease("host:a:1"), Some("\"a\"".into()), 5_000),
+            b.claim(&id, Claim::Resume, lease("host:b:1"), Some("\"b\"".into()), 5_000),
+        );
+        let (winner, loser) = match (ra, rb) {
+            (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+            (ra, rb) => panic!("exactly one claim wins: {ra:?} / {rb:?}"),
+        };
+        assert!(matches!(&loser, StoreError::Conflict(m) if m.contains("is running in another process")), "{loser:?}");
+        let stored = b.run(&id).await.unwrap().unwrap();
+        assert_eq!(stored.lease, winner.lease);
+        assert_eq!(stored.resume_input, winner.resume_input);
+        assert_eq!(a.events(&id, 0, 10).await.unwrap().len(), 1, "one resumed event");
+    }
+}
+
+#[tokio::test]
+async fn open_by_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = open(&Location::Sqlite(path.clone())).await.unwrap();
+    assert_eq!(store.location(), path.display().to_string());
+    store.create_run(new_run("r1")).await.unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let again = open(&Location::parse(&url).unwrap()).await.unwrap();
+    assert!(again.run("r1").await.unwrap().is_some());
+
+    let memory = open(&Location::Memory).await.unwrap();
+    assert_eq!(memory.location(), "(memory)");
+    match open(&Location::Postgres("postgres://u:secret@db.example/nexo".into())).await {
+        Err(StoreError::Unsupported(message)) => assert!(message.contains("PostgreSQL"), "{message}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn location_parse() {
+    assert_eq!(Location::parse("nexo.db").unwrap(), Location::Sqlite("nexo.db".into()));
+    assert_eq!(Location::parse("/var/lib/nexo/nexo.db").unwrap(), Location::Sqlite("/var/lib/nexo/nexo.db".into()));
+    assert_eq!(Location::parse("sqlite:///var/lib/n.db").unwrap(), Location::Sqlite("/var/lib/n.db".into()));
+    assert_eq!(Location::parse("sqlite://rel/n.db").unwrap(), Location::Sqlite("rel/n.db".into()));
+    for url in ["postgres://u:p@host/db", "postgresql://host/db"] {
+        assert_eq!(Location::parse(url).unwrap(), Location::Postgres(url.into()));
+    }
+    for bad in ["", "   ", "sqlite://", "mysql://host/db", "s3://bucket/key"] {
+        match Location::parse(bad) {
+            Err(StoreError::BadLocation { location, reason }) => {
+                assert_eq!(location, bad);
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{bad:?}: expected BadLocation, got {other:?}"),
+        }
+    }
+    let message = Location::parse("mysql://host/db").unwrap_err().to_string();
+    assert!(message.contains("`mysql`"), "{message}");
+    // A password never reaches a message.
+    let shown = Location::parse("postgres://u:secret@db.example:5432/nexo").unwrap().to_string();
+    assert_eq!(shown, "postgres://…@db.example:5432/nexo");
+    assert_eq!(Location::Memory.to_string(), "(memory)");
+    assert_eq!(Location::Sqlite("/x/n.db".into()).to_string(), "/x/n.db");
+}
+
+#[test]
+fn run_ids_are_unique_and_sortable() {
+    let ids: Vec<String> = (0..1000).map(|_| nexo_store::new_run_id()).collect();
+    for id in &ids {
+        assert_eq!(id.len(), 27);
+        assert!(id.starts_with('r'));
+        assert!(id[1..].chars().all(|c| "0123456789abcdefghjkmnpqrstvwxyz".contains(c)), "{id}");
+    }
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len());
+    let earlier = nexo_store::new_run_id();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(nexo_store::new_run_id()[..11] > earlier[..11], "the time prefix sorts");
+}
