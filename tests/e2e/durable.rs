@@ -242,17 +242,26 @@ async fn checkpoint_all_keeps_the_steps_that_completed_and_a_retry_runs_only_the
     let plugin = agent(built::WORKFLOW_PROBE).await;
     let options = scene.options(PermissionMode::Auto, &[]);
     let path = built::WORKFLOW_PROBE;
-    let script = "all a=prompt:one,b=prompt:two,c=read:missing.txt";
+    let script = "!all a=prompt:one,b=prompt:two,c=read:missing.txt";
     let end = scene.runs().start(subject(&plugin, path), script, json!({}), &options).await.unwrap();
-    // The probe reports the step failure as its answer line.
-    assert_eq!(end.run.status, RunStatus::Done);
-    let answer = end.run.result.clone().unwrap();
-    assert!(answer.starts_with("error:") && answer.contains("`c`"), "{answer}");
-    let mut names: Vec<String> =
-        scene.store.checkpoints(&end.run.id).await.unwrap().into_iter().map(|(n, _)| n).collect();
-    names.sort();
-    assert_eq!(names, ["a", "b"]);
+    assert_eq!(end.run.status, RunStatus::Failed, "{:?}", end.run);
+    let error = end.run.error.clone().unwrap();
+    assert!(error.contains("`c`") && error.contains("missing.txt"), "{error}");
+    let names = |store: Arc<dyn Store>, id: String| async move {
+        let mut names: Vec<String> = store.checkpoints(&id).await.unwrap().into_iter().map(|(n, _)| n).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(scene.store.clone(), end.run.id.clone()).await, ["a", "b"]);
     assert_eq!(scene.server.requests().len(), 2);
+
+    std::fs::write(scene.dir.path().join("missing.txt"), "gamma").unwrap();
+    let again = scene.runs().resume(&end.run.id, Claim::Retry, None, subject(&plugin, path), &options, false).await;
+    let again = again.unwrap();
+    assert_eq!(again.run.status, RunStatus::Done, "{:?}", again.run);
+    assert_eq!(again.run.result.as_deref(), Some(r#"a="alpha",b="beta",c="gamma""#));
+    assert_eq!(scene.server.requests().len(), 2, "the completed steps did not run again");
+    assert_eq!(names(scene.store.clone(), end.run.id.clone()).await, ["a", "b", "c"]);
 }
 
 #[tokio::test]

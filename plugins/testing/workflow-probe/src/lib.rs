@@ -9,6 +9,8 @@
 //! - `branch PATH`: reads PATH through the preopen (not journaled); `a`
 //!   prompts, anything else calls `read` on it
 //! - `suspend-in-checkpoint`, `reserved NAME`, `time`, `random`
+//!
+//! `!OP` fails the run when OP fails.
 
 use std::fmt::Write as _;
 
@@ -85,8 +87,14 @@ impl Agent for WorkflowProbe {
     fn run(input: String) -> Result<String, RunError> {
         let mut out = String::new();
         for line in input.split(';').filter(|l| !l.trim().is_empty()) {
+            // `!OP` fails the run when OP fails.
+            let (strict, line) = match line.trim().strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, line),
+            };
             match op(line) {
                 Ok(v) => writeln!(out, "{v}"),
+                Err(e) if strict => return Err(RunError::Failed(e)),
                 Err(e) => writeln!(out, "error: {e}"),
             }
             .ok();

@@ -1,0 +1,283 @@
+//! Recorded runs across processes: the `nexo` binary, a real SQLite file,
+//! real components and a loopback model server that counts what was paid
+//! for. One process suspends or dies; another resumes or recovers.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nexo_model::mock::{MockServer, MockToolCall, Reply};
+use nexo_tests as built;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{stderr, stdout};
+
+const PROVIDER_KEY: &str = "sk-durable-provider-secret-4242";
+
+struct Scene {
+    dir: tempfile::TempDir,
+    server: MockServer,
+}
+
+impl Scene {
+    async fn new() -> Scene {
+        // Under the target directory: bubblewrap gives commands a private /tmp.
+        let dir = tempfile::Builder::new().prefix("durable-cli-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        Scene { dir, server: MockServer::start().await.unwrap() }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("state/nexo.db")
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = common::nexo_command(&self.dir.path().join("cache"));
+        cmd.env("NEXO_STORE", self.store()).env("OPENAI_API_KEY", PROVIDER_KEY).args(args).stdin(Stdio::null());
+        cmd
+    }
+
+    fn nexo(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run nexo")
+    }
+
+    fn run_args<'a>(&'a self, wasm: &'a str, input: &'a str, extra: &[&'a str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            wasm.into(),
+            input.into(),
+            "--provider".into(),
+            "openai-compatible".into(),
+            "--base-url".into(),
+            self.server.openai_base_url(),
+            "--model".into(),
+            "test-model".into(),
+            "--sandbox".into(),
+            "local".into(),
+            "--cwd".into(),
+            self.ws().display().to_string(),
+            "--json".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    fn runs(&self) -> Vec<Value> {
+        let out = self.nexo(&["runs", "list", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str::<Vec<Value>>(&stdout(&out)).unwrap()
+    }
+}
+
+fn last_json(out: &Output) -> Value {
+    let text = stdout(out);
+    serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or_else(|_| panic!("no JSON in {text}"))
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_suspended_in_one_process_is_approved_from_another_and_finishes() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("Revenue grew."));
+    let args = scene.run_args(built::DOCUMENT_APPROVAL, "Q3 report", &["--allow", "write", "--mode", "auto"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "suspended is exit 4: {}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "suspended");
+    assert_eq!(v["reason"], "awaiting approval");
+    let id = v["run"].as_str().unwrap().to_string();
+    assert!(stderr(&out).contains(&format!("nexo runs resume {id}")), "{}", stderr(&out));
+
+    let show = scene.nexo(&["runs", "show", &id]);
+    assert!(stdout(&show).contains("status:    suspended") && stdout(&show).contains("checkpoints: draft"));
+
+    // Another process, no flags: the recorded grant applies.
+    let out = scene.nexo(&["runs", "resume", &id, "--input", r#"{"approved": true}"#, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "published published/q3-report.md");
+    assert_eq!(scene.server.requests().len(), 1, "the resume asked the model nothing");
+    let text = std::fs::read_to_string(scene.ws().join("published/q3-report.md")).unwrap();
+    assert_eq!(text, "# Q3 report\n\nRevenue grew.\n");
+    assert_eq!(scene.runs()[0]["status"], "done");
+    // A finished run cannot be resumed again.
+    let out = scene.nexo(&["runs", "resume", &id]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("only a suspended run can be resumed"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_gate_suspends_and_approve_or_deny_from_another_process_decides_that_call() {
+    for (verb, written) in [("approve", true), ("deny", false)] {
+        let scene = Scene::new().await;
+        scene.server.push(Reply::tool_calls(vec![MockToolCall::new(
+            "c1",
+            "write_file",
+            json!({ "path": "notes.txt", "content": "hi" }),
+        )]));
+        scene.server.push(Reply::text("done writing"));
+        let args = scene.run_args(built::WORKFLOW_PROBE, "prompt write notes", &["--allow", "write", "--mode", "approve"]);
+        let out = scene.nexo(&refs(&args));
+        assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+        let v = last_json(&out);
+        assert_eq!(v["approval"]["tool"], "write-file");
+        assert_eq!(v["approval"]["arguments"], json!({ "path": "notes.txt", "content": "hi" }));
+        let id = v["run"].as_str().unwrap().to_string();
+        let show = stdout(&scene.nexo(&["runs", "show", &id]));
+        assert!(show.contains("approval:") && show.contains("notes.txt") && show.contains("undecided"), "{show}");
+
+        let out = scene.nexo(&["runs", verb, &id, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(scene.ws().join("notes.txt").exists(), written);
+        assert_eq!(scene.server.requests().len(), 2, "the turn that asked is not asked again");
+    }
+}
+
+/// The counted workflow: each step is one model turn and one shell append
+/// to `ledger.txt`.
+fn counted_script(steps: usize) -> String {
+    (0..steps).map(|i| format!("prompt step {i}; shell echo {i} >> ledger.txt")).collect::<Vec<_>>().join("; ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_workflow_then_recover_repeats_no_paid_call_except_the_one_in_flight() {
+    const STEPS: usize = 6;
+    for kill_after in [1, 3, 5] {
+        let scene = Scene::new().await;
+        for i in 0..STEPS {
+            scene.server.push(Reply::text(format!("answer {i}")).with_delay(Duration::from_millis(150)));
+        }
+        // Spare replies for the in-flight turn a recovery asks again.
+        for _ in 0..2 {
+            scene.server.push(Reply::text("again").with_delay(Duration::from_millis(10)));
+        }
+        let script = counted_script(STEPS);
+        let args = scene.run_args(built::WORKFLOW_PROBE, &script, &["--allow", "shell", "--mode", "auto"]);
+        let mut child = scene.command(&refs(&args)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while scene.server.requests().len() < kill_after {
+            assert!(Instant::now() < deadline, "the run never reached {kill_after} model turns");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let before = scene.server.requests().len();
+        let runs = scene.runs();
+        assert_eq!(runs[0]["status"], "running", "the dead run is left running");
+        let id = runs[0]["id"].as_str().unwrap().to_string();
+
+        let out = scene.nexo(&["runs", "recover", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("recovering run {id}")), "{}", stderr(&out));
+        let run = &scene.runs()[0];
+        assert_eq!(run["status"], "done", "{run}");
+
+        // Model turns: each step's prompt reached the server once, except at
+        // most the one in flight at the kill.
+        let prompts: Vec<String> = scene
+            .server
+            .requests()
+            .iter()
+            .filter_map(|r| {
+                let messages = r.body["messages"].as_array()?;
+                messages.iter().rev().find(|m| m["role"] == "user")?["content"].as_str().map(String::from)
+            })
+            .collect();
+        for i in 0..STEPS {
+            let n = prompts.iter().filter(|p| **p == format!("step {i}")).count();
+            assert!(n >= 1, "step {i} never ran: {prompts:?}");
+            assert!(n <= 2, "step {i} ran {n} times: {prompts:?}");
+        }
+        let repeated = prompts.len() - STEPS;
+        assert!(repeated <= 1, "at most the in-flight turn repeats (kill after {kill_after}): {prompts:?}");
+        assert!(scene.server.requests().len() - before <= STEPS - kill_after + 1);
+        // Side effects: each shell append happened once, except at most the one in flight.
+        let ledger = std::fs::read_to_string(scene.ws().join("ledger.txt")).unwrap();
+        let lines: Vec<&str> = ledger.lines().collect();
+        for i in 0..STEPS {
+            let n = lines.iter().filter(|l| **l == i.to_string()).count();
+            assert!((1..=2).contains(&n), "append {i} happened {n} times: {lines:?}");
+        }
+        assert!(lines.len() <= STEPS + 1, "{lines:?}");
+        let answer = run["result"].as_str().unwrap();
+        for i in 0..STEPS {
+            assert!(answer.contains(&format!("answer {i}")) || answer.contains("again"), "{answer}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_component_is_refused_unless_allowed_and_no_secret_reaches_the_store() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("first"));
+    let copy = scene.dir.path().join("probe.wasm");
+    std::fs::copy(built::WORKFLOW_PROBE, &copy).unwrap();
+    let copy = copy.display().to_string();
+    let args = scene.run_args(&copy, "checkpoint a hello; suspend wait; prompt after", &["--mode", "auto"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+
+    // Another component at the same path.
+    std::fs::copy(built::DOCUMENT_APPROVAL, &copy).unwrap();
+    let out = scene.nexo(&["runs", "resume", &id]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("SHA-256") && err.contains("--allow-changed-component"), "{err}");
+    assert_eq!(scene.runs()[0]["status"], "suspended", "a refused resume leaves the run as it was");
+
+    // The provider key was in the environment of both processes; it is nowhere in the store.
+    for file in ["nexo.db", "nexo.db-wal"] {
+        let path = scene.store().with_file_name(file);
+        if let Ok(bytes) = std::fs::read(&path) {
+            assert!(!contains(&bytes, PROVIDER_KEY.as_bytes()), "{} holds the provider key", path.display());
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_or_newer_database_is_refused_with_a_clear_error_and_left_untouched() {
+    let scene = Scene::new().await;
+    std::fs::create_dir_all(scene.store().parent().unwrap()).unwrap();
+    std::fs::write(scene.store(), b"this is not a database, it is a shopping list\n").unwrap();
+    let before = std::fs::read(scene.store()).unwrap();
+    let out = scene.nexo(&["runs", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("damaged or is not a nexo database") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(std::fs::read(scene.store()).unwrap(), before);
+
+    // A store from a newer nexo.
+    std::fs::remove_file(scene.store()).unwrap();
+    assert!(scene.nexo(&["runs", "list"]).status.success());
+    bump_schema(&scene.store()).await;
+    let out = scene.nexo(&["runs", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("newer nexo") && err.contains("upgrade nexo"), "{err}");
+}
+
+/// Marks the store as written by a newer nexo, as a later release would.
+async fn bump_schema(path: &Path) {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE nexo_schema SET version = $1")
+        .bind(nexo_store::SCHEMA_VERSION + 1)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
