@@ -165,7 +165,11 @@ impl Loop for HostLoop {
 /// a replay answers it from the journal, so no turn is paid for twice. A
 /// provider that could not be reached is not journaled: a resume tries it
 /// again.
-async fn complete(ctx: &LoopContext<'_>, request: &Request, sink: Option<DeltaSink<'_>>) -> Result<Response, ModelError> {
+async fn complete(
+    ctx: &LoopContext<'_>,
+    request: &Request,
+    sink: Option<DeltaSink<'_>>,
+) -> Result<Response, ModelError> {
     use crate::journal::{Begin, Effect};
     let Some(journal) = ctx.tools.journal() else {
         return ctx.provider.complete(request, sink).await;
@@ -180,7 +184,10 @@ async fn complete(ctx: &LoopContext<'_>, request: &Request, sink: Option<DeltaSi
     let hash = crate::journal::hash_args(&args);
     match journal.begin(INTERFACE, "complete", &hash) {
         Begin::Replay(text) => serde_json::from_str::<Result<Response, ModelError>>(&text).unwrap_or_else(|e| {
-            Err(ModelError::Protocol { provider: "journal".into(), message: format!("a journaled turn cannot be read: {e}") })
+            Err(ModelError::Protocol {
+                provider: "journal".into(),
+                message: format!("a journaled turn cannot be read: {e}"),
+            })
         }),
         Begin::Live(seq) => {
             let result = ctx.provider.complete(request, sink).await;

@@ -376,7 +376,11 @@ impl ToolContext {
     /// Runs a guest's import: [`ToolContext::call`], except that once the
     /// run halted (it suspended, or its replay diverged) the guest does not
     /// get an answer: its call traps, which unwinds it.
-    pub async fn guest_call<C: MaybeTool>(&self, call: &C, args: C::Args) -> wasmtime::Result<Result<C::Output, C::Error>> {
+    pub async fn guest_call<C: MaybeTool>(
+        &self,
+        call: &C,
+        args: C::Args,
+    ) -> wasmtime::Result<Result<C::Output, C::Error>> {
         let out = guest(self, call, args).await;
         self.unwind_if_halted()?;
         Ok(out)

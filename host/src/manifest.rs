@@ -409,7 +409,14 @@ mod tests {
 
     #[test]
     fn interface_names_carry_the_contract_version() {
-        for name in [interface::TOOLS, interface::MODEL, interface::LOG, interface::OUTBOUND_HTTP, interface::CONFIG, interface::DURABLE] {
+        for name in [
+            interface::TOOLS,
+            interface::MODEL,
+            interface::LOG,
+            interface::OUTBOUND_HTTP,
+            interface::CONFIG,
+            interface::DURABLE,
+        ] {
             assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");
         }
     }

@@ -292,11 +292,12 @@ impl Runs {
         let run = match self.store.transition(&run.id, &self.owner, batch, to).await {
             Ok(run) => run,
             // Cancelled (or taken over) while it ran: the store's record stands.
-            Err(StoreError::Conflict(_)) => {
-                self.store.run(&run.id).await.map_err(store_failure)?.ok_or_else(|| {
-                    store_failure(StoreError::NoRun(run.id.clone()))
-                })?
-            }
+            Err(StoreError::Conflict(_)) => self
+                .store
+                .run(&run.id)
+                .await
+                .map_err(store_failure)?
+                .ok_or_else(|| store_failure(StoreError::NoRun(run.id.clone())))?,
             Err(e) => return Err(store_failure(e)),
         };
         Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending })
@@ -310,7 +311,11 @@ impl Runs {
             .max(nexo_store::now_ms());
         self.store.claim(id, Claim::Recover, self.lease(), None, now).await?;
         let mut batch = nexo_store::Batch::default();
-        batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms: nexo_store::now_ms() });
+        batch.events.push(NewEvent {
+            kind: "failed".into(),
+            data: json!({ "error": why }),
+            at_ms: nexo_store::now_ms(),
+        });
         let to = Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why.to_string()) };
         self.store.transition(id, &self.owner, batch, to).await.map(|_| ())
     }

@@ -125,7 +125,8 @@ async fn an_approval_gate_suspends_and_approve_or_deny_from_another_process_deci
             json!({ "path": "notes.txt", "content": "hi" }),
         )]));
         scene.server.push(Reply::text("done writing"));
-        let args = scene.run_args(built::WORKFLOW_PROBE, "prompt write notes", &["--allow", "write", "--mode", "approve"]);
+        let args =
+            scene.run_args(built::WORKFLOW_PROBE, "prompt write notes", &["--allow", "write", "--mode", "approve"]);
         let out = scene.nexo(&refs(&args));
         assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
         let v = last_json(&out);

@@ -160,7 +160,11 @@ impl HostCall for CheckpointBegin {
         Effect::Read
     }
 
-    fn execute<'a>(&'a self, cx: &'a ToolContext, name: String) -> BoxFuture<'a, Result<Option<String>, wit::DurableError>> {
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        name: String,
+    ) -> BoxFuture<'a, Result<Option<String>, wit::DurableError>> {
         Box::pin(async move {
             check_name(&name)?;
             let stored = match cx.journal() {

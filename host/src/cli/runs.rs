@@ -186,7 +186,8 @@ pub async fn options(
     progress: &Arc<progress::Progress>,
 ) -> Result<RunOptions, ExitCode> {
     let mut options = rec.grant.run_options().map_err(|e| super::config_failure(&e))?;
-    let search = web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| super::config_failure(&e))?;
+    let search =
+        web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| super::config_failure(&e))?;
     if let Some(setup) = &search {
         options.search = Some(super::search_backend(engine, setup).await.map_err(|e| super::fail(&e))?);
     }
@@ -206,8 +207,10 @@ pub async fn options(
     if options.permissions.mode() == PermissionMode::Ask {
         // The spinner would redraw over the question; hide it while asking.
         let shown = progress.clone();
-        options.permissions =
-            options.permissions.clone().on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
+        options.permissions = options
+            .permissions
+            .clone()
+            .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
     }
     options.timeout = Some(Duration::from_secs(rec.timeout_secs));
     Ok(options)
@@ -385,7 +388,8 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             resume(&runs, base, run, how, input.clone(), narrow).await
         }
         RunsCommand::Approve { run, narrow } | RunsCommand::Deny { run, narrow } => {
-            let decision = if matches!(command, RunsCommand::Approve { .. }) { Decision::Approved } else { Decision::Denied };
+            let decision =
+                if matches!(command, RunsCommand::Approve { .. }) { Decision::Approved } else { Decision::Denied };
             match runs.decide(run, decision).await {
                 Ok(a) => errln!("{} {}", decision.as_str(), nexo::runs::describe_approval(&a)),
                 Err(e) => return store_error(&e),

@@ -21,8 +21,8 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-pub use crate::agent::bindings::nexo::plugin::durable::{DurableError, Step, StepAction, StepFailure, ToolInvocation};
 use crate::agent::bindings::nexo::plugin::durable as wit;
+pub use crate::agent::bindings::nexo::plugin::durable::{DurableError, Step, StepAction, StepFailure, ToolInvocation};
 use crate::agent::RunError;
 
 impl From<DurableError> for RunError {

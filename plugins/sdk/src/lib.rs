@@ -39,9 +39,7 @@ extern crate self as nexo_sdk;
     all(feature = "skill", any(feature = "search-backend", feature = "sandbox-provider")),
     all(feature = "search-backend", feature = "sandbox-provider"),
 ))]
-compile_error!(
-    "enable exactly one of the nexo-sdk features `agent`, `skill`, `search-backend` and `sandbox-provider`"
-);
+compile_error!("enable exactly one of the nexo-sdk features `agent`, `skill`, `search-backend` and `sandbox-provider`");
 
 #[cfg(feature = "agent")]
 pub mod agent;

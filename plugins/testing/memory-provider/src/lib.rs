@@ -44,9 +44,8 @@ impl SandboxProvider for Memory {
 
     fn exec(command: String, args: Vec<String>, _timeout_ms: u32) -> Result<ExecOutput, SandboxError> {
         if command.contains("find . -type f") {
-            let listing = FILES.with(|f| {
-                f.borrow().keys().map(|k| k.replacen("/workspace/", "./", 1)).collect::<Vec<_>>().join("\n")
-            });
+            let listing = FILES
+                .with(|f| f.borrow().keys().map(|k| k.replacen("/workspace/", "./", 1)).collect::<Vec<_>>().join("\n"));
             return Ok(output(0, listing));
         }
         if command.contains("stat -c %Y") {

@@ -51,7 +51,11 @@ fn memory_holds_reverse_of(reversed: &[u8]) -> bool {
 
 impl SearchBackend for SecretProbe {
     fn info() -> Info {
-        Info { name: "secret-probe".into(), description: "Probes the host's secret handling (a test plugin)".into(), hosts: vec![] }
+        Info {
+            name: "secret-probe".into(),
+            description: "Probes the host's secret handling (a test plugin)".into(),
+            hosts: vec![],
+        }
     }
 
     fn search(query: String, _options: SearchOptions) -> Result<Vec<SearchHit>, SearchError> {

@@ -14,9 +14,9 @@
 
 use std::fmt::Write as _;
 
+use nexo_sdk::agent::bindings::nexo::plugin::durable as raw;
 use nexo_sdk::agent::durable::{self, checkpoint, checkpoint_all, json_string, prompt_step, resume_input, tool_step};
 use nexo_sdk::agent::{prompt, tools, Agent, Capability, Manifest, RunError};
-use nexo_sdk::agent::bindings::nexo::plugin::durable as raw;
 
 struct WorkflowProbe;
 
@@ -24,7 +24,9 @@ fn op(line: &str) -> Result<String, String> {
     let (name, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
     match name {
         "prompt" => prompt(rest).map(|r| r.text).map_err(|e| format!("{e:?}")),
-        "shell" => tools::shell(rest).map(|o| format!("{}:{}", o.status, o.stdout.trim())).map_err(|e| format!("{e:?}")),
+        "shell" => {
+            tools::shell(rest).map(|o| format!("{}:{}", o.status, o.stdout.trim())).map_err(|e| format!("{e:?}"))
+        }
         "write" => {
             let (path, text) = rest.split_once(' ').unwrap_or((rest, ""));
             tools::write_file(path, text).map(|()| format!("wrote {path}")).map_err(|e| format!("{e:?}"))
@@ -40,7 +42,9 @@ fn op(line: &str) -> Result<String, String> {
                 .filter_map(|item| {
                     let (n, action) = item.split_once('=')?;
                     Some(match action.split_once(':') {
-                        Some(("read", path)) => tool_step(n, "read_file", &format!("{{\"path\":{}}}", json_string(path))),
+                        Some(("read", path)) => {
+                            tool_step(n, "read_file", &format!("{{\"path\":{}}}", json_string(path)))
+                        }
                         Some((_, text)) => prompt_step(n, text),
                         None => prompt_step(n, action),
                     })
@@ -67,7 +71,9 @@ fn op(line: &str) -> Result<String, String> {
             refused.map(|()| "suspended inside a checkpoint".to_string())
         }
         "reserved" => checkpoint(rest, || Ok("1".into())).map_err(|e| format!("{e:?}")),
-        "time" => Ok(format!("{:?}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default())),
+        "time" => {
+            Ok(format!("{:?}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()))
+        }
         "random" => {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             std::hash::Hasher::write_u8(&mut h, 1);
@@ -80,8 +86,12 @@ fn op(line: &str) -> Result<String, String> {
 
 impl Agent for WorkflowProbe {
     fn manifest() -> Manifest {
-        Manifest::new("workflow-probe", "Runs a script of durable host calls")
-            .capabilities([Capability::Read, Capability::Glob, Capability::Write, Capability::Shell])
+        Manifest::new("workflow-probe", "Runs a script of durable host calls").capabilities([
+            Capability::Read,
+            Capability::Glob,
+            Capability::Write,
+            Capability::Shell,
+        ])
     }
 
     fn run(input: String) -> Result<String, RunError> {
