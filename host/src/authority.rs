@@ -97,6 +97,12 @@ impl Permissions {
         self
     }
 
+    /// `approve` mode's name for [`Permissions::ask_when`]: only actions the
+    /// predicate selects wait for a durable decision; the rest are allowed.
+    pub fn approve_when(self, predicate: impl Fn(Capability, &str) -> bool + Send + Sync + 'static) -> Self {
+        self.ask_when(predicate)
+    }
+
     /// The same permissions, with the mode narrowed to `mode` if that is
     /// stricter. A plugin's own request can only ever narrow.
     pub fn narrowed_to(mut self, mode: PermissionMode) -> Self {
@@ -145,7 +151,11 @@ impl Permissions {
                     Some(_) => Verdict::Deny(format!("the operator declined `{name}` {detail}")),
                 }
             }
-            PermissionMode::Approve => Verdict::ApprovalRequired(format!("`{name}` {detail} waits for an approval")),
+            PermissionMode::Approve => match &self.ask_when {
+                // `approve_when` narrows which actions wait for a decision.
+                Some(predicate) if !predicate(cap, detail) => Verdict::Allow,
+                _ => Verdict::ApprovalRequired(format!("`{name}` {detail} waits for an approval")),
+            },
         }
     }
 }
@@ -386,6 +396,18 @@ mod tests {
         assert!(matches!(p.check(Capability::Write, "protected/x"), Verdict::Deny(_)));
         assert_eq!(p.check(Capability::Shell, "ls"), Verdict::Allow);
         assert_eq!(*asked.lock().unwrap(), vec!["write protected/x".to_string()]);
+    }
+
+    #[test]
+    fn approve_when_narrows_what_waits_for_a_decision() {
+        let p = Permissions::new(PermissionMode::Approve)
+            .approve_when(|cap, detail| cap == Capability::Write && detail.starts_with("protected/"));
+        assert_eq!(p.check(Capability::Write, "notes.txt"), Verdict::Allow);
+        assert!(matches!(p.check(Capability::Write, "protected/a.txt"), Verdict::ApprovalRequired(_)));
+        assert!(matches!(
+            Permissions::new(PermissionMode::Approve).check(Capability::Write, "notes.txt"),
+            Verdict::ApprovalRequired(_)
+        ));
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct RunEnd {
     pub replayed: u64,
     /// The call a suspended run waits on a decision for.
     pub approval: Option<nexo_store::Approval>,
+    /// The run failed before the agent ran at all (a bad skill, file or
+    /// setting): the CLI's exit code 2 rather than 1.
+    pub nothing_ran: bool,
 }
 
 /// Starts, resumes and recovers runs in one store, as one owner.
@@ -269,6 +272,7 @@ impl Runs {
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
         let mut pending = None;
+        let nothing_ran = matches!(&result, Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_)));
         let (to, prompt_status) = match (journal.halted(), result) {
             (Some(Halt::Suspend { reason, resume_key, approval }), _) => {
                 let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval });
@@ -300,7 +304,7 @@ impl Runs {
                 .ok_or_else(|| store_failure(StoreError::NoRun(run.id.clone())))?,
             Err(e) => return Err(store_failure(e)),
         };
-        Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending })
+        Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending, nothing_ran })
     }
 
     /// Marks an orphan that cannot be replayed (its component is gone, or

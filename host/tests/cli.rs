@@ -182,9 +182,14 @@ fn grants_on_the_command_line_reach_the_tools() {
     assert!(stdout(&out).contains("write-file: ok"), "{}", stdout(&out));
     assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "x");
 
-    // Approve: its own outcome, neither allowed nor denied.
-    let out =
-        nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "approve"]);
+    // Approve: its own outcome, neither allowed nor denied. A recorded run
+    // suspends on it; an ephemeral one hands the guest the outcome.
+    let approve =
+        ["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "approve"];
+    let out = nexo(&approve);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("waits for a decision on `write-file`"), "{}", stderr(&out));
+    let out = nexo(&[&approve[..], &["--ephemeral"]].concat());
     assert!(stdout(&out).contains("write-file: other: ToolError::ApprovalRequired"), "{}", stdout(&out));
 
     // --cwd means nothing without a local sandbox.
@@ -319,7 +324,7 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
         "approve",
     ]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("`write_file` needs approval"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("waits for a decision on `write-file`"), "{}", stderr(&out));
 
     // No model anywhere: the agent's prompt fails with how to set one.
     let out = Command::new(env!("CARGO_BIN_EXE_nexo"))

@@ -24,6 +24,7 @@ mod inspect;
 mod model;
 mod plugin_test;
 mod progress;
+mod report;
 mod runs;
 mod scaffold;
 mod sdk;
@@ -39,6 +40,7 @@ use nexo::agent_file::AgentFile;
 use nexo::agent_loop::Status;
 use nexo::settings::RunOptions;
 use nexo::{ConfigError, Engine, EngineConfig, Plugin, RunError};
+use report::{config_failure, exit_code, fail, is_toml, report_error};
 
 /// nexo hosts AI agents, skills and search backends as WebAssembly components.
 #[derive(Parser, Debug)]
@@ -368,21 +370,6 @@ fn settings(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Settin
     Ok(Settings { file, grant: resolved, search })
 }
 
-fn config_failure(e: &ConfigError) -> ExitCode {
-    errln!("error: {e}");
-    ExitCode::from(2)
-}
-
-/// Loads the configured search backend; it must be a search-backend component.
-async fn search_backend(
-    engine: &Engine,
-    setup: &web::SearchSetup,
-) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, RunError> {
-    let plugin = Plugin::load(engine, &setup.backend).await?;
-    let backend = plugin.search_backend()?.clone();
-    Ok(std::sync::Arc::new(nexo::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
-}
-
 fn skill(command: &SkillCommand) -> ExitCode {
     match command {
         SkillCommand::New { name, path } => match nexo_skills::scaffold(path, name) {
@@ -459,25 +446,12 @@ async fn run_agent(
     })
 }
 
-/// Whether `file` names a declarative agent rather than a component.
-fn is_toml(file: &std::path::Path) -> bool {
-    file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
-}
-
 /// The config file `nexo run` was given, if any.
 fn grant_config(cli: &Cli) -> Option<&std::path::Path> {
     match &cli.command {
         Command::Run { grant, .. } | Command::Inspect { grant, .. } => grant.config_path(),
         _ => None,
     }
-}
-
-/// Prints an error that ended a run before it produced an outcome.
-fn report_error(e: &RunError, json: bool) -> ExitCode {
-    if json {
-        nexo::terminal::print_json(&serde_json::json!({ "status": "error", "error": e.to_string() }));
-    }
-    fail(e)
 }
 
 fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
@@ -626,22 +600,4 @@ fn init(dir: &std::path::Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// 1 when the plugin ran and failed; 2 when nothing could run.
-fn exit_code(e: &RunError) -> ExitCode {
-    match e {
-        RunError::Trap { .. }
-        | RunError::Deadline { .. }
-        | RunError::MemoryLimit { .. }
-        | RunError::AgentFailed { .. }
-        | RunError::SearchFailed { .. }
-        | RunError::Instantiate { .. } => ExitCode::from(1),
-        RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) => ExitCode::from(2),
-    }
-}
-
-fn fail(e: &RunError) -> ExitCode {
-    errln!("error: {e}");
-    exit_code(e)
 }

@@ -16,7 +16,7 @@ use nexo::{Engine, EngineConfig, Plugin};
 use nexo_store::{Claim, Decision, Location, Run, RunStatus, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::{grant, model, progress, web};
+use super::{grant, model, progress, report, web};
 
 /// `nexo runs …`.
 #[derive(Subcommand, Debug)]
@@ -185,13 +185,13 @@ pub async fn options(
     rec: &Recorded,
     progress: &Arc<progress::Progress>,
 ) -> Result<RunOptions, ExitCode> {
-    let mut options = rec.grant.run_options().map_err(|e| super::config_failure(&e))?;
+    let mut options = rec.grant.run_options().map_err(|e| report::config_failure(&e))?;
     let search =
-        web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| super::config_failure(&e))?;
+        web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| report::config_failure(&e))?;
     if let Some(setup) = &search {
-        options.search = Some(super::search_backend(engine, setup).await.map_err(|e| super::fail(&e))?);
+        options.search = Some(report::search_backend(engine, setup).await.map_err(|e| report::fail(&e))?);
     }
-    let resolved = model::ModelArgs::default().resolve(&rec.model).map_err(|e| super::config_failure(&e))?;
+    let resolved = model::ModelArgs::default().resolve(&rec.model).map_err(|e| report::config_failure(&e))?;
     if let Some(provider) = &resolved.provider
         && provider.name() == "scripted"
     {
@@ -244,46 +244,52 @@ pub async fn start(
             return ExitCode::from(2);
         }
     };
-    let end = if super::is_toml(file) {
+    let end = if report::is_toml(file) {
         let agent = match AgentFile::load(file) {
             Ok(a) => a,
-            Err(e) => return super::fail(&e.into()),
+            Err(e) => return report::fail(&e.into()),
         };
         runs.start(Subject::File(&agent), input, grant, options).await
     } else {
         let plugin = match Plugin::load(engine, file).await {
             Ok(p) => p,
-            Err(e) => return super::fail(&e.into()),
+            Err(e) => return report::fail(&e.into()),
         };
         let agent = match plugin.agent() {
             Ok(a) => a,
-            Err(e) => return super::fail(&e.into()),
+            Err(e) => return report::fail(&e.into()),
         };
         runs.start(Subject::Component { agent, sha256: plugin.sha256(), path: file }, input, grant, options).await
     };
     match end {
-        Ok(end) => report(&end, json),
-        Err(e) => super::report_error(&e, json),
+        Ok(end) => report_end(&end, json),
+        Err(e) => report::report_error(&e, json),
     }
 }
 
 /// Prints how a pass ended; the exit code says it: 0 done, 1 failed or
 /// cancelled, 3 done but cut short, 4 suspended.
-pub fn report(end: &RunEnd, json: bool) -> ExitCode {
+pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
     let run = &end.run;
     let approval = end.approval.as_ref();
     if json {
+        // The same statuses as an ephemeral run's, plus `suspended` and `cancelled`.
+        let status = match (run.status, &end.prompt_status) {
+            (RunStatus::Done, Some(Status::TurnLimit)) => "turn-limit",
+            (RunStatus::Done, Some(Status::TokenBudget)) => "token-budget",
+            (RunStatus::Done, _) => "ok",
+            (RunStatus::Suspended, _) => "suspended",
+            (RunStatus::Cancelled, _) => "cancelled",
+            _ => "error",
+        };
         let mut value = serde_json::json!({
-            "status": run.status,
+            "status": status,
             "run": run.id,
             "agent": run.agent,
         });
         match run.status {
             RunStatus::Done => {
                 value["answer"] = run.result.clone().unwrap_or_default().into();
-                if let Some(Status::TurnLimit | Status::TokenBudget) = &end.prompt_status {
-                    value["partial"] = true.into();
-                }
             }
             RunStatus::Suspended => {
                 value["reason"] = run.suspend_reason.clone().into();
@@ -330,7 +336,7 @@ pub fn report(end: &RunEnd, json: bool) -> ExitCode {
         _ => {
             errln!("error: {}", run.error.as_deref().unwrap_or("the run failed"));
             errln!("run {id} failed; `nexo runs show {id}` has its events");
-            ExitCode::from(1)
+            ExitCode::from(if end.nothing_ran { 2 } else { 1 })
         }
     }
 }
@@ -349,7 +355,7 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
     };
     let file = match grant::read_config(store_args.config.as_deref()) {
         Ok(f) => f,
-        Err(e) => return super::config_failure(&e),
+        Err(e) => return report::config_failure(&e),
     };
     let store = match open(store_flag, &file).await {
         Ok(s) => s,
@@ -492,12 +498,12 @@ async fn resume(
         let _ = tokio::task::spawn_blocking(move || sandbox.close()).await;
     }
     match result {
-        Ok(end) => report(&end, narrow.json),
+        Ok(end) => report_end(&end, narrow.json),
         Err(ResumeOutcome::Refused(e)) => {
             errln!("error: {e}");
             ExitCode::from(2)
         }
-        Err(ResumeOutcome::Run(e)) => super::report_error(&e, narrow.json),
+        Err(ResumeOutcome::Run(e)) => report::report_error(&e, narrow.json),
     }
 }
 

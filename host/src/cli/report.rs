@@ -1,0 +1,52 @@
+//! How a command ends: errors printed, and the exit code that says what
+//! kind of failure it was.
+
+use std::process::ExitCode;
+
+use nexo::{ConfigError, Engine, Plugin, RunError};
+
+pub fn config_failure(e: &ConfigError) -> ExitCode {
+    errln!("error: {e}");
+    ExitCode::from(2)
+}
+
+/// Loads the configured search backend; it must be a search-backend component.
+pub async fn search_backend(
+    engine: &Engine,
+    setup: &super::web::SearchSetup,
+) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, RunError> {
+    let plugin = Plugin::load(engine, &setup.backend).await?;
+    let backend = plugin.search_backend()?.clone();
+    Ok(std::sync::Arc::new(nexo::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
+}
+
+/// Whether `file` names a declarative agent rather than a component.
+pub fn is_toml(file: &std::path::Path) -> bool {
+    file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+}
+
+/// Prints an error that ended a run before it produced an outcome.
+pub fn report_error(e: &RunError, json: bool) -> ExitCode {
+    if json {
+        nexo::terminal::print_json(&serde_json::json!({ "status": "error", "error": e.to_string() }));
+    }
+    fail(e)
+}
+
+/// 1 when the plugin ran and failed; 2 when nothing could run.
+pub fn exit_code(e: &RunError) -> ExitCode {
+    match e {
+        RunError::Trap { .. }
+        | RunError::Deadline { .. }
+        | RunError::MemoryLimit { .. }
+        | RunError::AgentFailed { .. }
+        | RunError::SearchFailed { .. }
+        | RunError::Instantiate { .. } => ExitCode::from(1),
+        RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) => ExitCode::from(2),
+    }
+}
+
+pub fn fail(e: &RunError) -> ExitCode {
+    errln!("error: {e}");
+    exit_code(e)
+}
