@@ -143,10 +143,10 @@ async fn an_approval_gate_suspends_and_approve_or_deny_from_another_process_deci
     }
 }
 
-/// The counted workflow: each step is one model turn and one shell append
-/// to `ledger.txt`.
+/// The counted workflow: each step is one checkpointed model turn and one
+/// shell append to `ledger.txt`.
 fn counted_script(steps: usize) -> String {
-    (0..steps).map(|i| format!("prompt step {i}; shell echo {i} >> ledger.txt")).collect::<Vec<_>>().join("; ")
+    (0..steps).map(|i| format!("checkpoint c{i} step {i}; shell echo {i} >> ledger.txt")).collect::<Vec<_>>().join("; ")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,36 +213,132 @@ async fn kill_9_mid_workflow_then_recover_repeats_no_paid_call_except_the_one_in
         for i in 0..STEPS {
             assert!(answer.contains(&format!("answer {i}")) || answer.contains("again"), "{answer}");
         }
+        // No checkpoint is lost.
+        let show = last_json(&scene.nexo(&["runs", "show", &id, "--json"]));
+        let mut names: Vec<String> =
+            show["checkpoints"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        names.sort();
+        assert_eq!(names, (0..STEPS).map(|i| format!("c{i}")).collect::<Vec<_>>());
     }
 }
 
+/// `wasm` with a custom section appended: the same behaviour, another SHA-256.
+fn rebuilt(wasm: &str, to: &Path) {
+    let mut bytes = std::fs::read(wasm).unwrap();
+    let name = b"nexo-test-rebuild";
+    let payload = b"2";
+    bytes.push(0); // a custom section
+    bytes.push((1 + name.len() + payload.len()) as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    std::fs::write(to, bytes).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_component_is_refused_unless_allowed_and_no_secret_reaches_the_store() {
+async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_checkpoints() {
     let scene = Scene::new().await;
-    scene.server.push(Reply::text("first"));
-    let copy = scene.dir.path().join("probe.wasm");
-    std::fs::copy(built::WORKFLOW_PROBE, &copy).unwrap();
+    scene.server.push(Reply::text("Revenue grew."));
+    let copy = scene.dir.path().join("approval.wasm");
+    std::fs::copy(built::DOCUMENT_APPROVAL, &copy).unwrap();
     let copy = copy.display().to_string();
-    let args = scene.run_args(&copy, "checkpoint a hello; suspend wait; prompt after", &["--mode", "auto"]);
+    let args = scene.run_args(&copy, "Q3 report", &["--allow", "write", "--mode", "auto"]);
     let out = scene.nexo(&refs(&args));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let id = last_json(&out)["run"].as_str().unwrap().to_string();
 
-    // Another component at the same path.
-    std::fs::copy(built::DOCUMENT_APPROVAL, &copy).unwrap();
-    let out = scene.nexo(&["runs", "resume", &id]);
+    rebuilt(built::DOCUMENT_APPROVAL, Path::new(&copy));
+    let input = r#"{"approved": true}"#;
+    let out = scene.nexo(&["runs", "resume", &id, "--input", input]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("SHA-256") && err.contains("--allow-changed-component"), "{err}");
     assert_eq!(scene.runs()[0]["status"], "suspended", "a refused resume leaves the run as it was");
 
-    // The provider key was in the environment of both processes; it is nowhere in the store.
+    // Allowed: the journal is not replayed, but the checkpointed draft is reused.
+    let out = scene.nexo(&["runs", "resume", &id, "--input", input, "--allow-changed-component", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "published published/q3-report.md");
+    assert_eq!(scene.server.requests().len(), 1, "the draft came from its checkpoint");
+    let text = std::fs::read_to_string(scene.ws().join("published/q3-report.md")).unwrap();
+    assert!(text.contains("Revenue grew."), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_provider_or_search_key_reaches_the_store_and_ephemeral_runs_leave_no_record() {
+    const SEARCH_KEY: &str = "search-key-durable-7777";
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("first"));
+    scene.server.push(Reply::text("second"));
+    let config = scene.dir.path().join("nexo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
+             api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
+            built::SEARXNG
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt hello; suspend wait", &["--config", &config]);
+    let out = scene.command(&refs(&args)).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let out = scene.command(&["runs", "resume", &id, "--input", "1"]).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output();
+    assert_eq!(out.unwrap().status.code(), Some(0));
+    // Both keys were in the environment of both processes; neither is in the store.
+    let mut checked = 0;
     for file in ["nexo.db", "nexo.db-wal"] {
         let path = scene.store().with_file_name(file);
         if let Ok(bytes) = std::fs::read(&path) {
-            assert!(!contains(&bytes, PROVIDER_KEY.as_bytes()), "{} holds the provider key", path.display());
+            checked += 1;
+            for key in [PROVIDER_KEY, SEARCH_KEY] {
+                assert!(!contains(&bytes, key.as_bytes()), "{} holds {key}", path.display());
+            }
+            assert!(contains(&bytes, b"NEXO_TEST_SEARCH_KEY"), "the variable's name is what is kept");
         }
     }
+    assert!(checked > 0);
+
+    let before = scene.runs().len();
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt again; suspend wait", &["--ephemeral"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("not durable"), "an ephemeral run cannot suspend: {}", stdout(&out));
+    assert_eq!(scene.runs().len(), before, "an ephemeral run is not recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toml_agent_replays_its_host_loop_and_a_second_gate_suspends_again() {
+    let scene = Scene::new().await;
+    let write = |path: &str| {
+        Reply::tool_calls(vec![MockToolCall::new(path, "write_file", json!({ "path": path, "content": "x" }))])
+    };
+    scene.server.push(write("one.txt"));
+    scene.server.push(write("two.txt"));
+    scene.server.push(Reply::text("both written"));
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let agent = agent.display().to_string();
+    let args = scene.run_args(&agent, "write two files", &["--allow", "write", "--mode", "approve"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["approval"]["arguments"]["path"], "one.txt");
+    let id = v["run"].as_str().unwrap().to_string();
+
+    // Approved: the first write happens, and the second gate suspends again.
+    let out = scene.nexo(&["runs", "approve", &id, "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(last_json(&out)["approval"]["arguments"]["path"], "two.txt");
+    assert!(scene.ws().join("one.txt").exists() && !scene.ws().join("two.txt").exists());
+
+    let out = scene.nexo(&["runs", "approve", &id, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "both written");
+    assert!(scene.ws().join("two.txt").exists());
+    assert_eq!(scene.server.requests().len(), 3, "each model turn was paid for once");
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
