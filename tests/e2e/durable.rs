@@ -309,3 +309,115 @@ async fn clocks_and_randomness_replay_as_the_first_pass_saw_them() {
     assert_eq!(lines[0], format!("{:?}", std::time::Duration::from_nanos(nanos)));
     assert!(lines[3] > lines[0], "the clock goes on after the pause: {answer}");
 }
+
+/// A store that notes which writes carried events.
+#[derive(Debug)]
+struct Counting {
+    inner: MemoryStore,
+    commits_with_events: std::sync::atomic::AtomicUsize,
+    final_events: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for Counting {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    async fn create_run(&self, run: nexo_store::NewRun) -> nexo_store::StoreResult<nexo_store::Run> {
+        self.inner.create_run(run).await
+    }
+    async fn run(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Run>> {
+        self.inner.run(id).await
+    }
+    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
+        self.inner.runs(status, limit).await
+    }
+    async fn commit(&self, id: &str, owner: &str, batch: nexo_store::Batch) -> nexo_store::StoreResult<()> {
+        if !batch.events.is_empty() {
+            self.commits_with_events.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.commit(id, owner, batch).await
+    }
+    async fn transition(
+        &self,
+        id: &str,
+        owner: &str,
+        batch: nexo_store::Batch,
+        to: nexo_store::Transition,
+    ) -> nexo_store::StoreResult<nexo_store::Run> {
+        self.final_events.fetch_add(batch.events.len(), std::sync::atomic::Ordering::Relaxed);
+        self.inner.transition(id, owner, batch, to).await
+    }
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: nexo_store::Lease,
+        input: Option<String>,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Run> {
+        self.inner.claim(id, how, lease, input, now).await
+    }
+    async fn renew(&self, id: &str, lease: &nexo_store::Lease) -> nexo_store::StoreResult<bool> {
+        self.inner.renew(id, lease).await
+    }
+    async fn orphans(&self, now: i64) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
+        self.inner.orphans(now).await
+    }
+    async fn cancel(&self, id: &str, reason: &str) -> nexo_store::StoreResult<nexo_store::Run> {
+        self.inner.cancel(id, reason).await
+    }
+    async fn journal(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Entry>> {
+        self.inner.journal(id).await
+    }
+    async fn events(&self, id: &str, after: i64, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::StoredEvent>> {
+        self.inner.events(id, after, limit).await
+    }
+    async fn checkpoints(&self, id: &str) -> nexo_store::StoreResult<Vec<(String, serde_json::Value)>> {
+        self.inner.checkpoints(id).await
+    }
+    async fn approval(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Approval>> {
+        self.inner.approval(id).await
+    }
+    async fn decide(&self, id: &str, decision: Decision) -> nexo_store::StoreResult<nexo_store::Approval> {
+        self.inner.decide(id, decision).await
+    }
+    async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
+        self.inner.clear_approval(id, owner).await
+    }
+}
+
+#[tokio::test]
+async fn buffer_events_writes_the_events_once_when_the_run_suspends_and_never_holds_back_the_journal() {
+    for buffered in [false, true] {
+        let mut scene = Scene::new().await;
+        let counting = Arc::new(Counting {
+            inner: MemoryStore::new(),
+            commits_with_events: Default::default(),
+            final_events: Default::default(),
+        });
+        scene.store = counting.clone();
+        for text in ["one", "two"] {
+            scene.server.push(Reply::text(text));
+        }
+        let plugin = agent(built::WORKFLOW_PROBE).await;
+        let options = scene.options(PermissionMode::Auto, &[]);
+        let runs = Runs::new(scene.store.clone(), buffered);
+        let script = "checkpoint a first; checkpoint b second; suspend wait";
+        let end = runs.start(subject(&plugin, built::WORKFLOW_PROBE), script, json!({}), &options).await.unwrap();
+        assert_eq!(end.run.status, RunStatus::Suspended);
+        let with_events = counting.commits_with_events.load(std::sync::atomic::Ordering::Relaxed);
+        let at_end = counting.final_events.load(std::sync::atomic::Ordering::Relaxed);
+        if buffered {
+            assert_eq!(with_events, 0, "no event is written before the run suspends");
+        } else {
+            assert!(with_events >= 2, "events go out with the journal's commits ({with_events})");
+        }
+        let events = scene.store.events(&end.run.id, 0, 100).await.unwrap();
+        let checkpoints = events.iter().filter(|e| e.kind == "checkpoint").count();
+        assert_eq!(checkpoints, 2, "{events:?}");
+        assert!(at_end >= if buffered { 3 } else { 1 }, "{at_end}");
+        // The journal was written as the run went, either way.
+        assert!(scene.store.journal(&end.run.id).await.unwrap().len() >= 5);
+    }
+}
