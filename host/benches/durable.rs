@@ -103,5 +103,53 @@ fn resume(c: &mut Criterion) {
     println!("resume p50: 0-call journal {z:?}, 50-call journal {f:?}; replay per journaled call ≈ {per_call:?}");
 }
 
-criterion_group!(benches, resume);
+/// One journaled call's cost on the host-call path, by effect: a write is
+/// committed (fsync-ed) before the guest continues; a read waits in memory
+/// for the next commit.
+fn journal_effect(c: &mut Criterion) {
+    use nexo::journal::{Begin, Effect, Journal, Replay};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = rt.block_on(nexo_store::open(&nexo_store::Location::Sqlite(dir.path().join("nexo.db")))).unwrap();
+    let owner = "bench:1:x";
+    // A fresh running run and its journal.
+    let journal = || {
+        let new = nexo_store::NewRun {
+            id: nexo_store::new_run_id(),
+            agent: "bench".into(),
+            kind: "component".into(),
+            source: "bench.wasm".into(),
+            component_sha256: "0".repeat(64),
+            input: String::new(),
+            grant: serde_json::json!({}),
+            status: RunStatus::Running,
+            lease: Some(nexo_store::Lease { owner: owner.into(), until_ms: i64::MAX }),
+            created_ms: nexo_store::now_ms(),
+        };
+        let run = rt.block_on(store.create_run(new)).unwrap();
+        rt.block_on(Journal::open(store.clone(), &run, owner, Replay::Journal, false)).unwrap()
+    };
+    let result = format!("{{\"Ok\":\"{}\"}}", "x".repeat(280));
+    let mut group = c.benchmark_group("journal");
+    for (name, effect) in [("read_batched", Effect::Read), ("write_durable", Effect::Write)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let journal = journal();
+                let start = Instant::now();
+                rt.block_on(async {
+                    for _ in 0..iters {
+                        let Begin::Live(seq) = journal.begin("nexo:plugin/tools", "read-file", "h") else {
+                            panic!("the journal halted: {:?}", journal.halted())
+                        };
+                        journal.finish(seq, "nexo:plugin/tools", "read-file", "h", result.clone(), effect).await;
+                    }
+                });
+                start.elapsed()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, resume, journal_effect);
 criterion_main!(benches);

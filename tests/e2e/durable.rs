@@ -370,7 +370,12 @@ impl Store for Counting {
     async fn journal(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Entry>> {
         self.inner.journal(id).await
     }
-    async fn events(&self, id: &str, after: i64, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::StoredEvent>> {
+    async fn events(
+        &self,
+        id: &str,
+        after: i64,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::StoredEvent>> {
         self.inner.events(id, after, limit).await
     }
     async fn checkpoints(&self, id: &str) -> nexo_store::StoreResult<Vec<(String, serde_json::Value)>> {
