@@ -140,6 +140,16 @@ struct State {
     replayed: u64,
 }
 
+impl State {
+    /// Appends the entry of call `seq`, which ends where numbering is now.
+    fn record(&mut self, seq: u64, interface: &str, function: &str, args_hash: String, result: String) {
+        let end = self.next;
+        let entry =
+            Entry { seq, end, interface: interface.to_string(), function: function.to_string(), args_hash, result };
+        self.pending.journal.push(entry);
+    }
+}
+
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
@@ -265,15 +275,7 @@ impl Journal {
             if state.halt.is_some() {
                 return;
             }
-            let end = state.next;
-            state.pending.journal.push(Entry {
-                seq,
-                end,
-                interface: interface.to_string(),
-                function: function.to_string(),
-                args_hash: args_hash.to_string(),
-                result,
-            });
+            state.record(seq, interface, function, args_hash.to_string(), result);
             if let Some(halt) = state.halt_after.take() {
                 // The suspending call is recorded (a resume replays it, and it
                 // returns); the transition commits it.
@@ -306,15 +308,7 @@ impl Journal {
                 let value = live();
                 let mut state = self.lock();
                 if state.halt.is_none() {
-                    let end = state.next;
-                    state.pending.journal.push(Entry {
-                        seq,
-                        end,
-                        interface: interface.to_string(),
-                        function: function.to_string(),
-                        args_hash: hash,
-                        result: serde_json::to_string(&value).unwrap_or_default(),
-                    });
+                    state.record(seq, interface, function, hash, serde_json::to_string(&value).unwrap_or_default());
                 }
                 value
             }

@@ -260,6 +260,45 @@ pub struct NewRun {
     pub created_ms: i64,
 }
 
+impl NewRun {
+    /// The run as it is first recorded.
+    pub fn into_run(self) -> Run {
+        Run {
+            id: self.id,
+            agent: self.agent,
+            kind: self.kind,
+            source: self.source,
+            component_sha256: self.component_sha256,
+            input: self.input,
+            grant: self.grant,
+            status: self.status,
+            suspend_reason: None,
+            resume_key: None,
+            resume_input: None,
+            result: None,
+            error: None,
+            created_ms: self.created_ms,
+            updated_ms: self.created_ms,
+            lease: self.lease,
+        }
+    }
+}
+
+impl Claim {
+    /// Whether this claim may take `run` at `now_ms`: the one rule every
+    /// backend applies.
+    pub fn allows(self, run: &Run, now_ms: i64) -> bool {
+        match self {
+            Claim::Resume => run.status == RunStatus::Suspended,
+            Claim::Start => run.status == RunStatus::Queued,
+            Claim::Recover => {
+                run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
+            }
+            Claim::Retry => run.status == RunStatus::Failed,
+        }
+    }
+}
+
 /// A recorded run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Run {

@@ -97,25 +97,9 @@ impl Store for MemoryStore {
         if inner.runs.contains_key(&new.id) {
             return Err(StoreError::Conflict(run_exists(&new.id)));
         }
-        let run = Run {
-            id: new.id.clone(),
-            agent: new.agent,
-            kind: new.kind,
-            source: new.source,
-            component_sha256: new.component_sha256,
-            input: new.input,
-            grant: new.grant,
-            status: new.status,
-            suspend_reason: None,
-            resume_key: None,
-            resume_input: None,
-            result: None,
-            error: None,
-            created_ms: new.created_ms,
-            updated_ms: new.created_ms,
-            lease: new.lease,
-        };
-        inner.runs.insert(new.id, run.clone());
+        let id = new.id.clone();
+        let run = new.into_run();
+        inner.runs.insert(id, run.clone());
         Ok(run)
     }
 
@@ -187,12 +171,7 @@ impl Store for MemoryStore {
     ) -> StoreResult<Run> {
         let mut inner = self.lock();
         let run = inner.run_mut(id)?;
-        let ok = match how {
-            Claim::Resume => run.status == RunStatus::Suspended,
-            Claim::Start => run.status == RunStatus::Queued,
-            Claim::Recover => run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now),
-            Claim::Retry => run.status == RunStatus::Failed,
-        };
+        let ok = how.allows(run, now);
         if !ok {
             return Err(StoreError::Conflict(claim_refusal(id, how, run)));
         }

@@ -456,12 +456,7 @@ impl SqliteStore {
         now: i64,
     ) -> StoreResult<Run> {
         let mut run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
-        let ok = match how {
-            Claim::Resume => run.status == RunStatus::Suspended,
-            Claim::Start => run.status == RunStatus::Queued,
-            Claim::Recover => run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now),
-            Claim::Retry => run.status == RunStatus::Failed,
-        };
+        let ok = how.allows(&run, now);
         if !ok {
             return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
         }
@@ -546,24 +541,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
-        let run = Run {
-            id: new.id,
-            agent: new.agent,
-            kind: new.kind,
-            source: new.source,
-            component_sha256: new.component_sha256,
-            input: new.input,
-            grant: new.grant,
-            status: new.status,
-            suspend_reason: None,
-            resume_key: None,
-            resume_input: None,
-            result: None,
-            error: None,
-            created_ms: new.created_ms,
-            updated_ms: new.created_ms,
-            lease: new.lease,
-        };
+        let run = new.into_run();
         let inserted = sqlx::query(sql::INSERT_RUN)
             .bind(&run.id)
             .bind(&run.agent)
