@@ -31,6 +31,9 @@ use crate::error::ToolError;
 use crate::events::{Event, EventSink};
 use crate::manifest::Capability;
 
+/// Where a pass resumed by checkpoints only starts numbering its calls.
+pub const CHECKPOINTS_ONLY_BASE: u64 = 1 << 40;
+
 /// Checkpoint names the host keeps for itself.
 pub const RESERVED: [&str; 3] = ["__suspend__", "__approval__", "__buffer_events__"];
 
@@ -123,6 +126,9 @@ pub struct Journal {
     recorded: BTreeMap<u64, Entry>,
     replay_end: u64,
     buffer_events: bool,
+    /// Whether live calls are appended; not when resuming by checkpoints
+    /// only, whose passes re-enter rather than replay.
+    recording: bool,
     resume_input: Option<String>,
     state: Mutex<State>,
     commits: tokio::sync::Mutex<()>,
@@ -187,11 +193,12 @@ impl Journal {
         let replay_end = recorded.values().map(|e| e.end).max().unwrap_or(0);
         let checkpoints = store.checkpoints(&run.id).await?.into_iter().collect();
         let decided = store.approval(&run.id).await?.filter(|a| a.decision.is_some());
+        // By checkpoints only, every pass numbers its calls the same way
+        // (from a base no journal reaches), so an approval still binds to
+        // one call of one pass; nothing is appended to the old journal.
         let next = match replay {
             Replay::Journal => 0,
-            // A fresh numbering after the old journal, so new entries never
-            // collide with the ones kept for the record.
-            Replay::CheckpointsOnly => store.journal(&run.id).await?.iter().map(|e| e.end).max().unwrap_or(0),
+            Replay::CheckpointsOnly => CHECKPOINTS_ONLY_BASE,
         };
         Ok(Journal {
             store,
@@ -201,6 +208,7 @@ impl Journal {
             recorded,
             replay_end,
             buffer_events,
+            recording: replay == Replay::Journal,
             resume_input: run.resume_input.clone(),
             state: Mutex::new(State { next, checkpoints, decided, ..State::default() }),
             commits: tokio::sync::Mutex::new(()),
@@ -275,7 +283,9 @@ impl Journal {
             if state.halt.is_some() {
                 return;
             }
-            state.record(seq, interface, function, args_hash.to_string(), result);
+            if self.recording {
+                state.record(seq, interface, function, args_hash.to_string(), result);
+            }
             if let Some(halt) = state.halt_after.take() {
                 // The suspending call is recorded (a resume replays it, and it
                 // returns); the transition commits it.
@@ -307,7 +317,7 @@ impl Journal {
             Begin::Live(seq) => {
                 let value = live();
                 let mut state = self.lock();
-                if state.halt.is_none() {
+                if state.halt.is_none() && self.recording {
                     state.record(seq, interface, function, hash, serde_json::to_string(&value).unwrap_or_default());
                 }
                 value

@@ -378,3 +378,38 @@ async fn bump_schema(path: &Path) {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_can_only_narrow_the_recorded_grant_and_a_cancelled_run_stays_cancelled() {
+    let scene = Scene::new().await;
+    for _ in 0..3 {
+        scene.server.push(Reply::text("Revenue grew."));
+    }
+    let input = r#"{"approved": true}"#;
+    let args = scene.run_args(built::DOCUMENT_APPROVAL, "Q3 report", &["--allow", "write", "--mode", "auto"]);
+    let out = scene.nexo(&refs(&args));
+    let first = last_json(&out)["run"].as_str().unwrap().to_string();
+    // Resumed without `write`: publishing is refused, so the run fails.
+    let out = scene.nexo(&["runs", "resume", &first, "--input", input, "--revoke", "write"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot publish"), "{}", stderr(&out));
+    assert!(!scene.ws().join("published").exists());
+    // A stricter mode is taken; a wider one is not.
+    let out = scene.nexo(&refs(&args));
+    let second = last_json(&out)["run"].as_str().unwrap().to_string();
+    let out = scene.nexo(&["runs", "resume", &second, "--input", input, "--mode", "read-only"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!scene.ws().join("published").exists());
+
+    let out = scene.nexo(&refs(&args));
+    let third = last_json(&out)["run"].as_str().unwrap().to_string();
+    let out = scene.nexo(&["runs", "cancel", &third]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = scene.nexo(&["runs", "resume", &third, "--input", input]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cancelled"), "{}", stderr(&out));
+    let out = scene.nexo(&["runs", "list", "--status", "cancelled", "--json"]);
+    let listed: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], third.as_str());
+}
