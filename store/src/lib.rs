@@ -1,8 +1,10 @@
 //! The store: where nexo keeps durable runs.
 //!
 //! One trait, [`Store`], with two backends: [`MemoryStore`] (ephemeral runs,
-//! tests) and SQLite, the embedded default (PostgreSQL shares its SQL in a
-//! later release). A store holds, per run:
+//! tests) and [`SqliteStore`], the embedded default (PostgreSQL shares its
+//! SQL, kept in one module, in a later release). Both follow the same rules
+//! and refuse the same things in the same words (`tests/behaviour.rs` runs
+//! one suite against each). A store holds, per run:
 //!
 //! - the run's record ([`Run`]): agent, component hash, input, status, the
 //!   operator's grant (never a secret), result or error, the owner's lease;

@@ -933,10 +933,22 @@ async fn use_wal(conn: &mut SqliteConnection, location: &str) -> StoreResult<()>
     if mode.eq_ignore_ascii_case("wal") {
         return Ok(());
     }
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| open_error(location, &e))?;
+    // The switch needs the file to itself, and SQLite's busy handler does
+    // not wait for that: when another process opens the same new file at
+    // the same moment, try again until the busy timeout runs out.
+    let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+    let mode: String = loop {
+        match sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(&mut *conn).await {
+            Ok(mode) => break mode,
+            Err(e)
+                if sqlite_code(&e).is_some_and(|c| c & 0xff == SQLITE_BUSY)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => return Err(open_error(location, &e)),
+        }
+    };
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Open {
             location: location.to_string(),
