@@ -120,8 +120,7 @@ impl SqliteStore {
 
         let mut conn = options.connect().await.map_err(|e| open_error(&location, &e))?;
         let migrated = migrate(&mut conn, &location).await;
-        // Closing the only connection checkpoints and removes the WAL; a
-        // failure here changes nothing about what `migrate` found.
+        // A failure to close changes nothing about what `migrate` did.
         conn.close().await.ok();
         migrated?;
 
@@ -236,7 +235,8 @@ impl SqliteStore {
         row.map(|r| self.decode_run(&r)).transpose()
     }
 
-    /// The run `id` if `owner` holds its lease; otherwise why not.
+    /// Succeeds if `owner` holds the running run `id`'s lease; otherwise
+    /// says why not (`NoRun`, or a conflict naming the run's status).
     async fn check_owner(&self, conn: &mut SqliteConnection, id: &str, owner: &str) -> StoreResult<()> {
         let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
@@ -368,7 +368,9 @@ impl SqliteStore {
             ),
         };
         Ok(Approval {
-            seq: to_u64(row.try_get("seq").map_err(get_err)?, || self.corrupt(format!("run `{id}`'s approval")))?,
+            seq: to_u64(row.try_get("seq").map_err(get_err)?, || {
+                self.corrupt(format!("run `{id}`'s approval has a negative sequence number"))
+            })?,
             capability: row.try_get("capability").map_err(get_err)?,
             tool: row.try_get("tool").map_err(get_err)?,
             arguments: self.decode_json(&arguments, &format!("run `{id}`'s approval arguments"))?,
