@@ -2,9 +2,12 @@
 //!
 //! One file, in WAL mode with `synchronous=FULL` (a commit is on disk when
 //! it returns, power loss included), foreign keys on and a 5 s busy
-//! timeout. Writes go through one connection (SQLite has one writer
-//! anyway; queuing them here keeps them off the busy handler), reads through
-//! a small pool of read-only connections. Every transaction that reads
+//! timeout. Writes go through one connection held behind a mutex (SQLite
+//! has one writer anyway; queuing them here keeps them off the busy
+//! handler), reads through a small pool of read-only connections. The
+//! writer is not pooled because sqlx's pool pings a connection on every
+//! release, one more round trip to its worker thread per write that the
+//! next write waits for (see benches/journal.rs). Every transaction that reads
 //! before it writes starts with `BEGIN IMMEDIATE`, which takes the write
 //! lock first, so two processes sharing the file cannot both claim a run.
 //!
@@ -57,8 +60,9 @@ const SQLITE_FULL: i64 = 13;
 pub struct SqliteStore {
     path: PathBuf,
     location: String,
-    /// One connection: every write, in order.
-    writer: SqlitePool,
+    /// The one connection every write goes through, in order; `None` once
+    /// [`SqliteStore::close`]d.
+    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
     /// Read-only connections for reads that need no lock.
     reader: SqlitePool,
 }
@@ -124,15 +128,7 @@ impl SqliteStore {
         conn.close().await.ok();
         migrated?;
 
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| open_error(&location, &e))?;
+        let writer = options.connect().await.map_err(|e| open_error(&location, &e))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
             .min_connections(1)
@@ -143,7 +139,7 @@ impl SqliteStore {
             .await
             .map_err(|e| open_error(&location, &e))?;
         restrict_side_files(&path);
-        Ok(SqliteStore { path, location, writer, reader })
+        Ok(SqliteStore { path, location, writer: tokio::sync::Mutex::new(Some(writer)), reader })
     }
 
     /// The file.
@@ -154,7 +150,7 @@ impl SqliteStore {
     /// The settings the store's connections run with, as SQLite reports
     /// them (for `nexo doctor` and tests).
     pub async fn settings(&self) -> StoreResult<Settings> {
-        let mut writer = self.writer.acquire().await.map_err(|e| self.error(&e))?;
+        let mut writer = self.writer().await?;
         let mut reader = self.reader.acquire().await.map_err(|e| self.error(&e))?;
         Ok(Settings {
             writer: self.connection_settings(&mut writer).await?,
@@ -170,7 +166,15 @@ impl SqliteStore {
     /// way.
     pub async fn close(&self) {
         self.reader.close().await;
-        self.writer.close().await;
+        if let Some(writer) = self.writer.lock().await.take() {
+            writer.close().await.ok();
+        }
+    }
+
+    /// The write connection, for as long as the guard lives.
+    async fn writer(&self) -> StoreResult<tokio::sync::MappedMutexGuard<'_, SqliteConnection>> {
+        tokio::sync::MutexGuard::try_map(self.writer.lock().await, Option::as_mut)
+            .map_err(|_| StoreError::Backend(format!("{}: the store was closed", self.location)))
     }
 
     async fn connection_settings(&self, conn: &mut SqliteConnection) -> StoreResult<ConnectionSettings> {
@@ -208,14 +212,15 @@ impl SqliteStore {
         StoreError::Corrupt { location: self.location.clone(), reason }
     }
 
-    /// Starts a write transaction that holds the write lock from its first
-    /// statement. Dropping it unfinished rolls it back.
-    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
+    /// Starts a write transaction that holds the file's write lock from its
+    /// first statement. Dropping it unfinished (a cancelled future) rolls
+    /// it back before the connection runs anything else.
+    async fn begin<'c>(&self, conn: &'c mut SqliteConnection) -> StoreResult<Transaction<'c, Sqlite>> {
+        conn.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
     }
 
     /// Commits `tx` if `result` is a success, rolls it back otherwise.
-    async fn finish<T>(&self, tx: Transaction<'static, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
+    async fn finish<T>(&self, tx: Transaction<'_, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
         match result {
             Ok(value) => {
                 tx.commit().await.map_err(|e| self.error(&e))?;
@@ -248,14 +253,10 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Why a guarded write to `id` by `owner` wrote nothing.
-    async fn why_not_owned(&self, id: &str, owner: &str) -> StoreError {
-        let conn = self.writer.acquire().await;
-        let mut conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => return self.error(&e),
-        };
-        match self.check_owner(&mut conn, id, owner).await {
+    /// Why a guarded write to `id` by `owner` wrote nothing, asked on the
+    /// write connection that made it.
+    async fn why_not_owned(&self, conn: &mut SqliteConnection, id: &str, owner: &str) -> StoreError {
+        match self.check_owner(conn, id, owner).await {
             Err(e) => e,
             // It changed hands and back between the two statements: say so
             // rather than pretend the write happened.
@@ -563,6 +564,7 @@ impl Store for SqliteStore {
             updated_ms: new.created_ms,
             lease: new.lease,
         };
+        let mut conn = self.writer().await?;
         let inserted = sqlx::query(sql::INSERT_RUN)
             .bind(&run.id)
             .bind(&run.agent)
@@ -581,7 +583,7 @@ impl Store for SqliteStore {
             .bind(run.updated_ms)
             .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
             .bind(run.lease.as_ref().map(|l| l.until_ms))
-            .execute(&self.writer)
+            .execute(&mut *conn)
             .await
             .map_err(|e| self.error(&e))?;
         if inserted.rows_affected() == 0 {
@@ -609,6 +611,7 @@ impl Store for SqliteStore {
         // The common case, one host call's entry and nothing else, is one
         // autocommit statement whose lease check rides in the insert: the
         // same cost as a bare insert (see benches/journal.rs).
+        let mut conn = self.writer().await?;
         if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
             let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER)
                 .bind(id)
@@ -619,18 +622,17 @@ impl Store for SqliteStore {
                 .bind(&e.args_hash)
                 .bind(&e.result)
                 .bind(owner)
-                .execute(&self.writer)
+                .execute(&mut *conn)
                 .await;
             return match self.entry_written(inserted, id, e.seq)? {
-                0 => Err(self.why_not_owned(id, owner).await),
+                0 => Err(self.why_not_owned(&mut conn, id, owner).await),
                 _ => Ok(()),
             };
         }
         if batch.is_empty() {
-            let mut conn = self.writer.acquire().await.map_err(|e| self.error(&e))?;
             return self.check_owner(&mut conn, id, owner).await;
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = async {
             self.check_owner(&mut tx, id, owner).await?;
             self.write_batch(&mut tx, id, batch).await
@@ -640,7 +642,8 @@ impl Store for SqliteStore {
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.transition_in(&mut tx, id, owner, batch, to).await;
         self.finish(tx, result).await
     }
@@ -653,7 +656,8 @@ impl Store for SqliteStore {
         resume_input: Option<String>,
         now: i64,
     ) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
         self.finish(tx, result).await
     }
@@ -663,7 +667,7 @@ impl Store for SqliteStore {
             .bind(id)
             .bind(lease.until_ms)
             .bind(&lease.owner)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await?)
             .await
             .map_err(|e| self.error(&e))?;
         if renewed.rows_affected() > 0 {
@@ -683,7 +687,8 @@ impl Store for SqliteStore {
     }
 
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.cancel_in(&mut tx, id, reason).await;
         self.finish(tx, result).await
     }
@@ -753,13 +758,15 @@ impl Store for SqliteStore {
     }
 
     async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.decide_in(&mut tx, id, decision).await;
         self.finish(tx, result).await
     }
 
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = async {
             self.check_owner(&mut tx, id, owner).await?;
             sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *tx).await.map_err(|e| self.error(&e))?;
