@@ -820,7 +820,10 @@ fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     match builder.create(dir) {
-        Ok(()) => set_mode(dir, 0o700),
+        Ok(()) => {
+            set_mode(dir, 0o700)?;
+            sync_parent(dir)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(e),
     }
@@ -836,7 +839,23 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
     let file = options.open(path)?;
     #[cfg(unix)]
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    file.sync_all()
+    file.sync_all()?;
+    sync_parent(path)
+}
+
+/// Makes a new directory entry durable: SQLite syncs what it writes into
+/// the file, not the directory that names the file.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::File::open(parent)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
 }
 
 /// Gives SQLite's `-wal` and `-shm` files mode 0600 (SQLite copies the
