@@ -62,7 +62,8 @@ impl Inner {
     fn apply(&mut self, id: &str, batch: Batch) -> StoreResult<()> {
         let journal = self.journal.entry(id.to_string()).or_default();
         for (i, e) in batch.journal.iter().enumerate() {
-            if journal.iter().chain(&batch.journal[..i]).any(|j| j.seq == e.seq) {
+            let taken = journal.binary_search_by_key(&e.seq, |j| j.seq).is_ok();
+            if taken || batch.journal[..i].iter().any(|j| j.seq == e.seq) {
                 return Err(StoreError::Conflict(duplicate_entry(id, e.seq)));
             }
         }
