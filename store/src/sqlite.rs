@@ -6,10 +6,11 @@
 //! has one writer anyway; queuing them here keeps them off the busy
 //! handler), reads through a small pool of read-only connections. The
 //! writer is not pooled because sqlx's pool pings a connection on every
-//! release, one more round trip to its worker thread per write that the
-//! next write waits for (see benches/journal.rs). Every transaction that reads
-//! before it writes starts with `BEGIN IMMEDIATE`, which takes the write
-//! lock first, so two processes sharing the file cannot both claim a run.
+//! release: one more round trip to its worker thread per write, which the
+//! next write waits for (see benches/journal.rs). Every transaction that
+//! reads before it writes starts with `BEGIN IMMEDIATE`, which takes the
+//! write lock first, so two processes sharing the file cannot both claim a
+//! run.
 //!
 //! Opening never changes a file that is not already a nexo store or empty:
 //! a file that is not SQLite, another program's database, or a database
@@ -47,8 +48,9 @@ const READERS: u32 = 4;
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// SQLite's primary result codes that mean "this file is damaged or not a
-/// database" (the low byte of an extended code).
+// SQLite's primary result codes (the low byte of an extended code) that
+// the store names: the first two mean the file is damaged or is not a
+// database.
 const SQLITE_CORRUPT: i64 = 11;
 const SQLITE_NOTADB: i64 = 26;
 const SQLITE_BUSY: i64 = 5;
