@@ -8,10 +8,12 @@
 //!
 //! Both run in one process, one after the other, so their ratio means
 //! something; the target is `journal append` ≤ 1.3 × `bare insert` at p50.
-//! Criterion reports means and medians; after it, the p50 run times both
-//! again, interleaved (one bare insert and one append, in alternating
-//! order, 2000 times after a warm-up), and prints p50/p90/p99 and the ratio. `-- --p50` runs only
-//! that:
+//! Criterion reports means and medians (on a shared virtual disk the
+//! means follow fsync's long tail). After it, the p50 run times both again,
+//! 2000 samples each after a warm-up, twice: in blocks (each back to back,
+//! as criterion runs them) and interleaved (one of each in turn), with two
+//! operations for context, and prints p50/p90/p99 and the ratios.
+//! `-- --p50` runs only that:
 //!
 //! ```text
 //! cargo bench -p nexo-store --bench journal
@@ -57,21 +59,22 @@ fn payload() -> String {
     "y".repeat(entry_bytes() - 8)
 }
 
-/// One connection to a fresh file, WAL and `synchronous=FULL`, with the
-/// bare table.
-async fn bare_connection(dir: &Path) -> SqliteConnection {
+/// One connection to a fresh file in WAL mode with the bare table: a rowid
+/// table, the cheapest insert SQLite has (one B-tree, no index), so the
+/// floor is as low as it goes.
+async fn bare_connection(dir: &Path, synchronous: SqliteSynchronous) -> SqliteConnection {
+    let name = format!("bare-{synchronous:?}.db");
     let mut conn = SqliteConnectOptions::new()
-        .filename(dir.join("bare.db"))
+        .filename(dir.join(name))
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
+        .synchronous(synchronous)
         .connect()
         .await
         .unwrap();
-    sqlx::query("CREATE TABLE bare (k BIGINT NOT NULL PRIMARY KEY, v TEXT NOT NULL)").execute(&mut conn).await.unwrap();
+    sqlx::query("CREATE TABLE bare (k INTEGER PRIMARY KEY, v TEXT NOT NULL)").execute(&mut conn).await.unwrap();
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut conn).await.unwrap();
-    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut conn).await.unwrap();
-    assert_eq!((mode.as_str(), sync), ("wal", 2), "the floor runs with the store's settings");
+    assert_eq!(mode, "wal");
     conn
 }
 
@@ -123,7 +126,7 @@ fn criterion_benches(c: &mut Criterion) {
     group.sample_size(100).measurement_time(Duration::from_secs(10));
 
     let dir = tempfile::tempdir().unwrap();
-    let mut conn = rt.block_on(bare_connection(dir.path()));
+    let mut conn = rt.block_on(bare_connection(dir.path(), SqliteSynchronous::Full));
     let v = payload();
     let k = Cell::new(0i64);
     group.bench_function("bare insert", |b| {
@@ -148,58 +151,100 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// What the p50 run times.
+const OPS: [&str; 4] = ["bare insert", "journal append", "  + 2 events", "bare, sync=OFF"];
+
+/// The connections and the store the p50 run writes through, each on a
+/// fresh file of its own.
+struct Targets {
+    bare: SqliteConnection,
+    unsynced: SqliteConnection,
+    store: SqliteStore,
+    payload: String,
+    next: u64,
+}
+
+impl Targets {
+    /// Runs operation `op` of [`OPS`] once and times it.
+    async fn time(&mut self, op: usize) -> Duration {
+        self.next += 1;
+        let n = self.next;
+        let start = Instant::now();
+        match op {
+            0 => bare_insert(&mut self.bare, n as i64, &self.payload).await,
+            1 => append(&self.store, n).await,
+            2 => append_with_events(&self.store, n).await,
+            _ => bare_insert(&mut self.unsynced, n as i64, &self.payload).await,
+        }
+        start.elapsed()
+    }
+}
+
+/// Times every operation `SAMPLES` times after `WARMUP` untimed ones, in
+/// one of two schedules: in blocks (250 of one operation, then 250 of the
+/// next, round and round: each runs back to back as in criterion) or
+/// interleaved (one of each in turn, the first of each round rotating, so
+/// none always follows another's fsync).
+async fn schedule(targets: &mut Targets, blocks: bool) -> Vec<Vec<Duration>> {
+    const BLOCK: usize = 250;
+    let mut times = vec![Vec::with_capacity(SAMPLES); OPS.len()];
+    for op in 0..OPS.len() {
+        for _ in 0..WARMUP {
+            targets.time(op).await;
+        }
+    }
+    if blocks {
+        for _ in 0..SAMPLES / BLOCK {
+            for (op, samples) in times.iter_mut().enumerate() {
+                for _ in 0..BLOCK {
+                    samples.push(targets.time(op).await);
+                }
+            }
+        }
+    } else {
+        for round in 0..SAMPLES {
+            for k in 0..OPS.len() {
+                let op = (round + k) % OPS.len();
+                let took = targets.time(op).await;
+                times[op].push(took);
+            }
+        }
+    }
+    for samples in &mut times {
+        samples.sort();
+    }
+    times
+}
+
 fn p50() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let (mut bare_times, mut append_times, mut context_times) = rt.block_on(async {
-        let mut conn = bare_connection(dir.path()).await;
-        let store = store(dir.path()).await;
-        let v = payload();
-        let mut bare_times = Vec::with_capacity(SAMPLES);
-        let mut append_times = Vec::with_capacity(SAMPLES);
-        let mut context_times = Vec::with_capacity(SAMPLES);
-        for i in 0..WARMUP + SAMPLES {
-            // Which goes first alternates, so neither always follows the
-            // other's fsync.
-            let (mut bare, mut appended) = (Duration::ZERO, Duration::ZERO);
-            for first in [i % 2 == 0, i % 2 == 1] {
-                let start = Instant::now();
-                if first {
-                    bare_insert(&mut conn, i as i64, &v).await;
-                    bare = start.elapsed();
-                } else {
-                    append(&store, i as u64).await;
-                    appended = start.elapsed();
-                }
+    rt.block_on(async {
+        let mut targets = Targets {
+            bare: bare_connection(dir.path(), SqliteSynchronous::Full).await,
+            unsynced: bare_connection(dir.path(), SqliteSynchronous::Off).await,
+            store: store(dir.path()).await,
+            payload: payload(),
+            next: 0,
+        };
+        println!("p50 over {SAMPLES} samples each ({} byte rows, WAL, synchronous=FULL unless said):", entry_bytes());
+        for (blocks, title) in [(true, "in blocks of 250"), (false, "interleaved")] {
+            let times = schedule(&mut targets, blocks).await;
+            println!("{title}:");
+            for (name, samples) in OPS.iter().zip(&times) {
+                println!(
+                    "  {name:<15} p50 {:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}",
+                    percentile(samples, 0.5),
+                    percentile(samples, 0.9),
+                    percentile(samples, 0.99)
+                );
             }
-            let start = Instant::now();
-            append_with_events(&store, (WARMUP + SAMPLES + i) as u64).await;
-            let context = start.elapsed();
-            if i >= WARMUP {
-                bare_times.push(bare);
-                append_times.push(appended);
-                context_times.push(context);
-            }
+            let ratio = percentile(&times[1], 0.5).as_secs_f64() / percentile(&times[0], 0.5).as_secs_f64();
+            println!("  ratio journal append / bare insert at p50: {ratio:.3} (target ≤ 1.3)");
         }
-        (bare_times, append_times, context_times)
     });
-    bare_times.sort();
-    append_times.sort();
-    context_times.sort();
-    println!("p50 over {SAMPLES} interleaved samples each ({} byte rows, WAL, synchronous=FULL):", entry_bytes());
-    for (name, times) in
-        [("bare insert", &bare_times), ("journal append", &append_times), ("  + 2 events", &context_times)]
-    {
-        println!(
-            "  {name:<15} p50 {:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}",
-            percentile(times, 0.5),
-            percentile(times, 0.9),
-            percentile(times, 0.99)
-        );
-    }
-    let ratio = percentile(&append_times, 0.5).as_secs_f64() / percentile(&bare_times, 0.5).as_secs_f64();
-    println!("  ratio journal append / bare insert at p50: {ratio:.3} (target ≤ 1.3)");
-    println!("  (`+ 2 events`: an entry with two events in one transaction, for context; not in the target)");
+    println!("for context, not in the target: `+ 2 events` is an entry with two events in one transaction;");
+    println!("`bare, sync=OFF` is the bare insert without its fsync: what sqlx and SQLite cost per statement");
 }
 
 fn main() {

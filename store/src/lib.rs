@@ -1,8 +1,10 @@
 //! The store: where nexo keeps durable runs.
 //!
 //! One trait, [`Store`], with two backends: [`MemoryStore`] (ephemeral runs,
-//! tests) and SQLite, the embedded default (PostgreSQL shares its SQL in a
-//! later release). A store holds, per run:
+//! tests) and [`SqliteStore`], the embedded default (PostgreSQL shares its
+//! SQL, kept in one module, in a later release). Both follow the same rules
+//! and refuse the same things in the same words (`tests/behaviour.rs` runs
+//! one suite against each). A store holds, per run:
 //!
 //! - the run's record ([`Run`]): agent, component hash, input, status, the
 //!   operator's grant (never a secret), result or error, the owner's lease;
@@ -515,8 +517,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
 
     /// Commits `batch` and moves the run out of `running`, in one
-    /// transaction; a suspension also records its pending approval (and
-    /// replaces an older one). Returns the run as it now is.
+    /// transaction; a suspension also records its pending approval
+    /// (replacing an older one), and any other transition removes an older
+    /// one. Returns the run as it now is.
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
 
     /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so

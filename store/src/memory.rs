@@ -62,7 +62,8 @@ impl Inner {
     fn apply(&mut self, id: &str, batch: Batch) -> StoreResult<()> {
         let journal = self.journal.entry(id.to_string()).or_default();
         for (i, e) in batch.journal.iter().enumerate() {
-            if journal.iter().chain(&batch.journal[..i]).any(|j| j.seq == e.seq) {
+            let taken = journal.binary_search_by_key(&e.seq, |j| j.seq).is_ok();
+            if taken || batch.journal[..i].iter().any(|j| j.seq == e.seq) {
                 return Err(StoreError::Conflict(duplicate_entry(id, e.seq)));
             }
         }
@@ -150,13 +151,15 @@ impl Store for MemoryStore {
                 approval_record = approval;
             }
         }
-        let finished = run.status.is_final();
         let run = run.clone();
-        if let Some(a) = approval_record {
-            inner.approvals.insert(id.to_string(), a);
-        } else if finished {
-            // A finished run waits for nothing (as `cancel` also removes it).
-            inner.approvals.remove(id);
+        match approval_record {
+            Some(a) => {
+                inner.approvals.insert(id.to_string(), a);
+            }
+            // A run that ends, or pauses for another reason, waits on no older call.
+            None => {
+                inner.approvals.remove(id);
+            }
         }
         Ok(run)
     }

@@ -2,11 +2,15 @@
 //!
 //! One file, in WAL mode with `synchronous=FULL` (a commit is on disk when
 //! it returns, power loss included), foreign keys on and a 5 s busy
-//! timeout. Writes go through one connection (SQLite has one writer
-//! anyway; queuing them here keeps them off the busy handler), reads through
-//! a small pool of read-only connections. Every transaction that reads
-//! before it writes starts with `BEGIN IMMEDIATE`, which takes the write
-//! lock first, so two processes sharing the file cannot both claim a run.
+//! timeout. Writes go through one connection held behind a mutex (SQLite
+//! has one writer anyway; queuing them here keeps them off the busy
+//! handler), reads through a small pool of read-only connections. The
+//! writer is not pooled because sqlx's pool pings a connection on every
+//! release: one more round trip to its worker thread per write, which the
+//! next write waits for (see benches/journal.rs). Every transaction that
+//! reads before it writes starts with `BEGIN IMMEDIATE`, which takes the
+//! write lock first, so two processes sharing the file cannot both claim a
+//! run.
 //!
 //! Opening never changes a file that is not already a nexo store or empty:
 //! a file that is not SQLite, another program's database, or a database
@@ -44,8 +48,9 @@ const READERS: u32 = 4;
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// SQLite's primary result codes that mean "this file is damaged or not a
-/// database" (the low byte of an extended code).
+// SQLite's primary result codes (the low byte of an extended code) that
+// the store names: the first two mean the file is damaged or is not a
+// database.
 const SQLITE_CORRUPT: i64 = 11;
 const SQLITE_NOTADB: i64 = 26;
 const SQLITE_BUSY: i64 = 5;
@@ -57,8 +62,9 @@ const SQLITE_FULL: i64 = 13;
 pub struct SqliteStore {
     path: PathBuf,
     location: String,
-    /// One connection: every write, in order.
-    writer: SqlitePool,
+    /// The one connection every write goes through, in order; `None` once
+    /// [`SqliteStore::close`]d.
+    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
     /// Read-only connections for reads that need no lock.
     reader: SqlitePool,
 }
@@ -120,20 +126,11 @@ impl SqliteStore {
 
         let mut conn = options.connect().await.map_err(|e| open_error(&location, &e))?;
         let migrated = migrate(&mut conn, &location).await;
-        // Closing the only connection checkpoints and removes the WAL; a
-        // failure here changes nothing about what `migrate` found.
+        // A failure to close changes nothing about what `migrate` did.
         conn.close().await.ok();
         migrated?;
 
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| open_error(&location, &e))?;
+        let writer = options.connect().await.map_err(|e| open_error(&location, &e))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
             .min_connections(1)
@@ -144,7 +141,7 @@ impl SqliteStore {
             .await
             .map_err(|e| open_error(&location, &e))?;
         restrict_side_files(&path);
-        Ok(SqliteStore { path, location, writer, reader })
+        Ok(SqliteStore { path, location, writer: tokio::sync::Mutex::new(Some(writer)), reader })
     }
 
     /// The file.
@@ -155,7 +152,7 @@ impl SqliteStore {
     /// The settings the store's connections run with, as SQLite reports
     /// them (for `nexo doctor` and tests).
     pub async fn settings(&self) -> StoreResult<Settings> {
-        let mut writer = self.writer.acquire().await.map_err(|e| self.error(&e))?;
+        let mut writer = self.writer().await?;
         let mut reader = self.reader.acquire().await.map_err(|e| self.error(&e))?;
         Ok(Settings {
             writer: self.connection_settings(&mut writer).await?,
@@ -171,7 +168,15 @@ impl SqliteStore {
     /// way.
     pub async fn close(&self) {
         self.reader.close().await;
-        self.writer.close().await;
+        if let Some(writer) = self.writer.lock().await.take() {
+            writer.close().await.ok();
+        }
+    }
+
+    /// The write connection, for as long as the guard lives.
+    async fn writer(&self) -> StoreResult<tokio::sync::MappedMutexGuard<'_, SqliteConnection>> {
+        tokio::sync::MutexGuard::try_map(self.writer.lock().await, Option::as_mut)
+            .map_err(|_| StoreError::Backend(format!("{}: the store was closed", self.location)))
     }
 
     async fn connection_settings(&self, conn: &mut SqliteConnection) -> StoreResult<ConnectionSettings> {
@@ -209,14 +214,15 @@ impl SqliteStore {
         StoreError::Corrupt { location: self.location.clone(), reason }
     }
 
-    /// Starts a write transaction that holds the write lock from its first
-    /// statement. Dropping it unfinished rolls it back.
-    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
+    /// Starts a write transaction that holds the file's write lock from its
+    /// first statement. Dropping it unfinished (a cancelled future) rolls
+    /// it back before the connection runs anything else.
+    async fn begin<'c>(&self, conn: &'c mut SqliteConnection) -> StoreResult<Transaction<'c, Sqlite>> {
+        conn.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
     }
 
     /// Commits `tx` if `result` is a success, rolls it back otherwise.
-    async fn finish<T>(&self, tx: Transaction<'static, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
+    async fn finish<T>(&self, tx: Transaction<'_, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
         match result {
             Ok(value) => {
                 tx.commit().await.map_err(|e| self.error(&e))?;
@@ -236,7 +242,8 @@ impl SqliteStore {
         row.map(|r| self.decode_run(&r)).transpose()
     }
 
-    /// The run `id` if `owner` holds its lease; otherwise why not.
+    /// Succeeds if `owner` holds the running run `id`'s lease; otherwise
+    /// says why not (`NoRun`, or a conflict naming the run's status).
     async fn check_owner(&self, conn: &mut SqliteConnection, id: &str, owner: &str) -> StoreResult<()> {
         let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
@@ -248,14 +255,10 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Why a guarded write to `id` by `owner` wrote nothing.
-    async fn why_not_owned(&self, id: &str, owner: &str) -> StoreError {
-        let conn = self.writer.acquire().await;
-        let mut conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => return self.error(&e),
-        };
-        match self.check_owner(&mut conn, id, owner).await {
+    /// Why a guarded write to `id` by `owner` wrote nothing, asked on the
+    /// write connection that made it.
+    async fn why_not_owned(&self, conn: &mut SqliteConnection, id: &str, owner: &str) -> StoreError {
+        match self.check_owner(conn, id, owner).await {
             Err(e) => e,
             // It changed hands and back between the two statements: say so
             // rather than pretend the write happened.
@@ -368,7 +371,9 @@ impl SqliteStore {
             ),
         };
         Ok(Approval {
-            seq: to_u64(row.try_get("seq").map_err(get_err)?, || self.corrupt(format!("run `{id}`'s approval")))?,
+            seq: to_u64(row.try_get("seq").map_err(get_err)?, || {
+                self.corrupt(format!("run `{id}`'s approval has a negative sequence number"))
+            })?,
             capability: row.try_get("capability").map_err(get_err)?,
             tool: row.try_get("tool").map_err(get_err)?,
             arguments: self.decode_json(&arguments, &format!("run `{id}`'s approval arguments"))?,
@@ -440,7 +445,8 @@ impl SqliteStore {
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| self.error(&e))?;
-        } else if run.status.is_final() {
+        } else {
+            // A run that ends, or pauses for another reason, waits on no older call.
             sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
         }
         Ok(run)
@@ -542,6 +548,7 @@ impl Store for SqliteStore {
 
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let run = new.into_run();
+        let mut conn = self.writer().await?;
         let inserted = sqlx::query(sql::INSERT_RUN)
             .bind(&run.id)
             .bind(&run.agent)
@@ -560,7 +567,7 @@ impl Store for SqliteStore {
             .bind(run.updated_ms)
             .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
             .bind(run.lease.as_ref().map(|l| l.until_ms))
-            .execute(&self.writer)
+            .execute(&mut *conn)
             .await
             .map_err(|e| self.error(&e))?;
         if inserted.rows_affected() == 0 {
@@ -588,6 +595,7 @@ impl Store for SqliteStore {
         // The common case, one host call's entry and nothing else, is one
         // autocommit statement whose lease check rides in the insert: the
         // same cost as a bare insert (see benches/journal.rs).
+        let mut conn = self.writer().await?;
         if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
             let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER)
                 .bind(id)
@@ -598,18 +606,17 @@ impl Store for SqliteStore {
                 .bind(&e.args_hash)
                 .bind(&e.result)
                 .bind(owner)
-                .execute(&self.writer)
+                .execute(&mut *conn)
                 .await;
             return match self.entry_written(inserted, id, e.seq)? {
-                0 => Err(self.why_not_owned(id, owner).await),
+                0 => Err(self.why_not_owned(&mut conn, id, owner).await),
                 _ => Ok(()),
             };
         }
         if batch.is_empty() {
-            let mut conn = self.writer.acquire().await.map_err(|e| self.error(&e))?;
             return self.check_owner(&mut conn, id, owner).await;
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = async {
             self.check_owner(&mut tx, id, owner).await?;
             self.write_batch(&mut tx, id, batch).await
@@ -619,7 +626,8 @@ impl Store for SqliteStore {
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.transition_in(&mut tx, id, owner, batch, to).await;
         self.finish(tx, result).await
     }
@@ -632,7 +640,8 @@ impl Store for SqliteStore {
         resume_input: Option<String>,
         now: i64,
     ) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
         self.finish(tx, result).await
     }
@@ -642,7 +651,7 @@ impl Store for SqliteStore {
             .bind(id)
             .bind(lease.until_ms)
             .bind(&lease.owner)
-            .execute(&self.writer)
+            .execute(&mut *self.writer().await?)
             .await
             .map_err(|e| self.error(&e))?;
         if renewed.rows_affected() > 0 {
@@ -662,7 +671,8 @@ impl Store for SqliteStore {
     }
 
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.cancel_in(&mut tx, id, reason).await;
         self.finish(tx, result).await
     }
@@ -732,13 +742,15 @@ impl Store for SqliteStore {
     }
 
     async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = self.decide_in(&mut tx, id, decision).await;
         self.finish(tx, result).await
     }
 
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
         let result = async {
             self.check_owner(&mut tx, id, owner).await?;
             sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *tx).await.map_err(|e| self.error(&e))?;
@@ -792,7 +804,10 @@ fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     match builder.create(dir) {
-        Ok(()) => set_mode(dir, 0o700),
+        Ok(()) => {
+            set_mode(dir, 0o700)?;
+            sync_parent(dir)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(e),
     }
@@ -808,7 +823,23 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
     let file = options.open(path)?;
     #[cfg(unix)]
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    file.sync_all()
+    file.sync_all()?;
+    sync_parent(path)
+}
+
+/// Makes a new directory entry durable: SQLite syncs what it writes into
+/// the file, not the directory that names the file.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::File::open(parent)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
 }
 
 /// Gives SQLite's `-wal` and `-shm` files mode 0600 (SQLite copies the
@@ -914,10 +945,22 @@ async fn use_wal(conn: &mut SqliteConnection, location: &str) -> StoreResult<()>
     if mode.eq_ignore_ascii_case("wal") {
         return Ok(());
     }
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| open_error(location, &e))?;
+    // The switch needs the file to itself, and SQLite's busy handler does
+    // not wait for that: when another process opens the same new file at
+    // the same moment, try again until the busy timeout runs out.
+    let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+    let mode: String = loop {
+        match sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(&mut *conn).await {
+            Ok(mode) => break mode,
+            Err(e)
+                if sqlite_code(&e).is_some_and(|c| c & 0xff == SQLITE_BUSY)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => return Err(open_error(location, &e)),
+        }
+    };
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Open {
             location: location.to_string(),

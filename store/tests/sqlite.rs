@@ -412,3 +412,62 @@ fn run_ids_are_unique_and_sortable() {
     std::thread::sleep(std::time::Duration::from_millis(2));
     assert!(nexo_store::new_run_id()[..11] > earlier[..11], "the time prefix sorts");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("nexo.db")).await.unwrap();
+    store.create_run(new_run("r1")).await.unwrap();
+    // Futures dropped at every point of a transaction: after BEGIN, between
+    // inserts, around COMMIT.
+    for i in 0..300u64 {
+        let batch = Batch {
+            journal: vec![entry(i)],
+            events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
+            checkpoints: vec![(format!("c{i:03}"), json!(i))],
+        };
+        if i % 10 == 9 {
+            store.commit("r1", OWNER, batch).await.unwrap();
+            continue;
+        }
+        // Drop the commit after 0 to 380 µs, spinning on the clock (a timer
+        // is too coarse: its 1 ms tick lets every commit finish). At 0 it
+        // was polled once: it has sent BEGIN, and usually nothing more.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_micros(i % 20 * 20);
+        let give_up = async {
+            if i % 20 > 0 {
+                while std::time::Instant::now() < deadline {
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            done = store.commit("r1", OWNER, batch) => done.unwrap(),
+            () = give_up => {}
+        }
+    }
+    // The write connection is not left inside a transaction.
+    store.commit("r1", OWNER, Batch { journal: vec![entry(1_000)], ..Batch::default() }).await.unwrap();
+    let to = Transition::Suspend { reason: "wait".into(), resume_key: None, approval: None };
+    store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
+    store.claim("r1", Claim::Resume, lease(OWNER), None, 1).await.unwrap();
+
+    let seqs: Vec<u64> = store.journal("r1").await.unwrap().iter().map(|e| e.seq).filter(|s| *s < 1_000).collect();
+    let events: Vec<u64> = store
+        .events("r1", 0, 1_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "tool_call")
+        .map(|e| e.data.as_u64().unwrap())
+        .collect();
+    let checkpoints: Vec<u64> =
+        store.checkpoints("r1").await.unwrap().iter().map(|(_, v)| v.as_u64().unwrap()).collect();
+    assert_eq!(seqs, events, "each batch is whole or absent");
+    assert_eq!(seqs, checkpoints, "each batch is whole or absent");
+    assert!((9..300).step_by(10).all(|s| seqs.contains(&s)), "the commits let finish are there");
+    // Each cancelled commit is there or not depending on whether its COMMIT
+    // was sent before it was dropped, but some were dropped well before.
+    assert!(seqs.len() < 300, "some commits were cancelled");
+}
