@@ -412,4 +412,6 @@ async fn a_resume_can_only_narrow_the_recorded_grant_and_a_cancelled_run_stays_c
     let listed: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["id"], third.as_str());
+    let events = stdout(&scene.nexo(&["runs", "events", &third]));
+    assert!(events.lines().last().is_some_and(|l| l.contains("\"kind\":\"cancelled\"")), "{events}");
 }

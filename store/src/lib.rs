@@ -548,7 +548,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn orphans(&self, now_ms: i64) -> StoreResult<Vec<Run>>;
 
     /// Marks a run `cancelled` from `queued`, `suspended` or `running`
-    /// (its owner notices at its next renewal). A final run is a conflict.
+    /// (its owner notices at its next renewal), with a `cancelled` event.
+    /// A final run is a conflict.
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run>;
 
     /// The run's journal, in sequence order.

@@ -227,6 +227,7 @@ impl Store for MemoryStore {
         run.updated_ms = now_ms();
         let run = run.clone();
         inner.approvals.remove(id);
+        inner.push_event(id, "cancelled".into(), serde_json::json!({ "reason": reason }), run.updated_ms);
         Ok(run)
     }
 

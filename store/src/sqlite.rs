@@ -516,6 +516,14 @@ impl SqliteStore {
             .await
             .map_err(|e| self.error(&e))?;
         sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        sqlx::query(sql::APPEND_EVENT)
+            .bind(id)
+            .bind("cancelled")
+            .bind(serde_json::json!({ "reason": reason }).to_string())
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
         Ok(run)
     }
 
