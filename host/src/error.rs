@@ -232,6 +232,11 @@ pub enum RunError {
         cap: usize,
     },
 
+    /// The store of recorded runs failed: the run could not be recorded,
+    /// or its record could not be read or updated.
+    #[error("{0}")]
+    Store(#[from] nexo_store::StoreError),
+
     /// A skill the agent names could not be loaded.
     #[error("agent `{agent}` names a skill that cannot be loaded: {reason}")]
     Skill {

@@ -185,7 +185,7 @@ impl Runs {
                 created_ms: nexo_store::now_ms(),
             })
             .await
-            .map_err(store_failure)?;
+            .map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::Journal).await
     }
 
@@ -260,7 +260,7 @@ impl Runs {
         let journal = Arc::new(
             Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events)
                 .await
-                .map_err(store_failure)?,
+                .map_err(RunError::from)?,
         );
         let mut options = options.clone();
         let display = options.events.clone().unwrap_or_else(crate::events::no_events);
@@ -272,7 +272,10 @@ impl Runs {
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
         let mut pending = None;
-        let nothing_ran = matches!(&result, Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_)));
+        let nothing_ran = matches!(
+            &result,
+            Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) | RunError::Store(_))
+        );
         let (to, prompt_status) = match (journal.halted(), result) {
             (Some(Halt::Suspend { reason, resume_key, approval }), _) => {
                 let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval });
@@ -300,9 +303,9 @@ impl Runs {
                 .store
                 .run(&run.id)
                 .await
-                .map_err(store_failure)?
-                .ok_or_else(|| store_failure(StoreError::NoRun(run.id.clone())))?,
-            Err(e) => return Err(store_failure(e)),
+                .map_err(RunError::from)?
+                .ok_or_else(|| RunError::from(StoreError::NoRun(run.id.clone())))?,
+            Err(e) => return Err(e.into()),
         };
         Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending, nothing_ran })
     }
@@ -359,10 +362,6 @@ async fn renew(store: Arc<dyn Store>, id: String, owner: String, journal: Arc<Jo
             Err(e) => tracing::warn!(run = %id, "could not renew the run's lease: {e}"),
         }
     }
-}
-
-fn store_failure(e: StoreError) -> RunError {
-    RunError::Config(crate::error::ConfigError::invalid("store", e.to_string()))
 }
 
 /// `host:pid:nonce`.

@@ -42,7 +42,7 @@ pub fn exit_code(e: &RunError) -> ExitCode {
         | RunError::AgentFailed { .. }
         | RunError::SearchFailed { .. }
         | RunError::Instantiate { .. } => ExitCode::from(1),
-        RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) => ExitCode::from(2),
+        RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) | RunError::Store(_) => ExitCode::from(2),
     }
 }
 
