@@ -415,3 +415,34 @@ async fn a_resume_can_only_narrow_the_recorded_grant_and_a_cancelled_run_stays_c
     let events = stdout(&scene.nexo(&["runs", "events", &third]));
     assert!(events.lines().last().is_some_and(|l| l.contains("\"kind\":\"cancelled\"")), "{events}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_events_follow_streams_a_running_run_until_it_ends() {
+    let scene = Scene::new().await;
+    for i in 0..3 {
+        scene.server.push(Reply::text(format!("answer {i}")).with_delay(Duration::from_millis(300)));
+    }
+    let args = scene.run_args(built::WORKFLOW_PROBE, "checkpoint a one; checkpoint b two; checkpoint c three", &[]);
+    let mut run = scene.command(&refs(&args)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never showed up");
+        if let Some(r) = scene.runs().first() {
+            break r["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let out = scene.nexo(&["runs", "events", &id, "--follow"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(run.wait().unwrap().success());
+    let kinds: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "checkpoint").count(), 3, "{kinds:?}");
+    // --follow returned once the run ended, with all of its events.
+    let all = stdout(&scene.nexo(&["runs", "events", &id]));
+    assert_eq!(all.lines().count(), kinds.len());
+    let show = last_json(&scene.nexo(&["runs", "show", &id, "--json"]));
+    assert_eq!(show["state"]["a"], "answer 0");
+}

@@ -426,3 +426,31 @@ async fn buffer_events_writes_the_events_once_when_the_run_suspends_and_never_ho
         assert!(scene.store.journal(&end.run.id).await.unwrap().len() >= 5);
     }
 }
+
+#[tokio::test]
+async fn the_dashboard_runs_its_three_steps_concurrently_and_stores_each() {
+    let scene = Scene::new().await;
+    for text in ["rev ok", "usage ok", "support ok", "All green"] {
+        scene.server.push(Reply::text(text).with_delay(std::time::Duration::from_millis(50)));
+    }
+    let plugin = agent(built::DASHBOARD).await;
+    let options = scene.options(PermissionMode::ReadOnly, &[]);
+    let started = std::time::Instant::now();
+    let end = scene.runs().start(subject(&plugin, built::DASHBOARD), "acme", json!({}), &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
+    let answer = end.run.result.unwrap();
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines.len(), 4, "{answer}");
+    assert_eq!(lines[0], "All green", "the summary prompt comes last: {answer}");
+    // Which reply each step got depends on arrival order; each got one.
+    let mut values: Vec<&str> = lines[1..].iter().map(|l| l.split_once(": ").unwrap().1).collect();
+    values.sort();
+    assert_eq!(values, ["rev ok", "support ok", "usage ok"]);
+    let mut names: Vec<String> =
+        scene.store.checkpoints(&end.run.id).await.unwrap().into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(names, ["revenue", "support", "usage"]);
+    assert_eq!(scene.server.requests().len(), 4);
+    // Three 50 ms steps at once, then one more: well under four in a row.
+    assert!(started.elapsed() < std::time::Duration::from_millis(2000), "{:?}", started.elapsed());
+}

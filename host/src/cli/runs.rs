@@ -552,10 +552,12 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
         };
     let names: Vec<&str> = checkpoints.iter().map(|(n, _)| n.as_str()).collect();
     if json {
+        let state: serde_json::Map<String, serde_json::Value> = checkpoints.iter().cloned().collect();
         let value = serde_json::json!({
             "run": run,
             "approval": approval,
             "checkpoints": names,
+            "state": state,
             "events": events,
         });
         nexo::terminal::print_json(&value);
@@ -584,6 +586,9 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
     outln!("input:     {}", first_line(&run.input));
     outln!("created:   {}", time(run.created_ms));
     outln!("checkpoints: {}", if names.is_empty() { "(none)".to_string() } else { names.join(", ") });
+    for (name, value) in &checkpoints {
+        outln!("  {name} = {}", first_line(&value.to_string()));
+    }
     outln!("events:");
     for e in &events {
         outln!("  {:>5}  {}  {:<11}  {}", e.id, time(e.at_ms), e.kind, first_line(&e.data.to_string()));
