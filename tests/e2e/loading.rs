@@ -115,3 +115,21 @@ async fn a_component_of_another_contract_version_says_which_way_to_go() {
         assert!(text.contains(std::str::from_utf8(to).unwrap()), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_component_built_against_contract_0_1_0_still_loads_and_runs_on_this_host() {
+    // Every nexo name in the component, moved back to the version before
+    // `durable` (0.1.1) arrived: what a plugin built before it imports.
+    let bytes = std::fs::read(built::TEXT_STATS).unwrap();
+    let mut old = bytes.clone();
+    for name in ["agent", "model", "log", "types"] {
+        let from = format!("nexo:plugin/{name}@0.1.1");
+        let to = format!("nexo:plugin/{name}@0.1.0");
+        old = patched(&old, from.as_bytes(), to.as_bytes());
+    }
+    assert!(!old.windows(6).any(|w| w == b"@0.1.1"), "every 0.1.1 name was patched");
+    let plugin = Plugin::from_bytes(engine(), "old.wasm".into(), &old).await.unwrap();
+    assert_eq!(plugin.export(), "nexo:plugin/agent@0.1.0");
+    let out = plugin.agent().unwrap().run("a b c", &nexo::settings::RunOptions::default()).await.unwrap();
+    assert!(out.answer.contains("words: 3"), "{}", out.answer);
+}
