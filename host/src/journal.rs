@@ -77,16 +77,9 @@ impl Halt {
 }
 
 /// The trap a guest's call unwinds with once its run halted.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Halted(pub String);
-
-impl std::fmt::Display for Halted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Halted {}
 
 /// What [`Journal::begin`] decided for one call.
 #[derive(Debug)]

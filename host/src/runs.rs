@@ -219,13 +219,7 @@ impl Runs {
             }
             .into());
         };
-        let now = match how {
-            // A dead owner on this machine holds no lease, whatever its
-            // expiry says.
-            Claim::Recover if owner_is_dead(&run) => run.lease.as_ref().map_or(0, |l| l.until_ms + 1),
-            _ => nexo_store::now_ms(),
-        }
-        .max(nexo_store::now_ms());
+        let now = if how == Claim::Recover { recovery_time(&run) } else { nexo_store::now_ms() };
         let mut run = self.store.claim(id, how, self.lease(), resume_input, now).await.map_err(ResumeError::from)?;
         if replay == Replay::CheckpointsOnly {
             // The journal records what runs now.
@@ -314,9 +308,7 @@ impl Runs {
     /// changed) failed, so no sweep tries it again.
     pub async fn fail_orphan(&self, id: &str, why: &str) -> Result<(), StoreError> {
         let run = self.store.run(id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
-        let now = if owner_is_dead(&run) { run.lease.as_ref().map_or(0, |l| l.until_ms + 1) } else { 0 }
-            .max(nexo_store::now_ms());
-        self.store.claim(id, Claim::Recover, self.lease(), None, now).await?;
+        self.store.claim(id, Claim::Recover, self.lease(), None, recovery_time(&run)).await?;
         let mut batch = nexo_store::Batch::default();
         batch.events.push(NewEvent {
             kind: "failed".into(),
@@ -395,6 +387,14 @@ fn owner_is_dead(run: &Run) -> bool {
         return false;
     }
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The time a recovery claims `run` at: now, or just past its lease when
+/// its owner was a process on this machine that is gone (a dead owner
+/// holds no lease, whatever its expiry says).
+fn recovery_time(run: &Run) -> i64 {
+    let past_lease = if owner_is_dead(run) { run.lease.as_ref().map_or(0, |l| l.until_ms + 1) } else { 0 };
+    past_lease.max(nexo_store::now_ms())
 }
 
 /// A run's pending approval in one line, for the CLI.

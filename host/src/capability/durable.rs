@@ -134,6 +134,26 @@ fn check_name(name: &str) -> Result<(), wit::DurableError> {
     Ok(())
 }
 
+/// A stored checkpoint: in the run's store when it is recorded, else in
+/// the instance's memory.
+fn stored(cx: &ToolContext, name: &str) -> Result<Option<Value>, wit::DurableError> {
+    Ok(match cx.journal() {
+        Some(journal) => journal.checkpoint(name),
+        None => cx.state::<DurableState>()?.memory().get(name).cloned(),
+    })
+}
+
+/// Stores a checkpoint once (a stored one is kept), where [`stored`] looks.
+fn keep(cx: &ToolContext, name: &str, value: Value) -> Result<(), wit::DurableError> {
+    match cx.journal() {
+        Some(journal) => journal.put_checkpoint(name, value),
+        None => {
+            cx.state::<DurableState>()?.memory().entry(name.to_string()).or_insert(value);
+        }
+    }
+    Ok(())
+}
+
 fn parse_json(name: &str, value: &str) -> Result<Value, wit::DurableError> {
     serde_json::from_str(value)
         .map_err(|e| wit::DurableError::Invalid(format!("the value of checkpoint `{name}` is not JSON: {e}")))
@@ -167,11 +187,7 @@ impl HostCall for CheckpointBegin {
     ) -> BoxFuture<'a, Result<Option<String>, wit::DurableError>> {
         Box::pin(async move {
             check_name(&name)?;
-            let stored = match cx.journal() {
-                Some(journal) => journal.checkpoint(&name),
-                None => cx.state::<DurableState>()?.memory().get(&name).cloned(),
-            };
-            Ok(stored.map(|v| v.to_string()))
+            Ok(stored(cx, &name)?.map(|v| v.to_string()))
         })
     }
 }
@@ -207,13 +223,8 @@ impl HostCall for CheckpointEnd {
         Box::pin(async move {
             check_name(&name)?;
             let value = parse_json(&name, &value)?;
-            match cx.journal() {
-                // Committed with this call's own entry: one transaction.
-                Some(journal) => journal.put_checkpoint(&name, value),
-                None => {
-                    cx.state::<DurableState>()?.memory().entry(name).or_insert(value);
-                }
-            }
+            // Committed with this call's own entry: one transaction.
+            keep(cx, &name, value)?;
             Ok(())
         })
     }
@@ -273,11 +284,12 @@ impl HostCall for CheckpointAll {
                     parse_json(&step.name, &t.arguments)?;
                 }
             }
-            let stored = |name: &str| match cx.journal() {
-                Some(journal) => journal.checkpoint(name),
-                None => cx.state::<DurableState>().ok().and_then(|s| s.memory().get(name).cloned()),
-            };
-            let pending: Vec<&wit::Step> = steps.iter().filter(|s| stored(&s.name).is_none()).collect();
+            let mut pending = Vec::new();
+            for step in &steps {
+                if stored(cx, &step.name)?.is_none() {
+                    pending.push(step);
+                }
+            }
             let mut failure = None;
             type StepRun<'s> = BoxFuture<'s, (&'s wit::Step, Result<Value, String>)>;
             let runs: Vec<StepRun<'_>> = pending
@@ -287,16 +299,13 @@ impl HostCall for CheckpointAll {
             let mut runs = futures::stream::iter(runs).buffer_unordered(STEP_CONCURRENCY);
             while let Some((step, result)) = runs.next().await {
                 match result {
-                    Ok(value) => match cx.journal() {
-                        Some(journal) => {
-                            // Each step is durable as it completes.
-                            journal.put_checkpoint(&step.name, value);
+                    Ok(value) => {
+                        keep(cx, &step.name, value)?;
+                        // Each step is durable as it completes.
+                        if let Some(journal) = cx.journal() {
                             journal.flush().await;
                         }
-                        None => {
-                            cx.state::<DurableState>()?.memory().entry(step.name.clone()).or_insert(value);
-                        }
-                    },
+                    }
                     Err(message) => {
                         // The steps in flight finish and are kept; they were paid for.
                         failure.get_or_insert(wit::StepFailure { name: step.name.clone(), message });
@@ -306,10 +315,11 @@ impl HostCall for CheckpointAll {
             if let Some(failure) = failure {
                 return Err(wit::DurableError::StepFailed(failure));
             }
-            Ok(steps
-                .iter()
-                .map(|s| (s.name.clone(), stored(&s.name).map(|v| v.to_string()).unwrap_or_default()))
-                .collect())
+            let mut values = Vec::with_capacity(steps.len());
+            for step in &steps {
+                values.push((step.name.clone(), stored(cx, &step.name)?.map(|v| v.to_string()).unwrap_or_default()));
+            }
+            Ok(values)
         })
     }
 }

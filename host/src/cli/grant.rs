@@ -134,7 +134,7 @@ enum ConfinementArg {
 }
 
 /// Parses a capability name as written in the WIT and in manifests.
-fn parse_capability(name: &str) -> Result<Capability, String> {
+pub fn parse_capability(name: &str) -> Result<Capability, String> {
     serde_json::from_value(serde_json::Value::String(name.to_string()))
         .map_err(|_| format!("unknown capability `{name}`: use read, glob, write, shell, fetch or search"))
 }

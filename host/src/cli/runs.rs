@@ -109,7 +109,7 @@ pub struct Narrow {
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     mode: Option<PermissionMode>,
     /// Take capabilities away from the run's grant (comma-separated or repeated).
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = parse_capability)]
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = grant::parse_capability)]
     revoke: Vec<Capability>,
     /// Resume even though the component changed: by checkpoints only, without replaying the journal.
     #[arg(long)]
@@ -129,11 +129,6 @@ fn parse_status(name: &str) -> Result<RunStatus, String> {
 fn parse_mode(name: &str) -> Result<PermissionMode, String> {
     serde_json::from_value(serde_json::Value::String(name.to_string()))
         .map_err(|_| format!("unknown mode `{name}`: use read-only, approve, ask or auto"))
-}
-
-fn parse_capability(name: &str) -> Result<Capability, String> {
-    serde_json::from_value(serde_json::Value::String(name.to_string()))
-        .map_err(|_| format!("unknown capability `{name}`: use read, glob, write, shell, fetch or search"))
 }
 
 /// What a recorded run keeps of the operator's settings, so a resume
