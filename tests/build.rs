@@ -32,6 +32,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("WORKFLOW_PROBE", "workflow-probe"),
     ("DOCUMENT_APPROVAL", "document-approval"),
     ("DASHBOARD", "dashboard"),
+    ("MCP_PROBE", "mcp-probe"),
 ];
 
 fn main() {

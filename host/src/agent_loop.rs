@@ -76,7 +76,7 @@ pub struct HostLoop;
 impl Loop for HostLoop {
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>> {
         Box::pin(async move {
-            let tools = ctx.tools.specs();
+            let tools = ctx.tools.specs().await;
             let events = ctx.tools.events();
             let mut messages = Vec::new();
             let system: Vec<&str> = ctx.instructions.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();

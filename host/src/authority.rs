@@ -18,6 +18,13 @@
 //!
 //! A denial becomes a recoverable tool error, and `approval required` is its
 //! own outcome that a run can turn into a suspension.
+//!
+//! MCP tools are a second, fail-closed axis ([`Gate::Mcp`]): a server is
+//! reachable only if the agent requested it and the operator configured it,
+//! and a tool on it passes by the agent's exact `mcp-allow` names (narrowed
+//! by the operator's), then by the same mode: `read-only` allows only listed
+//! names, `ask` asks about the others, `approve` suspends them for a durable
+//! decision, `auto` allows all.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -28,6 +35,41 @@ use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
 
 /// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
 pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
+
+/// `ask` mode's hook for MCP tools: `(server, tool, arguments) -> allowed?`.
+pub type McpAskHook = Arc<dyn Fn(&str, &str, &serde_json::Value) -> bool + Send + Sync>;
+
+/// What the gate decides about one call.
+#[derive(Debug, Clone, Copy)]
+pub enum Gate<'a> {
+    /// Every agent may make the call.
+    Open,
+    /// The call needs `cap`; `detail` (a path, a command, a URL) goes to the
+    /// hooks and into messages.
+    Capability(Capability, &'a str),
+    /// A call to an MCP server: listing its tools (`tool` is `None`), or
+    /// calling one.
+    Mcp {
+        /// The server's configured name.
+        server: &'a str,
+        /// The tool, when one is called.
+        tool: Option<&'a str>,
+        /// The call's arguments, for the `ask` hook.
+        arguments: &'a serde_json::Value,
+    },
+}
+
+impl Gate<'_> {
+    /// What an approval of this call is recorded under: the capability's
+    /// name, or `mcp`.
+    pub fn subject(&self) -> &'static str {
+        match self {
+            Gate::Open => "none",
+            Gate::Capability(cap, _) => cap.as_str(),
+            Gate::Mcp { .. } => "mcp",
+        }
+    }
+}
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +89,7 @@ pub struct Permissions {
     allow: CapSet,
     on_ask: Option<AskHook>,
     ask_when: Option<AskHook>,
+    on_ask_mcp: Option<McpAskHook>,
 }
 
 impl fmt::Debug for Permissions {
@@ -56,6 +99,7 @@ impl fmt::Debug for Permissions {
             .field("allow", &self.allow.to_set())
             .field("on_ask", &self.on_ask.is_some())
             .field("ask_when", &self.ask_when.is_some())
+            .field("on_ask_mcp", &self.on_ask_mcp.is_some())
             .finish()
     }
 }
@@ -74,7 +118,7 @@ impl Permissions {
     /// A mode with the default allow list (`read`, `glob`) and no hooks.
     /// `ask` with no hook denies everything it would ask about.
     pub fn new(mode: PermissionMode) -> Self {
-        Permissions { mode, allow: DEFAULT_ALLOW.into_iter().collect(), on_ask: None, ask_when: None }
+        Permissions { mode, allow: DEFAULT_ALLOW.into_iter().collect(), on_ask: None, ask_when: None, on_ask_mcp: None }
     }
 
     /// Replaces the allow list, for example `read`, `glob` and `fetch` in
@@ -87,6 +131,13 @@ impl Permissions {
     /// Sets the `ask` decision hook.
     pub fn on_ask(mut self, hook: impl Fn(Capability, &str) -> bool + Send + Sync + 'static) -> Self {
         self.on_ask = Some(Arc::new(hook));
+        self
+    }
+
+    /// Sets the `ask` decision hook for MCP tools not on the agent's
+    /// `mcp-allow` list. Without one, `ask` denies them.
+    pub fn on_ask_mcp(mut self, hook: impl Fn(&str, &str, &serde_json::Value) -> bool + Send + Sync + 'static) -> Self {
+        self.on_ask_mcp = Some(Arc::new(hook));
         self
     }
 
@@ -160,6 +211,59 @@ impl Permissions {
     }
 }
 
+impl Permissions {
+    /// Decides one MCP tool call that is not on the agent's `mcp-allow`
+    /// list (listed calls pass under every mode). `name` is how messages
+    /// name the tool (`server/tool`).
+    pub fn check_mcp(&self, server: &str, tool: &str, arguments: &serde_json::Value) -> Verdict {
+        let name = format!("{server}/{tool}");
+        match self.mode {
+            PermissionMode::Auto => Verdict::Allow,
+            PermissionMode::ReadOnly => Verdict::Deny(format!(
+                "the MCP tool `{name}` is not on this agent's `mcp-allow` list, and read-only mode allows only \
+                 listed MCP tools: the plugin's author adds the exact name to `mcp-allow`, or the operator chooses \
+                 another mode (`--mode ask`, `approve` or `auto`)"
+            )),
+            PermissionMode::Ask => match &self.on_ask_mcp {
+                None => Verdict::Deny(format!(
+                    "the MCP tool `{name}` needs the operator's approval, and no one can be asked (ask mode without \
+                     a prompt)"
+                )),
+                Some(hook) if hook(server, tool, arguments) => Verdict::Allow,
+                Some(_) => Verdict::Deny(format!("the operator declined the MCP tool `{name}`")),
+            },
+            PermissionMode::Approve => {
+                Verdict::ApprovalRequired(format!("the MCP tool `{name}` waits for an approval"))
+            }
+        }
+    }
+}
+
+/// An exact-name list of MCP tools: `tool` matches that tool on any server,
+/// `server/tool` only on that server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpAllow(Vec<String>);
+
+impl McpAllow {
+    /// The list.
+    pub fn new(entries: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        McpAllow(entries.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether `tool` on `server` is listed. Exact: no patterns.
+    pub fn matches(&self, server: &str, tool: &str) -> bool {
+        self.0.iter().any(|e| match e.split_once('/') {
+            Some((s, t)) => s == server && t == tool,
+            None => e == tool,
+        })
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> &[String] {
+        &self.0
+    }
+}
+
 /// What the operator grants: a set of capabilities. The default grants
 /// `read` and `glob`, which act only inside the sandbox (in-memory by default).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,23 +274,35 @@ pub struct Grant {
     /// `fetch-allow` list decides. Set, a URL must be on both lists
     /// (subdomain-aware), so the operator can only narrow.
     pub fetch_hosts: Option<Vec<String>>,
+    /// The MCP servers the operator configured, by name: an agent reaches
+    /// those of them it requests. Their settings are in
+    /// [`RunOptions::mcp`](crate::settings::RunOptions::mcp).
+    pub mcp_servers: BTreeSet<String>,
+    /// The operator's own `mcp-allow` list. `None`: the agent's list
+    /// decides. Set, a tool must be on both, so the operator can only narrow.
+    pub mcp_allow: Option<McpAllow>,
 }
 
 impl Default for Grant {
     fn default() -> Self {
-        Grant { capabilities: DEFAULT_ALLOW.into_iter().collect(), fetch_hosts: None }
+        Grant::of(DEFAULT_ALLOW)
     }
 }
 
 impl Grant {
     /// Grants exactly `caps`.
     pub fn of(caps: impl IntoIterator<Item = Capability>) -> Self {
-        Grant { capabilities: caps.into_iter().collect(), fetch_hosts: None }
+        Grant {
+            capabilities: caps.into_iter().collect(),
+            fetch_hosts: None,
+            mcp_servers: BTreeSet::new(),
+            mcp_allow: None,
+        }
     }
 
     /// Grants nothing.
     pub fn none() -> Self {
-        Grant { capabilities: BTreeSet::new(), fetch_hosts: None }
+        Grant::of([])
     }
 
     /// Requested ∩ granted.
@@ -221,6 +337,16 @@ pub struct Authority {
     /// Why a capability cannot run here at all (no shell in the sandbox, no
     /// `fetch-allow` list, no search backend), by [`Capability::index`].
     unavailable: [Option<Refusal>; Capability::ALL.len()],
+    mcp: McpAuthority,
+}
+
+/// The MCP axis of an [`Authority`].
+#[derive(Debug, Clone, Default)]
+struct McpAuthority {
+    requested: Vec<String>,
+    effective: Vec<String>,
+    allow: McpAllow,
+    operator_allow: Option<McpAllow>,
 }
 
 /// Why a capability cannot run in this run's configuration, made into the
@@ -249,7 +375,37 @@ impl Authority {
             effective: requested.intersection(granted),
             permissions,
             unavailable: [None; Capability::ALL.len()],
+            mcp: McpAuthority {
+                requested: manifest.mcp_servers.clone(),
+                effective: manifest.mcp_servers.iter().filter(|s| grant.mcp_servers.contains(*s)).cloned().collect(),
+                allow: McpAllow::new(manifest.mcp_allow.iter().cloned()),
+                operator_allow: grant.mcp_allow.clone(),
+            },
         }
+    }
+
+    /// The MCP servers the agent requested, in its manifest's order.
+    pub fn mcp_requested(&self) -> &[String] {
+        &self.mcp.requested
+    }
+
+    /// The MCP servers it reaches: requested ∩ configured.
+    pub fn mcp_effective(&self) -> &[String] {
+        &self.mcp.effective
+    }
+
+    /// Whether `tool` on `server` is on the agent's `mcp-allow` list and,
+    /// when the operator has one, on the operator's.
+    pub fn mcp_listed(&self, server: &str, tool: &str) -> bool {
+        self.mcp.allow.matches(server, tool) && self.mcp.operator_allow.as_ref().is_none_or(|o| o.matches(server, tool))
+    }
+
+    /// Whether the model is offered `tool` on `server`: the server is
+    /// reachable, and the tool could pass the gate (under `read-only` only
+    /// listed tools can, so only those are offered).
+    pub fn mcp_offers(&self, server: &str, tool: &str) -> bool {
+        self.mcp.effective.iter().any(|s| s == server)
+            && (self.mode() != PermissionMode::ReadOnly || self.mcp_listed(server, tool))
     }
 
     /// Notes that `cap` cannot run in this run's configuration: the gate
@@ -300,20 +456,62 @@ impl Authority {
         self.effective.contains(cap) && self.permissions.auto_allows(cap)
     }
 
-    /// The gate for one action, in a fixed order: effective → servable →
-    /// the mode's verdict. Every decision is logged (a URL without its query).
+    /// The gate for one action that needs `cap`: [`Authority::gate`] with
+    /// [`Gate::Capability`].
     pub fn authorize(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
-        let outcome = self.decide(cap, tool, detail);
+        self.gate(&Gate::Capability(cap, detail), tool)
+    }
+
+    /// The gate for one call, in a fixed order: effective → servable → the
+    /// mode's verdict. Every decision is logged: a URL without its query,
+    /// an MCP call without its arguments.
+    pub fn gate(&self, gate: &Gate<'_>, tool: &str) -> Result<(), ToolError> {
+        let (outcome, detail) = match *gate {
+            Gate::Open => return Ok(()),
+            // A URL's query string can carry tokens: the log keeps what comes before it.
+            Gate::Capability(cap, detail) => (
+                self.decide(cap, tool, detail),
+                if cap == Capability::Fetch { detail.split(['?', '#']).next().unwrap_or("") } else { detail }
+                    .to_string(),
+            ),
+            Gate::Mcp { server, tool: mcp_tool, arguments } => {
+                (self.decide_mcp(server, mcp_tool, arguments), format!("{server}/{}", mcp_tool.unwrap_or("(list)")))
+            }
+        };
         let verdict = match &outcome {
             Ok(()) => "allowed",
             Err(ToolError::ApprovalRequired(_)) => "approval-required",
             Err(ToolError::Unsupported(_)) => "unsupported",
             Err(_) => "denied",
         };
-        // A URL's query string can carry tokens: the log keeps what comes before it.
-        let detail = if cap == Capability::Fetch { detail.split(['?', '#']).next().unwrap_or("") } else { detail };
         tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail, verdict);
         outcome
+    }
+
+    fn decide_mcp(&self, server: &str, tool: Option<&str>, arguments: &serde_json::Value) -> Result<(), ToolError> {
+        let agent = &self.agent;
+        if !self.mcp.effective.iter().any(|s| s == server) {
+            return Err(ToolError::Denied(if self.mcp.requested.iter().any(|s| s == server) {
+                format!(
+                    "`{agent}` asks for the MCP server `{server}`, which the operator did not configure: add an \
+                     `[mcp.{server}]` table to the config file (or pass `--mcp {server}=…`)"
+                )
+            } else {
+                format!(
+                    "`{agent}` does not request the MCP server `{server}`: the plugin's author adds it to the \
+                     manifest's `mcp-servers`; the operator cannot grant what was not requested"
+                )
+            }));
+        }
+        let Some(tool) = tool else { return Ok(()) };
+        if self.mcp_listed(server, tool) {
+            return Ok(());
+        }
+        match self.permissions.check_mcp(server, tool, arguments) {
+            Verdict::Allow => Ok(()),
+            Verdict::Deny(m) => Err(ToolError::Denied(m)),
+            Verdict::ApprovalRequired(m) => Err(ToolError::ApprovalRequired(m)),
+        }
     }
 
     fn decide(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {

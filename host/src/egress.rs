@@ -31,7 +31,6 @@ use crate::error::{ConfigError, ToolError};
 use crate::events::EventSink;
 use crate::host_call::{CallContext, HostCall, LogBudget, guest};
 use crate::instance::{Host, base_linker};
-use crate::manifest::Capability;
 use crate::world::WorldLinker;
 
 /// The most a fetched page contributes: 200 KB of its body.
@@ -272,7 +271,7 @@ impl CallContext for EgressState {
 
     /// These worlds name no capability: their authority is the egress grant,
     /// which the guarded client enforces on every request.
-    fn authorize(&self, _cap: Capability, _call: &str, _detail: &str) -> Result<(), ToolError> {
+    fn authorize(&self, _gate: &crate::authority::Gate<'_>, _call: &str) -> Result<(), ToolError> {
         Ok(())
     }
 

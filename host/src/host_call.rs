@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::Value;
 
-use crate::authority::Authority;
+use crate::authority::{Authority, Gate};
 use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
@@ -45,8 +45,8 @@ pub trait CallContext: Send + Sync + 'static {
     /// The plugin's name, for logs.
     fn plugin(&self) -> &str;
 
-    /// The gate for one action the call names a capability for.
-    fn authorize(&self, cap: Capability, call: &str, detail: &str) -> Result<(), ToolError>;
+    /// The gate for one call.
+    fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError>;
 
     /// The most bytes a guest may hand to one call.
     fn arg_limit(&self) -> usize;
@@ -129,6 +129,22 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
         String::new()
     }
 
+    /// What the gate decides on: by default the call's capability and
+    /// `detail`, or nothing for calls every agent may make.
+    fn gate<'a>(&'a self, _args: &'a Self::Args, detail: &'a str) -> Gate<'a> {
+        match self.capability() {
+            Some(cap) => Gate::Capability(cap, detail),
+            None => Gate::Open,
+        }
+    }
+
+    /// What the journal hashes and an approval shows: the call's arguments
+    /// as JSON, plus whatever else tells two calls apart (an MCP call adds
+    /// its server and tool).
+    fn journal_arguments(&self, arguments: Value) -> Value {
+        arguments
+    }
+
     /// The bytes a guest hands over, for the size limit on host arguments.
     fn arg_bytes(&self, _args: &Self::Args) -> usize {
         0
@@ -195,7 +211,8 @@ pub struct ModelReply {
 }
 
 impl ModelReply {
-    fn error(e: &ToolError) -> Self {
+    /// The reply for a failed call.
+    pub fn error(e: &ToolError) -> Self {
         ModelReply {
             content: format!("error: {}", e.text()),
             is_error: true,
@@ -208,7 +225,10 @@ impl ModelReply {
     }
 }
 
-/// A [`Tool`] behind a pointer, so a run can hold tools of every unit.
+/// A [`Tool`] behind a pointer, so a run can hold tools of every unit. A
+/// family of tools whose names are learnt at run time (an MCP server's)
+/// is one `DynTool` too: it overrides [`DynTool::specs`],
+/// [`DynTool::serves`] and [`DynTool::names`].
 pub trait DynTool: Send + Sync {
     /// The name the model sees.
     fn model_name(&self) -> &'static str;
@@ -218,6 +238,23 @@ pub trait DynTool: Send + Sync {
     fn spec(&self, cx: &ToolContext) -> ToolSpec;
     /// Runs one model call through the host-call path.
     fn call_model<'a>(&'a self, cx: &'a ToolContext, turn: u32, call: &'a ToolCall) -> BoxFuture<'a, ModelReply>;
+
+    /// The specs offered to the model in this run. Default: this tool's,
+    /// when it is offered.
+    fn specs<'a>(&'a self, cx: &'a ToolContext) -> BoxFuture<'a, Vec<ToolSpec>> {
+        let specs = if self.offered(cx) { vec![self.spec(cx)] } else { Vec::new() };
+        Box::pin(std::future::ready(specs))
+    }
+
+    /// Whether the model's call of `name` is for this tool.
+    fn serves(&self, cx: &ToolContext, name: &str) -> bool {
+        self.model_name() == name && self.offered(cx)
+    }
+
+    /// The names it answers to now, for the message about an unknown tool.
+    fn names(&self, cx: &ToolContext) -> Vec<String> {
+        if self.offered(cx) { vec![self.model_name().to_string()] } else { Vec::new() }
+    }
 }
 
 impl<T: Tool> DynTool for T {
@@ -291,8 +328,8 @@ impl CallContext for ToolContext {
         self.authority.agent()
     }
 
-    fn authorize(&self, cap: Capability, call: &str, detail: &str) -> Result<(), ToolError> {
-        self.authority.authorize(cap, call, detail)
+    fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError> {
+        self.authority.gate(gate, call)
     }
 
     fn arg_limit(&self) -> usize {
@@ -363,9 +400,14 @@ impl ToolContext {
         self.tools.iter().copied().filter(|t| t.offered(self))
     }
 
-    /// The specs of the offered tools.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.offered_tools().map(|t| t.spec(self)).collect()
+    /// The specs of the offered tools. A family of run-time tools (MCP)
+    /// may connect to learn its own.
+    pub async fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs = Vec::new();
+        for tool in self.tools.iter() {
+            specs.extend(tool.specs(self).await);
+        }
+        specs
     }
 
     /// Runs a guest's call through the host-call path.
@@ -397,16 +439,26 @@ impl ToolContext {
     /// Runs one of the model's tool calls: the offered tool of that name, or
     /// an error listing the tools there are.
     pub async fn call_model(&self, turn: u32, call: &ToolCall) -> ModelReply {
-        if let Some(tool) = self.offered_tools().find(|t| t.model_name() == call.name) {
+        if let Some(tool) = self.tools.iter().find(|t| t.serves(self, &call.name)) {
             return tool.call_model(self, turn, call).await;
         }
-        let names: Vec<&str> = self.offered_tools().map(|t| t.model_name()).collect();
+        let names: Vec<String> = self.tools.iter().flat_map(|t| t.names(self)).collect();
         let e =
             ToolError::InvalidInput(format!("there is no tool `{}`; the tools are: {}", call.name, names.join(", ")));
         call_event(self, turn, call);
         let reply = ModelReply { content: format!("error: {}", e.message()), ..ModelReply::error(&e) };
         result_event(self, turn, call, &reply);
         reply
+    }
+}
+
+/// Runs one of the model's calls through the host-call path with `call`
+/// as its handler: for a family of tools (MCP) whose [`DynTool`] picks the
+/// handler per call.
+pub async fn model_call<C: MaybeTool>(cx: &ToolContext, call: &C, turn: u32, tool_call: &ToolCall) -> ModelReply {
+    match enter(cx, call, Origin::Model { turn, call: tool_call }).await {
+        Reply::Model(reply) => reply,
+        Reply::Guest(_) => unreachable!("a model call gets a model reply"),
     }
 }
 
@@ -444,10 +496,10 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     // journal: a recorded call is answered from the journal
     let mut live = None;
     if let (Some(journal), Ok(args)) = (cx.journal().filter(|_| call.effect() != Effect::Skip), &decoded) {
-        let arguments = match model {
+        let arguments = call.journal_arguments(match model {
             Some((_, model_call)) => model_call.arguments.clone(),
             None => serde_json::to_value(args).unwrap_or(Value::Null),
-        };
+        });
         let hash = crate::journal::hash_args(&arguments);
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
@@ -474,17 +526,19 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     }
     // authorize; under `approve`, a recorded run asks its journal for the
     // operator's decision on exactly this call
-    let allowed = decoded.and_then(|args| match call.capability() {
-        Some(cap) => match cx.authorize(cap, call.name(), &call.detail(&args)) {
+    let allowed = decoded.and_then(|args| {
+        let detail = call.detail(&args);
+        let gate = call.gate(&args, &detail);
+        match cx.authorize(&gate, call.name()) {
             Err(ToolError::ApprovalRequired(message)) => match &live {
                 Some((journal, seq, hash, arguments)) => {
-                    journal.approval(*seq, cap, call.name(), arguments, hash, message).map(|()| args)
+                    journal.approval(*seq, gate.subject(), call.name(), arguments, hash, message)
                 }
                 None => Err(ToolError::ApprovalRequired(message)),
             },
-            verdict => verdict.map(|()| args),
-        },
-        None => Ok(args),
+            verdict => verdict,
+        }
+        .map(|()| args)
     });
     // event
     if let Some((turn, model_call)) = model {

@@ -29,7 +29,6 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
-use crate::manifest::Capability;
 
 /// Where a pass resumed by checkpoints only starts numbering its calls.
 pub const CHECKPOINTS_ONLY_BASE: u64 = 1 << 40;
@@ -403,7 +402,7 @@ impl Journal {
     pub fn approval(
         &self,
         seq: u64,
-        cap: Capability,
+        subject: &str,
         tool: &str,
         arguments: &Value,
         args_hash: &str,
@@ -412,7 +411,7 @@ impl Journal {
         let mut state = self.lock();
         let matches = state.decided.as_ref().is_some_and(|a| {
             a.seq == seq
-                && a.capability == cap.as_str()
+                && a.capability == subject
                 && a.tool == tool
                 && a.args_hash == args_hash
                 && a.component_sha256 == self.component
@@ -425,7 +424,7 @@ impl Journal {
         }
         let approval = Approval {
             seq,
-            capability: cap.as_str().to_string(),
+            capability: subject.to_string(),
             tool: tool.to_string(),
             arguments: arguments.clone(),
             args_hash: args_hash.to_string(),

@@ -175,6 +175,10 @@ pub struct AgentManifest {
     pub fetch_allow: Vec<String>,
     /// Requested MCP servers, by configured name.
     pub mcp_servers: Vec<String>,
+    /// MCP tools the agent asks to call without anyone being asked: exact
+    /// names, `tool` or `server/tool`. The operator's grant can only narrow
+    /// it (see [`crate::authority`]).
+    pub mcp_allow: Vec<String>,
     /// Turn cap for one prompt.
     pub max_turns: Option<u32>,
     /// Expected sandbox.
@@ -185,23 +189,27 @@ pub struct AgentManifest {
 
 /// The version of the `nexo:plugin` package this host implements. Any
 /// `0.1.x` plugin is accepted.
-pub const CONTRACT_VERSION: &str = "0.1.1";
+pub const CONTRACT_VERSION: &str = "0.1.2";
 
 /// The versioned names of the `nexo:plugin` interfaces the host serves, as
 /// linkers define them. Each ends with [`CONTRACT_VERSION`] (a unit test checks).
 pub mod interface {
     /// `nexo:plugin/tools`.
-    pub const TOOLS: &str = "nexo:plugin/tools@0.1.1";
+    pub const TOOLS: &str = "nexo:plugin/tools@0.1.2";
     /// `nexo:plugin/model`.
-    pub const MODEL: &str = "nexo:plugin/model@0.1.1";
+    pub const MODEL: &str = "nexo:plugin/model@0.1.2";
     /// `nexo:plugin/log`.
-    pub const LOG: &str = "nexo:plugin/log@0.1.1";
+    pub const LOG: &str = "nexo:plugin/log@0.1.2";
     /// `nexo:plugin/outbound-http`.
-    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.1";
+    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.2";
     /// `nexo:plugin/config`.
-    pub const CONFIG: &str = "nexo:plugin/config@0.1.1";
+    pub const CONFIG: &str = "nexo:plugin/config@0.1.2";
     /// `nexo:plugin/durable`.
-    pub const DURABLE: &str = "nexo:plugin/durable@0.1.1";
+    pub const DURABLE: &str = "nexo:plugin/durable@0.1.2";
+    /// `nexo:plugin/mcp`.
+    pub const MCP: &str = "nexo:plugin/mcp@0.1.2";
+    /// `nexo:plugin/agent-mcp`, the export of `mcp-agent-plugin` agents.
+    pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.2";
 }
 
 /// Which world a plugin implements.
@@ -242,7 +250,7 @@ impl PluginKind {
     /// The `nexo:plugin` interfaces this kind may import.
     pub(crate) fn allowed_imports(self) -> &'static [&'static str] {
         match self {
-            PluginKind::Agent => &["types", "log", "tools", "model", "durable"],
+            PluginKind::Agent => &["types", "log", "tools", "model", "durable", "mcp"],
             PluginKind::Skill => &["types"],
             PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
         }
@@ -377,6 +385,7 @@ impl From<bindings::AgentManifest> for AgentManifest {
             capabilities: m.capabilities.into_iter().map(Capability::from).collect(),
             fetch_allow: m.fetch_allow,
             mcp_servers: m.mcp_servers,
+            mcp_allow: Vec::new(),
             max_turns: m.max_turns,
             sandbox: m.sandbox.map(SandboxKind::from),
             permissions: m.permissions.map(PermissionMode::from),
@@ -416,6 +425,8 @@ mod tests {
             interface::OUTBOUND_HTTP,
             interface::CONFIG,
             interface::DURABLE,
+            interface::MCP,
+            interface::AGENT_MCP,
         ] {
             assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");
         }

@@ -98,6 +98,12 @@ pub struct RunOptions {
     /// call, the WASI clocks and the random seed are journaled, and a
     /// resume replays them. `None`: nothing is recorded.
     pub journal: Option<Arc<crate::journal::Journal>>,
+    /// The operator's MCP servers, with their live connections. An agent
+    /// reaches those its manifest requests whose names are also in
+    /// [`Grant::mcp_servers`]. Whoever builds the clients closes them
+    /// ([`nexo_mcp::Clients::close`]); runs and prompts that share them
+    /// share their connections. `None`: no MCP servers.
+    pub mcp: Option<nexo_mcp::Clients>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -111,6 +117,7 @@ impl std::fmt::Debug for RunOptions {
             .field("model", &self.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
             .field("loop_limits", &self.loop_limits)
             .field("search", &self.search.as_ref().map(|s| s.name().to_string()))
+            .field("mcp", &self.mcp.as_ref().map(|c| c.servers().map(|s| s.name().to_string()).collect::<Vec<_>>()))
             .finish_non_exhaustive()
     }
 }

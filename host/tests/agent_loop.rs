@@ -60,8 +60,8 @@ async fn run(
     (outcome, events)
 }
 
-fn offered(tb: &Toolbox) -> Vec<String> {
-    tb.tools.specs().into_iter().map(|t| t.name).collect()
+async fn offered(tb: &Toolbox) -> Vec<String> {
+    tb.tools.specs().await.into_iter().map(|t| t.name).collect()
 }
 
 /// The instructions a run's prompts get.
@@ -205,9 +205,9 @@ async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let (a, s, k) = (text.find("AGENT").unwrap(), text.find("host machine").unwrap(), text.find("SKILL").unwrap());
     assert!(a < s && s < k, "{text}");
     // Fetch and search wait for their configuration; shell is offered only where it can run.
-    assert_eq!(offered(&tb), ["read_file", "glob", "write_file", "shell"]);
+    assert_eq!(offered(&tb).await, ["read_file", "glob", "write_file", "shell"]);
     let virt = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::Auto, &Capability::ALL).await;
-    assert_eq!(offered(&virt), ["read_file", "glob", "write_file"]);
+    assert_eq!(offered(&virt).await, ["read_file", "glob", "write_file"]);
 }
 
 #[tokio::test]
@@ -261,7 +261,7 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
     let system = p.join("\n");
     assert!(system.contains("- triage: Rank issues by severity."), "{system}");
     assert!(!system.contains("SECRET-BODY"), "only the name and description go up front");
-    assert_eq!(offered(&tb), ["read_file", "activate_skill"]);
+    assert_eq!(offered(&tb).await, ["read_file", "activate_skill"]);
 
     let provider = script(json!([
         { "tool_calls": [{ "name": "activate_skill", "arguments": { "name": "triage" } },
@@ -423,7 +423,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         }
     };
     let tools = run(Permissions::new(PermissionMode::ReadOnly)).await;
-    let offered: Vec<String> = tools.specs().into_iter().map(|t| t.name).collect();
+    let offered: Vec<String> = tools.specs().await.into_iter().map(|t| t.name).collect();
     assert_eq!(offered, ["read_file", "echo"]);
     let provider = script(json!([
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "hello there, general" } }] },

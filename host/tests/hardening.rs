@@ -351,7 +351,7 @@ fn inspect_describes_a_toml_agent() {
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.starts_with("reviewer  (agent, declarative TOML"), "{text}");
-    assert!(text.contains("requested     read, shell"), "{text}");
+    assert!(text.contains("requested      read, shell"), "{text}");
     assert!(text.contains("\n  shell "), "{text}");
     let out = nexo(&["inspect", "--json", agent.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -93,7 +93,7 @@ fn tail(stderr: &str) -> String {
 }
 
 /// One tool as the model sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolInfo {
     /// The tool's own name (not the model-facing one: see [`crate::model_tool_name`]).
     pub name: String,
@@ -105,7 +105,7 @@ pub struct ToolInfo {
 }
 
 /// A tool call's result as text for the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CallResult {
     /// Every content block rendered: text as is, images, audio and resources
     /// summarized (`[image image/png, 5380 base64 bytes]`), structured content

@@ -1,6 +1,7 @@
 //! The operator's grant on the command line: which capabilities, which
 //! permission mode, which sandbox.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,16 @@ pub struct GrantArgs {
     /// `fetch-hosts`). A URL must be on this list and on the agent's `fetch-allow`.
     #[arg(long = "fetch-host", value_name = "HOST", value_delimiter = ',')]
     fetch_hosts: Vec<String>,
+    /// Configure an MCP server: `NAME=https://host/mcp` (streamable HTTP) or
+    /// `NAME=COMMAND ARGS…` (stdio; shell-style quoting). Repeatable; replaces an
+    /// `[mcp.NAME]` table of the config file. Agents reach it only if they request it.
+    #[arg(long = "mcp", value_name = "NAME=SERVER")]
+    mcp: Vec<String>,
+    /// Limit the MCP tools agents may call unasked to these exact names, `tool` or
+    /// `server/tool` (repeatable; adds to `mcp-allow`). A tool must be on this list
+    /// and on the agent's own `mcp-allow`.
+    #[arg(long = "mcp-allow", value_name = "TOOL", value_delimiter = ',')]
+    mcp_allow: Vec<String>,
 }
 
 /// The operator's config file.
@@ -68,6 +79,9 @@ pub struct ConfigFile {
     /// or suspends. The journal is never held back.
     #[serde(default, rename = "buffer-events")]
     pub buffer_events: bool,
+    /// The `[mcp.NAME]` tables: the MCP servers agents may request.
+    #[serde(default)]
+    pub mcp: BTreeMap<String, nexo_mcp::ServerConfig>,
 }
 
 /// Reads the config file, if any. The CLI reads it once per command.
@@ -98,6 +112,7 @@ struct GrantTable {
     container_runtime: Option<RuntimeArg>,
     shell_confinement: Option<ConfinementArg>,
     fetch_hosts: Option<Vec<String>>,
+    mcp_allow: Option<Vec<String>>,
 }
 
 #[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +173,23 @@ impl GrantArgs {
             nexo_egress::HostList::new(hosts.iter())
                 .map_err(|e| ConfigError::invalid("fetch-hosts", format!("fetch-hosts: {e}")))?;
         }
-        Ok(Resolved {
+        let mut mcp_allow = t.mcp_allow;
+        if !self.mcp_allow.is_empty() {
+            mcp_allow.get_or_insert_default().extend(self.mcp_allow.iter().cloned());
+        }
+        let mut mcp_flags = BTreeMap::new();
+        for flag in &self.mcp {
+            let (name, config) = parse_mcp_flag(flag)?;
+            mcp_flags.insert(name, config);
+        }
+        let mut mcp_servers: Vec<String> = file.mcp.keys().chain(mcp_flags.keys()).cloned().collect();
+        mcp_servers.sort();
+        mcp_servers.dedup();
+        let resolved = Resolved {
+            mcp_servers,
+            mcp_flags,
+            mcp_file: file.mcp.clone(),
+            mcp_allow,
             fetch_hosts,
             allow,
             mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
@@ -167,8 +198,29 @@ impl GrantArgs {
             image: self.image.clone().or(t.image),
             container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeArg::Docker),
             shell_confinement: self.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementArg::Auto),
-        })
+        };
+        resolved.mcp_configs()?;
+        Ok(resolved)
     }
+}
+
+/// Parses `--mcp NAME=SERVER`: a URL for an HTTP server, else a command line.
+fn parse_mcp_flag(flag: &str) -> Result<(String, nexo_mcp::ServerConfig), ConfigError> {
+    let bad = |why: String| ConfigError::invalid("--mcp", format!("--mcp {flag:?}: {why}"));
+    let Some((name, server)) = flag.split_once('=') else {
+        return Err(bad("write NAME=https://host/path or NAME=COMMAND ARGS…".into()));
+    };
+    let server = server.trim();
+    let config = if server.starts_with("http://") || server.starts_with("https://") {
+        nexo_mcp::ServerConfig { url: Some(server.to_string()), ..Default::default() }
+    } else {
+        let words = shlex::split(server).ok_or_else(|| bad("the command line has an unclosed quote".into()))?;
+        let Some((command, args)) = words.split_first() else {
+            return Err(bad("the command is empty".into()));
+        };
+        nexo_mcp::ServerConfig { command: Some(command.clone()), args: args.to_vec(), ..Default::default() }
+    };
+    Ok((name.trim().to_string(), config))
 }
 
 /// The operator's grant after merging the config file and the flags. A
@@ -176,6 +228,18 @@ impl GrantArgs {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Resolved {
+    /// The MCP servers configured when the run started, by name. A resume
+    /// reads their settings again (the config file's may hold a token).
+    #[serde(default)]
+    mcp_servers: Vec<String>,
+    /// Servers given with `--mcp`: recorded whole, as they hold no secret.
+    #[serde(default)]
+    mcp_flags: BTreeMap<String, nexo_mcp::ServerConfig>,
+    /// The config file's `[mcp.NAME]` tables; never recorded.
+    #[serde(skip)]
+    mcp_file: BTreeMap<String, nexo_mcp::ServerConfig>,
+    #[serde(default)]
+    mcp_allow: Option<Vec<String>>,
     fetch_hosts: Option<Vec<String>>,
     allow: Vec<Capability>,
     mode: ModeArg,
@@ -217,11 +281,56 @@ impl Resolved {
         self
     }
 
-    /// The granted capabilities: `read` and `glob`, plus the allow list.
+    /// The same grant with the config file's `[mcp.NAME]` tables, as a
+    /// resume reads them: only servers the run started with are kept.
+    pub fn with_config_file(mut self, file: &ConfigFile) -> Resolved {
+        self.mcp_file = file.mcp.clone();
+        self
+    }
+
+    /// The MCP servers, validated: `--mcp` flags over the config file's
+    /// tables. A server the run started with that is configured no more is
+    /// left out, with a warning.
+    pub fn mcp_configs(&self) -> Result<Vec<nexo_mcp::Server>, ConfigError> {
+        let mut servers = Vec::new();
+        for name in &self.mcp_servers {
+            let Some(config) = self.mcp_flags.get(name).or_else(|| self.mcp_file.get(name)) else {
+                tracing::warn!(
+                    target: "nexo::mcp",
+                    "the MCP server `{name}` is no longer configured ([mcp.{name}]), so this run goes on without it"
+                );
+                continue;
+            };
+            nexo::plugin::validate::mcp_server_name(name)
+                .map_err(|why| ConfigError::invalid("mcp", format!("[mcp.{name}]: {why}")))?;
+            servers.push(
+                nexo_mcp::Server::new(name, config.clone()).map_err(|e| ConfigError::invalid("mcp", e.to_string()))?,
+            );
+        }
+        Ok(servers)
+    }
+
+    /// The MCP servers' names and one-line descriptions, for `nexo inspect`.
+    pub fn mcp_summary(&self) -> Vec<(String, String)> {
+        match self.mcp_configs() {
+            Ok(servers) => servers.iter().map(|s| (s.name().to_string(), s.describe())).collect(),
+            Err(e) => vec![("(error)".into(), e.to_string())],
+        }
+    }
+
+    /// The granted capabilities: `read` and `glob`, plus the allow list;
+    /// the configured MCP servers and the operator's `mcp-allow`.
     pub fn grant(&self) -> Grant {
         let mut grant = Grant::default();
         grant.capabilities.extend(self.allow.iter().copied());
         grant.fetch_hosts = self.fetch_hosts.clone();
+        grant.mcp_servers = self
+            .mcp_servers
+            .iter()
+            .filter(|n| self.mcp_flags.contains_key(*n) || self.mcp_file.contains_key(*n))
+            .cloned()
+            .collect();
+        grant.mcp_allow = self.mcp_allow.as_ref().map(|l| nexo::authority::McpAllow::new(l.iter().cloned()));
         grant
     }
 
@@ -310,9 +419,16 @@ impl Resolved {
         }
         let mut permissions = Permissions::new(self.mode());
         if self.mode == ModeArg::Ask {
-            permissions = permissions.on_ask(ask_on_terminal);
+            permissions = permissions.on_ask(ask_on_terminal).on_ask_mcp(ask_mcp_on_terminal);
         }
-        Ok(RunOptions { sandbox, permissions, grant: self.grant(), ..RunOptions::default() })
+        let servers = self.mcp_configs()?;
+        let mcp = (!servers.is_empty()).then(|| {
+            // stdio servers start under this binary's orphan guard, so they
+            // end with nexo however it ends.
+            let guard = std::env::current_exe().ok();
+            nexo_mcp::Clients::new(servers, nexo_mcp::ClientOptions { guard, ..Default::default() })
+        });
+        Ok(RunOptions { sandbox, permissions, grant: self.grant(), mcp, ..RunOptions::default() })
     }
 }
 
@@ -344,16 +460,26 @@ fn log_confinement(policy: &ShellPolicy) {
 /// The action comes from the model, so it is shown whole and escaped on one
 /// line: no control sequence in it can erase or redraw the question.
 pub fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
+    ask_on_terminal_text(&format!("`{}` {detail}", cap.as_str()))
+}
+
+fn ask_on_terminal_text(action: &str) -> bool {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return false;
     }
-    let detail = nexo::terminal::escape(detail, nexo::terminal::Lines::Flatten);
+    let action = nexo::terminal::escape(action, nexo::terminal::Lines::Flatten);
     let mut err = std::io::stderr().lock();
-    let _ = write!(err, "Allow `{}` {detail}? [y/N] ", cap.as_str());
+    let _ = write!(err, "Allow {action}? [y/N] ");
     let _ = err.flush();
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {
         return false;
     }
     matches!(answer.trim(), "y" | "Y" | "yes" | "Yes")
+}
+
+/// `ask` mode's hook for MCP tools: the same question, naming the server,
+/// the tool and the arguments.
+pub fn ask_mcp_on_terminal(server: &str, tool: &str, arguments: &serde_json::Value) -> bool {
+    ask_on_terminal_text(&format!("the MCP tool `{server}/{tool}` with {arguments}"))
 }

@@ -15,7 +15,6 @@ use super::web::SearchSetup;
 /// flags would grant it (and, for a search backend, the network grant of
 /// `[search]`).
 pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
-    let requested_caps = plugin.manifest().map(|m| m.capabilities.as_slice()).unwrap_or_default();
     let (granted, effective, mode) = authority(grant, plugin.manifest());
     if json {
         let mut value = serde_json::json!({
@@ -39,7 +38,7 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
                 "api-key-origins": s.key_origins,
             })),
         });
-        authority_json(&mut value, grant, requested_caps, &granted, &effective, mode);
+        authority_json(&mut value, grant, plugin.manifest(), &granted, &effective, mode);
         print_json_pretty(&value);
         return;
     }
@@ -104,15 +103,38 @@ fn authority(grant: &Resolved, manifest: Option<&AgentManifest>) -> (Grant, BTre
     (grant.grant(), authority.effective(), authority.mode())
 }
 
+/// An agent's MCP servers: requested, configured (with how each is
+/// reached; never a token), effective; and its own allow list.
+struct McpView {
+    requested: Vec<String>,
+    configured: Vec<(String, String)>,
+    effective: Vec<String>,
+    allow: Vec<String>,
+}
+
+fn mcp_view(grant: &Resolved, m: &AgentManifest) -> McpView {
+    let authority = Authority::new(m, &grant.grant(), &Permissions::new(grant.mode()));
+    McpView {
+        requested: m.mcp_servers.clone(),
+        configured: grant.mcp_summary(),
+        effective: authority.mcp_effective().to_vec(),
+        allow: m.mcp_allow.clone(),
+    }
+}
+
 /// Adds what was requested, granted and in force to a JSON description.
 fn authority_json(
     value: &mut serde_json::Value,
     grant: &Resolved,
-    requested: &[Capability],
+    manifest: Option<&AgentManifest>,
     granted: &Grant,
     effective: &BTreeSet<Capability>,
     mode: PermissionMode,
 ) {
+    let none = AgentManifest::default();
+    let manifest = manifest.unwrap_or(&none);
+    let requested = &manifest.capabilities;
+    let mcp = mcp_view(grant, manifest);
     let fields = serde_json::json!({
         "requested": requested,
         "granted": granted.capabilities,
@@ -121,6 +143,13 @@ fn authority_json(
         "sandbox": grant.sandbox_name(),
         "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
         "fetch-hosts": granted.fetch_hosts,
+        "mcp": {
+            "requested": mcp.requested,
+            "configured": mcp.configured.iter().map(|(name, how)| serde_json::json!({"name": name, "server": how})).collect::<Vec<_>>(),
+            "effective": mcp.effective,
+            "allow": mcp.allow,
+            "operator-allow": granted.mcp_allow.as_ref().map(|a| a.entries().to_vec()),
+        },
     });
     if let (Some(out), serde_json::Value::Object(fields)) = (value.as_object_mut(), fields) {
         out.extend(fields);
@@ -165,12 +194,23 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
         },
     );
     row("skills", &list(m.skills.iter().map(String::as_str)));
+    let mcp = mcp_view(grant, m);
+    row("mcp requested", &list(m.mcp_servers.iter().map(String::as_str)));
+    let configured: Vec<String> = mcp.configured.iter().map(|(name, how)| format!("{name} ({how})")).collect();
+    row("mcp configured", &list(configured.iter().map(String::as_str)));
+    row("mcp effective", &list(mcp.effective.iter().map(String::as_str)));
     row(
-        "mcp servers",
-        &if m.mcp_servers.is_empty() {
-            "(none)".to_string()
-        } else {
-            format!("{} (not served yet: the run fails)", list(m.mcp_servers.iter().map(String::as_str)))
+        "mcp allow",
+        &match (&m.mcp_allow[..], &granted.mcp_allow) {
+            ([], _) if mode != PermissionMode::Auto => {
+                "(none: every MCP tool call is asked about, suspended or denied)".into()
+            }
+            (own, None) => list(own.iter().map(String::as_str)),
+            (own, Some(op)) => format!(
+                "{} (narrowed by the operator's {})",
+                list(own.iter().map(String::as_str)),
+                list(op.entries().iter().map(String::as_str))
+            ),
         },
     );
     row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
@@ -191,7 +231,6 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
 /// Prints the description of a declarative (TOML) agent.
 pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
     let m = agent.manifest();
-    let requested_caps = m.capabilities.as_slice();
     let (granted, effective, mode) = authority(grant, Some(m));
     if json {
         let mut value = serde_json::json!({
@@ -202,7 +241,7 @@ pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&Sea
             "description": m,
             "search": search.map(|s| s.backend.clone()),
         });
-        authority_json(&mut value, grant, requested_caps, &granted, &effective, mode);
+        authority_json(&mut value, grant, Some(m), &granted, &effective, mode);
         print_json_pretty(&value);
         return;
     }
@@ -222,7 +261,7 @@ fn print_json_pretty(value: &serde_json::Value) {
 }
 
 fn row(label: &str, value: &str) {
-    outln!("  {label:<13} {value}");
+    outln!("  {label:<14} {value}");
 }
 
 fn first_line(text: &str) -> String {

@@ -167,6 +167,13 @@ enum SkillCommand {
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> ExitCode {
+    // The orphan guard of an MCP server: before any runtime, thread or
+    // tracing, so it stays a small single-threaded process.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == nexo_mcp::GUARD_SUBCOMMAND) {
+        let code = nexo_mcp::guard_main(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -336,13 +343,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 progress.finish();
                 code
             };
-            if let Some(sandbox) = options.sandbox.clone() {
-                // The CLI created the sandbox, so it removes it (a container, say).
-                let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
-                if let Ok(Err(e)) = closed {
-                    errln!("warning: closing the sandbox failed: {e}");
-                }
-            }
+            // The CLI started the MCP servers and the sandbox, so it ends them.
+            runs::close(&options).await;
             code
         }
         Command::Build { .. }

@@ -202,10 +202,12 @@ pub async fn options(
     if options.permissions.mode() == PermissionMode::Ask {
         // The spinner would redraw over the question; hide it while asking.
         let shown = progress.clone();
+        let shown_mcp = progress.clone();
         options.permissions = options
             .permissions
             .clone()
-            .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)));
+            .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)))
+            .on_ask_mcp(move |server, tool, args| shown_mcp.suspend(|| grant::ask_mcp_on_terminal(server, tool, args)));
     }
     options.timeout = Some(Duration::from_secs(rec.timeout_secs));
     Ok(options)
@@ -385,8 +387,8 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
                 Ok(Some(r)) if r.status == RunStatus::Failed => Claim::Retry,
                 _ => Claim::Resume,
             };
-            recover_orphans(&runs, base, narrow).await;
-            resume(&runs, base, run, how, input.clone(), narrow).await
+            recover_orphans(&runs, base, narrow, &file).await;
+            resume(&runs, base, run, how, input.clone(), narrow, &file).await
         }
         RunsCommand::Approve { run, narrow } | RunsCommand::Deny { run, narrow } => {
             let decision =
@@ -395,11 +397,11 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
                 Ok(a) => errln!("{} {}", decision.as_str(), nexo::runs::describe_approval(&a)),
                 Err(e) => return store_error(&e),
             }
-            recover_orphans(&runs, base, narrow).await;
-            resume(&runs, base, run, Claim::Resume, None, narrow).await
+            recover_orphans(&runs, base, narrow, &file).await;
+            resume(&runs, base, run, Claim::Resume, None, narrow, &file).await
         }
         RunsCommand::Recover { narrow } => {
-            let n = recover_orphans(&runs, base, narrow).await;
+            let n = recover_orphans(&runs, base, narrow, &file).await;
             if n == 0 {
                 errln!("no run needs recovering");
             }
@@ -422,7 +424,7 @@ async fn note_orphans(runs: &Runs) {
 
 /// The start-up sweep: recovers every orphan through replay, or marks it
 /// failed when it cannot be replayed. Suspended runs are never touched.
-pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow) -> usize {
+pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow, file: &grant::ConfigFile) -> usize {
     let orphans = match runs.orphans().await {
         Ok(o) => o,
         Err(e) => {
@@ -432,7 +434,7 @@ pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow) 
     };
     for run in &orphans {
         errln!("recovering run {} ({}), left running by a process that is gone", run.id, run.agent);
-        let _ = resume(runs, base, &run.id, Claim::Recover, None, narrow).await;
+        let _ = resume(runs, base, &run.id, Claim::Recover, None, narrow, file).await;
     }
     orphans.len()
 }
@@ -445,6 +447,7 @@ async fn resume(
     how: Claim,
     input: Option<String>,
     narrow: &Narrow,
+    file: &grant::ConfigFile,
 ) -> ExitCode {
     let run = match runs.store().run(id).await {
         Ok(Some(run)) => run,
@@ -458,7 +461,7 @@ async fn resume(
             return unrecoverable(runs, &run, how, &why).await;
         }
     };
-    rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke);
+    rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
     let engine = match engine(base, &rec) {
         Ok(e) => e,
         Err(code) => return code,
@@ -489,9 +492,7 @@ async fn resume(
         runs.resume(id, how, input, subject, &options, narrow.allow_changed_component).await
     };
     progress.finish();
-    if let Some(sandbox) = options.sandbox.clone() {
-        let _ = tokio::task::spawn_blocking(move || sandbox.close()).await;
-    }
+    close(&options).await;
     match result {
         Ok(end) => report_end(&end, narrow.json),
         Err(ResumeOutcome::Refused(e)) => {
@@ -499,6 +500,20 @@ async fn resume(
             ExitCode::from(2)
         }
         Err(ResumeOutcome::Run(e)) => report::report_error(&e, narrow.json),
+    }
+}
+
+/// Ends what the CLI started for a run: its MCP servers, and its sandbox
+/// (a container, say).
+pub async fn close(options: &RunOptions) {
+    if let Some(mcp) = &options.mcp {
+        mcp.close().await;
+    }
+    if let Some(sandbox) = options.sandbox.clone() {
+        let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
+        if let Ok(Err(e)) = closed {
+            errln!("warning: closing the sandbox failed: {e}");
+        }
     }
 }
 

@@ -71,7 +71,51 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
             ));
         }
     }
+    for server in &m.mcp_servers {
+        mcp_server_name(server).map_err(|p| ("mcp-servers", p))?;
+    }
+    for entry in &m.mcp_allow {
+        mcp_allow_entry(entry).map_err(|p| ("mcp-allow", p))?;
+    }
     Ok(())
+}
+
+/// An MCP server's name as the operator configures it: 1–32 lowercase
+/// letters, digits and hyphens, starting with a letter or digit. No `_`, so
+/// the model's `mcp__server__tool` names stay unambiguous.
+pub fn mcp_server_name(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 32
+        && !value.starts_with('-')
+        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{value:?} is not an MCP server name: use 1 to 32 lowercase letters, digits and hyphens"))
+    }
+}
+
+/// An `mcp-allow` entry: an exact tool name, or `server/tool`. Patterns are
+/// refused outright, so an author who expects a glob learns it does nothing.
+fn mcp_allow_entry(value: &str) -> Result<(), String> {
+    let (server, tool) = match value.split_once('/') {
+        Some((server, tool)) => (Some(server), tool),
+        None => (None, value),
+    };
+    if let Some(server) = server {
+        mcp_server_name(server)?;
+    }
+    let ok = !tool.is_empty()
+        && tool.len() <= 128
+        && tool.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{value:?} is not an exact MCP tool name: write `tool` or `server/tool` (letters, digits, `_`, `-`, `.`); \
+             patterns such as `*` are not supported"
+        ))
+    }
 }
 
 pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Result<(), LoadError> {

@@ -129,11 +129,39 @@ pub(crate) async fn describe(
     let state = AgentState { tools: Arc::new(tools), last_prompt: None };
     let mut store = new_store(engine, label, &Wasi::default(), timeout, state)?;
     let result = tokio::time::timeout(timeout, async {
-        let bindings = pre.instantiate_async(&mut store).await?;
-        bindings.nexo_plugin_agent().call_manifest(&mut store).await
+        let instance = pre.instance_pre().instantiate_async(&mut store).await?;
+        let bindings = AgentPlugin::new(&mut store, &instance)?;
+        let manifest = bindings.nexo_plugin_agent().call_manifest(&mut store).await?;
+        let mcp_allow = match mcp_allow_export(&instance, &mut store) {
+            Some(func) => func?.call_async(&mut store, ()).await?.0,
+            None => Vec::new(),
+        };
+        wasmtime::Result::Ok((manifest, mcp_allow))
     })
     .await;
-    settle(&store, "describe", timeout, result).map(AgentManifest::from)
+    settle(&store, "describe", timeout, result)
+        .map(|(manifest, mcp_allow)| AgentManifest { mcp_allow, ..AgentManifest::from(manifest) })
+}
+
+/// The `mcp-allow` function of an agent of the `mcp-agent-plugin` world;
+/// `None` for an agent of the plain world, which asks for no MCP tool by
+/// name. An export of the wrong type is an error, not silence.
+fn mcp_allow_export(
+    instance: &wasmtime::component::Instance,
+    store: &mut Store<AgentHost>,
+) -> Option<wasmtime::Result<wasmtime::component::TypedFunc<(), (Vec<String>,)>>> {
+    let iface = instance.get_export_index(&mut *store, None, crate::manifest::interface::AGENT_MCP)?;
+    let Some(func) = instance.get_export_index(&mut *store, Some(&iface), "mcp-allow") else {
+        return Some(Err(wasmtime::format_err!(
+            "the component exports `{}` without its `mcp-allow` function; rebuild it with the current SDK",
+            crate::manifest::interface::AGENT_MCP
+        )));
+    };
+    Some(instance.get_typed_func::<(), (Vec<String>,)>(&mut *store, &func).map_err(|e| {
+        wasmtime::format_err!(
+            "the component's `mcp-allow` export has the wrong type ({e:#}); rebuild it with the current SDK"
+        )
+    }))
 }
 
 /// A loaded agent component.

@@ -4,12 +4,13 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Raw bindings generated from `wit/` for the `agent-plugin` world.
+/// Raw bindings generated from `wit/` for the `mcp-agent-plugin` world: the
+/// agent world plus the `agent-mcp` export.
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
-        world: "nexo:plugin/agent-plugin",
+        world: "nexo:plugin/mcp-agent-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_agent_plugin",
         default_bindings_module: "nexo_sdk::agent::bindings",
@@ -19,6 +20,7 @@ pub mod bindings {
 
 pub use bindings::exports::nexo::plugin::agent::{AgentManifest as Manifest, PermissionMode, RunError, SandboxKind};
 pub use bindings::nexo::plugin::log::{self, Level};
+pub use bindings::nexo::plugin::mcp::{self, McpTool};
 pub use bindings::nexo::plugin::model::{self, ModelError, Reply, StopReason};
 pub use bindings::nexo::plugin::tools::{self, Page, ShellOutput};
 pub use bindings::nexo::plugin::types::{Capability, SearchHit, ToolError};
@@ -31,6 +33,14 @@ pub trait Agent {
     /// Describes the agent and the authority it asks for. Keep it free of
     /// host calls: the host reads it to inspect the plugin.
     fn manifest() -> Manifest;
+
+    /// The MCP tools the agent asks to call without anyone being asked:
+    /// exact names, `tool` (on any of its servers) or `server/tool`. No
+    /// patterns. The operator can only narrow the list. Default: none, so
+    /// under `read-only` every MCP call is denied.
+    fn mcp_allow() -> Vec<String> {
+        Vec::new()
+    }
 
     /// Runs the agent on one input and returns its answer.
     fn run(input: String) -> Result<String, RunError> {
@@ -111,6 +121,14 @@ impl Manifest {
         self
     }
 
+    /// Asks for MCP servers, by the names the operator configures them
+    /// under (`[mcp.NAME]`). This grants nothing by itself: the agent
+    /// reaches those the operator configured, through the MCP gate.
+    pub fn mcp_servers<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
+        self.mcp_servers.extend(names.into_iter().map(String::from));
+        self
+    }
+
     /// Sets the turn cap for one prompt.
     pub fn max_turns(mut self, turns: u32) -> Self {
         self.max_turns = Some(turns);
@@ -127,6 +145,12 @@ impl Manifest {
     pub fn permissions(mut self, mode: PermissionMode) -> Self {
         self.permissions = Some(mode);
         self
+    }
+}
+
+impl<T: Agent> bindings::exports::nexo::plugin::agent_mcp::Guest for T {
+    fn mcp_allow() -> Vec<String> {
+        <T as Agent>::mcp_allow()
     }
 }
 
