@@ -40,6 +40,7 @@ pub mod instance;
 pub mod journal;
 pub mod log;
 pub mod manifest;
+pub mod mcp_server;
 pub mod plugin;
 pub mod runs;
 pub mod search;

@@ -21,6 +21,7 @@ macro_rules! errln {
 
 mod grant;
 mod inspect;
+mod mcp;
 mod model;
 mod plugin_test;
 mod progress;
@@ -105,6 +106,9 @@ enum Command {
     /// Work with recorded runs: list, show, follow, resume, approve, deny, cancel, recover.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Serve an agent's gated tools, or the agent itself, to MCP clients.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Build a plugin crate into a component and check that nexo can load it.
     Build {
         /// The plugin crate's directory.
@@ -347,6 +351,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             runs::close(&options).await;
             code
         }
+        Command::Mcp(command) => mcp::command(command, &engine).await,
         Command::Build { .. }
         | Command::Test { .. }
         | Command::New { .. }
