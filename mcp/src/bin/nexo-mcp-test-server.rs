@@ -1,0 +1,2 @@
+//! nexo's MCP test server.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Tool results and schemas as the host hands them to the model.

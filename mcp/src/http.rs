@@ -1,0 +1,1 @@
+//! rmcp's streamable-HTTP client over nexo's guarded egress client.

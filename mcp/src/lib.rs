@@ -1,0 +1,33 @@
+//! nexo's MCP client: the live connections to the `[mcp.NAME]` servers of a
+//! run or session.
+//!
+//! - **stdio** servers are started with only their configured environment
+//!   (plus `PATH`), their own process group, stderr drained into a capped
+//!   tail, and none of the host's descriptors; through the orphan guard
+//!   ([`guard_main`]) they and everything they start die with the host, even
+//!   when it is SIGKILLed. With `confine = true` they run under the local
+//!   shell's confinement (bubblewrap, else Landlock): the host filesystem
+//!   read-only, only `cwd` writable, no network unless `network = true`.
+//! - **streamable HTTP** servers are reached through
+//!   [`nexo_egress::GuardedClient`] only: the address guard (loopback and
+//!   private hosts need `allow-private`), the configured origin alone, and the
+//!   bearer token injected as a secret header, scrubbed from answers and never
+//!   shown.
+//!
+//! [`Clients`] connects lazily at first use of a server, reuses the
+//! connection, reconnects after a crash or [`Clients::close`], and renders
+//! results as text for the model ([`CallResult`]).
+
+mod client;
+mod config;
+mod content;
+mod guard;
+mod http;
+mod name;
+mod stdio;
+mod token;
+
+pub use client::{CallResult, ClientOptions, Clients, McpError, ToolInfo};
+pub use config::{ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Server, ServerConfig};
+pub use guard::{GUARD_SUBCOMMAND, guard_main};
+pub use name::{MAX_TOOL_NAME, model_tool_name};

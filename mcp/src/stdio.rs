@@ -1,0 +1,1 @@
+//! Starting stdio servers.

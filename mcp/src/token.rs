@@ -1,0 +1,1 @@
+//! Bearer tokens: from the config, an environment variable, a file or a command.

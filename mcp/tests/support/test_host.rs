@@ -1,0 +1,2 @@
+//! Plays the host in the orphan tests.
+fn main() {}
