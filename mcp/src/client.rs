@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nexo_egress::EgressError;
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{Peer, RunningService, ServiceError};
+use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
@@ -278,7 +278,7 @@ impl Clients {
                 let stderr = started.stderr.clone();
                 let mut process = started.process;
                 let handshake = async {
-                    let service = ().serve((started.stdout, started.stdin)).await.map_err(|e| e.to_string())?;
+                    let service = ().serve((started.stdout, started.stdin)).await.map_err(|e| init_error(&e))?;
                     let tools = service.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
                     Ok::<_, String>((service, tools))
                 };
@@ -320,7 +320,7 @@ impl Clients {
                     StreamableHttpClientTransportConfig::with_uri(spec.url.as_str()),
                 );
                 let handshake = async {
-                    let service = ().serve(transport).await.map_err(|e| e.to_string())?;
+                    let service = ().serve(transport).await.map_err(|e| init_error(&e))?;
                     let tools = service.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
                     Ok::<_, String>((service, tools))
                 };
@@ -391,7 +391,7 @@ impl Clients {
                     return Err(egress_error(server, &refusal));
                 }
                 let message = match &error {
-                    ServiceError::TransportSend(e) => format!("sending the call failed: {e}"),
+                    ServiceError::TransportSend(e) => format!("sending the call failed: {}", e.error),
                     ServiceError::Cancelled { .. } => "the connection was closed".to_string(),
                     _ if conn.stderr.is_some() => "the server exited or closed its stdout".to_string(),
                     _ => "the server ended the session".to_string(),
@@ -417,6 +417,14 @@ impl Clients {
         }
         // Past the limit the remaining futures are dropped, which kills their servers.
         let _ = tokio::time::timeout(CLOSE_LIMIT, futures::future::join_all(closing)).await;
+    }
+}
+
+/// rmcp's handshake error, without the transport's type name.
+fn init_error(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::TransportError { error, context } => format!("{} (when {context})", error.error),
+        other => other.to_string(),
     }
 }
 

@@ -4,9 +4,11 @@
 //!
 //! ```text
 //! nexo-mcp-test-server [stdio]                       MCP over stdin/stdout
-//! nexo-mcp-test-server http --port N [--token T]     streamable HTTP on 127.0.0.1:N at /mcp;
-//!                                                    with --token, requests need `Authorization: Bearer T`;
-//!                                                    prints the bound address (`127.0.0.1:PORT`) as its first line
+//! nexo-mcp-test-server http --port N [--token T | --token-file F]
+//!     streamable HTTP on 127.0.0.1:N (0: any free port) at /mcp, printing the bound address
+//!     (`127.0.0.1:PORT`) as its first line; with a token, every request needs
+//!     `Authorization: Bearer T` (with --token-file, T is read from F at each request, so a test
+//!     can rotate it)
 //! ```
 //!
 //! Tools: `echo{text}`, `fail{message}` (a tool error), `hang{seconds}`,
@@ -143,7 +145,26 @@ async fn serve_stdio() -> Result<(), String> {
     Ok(())
 }
 
-async fn serve_http(port: u16, token: Option<String>) -> Result<(), String> {
+/// The bearer token HTTP requests need.
+#[derive(Clone)]
+enum Expected {
+    None,
+    Token(String),
+    File(std::path::PathBuf),
+}
+
+impl Expected {
+    fn allows(&self, header: Option<&http::HeaderValue>) -> bool {
+        let want = match self {
+            Expected::None => return true,
+            Expected::Token(t) => t.clone(),
+            Expected::File(path) => std::fs::read_to_string(path).unwrap_or_default().trim().to_string(),
+        };
+        header.is_some_and(|got| got.as_bytes() == format!("Bearer {want}").as_bytes())
+    }
+}
+
+async fn serve_http(port: u16, expected: Expected) -> Result<(), String> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let mcp = StreamableHttpService::new(
         || Ok(TestServer),
@@ -152,7 +173,6 @@ async fn serve_http(port: u16, token: Option<String>) -> Result<(), String> {
     );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
     println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
-    let expected = token.map(|t| format!("Bearer {t}"));
     loop {
         let (socket, _) = listener.accept().await.map_err(|e| e.to_string())?;
         let mcp = mcp.clone();
@@ -162,10 +182,7 @@ async fn serve_http(port: u16, token: Option<String>) -> Result<(), String> {
                 let mut mcp = mcp.clone();
                 let expected = expected.clone();
                 async move {
-                    let authorized = expected.as_deref().is_none_or(|want| {
-                        req.headers().get("authorization").is_some_and(|got| got.as_bytes() == want.as_bytes())
-                    });
-                    if !authorized {
+                    if !expected.allows(req.headers().get("authorization")) {
                         let body = http_body_util::Full::new(bytes::Bytes::from_static(b"bad or missing bearer token"));
                         let mut response = http::Response::new(http_body_util::BodyExt::boxed(
                             http_body_util::BodyExt::map_err(body, |e: Infallible| match e {}),
@@ -184,7 +201,7 @@ async fn serve_http(port: u16, token: Option<String>) -> Result<(), String> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T]");
+    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F]");
     std::process::exit(2)
 }
 
@@ -195,16 +212,17 @@ async fn main() {
         None | Some("stdio") => serve_stdio().await,
         Some("http") => {
             let mut port = None;
-            let mut token = None;
+            let mut expected = Expected::None;
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
                     "--port" => port = rest.next().and_then(|p| p.parse::<u16>().ok()),
-                    "--token" => token = rest.next().cloned(),
+                    "--token" => expected = Expected::Token(rest.next().cloned().unwrap_or_else(|| usage())),
+                    "--token-file" => expected = Expected::File(rest.next().unwrap_or_else(|| usage()).into()),
                     _ => usage(),
                 }
             }
-            serve_http(port.unwrap_or_else(|| usage()), token).await
+            serve_http(port.unwrap_or_else(|| usage()), expected).await
         }
         Some(_) => usage(),
     };

@@ -63,15 +63,22 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    pub async fn start(token: Option<&str>) -> HttpServer {
+    /// With `token`: requests need it; `--token-file PATH` reads it per request.
+    pub async fn start(token: &[&str]) -> HttpServer {
         let mut cmd = tokio::process::Command::new(test_server());
-        cmd.args(["http", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
-        if let Some(t) = token {
-            cmd.args(["--token", t]);
-        }
+        cmd.args(["http", "--port", "0"])
+            .args(token)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let addr = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.unwrap().unwrap().unwrap();
         HttpServer { child, url: format!("http://{addr}/mcp") }
     }
+}
+
+/// An HTTP `[mcp.NAME]` table for `url` on loopback.
+pub fn http_config(url: &str) -> ServerConfig {
+    ServerConfig { url: Some(url.to_string()), allow_private: true, ..ServerConfig::default() }
 }
