@@ -294,6 +294,8 @@ pub struct Policy {
     max_redirects: usize,
     timeout: Duration,
     stream_timeout: Duration,
+    /// Callers may send the MCP streamable-HTTP headers ([`Policy::mcp_headers`]).
+    mcp_headers: bool,
 }
 
 impl Policy {
@@ -311,7 +313,18 @@ impl Policy {
             max_redirects: DEFAULT_MAX_REDIRECTS,
             timeout: DEFAULT_TIMEOUT,
             stream_timeout: DEFAULT_STREAM_TIMEOUT,
+            mcp_headers: false,
         }
+    }
+
+    /// Lets callers send the headers of MCP's streamable-HTTP transport,
+    /// which the client would otherwise drop: `Mcp-Session-Id`,
+    /// `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name` and
+    /// `Mcp-Param-*` ([`MCP_HEADERS`]). For the MCP client's policies only:
+    /// none of them carries a credential or changes what the scrubber sees.
+    pub fn mcp_headers(mut self) -> Self {
+        self.mcp_headers = true;
+        self
     }
 
     /// Every hop must also have exactly one of these origins (scheme, host
@@ -798,6 +811,17 @@ const CALLER_X_REFUSED: &[&str] = &[
     "x-original-host",
     "x-host",
 ];
+
+/// The MCP streamable-HTTP headers [`Policy::mcp_headers`] lets callers
+/// send; `mcp-param-` is a prefix (`Mcp-Param-<name>`).
+pub const MCP_HEADERS: &[&str] =
+    &["mcp-session-id", "mcp-protocol-version", "last-event-id", "mcp-method", "mcp-name", "mcp-param-"];
+
+fn is_mcp_header(lower: &str) -> bool {
+    MCP_HEADERS
+        .iter()
+        .any(|h| if h.ends_with('-') { lower.starts_with(h) && lower.len() > h.len() } else { lower == *h })
+}
 
 fn caller_may_send(lower: &str) -> bool {
     if CALLER_STANDARD.contains(&lower) {
@@ -1490,7 +1514,8 @@ fn caller_headers(headers: &[(String, String)], policy: &Policy) -> Result<Heade
         let header = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
         let lower = header.as_str();
-        if !caller_may_send(lower) || policy.sets_header(lower) {
+        let allowed = caller_may_send(lower) || (policy.mcp_headers && is_mcp_header(lower));
+        if !allowed || policy.sets_header(lower) {
             tracing::debug!(target: "nexo::egress", header = %lower, "dropped a caller header");
             continue;
         }
@@ -1624,6 +1649,28 @@ mod tests {
         assert!(matches!(bad, EgressError::BadRequest(_)), "{bad}");
         let bad = caller_headers(&[("x-ok".into(), "a\r\nb".into())], &policy).unwrap_err();
         assert!(matches!(bad, EgressError::BadRequest(_)), "{bad}");
+    }
+
+    #[test]
+    fn mcp_headers_pass_only_when_the_policy_allows_them() {
+        let given: Vec<(String, String)> =
+            ["Mcp-Session-Id", "MCP-Protocol-Version", "Last-Event-ID", "Mcp-Method", "Mcp-Name", "Mcp-Param-Region"]
+                .iter()
+                .chain(["Mcp-Param-", "Mcp-Other", "Authorization", "Cookie"].iter())
+                .map(|n| (n.to_string(), "v".to_string()))
+                .collect();
+        let plain = caller_headers(&given, &Policy::new(HostList::default())).unwrap();
+        assert!(plain.is_empty(), "{plain:?}");
+        let mcp = caller_headers(&given, &Policy::new(HostList::default()).mcp_headers()).unwrap();
+        let names: Vec<&str> = mcp.keys().map(HeaderName::as_str).collect();
+        assert_eq!(
+            names,
+            ["mcp-session-id", "mcp-protocol-version", "last-event-id", "mcp-method", "mcp-name", "mcp-param-region"]
+        );
+        // A policy header of the same name still wins.
+        let policy = Policy::new(HostList::default()).mcp_headers().header("mcp-name", "ours").unwrap();
+        let map = caller_headers(&given, &policy).unwrap();
+        assert!(!map.contains_key("mcp-name"));
     }
 
     #[test]

@@ -84,8 +84,8 @@ mod scrub;
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList};
 pub use client::{
-    EgressError, GuardedClient, GuardedClientBuilder, Policy, Request, Response, SecretHeader, StreamingResponse,
-    USER_AGENT,
+    EgressError, GuardedClient, GuardedClientBuilder, MCP_HEADERS, Policy, Request, Response, SecretHeader,
+    StreamingResponse, USER_AGENT,
 };
 pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};

@@ -54,6 +54,25 @@ async fn post_json_sends_its_body_type_and_the_policy_headers() {
     assert_eq!(seen.all("accept-encoding"), ["identity"]);
 }
 
+#[tokio::test]
+async fn mcp_headers_reach_the_server_only_under_a_policy_that_allows_them() {
+    let server = Server::start(|req| Reply::ok("application/json", req.body.clone())).await;
+    let client = routed_client(public_resolver(), &server);
+    let request = || {
+        Request::post_json("http://public.test/mcp", b"{}".to_vec())
+            .header("Mcp-Session-Id", "s-1")
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .header("Mcp-Param-Region", "eu")
+    };
+    client.send(request(), &Policy::new(hosts(&["public.test"]))).await.unwrap();
+    client.send(request(), &Policy::new(hosts(&["public.test"])).mcp_headers()).await.unwrap();
+    let seen = server.requests();
+    assert!(seen[0].header("mcp-session-id").is_none(), "dropped by default");
+    assert_eq!(seen[1].all("mcp-session-id"), ["s-1"]);
+    assert_eq!(seen[1].all("mcp-protocol-version"), ["2025-11-25"]);
+    assert_eq!(seen[1].all("mcp-param-region"), ["eu"]);
+}
+
 #[test]
 fn policy_headers_cannot_be_what_the_client_controls_or_credentials() {
     let policy = || Policy::new(hosts(&["public.test"]));

@@ -618,4 +618,98 @@ mod tests {
         assert_eq!(p.check(Capability::Fetch, "https://example.com"), Verdict::Allow);
         assert!(matches!(p.check(Capability::Write, "a"), Verdict::Deny(_)));
     }
+
+    /// The MCP axis, mode by mode: which calls pass, which are asked about,
+    /// which wait for a durable approval, which are denied.
+    #[test]
+    fn the_mcp_gate_follows_the_table() {
+        use PermissionMode::*;
+        #[derive(Debug, PartialEq)]
+        enum Want {
+            Allow,
+            Deny,
+            Approval,
+        }
+        let manifest = AgentManifest {
+            name: "inbox".into(),
+            mcp_servers: vec!["gmail".into(), "fs".into(), "unconfigured".into()],
+            mcp_allow: vec!["search_threads".into(), "fs/read_file".into()],
+            ..AgentManifest::default()
+        };
+        let mut grant = Grant::default();
+        grant.mcp_servers = ["gmail", "fs", "other"].into_iter().map(String::from).collect();
+        // (mode, ask hook answer, server, tool, verdict)
+        let table = [
+            (ReadOnly, None, "gmail", "search_threads", Want::Allow),
+            (ReadOnly, None, "gmail", "send_message", Want::Deny),
+            (ReadOnly, None, "fs", "read_file", Want::Allow),
+            // `fs/read_file` names one server only; exact names, no patterns.
+            (ReadOnly, None, "gmail", "read_file", Want::Deny),
+            (ReadOnly, None, "gmail", "search_*", Want::Deny),
+            (ReadOnly, None, "gmail", "Search_threads", Want::Deny),
+            (Ask, Some(true), "gmail", "send_message", Want::Allow),
+            (Ask, Some(false), "gmail", "send_message", Want::Deny),
+            (Ask, None, "gmail", "send_message", Want::Deny),
+            (Ask, Some(false), "gmail", "search_threads", Want::Allow),
+            (Approve, None, "gmail", "search_threads", Want::Allow),
+            (Approve, None, "gmail", "send_message", Want::Approval),
+            (Auto, None, "gmail", "send_message", Want::Allow),
+            // Requested but not configured, or configured but not requested:
+            // denied under every mode.
+            (Auto, None, "unconfigured", "x", Want::Deny),
+            (Auto, None, "other", "x", Want::Deny),
+        ];
+        for (mode, answer, server, tool, want) in table {
+            let mut permissions = Permissions::new(mode);
+            if let Some(answer) = answer {
+                permissions = permissions.on_ask_mcp(move |_, _, _| answer);
+            }
+            let authority = Authority::new(&manifest, &grant, &permissions);
+            let args = serde_json::json!({"q": 1});
+            let got = match authority.gate(&Gate::Mcp { server, tool: Some(tool), arguments: &args }, "mcp") {
+                Ok(()) => Want::Allow,
+                Err(ToolError::ApprovalRequired(_)) => Want::Approval,
+                Err(ToolError::Denied(_)) => Want::Deny,
+                Err(e) => panic!("unexpected {e:?}"),
+            };
+            assert_eq!(got, want, "{mode:?} (ask answers {answer:?}) {server}/{tool}");
+        }
+    }
+
+    #[test]
+    fn the_mcp_gate_says_what_to_change() {
+        let manifest =
+            AgentManifest { name: "a".into(), mcp_servers: vec!["gmail".into()], ..AgentManifest::default() };
+        let authority = Authority::new(&manifest, &Grant::default(), &Permissions::default());
+        let args = serde_json::Value::Null;
+        let err = authority.gate(&Gate::Mcp { server: "gmail", tool: None, arguments: &args }, "list").unwrap_err();
+        assert!(err.text().contains("[mcp.gmail]"), "{err:?}");
+        let err = authority.gate(&Gate::Mcp { server: "drive", tool: None, arguments: &args }, "list").unwrap_err();
+        assert!(err.text().contains("mcp-servers"), "{err:?}");
+        let mut grant = Grant::default();
+        grant.mcp_servers.insert("gmail".into());
+        let authority = Authority::new(&manifest, &grant, &Permissions::default());
+        let err = authority.gate(&Gate::Mcp { server: "gmail", tool: Some("send"), arguments: &args }, "t").unwrap_err();
+        assert!(err.text().contains("mcp-allow") && err.text().contains("gmail/send"), "{err:?}");
+        // Listing a reachable server is never gated by tool.
+        assert_eq!(authority.gate(&Gate::Mcp { server: "gmail", tool: None, arguments: &args }, "list"), Ok(()));
+    }
+
+    #[test]
+    fn the_operator_narrows_the_mcp_allow_list() {
+        let manifest = AgentManifest {
+            name: "a".into(),
+            mcp_servers: vec!["fs".into()],
+            mcp_allow: vec!["read_file".into(), "write_file".into()],
+            ..AgentManifest::default()
+        };
+        let mut grant = Grant::default();
+        grant.mcp_servers.insert("fs".into());
+        grant.mcp_allow = Some(McpAllow::new(["fs/read_file", "delete_file"]));
+        let authority = Authority::new(&manifest, &grant, &Permissions::default());
+        assert!(authority.mcp_listed("fs", "read_file"));
+        assert!(!authority.mcp_listed("fs", "write_file"), "not on the operator's list");
+        assert!(!authority.mcp_listed("fs", "delete_file"), "the operator cannot add to the agent's list");
+        assert!(authority.mcp_offers("fs", "read_file") && !authority.mcp_offers("fs", "write_file"));
+    }
 }

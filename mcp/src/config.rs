@@ -180,12 +180,23 @@ pub(crate) enum Transport {
 }
 
 /// A validated `[mcp.NAME]` server. `Debug` shows no secret.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Server {
     pub(crate) name: String,
     pub(crate) transport: Transport,
     pub(crate) call_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .field("transport", &self.describe())
+            .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
 }
 
 const STDIO_KEYS: &str = "`args`, `env`, `cwd`, `confine` and `network`";

@@ -122,6 +122,13 @@ const REFUSED_SYSCALLS: [libc::c_long; 20] = [
 /// The socket filter described in the module comment, as a classic BPF
 /// program; an error on architectures it is not written for.
 pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
+    syscall_filter(false)
+}
+
+/// The filter of [`socket_filter`]; with `sockets`, `socket(2)` and every
+/// `socketpair(2)` are allowed (for a program granted the network), the rest
+/// of [`REFUSED_SYSCALLS`] still refused.
+pub(crate) fn syscall_filter(sockets: bool) -> Result<Vec<libc::sock_filter>, String> {
     let arch = AUDIT_ARCH.ok_or("the seccomp socket filter is only built for x86_64 and aarch64")?;
     let load = |offset: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, offset);
     let ret = |action: u32| stmt(libc::BPF_RET | BPF_K, action);
@@ -134,7 +141,14 @@ pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
         prog.extend([jump_if(BPF_JGE, 0x4000_0000, 0, 1), ret(foreign)]);
     }
     for nr in REFUSED_SYSCALLS {
+        if sockets && nr == libc::SYS_socket {
+            continue;
+        }
         prog.extend([jump(nr as u32, 0, 1), ret(deny)]);
+    }
+    if sockets {
+        prog.push(ret(libc::SECCOMP_RET_ALLOW));
+        return Ok(prog);
     }
     prog.extend([
         jump(libc::SYS_socketpair as u32, 1, 0),
@@ -451,6 +465,32 @@ mod tests {
         }));
         // A control: the probe does fail where a syscall is allowed.
         assert!(!filtered(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
+    }
+
+    #[test]
+    fn the_network_filter_allows_sockets_but_not_the_rest() {
+        let prog = syscall_filter(true).unwrap();
+        let run = |probe: fn() -> bool| {
+            let prog = prog.clone();
+            let mut cmd = Command::new("/bin/true");
+            // SAFETY: the hook installs the prepared filter and makes raw syscalls only.
+            unsafe {
+                cmd.pre_exec(move || {
+                    install_filter(&prog)?;
+                    if probe() { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::EPROTO)) }
+                });
+            }
+            cmd.status().map(|s| s.success()).unwrap_or(false)
+        };
+        // SAFETY (all probes): raw syscalls on locals in the forked child.
+        assert!(run(|| unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0) } >= 0));
+        assert!(run(|| {
+            let mut fds = [0; 2];
+            let flags = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC;
+            unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) == 0 }
+        }));
+        assert!(run(|| refused(unsafe { libc::syscall(libc::SYS_msgget, libc::IPC_PRIVATE, 0o600) })));
+        assert!(!run(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
     }
 
     #[test]

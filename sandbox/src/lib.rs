@@ -25,6 +25,7 @@ mod container;
 mod local;
 mod path;
 pub mod process;
+mod program;
 mod remote;
 pub mod shell;
 mod virtual_fs;
@@ -38,6 +39,7 @@ pub use container::{
 pub use local::LocalSandbox;
 pub use path::normalize;
 pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds};
+pub use program::{ConfinedCommand, ProgramConfinement, SpawnResources};
 pub use remote::{RemoteClient, RemoteSandbox};
 pub use shell::{Confinement, ShellLimits, ShellPolicy};
 pub use virtual_fs::VirtualSandbox;

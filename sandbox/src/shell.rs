@@ -123,7 +123,7 @@ impl ShellLimits {
     pub const NONE: ShellLimits =
         ShellLimits { processes: None, memory_bytes: None, cpu_seconds: None, file_size_bytes: None };
 
-    fn resolve(&self) -> Limits {
+    pub(crate) fn resolve(&self) -> Limits {
         Limits::new(self.processes, self.memory_bytes, self.cpu_seconds, self.file_size_bytes)
     }
 }
@@ -296,7 +296,7 @@ impl ShellPolicy {
         }
     }
 
-    fn bwrap_binary(&self) -> Result<PathBuf, String> {
+    pub(crate) fn bwrap_binary(&self) -> Result<PathBuf, String> {
         if let Some(path) = &self.bwrap {
             return Ok(path.clone());
         }
@@ -365,13 +365,13 @@ pub(crate) fn run(
     let (mut cmd, filter_fd) = match confinement {
         Confinement::Bubblewrap => {
             let bwrap = policy.bwrap_binary().map_err(SandboxError::Config)?;
-            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits).map_err(SandboxError::Config)?;
+            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits, false).map_err(SandboxError::Config)?;
             cmd.args(["--", SHELL, "-c", command]);
             (cmd, Some(fd))
         }
         Confinement::Landlock => {
             let mut cmd = shell_command(root, command);
-            confine_with_landlock(&mut cmd, root, limits)?;
+            confine_with_landlock(&mut cmd, root, limits, Landlocked::SHELL)?;
             (cmd, None)
         }
         Confinement::Unconfined => {
@@ -416,7 +416,7 @@ fn shell_command(root: &Path, command: &str) -> Command {
     cmd
 }
 
-fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error) -> SandboxError {
+pub(crate) fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error) -> SandboxError {
     let program = Path::new(cmd.get_program()).display().to_string();
     match e.raw_os_error() {
         Some(SECCOMP_REFUSED) => SandboxError::Config(
@@ -481,9 +481,14 @@ fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsStrin
 /// bwrap with every option except the command, and the pipe it reads the
 /// seccomp filter from (to be closed once it is spawned). `root` is bound
 /// writable and made the working directory; without it (the probe) nothing is
-/// writable.
-fn bwrap_command(bwrap: &Path, root: Option<&Path>, limits: Limits) -> Result<(Command, OwnedFd), String> {
-    let filter = confine::filter_bytes(&confine::socket_filter()?);
+/// writable. `network` keeps the host's network namespace and allows sockets.
+pub(crate) fn bwrap_command(
+    bwrap: &Path,
+    root: Option<&Path>,
+    limits: Limits,
+    network: bool,
+) -> Result<(Command, OwnedFd), String> {
+    let filter = confine::filter_bytes(&confine::syscall_filter(network)?);
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("cannot make a pipe for the seccomp filter: {e}"))?;
     // A few hundred bytes: far below the pipe buffer, so this never blocks.
@@ -510,8 +515,10 @@ fn bwrap_command(bwrap: &Path, root: Option<&Path>, limits: Limits) -> Result<(C
             cmd.args(["--tmpfs", dir]);
         }
     }
+    if !network {
+        cmd.arg("--unshare-net");
+    }
     cmd.args([
-        "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -540,7 +547,7 @@ fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
 
 fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
     let shown = bwrap.display();
-    let (mut cmd, filter_fd) = bwrap_command(bwrap, None, ShellLimits::NONE.resolve())?;
+    let (mut cmd, filter_fd) = bwrap_command(bwrap, None, ShellLimits::NONE.resolve(), false)?;
     cmd.args(["--", SHELL, "-c", "true"]).env_clear().env("PATH", DEFAULT_PATH);
     let job = Job {
         stdin: None,
@@ -584,7 +591,7 @@ fn landlock_abi() -> Result<ABI, String> {
         .get_or_init(|| {
             let mut last = None;
             for abi in LANDLOCK_ABIS {
-                match landlock_ruleset(abi) {
+                match landlock_ruleset(abi, false) {
                     Ok(_) => return Ok(abi),
                     Err(e) => last = Some(e),
                 }
@@ -606,12 +613,13 @@ fn landlock_usable() -> Result<ABI, String> {
     Ok(abi)
 }
 
-/// A ruleset handling everything `abi` offers, refusing to build if the kernel
-/// supports less: what is built is then enforced in full.
-fn landlock_ruleset(abi: ABI) -> Result<RulesetCreated, RulesetError> {
+/// A ruleset handling everything `abi` offers (but network access, with
+/// `network`), refusing to build if the kernel supports less: what is built is
+/// then enforced in full.
+fn landlock_ruleset(abi: ABI, network: bool) -> Result<RulesetCreated, RulesetError> {
     let mut ruleset =
         Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(AccessFs::from_all(abi))?;
-    if abi >= ABI::V4 {
+    if abi >= ABI::V4 && !network {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
     }
     if abi >= ABI::V6 {
@@ -620,16 +628,35 @@ fn landlock_ruleset(abi: ABI) -> Result<RulesetCreated, RulesetError> {
     ruleset.create()
 }
 
+/// What [`confine_with_landlock`] sets up besides the filesystem rules.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Landlocked {
+    /// Fork a shepherd first (outside the domain).
+    pub(crate) shepherd: bool,
+    /// Leave TCP and sockets allowed.
+    pub(crate) network: bool,
+}
+
+impl Landlocked {
+    /// A shell command: shepherded, no network.
+    pub(crate) const SHELL: Landlocked = Landlocked { shepherd: true, network: false };
+}
+
 /// Makes `cmd` confine itself between fork and exec: descriptors, shepherd,
 /// limits, capabilities, Landlock, and last the seccomp filter.
-fn confine_with_landlock(cmd: &mut Command, root: &Path, limits: Limits) -> Result<(), SandboxError> {
+pub(crate) fn confine_with_landlock(
+    cmd: &mut Command,
+    root: &Path,
+    limits: Limits,
+    how: Landlocked,
+) -> Result<(), SandboxError> {
     let abi = landlock_abi().map_err(SandboxError::Config)?;
-    let filter = confine::socket_filter().map_err(SandboxError::Config)?;
+    let filter = confine::syscall_filter(how.network).map_err(SandboxError::Config)?;
     let failed = |e: &dyn std::fmt::Display| SandboxError::Config(format!("cannot set up Landlock rules: {e}"));
     let path = |p: &Path| PathFd::new(p).map_err(|e| failed(&e));
     // All allocation (ruleset, rules, path fds) happens here, before the fork.
     let (everything, writable, dev_null) = (path(Path::new("/"))?, path(root)?, path(Path::new("/dev/null"))?);
-    let ruleset = landlock_ruleset(abi)
+    let ruleset = landlock_ruleset(abi, how.network)
         .and_then(|r| r.add_rule(PathBeneath::new(everything, AccessFs::from_read(abi))))
         .and_then(|r| r.add_rule(PathBeneath::new(writable, AccessFs::from_all(abi))))
         .and_then(|r| r.add_rule(PathBeneath::new(dev_null, AccessFs::from_file(abi) & !AccessFs::Execute)))
@@ -639,7 +666,9 @@ fn confine_with_landlock(cmd: &mut Command, root: &Path, limits: Limits) -> Resu
     let hook = move || -> io::Result<()> {
         cloexec_all_but(None)?;
         // Before Landlock, so the shepherd stays outside the command's domain.
-        confine::fork_shepherd()?;
+        if how.shepherd {
+            confine::fork_shepherd()?;
+        }
         limits.apply()?;
         if drop_caps {
             drop_capabilities().map_err(|_| io::Error::from(CAPS_REFUSED))?;

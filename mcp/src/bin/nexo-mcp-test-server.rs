@@ -1,2 +1,235 @@
-//! nexo's MCP test server.
-fn main() {}
+//! nexo's MCP test server: a real rmcp server with a few tools that exercise
+//! the client's paths (errors, hangs, crashes, big and binary results, the
+//! environment, the filesystem and the network it is given).
+//!
+//! ```text
+//! nexo-mcp-test-server [stdio]                       MCP over stdin/stdout
+//! nexo-mcp-test-server http --port N [--token T | --token-file F]
+//!     streamable HTTP on 127.0.0.1:N (0: any free port) at /mcp, printing the bound address
+//!     (`127.0.0.1:PORT`) as its first line; with a token, every request needs
+//!     `Authorization: Bearer T` (with --token-file, T is read from F at each request, so a test
+//!     can rotate it)
+//! ```
+//!
+//! Tools: `echo{text}`, `fail{message}` (a tool error), `hang{seconds}`,
+//! `large{bytes}`, `image` (text and a PNG), `crash` (exits mid-call),
+//! `write{path, text}` (relative to its working directory, or absolute),
+//! `env{name}` (a variable's value, or `unset`), `connect{addr}` (a TCP
+//! connect to `host:port`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// A 1x1 transparent PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+
+/// The test tools, as data (no macros): name, description, schema.
+fn tools() -> Vec<Tool> {
+    let string = |name: &str| json!({"type": "object", "properties": {name: {"type": "string"}}, "required": [name]});
+    let number = |name: &str| json!({"type": "object", "properties": {name: {"type": "number"}}, "required": [name]});
+    let none = json!({"type": "object", "properties": {}});
+    let both = json!({
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["path", "text"]
+    });
+    [
+        ("echo", "Returns `text`.", string("text")),
+        ("fail", "Returns a tool error with `message`.", string("message")),
+        ("hang", "Sleeps `seconds` seconds, then answers.", number("seconds")),
+        ("large", "Returns `bytes` bytes of text.", number("bytes")),
+        ("image", "Returns a text and a small PNG image.", none.clone()),
+        ("crash", "Exits the server in the middle of the call.", none),
+        ("write", "Writes `text` to the file `path`.", both),
+        ("env", "Returns the environment variable `name`, or `unset`.", string("name")),
+        ("connect", "Opens a TCP connection to `addr` (host:port).", string("addr")),
+    ]
+    .into_iter()
+    .map(|(name, description, schema)| {
+        let schema: JsonObject = schema.as_object().cloned().unwrap_or_default();
+        Tool::new(name, description, Arc::new(schema))
+    })
+    .collect()
+}
+
+/// The test server's handler.
+#[derive(Clone)]
+struct TestServer;
+
+fn text_arg(args: &JsonObject, name: &str) -> Result<String, ErrorData> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| ErrorData::invalid_params(format!("missing string argument `{name}`"), None))
+}
+
+fn number_arg(args: &JsonObject, name: &str) -> Result<f64, ErrorData> {
+    args.get(name)
+        .and_then(Value::as_f64)
+        .filter(|n| *n >= 0.0)
+        .ok_or_else(|| ErrorData::invalid_params(format!("missing non-negative number `{name}`"), None))
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("nexo-mcp-test-server", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let ok = |text: String| CallToolResult::success(vec![ContentBlock::text(text)]);
+        let result = match request.name.as_ref() {
+            "echo" => ok(text_arg(&args, "text")?),
+            "fail" => CallToolResult::error(vec![ContentBlock::text(text_arg(&args, "message")?)]),
+            "hang" => {
+                tokio::time::sleep(Duration::from_secs_f64(number_arg(&args, "seconds")?)).await;
+                ok("done".into())
+            }
+            "large" => ok("x".repeat(number_arg(&args, "bytes")? as usize)),
+            "image" => {
+                CallToolResult::success(vec![ContentBlock::text("a tiny image"), ContentBlock::image(PNG, "image/png")])
+            }
+            "crash" => {
+                eprintln!("test server: crashing as asked");
+                std::process::exit(3)
+            }
+            "write" => {
+                let path = text_arg(&args, "path")?;
+                match std::fs::write(&path, text_arg(&args, "text")?) {
+                    Ok(()) => ok(format!("wrote {path}")),
+                    Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("cannot write {path}: {e}"))]),
+                }
+            }
+            "env" => ok(std::env::var(text_arg(&args, "name")?).unwrap_or_else(|_| "unset".into())),
+            "connect" => {
+                let addr = text_arg(&args, "addr")?;
+                match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&addr)).await {
+                    Ok(Ok(_)) => ok(format!("connected to {addr}")),
+                    Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(format!("cannot connect: {e}"))]),
+                    Err(_) => CallToolResult::error(vec![ContentBlock::text("cannot connect: timed out")]),
+                }
+            }
+            other => return Err(ErrorData::invalid_params(format!("no tool named `{other}`"), None)),
+        };
+        Ok(result.into())
+    }
+}
+
+async fn serve_stdio() -> Result<(), String> {
+    let service = TestServer.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+    service.waiting().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The bearer token HTTP requests need.
+#[derive(Clone)]
+enum Expected {
+    None,
+    Token(String),
+    File(std::path::PathBuf),
+}
+
+impl Expected {
+    fn allows(&self, header: Option<&http::HeaderValue>) -> bool {
+        let want = match self {
+            Expected::None => return true,
+            Expected::Token(t) => t.clone(),
+            Expected::File(path) => std::fs::read_to_string(path).unwrap_or_default().trim().to_string(),
+        };
+        header.is_some_and(|got| got.as_bytes() == format!("Bearer {want}").as_bytes())
+    }
+}
+
+async fn serve_http(port: u16, expected: Expected) -> Result<(), String> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mcp = StreamableHttpService::new(
+        || Ok(TestServer),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    loop {
+        let (socket, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let mcp = mcp.clone();
+        let expected = expected.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let mut mcp = mcp.clone();
+                let expected = expected.clone();
+                async move {
+                    if !expected.allows(req.headers().get("authorization")) {
+                        let body = http_body_util::Full::new(bytes::Bytes::from_static(b"bad or missing bearer token"));
+                        let mut response = http::Response::new(http_body_util::BodyExt::boxed(
+                            http_body_util::BodyExt::map_err(body, |e: Infallible| match e {}),
+                        ));
+                        *response.status_mut() = http::StatusCode::UNAUTHORIZED;
+                        return Ok::<_, Infallible>(response);
+                    }
+                    tower_service::Service::call(&mut mcp, req).await
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(socket), service)
+                .await;
+        });
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F]");
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        None | Some("stdio") => serve_stdio().await,
+        Some("http") => {
+            let mut port = None;
+            let mut expected = Expected::None;
+            let mut rest = args[1..].iter();
+            while let Some(arg) = rest.next() {
+                match arg.as_str() {
+                    "--port" => port = rest.next().and_then(|p| p.parse::<u16>().ok()),
+                    "--token" => expected = Expected::Token(rest.next().cloned().unwrap_or_else(|| usage())),
+                    "--token-file" => expected = Expected::File(rest.next().unwrap_or_else(|| usage()).into()),
+                    _ => usage(),
+                }
+            }
+            serve_http(port.unwrap_or_else(|| usage()), expected).await
+        }
+        Some(_) => usage(),
+    };
+    if let Err(e) = result {
+        eprintln!("test server: {e}");
+        std::process::exit(1);
+    }
+    // A pending stdin read can hold up the runtime's shutdown.
+    std::process::exit(0)
+}

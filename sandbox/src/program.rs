@@ -1,0 +1,245 @@
+//! Long-running programs the host starts for an agent, such as MCP servers,
+//! under the same OS confinement as the local sandbox's shell commands: the
+//! host filesystem read-only, one writable directory, no network unless
+//! granted, none of the host's descriptors.
+//!
+//! Unlike a shell command, the program's lifetime and stdio are the caller's:
+//! [`ProgramConfinement::command`] only builds the [`Command`], and the caller
+//! sets its environment and stdio and spawns it (directly with
+//! [`ConfinedCommand::spawn`], or through another API with
+//! [`ConfinedCommand::into_parts`]). No shepherd is forked under Landlock:
+//! the caller ends the program and what it started (nexo's MCP client does
+//! that with its orphan guard, which runs outside the confinement). Under
+//! bubblewrap the PID namespace ends the program's descendants with it.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+
+use crate::SandboxError;
+use crate::process::close_inherited_fds;
+use crate::shell::{
+    Confinement, Landlocked, ShellLimits, ShellPolicy, bwrap_command, confine_with_landlock, spawn_error,
+};
+
+/// How one program is confined.
+#[derive(Debug, Clone)]
+pub struct ProgramConfinement {
+    /// The mechanism; [`Confinement::Auto`] picks bubblewrap, else Landlock.
+    /// [`Confinement::Unconfined`] only closes inherited descriptors.
+    pub confinement: Confinement,
+    /// The one directory the program may write; also its working directory.
+    pub writable: PathBuf,
+    /// Keep network access: the host's network namespace under bubblewrap,
+    /// TCP and sockets allowed under Landlock.
+    pub network: bool,
+    /// The bubblewrap binary; `None` looks for `bwrap` on `PATH`.
+    pub bwrap: Option<PathBuf>,
+    /// Resource limits, per process as for shell commands. A long-running
+    /// server would hit the shell's CPU-time default, so
+    /// [`ProgramConfinement::new`] sets none.
+    pub limits: ShellLimits,
+}
+
+impl ProgramConfinement {
+    /// Auto confinement writing only `writable`, no network, no resource limits.
+    pub fn new(writable: impl Into<PathBuf>) -> Self {
+        ProgramConfinement {
+            confinement: Confinement::Auto,
+            writable: writable.into(),
+            network: false,
+            bwrap: None,
+            limits: ShellLimits::NONE,
+        }
+    }
+
+    fn policy(&self) -> ShellPolicy {
+        ShellPolicy { env: Vec::new(), confinement: self.confinement, bwrap: self.bwrap.clone(), limits: self.limits }
+    }
+
+    /// The mechanism the program will actually run under, checked to work
+    /// here (probes are cached per process), or why none can be used.
+    pub fn effective(&self) -> Result<Confinement, SandboxError> {
+        self.policy().effective_confinement()
+    }
+
+    /// `program args…` set up to confine itself, with its working directory
+    /// set to [`ProgramConfinement::writable`]. An explicit mechanism is
+    /// used without probing it (the spawn fails if it does not work);
+    /// [`Confinement::Auto`] is resolved first. The caller adds the
+    /// environment (which the program inherits through bubblewrap) and stdio.
+    pub fn command<S: AsRef<OsStr>>(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: impl IntoIterator<Item = S>,
+    ) -> Result<ConfinedCommand, SandboxError> {
+        let root = &self.writable;
+        if !root.is_absolute() || !root.is_dir() {
+            return Err(SandboxError::Config(format!(
+                "the writable directory {} of a confined program must be an existing absolute directory; create it \
+                 or give another",
+                root.display()
+            )));
+        }
+        let confinement = match self.confinement {
+            Confinement::Auto => self.effective()?,
+            explicit => explicit,
+        };
+        let limits = self.limits.resolve();
+        let (mut command, filter_fd) = match confinement {
+            Confinement::Bubblewrap => {
+                let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;
+                let (mut cmd, fd) =
+                    bwrap_command(&bwrap, Some(root), limits, self.network).map_err(SandboxError::Config)?;
+                cmd.arg("--").arg(program.as_ref()).args(args);
+                (cmd, Some(fd))
+            }
+            Confinement::Landlock => {
+                let mut cmd = Command::new(program.as_ref());
+                cmd.args(args).current_dir(root);
+                confine_with_landlock(&mut cmd, root, limits, Landlocked { shepherd: false, network: self.network })?;
+                (cmd, None)
+            }
+            Confinement::Unconfined => {
+                let mut cmd = Command::new(program.as_ref());
+                cmd.args(args).current_dir(root);
+                close_inherited_fds(&mut cmd);
+                (cmd, None)
+            }
+            Confinement::Auto => {
+                return Err(SandboxError::Config("confinement Auto was not resolved to a mechanism".into()));
+            }
+        };
+        // bwrap's own working directory does not matter; the program's is --chdir.
+        if confinement == Confinement::Bubblewrap {
+            command.current_dir("/");
+        }
+        Ok(ConfinedCommand { command, resources: SpawnResources { filter_fd, confinement } })
+    }
+}
+
+/// A command that confines itself when spawned, with what must stay open
+/// until then.
+#[derive(Debug)]
+pub struct ConfinedCommand {
+    command: Command,
+    resources: SpawnResources,
+}
+
+/// What a [`ConfinedCommand`] needs until its child is spawned (the pipe
+/// bubblewrap reads its seccomp filter from); drop it right after the spawn.
+#[derive(Debug)]
+pub struct SpawnResources {
+    filter_fd: Option<OwnedFd>,
+    confinement: Confinement,
+}
+
+impl SpawnResources {
+    /// The mechanism the command runs under.
+    pub fn confinement(&self) -> Confinement {
+        self.confinement
+    }
+
+    /// A spawn error of `command` explained: confinement that could not be
+    /// set up is a [`SandboxError::Config`] naming what is missing.
+    pub fn explain(&self, command: &Command, error: io::Error) -> SandboxError {
+        spawn_error(self.confinement, command, error)
+    }
+}
+
+impl ConfinedCommand {
+    /// The command, to set its environment and stdio.
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.command
+    }
+
+    /// The mechanism the command runs under.
+    pub fn confinement(&self) -> Confinement {
+        self.resources.confinement
+    }
+
+    /// Spawns it.
+    pub fn spawn(mut self) -> Result<Child, SandboxError> {
+        let child = self.command.spawn().map_err(|e| self.resources.explain(&self.command, e));
+        drop(self.resources.filter_fd.take());
+        child
+    }
+
+    /// The command and what must stay open until it is spawned, to spawn it
+    /// through another API (say `tokio::process::Command::from`).
+    pub fn into_parts(self) -> (Command, SpawnResources) {
+        (self.command, self.resources)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::process::Stdio;
+
+    use super::*;
+
+    fn run_in(dir: &std::path::Path, confinement: Confinement, network: bool, script: &str) -> (bool, String) {
+        let mut conf = ProgramConfinement::new(dir);
+        conf.confinement = confinement;
+        conf.network = network;
+        let mut cmd = conf.command("/bin/sh", ["-c", script]).unwrap();
+        cmd.command_mut().env_clear().env("PATH", "/usr/bin:/bin").stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = cmd.spawn().unwrap().wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    fn run(confinement: Confinement, network: bool, script: &str) -> (bool, String) {
+        let dir = tempfile::tempdir().unwrap();
+        run_in(dir.path(), confinement, network, script)
+    }
+
+    #[test]
+    fn a_confined_program_writes_only_its_directory() {
+        for c in [Confinement::Bubblewrap, Confinement::Landlock] {
+            let outer = tempfile::tempdir().unwrap();
+            let inner = outer.path().join("inner");
+            std::fs::create_dir(&inner).unwrap();
+            let escape = outer.path().join("escape.txt");
+            let (_, out) = run_in(
+                &inner,
+                c,
+                false,
+                &format!("echo in > inside.txt; echo x > {}; cat inside.txt", escape.display()),
+            );
+            assert_eq!(std::fs::read_to_string(inner.join("inside.txt")).unwrap(), "in\n", "{c}: {out}");
+            assert!(!escape.exists(), "{c} let the program write {}: {out}", escape.display());
+        }
+    }
+
+    #[test]
+    fn network_is_off_unless_granted() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // bash's /dev/tcp opens a TCP socket; plain sh may lack it, so use bash if present.
+        if !std::path::Path::new("/bin/bash").exists() {
+            return;
+        }
+        let probe = format!("exec /bin/bash -c 'echo > /dev/tcp/127.0.0.1/{port}'");
+        for c in [Confinement::Bubblewrap, Confinement::Landlock] {
+            let (ok, out) = run(c, false, &probe);
+            assert!(!ok, "{c} without network connected: {out}");
+        }
+        // Bubblewrap with the network keeps the host's namespace, so loopback is reachable.
+        for c in [Confinement::Bubblewrap, Confinement::Landlock] {
+            let (ok, out) = run(c, true, &probe);
+            assert!(ok, "{c} with network could not connect: {out}");
+        }
+    }
+
+    #[test]
+    fn a_relative_or_missing_directory_is_refused() {
+        let conf = ProgramConfinement::new("relative/dir");
+        assert!(matches!(conf.command("/bin/true", [""; 0]), Err(SandboxError::Config(_))));
+        let conf = ProgramConfinement::new("/nonexistent/nexo/dir");
+        assert!(matches!(conf.command("/bin/true", [""; 0]), Err(SandboxError::Config(_))));
+    }
+}
