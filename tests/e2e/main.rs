@@ -5,6 +5,7 @@
 mod durable;
 mod failures;
 mod loading;
+mod mcp;
 mod models;
 mod running;
 mod web;

@@ -12,14 +12,15 @@ use nexo_sdk::agent::{mcp, model, Agent, Manifest, RunError, ToolError};
 struct McpProbe;
 
 fn outcome(result: Result<String, ToolError>) -> String {
-    match result {
-        Ok(text) => format!("ok {}", text.replace('\n', " | ")),
+    let text = match result {
+        Ok(text) => format!("ok {text}"),
         Err(ToolError::Denied(m)) => format!("denied: {m}"),
         Err(ToolError::ApprovalRequired(m)) => format!("approval-required: {m}"),
         Err(ToolError::Timeout(m)) => format!("timeout: {m}"),
         Err(ToolError::Failed(m)) => format!("failed: {m}"),
         Err(e) => format!("other: {e:?}"),
-    }
+    };
+    text.replace('\n', " | ")
 }
 
 impl Agent for McpProbe {
