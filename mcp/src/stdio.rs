@@ -176,9 +176,15 @@ fn is_executable(path: &Path) -> bool {
 
 /// The mechanism a confined server runs under, probed (and cached) here so a
 /// missing one fails before anything starts.
-fn resolve_confinement(server: &str, writable: &Path, network: bool) -> Result<ProgramOptions, McpError> {
+fn resolve_confinement(
+    server: &str,
+    writable: &Path,
+    network: bool,
+    mechanism: Confinement,
+) -> Result<ProgramOptions, McpError> {
     let mut probe = ProgramConfinement::new(writable);
     probe.network = network;
+    probe.confinement = mechanism;
     let confinement = probe.effective().map_err(|e| McpError::Spawn {
         server: server.to_string(),
         message: format!(
@@ -194,7 +200,12 @@ fn resolve_confinement(server: &str, writable: &Path, network: bool) -> Result<P
 /// Must run on a runtime worker thread, not in `spawn_blocking`: nothing
 /// here depends on the spawning thread living on, but the stderr task needs
 /// the runtime.
-pub(crate) fn start(server: &str, spec: &StdioSpec, guard: Option<&Path>) -> Result<Started, McpError> {
+pub(crate) fn start(
+    server: &str,
+    spec: &StdioSpec,
+    guard: Option<&Path>,
+    mechanism: Confinement,
+) -> Result<Started, McpError> {
     let spawn_err = |message: String| McpError::Spawn { server: server.to_string(), message };
     let path = server_path(&spec.env);
     if let Some(cwd) = &spec.cwd
@@ -214,7 +225,7 @@ pub(crate) fn start(server: &str, spec: &StdioSpec, guard: Option<&Path>) -> Res
         )));
     };
     let confine = match (spec.confine, &spec.cwd) {
-        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network)?),
+        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network, mechanism)?),
         _ => None,
     };
     let argv: Vec<OsString> =
