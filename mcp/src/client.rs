@@ -314,11 +314,10 @@ impl Clients {
                 };
                 let failed = |message: String, process: &mut ServerProcess| {
                     let status = process.exit_status();
-                    let message = match status {
+                    match status {
                         Some(status) => format!("it exited ({status}) during the MCP handshake: {message}"),
                         None => message,
-                    };
-                    message
+                    }
                 };
                 match tokio::time::timeout(limit, handshake).await {
                     Ok(Ok((service, tools))) => Ok(Conn {

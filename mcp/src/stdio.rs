@@ -197,9 +197,11 @@ fn resolve_confinement(
 /// Starts the server (through the guard when `guard` is given), with piped
 /// stdio and only its configured environment.
 ///
-/// Must run on a runtime worker thread, not in `spawn_blocking`: nothing
-/// here depends on the spawning thread living on, but the stderr task needs
-/// the runtime.
+/// Call it from async code on a runtime worker, never inside
+/// `spawn_blocking`: without a guard, bubblewrap's `--die-with-parent` is a
+/// parent-death signal, which fires when the *thread* that spawned it exits
+/// (blocking-pool threads come and go). The guard polls its parent process
+/// instead, so it has no such trap.
 pub(crate) fn start(
     server: &str,
     spec: &StdioSpec,
