@@ -191,7 +191,12 @@ fn resolve_confinement(
             "`confine = true`, but no OS confinement works here: {e}; or remove `confine` from [mcp.{server}]"
         ),
     })?;
-    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap: None })
+    // Found on the host's PATH here: the guard runs with the server's environment.
+    let bwrap = match confinement {
+        Confinement::Bubblewrap => std::env::var_os("PATH").and_then(|path| nexo_sandbox::find_on_path("bwrap", &path)),
+        _ => None,
+    };
+    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap })
 }
 
 /// Starts the server (through the guard when `guard` is given), with piped
@@ -246,6 +251,7 @@ pub(crate) fn start(
             let confined = ProgramConfinement {
                 confinement: o.confinement,
                 network: o.network,
+                bwrap: o.bwrap.clone(),
                 ..ProgramConfinement::new(&o.writable)
             }
             .command(&argv[0], &argv[1..])
