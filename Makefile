@@ -43,6 +43,8 @@ test: toolchain
 	@# componentize-py and ComponentizeJS, for the Python and JavaScript example agents' tests.
 	./scripts/python-deps.sh
 	./scripts/js-deps.sh
+	@# The npm reference MCP servers, for nexo-mcp's tests.
+	./scripts/mcp-deps.sh
 	$(CARGO) test --workspace
 	@# The guarded client's test seam must never reach a normal build of nexo.
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nexo_egress::EgressError;
+use nexo_sandbox::Confinement;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -161,6 +162,8 @@ struct Inner {
     servers: Vec<Server>,
     slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     options: ClientOptions,
+    /// The mechanism for `confine = true` servers.
+    confinement: Confinement,
     next_id: AtomicU64,
 }
 
@@ -217,7 +220,34 @@ impl Clients {
     /// Clients for `servers`; nothing is started until first use.
     pub fn new(servers: Vec<Server>, options: ClientOptions) -> Clients {
         let slots = servers.iter().map(|_| tokio::sync::Mutex::new(None)).collect();
-        Clients { inner: Arc::new(Inner { servers, slots, options, next_id: AtomicU64::new(1) }) }
+        Clients {
+            inner: Arc::new(Inner {
+                servers,
+                slots,
+                options,
+                confinement: Confinement::Auto,
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Runs `confine = true` servers under `confinement` rather than
+    /// [`Confinement::Auto`] (bubblewrap if it works, else Landlock), e.g. to
+    /// match the operator's choice for the local shell.
+    /// [`Confinement::Unconfined`] disables OS confinement for them. Call it
+    /// before first use: clones made earlier keep their own connections.
+    pub fn with_confinement(self, confinement: Confinement) -> Clients {
+        let inner = &self.inner;
+        let slots = inner.servers.iter().map(|_| tokio::sync::Mutex::new(None)).collect();
+        Clients {
+            inner: Arc::new(Inner {
+                servers: inner.servers.clone(),
+                slots,
+                options: inner.options.clone(),
+                confinement,
+                next_id: AtomicU64::new(1),
+            }),
+        }
     }
 
     /// The configured servers, in the order given.
@@ -274,7 +304,7 @@ impl Clients {
         match &server.transport {
             Transport::Stdio(spec) => {
                 // Spawned here, on a runtime thread, never in spawn_blocking.
-                let started = start(name, spec, self.inner.options.guard.as_deref())?;
+                let started = start(name, spec, self.inner.options.guard.as_deref(), self.inner.confinement)?;
                 let stderr = started.stderr.clone();
                 let mut process = started.process;
                 let handshake = async {
@@ -284,11 +314,10 @@ impl Clients {
                 };
                 let failed = |message: String, process: &mut ServerProcess| {
                     let status = process.exit_status();
-                    let message = match status {
+                    match status {
                         Some(status) => format!("it exited ({status}) during the MCP handshake: {message}"),
                         None => message,
-                    };
-                    message
+                    }
                 };
                 match tokio::time::timeout(limit, handshake).await {
                     Ok(Ok((service, tools))) => Ok(Conn {

@@ -164,10 +164,7 @@ pub fn guard_main(args: &[OsString]) -> i32 {
         std::thread::sleep(POLL);
     };
     kill_all();
-    match status.and_then(|s| s.code()) {
-        Some(code) => code,
-        None => 137,
-    }
+    status.and_then(|s| s.code()).unwrap_or(137)
 }
 
 fn host_gone(host: i32) -> bool {

@@ -176,25 +176,43 @@ fn is_executable(path: &Path) -> bool {
 
 /// The mechanism a confined server runs under, probed (and cached) here so a
 /// missing one fails before anything starts.
-fn resolve_confinement(server: &str, writable: &Path, network: bool) -> Result<ProgramOptions, McpError> {
+fn resolve_confinement(
+    server: &str,
+    writable: &Path,
+    network: bool,
+    mechanism: Confinement,
+) -> Result<ProgramOptions, McpError> {
     let mut probe = ProgramConfinement::new(writable);
     probe.network = network;
+    probe.confinement = mechanism;
     let confinement = probe.effective().map_err(|e| McpError::Spawn {
         server: server.to_string(),
         message: format!(
             "`confine = true`, but no OS confinement works here: {e}; or remove `confine` from [mcp.{server}]"
         ),
     })?;
-    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap: None })
+    // Found on the host's PATH here: the guard runs with the server's environment.
+    let bwrap = match confinement {
+        Confinement::Bubblewrap => std::env::var_os("PATH").and_then(|path| nexo_sandbox::find_on_path("bwrap", &path)),
+        _ => None,
+    };
+    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap })
 }
 
 /// Starts the server (through the guard when `guard` is given), with piped
 /// stdio and only its configured environment.
 ///
-/// Must run on a runtime worker thread, not in `spawn_blocking`: nothing
-/// here depends on the spawning thread living on, but the stderr task needs
-/// the runtime.
-pub(crate) fn start(server: &str, spec: &StdioSpec, guard: Option<&Path>) -> Result<Started, McpError> {
+/// Call it from async code on a runtime worker, never inside
+/// `spawn_blocking`: without a guard, bubblewrap's `--die-with-parent` is a
+/// parent-death signal, which fires when the *thread* that spawned it exits
+/// (blocking-pool threads come and go). The guard polls its parent process
+/// instead, so it has no such trap.
+pub(crate) fn start(
+    server: &str,
+    spec: &StdioSpec,
+    guard: Option<&Path>,
+    mechanism: Confinement,
+) -> Result<Started, McpError> {
     let spawn_err = |message: String| McpError::Spawn { server: server.to_string(), message };
     let path = server_path(&spec.env);
     if let Some(cwd) = &spec.cwd
@@ -214,7 +232,7 @@ pub(crate) fn start(server: &str, spec: &StdioSpec, guard: Option<&Path>) -> Res
         )));
     };
     let confine = match (spec.confine, &spec.cwd) {
-        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network)?),
+        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network, mechanism)?),
         _ => None,
     };
     let argv: Vec<OsString> =
@@ -233,6 +251,7 @@ pub(crate) fn start(server: &str, spec: &StdioSpec, guard: Option<&Path>) -> Res
             let confined = ProgramConfinement {
                 confinement: o.confinement,
                 network: o.network,
+                bwrap: o.bwrap.clone(),
                 ..ProgramConfinement::new(&o.writable)
             }
             .command(&argv[0], &argv[1..])

@@ -76,7 +76,20 @@ async fn start_host(
 #[tokio::test]
 async fn a_sigkilled_host_leaves_no_server_process() {
     let marker = marker();
-    let (mut host, _lines) = start_host(&forking_server(&marker), "wait").await;
+    sigkill_leaves_nothing(&marker, forking_server(&marker)).await;
+}
+
+#[tokio::test]
+async fn a_sigkilled_host_leaves_no_confined_server_process() {
+    let marker = marker();
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig { cwd: Some(dir.path().to_path_buf()), confine: true, ..forking_server(&marker) };
+    sigkill_leaves_nothing(&marker, config).await;
+}
+
+async fn sigkill_leaves_nothing(marker: &str, config: ServerConfig) {
+    let marker = marker.to_string();
+    let (mut host, _lines) = start_host(&config, "wait").await;
     // Give the background helpers a moment to start, then check the test sees them.
     let started = Instant::now();
     while processes_with(&marker).iter().filter(|p| p.contains("sleep 30")).count() < 4 {
