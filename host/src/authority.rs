@@ -689,7 +689,8 @@ mod tests {
         let mut grant = Grant::default();
         grant.mcp_servers.insert("gmail".into());
         let authority = Authority::new(&manifest, &grant, &Permissions::default());
-        let err = authority.gate(&Gate::Mcp { server: "gmail", tool: Some("send"), arguments: &args }, "t").unwrap_err();
+        let err =
+            authority.gate(&Gate::Mcp { server: "gmail", tool: Some("send"), arguments: &args }, "t").unwrap_err();
         assert!(err.text().contains("mcp-allow") && err.text().contains("gmail/send"), "{err:?}");
         // Listing a reachable server is never gated by tool.
         assert_eq!(authority.gate(&Gate::Mcp { server: "gmail", tool: None, arguments: &args }, "list"), Ok(()));

@@ -14,7 +14,7 @@ use http::{HeaderName, HeaderValue};
 use nexo_egress::{EgressError, GuardedClient, HostList, Origin, Policy, Request, SecretHeader, StreamingResponse};
 use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
-    AuthRequiredError, HttpStatusError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    HttpStatusError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
 };
 use sse_stream::{Error as SseError, Sse, SseStream};
@@ -244,11 +244,6 @@ impl StreamableHttpClient for EgressHttp {
         if status == 404 && session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);
         }
-        if status == 401
-            && let Some(challenge) = header(&response, "www-authenticate")
-        {
-            return Err(StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_string())));
-        }
         let new_session = header(&response, "mcp-session-id").map(str::to_string);
         let content_type = response.content_type.clone();
         let awaits_no_response = !matches!(message, JsonRpcMessage::Request(_));
@@ -308,11 +303,6 @@ impl StreamableHttpClient for EgressHttp {
         let status = response.status;
         if status == 405 {
             return Err(StreamableHttpError::ServerDoesNotSupportSse);
-        }
-        if status == 401
-            && let Some(challenge) = header(&response, "www-authenticate")
-        {
-            return Err(StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_string())));
         }
         if !(200..300).contains(&status) {
             let content_type = response.content_type.clone();

@@ -118,7 +118,9 @@ impl Scene {
 
     fn offered(&self, request: usize) -> Vec<String> {
         let body = &self.model.requests()[request].body;
-        body["tools"].as_array().map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().into()).collect())
+        body["tools"]
+            .as_array()
+            .map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().into()).collect())
             .unwrap_or_default()
     }
 }
@@ -291,7 +293,11 @@ async fn a_tool_error_a_hang_a_crash_and_a_flood_are_tool_errors_and_the_run_goe
     assert!(lines[3].starts_with("call tests/crash: failed:"), "{answer}");
     assert_eq!(lines[4], "call tests/echo: ok after the crash", "the next call starts the server again");
     // The one truncation routine: cut at 64 KiB, and the cut is marked.
-    assert!(lines[5].len() < 70_000 && lines[5].contains("[output cut at 65536 bytes]"), "{}", &lines[5][lines[5].len() - 200..]);
+    assert!(
+        lines[5].len() < 70_000 && lines[5].contains("[output cut at 65536 bytes]"),
+        "{}",
+        &lines[5][lines[5].len() - 200..]
+    );
     scene.clients.close().await;
 }
 

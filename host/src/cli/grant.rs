@@ -426,7 +426,9 @@ impl Resolved {
             // stdio servers start under this binary's orphan guard, so they
             // end with nexo however it ends.
             let guard = std::env::current_exe().ok();
+            // Confined servers get the local shell's mechanism.
             nexo_mcp::Clients::new(servers, nexo_mcp::ClientOptions { guard, ..Default::default() })
+                .with_confinement(self.shell_policy().confinement)
         });
         Ok(RunOptions { sandbox, permissions, grant: self.grant(), mcp, ..RunOptions::default() })
     }
