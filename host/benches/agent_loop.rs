@@ -102,7 +102,7 @@ fn per_turn_http(c: &mut Criterion) {
     let request = nexo_model::Request {
         model: "fake-model".into(),
         messages: vec![nexo_model::Message::User { text: "list the files".into() }],
-        tools: toolbox.specs(),
+        tools: rt.block_on(toolbox.specs()),
         max_tokens: 4096,
     };
     group.bench_function("one bare model call (the same client and server)", |b| {

@@ -636,8 +636,8 @@ mod tests {
             mcp_allow: vec!["search_threads".into(), "fs/read_file".into()],
             ..AgentManifest::default()
         };
-        let mut grant = Grant::default();
-        grant.mcp_servers = ["gmail", "fs", "other"].into_iter().map(String::from).collect();
+        let grant =
+            Grant { mcp_servers: ["gmail", "fs", "other"].into_iter().map(String::from).collect(), ..Grant::default() };
         // (mode, ask hook answer, server, tool, verdict)
         let table = [
             (ReadOnly, None, "gmail", "search_threads", Want::Allow),

@@ -91,8 +91,8 @@ impl Scene {
     }
 
     fn options(&self, permissions: Permissions) -> RunOptions {
-        let mut grant = Grant::default();
-        grant.mcp_servers = self.clients.servers().map(|s| s.name().to_string()).collect();
+        let grant =
+            Grant { mcp_servers: self.clients.servers().map(|s| s.name().to_string()).collect(), ..Grant::default() };
         let events = self.events.clone();
         RunOptions {
             model: Some(provider(&self.model)),
