@@ -484,5 +484,5 @@ fn a_fallback_to_landlock_is_stated_not_silent() {
             .env("PATH", &path)
             .output()
             .unwrap();
-    assert!(stdout(&out).contains("shell         shell confinement Landlock and seccomp"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("shell          shell confinement Landlock and seccomp"), "{}", stdout(&out));
 }

@@ -360,9 +360,15 @@ async fn a_bearer_token_never_reaches_events_the_store_or_the_component() {
     let events = serde_json::to_string(&*scene.events.lock().unwrap()).unwrap();
     let requests = format!("{:?}", scene.model.requests());
     let mut haystacks = vec![events, answer, requests];
-    for entry in std::fs::read_dir(scene.dir.path()).unwrap() {
-        let path = entry.unwrap().path();
-        haystacks.push(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned());
+    // The database and whatever WAL and shared-memory files are still there
+    // (the pool closes them in the background, so they may go meanwhile).
+    let database = std::fs::read(&db).unwrap();
+    assert!(database.len() > 4096, "the run was written to {}", db.display());
+    haystacks.push(String::from_utf8_lossy(&database).into_owned());
+    for suffix in ["-wal", "-shm"] {
+        if let Ok(bytes) = std::fs::read(format!("{}{suffix}", db.display())) {
+            haystacks.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
     }
     for text in &haystacks {
         assert!(!text.contains(TOKEN), "the token leaked: {}", &text[..text.len().min(300)]);

@@ -77,10 +77,10 @@ pub fn inspect_shows_world_and_manifest(guest: &Guest) {
     let text = stdout(&out);
     assert!(text.starts_with(&format!("{}  (agent, nexo:plugin/agent@0.1.2)", guest.name)), "{text}");
     for line in [
-        "description   Surveys its workspace with glob and read-file, then answers with the model",
+        "description    Surveys its workspace with glob and read-file, then answers with the model",
         "requested      read, glob",
-        "max turns     4",
-        "permissions   read-only",
+        "max turns      4",
+        "permissions    read-only",
         "nexo:plugin/tools@0.1.2",
         "nexo:plugin/model@0.1.2",
         "nexo:plugin/log@0.1.2",
