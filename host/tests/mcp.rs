@@ -195,6 +195,47 @@ async fn a_cli_run_calls_one_allowed_tool_and_is_denied_another() {
     assert!(processes_with(&test_server().display().to_string()).is_empty(), "close ended the server");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_approval_survives_the_process_and_the_resume_reads_the_servers_again() {
+    let scene = Scene::new().await;
+    // A static token in the config file: the store must never hold it.
+    let config = scene.config(&format!(
+        "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\n\n[mcp.remote]\nurl = \"https://mcp.example.com/mcp\"\ntoken = \"tok-store-9931\"\n",
+        test_server().display(),
+        scene.path("ws").display()
+    ));
+    scene.model.push(Reply::tool_calls(vec![MockToolCall::new(
+        "w",
+        "mcp__tests__write",
+        json!({"path": "approved.txt", "text": "written after approval"}),
+    )]));
+    scene.model.push(Reply::text("all done"));
+    let mut args = vec!["run", built::MCP_PROBE, "prompt go", "--config", &config, "--mode", "approve", "--json"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    args.extend(scene.model_args());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = scene.nexo(&argv);
+    assert_eq!(out.status.code(), Some(4), "suspended: {}", stderr(&out));
+    let end: serde_json::Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    let run = end["run"].as_str().unwrap().to_string();
+    assert_eq!(end["approval"]["capability"], "mcp", "{end}");
+    assert!(!scene.path("ws/approved.txt").exists());
+    // Another process approves; its config file gives the server again.
+    let out = scene.nexo(&["runs", "approve", &run, "--config", &config, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(scene.path("ws/approved.txt")).unwrap(), "written after approval");
+    assert_eq!(scene.model.requests().len(), 2, "the first model turn was replayed, not paid again");
+    // The store (its file, the WAL) never saw the token.
+    let store = scene.path("cache").with_extension("store.db");
+    for suffix in ["", "-wal"] {
+        if let Ok(bytes) = std::fs::read(format!("{}{suffix}", store.display())) {
+            assert!(!String::from_utf8_lossy(&bytes).contains("tok-store-9931"), "the token is in the store{suffix}");
+        }
+    }
+}
+
 /// A client of `nexo mcp serve` over stdio, through the same MCP client nexo
 /// uses for its own servers.
 fn serve_client(scene: &Scene, args: &[&str]) -> Clients {

@@ -209,7 +209,7 @@ mod tests {
         let all = uncommented(text);
         let parsed = toml::from_str::<super::super::grant::ConfigFile>(&all);
         assert!(parsed.is_ok(), "{parsed:?}\n{all}");
-        // Every key of the three tables appears, so none was forgotten.
+        // Every key of every table appears, so none was forgotten.
         let keys = [
             "allow",
             "mode",
@@ -232,6 +232,20 @@ mod tests {
             "settings",
             "api-key",
             "timeout-secs",
+            "mcp-allow",
+            "command",
+            "args",
+            "env",
+            "confine",
+            "network",
+            "timeout",
+            "connect-timeout",
+            "url",
+            "headers",
+            "token-env",
+            "token-file",
+            "token-command",
+            "token",
         ];
         for key in keys {
             assert!(all.lines().any(|l| l.starts_with(&format!("{key} = "))), "missing `{key}`");
