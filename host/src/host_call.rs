@@ -271,12 +271,7 @@ impl<T: Tool> DynTool for T {
     }
 
     fn call_model<'a>(&'a self, cx: &'a ToolContext, turn: u32, call: &'a ToolCall) -> BoxFuture<'a, ModelReply> {
-        Box::pin(async move {
-            match enter(cx, self, Origin::Model { turn, call }).await {
-                Reply::Model(reply) => reply,
-                Reply::Guest(_) => unreachable!("a model call gets a model reply"),
-            }
-        })
+        Box::pin(model_call(cx, self, turn, call))
     }
 }
 
@@ -393,11 +388,6 @@ impl ToolContext {
         self.state
             .get::<T>()
             .ok_or_else(|| ToolError::Failed(format!("the host did not prepare {}", std::any::type_name::<T>())))
-    }
-
-    /// The tools offered to the model, in unit order.
-    pub fn offered_tools(&self) -> impl Iterator<Item = &'static dyn DynTool> + '_ {
-        self.tools.iter().copied().filter(|t| t.offered(self))
     }
 
     /// The specs of the offered tools. A family of run-time tools (MCP)

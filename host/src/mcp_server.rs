@@ -107,26 +107,24 @@ impl McpServer {
         axum::serve(listener, router).await.map_err(|e| format!("the MCP HTTP server stopped: {e}"))
     }
 
-    fn specs(&self) -> BoxFuture<'_, Vec<Tool>> {
-        Box::pin(async move {
-            match &self.offer {
-                Offer::Tools(tools) => tools
-                    .specs()
-                    .await
-                    .into_iter()
-                    .map(|s| Tool::new(s.name, s.description, schema(s.parameters)))
-                    .collect(),
-                Offer::Agent { name, description, .. } => vec![Tool::new(
-                    RUN_TOOL,
-                    format!("Runs the nexo agent `{name}` on one input and returns its answer. {description}"),
-                    schema(json!({
-                        "type": "object",
-                        "properties": {"input": {"type": "string", "description": "The task for the agent"}},
-                        "required": ["input"]
-                    })),
-                )],
-            }
-        })
+    async fn specs(&self) -> Vec<Tool> {
+        match &self.offer {
+            Offer::Tools(tools) => tools
+                .specs()
+                .await
+                .into_iter()
+                .map(|s| Tool::new(s.name, s.description, schema(s.parameters)))
+                .collect(),
+            Offer::Agent { name, description, .. } => vec![Tool::new(
+                RUN_TOOL,
+                format!("Runs the nexo agent `{name}` on one input and returns its answer. {description}"),
+                schema(json!({
+                    "type": "object",
+                    "properties": {"input": {"type": "string", "description": "The task for the agent"}},
+                    "required": ["input"]
+                })),
+            )],
+        }
     }
 }
 

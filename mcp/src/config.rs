@@ -310,13 +310,19 @@ fn shorten(arg: &str) -> String {
     arg.to_string()
 }
 
-fn check_name(name: &str) -> Result<(), ConfigError> {
+/// Whether `name` is a valid server name: 1 to 32 characters of a-z, 0-9
+/// and `-`, starting with a letter or digit. No `_`, so the model's tool
+/// names `mcp__NAME__TOOL` stay unambiguous.
+pub fn is_server_name(name: &str) -> bool {
     let bytes = name.as_bytes();
-    let ok = !bytes.is_empty()
+    !bytes.is_empty()
         && bytes.len() <= 32
         && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if ok {
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    if is_server_name(name) {
         return Ok(());
     }
     Err(ConfigError::new(

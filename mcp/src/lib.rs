@@ -28,7 +28,7 @@ mod stdio;
 mod token;
 
 pub use client::{CallResult, ClientOptions, Clients, McpError, ToolInfo};
-pub use config::{ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Server, ServerConfig};
+pub use config::{ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Server, ServerConfig, is_server_name};
 pub use guard::{GUARD_SUBCOMMAND, guard_main};
 pub use name::{MAX_TOOL_NAME, model_tool_name};
 /// The confinement mechanisms, for [`Clients::with_confinement`].

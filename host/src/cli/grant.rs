@@ -301,8 +301,6 @@ impl Resolved {
                 );
                 continue;
             };
-            nexo::plugin::validate::mcp_server_name(name)
-                .map_err(|why| ConfigError::invalid("mcp", format!("[mcp.{name}]: {why}")))?;
             servers.push(
                 nexo_mcp::Server::new(name, config.clone()).map_err(|e| ConfigError::invalid("mcp", e.to_string()))?,
             );

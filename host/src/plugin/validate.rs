@@ -80,15 +80,10 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
     Ok(())
 }
 
-/// An MCP server's name as the operator configures it: 1–32 lowercase
-/// letters, digits and hyphens, starting with a letter or digit. No `_`, so
-/// the model's `mcp__server__tool` names stay unambiguous.
+/// An MCP server's name as the operator configures it (the rule of
+/// [`nexo_mcp::is_server_name`]).
 pub fn mcp_server_name(value: &str) -> Result<(), String> {
-    let ok = !value.is_empty()
-        && value.len() <= 32
-        && !value.starts_with('-')
-        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok {
+    if nexo_mcp::is_server_name(value) {
         Ok(())
     } else {
         Err(format!("{value:?} is not an MCP server name: use 1 to 32 lowercase letters, digits and hyphens"))
