@@ -52,8 +52,9 @@ pub struct Outcome {
 
 /// What a loop needs for one prompt.
 pub struct LoopContext<'a> {
-    /// The model.
-    pub provider: &'a dyn Provider,
+    /// The model the operator configured, if any. The host loop needs one;
+    /// a loop that drives another program may bring its own.
+    pub provider: Option<&'a dyn Provider>,
     /// The run's tools: every call the model makes goes through their
     /// host-call path, and events go to their sink.
     pub tools: &'a ToolContext,
@@ -76,6 +77,7 @@ pub struct HostLoop;
 impl Loop for HostLoop {
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>> {
         Box::pin(async move {
+            let provider = ctx.provider.ok_or_else(no_model)?;
             let tools = ctx.tools.specs().await;
             let events = ctx.tools.events();
             let mut messages = Vec::new();
@@ -104,14 +106,14 @@ impl Loop for HostLoop {
                 turns += 1;
                 events.emit(&Event::TurnStarted { turn: turns });
                 let request = Request {
-                    model: ctx.provider.model().to_string(),
+                    model: provider.model().to_string(),
                     messages: messages.clone(),
                     tools: tools.clone(),
                     max_tokens: ctx.limits.max_tokens_per_turn,
                 };
                 let sink: Option<&(dyn Fn(&str) + Send + Sync)> =
                     if ctx.limits.stream { Some(&delta_sink) } else { None };
-                let response = complete(&ctx, &request, sink).await?;
+                let response = complete(&ctx, provider, &request, sink).await?;
                 usage.input_tokens += response.usage.input_tokens;
                 usage.output_tokens += response.usage.output_tokens;
                 if !response.text.is_empty() {
@@ -161,18 +163,28 @@ impl Loop for HostLoop {
     }
 }
 
+/// The configuration error for a prompt with no model: the one that says
+/// how to set one.
+pub fn no_model() -> ModelError {
+    match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
+        Err(e) => e,
+        Ok(_) => ModelError::Config("no model is configured".into()),
+    }
+}
+
 /// One model turn. In a recorded run it is journaled like any host call:
 /// a replay answers it from the journal, so no turn is paid for twice. A
 /// provider that could not be reached is not journaled: a resume tries it
 /// again.
 async fn complete(
     ctx: &LoopContext<'_>,
+    provider: &dyn Provider,
     request: &Request,
     sink: Option<DeltaSink<'_>>,
 ) -> Result<Response, ModelError> {
     use crate::journal::{Begin, Effect};
     let Some(journal) = ctx.tools.journal() else {
-        return ctx.provider.complete(request, sink).await;
+        return provider.complete(request, sink).await;
     };
     const INTERFACE: &str = "nexo:model";
     let args = serde_json::json!({
@@ -190,14 +202,14 @@ async fn complete(
             })
         }),
         Begin::Live(seq) => {
-            let result = ctx.provider.complete(request, sink).await;
+            let result = provider.complete(request, sink).await;
             if !matches!(result, Err(ModelError::Unavailable { .. })) {
                 let text = serde_json::to_string(&result).unwrap_or_default();
                 journal.finish(seq, INTERFACE, "complete", &hash, text, Effect::Write).await;
             }
             result
         }
-        Begin::Unjournaled => ctx.provider.complete(request, sink).await,
+        Begin::Unjournaled => provider.complete(request, sink).await,
         Begin::Halted(why) => Err(ModelError::Protocol { provider: "journal".into(), message: why }),
     }
 }

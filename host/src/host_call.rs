@@ -37,7 +37,7 @@ use crate::authority::{Authority, Gate};
 use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
-use crate::journal::{Begin, Effect, Journal};
+use crate::journal::{Begin, Effect, Journal, UNPOSITIONED};
 use crate::manifest::Capability;
 
 /// What the path consults for one instance's calls.
@@ -484,7 +484,7 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Origin::Model { turn, call: model_call } => (call.decode_json(&model_call.arguments), Some((turn, model_call))),
     };
     // journal: a recorded call is answered from the journal
-    let mut live = None;
+    let (mut live, mut unpositioned) = (None, None);
     if let (Some(journal), Ok(args)) = (cx.journal().filter(|_| call.effect() != Effect::Skip), &decoded) {
         let arguments = call.journal_arguments(match model {
             Some((_, model_call)) => model_call.arguments.clone(),
@@ -504,7 +504,7 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
                 };
             }
             Begin::Live(seq) => live = Some((journal, seq, hash, arguments)),
-            Begin::Unjournaled => {}
+            Begin::Unjournaled => unpositioned = Some((journal, hash, arguments)),
             Begin::Halted(why) => {
                 let e = C::Error::from(ToolError::Failed(why));
                 return match model {
@@ -520,11 +520,16 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         let detail = call.detail(&args);
         let gate = call.gate(&args, &detail);
         match cx.authorize(&gate, call.name()) {
-            Err(ToolError::ApprovalRequired(message)) => match &live {
-                Some((journal, seq, hash, arguments)) => {
+            Err(ToolError::ApprovalRequired(message)) => match (&live, &unpositioned) {
+                (Some((journal, seq, hash, arguments)), _) => {
                     journal.approval(*seq, gate.subject(), call.name(), arguments, hash, message)
                 }
-                None => Err(ToolError::ApprovalRequired(message)),
+                // An unjournaled call has no position: its approval binds to
+                // the call itself wherever it comes again.
+                (None, Some((journal, hash, arguments))) => {
+                    journal.approval(UNPOSITIONED, gate.subject(), call.name(), arguments, hash, message)
+                }
+                (None, None) => Err(ToolError::ApprovalRequired(message)),
             },
             verdict => verdict,
         }

@@ -157,6 +157,11 @@ impl std::fmt::Debug for Journal {
     }
 }
 
+/// The position of an approval for a call that takes none in the journal
+/// (under [`unjournaled`]): its decision binds to the call's capability,
+/// tool, arguments and component wherever the call comes again.
+pub const UNPOSITIONED: u64 = i64::MAX as u64;
+
 /// How a journal replays what the store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {

@@ -30,6 +30,7 @@ pub mod agent_loop;
 pub mod authority;
 pub mod bindings;
 pub mod capability;
+pub mod claude_code;
 pub mod egress;
 pub mod engine;
 pub mod error;

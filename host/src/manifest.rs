@@ -151,6 +151,37 @@ impl PermissionMode {
     }
 }
 
+/// Which loop drives an agent's prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoopKind {
+    /// nexo's own loop: any provider, journaled turn by turn. The default.
+    #[default]
+    Host,
+    /// The Claude Code CLI's loop, with nexo's tools and gate
+    /// ([`crate::claude_code`]).
+    ClaudeCode,
+}
+
+impl LoopKind {
+    /// The name used on the command line and in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopKind::Host => "host",
+            LoopKind::ClaudeCode => "claude-code",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Result<LoopKind, String> {
+        match name {
+            "host" => Ok(LoopKind::Host),
+            "claude-code" => Ok(LoopKind::ClaudeCode),
+            other => Err(format!("unknown loop `{other}`: use `host` (nexo's own) or `claude-code`")),
+        }
+    }
+}
+
 /// An agent's manifest: who it is and what it asks for. Every field is a
 /// request; the operator's grant decides. The same fields, in TOML, make a
 /// declarative agent file.
@@ -185,6 +216,11 @@ pub struct AgentManifest {
     pub sandbox: Option<SandboxKind>,
     /// Expected permission mode.
     pub permissions: Option<PermissionMode>,
+    /// The loop a declarative agent's prompts run on by default (`loop =
+    /// "claude-code"` in its TOML); the operator's `--loop` wins. A
+    /// component's manifest has no such field.
+    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub agent_loop: Option<LoopKind>,
 }
 
 /// The version of the `nexo:plugin` package this host implements. Any
@@ -389,6 +425,7 @@ impl From<bindings::AgentManifest> for AgentManifest {
             max_turns: m.max_turns,
             sandbox: m.sandbox.map(SandboxKind::from),
             permissions: m.permissions.map(PermissionMode::from),
+            agent_loop: None,
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use nexo_model::{BoxFuture, ToolCall};
+use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -19,10 +19,19 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::host_call::ToolContext;
+use crate::host_call::{ModelReply, ToolContext};
 
 /// How the agent behind the `run` tool answers one input.
 pub type AgentRun = Arc<dyn Fn(String) -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
+
+/// One call a bridged server hands to its owner, with where the answer goes.
+#[derive(Debug)]
+pub struct Bridged {
+    /// The call: a tool's name (without any client prefix) and arguments.
+    pub call: ToolCall,
+    /// Where the owner sends the reply.
+    pub reply: tokio::sync::oneshot::Sender<ModelReply>,
+}
 
 /// What a server offers.
 #[derive(Clone)]
@@ -31,6 +40,10 @@ enum Offer {
     Tools(Arc<ToolContext>),
     /// The agent, as one `run` tool.
     Agent { name: String, description: String, run: AgentRun },
+    /// Tools whose calls go to the owner of the receiving end, which runs
+    /// them on its own (borrowed) run context: a loop backend that drives
+    /// another program.
+    Bridge { specs: Arc<[ToolSpec]>, calls: tokio::sync::mpsc::Sender<Bridged> },
 }
 
 /// An MCP server over one agent.
@@ -45,6 +58,7 @@ impl std::fmt::Debug for McpServer {
         match &self.offer {
             Offer::Tools(tools) => f.debug_struct("McpServer").field("tools", tools).finish(),
             Offer::Agent { name, .. } => f.debug_struct("McpServer").field("agent", name).finish(),
+            Offer::Bridge { specs, .. } => f.debug_struct("McpServer").field("bridged_tools", &specs.len()).finish(),
         }
     }
 }
@@ -66,6 +80,13 @@ impl McpServer {
             offer: Offer::Agent { name: name.into(), description: description.into(), run },
             calls: Arc::default(),
         }
+    }
+
+    /// Offers `specs`; each call is sent to `calls` and answered by whoever
+    /// holds the receiver (see [`Bridged`]). A call the receiver no longer
+    /// takes is an error result.
+    pub fn bridge(specs: Vec<ToolSpec>, calls: tokio::sync::mpsc::Sender<Bridged>) -> Self {
+        McpServer { offer: Offer::Bridge { specs: specs.into(), calls }, calls: Arc::default() }
     }
 
     /// Serves one client on stdin and stdout until it closes stdin.
@@ -109,12 +130,8 @@ impl McpServer {
 
     async fn specs(&self) -> Vec<Tool> {
         match &self.offer {
-            Offer::Tools(tools) => tools
-                .specs()
-                .await
-                .into_iter()
-                .map(|s| Tool::new(s.name, s.description, schema(s.parameters)))
-                .collect(),
+            Offer::Tools(tools) => tools.specs().await.into_iter().map(tool).collect(),
+            Offer::Bridge { specs, .. } => specs.iter().cloned().map(tool).collect(),
             Offer::Agent { name, description, .. } => vec![Tool::new(
                 RUN_TOOL,
                 format!("Runs the nexo agent `{name}` on one input and returns its answer. {description}"),
@@ -126,6 +143,10 @@ impl McpServer {
             )],
         }
     }
+}
+
+fn tool(spec: ToolSpec) -> Tool {
+    Tool::new(spec.name, spec.description, schema(spec.parameters))
 }
 
 fn unauthorized() -> axum::response::Response {
@@ -141,6 +162,14 @@ fn schema(value: Value) -> Arc<JsonObject> {
     })
 }
 
+fn result(reply: ModelReply) -> CallToolResult {
+    if reply.is_error {
+        CallToolResult::error(vec![ContentBlock::text(reply.content)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(reply.content)])
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let instructions = match &self.offer {
@@ -151,6 +180,9 @@ impl ServerHandler for McpServer {
                 tools.authority().mode().as_str()
             ),
             Offer::Agent { name, .. } => format!("Runs the nexo agent `{name}` with the `{RUN_TOOL}` tool."),
+            Offer::Bridge { .. } => "The tools of a nexo run, under its operator's grant. A refused call is an error \
+                                     result that says why."
+                .to_string(),
         };
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("nexo", env!("CARGO_PKG_VERSION")))
@@ -175,11 +207,17 @@ impl ServerHandler for McpServer {
         let result = match &self.offer {
             Offer::Tools(tools) => {
                 let call = ToolCall { id: format!("mcp-{n}"), name: request.name.to_string(), arguments };
-                let reply = tools.call_model(n, &call).await;
-                if reply.is_error {
-                    CallToolResult::error(vec![ContentBlock::text(reply.content)])
+                result(tools.call_model(n, &call).await)
+            }
+            Offer::Bridge { calls, .. } => {
+                let call = ToolCall { id: format!("mcp-{n}"), name: request.name.to_string(), arguments };
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let gone =
+                    || CallToolResult::error(vec![ContentBlock::text("error: the run this tool belongs to has ended")]);
+                if calls.send(Bridged { call, reply }).await.is_err() {
+                    gone()
                 } else {
-                    CallToolResult::success(vec![ContentBlock::text(reply.content)])
+                    answer.await.map(result).unwrap_or_else(|_| gone())
                 }
             }
             Offer::Agent { run, .. } => {

@@ -399,5 +399,9 @@ fn recovery_time(run: &Run) -> i64 {
 
 /// A run's pending approval in one line, for the CLI.
 pub fn describe_approval(a: &nexo_store::Approval) -> String {
-    format!("`{}` ({}) with {} at call {}", a.tool, a.capability, a.arguments, a.seq)
+    let at = match a.seq {
+        crate::journal::UNPOSITIONED => "wherever the run makes it again".to_string(),
+        seq => format!("at call {seq}"),
+    };
+    format!("`{}` ({}) with {} {at}", a.tool, a.capability, a.arguments)
 }

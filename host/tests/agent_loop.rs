@@ -54,7 +54,7 @@ async fn run(
     limits: LoopLimits,
     instructions: &[String],
 ) -> (Outcome, Vec<Event>) {
-    let ctx = LoopContext { provider, tools: &tb.tools, instructions, limits };
+    let ctx = LoopContext { provider: Some(provider), tools: &tb.tools, instructions, limits };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let events = tb.events.lock().unwrap().clone();
     (outcome, events)
@@ -268,7 +268,8 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
                          { "name": "activate_skill", "arguments": { "name": "nope" } }] },
         { "text": "ranked" }
     ]));
-    let ctx = LoopContext { provider: &provider, tools: &tb.tools, instructions: &p, limits: LoopLimits::default() };
+    let ctx =
+        LoopContext { provider: Some(&provider), tools: &tb.tools, instructions: &p, limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
     let results: Vec<(&str, bool)> = outcome
         .transcript
@@ -429,7 +430,8 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "hello there, general" } }] },
         { "text": "done" }
     ]));
-    let ctx = LoopContext { provider: &provider, tools: &tools, instructions: &[], limits: LoopLimits::default() };
+    let ctx =
+        LoopContext { provider: Some(&provider), tools: &tools, instructions: &[], limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: false, .. } = &outcome.transcript[2] else {
         panic!("{:?}", outcome.transcript)
@@ -444,7 +446,8 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }] },
         { "text": "done" }
     ]));
-    let ctx = LoopContext { provider: &provider, tools: &strict, instructions: &[], limits: LoopLimits::default() };
+    let ctx =
+        LoopContext { provider: Some(&provider), tools: &strict, instructions: &[], limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
     assert!(content.starts_with("error: denied: "), "{content}");

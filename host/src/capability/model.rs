@@ -35,16 +35,15 @@ pub struct Prompting {
 }
 
 impl Prompting {
-    /// Runs one prompt with the run's tools. Without a model, this is the
-    /// configuration error that says how to set one.
+    /// Runs one prompt with the run's tools. The host loop without a model
+    /// answers with the configuration error that says how to set one.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
-        let Some(provider) = self.model.clone() else {
-            return Err(match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
-                Err(e) => e,
-                Ok(_) => nexo_model::ModelError::Config("no model is configured".into()),
-            });
+        let ctx = LoopContext {
+            provider: self.model.as_deref(),
+            tools,
+            instructions: &self.instructions,
+            limits: self.limits,
         };
-        let ctx = LoopContext { provider: &*provider, tools, instructions: &self.instructions, limits: self.limits };
         self.agent_loop.run(ctx, input).await
     }
 }

@@ -266,6 +266,15 @@ impl Resolved {
         Ok(r)
     }
 
+    /// The local sandbox's directory, when the sandbox is local (recorded
+    /// grants hold it absolute).
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        match self.sandbox {
+            SandboxArg::Local => self.cwd.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The same grant, narrowed: a stricter `mode`, and `deny` taken out.
     /// A resume can only narrow what the run started with.
     pub fn narrowed(mut self, mode: Option<PermissionMode>, deny: &[Capability]) -> Resolved {

@@ -68,7 +68,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
     let recorded = match (args.grant.resolve(&file), args.model.merged(&file.model)) {
         (Ok(grant), Ok(model_table)) => runs::Recorded {
             grant,
-            model: model_table,
+            model: model_table.or_agent_loop(runs::loop_hint(&args.file)),
             search: args.search.merged(file.search.as_ref(), args.grant.config_path()),
             timeout_secs: args.timeout,
             memory_mib: args.memory,

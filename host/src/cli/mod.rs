@@ -319,7 +319,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
                 (Ok(grant), Ok(model_table)) => runs::Recorded {
                     grant,
-                    model: model_table,
+                    model: model_table.or_agent_loop(runs::loop_hint(file)),
                     search: search.merged(settings.file.search.as_ref(), grant_config(&cli)),
                     timeout_secs: *timeout,
                     memory_mib: *memory,

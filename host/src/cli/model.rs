@@ -7,6 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use nexo::ConfigError;
 use nexo::agent_loop::LoopLimits;
+use nexo::manifest::LoopKind;
 use nexo_model::{ModelConfig, Provider, ProviderKind};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,17 @@ pub struct ModelArgs {
     /// model activates one with a tool (default: eagerly, in the instructions).
     #[arg(long)]
     pub progressive_skills: bool,
+    /// The loop that drives each prompt: `host` (nexo's own, any provider) or `claude-code`
+    /// (the Claude Code CLI, with nexo's tools and gate) [default: the TOML agent's `loop`, else host].
+    #[arg(long = "loop", value_name = "LOOP", value_parser = LoopKind::parse)]
+    agent_loop: Option<LoopKind>,
+    /// The Claude Code CLI for --loop claude-code [default: `claude` on PATH].
+    #[arg(long, value_name = "PATH")]
+    claude_binary: Option<PathBuf>,
+    /// With --loop claude-code, also give the CLI its own tools (Read, Edit, Bash, WebFetch…),
+    /// confined to the local sandbox's directory; each is checked against the grant first.
+    #[arg(long)]
+    claude_builtin_tools: bool,
 }
 
 /// `[model]` in the config file. A recorded run keeps the merged settings
@@ -61,6 +73,20 @@ pub struct ModelTable {
     token_budget: Option<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
+    #[serde(rename = "loop", default, skip_serializing_if = "Option::is_none")]
+    agent_loop: Option<LoopKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    claude_binary: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    claude_builtin_tools: bool,
+}
+
+impl ModelTable {
+    /// The agent file's `loop`, where neither a flag nor the config file set one.
+    pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
+        self.agent_loop = self.agent_loop.or(hint);
+        self
+    }
 }
 
 /// The model and loop settings, resolved.
@@ -70,6 +96,9 @@ pub struct Resolved {
     pub provider: Option<Arc<dyn Provider>>,
     /// The loop's limits.
     pub limits: LoopLimits,
+    /// The Claude Code loop, when chosen (its working directory is the
+    /// grant's, set by the caller).
+    pub agent_loop: Option<nexo::claude_code::ClaudeCode>,
 }
 
 fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
@@ -101,6 +130,9 @@ impl ModelArgs {
             max_turns: self.max_turns.or(t.max_turns),
             token_budget: self.token_budget.or(t.token_budget),
             stream: self.stream || t.stream,
+            agent_loop: self.agent_loop.or(t.agent_loop),
+            claude_binary: self.claude_binary.clone().or(t.claude_binary).map(|p| std::path::absolute(&p).unwrap_or(p)),
+            claude_builtin_tools: self.claude_builtin_tools || t.claude_builtin_tools,
         })
     }
 
@@ -131,6 +163,20 @@ impl ModelArgs {
         }
         limits.token_budget = self.token_budget.or(table.token_budget);
         limits.stream = self.stream || table.stream;
+        if self.agent_loop.or(table.agent_loop) == Some(LoopKind::ClaudeCode) {
+            return claude_code(
+                &cfg,
+                self.claude_binary.clone().or(table.claude_binary),
+                self.claude_builtin_tools || table.claude_builtin_tools,
+                limits,
+            );
+        }
+        if self.claude_builtin_tools || table.claude_builtin_tools {
+            return Err(ConfigError::invalid(
+                "--claude-builtin-tools",
+                "it applies to --loop claude-code only (`loop = \"claude-code\"` in [model] or the agent file)",
+            ));
+        }
         let nothing_set = cfg.model.is_none() && cfg.provider.is_none() && cfg.script.is_none();
         let provider = if nothing_set {
             // Not an error yet: an agent that never prompts needs no model. One
@@ -139,6 +185,39 @@ impl ModelArgs {
         } else {
             Some(nexo_model::resolve(&cfg).map_err(|e| ConfigError::invalid("[model]", e.to_string()))?)
         };
-        Ok(Resolved { provider, limits })
+        Ok(Resolved { provider, limits, agent_loop: None })
     }
+}
+
+/// The Claude Code loop's settings. The CLI talks to Anthropic's API
+/// itself, so no nexo provider is resolved: the key is read from
+/// `ANTHROPIC_API_KEY` here and goes only into the CLI's environment.
+fn claude_code(
+    cfg: &ModelConfig,
+    binary: Option<PathBuf>,
+    builtin_tools: bool,
+    limits: LoopLimits,
+) -> Result<Resolved, ConfigError> {
+    if cfg.script.is_some() {
+        return Err(ConfigError::invalid(
+            "--script",
+            "a script replays nexo's own loop; with --loop claude-code the CLI calls the model itself (drop one of them)",
+        ));
+    }
+    if let Some(p) = cfg.provider.filter(|p| *p != ProviderKind::Anthropic) {
+        return Err(ConfigError::invalid(
+            "--provider",
+            format!(
+                "--loop claude-code talks to Anthropic's Messages API, so the provider cannot be `{}`: drop \
+                 --provider, or use the host loop (`--loop host`)",
+                serde_json::to_value(p).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+            ),
+        ));
+    }
+    let mut settings = nexo::claude_code::ClaudeCode::default().with_api_key(std::env::var("ANTHROPIC_API_KEY").ok());
+    settings.binary = binary;
+    settings.model = cfg.model.clone();
+    settings.base_url = cfg.base_url.clone();
+    settings.builtin_tools = builtin_tools;
+    Ok(Resolved { provider: None, limits, agent_loop: Some(settings) })
 }

@@ -153,6 +153,16 @@ pub struct Recorded {
     pub progressive_skills: bool,
 }
 
+/// The loop a declarative agent names (`loop = …` in its TOML), the
+/// default when neither a flag nor the config file chose one. A file that
+/// does not load names none; loading it later reports why.
+pub fn loop_hint(file: &std::path::Path) -> Option<nexo::manifest::LoopKind> {
+    if !report::is_toml(file) {
+        return None;
+    }
+    AgentFile::load(file).ok().and_then(|a| a.manifest().agent_loop)
+}
+
 /// The store's location, from the flag (or `NEXO_STORE`), the config
 /// file, or the default.
 pub fn location(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Location, StoreError> {
@@ -194,6 +204,17 @@ pub async fn options(
     }
     options.model = resolved.provider;
     options.loop_limits = resolved.limits;
+    if let Some(mut claude) = resolved.agent_loop {
+        claude.cwd = rec.grant.local_dir().map(std::path::Path::to_path_buf);
+        if claude.builtin_tools && claude.cwd.is_none() {
+            return Err(report::config_failure(&nexo::ConfigError::invalid(
+                "--claude-builtin-tools",
+                "the CLI's own tools act on real files, so they need the local sandbox: add `--sandbox local --cwd \
+                 DIR` (nexo confines the CLI to DIR)",
+            )));
+        }
+        options.agent_loop = Some(Arc::new(claude));
+    }
     options.skills_path = Some(rec.skills_path.clone());
     if rec.progressive_skills {
         options.skill_mode = nexo::settings::SkillMode::Progressive;
