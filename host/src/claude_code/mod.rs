@@ -119,10 +119,15 @@ impl ClaudeCode {
             .model
             .clone()
             .or_else(|| ctx.provider.filter(|p| p.name() == "anthropic").map(|p| p.model().to_string()));
-        let home = tempfile::Builder::new()
-            .prefix("nexo-claude-")
-            .tempdir()
-            .map_err(|e| unavailable(format!("cannot make a scratch directory for the CLI: {e}")))?;
+        // A confined CLI sees only its directory, so its scratch home (and
+        // the MCP configuration in it) lives there for the prompt.
+        let mut scratch = tempfile::Builder::new();
+        scratch.prefix(".nexo-claude-");
+        let home = match (&self.cwd, self.builtin_tools) {
+            (Some(cwd), true) => scratch.tempdir_in(cwd),
+            _ => scratch.tempdir(),
+        }
+        .map_err(|e| unavailable(format!("cannot make a scratch directory for the CLI: {e}")))?;
 
         // nexo's tools, served to the CLI alone.
         let mut specs = ctx.tools.specs().await;

@@ -1,0 +1,504 @@
+//! `--loop claude-code`, driven against a fake `claude` (the repo's
+//! `nexo-fake-claude`) that checks what it is given and replays recorded
+//! `stream-json` sessions of the real CLI (2.1.332), making their tool
+//! calls for real over the MCP server nexo gives it. The live test against
+//! the real CLI is `live_claude_code` (opt-in, `NEXO_LIVE_CLAUDE=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nexo_tests as built;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{stderr, stdout};
+
+/// The key the tests hand nexo; it must reach the CLI and nothing else.
+const KEY: &str = "sk-ant-claude-code-test-key";
+
+fn fake_claude() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-fake-claude");
+    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-tests`", path.display());
+    path
+}
+
+fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/claude-code").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+struct Scene {
+    dir: tempfile::TempDir,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let dir = tempfile::Builder::new().prefix("claude-code-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        std::fs::write(dir.path().join("ws/notes.md"), "hello notes\n").unwrap();
+        std::fs::write(
+            dir.path().join("agent.toml"),
+            "name = \"cc-test\"\ndescription = \"A test agent\"\ninstructions = \"You are a test agent.\"\n\
+             capabilities = [\"read\", \"glob\", \"write\"]\nmax-turns = 5\n",
+        )
+        .unwrap();
+        Scene { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ws(&self) -> String {
+        self.path("ws").display().to_string()
+    }
+
+    /// A `claude` that replays `script`: a wrapper, as nexo gives the CLI
+    /// no environment of its own to pass the script's path in.
+    fn claude(&self, script: &str) -> String {
+        std::fs::write(self.path("script.jsonl"), script).unwrap();
+        let wrapper = self.path("claude");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec {} --script {} --log {} \"$@\"\n",
+                fake_claude().display(),
+                self.path("script.jsonl").display(),
+                self.path("ws/claude.log").display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        wrapper.display().to_string()
+    }
+
+    /// What the fake recorded: its launch, then any permission answers. The
+    /// log is in the sandbox directory, the one place a confined CLI writes.
+    fn log(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.path("ws/claude.log")).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    fn nexo(&self, args: &[&str]) -> Output {
+        let mut cmd = common::nexo_command(&self.path("cache"));
+        cmd.env("ANTHROPIC_API_KEY", KEY)
+            .env("OPENAI_API_KEY", "sk-openai-must-not-pass")
+            .current_dir(self.dir.path())
+            .args(args)
+            .stdin(Stdio::null());
+        output_within(cmd, Duration::from_secs(90))
+    }
+
+    /// `nexo run` of the test agent on the Claude Code loop.
+    fn run(&self, claude: &str, extra: &[&str]) -> Output {
+        let agent = self.path("agent.toml").display().to_string();
+        let ws = self.ws();
+        let mut args = vec![
+            "run",
+            &agent,
+            "read the notes",
+            "--loop",
+            "claude-code",
+            "--claude-binary",
+            claude,
+            "--model",
+            "claude-sonnet-4-5",
+            "--sandbox",
+            "local",
+            "--cwd",
+            &ws,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        self.nexo(&args)
+    }
+}
+
+/// Runs `cmd`, killing it if it takes longer than `limit`.
+fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start nexo");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nexo took longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
+}
+
+/// The `--json` lines.
+fn lines(o: &Output) -> Vec<Value> {
+    stdout(o).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The events, as `kind name verdict` (and the final status), ids and token
+/// counts left out: what must agree between the loops.
+fn shape(o: &Output) -> Vec<String> {
+    lines(o)
+        .iter()
+        .filter_map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            match s("event").as_str() {
+                "" => None,
+                "turn-started" => Some(format!("turn {}", e["turn"])),
+                "tool-call" => Some(format!("call {} {}", s("name"), e["arguments"])),
+                "tool-result" => Some(format!("result {} {}", s("name"), s("verdict"))),
+                "done" => Some(format!("done {}", s("status"))),
+                other => Some(other.to_string()),
+            }
+        })
+        .collect()
+}
+
+fn answer(o: &Output) -> Value {
+    lines(o).into_iter().rev().find(|l| l.get("agent").is_some()).unwrap_or(Value::Null)
+}
+
+/// The tool-use session, with its call changed to `tool` with `input`.
+fn session_calling(tool: &str, input: Value) -> String {
+    fixture("tool-use.jsonl")
+        .replace("\"name\":\"mcp__nexo__read_file\"", &format!("\"name\":\"mcp__nexo__{tool}\""))
+        .replace("\"input\":{\"path\":\"notes.md\"}", &format!("\"input\":{input}"))
+}
+
+#[test]
+fn a_tool_call_reaches_nexos_gate_and_the_flags_say_so() {
+    let scene = Scene::new();
+    let claude = scene.claude(&fixture("tool-use.jsonl"));
+    let o = scene.run(&claude, &[]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        shape(&o),
+        ["turn 1", "call read_file {\"path\":\"notes.md\"}", "result read_file allowed", "turn 2", "done completed"]
+    );
+    // The tool result the CLI gave the model is nexo's, from the sandbox.
+    let a = answer(&o);
+    assert!(a["answer"].as_str().unwrap().starts_with("Hello from the mock"), "{a}");
+    let events = lines(&o);
+    let result = events.iter().find(|e| e["event"] == "tool-result").unwrap();
+    assert_eq!(result["summary"], "hello notes");
+    assert_eq!(result["id"], "toolu_1", "the call keeps the model's id");
+
+    let launch = &scene.log()[0];
+    let args: Vec<&str> = launch["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let value = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]);
+    for flag in ["-p", "--verbose", "--strict-mcp-config", "--bare"] {
+        assert!(args.contains(&flag), "{flag} missing from {args:?}");
+    }
+    assert_eq!(value("--output-format"), Some("stream-json"));
+    assert_eq!(value("--input-format"), Some("stream-json"));
+    assert_eq!(value("--tools"), Some(""), "no built-in tools by default");
+    assert_eq!(value("--permission-mode"), Some("default"), "read-only maps to default");
+    assert_eq!(value("--permission-prompt-tool"), Some("mcp__nexo__approve"));
+    assert_eq!(value("--max-turns"), Some("5"), "the agent's cap");
+    assert_eq!(value("--model"), Some("claude-sonnet-4-5"));
+    assert!(value("--system-prompt").unwrap().contains("You are a test agent."));
+    assert_eq!(launch["mcp_config_mode"], "600", "the MCP config holds a token: owner-only");
+    assert_eq!(launch["cwd"], scene.ws(), "the CLI works in the local sandbox's directory");
+    // The prompt arrives as one stream-json user message.
+    let message: Value = serde_json::from_str(launch["stdin"].as_str().unwrap().trim()).unwrap();
+    assert_eq!(message["message"]["content"][0]["text"], "read the notes");
+    // The environment is nexo's narrow one: the key, no other secret, a scratch home.
+    let env = launch["env"].as_object().unwrap();
+    assert_eq!(env["ANTHROPIC_API_KEY"], KEY);
+    assert!(!env.contains_key("OPENAI_API_KEY") && !env.contains_key("NEXO_STORE"), "{env:?}");
+    assert_ne!(env["HOME"].as_str(), std::env::var("HOME").ok().as_deref());
+    assert_eq!(env["DISABLE_AUTOUPDATER"], "1");
+    // And the key never reaches nexo's own output.
+    assert!(!stdout(&o).contains(KEY) && !stderr(&o).contains(KEY));
+}
+
+#[test]
+fn the_same_agent_gives_the_same_verdicts_and_events_on_either_loop() {
+    let scene = Scene::new();
+    let script = scene.path("host-script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let agent = scene.path("agent.toml").display().to_string();
+    let ws = scene.ws();
+    let script = script.display().to_string();
+    let host = scene.nexo(&[
+        "run",
+        &agent,
+        "read the notes",
+        "--script",
+        &script,
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--json",
+    ]);
+    assert!(host.status.success(), "{}", stderr(&host));
+    let claude = scene.run(&scene.claude(&fixture("tool-use.jsonl")), &[]);
+    assert!(claude.status.success(), "{}", stderr(&claude));
+    assert_eq!(shape(&host), shape(&claude));
+
+    // A refused write is refused the same way, and leaves no file.
+    let write = json!({"path": "out.txt", "content": "x"});
+    let claude = scene.run(&scene.claude(&session_calling("write_file", write.clone())), &["--allow", "write"]);
+    std::fs::write(
+        &script,
+        json!({"turns": [{"tool_calls": [{"name": "write_file", "arguments": write}]}, {"text": "done"}]}).to_string(),
+    )
+    .unwrap();
+    let host = scene.nexo(&[
+        "run",
+        &agent,
+        "write",
+        "--script",
+        &script,
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--json",
+        "--allow",
+        "write",
+    ]);
+    assert_eq!(shape(&host), shape(&claude));
+    assert!(shape(&claude).contains(&"result write_file denied".to_string()), "{:?}", shape(&claude));
+    assert!(!scene.path("ws/out.txt").exists(), "a denied write leaves no file");
+}
+
+#[test]
+fn error_max_turns_is_a_turn_limit() {
+    let scene = Scene::new();
+    let o = scene.run(&scene.claude(&fixture("max-turns.jsonl")), &["--max-turns", "2"]);
+    let shape = shape(&o);
+    assert_eq!(shape.last().map(String::as_str), Some("done turn-limit"), "{shape:?}\n{}", stderr(&o));
+    assert_eq!(shape.iter().filter(|s| s.starts_with("turn ")).count(), 2, "{shape:?}");
+    assert!(shape.contains(&"result glob allowed".to_string()), "the recorded calls ran through nexo: {shape:?}");
+    let launch = &scene.log()[0];
+    let args = launch["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--max-turns").unwrap();
+    assert_eq!(args[at + 1], "2", "the operator's cap, under the agent's 5");
+}
+
+#[test]
+fn nexos_turn_cap_holds_when_the_cli_ignores_its_own() {
+    let scene = Scene::new();
+    // Three model turns, each a new message, and no result: a CLI that
+    // ignored --max-turns 2.
+    let turn = |id: &str| {
+        json!({"type": "assistant", "message": {"id": id, "role": "assistant",
+            "content": [{"type": "text", "text": format!("turn {id}")}]}})
+        .to_string()
+    };
+    let script = [turn("m1"), turn("m2"), turn("m3"), json!({"fake": "sleep", "ms": 60_000}).to_string()].join("\n");
+    let started = Instant::now();
+    let o = scene.run(&scene.claude(&script), &["--max-turns", "2"]);
+    assert_eq!(shape(&o), ["turn 1", "turn 2", "done turn-limit"], "{}", stderr(&o));
+    assert!(started.elapsed() < Duration::from_secs(30), "the CLI was stopped, not waited for");
+}
+
+#[test]
+fn an_error_result_is_the_providers_error() {
+    let scene = Scene::new();
+    let o = scene.run(&scene.claude(&fixture("error.jsonl")), &[]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("claude-code answered HTTP 400") && err.contains("Prompt is too long"), "{err}");
+}
+
+#[test]
+fn a_malformed_line_is_a_protocol_error_naming_the_line() {
+    let scene = Scene::new();
+    let init = fixture("tool-use.jsonl").lines().next().unwrap().to_string();
+    let script = [init, json!({"fake": "raw", "text": "{this is not json"}).to_string()].join("\n");
+    let o = scene.run(&scene.claude(&script), &[]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("line 2 of the CLI's stream-json output cannot be read") && err.contains("{this is not json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_crash_mid_stream_says_how_it_ended() {
+    let scene = Scene::new();
+    let mut script: Vec<String> = fixture("tool-use.jsonl").lines().take(2).map(str::to_string).collect();
+    script.push(json!({"fake": "exit", "code": 3, "stderr": "segfault in the CLI"}).to_string());
+    let o = scene.run(&scene.claude(&script.join("\n")), &[]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("before it reported a result")
+            && err.contains("exit status: 3")
+            && err.contains("segfault in the CLI"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_cli_says_how_to_install_it() {
+    let scene = Scene::new();
+    let missing = scene.path("no-such-claude").display().to_string();
+    let o = scene.run(&missing, &[]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("npm install -g @anthropic-ai/claude-code") && err.contains("--claude-binary"), "{err}");
+}
+
+#[test]
+fn misconfigurations_are_refused_before_anything_runs() {
+    let scene = Scene::new();
+    let claude = scene.claude(&fixture("tool-use.jsonl"));
+    let agent = scene.path("agent.toml").display().to_string();
+    let o =
+        scene.nexo(&["run", &agent, "x", "--loop", "claude-code", "--claude-binary", &claude, "--provider", "openai"]);
+    assert!(stderr(&o).contains("Anthropic's Messages API"), "{}", stderr(&o));
+    let o = scene.nexo(&[
+        "run",
+        &agent,
+        "x",
+        "--loop",
+        "claude-code",
+        "--claude-binary",
+        &claude,
+        "--claude-builtin-tools",
+    ]);
+    assert!(stderr(&o).contains("need the local sandbox"), "{}", stderr(&o));
+    let o = scene.nexo(&["run", &agent, "x", "--claude-builtin-tools"]);
+    assert!(stderr(&o).contains("applies to --loop claude-code only"), "{}", stderr(&o));
+    let o = scene.nexo(&["run", &agent, "x", "--loop", "codex"]);
+    assert!(stderr(&o).contains("unknown loop `codex`"), "{}", stderr(&o));
+    assert!(scene.log().is_empty(), "the CLI never started");
+}
+
+#[test]
+fn an_approval_suspends_the_run_and_binds_to_the_call_across_processes() {
+    let scene = Scene::new();
+    let claude = scene.claude(&session_calling("write_file", json!({"path": "out.txt", "content": "approved"})));
+    let o = scene.run(&claude, &["--allow", "write", "--mode", "approve"]);
+    assert!(shape(&o).contains(&"done approval-required".to_string()), "{:?}\n{}", shape(&o), stderr(&o));
+    assert!(!scene.path("ws/out.txt").exists(), "nothing is written before the decision");
+    let run = answer(&o)["run"].as_str().unwrap().to_string();
+    // A new process decides and resumes: the prompt runs again, and the same
+    // call is now allowed.
+    let o = scene.nexo(&["runs", "approve", &run, "--json"]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(shape(&o).contains(&"result write_file allowed".to_string()), "{:?}", shape(&o));
+    assert_eq!(std::fs::read_to_string(scene.path("ws/out.txt")).unwrap(), "approved");
+    assert_eq!(scene.log().len(), 2, "the CLI ran once per pass");
+}
+
+#[test]
+fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
+    let scene = Scene::new();
+    let init = fixture("tool-use.jsonl").lines().next().unwrap().to_string();
+    let result = fixture("tool-use.jsonl").lines().last().unwrap().to_string();
+    let ask = |tool: &str, input: Value| json!({"fake": "approve", "tool_name": tool, "input": input}).to_string();
+    let script = [
+        init,
+        ask("Read", json!({"file_path": "notes.md"})),
+        ask("Bash", json!({"command": "rm -rf ~"})),
+        ask("Edit", json!({"file_path": "notes.md"})),
+        ask("mcp__nexo__write_file", json!({"path": "a"})),
+        ask("Task", json!({})),
+        result,
+    ]
+    .join("\n");
+    let claude = scene.claude(&script);
+    let o = scene.run(&claude, &["--claude-builtin-tools", "--ephemeral"]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let log = scene.log();
+    let args = log[0]["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--tools").unwrap();
+    assert_eq!(args[at + 1], "default");
+    let answers: Vec<(String, String)> = log[1..]
+        .iter()
+        .map(|l| {
+            let answer: Value = serde_json::from_str(l["answer"].as_str().unwrap()).unwrap();
+            (l["approve"].as_str().unwrap().to_string(), answer["behavior"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let expect = |t: &str, b: &str| (t.to_string(), b.to_string());
+    assert_eq!(
+        answers,
+        [
+            expect("Read", "allow"),
+            expect("Bash", "deny"),                   // no shell in the grant
+            expect("Edit", "deny"),                   // read-only
+            expect("mcp__nexo__write_file", "allow"), // nexo's gate decides inside the call
+            expect("Task", "deny"),                   // unknown to nexo: default deny
+        ]
+    );
+}
+
+#[test]
+fn a_components_prompt_runs_on_the_claude_code_loop_and_is_journaled() {
+    let scene = Scene::new();
+    let claude = scene.claude(&fixture("tool-use.jsonl"));
+    let ws = scene.ws();
+    let o = scene.nexo(&[
+        "run",
+        built::DOCUMENT_APPROVAL,
+        "Q3 report",
+        "--loop",
+        "claude-code",
+        "--claude-binary",
+        &claude,
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--allow",
+        "write",
+        "--mode",
+        "auto",
+        "--json",
+    ]);
+    let launch = &scene.log()[0];
+    let prompt: Value = serde_json::from_str(launch["stdin"].as_str().unwrap().trim()).unwrap();
+    assert!(
+        prompt["message"]["content"][0]["text"].as_str().unwrap().contains("Q3 report"),
+        "the component's prompt reached the CLI: {prompt}"
+    );
+    let args = launch["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--permission-mode").unwrap();
+    assert_eq!(args[at + 1], "bypassPermissions", "auto maps to bypassPermissions");
+    assert!(!args.iter().any(|a| a == "--permission-prompt-tool"), "auto needs no prompts");
+    let run =
+        answer(&o)["run"].as_str().map(str::to_string).unwrap_or_else(|| panic!("{}\n{}", stdout(&o), stderr(&o)));
+    let store = scene.path("cache").with_extension("store.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let journal = rt.block_on(async {
+        let store = nexo_store::SqliteStore::open(&store).await.unwrap();
+        nexo_store::Store::journal(&store, &run).await.unwrap()
+    });
+    assert!(
+        journal.iter().any(|e| e.function == "prompt" && e.interface.starts_with("nexo:plugin/model")),
+        "the prompt is journaled like any prompt: {journal:?}"
+    );
+}
