@@ -502,3 +502,109 @@ fn a_components_prompt_runs_on_the_claude_code_loop_and_is_journaled() {
         "the prompt is journaled like any prompt: {journal:?}"
     );
 }
+
+/// The real CLI, from `NEXO_CLAUDE_BINARY` or installed from npm into
+/// `target/claude-npm` (npm runs no install script; the native binary the
+/// package ships runs directly).
+fn real_claude() -> PathBuf {
+    if let Some(path) = std::env::var_os("NEXO_CLAUDE_BINARY") {
+        return PathBuf::from(path);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/claude-npm");
+    let binary = root.join("node_modules/@anthropic-ai/claude-code-linux-x64/claude");
+    if !binary.is_file() {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix"])
+            .arg(&root)
+            .arg("@anthropic-ai/claude-code@2.1.332")
+            .status()
+            .expect("npm, to install @anthropic-ai/claude-code");
+        assert!(status.success(), "npm install @anthropic-ai/claude-code failed");
+    }
+    binary
+}
+
+/// The real Claude Code CLI against the repo's loopback Messages server:
+/// its tool calls reach nexo's gate over MCP, a denied write leaves no
+/// file, and an allowed one happens. Opt-in: `NEXO_LIVE_CLAUDE=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_claude_code() {
+    if std::env::var("NEXO_LIVE_CLAUDE").ok().as_deref() != Some("1") {
+        println!("skipped: NEXO_LIVE_CLAUDE is not 1, so the real Claude Code CLI was not run");
+        eprintln!("skipped: NEXO_LIVE_CLAUDE is not 1, so the real Claude Code CLI was not run");
+        return;
+    }
+    use nexo_model::mock::{MockServer, MockToolCall, Reply};
+    let claude = tokio::task::spawn_blocking(real_claude).await.unwrap().display().to_string();
+    let scene = Scene::new();
+    let model = MockServer::start().await.unwrap();
+    let base = model.anthropic_base_url();
+    let write = |content: &str| {
+        Reply::tool_calls(vec![MockToolCall::new(
+            "toolu_w",
+            "mcp__nexo__write_file",
+            json!({"path": "out.txt", "content": content}),
+        )])
+    };
+    let run = |extra: Vec<String>| {
+        let (claude, base, agent, ws) =
+            (claude.clone(), base.clone(), scene.path("agent.toml").display().to_string(), scene.ws());
+        let mut args: Vec<String> = [
+            "run",
+            &agent,
+            "write the file",
+            "--loop",
+            "claude-code",
+            "--claude-binary",
+            &claude,
+            "--base-url",
+            &base,
+            "--model",
+            "claude-sonnet-4-5",
+            "--sandbox",
+            "local",
+            "--cwd",
+            &ws,
+            "--json",
+            "--ephemeral",
+            "--allow",
+            "write",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra);
+        args
+    };
+
+    // read-only: the write reaches nexo's gate and is denied.
+    model.push(write("denied")).push(Reply::text("I could not write it."));
+    let args = run(vec![]);
+    let o = {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        scene.nexo(&argv)
+    };
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(shape(&o).contains(&"result write_file denied".to_string()), "{:?}\n{}", shape(&o), stderr(&o));
+    assert!(!scene.path("ws/out.txt").exists(), "a denied write leaves no file");
+    let sent = model.requests();
+    let first = sent.iter().find(|r| r.path.ends_with("/v1/messages")).expect("the CLI called the model");
+    let tools: Vec<&str> = first.body["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(tools.contains(&"mcp__nexo__write_file") && tools.contains(&"mcp__nexo__read_file"), "{tools:?}");
+    assert!(!tools.iter().any(|t| ["Bash", "Write", "Edit", "Read"].contains(t)), "no built-in tools: {tools:?}");
+    assert_eq!(first.header("x-api-key"), Some(KEY), "the key reached the CLI through its environment");
+    let last = sent.last().unwrap().body.to_string();
+    assert!(last.contains("not allowed in read-only mode"), "the model read nexo's refusal: {last}");
+
+    // auto: the same call is allowed and happens.
+    model.push(write("written")).push(Reply::text("Done."));
+    let args = run(vec!["--mode".into(), "auto".into()]);
+    let o = {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        scene.nexo(&argv)
+    };
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read_to_string(scene.path("ws/out.txt")).unwrap(), "written");
+    assert_eq!(answer(&o)["answer"], "Done.");
+    println!("live: {} answered through {} requests to the loopback server", claude, model.requests().len());
+}
