@@ -13,7 +13,8 @@
 //!   writes T as is; `{"fake": "exit", "code": N, "stderr": S}` writes S to
 //!   stderr and exits with N; `{"fake": "approve", "tool_name": …, "input":
 //!   …}` asks the permission-prompt tool and logs its answer;
-//!   `{"fake": "sleep", "ms": N}` waits.
+//!   `{"fake": "sleep", "ms": N}` waits; `{"fake": "connect", "port": N}`
+//!   tries a TCP connection to 127.0.0.1:N and logs the outcome.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure should be loud
 
 use std::collections::BTreeMap;
@@ -62,6 +63,14 @@ fn main() {
                         json!({"tool_name": value["tool_name"], "input": value["input"], "tool_use_id": "t"});
                     let answer = runtime.block_on(call(clients.as_ref().unwrap(), "approve", &arguments));
                     writeln!(log_file, "{}", json!({"approve": value["tool_name"], "answer": answer.0})).unwrap();
+                }
+                "connect" => {
+                    let port = value["port"].as_u64().unwrap_or(0) as u16;
+                    let outcome = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                        Ok(_) => "connected".to_string(),
+                        Err(e) => format!("refused: {e}"),
+                    };
+                    writeln!(log_file, "{}", json!({"connect": port, "outcome": outcome})).unwrap();
                 }
                 other => panic!("unknown directive {other}"),
             }

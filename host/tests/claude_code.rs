@@ -419,8 +419,12 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     let init = fixture("tool-use.jsonl").lines().next().unwrap().to_string();
     let result = fixture("tool-use.jsonl").lines().last().unwrap().to_string();
     let ask = |tool: &str, input: Value| json!({"fake": "approve", "tool_name": tool, "input": input}).to_string();
+    // A port the confined CLI must not reach.
+    let off_limits = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = off_limits.local_addr().unwrap().port();
     let script = [
         init,
+        json!({"fake": "connect", "port": port}).to_string(),
         ask("Read", json!({"file_path": "notes.md"})),
         ask("Bash", json!({"command": "rm -rf ~"})),
         ask("Edit", json!({"file_path": "notes.md"})),
@@ -436,7 +440,9 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     let args = log[0]["args"].as_array().unwrap();
     let at = args.iter().position(|a| a == "--tools").unwrap();
     assert_eq!(args[at + 1], "default");
-    let answers: Vec<(String, String)> = log[1..]
+    assert_eq!(log[1]["connect"], port);
+    assert!(log[1]["outcome"].as_str().unwrap().starts_with("refused"), "the CLI reached another port: {}", log[1]);
+    let answers: Vec<(String, String)> = log[2..]
         .iter()
         .map(|l| {
             let answer: Value = serde_json::from_str(l["answer"].as_str().unwrap()).unwrap();

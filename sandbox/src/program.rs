@@ -35,6 +35,10 @@ pub struct ProgramConfinement {
     /// Keep network access: the host's network namespace under bubblewrap,
     /// TCP and sockets allowed under Landlock.
     pub network: bool,
+    /// With [`ProgramConfinement::network`]: TCP may connect to these ports
+    /// only, and bind to none. Empty: any port. Only Landlock can narrow
+    /// the network this way, so [`Confinement::Auto`] then picks Landlock.
+    pub connect_ports: Vec<u16>,
     /// The bubblewrap binary; `None` looks for `bwrap` on `PATH`.
     pub bwrap: Option<PathBuf>,
     /// Resource limits, per process as for shell commands. A long-running
@@ -50,6 +54,7 @@ impl ProgramConfinement {
             confinement: Confinement::Auto,
             writable: writable.into(),
             network: false,
+            connect_ports: Vec::new(),
             bwrap: None,
             limits: ShellLimits::NONE,
         }
@@ -83,8 +88,15 @@ impl ProgramConfinement {
                 root.display()
             )));
         }
+        let narrowed = self.network && !self.connect_ports.is_empty();
         let confinement = match self.confinement {
+            Confinement::Auto if narrowed => Confinement::Landlock,
             Confinement::Auto => self.effective()?,
+            Confinement::Bubblewrap if narrowed => {
+                return Err(SandboxError::Config(
+                    "bubblewrap cannot limit a program's connections to some ports; use Landlock (or Auto)".into(),
+                ));
+            }
             explicit => explicit,
         };
         let limits = self.limits.resolve();
@@ -99,7 +111,12 @@ impl ProgramConfinement {
             Confinement::Landlock => {
                 let mut cmd = Command::new(program.as_ref());
                 cmd.args(args).current_dir(root);
-                confine_with_landlock(&mut cmd, root, limits, Landlocked { shepherd: false, network: self.network })?;
+                confine_with_landlock(
+                    &mut cmd,
+                    root,
+                    limits,
+                    Landlocked { shepherd: false, network: self.network, connect_ports: &self.connect_ports },
+                )?;
                 (cmd, None)
             }
             Confinement::Unconfined => {

@@ -33,7 +33,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
 };
 use nexo_text::head_chars;
@@ -591,7 +591,7 @@ fn landlock_abi() -> Result<ABI, String> {
         .get_or_init(|| {
             let mut last = None;
             for abi in LANDLOCK_ABIS {
-                match landlock_ruleset(abi, false) {
+                match landlock_ruleset(abi, false, &[]) {
                     Ok(_) => return Ok(abi),
                     Err(e) => last = Some(e),
                 }
@@ -616,10 +616,10 @@ fn landlock_usable() -> Result<ABI, String> {
 /// A ruleset handling everything `abi` offers (but network access, with
 /// `network`), refusing to build if the kernel supports less: what is built is
 /// then enforced in full.
-fn landlock_ruleset(abi: ABI, network: bool) -> Result<RulesetCreated, RulesetError> {
+fn landlock_ruleset(abi: ABI, network: bool, connect_ports: &[u16]) -> Result<RulesetCreated, RulesetError> {
     let mut ruleset =
         Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(AccessFs::from_all(abi))?;
-    if abi >= ABI::V4 && !network {
+    if abi >= ABI::V4 && (!network || !connect_ports.is_empty()) {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
     }
     if abi >= ABI::V6 {
@@ -630,16 +630,19 @@ fn landlock_ruleset(abi: ABI, network: bool) -> Result<RulesetCreated, RulesetEr
 
 /// What [`confine_with_landlock`] sets up besides the filesystem rules.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Landlocked {
+pub(crate) struct Landlocked<'a> {
     /// Fork a shepherd first (outside the domain).
     pub(crate) shepherd: bool,
     /// Leave TCP and sockets allowed.
     pub(crate) network: bool,
+    /// With `network`: TCP may connect to these ports only (and bind
+    /// nowhere). Empty: any port.
+    pub(crate) connect_ports: &'a [u16],
 }
 
-impl Landlocked {
+impl Landlocked<'_> {
     /// A shell command: shepherded, no network.
-    pub(crate) const SHELL: Landlocked = Landlocked { shepherd: true, network: false };
+    pub(crate) const SHELL: Landlocked<'static> = Landlocked { shepherd: true, network: false, connect_ports: &[] };
 }
 
 /// Makes `cmd` confine itself between fork and exec: descriptors, shepherd,
@@ -648,19 +651,31 @@ pub(crate) fn confine_with_landlock(
     cmd: &mut Command,
     root: &Path,
     limits: Limits,
-    how: Landlocked,
+    how: Landlocked<'_>,
 ) -> Result<(), SandboxError> {
     let abi = landlock_abi().map_err(SandboxError::Config)?;
+    if how.network && !how.connect_ports.is_empty() && abi < ABI::V4 {
+        return Err(SandboxError::Config(
+            "limiting a program's connections to some ports needs Landlock ABI 4 (Linux 6.7 or later); this kernel \
+             has an older one"
+                .into(),
+        ));
+    }
     let filter = confine::syscall_filter(how.network).map_err(SandboxError::Config)?;
     let failed = |e: &dyn std::fmt::Display| SandboxError::Config(format!("cannot set up Landlock rules: {e}"));
     let path = |p: &Path| PathFd::new(p).map_err(|e| failed(&e));
     // All allocation (ruleset, rules, path fds) happens here, before the fork.
     let (everything, writable, dev_null) = (path(Path::new("/"))?, path(root)?, path(Path::new("/dev/null"))?);
-    let ruleset = landlock_ruleset(abi, how.network)
+    let mut ruleset = landlock_ruleset(abi, how.network, how.connect_ports)
         .and_then(|r| r.add_rule(PathBeneath::new(everything, AccessFs::from_read(abi))))
         .and_then(|r| r.add_rule(PathBeneath::new(writable, AccessFs::from_all(abi))))
         .and_then(|r| r.add_rule(PathBeneath::new(dev_null, AccessFs::from_file(abi) & !AccessFs::Execute)))
         .map_err(|e| failed(&e))?;
+    if how.network {
+        for port in how.connect_ports {
+            ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(|e| failed(&e))?;
+        }
+    }
     let drop_caps = rustix::thread::capabilities(None).map(|c| !c.permitted.is_empty()).unwrap_or(true);
     let mut ruleset = Some(ruleset);
     let hook = move || -> io::Result<()> {

@@ -21,6 +21,7 @@
 //! ([`crate::journal::UNPOSITIONED`]).
 
 mod launch;
+mod proxy;
 mod stream;
 
 use std::collections::{HashMap, HashSet};
@@ -47,6 +48,9 @@ const MAX_LINE: usize = 16 << 20;
 
 /// How long the CLI may take to exit once its result is out.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where the CLI sends its requests without `--base-url`.
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 
 /// How much of the CLI's stderr an error quotes.
 const STDERR_TAIL: usize = 2048;
@@ -161,10 +165,34 @@ impl ClaudeCode {
             mcp_config: &mcp_config,
             builtin_tools: self.builtin_tools,
         });
-        let env =
+        let mut env =
             launch::env(&binary, home.path(), self.api_key.as_deref(), self.base_url.as_deref(), self.builtin_tools);
         let cwd = self.cwd.clone().unwrap_or_else(|| home.path().to_path_buf());
-        let mut child = self.spawn(&binary, &args, env, &cwd)?;
+        // With its own tools the CLI may open TCP connections to nexo's MCP
+        // server and to the model only: on this machine directly, elsewhere
+        // through a proxy that tunnels to the model's endpoint alone.
+        let mut connect_ports = vec![port];
+        let mut _proxy = None;
+        if self.builtin_tools {
+            let endpoint = proxy::Endpoint::parse(self.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))
+                .map_err(ModelError::Config)?;
+            if endpoint.is_loopback() {
+                connect_ports.push(endpoint.port);
+            } else {
+                let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                    .await
+                    .map_err(|e| unavailable(format!("cannot listen on loopback for the CLI's proxy: {e}")))?;
+                let proxy_port = listener.local_addr().map_err(|e| unavailable(e.to_string()))?.port();
+                _proxy = Some(AbortOnDrop(tokio::spawn(proxy::serve(listener, endpoint))));
+                connect_ports.push(proxy_port);
+                let url = format!("http://127.0.0.1:{proxy_port}");
+                for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+                    env.push((name.into(), url.clone().into()));
+                }
+                env.push(("NO_PROXY".into(), "127.0.0.1,localhost".into()));
+            }
+        }
+        let mut child = self.spawn(&binary, &args, env, &cwd, connect_ports)?;
         let process = ProcessGroup(child.id());
 
         // The prompt, as one stream-json user message; then end of input.
@@ -244,12 +272,16 @@ impl ClaudeCode {
         args: &[std::ffi::OsString],
         env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
         cwd: &std::path::Path,
+        connect_ports: Vec<u16>,
     ) -> Result<tokio::process::Child, ModelError> {
         let (mut command, resources) = if self.builtin_tools {
-            // The CLI's own tools write only in the sandbox's directory; it
-            // keeps the network, which it needs for the model.
-            let confinement =
-                nexo_sandbox::ProgramConfinement { network: true, ..nexo_sandbox::ProgramConfinement::new(cwd) };
+            // The CLI's own tools write only in the sandbox's directory, and
+            // connect only to `connect_ports`.
+            let confinement = nexo_sandbox::ProgramConfinement {
+                network: true,
+                connect_ports,
+                ..nexo_sandbox::ProgramConfinement::new(cwd)
+            };
             let confined = confinement.command(binary, args).map_err(|e| {
                 ModelError::Config(format!("--claude-builtin-tools: the CLI cannot be confined here: {e}"))
             })?;
