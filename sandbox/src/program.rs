@@ -233,6 +233,30 @@ mod tests {
     }
 
     #[test]
+    fn connections_can_be_narrowed_to_some_ports() {
+        let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (a, o) = (allowed.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+        let dir = tempfile::tempdir().unwrap();
+        let probe = |port: u16| {
+            let mut conf = ProgramConfinement::new(dir.path());
+            conf.network = true;
+            conf.connect_ports = vec![a];
+            let script = format!("exec /bin/bash -c 'echo > /dev/tcp/127.0.0.1/{port}'");
+            let mut cmd = conf.command("/bin/sh", ["-c", script.as_str()]).unwrap();
+            assert_eq!(cmd.confinement(), Confinement::Landlock, "only Landlock narrows by port");
+            cmd.command_mut().env_clear().env("PATH", "/usr/bin:/bin").stdout(Stdio::null()).stderr(Stdio::null());
+            cmd.spawn().unwrap().wait().unwrap().success()
+        };
+        assert!(probe(a), "the allowed port was refused");
+        assert!(!probe(o), "another port was reached");
+        let mut bwrap = ProgramConfinement::new(dir.path());
+        (bwrap.network, bwrap.connect_ports, bwrap.confinement) = (true, vec![a], Confinement::Bubblewrap);
+        let e = bwrap.command("/bin/true", [] as [&str; 0]).unwrap_err().to_string();
+        assert!(e.contains("bubblewrap cannot limit"), "{e}");
+    }
+
+    #[test]
     fn network_is_off_unless_granted() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
