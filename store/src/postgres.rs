@@ -103,23 +103,21 @@ impl PgStore {
             ),
         })?;
         let location = describe(&options);
+        // One connection first, made directly: the pool would retry a
+        // refused connection until its timeout and then only say it timed
+        // out. It runs the migrations.
+        let mut conn = PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| open_error(&location, &options, &e, &secrets))?;
+        let migrated = migrate(&mut conn, &location, &secrets).await;
+        conn.close().await.ok();
+        migrated?;
         let pool = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .min_connections(0)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| open_error(&location, &options, &e, &secrets))?;
+            .connect_lazy_with(options);
         let store = PgStore { pool, location, secrets };
-        let migrated = async {
-            let mut conn = store.pool.acquire().await.map_err(|e| open_error(&store.location, &options, &e, &store.secrets))?;
-            migrate(&mut conn, &store.location, &store.secrets).await
-        }
-        .await;
-        if let Err(e) = migrated {
-            store.pool.close().await;
-            return Err(e);
-        }
         Ok(store)
     }
 
