@@ -32,8 +32,8 @@ use crate::refusal::{
 use crate::rows::{Errors, postgres as rows};
 use crate::sql;
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run,
-    RunStatus, SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run, RunStatus,
+    SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -106,9 +106,8 @@ impl PgStore {
         // One connection first, made directly: the pool would retry a
         // refused connection until its timeout and then only say it timed
         // out. It runs the migrations.
-        let mut conn = PgConnection::connect_with(&options)
-            .await
-            .map_err(|e| open_error(&location, &options, &e, &secrets))?;
+        let mut conn =
+            PgConnection::connect_with(&options).await.map_err(|e| open_error(&location, &options, &e, &secrets))?;
         let migrated = migrate(&mut conn, &location, &secrets).await;
         conn.close().await.ok();
         migrated?;
@@ -130,7 +129,9 @@ impl PgStore {
     fn error(&self, e: &sqlx::Error) -> StoreError {
         let text = redact(&e.to_string(), &self.secrets);
         match sqlstate(e).as_deref() {
-            Some(DATA_CORRUPTED | INDEX_CORRUPTED) => StoreError::Corrupt { location: self.location.clone(), reason: text },
+            Some(DATA_CORRUPTED | INDEX_CORRUPTED) => {
+                StoreError::Corrupt { location: self.location.clone(), reason: text }
+            }
             Some(SERIALIZATION_FAILURE | DEADLOCK) => StoreError::Backend(format!(
                 "{}: {text} (another process changed the same rows at the same moment; try again)",
                 self.location
@@ -188,8 +189,7 @@ impl PgStore {
     /// Succeeds if `owner` holds the running run `id`'s lease, and keeps the
     /// row locked until the transaction ends; otherwise says why not.
     async fn check_owner(&self, conn: &mut PgConnection, id: &str, owner: &str) -> StoreResult<RunStatus> {
-        let row =
-            sqlx::query(sql::RUN_OWNER_LOCKED).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        let row = sqlx::query(sql::RUN_OWNER_LOCKED).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode(|errors| rows::run_status(&row, errors))?;
         let holder: Option<String> = self.decode(|errors| rows::lease_owner(&row, errors))?;
@@ -470,8 +470,11 @@ impl PgStore {
         lease: &JobLease,
         change: impl FnOnce(&mut Job),
     ) -> StoreResult<Job> {
-        let row =
-            sqlx::query(sql::SELECT_JOB_LOCKED).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+        let row = sqlx::query(sql::SELECT_JOB_LOCKED)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoJob(id.to_string())) };
         let mut job = self.decode_job(&row)?;
         job.check_lease(lease)?;
@@ -772,7 +775,12 @@ async fn migrate(conn: &mut PgConnection, location: &str, secrets: &[String]) ->
             let statement = sql::POSTGRES.render(statement);
             sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut *tx).await.map_err(fail)?;
         }
-        sqlx::query(sql::RECORD_MIGRATION).bind(migration.version).bind(now_ms()).execute(&mut *tx).await.map_err(fail)?;
+        sqlx::query(sql::RECORD_MIGRATION)
+            .bind(migration.version)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
     }
     tx.commit().await.map_err(fail)
 }
@@ -899,7 +907,9 @@ fn open_error(location: &str, options: &PgConnectOptions, e: &sqlx::Error, secre
             format!("cannot reach {server} ({io}): check the host and port in the URL and the network")
         }
         (sqlx::Error::Tls(tls), _) => {
-            format!("the TLS handshake with {server} failed ({tls}): check the server's certificate or the URL's sslmode")
+            format!(
+                "the TLS handshake with {server} failed ({tls}): check the server's certificate or the URL's sslmode"
+            )
         }
         (sqlx::Error::PoolTimedOut, _) => format!(
             "{server} did not answer within {} s: check that PostgreSQL runs there and the network lets you in",

@@ -31,9 +31,12 @@ fn count(n: i64, what: impl FnOnce() -> String, errors: &Errors<'_>) -> Result<u
 macro_rules! decoders {
     ($row:ty, $db:ty) => {
         #[allow(unused_imports)]
-        use super::{count, json, unsigned, Errors};
+        use super::{Errors, count, json, unsigned};
         #[allow(unused_imports)]
-        use crate::{Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, StoreError, StoredEvent};
+        use crate::{
+            Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, StoreError,
+            StoredEvent,
+        };
         use serde_json::Value;
         use sqlx::Row as _;
 
@@ -49,7 +52,8 @@ macro_rules! decoders {
         /// A run's status column.
         pub(crate) fn run_status(row: &Row, errors: &Errors<'_>) -> Result<RunStatus, StoreError> {
             let status: String = column(row, "status", errors)?;
-            RunStatus::parse(&status).ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
+            RunStatus::parse(&status)
+                .ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
         }
 
         /// Who holds a run, from [`crate::sql::RUN_OWNER`].
@@ -94,10 +98,9 @@ macro_rules! decoders {
             let decision: Option<String> = column(row, "decision", errors)?;
             let decision = match decision {
                 None => None,
-                Some(d) => Some(
-                    Decision::parse(&d)
-                        .ok_or_else(|| (errors.corrupt)(format!("run `{id}`'s approval has the unknown decision `{d}`")))?,
-                ),
+                Some(d) => Some(Decision::parse(&d).ok_or_else(|| {
+                    (errors.corrupt)(format!("run `{id}`'s approval has the unknown decision `{d}`"))
+                })?),
             };
             Ok(Approval {
                 seq: unsigned(

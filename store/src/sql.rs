@@ -65,15 +65,16 @@ pub(crate) const TABLES: &[&str] =
 
 /// Every migration, oldest first. The last one's version is
 /// [`crate::SCHEMA_VERSION`] (a unit test checks).
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: &[
-        "CREATE TABLE nexo_schema (
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: &[
+            "CREATE TABLE nexo_schema (
             version BIGINT NOT NULL PRIMARY KEY,
             applied_ms BIGINT NOT NULL
         )",
-        // `grant` is a reserved word in SQL, hence `grant_json`.
-        "CREATE TABLE runs (
+            // `grant` is a reserved word in SQL, hence `grant_json`.
+            "CREATE TABLE runs (
             id {KEY} NOT NULL PRIMARY KEY,
             agent TEXT NOT NULL,
             kind TEXT NOT NULL,
@@ -92,12 +93,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             lease_owner TEXT,
             lease_until_ms BIGINT
         )",
-        // `runs list`, newest first, with and without a status filter.
-        "CREATE INDEX runs_by_created ON runs (created_ms, id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_ms, id)",
-        // The start-up sweep: running runs whose lease ran out.
-        "CREATE INDEX runs_by_lease ON runs (status, lease_until_ms)",
-        "CREATE TABLE journal (
+            // `runs list`, newest first, with and without a status filter.
+            "CREATE INDEX runs_by_created ON runs (created_ms, id)",
+            "CREATE INDEX runs_by_status ON runs (status, created_ms, id)",
+            // The start-up sweep: running runs whose lease ran out.
+            "CREATE INDEX runs_by_lease ON runs (status, lease_until_ms)",
+            "CREATE TABLE journal (
             run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             seq BIGINT NOT NULL,
             end_seq BIGINT NOT NULL,
@@ -107,21 +108,21 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             result TEXT NOT NULL,
             PRIMARY KEY (run, seq)
         )",
-        "CREATE TABLE events (
+            "CREATE TABLE events (
             id {SERIAL_ID},
             run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             kind TEXT NOT NULL,
             data TEXT NOT NULL,
             at_ms BIGINT NOT NULL
         )",
-        "CREATE INDEX events_by_run ON events (run, id)",
-        "CREATE TABLE checkpoints (
+            "CREATE INDEX events_by_run ON events (run, id)",
+            "CREATE TABLE checkpoints (
             run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             name {KEY} NOT NULL,
             value TEXT NOT NULL,
             PRIMARY KEY (run, name)
         )",
-        "CREATE TABLE approvals (
+            "CREATE TABLE approvals (
             run {KEY} NOT NULL PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             seq BIGINT NOT NULL,
             capability TEXT NOT NULL,
@@ -132,13 +133,14 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             decision TEXT,
             created_ms BIGINT NOT NULL
         )",
-    ],
-}, Migration {
-    version: 2,
-    statements: &[
-        // Background runs: a job starts or resumes one run. Its lease is
-        // the worker's, with a fencing token from `job_tokens`.
-        "CREATE TABLE jobs (
+        ],
+    },
+    Migration {
+        version: 2,
+        statements: &[
+            // Background runs: a job starts or resumes one run. Its lease is
+            // the worker's, with a fencing token from `job_tokens`.
+            "CREATE TABLE jobs (
             id {KEY} NOT NULL PRIMARY KEY,
             run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             kind TEXT NOT NULL,
@@ -155,21 +157,22 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             created_ms BIGINT NOT NULL,
             updated_ms BIGINT NOT NULL
         )",
-        // A claim: queued jobs that are due, in order, and running jobs
-        // whose lease ran out.
-        "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
-        "CREATE INDEX jobs_by_lease ON jobs (status, lease_until_ms)",
-        // `jobs`, newest first, with and without a status filter.
-        "CREATE INDEX jobs_by_created ON jobs (created_ms, id)",
-        "CREATE INDEX jobs_by_status ON jobs (status, created_ms, id)",
-        // Deleting a run deletes its jobs.
-        "CREATE INDEX jobs_by_run ON jobs (run)",
-        // The one fencing-token counter: a claim inserts a row for the next
-        // value and deletes it again, so the table stays empty while the
-        // id only grows (neither engine reuses one).
-        "CREATE TABLE job_tokens (token {SERIAL_ID})",
-    ],
-}];
+            // A claim: queued jobs that are due, in order, and running jobs
+            // whose lease ran out.
+            "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
+            "CREATE INDEX jobs_by_lease ON jobs (status, lease_until_ms)",
+            // `jobs`, newest first, with and without a status filter.
+            "CREATE INDEX jobs_by_created ON jobs (created_ms, id)",
+            "CREATE INDEX jobs_by_status ON jobs (status, created_ms, id)",
+            // Deleting a run deletes its jobs.
+            "CREATE INDEX jobs_by_run ON jobs (run)",
+            // The one fencing-token counter: a claim inserts a row for the next
+            // value and deletes it again, so the table stays empty while the
+            // id only grows (neither engine reuses one).
+            "CREATE TABLE job_tokens (token {SERIAL_ID})",
+        ],
+    },
+];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
 pub(crate) const SCHEMA_VERSION: &str = "SELECT MAX(version) FROM nexo_schema";
@@ -407,7 +410,8 @@ mod tests {
 
     #[test]
     fn queries_use_numbered_placeholders_only() {
-        for sql in [super::INSERT_RUN, super::APPEND_ENTRY_IF_OWNER, super::PUT_APPROVAL, super::EVENTS, super::INSERT_JOB]
+        for sql in
+            [super::INSERT_RUN, super::APPEND_ENTRY_IF_OWNER, super::PUT_APPROVAL, super::EVENTS, super::INSERT_JOB]
         {
             assert!(!sql.contains('?'), "{sql}");
         }

@@ -766,8 +766,11 @@ impl Store for SqliteStore {
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
         let result = async {
-            let exists =
-                sqlx::query(sql::RUN_EXISTS).bind(&job.run).fetch_optional(&mut *tx).await.map_err(|e| self.error(&e))?;
+            let exists = sqlx::query(sql::RUN_EXISTS)
+                .bind(&job.run)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
             if exists.is_none() {
                 return Err(StoreError::NoRun(job.run.clone()));
             }

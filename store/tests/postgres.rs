@@ -191,7 +191,10 @@ async fn a_bad_password_is_a_clear_open_error_without_the_password() {
     );
     let refused = PgStore::open(&url).await;
     let Err(error) = refused else {
-        panic!("the server at {} took a wrong password: it must ask for passwords (scripts/postgres.sh does)", support::ENV)
+        panic!(
+            "the server at {} took a wrong password: it must ask for passwords (scripts/postgres.sh does)",
+            support::ENV
+        )
     };
     let shown = format!("{error} {error:?}");
     assert!(!shown.contains("wrong-Secret-9f3"), "{shown}");
@@ -207,7 +210,10 @@ async fn a_bad_password_is_a_clear_open_error_without_the_password() {
     let missing = support::with_database(&admin, "nexo_no_such_database");
     match open(&Location::parse(&missing).unwrap()).await {
         Err(StoreError::Open { reason, .. }) => {
-            assert!(reason.contains("`nexo_no_such_database` does not exist") && reason.contains("createdb"), "{reason}")
+            assert!(
+                reason.contains("`nexo_no_such_database` does not exist") && reason.contains("createdb"),
+                "{reason}"
+            )
         }
         other => panic!("expected Open, got {other:?}"),
     }
@@ -238,7 +244,13 @@ async fn debug_output_has_no_password() {
     let options: sqlx::postgres::PgConnectOptions = db.url.parse().unwrap();
     let shown = format!("{store:?} {}", store.location());
     assert!(shown.contains(&db.name), "{shown}");
-    if let Some(password) = db.url.split_once("://").and_then(|(_, r)| r.split_once('@')).and_then(|(u, _)| u.split_once(':')).map(|(_, p)| p.to_string()) {
+    if let Some(password) = db
+        .url
+        .split_once("://")
+        .and_then(|(_, r)| r.split_once('@'))
+        .and_then(|(u, _)| u.split_once(':'))
+        .map(|(_, p)| p.to_string())
+    {
         assert!(!shown.contains(&password), "{shown}");
     }
     assert!(!shown.contains(&format!("{}:", options.get_username())), "{shown}");

@@ -66,9 +66,9 @@ pub struct TestDb {
 pub async fn fresh(test: &str) -> Option<TestDb> {
     let admin = server(test)?;
     let name = format!("nexo_test_{}", nexo_store::new_run_id());
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-        panic!("{test}: cannot connect to {ENV} to create a test database: {e}")
-    });
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{test}: cannot connect to {ENV} to create a test database: {e}"));
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
     conn.close().await.ok();
     Some(TestDb { url: with_database(&admin, &name), admin, name })
@@ -146,7 +146,7 @@ pub async fn jobs_race(stores: Vec<Arc<dyn Store>>, jobs: usize, tasks: usize) {
     for handle in handles {
         completed += handle.await.unwrap();
     }
-    let claims = claims.lock().unwrap();
+    let claims = std::mem::take(&mut *claims.lock().unwrap());
     assert_eq!(completed, jobs, "every claim completed");
     assert_eq!(claims.len(), jobs, "every job was claimed");
     let twice: Vec<_> = claims.iter().filter(|(_, tokens)| tokens.len() != 1).collect();
