@@ -2,7 +2,8 @@
 #   make demo   build nexo and the bundled plugins, inspect them, run an agent
 #   make test   every test (builds the plugins itself)
 # Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh);
-# `make test` also installs bubblewrap, componentize-py and ComponentizeJS (scripts/*-deps.sh).
+# `make test` also installs bubblewrap, componentize-py and ComponentizeJS (scripts/*-deps.sh),
+# and starts a PostgreSQL server in target/postgres (scripts/postgres.sh).
 
 CARGO ?= cargo
 PLUGIN_OUT := target/plugins
@@ -45,7 +46,8 @@ test: toolchain
 	./scripts/js-deps.sh
 	@# The npm reference MCP servers, for nexo-mcp's tests.
 	./scripts/mcp-deps.sh
-	$(CARGO) test --workspace
+	@# A PostgreSQL server of the tests' own (target/postgres): the store suite runs against it too.
+	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) test --workspace
 	@# The guarded client's test seam must never reach a normal build of nexo.
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \
 	if echo "$$tree" | grep -q 'feature "testing"'; then \
@@ -58,6 +60,7 @@ bench: toolchain
 	./scripts/js-deps.sh
 	$(CARGO) bench -p nexo --bench engine
 	$(CARGO) bench -p nexo-egress --bench client
+	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) bench -p nexo-store --bench jobs
 
 lint:
 	$(CARGO) fmt --all --check

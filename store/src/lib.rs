@@ -1,23 +1,30 @@
 //! The store: where nexo keeps durable runs.
 //!
-//! One trait, [`Store`], with two backends: [`MemoryStore`] (ephemeral runs,
-//! tests) and [`SqliteStore`], the embedded default (PostgreSQL shares its
-//! SQL, kept in one module, in a later release). Both follow the same rules
-//! and refuse the same things in the same words (`tests/behaviour.rs` runs
-//! one suite against each). A store holds, per run:
+//! One trait, [`Store`], with three backends: [`MemoryStore`] (ephemeral
+//! runs, tests), [`SqliteStore`], the embedded default, and [`PgStore`],
+//! PostgreSQL, which several processes on several machines can share. The
+//! two relational backends run the same SQL, kept in one module. All three
+//! follow the same rules and refuse the same things in the same words
+//! (`tests/behaviour.rs` runs one suite against each). A store holds, per
+//! run:
 //!
 //! - the run's record ([`Run`]): agent, component hash, input, status, the
 //!   operator's grant (never a secret), result or error, the owner's lease;
 //! - its events ([`StoredEvent`]);
 //! - its named checkpoints (JSON values);
 //! - its journal of host calls ([`Entry`]), which a resume replays;
-//! - its pending approval ([`Approval`]), if it waits for one.
+//! - its pending approval ([`Approval`]), if it waits for one;
+//! - its background jobs ([`Job`]): a queue that workers claim with a
+//!   fenced lease ([`Store::claim_job`]).
 //!
 //! Every write is one [`Batch`] committed atomically and durably: when
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
 
+mod jobs;
 mod memory;
+mod postgres;
 mod refusal;
+mod rows;
 mod sql;
 mod sqlite;
 
@@ -26,12 +33,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, retry_delay_ms};
 pub use memory::MemoryStore;
+pub use postgres::PgStore;
 pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -82,6 +91,9 @@ pub enum StoreError {
     /// No such run.
     #[error("there is no run `{0}` in this store (`nexo runs list` shows the runs there are)")]
     NoRun(String),
+    /// No such job.
+    #[error("there is no job `{0}` in this store")]
+    NoJob(String),
     /// The operation does not fit the run's state, for example resuming a
     /// finished run or claiming one another process owns.
     #[error("{0}")]
@@ -570,6 +582,42 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Removes the pending approval once its call has used it.
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
+
+    /// Queues a job for its run, which must exist ([`StoreError::NoRun`]).
+    /// A taken id, or `max_attempts` of 0, is a [`StoreError::Conflict`].
+    async fn enqueue(&self, job: NewJob) -> StoreResult<Job>;
+
+    /// Takes the oldest due job (by `not_before_ms`, then `created_ms`,
+    /// then id) for `worker` until `now_ms + lease_ms`: one `queued` with
+    /// `not_before_ms <= now_ms`, or one `running` whose lease ended before
+    /// `now_ms` (its worker died). Its attempts go up by one, and its
+    /// lease's token is greater than every token an earlier claim of any
+    /// job got. A lapsed job that has used all its attempts becomes
+    /// `failed`, and the claim goes on to the next due job. Concurrent
+    /// claims, in any number of processes, never take the same job (SQLite:
+    /// `BEGIN IMMEDIATE`; PostgreSQL: `FOR UPDATE SKIP LOCKED`). `None` if
+    /// nothing is due.
+    async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>>;
+
+    /// Extends the lease to `now_ms + lease_ms` while `lease.token` still
+    /// holds the running job. `false` means the lease was lost: stop.
+    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now_ms: i64) -> StoreResult<bool>;
+
+    /// Marks the job `done`. A stale token is a [`StoreError::Conflict`]:
+    /// another worker has the job.
+    async fn complete_job(&self, id: &str, lease: &JobLease, now_ms: i64) -> StoreResult<Job>;
+
+    /// Records a failed attempt: with attempts left the job is `queued`
+    /// again, due after [`retry_delay_ms`]; otherwise it is `failed` with
+    /// `error`. A stale token is a [`StoreError::Conflict`].
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now_ms: i64) -> StoreResult<Job>;
+
+    /// One job.
+    async fn job(&self, id: &str) -> StoreResult<Option<Job>>;
+
+    /// Jobs, newest first (by `created_ms`, then by id), optionally of one
+    /// status, at most `limit`.
+    async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if
@@ -578,9 +626,7 @@ pub async fn open(location: &Location) -> StoreResult<std::sync::Arc<dyn Store>>
     match location {
         Location::Memory => Ok(std::sync::Arc::new(MemoryStore::new())),
         Location::Sqlite(path) => Ok(std::sync::Arc::new(SqliteStore::open(path).await?)),
-        Location::Postgres(_) => Err(StoreError::Unsupported(
-            "PostgreSQL stores arrive with multi-node support; use an SQLite file for now".into(),
-        )),
+        Location::Postgres(url) => Ok(std::sync::Arc::new(PgStore::open(url).await?)),
     }
 }
 

@@ -7,12 +7,14 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, no_pending_approval, not_final, not_owned, nothing_to_cancel, run_exists,
+    claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
+    run_exists,
 };
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, Run, RunStatus, Store, StoreError, StoreResult,
-    StoredEvent, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus, Store,
+    StoreError, StoreResult, StoredEvent, Transition, now_ms,
 };
 
 /// A store that lives only as long as the process.
@@ -30,6 +32,9 @@ struct Inner {
     /// Per run, by name (the order `checkpoints` returns).
     checkpoints: BTreeMap<String, BTreeMap<String, Value>>,
     approvals: BTreeMap<String, Approval>,
+    jobs: BTreeMap<String, Job>,
+    /// The last fencing token a job claim got.
+    last_token: i64,
 }
 
 impl MemoryStore {
@@ -79,6 +84,10 @@ impl Inner {
             self.push_event(id, e.kind, e.data, e.at_ms);
         }
         Ok(())
+    }
+
+    fn job_mut(&mut self, id: &str) -> StoreResult<&mut Job> {
+        self.jobs.get_mut(id).ok_or_else(|| StoreError::NoJob(id.to_string()))
     }
 
     fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
@@ -270,5 +279,86 @@ impl Store for MemoryStore {
         inner.owned(id, owner)?;
         inner.approvals.remove(id);
         Ok(())
+    }
+
+    async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
+        if let Some(reason) = check_new_job(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let mut inner = self.lock();
+        if !inner.runs.contains_key(&new.run) {
+            return Err(StoreError::NoRun(new.run));
+        }
+        if inner.jobs.contains_key(&new.id) {
+            return Err(StoreError::Conflict(job_exists(&new.id)));
+        }
+        let job = new.into_job();
+        inner.jobs.insert(job.id.clone(), job.clone());
+        Ok(job)
+    }
+
+    async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
+        let mut inner = self.lock();
+        loop {
+            let due = inner
+                .jobs
+                .values()
+                .filter(|j| j.is_due(now))
+                .min_by(|a, b| (a.not_before_ms, a.created_ms, &a.id).cmp(&(b.not_before_ms, b.created_ms, &b.id)))
+                .map(|j| j.id.clone());
+            let Some(id) = due else { return Ok(None) };
+            let token = inner.last_token + 1;
+            let job = inner.job_mut(&id)?;
+            if job.exhausted() {
+                job.give_up(now);
+                continue;
+            }
+            job.take(worker, token, lease_ms, now);
+            let job = job.clone();
+            inner.last_token = token;
+            return Ok(Some(job));
+        }
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let job = inner.job_mut(id)?;
+        if job.check_lease(lease).is_err() {
+            return Ok(false);
+        }
+        if let Some(held) = &mut job.lease {
+            held.until_ms = now.saturating_add(lease_ms);
+        }
+        job.updated_ms = now;
+        Ok(true)
+    }
+
+    async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {
+        let mut inner = self.lock();
+        let job = inner.job_mut(id)?;
+        job.check_lease(lease)?;
+        job.complete(now);
+        Ok(job.clone())
+    }
+
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now: i64) -> StoreResult<Job> {
+        let mut inner = self.lock();
+        let job = inner.job_mut(id)?;
+        job.check_lease(lease)?;
+        job.fail(error, now);
+        Ok(job.clone())
+    }
+
+    async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
+        Ok(self.lock().jobs.get(id).cloned())
+    }
+
+    async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>> {
+        let inner = self.lock();
+        let mut jobs: Vec<Job> =
+            inner.jobs.values().filter(|j| status.is_none_or(|s| j.status == s)).cloned().collect();
+        jobs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        jobs.truncate(limit);
+        Ok(jobs)
     }
 }

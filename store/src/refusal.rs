@@ -2,7 +2,7 @@
 //! function per situation, so every backend refuses the same thing in the
 //! same words.
 
-use crate::{Claim, Run, RunStatus};
+use crate::{Claim, JobStatus, Run, RunStatus};
 
 /// Why a claim cannot take a run, naming what to do instead.
 pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
@@ -54,4 +54,27 @@ pub(crate) fn nothing_to_cancel(id: &str, status: RunStatus) -> String {
 /// Deciding on a run that has no pending approval.
 pub(crate) fn no_pending_approval(id: &str, status: RunStatus) -> String {
     format!("run `{id}` has no pending approval (it is {status}); `nexo runs show {id}` shows its state")
+}
+
+/// A new job whose id is taken.
+pub(crate) fn job_exists(id: &str) -> String {
+    format!("a job `{id}` already exists")
+}
+
+/// A write for a job by a worker whose lease token is no longer the job's:
+/// its lease ran out and another claim took the job (or it has ended).
+pub(crate) fn job_lease_lost(id: &str, token: i64, status: JobStatus) -> String {
+    format!(
+        "job `{id}` is no longer this worker's: its lease (token {token}) was lost and another worker has \
+         the job, or it has ended (it is {status}); stop working on it"
+    )
+}
+
+/// The error a job is left with when its lease ran out on its last
+/// attempt: its worker died or stalled.
+pub(crate) fn job_lapsed(attempts: u32, worker: &str) -> String {
+    format!(
+        "gave up after {attempts} attempt(s): its worker stopped renewing the lease on the last one; last worker \
+         `{worker}` (did it crash or stall? its log says why)"
+    )
 }

@@ -16,7 +16,7 @@
 //! a file that is not SQLite, another program's database, or a database
 //! from a newer nexo is refused before anything is written (not even the
 //! journal mode). The statements themselves are in [`crate::sql`], shared
-//! with the PostgreSQL backend to come.
+//! with the PostgreSQL backend.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -26,15 +26,18 @@ use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Row, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
 
+use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, no_pending_approval, not_final, not_owned, nothing_to_cancel, run_exists,
+    claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
+    run_exists,
 };
+use crate::rows::{Errors, sqlite as rows};
 use crate::sql;
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, Run, RunStatus, SCHEMA_VERSION, Store, StoreError,
-    StoreResult, StoredEvent, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus,
+    SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -248,7 +251,7 @@ impl SqliteStore {
         let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode_status(&row)?;
-        let holder: Option<String> = row.try_get("lease_owner").map_err(|e| self.error(&e))?;
+        let holder = self.decode(|errors| rows::lease_owner(&row, errors))?;
         if status != RunStatus::Running || holder.as_deref() != Some(owner) {
             return Err(StoreError::Conflict(not_owned(id, status)));
         }
@@ -319,69 +322,89 @@ impl SqliteStore {
         }
     }
 
-    fn decode_status(&self, row: &SqliteRow) -> StoreResult<RunStatus> {
-        let status: String = row.try_get("status").map_err(|e| self.error(&e))?;
-        RunStatus::parse(&status).ok_or_else(|| self.corrupt(format!("a run has the unknown status `{status}`")))
+    /// Runs `decode` with this store's ways of reporting a bad row.
+    fn decode<T>(&self, decode: impl FnOnce(&Errors<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        decode(&Errors { read: &|e| self.error(e), corrupt: &|reason| self.corrupt(reason) })
     }
 
-    fn decode_json(&self, text: &str, what: &str) -> StoreResult<Value> {
-        serde_json::from_str(text).map_err(|e| self.corrupt(format!("{what} is not JSON: {e}")))
+    fn decode_status(&self, row: &SqliteRow) -> StoreResult<RunStatus> {
+        self.decode(|errors| rows::run_status(row, errors))
     }
 
     fn decode_run(&self, row: &SqliteRow) -> StoreResult<Run> {
-        let get_err = |e: sqlx::Error| self.error(&e);
-        let id: String = row.try_get("id").map_err(get_err)?;
-        let grant: String = row.try_get("grant_json").map_err(get_err)?;
-        let owner: Option<String> = row.try_get("lease_owner").map_err(get_err)?;
-        let until: Option<i64> = row.try_get("lease_until_ms").map_err(get_err)?;
-        let lease = match (owner, until) {
-            (Some(owner), Some(until_ms)) => Some(Lease { owner, until_ms }),
-            (None, None) => None,
-            _ => return Err(self.corrupt(format!("run `{id}` has half a lease"))),
-        };
-        Ok(Run {
-            agent: row.try_get("agent").map_err(get_err)?,
-            kind: row.try_get("kind").map_err(get_err)?,
-            source: row.try_get("source").map_err(get_err)?,
-            component_sha256: row.try_get("component_sha256").map_err(get_err)?,
-            input: row.try_get("input").map_err(get_err)?,
-            grant: self.decode_json(&grant, &format!("run `{id}`'s grant"))?,
-            status: self.decode_status(row)?,
-            suspend_reason: row.try_get("suspend_reason").map_err(get_err)?,
-            resume_key: row.try_get("resume_key").map_err(get_err)?,
-            resume_input: row.try_get("resume_input").map_err(get_err)?,
-            result: row.try_get("result").map_err(get_err)?,
-            error: row.try_get("error").map_err(get_err)?,
-            created_ms: row.try_get("created_ms").map_err(get_err)?,
-            updated_ms: row.try_get("updated_ms").map_err(get_err)?,
-            lease,
-            id,
-        })
+        self.decode(|errors| rows::run(row, errors))
     }
 
     fn decode_approval(&self, id: &str, row: &SqliteRow) -> StoreResult<Approval> {
-        let get_err = |e: sqlx::Error| self.error(&e);
-        let arguments: String = row.try_get("arguments").map_err(get_err)?;
-        let decision: Option<String> = row.try_get("decision").map_err(get_err)?;
-        let decision = match decision {
-            None => None,
-            Some(d) => Some(
-                Decision::parse(&d)
-                    .ok_or_else(|| self.corrupt(format!("run `{id}`'s approval has the unknown decision `{d}`")))?,
-            ),
-        };
-        Ok(Approval {
-            seq: to_u64(row.try_get("seq").map_err(get_err)?, || {
-                self.corrupt(format!("run `{id}`'s approval has a negative sequence number"))
-            })?,
-            capability: row.try_get("capability").map_err(get_err)?,
-            tool: row.try_get("tool").map_err(get_err)?,
-            arguments: self.decode_json(&arguments, &format!("run `{id}`'s approval arguments"))?,
-            args_hash: row.try_get("args_hash").map_err(get_err)?,
-            component_sha256: row.try_get("component_sha256").map_err(get_err)?,
-            decision,
-            created_ms: row.try_get("created_ms").map_err(get_err)?,
-        })
+        self.decode(|errors| rows::approval(id, row, errors))
+    }
+
+    fn decode_job(&self, row: &SqliteRow) -> StoreResult<Job> {
+        self.decode(|errors| rows::job(row, errors))
+    }
+
+    async fn fetch_job(&self, conn: &mut SqliteConnection, id: &str) -> StoreResult<Option<Job>> {
+        let row = sqlx::query(sql::SELECT_JOB).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_job(&r)).transpose()
+    }
+
+    /// Writes what a claim, a completion or a failure changed in `job`.
+    async fn save_job(&self, conn: &mut SqliteConnection, job: &Job) -> StoreResult<()> {
+        sqlx::query(sql::UPDATE_JOB)
+            .bind(&job.id)
+            .bind(job.status.as_str())
+            .bind(i64::from(job.attempts))
+            .bind(job.not_before_ms)
+            .bind(job.lease.as_ref().map(|l| l.worker.as_str()))
+            .bind(job.lease.as_ref().map(|l| l.token))
+            .bind(job.lease.as_ref().map(|l| l.until_ms))
+            .bind(&job.error)
+            .bind(job.updated_ms)
+            .execute(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(())
+    }
+
+    async fn claim_job_in(
+        &self,
+        conn: &mut SqliteConnection,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Option<Job>> {
+        loop {
+            let row =
+                sqlx::query(sql::DUE_JOB).bind(now).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+            let Some(row) = row else { return Ok(None) };
+            let mut job = self.decode_job(&row)?;
+            if job.exhausted() {
+                job.give_up(now);
+                self.save_job(conn, &job).await?;
+                continue;
+            }
+            let token: i64 =
+                sqlx::query_scalar(sql::NEXT_TOKEN).fetch_one(&mut *conn).await.map_err(|e| self.error(&e))?;
+            sqlx::query(sql::FORGET_TOKEN).bind(token).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+            job.take(worker, token, lease_ms, now);
+            self.save_job(conn, &job).await?;
+            return Ok(Some(job));
+        }
+    }
+
+    /// Applies `change` to job `id` if `lease` still holds it.
+    async fn change_job(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        lease: &JobLease,
+        change: impl FnOnce(&mut Job),
+    ) -> StoreResult<Job> {
+        let mut job = self.fetch_job(conn, id).await?.ok_or_else(|| StoreError::NoJob(id.to_string()))?;
+        job.check_lease(lease)?;
+        change(&mut job);
+        self.save_job(conn, &job).await?;
+        Ok(job)
     }
 
     async fn transition_in(
@@ -687,20 +710,7 @@ impl Store for SqliteStore {
 
     async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(sql::JOURNAL).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
-        rows.iter()
-            .map(|row| {
-                let get_err = |e: sqlx::Error| self.error(&e);
-                let bad = || self.corrupt(format!("run `{id}`'s journal has a negative sequence number"));
-                Ok(Entry {
-                    seq: to_u64(row.try_get("seq").map_err(get_err)?, bad)?,
-                    end: to_u64(row.try_get("end_seq").map_err(get_err)?, bad)?,
-                    interface: row.try_get("interface").map_err(get_err)?,
-                    function: row.try_get("function").map_err(get_err)?,
-                    args_hash: row.try_get("args_hash").map_err(get_err)?,
-                    result: row.try_get("result").map_err(get_err)?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| self.decode(|errors| rows::entry(id, row, errors))).collect()
     }
 
     async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
@@ -712,32 +722,12 @@ impl Store for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(|e| self.error(&e))?;
-        rows.iter()
-            .map(|row| {
-                let get_err = |e: sqlx::Error| self.error(&e);
-                let data: String = row.try_get("data").map_err(get_err)?;
-                let event: i64 = row.try_get("id").map_err(get_err)?;
-                Ok(StoredEvent {
-                    id: event,
-                    run: row.try_get("run").map_err(get_err)?,
-                    kind: row.try_get("kind").map_err(get_err)?,
-                    data: self.decode_json(&data, &format!("event {event}'s data"))?,
-                    at_ms: row.try_get("at_ms").map_err(get_err)?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| self.decode(|errors| rows::event(row, errors))).collect()
     }
 
     async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
         let rows = sqlx::query(sql::CHECKPOINTS).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
-        rows.iter()
-            .map(|row| {
-                let name: String = row.try_get("name").map_err(|e| self.error(&e))?;
-                let value: String = row.try_get("value").map_err(|e| self.error(&e))?;
-                let value = self.decode_json(&value, &format!("run `{id}`'s checkpoint `{name}`"))?;
-                Ok((name, value))
-            })
-            .collect()
+        rows.iter().map(|row| self.decode(|errors| rows::checkpoint(id, row, errors))).collect()
     }
 
     async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
@@ -766,6 +756,105 @@ impl Store for SqliteStore {
         }
         .await;
         self.finish(tx, result).await
+    }
+
+    async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
+        if let Some(reason) = check_new_job(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let job = new.into_job();
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = async {
+            let exists = sqlx::query(sql::RUN_EXISTS)
+                .bind(&job.run)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if exists.is_none() {
+                return Err(StoreError::NoRun(job.run.clone()));
+            }
+            let inserted = sqlx::query(sql::INSERT_JOB)
+                .bind(&job.id)
+                .bind(&job.run)
+                .bind(job.kind.as_str())
+                .bind(job.payload.to_string())
+                .bind(job.status.as_str())
+                .bind(i64::from(job.attempts))
+                .bind(i64::from(job.max_attempts))
+                .bind(job.backoff_ms)
+                .bind(job.not_before_ms)
+                .bind(None::<String>)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<String>)
+                .bind(job.created_ms)
+                .bind(job.updated_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if inserted.rows_affected() == 0 {
+                return Err(StoreError::Conflict(job_exists(&job.id)));
+            }
+            Ok(job)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = self.claim_job_in(&mut tx, worker, lease_ms, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
+        let mut conn = self.writer().await?;
+        let renewed = sqlx::query(sql::HEARTBEAT_JOB)
+            .bind(id)
+            .bind(lease.token)
+            .bind(now.saturating_add(lease_ms))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if renewed.rows_affected() > 0 {
+            return Ok(true);
+        }
+        match self.fetch_job(&mut conn, id).await? {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NoJob(id.to_string())),
+        }
+    }
+
+    async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = self.change_job(&mut tx, id, lease, |job| job.complete(now)).await;
+        self.finish(tx, result).await
+    }
+
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now: i64) -> StoreResult<Job> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, now)).await;
+        self.finish(tx, result).await
+    }
+
+    async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
+        let mut conn = self.reader.acquire().await.map_err(|e| self.error(&e))?;
+        self.fetch_job(&mut conn, id).await
+    }
+
+    async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match status {
+            Some(s) => sqlx::query(sql::LIST_JOBS_BY_STATUS).bind(s.as_str()).bind(limit).fetch_all(&self.reader).await,
+            None => sqlx::query(sql::LIST_JOBS).bind(limit).fetch_all(&self.reader).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_job(r)).collect()
     }
 }
 
@@ -898,7 +987,7 @@ async fn migrate(conn: &mut SqliteConnection, location: &str) -> StoreResult<()>
     };
     for migration in sql::MIGRATIONS.iter().filter(|m| m.version > current) {
         for statement in migration.statements {
-            let statement = statement.replace("{EVENT_ID}", sql::EVENT_ID_SQLITE);
+            let statement = sql::SQLITE.render(statement);
             sqlx::query(sqlx::AssertSqlSafe(statement))
                 .execute(&mut *tx)
                 .await
@@ -1017,8 +1106,4 @@ fn hint(code: i64) -> &'static str {
 
 fn to_i64(n: u64, what: &str) -> StoreResult<i64> {
     i64::try_from(n).map_err(|_| StoreError::Backend(format!("the {what} {n} is too large to store")))
-}
-
-fn to_u64(n: i64, bad: impl FnOnce() -> StoreError) -> StoreResult<u64> {
-    u64::try_from(n).map_err(|_| bad())
 }

@@ -1,13 +1,16 @@
-//! One behavioural suite, run against every backend: `MemoryStore` and
-//! `SqliteStore` (on a real file in a temporary directory) must agree on
-//! every rule and every refusal.
+//! One behavioural suite, run against every backend: `MemoryStore`,
+//! `SqliteStore` (on a real file in a temporary directory) and `PgStore`
+//! (in a database of its own on the `NEXO_TEST_POSTGRES` server) must agree
+//! on every rule and every refusal.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::sync::Arc;
 
+mod support;
+
 use nexo_store::{
-    Approval, Batch, Claim, Decision, Entry, Lease, MemoryStore, NewEvent, NewRun, RunStatus, SqliteStore, Store,
-    StoreError, Transition,
+    Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, MemoryStore, NewEvent, NewJob,
+    NewRun, PgStore, RunStatus, SqliteStore, Store, StoreError, Transition,
 };
 use serde_json::{Value, json};
 
@@ -27,8 +30,16 @@ async fn sqlite() -> Fixture {
     Fixture { store: Arc::new(store), _dir: Some(dir) }
 }
 
+/// A store in a fresh database, or `None` when there is no server (see
+/// `support::server`).
+async fn postgres(test: &str) -> Option<(Arc<PgStore>, support::TestDb)> {
+    let db = support::fresh(test).await?;
+    let store = PgStore::open(&db.url).await.unwrap();
+    Some((Arc::new(store), db))
+}
+
 /// Each listed `async fn(Arc<dyn Store>)` becomes one test per backend:
-/// `memory::NAME` and `sqlite::NAME`.
+/// `memory::NAME`, `sqlite::NAME` and `postgres::NAME`.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -46,6 +57,18 @@ macro_rules! suite {
                 async fn $name() {
                     let fixture = super::sqlite().await;
                     super::$name(fixture.store.clone()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let test = concat!("postgres::", stringify!($name));
+                    let Some((store, db)) = super::postgres(test).await else { return };
+                    super::$name(store.clone()).await;
+                    store.close().await;
+                    db.drop().await;
                 }
             )*
         }
@@ -72,6 +95,13 @@ suite!(
     cancel_rules,
     orphans_are_expired_running_runs,
     reads_of_a_missing_run_are_empty,
+    jobs_enqueue_claim_and_complete,
+    a_job_not_yet_due_is_not_claimed,
+    jobs_are_claimed_oldest_first,
+    a_stale_token_is_refused_after_a_reclaim,
+    failures_back_off_then_stay_failed,
+    a_reclaimed_job_gets_a_greater_token,
+    a_job_whose_lease_lapses_every_attempt_fails,
 );
 
 const OWNER: &str = "host:1:a";
@@ -552,4 +582,178 @@ async fn reads_of_a_missing_run_are_empty(store: Arc<dyn Store>) {
     assert!(store.events("missing", 0, 10).await.unwrap().is_empty());
     assert!(store.checkpoints("missing").await.unwrap().is_empty());
     assert_eq!(store.approval("missing").await.unwrap(), None);
+}
+
+fn new_job(id: &str, not_before_ms: i64, created_ms: i64) -> NewJob {
+    NewJob {
+        id: id.into(),
+        run: "r1".into(),
+        kind: JobKind::Resume,
+        payload: json!({"run": "r1", "input": {"answer": 42}}),
+        max_attempts: 3,
+        backoff_ms: 1_000,
+        not_before_ms,
+        created_ms,
+    }
+}
+
+async fn claim(store: &Arc<dyn Store>, worker: &str, lease_ms: i64, now: i64) -> (Job, JobLease) {
+    let job = store.claim_job(worker, lease_ms, now).await.unwrap().expect("a job is due");
+    let lease = job.lease.clone().unwrap();
+    (job, lease)
+}
+
+#[track_caller]
+fn no_job(result: Result<impl std::fmt::Debug, StoreError>, id: &str) {
+    match result {
+        Err(StoreError::NoJob(missing)) => assert_eq!(missing, id),
+        other => panic!("expected NoJob({id}), got {other:?}"),
+    }
+}
+
+const LOST: &str = "is no longer this worker's: its lease (token";
+
+async fn jobs_enqueue_claim_and_complete(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    let job = store.enqueue(new_job("j1", 100, 50)).await.unwrap();
+    assert_eq!((job.status, job.attempts, job.lease.as_ref(), job.error.as_ref()), (JobStatus::Queued, 0, None, None));
+    assert_eq!((job.created_ms, job.updated_ms, job.not_before_ms), (50, 50, 100));
+    assert_eq!(store.job("j1").await.unwrap(), Some(job.clone()), "the payload and every field read back");
+
+    conflict(store.enqueue(new_job("j1", 0, 1)).await, "a job `j1` already exists");
+    no_run(store.enqueue(NewJob { run: "missing".into(), ..new_job("j2", 0, 1) }).await, "missing");
+    conflict(store.enqueue(NewJob { max_attempts: 0, ..new_job("j3", 0, 1) }).await, "max_attempts of at least 1");
+    assert_eq!(store.jobs(None, 10).await.unwrap(), vec![job], "refused jobs are not recorded");
+
+    let (claimed, lease) = claim(&store, "w1", 30_000, 200).await;
+    assert_eq!((claimed.status, claimed.attempts, claimed.updated_ms), (JobStatus::Running, 1, 200));
+    assert_eq!((lease.worker.as_str(), lease.until_ms), ("w1", 30_200));
+    assert!(lease.token > 0);
+    assert_eq!(store.job("j1").await.unwrap(), Some(claimed.clone()));
+    assert_eq!(store.claim_job("w2", 30_000, 30_200).await.unwrap(), None, "a live lease is not claimed");
+
+    assert!(store.heartbeat_job("j1", &lease, 60_000, 1_000).await.unwrap());
+    let renewed = store.job("j1").await.unwrap().unwrap();
+    assert_eq!((renewed.lease.unwrap().until_ms, renewed.updated_ms), (61_000, 1_000));
+    assert_eq!(store.claim_job("w2", 30_000, 60_000).await.unwrap(), None, "the heartbeat extended the lease");
+
+    let done = store.complete_job("j1", &lease, 2_000).await.unwrap();
+    assert_eq!((done.status, done.lease.as_ref(), done.updated_ms, done.attempts), (JobStatus::Done, None, 2_000, 1));
+    assert_eq!(store.job("j1").await.unwrap(), Some(done));
+    conflict(store.complete_job("j1", &lease, 3_000).await, "(it is done)");
+    assert!(!store.heartbeat_job("j1", &lease, 1, 3_000).await.unwrap());
+    assert_eq!(store.claim_job("w2", 1, FAR).await.unwrap(), None, "a done job is never claimed");
+
+    no_job(store.complete_job("nope", &lease, 1).await, "nope");
+    no_job(store.fail_job("nope", &lease, "x", 1).await, "nope");
+    no_job(store.heartbeat_job("nope", &lease, 1, 1).await, "nope");
+    assert_eq!(store.job("nope").await.unwrap(), None);
+}
+
+async fn a_job_not_yet_due_is_not_claimed(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 5_000, 1)).await.unwrap();
+    assert_eq!(store.claim_job("w1", 1_000, 4_999).await.unwrap(), None);
+    assert_eq!(store.job("j1").await.unwrap().unwrap().attempts, 0, "a claim that found nothing changed nothing");
+    let (job, _) = claim(&store, "w1", 1_000, 5_000).await;
+    assert_eq!(job.id, "j1", "due at exactly not_before_ms");
+}
+
+async fn jobs_are_claimed_oldest_first(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    for (id, not_before, created) in [("ja", 300, 1), ("jb", 100, 3), ("jd", 100, 2), ("jc", 100, 2), ("je", 9_000, 5)]
+    {
+        store.enqueue(new_job(id, not_before, created)).await.unwrap();
+    }
+    let mut order = Vec::new();
+    while let Some(job) = store.claim_job("w1", FAR, 1_000).await.unwrap() {
+        order.push(job.id);
+    }
+    assert_eq!(order, ["jc", "jd", "jb", "ja"], "by not_before_ms, then created_ms, then id");
+
+    let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.jobs(None, 10).await.unwrap()), ["je", "jb", "jd", "jc", "ja"], "newest first");
+    assert_eq!(ids(store.jobs(Some(JobStatus::Queued), 10).await.unwrap()), ["je"]);
+    assert_eq!(ids(store.jobs(Some(JobStatus::Running), 2).await.unwrap()), ["jb", "jd"]);
+    assert!(store.jobs(Some(JobStatus::Failed), 10).await.unwrap().is_empty());
+    assert!(store.jobs(None, 0).await.unwrap().is_empty());
+}
+
+async fn a_stale_token_is_refused_after_a_reclaim(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 0, 1)).await.unwrap();
+    let (_, old) = claim(&store, "w1", 1_000, 0).await;
+    // The lease ends *before* `now`: at exactly its end it still holds.
+    assert_eq!(store.claim_job("w2", 1_000, 1_000).await.unwrap(), None);
+    let (job, new) = claim(&store, "w2", 1_000, 1_001).await;
+    assert_eq!((job.attempts, new.worker.as_str()), (2, "w2"));
+
+    assert!(!store.heartbeat_job("j1", &old, 1_000, 1_002).await.unwrap(), "the old worker's heartbeat is refused");
+    conflict(store.complete_job("j1", &old, 1_002).await, LOST);
+    conflict(store.fail_job("j1", &old, "late", 1_002).await, LOST);
+    assert_eq!(store.job("j1").await.unwrap(), Some(job), "refused writes change nothing");
+
+    assert!(store.heartbeat_job("j1", &new, 1_000, 1_500).await.unwrap());
+    let done = store.complete_job("j1", &new, 1_600).await.unwrap();
+    assert_eq!(done.status, JobStatus::Done);
+}
+
+async fn failures_back_off_then_stay_failed(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 0, 1)).await.unwrap();
+    let (_, lease) = claim(&store, "w1", 60_000, 10).await;
+    let job = store.fail_job("j1", &lease, "boom 1", 100).await.unwrap();
+    assert_eq!((job.status, job.attempts, job.not_before_ms), (JobStatus::Queued, 1, 1_100), "waits backoff_ms");
+    assert_eq!((job.error.as_deref(), job.lease.as_ref(), job.updated_ms), (Some("boom 1"), None, 100));
+    conflict(store.fail_job("j1", &lease, "again", 101).await, "(it is queued)");
+
+    assert_eq!(store.claim_job("w1", 60_000, 1_099).await.unwrap(), None);
+    let (job, lease) = claim(&store, "w1", 60_000, 1_100).await;
+    assert_eq!(job.attempts, 2);
+    let job = store.fail_job("j1", &lease, "boom 2", 2_000).await.unwrap();
+    assert_eq!((job.status, job.not_before_ms), (JobStatus::Queued, 4_000), "the second retry waits twice as long");
+
+    let (job, lease) = claim(&store, "w1", 60_000, 4_000).await;
+    assert_eq!(job.attempts, 3);
+    let job = store.fail_job("j1", &lease, "boom 3", 5_000).await.unwrap();
+    assert_eq!((job.status, job.error.as_deref(), job.lease.as_ref()), (JobStatus::Failed, Some("boom 3"), None));
+    assert_eq!(store.claim_job("w1", 60_000, FAR).await.unwrap(), None, "a failed job stays failed");
+    assert_eq!(store.job("j1").await.unwrap(), Some(job));
+}
+
+async fn a_reclaimed_job_gets_a_greater_token(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 0, 1)).await.unwrap();
+    store.enqueue(new_job("j2", 0, 2)).await.unwrap();
+    let (first, a) = claim(&store, "w1", 100, 0).await;
+    let (second, b) = claim(&store, "w1", FAR, 0).await;
+    assert_eq!((first.id.as_str(), second.id.as_str()), ("j1", "j2"));
+    assert!(b.token > a.token, "{b:?} after {a:?}");
+    let (again, c) = claim(&store, "w2", 100, 101).await;
+    assert_eq!(again.id, "j1");
+    assert!(c.token > b.token, "greater than every earlier claim's token, of any job: {c:?} after {b:?}");
+}
+
+async fn a_job_whose_lease_lapses_every_attempt_fails(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(NewJob { max_attempts: 2, ..new_job("j1", 0, 1) }).await.unwrap();
+    store.enqueue(new_job("j2", 150, 2)).await.unwrap();
+    let (job, _) = claim(&store, "w1", 100, 0).await;
+    assert_eq!((job.id.as_str(), job.attempts), ("j1", 1));
+    let (job, last) = claim(&store, "w2", 100, 101).await;
+    assert_eq!((job.id.as_str(), job.attempts), ("j1", 2), "reclaimed after its worker died");
+    // Its last lease lapses too: the claim fails it and goes on to the next due job.
+    let (next, _) = claim(&store, "w3", 100, 202).await;
+    assert_eq!(next.id, "j2");
+    let failed = store.job("j1").await.unwrap().unwrap();
+    assert_eq!((failed.status, failed.attempts, failed.lease.as_ref()), (JobStatus::Failed, 2, None));
+    let error = failed.error.unwrap();
+    assert!(
+        error.contains("gave up after 2 attempt(s): its worker stopped renewing the lease")
+            && error.contains("last worker `w2`"),
+        "{error}"
+    );
+    conflict(store.complete_job("j1", &last, 203).await, "(it is failed)");
+    assert_eq!(store.claim_job("w3", 100, FAR).await.unwrap().map(|j| j.id), Some("j2".to_string()));
+    assert_eq!(store.job("j1").await.unwrap().unwrap().status, JobStatus::Failed);
 }

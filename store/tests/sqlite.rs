@@ -4,6 +4,8 @@
 //! run.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,7 +189,7 @@ async fn a_fresh_file_gets_the_schema_version() {
     let mut conn = raw(&path).await;
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, [SCHEMA_VERSION]);
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
 }
 
 #[tokio::test]
@@ -278,7 +280,11 @@ async fn a_newer_schema_is_too_new_and_untouched() {
         store.create_run(new_run("r1")).await.unwrap();
         store.close().await;
         let mut conn = raw(&path).await;
-        sqlx::query("UPDATE nexo_schema SET version = $1").bind(SCHEMA_VERSION + 1).execute(&mut conn).await.unwrap();
+        sqlx::query("INSERT INTO nexo_schema (version, applied_ms) VALUES ($1, 0)")
+            .bind(SCHEMA_VERSION + 1)
+            .execute(&mut conn)
+            .await
+            .unwrap();
         conn.close().await.unwrap();
     }
     let before = snapshot(&path);
@@ -291,8 +297,8 @@ async fn a_newer_schema_is_too_new_and_untouched() {
     }
     assert_eq!(snapshot(&path), before, "nothing was written");
     let mut conn = raw(&path).await;
-    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM nexo_schema").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, [SCHEMA_VERSION + 1]);
+    let newest: i64 = sqlx::query_scalar("SELECT MAX(version) FROM nexo_schema").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(newest, SCHEMA_VERSION + 1);
     let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs").fetch_one(&mut conn).await.unwrap();
     assert_eq!(runs, 1);
 }
@@ -365,10 +371,65 @@ async fn open_by_location() {
 
     let memory = open(&Location::Memory).await.unwrap();
     assert_eq!(memory.location(), "(memory)");
-    match open(&Location::Postgres("postgres://u:secret@db.example/nexo".into())).await {
-        Err(StoreError::Unsupported(message)) => assert!(message.contains("PostgreSQL"), "{message}"),
-        other => panic!("expected Unsupported, got {other:?}"),
+    // A PostgreSQL URL opens a PgStore; with no server there, the error
+    // says so and keeps the password out.
+    match open(&Location::Postgres("postgres://u:secret-pw@127.0.0.1:1/nexo".into())).await {
+        Err(StoreError::Open { location, reason }) => {
+            assert_eq!(location, "postgres://u@127.0.0.1:1/nexo");
+            assert!(reason.contains("nothing accepts connections at 127.0.0.1:1"), "{reason}");
+            assert!(!format!("{location} {reason}").contains("secret-pw"), "{reason}");
+        }
+        other => panic!("expected Open, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_version_1_file_is_migrated_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.create_run(new_run("r1")).await.unwrap();
+        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+        store.close().await;
+        // Back to what version 1 wrote: version 2 only added these tables.
+        let mut conn = raw(&path).await;
+        for undo in ["DROP TABLE jobs", "DROP TABLE job_tokens", "DELETE FROM nexo_schema WHERE version = 2"] {
+            sqlx::query(undo).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap().unwrap().status, RunStatus::Running, "the run is kept");
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
+    let job = nexo_store::NewJob {
+        id: "j1".into(),
+        run: "r1".into(),
+        kind: nexo_store::JobKind::Resume,
+        payload: json!({"run": "r1"}),
+        max_attempts: 1,
+        backoff_ms: 0,
+        not_before_ms: 0,
+        created_ms: 1,
+    };
+    store.enqueue(job).await.unwrap();
+    assert_eq!(store.claim_job("w", 1_000, 1).await.unwrap().unwrap().id, "j1", "the new tables work");
+    store.close().await;
+    let mut conn = raw(&path).await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, [1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stores_on_one_file_complete_every_job_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..3 {
+        stores.push(Arc::new(SqliteStore::open(&path).await.unwrap()));
+    }
+    support::jobs_race(stores, 300, 4).await;
 }
 
 #[test]

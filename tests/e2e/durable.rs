@@ -390,6 +390,53 @@ impl Store for Counting {
     async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
         self.inner.clear_approval(id, owner).await
     }
+    async fn enqueue(&self, job: nexo_store::NewJob) -> nexo_store::StoreResult<nexo_store::Job> {
+        self.inner.enqueue(job).await
+    }
+    async fn claim_job(
+        &self,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+    ) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
+        self.inner.claim_job(worker, lease_ms, now).await
+    }
+    async fn heartbeat_job(
+        &self,
+        id: &str,
+        lease: &nexo_store::JobLease,
+        lease_ms: i64,
+        now: i64,
+    ) -> nexo_store::StoreResult<bool> {
+        self.inner.heartbeat_job(id, lease, lease_ms, now).await
+    }
+    async fn complete_job(
+        &self,
+        id: &str,
+        lease: &nexo_store::JobLease,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Job> {
+        self.inner.complete_job(id, lease, now).await
+    }
+    async fn fail_job(
+        &self,
+        id: &str,
+        lease: &nexo_store::JobLease,
+        error: &str,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Job> {
+        self.inner.fail_job(id, lease, error, now).await
+    }
+    async fn job(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
+        self.inner.job(id).await
+    }
+    async fn jobs(
+        &self,
+        status: Option<nexo_store::JobStatus>,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::Job>> {
+        self.inner.jobs(status, limit).await
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,280 @@
+//! Background runs: the jobs queue's types and the rules every backend
+//! shares.
+//!
+//! A job starts or resumes one run. A worker claims it with a lease that
+//! carries a fencing token, renews the lease by heartbeat while it works,
+//! and completes or fails it; every one of those writes is refused once the
+//! token is stale, so a worker that lost its lease (it stalled, and another
+//! worker reclaimed the job) learns it at its next write and stops.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a job does to its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Starts a queued run.
+    Start,
+    /// Resumes a suspended run with the resume input in the payload.
+    Resume,
+}
+
+impl JobKind {
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Start => "start",
+            JobKind::Resume => "resume",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(name: &str) -> Option<JobKind> {
+        [JobKind::Start, JobKind::Resume].into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// A job's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting until it is due and a worker claims it.
+    Queued,
+    /// Claimed by a worker, which holds its lease.
+    Running,
+    /// Finished.
+    Done,
+    /// Used all its attempts; `error` says why.
+    Failed,
+}
+
+impl JobStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 4] = [JobStatus::Queued, JobStatus::Running, JobStatus::Done, JobStatus::Failed];
+
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Done => "done",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(name: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// Its id (a [`crate::new_run_id`]-style id).
+    pub id: String,
+    /// The run it starts or resumes; it must exist.
+    pub run: String,
+    /// Start or resume.
+    pub kind: JobKind,
+    /// JSON-safe data for the worker: the run id and the resume input. The
+    /// big state stays on the run.
+    pub payload: Value,
+    /// How many claims it may have, at least 1.
+    pub max_attempts: u32,
+    /// The base delay before a retry (see [`retry_delay_ms`]).
+    pub backoff_ms: i64,
+    /// When it becomes due.
+    pub not_before_ms: i64,
+    /// When it was created.
+    pub created_ms: i64,
+}
+
+impl NewJob {
+    /// The job as it is first recorded.
+    pub fn into_job(self) -> Job {
+        Job {
+            id: self.id,
+            run: self.run,
+            kind: self.kind,
+            payload: self.payload,
+            status: JobStatus::Queued,
+            attempts: 0,
+            max_attempts: self.max_attempts,
+            backoff_ms: self.backoff_ms,
+            not_before_ms: self.not_before_ms,
+            lease: None,
+            error: None,
+            created_ms: self.created_ms,
+            updated_ms: self.created_ms,
+        }
+    }
+}
+
+/// A worker's hold on a running job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLease {
+    /// The worker (`host:pid:nonce`).
+    pub worker: String,
+    /// The fencing token: greater than every token an earlier claim of any
+    /// job got. Every later write for the job names it, and is refused once
+    /// another claim has a newer one.
+    pub token: i64,
+    /// When the lease ends unless renewed (milliseconds since the epoch).
+    pub until_ms: i64,
+}
+
+/// A recorded job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    /// Its id.
+    pub id: String,
+    /// The run it starts or resumes.
+    pub run: String,
+    /// Start or resume.
+    pub kind: JobKind,
+    /// The worker's data.
+    pub payload: Value,
+    /// Its status.
+    pub status: JobStatus,
+    /// How many times it has been claimed.
+    pub attempts: u32,
+    /// How many claims it may have.
+    pub max_attempts: u32,
+    /// The base retry delay.
+    pub backoff_ms: i64,
+    /// When it is due (again, after a failure).
+    pub not_before_ms: i64,
+    /// The worker's lease, while `running`.
+    pub lease: Option<JobLease>,
+    /// The latest failure's error.
+    pub error: Option<String>,
+    /// When it was created.
+    pub created_ms: i64,
+    /// When it last changed.
+    pub updated_ms: i64,
+}
+
+impl Job {
+    /// Whether a claim at `now_ms` may take it: queued and due, or running
+    /// with a lease that ended before `now_ms`.
+    pub(crate) fn is_due(&self, now_ms: i64) -> bool {
+        match self.status {
+            JobStatus::Queued => self.not_before_ms <= now_ms,
+            JobStatus::Running => self.lease.as_ref().is_none_or(|l| l.until_ms < now_ms),
+            JobStatus::Done | JobStatus::Failed => false,
+        }
+    }
+
+    /// Whether a due job is a lapsed one with no attempt left, which a
+    /// claim fails ([`Job::give_up`]) instead of taking.
+    pub(crate) fn exhausted(&self) -> bool {
+        self.status == JobStatus::Running && self.attempts >= self.max_attempts
+    }
+
+    /// Fails an [`exhausted`](Job::exhausted) job, naming its last worker.
+    pub(crate) fn give_up(&mut self, now_ms: i64) {
+        let last = self.lease.take().map_or_else(|| "(none)".to_string(), |l| l.worker);
+        self.status = JobStatus::Failed;
+        self.error = Some(crate::refusal::job_lapsed(self.attempts, &last));
+        self.updated_ms = now_ms;
+    }
+
+    /// Gives a due job to `worker` with fencing token `token`.
+    pub(crate) fn take(&mut self, worker: &str, token: i64, lease_ms: i64, now_ms: i64) {
+        self.status = JobStatus::Running;
+        self.attempts = self.attempts.saturating_add(1);
+        self.lease = Some(JobLease { worker: worker.to_string(), token, until_ms: now_ms.saturating_add(lease_ms) });
+        self.updated_ms = now_ms;
+    }
+
+    /// Succeeds if `lease` still holds the running job; otherwise the
+    /// conflict to report.
+    pub(crate) fn check_lease(&self, lease: &JobLease) -> crate::StoreResult<()> {
+        match &self.lease {
+            Some(held) if self.status == JobStatus::Running && held.token == lease.token => Ok(()),
+            _ => Err(crate::StoreError::Conflict(crate::refusal::job_lease_lost(&self.id, lease.token, self.status))),
+        }
+    }
+
+    /// Marks it done (the lease checked).
+    pub(crate) fn complete(&mut self, now_ms: i64) {
+        self.status = JobStatus::Done;
+        self.lease = None;
+        self.updated_ms = now_ms;
+    }
+
+    /// Records a failed attempt (the lease checked): queued again after the
+    /// retry delay while attempts are left, else failed.
+    pub(crate) fn fail(&mut self, error: &str, now_ms: i64) {
+        self.lease = None;
+        self.error = Some(error.to_string());
+        self.updated_ms = now_ms;
+        if self.attempts < self.max_attempts {
+            self.status = JobStatus::Queued;
+            self.not_before_ms = now_ms.saturating_add(retry_delay_ms(self.backoff_ms, self.attempts));
+        } else {
+            self.status = JobStatus::Failed;
+        }
+    }
+}
+
+/// The longest a retry waits.
+pub const MAX_RETRY_DELAY_MS: i64 = 10 * 60 * 1000;
+
+/// How long a job waits before its next attempt after failing attempt
+/// `attempt` (from 1): `backoff_ms × 2^(attempt − 1)`, at most
+/// [`MAX_RETRY_DELAY_MS`]. Every backend uses this one rule.
+pub fn retry_delay_ms(backoff_ms: i64, attempt: u32) -> i64 {
+    let factor = 1i64.checked_shl(attempt.saturating_sub(1)).filter(|f| *f > 0).unwrap_or(i64::MAX);
+    backoff_ms.max(0).saturating_mul(factor).min(MAX_RETRY_DELAY_MS)
+}
+
+/// Why a job's fields cannot be enqueued, if they cannot.
+pub(crate) fn check_new_job(job: &NewJob) -> Option<String> {
+    if job.max_attempts == 0 {
+        return Some(format!("job `{}` needs max_attempts of at least 1 (it has 0)", job.id));
+    }
+    if job.backoff_ms < 0 {
+        return Some(format!("job `{}` has a negative backoff ({} ms); give 0 or more", job.id, job.backoff_ms));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_up_to_ten_minutes() {
+        assert_eq!(retry_delay_ms(1_000, 1), 1_000);
+        assert_eq!(retry_delay_ms(1_000, 2), 2_000);
+        assert_eq!(retry_delay_ms(1_000, 4), 8_000);
+        assert_eq!(retry_delay_ms(1_000, 30), MAX_RETRY_DELAY_MS);
+        assert_eq!(retry_delay_ms(1_000, 64), MAX_RETRY_DELAY_MS);
+        assert_eq!(retry_delay_ms(1_000, u32::MAX), MAX_RETRY_DELAY_MS);
+        assert_eq!(retry_delay_ms(i64::MAX, 3), MAX_RETRY_DELAY_MS);
+        assert_eq!(retry_delay_ms(0, 5), 0);
+        assert_eq!(retry_delay_ms(-5, 1), 0);
+        assert_eq!(retry_delay_ms(1_000, 0), 1_000, "attempt 0 counts as the first");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in JobStatus::ALL {
+            assert_eq!(JobStatus::parse(s.as_str()), Some(s));
+        }
+        for k in [JobKind::Start, JobKind::Resume] {
+            assert_eq!(JobKind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap_or_default(), Value::String(k.as_str().into()));
+        }
+        assert_eq!(JobStatus::parse("resumed"), None);
+    }
+}

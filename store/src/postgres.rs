@@ -1,0 +1,975 @@
+//! The PostgreSQL backend: one database that any number of nexo processes,
+//! on any number of machines, share.
+//!
+//! It runs the statements in [`crate::sql`], the same text as SQLite, in
+//! PostgreSQL's default `READ COMMITTED` isolation. Where SQLite's
+//! `BEGIN IMMEDIATE` holds the whole file, a transaction here locks the one
+//! row it reads before it writes (`SELECT … FOR UPDATE`: a claim, a
+//! transition, a cancel), so of two processes claiming one run exactly one
+//! wins and the other sees the run as the winner left it. Job claims take
+//! `FOR UPDATE SKIP LOCKED`, so concurrent workers take different jobs
+//! without waiting for each other.
+//!
+//! Opening migrates the schema in one transaction under an advisory lock
+//! (`pg_advisory_xact_lock`), so processes that open a new database at once
+//! migrate it once. A database may hold other programs' tables; it is
+//! refused only when it holds tables with nexo's names but no
+//! `nexo_schema`, or a schema from a newer nexo. The password in the URL
+//! never appears in a message or in `Debug` output.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Postgres, Transaction};
+
+use crate::jobs::check_new_job;
+use crate::refusal::{
+    claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
+    run_exists,
+};
+use crate::rows::{Errors, postgres as rows};
+use crate::sql;
+use crate::{
+    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run, RunStatus,
+    SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
+};
+
+/// Connections per store: a process runs a handful of runs and workers.
+const CONNECTIONS: u32 = 8;
+
+/// How long an operation waits for a free connection, and opening for the
+/// server, before it fails.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The advisory lock migrations run under ("nexo" and 1): one key for
+/// every nexo, so that concurrent opens of one database migrate it once.
+const MIGRATION_LOCK: i64 = 0x6e65_786f_0000_0001;
+
+// PostgreSQL's SQLSTATE codes that the store names.
+const INVALID_PASSWORD: &str = "28P01";
+const INVALID_AUTHORIZATION: &str = "28000";
+const NO_SUCH_DATABASE: &str = "3D000";
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+const TOO_MANY_CONNECTIONS: &str = "53300";
+const SERIALIZATION_FAILURE: &str = "40001";
+const DEADLOCK: &str = "40P01";
+const DATA_CORRUPTED: &str = "XX001";
+const INDEX_CORRUPTED: &str = "XX002";
+
+/// A store in a PostgreSQL database.
+pub struct PgStore {
+    pool: PgPool,
+    /// `postgres://USER@HOST:PORT/DATABASE`: never the password.
+    location: String,
+    /// The URL's password, as given and decoded, to keep out of messages.
+    secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the pool: its options hold the password.
+        f.debug_struct("PgStore").field("location", &self.location).finish_non_exhaustive()
+    }
+}
+
+/// What the database holds before migrations run.
+enum Found {
+    /// No nexo tables (other programs' tables may be there).
+    Empty,
+    /// A nexo store at this schema version.
+    Nexo(i64),
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`,
+    /// with any parameter libpq's URLs take, such as `sslmode` or `host=/run/postgresql`)
+    /// and migrates it to [`SCHEMA_VERSION`] as needed.
+    ///
+    /// A server that cannot be reached, a refused login or a missing
+    /// database is [`StoreError::Open`], naming the cause and the fix; a
+    /// database from a newer nexo is [`StoreError::TooNew`]; tables with
+    /// nexo's names but no `nexo_schema`, or an empty one, are
+    /// [`StoreError::Corrupt`]. Nothing is written to a database it refuses.
+    pub async fn open(url: &str) -> StoreResult<PgStore> {
+        let secrets = secrets(url);
+        let shown = Location::Postgres(url.to_string()).to_string();
+        let options = PgConnectOptions::from_str(url).map_err(|e| StoreError::Open {
+            location: shown.clone(),
+            reason: redact(
+                &format!("the URL is not one PostgreSQL understands ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE"),
+                &secrets,
+            ),
+        })?;
+        let location = describe(&options);
+        // One connection first, made directly: the pool would retry a
+        // refused connection until its timeout and then only say it timed
+        // out. It runs the migrations.
+        let mut conn =
+            PgConnection::connect_with(&options).await.map_err(|e| open_error(&location, &options, &e, &secrets))?;
+        let migrated = migrate(&mut conn, &location, &secrets).await;
+        conn.close().await.ok();
+        migrated?;
+        let pool = PgPoolOptions::new()
+            .max_connections(CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options);
+        let store = PgStore { pool, location, secrets };
+        Ok(store)
+    }
+
+    /// Closes every connection, waiting for them to finish.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A database error as a [`StoreError`], naming the database.
+    fn error(&self, e: &sqlx::Error) -> StoreError {
+        let text = redact(&e.to_string(), &self.secrets);
+        match sqlstate(e).as_deref() {
+            Some(DATA_CORRUPTED | INDEX_CORRUPTED) => {
+                StoreError::Corrupt { location: self.location.clone(), reason: text }
+            }
+            Some(SERIALIZATION_FAILURE | DEADLOCK) => StoreError::Backend(format!(
+                "{}: {text} (another process changed the same rows at the same moment; try again)",
+                self.location
+            )),
+            _ => StoreError::Backend(format!("{}: {text}{}", self.location, connection_hint(e))),
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        StoreError::Corrupt { location: self.location.clone(), reason }
+    }
+
+    /// Runs `decode` with this store's ways of reporting a bad row.
+    fn decode<T>(&self, decode: impl FnOnce(&Errors<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        decode(&Errors { read: &|e| self.error(e), corrupt: &|reason| self.corrupt(reason) })
+    }
+
+    fn decode_run(&self, row: &PgRow) -> StoreResult<Run> {
+        self.decode(|errors| rows::run(row, errors))
+    }
+
+    fn decode_job(&self, row: &PgRow) -> StoreResult<Job> {
+        self.decode(|errors| rows::job(row, errors))
+    }
+
+    async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        self.pool.begin().await.map_err(|e| self.error(&e))
+    }
+
+    /// Commits `tx` if `result` is a success, rolls it back otherwise.
+    async fn finish<T>(&self, tx: Transaction<'_, Postgres>, result: StoreResult<T>) -> StoreResult<T> {
+        match result {
+            Ok(value) => {
+                tx.commit().await.map_err(|e| self.error(&e))?;
+                Ok(value)
+            }
+            Err(e) => {
+                // A failed rollback closes the connection; the first error is the one to tell.
+                tx.rollback().await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// The run, its row locked until the transaction ends.
+    async fn lock_run(&self, conn: &mut PgConnection, id: &str) -> StoreResult<Run> {
+        let row =
+            sqlx::query(sql::SELECT_RUN_LOCKED).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode_run(&row),
+            None => Err(StoreError::NoRun(id.to_string())),
+        }
+    }
+
+    /// Succeeds if `owner` holds the running run `id`'s lease, and keeps the
+    /// row locked until the transaction ends; otherwise says why not.
+    async fn check_owner(&self, conn: &mut PgConnection, id: &str, owner: &str) -> StoreResult<RunStatus> {
+        let row = sqlx::query(sql::RUN_OWNER_LOCKED).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode(|errors| rows::run_status(&row, errors))?;
+        let holder: Option<String> = self.decode(|errors| rows::lease_owner(&row, errors))?;
+        if status != RunStatus::Running || holder.as_deref() != Some(owner) {
+            return Err(StoreError::Conflict(not_owned(id, status)));
+        }
+        Ok(status)
+    }
+
+    async fn write_batch(&self, conn: &mut PgConnection, id: &str, batch: Batch) -> StoreResult<()> {
+        for e in &batch.journal {
+            let inserted = sqlx::query(sql::APPEND_ENTRY)
+                .bind(id)
+                .bind(to_i64(e.seq, "sequence number")?)
+                .bind(to_i64(e.end, "end sequence number")?)
+                .bind(&e.interface)
+                .bind(&e.function)
+                .bind(&e.args_hash)
+                .bind(&e.result)
+                .execute(&mut *conn)
+                .await;
+            self.entry_written(inserted.map(|d| d.rows_affected()), id, e.seq)?;
+        }
+        for e in &batch.events {
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(id)
+                .bind(&e.kind)
+                .bind(e.data.to_string())
+                .bind(e.at_ms)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        for (name, value) in &batch.checkpoints {
+            sqlx::query(sql::PUT_CHECKPOINT)
+                .bind(id)
+                .bind(name)
+                .bind(value.to_string())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// How many rows a journal insert wrote; a taken sequence number is a
+    /// conflict.
+    fn entry_written(&self, inserted: Result<u64, sqlx::Error>, id: &str, seq: u64) -> StoreResult<u64> {
+        match inserted {
+            Ok(rows) => Ok(rows),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Err(StoreError::Conflict(duplicate_entry(id, seq)))
+            }
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn transition_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        owner: &str,
+        batch: Batch,
+        to: Transition,
+    ) -> StoreResult<Run> {
+        let mut run = self.lock_run(conn, id).await?;
+        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
+        }
+        if let Transition::Finish { status, .. } = &to
+            && !status.is_final()
+        {
+            return Err(StoreError::Conflict(not_final(id, *status)));
+        }
+        self.write_batch(conn, id, batch).await?;
+        run.lease = None;
+        run.updated_ms = now_ms();
+        let mut approval = None;
+        match to {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
+            Transition::Suspend { reason, resume_key, approval: pending } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval = pending;
+            }
+        }
+        sqlx::query(sql::LEAVE_RUNNING)
+            .bind(id)
+            .bind(run.status.as_str())
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        match approval {
+            Some(a) => {
+                sqlx::query(sql::PUT_APPROVAL)
+                    .bind(id)
+                    .bind(to_i64(a.seq, "approval sequence number")?)
+                    .bind(&a.capability)
+                    .bind(&a.tool)
+                    .bind(a.arguments.to_string())
+                    .bind(&a.args_hash)
+                    .bind(&a.component_sha256)
+                    .bind(a.decision.map(Decision::as_str))
+                    .bind(a.created_ms)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+            }
+            // A run that ends, or pauses for another reason, waits on no older call.
+            None => {
+                sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+            }
+        }
+        Ok(run)
+    }
+
+    async fn claim_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        // The row lock is what makes one claimer win: a second claim waits
+        // here until the first commits, then reads the run as it left it.
+        let mut run = self.lock_run(conn, id).await?;
+        if !how.allows(&run, now) {
+            return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
+        }
+        let resumed = matches!(how, Claim::Resume | Claim::Retry);
+        let claimed = if resumed {
+            sqlx::query(sql::CLAIM_RESUME)
+                .bind(id)
+                .bind(&lease.owner)
+                .bind(lease.until_ms)
+                .bind(now)
+                .bind(&resume_input)
+                .execute(&mut *conn)
+                .await
+        } else {
+            sqlx::query(sql::CLAIM).bind(id).bind(&lease.owner).bind(lease.until_ms).bind(now).execute(&mut *conn).await
+        };
+        claimed.map_err(|e| self.error(&e))?;
+        if resumed {
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(id)
+                .bind("resumed")
+                .bind("{}")
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            run.resume_input = resume_input;
+            run.suspend_reason = None;
+            run.error = None;
+        }
+        run.status = RunStatus::Running;
+        run.lease = Some(lease);
+        run.updated_ms = now;
+        Ok(run)
+    }
+
+    async fn cancel_in(&self, conn: &mut PgConnection, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut run = self.lock_run(conn, id).await?;
+        if run.status.is_final() {
+            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
+        }
+        run.status = RunStatus::Cancelled;
+        run.error = Some(reason.to_string());
+        run.lease = None;
+        run.updated_ms = now_ms();
+        sqlx::query(sql::CANCEL)
+            .bind(id)
+            .bind(reason)
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        sqlx::query(sql::APPEND_EVENT)
+            .bind(id)
+            .bind("cancelled")
+            .bind(serde_json::json!({ "reason": reason }).to_string())
+            .bind(run.updated_ms)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(run)
+    }
+
+    async fn decide_in(&self, conn: &mut PgConnection, id: &str, decision: Decision) -> StoreResult<Approval> {
+        let row =
+            sqlx::query(sql::RUN_OWNER_LOCKED).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode(|errors| rows::run_status(&row, errors))?;
+        let row =
+            sqlx::query(sql::SELECT_APPROVAL).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+        let (Some(row), RunStatus::Suspended) = (row, status) else {
+            return Err(StoreError::Conflict(no_pending_approval(id, status)));
+        };
+        let mut approval = self.decode(|errors| rows::approval(id, &row, errors))?;
+        sqlx::query(sql::DECIDE)
+            .bind(id)
+            .bind(decision.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        approval.decision = Some(decision);
+        Ok(approval)
+    }
+
+    /// Writes what a claim, a completion or a failure changed in `job`.
+    async fn save_job(&self, conn: &mut PgConnection, job: &Job) -> StoreResult<()> {
+        sqlx::query(sql::UPDATE_JOB)
+            .bind(&job.id)
+            .bind(job.status.as_str())
+            .bind(i64::from(job.attempts))
+            .bind(job.not_before_ms)
+            .bind(job.lease.as_ref().map(|l| l.worker.as_str()))
+            .bind(job.lease.as_ref().map(|l| l.token))
+            .bind(job.lease.as_ref().map(|l| l.until_ms))
+            .bind(&job.error)
+            .bind(job.updated_ms)
+            .execute(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(())
+    }
+
+    async fn claim_job_in(
+        &self,
+        conn: &mut PgConnection,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Option<Job>> {
+        loop {
+            let row = sqlx::query(sql::DUE_JOB_SKIP_LOCKED)
+                .bind(now)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            let Some(row) = row else { return Ok(None) };
+            let mut job = self.decode_job(&row)?;
+            if job.exhausted() {
+                job.give_up(now);
+                self.save_job(conn, &job).await?;
+                continue;
+            }
+            let token: i64 =
+                sqlx::query_scalar(sql::NEXT_TOKEN).fetch_one(&mut *conn).await.map_err(|e| self.error(&e))?;
+            sqlx::query(sql::FORGET_TOKEN).bind(token).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+            job.take(worker, token, lease_ms, now);
+            self.save_job(conn, &job).await?;
+            return Ok(Some(job));
+        }
+    }
+
+    /// Applies `change` to job `id` if `lease` still holds it.
+    async fn change_job(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        lease: &JobLease,
+        change: impl FnOnce(&mut Job),
+    ) -> StoreResult<Job> {
+        let row = sqlx::query(sql::SELECT_JOB_LOCKED)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(StoreError::NoJob(id.to_string())) };
+        let mut job = self.decode_job(&row)?;
+        job.check_lease(lease)?;
+        change(&mut job);
+        self.save_job(conn, &job).await?;
+        Ok(job)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
+        let run = new.into_run();
+        let inserted = sqlx::query(sql::INSERT_RUN)
+            .bind(&run.id)
+            .bind(&run.agent)
+            .bind(&run.kind)
+            .bind(&run.source)
+            .bind(&run.component_sha256)
+            .bind(&run.input)
+            .bind(run.grant.to_string())
+            .bind(run.status.as_str())
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(&run.resume_input)
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(run.created_ms)
+            .bind(run.updated_ms)
+            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::Conflict(run_exists(&run.id)));
+        }
+        Ok(run)
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
+        let row = sqlx::query(sql::SELECT_RUN).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_run(&r)).transpose()
+    }
+
+    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match status {
+            Some(s) => sqlx::query(sql::LIST_RUNS_BY_STATUS).bind(s.as_str()).bind(limit).fetch_all(&self.pool).await,
+            None => sqlx::query(sql::LIST_RUNS).bind(limit).fetch_all(&self.pool).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
+        // The common case, one entry and nothing else, is one autocommit
+        // statement whose lease check (with the run's row locked) rides in
+        // the insert.
+        if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
+            let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER_LOCKED)
+                .bind(id)
+                .bind(to_i64(e.seq, "sequence number")?)
+                .bind(to_i64(e.end, "end sequence number")?)
+                .bind(&e.interface)
+                .bind(&e.function)
+                .bind(&e.args_hash)
+                .bind(&e.result)
+                .bind(owner)
+                .execute(&self.pool)
+                .await;
+            if self.entry_written(inserted.map(|d| d.rows_affected()), id, e.seq)? > 0 {
+                return Ok(());
+            }
+            let mut conn = self.pool.acquire().await.map_err(|e| self.error(&e))?;
+            return match self.check_owner(&mut conn, id, owner).await {
+                Err(e) => Err(e),
+                // It changed hands and back between the two statements: say
+                // so rather than pretend the write happened.
+                Ok(_) => Err(StoreError::Conflict(not_owned(id, RunStatus::Running))),
+            };
+        }
+        let mut tx = self.begin().await?;
+        let result = async {
+            self.check_owner(&mut tx, id, owner).await?;
+            self.write_batch(&mut tx, id, batch).await
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.transition_in(&mut tx, id, owner, batch, to).await;
+        self.finish(tx, result).await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
+        let renewed = sqlx::query(sql::RENEW)
+            .bind(id)
+            .bind(lease.until_ms)
+            .bind(&lease.owner)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if renewed.rows_affected() > 0 {
+            return Ok(true);
+        }
+        let exists =
+            sqlx::query(sql::RUN_EXISTS).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        match exists {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NoRun(id.to_string())),
+        }
+    }
+
+    async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
+        let rows = sqlx::query(sql::ORPHANS).bind(now).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut tx = self.begin().await?;
+        let result = self.cancel_in(&mut tx, id, reason).await;
+        self.finish(tx, result).await
+    }
+
+    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
+        let rows = sqlx::query(sql::JOURNAL).bind(id).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|row| self.decode(|errors| rows::entry(id, row, errors))).collect()
+    }
+
+    async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::EVENTS)
+            .bind(id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        rows.iter().map(|row| self.decode(|errors| rows::event(row, errors))).collect()
+    }
+
+    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
+        let rows = sqlx::query(sql::CHECKPOINTS).bind(id).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|row| self.decode(|errors| rows::checkpoint(id, row, errors))).collect()
+    }
+
+    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
+        let row =
+            sqlx::query(sql::SELECT_APPROVAL).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode(|errors| rows::approval(id, &r, errors))).transpose()
+    }
+
+    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+        let mut tx = self.begin().await?;
+        let result = self.decide_in(&mut tx, id, decision).await;
+        self.finish(tx, result).await
+    }
+
+    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let result = async {
+            self.check_owner(&mut tx, id, owner).await?;
+            sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *tx).await.map_err(|e| self.error(&e))?;
+            Ok(())
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
+        if let Some(reason) = check_new_job(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let job = new.into_job();
+        let inserted = sqlx::query(sql::INSERT_JOB)
+            .bind(&job.id)
+            .bind(&job.run)
+            .bind(job.kind.as_str())
+            .bind(job.payload.to_string())
+            .bind(job.status.as_str())
+            .bind(i64::from(job.attempts))
+            .bind(i64::from(job.max_attempts))
+            .bind(job.backoff_ms)
+            .bind(job.not_before_ms)
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(None::<String>)
+            .bind(job.created_ms)
+            .bind(job.updated_ms)
+            .execute(&self.pool)
+            .await;
+        match inserted {
+            Ok(done) if done.rows_affected() == 0 => Err(StoreError::Conflict(job_exists(&job.id))),
+            Ok(_) => Ok(job),
+            // The run it names is not there (the schema's foreign key).
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(job.run)),
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
+        let mut tx = self.begin().await?;
+        let result = self.claim_job_in(&mut tx, worker, lease_ms, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
+        let renewed = sqlx::query(sql::HEARTBEAT_JOB)
+            .bind(id)
+            .bind(lease.token)
+            .bind(now.saturating_add(lease_ms))
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if renewed.rows_affected() > 0 {
+            return Ok(true);
+        }
+        match self.job(id).await? {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NoJob(id.to_string())),
+        }
+    }
+
+    async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {
+        let mut tx = self.begin().await?;
+        let result = self.change_job(&mut tx, id, lease, |job| job.complete(now)).await;
+        self.finish(tx, result).await
+    }
+
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now: i64) -> StoreResult<Job> {
+        let mut tx = self.begin().await?;
+        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, now)).await;
+        self.finish(tx, result).await
+    }
+
+    async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
+        let row = sqlx::query(sql::SELECT_JOB).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_job(&r)).transpose()
+    }
+
+    async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match status {
+            Some(s) => sqlx::query(sql::LIST_JOBS_BY_STATUS).bind(s.as_str()).bind(limit).fetch_all(&self.pool).await,
+            None => sqlx::query(sql::LIST_JOBS).bind(limit).fetch_all(&self.pool).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_job(r)).collect()
+    }
+}
+
+/// Brings the database to [`SCHEMA_VERSION`] in one transaction, under the
+/// migration lock. Writes nothing to a database it refuses.
+async fn migrate(conn: &mut PgConnection, location: &str, secrets: &[String]) -> StoreResult<()> {
+    let fail = |e: sqlx::Error| StoreError::Open {
+        location: location.to_string(),
+        reason: redact(&format!("migrating the schema failed: {e}{}", privilege_hint(&e)), secrets),
+    };
+    let mut tx = conn.begin().await.map_err(fail)?;
+    // Held until the transaction ends: another process opening the same
+    // database waits here, then finds the schema this one created.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATION_LOCK).execute(&mut *tx).await.map_err(fail)?;
+    let current = match inspect(&mut tx, location).await.map_err(|e| match e {
+        InspectError::Sql(e) => fail(e),
+        InspectError::Store(e) => e,
+    })? {
+        Found::Empty => 0,
+        Found::Nexo(v) if v > SCHEMA_VERSION => {
+            tx.rollback().await.ok();
+            return Err(StoreError::TooNew { location: location.to_string(), found: v, supported: SCHEMA_VERSION });
+        }
+        Found::Nexo(v) => v,
+    };
+    for migration in sql::MIGRATIONS.iter().filter(|m| m.version > current) {
+        for statement in migration.statements {
+            let statement = sql::POSTGRES.render(statement);
+            sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut *tx).await.map_err(fail)?;
+        }
+        sqlx::query(sql::RECORD_MIGRATION)
+            .bind(migration.version)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)
+}
+
+enum InspectError {
+    Sql(sqlx::Error),
+    Store(StoreError),
+}
+
+/// What the database's current schema holds: no nexo tables, or a nexo
+/// store of some version. Nexo's table names without `nexo_schema` are
+/// [`StoreError::Corrupt`].
+async fn inspect(conn: &mut PgConnection, location: &str) -> Result<Found, InspectError> {
+    // PostgreSQL's own catalogue: this probe is the one backend-specific query.
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = current_schema()")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(InspectError::Sql)?;
+    let corrupt = |reason: String| InspectError::Store(StoreError::Corrupt { location: location.to_string(), reason });
+    if !tables.iter().any(|t| t == sql::SCHEMA_TABLE) {
+        let ours: Vec<String> =
+            tables.iter().filter(|t| sql::TABLES.contains(&t.as_str())).map(|t| format!("`{t}`")).collect();
+        if ours.is_empty() {
+            return Ok(Found::Empty);
+        }
+        return Err(corrupt(format!(
+            "its schema has tables named like nexo's ({}) but no `{}` table: another program's; give nexo a \
+             database or schema of its own",
+            ours.join(", "),
+            sql::SCHEMA_TABLE
+        )));
+    }
+    let version: Option<i64> =
+        sqlx::query_scalar(sql::SCHEMA_VERSION).fetch_one(&mut *conn).await.map_err(InspectError::Sql)?;
+    match version {
+        Some(v) if v >= 1 => Ok(Found::Nexo(v)),
+        _ => Err(corrupt(format!("its `{}` table records no schema version", sql::SCHEMA_TABLE))),
+    }
+}
+
+/// `postgres://USER@HOST:PORT/DATABASE`, from the parsed options: the
+/// password is not among them.
+fn describe(options: &PgConnectOptions) -> String {
+    let user = options.get_username();
+    let database = options.get_database().unwrap_or(user);
+    format!("postgres://{user}@{}:{}/{database}", options.get_host(), options.get_port())
+}
+
+/// The URL's password, raw and percent-decoded, from its user part or a
+/// `password=` parameter.
+fn secrets(url: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+    {
+        found.push(password.to_string());
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        for pair in query.split('&') {
+            if let Some(password) = pair.strip_prefix("password=") {
+                found.push(password.to_string());
+            }
+        }
+    }
+    let decoded: Vec<String> = found.iter().map(|p| percent_decode(p)).collect();
+    found.extend(decoded);
+    found.retain(|p| !p.is_empty());
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `text` with every secret replaced, whatever sqlx or the server put in it.
+fn redact(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_string(), |text, secret| text.replace(secret.as_str(), "…"))
+}
+
+/// An error while connecting, as [`StoreError::Open`] naming the cause and
+/// the fix.
+fn open_error(location: &str, options: &PgConnectOptions, e: &sqlx::Error, secrets: &[String]) -> StoreError {
+    let user = options.get_username();
+    let database = options.get_database().unwrap_or(user);
+    let server = format!("{}:{}", options.get_host(), options.get_port());
+    let reason = match (e, sqlstate(e).as_deref()) {
+        (_, Some(INVALID_PASSWORD | INVALID_AUTHORIZATION)) => format!(
+            "PostgreSQL refused the login of user `{user}` ({e}): check the user name and password in the URL, \
+             and that the server's pg_hba.conf lets this user in from here"
+        ),
+        (_, Some(NO_SUCH_DATABASE)) => format!(
+            "the database `{database}` does not exist on {server}: create it (`createdb -h {} -p {} -U {user} \
+             {database}`) or name an existing one in the URL",
+            options.get_host(),
+            options.get_port()
+        ),
+        (_, Some(TOO_MANY_CONNECTIONS)) => {
+            format!("{e}: the server has no connection to spare; try again, or raise its max_connections")
+        }
+        (sqlx::Error::Io(io), _) if io.kind() == std::io::ErrorKind::ConnectionRefused => format!(
+            "nothing accepts connections at {server} ({io}): start PostgreSQL there, or fix the host and port in \
+             the URL"
+        ),
+        (sqlx::Error::Io(io), _) => {
+            format!("cannot reach {server} ({io}): check the host and port in the URL and the network")
+        }
+        (sqlx::Error::Tls(tls), _) => {
+            format!(
+                "the TLS handshake with {server} failed ({tls}): check the server's certificate or the URL's sslmode"
+            )
+        }
+        (sqlx::Error::PoolTimedOut, _) => format!(
+            "{server} did not answer within {} s: check that PostgreSQL runs there and the network lets you in",
+            ACQUIRE_TIMEOUT.as_secs()
+        ),
+        _ => format!("{e}{}", privilege_hint(e)),
+    };
+    StoreError::Open { location: location.to_string(), reason: redact(&reason, secrets) }
+}
+
+/// The SQLSTATE code of an error the server reported.
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+fn privilege_hint(e: &sqlx::Error) -> &'static str {
+    match sqlstate(e).as_deref() {
+        Some(INSUFFICIENT_PRIVILEGE) => {
+            " (the user may not create tables here: grant it CREATE on the schema, or give nexo a database it owns)"
+        }
+        _ => "",
+    }
+}
+
+/// What to do about a lost connection, when that is what happened.
+fn connection_hint(e: &sqlx::Error) -> &'static str {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            " (the connection to PostgreSQL was lost or none was free; check that the server is up, then try again)"
+        }
+        _ => "",
+    }
+}
+
+fn to_i64(n: u64, what: &str) -> StoreResult<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Backend(format!("the {what} {n} is too large to store")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_found_and_redacted() {
+        let url = "postgres://nexo:s%40cret@db.example:5432/nexo?password=other";
+        let found = secrets(url);
+        for s in ["s%40cret", "s@cret", "other"] {
+            assert!(found.iter().any(|f| f == s), "{found:?}");
+        }
+        assert_eq!(redact("bad s@cret and s%40cret", &found), "bad … and …");
+        assert!(secrets("postgres://db.example/nexo").is_empty());
+        assert!(secrets("postgres://nexo@db.example/nexo").is_empty());
+    }
+
+    #[test]
+    fn the_location_has_no_password() {
+        let options = PgConnectOptions::from_str("postgres://nexo:hunter2@db.example:6543/runs").unwrap_or_default();
+        assert_eq!(describe(&options), "postgres://nexo@db.example:6543/runs");
+    }
+}

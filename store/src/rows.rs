@@ -1,0 +1,199 @@
+//! Rows of [`crate::sql`]'s statements decoded into the store's types, for
+//! either relational backend: the column names and what makes a row
+//! damaged are the same in both. One macro writes the decoders for each
+//! backend's row type (a generic version needs a bound per column type).
+
+use serde_json::Value;
+
+use crate::StoreError;
+
+/// How a backend reports a failed read ([`StoreError::Backend`] with its
+/// location and hints) and a damaged row ([`StoreError::Corrupt`]).
+pub(crate) struct Errors<'a> {
+    /// A column that could not be read.
+    pub(crate) read: &'a dyn Fn(&sqlx::Error) -> StoreError,
+    /// A value that makes no sense.
+    pub(crate) corrupt: &'a dyn Fn(String) -> StoreError,
+}
+
+fn json(text: &str, what: &str, errors: &Errors<'_>) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| (errors.corrupt)(format!("{what} is not JSON: {e}")))
+}
+
+fn unsigned(n: i64, what: impl FnOnce() -> String, errors: &Errors<'_>) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| (errors.corrupt)(what()))
+}
+
+fn count(n: i64, what: impl FnOnce() -> String, errors: &Errors<'_>) -> Result<u32, StoreError> {
+    u32::try_from(n).map_err(|_| (errors.corrupt)(what()))
+}
+
+macro_rules! decoders {
+    ($row:ty, $db:ty) => {
+        #[allow(unused_imports)]
+        use super::{Errors, count, json, unsigned};
+        #[allow(unused_imports)]
+        use crate::{
+            Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, StoreError,
+            StoredEvent,
+        };
+        use serde_json::Value;
+        use sqlx::Row as _;
+
+        type Row = $row;
+
+        fn column<T>(row: &Row, name: &str, errors: &Errors<'_>) -> Result<T, StoreError>
+        where
+            T: for<'r> sqlx::Decode<'r, $db> + sqlx::Type<$db>,
+        {
+            row.try_get(name).map_err(|e| (errors.read)(&e))
+        }
+
+        /// A run's status column.
+        pub(crate) fn run_status(row: &Row, errors: &Errors<'_>) -> Result<RunStatus, StoreError> {
+            let status: String = column(row, "status", errors)?;
+            RunStatus::parse(&status)
+                .ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
+        }
+
+        /// Who holds a run, from [`crate::sql::RUN_OWNER`].
+        pub(crate) fn lease_owner(row: &Row, errors: &Errors<'_>) -> Result<Option<String>, StoreError> {
+            column(row, "lease_owner", errors)
+        }
+
+        /// A run, from [`crate::sql::SELECT_RUN`]'s columns.
+        pub(crate) fn run(row: &Row, errors: &Errors<'_>) -> Result<Run, StoreError> {
+            let id: String = column(row, "id", errors)?;
+            let grant: String = column(row, "grant_json", errors)?;
+            let owner: Option<String> = column(row, "lease_owner", errors)?;
+            let until: Option<i64> = column(row, "lease_until_ms", errors)?;
+            let lease = match (owner, until) {
+                (Some(owner), Some(until_ms)) => Some(Lease { owner, until_ms }),
+                (None, None) => None,
+                _ => return Err((errors.corrupt)(format!("run `{id}` has half a lease"))),
+            };
+            Ok(Run {
+                agent: column(row, "agent", errors)?,
+                kind: column(row, "kind", errors)?,
+                source: column(row, "source", errors)?,
+                component_sha256: column(row, "component_sha256", errors)?,
+                input: column(row, "input", errors)?,
+                grant: json(&grant, &format!("run `{id}`'s grant"), errors)?,
+                status: run_status(row, errors)?,
+                suspend_reason: column(row, "suspend_reason", errors)?,
+                resume_key: column(row, "resume_key", errors)?,
+                resume_input: column(row, "resume_input", errors)?,
+                result: column(row, "result", errors)?,
+                error: column(row, "error", errors)?,
+                created_ms: column(row, "created_ms", errors)?,
+                updated_ms: column(row, "updated_ms", errors)?,
+                lease,
+                id,
+            })
+        }
+
+        /// Run `id`'s pending approval, from [`crate::sql::SELECT_APPROVAL`].
+        pub(crate) fn approval(id: &str, row: &Row, errors: &Errors<'_>) -> Result<Approval, StoreError> {
+            let arguments: String = column(row, "arguments", errors)?;
+            let decision: Option<String> = column(row, "decision", errors)?;
+            let decision = match decision {
+                None => None,
+                Some(d) => Some(Decision::parse(&d).ok_or_else(|| {
+                    (errors.corrupt)(format!("run `{id}`'s approval has the unknown decision `{d}`"))
+                })?),
+            };
+            Ok(Approval {
+                seq: unsigned(
+                    column(row, "seq", errors)?,
+                    || format!("run `{id}`'s approval has a negative sequence number"),
+                    errors,
+                )?,
+                capability: column(row, "capability", errors)?,
+                tool: column(row, "tool", errors)?,
+                arguments: json(&arguments, &format!("run `{id}`'s approval arguments"), errors)?,
+                args_hash: column(row, "args_hash", errors)?,
+                component_sha256: column(row, "component_sha256", errors)?,
+                decision,
+                created_ms: column(row, "created_ms", errors)?,
+            })
+        }
+
+        /// One of run `id`'s journal entries, from [`crate::sql::JOURNAL`].
+        pub(crate) fn entry(id: &str, row: &Row, errors: &Errors<'_>) -> Result<Entry, StoreError> {
+            let bad = || format!("run `{id}`'s journal has a negative sequence number");
+            Ok(Entry {
+                seq: unsigned(column(row, "seq", errors)?, bad, errors)?,
+                end: unsigned(column(row, "end_seq", errors)?, bad, errors)?,
+                interface: column(row, "interface", errors)?,
+                function: column(row, "function", errors)?,
+                args_hash: column(row, "args_hash", errors)?,
+                result: column(row, "result", errors)?,
+            })
+        }
+
+        /// An event, from [`crate::sql::EVENTS`].
+        pub(crate) fn event(row: &Row, errors: &Errors<'_>) -> Result<StoredEvent, StoreError> {
+            let data: String = column(row, "data", errors)?;
+            let id: i64 = column(row, "id", errors)?;
+            Ok(StoredEvent {
+                id,
+                run: column(row, "run", errors)?,
+                kind: column(row, "kind", errors)?,
+                data: json(&data, &format!("event {id}'s data"), errors)?,
+                at_ms: column(row, "at_ms", errors)?,
+            })
+        }
+
+        /// One of run `id`'s checkpoints, from [`crate::sql::CHECKPOINTS`].
+        pub(crate) fn checkpoint(id: &str, row: &Row, errors: &Errors<'_>) -> Result<(String, Value), StoreError> {
+            let name: String = column(row, "name", errors)?;
+            let value: String = column(row, "value", errors)?;
+            let value = json(&value, &format!("run `{id}`'s checkpoint `{name}`"), errors)?;
+            Ok((name, value))
+        }
+
+        /// A job, from [`crate::sql::SELECT_JOB`]'s columns.
+        pub(crate) fn job(row: &Row, errors: &Errors<'_>) -> Result<Job, StoreError> {
+            let id: String = column(row, "id", errors)?;
+            let kind: String = column(row, "kind", errors)?;
+            let status: String = column(row, "status", errors)?;
+            let payload: String = column(row, "payload", errors)?;
+            let worker: Option<String> = column(row, "lease_worker", errors)?;
+            let token: Option<i64> = column(row, "lease_token", errors)?;
+            let until: Option<i64> = column(row, "lease_until_ms", errors)?;
+            let lease = match (worker, token, until) {
+                (Some(worker), Some(token), Some(until_ms)) => Some(JobLease { worker, token, until_ms }),
+                (None, None, None) => None,
+                _ => return Err((errors.corrupt)(format!("job `{id}` has part of a lease"))),
+            };
+            let bad_count = |what: &str| format!("job `{id}` has a negative or huge {what}");
+            Ok(Job {
+                run: column(row, "run", errors)?,
+                kind: JobKind::parse(&kind)
+                    .ok_or_else(|| (errors.corrupt)(format!("job `{id}` has the unknown kind `{kind}`")))?,
+                payload: json(&payload, &format!("job `{id}`'s payload"), errors)?,
+                status: JobStatus::parse(&status)
+                    .ok_or_else(|| (errors.corrupt)(format!("job `{id}` has the unknown status `{status}`")))?,
+                attempts: count(column(row, "attempts", errors)?, || bad_count("attempt count"), errors)?,
+                max_attempts: count(column(row, "max_attempts", errors)?, || bad_count("attempt limit"), errors)?,
+                backoff_ms: column(row, "backoff_ms", errors)?,
+                not_before_ms: column(row, "not_before_ms", errors)?,
+                lease,
+                error: column(row, "error", errors)?,
+                created_ms: column(row, "created_ms", errors)?,
+                updated_ms: column(row, "updated_ms", errors)?,
+                id,
+            })
+        }
+    };
+}
+
+/// The SQLite backend's decoders.
+pub(crate) mod sqlite {
+    decoders!(sqlx::sqlite::SqliteRow, sqlx::Sqlite);
+}
+
+/// The PostgreSQL backend's decoders.
+pub(crate) mod postgres {
+    decoders!(sqlx::postgres::PgRow, sqlx::Postgres);
+}

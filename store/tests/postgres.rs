@@ -1,0 +1,259 @@
+//! What only the PostgreSQL backend promises: a newer schema and another
+//! program's tables are refused untouched, processes that open one new
+//! database at once migrate it once, exactly one of two stores claims a
+//! run, three stores split a jobs queue, and a failed login is a clear
+//! error without the password. Each test has a database of its own on the
+//! `NEXO_TEST_POSTGRES` server, and skips (outside CI) without one.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+mod support;
+
+use std::sync::Arc;
+
+use nexo_store::{
+    Batch, Claim, Lease, Location, NewRun, PgStore, RunStatus, SCHEMA_VERSION, Store, StoreError, Transition, open,
+};
+use serde_json::json;
+use sqlx::Connection;
+
+const OWNER: &str = "host:1:a";
+
+fn lease(owner: &str) -> Lease {
+    Lease { owner: owner.into(), until_ms: i64::MAX / 2 }
+}
+
+fn new_run(id: &str) -> NewRun {
+    NewRun {
+        id: id.into(),
+        agent: "hello".into(),
+        kind: "component".into(),
+        source: "/agents/hello.wasm".into(),
+        component_sha256: "ab".repeat(32),
+        input: "hi".into(),
+        grant: json!({"allow": ["files"]}),
+        status: RunStatus::Running,
+        lease: Some(lease(OWNER)),
+        created_ms: 1_000,
+    }
+}
+
+/// The tables in the database's public schema, sorted.
+async fn tables(conn: &mut sqlx::PgConnection) -> Vec<String> {
+    sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+        .fetch_all(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_too_new_and_untouched() {
+    let Some(db) = support::fresh("postgres::a_newer_schema_is_too_new_and_untouched").await else { return };
+    let store = PgStore::open(&db.url).await.unwrap();
+    store.create_run(new_run("r1")).await.unwrap();
+    store.close().await;
+    let mut conn = db.raw().await;
+    sqlx::query("INSERT INTO nexo_schema (version, applied_ms) VALUES ($1, 0)")
+        .bind(SCHEMA_VERSION + 1)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let before = tables(&mut conn).await;
+    match PgStore::open(&db.url).await {
+        Err(StoreError::TooNew { location, found, supported }) => {
+            assert!(location.starts_with("postgres://nexo@") || !location.contains(':'), "{location}");
+            assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    assert_eq!(tables(&mut conn).await, before, "nothing was created or dropped");
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions.last(), Some(&(SCHEMA_VERSION + 1)));
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(runs, 1);
+    conn.close().await.ok();
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn other_programs_tables_are_fine_but_nexo_names_without_a_schema_table_are_refused() {
+    let test = "postgres::other_programs_tables_are_fine_but_nexo_names_without_a_schema_table_are_refused";
+    let Some(db) = support::fresh(test).await else { return };
+    let mut conn = db.raw().await;
+    sqlx::query("CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT)").execute(&mut conn).await.unwrap();
+    // Unrelated tables are normal in a shared database.
+    let store = PgStore::open(&db.url).await.unwrap();
+    store.create_run(new_run("r1")).await.unwrap();
+    store.close().await;
+    assert!(tables(&mut conn).await.contains(&"users".to_string()));
+
+    // nexo's table names but no nexo_schema: someone else's `runs`.
+    let other = support::fresh(test).await.unwrap();
+    let mut raw = other.raw().await;
+    sqlx::query("CREATE TABLE runs (id TEXT PRIMARY KEY)").execute(&mut raw).await.unwrap();
+    match PgStore::open(&other.url).await {
+        Err(e @ StoreError::Corrupt { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("`runs`") && message.contains("no `nexo_schema`"), "{message}");
+            assert!(message.contains("nothing was changed"), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(tables(&mut raw).await, ["runs"], "nothing was created");
+
+    // An empty nexo_schema.
+    sqlx::query("DROP TABLE runs").execute(&mut raw).await.unwrap();
+    PgStore::open(&other.url).await.unwrap().close().await;
+    sqlx::query("DELETE FROM nexo_schema").execute(&mut raw).await.unwrap();
+    match PgStore::open(&other.url).await {
+        Err(StoreError::Corrupt { reason, .. }) => assert!(reason.contains("records no schema version"), "{reason}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    raw.close().await.ok();
+    conn.close().await.ok();
+    other.drop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_opening_a_new_database_at_once_migrate_it_once() {
+    let Some(db) = support::fresh("postgres::stores_opening_a_new_database_at_once_migrate_it_once").await else {
+        return;
+    };
+    let (a, b, c) = tokio::join!(PgStore::open(&db.url), PgStore::open(&db.url), PgStore::open(&db.url));
+    for store in [a.unwrap(), b.unwrap(), c.unwrap()] {
+        store.close().await;
+    }
+    let mut conn = db.raw().await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    conn.close().await.ok();
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_never_both_claim() {
+    let Some(db) = support::fresh("postgres::two_stores_never_both_claim").await else { return };
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) =
+        (Arc::new(PgStore::open(&db.url).await.unwrap()), Arc::new(PgStore::open(&db.url).await.unwrap()));
+    for i in 0..20 {
+        let id = format!("r{i}");
+        a.create_run(new_run(&id)).await.unwrap();
+        a.transition(
+            &id,
+            OWNER,
+            Batch::default(),
+            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None },
+        )
+        .await
+        .unwrap();
+        let (ra, rb) = tokio::join!(
+            a.claim(&id, Claim::Resume, lease("host:a:1"), Some("\"a\"".into()), 5_000),
+            b.claim(&id, Claim::Resume, lease("host:b:1"), Some("\"b\"".into()), 5_000),
+        );
+        let (winner, loser) = match (ra, rb) {
+            (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+            (ra, rb) => panic!("exactly one claim wins: {ra:?} / {rb:?}"),
+        };
+        assert!(matches!(&loser, StoreError::Conflict(m) if m.contains("is running in another process")), "{loser:?}");
+        let stored = b.run(&id).await.unwrap().unwrap();
+        assert_eq!(stored.lease, winner.lease);
+        assert_eq!(stored.resume_input, winner.resume_input);
+        assert_eq!(a.events(&id, 0, 10).await.unwrap().len(), 1, "one resumed event");
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stores_complete_every_job_once() {
+    let Some(db) = support::fresh("postgres::three_stores_complete_every_job_once").await else { return };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..3 {
+        stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
+    }
+    support::jobs_race(stores, 300, 4).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_bad_password_is_a_clear_open_error_without_the_password() {
+    let Some(admin) = support::server("postgres::a_bad_password_is_a_clear_open_error_without_the_password") else {
+        return;
+    };
+    let options: sqlx::postgres::PgConnectOptions = admin.parse().unwrap();
+    let url = format!(
+        "postgres://{}:wrong-Secret-9f3@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or(options.get_username())
+    );
+    let refused = PgStore::open(&url).await;
+    let Err(error) = refused else {
+        panic!(
+            "the server at {} took a wrong password: it must ask for passwords (scripts/postgres.sh does)",
+            support::ENV
+        )
+    };
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains("wrong-Secret-9f3"), "{shown}");
+    match &error {
+        StoreError::Open { location, reason } => {
+            assert!(location.starts_with(&format!("postgres://{}@", options.get_username())), "{location}");
+            assert!(reason.contains("refused the login"), "{reason}");
+            assert!(reason.contains("check the user name and password"), "{reason}");
+        }
+        other => panic!("expected Open, got {other:?}"),
+    }
+    // Through `open` too, and for a missing database.
+    let missing = support::with_database(&admin, "nexo_no_such_database");
+    match open(&Location::parse(&missing).unwrap()).await {
+        Err(StoreError::Open { reason, .. }) => {
+            assert!(
+                reason.contains("`nexo_no_such_database` does not exist") && reason.contains("createdb"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected Open, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_server_and_the_fix() {
+    // No server needed: nothing listens on port 1.
+    match PgStore::open("postgres://nexo:hunter2-xyz@127.0.0.1:1/nexo").await {
+        Err(e @ StoreError::Open { .. }) => {
+            let shown = format!("{e} {e:?}");
+            assert!(shown.contains("nothing accepts connections at 127.0.0.1:1"), "{shown}");
+            assert!(shown.contains("start PostgreSQL there"), "{shown}");
+            assert!(!shown.contains("hunter2-xyz"), "{shown}");
+        }
+        other => panic!("expected Open, got {other:?}"),
+    }
+    match PgStore::open("postgres://nexo:hunter2-xyz@127.0.0.1:notaport/nexo").await {
+        Err(e @ StoreError::Open { .. }) => assert!(!format!("{e} {e:?}").contains("hunter2-xyz"), "{e}"),
+        other => panic!("expected Open, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn debug_output_has_no_password() {
+    let Some(db) = support::fresh("postgres::debug_output_has_no_password").await else { return };
+    let store = PgStore::open(&db.url).await.unwrap();
+    let options: sqlx::postgres::PgConnectOptions = db.url.parse().unwrap();
+    let shown = format!("{store:?} {}", store.location());
+    assert!(shown.contains(&db.name), "{shown}");
+    if let Some(password) = db
+        .url
+        .split_once("://")
+        .and_then(|(_, r)| r.split_once('@'))
+        .and_then(|(u, _)| u.split_once(':'))
+        .map(|(_, p)| p.to_string())
+    {
+        assert!(!shown.contains(&password), "{shown}");
+    }
+    assert!(!shown.contains(&format!("{}:", options.get_username())), "{shown}");
+    store.close().await;
+    db.drop().await;
+}

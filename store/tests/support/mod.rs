@@ -1,0 +1,161 @@
+//! What the tests share: where the PostgreSQL server is (and what to do
+//! when there is none), a fresh database per test, and the jobs race that
+//! SQLite and PostgreSQL both run.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test file uses part of it
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use nexo_store::{JobKind, NewJob, NewRun, RunStatus, Store};
+use sqlx::Connection;
+
+/// The variable naming a server where the tests may create databases.
+pub const ENV: &str = "NEXO_TEST_POSTGRES";
+
+/// The server's URL from [`ENV`]. When it is unset: in CI (`CI` set and
+/// not empty) the test fails; elsewhere it says it skipped its PostgreSQL
+/// half and the caller returns.
+pub fn server(test: &str) -> Option<String> {
+    match std::env::var(ENV) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            if std::env::var("CI").is_ok_and(|ci| !ci.is_empty()) {
+                panic!(
+                    "{test}: PostgreSQL is required in CI, but {ENV} is unset; run `./scripts/postgres.sh` and \
+                     export {ENV} with the URL it prints (`make test` does)"
+                );
+            }
+            let line = format!(
+                "{test}: skipped: {ENV} is unset, so the PostgreSQL half of this test did not run \
+                 (NEXO_TEST_POSTGRES=$(./scripts/postgres.sh) runs it)"
+            );
+            eprintln!("{line}");
+            println!("{line}");
+            None
+        }
+    }
+}
+
+/// `url` with its database replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let authority = before_query.split('/').next().unwrap_or("");
+    let mut out = format!("{scheme}://{authority}/{name}");
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// A database of one test's own, dropped by [`TestDb::drop`].
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    /// The server's URL, for creating and dropping.
+    pub admin: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// A new, empty database on the server, or `None` (see [`server`]).
+pub async fn fresh(test: &str) -> Option<TestDb> {
+    let admin = server(test)?;
+    let name = format!("nexo_test_{}", nexo_store::new_run_id());
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{test}: cannot connect to {ENV} to create a test database: {e}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    conn.close().await.ok();
+    Some(TestDb { url: with_database(&admin, &name), admin, name })
+}
+
+impl TestDb {
+    /// Drops the database (a failed test leaves it, to look at).
+    pub async fn drop(self) {
+        let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&mut conn).await.unwrap();
+        conn.close().await.ok();
+    }
+
+    /// A raw connection to it, as another program would open one.
+    pub async fn raw(&self) -> sqlx::PgConnection {
+        sqlx::PgConnection::connect(&self.url).await.unwrap()
+    }
+}
+
+/// A queued run for jobs to point at.
+pub fn queued_run(id: &str) -> NewRun {
+    NewRun {
+        id: id.into(),
+        agent: "hello".into(),
+        kind: "component".into(),
+        source: "/agents/hello.wasm".into(),
+        component_sha256: "ab".repeat(32),
+        input: "hi".into(),
+        grant: serde_json::json!({}),
+        status: RunStatus::Queued,
+        lease: None,
+        created_ms: 1,
+    }
+}
+
+/// `jobs` jobs, then `tasks` tasks on each store claiming and completing
+/// until nothing is due: every job is completed exactly once, and no two
+/// claims get one job (the leases are long, so none lapses).
+pub async fn jobs_race(stores: Vec<Arc<dyn Store>>, jobs: usize, tasks: usize) {
+    stores[0].create_run(queued_run("r-race")).await.unwrap();
+    for i in 0..jobs {
+        let job = NewJob {
+            id: format!("j{i:04}"),
+            run: "r-race".into(),
+            kind: JobKind::Start,
+            payload: serde_json::json!({"run": "r-race", "n": i}),
+            max_attempts: 1,
+            backoff_ms: 0,
+            not_before_ms: 0,
+            created_ms: i as i64,
+        };
+        stores[i % stores.len()].enqueue(job).await.unwrap();
+    }
+    let claims: Arc<Mutex<BTreeMap<String, Vec<i64>>>> = Arc::default();
+    let mut handles = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..tasks {
+            let store = store.clone();
+            let claims = claims.clone();
+            handles.push(tokio::spawn(async move {
+                let worker = format!("host:{s}:{t}");
+                let mut done = 0usize;
+                while let Some(job) = store.claim_job(&worker, 600_000, nexo_store::now_ms()).await.unwrap() {
+                    let lease = job.lease.clone().unwrap();
+                    claims.lock().unwrap().entry(job.id.clone()).or_default().push(lease.token);
+                    store.complete_job(&job.id, &lease, nexo_store::now_ms()).await.unwrap();
+                    done += 1;
+                }
+                done
+            }));
+        }
+    }
+    let mut completed = 0;
+    for handle in handles {
+        completed += handle.await.unwrap();
+    }
+    let claims = std::mem::take(&mut *claims.lock().unwrap());
+    assert_eq!(completed, jobs, "every claim completed");
+    assert_eq!(claims.len(), jobs, "every job was claimed");
+    let twice: Vec<_> = claims.iter().filter(|(_, tokens)| tokens.len() != 1).collect();
+    assert!(twice.is_empty(), "claimed more than once while its lease was live: {twice:?}");
+    let mut tokens: Vec<i64> = claims.values().flatten().copied().collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), jobs, "every claim got its own token");
+    let finished = stores[stores.len() - 1].jobs(Some(nexo_store::JobStatus::Done), usize::MAX).await.unwrap();
+    assert_eq!(finished.len(), jobs);
+    assert!(finished.iter().all(|j| j.attempts == 1 && j.lease.is_none()));
+}
