@@ -96,6 +96,7 @@ impl Loop for HostLoop {
                     turns,
                     input_tokens: usage.input_tokens,
                     output_tokens: usage.output_tokens,
+                    cost_usd: None,
                 });
                 Ok(Outcome { text, status, turns, usage, transcript })
             };

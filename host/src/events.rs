@@ -76,6 +76,10 @@ pub enum Event {
         input_tokens: u64,
         /// Tokens used.
         output_tokens: u64,
+        /// What the prompt cost in US dollars, when the loop knows (the
+        /// Claude Code CLI reports it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
 }
 

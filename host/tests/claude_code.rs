@@ -365,7 +365,7 @@ fn a_missing_cli_says_how_to_install_it() {
     let scene = Scene::new();
     let missing = scene.path("no-such-claude").display().to_string();
     let o = scene.run(&missing, &[]);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(2), "a configuration error, before anything runs");
     let err = stderr(&o);
     assert!(err.contains("npm install -g @anthropic-ai/claude-code") && err.contains("--claude-binary"), "{err}");
 }
@@ -393,6 +393,19 @@ fn misconfigurations_are_refused_before_anything_runs() {
     assert!(stderr(&o).contains("applies to --loop claude-code only"), "{}", stderr(&o));
     let o = scene.nexo(&["run", &agent, "x", "--loop", "codex"]);
     assert!(stderr(&o).contains("unknown loop `codex`"), "{}", stderr(&o));
+    let mut no_key = common::nexo_command(&scene.path("cache"));
+    no_key.env_remove("ANTHROPIC_API_KEY").args([
+        "run",
+        &agent,
+        "x",
+        "--loop",
+        "claude-code",
+        "--claude-binary",
+        &claude,
+    ]);
+    let o = output_within(no_key, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "a configuration error");
+    assert!(stderr(&o).contains("needs ANTHROPIC_API_KEY"), "{}", stderr(&o));
     assert!(scene.log().is_empty(), "the CLI never started");
 }
 
@@ -410,6 +423,8 @@ fn an_approval_suspends_the_run_and_binds_to_the_call_across_processes() {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(shape(&o).contains(&"result write_file allowed".to_string()), "{:?}", shape(&o));
     assert_eq!(std::fs::read_to_string(scene.path("ws/out.txt")).unwrap(), "approved");
+    let done = lines(&o).into_iter().find(|e| e["event"] == "done").unwrap();
+    assert!(done["cost_usd"].as_f64().is_some_and(|c| c > 0.0), "the CLI's cost is in the event: {done}");
     assert_eq!(scene.log().len(), 2, "the CLI ran once per pass");
 }
 

@@ -372,7 +372,7 @@ async fn bump_schema(path: &Path) {
     use sqlx::Connection;
     let url = format!("sqlite://{}", path.display());
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query("UPDATE nexo_schema SET version = $1")
+    sqlx::query("INSERT INTO nexo_schema (version, applied_ms) VALUES ($1, 0)")
         .bind(nexo_store::SCHEMA_VERSION + 1)
         .execute(&mut conn)
         .await

@@ -90,6 +90,20 @@ impl std::fmt::Debug for ClaudeCode {
 }
 
 impl ClaudeCode {
+    /// Checks what can be checked before a run: the CLI is there, and a key
+    /// is set. Each error says what to do.
+    pub fn check(&self) -> Result<PathBuf, ModelError> {
+        let binary = launch::binary(self.binary.as_deref())?;
+        if self.api_key.is_none() {
+            return Err(ModelError::Config(
+                "--loop claude-code needs ANTHROPIC_API_KEY in nexo's environment: nexo passes it to the CLI (and \
+                 nowhere else)"
+                    .into(),
+            ));
+        }
+        Ok(binary)
+    }
+
     /// The key the CLI authenticates with (`ANTHROPIC_API_KEY` in its
     /// environment only).
     pub fn with_api_key(mut self, key: Option<String>) -> Self {
@@ -523,14 +537,12 @@ impl State {
                 return Err(unavailable(format!("the Claude Code CLI {exit} before it reported a result ({said})")));
             }
         };
-        if let Some(cost) = self.ending.as_ref().and_then(|e| e.cost_usd) {
-            tracing::info!(cost_usd = cost, turns, "the Claude Code session ended");
-        }
         events.emit(&Event::Done {
             status: status.clone(),
             turns,
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
+            cost_usd: self.ending.as_ref().and_then(|e| e.cost_usd),
         });
         Ok(Outcome { text: self.text, status, turns, usage, transcript: self.transcript })
     }

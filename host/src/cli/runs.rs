@@ -213,6 +213,7 @@ pub async fn options(
                  DIR` (nexo confines the CLI to DIR)",
             )));
         }
+        claude.check().map_err(|e| report::config_failure(&nexo::ConfigError::invalid("--loop", e.to_string())))?;
         options.agent_loop = Some(Arc::new(claude));
     }
     options.skills_path = Some(rec.skills_path.clone());
