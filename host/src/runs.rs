@@ -18,7 +18,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nexo_store::{Claim, Decision, Lease, NewEvent, NewRun, Run, RunStatus, Store, StoreError, Transition};
+use nexo_store::{
+    Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError, Transition,
+};
 use serde_json::{Value, json};
 
 use crate::agent_file::AgentFile;
@@ -31,6 +33,12 @@ use crate::world::agent::Agent;
 /// How long a lease lasts without renewal. The owner renews it every
 /// third of that.
 pub const LEASE: Duration = Duration::from_secs(30);
+
+/// How many times a job is tried before it stays failed.
+pub const JOB_ATTEMPTS: u32 = 5;
+
+/// The delay before a job's first retry; each further one doubles it.
+pub const JOB_BACKOFF: Duration = Duration::from_secs(2);
 
 /// What a run runs: a component, or a declarative file.
 #[derive(Clone, Copy)]
@@ -187,6 +195,65 @@ impl Runs {
             .await
             .map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::Journal).await
+    }
+
+    /// Records a run of `subject` on `input` as `queued`, with a job that
+    /// starts it: a worker (`nexo worker`) takes it from there. The job
+    /// carries only the run's id; the run holds the rest.
+    pub async fn queue(&self, subject: Subject<'_>, input: &str, grant: Value) -> Result<(Run, Job), StoreError> {
+        let now = nexo_store::now_ms();
+        let run = self
+            .store
+            .create_run(NewRun {
+                id: nexo_store::new_run_id(),
+                agent: subject.name().to_string(),
+                kind: subject.kind().to_string(),
+                source: subject.source(),
+                component_sha256: subject.sha256(),
+                input: input.to_string(),
+                grant,
+                status: RunStatus::Queued,
+                lease: None,
+                created_ms: now,
+            })
+            .await?;
+        match self.enqueue(&run.id, JobKind::Start, json!({"run": run.id})).await {
+            Ok(job) => Ok((run, job)),
+            Err(e) => {
+                // No job would ever start it: do not leave it queued.
+                let _ = self.store.cancel(&run.id, &format!("its job could not be queued: {e}")).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues the resume of the suspended (or failed) run `id` with
+    /// `resume_input`, for a worker.
+    pub async fn queue_resume(&self, id: &str, resume_input: Option<String>) -> Result<Job, StoreError> {
+        let run = self.store.run(id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if !matches!(run.status, RunStatus::Suspended | RunStatus::Failed) {
+            return Err(StoreError::Conflict(format!(
+                "run `{id}` is {}, so there is nothing to resume; only a suspended or failed run can be",
+                run.status
+            )));
+        }
+        self.enqueue(id, JobKind::Resume, json!({"run": id, "input": resume_input})).await
+    }
+
+    async fn enqueue(&self, run: &str, kind: JobKind, payload: Value) -> Result<Job, StoreError> {
+        let now = nexo_store::now_ms();
+        self.store
+            .enqueue(NewJob {
+                id: nexo_store::new_run_id(),
+                run: run.to_string(),
+                kind,
+                payload,
+                max_attempts: JOB_ATTEMPTS,
+                backoff_ms: JOB_BACKOFF.as_millis() as i64,
+                not_before_ms: now,
+                created_ms: now,
+            })
+            .await
     }
 
     /// Claims the run `id` (`how`: a resume of a suspended run, a queued

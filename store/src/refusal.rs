@@ -9,7 +9,10 @@ pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
     let status = run.status;
     match (how, status) {
         (Claim::Resume, RunStatus::Running) => {
-            format!("run `{id}` is running in another process; only a suspended run can be resumed")
+            format!(
+                "run `{id}` is already being resumed (it is running in another process or worker); only a suspended \
+                 run can be resumed"
+            )
         }
         (Claim::Resume, s) => format!("run `{id}` is {s}; only a suspended run can be resumed"),
         (Claim::Start, s) => format!("run `{id}` is {s}, not queued"),

@@ -82,6 +82,18 @@ pub struct ConfigFile {
     /// The `[mcp.NAME]` tables: the MCP servers agents may request.
     #[serde(default)]
     pub mcp: BTreeMap<String, nexo_mcp::ServerConfig>,
+    /// The `[worker]` table: how `nexo worker` runs jobs.
+    #[serde(default)]
+    pub worker: WorkerTable,
+}
+
+/// `[worker]` in the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WorkerTable {
+    /// How many jobs one worker runs at once (`--max-in-flight`,
+    /// `NEXO_MAX_IN_FLIGHT` win).
+    pub max_in_flight: Option<u32>,
 }
 
 /// Reads the config file, if any. The CLI reads it once per command.

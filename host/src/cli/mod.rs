@@ -31,6 +31,7 @@ mod scaffold;
 mod sdk;
 mod web;
 mod wit;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,8 +95,11 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Record nothing: no run, events, checkpoints or journal (the run cannot suspend or be resumed).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "later")]
         ephemeral: bool,
+        /// Record the run as queued for a worker (`nexo worker`) and print its id, instead of running it here.
+        #[arg(long)]
+        later: bool,
         #[command(flatten)]
         grant: grant::GrantArgs,
         #[command(flatten)]
@@ -106,6 +110,9 @@ enum Command {
     /// Work with recorded runs: list, show, follow, resume, approve, deny, cancel, recover.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Run queued jobs (`nexo run --later`, `nexo runs resume --later`) from the store, with any
+    /// number of other workers on this machine or others sharing it.
+    Worker(worker::WorkerArgs),
     /// Serve an agent's gated tools, or the agent itself, to MCP clients.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -282,6 +289,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Runs(command) = &cli.command {
         return runs::command(command, &engine_config(&cli), cli.store.as_deref()).await;
     }
+    if let Command::Worker(args) = &cli.command {
+        return worker::command(args, &engine_config(&cli), cli.store.as_deref()).await;
+    }
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
         Err(e) => {
@@ -311,7 +321,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run { file, input, json, grant, search, model, timeout, memory, ephemeral } => {
+        Command::Run { file, input, json, grant, search, model, timeout, memory, ephemeral, later } => {
             let settings = match settings(grant, search) {
                 Ok(s) => s,
                 Err(e) => return config_failure(&e),
@@ -328,6 +338,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 },
                 (Err(e), _) | (_, Err(e)) => return config_failure(&e),
             };
+            if *later {
+                let store = match runs::open(cli.store.as_deref(), &settings.file).await {
+                    Ok(s) => s,
+                    Err(code) => return code,
+                };
+                let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
+                return worker::queue(&engine, &recorder, file, input, &recorded, *json).await;
+            }
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             let options = match runs::options(&engine, &recorded, &progress).await {
                 Ok(o) => o,
@@ -358,6 +376,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Init { .. }
         | Command::Wit { .. }
         | Command::Runs(_)
+        | Command::Worker(_)
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }

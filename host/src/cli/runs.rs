@@ -62,6 +62,9 @@ pub enum RunsCommand {
         /// JSON for the guest's `resume-input`.
         #[arg(long, value_name = "JSON")]
         input: Option<String>,
+        /// Queue the resume for a worker (`nexo worker`) instead of resuming here.
+        #[arg(long)]
+        later: bool,
         #[command(flatten)]
         narrow: Narrow,
     },
@@ -69,6 +72,9 @@ pub enum RunsCommand {
     Approve {
         /// The run's id.
         run: String,
+        /// Record the decision and queue the resume for a worker (`nexo worker`).
+        #[arg(long)]
+        later: bool,
         #[command(flatten)]
         narrow: Narrow,
     },
@@ -76,6 +82,9 @@ pub enum RunsCommand {
     Deny {
         /// The run's id.
         run: String,
+        /// Record the decision and queue the resume for a worker (`nexo worker`).
+        #[arg(long)]
+        later: bool,
         #[command(flatten)]
         narrow: Narrow,
     },
@@ -102,6 +111,13 @@ pub struct StoreArgs {
     config: Option<PathBuf>,
 }
 
+impl StoreArgs {
+    /// The config file, if one was given.
+    pub fn config(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+}
+
 /// Flags of a resume. They can only narrow the grant the run started with.
 #[derive(Args, Debug, Clone)]
 pub struct Narrow {
@@ -119,6 +135,14 @@ pub struct Narrow {
     json: bool,
     #[command(flatten)]
     store: StoreArgs,
+}
+
+impl Narrow {
+    /// No narrowing: a run goes on with the grant it recorded (a worker's
+    /// resumes).
+    pub fn none(store: StoreArgs) -> Narrow {
+        Narrow { mode: None, revoke: Vec::new(), allow_changed_component: false, json: false, store }
+    }
 }
 
 fn parse_status(name: &str) -> Result<RunStatus, String> {
@@ -178,7 +202,8 @@ pub async fn open(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Arc<dy
     nexo_store::open(&location).await.map_err(|e| store_error(&e))
 }
 
-fn store_error(e: &StoreError) -> ExitCode {
+/// Prints a store error; its exit code.
+pub fn store_error(e: &StoreError) -> ExitCode {
     errln!("error: {e}");
     ExitCode::from(2)
 }
@@ -398,12 +423,15 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             }
             Err(e) => store_error(&e),
         },
-        RunsCommand::Resume { run, input, narrow } => {
+        RunsCommand::Resume { run, input, later, narrow } => {
             if let Some(text) = input
                 && let Err(e) = serde_json::from_str::<serde_json::Value>(text)
             {
                 errln!("error: --input must be JSON (for example '{{\"approved\": true}}'): {e}");
                 return ExitCode::from(2);
+            }
+            if *later {
+                return queued_resume(&runs, run, input.clone(), narrow).await;
             }
             let how = match store.run(run).await {
                 Ok(Some(r)) if r.status == RunStatus::Failed => Claim::Retry,
@@ -412,12 +440,15 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             recover_orphans(&runs, base, narrow, &file).await;
             resume(&runs, base, run, how, input.clone(), narrow, &file).await
         }
-        RunsCommand::Approve { run, narrow } | RunsCommand::Deny { run, narrow } => {
+        RunsCommand::Approve { run, later, narrow } | RunsCommand::Deny { run, later, narrow } => {
             let decision =
                 if matches!(command, RunsCommand::Approve { .. }) { Decision::Approved } else { Decision::Denied };
             match runs.decide(run, decision).await {
                 Ok(a) => errln!("{} {}", decision.as_str(), nexo::runs::describe_approval(&a)),
                 Err(e) => return store_error(&e),
+            }
+            if *later {
+                return queued_resume(&runs, run, None, narrow).await;
             }
             recover_orphans(&runs, base, narrow, &file).await;
             resume(&runs, base, run, Claim::Resume, None, narrow, &file).await
@@ -429,6 +460,27 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+/// Queues the resume of `id` for a worker and says so.
+async fn queued_resume(runs: &Runs, id: &str, input: Option<String>, narrow: &Narrow) -> ExitCode {
+    if narrow.mode.is_some() || !narrow.revoke.is_empty() || narrow.allow_changed_component {
+        errln!(
+            "error: --later queues the resume with the grant the run recorded; --mode, --revoke and \
+             --allow-changed-component apply to a resume here (drop --later)"
+        );
+        return ExitCode::from(2);
+    }
+    match runs.queue_resume(id, input).await {
+        Ok(job) => {
+            if narrow.json {
+                nexo::terminal::print_json(&serde_json::json!({"run": id, "job": job.id, "status": "queued"}));
+            }
+            errln!("queued the resume of run {id} (job {}); `nexo worker` runs it", job.id);
+            ExitCode::SUCCESS
+        }
+        Err(e) => store_error(&e),
     }
 }
 
@@ -461,6 +513,17 @@ pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow, 
     orphans.len()
 }
 
+/// How a resume ended, for the CLI and the worker.
+pub enum Resumed {
+    /// The pass ran: the run is done, suspended, failed or cancelled.
+    End(RunEnd),
+    /// It could not start, for this reason (already printed, for the CLI's
+    /// exit code).
+    Refused(String, ExitCode),
+    /// The agent failed in a way the run did not record.
+    Failed(nexo::error::RunError),
+}
+
 /// Resumes, retries or recovers `id` with its recorded settings, narrowed.
 async fn resume(
     runs: &Runs,
@@ -471,27 +534,50 @@ async fn resume(
     narrow: &Narrow,
     file: &grant::ConfigFile,
 ) -> ExitCode {
+    match resume_run(runs, base, id, how, input, narrow, file).await {
+        Resumed::End(end) => report_end(&end, narrow.json),
+        Resumed::Refused(_, code) => code,
+        Resumed::Failed(e) => report::report_error(&e, narrow.json),
+    }
+}
+
+/// One pass of a recorded run: `how` claims it, its recorded settings
+/// (narrowed) run it.
+pub async fn resume_run(
+    runs: &Runs,
+    base: &EngineConfig,
+    id: &str,
+    how: Claim,
+    input: Option<String>,
+    narrow: &Narrow,
+    file: &grant::ConfigFile,
+) -> Resumed {
+    let settings = "its recorded settings cannot be used here; the error above says why";
     let run = match runs.store().run(id).await {
         Ok(Some(run)) => run,
-        Ok(None) => return store_error(&StoreError::NoRun(id.to_string())),
-        Err(e) => return store_error(&e),
+        Ok(None) => {
+            let e = StoreError::NoRun(id.to_string());
+            return Resumed::Refused(e.to_string(), store_error(&e));
+        }
+        Err(e) => return Resumed::Refused(e.to_string(), store_error(&e)),
     };
     let mut rec: Recorded = match serde_json::from_value(run.grant.clone()) {
         Ok(r) => r,
         Err(e) => {
             let why = format!("its recorded settings cannot be read by this nexo ({e})");
-            return unrecoverable(runs, &run, how, &why).await;
+            let code = unrecoverable(runs, &run, how, &why).await;
+            return Resumed::Refused(why, code);
         }
     };
     rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
     let engine = match engine(base, &rec) {
         Ok(e) => e,
-        Err(code) => return code,
+        Err(code) => return Resumed::Refused(settings.into(), code),
     };
     let progress = Arc::new(progress::Progress::new(narrow.json));
     let options = match options(&engine, &rec, &progress).await {
         Ok(o) => o,
-        Err(code) => return code,
+        Err(code) => return Resumed::Refused(settings.into(), code),
     };
     let source = std::path::Path::new(&run.source);
     let result = if run.kind == "toml" {
@@ -499,29 +585,39 @@ async fn resume(
             Ok(agent) => {
                 runs.resume(id, how, input, Subject::File(&agent), &options, narrow.allow_changed_component).await
             }
-            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
+            Err(e) => {
+                close(&options).await;
+                let code = unrecoverable(runs, &run, how, &e.to_string()).await;
+                return Resumed::Refused(e.to_string(), code);
+            }
         }
     } else {
-        let plugin = match Plugin::load(&engine, source).await {
-            Ok(p) => p,
-            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
+        let plugin = Plugin::load(&engine, source).await.map_err(|e| e.to_string());
+        let agent = match &plugin {
+            Ok(p) => p.agent().map(|a| (p, a)).map_err(|e| e.to_string()),
+            Err(why) => Err(why.clone()),
         };
-        let agent = match plugin.agent() {
-            Ok(a) => a,
-            Err(e) => return unrecoverable(runs, &run, how, &e.to_string()).await,
-        };
-        let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
-        runs.resume(id, how, input, subject, &options, narrow.allow_changed_component).await
+        match agent {
+            Ok((plugin, agent)) => {
+                let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
+                runs.resume(id, how, input, subject, &options, narrow.allow_changed_component).await
+            }
+            Err(why) => {
+                close(&options).await;
+                let code = unrecoverable(runs, &run, how, &why).await;
+                return Resumed::Refused(why, code);
+            }
+        }
     };
     progress.finish();
     close(&options).await;
     match result {
-        Ok(end) => report_end(&end, narrow.json),
+        Ok(end) => Resumed::End(end),
         Err(ResumeOutcome::Refused(e)) => {
             errln!("error: {e}");
-            ExitCode::from(2)
+            Resumed::Refused(e.to_string(), ExitCode::from(2))
         }
-        Err(ResumeOutcome::Run(e)) => report::report_error(&e, narrow.json),
+        Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
     }
 }
 

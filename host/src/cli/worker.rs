@@ -1,0 +1,255 @@
+//! Background runs: `nexo run --later` records a run as queued with a job
+//! that starts it, and `nexo worker` takes due jobs from the store and runs
+//! them, any number of workers side by side.
+//!
+//! A job's claim holds a lease the worker renews by heartbeat. A worker
+//! that loses it (it stalled, or the store says another worker has the job)
+//! drops the run at once. The run itself is fenced by its own lease: every
+//! write checks its owner, so a worker that lost a run can never append to
+//! it, and exactly one worker runs it at a time. When a worker dies, its job
+//! lease lapses, another worker claims the job and recovers the run through
+//! replay, so nothing journaled runs twice.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use nexo::agent_file::AgentFile;
+use nexo::runs::{Runs, Subject};
+use nexo::{Engine, EngineConfig, Plugin};
+use nexo_store::{Claim, Job, JobStatus, RunStatus};
+
+use super::runs::{Narrow, Recorded, Resumed, StoreArgs};
+use super::{grant, report, runs};
+
+/// Jobs one worker runs at once when nothing says otherwise.
+const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
+
+/// The flags of `nexo worker`.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The most jobs this worker runs at once [default: the config file's `[worker] max-in-flight`, else 4].
+    #[arg(long, value_name = "N", env = "NEXO_MAX_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_in_flight: Option<u32>,
+    /// How long a job's claim lasts without a heartbeat, in seconds; the worker renews it every third.
+    /// Another worker takes over a job whose lease ran out.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lease_secs: u64,
+    /// How often an idle worker looks for due jobs, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    poll_ms: u64,
+    /// Stop once the store holds no queued or running job (for scripts and tests), instead of
+    /// waiting for more. A job another worker holds, or one waiting for its retry, keeps it going.
+    #[arg(long)]
+    until_idle: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// `nexo run --later`: records the run as queued, with its start job.
+pub async fn queue(engine: &Engine, runs: &Runs, file: &Path, input: &str, rec: &Recorded, json: bool) -> ExitCode {
+    let grant = match serde_json::to_value(rec) {
+        Ok(v) => v,
+        Err(e) => {
+            errln!("error: cannot record the run's settings: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let queued = if report::is_toml(file) {
+        match AgentFile::load(file) {
+            Ok(agent) => runs.queue(Subject::File(&agent), input, grant).await,
+            Err(e) => return report::fail(&e.into()),
+        }
+    } else {
+        let plugin = match Plugin::load(engine, file).await {
+            Ok(p) => p,
+            Err(e) => return report::fail(&e.into()),
+        };
+        let agent = match plugin.agent() {
+            Ok(a) => a,
+            Err(e) => return report::fail(&e.into()),
+        };
+        runs.queue(Subject::Component { agent, sha256: plugin.sha256(), path: file }, input, grant).await
+    };
+    match queued {
+        Ok((run, job)) => {
+            if json {
+                nexo::terminal::print_json(&serde_json::json!({"run": run.id, "job": job.id, "status": "queued"}));
+            } else {
+                outln!("{}", run.id);
+            }
+            errln!(
+                "queued run {} (job {}); `nexo worker` runs it, `nexo runs show {}` follows it",
+                run.id,
+                job.id,
+                run.id
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => runs::store_error(&e),
+    }
+}
+
+/// What every job of one worker shares.
+struct Worker {
+    runs: Runs,
+    base: EngineConfig,
+    file: grant::ConfigFile,
+    store_args: StoreArgs,
+    lease_ms: i64,
+}
+
+/// `nexo worker`.
+pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
+    let file = match grant::read_config(args.store.config()) {
+        Ok(f) => f,
+        Err(e) => return report::config_failure(&e),
+    };
+    let store = match runs::open(store_flag, &file).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let max = args.max_in_flight.or(file.worker.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
+    let worker = Arc::new(Worker {
+        runs: Runs::new(store.clone(), file.buffer_events),
+        base: base.clone(),
+        file,
+        store_args: args.store.clone(),
+        lease_ms: i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
+    });
+    let name = worker.runs.owner().to_string();
+    errln!("worker {name}: up to {max} jobs at once, from {}", store.location());
+    let permits = Arc::new(tokio::sync::Semaphore::new(max as usize));
+    let mut tasks = tokio::task::JoinSet::new();
+    let poll = Duration::from_millis(args.poll_ms);
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = &mut stop => break,
+        };
+        match store.claim_job(&name, worker.lease_ms, nexo_store::now_ms()).await {
+            Ok(Some(job)) => {
+                let worker = worker.clone();
+                tasks.spawn(async move {
+                    worker.handle(job).await;
+                    drop(permit);
+                });
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => errln!("warning: cannot claim a job: {e}"),
+        }
+        drop(permit);
+        while tasks.try_join_next().is_some() {}
+        if args.until_idle && tasks.is_empty() && !pending(&*store).await {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = &mut stop => break,
+        }
+    }
+    // Stopping: no new claims; the jobs under way finish.
+    while tasks.join_next().await.is_some() {}
+    errln!("worker {name}: stopped");
+    ExitCode::SUCCESS
+}
+
+/// Whether any job is still queued (due or not) or running, here or elsewhere.
+async fn pending(store: &dyn nexo_store::Store) -> bool {
+    for status in [JobStatus::Queued, JobStatus::Running] {
+        match store.jobs(Some(status), 1).await {
+            Ok(jobs) if jobs.is_empty() => {}
+            // A store that cannot say keeps the worker up.
+            _ => return true,
+        }
+    }
+    false
+}
+
+impl Worker {
+    /// Runs one claimed job to its end, under a heartbeat: a lost lease
+    /// drops the run on the spot.
+    async fn handle(&self, job: Job) {
+        let Some(lease) = job.lease.clone() else { return };
+        let store = self.runs.store().clone();
+        errln!("job {}: run {} (attempt {} of {})", job.id, job.run, job.attempts, job.max_attempts);
+        let beat = async {
+            let every = Duration::from_millis(u64::try_from(self.lease_ms / 3).unwrap_or(1000).max(1));
+            loop {
+                tokio::time::sleep(every).await;
+                match store.heartbeat_job(&job.id, &lease, self.lease_ms, nexo_store::now_ms()).await {
+                    Ok(true) => {}
+                    Ok(false) => return "another worker holds it now".to_string(),
+                    Err(e) => return format!("its heartbeat failed ({e})"),
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            done = self.run(&job) => done,
+            lost = beat => {
+                errln!("job {}: lost its lease, {lost}; run {} is left to the new holder", job.id, job.run);
+                return;
+            }
+        };
+        let now = nexo_store::now_ms();
+        match outcome {
+            Ok(how) => match store.complete_job(&job.id, &lease, now).await {
+                Ok(_) => errln!("job {}: run {} {how}", job.id, job.run),
+                Err(e) => errln!("warning: job {}: {e}", job.id),
+            },
+            Err(why) => match store.fail_job(&job.id, &lease, &why, now).await {
+                Ok(j) if j.status == JobStatus::Failed => {
+                    errln!("job {}: failed for good after {} attempts: {why}", job.id, j.attempts);
+                    self.give_up(&job.run, &why).await;
+                }
+                Ok(j) => errln!("job {}: failed ({why}); it is tried again in {} ms", job.id, j.not_before_ms - now),
+                Err(e) => errln!("warning: job {}: {e}", job.id),
+            },
+        }
+    }
+
+    /// One attempt: the claim follows from where the run is now, so a job
+    /// retried after a crash picks the run up wherever it was left.
+    async fn run(&self, job: &Job) -> Result<&'static str, String> {
+        let store = self.runs.store();
+        let run = store.run(&job.run).await.map_err(|e| e.to_string())?.ok_or("the run no longer exists")?;
+        let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
+        let how = match (run.status, job.kind) {
+            (RunStatus::Queued, _) => Claim::Start,
+            (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
+            (RunStatus::Running, _) => Claim::Recover,
+            (RunStatus::Failed, _) => Claim::Retry,
+            // Started before and now waits for a decision or an input.
+            (RunStatus::Suspended, nexo_store::JobKind::Start) => return Ok("is suspended"),
+            (RunStatus::Done, _) => return Ok("is done"),
+            (RunStatus::Cancelled, _) => return Ok("is cancelled"),
+        };
+        let narrow = Narrow::none(self.store_args.clone());
+        match runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file).await {
+            Resumed::End(end) => match end.run.status {
+                RunStatus::Done => Ok("is done"),
+                RunStatus::Suspended => Ok("is suspended"),
+                RunStatus::Cancelled => Ok("is cancelled"),
+                _ => Err(end.run.error.unwrap_or_else(|| "the run failed".into())),
+            },
+            Resumed::Refused(why, _) => Err(why),
+            Resumed::Failed(e) => Err(e.to_string()),
+        }
+    }
+
+    /// A job that failed for good leaves no run waiting for it.
+    async fn give_up(&self, id: &str, why: &str) {
+        let store = self.runs.store();
+        if let Ok(Some(run)) = store.run(id).await
+            && run.status == RunStatus::Queued
+        {
+            let _ = store.cancel(id, &format!("its job failed for good: {why}")).await;
+        }
+    }
+}
