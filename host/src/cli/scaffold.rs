@@ -229,6 +229,7 @@ mod tests {
             "loop",
             "claude-binary",
             "claude-builtin-tools",
+            "max-in-flight",
             "backend",
             "hosts",
             "allow-private",
