@@ -516,7 +516,7 @@ pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow, 
 /// How a resume ended, for the CLI and the worker.
 pub enum Resumed {
     /// The pass ran: the run is done, suspended, failed or cancelled.
-    End(RunEnd),
+    End(Box<RunEnd>),
     /// It could not start, for this reason (already printed, for the CLI's
     /// exit code).
     Refused(String, ExitCode),
@@ -612,7 +612,7 @@ pub async fn resume_run(
     progress.finish();
     close(&options).await;
     match result {
-        Ok(end) => Resumed::End(end),
+        Ok(end) => Resumed::End(Box::new(end)),
         Err(ResumeOutcome::Refused(e)) => {
             errln!("error: {e}");
             Resumed::Refused(e.to_string(), ExitCode::from(2))
