@@ -191,6 +191,7 @@ impl Runs {
                 status: RunStatus::Running,
                 lease: Some(self.lease()),
                 created_ms: nexo_store::now_ms(),
+                session: None,
             })
             .await
             .map_err(RunError::from)?;

@@ -97,6 +97,7 @@ async fn store(dir: &Path) -> SqliteStore {
             status: RunStatus::Running,
             lease: Some(Lease { owner: OWNER.into(), until_ms: i64::MAX / 2 }),
             created_ms: nexo_store::now_ms(),
+            session: None,
         })
         .await
         .unwrap();

@@ -15,7 +15,14 @@
 //! - its journal of host calls ([`Entry`]), which a resume replays;
 //! - its pending approval ([`Approval`]), if it waits for one;
 //! - its background jobs ([`Job`]): a queue that workers claim with a
-//!   fenced lease ([`Store::claim_job`]).
+//!   fenced lease ([`Store::claim_job`]);
+//! - the session it is a prompt of, if any.
+//!
+//! And per session ([`Session`]), a remembering instance of an agent
+//! addressed by `(agent, instance)`: its thread, an ordered list of JSON
+//! messages that a prompt appends to only if no other prompt of the session
+//! appended first ([`Store::append_thread`]). Deleting or expiring a session
+//! deletes its thread and every run linked to it.
 //!
 //! Every write is one [`Batch`] committed atomically and durably: when
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
@@ -25,6 +32,7 @@ mod memory;
 mod postgres;
 mod refusal;
 mod rows;
+mod sessions;
 mod sql;
 mod sqlite;
 
@@ -36,11 +44,12 @@ use serde_json::Value;
 pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, retry_delay_ms};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
+pub use sessions::{Session, new_session_id};
 pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -94,6 +103,12 @@ pub enum StoreError {
     /// No such job.
     #[error("there is no job `{0}` in this store")]
     NoJob(String),
+    /// No such session: it was never opened, or it was deleted or expired.
+    #[error(
+        "there is no session `{0}` in this store (it was deleted or expired, or never opened; \
+         `nexo sessions list` shows the sessions there are)"
+    )]
+    NoSession(String),
     /// The operation does not fit the run's state, for example resuming a
     /// finished run or claiming one another process owns.
     #[error("{0}")]
@@ -272,6 +287,9 @@ pub struct NewRun {
     pub lease: Option<Lease>,
     /// When it was created.
     pub created_ms: i64,
+    /// The session this run is a prompt of, which must exist
+    /// ([`StoreError::NoSession`]); `None` for a plain run.
+    pub session: Option<String>,
 }
 
 impl NewRun {
@@ -294,6 +312,7 @@ impl NewRun {
             created_ms: self.created_ms,
             updated_ms: self.created_ms,
             lease: self.lease,
+            session: self.session,
         }
     }
 }
@@ -348,6 +367,8 @@ pub struct Run {
     pub updated_ms: i64,
     /// The owner's lease, while `running`.
     pub lease: Option<Lease>,
+    /// The session this run is a prompt of, if any.
+    pub session: Option<String>,
 }
 
 /// One journaled host call. Sequence numbers are assigned when a call
@@ -618,6 +639,53 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Jobs, newest first (by `created_ms`, then by id), optionally of one
     /// status, at most `limit`.
     async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>>;
+
+    /// Finds the session `(agent, instance)` or creates it with an empty
+    /// thread, and touches its `updated_ms` (it never goes back: a process
+    /// whose clock is behind does not make a session look older). One
+    /// statement, `INSERT … ON CONFLICT (agent, instance) DO UPDATE`, so
+    /// concurrent opens in any number of processes return the same session.
+    async fn open_session(&self, agent: &str, instance: &str, now_ms: i64) -> StoreResult<Session>;
+
+    /// The session at `(agent, instance)`, if any. Reading it does not touch
+    /// it.
+    async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>>;
+
+    /// One session, by id.
+    async fn session_by_id(&self, id: &str) -> StoreResult<Option<Session>>;
+
+    /// Sessions, most recently updated first (by `updated_ms`, then by id,
+    /// largest first), optionally of one agent, at most `limit`.
+    async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>>;
+
+    /// The session's thread, in order (empty for a session that is not
+    /// there).
+    async fn thread(&self, id: &str) -> StoreResult<Vec<Value>>;
+
+    /// Appends `messages` to the session's thread if it still holds exactly
+    /// `expected` messages, and touches `updated_ms` (as
+    /// [`Store::open_session`] does); returns the session as it now is. The
+    /// count is the version check: of two prompts that read the same thread,
+    /// the first to append wins and the other gets a
+    /// [`StoreError::Conflict`] and changes nothing (it should reload the
+    /// thread and retry). No such session is [`StoreError::NoSession`].
+    async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now_ms: i64) -> StoreResult<Session>;
+
+    /// The runs linked to the session, oldest first (by `created_ms`, then
+    /// by id).
+    async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>>;
+
+    /// Deletes the session, its thread, and every run linked to it with
+    /// that run's journal, events, checkpoints, approval and jobs. `false`
+    /// if there was no such session.
+    async fn delete_session(&self, id: &str) -> StoreResult<bool>;
+
+    /// Deletes, as [`Store::delete_session`] does, every session whose
+    /// `updated_ms` is before `updated_before_ms`, and returns their ids
+    /// (sorted). Nothing else changes: a session updated at or after the
+    /// cut stays, and so does every run that is not linked to a deleted
+    /// session.
+    async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if
@@ -632,13 +700,18 @@ pub async fn open(location: &Location) -> StoreResult<std::sync::Arc<dyn Store>>
 
 /// A new run id: `r` then 26 characters, sortable by creation time.
 pub fn new_run_id() -> String {
+    new_id('r')
+}
+
+/// `prefix` then 26 characters: 10 of the time in milliseconds, 16 random.
+fn new_id(prefix: char) -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
     const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0) as u64;
     let mut random = [0u8; 10];
     fill_random(&mut random);
     let mut id = String::with_capacity(27);
-    id.push('r');
+    id.push(prefix);
     for i in (0..10).rev() {
         id.push(ALPHABET[((now >> (i * 5)) & 31) as usize] as char);
     }

@@ -2,7 +2,7 @@
 //! rules as SQLite (leases, claims, write-once checkpoints) so code that
 //! works against one works against the other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -12,9 +12,10 @@ use crate::refusal::{
     claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
     run_exists,
 };
+use crate::sessions::{check_expected, touched};
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus, Store,
-    StoreError, StoreResult, StoredEvent, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus, Session,
+    Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
 };
 
 /// A store that lives only as long as the process.
@@ -35,6 +36,12 @@ struct Inner {
     jobs: BTreeMap<String, Job>,
     /// The last fencing token a job claim got.
     last_token: i64,
+    /// By id.
+    sessions: BTreeMap<String, Session>,
+    /// Session ids by `(agent, instance)`: the unique address.
+    addresses: BTreeMap<(String, String), String>,
+    /// Per session, in order.
+    threads: BTreeMap<String, Vec<Value>>,
 }
 
 impl MemoryStore {
@@ -90,6 +97,26 @@ impl Inner {
         self.jobs.get_mut(id).ok_or_else(|| StoreError::NoJob(id.to_string()))
     }
 
+    /// Deletes session `id`, its thread, and its runs with everything
+    /// theirs (the relational schema's cascades); `false` if it is not
+    /// there.
+    fn delete_session(&mut self, id: &str) -> bool {
+        let Some(session) = self.sessions.remove(id) else { return false };
+        self.addresses.remove(&(session.agent, session.instance));
+        self.threads.remove(id);
+        let runs: BTreeSet<String> =
+            self.runs.values().filter(|r| r.session.as_deref() == Some(id)).map(|r| r.id.clone()).collect();
+        for run in &runs {
+            self.runs.remove(run);
+            self.journal.remove(run);
+            self.checkpoints.remove(run);
+            self.approvals.remove(run);
+        }
+        self.events.retain(|e| !runs.contains(&e.run));
+        self.jobs.retain(|_, j| !runs.contains(&j.run));
+        true
+    }
+
     fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
         let next = self.events.last().map_or(1, |e| e.id + 1);
         self.events.push(StoredEvent { id: next, run: id.to_string(), kind, data, at_ms });
@@ -106,6 +133,11 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         if inner.runs.contains_key(&new.id) {
             return Err(StoreError::Conflict(run_exists(&new.id)));
+        }
+        if let Some(session) = &new.session
+            && !inner.sessions.contains_key(session)
+        {
+            return Err(StoreError::NoSession(session.clone()));
         }
         let id = new.id.clone();
         let run = new.into_run();
@@ -360,5 +392,82 @@ impl Store for MemoryStore {
         jobs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
         jobs.truncate(limit);
         Ok(jobs)
+    }
+
+    async fn open_session(&self, agent: &str, instance: &str, now: i64) -> StoreResult<Session> {
+        let mut inner = self.lock();
+        let address = (agent.to_string(), instance.to_string());
+        if let Some(id) = inner.addresses.get(&address).cloned()
+            && let Some(session) = inner.sessions.get_mut(&id)
+        {
+            session.updated_ms = touched(session.updated_ms, now);
+            return Ok(session.clone());
+        }
+        let session = Session {
+            id: new_session_id(),
+            agent: address.0.clone(),
+            instance: address.1.clone(),
+            messages: 0,
+            created_ms: now,
+            updated_ms: now,
+        };
+        inner.addresses.insert(address, session.id.clone());
+        inner.sessions.insert(session.id.clone(), session.clone());
+        Ok(session)
+    }
+
+    async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>> {
+        let inner = self.lock();
+        let id = inner.addresses.get(&(agent.to_string(), instance.to_string()));
+        Ok(id.and_then(|id| inner.sessions.get(id)).cloned())
+    }
+
+    async fn session_by_id(&self, id: &str) -> StoreResult<Option<Session>> {
+        Ok(self.lock().sessions.get(id).cloned())
+    }
+
+    async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>> {
+        let inner = self.lock();
+        let mut sessions: Vec<Session> =
+            inner.sessions.values().filter(|s| agent.is_none_or(|a| s.agent == a)).cloned().collect();
+        sessions.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| b.id.cmp(&a.id)));
+        sessions.truncate(limit);
+        Ok(sessions)
+    }
+
+    async fn thread(&self, id: &str) -> StoreResult<Vec<Value>> {
+        Ok(self.lock().threads.get(id).cloned().unwrap_or_default())
+    }
+
+    async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
+        let mut inner = self.lock();
+        let session = inner.sessions.get_mut(id).ok_or_else(|| StoreError::NoSession(id.to_string()))?;
+        check_expected(session, expected)?;
+        session.messages += messages.len() as u64;
+        session.updated_ms = touched(session.updated_ms, now);
+        let session = session.clone();
+        inner.threads.entry(id.to_string()).or_default().extend(messages);
+        Ok(session)
+    }
+
+    async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        let mut runs: Vec<Run> = inner.runs.values().filter(|r| r.session.as_deref() == Some(id)).cloned().collect();
+        runs.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok(runs)
+    }
+
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        Ok(self.lock().delete_session(id))
+    }
+
+    async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
+        let mut inner = self.lock();
+        let expired: Vec<String> =
+            inner.sessions.values().filter(|s| s.updated_ms < updated_before_ms).map(|s| s.id.clone()).collect();
+        for id in &expired {
+            inner.delete_session(id);
+        }
+        Ok(expired)
     }
 }

@@ -9,6 +9,9 @@
 //! wins and the other sees the run as the winner left it. Job claims take
 //! `FOR UPDATE SKIP LOCKED`, so concurrent workers take different jobs
 //! without waiting for each other.
+//! An append to a session's thread updates the session's row only if its
+//! message count is still the one the prompt started from; a racing append
+//! waits for that row lock, then finds the new count and writes nothing.
 //!
 //! Opening migrates the schema in one transaction under an advisory lock
 //! (`pg_advisory_xact_lock`), so processes that open a new database at once
@@ -30,10 +33,11 @@ use crate::refusal::{
     run_exists,
 };
 use crate::rows::{Errors, postgres as rows};
+use crate::sessions::{counts, not_appended};
 use crate::sql;
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run, RunStatus,
-    SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
+    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -155,6 +159,51 @@ impl PgStore {
 
     fn decode_job(&self, row: &PgRow) -> StoreResult<Job> {
         self.decode(|errors| rows::job(row, errors))
+    }
+
+    fn decode_session(&self, row: &PgRow) -> StoreResult<Session> {
+        self.decode(|errors| rows::session(row, errors))
+    }
+
+    async fn append_thread_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        expected: u64,
+        messages: Vec<Value>,
+        now: i64,
+    ) -> StoreResult<Session> {
+        let (before, after) = counts(expected, messages.len())?;
+        // The update locks the session's row until the transaction ends: a
+        // racing append waits for it, then finds the new count and writes
+        // nothing.
+        let row = sqlx::query(sql::ADVANCE_THREAD)
+            .bind(id)
+            .bind(before)
+            .bind(after)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        let Some(row) = row else {
+            let row = sqlx::query(sql::SELECT_SESSION_BY_ID)
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            return Err(not_appended(id, expected, row.map(|r| self.decode_session(&r)).transpose()?));
+        };
+        let session = self.decode_session(&row)?;
+        for (seq, message) in (before..).zip(&messages) {
+            sqlx::query(sql::APPEND_MESSAGE)
+                .bind(id)
+                .bind(seq)
+                .bind(message.to_string())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        Ok(session)
     }
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
@@ -510,9 +559,17 @@ impl Store for PgStore {
             .bind(run.updated_ms)
             .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
             .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .bind(&run.session)
             .execute(&self.pool)
-            .await
-            .map_err(|e| self.error(&e))?;
+            .await;
+        let inserted = match inserted {
+            Ok(done) => done,
+            // The only foreign key a run has that a caller names: its session.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
+            }
+            Err(e) => return Err(self.error(&e)),
+        };
         if inserted.rows_affected() == 0 {
             return Err(StoreError::Conflict(run_exists(&run.id)));
         }
@@ -745,6 +802,81 @@ impl Store for PgStore {
         }
         .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode_job(r)).collect()
+    }
+
+    async fn open_session(&self, agent: &str, instance: &str, now: i64) -> StoreResult<Session> {
+        // One upsert: of concurrent opens one inserts, the others wait for
+        // its row and then touch it, so all of them return the same session.
+        let row = sqlx::query(sql::OPEN_SESSION)
+            .bind(new_session_id())
+            .bind(agent)
+            .bind(instance)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        self.decode_session(&row)
+    }
+
+    async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>> {
+        let row = sqlx::query(sql::SELECT_SESSION)
+            .bind(agent)
+            .bind(instance)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_session(&r)).transpose()
+    }
+
+    async fn session_by_id(&self, id: &str) -> StoreResult<Option<Session>> {
+        let row = sqlx::query(sql::SELECT_SESSION_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_session(&r)).transpose()
+    }
+
+    async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match agent {
+            Some(a) => sqlx::query(sql::LIST_SESSIONS_BY_AGENT).bind(a).bind(limit).fetch_all(&self.pool).await,
+            None => sqlx::query(sql::LIST_SESSIONS).bind(limit).fetch_all(&self.pool).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_session(r)).collect()
+    }
+
+    async fn thread(&self, id: &str) -> StoreResult<Vec<Value>> {
+        let rows = sqlx::query(sql::THREAD).bind(id).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|row| self.decode(|errors| rows::message(id, row, errors))).collect()
+    }
+
+    async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
+        let mut tx = self.begin().await?;
+        let result = self.append_thread_in(&mut tx, id, expected, messages, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>> {
+        let rows = sqlx::query(sql::SESSION_RUNS).bind(id).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        let deleted =
+            sqlx::query(sql::DELETE_SESSION).bind(id).execute(&self.pool).await.map_err(|e| self.error(&e))?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
+        let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
+            .bind(updated_before_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        ids.sort();
+        Ok(ids)
     }
 }
 

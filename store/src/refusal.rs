@@ -81,3 +81,13 @@ pub(crate) fn job_lapsed(attempts: u32, worker: &str) -> String {
          `{worker}` (did it crash or stall? its log says why)"
     )
 }
+
+/// An append to a session's thread by a prompt that started from a thread
+/// another prompt has since appended to.
+pub(crate) fn thread_moved(id: &str, expected: u64, found: u64) -> String {
+    format!(
+        "session `{id}` has moved on: its thread holds {found} message(s), not the {expected} this prompt \
+         started from, because another prompt of this session finished first; nothing was appended: load \
+         the thread again and retry the prompt"
+    )
+}

@@ -34,7 +34,7 @@ macro_rules! decoders {
         use super::{Errors, count, json, unsigned};
         #[allow(unused_imports)]
         use crate::{
-            Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, StoreError,
+            Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, Session, StoreError,
             StoredEvent,
         };
         use serde_json::Value;
@@ -88,8 +88,32 @@ macro_rules! decoders {
                 created_ms: column(row, "created_ms", errors)?,
                 updated_ms: column(row, "updated_ms", errors)?,
                 lease,
+                session: column(row, "session", errors)?,
                 id,
             })
+        }
+
+        /// A session, from [`crate::sql::SELECT_SESSION`]'s columns.
+        pub(crate) fn session(row: &Row, errors: &Errors<'_>) -> Result<Session, StoreError> {
+            let id: String = column(row, "id", errors)?;
+            Ok(Session {
+                agent: column(row, "agent", errors)?,
+                instance: column(row, "instance", errors)?,
+                messages: unsigned(
+                    column(row, "messages", errors)?,
+                    || format!("session `{id}` has a negative message count"),
+                    errors,
+                )?,
+                created_ms: column(row, "created_ms", errors)?,
+                updated_ms: column(row, "updated_ms", errors)?,
+                id,
+            })
+        }
+
+        /// One message of session `id`'s thread, from [`crate::sql::THREAD`].
+        pub(crate) fn message(id: &str, row: &Row, errors: &Errors<'_>) -> Result<Value, StoreError> {
+            let message: String = column(row, "message", errors)?;
+            json(&message, &format!("a message of session `{id}`'s thread"), errors)
         }
 
         /// Run `id`'s pending approval, from [`crate::sql::SELECT_APPROVAL`].

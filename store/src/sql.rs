@@ -60,8 +60,18 @@ pub(crate) const SCHEMA_TABLE: &str = "nexo_schema";
 
 /// Every table the migrations create: a database that has one of them
 /// but no [`SCHEMA_TABLE`] is not a nexo store.
-pub(crate) const TABLES: &[&str] =
-    &[SCHEMA_TABLE, "runs", "journal", "events", "checkpoints", "approvals", "jobs", "job_tokens"];
+pub(crate) const TABLES: &[&str] = &[
+    SCHEMA_TABLE,
+    "runs",
+    "journal",
+    "events",
+    "checkpoints",
+    "approvals",
+    "jobs",
+    "job_tokens",
+    "sessions",
+    "thread_messages",
+];
 
 /// Every migration, oldest first. The last one's version is
 /// [`crate::SCHEMA_VERSION`] (a unit test checks).
@@ -172,6 +182,40 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE TABLE job_tokens (token {SERIAL_ID})",
         ],
     },
+    Migration {
+        version: 3,
+        statements: &[
+            // Sessions: one per address. `messages` counts the thread's rows
+            // and is the version an append checks.
+            "CREATE TABLE sessions (
+            id {KEY} NOT NULL PRIMARY KEY,
+            agent {KEY} NOT NULL,
+            instance {KEY} NOT NULL,
+            messages BIGINT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            updated_ms BIGINT NOT NULL,
+            UNIQUE (agent, instance)
+        )",
+            // `sessions`, most recently updated first, with and without an
+            // agent; retention, by `updated_ms`.
+            "CREATE INDEX sessions_by_updated ON sessions (updated_ms, id)",
+            "CREATE INDEX sessions_by_agent ON sessions (agent, updated_ms, id)",
+            "CREATE TABLE thread_messages (
+            session {KEY} NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            message TEXT NOT NULL,
+            PRIMARY KEY (session, seq)
+        )",
+            // A prompt of a session is a run linked to it. Deleting the
+            // session deletes its runs, and with them (their own cascades)
+            // their journal, events, checkpoints, approval and jobs. SQLite
+            // adds a column with a foreign key only if it is nullable, as
+            // this one is.
+            "ALTER TABLE runs ADD COLUMN session {KEY} REFERENCES sessions (id) ON DELETE CASCADE",
+            // `session_runs`, and the cascade's lookup.
+            "CREATE INDEX runs_by_session ON runs (session, created_ms, id)",
+        ],
+    },
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
@@ -184,16 +228,18 @@ pub(crate) const RECORD_MIGRATION: &str = "INSERT INTO nexo_schema (version, app
 macro_rules! run_columns {
     () => {
         "id, agent, kind, source, component_sha256, input, grant_json, status, suspend_reason, resume_key, \
-         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms"
+         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session"
     };
 }
 
-/// Records a new run; `$1…$17` are the run's columns in [`run_columns!`]
-/// order. No row is written (0 rows affected) if the id is taken.
+/// Records a new run; `$1…$18` are the run's columns in [`run_columns!`]
+/// order. No row is written (0 rows affected) if the id is taken; a
+/// session that is not there fails the schema's foreign key.
 pub(crate) const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT (id) DO NOTHING"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+     ON CONFLICT (id) DO NOTHING"
 );
 
 macro_rules! select_run {
@@ -398,6 +444,74 @@ pub(crate) const LIST_JOBS: &str =
 pub(crate) const LIST_JOBS_BY_STATUS: &str =
     concat!("SELECT ", job_columns!(), " FROM jobs WHERE status = $1 ORDER BY created_ms DESC, id DESC LIMIT $2");
 
+/// The columns of a session, in the order the backends read them.
+macro_rules! session_columns {
+    () => {
+        "id, agent, instance, messages, created_ms, updated_ms"
+    };
+}
+
+/// Finds or creates the session at an address and touches it, in one
+/// statement: `$1` id for a new session, `$2` agent, `$3` instance, `$4`
+/// when. Returns the session. The touch never moves `updated_ms` back.
+pub(crate) const OPEN_SESSION: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") VALUES ($1, $2, $3, 0, $4, $4) ON CONFLICT (agent, instance) DO UPDATE SET updated_ms = \
+     CASE WHEN sessions.updated_ms < excluded.updated_ms THEN excluded.updated_ms ELSE sessions.updated_ms END \
+     RETURNING ",
+    session_columns!()
+);
+
+/// The session at an address: `$1` agent, `$2` instance.
+pub(crate) const SELECT_SESSION: &str =
+    concat!("SELECT ", session_columns!(), " FROM sessions WHERE agent = $1 AND instance = $2");
+
+/// One session: `$1` id.
+pub(crate) const SELECT_SESSION_BY_ID: &str = concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = $1");
+
+/// Sessions, most recently updated first: `$1` limit.
+pub(crate) const LIST_SESSIONS: &str =
+    concat!("SELECT ", session_columns!(), " FROM sessions ORDER BY updated_ms DESC, id DESC LIMIT $1");
+
+/// One agent's sessions, most recently updated first: `$1` agent, `$2`
+/// limit.
+pub(crate) const LIST_SESSIONS_BY_AGENT: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE agent = $1 ORDER BY updated_ms DESC, id DESC LIMIT $2"
+);
+
+/// A session's thread in order: `$1` session.
+pub(crate) const THREAD: &str = "SELECT message FROM thread_messages WHERE session = $1 ORDER BY seq";
+
+/// Moves a session's count from `$2` to `$3` and touches it (`$4` when),
+/// if it still holds `$2` messages: the version check of an append. 0 rows:
+/// it does not, or there is no session `$1`. On PostgreSQL a concurrent
+/// append waits for the row and then finds the new count, so it too
+/// returns no row.
+pub(crate) const ADVANCE_THREAD: &str = concat!(
+    "UPDATE sessions SET messages = $3, updated_ms = CASE WHEN updated_ms < $4 THEN $4 ELSE updated_ms END \
+     WHERE id = $1 AND messages = $2 RETURNING ",
+    session_columns!()
+);
+
+/// Appends one message to a thread: `$1` session, `$2` its position from
+/// 0, `$3` the message (JSON).
+pub(crate) const APPEND_MESSAGE: &str = "INSERT INTO thread_messages (session, seq, message) VALUES ($1, $2, $3)";
+
+/// The runs linked to a session, oldest first: `$1` session.
+pub(crate) const SESSION_RUNS: &str =
+    concat!("SELECT ", run_columns!(), " FROM runs WHERE session = $1 ORDER BY created_ms, id");
+
+/// Deletes a session: `$1` id. The schema's cascades delete its thread and
+/// its runs with everything theirs.
+pub(crate) const DELETE_SESSION: &str = "DELETE FROM sessions WHERE id = $1";
+
+/// Deletes every session updated before `$1` (as [`DELETE_SESSION`]),
+/// returning their ids.
+pub(crate) const EXPIRE_SESSIONS: &str = "DELETE FROM sessions WHERE updated_ms < $1 RETURNING id";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -410,9 +524,15 @@ mod tests {
 
     #[test]
     fn queries_use_numbered_placeholders_only() {
-        for sql in
-            [super::INSERT_RUN, super::APPEND_ENTRY_IF_OWNER, super::PUT_APPROVAL, super::EVENTS, super::INSERT_JOB]
-        {
+        for sql in [
+            super::INSERT_RUN,
+            super::APPEND_ENTRY_IF_OWNER,
+            super::PUT_APPROVAL,
+            super::EVENTS,
+            super::INSERT_JOB,
+            super::OPEN_SESSION,
+            super::ADVANCE_THREAD,
+        ] {
             assert!(!sql.contains('?'), "{sql}");
         }
     }

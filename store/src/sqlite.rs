@@ -34,10 +34,11 @@ use crate::refusal::{
     run_exists,
 };
 use crate::rows::{Errors, sqlite as rows};
+use crate::sessions::{counts, not_appended};
 use crate::sql;
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus,
-    SCHEMA_VERSION, Store, StoreError, StoreResult, StoredEvent, Transition, now_ms,
+    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -343,6 +344,47 @@ impl SqliteStore {
         self.decode(|errors| rows::job(row, errors))
     }
 
+    fn decode_session(&self, row: &SqliteRow) -> StoreResult<Session> {
+        self.decode(|errors| rows::session(row, errors))
+    }
+
+    async fn fetch_session(&self, conn: &mut SqliteConnection, id: &str) -> StoreResult<Option<Session>> {
+        let row =
+            sqlx::query(sql::SELECT_SESSION_BY_ID).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_session(&r)).transpose()
+    }
+
+    async fn append_thread_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        expected: u64,
+        messages: Vec<Value>,
+        now: i64,
+    ) -> StoreResult<Session> {
+        let (before, after) = counts(expected, messages.len())?;
+        let row = sqlx::query(sql::ADVANCE_THREAD)
+            .bind(id)
+            .bind(before)
+            .bind(after)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Err(not_appended(id, expected, self.fetch_session(conn, id).await?)) };
+        let session = self.decode_session(&row)?;
+        for (seq, message) in (before..).zip(&messages) {
+            sqlx::query(sql::APPEND_MESSAGE)
+                .bind(id)
+                .bind(seq)
+                .bind(message.to_string())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+        }
+        Ok(session)
+    }
+
     async fn fetch_job(&self, conn: &mut SqliteConnection, id: &str) -> StoreResult<Option<Job>> {
         let row = sqlx::query(sql::SELECT_JOB).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
         row.map(|r| self.decode_job(&r)).transpose()
@@ -598,9 +640,17 @@ impl Store for SqliteStore {
             .bind(run.updated_ms)
             .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
             .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .bind(&run.session)
             .execute(&mut *conn)
-            .await
-            .map_err(|e| self.error(&e))?;
+            .await;
+        let inserted = match inserted {
+            Ok(done) => done,
+            // The only foreign key a run has that a caller names: its session.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
+            }
+            Err(e) => return Err(self.error(&e)),
+        };
         if inserted.rows_affected() == 0 {
             return Err(StoreError::Conflict(run_exists(&run.id)));
         }
@@ -855,6 +905,79 @@ impl Store for SqliteStore {
         }
         .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode_job(r)).collect()
+    }
+
+    async fn open_session(&self, agent: &str, instance: &str, now: i64) -> StoreResult<Session> {
+        let mut conn = self.writer().await?;
+        let row = sqlx::query(sql::OPEN_SESSION)
+            .bind(new_session_id())
+            .bind(agent)
+            .bind(instance)
+            .bind(now)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        self.decode_session(&row)
+    }
+
+    async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>> {
+        let row = sqlx::query(sql::SELECT_SESSION)
+            .bind(agent)
+            .bind(instance)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_session(&r)).transpose()
+    }
+
+    async fn session_by_id(&self, id: &str) -> StoreResult<Option<Session>> {
+        let mut conn = self.reader.acquire().await.map_err(|e| self.error(&e))?;
+        self.fetch_session(&mut conn, id).await
+    }
+
+    async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match agent {
+            Some(a) => sqlx::query(sql::LIST_SESSIONS_BY_AGENT).bind(a).bind(limit).fetch_all(&self.reader).await,
+            None => sqlx::query(sql::LIST_SESSIONS).bind(limit).fetch_all(&self.reader).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_session(r)).collect()
+    }
+
+    async fn thread(&self, id: &str) -> StoreResult<Vec<Value>> {
+        let rows = sqlx::query(sql::THREAD).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|row| self.decode(|errors| rows::message(id, row, errors))).collect()
+    }
+
+    async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = self.append_thread_in(&mut tx, id, expected, messages, now).await;
+        self.finish(tx, result).await
+    }
+
+    async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>> {
+        let rows = sqlx::query(sql::SESSION_RUNS).bind(id).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        let mut conn = self.writer().await?;
+        let deleted =
+            sqlx::query(sql::DELETE_SESSION).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
+        let mut conn = self.writer().await?;
+        let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
+            .bind(updated_before_ms)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        ids.sort();
+        Ok(ids)
     }
 }
 

@@ -10,7 +10,7 @@ mod support;
 
 use nexo_store::{
     Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, MemoryStore, NewEvent, NewJob,
-    NewRun, PgStore, RunStatus, SqliteStore, Store, StoreError, Transition,
+    NewRun, PgStore, RunStatus, Session, SqliteStore, Store, StoreError, Transition,
 };
 use serde_json::{Value, json};
 
@@ -102,6 +102,12 @@ suite!(
     failures_back_off_then_stay_failed,
     a_reclaimed_job_gets_a_greater_token,
     a_job_whose_lease_lapses_every_attempt_fails,
+    a_session_is_opened_once_per_address,
+    sessions_are_listed_most_recently_updated_first,
+    an_append_needs_the_count_it_started_from,
+    runs_link_to_their_session,
+    deleting_a_session_deletes_its_thread_and_runs_only,
+    expiry_deletes_sessions_updated_before_the_cut_only,
 );
 
 const OWNER: &str = "host:1:a";
@@ -124,6 +130,7 @@ fn new_run(id: &str, status: RunStatus, created_ms: i64) -> NewRun {
         status,
         lease: (status == RunStatus::Running).then(|| lease(OWNER, FAR)),
         created_ms,
+        session: None,
     }
 }
 
@@ -756,4 +763,285 @@ async fn a_job_whose_lease_lapses_every_attempt_fails(store: Arc<dyn Store>) {
     conflict(store.complete_job("j1", &last, 203).await, "(it is failed)");
     assert_eq!(store.claim_job("w3", 100, FAR).await.unwrap().map(|j| j.id), Some("j2".to_string()));
     assert_eq!(store.job("j1").await.unwrap().unwrap().status, JobStatus::Failed);
+}
+
+#[track_caller]
+fn no_session(result: Result<impl std::fmt::Debug, StoreError>, id: &str) {
+    match result {
+        Err(StoreError::NoSession(missing)) => assert_eq!(missing, id),
+        other => panic!("expected NoSession({id}), got {other:?}"),
+    }
+}
+
+/// What a stale append is refused with.
+const MOVED_ON: &str = "another prompt of this session finished first; nothing was appended";
+
+/// A model message as the host stores it: any JSON.
+fn message(n: u64) -> Value {
+    let role = if n.is_multiple_of(2) { "user" } else { "assistant" };
+    json!({"role": role, "content": [{"text": format!("turn {n} ✓")}], "n": n})
+}
+
+async fn a_session_is_opened_once_per_address(store: Arc<dyn Store>) {
+    let first = store.open_session("hello", "alice", 1_000).await.unwrap();
+    assert!(first.id.starts_with('s') && first.id.len() == 27, "{}", first.id);
+    assert_eq!((first.agent.as_str(), first.instance.as_str()), ("hello", "alice"));
+    assert_eq!((first.messages, first.created_ms, first.updated_ms), (0, 1_000, 1_000));
+    assert!(store.thread(&first.id).await.unwrap().is_empty());
+
+    // Opening again finds it and touches it.
+    let again = store.open_session("hello", "alice", 2_000).await.unwrap();
+    assert_eq!(again, Session { updated_ms: 2_000, ..first.clone() });
+    // A process whose clock is behind does not make it look older.
+    let behind = store.open_session("hello", "alice", 1_500).await.unwrap();
+    assert_eq!(behind, again);
+
+    // The address is the pair: the same instance of another agent, or
+    // another instance of this one, is another session.
+    let bob = store.open_session("hello", "bob", 3_000).await.unwrap();
+    let other = store.open_session("other", "alice", 3_000).await.unwrap();
+    let ids: std::collections::BTreeSet<&str> = [&first.id, &bob.id, &other.id].map(String::as_str).into();
+    assert_eq!(ids.len(), 3);
+
+    // Reads do not touch.
+    assert_eq!(store.session("hello", "alice").await.unwrap(), Some(again.clone()));
+    assert_eq!(store.session_by_id(&first.id).await.unwrap(), Some(again.clone()));
+    assert_eq!(store.session("other", "alice").await.unwrap(), Some(other.clone()));
+    assert_eq!(store.session_by_id(&other.id).await.unwrap(), Some(other));
+    assert_eq!(store.session("hello", "carol").await.unwrap(), None);
+    assert_eq!(store.session("nobody", "alice").await.unwrap(), None);
+    assert_eq!(store.session_by_id("s-missing").await.unwrap(), None);
+    // An id is not an address.
+    assert_eq!(store.session("hello", &first.id).await.unwrap(), None);
+    assert_eq!(store.session_by_id(&first.id).await.unwrap().unwrap().updated_ms, 2_000);
+}
+
+async fn sessions_are_listed_most_recently_updated_first(store: Arc<dyn Store>) {
+    let a = store.open_session("hello", "a", 1_000).await.unwrap();
+    let b = store.open_session("hello", "b", 3_000).await.unwrap();
+    let c = store.open_session("other", "c", 2_000).await.unwrap();
+    // Two updated at the same moment: the id breaks the tie, largest first.
+    let d = store.open_session("hello", "d", 4_000).await.unwrap();
+    let e = store.open_session("other", "e", 4_000).await.unwrap();
+    let (tie_first, tie_second) = if d.id > e.id { (&d, &e) } else { (&e, &d) };
+    // An append moves a session up, as an open does.
+    let a = store.append_thread(&a.id, 0, vec![message(0)], 5_000).await.unwrap();
+
+    let ids = |sessions: Vec<Session>| sessions.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    let want = |sessions: &[&Session]| sessions.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+    let all = store.sessions(None, 10).await.unwrap();
+    assert_eq!(ids(all.clone()), want(&[&a, tie_first, tie_second, &b, &c]));
+    assert_eq!(all[0], a, "every field reads back");
+    assert_eq!(ids(store.sessions(Some("hello"), 10).await.unwrap()), want(&[&a, &d, &b]));
+    assert_eq!(ids(store.sessions(Some("other"), 10).await.unwrap()), want(&[&e, &c]));
+    assert_eq!(ids(store.sessions(None, 2).await.unwrap()), want(&[&a, tie_first]));
+    assert_eq!(ids(store.sessions(Some("hello"), 1).await.unwrap()), want(&[&a]));
+    assert!(store.sessions(None, 0).await.unwrap().is_empty());
+    assert!(store.sessions(Some("nobody"), 10).await.unwrap().is_empty());
+    assert_eq!(store.sessions(None, usize::MAX).await.unwrap().len(), 5);
+}
+
+async fn an_append_needs_the_count_it_started_from(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let id = session.id.clone();
+    let bystander = store.open_session("hello", "bob", 1_000).await.unwrap();
+
+    let after = store.append_thread(&id, 0, vec![message(0), message(1)], 2_000).await.unwrap();
+    assert_eq!(after, Session { messages: 2, updated_ms: 2_000, ..session.clone() });
+    assert_eq!(store.session_by_id(&id).await.unwrap(), Some(after.clone()));
+    let after = store.append_thread(&id, 2, vec![message(2)], 3_000).await.unwrap();
+    assert_eq!((after.messages, after.updated_ms), (3, 3_000));
+
+    // A prompt that started from 2 messages lost the race: refused, and
+    // nothing changes.
+    for stale in [2, 0, 4] {
+        conflict(store.append_thread(&id, stale, vec![json!("late")], 9_000).await, MOVED_ON);
+    }
+    let refused = store.append_thread(&id, 2, vec![json!("late")], 9_000).await.unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("session `{id}`"))
+            && refused.contains("holds 3 message(s), not the 2 this prompt started from")
+            && refused.contains("load the thread again and retry"),
+        "{refused}"
+    );
+    assert_eq!(store.session_by_id(&id).await.unwrap(), Some(after.clone()));
+    assert_eq!(store.thread(&id).await.unwrap(), vec![message(0), message(1), message(2)]);
+
+    // Order holds over several appends, whatever the messages are.
+    let odd = json!({"nested": {"list": [1, 2.5, null, true], "text": "line\nbreak \"quoted\" é"}});
+    store.append_thread(&id, 3, vec![message(3), odd.clone(), message(5)], 4_000).await.unwrap();
+    // An empty append checks and touches; a clock behind does not move it back.
+    let touched = store.append_thread(&id, 6, Vec::new(), 5_000).await.unwrap();
+    assert_eq!((touched.messages, touched.updated_ms), (6, 5_000));
+    let behind = store.append_thread(&id, 6, vec![message(6)], 4_500).await.unwrap();
+    assert_eq!((behind.messages, behind.updated_ms), (7, 5_000));
+    let thread = store.thread(&id).await.unwrap();
+    assert_eq!(thread, vec![message(0), message(1), message(2), message(3), odd, message(5), message(6)]);
+
+    // Another session's thread is its own.
+    assert!(store.thread(&bystander.id).await.unwrap().is_empty());
+    assert_eq!(store.session_by_id(&bystander.id).await.unwrap(), Some(bystander));
+
+    no_session(store.append_thread("s-missing", 0, vec![message(0)], 1).await, "s-missing");
+    assert!(store.thread("s-missing").await.unwrap().is_empty());
+}
+
+fn session_run(id: &str, session: Option<&str>, status: RunStatus, created_ms: i64) -> NewRun {
+    NewRun { session: session.map(str::to_string), ..new_run(id, status, created_ms) }
+}
+
+async fn runs_link_to_their_session(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let other = store.open_session("hello", "bob", 1_000).await.unwrap();
+    let later = store.create_run(session_run("r2", Some(&session.id), RunStatus::Running, 3_000)).await.unwrap();
+    let first = store.create_run(session_run("r1", Some(&session.id), RunStatus::Queued, 2_000)).await.unwrap();
+    store.create_run(session_run("r3", Some(&other.id), RunStatus::Queued, 2_500)).await.unwrap();
+    let plain = store.create_run(new_run("plain", RunStatus::Queued, 2_000)).await.unwrap();
+    assert_eq!(later.session.as_deref(), Some(session.id.as_str()));
+    assert_eq!(plain.session, None);
+    assert_eq!(store.run("r2").await.unwrap(), Some(later.clone()), "the link reads back");
+    assert_eq!(store.run("plain").await.unwrap().unwrap().session, None);
+
+    assert_eq!(store.session_runs(&session.id).await.unwrap(), vec![first, later], "oldest first");
+    assert_eq!(store.session_runs(&other.id).await.unwrap().len(), 1);
+    assert!(store.session_runs("s-missing").await.unwrap().is_empty());
+
+    no_session(store.create_run(session_run("r4", Some("s-missing"), RunStatus::Queued, 1)).await, "s-missing");
+    assert_eq!(store.run("r4").await.unwrap(), None, "a refused run is not recorded");
+    // A taken id is still the conflict it was, session or not.
+    conflict(store.create_run(session_run("r1", Some(&session.id), RunStatus::Queued, 1)).await, "already exists");
+}
+
+/// A session with a two-message thread and one running run that has a
+/// journal, events, checkpoints, a pending approval and a job, plus a
+/// queued run with a job of its own.
+async fn busy_session(store: &Arc<dyn Store>, agent: &str, instance: &str, now: i64) -> (Session, [String; 2]) {
+    let session = store.open_session(agent, instance, now).await.unwrap();
+    store.append_thread(&session.id, 0, vec![message(0), message(1)], now).await.unwrap();
+    let (running, queued) = (format!("{instance}-run"), format!("{instance}-queued"));
+    store.create_run(session_run(&running, Some(&session.id), RunStatus::Running, 1)).await.unwrap();
+    store.create_run(session_run(&queued, Some(&session.id), RunStatus::Queued, 2)).await.unwrap();
+    let batch = Batch {
+        journal: vec![entry(0)],
+        events: vec![event("tool_call", 1)],
+        checkpoints: vec![("plan".into(), json!(1))],
+    };
+    store.transition(&running, OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    for run in [&running, &queued] {
+        store.enqueue(NewJob { run: run.clone(), ..new_job(&format!("{run}-job"), 0, 1) }).await.unwrap();
+    }
+    (session, [running, queued])
+}
+
+/// Asserts that run `id` and everything of its are gone.
+async fn run_is_gone(store: &Arc<dyn Store>, id: &str) {
+    assert_eq!(store.run(id).await.unwrap(), None, "{id}");
+    assert!(store.journal(id).await.unwrap().is_empty(), "{id}");
+    assert!(store.events(id, 0, 100).await.unwrap().is_empty(), "{id}");
+    assert!(store.checkpoints(id).await.unwrap().is_empty(), "{id}");
+    assert_eq!(store.approval(id).await.unwrap(), None, "{id}");
+    assert_eq!(store.job(&format!("{id}-job")).await.unwrap(), None, "{id}");
+}
+
+/// Asserts that run `id` and everything of its that [`busy_session`] wrote
+/// are there.
+async fn run_is_whole(store: &Arc<dyn Store>, id: &str, running: bool) {
+    assert!(store.run(id).await.unwrap().is_some(), "{id}");
+    assert!(store.job(&format!("{id}-job")).await.unwrap().is_some(), "{id}");
+    if running {
+        assert_eq!(store.journal(id).await.unwrap(), vec![entry(0)], "{id}");
+        assert_eq!(store.events(id, 0, 100).await.unwrap().len(), 1, "{id}");
+        assert_eq!(store.checkpoints(id).await.unwrap().len(), 1, "{id}");
+        assert!(store.approval(id).await.unwrap().is_some(), "{id}");
+    }
+}
+
+/// A run linked to no session, with what [`busy_session`]'s running run has.
+async fn plain_run(store: &Arc<dyn Store>, id: &str) {
+    running(store, id).await;
+    let batch = Batch {
+        journal: vec![entry(0)],
+        events: vec![event("tool_call", 1)],
+        checkpoints: vec![("plan".into(), json!(1))],
+    };
+    store.transition(id, OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    store.enqueue(NewJob { run: id.into(), ..new_job(&format!("{id}-job"), 0, 1) }).await.unwrap();
+}
+
+async fn deleting_a_session_deletes_its_thread_and_runs_only(store: Arc<dyn Store>) {
+    let (doomed, [d_run, d_queued]) = busy_session(&store, "hello", "alice", 1_000).await;
+    let (kept, [k_run, k_queued]) = busy_session(&store, "hello", "bob", 1_000).await;
+    plain_run(&store, "plain").await;
+
+    assert!(store.delete_session(&doomed.id).await.unwrap());
+    assert_eq!(store.session_by_id(&doomed.id).await.unwrap(), None);
+    assert_eq!(store.session("hello", "alice").await.unwrap(), None);
+    assert!(store.thread(&doomed.id).await.unwrap().is_empty());
+    assert!(store.session_runs(&doomed.id).await.unwrap().is_empty());
+    run_is_gone(&store, &d_run).await;
+    run_is_gone(&store, &d_queued).await;
+    no_session(store.append_thread(&doomed.id, 2, vec![message(2)], 2_000).await, &doomed.id);
+    no_session(store.create_run(session_run("late", Some(&doomed.id), RunStatus::Queued, 1)).await, &doomed.id);
+
+    // The other session and the unlinked run are untouched.
+    assert_eq!(store.session_by_id(&kept.id).await.unwrap().unwrap().messages, 2);
+    assert_eq!(store.thread(&kept.id).await.unwrap(), vec![message(0), message(1)]);
+    assert_eq!(store.session_runs(&kept.id).await.unwrap().len(), 2);
+    run_is_whole(&store, &k_run, true).await;
+    run_is_whole(&store, &k_queued, false).await;
+    run_is_whole(&store, "plain", true).await;
+    let runs: Vec<String> = store.runs(None, 100).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(store.jobs(None, 100).await.unwrap().len(), 3);
+
+    assert!(!store.delete_session(&doomed.id).await.unwrap(), "deleting twice");
+    assert!(!store.delete_session("s-missing").await.unwrap());
+
+    // The address is free again: opening it starts a new, empty session.
+    let fresh = store.open_session("hello", "alice", 3_000).await.unwrap();
+    assert_ne!(fresh.id, doomed.id);
+    assert_eq!((fresh.messages, fresh.created_ms), (0, 3_000));
+    assert!(store.thread(&fresh.id).await.unwrap().is_empty());
+}
+
+async fn expiry_deletes_sessions_updated_before_the_cut_only(store: Arc<dyn Store>) {
+    let (old, [o_run, o_queued]) = busy_session(&store, "hello", "old", 1_000).await;
+    let (older, [oo_run, _]) = busy_session(&store, "other", "older", 1_999).await;
+    let (at_cut, [c_run, c_queued]) = busy_session(&store, "hello", "at-cut", 2_000).await;
+    let (recent, [r_run, _]) = busy_session(&store, "hello", "recent", 3_000).await;
+    // Opened long ago, touched since: it is as recent as its last touch.
+    let (touched, [t_run, _]) = busy_session(&store, "hello", "touched", 500).await;
+    store.open_session("hello", "touched", 2_500).await.unwrap();
+    // A run linked to no session is older than every cut.
+    plain_run(&store, "plain").await;
+
+    let mut expected = vec![old.id.clone(), older.id.clone()];
+    expected.sort();
+    assert_eq!(store.expire_sessions(2_000).await.unwrap(), expected);
+    for gone in [&old, &older] {
+        assert_eq!(store.session_by_id(&gone.id).await.unwrap(), None);
+        assert!(store.thread(&gone.id).await.unwrap().is_empty());
+    }
+    for run in [&o_run, &o_queued, &oo_run] {
+        run_is_gone(&store, run).await;
+    }
+    for kept in [&at_cut, &recent, &touched] {
+        assert_eq!(store.thread(&kept.id).await.unwrap().len(), 2);
+        assert_eq!(store.session_runs(&kept.id).await.unwrap().len(), 2);
+    }
+    run_is_whole(&store, &c_run, true).await;
+    run_is_whole(&store, &c_queued, false).await;
+    run_is_whole(&store, &r_run, true).await;
+    run_is_whole(&store, &t_run, true).await;
+    run_is_whole(&store, "plain", true).await;
+    assert_eq!(store.sessions(None, 100).await.unwrap().len(), 3);
+
+    assert!(store.expire_sessions(2_000).await.unwrap().is_empty(), "nothing more to expire");
+    assert_eq!(store.expire_sessions(i64::MIN).await.unwrap(), Vec::<String>::new());
+    let mut rest = vec![at_cut.id.clone(), recent.id.clone(), touched.id.clone()];
+    rest.sort();
+    assert_eq!(store.expire_sessions(i64::MAX).await.unwrap(), rest);
+    assert!(store.sessions(None, 100).await.unwrap().is_empty());
+    run_is_whole(&store, "plain", true).await;
+    assert_eq!(store.runs(None, 100).await.unwrap().len(), 1);
 }

@@ -34,6 +34,7 @@ fn new_run(id: &str) -> NewRun {
         status: RunStatus::Running,
         lease: Some(lease(OWNER)),
         created_ms: 1_000,
+        session: None,
     }
 }
 
@@ -173,6 +174,46 @@ async fn three_stores_complete_every_job_once() {
         stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
     }
     support::jobs_race(stores, 300, 4).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stores_agree_on_sessions() {
+    let Some(db) = support::fresh("postgres::three_stores_agree_on_sessions").await else { return };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..3 {
+        stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
+    }
+    support::sessions_race(stores).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_version_2_database_is_migrated_in_place() {
+    let Some(db) = support::fresh("postgres::a_version_2_database_is_migrated_in_place").await else { return };
+    let store = PgStore::open(&db.url).await.unwrap();
+    let run = store.create_run(new_run("r1")).await.unwrap();
+    store.close().await;
+    // Back to what version 2 wrote: dropping the column drops its index.
+    let mut conn = db.raw().await;
+    for undo in [
+        "DROP TABLE thread_messages",
+        "ALTER TABLE runs DROP COLUMN session",
+        "DROP TABLE sessions",
+        "DELETE FROM nexo_schema WHERE version = 3",
+    ] {
+        sqlx::query(undo).execute(&mut conn).await.unwrap();
+    }
+    let store = PgStore::open(&db.url).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, linked to no session");
+    let session = store.open_session("hello", "alice", 5).await.unwrap();
+    store.create_run(NewRun { id: "r2".into(), session: Some(session.id.clone()), ..new_run("r2") }).await.unwrap();
+    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
+    store.close().await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, [1, 2, 3]);
+    conn.close().await.ok();
     db.drop().await;
 }
 

@@ -35,6 +35,7 @@ fn new_run(id: &str) -> NewRun {
         status: RunStatus::Running,
         lease: Some(lease(OWNER)),
         created_ms: 1_000,
+        session: None,
     }
 }
 
@@ -392,11 +393,12 @@ async fn a_version_1_file_is_migrated_in_place() {
         store.create_run(new_run("r1")).await.unwrap();
         store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
         store.close().await;
-        // Back to what version 1 wrote: version 2 only added these tables.
+        // Back to what version 1 wrote: versions 2 and 3 only added these.
         let mut conn = raw(&path).await;
-        for undo in ["DROP TABLE jobs", "DROP TABLE job_tokens", "DELETE FROM nexo_schema WHERE version = 2"] {
-            sqlx::query(undo).execute(&mut conn).await.unwrap();
+        for undo in UNDO_VERSION_3.iter().chain(&["DROP TABLE jobs", "DROP TABLE job_tokens"]) {
+            sqlx::query(*undo).execute(&mut conn).await.unwrap();
         }
+        sqlx::query("DELETE FROM nexo_schema WHERE version = 2").execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     }
     let store = SqliteStore::open(&path).await.unwrap();
@@ -418,7 +420,81 @@ async fn a_version_1_file_is_migrated_in_place() {
     let mut conn = raw(&path).await;
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+}
+
+/// Takes a file back from version 3 to what version 2 wrote: version 3
+/// only added the sessions tables, and the `session` column and its index
+/// on `runs`.
+const UNDO_VERSION_3: &[&str] = &[
+    "DROP TABLE thread_messages",
+    "DROP INDEX runs_by_session",
+    "ALTER TABLE runs DROP COLUMN session",
+    "DROP TABLE sessions",
+    "DELETE FROM nexo_schema WHERE version = 3",
+];
+
+#[tokio::test]
+async fn a_version_2_file_is_migrated_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let job = |id: &str| nexo_store::NewJob {
+        id: id.into(),
+        run: "r1".into(),
+        kind: nexo_store::JobKind::Resume,
+        payload: json!({"run": "r1"}),
+        max_attempts: 1,
+        backoff_ms: 0,
+        not_before_ms: 0,
+        created_ms: 1,
+    };
+    let (run, queued) = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let run = store.create_run(new_run("r1")).await.unwrap();
+        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+        let queued = store.enqueue(job("j1")).await.unwrap();
+        store.close().await;
+        let mut conn = raw(&path).await;
+        for undo in UNDO_VERSION_3 {
+            sqlx::query(*undo).execute(&mut conn).await.unwrap();
+        }
+        let columns: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info('runs')").fetch_all(&mut conn).await.unwrap();
+        assert!(!columns.iter().any(|c| c == "session"), "{columns:?}");
+        conn.close().await.unwrap();
+        (run, queued)
+    };
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, linked to no session");
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
+    assert_eq!(store.job("j1").await.unwrap(), Some(queued), "the job is kept");
+    assert_eq!(store.claim_job("w", 1_000, 1).await.unwrap().unwrap().id, "j1");
+
+    // The new tables and column work.
+    let session = store.open_session("hello", "alice", 5).await.unwrap();
+    store.append_thread(&session.id, 0, vec![json!({"role": "user"})], 6).await.unwrap();
+    let linked = NewRun { id: "r2".into(), session: Some(session.id.clone()), ..new_run("r2") };
+    store.create_run(linked).await.unwrap();
+    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
+    assert!(store.delete_session(&session.id).await.unwrap());
+    assert_eq!(store.run("r2").await.unwrap(), None);
+    assert!(store.run("r1").await.unwrap().is_some());
+    store.close().await;
+    let mut conn = raw(&path).await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, [1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stores_on_one_file_agree_on_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..3 {
+        stores.push(Arc::new(SqliteStore::open(&path).await.unwrap()));
+    }
+    support::sessions_race(stores).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -202,6 +202,7 @@ async fn tamper_copy(
         status: RunStatus::Running,
         lease: Some(lease),
         created_ms: run.created_ms,
+        session: None,
     };
     into.create_run(new).await.unwrap();
     let batch = nexo_store::Batch { journal, ..Default::default() };
@@ -436,6 +437,44 @@ impl Store for Counting {
         limit: usize,
     ) -> nexo_store::StoreResult<Vec<nexo_store::Job>> {
         self.inner.jobs(status, limit).await
+    }
+    async fn open_session(
+        &self,
+        agent: &str,
+        instance: &str,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Session> {
+        self.inner.open_session(agent, instance, now).await
+    }
+    async fn session(&self, agent: &str, instance: &str) -> nexo_store::StoreResult<Option<nexo_store::Session>> {
+        self.inner.session(agent, instance).await
+    }
+    async fn session_by_id(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Session>> {
+        self.inner.session_by_id(id).await
+    }
+    async fn sessions(&self, agent: Option<&str>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Session>> {
+        self.inner.sessions(agent, limit).await
+    }
+    async fn thread(&self, id: &str) -> nexo_store::StoreResult<Vec<serde_json::Value>> {
+        self.inner.thread(id).await
+    }
+    async fn append_thread(
+        &self,
+        id: &str,
+        expected: u64,
+        messages: Vec<serde_json::Value>,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Session> {
+        self.inner.append_thread(id, expected, messages, now).await
+    }
+    async fn session_runs(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
+        self.inner.session_runs(id).await
+    }
+    async fn delete_session(&self, id: &str) -> nexo_store::StoreResult<bool> {
+        self.inner.delete_session(id).await
+    }
+    async fn expire_sessions(&self, updated_before_ms: i64) -> nexo_store::StoreResult<Vec<String>> {
+        self.inner.expire_sessions(updated_before_ms).await
     }
 }
 

@@ -102,6 +102,7 @@ pub fn queued_run(id: &str) -> NewRun {
         status: RunStatus::Queued,
         lease: None,
         created_ms: 1,
+        session: None,
     }
 }
 
@@ -158,4 +159,61 @@ pub async fn jobs_race(stores: Vec<Arc<dyn Store>>, jobs: usize, tasks: usize) {
     let finished = stores[stores.len() - 1].jobs(Some(nexo_store::JobStatus::Done), usize::MAX).await.unwrap();
     assert_eq!(finished.len(), jobs);
     assert!(finished.iter().all(|j| j.attempts == 1 && j.lease.is_none()));
+}
+
+/// 20 concurrent opens of one address, spread over `stores`, give one
+/// session; then, 20 times, two prompts on two stores append to it from
+/// the same count: exactly one wins each time, the other is told another
+/// prompt finished first, and the thread holds the winners' turns whole and
+/// in order.
+pub async fn sessions_race(stores: Vec<Arc<dyn Store>>) {
+    let mut opens = Vec::new();
+    for i in 0..20usize {
+        let store = stores[i % stores.len()].clone();
+        opens.push(tokio::spawn(async move { store.open_session("hello", "shared", 1_000 + i as i64).await.unwrap() }));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for open in opens {
+        ids.insert(open.await.unwrap().id);
+    }
+    assert_eq!(ids.len(), 1, "one session for one address: {ids:?}");
+    let id = ids.into_iter().next().unwrap();
+    assert_eq!(stores[0].sessions(None, 100).await.unwrap().len(), 1);
+
+    let turn = |round: u64, by: usize| {
+        vec![
+            serde_json::json!({"round": round, "by": by, "part": 0}),
+            serde_json::json!({"round": round, "by": by, "part": 1}),
+        ]
+    };
+    let mut winners = Vec::new();
+    for round in 0..20u64 {
+        let expected = round * 2;
+        let racers: Vec<_> = [round as usize % stores.len(), (round as usize + 1) % stores.len()]
+            .into_iter()
+            .map(|s| {
+                let (store, id, messages) = (stores[s].clone(), id.clone(), turn(round, s));
+                tokio::spawn(async move { store.append_thread(&id, expected, messages, 2_000).await })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for racer in racers {
+            results.push(racer.await.unwrap());
+        }
+        let (won, lost): (Vec<_>, Vec<_>) = results.into_iter().enumerate().partition(|(_, r)| r.is_ok());
+        assert_eq!((won.len(), lost.len()), (1, 1), "round {round}: exactly one append wins: {won:?} / {lost:?}");
+        let (winner, session) = &won[0];
+        assert_eq!(session.as_ref().unwrap().messages, expected + 2);
+        match &lost[0].1 {
+            Err(nexo_store::StoreError::Conflict(m)) if m.contains("another prompt of this session finished first") => {
+            }
+            other => panic!("round {round}: the loser should be told to retry, got {other:?}"),
+        }
+        winners.push([round as usize % stores.len(), (round as usize + 1) % stores.len()][*winner]);
+    }
+    let thread = stores[stores.len() - 1].thread(&id).await.unwrap();
+    let expected: Vec<serde_json::Value> =
+        winners.iter().enumerate().flat_map(|(round, by)| turn(round as u64, *by)).collect();
+    assert_eq!(thread, expected, "each round's winner's turn, whole and in order");
+    assert_eq!(stores[0].session_by_id(&id).await.unwrap().unwrap().messages, 40);
 }
