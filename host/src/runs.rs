@@ -100,6 +100,23 @@ impl Subject<'_> {
     }
 }
 
+/// The record of a new run of `subject`.
+fn new_run(subject: &Subject<'_>, input: &str, grant: Value, status: RunStatus, lease: Option<Lease>) -> NewRun {
+    NewRun {
+        id: nexo_store::new_run_id(),
+        agent: subject.name().to_string(),
+        kind: subject.kind().to_string(),
+        source: subject.source(),
+        component_sha256: subject.sha256(),
+        input: input.to_string(),
+        grant,
+        status,
+        lease,
+        created_ms: nexo_store::now_ms(),
+        session: None,
+    }
+}
+
 /// How a pass of a run ended.
 #[derive(Debug, Clone)]
 pub struct RunEnd {
@@ -178,23 +195,8 @@ impl Runs {
         grant: Value,
         options: &RunOptions,
     ) -> Result<RunEnd, RunError> {
-        let run = self
-            .store
-            .create_run(NewRun {
-                id: nexo_store::new_run_id(),
-                agent: subject.name().to_string(),
-                kind: subject.kind().to_string(),
-                source: subject.source(),
-                component_sha256: subject.sha256(),
-                input: input.to_string(),
-                grant,
-                status: RunStatus::Running,
-                lease: Some(self.lease()),
-                created_ms: nexo_store::now_ms(),
-                session: None,
-            })
-            .await
-            .map_err(RunError::from)?;
+        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()));
+        let run = self.store.create_run(record).await.map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::Journal).await
     }
 
@@ -202,22 +204,7 @@ impl Runs {
     /// starts it: a worker (`nexo worker`) takes it from there. The job
     /// carries only the run's id; the run holds the rest.
     pub async fn queue(&self, subject: Subject<'_>, input: &str, grant: Value) -> Result<(Run, Job), StoreError> {
-        let now = nexo_store::now_ms();
-        let run = self
-            .store
-            .create_run(NewRun {
-                id: nexo_store::new_run_id(),
-                agent: subject.name().to_string(),
-                kind: subject.kind().to_string(),
-                source: subject.source(),
-                component_sha256: subject.sha256(),
-                input: input.to_string(),
-                grant,
-                status: RunStatus::Queued,
-                lease: None,
-                created_ms: now,
-            })
-            .await?;
+        let run = self.store.create_run(new_run(&subject, input, grant, RunStatus::Queued, None)).await?;
         match self.enqueue(&run.id, JobKind::Start, json!({"run": run.id})).await {
             Ok(job) => Ok((run, job)),
             Err(e) => {

@@ -163,8 +163,10 @@ async fn inspect_shows_requested_configured_and_effective_servers_and_never_a_to
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_run_calls_one_allowed_tool_and_is_denied_another() {
     let scene = Scene::new().await;
+    // A marker of this test's own, so a server another test runs meanwhile is not counted.
+    let marker = format!("nexo-cli-run-{}", std::process::id());
     let config = scene.config(&format!(
-        "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\n",
+        "[mcp.tests]\ncommand = \"{}\"\nargs = [\"stdio\", \"{marker}\"]\ncwd = \"{}\"\n",
         test_server().display(),
         scene.path("ws").display()
     ));
@@ -192,7 +194,7 @@ async fn a_cli_run_calls_one_allowed_tool_and_is_denied_another() {
         [("mcp__tests__echo".to_string(), "allowed".to_string()), ("mcp__tests__write".into(), "denied".into())]
     );
     assert!(!scene.path("ws/no.txt").exists());
-    assert!(processes_with(&test_server().display().to_string()).is_empty(), "close ended the server");
+    assert!(processes_with(&marker).is_empty(), "close ended the server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -327,6 +327,7 @@ async fn three_workers_over_one_postgres_run_300_jobs_each_exactly_once() {
                 status: nexo_store::RunStatus::Queued,
                 lease: None,
                 created_ms: now,
+                session: None,
             })
             .await
             .unwrap();

@@ -419,7 +419,8 @@ async fn resume_refusals_name_the_state(store: Arc<dyn Store>) {
     running(&store, "r1").await;
     conflict(
         store.claim("r1", Claim::Resume, lease(OTHER, 1), None, 1).await,
-        "run `r1` is running in another process; only a suspended run can be resumed",
+        "run `r1` is already being resumed (it is running in another process or worker); only a suspended run \
+         can be resumed",
     );
     store.create_run(new_run("r2", RunStatus::Queued, 1)).await.unwrap();
     conflict(
