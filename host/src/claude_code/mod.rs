@@ -237,7 +237,8 @@ impl ClaudeCode {
                     Ok(false) => break None,
                     Ok(true) => {
                         line_no += 1;
-                        let text = String::from_utf8_lossy(&buf);
+                        let line = std::mem::take(&mut buf);
+                        let text = String::from_utf8_lossy(&line);
                         let text = text.trim();
                         if text.is_empty() {
                             continue;
@@ -319,21 +320,27 @@ impl ClaudeCode {
     }
 }
 
-/// Reads one line into `buf` (without its newline). `false` at the end of
-/// the stream; a line longer than [`MAX_LINE`] is an error.
+/// Reads on until `buf` holds one whole line (its newline removed; the
+/// caller clears `buf` after using it). `false` at the end of the stream; a
+/// line longer than [`MAX_LINE`] is an error. Cancel-safe: a line cut short
+/// by another `select!` branch stays in `buf` and is completed next time.
 async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R, buf: &mut Vec<u8>) -> Result<bool, String> {
-    buf.clear();
-    let limit = u64::try_from(MAX_LINE).unwrap_or(u64::MAX) + 1;
-    let n = reader.take(limit).read_until(b'\n', buf).await.map_err(|e| e.to_string())?;
-    if n == 0 {
-        return Ok(false);
+    loop {
+        let room = (MAX_LINE + 1).saturating_sub(buf.len());
+        if room == 0 {
+            return Err(format!("a line is longer than {} MiB", MAX_LINE >> 20));
+        }
+        let limit = u64::try_from(room).unwrap_or(u64::MAX);
+        let n = reader.take(limit).read_until(b'\n', buf).await.map_err(|e| e.to_string())?;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            return Ok(true);
+        }
+        if n == 0 {
+            // The end: a last line without its newline still counts.
+            return Ok(!buf.is_empty());
+        }
     }
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-    } else if buf.len() > MAX_LINE {
-        return Err(format!("a line is longer than {} MiB", MAX_LINE >> 20));
-    }
-    Ok(true)
 }
 
 /// The last [`STDERR_TAIL`] bytes of the CLI's stderr.
@@ -662,6 +669,29 @@ impl Drop for ProcessGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_line_cut_short_is_completed_and_an_endless_one_refused() {
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let mut reader = tokio::io::BufReader::new(reader);
+        let mut buf = Vec::new();
+        writer.write_all(b"{\"type\":").await.unwrap_or_default();
+        // Cancelled half-way, as a select! branch would be.
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(50), read_line(&mut reader, &mut buf)).await;
+        assert!(cut.is_err(), "no whole line yet");
+        writer.write_all(b"\"x\"}\nlast").await.unwrap_or_default();
+        drop(writer);
+        assert_eq!(read_line(&mut reader, &mut buf).await, Ok(true));
+        assert_eq!(buf, b"{\"type\":\"x\"}");
+        buf.clear();
+        assert_eq!(read_line(&mut reader, &mut buf).await, Ok(true), "a last line without a newline");
+        assert_eq!(buf, b"last");
+        buf.clear();
+        assert_eq!(read_line(&mut reader, &mut buf).await, Ok(false));
+        let mut long = tokio::io::BufReader::new(std::io::Cursor::new(vec![b'a'; MAX_LINE + 10]));
+        let mut buf = Vec::new();
+        assert!(read_line(&mut long, &mut buf).await.unwrap_err().contains("longer than"));
+    }
 
     #[test]
     fn builtin_tools_map_onto_capabilities() {
