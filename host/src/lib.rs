@@ -46,6 +46,7 @@ pub mod plugin;
 pub mod runs;
 pub mod search;
 pub mod settings;
+mod task;
 pub mod terminal;
 pub mod truncate;
 pub mod unit;

@@ -28,6 +28,7 @@ use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
 use crate::settings::RunOptions;
+use crate::task::AbortOnDrop;
 use crate::world::agent::Agent;
 
 /// How long a lease lasts without renewal. The owner renews it every
@@ -139,6 +140,7 @@ pub struct Runs {
     store: Arc<dyn Store>,
     owner: String,
     buffer_events: bool,
+    lease: Duration,
 }
 
 /// Why a resume was refused.
@@ -169,7 +171,14 @@ impl Runs {
     /// Runs in `store`, owned by this process. `buffer_events` keeps each
     /// run's events in memory until it ends or suspends.
     pub fn new(store: Arc<dyn Store>, buffer_events: bool) -> Self {
-        Runs { store, owner: owner_id(), buffer_events }
+        Runs { store, owner: owner_id(), buffer_events, lease: LEASE }
+    }
+
+    /// The same, holding each run's lease for `lease` (default [`LEASE`]):
+    /// how long a run outlives a crashed owner before another may recover it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_secs(1));
+        self
     }
 
     /// The store.
@@ -183,7 +192,7 @@ impl Runs {
     }
 
     fn lease(&self) -> Lease {
-        Lease { owner: self.owner.clone(), until_ms: nexo_store::now_ms() + LEASE.as_millis() as i64 }
+        Lease { owner: self.owner.clone(), until_ms: nexo_store::now_ms() + self.lease.as_millis() as i64 }
     }
 
     /// Records a new run of `subject` on `input` with the operator's
@@ -315,9 +324,17 @@ impl Runs {
         let display = options.events.clone().unwrap_or_else(crate::events::no_events);
         options.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
         options.journal = Some(journal.clone());
-        let renewal = tokio::spawn(renew(self.store.clone(), run.id.clone(), self.owner.clone(), journal.clone()));
+        // Dropped with this future too: a worker that lost the job drops the
+        // run, and its lease must then lapse for the next owner.
+        let renewal = AbortOnDrop(tokio::spawn(renew(
+            self.store.clone(),
+            run.id.clone(),
+            self.owner.clone(),
+            self.lease,
+            journal.clone(),
+        )));
         let result = subject.run(&run.input, &options).await;
-        renewal.abort();
+        drop(renewal);
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
         let mut pending = None;
@@ -394,12 +411,12 @@ impl From<StoreError> for ResumeOutcome {
 
 /// Renews the lease until aborted. A run that is no longer this owner's
 /// (cancelled, or recovered elsewhere) halts at its next host call.
-async fn renew(store: Arc<dyn Store>, id: String, owner: String, journal: Arc<Journal>) {
-    let mut tick = tokio::time::interval(LEASE / 3);
+async fn renew(store: Arc<dyn Store>, id: String, owner: String, length: Duration, journal: Arc<Journal>) {
+    let mut tick = tokio::time::interval(length / 3);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let lease = Lease { owner: owner.clone(), until_ms: nexo_store::now_ms() + LEASE.as_millis() as i64 };
+        let lease = Lease { owner: owner.clone(), until_ms: nexo_store::now_ms() + length.as_millis() as i64 };
         match store.renew(&id, &lease).await {
             Ok(true) => {}
             Ok(false) => {

@@ -279,7 +279,7 @@ async fn two_resumers_of_one_run_on_sqlite_exactly_one_proceeds() {
 /// A fresh PostgreSQL database for one test, from `NEXO_TEST_POSTGRES`; or
 /// `None` (and the test says it skipped) outside CI.
 async fn postgres_database(test: &str) -> Option<String> {
-    let Ok(admin) = std::env::var("NEXO_TEST_POSTGRES") else {
+    let Some(admin) = std::env::var("NEXO_TEST_POSTGRES").ok().filter(|v| !v.is_empty()) else {
         assert!(
             std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
             "{test}: CI is set but NEXO_TEST_POSTGRES is not: PostgreSQL is required in CI (scripts/postgres.sh)"
@@ -360,4 +360,47 @@ async fn three_workers_over_one_postgres_run_300_jobs_each_exactly_once() {
     let took: Vec<usize> = logs.iter().map(|l| l.lines().filter(|l| l.ends_with("is done")).count()).collect();
     assert_eq!(took.iter().sum::<usize>(), 300, "{took:?}");
     assert!(took.iter().all(|n| *n > 0), "all three workers took jobs: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_its_lease_drops_the_run_and_another_finishes_it() {
+    let model = MockServer::start().await.unwrap();
+    let scene = Scene::new(None);
+    // The first worker's turn is slow; the one that takes over answers.
+    model.push(Reply::text("never seen").with_delay(Duration::from_secs(30))).push(Reply::text("done"));
+    let id = scene.queue(&model.openai_base_url(), "slow", &[]);
+    let mut first = scene.worker(&["--lease-secs", "2", "--until-idle"]);
+    let first = first.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while model.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the first worker never called the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another claim takes the job from under it, as one would after a stall:
+    // a new token and holder, in one statement, with a lease of a second.
+    let path = scene.store.clone();
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}")).await.unwrap();
+        let stolen = sqlx::query(
+            "UPDATE jobs SET lease_token = lease_token + 1000000, lease_worker = 'thief', lease_until_ms = $1",
+        )
+        .bind(nexo_store::now_ms() + 1000)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(stolen.rows_affected(), 1);
+    }
+    let (ok, first_log) = {
+        let second = scene.worker(&["--lease-secs", "2", "--until-idle"]).spawn().unwrap();
+        let (ok, second_log) = wait(second, Duration::from_secs(90));
+        assert!(ok, "{second_log}");
+        wait(first, Duration::from_secs(60))
+    };
+    assert!(ok, "{first_log}");
+    assert!(first_log.contains("lost its lease"), "the first worker stopped: {first_log}");
+    let run = scene.run(&id);
+    assert_eq!(run["run"]["status"], "done", "{run}");
+    assert_eq!(run["run"]["result"], "done", "the answer is the new holder's");
+    assert_eq!(model.requests().len(), 2);
 }

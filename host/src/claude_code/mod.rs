@@ -38,6 +38,7 @@ use crate::error::ToolError;
 use crate::host_call::{CallContext, ModelReply, ToolContext};
 use crate::manifest::{Capability, PermissionMode};
 use crate::mcp_server::{Bridged, McpServer};
+use crate::task::AbortOnDrop;
 use stream::{Ending, Line};
 
 /// The provider name in this loop's errors.
@@ -637,15 +638,6 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     file.write_all(bytes)
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// The CLI's process group, killed when the prompt ends or is dropped (a

@@ -33,8 +33,8 @@ pub struct WorkerArgs {
     /// The most jobs this worker runs at once [default: the config file's `[worker] max-in-flight`, else 4].
     #[arg(long, value_name = "N", env = "NEXO_MAX_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..=1024))]
     max_in_flight: Option<u32>,
-    /// How long a job's claim lasts without a heartbeat, in seconds; the worker renews it every third.
-    /// Another worker takes over a job whose lease ran out.
+    /// How long a claim of a job, and of its run, lasts without a heartbeat, in seconds; the worker
+    /// renews both every third. Another worker takes over a job (and recovers its run) once it ran out.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     lease_secs: u64,
     /// How often an idle worker looks for due jobs, in milliseconds.
@@ -113,7 +113,8 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
     };
     let max = args.max_in_flight.or(file.worker.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
     let worker = Arc::new(Worker {
-        runs: Runs::new(store.clone(), file.buffer_events),
+        // Runs are leased like jobs, so a dead worker's run is free as soon as its job.
+        runs: Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
         base: base.clone(),
         file,
         store_args: args.store.clone(),
