@@ -136,14 +136,10 @@ pub(crate) fn env(
     base_url: Option<&str>,
     builtin_tools: bool,
 ) -> Vec<(OsString, OsString)> {
-    let mut path = OsString::from(nexo_sandbox::shell::DEFAULT_PATH);
-    if let Some(dir) = binary.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // An npm install's wrapper finds `node` next to itself.
-        let mut first = dir.as_os_str().to_os_string();
-        first.push(":");
-        first.push(&path);
-        path = first;
-    }
+    // An npm install's wrapper finds `node` next to itself.
+    let dirs = binary.parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf);
+    let dirs = dirs.into_iter().chain(std::env::split_paths(nexo_sandbox::shell::DEFAULT_PATH));
+    let path = std::env::join_paths(dirs).unwrap_or_else(|_| nexo_sandbox::shell::DEFAULT_PATH.into());
     let mut env: Vec<(OsString, OsString)> = vec![
         ("PATH".into(), path),
         ("HOME".into(), home.into()),

@@ -225,7 +225,7 @@ impl ClaudeCode {
         let mut reader = BufReader::new(stdout);
 
         let events = ctx.tools.events();
-        let mut state = State::new(ctx.instructions, input);
+        let mut state = State::new(&instructions, input);
         let mut line_no = 0usize;
         let mut buf = Vec::new();
         let failure = loop {
@@ -379,11 +379,11 @@ struct State {
 }
 
 impl State {
-    fn new(instructions: &[String], input: &str) -> Self {
+    /// `system`: the instructions, joined as the CLI gets them.
+    fn new(system: &str, input: &str) -> Self {
         let mut transcript = Vec::new();
-        let system: Vec<&str> = instructions.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
         if !system.is_empty() {
-            transcript.push(Message::System { text: system.join("\n\n") });
+            transcript.push(Message::System { text: system.to_string() });
         }
         transcript.push(Message::User { text: input.to_string() });
         State {
