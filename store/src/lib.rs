@@ -479,13 +479,33 @@ pub struct Batch {
     /// Checkpoints: name and JSON value. A name already present is kept as
     /// it was (a checkpoint is written once).
     pub checkpoints: Vec<(String, Value)>,
+    /// What a session prompt adds to its session's thread, in the same
+    /// transaction: a prompt's exchange lands with the run's end, or not at
+    /// all.
+    pub thread: Option<ThreadAppend>,
 }
 
 impl Batch {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.journal.is_empty() && self.events.is_empty() && self.checkpoints.is_empty()
+        self.journal.is_empty() && self.events.is_empty() && self.checkpoints.is_empty() && self.thread.is_none()
     }
+}
+
+/// Messages a run of a session appends to the session's thread.
+///
+/// The session must be the run's own ([`StoreError::Conflict`] otherwise),
+/// and its thread must still hold `expected` messages: if another prompt
+/// moved it on, the whole batch is refused ([`StoreError::Conflict`]). A
+/// deleted session is [`StoreError::NoSession`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadAppend {
+    /// The session's id.
+    pub session: String,
+    /// How many messages the thread held when the prompt started.
+    pub expected: u64,
+    /// The messages to append, in order.
+    pub messages: Vec<Value>,
 }
 
 /// How a run leaves `running`.
