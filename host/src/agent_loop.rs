@@ -46,7 +46,8 @@ pub struct Outcome {
     pub turns: u32,
     /// Tokens used.
     pub usage: Usage,
-    /// Every message, the system prompt first.
+    /// Every message: the system prompt first, then the history the prompt
+    /// continued, then the prompt's own exchange.
     pub transcript: Vec<Message>,
 }
 
@@ -60,6 +61,9 @@ pub struct LoopContext<'a> {
     pub tools: &'a ToolContext,
     /// System instructions in order: the agent's, the sandbox's, the skills'.
     pub instructions: &'a [String],
+    /// The conversation so far, without instructions: a session's thread,
+    /// which the prompt continues. Empty for a new conversation.
+    pub history: &'a [Message],
     /// Limits.
     pub limits: LoopLimits,
 }
@@ -85,6 +89,7 @@ impl Loop for HostLoop {
             if !system.is_empty() {
                 messages.push(Message::System { text: system.join("\n\n") });
             }
+            messages.extend_from_slice(ctx.history);
             messages.push(Message::User { text: input.to_string() });
             let mut usage = Usage::default();
             let mut text = String::new();

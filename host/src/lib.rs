@@ -45,6 +45,7 @@ pub mod mcp_server;
 pub mod plugin;
 pub mod runs;
 pub mod search;
+pub mod session;
 pub mod settings;
 mod task;
 pub mod terminal;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexo_store::{
-    Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError, Transition,
+    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError, Transition,
 };
 use serde_json::{Value, json};
 
@@ -27,6 +27,7 @@ use crate::agent_file::AgentFile;
 use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
+use crate::session::Thread;
 use crate::settings::RunOptions;
 use crate::task::AbortOnDrop;
 use crate::world::agent::Agent;
@@ -101,8 +102,15 @@ impl Subject<'_> {
     }
 }
 
-/// The record of a new run of `subject`.
-fn new_run(subject: &Subject<'_>, input: &str, grant: Value, status: RunStatus, lease: Option<Lease>) -> NewRun {
+/// The record of a new run of `subject`, a prompt of `session` if given.
+fn new_run(
+    subject: &Subject<'_>,
+    input: &str,
+    grant: Value,
+    status: RunStatus,
+    lease: Option<Lease>,
+    session: Option<&str>,
+) -> NewRun {
     NewRun {
         id: nexo_store::new_run_id(),
         agent: subject.name().to_string(),
@@ -114,7 +122,7 @@ fn new_run(subject: &Subject<'_>, input: &str, grant: Value, status: RunStatus, 
         status,
         lease,
         created_ms: nexo_store::now_ms(),
-        session: None,
+        session: session.map(str::to_string),
     }
 }
 
@@ -204,7 +212,22 @@ impl Runs {
         grant: Value,
         options: &RunOptions,
     ) -> Result<RunEnd, RunError> {
-        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()));
+        self.start_in(None, subject, input, grant, options).await
+    }
+
+    /// [`Runs::start`] for a prompt of session `session` (its id): the run
+    /// continues the session's thread and, once done, appends its exchange
+    /// to it. The store refuses it while another prompt of the session is
+    /// unfinished.
+    pub async fn start_in(
+        &self,
+        session: Option<&str>,
+        subject: Subject<'_>,
+        input: &str,
+        grant: Value,
+        options: &RunOptions,
+    ) -> Result<RunEnd, RunError> {
+        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()), session);
         let run = self.store.create_run(record).await.map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::Journal).await
     }
@@ -213,7 +236,18 @@ impl Runs {
     /// starts it: a worker (`nexo worker`) takes it from there. The job
     /// carries only the run's id; the run holds the rest.
     pub async fn queue(&self, subject: Subject<'_>, input: &str, grant: Value) -> Result<(Run, Job), StoreError> {
-        let run = self.store.create_run(new_run(&subject, input, grant, RunStatus::Queued, None)).await?;
+        self.queue_in(None, subject, input, grant).await
+    }
+
+    /// [`Runs::queue`] for a prompt of session `session`, if given.
+    pub async fn queue_in(
+        &self,
+        session: Option<&str>,
+        subject: Subject<'_>,
+        input: &str,
+        grant: Value,
+    ) -> Result<(Run, Job), StoreError> {
+        let run = self.store.create_run(new_run(&subject, input, grant, RunStatus::Queued, None, session)).await?;
         match self.enqueue(&run.id, JobKind::Start, json!({"run": run.id})).await {
             Ok(job) => Ok((run, job)),
             Err(e) => {
@@ -321,6 +355,14 @@ impl Runs {
                 .map_err(RunError::from)?,
         );
         let mut options = options.clone();
+        // A session's prompt continues its thread as the store holds it: no
+        // other prompt of the session can move it on while this run is
+        // unfinished, so a replay sees the same thread the first pass did.
+        let thread = match &run.session {
+            Some(id) => Some(Thread::load(&*self.store, id).await.map_err(RunError::from)?),
+            None => None,
+        };
+        options.thread = thread.clone();
         let display = options.events.clone().unwrap_or_else(crate::events::no_events);
         options.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
         options.journal = Some(journal.clone());
@@ -354,6 +396,7 @@ impl Runs {
                 (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
             }
             (None, Ok((answer, status))) => {
+                batch.thread = thread.as_ref().and_then(|t| t.append());
                 (Transition::Finish { status: RunStatus::Done, result: Some(answer), error: None }, status)
             }
             (None, Err(e)) => {
@@ -362,7 +405,18 @@ impl Runs {
                 (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
             }
         };
-        let run = match self.store.transition(&run.id, &self.owner, batch, to).await {
+        let appends = batch.thread.is_some();
+        let fallback = Batch { thread: None, ..batch.clone() };
+        let ended = match self.store.transition(&run.id, &self.owner, batch, to).await {
+            // The thread refused the exchange: the run fails with why, its
+            // events kept, rather than staying `running`.
+            Err(StoreError::Conflict(why)) if appends => {
+                let to = Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) };
+                self.store.transition(&run.id, &self.owner, fallback, to).await
+            }
+            ended => ended,
+        };
+        let run = match ended {
             Ok(run) => run,
             // Cancelled (or taken over) while it ran: the store's record stands.
             Err(StoreError::Conflict(_)) => self

@@ -104,6 +104,11 @@ pub struct RunOptions {
     /// ([`nexo_mcp::Clients::close`]); runs and prompts that share them
     /// share their connections. `None`: no MCP servers.
     pub mcp: Option<nexo_mcp::Clients>,
+    /// The thread of the session this run is a prompt of: every prompt
+    /// sees it after the instructions and adds its exchange to it. Set by
+    /// [`Runs`](crate::runs::Runs) for a session's run. `None`: each prompt
+    /// starts a new conversation.
+    pub thread: Option<Arc<crate::session::Thread>>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -118,6 +123,7 @@ impl std::fmt::Debug for RunOptions {
             .field("loop_limits", &self.loop_limits)
             .field("search", &self.search.as_ref().map(|s| s.name().to_string()))
             .field("mcp", &self.mcp.as_ref().map(|c| c.servers().map(|s| s.name().to_string()).collect::<Vec<_>>()))
+            .field("session", &self.thread.as_ref().map(|t| t.session().to_string()))
             .finish_non_exhaustive()
     }
 }

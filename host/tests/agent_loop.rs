@@ -54,7 +54,7 @@ async fn run(
     limits: LoopLimits,
     instructions: &[String],
 ) -> (Outcome, Vec<Event>) {
-    let ctx = LoopContext { provider: Some(provider), tools: &tb.tools, instructions, limits };
+    let ctx = LoopContext { provider: Some(provider), tools: &tb.tools, instructions, history: &[], limits };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let events = tb.events.lock().unwrap().clone();
     (outcome, events)
@@ -269,7 +269,7 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
         { "text": "ranked" }
     ]));
     let ctx =
-        LoopContext { provider: Some(&provider), tools: &tb.tools, instructions: &p, limits: LoopLimits::default() };
+        LoopContext { provider: Some(&provider), tools: &tb.tools, instructions: &p, history: &[], limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
     let results: Vec<(&str, bool)> = outcome
         .transcript
@@ -431,7 +431,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "text": "done" }
     ]));
     let ctx =
-        LoopContext { provider: Some(&provider), tools: &tools, instructions: &[], limits: LoopLimits::default() };
+        LoopContext { provider: Some(&provider), tools: &tools, instructions: &[], history: &[], limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: false, .. } = &outcome.transcript[2] else {
         panic!("{:?}", outcome.transcript)
@@ -447,7 +447,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "text": "done" }
     ]));
     let ctx =
-        LoopContext { provider: Some(&provider), tools: &strict, instructions: &[], limits: LoopLimits::default() };
+        LoopContext { provider: Some(&provider), tools: &strict, instructions: &[], history: &[], limits: LoopLimits::default() };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
     assert!(content.starts_with("error: denied: "), "{content}");

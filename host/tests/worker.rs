@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{stderr, stdout};
+use common::{postgres_database, stderr, stdout};
 
 /// Kills a child process when dropped, so a failing test leaves no worker.
 struct KillOnDrop(Child);
@@ -274,26 +274,6 @@ async fn two_resumers_race(store: Option<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_resumers_of_one_run_on_sqlite_exactly_one_proceeds() {
     two_resumers_race(None).await;
-}
-
-/// A fresh PostgreSQL database for one test, from `NEXO_TEST_POSTGRES`; or
-/// `None` (and the test says it skipped) outside CI.
-async fn postgres_database(test: &str) -> Option<String> {
-    let Some(admin) = std::env::var("NEXO_TEST_POSTGRES").ok().filter(|v| !v.is_empty()) else {
-        assert!(
-            std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
-            "{test}: CI is set but NEXO_TEST_POSTGRES is not: PostgreSQL is required in CI (scripts/postgres.sh)"
-        );
-        println!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
-        eprintln!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
-        return None;
-    };
-    use sqlx::Connection;
-    let name = format!("nexo_worker_{}_{}", std::process::id(), nexo_store::new_run_id());
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
-    let (base, _) = admin.rsplit_once('/').unwrap();
-    Some(format!("{base}/{name}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

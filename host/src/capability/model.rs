@@ -32,19 +32,40 @@ pub struct Prompting {
     pub limits: LoopLimits,
     /// System instructions in order: the agent's, the sandbox's, the skills'.
     pub instructions: Vec<String>,
+    /// The session's thread, if the run is a session's prompt.
+    pub thread: Option<Arc<crate::session::Thread>>,
 }
 
 impl Prompting {
     /// Runs one prompt with the run's tools. The host loop without a model
     /// answers with the configuration error that says how to set one.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
+        let history = self.thread.as_ref().map(|t| t.history()).unwrap_or_default();
         let ctx = LoopContext {
             provider: self.model.as_deref(),
             tools,
             instructions: &self.instructions,
+            history: &history,
             limits: self.limits,
         };
         self.agent_loop.run(ctx, input).await
+    }
+
+    /// Adds a finished prompt's exchange to the session's thread. Called
+    /// where the prompt's outcome comes back, live or replayed from the
+    /// journal, so a replayed prompt is remembered too.
+    pub fn remember(&self, outcome: &Outcome) {
+        if let Some(thread) = &self.thread {
+            thread.remember(&outcome.transcript);
+        }
+    }
+}
+
+/// Adds the outcome of a [`Prompt`] call (live, or replayed from the
+/// journal) to the run's session thread, if it has one.
+pub fn remember(cx: &ToolContext, outcome: &Outcome) {
+    if let Ok(prompting) = cx.state::<Prompting>() {
+        prompting.remember(outcome);
     }
 }
 
@@ -65,6 +86,7 @@ impl Unit for ModelUnit {
                 Box::new(async move {
                     let reply = match cx.guest_call(&Prompt, input).await? {
                         Ok(outcome) => {
+                            remember(&cx, &outcome);
                             let reply = reply(&outcome);
                             store.data_mut().world.last_prompt = Some(outcome);
                             Ok(reply)
@@ -93,6 +115,7 @@ impl Unit for ModelUnit {
             limits,
             // The model unit is last: nobody reads the list after it.
             instructions: std::mem::take(setup.instructions),
+            thread: options.thread.clone(),
         });
         Step::ready(Ok(()))
     }

@@ -163,6 +163,39 @@ pub(crate) fn env(
     env
 }
 
+
+/// A session's history as text for the CLI, which takes no prior turns: each
+/// message tagged by who said it. `None` for a new conversation.
+pub(crate) fn history_text(history: &[nexo_model::Message]) -> Option<String> {
+    use nexo_model::Message;
+    if history.is_empty() {
+        return None;
+    }
+    let mut text = String::from(
+        "The conversation so far in this session, oldest first. Continue it: the request after this block is the \
+         user's next message.\n<conversation>\n",
+    );
+    for message in history {
+        match message {
+            Message::System { .. } => {}
+            Message::User { text: said } => text.push_str(&format!("<user>\n{said}\n</user>\n")),
+            Message::Assistant { text: said, tool_calls } => {
+                text.push_str(&format!("<assistant>\n{said}\n"));
+                for call in tool_calls {
+                    text.push_str(&format!("<tool-call name=\"{}\">{}</tool-call>\n", call.name, call.arguments));
+                }
+                text.push_str("</assistant>\n");
+            }
+            Message::ToolResult { name, content, is_error, .. } => {
+                let kind = if *is_error { "tool-error" } else { "tool-result" };
+                text.push_str(&format!("<{kind} name=\"{name}\">\n{content}\n</{kind}>\n"));
+            }
+        }
+    }
+    text.push_str("</conversation>");
+    Some(text)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failure should panic

@@ -210,9 +210,15 @@ impl ClaudeCode {
         let mut child = self.spawn(&binary, &args, env, &cwd, connect_ports)?;
         let process = ProcessGroup(child.id());
 
-        // The prompt, as one stream-json user message; then end of input.
-        let message =
-            json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": input}]}});
+        // The prompt, as one stream-json user message; then end of input. A
+        // session's history goes first in the same message: stdin has no
+        // size limit, where one argv string has 128 KiB.
+        let mut content = Vec::new();
+        if let Some(history) = launch::history_text(ctx.history) {
+            content.push(json!({"type": "text", "text": history}));
+        }
+        content.push(json!({"type": "text", "text": input}));
+        let message = json!({"type": "user", "message": {"role": "user", "content": content}});
         if let Some(mut stdin) = child.stdin.take() {
             let line = format!("{message}\n");
             stdin.write_all(line.as_bytes()).await.map_err(|e| unavailable(format!("cannot write the prompt: {e}")))?;
@@ -225,7 +231,7 @@ impl ClaudeCode {
         let mut reader = BufReader::new(stdout);
 
         let events = ctx.tools.events();
-        let mut state = State::new(&instructions, input);
+        let mut state = State::new(&instructions, ctx.history, input);
         let mut line_no = 0usize;
         let mut buf = Vec::new();
         let failure = loop {
@@ -379,12 +385,14 @@ struct State {
 }
 
 impl State {
-    /// `system`: the instructions, joined as the CLI gets them.
-    fn new(system: &str, input: &str) -> Self {
+    /// `system`: the instructions, joined as the CLI gets them; `history`:
+    /// the session's thread the prompt continues.
+    fn new(system: &str, history: &[Message], input: &str) -> Self {
         let mut transcript = Vec::new();
         if !system.is_empty() {
             transcript.push(Message::System { text: system.to_string() });
         }
+        transcript.extend_from_slice(history);
         transcript.push(Message::User { text: input.to_string() });
         State {
             turn: 0,

@@ -85,6 +85,18 @@ pub struct ConfigFile {
     /// The `[worker]` table: how `nexo worker` runs jobs.
     #[serde(default)]
     pub worker: WorkerTable,
+    /// The `[sessions]` table: how long sessions are kept.
+    #[serde(default)]
+    pub sessions: SessionsTable,
+}
+
+/// `[sessions]` in the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SessionsTable {
+    /// Delete sessions idle for longer than this, such as `30d` (`--retain`
+    /// wins). Unset: sessions are kept until deleted.
+    pub retain: Option<String>,
 }
 
 /// `[worker]` in the config file.

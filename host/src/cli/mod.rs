@@ -21,6 +21,7 @@ macro_rules! errln {
 
 mod grant;
 mod inspect;
+mod chat;
 mod mcp;
 mod model;
 mod plugin_test;
@@ -29,6 +30,7 @@ mod report;
 mod runs;
 mod scaffold;
 mod sdk;
+mod sessions;
 mod web;
 mod wit;
 mod worker;
@@ -107,6 +109,12 @@ enum Command {
         #[command(flatten)]
         model: model::ModelArgs,
     },
+    /// Send a prompt to a session: a remembering instance of an agent, whose thread each prompt
+    /// continues (interactive on a terminal when no prompt is given).
+    Chat(chat::ChatArgs),
+    /// Work with sessions: list, show, delete, sweep (retention).
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// Work with recorded runs: list, show, follow, resume, approve, deny, cancel, recover.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -240,9 +248,14 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     } else if let Some(dir) = &cli.cache_dir {
         config.cache_dir = Some(dir.clone());
     }
-    if let Command::Run { timeout, memory, .. } = &cli.command {
-        config.limits.run_timeout = Duration::from_secs(*timeout);
-        config.limits.memory_bytes = usize::try_from(*memory).unwrap_or(usize::MAX).saturating_mul(1 << 20);
+    let limits = match &cli.command {
+        Command::Run { timeout, memory, .. } => Some((*timeout, *memory)),
+        Command::Chat(args) => Some((args.timeout, args.memory)),
+        _ => None,
+    };
+    if let Some((timeout, memory)) = limits {
+        config.limits.run_timeout = Duration::from_secs(timeout);
+        config.limits.memory_bytes = usize::try_from(memory).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     }
     config
 }
@@ -292,6 +305,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Worker(args) = &cli.command {
         return worker::command(args, &engine_config(&cli), cli.store.as_deref()).await;
     }
+    if let Command::Sessions(command) = &cli.command {
+        return sessions::command(command, cli.store.as_deref()).await;
+    }
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
         Err(e) => {
@@ -322,21 +338,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
             }
         }
         Command::Run { file, input, json, grant, search, model, timeout, memory, ephemeral, later } => {
-            let settings = match settings(grant, search) {
-                Ok(s) => s,
-                Err(e) => return config_failure(&e),
-            };
-            let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
-                (Ok(grant), Ok(model_table)) => runs::Recorded {
-                    grant,
-                    model: model_table.or_agent_loop(runs::loop_hint(file)),
-                    search: search.merged(settings.file.search.as_ref(), grant_config(&cli)),
-                    timeout_secs: *timeout,
-                    memory_mib: *memory,
-                    skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
-                    progressive_skills: model.progressive_skills,
-                },
-                (Err(e), _) | (_, Err(e)) => return config_failure(&e),
+            let (settings, recorded) = match recorded(&cli, file, grant, search, model, *timeout, *memory) {
+                Ok(both) => both,
+                Err(code) => return code,
             };
             if *later {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
@@ -369,6 +373,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
             runs::close(&options).await;
             code
         }
+        Command::Chat(args) => {
+            let (settings, recorded) =
+                match recorded(&cli, &args.file, &args.grant, &args.search, &args.model, args.timeout, args.memory) {
+                    Ok(both) => both,
+                    Err(code) => return code,
+                };
+            chat::command(args, &engine, &engine_config(&cli), cli.store.as_deref(), &settings.file, &recorded).await
+        }
         Command::Mcp(command) => mcp::command(command, &engine).await,
         Command::Build { .. }
         | Command::Test { .. }
@@ -377,8 +389,36 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Wit { .. }
         | Command::Runs(_)
         | Command::Worker(_)
+        | Command::Sessions(_)
         | Command::Skill(_) => unreachable!("handled above"),
     }
+}
+
+/// The settings a run records: the grant, model, search and limits from
+/// the flags over the config file.
+fn recorded(
+    cli: &Cli,
+    file: &std::path::Path,
+    grant: &grant::GrantArgs,
+    search: &web::SearchArgs,
+    model: &model::ModelArgs,
+    timeout: u64,
+    memory: u64,
+) -> Result<(Settings, runs::Recorded), ExitCode> {
+    let settings = settings(grant, search).map_err(|e| config_failure(&e))?;
+    let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
+        (Ok(grant), Ok(model_table)) => runs::Recorded {
+            grant,
+            model: model_table.or_agent_loop(runs::loop_hint(file)),
+            search: search.merged(settings.file.search.as_ref(), grant_config(cli)),
+            timeout_secs: timeout,
+            memory_mib: memory,
+            skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
+            progressive_skills: model.progressive_skills,
+        },
+        (Err(e), _) | (_, Err(e)) => return Err(config_failure(&e)),
+    };
+    Ok((settings, recorded))
 }
 
 /// The operator's settings for one command: the config file, read once,
@@ -476,6 +516,7 @@ async fn run_agent(
 fn grant_config(cli: &Cli) -> Option<&std::path::Path> {
     match &cli.command {
         Command::Run { grant, .. } | Command::Inspect { grant, .. } => grant.config_path(),
+        Command::Chat(args) => args.grant.config_path(),
         _ => None,
     }
 }

@@ -104,7 +104,7 @@ pub enum RunsCommand {
 
 /// Where the store is, for `nexo runs` commands: `--store` (global, or
 /// `NEXO_STORE`), else the config file's `store`, else the default file.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct StoreArgs {
     /// The operator's config file (its `store` and `buffer-events` keys).
     #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
@@ -271,6 +271,50 @@ fn engine(base: &EngineConfig, rec: &Recorded) -> Result<Engine, ExitCode> {
     })
 }
 
+/// An agent loaded for a run: a declarative file, or an agent component.
+pub enum Loaded {
+    /// A TOML agent.
+    File(AgentFile),
+    /// An agent component: the agent, its SHA-256, and where it was loaded from.
+    Component(nexo::world::agent::Agent, String, PathBuf),
+}
+
+impl Loaded {
+    /// Loads `file` as an agent, or prints why not: its exit code.
+    pub async fn load(engine: &Engine, file: &std::path::Path) -> Result<Loaded, ExitCode> {
+        if report::is_toml(file) {
+            return AgentFile::load(file).map(Loaded::File).map_err(|e| report::fail(&e.into()));
+        }
+        let plugin = Plugin::load(engine, file).await.map_err(|e| report::fail(&e.into()))?;
+        let agent = plugin.agent().map_err(|e| report::fail(&e.into()))?.clone();
+        Ok(Loaded::Component(agent, plugin.sha256().to_string(), file.to_path_buf()))
+    }
+
+    /// What a run runs.
+    pub fn subject(&self) -> Subject<'_> {
+        match self {
+            Loaded::File(agent) => Subject::File(agent),
+            Loaded::Component(agent, sha256, path) => Subject::Component { agent, sha256, path },
+        }
+    }
+
+    /// The agent's name: a session's address starts with it.
+    pub fn name(&self) -> &str {
+        match self {
+            Loaded::File(agent) => &agent.manifest().name,
+            Loaded::Component(agent, ..) => agent.name(),
+        }
+    }
+}
+
+/// A run's settings as the store records them, or prints why not.
+pub fn recorded_grant(rec: &Recorded) -> Result<serde_json::Value, ExitCode> {
+    serde_json::to_value(rec).map_err(|e| {
+        errln!("error: cannot record the run's settings: {e}");
+        ExitCode::from(2)
+    })
+}
+
 /// `nexo run` of a recorded run: records it, runs it, reports how it ended.
 pub async fn start(
     engine: &Engine,
@@ -281,31 +325,15 @@ pub async fn start(
     options: &RunOptions,
     json: bool,
 ) -> ExitCode {
-    let grant = match serde_json::to_value(rec) {
+    let grant = match recorded_grant(rec) {
         Ok(v) => v,
-        Err(e) => {
-            errln!("error: cannot record the run's settings: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let end = if report::is_toml(file) {
-        let agent = match AgentFile::load(file) {
-            Ok(a) => a,
-            Err(e) => return report::fail(&e.into()),
-        };
-        runs.start(Subject::File(&agent), input, grant, options).await
-    } else {
-        let plugin = match Plugin::load(engine, file).await {
-            Ok(p) => p,
-            Err(e) => return report::fail(&e.into()),
-        };
-        let agent = match plugin.agent() {
-            Ok(a) => a,
-            Err(e) => return report::fail(&e.into()),
-        };
-        runs.start(Subject::Component { agent, sha256: plugin.sha256(), path: file }, input, grant, options).await
+    let loaded = match Loaded::load(engine, file).await {
+        Ok(l) => l,
+        Err(code) => return code,
     };
-    match end {
+    match runs.start(loaded.subject(), input, grant, options).await {
         Ok(end) => report_end(&end, json),
         Err(e) => report::report_error(&e, json),
     }
@@ -331,6 +359,9 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
             "run": run.id,
             "agent": run.agent,
         });
+        if let Some(session) = &run.session {
+            value["session"] = session.clone().into();
+        }
         match run.status {
             RunStatus::Done => {
                 value["answer"] = run.result.clone().unwrap_or_default().into();
@@ -755,7 +786,7 @@ fn first_line(text: &str) -> String {
 }
 
 /// A timestamp as UTC, to the second.
-fn time(ms: i64) -> String {
+pub fn time(ms: i64) -> String {
     let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
 }

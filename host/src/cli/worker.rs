@@ -16,16 +16,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use nexo::agent_file::AgentFile;
-use nexo::runs::{Runs, Subject};
-use nexo::{Engine, EngineConfig, Plugin};
+use nexo::runs::Runs;
+use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, Job, JobStatus, RunStatus};
 
 use super::runs::{Narrow, Recorded, Resumed, StoreArgs};
-use super::{grant, report, runs};
+use super::{grant, report, runs, sessions};
 
 /// Jobs one worker runs at once when nothing says otherwise.
 const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
+
+/// How often a worker enforces session retention.
+const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 /// The flags of `nexo worker`.
 #[derive(Args, Debug)]
@@ -44,36 +46,25 @@ pub struct WorkerArgs {
     /// waiting for more. A job another worker holds, or one waiting for its retry, keeps it going.
     #[arg(long)]
     until_idle: bool,
+    /// Delete sessions idle longer than this, such as 30d, at start and every few minutes
+    /// [default: the config file's `[sessions] retain`, else keep them].
+    #[arg(long, value_name = "PERIOD", value_parser = nexo::session::parse_retention)]
+    retain: Option<Duration>,
     #[command(flatten)]
     store: StoreArgs,
 }
 
 /// `nexo run --later`: records the run as queued, with its start job.
 pub async fn queue(engine: &Engine, runs: &Runs, file: &Path, input: &str, rec: &Recorded, json: bool) -> ExitCode {
-    let grant = match serde_json::to_value(rec) {
+    let grant = match runs::recorded_grant(rec) {
         Ok(v) => v,
-        Err(e) => {
-            errln!("error: cannot record the run's settings: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let queued = if report::is_toml(file) {
-        match AgentFile::load(file) {
-            Ok(agent) => runs.queue(Subject::File(&agent), input, grant).await,
-            Err(e) => return report::fail(&e.into()),
-        }
-    } else {
-        let plugin = match Plugin::load(engine, file).await {
-            Ok(p) => p,
-            Err(e) => return report::fail(&e.into()),
-        };
-        let agent = match plugin.agent() {
-            Ok(a) => a,
-            Err(e) => return report::fail(&e.into()),
-        };
-        runs.queue(Subject::Component { agent, sha256: plugin.sha256(), path: file }, input, grant).await
+    let loaded = match runs::Loaded::load(engine, file).await {
+        Ok(l) => l,
+        Err(code) => return code,
     };
-    match queued {
+    match runs.queue(loaded.subject(), input, grant).await {
         Ok((run, job)) => {
             if json {
                 nexo::terminal::print_json(&serde_json::json!({"run": run.id, "job": job.id, "status": "queued"}));
@@ -112,6 +103,10 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         Err(code) => return code,
     };
     let max = args.max_in_flight.or(file.worker.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
+    let retain = match sessions::retention(args.retain, &file) {
+        Ok(r) => r,
+        Err(e) => return report::config_failure(&e),
+    };
     let worker = Arc::new(Worker {
         // Runs are leased like jobs, so a dead worker's run is free as soon as its job.
         runs: Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
@@ -127,7 +122,12 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
     let poll = Duration::from_millis(args.poll_ms);
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
+    let mut swept: Option<std::time::Instant> = None;
     loop {
+        if retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            swept = Some(std::time::Instant::now());
+            sessions::sweep(&*store, retain).await;
+        }
         while tasks.try_join_next().is_some() {}
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },

@@ -30,3 +30,23 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A fresh PostgreSQL database for one test, from `NEXO_TEST_POSTGRES`; or
+/// `None` (and the test says it skipped) outside CI.
+pub async fn postgres_database(test: &str) -> Option<String> {
+    let Some(admin) = std::env::var("NEXO_TEST_POSTGRES").ok().filter(|v| !v.is_empty()) else {
+        assert!(
+            std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
+            "{test}: CI is set but NEXO_TEST_POSTGRES is not: PostgreSQL is required in CI (scripts/postgres.sh)"
+        );
+        println!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
+        eprintln!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
+        return None;
+    };
+    use sqlx::Connection;
+    let name = format!("nexo_test_{}_{}", std::process::id(), nexo_store::new_run_id());
+    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    Some(format!("{base}/{name}"))
+}
