@@ -21,8 +21,13 @@
 //! And per session ([`Session`]), a remembering instance of an agent
 //! addressed by `(agent, instance)`: its thread, an ordered list of JSON
 //! messages that a prompt appends to only if no other prompt of the session
-//! appended first ([`Store::append_thread`]). Deleting or expiring a session
-//! deletes its thread and every run linked to it.
+//! appended first ([`Store::append_thread`]). A session has one prompt in
+//! progress at a time ([`Store::create_run`]), a failed prompt is retried
+//! only while it is the session's latest ([`Store::claim`]), and a prompt
+//! appends its exchange together with its end ([`Batch::thread`]), so the
+//! thread stays one line of turns. Deleting or expiring a session deletes
+//! its thread and every run linked to it; expiry passes over a session
+//! with a prompt in progress ([`Store::expire_sessions`]).
 //!
 //! Every write is one [`Batch`] committed atomically and durably: when
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
@@ -481,7 +486,8 @@ pub struct Batch {
     pub checkpoints: Vec<(String, Value)>,
     /// What a session prompt adds to its session's thread, in the same
     /// transaction: a prompt's exchange lands with the run's end, or not at
-    /// all.
+    /// all. It is checked as [`Store::append_thread`] checks, and a refusal
+    /// (see [`ThreadAppend`]) refuses the whole batch.
     pub thread: Option<ThreadAppend>,
 }
 
@@ -497,7 +503,9 @@ impl Batch {
 /// The session must be the run's own ([`StoreError::Conflict`] otherwise),
 /// and its thread must still hold `expected` messages: if another prompt
 /// moved it on, the whole batch is refused ([`StoreError::Conflict`]). A
-/// deleted session is [`StoreError::NoSession`].
+/// deleted session is [`StoreError::NoSession`]. The append touches the
+/// session's `updated_ms` as [`Store::append_thread`] does, with the
+/// store's clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadAppend {
     /// The session's id.
@@ -554,7 +562,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Where it is, for messages (a URL without its password).
     fn location(&self) -> String;
 
-    /// Records a new run.
+    /// Records a new run. A taken id is a [`StoreError::Conflict`].
+    ///
+    /// A run with a session is a prompt of it, and a session has one prompt
+    /// in progress at a time: if the session already has a run that is
+    /// `queued`, `running` or `suspended`, the new one is refused
+    /// ([`StoreError::Conflict`], naming that run and what to do about it),
+    /// since two prompts at once would race for one thread. The check and
+    /// the insert are one transaction, on PostgreSQL with the session's row
+    /// locked, so of concurrent creations in any number of processes at
+    /// most one wins. A session that is not there is
+    /// [`StoreError::NoSession`].
     async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
 
     /// One run.
@@ -566,13 +584,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Commits `batch` for the running run `id`, durably. Fails with
     /// [`StoreError::Conflict`] if `owner` no longer holds the run's lease
-    /// (it was cancelled, or another process recovered it).
+    /// (it was cancelled, or another process recovered it). A
+    /// [`Batch::thread`] append is part of the batch: if it is refused,
+    /// nothing of the batch is written.
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
 
     /// Commits `batch` and moves the run out of `running`, in one
     /// transaction; a suspension also records its pending approval
     /// (replacing an older one), and any other transition removes an older
-    /// one. Returns the run as it now is.
+    /// one. Returns the run as it now is. A [`Batch::thread`] append that is
+    /// refused refuses the transition: nothing is written and the run stays
+    /// `running`, still `owner`'s.
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
 
     /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
@@ -583,6 +605,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// error).
     /// Anything else is a [`StoreError::Conflict`] that says what state the
     /// run is in.
+    ///
+    /// A retry of a session's prompt is also refused
+    /// ([`StoreError::Conflict`]) once the session has a run created after
+    /// it (by `created_ms`, then id): that prompt has moved the thread on,
+    /// and retrying the older one would fork it. On PostgreSQL the retry
+    /// locks the session's row first, as [`Store::create_run`] does.
     async fn claim(
         &self,
         id: &str,
@@ -705,6 +733,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// (sorted). Nothing else changes: a session updated at or after the
     /// cut stays, and so does every run that is not linked to a deleted
     /// session.
+    ///
+    /// Retention never drops live work: a session with a prompt in progress
+    /// (a run `queued`, `running` or `suspended`) stays, however old its
+    /// `updated_ms`, and expires once that run has ended. On PostgreSQL the
+    /// expired sessions' rows are locked first, so a prompt created or
+    /// retried at the same moment either keeps its session or waits and
+    /// finds it gone.
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>>;
 }
 

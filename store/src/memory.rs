@@ -12,10 +12,12 @@ use crate::refusal::{
     claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
     run_exists,
 };
-use crate::sessions::{check_expected, touched};
+use crate::sessions::{
+    check_expected, check_latest, check_no_prompt_in_progress, check_own_session, in_progress, touched,
+};
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus, Session,
-    Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
+    Store, StoreError, StoreResult, StoredEvent, ThreadAppend, Transition, new_session_id, now_ms,
 };
 
 /// A store that lives only as long as the process.
@@ -69,8 +71,25 @@ impl Inner {
         Ok(run)
     }
 
+    /// [`Inner::owned`] for a batch: first the session its thread append
+    /// names must be there, then the run must be owned and a prompt of that
+    /// session (the relational backends check in the same order).
+    fn owned_for(&mut self, id: &str, owner: &str, thread: Option<&ThreadAppend>) -> StoreResult<()> {
+        if let Some(thread) = thread
+            && !self.sessions.contains_key(&thread.session)
+        {
+            return Err(StoreError::NoSession(thread.session.clone()));
+        }
+        let run = self.owned(id, owner)?;
+        if let Some(thread) = thread {
+            check_own_session(run, thread)?;
+        }
+        Ok(())
+    }
+
     /// Writes `batch`, or nothing if one of its journal entries is already
-    /// there (as SQLite's primary key refuses the whole transaction).
+    /// there (as SQLite's primary key refuses the whole transaction) or its
+    /// thread append is refused.
     fn apply(&mut self, id: &str, batch: Batch) -> StoreResult<()> {
         let journal = self.journal.entry(id.to_string()).or_default();
         for (i, e) in batch.journal.iter().enumerate() {
@@ -79,6 +98,12 @@ impl Inner {
                 return Err(StoreError::Conflict(duplicate_entry(id, e.seq)));
             }
         }
+        // Last of the checks, first of the writes: a refused append leaves
+        // everything as it was.
+        if let Some(thread) = batch.thread {
+            self.append_thread(&thread.session, thread.expected, thread.messages, now_ms())?;
+        }
+        let journal = self.journal.entry(id.to_string()).or_default();
         for e in batch.journal {
             let at = journal.partition_point(|j| j.seq < e.seq);
             journal.insert(at, e);
@@ -91,6 +116,30 @@ impl Inner {
             self.push_event(id, e.kind, e.data, e.at_ms);
         }
         Ok(())
+    }
+
+    /// Appends to session `id`'s thread if it still holds `expected`
+    /// messages (see [`Store::append_thread`]).
+    fn append_thread(&mut self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
+        let session = self.sessions.get_mut(id).ok_or_else(|| StoreError::NoSession(id.to_string()))?;
+        check_expected(session, expected)?;
+        session.messages += messages.len() as u64;
+        session.updated_ms = touched(session.updated_ms, now);
+        let session = session.clone();
+        self.threads.entry(id.to_string()).or_default().extend(messages);
+        Ok(session)
+    }
+
+    /// Session `id`'s runs, oldest first (as [`Store::session_runs`]).
+    fn session_runs(&self, id: &str) -> Vec<&Run> {
+        let mut runs: Vec<&Run> = self.runs.values().filter(|r| r.session.as_deref() == Some(id)).collect();
+        runs.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        runs
+    }
+
+    /// Whether session `id` has a prompt in progress.
+    fn busy(&self, id: &str) -> bool {
+        self.runs.values().any(|r| r.session.as_deref() == Some(id) && in_progress(r.status))
     }
 
     fn job_mut(&mut self, id: &str) -> StoreResult<&mut Job> {
@@ -134,10 +183,12 @@ impl Store for MemoryStore {
         if inner.runs.contains_key(&new.id) {
             return Err(StoreError::Conflict(run_exists(&new.id)));
         }
-        if let Some(session) = &new.session
-            && !inner.sessions.contains_key(session)
-        {
-            return Err(StoreError::NoSession(session.clone()));
+        if let Some(session) = &new.session {
+            if !inner.sessions.contains_key(session) {
+                return Err(StoreError::NoSession(session.clone()));
+            }
+            let blocker = inner.session_runs(session).into_iter().find(|r| in_progress(r.status));
+            check_no_prompt_in_progress(session, blocker.map(|r| (r.id.clone(), r.status)))?;
         }
         let id = new.id.clone();
         let run = new.into_run();
@@ -160,13 +211,13 @@ impl Store for MemoryStore {
 
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
         let mut inner = self.lock();
-        inner.owned(id, owner)?;
+        inner.owned_for(id, owner, batch.thread.as_ref())?;
         inner.apply(id, batch)
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
         let mut inner = self.lock();
-        inner.owned(id, owner)?;
+        inner.owned_for(id, owner, batch.thread.as_ref())?;
         if let Transition::Finish { status, .. } = &to
             && !status.is_final()
         {
@@ -214,11 +265,18 @@ impl Store for MemoryStore {
         now: i64,
     ) -> StoreResult<Run> {
         let mut inner = self.lock();
-        let run = inner.run_mut(id)?;
-        let ok = how.allows(run, now);
-        if !ok {
+        let run = inner.runs.get(id).ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if !how.allows(run, now) {
             return Err(StoreError::Conflict(claim_refusal(id, how, run)));
         }
+        if how == Claim::Retry
+            && let Some(session) = &run.session
+        {
+            let later =
+                inner.session_runs(session).into_iter().find(|r| (r.created_ms, &r.id) > (run.created_ms, &run.id));
+            check_latest(run, later.map(|r| r.id.clone()))?;
+        }
+        let run = inner.run_mut(id)?;
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
@@ -440,21 +498,11 @@ impl Store for MemoryStore {
     }
 
     async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
-        let mut inner = self.lock();
-        let session = inner.sessions.get_mut(id).ok_or_else(|| StoreError::NoSession(id.to_string()))?;
-        check_expected(session, expected)?;
-        session.messages += messages.len() as u64;
-        session.updated_ms = touched(session.updated_ms, now);
-        let session = session.clone();
-        inner.threads.entry(id.to_string()).or_default().extend(messages);
-        Ok(session)
+        self.lock().append_thread(id, expected, messages, now)
     }
 
     async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>> {
-        let inner = self.lock();
-        let mut runs: Vec<Run> = inner.runs.values().filter(|r| r.session.as_deref() == Some(id)).cloned().collect();
-        runs.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
-        Ok(runs)
+        Ok(self.lock().session_runs(id).into_iter().cloned().collect())
     }
 
     async fn delete_session(&self, id: &str) -> StoreResult<bool> {
@@ -463,8 +511,13 @@ impl Store for MemoryStore {
 
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
         let mut inner = self.lock();
-        let expired: Vec<String> =
-            inner.sessions.values().filter(|s| s.updated_ms < updated_before_ms).map(|s| s.id.clone()).collect();
+        // By id (the map's order): the ids come back sorted.
+        let expired: Vec<String> = inner
+            .sessions
+            .values()
+            .filter(|s| s.updated_ms < updated_before_ms && !inner.busy(&s.id))
+            .map(|s| s.id.clone())
+            .collect();
         for id in &expired {
             inner.delete_session(id);
         }

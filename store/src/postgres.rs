@@ -12,6 +12,10 @@
 //! An append to a session's thread updates the session's row only if its
 //! message count is still the one the prompt started from; a racing append
 //! waits for that row lock, then finds the new count and writes nothing.
+//! A new prompt of a session, a retry of one, a batch that appends to a
+//! thread and an expiry lock the session's row first (before any run's), so
+//! the session rules hold between processes: one prompt in progress per
+//! session, no retry behind a later prompt, no expiry under a live prompt.
 //!
 //! Opening migrates the schema in one transaction under an advisory lock
 //! (`pg_advisory_xact_lock`), so processes that open a new database at once
@@ -33,11 +37,12 @@ use crate::refusal::{
     run_exists,
 };
 use crate::rows::{Errors, postgres as rows};
-use crate::sessions::{counts, not_appended};
+use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session, counts, not_appended};
 use crate::sql;
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run, RunStatus,
-    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
+    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, ThreadAppend, Transition, new_session_id,
+    now_ms,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -248,6 +253,42 @@ impl PgStore {
         Ok(status)
     }
 
+    /// Whether session `id` is there, locking its row until the
+    /// transaction ends.
+    async fn lock_session(&self, conn: &mut PgConnection, id: &str) -> StoreResult<bool> {
+        let row =
+            sqlx::query(sql::SESSION_ID_LOCKED).bind(id).fetch_optional(conn).await.map_err(|e| self.error(&e))?;
+        Ok(row.is_some())
+    }
+
+    /// The run `id` if `owner` holds it, for writing a batch with `thread`,
+    /// its row locked: first the session the append names must be there
+    /// (its row locked before the run's, the order every session write
+    /// takes), then the run must be owned and a prompt of that session.
+    async fn owned_for(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        owner: &str,
+        thread: Option<&ThreadAppend>,
+    ) -> StoreResult<Run> {
+        if let Some(thread) = thread
+            && !self.lock_session(conn, &thread.session).await?
+        {
+            return Err(StoreError::NoSession(thread.session.clone()));
+        }
+        let run = self.lock_run(conn, id).await?;
+        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
+        }
+        if let Some(thread) = thread {
+            check_own_session(&run, thread)?;
+        }
+        Ok(run)
+    }
+
+    /// Writes `batch` for run `id`, which [`PgStore::owned_for`] has
+    /// checked; an error leaves the transaction to be rolled back.
     async fn write_batch(&self, conn: &mut PgConnection, id: &str, batch: Batch) -> StoreResult<()> {
         for e in &batch.journal {
             let inserted = sqlx::query(sql::APPEND_ENTRY)
@@ -281,6 +322,9 @@ impl PgStore {
                 .await
                 .map_err(|e| self.error(&e))?;
         }
+        if let Some(thread) = batch.thread {
+            self.append_thread_in(conn, &thread.session, thread.expected, thread.messages, now_ms()).await?;
+        }
         Ok(())
     }
 
@@ -304,10 +348,7 @@ impl PgStore {
         batch: Batch,
         to: Transition,
     ) -> StoreResult<Run> {
-        let mut run = self.lock_run(conn, id).await?;
-        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
-            return Err(StoreError::Conflict(not_owned(id, run.status)));
-        }
+        let mut run = self.owned_for(conn, id, owner, batch.thread.as_ref()).await?;
         if let Transition::Finish { status, .. } = &to
             && !status.is_final()
         {
@@ -376,11 +417,33 @@ impl PgStore {
         resume_input: Option<String>,
         now: i64,
     ) -> StoreResult<Run> {
+        if how == Claim::Retry {
+            // A retry of a prompt takes its session's row first, as a new
+            // prompt does: neither can then slip in behind the other. A run's
+            // session never changes, so reading it unlocked is enough.
+            let row =
+                sqlx::query(sql::SELECT_RUN).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
+            if let Some(session) = row.map(|r| self.decode_run(&r)).transpose()?.and_then(|r| r.session) {
+                self.lock_session(conn, &session).await?;
+            }
+        }
         // The row lock is what makes one claimer win: a second claim waits
         // here until the first commits, then reads the run as it left it.
         let mut run = self.lock_run(conn, id).await?;
         if !how.allows(&run, now) {
             return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
+        }
+        if how == Claim::Retry
+            && let Some(session) = &run.session
+        {
+            let later: Option<String> = sqlx::query_scalar(sql::LATER_SESSION_RUN)
+                .bind(session)
+                .bind(run.created_ms)
+                .bind(&run.id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            check_latest(&run, later)?;
         }
         let resumed = matches!(how, Claim::Resume | Claim::Retry);
         let claimed = if resumed {
@@ -412,6 +475,68 @@ impl PgStore {
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
+        Ok(run)
+    }
+
+    /// Records `run`: with a session, only if it is there and has no prompt
+    /// in progress, its row locked so that of two processes starting a
+    /// prompt of one session at once, the second sees the first's run.
+    async fn create_run_in(&self, conn: &mut PgConnection, run: Run) -> StoreResult<Run> {
+        if let Some(session) = &run.session {
+            // A taken id is the conflict it always was, whatever the session.
+            let taken = sqlx::query(sql::RUN_EXISTS)
+                .bind(&run.id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if taken.is_some() {
+                return Err(StoreError::Conflict(run_exists(&run.id)));
+            }
+            if !self.lock_session(conn, session).await? {
+                return Err(StoreError::NoSession(session.clone()));
+            }
+            // A statement of its own after the lock: it sees every run
+            // committed before the lock was granted.
+            let blocker = sqlx::query(sql::PROMPT_IN_PROGRESS)
+                .bind(session)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            let blocker = blocker.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose()?;
+            check_no_prompt_in_progress(session, blocker)?;
+        }
+        let inserted = sqlx::query(sql::INSERT_RUN)
+            .bind(&run.id)
+            .bind(&run.agent)
+            .bind(&run.kind)
+            .bind(&run.source)
+            .bind(&run.component_sha256)
+            .bind(&run.input)
+            .bind(run.grant.to_string())
+            .bind(run.status.as_str())
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(&run.resume_input)
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(run.created_ms)
+            .bind(run.updated_ms)
+            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .bind(&run.session)
+            .execute(&mut *conn)
+            .await;
+        let inserted = match inserted {
+            Ok(done) => done,
+            // The only foreign key a run has that a caller names: its session.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
+            }
+            Err(e) => return Err(self.error(&e)),
+        };
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::Conflict(run_exists(&run.id)));
+        }
         Ok(run)
     }
 
@@ -541,39 +666,14 @@ impl Store for PgStore {
 
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let run = new.into_run();
-        let inserted = sqlx::query(sql::INSERT_RUN)
-            .bind(&run.id)
-            .bind(&run.agent)
-            .bind(&run.kind)
-            .bind(&run.source)
-            .bind(&run.component_sha256)
-            .bind(&run.input)
-            .bind(run.grant.to_string())
-            .bind(run.status.as_str())
-            .bind(&run.suspend_reason)
-            .bind(&run.resume_key)
-            .bind(&run.resume_input)
-            .bind(&run.result)
-            .bind(&run.error)
-            .bind(run.created_ms)
-            .bind(run.updated_ms)
-            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
-            .bind(run.lease.as_ref().map(|l| l.until_ms))
-            .bind(&run.session)
-            .execute(&self.pool)
-            .await;
-        let inserted = match inserted {
-            Ok(done) => done,
-            // The only foreign key a run has that a caller names: its session.
-            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
-                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
-            }
-            Err(e) => return Err(self.error(&e)),
-        };
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::Conflict(run_exists(&run.id)));
+        if run.session.is_none() {
+            // One autocommit insert: nothing to check first.
+            let mut conn = self.pool.acquire().await.map_err(|e| self.error(&e))?;
+            return self.create_run_in(&mut conn, run).await;
         }
-        Ok(run)
+        let mut tx = self.begin().await?;
+        let result = self.create_run_in(&mut tx, run).await;
+        self.finish(tx, result).await
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
@@ -595,7 +695,7 @@ impl Store for PgStore {
         // The common case, one entry and nothing else, is one autocommit
         // statement whose lease check (with the run's row locked) rides in
         // the insert.
-        if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
+        if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
             let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER_LOCKED)
                 .bind(id)
                 .bind(to_i64(e.seq, "sequence number")?)
@@ -620,7 +720,7 @@ impl Store for PgStore {
         }
         let mut tx = self.begin().await?;
         let result = async {
-            self.check_owner(&mut tx, id, owner).await?;
+            self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
             self.write_batch(&mut tx, id, batch).await
         }
         .await;
@@ -870,13 +970,29 @@ impl Store for PgStore {
     }
 
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
-        let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
-            .bind(updated_before_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.error(&e))?;
-        ids.sort();
-        Ok(ids)
+        let mut tx = self.begin().await?;
+        let result = async {
+            // Lock the candidates first, as a new prompt or a retry locks its
+            // session; the delete, a statement of its own, then sees every
+            // run committed before the locks were granted.
+            let candidates: Vec<String> = sqlx::query_scalar(sql::EXPIRY_CANDIDATES_LOCKED)
+                .bind(updated_before_ms)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if candidates.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_IDLE_AMONG)
+                .bind(&candidates)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            ids.sort();
+            Ok(ids)
+        }
+        .await;
+        self.finish(tx, result).await
     }
 }
 

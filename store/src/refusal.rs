@@ -91,3 +91,47 @@ pub(crate) fn thread_moved(id: &str, expected: u64, found: u64) -> String {
          the thread again and retry the prompt"
     )
 }
+
+/// A batch whose thread append names a session the run is not a prompt of:
+/// a run appends only to its own session's thread. The whole batch is
+/// refused.
+pub(crate) fn not_this_session(id: &str, session: &str, own: Option<&str>) -> String {
+    let own = match own {
+        Some(own) => format!("it is a prompt of session `{own}`"),
+        None => "it is a prompt of no session".to_string(),
+    };
+    format!(
+        "run `{id}` is not a prompt of session `{session}` ({own}), so it cannot append to that session's \
+         thread; nothing was written"
+    )
+}
+
+/// A new prompt of a session that already has one in progress: one prompt
+/// at a time, so that the thread has one writer.
+pub(crate) fn prompt_in_progress(session: &str, run: &str, status: RunStatus) -> String {
+    let what = match status {
+        RunStatus::Suspended => format!(
+            "is suspended; decide it first (`nexo runs approve {run}`, `nexo runs deny {run}`, `nexo runs resume \
+             {run}`) or cancel it (`nexo runs cancel {run}`)"
+        ),
+        RunStatus::Running => format!(
+            "is running (if its process died, `nexo runs recover` replays it); wait for it to end or cancel it \
+             (`nexo runs cancel {run}`)"
+        ),
+        RunStatus::Queued => {
+            format!("is queued for a worker; wait for it to end or cancel it (`nexo runs cancel {run}`)")
+        }
+        // Not in progress: no refusal names a final run.
+        s => format!("is {s}"),
+    };
+    format!("session `{session}` has a prompt in progress: run `{run}` {what}")
+}
+
+/// A retry of a session's prompt after a later prompt of the session: the
+/// retried run would append to a thread that has moved past it.
+pub(crate) fn retry_would_fork(id: &str, session: &str, later: &str) -> String {
+    format!(
+        "run `{id}` is a prompt of session `{session}`, which has had a later prompt (run `{later}`); retrying \
+         it would fork the thread: send the prompt again instead"
+    )
+}

@@ -56,6 +56,12 @@ macro_rules! decoders {
                 .ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
         }
 
+        /// A session's prompt in progress, from
+        /// [`crate::sql::PROMPT_IN_PROGRESS`]: its id and status.
+        pub(crate) fn prompt(row: &Row, errors: &Errors<'_>) -> Result<(String, RunStatus), StoreError> {
+            Ok((column(row, "id", errors)?, run_status(row, errors)?))
+        }
+
         /// Who holds a run, from [`crate::sql::RUN_OWNER`].
         pub(crate) fn lease_owner(row: &Row, errors: &Errors<'_>) -> Result<Option<String>, StoreError> {
             column(row, "lease_owner", errors)

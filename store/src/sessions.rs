@@ -7,10 +7,16 @@
 //! the thread with the count of messages it started from, and the store
 //! refuses the append once another prompt has moved the thread on, so two
 //! prompts racing on one session cannot interleave their turns.
+//!
+//! Three more rules keep a thread linear, in every backend: a session has
+//! one prompt in progress at a time (a run `queued`, `running` or
+//! `suspended`); a failed prompt is retried only while it is the session's
+//! latest; and retention never deletes a session with a prompt in
+//! progress.
 
 use serde::{Deserialize, Serialize};
 
-use crate::{StoreError, StoreResult};
+use crate::{Run, RunStatus, StoreError, StoreResult, ThreadAppend};
 
 /// A session: its address and its thread's size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,4 +71,39 @@ pub(crate) fn counts(expected: u64, added: usize) -> StoreResult<(i64, i64)> {
     let before = i64::try_from(expected).map_err(|_| too_large())?;
     let after = i64::try_from(added).ok().and_then(|n| before.checked_add(n)).ok_or_else(too_large)?;
     Ok((before, after))
+}
+
+/// Whether a run of this status is a prompt in progress: it may still
+/// append to its session's thread, so it blocks another prompt and keeps
+/// the session from expiring.
+pub(crate) fn in_progress(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Queued | RunStatus::Running | RunStatus::Suspended)
+}
+
+/// Succeeds if `thread` appends to `run`'s own session.
+pub(crate) fn check_own_session(run: &Run, thread: &ThreadAppend) -> StoreResult<()> {
+    if run.session.as_deref() == Some(thread.session.as_str()) {
+        return Ok(());
+    }
+    Err(StoreError::Conflict(crate::refusal::not_this_session(&run.id, &thread.session, run.session.as_deref())))
+}
+
+/// Succeeds if session `id` has no prompt in progress; `blocker` is its
+/// oldest run in progress, if any (id and status).
+pub(crate) fn check_no_prompt_in_progress(id: &str, blocker: Option<(String, RunStatus)>) -> StoreResult<()> {
+    match blocker {
+        None => Ok(()),
+        Some((run, status)) => Err(StoreError::Conflict(crate::refusal::prompt_in_progress(id, &run, status))),
+    }
+}
+
+/// Succeeds if `run` may be retried: it is a plain run, or its session has
+/// no run created after it (`later`, the first such run, if any).
+pub(crate) fn check_latest(run: &Run, later: Option<String>) -> StoreResult<()> {
+    match (&run.session, later) {
+        (Some(session), Some(later)) => {
+            Err(StoreError::Conflict(crate::refusal::retry_would_fork(&run.id, session, &later)))
+        }
+        _ => Ok(()),
+    }
 }

@@ -18,6 +18,9 @@
 //!   lock on PostgreSQL, which reads committed data without locking; the
 //!   `…_LOCKED` statements are the shared text with the lock clause
 //!   appended (SQLite's `BEGIN IMMEDIATE` already holds the whole file).
+//!   Session expiry is the one place this takes a statement of its own:
+//!   PostgreSQL locks the candidates, then deletes among them by an array
+//!   ([`EXPIRE_IDLE_AMONG`]), where SQLite runs [`EXPIRE_SESSIONS`].
 
 /// A backend's spelling of the slots in [`MIGRATIONS`].
 pub(crate) struct Dialect {
@@ -504,13 +507,74 @@ pub(crate) const APPEND_MESSAGE: &str = "INSERT INTO thread_messages (session, s
 pub(crate) const SESSION_RUNS: &str =
     concat!("SELECT ", run_columns!(), " FROM runs WHERE session = $1 ORDER BY created_ms, id");
 
+/// The statuses of a prompt in progress (see `sessions::in_progress`).
+macro_rules! in_progress {
+    () => {
+        "('queued', 'running', 'suspended')"
+    };
+}
+
+macro_rules! session_id {
+    () => {
+        "SELECT id FROM sessions WHERE id = $1"
+    };
+}
+
+/// Whether a session exists: `$1` id.
+pub(crate) const SESSION_ID: &str = session_id!();
+
+/// [`SESSION_ID`], locking the row until the transaction ends
+/// (PostgreSQL): what serializes a session's new prompts, retries and
+/// batches that append to its thread across processes (an expiry locks the
+/// same rows with [`EXPIRY_CANDIDATES_LOCKED`]).
+pub(crate) const SESSION_ID_LOCKED: &str = concat!(session_id!(), " FOR UPDATE");
+
+/// A session's oldest prompt in progress, if any: `$1` session; returns
+/// `id, status`.
+pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
+    "SELECT id, status FROM runs WHERE session = $1 AND status IN ",
+    in_progress!(),
+    " ORDER BY created_ms, id LIMIT 1"
+);
+
+/// The first run of session `$1` created after the run created at `$2`
+/// with id `$3` (in [`SESSION_RUNS`] order), if any; returns its id.
+pub(crate) const LATER_SESSION_RUN: &str = "SELECT id FROM runs WHERE session = $1 \
+     AND (created_ms > $2 OR (created_ms = $2 AND id > $3)) ORDER BY created_ms, id LIMIT 1";
+
 /// Deletes a session: `$1` id. The schema's cascades delete its thread and
 /// its runs with everything theirs.
 pub(crate) const DELETE_SESSION: &str = "DELETE FROM sessions WHERE id = $1";
 
-/// Deletes every session updated before `$1` (as [`DELETE_SESSION`]),
-/// returning their ids.
-pub(crate) const EXPIRE_SESSIONS: &str = "DELETE FROM sessions WHERE updated_ms < $1 RETURNING id";
+/// No run of the session in the statement's `sessions` row is in progress.
+macro_rules! idle {
+    () => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM runs WHERE runs.session = sessions.id AND runs.status IN ",
+            in_progress!(),
+            ")"
+        )
+    };
+}
+
+/// Deletes every session updated before `$1` (as [`DELETE_SESSION`]) that
+/// has no prompt in progress, returning their ids (SQLite: the one
+/// statement runs under the file's write lock).
+pub(crate) const EXPIRE_SESSIONS: &str =
+    concat!("DELETE FROM sessions WHERE updated_ms < $1 AND ", idle!(), " RETURNING id");
+
+/// The sessions updated before `$1`, their rows locked until the
+/// transaction ends (PostgreSQL), in id order so that two expiries lock
+/// them in the same order.
+pub(crate) const EXPIRY_CANDIDATES_LOCKED: &str =
+    "SELECT id FROM sessions WHERE updated_ms < $1 ORDER BY id FOR UPDATE";
+
+/// Deletes the sessions among `$1` (an array of ids, PostgreSQL) that have
+/// no prompt in progress, returning their ids. Run after
+/// [`EXPIRY_CANDIDATES_LOCKED`] in the same transaction: as a statement of
+/// its own it sees every run committed before it got the locks.
+pub(crate) const EXPIRE_IDLE_AMONG: &str =
+    concat!("DELETE FROM sessions WHERE id = ANY($1) AND ", idle!(), " RETURNING id");
 
 #[cfg(test)]
 mod tests {
@@ -532,6 +596,10 @@ mod tests {
             super::INSERT_JOB,
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
+            super::PROMPT_IN_PROGRESS,
+            super::LATER_SESSION_RUN,
+            super::EXPIRE_SESSIONS,
+            super::EXPIRE_IDLE_AMONG,
         ] {
             assert!(!sql.contains('?'), "{sql}");
         }

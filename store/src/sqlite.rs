@@ -34,11 +34,12 @@ use crate::refusal::{
     run_exists,
 };
 use crate::rows::{Errors, sqlite as rows};
-use crate::sessions::{counts, not_appended};
+use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session, counts, not_appended};
 use crate::sql;
 use crate::{
     Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus,
-    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, Transition, new_session_id, now_ms,
+    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, ThreadAppend, Transition, new_session_id,
+    now_ms,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -270,6 +271,38 @@ impl SqliteStore {
         }
     }
 
+    /// The run `id` if `owner` holds it, for writing a batch with `thread`:
+    /// first the session the append names must be there, then the run must
+    /// be owned and a prompt of that session.
+    async fn owned_for(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        owner: &str,
+        thread: Option<&ThreadAppend>,
+    ) -> StoreResult<Run> {
+        if let Some(thread) = thread {
+            let found = sqlx::query(sql::SESSION_ID)
+                .bind(&thread.session)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if found.is_none() {
+                return Err(StoreError::NoSession(thread.session.clone()));
+            }
+        }
+        let run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
+        }
+        if let Some(thread) = thread {
+            check_own_session(&run, thread)?;
+        }
+        Ok(run)
+    }
+
+    /// Writes `batch` for run `id`, which [`SqliteStore::owned_for`] has
+    /// checked; an error leaves the transaction to be rolled back.
     async fn write_batch(&self, conn: &mut SqliteConnection, id: &str, batch: Batch) -> StoreResult<()> {
         for e in &batch.journal {
             let inserted = sqlx::query(sql::APPEND_ENTRY)
@@ -302,6 +335,9 @@ impl SqliteStore {
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| self.error(&e))?;
+        }
+        if let Some(thread) = batch.thread {
+            self.append_thread_in(conn, &thread.session, thread.expected, thread.messages, now_ms()).await?;
         }
         Ok(())
     }
@@ -457,10 +493,7 @@ impl SqliteStore {
         batch: Batch,
         to: Transition,
     ) -> StoreResult<Run> {
-        let mut run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
-        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
-            return Err(StoreError::Conflict(not_owned(id, run.status)));
-        }
+        let mut run = self.owned_for(conn, id, owner, batch.thread.as_ref()).await?;
         if let Transition::Finish { status, .. } = &to
             && !status.is_final()
         {
@@ -531,6 +564,9 @@ impl SqliteStore {
         if !ok {
             return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
         }
+        if how == Claim::Retry {
+            self.check_latest(conn, &run).await?;
+        }
         let resumed = matches!(how, Claim::Resume | Claim::Retry);
         let claimed = if resumed {
             sqlx::query(sql::CLAIM_RESUME)
@@ -561,6 +597,83 @@ impl SqliteStore {
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
+        Ok(run)
+    }
+
+    /// Succeeds if `run` may be retried: no later run of its session.
+    async fn check_latest(&self, conn: &mut SqliteConnection, run: &Run) -> StoreResult<()> {
+        let Some(session) = &run.session else { return Ok(()) };
+        let later: Option<String> = sqlx::query_scalar(sql::LATER_SESSION_RUN)
+            .bind(session)
+            .bind(run.created_ms)
+            .bind(&run.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        check_latest(run, later)
+    }
+
+    /// Records `run`: with a session, only if it is there and has no prompt
+    /// in progress.
+    async fn create_run_in(&self, conn: &mut SqliteConnection, run: Run) -> StoreResult<Run> {
+        if let Some(session) = &run.session {
+            // A taken id is the conflict it always was, whatever the session.
+            let taken = sqlx::query(sql::RUN_EXISTS)
+                .bind(&run.id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if taken.is_some() {
+                return Err(StoreError::Conflict(run_exists(&run.id)));
+            }
+            let found = sqlx::query(sql::SESSION_ID)
+                .bind(session)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if found.is_none() {
+                return Err(StoreError::NoSession(session.clone()));
+            }
+            let blocker = sqlx::query(sql::PROMPT_IN_PROGRESS)
+                .bind(session)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            let blocker = blocker.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose()?;
+            check_no_prompt_in_progress(session, blocker)?;
+        }
+        let inserted = sqlx::query(sql::INSERT_RUN)
+            .bind(&run.id)
+            .bind(&run.agent)
+            .bind(&run.kind)
+            .bind(&run.source)
+            .bind(&run.component_sha256)
+            .bind(&run.input)
+            .bind(run.grant.to_string())
+            .bind(run.status.as_str())
+            .bind(&run.suspend_reason)
+            .bind(&run.resume_key)
+            .bind(&run.resume_input)
+            .bind(&run.result)
+            .bind(&run.error)
+            .bind(run.created_ms)
+            .bind(run.updated_ms)
+            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(run.lease.as_ref().map(|l| l.until_ms))
+            .bind(&run.session)
+            .execute(&mut *conn)
+            .await;
+        let inserted = match inserted {
+            Ok(done) => done,
+            // The only foreign key a run has that a caller names: its session.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
+            }
+            Err(e) => return Err(self.error(&e)),
+        };
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::Conflict(run_exists(&run.id)));
+        }
         Ok(run)
     }
 
@@ -622,39 +735,15 @@ impl Store for SqliteStore {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let run = new.into_run();
         let mut conn = self.writer().await?;
-        let inserted = sqlx::query(sql::INSERT_RUN)
-            .bind(&run.id)
-            .bind(&run.agent)
-            .bind(&run.kind)
-            .bind(&run.source)
-            .bind(&run.component_sha256)
-            .bind(&run.input)
-            .bind(run.grant.to_string())
-            .bind(run.status.as_str())
-            .bind(&run.suspend_reason)
-            .bind(&run.resume_key)
-            .bind(&run.resume_input)
-            .bind(&run.result)
-            .bind(&run.error)
-            .bind(run.created_ms)
-            .bind(run.updated_ms)
-            .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
-            .bind(run.lease.as_ref().map(|l| l.until_ms))
-            .bind(&run.session)
-            .execute(&mut *conn)
-            .await;
-        let inserted = match inserted {
-            Ok(done) => done,
-            // The only foreign key a run has that a caller names: its session.
-            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
-                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
-            }
-            Err(e) => return Err(self.error(&e)),
-        };
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::Conflict(run_exists(&run.id)));
+        if run.session.is_none() {
+            // One autocommit insert: nothing to check first.
+            return self.create_run_in(&mut conn, run).await;
         }
-        Ok(run)
+        // The check and the insert under one write lock: no other process
+        // can start a prompt of the session in between.
+        let mut tx = self.begin(&mut conn).await?;
+        let result = self.create_run_in(&mut tx, run).await;
+        self.finish(tx, result).await
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
@@ -677,7 +766,7 @@ impl Store for SqliteStore {
         // autocommit statement whose lease check rides in the insert: the
         // same cost as a bare insert (see benches/journal.rs).
         let mut conn = self.writer().await?;
-        if let ([e], [], []) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..]) {
+        if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
             let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER)
                 .bind(id)
                 .bind(to_i64(e.seq, "sequence number")?)
@@ -699,7 +788,7 @@ impl Store for SqliteStore {
         }
         let mut tx = self.begin(&mut conn).await?;
         let result = async {
-            self.check_owner(&mut tx, id, owner).await?;
+            self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
             self.write_batch(&mut tx, id, batch).await
         }
         .await;
@@ -971,6 +1060,8 @@ impl Store for SqliteStore {
 
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
         let mut conn = self.writer().await?;
+        // One statement: its check for prompts in progress and its delete
+        // run under the same write lock.
         let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
             .bind(updated_before_ms)
             .fetch_all(&mut *conn)

@@ -10,7 +10,7 @@ mod support;
 
 use nexo_store::{
     Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, MemoryStore, NewEvent, NewJob,
-    NewRun, PgStore, RunStatus, Session, SqliteStore, Store, StoreError, Transition,
+    NewRun, PgStore, RunStatus, Session, SqliteStore, Store, StoreError, ThreadAppend, Transition,
 };
 use serde_json::{Value, json};
 
@@ -108,6 +108,14 @@ suite!(
     runs_link_to_their_session,
     deleting_a_session_deletes_its_thread_and_runs_only,
     expiry_deletes_sessions_updated_before_the_cut_only,
+    a_prompt_appends_its_exchange_with_its_end,
+    a_stale_thread_append_refuses_the_whole_transition,
+    a_thread_append_names_the_runs_own_session,
+    a_session_has_one_prompt_in_progress_at_a_time,
+    a_retry_never_forks_a_thread,
+    expiry_passes_over_a_session_with_a_prompt_in_progress,
+    concurrent_prompts_of_one_session_admit_one,
+    a_concurrent_retry_and_new_prompt_admit_one,
 );
 
 const OWNER: &str = "host:1:a";
@@ -168,6 +176,14 @@ fn approval(seq: u64, tool: &str) -> Approval {
 
 fn suspend(reason: &str, approval: Option<Approval>) -> Transition {
     Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval }
+}
+
+fn done(result: &str) -> Transition {
+    Transition::Finish { status: RunStatus::Done, result: Some(result.into()), error: None }
+}
+
+fn failed(error: &str) -> Transition {
+    Transition::Finish { status: RunStatus::Failed, result: None, error: Some(error.into()) }
 }
 
 #[track_caller]
@@ -234,6 +250,7 @@ async fn commit_reads_back(store: Arc<dyn Store>) {
         journal: vec![entry(0), entry(1)],
         events: vec![event("tool_call", 1), event("tool_result", 2)],
         checkpoints: vec![("plan".into(), json!({"steps": [1, 2, 3]})), ("draft".into(), json!("text"))],
+        thread: None,
     };
     store.commit("r1", OWNER, batch).await.unwrap();
     // The one-entry fast path.
@@ -895,12 +912,14 @@ async fn runs_link_to_their_session(store: Arc<dyn Store>) {
     let session = store.open_session("hello", "alice", 1_000).await.unwrap();
     let other = store.open_session("hello", "bob", 1_000).await.unwrap();
     let later = store.create_run(session_run("r2", Some(&session.id), RunStatus::Running, 3_000)).await.unwrap();
+    assert_eq!(store.run("r2").await.unwrap(), Some(later.clone()), "the link reads back");
+    // One prompt at a time: r2 ends before the next is created.
+    let later = store.transition("r2", OWNER, Batch::default(), done("ok")).await.unwrap();
     let first = store.create_run(session_run("r1", Some(&session.id), RunStatus::Queued, 2_000)).await.unwrap();
     store.create_run(session_run("r3", Some(&other.id), RunStatus::Queued, 2_500)).await.unwrap();
     let plain = store.create_run(new_run("plain", RunStatus::Queued, 2_000)).await.unwrap();
     assert_eq!(later.session.as_deref(), Some(session.id.as_str()));
     assert_eq!(plain.session, None);
-    assert_eq!(store.run("r2").await.unwrap(), Some(later.clone()), "the link reads back");
     assert_eq!(store.run("plain").await.unwrap().unwrap().session, None);
 
     assert_eq!(store.session_runs(&session.id).await.unwrap(), vec![first, later], "oldest first");
@@ -913,25 +932,35 @@ async fn runs_link_to_their_session(store: Arc<dyn Store>) {
     conflict(store.create_run(session_run("r1", Some(&session.id), RunStatus::Queued, 1)).await, "already exists");
 }
 
-/// A session with a two-message thread and one running run that has a
-/// journal, events, checkpoints, a pending approval and a job, plus a
-/// queued run with a job of its own.
-async fn busy_session(store: &Arc<dyn Store>, agent: &str, instance: &str, now: i64) -> (Session, [String; 2]) {
+/// A session with a two-message thread and two runs, each with a job: an
+/// ended (cancelled) one, and then the latest prompt, which has a journal,
+/// events and checkpoints and is, if `live`, suspended with a pending
+/// approval, else done. Returns the session and `[latest, ended]`.
+async fn busy_session(
+    store: &Arc<dyn Store>,
+    agent: &str,
+    instance: &str,
+    now: i64,
+    live: bool,
+) -> (Session, [String; 2]) {
     let session = store.open_session(agent, instance, now).await.unwrap();
     store.append_thread(&session.id, 0, vec![message(0), message(1)], now).await.unwrap();
-    let (running, queued) = (format!("{instance}-run"), format!("{instance}-queued"));
-    store.create_run(session_run(&running, Some(&session.id), RunStatus::Running, 1)).await.unwrap();
-    store.create_run(session_run(&queued, Some(&session.id), RunStatus::Queued, 2)).await.unwrap();
+    let (latest, ended) = (format!("{instance}-run"), format!("{instance}-ended"));
+    store.create_run(session_run(&ended, Some(&session.id), RunStatus::Queued, 1)).await.unwrap();
+    store.cancel(&ended, "changed my mind").await.unwrap();
+    store.create_run(session_run(&latest, Some(&session.id), RunStatus::Running, 2)).await.unwrap();
     let batch = Batch {
         journal: vec![entry(0)],
         events: vec![event("tool_call", 1)],
         checkpoints: vec![("plan".into(), json!(1))],
+        thread: None,
     };
-    store.transition(&running, OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
-    for run in [&running, &queued] {
+    let to = if live { suspend("approval", Some(approval(1, "shell"))) } else { done("ok") };
+    store.transition(&latest, OWNER, batch, to).await.unwrap();
+    for run in [&latest, &ended] {
         store.enqueue(NewJob { run: run.clone(), ..new_job(&format!("{run}-job"), 0, 1) }).await.unwrap();
     }
-    (session, [running, queued])
+    (session, [latest, ended])
 }
 
 /// Asserts that run `id` and everything of its are gone.
@@ -945,15 +974,18 @@ async fn run_is_gone(store: &Arc<dyn Store>, id: &str) {
 }
 
 /// Asserts that run `id` and everything of its that [`busy_session`] wrote
-/// are there.
-async fn run_is_whole(store: &Arc<dyn Store>, id: &str, running: bool) {
-    assert!(store.run(id).await.unwrap().is_some(), "{id}");
+/// are there; `latest` for a latest prompt, with its journal, events,
+/// checkpoints and, while it is suspended, its approval.
+async fn run_is_whole(store: &Arc<dyn Store>, id: &str, latest: bool) {
+    let run = store.run(id).await.unwrap();
+    assert!(run.is_some(), "{id}");
     assert!(store.job(&format!("{id}-job")).await.unwrap().is_some(), "{id}");
-    if running {
+    if latest {
         assert_eq!(store.journal(id).await.unwrap(), vec![entry(0)], "{id}");
         assert_eq!(store.events(id, 0, 100).await.unwrap().len(), 1, "{id}");
         assert_eq!(store.checkpoints(id).await.unwrap().len(), 1, "{id}");
-        assert!(store.approval(id).await.unwrap().is_some(), "{id}");
+        let suspended = run.is_some_and(|r| r.status == RunStatus::Suspended);
+        assert_eq!(store.approval(id).await.unwrap().is_some(), suspended, "{id}");
     }
 }
 
@@ -964,14 +996,16 @@ async fn plain_run(store: &Arc<dyn Store>, id: &str) {
         journal: vec![entry(0)],
         events: vec![event("tool_call", 1)],
         checkpoints: vec![("plan".into(), json!(1))],
+        thread: None,
     };
     store.transition(id, OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
     store.enqueue(NewJob { run: id.into(), ..new_job(&format!("{id}-job"), 0, 1) }).await.unwrap();
 }
 
 async fn deleting_a_session_deletes_its_thread_and_runs_only(store: Arc<dyn Store>) {
-    let (doomed, [d_run, d_queued]) = busy_session(&store, "hello", "alice", 1_000).await;
-    let (kept, [k_run, k_queued]) = busy_session(&store, "hello", "bob", 1_000).await;
+    // Deleting is the operator's call: it takes a prompt in progress too.
+    let (doomed, [d_run, d_queued]) = busy_session(&store, "hello", "alice", 1_000, true).await;
+    let (kept, [k_run, k_queued]) = busy_session(&store, "hello", "bob", 1_000, true).await;
     plain_run(&store, "plain").await;
 
     assert!(store.delete_session(&doomed.id).await.unwrap());
@@ -1006,12 +1040,12 @@ async fn deleting_a_session_deletes_its_thread_and_runs_only(store: Arc<dyn Stor
 }
 
 async fn expiry_deletes_sessions_updated_before_the_cut_only(store: Arc<dyn Store>) {
-    let (old, [o_run, o_queued]) = busy_session(&store, "hello", "old", 1_000).await;
-    let (older, [oo_run, _]) = busy_session(&store, "other", "older", 1_999).await;
-    let (at_cut, [c_run, c_queued]) = busy_session(&store, "hello", "at-cut", 2_000).await;
-    let (recent, [r_run, _]) = busy_session(&store, "hello", "recent", 3_000).await;
+    let (old, [o_run, o_queued]) = busy_session(&store, "hello", "old", 1_000, false).await;
+    let (older, [oo_run, _]) = busy_session(&store, "other", "older", 1_999, false).await;
+    let (at_cut, [c_run, c_queued]) = busy_session(&store, "hello", "at-cut", 2_000, false).await;
+    let (recent, [r_run, _]) = busy_session(&store, "hello", "recent", 3_000, false).await;
     // Opened long ago, touched since: it is as recent as its last touch.
-    let (touched, [t_run, _]) = busy_session(&store, "hello", "touched", 500).await;
+    let (touched, [t_run, _]) = busy_session(&store, "hello", "touched", 500, false).await;
     store.open_session("hello", "touched", 2_500).await.unwrap();
     // A run linked to no session is older than every cut.
     plain_run(&store, "plain").await;
@@ -1045,4 +1079,257 @@ async fn expiry_deletes_sessions_updated_before_the_cut_only(store: Arc<dyn Stor
     assert!(store.sessions(None, 100).await.unwrap().is_empty());
     run_is_whole(&store, "plain", true).await;
     assert_eq!(store.runs(None, 100).await.unwrap().len(), 1);
+}
+
+fn append(session: &str, expected: u64, messages: Vec<Value>) -> Option<ThreadAppend> {
+    Some(ThreadAppend { session: session.into(), expected, messages })
+}
+
+async fn a_prompt_appends_its_exchange_with_its_end(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let id = session.id.clone();
+    store.append_thread(&id, 0, vec![message(0)], 1_000).await.unwrap();
+    store.create_run(session_run("p1", Some(&id), RunStatus::Running, 1_000)).await.unwrap();
+
+    // A commit may carry part of the exchange.
+    let before = nexo_store::now_ms();
+    let batch =
+        Batch { events: vec![event("tool_call", 1)], thread: append(&id, 1, vec![message(1)]), ..Batch::default() };
+    store.commit("p1", OWNER, batch).await.unwrap();
+    let now = store.session_by_id(&id).await.unwrap().unwrap();
+    assert_eq!(now.messages, 2);
+    assert!(now.updated_ms >= before, "the append touches the session: {now:?}");
+
+    // The rest lands with the run's end, in order.
+    let batch = Batch {
+        journal: vec![entry(0)],
+        events: vec![event("done", 2)],
+        thread: append(&id, 2, vec![message(2), message(3)]),
+        ..Batch::default()
+    };
+    let run = store.transition("p1", OWNER, batch, done("hi")).await.unwrap();
+    assert_eq!(run.status, RunStatus::Done);
+    assert_eq!(store.run("p1").await.unwrap(), Some(run));
+    assert_eq!(store.thread(&id).await.unwrap(), vec![message(0), message(1), message(2), message(3)]);
+    let after = store.session_by_id(&id).await.unwrap().unwrap();
+    assert_eq!(after.messages, 4);
+    assert_eq!(store.session("hello", "alice").await.unwrap(), Some(after.clone()));
+    assert!(after.updated_ms >= now.updated_ms);
+    assert_eq!(store.journal("p1").await.unwrap(), vec![entry(0)]);
+    assert_eq!(store.events("p1", 0, 100).await.unwrap().len(), 2);
+
+    // A suspension may carry it too, and so may a batch of nothing else.
+    store.create_run(session_run("p2", Some(&id), RunStatus::Running, 2_000)).await.unwrap();
+    let batch = Batch { thread: append(&id, 4, vec![message(4)]), ..Batch::default() };
+    store.transition("p2", OWNER, batch, suspend("approval", Some(approval(0, "shell")))).await.unwrap();
+    store.claim("p2", Claim::Resume, lease(OWNER, FAR), None, 3_000).await.unwrap();
+    store.commit("p2", OWNER, Batch { thread: append(&id, 5, vec![message(5)]), ..Batch::default() }).await.unwrap();
+    assert_eq!(store.session_by_id(&id).await.unwrap().unwrap().messages, 6);
+    assert_eq!(store.thread(&id).await.unwrap().last(), Some(&message(5)));
+}
+
+async fn a_stale_thread_append_refuses_the_whole_transition(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let id = session.id.clone();
+    store.append_thread(&id, 0, vec![message(0), message(1)], 1_000).await.unwrap();
+    store.create_run(session_run("p1", Some(&id), RunStatus::Running, 1_000)).await.unwrap();
+    // Something else moved the thread on after the prompt read it.
+    let moved = store.append_thread(&id, 2, vec![message(2)], 2_000).await.unwrap();
+
+    let batch = |thread| Batch {
+        journal: vec![entry(0)],
+        events: vec![event("done", 1)],
+        checkpoints: vec![("plan".into(), json!(1))],
+        thread,
+    };
+    let stale = append(&id, 2, vec![json!("late")]);
+    conflict(store.transition("p1", OWNER, batch(stale.clone()), done("hi")).await, MOVED_ON);
+    conflict(store.commit("p1", OWNER, batch(stale)).await, MOVED_ON);
+    let refused = store.commit("p1", OWNER, Batch { thread: append(&id, 0, vec![]), ..Batch::default() }).await;
+    conflict(refused, "holds 3 message(s), not the 0 this prompt started from");
+
+    // Nothing of those batches was written, and the run is as it was.
+    let run = store.run("p1").await.unwrap().unwrap();
+    assert_eq!((run.status, run.lease.as_ref().map(|l| l.owner.as_str())), (RunStatus::Running, Some(OWNER)));
+    assert!(store.journal("p1").await.unwrap().is_empty());
+    assert!(store.events("p1", 0, 100).await.unwrap().is_empty());
+    assert!(store.checkpoints("p1").await.unwrap().is_empty());
+    assert_eq!(store.thread(&id).await.unwrap(), vec![message(0), message(1), message(2)]);
+    assert_eq!(store.session_by_id(&id).await.unwrap(), Some(moved));
+
+    // The owner still holds it: the same transition without the append goes through.
+    let run = store.transition("p1", OWNER, batch(None), done("hi")).await.unwrap();
+    assert_eq!(run.status, RunStatus::Done);
+    assert_eq!(store.journal("p1").await.unwrap(), vec![entry(0)]);
+    assert_eq!(store.events("p1", 0, 100).await.unwrap().len(), 1);
+    assert_eq!(store.thread(&id).await.unwrap().len(), 3);
+}
+
+async fn a_thread_append_names_the_runs_own_session(store: Arc<dyn Store>) {
+    let alice = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let bob = store.open_session("hello", "bob", 1_000).await.unwrap();
+    store.create_run(session_run("p1", Some(&alice.id), RunStatus::Running, 1_000)).await.unwrap();
+    running(&store, "plain").await;
+
+    let into = |session: &str| Batch {
+        events: vec![event("done", 1)],
+        thread: append(session, 0, vec![message(0)]),
+        ..Batch::default()
+    };
+    let refused = store.transition("p1", OWNER, into(&bob.id), done("hi")).await;
+    conflict(refused, &format!("run `p1` is not a prompt of session `{}`", bob.id));
+    let refused = store.commit("p1", OWNER, into(&bob.id)).await.unwrap_err().to_string();
+    assert!(refused.contains(&format!("it is a prompt of session `{}`", alice.id)), "{refused}");
+    let refused = store.transition("plain", OWNER, into(&alice.id), done("hi")).await;
+    conflict(refused, "(it is a prompt of no session)");
+    // A session that is not there (deleted, say) is named as such.
+    no_session(store.transition("p1", OWNER, into("s-missing"), done("hi")).await, "s-missing");
+    no_session(store.commit("plain", OWNER, into("s-missing")).await, "s-missing");
+
+    for (run, session) in [("p1", &alice), ("plain", &alice), ("p1", &bob)] {
+        let now = store.run(run).await.unwrap().unwrap();
+        assert_eq!(now.status, RunStatus::Running, "{run}");
+        assert!(store.events(run, 0, 100).await.unwrap().is_empty(), "{run}");
+        assert!(store.thread(&session.id).await.unwrap().is_empty());
+        assert_eq!(store.session_by_id(&session.id).await.unwrap().as_ref(), Some(session));
+    }
+    // Its own session takes it.
+    store.transition("p1", OWNER, into(&alice.id), done("hi")).await.unwrap();
+    assert_eq!(store.thread(&alice.id).await.unwrap(), vec![message(0)]);
+}
+
+async fn a_session_has_one_prompt_in_progress_at_a_time(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let id = session.id.clone();
+    let other = store.open_session("hello", "bob", 1_000).await.unwrap();
+    let prompt = |run: &str, status, created_ms| session_run(run, Some(&id), status, created_ms);
+
+    // Running.
+    store.create_run(prompt("p1", RunStatus::Running, 1_000)).await.unwrap();
+    let refused = store.create_run(prompt("p2", RunStatus::Queued, 2_000)).await;
+    conflict(refused, &format!("session `{id}` has a prompt in progress: run `p1` is running"));
+    conflict(store.create_run(prompt("p2", RunStatus::Running, 2_000)).await, "`nexo runs recover` replays it");
+    assert_eq!(store.run("p2").await.unwrap(), None, "a refused run is not recorded");
+    // Another session, and a run of no session, are not held up.
+    store.create_run(session_run("b1", Some(&other.id), RunStatus::Queued, 2_000)).await.unwrap();
+    store.create_run(new_run("plain", RunStatus::Queued, 2_000)).await.unwrap();
+    // Still a missing session first, and a taken id.
+    no_session(store.create_run(session_run("p2", Some("s-missing"), RunStatus::Queued, 1)).await, "s-missing");
+    conflict(store.create_run(prompt("p1", RunStatus::Queued, 2_000)).await, "a run `p1` already exists");
+    store.transition("p1", OWNER, Batch::default(), done("hi")).await.unwrap();
+
+    // Queued, after a done one.
+    store.create_run(prompt("p2", RunStatus::Queued, 2_000)).await.unwrap();
+    let refused = store.create_run(prompt("p3", RunStatus::Queued, 3_000)).await;
+    conflict(refused, &format!("session `{id}` has a prompt in progress: run `p2` is queued for a worker"));
+
+    // Suspended.
+    store.claim("p2", Claim::Start, lease(OWNER, FAR), None, 2_500).await.unwrap();
+    store.transition("p2", OWNER, Batch::default(), suspend("approval", Some(approval(0, "shell")))).await.unwrap();
+    let refused = store.create_run(prompt("p3", RunStatus::Running, 3_000)).await.unwrap_err().to_string();
+    assert_eq!(
+        refused,
+        format!(
+            "session `{id}` has a prompt in progress: run `p2` is suspended; decide it first (`nexo runs approve \
+             p2`, `nexo runs deny p2`, `nexo runs resume p2`) or cancel it (`nexo runs cancel p2`)"
+        )
+    );
+
+    // Cancelled, then failed: each lets the next one in.
+    store.cancel("p2", "no").await.unwrap();
+    store.create_run(prompt("p3", RunStatus::Running, 3_000)).await.unwrap();
+    conflict(store.create_run(prompt("p4", RunStatus::Queued, 4_000)).await, "run `p3` is running");
+    store.transition("p3", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    store.create_run(prompt("p4", RunStatus::Queued, 4_000)).await.unwrap();
+    let ids: Vec<String> = store.session_runs(&id).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["p1", "p2", "p3", "p4"]);
+}
+
+async fn a_retry_never_forks_a_thread(store: Arc<dyn Store>) {
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let id = session.id.clone();
+    let prompt = |run: &str, created_ms| session_run(run, Some(&id), RunStatus::Running, created_ms);
+    let retry = |run: &'static str| {
+        let store = store.clone();
+        async move { store.claim(run, Claim::Retry, lease(OWNER, FAR), Some("{}".into()), 5_000).await }
+    };
+
+    // The latest prompt may be retried, as often as it fails.
+    store.create_run(prompt("p1", 1_000)).await.unwrap();
+    store.transition("p1", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    assert_eq!(retry("p1").await.unwrap().status, RunStatus::Running);
+    store.transition("p1", OWNER, Batch::default(), failed("trap")).await.unwrap();
+
+    // Not once a later prompt exists, whatever became of it.
+    store.create_run(prompt("p2", 2_000)).await.unwrap();
+    store.transition("p2", OWNER, Batch::default(), done("hi")).await.unwrap();
+    let refused = retry("p1").await.unwrap_err().to_string();
+    assert_eq!(
+        refused,
+        format!(
+            "run `p1` is a prompt of session `{id}`, which has had a later prompt (run `p2`); retrying it would fork \
+             the thread: send the prompt again instead"
+        )
+    );
+    let run = store.run("p1").await.unwrap().unwrap();
+    assert_eq!((run.status, run.lease), (RunStatus::Failed, None), "a refused retry changes nothing");
+    assert_eq!(store.events("p1", 0, 100).await.unwrap().len(), 1, "one `resumed`, from the first retry");
+
+    // Created in the same millisecond: the id orders them, as `session_runs` does.
+    store.create_run(prompt("p3", 3_000)).await.unwrap();
+    store.transition("p3", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    store.create_run(prompt("p4", 3_000)).await.unwrap();
+    store.transition("p4", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    conflict(retry("p3").await, "later prompt (run `p4`)");
+    conflict(retry("p2").await, "only a failed run can be retried");
+    assert_eq!(retry("p4").await.unwrap().status, RunStatus::Running);
+    // A retried prompt is in progress again.
+    conflict(store.create_run(prompt("p5", 9_000)).await, "run `p4` is running");
+
+    // A run of no session has no thread to fork.
+    running(&store, "plain").await;
+    store.transition("plain", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    assert_eq!(retry("plain").await.unwrap().status, RunStatus::Running);
+}
+
+async fn expiry_passes_over_a_session_with_a_prompt_in_progress(store: Arc<dyn Store>) {
+    let (idle, [i_run, i_ended]) = busy_session(&store, "hello", "idle", 1_000, false).await;
+    let (stuck, [s_run, s_ended]) = busy_session(&store, "hello", "stuck", 1_000, true).await;
+    let waiting = store.open_session("hello", "waiting", 500).await.unwrap();
+    store.create_run(session_run("w1", Some(&waiting.id), RunStatus::Queued, 1)).await.unwrap();
+    let working = store.open_session("hello", "working", 500).await.unwrap();
+    store.create_run(session_run("k1", Some(&working.id), RunStatus::Running, 1)).await.unwrap();
+    let (recent, _) = busy_session(&store, "hello", "recent", 3_000, false).await;
+
+    assert_eq!(store.expire_sessions(2_000).await.unwrap(), vec![idle.id.clone()]);
+    run_is_gone(&store, &i_run).await;
+    run_is_gone(&store, &i_ended).await;
+    // Older than the cut, but with live work: kept whole.
+    assert_eq!(store.thread(&stuck.id).await.unwrap().len(), 2);
+    run_is_whole(&store, &s_run, true).await;
+    run_is_whole(&store, &s_ended, false).await;
+    assert_eq!(store.run("w1").await.unwrap().unwrap().status, RunStatus::Queued);
+    assert_eq!(store.run("k1").await.unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(store.sessions(None, 100).await.unwrap().len(), 4);
+
+    // Once their prompts end, they go at the next expiry (the recent one stays).
+    store.cancel(&s_run, "no").await.unwrap();
+    store.claim("w1", Claim::Start, lease(OWNER, FAR), None, 2_500).await.unwrap();
+    store.transition("w1", OWNER, Batch::default(), done("hi")).await.unwrap();
+    assert_eq!(store.expire_sessions(2_000).await.unwrap().len(), 2, "stuck and waiting");
+    store.transition("k1", OWNER, Batch::default(), failed("trap")).await.unwrap();
+    assert_eq!(store.expire_sessions(2_000).await.unwrap(), vec![working.id.clone()]);
+    let left: Vec<String> = store.sessions(None, 100).await.unwrap().into_iter().map(|s| s.id).collect();
+    assert_eq!(left, [recent.id]);
+    for run in [s_run.as_str(), "w1", "k1"] {
+        run_is_gone(&store, run).await;
+    }
+}
+
+async fn concurrent_prompts_of_one_session_admit_one(store: Arc<dyn Store>) {
+    support::prompts_race(vec![store.clone(), store], 20).await;
+}
+
+async fn a_concurrent_retry_and_new_prompt_admit_one(store: Arc<dyn Store>) {
+    support::retry_race(vec![store.clone(), store], 20).await;
 }

@@ -188,6 +188,28 @@ async fn three_stores_agree_on_sessions() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_admit_one_prompt_per_session() {
+    let Some(db) = support::fresh("postgres::two_stores_admit_one_prompt_per_session").await else { return };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
+    }
+    support::prompts_race(stores, 20).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_never_retry_behind_a_new_prompt() {
+    let Some(db) = support::fresh("postgres::two_stores_never_retry_behind_a_new_prompt").await else { return };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
+    }
+    support::retry_race(stores, 20).await;
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn a_version_2_database_is_migrated_in_place() {
     let Some(db) = support::fresh("postgres::a_version_2_database_is_migrated_in_place").await else { return };

@@ -91,6 +91,7 @@ async fn data_survives_close_and_reopen() {
             journal: vec![entry(0), entry(1)],
             events: vec![NewEvent { kind: "tool_call".into(), data: json!({"tool": "shell"}), at_ms: 1_500 }],
             checkpoints: vec![("plan".into(), json!([1, 2]))],
+            thread: None,
         };
         store.commit("r1", OWNER, batch).await.unwrap();
         let to = Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval.clone()) };
@@ -487,6 +488,28 @@ async fn a_version_2_file_is_migrated_in_place() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_admit_one_prompt_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(SqliteStore::open(&path).await.unwrap()));
+    }
+    support::prompts_race(stores, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_never_retry_behind_a_new_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(SqliteStore::open(&path).await.unwrap()));
+    }
+    support::retry_race(stores, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_stores_on_one_file_agree_on_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nexo.db");
@@ -562,6 +585,7 @@ async fn a_cancelled_write_is_all_or_nothing() {
             journal: vec![entry(i)],
             events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
             checkpoints: vec![(format!("c{i:03}"), json!(i))],
+            thread: None,
         };
         if i % 10 == 9 {
             store.commit("r1", OWNER, batch).await.unwrap();

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use nexo_store::{JobKind, NewJob, NewRun, RunStatus, Store};
+use nexo_store::{Batch, Claim, JobKind, Lease, NewJob, NewRun, RunStatus, Store, StoreError, Transition};
 use sqlx::Connection;
 
 /// The variable naming a server where the tests may create databases.
@@ -216,4 +216,104 @@ pub async fn sessions_race(stores: Vec<Arc<dyn Store>>) {
         winners.iter().enumerate().flat_map(|(round, by)| turn(round as u64, *by)).collect();
     assert_eq!(thread, expected, "each round's winner's turn, whole and in order");
     assert_eq!(stores[0].session_by_id(&id).await.unwrap().unwrap().messages, 40);
+}
+
+/// `rounds` times, two prompts of one session are created at once, on two
+/// of `stores` (the same store twice is fine): exactly one is recorded, and
+/// the other is refused naming it. The winner is then cancelled, so the
+/// next round starts with no prompt in progress.
+pub async fn prompts_race(stores: Vec<Arc<dyn Store>>, rounds: usize) {
+    let session = stores[0].open_session("hello", "racing", 1_000).await.unwrap();
+    let mut winners = Vec::new();
+    for round in 0..rounds {
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let racers: Vec<_> = (0..2)
+            .map(|t| {
+                let store = stores[(round + t) % stores.len()].clone();
+                let id = format!("r{round:03}-{t}");
+                let run =
+                    NewRun { session: Some(session.id.clone()), created_ms: 1_000 + round as i64, ..queued_run(&id) };
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    (id, store.create_run(run).await)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for racer in racers {
+            results.push(racer.await.unwrap());
+        }
+        let (won, lost): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, r)| r.is_ok());
+        assert_eq!((won.len(), lost.len()), (1, 1), "round {round}: exactly one prompt is created: {won:?} / {lost:?}");
+        let winner = won[0].0.clone();
+        match &lost[0].1 {
+            Err(nexo_store::StoreError::Conflict(m))
+                if m.contains(&format!("has a prompt in progress: run `{winner}` is queued")) => {}
+            other => panic!("round {round}: the loser should be told {winner} is in progress, got {other:?}"),
+        }
+        assert_eq!(stores[0].run(&lost[0].0).await.unwrap(), None, "round {round}: the loser is not recorded");
+        stores[round % stores.len()].cancel(&winner, "next round").await.unwrap();
+        winners.push(winner);
+    }
+    let runs: Vec<String> = stores[0].session_runs(&session.id).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(runs, winners, "each round's winner, and nothing else");
+}
+
+/// `rounds` times, a failed prompt, the session's latest, is retried on one
+/// of `stores` while a new prompt of the session is created on another:
+/// exactly one of the two goes through (a retry behind a later prompt would
+/// fork the thread; a new prompt beside a retried one would race it).
+pub async fn retry_race(stores: Vec<Arc<dyn Store>>, rounds: usize) {
+    let session = stores[0].open_session("hello", "retrying", 1_000).await.unwrap();
+    let owner = "host:9:retry";
+    let failed = || Transition::Finish { status: RunStatus::Failed, result: None, error: Some("trap".into()) };
+    let (mut retried, mut created) = (0, 0);
+    for round in 0..rounds {
+        let (old, new) = (format!("p{round:03}"), format!("q{round:03}"));
+        let created_ms = 1_000 + 2 * round as i64;
+        let running = NewRun {
+            session: Some(session.id.clone()),
+            status: RunStatus::Running,
+            lease: Some(Lease { owner: owner.into(), until_ms: i64::MAX / 2 }),
+            created_ms,
+            ..queued_run(&old)
+        };
+        stores[0].create_run(running).await.unwrap();
+        stores[0].transition(&old, owner, Batch::default(), failed()).await.unwrap();
+
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let retry = {
+            let (store, start, old) = (stores[round % stores.len()].clone(), start.clone(), old.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let lease = Lease { owner: owner.into(), until_ms: i64::MAX / 2 };
+                store.claim(&old, Claim::Retry, lease, None, 5_000).await
+            })
+        };
+        let create = {
+            let (store, start) = (stores[(round + 1) % stores.len()].clone(), start.clone());
+            let run = NewRun { session: Some(session.id.clone()), created_ms: created_ms + 1, ..queued_run(&new) };
+            tokio::spawn(async move {
+                start.wait().await;
+                store.create_run(run).await
+            })
+        };
+        let (retry, create) = (retry.await.unwrap(), create.await.unwrap());
+        match (&retry, &create) {
+            (Ok(_), Err(StoreError::Conflict(m))) if m.contains(&format!("run `{old}` is running")) => {
+                retried += 1;
+                stores[0].transition(&old, owner, Batch::default(), failed()).await.unwrap();
+            }
+            (Err(StoreError::Conflict(m)), Ok(_)) if m.contains(&format!("later prompt (run `{new}`)")) => {
+                created += 1;
+                stores[0].cancel(&new, "next round").await.unwrap();
+            }
+            other => panic!("round {round}: exactly one of the retry and the new prompt should win, got {other:?}"),
+        }
+    }
+    assert_eq!(retried + created, rounds);
+    let runs = stores[0].session_runs(&session.id).await.unwrap();
+    assert!(runs.iter().all(|r| r.status.is_final()), "{runs:?}");
+    assert_eq!(runs.len(), rounds + created);
 }
