@@ -94,7 +94,13 @@ fn per_turn_http(c: &mut Criterion) {
     let mut group = c.benchmark_group("agent-loop-http");
     group.bench_function(format!("one prompt, {turns} tool turns + 1 final (loopback fake server)"), |b| {
         b.iter(|| {
-            let ctx = LoopContext { provider: Some(&*provider), tools: &toolbox, instructions: &instructions, history: &[], limits };
+            let ctx = LoopContext {
+                provider: Some(&*provider),
+                tools: &toolbox,
+                instructions: &instructions,
+                history: &[],
+                limits,
+            };
             let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
             assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));
             black_box(outcome)

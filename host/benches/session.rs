@@ -1,7 +1,8 @@
 //! What a session adds to a prompt: a recorded run of a declarative agent
 //! against an in-process model that answers at once, in a real SQLite
 //! store, as a plain run and as a prompt of a session whose thread already
-//! holds 100 messages (loaded, sent, and appended to with the run's end).
+//! holds about 100 messages (loaded, sent, and appended to with the run's
+//! end), each session serving a few prompts as a chat does.
 //! The target is ≤ 1 ms of overhead. Run with
 //! `cargo bench -p nexo --bench session`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -68,12 +69,12 @@ fn setup() -> Bench {
 }
 
 impl Bench {
-    /// A session whose thread holds [`THREAD`] messages of a realistic size.
-    fn session(&self) -> String {
+    /// A session whose thread holds `size` messages of a realistic size.
+    fn session(&self, size: usize) -> String {
         self.rt.block_on(async {
             let instance = nexo_store::new_run_id();
             let session = self.store.open_session("bench", &instance, nexo_store::now_ms()).await.unwrap();
-            let messages = (0..THREAD)
+            let messages = (0..size)
                 .map(|i| {
                     let text = format!("message {i}: {}", "lorem ipsum dolor sit amet ".repeat(8));
                     if i % 2 == 0 {
@@ -83,7 +84,9 @@ impl Bench {
                     }
                 })
                 .collect();
-            self.store.append_thread(&session.id, 0, messages, nexo_store::now_ms()).await.unwrap();
+            if size > 0 {
+                self.store.append_thread(&session.id, 0, messages, nexo_store::now_ms()).await.unwrap();
+            }
             session.id
         })
     }
@@ -100,13 +103,42 @@ impl Bench {
         took
     }
 
-    fn time(&self, in_session: bool, iters: u64) -> Duration {
+    /// `iters` prompts: plain runs (`sessions` is `None`), or prompts of
+    /// the sessions `sessions` gives; the time they took.
+    fn time(&self, mut sessions: Option<&mut Sessions>, iters: u64) -> Duration {
         let mut total = Duration::ZERO;
         for _ in 0..iters {
-            let session = in_session.then(|| self.session());
+            let session = sessions.as_deref_mut().map(|s| s.next(self));
             total += self.prompt(session.as_deref());
         }
         total
+    }
+}
+
+/// Sessions of one thread size, each used for [`PROMPTS_PER_SESSION`]
+/// prompts (as a chat is) before a fresh one is made, outside the timing.
+struct Sessions {
+    size: usize,
+    current: Option<String>,
+    used: usize,
+}
+
+/// How many prompts a session serves before a fresh one replaces it: its
+/// thread grows by two messages a prompt, so it stays near its size.
+const PROMPTS_PER_SESSION: usize = 5;
+
+impl Sessions {
+    fn new(size: usize) -> Sessions {
+        Sessions { size, current: None, used: 0 }
+    }
+
+    fn next(&mut self, bench: &Bench) -> String {
+        if self.used == PROMPTS_PER_SESSION || self.current.is_none() {
+            self.current = Some(bench.session(self.size));
+            self.used = 0;
+        }
+        self.used += 1;
+        self.current.clone().unwrap()
     }
 }
 
@@ -114,21 +146,30 @@ fn overhead(c: &mut Criterion) {
     let bench = setup();
     let mut group = c.benchmark_group("session");
     group.sample_size(30).measurement_time(Duration::from_secs(10));
-    group.bench_function("plain_run", |b| b.iter_custom(|iters| bench.time(false, iters)));
-    group.bench_function(format!("session_prompt_{THREAD}_messages"), |b| b.iter_custom(|iters| bench.time(true, iters)));
+    let (mut empty, mut full) = (Sessions::new(0), Sessions::new(THREAD));
+    group.bench_function("plain_run", |b| b.iter_custom(|iters| bench.time(None, iters)));
+    group.bench_function("session_prompt_empty_thread", |b| b.iter_custom(|iters| bench.time(Some(&mut empty), iters)));
+    group.bench_function(format!("session_prompt_{THREAD}_messages"), |b| {
+        b.iter_custom(|iters| bench.time(Some(&mut full), iters))
+    });
     group.finish();
     // The overhead, from medians of interleaved runs in the same process.
-    let (mut plain, mut session) = (Vec::new(), Vec::new());
-    for _ in 0..60 {
-        plain.push(bench.time(false, 1));
-        session.push(bench.time(true, 1));
+    let (mut plain, mut empty_times, mut full_times) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..100 {
+        plain.push(bench.time(None, 1));
+        empty_times.push(bench.time(Some(&mut empty), 1));
+        full_times.push(bench.time(Some(&mut full), 1));
     }
-    plain.sort();
-    session.sort();
-    let (p, s) = (plain[plain.len() / 2], session[session.len() / 2]);
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (p, e, f) = (median(&mut plain), median(&mut empty_times), median(&mut full_times));
     println!(
-        "prompt p50: plain run {p:?}, session prompt with a {THREAD}-message thread {s:?}; overhead ≈ {:?}",
-        s.saturating_sub(p)
+        "prompt p50: plain run {p:?}; session prompt, empty thread {e:?}, {THREAD}-message thread {f:?}; \
+         overhead ≈ {:?} ({:?} with an empty thread)",
+        f.saturating_sub(p),
+        e.saturating_sub(p)
     );
 }
 

@@ -27,10 +27,11 @@ async fn model_server() -> (String, Arrivals) {
     let seen = arrivals.clone();
     let app = axum::Router::new().route(
         "/v1/chat/completions",
-        axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+        axum::routing::post(move |body: String| {
             let seen = seen.clone();
             async move {
                 let at = nexo_store::now_ms();
+                let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 let input = body["messages"]
                     .as_array()
                     .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))

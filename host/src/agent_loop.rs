@@ -46,8 +46,9 @@ pub struct Outcome {
     pub turns: u32,
     /// Tokens used.
     pub usage: Usage,
-    /// Every message: the system prompt first, then the history the prompt
-    /// continued, then the prompt's own exchange.
+    /// The prompt's messages: the system prompt first, then its own
+    /// exchange. The history a session's prompt continued is not repeated
+    /// (it is journaled with every outcome, so it stays small).
     pub transcript: Vec<Message>,
 }
 
@@ -95,7 +96,10 @@ impl Loop for HostLoop {
             let mut text = String::new();
             let mut turns = 0;
             let delta_sink = |piece: &str| events.emit(&Event::TextDelta { text: piece.to_string() });
-            let finish = |status: Status, turns: u32, usage: Usage, text: String, transcript: Vec<Message>| {
+            let history = ctx.history.len();
+            let finish = |status: Status, turns: u32, usage: Usage, text: String, mut transcript: Vec<Message>| {
+                let start = usize::from(!system.is_empty());
+                transcript.drain(start..start + history);
                 events.emit(&Event::Done {
                     status: status.clone(),
                     turns,

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexo_store::{
-    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError, Transition,
+    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError,
+    Transition,
 };
 use serde_json::{Value, json};
 

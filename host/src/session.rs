@@ -69,12 +69,10 @@ impl Thread {
     }
 
     /// Adds a prompt's exchange from its `transcript`: everything after the
-    /// instructions and the history the prompt started from.
+    /// instructions (a loop's transcript does not repeat the history).
     pub fn remember(&self, transcript: &[Message]) {
-        let mut messages = self.lock();
-        let start = transcript.iter().take_while(|m| matches!(m, Message::System { .. })).count();
-        let new: Vec<Message> = transcript.iter().skip(start + messages.len()).cloned().collect();
-        messages.extend(new);
+        let new = transcript.iter().skip_while(|m| matches!(m, Message::System { .. })).cloned();
+        self.lock().extend(new);
     }
 
     /// What this run added, for the batch that ends it; `None` when it
@@ -142,8 +140,8 @@ mod tests {
     fn a_prompt_adds_only_its_exchange_and_never_the_instructions() {
         let thread = Thread::new("s1", vec![user("hi"), answer("hello")]);
         let system = Message::System { text: "be brief".into() };
-        thread.remember(&[system.clone(), user("hi"), answer("hello"), user("again"), answer("yes")]);
-        thread.remember(&[system, user("hi"), answer("hello"), user("again"), answer("yes"), user("3"), answer("c")]);
+        thread.remember(&[system.clone(), user("again"), answer("yes")]);
+        thread.remember(&[system, user("3"), answer("c")]);
         let append = thread.append().expect("two exchanges were added");
         assert_eq!(append.expected, 2);
         assert_eq!(append.messages.len(), 4);

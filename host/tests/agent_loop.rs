@@ -268,8 +268,13 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
                          { "name": "activate_skill", "arguments": { "name": "nope" } }] },
         { "text": "ranked" }
     ]));
-    let ctx =
-        LoopContext { provider: Some(&provider), tools: &tb.tools, instructions: &p, history: &[], limits: LoopLimits::default() };
+    let ctx = LoopContext {
+        provider: Some(&provider),
+        tools: &tb.tools,
+        instructions: &p,
+        history: &[],
+        limits: LoopLimits::default(),
+    };
     let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
     let results: Vec<(&str, bool)> = outcome
         .transcript
@@ -430,8 +435,13 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "hello there, general" } }] },
         { "text": "done" }
     ]));
-    let ctx =
-        LoopContext { provider: Some(&provider), tools: &tools, instructions: &[], history: &[], limits: LoopLimits::default() };
+    let ctx = LoopContext {
+        provider: Some(&provider),
+        tools: &tools,
+        instructions: &[],
+        history: &[],
+        limits: LoopLimits::default(),
+    };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: false, .. } = &outcome.transcript[2] else {
         panic!("{:?}", outcome.transcript)
@@ -446,8 +456,13 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }] },
         { "text": "done" }
     ]));
-    let ctx =
-        LoopContext { provider: Some(&provider), tools: &strict, instructions: &[], history: &[], limits: LoopLimits::default() };
+    let ctx = LoopContext {
+        provider: Some(&provider),
+        tools: &strict,
+        instructions: &[],
+        history: &[],
+        limits: LoopLimits::default(),
+    };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
     assert!(content.starts_with("error: denied: "), "{content}");

@@ -108,7 +108,13 @@ async fn the_model_gets_rows_as_untrusted_json() {
     }
     .build_with_events(Arc::new(sink))
     .await;
-    let ctx = LoopContext { provider: Some(&provider), tools: &tb.0, instructions: &[], history: &[], limits: LoopLimits::default() };
+    let ctx = LoopContext {
+        provider: Some(&provider),
+        tools: &tb.0,
+        instructions: &[],
+        history: &[],
+        limits: LoopLimits::default(),
+    };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     assert_eq!(outcome.text, "done");
     let result = events

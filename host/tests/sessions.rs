@@ -170,9 +170,9 @@ async fn a_session_adds_memory_never_authority() {
 
     let requests = model.requests();
     let tools = |r: &Value| -> Vec<String> {
-        r["tools"].as_array().map_or(Vec::new(), |t| {
-            t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect()
-        })
+        r["tools"]
+            .as_array()
+            .map_or(Vec::new(), |t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect())
     };
     assert!(tools(&requests[0].body).contains(&"write_file".to_string()));
     assert!(!tools(&requests[2].body).contains(&"write_file".to_string()), "not offered under the narrower grant");
@@ -254,13 +254,8 @@ async fn prompts_from_stdin_share_one_session() {
     model.push(Reply::text("one")).push(Reply::text("two"));
     let args = scene.chat_args("lines", &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = scene
-        .command(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        scene.command(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     use std::io::Write;
     child.stdin.take().unwrap().write_all(b"first\n\nsecond\n").unwrap();
     let o = child.wait_with_output().unwrap();

@@ -163,7 +163,6 @@ pub(crate) fn env(
     env
 }
 
-
 /// A session's history as text for the CLI, which takes no prior turns: each
 /// message tagged by who said it. `None` for a new conversation.
 pub(crate) fn history_text(history: &[nexo_model::Message]) -> Option<String> {

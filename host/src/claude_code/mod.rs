@@ -231,7 +231,7 @@ impl ClaudeCode {
         let mut reader = BufReader::new(stdout);
 
         let events = ctx.tools.events();
-        let mut state = State::new(&instructions, ctx.history, input);
+        let mut state = State::new(&instructions, input);
         let mut line_no = 0usize;
         let mut buf = Vec::new();
         let failure = loop {
@@ -385,14 +385,12 @@ struct State {
 }
 
 impl State {
-    /// `system`: the instructions, joined as the CLI gets them; `history`:
-    /// the session's thread the prompt continues.
-    fn new(system: &str, history: &[Message], input: &str) -> Self {
+    /// `system`: the instructions, joined as the CLI gets them.
+    fn new(system: &str, input: &str) -> Self {
         let mut transcript = Vec::new();
         if !system.is_empty() {
             transcript.push(Message::System { text: system.to_string() });
         }
-        transcript.extend_from_slice(history);
         transcript.push(Message::User { text: input.to_string() });
         State {
             turn: 0,

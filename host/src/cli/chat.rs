@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use nexo::{Engine, EngineConfig};
 use nexo::runs::Runs;
 use nexo::settings::RunOptions;
+use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, RunStatus, Session};
 
 use super::runs::{Loaded, Narrow, Recorded, StoreArgs};
@@ -145,8 +145,10 @@ impl Chat<'_> {
     async fn prompt(&self, input: &str, progress: Arc<progress::Progress>) -> ExitCode {
         let mut options = self.options.clone();
         options.events = Some(progress.clone());
-        let end =
-            self.runs.start_in(Some(&self.session.id), self.loaded.subject(), input, self.grant.clone(), &options).await;
+        let end = self
+            .runs
+            .start_in(Some(&self.session.id), self.loaded.subject(), input, self.grant.clone(), &options)
+            .await;
         progress.finish();
         match end {
             Ok(end) => runs::report_end(&end, self.json),

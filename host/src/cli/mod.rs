@@ -19,9 +19,9 @@ macro_rules! errln {
     ($($arg:tt)*) => { nexo::terminal::eprint_line(&format!($($arg)*)) };
 }
 
+mod chat;
 mod grant;
 mod inspect;
-mod chat;
 mod mcp;
 mod model;
 mod plugin_test;

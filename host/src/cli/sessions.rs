@@ -69,9 +69,9 @@ pub fn retention(flag: Option<Duration>, file: &grant::ConfigFile) -> Result<Opt
     }
     match &file.sessions.retain {
         None => Ok(None),
-        Some(text) => nexo::session::parse_retention(text)
-            .map(Some)
-            .map_err(|why| ConfigError::invalid("[sessions] retain", why)),
+        Some(text) => {
+            nexo::session::parse_retention(text).map(Some).map_err(|why| ConfigError::invalid("[sessions] retain", why))
+        }
     }
 }
 
@@ -83,7 +83,11 @@ pub async fn sweep(store: &dyn Store, retain: Option<Duration>) -> Option<Vec<St
     match store.expire_sessions(cut).await {
         Ok(ids) => {
             if !ids.is_empty() {
-                tracing::info!("deleted {} session(s) idle for more than {}", ids.len(), humantime::format_duration(period));
+                tracing::info!(
+                    "deleted {} session(s) idle for more than {}",
+                    ids.len(),
+                    humantime::format_duration(period)
+                );
             }
             Some(ids)
         }
@@ -128,7 +132,11 @@ pub async fn command(command: &SessionsCommand, store_flag: Option<&str>) -> Exi
                     for id in &ids {
                         outln!("{id}");
                     }
-                    errln!("deleted {} session(s) idle for more than {}", ids.len(), humantime::format_duration(retain));
+                    errln!(
+                        "deleted {} session(s) idle for more than {}",
+                        ids.len(),
+                        humantime::format_duration(retain)
+                    );
                     ExitCode::SUCCESS
                 }
                 None => ExitCode::from(1),
