@@ -350,19 +350,21 @@ impl Runs {
         options: &RunOptions,
         replay: Replay,
     ) -> Result<RunEnd, RunError> {
-        let journal = Arc::new(
-            Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events)
-                .await
-                .map_err(RunError::from)?,
-        );
-        let mut options = options.clone();
         // A session's prompt continues its thread as the store holds it: no
         // other prompt of the session can move it on while this run is
         // unfinished, so a replay sees the same thread the first pass did.
-        let thread = match &run.session {
-            Some(id) => Some(Thread::load(&*self.store, id).await.map_err(RunError::from)?),
-            None => None,
+        // Both are reads, so they overlap.
+        let load_thread = async {
+            match &run.session {
+                Some(id) => Thread::load(&*self.store, id).await.map(Some),
+                None => Ok(None),
+            }
         };
+        let (journal, thread) =
+            tokio::join!(Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events), load_thread);
+        let journal = Arc::new(journal.map_err(RunError::from)?);
+        let thread = thread.map_err(RunError::from)?;
+        let mut options = options.clone();
         options.thread = thread.clone();
         let display = options.events.clone().unwrap_or_else(crate::events::no_events);
         options.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
@@ -406,14 +408,13 @@ impl Runs {
                 (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
             }
         };
-        let appends = batch.thread.is_some();
-        let fallback = Batch { thread: None, ..batch.clone() };
+        let fallback = batch.thread.is_some().then(|| Batch { thread: None, ..batch.clone() });
         let ended = match self.store.transition(&run.id, &self.owner, batch, to).await {
             // The thread refused the exchange: the run fails with why, its
             // events kept, rather than staying `running`.
-            Err(StoreError::Conflict(why)) if appends => {
+            Err(StoreError::Conflict(why)) if fallback.is_some() => {
                 let to = Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) };
-                self.store.transition(&run.id, &self.owner, fallback, to).await
+                self.store.transition(&run.id, &self.owner, fallback.unwrap_or_default(), to).await
             }
             ended => ended,
         };

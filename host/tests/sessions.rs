@@ -333,3 +333,26 @@ async fn retention_deletes_expired_sessions_and_nothing_else() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("30d"), "{}", stderr(&bad));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_session_prompt_runs_on_a_worker_and_joins_the_thread() {
+    let model = MockServer::start().await.unwrap();
+    let scene = Scene::new(None, model.openai_base_url());
+    model.push(Reply::text("one")).push(Reply::text("two"));
+    let first = scene.chat("bg", "first", &[]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let queued = scene.chat("bg", "second", &["--later"]);
+    assert!(queued.status.success(), "{}", stderr(&queued));
+    let run = stdout(&queued).trim().to_string();
+    assert!(run.starts_with('r'), "{run}");
+    let busy = scene.chat("bg", "third", &[]);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(stderr(&busy).contains("queued for a worker"), "{}", stderr(&busy));
+
+    let worker = scene.nexo(&["worker", "--poll-ms", "20", "--until-idle"]);
+    assert!(worker.status.success(), "{}", stderr(&worker));
+    let shown = scene.show("assistant/bg");
+    assert_eq!(shown["session"]["messages"], 4, "{shown}");
+    assert_eq!(shown["thread"][3]["text"], "two");
+    assert_eq!(roles(&model.requests()[1].body), ["system", "user", "assistant", "user"]);
+}

@@ -230,6 +230,7 @@ mod tests {
             "claude-binary",
             "claude-builtin-tools",
             "max-in-flight",
+            "retain",
             "backend",
             "hosts",
             "allow-private",
