@@ -60,7 +60,8 @@ pub enum Subject<'a> {
 }
 
 impl Subject<'_> {
-    fn name(&self) -> &str {
+    /// The agent's name.
+    pub fn name(&self) -> &str {
         match self {
             Subject::Component { agent, .. } => agent.name(),
             Subject::File(file) => &file.manifest().name,

@@ -12,10 +12,113 @@
 //! request, so a thread holds no system message however often it resumes.
 //! Tools, skills and MCP servers come from the run's options each time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nexo_model::Message;
 use nexo_store::{Store, StoreError, ThreadAppend};
+use serde_json::Value;
+
+use crate::error::RunError;
+use crate::runs::{RunEnd, Runs, Subject};
+use crate::settings::RunOptions;
+
+/// An open session: its address, and what its prompts share until it is
+/// closed (the run options, with their MCP connections and sandbox).
+///
+/// ```no_run
+/// # async fn demo(runs: nexo::runs::Runs, agent: nexo::agent_file::AgentFile, options: nexo::settings::RunOptions)
+/// # -> anyhow::Result<()> {
+/// use nexo::runs::Subject;
+/// use nexo::session::OpenSession;
+///
+/// let session = OpenSession::resume(runs, "assistant", "user-42", options, serde_json::json!({})).await?;
+/// let end = session.prompt(Subject::File(&agent), "My name is Mac.").await?;
+/// println!("{:?}", end.run.result);
+/// session.close().await;
+/// # Ok(()) }
+/// ```
+pub struct OpenSession {
+    runs: Runs,
+    record: nexo_store::Session,
+    options: RunOptions,
+    grant: Value,
+    closed: AtomicBool,
+}
+
+impl OpenSession {
+    /// Finds or creates the session `(agent, instance)` in the store of
+    /// `runs`. Its prompts run with `options` and record `grant` (the
+    /// operator's, as recorded: never a secret): the authority of whoever
+    /// resumes it now, never of earlier prompts.
+    pub async fn resume(
+        runs: Runs,
+        agent: &str,
+        instance: &str,
+        options: RunOptions,
+        grant: Value,
+    ) -> Result<OpenSession, StoreError> {
+        check_instance(instance).map_err(|why| StoreError::Conflict(format!("instance id `{instance}` {why}")))?;
+        let record = runs.store().open_session(agent, instance, nexo_store::now_ms()).await?;
+        Ok(OpenSession::new(runs, record, options, grant))
+    }
+
+    /// [`OpenSession::resume`] of a session already opened in the store of
+    /// `runs` (`record`, from [`Store::open_session`]).
+    pub fn new(runs: Runs, record: nexo_store::Session, options: RunOptions, grant: Value) -> OpenSession {
+        OpenSession { runs, record, options, grant, closed: AtomicBool::new(false) }
+    }
+
+    /// The session as the store held it when it was opened.
+    pub fn record(&self) -> &nexo_store::Session {
+        &self.record
+    }
+
+    /// The options its prompts run with.
+    pub fn options(&self) -> &RunOptions {
+        &self.options
+    }
+
+    /// Sends one prompt: a recorded run that continues the thread. The
+    /// subject must be the session's agent.
+    pub async fn prompt(&self, subject: Subject<'_>, input: &str) -> Result<RunEnd, RunError> {
+        self.prompt_with(subject, input, &self.options).await
+    }
+
+    /// [`OpenSession::prompt`] with other options for this prompt (its own
+    /// event sink, say); what they hold is still the caller's to close.
+    pub async fn prompt_with(
+        &self,
+        subject: Subject<'_>,
+        input: &str,
+        options: &RunOptions,
+    ) -> Result<RunEnd, RunError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(RunError::Store(StoreError::Conflict(format!(
+                "session `{}` was closed; resume it again to send another prompt",
+                self.record.id
+            ))));
+        }
+        if subject.name() != self.record.agent {
+            return Err(RunError::Store(StoreError::Conflict(format!(
+                "session `{}` belongs to agent `{}`, not `{}`",
+                self.record.id,
+                self.record.agent,
+                subject.name()
+            ))));
+        }
+        self.runs.start_in(Some(&self.record.id), subject, input, self.grant.clone(), options).await
+    }
+
+    /// Releases what the session holds (its MCP connections and sandbox).
+    /// Idempotent: only the first call closes anything.
+    pub async fn close(&self) -> Result<(), String> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.options.close().await
+    }
+}
 
 /// A session's thread as one run sees it: what the store held when the run
 /// started, and what its prompts have added since.

@@ -111,6 +111,26 @@ pub struct RunOptions {
     pub thread: Option<Arc<crate::session::Thread>>,
 }
 
+impl RunOptions {
+    /// Releases what these options hold: the MCP servers' connections
+    /// (their processes end) and the sandbox (a container, say). Whoever
+    /// built the options calls it once its runs are over. Idempotent; a
+    /// sandbox that fails to close is reported, after the rest is closed.
+    pub async fn close(&self) -> Result<(), String> {
+        if let Some(mcp) = &self.mcp {
+            mcp.close().await;
+        }
+        if let Some(sandbox) = self.sandbox.clone() {
+            match tokio::task::spawn_blocking(move || sandbox.close()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("closing the sandbox failed: {e}")),
+                Err(e) => return Err(format!("closing the sandbox failed: {e}")),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunOptions")

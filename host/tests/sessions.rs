@@ -356,3 +356,78 @@ async fn a_queued_session_prompt_runs_on_a_worker_and_joins_the_thread() {
     assert_eq!(shown["thread"][3]["text"], "two");
     assert_eq!(roles(&model.requests()[1].body), ["system", "user", "assistant", "user"]);
 }
+
+/// The processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(marker))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
+    use nexo::authority::{Grant, Permissions};
+    use nexo::manifest::PermissionMode;
+    use nexo::runs::{Runs, Subject};
+    use nexo::session::OpenSession;
+    use nexo::settings::RunOptions;
+    use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
+
+    let model = MockServer::start().await.unwrap();
+    model
+        .push(Reply::tool_calls(vec![MockToolCall::new("e", "mcp__tests__echo", json!({"text": "hi"}))]))
+        .push(Reply::text("one"));
+    let dir = tempfile::Builder::new().prefix("open-session-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let marker = format!("nexo-session-mcp-{}", std::process::id());
+    let server = std::path::Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
+    let config = ServerConfig {
+        command: Some(server.display().to_string()),
+        args: vec!["stdio".into(), marker.clone()],
+        cwd: Some(dir.path().to_path_buf()),
+        ..ServerConfig::default()
+    };
+    let clients = Clients::new(vec![Server::new("tests", config).unwrap()], ClientOptions::default());
+    let agent = nexo::agent_file::AgentFile::parse(
+        "name = \"assistant\"\ndescription = \"d\"\ninstructions = \"Use the tools.\"\nmcp-servers = [\"tests\"]\n",
+        dir.path().join("agent.toml"),
+    )
+    .unwrap();
+    let provider = nexo_model::resolve(&nexo_model::ModelConfig {
+        model: Some("m".into()),
+        provider: Some(nexo_model::ProviderKind::OpenaiCompatible),
+        base_url: Some(model.openai_base_url()),
+        ..nexo_model::ModelConfig::default()
+    })
+    .unwrap();
+    let options = RunOptions {
+        model: Some(provider),
+        mcp: Some(clients),
+        grant: Grant { mcp_servers: ["tests".to_string()].into(), ..Grant::default() },
+        permissions: Permissions::new(PermissionMode::Auto),
+        ..RunOptions::default()
+    };
+    let store = nexo_store::open(&nexo_store::Location::Sqlite(dir.path().join("nexo.db"))).await.unwrap();
+    let open = OpenSession::resume(Runs::new(store, false), "assistant", "u", options, json!({})).await.unwrap();
+
+    let end = open.prompt(Subject::File(&agent), "echo hi").await.unwrap();
+    assert_eq!(end.run.result.as_deref(), Some("one"), "{:?}", end.run.error);
+    assert_eq!(end.run.session.as_deref(), Some(open.record().id.as_str()));
+    let tool = model.requests()[1].body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(tool["content"], "hi", "the MCP server answered: {tool}");
+    assert_eq!(processes_with(&marker), 1, "the session holds its MCP server between prompts");
+
+    open.close().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&marker) > 0 {
+        assert!(Instant::now() < deadline, "close left the MCP server running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    open.close().await.unwrap();
+    let refused = open.prompt(Subject::File(&agent), "again").await.unwrap_err();
+    assert!(refused.to_string().contains("was closed"), "{refused}");
+    assert_eq!(model.requests().len(), 2, "a closed session calls no model");
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Args;
 use nexo::runs::Runs;
-use nexo::settings::RunOptions;
+use nexo::session::OpenSession;
 use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, RunStatus, Session};
 
@@ -120,35 +120,32 @@ pub async fn command(
         Ok(o) => o,
         Err(code) => return code,
     };
-    let chat = Chat { runs: &runs, loaded: &loaded, session: &session, grant, options: &options, json: args.json };
+    let open = OpenSession::new(runs, session, options, grant);
+    let chat = Chat { session: &open, loaded: &loaded, json: args.json };
     let code = match &args.input {
         Some(input) => chat.prompt(input, first).await,
         None => chat.lines().await,
     };
     // This command started the MCP servers and the sandbox, so it ends them.
-    runs::close(&options).await;
+    if let Err(e) = open.close().await {
+        errln!("warning: {e}");
+    }
     code
 }
 
 /// One command's prompts to one session.
 struct Chat<'a> {
-    runs: &'a Runs,
+    session: &'a OpenSession,
     loaded: &'a Loaded,
-    session: &'a Session,
-    grant: serde_json::Value,
-    options: &'a RunOptions,
     json: bool,
 }
 
 impl Chat<'_> {
     /// Sends one prompt, showing its events on `progress`; how it ended.
     async fn prompt(&self, input: &str, progress: Arc<progress::Progress>) -> ExitCode {
-        let mut options = self.options.clone();
+        let mut options = self.session.options().clone();
         options.events = Some(progress.clone());
-        let end = self
-            .runs
-            .start_in(Some(&self.session.id), self.loaded.subject(), input, self.grant.clone(), &options)
-            .await;
+        let end = self.session.prompt_with(self.loaded.subject(), input, &options).await;
         progress.finish();
         match end {
             Ok(end) => runs::report_end(&end, self.json),

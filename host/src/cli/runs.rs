@@ -655,14 +655,8 @@ pub async fn resume_run(
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox
 /// (a container, say).
 pub async fn close(options: &RunOptions) {
-    if let Some(mcp) = &options.mcp {
-        mcp.close().await;
-    }
-    if let Some(sandbox) = options.sandbox.clone() {
-        let closed = tokio::task::spawn_blocking(move || sandbox.close()).await;
-        if let Ok(Err(e)) = closed {
-            errln!("warning: closing the sandbox failed: {e}");
-        }
+    if let Err(e) = options.close().await {
+        errln!("warning: {e}");
     }
 }
 
