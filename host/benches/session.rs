@@ -153,23 +153,27 @@ fn overhead(c: &mut Criterion) {
         b.iter_custom(|iters| bench.time(Some(&mut full), iters))
     });
     group.finish();
-    // The overhead, from medians of interleaved runs in the same process.
-    let (mut plain, mut empty_times, mut full_times) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..100 {
-        plain.push(bench.time(None, 1));
-        empty_times.push(bench.time(Some(&mut empty), 1));
-        full_times.push(bench.time(Some(&mut full), 1));
+    // The overhead: the median of paired differences (a plain run, then a
+    // session prompt, one after the other), which cancels the machine's drift.
+    let (mut plain, mut empty_diff, mut full_diff) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let p = bench.time(None, 1);
+        plain.push(p);
+        empty_diff.push(bench.time(Some(&mut empty), 1).as_secs_f64() - p.as_secs_f64());
+        let p = bench.time(None, 1);
+        full_diff.push(bench.time(Some(&mut full), 1).as_secs_f64() - p.as_secs_f64());
     }
-    let median = |v: &mut Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
+    plain.sort();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2] * 1e3
     };
-    let (p, e, f) = (median(&mut plain), median(&mut empty_times), median(&mut full_times));
     println!(
-        "prompt p50: plain run {p:?}; session prompt, empty thread {e:?}, {THREAD}-message thread {f:?}; \
-         overhead ≈ {:?} ({:?} with an empty thread)",
-        f.saturating_sub(p),
-        e.saturating_sub(p)
+        "plain run p50 {:?}; session prompt overhead, median of 200 paired differences: {:.3} ms with a \
+         {THREAD}-message thread, {:.3} ms with an empty one",
+        plain[plain.len() / 2],
+        median(&mut full_diff),
+        median(&mut empty_diff)
     );
 }
 

@@ -125,14 +125,16 @@ impl OpenSession {
 #[derive(Debug)]
 pub struct Thread {
     session: String,
-    base: usize,
-    messages: Mutex<Vec<Message>>,
+    /// The thread as stored, shared with every request without a copy.
+    stored: Arc<[Message]>,
+    /// What this run's prompts added.
+    added: Mutex<Vec<Message>>,
 }
 
 impl Thread {
     /// The thread of session `session`, holding `history`.
     pub fn new(session: impl Into<String>, history: Vec<Message>) -> Thread {
-        Thread { session: session.into(), base: history.len(), messages: Mutex::new(history) }
+        Thread { session: session.into(), stored: history.into(), added: Mutex::new(Vec::new()) }
     }
 
     /// Loads session `id`'s thread from `store`. A stored message this
@@ -156,19 +158,23 @@ impl Thread {
     }
 
     /// The conversation so far: the stored thread, then this run's
-    /// exchanges.
-    pub fn history(&self) -> Vec<Message> {
-        self.lock().clone()
+    /// exchanges. Before the run added any, no message is copied.
+    pub fn history(&self) -> Arc<[Message]> {
+        let added = self.lock();
+        if added.is_empty() {
+            return self.stored.clone();
+        }
+        self.stored.iter().chain(added.iter()).cloned().collect()
     }
 
     /// How many messages the thread holds now.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.stored.len() + self.lock().len()
     }
 
     /// Whether the thread is empty.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.len() == 0
     }
 
     /// Adds a prompt's exchange from its `transcript`: everything after the
@@ -181,20 +187,19 @@ impl Thread {
     /// What this run added, for the batch that ends it; `None` when it
     /// added nothing.
     pub fn append(&self) -> Option<ThreadAppend> {
-        let messages = self.lock();
-        let added = &messages[self.base.min(messages.len())..];
+        let added = self.lock();
         if added.is_empty() {
             return None;
         }
         Some(ThreadAppend {
             session: self.session.clone(),
-            expected: self.base as u64,
+            expected: self.stored.len() as u64,
             messages: added.iter().filter_map(|m| serde_json::to_value(m).ok()).collect(),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
-        self.messages.lock().unwrap_or_else(|p| p.into_inner())
+        self.added.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -503,6 +503,10 @@ pub(crate) const ADVANCE_THREAD: &str = concat!(
 /// 0, `$3` the message (JSON).
 pub(crate) const APPEND_MESSAGE: &str = "INSERT INTO thread_messages (session, seq, message) VALUES ($1, $2, $3)";
 
+/// The head of a multi-row [`APPEND_MESSAGE`], whose `VALUES` a query
+/// builder adds (SQLite).
+pub(crate) const APPEND_MESSAGES: &str = "INSERT INTO thread_messages (session, seq, message) ";
+
 /// The runs linked to a session, oldest first: `$1` session.
 pub(crate) const SESSION_RUNS: &str =
     concat!("SELECT ", run_columns!(), " FROM runs WHERE session = $1 ORDER BY created_ms, id");
@@ -535,6 +539,19 @@ pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
     "SELECT id, status FROM runs WHERE session = $1 AND status IN ",
     in_progress!(),
     " ORDER BY created_ms, id LIMIT 1"
+);
+
+/// [`INSERT_RUN`] for a prompt of session `$18` that writes nothing (0
+/// rows) while another prompt of the session is in progress: the check and
+/// the insert in one autocommit statement (SQLite, whose writes are
+/// serialized; PostgreSQL locks the session's row instead).
+pub(crate) const INSERT_SESSION_RUN: &str = concat!(
+    "INSERT INTO runs (",
+    run_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 \
+     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE session = $18 AND status IN ",
+    in_progress!(),
+    ") ON CONFLICT (id) DO NOTHING"
 );
 
 /// The first run of session `$1` created after the run created at `$2`
@@ -597,6 +614,7 @@ mod tests {
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
             super::PROMPT_IN_PROGRESS,
+            super::INSERT_SESSION_RUN,
             super::LATER_SESSION_RUN,
             super::EXPIRE_SESSIONS,
             super::EXPIRE_IDLE_AMONG,

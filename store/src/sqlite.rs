@@ -272,8 +272,9 @@ impl SqliteStore {
     }
 
     /// The run `id` if `owner` holds it, for writing a batch with `thread`:
-    /// first the session the append names must be there, then the run must
-    /// be owned and a prompt of that session.
+    /// the run must be owned and a prompt of the session the append names.
+    /// A session that is not there is named first, whatever else is wrong;
+    /// it is looked up only when something is.
     async fn owned_for(
         &self,
         conn: &mut SqliteConnection,
@@ -281,7 +282,17 @@ impl SqliteStore {
         owner: &str,
         thread: Option<&ThreadAppend>,
     ) -> StoreResult<Run> {
-        if let Some(thread) = thread {
+        let run = self.fetch_run(conn, id).await?;
+        let owned = run
+            .as_ref()
+            .is_some_and(|r| r.status == RunStatus::Running && r.lease.as_ref().is_some_and(|l| l.owner == owner));
+        let own_session = match (thread, &run) {
+            (Some(t), Some(r)) => r.session.as_deref() == Some(t.session.as_str()),
+            _ => true,
+        };
+        if let Some(thread) = thread
+            && !(owned && own_session)
+        {
             let found = sqlx::query(sql::SESSION_ID)
                 .bind(&thread.session)
                 .fetch_optional(&mut *conn)
@@ -291,8 +302,8 @@ impl SqliteStore {
                 return Err(StoreError::NoSession(thread.session.clone()));
             }
         }
-        let run = self.fetch_run(conn, id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
-        if run.status != RunStatus::Running || run.lease.as_ref().is_none_or(|l| l.owner != owner) {
+        let run = run.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if !owned {
             return Err(StoreError::Conflict(not_owned(id, run.status)));
         }
         if let Some(thread) = thread {
@@ -409,14 +420,15 @@ impl SqliteStore {
             .map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(not_appended(id, expected, self.fetch_session(conn, id).await?)) };
         let session = self.decode_session(&row)?;
-        for (seq, message) in (before..).zip(&messages) {
-            sqlx::query(sql::APPEND_MESSAGE)
-                .bind(id)
-                .bind(seq)
-                .bind(message.to_string())
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| self.error(&e))?;
+        // A few hundred rows per statement, well under SQLite's limit of
+        // bound parameters.
+        let numbered: Vec<(i64, &Value)> = (before..).zip(&messages).collect();
+        for chunk in numbered.chunks(300) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql::APPEND_MESSAGES);
+            insert.push_values(chunk, |mut row, (seq, message)| {
+                row.push_bind(id).push_bind(*seq).push_bind(message.to_string());
+            });
+            insert.build().execute(&mut *conn).await.map_err(|e| self.error(&e))?;
         }
         Ok(session)
     }
@@ -614,35 +626,11 @@ impl SqliteStore {
     }
 
     /// Records `run`: with a session, only if it is there and has no prompt
-    /// in progress.
+    /// in progress, checked by the insert itself (one autocommit statement,
+    /// as for a plain run). Why nothing was written is worked out after.
     async fn create_run_in(&self, conn: &mut SqliteConnection, run: Run) -> StoreResult<Run> {
-        if let Some(session) = &run.session {
-            // A taken id is the conflict it always was, whatever the session.
-            let taken = sqlx::query(sql::RUN_EXISTS)
-                .bind(&run.id)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| self.error(&e))?;
-            if taken.is_some() {
-                return Err(StoreError::Conflict(run_exists(&run.id)));
-            }
-            let found = sqlx::query(sql::SESSION_ID)
-                .bind(session)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| self.error(&e))?;
-            if found.is_none() {
-                return Err(StoreError::NoSession(session.clone()));
-            }
-            let blocker = sqlx::query(sql::PROMPT_IN_PROGRESS)
-                .bind(session)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| self.error(&e))?;
-            let blocker = blocker.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose()?;
-            check_no_prompt_in_progress(session, blocker)?;
-        }
-        let inserted = sqlx::query(sql::INSERT_RUN)
+        let statement = if run.session.is_some() { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
+        let inserted = sqlx::query(statement)
             .bind(&run.id)
             .bind(&run.agent)
             .bind(&run.kind)
@@ -671,10 +659,40 @@ impl SqliteStore {
             }
             Err(e) => return Err(self.error(&e)),
         };
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::Conflict(run_exists(&run.id)));
+        if inserted.rows_affected() > 0 {
+            return Ok(run);
         }
-        Ok(run)
+        Err(self.not_created(conn, &run).await)
+    }
+
+    /// Why `run` was not inserted: its id is taken (whatever its session),
+    /// its session is gone, or a prompt of its session is in progress.
+    async fn not_created(&self, conn: &mut SqliteConnection, run: &Run) -> StoreError {
+        let taken = sqlx::query(sql::RUN_EXISTS).bind(&run.id).fetch_optional(&mut *conn).await;
+        match (taken, &run.session) {
+            (Err(e), _) => return self.error(&e),
+            (Ok(Some(_)), _) | (Ok(None), None) => return StoreError::Conflict(run_exists(&run.id)),
+            (Ok(None), Some(_)) => {}
+        }
+        let session = run.session.as_deref().unwrap_or_default();
+        match sqlx::query(sql::SESSION_ID).bind(session).fetch_optional(&mut *conn).await {
+            Err(e) => return self.error(&e),
+            Ok(None) => return StoreError::NoSession(session.to_string()),
+            Ok(Some(_)) => {}
+        }
+        let blocker = match sqlx::query(sql::PROMPT_IN_PROGRESS).bind(session).fetch_optional(&mut *conn).await {
+            Ok(row) => row.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose(),
+            Err(e) => Err(self.error(&e)),
+        };
+        match blocker.and_then(|b| check_no_prompt_in_progress(session, b)) {
+            Err(e) => e,
+            // The prompt in the way ended in between: the caller may try again.
+            Ok(()) => StoreError::Conflict(format!(
+                "session `{session}` had a prompt in progress when run `{}` was created, which has ended since; \
+                 send the prompt again",
+                run.id
+            )),
+        }
     }
 
     async fn cancel_in(&self, conn: &mut SqliteConnection, id: &str, reason: &str) -> StoreResult<Run> {
@@ -735,15 +753,7 @@ impl Store for SqliteStore {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let run = new.into_run();
         let mut conn = self.writer().await?;
-        if run.session.is_none() {
-            // One autocommit insert: nothing to check first.
-            return self.create_run_in(&mut conn, run).await;
-        }
-        // The check and the insert under one write lock: no other process
-        // can start a prompt of the session in between.
-        let mut tx = self.begin(&mut conn).await?;
-        let result = self.create_run_in(&mut tx, run).await;
-        self.finish(tx, result).await
+        self.create_run_in(&mut conn, run).await
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {

@@ -40,7 +40,10 @@ impl Prompting {
     /// Runs one prompt with the run's tools. The host loop without a model
     /// answers with the configuration error that says how to set one.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
-        let history = self.thread.as_ref().map(|t| t.history()).unwrap_or_default();
+        let history: Arc<[nexo_model::Message]> = match &self.thread {
+            Some(thread) => thread.history(),
+            None => Arc::new([]),
+        };
         let ctx = LoopContext {
             provider: self.model.as_deref(),
             tools,
