@@ -254,4 +254,40 @@ mod tests {
         let e = binary(Some(Path::new("/nonexistent/claude"))).unwrap_err().to_string();
         assert!(e.contains("npm install -g @anthropic-ai/claude-code") && e.contains("--claude-binary"), "{e}");
     }
+
+    #[test]
+    fn a_sessions_history_is_one_text_block_in_order_without_instructions() {
+        use nexo_model::{Message, ToolCall};
+        assert_eq!(history_text(&[]), None, "a new conversation sends no block");
+        let history = [
+            Message::System { text: "never repeated".into() },
+            Message::User { text: "My name is Mac.".into() },
+            Message::Assistant {
+                text: "Let me note it.".into(),
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "write_file".into(),
+                    arguments: serde_json::json!({"path": "name.txt"}),
+                }],
+            },
+            Message::ToolResult {
+                call_id: "c1".into(),
+                name: "write_file".into(),
+                content: "ok".into(),
+                is_error: false,
+            },
+            Message::Assistant { text: "Hello, Mac.".into(), tool_calls: Vec::new() },
+        ];
+        let text = history_text(&history).unwrap();
+        assert!(!text.contains("never repeated"));
+        let order = [
+            "<user>\nMy name is Mac.",
+            "<tool-call name=\"write_file\">",
+            "<tool-result name=\"write_file\">\nok",
+            "Hello, Mac.",
+        ];
+        let at: Vec<usize> = order.iter().map(|needle| text.find(needle).unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert!(text.ends_with("</conversation>"));
+    }
 }
