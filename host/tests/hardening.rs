@@ -3,7 +3,7 @@
 //! closed pipes, base URLs, TOML excerpts and the limit flags.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -85,22 +85,12 @@ fn shell_script(command: &str) -> serde_json::Value {
 // ---------------------------------------------------------------------------
 // Terminal escapes.
 
-/// A pseudo-terminal pair: the master for the test, the slave for nexo.
-fn pty() -> (std::fs::File, std::fs::File) {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
-    (std::fs::File::from(master), slave)
-}
-
 #[test]
 fn the_ask_prompt_cannot_be_redrawn_by_the_command_it_shows() {
     let attack = "touch PWNED #\r\x1b[2K\x1b[1A\x1b[2KAllow `shell` ls";
     let scene = Scene::new("\"shell\"", shell_script(attack));
-    let (mut master, slave) = pty();
+    let mut terminal = common::Terminal::open();
+    let slave = terminal.slave.try_clone().unwrap();
     let args = scene.args(&["--allow", "shell", "--mode", "ask"]);
     let mut child = nexo_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .stdin(Stdio::from(slave.try_clone().unwrap()))
@@ -110,34 +100,10 @@ fn the_ask_prompt_cannot_be_redrawn_by_the_command_it_shows() {
         .unwrap();
 
     // Read the terminal until the question appears, answer no, read the rest.
-    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        // EIO once nexo has exited and the slave side is closed.
-        while let Ok(n @ 1..) = reader.read(&mut buf) {
-            if tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut screen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !String::from_utf8_lossy(&screen).contains("[y/N]") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(chunk) => screen.extend(chunk),
-            Err(_) => {
-                panic!("no approval question within 60 s; the terminal showed {:?}", String::from_utf8_lossy(&screen))
-            }
-        }
-    }
-    master.write_all(b"n\n").unwrap();
+    terminal.wait_for("[y/N]", 1);
+    terminal.master.write_all(b"n\n").unwrap();
     let status = child.wait().unwrap();
-    while let Ok(chunk) = rx.recv_timeout(Duration::from_millis(500)) {
-        screen.extend(chunk);
-    }
-    let screen = String::from_utf8_lossy(&screen).into_owned();
+    let screen = terminal.drain();
 
     // The whole action is shown, with its controls visible, on the question's line.
     assert!(

@@ -432,24 +432,14 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
     assert_eq!(model.requests().len(), 2, "a closed session calls no model");
 }
 
-/// A pseudo-terminal pair: the master for the test, the slave for nexo.
-fn pty() -> (std::fs::File, std::fs::File) {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
-    (std::fs::File::from(master), slave)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_prompt_on_a_terminal_it_is_an_interactive_chat() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let model = MockServer::start().await.unwrap();
     let scene = Scene::new(None, model.openai_base_url());
     model.push(Reply::text("first answer")).push(Reply::text("second answer"));
-    let (mut master, slave) = pty();
+    let mut terminal = common::Terminal::open();
+    let slave = terminal.slave.try_clone().unwrap();
     let args = scene.chat_args("tty", &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = scene
@@ -459,37 +449,16 @@ async fn without_a_prompt_on_a_terminal_it_is_an_interactive_chat() {
         .stderr(Stdio::from(slave))
         .spawn()
         .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = reader.read(&mut buf) {
-            if tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut screen = Vec::new();
-    let mut wait_for = |text: &str, count: usize| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while String::from_utf8_lossy(&screen).matches(text).count() < count {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(chunk) => screen.extend(chunk),
-                Err(_) => panic!("no {text:?} within 60 s; the terminal showed {:?}", String::from_utf8_lossy(&screen)),
-            }
-        }
-        String::from_utf8_lossy(&screen).into_owned()
-    };
-    wait_for("you> ", 1);
-    master.write_all(b"My name is Mac.\n").unwrap();
-    wait_for("first answer", 1);
-    wait_for("you> ", 2);
-    master.write_all(b"What is my name?\n").unwrap();
-    wait_for("second answer", 1);
-    wait_for("you> ", 3);
-    master.write_all(b"/exit\n").unwrap();
+    terminal.wait_for("you> ", 1);
+    terminal.master.write_all(b"My name is Mac.\n").unwrap();
+    terminal.wait_for("first answer", 1);
+    terminal.wait_for("you> ", 2);
+    terminal.master.write_all(b"What is my name?\n").unwrap();
+    terminal.wait_for("second answer", 1);
+    terminal.wait_for("you> ", 3);
+    terminal.master.write_all(b"/exit\n").unwrap();
     let status = child.wait().unwrap();
-    let shown = wait_for("you> ", 3);
+    let shown = terminal.drain();
     assert!(status.success(), "{status:?}: {shown:?}");
     assert!(shown.contains("chatting with `assistant`"), "{shown:?}");
     assert_eq!(roles(&model.requests()[1].body), ["system", "user", "assistant", "user"]);

@@ -50,3 +50,64 @@ pub async fn postgres_database(test: &str) -> Option<String> {
     let (base, _) = admin.rsplit_once('/').unwrap();
     Some(format!("{base}/{name}"))
 }
+
+/// A pseudo-terminal for a `nexo` process: the master end for the test,
+/// and a thread that reads everything nexo writes to it.
+pub struct Terminal {
+    /// The master end: what the test types goes here.
+    pub master: std::fs::File,
+    /// The slave end, for the child's stdin, stdout and stderr.
+    pub slave: std::fs::File,
+    output: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Everything read so far.
+    pub screen: Vec<u8>,
+}
+
+impl Terminal {
+    /// Opens a pseudo-terminal pair and starts reading it.
+    pub fn open() -> Terminal {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        use std::io::Read;
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+        let master = std::fs::File::from(master);
+        let (tx, output) = std::sync::mpsc::channel::<Vec<u8>>();
+        let mut reader = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once nexo has exited and the slave side is closed.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Terminal { master, slave, output, screen: Vec::new() }
+    }
+
+    /// Reads until the screen shows `text` `count` times, failing after 60 s;
+    /// the screen so far.
+    pub fn wait_for(&mut self, text: &str, count: usize) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while String::from_utf8_lossy(&self.screen).matches(text).count() < count {
+            match self.output.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok(chunk) => self.screen.extend(chunk),
+                Err(_) => {
+                    panic!("no {text:?} within 60 s; the terminal showed {:?}", String::from_utf8_lossy(&self.screen))
+                }
+            }
+        }
+        String::from_utf8_lossy(&self.screen).into_owned()
+    }
+
+    /// Reads what is left once nexo has exited; the whole screen.
+    pub fn drain(&mut self) -> String {
+        while let Ok(chunk) = self.output.recv_timeout(std::time::Duration::from_millis(500)) {
+            self.screen.extend(chunk);
+        }
+        String::from_utf8_lossy(&self.screen).into_owned()
+    }
+}
