@@ -152,7 +152,8 @@ pub fn resolve_with_env(
 ) -> Result<Arc<dyn Provider>, ModelError> {
     if config.assume_model_exists && config.provider.is_none() {
         return Err(ModelError::Config(
-            "`assume_model_exists` skips the model lookup, so the provider must be named: set `provider` (--provider)"
+            "--assume-model-exists (`assume-model-exists` in `[model]`) skips the model lookup, so the provider must \
+             be named: set --provider (`provider` in `[model]`)"
                 .into(),
         ));
     }

@@ -43,7 +43,7 @@ fn an_unknown_model_needs_a_provider() {
 fn assume_model_exists_needs_a_provider() {
     let config = ModelConfig { assume_model_exists: true, ..model("gpt-9") };
     let message = config_error(&config, &no_env);
-    assert!(message.contains("assume_model_exists") && message.contains("provider"), "{message}");
+    assert!(message.contains("--assume-model-exists") && message.contains("--provider"), "{message}");
     let config = ModelConfig { provider: Some(ProviderKind::Ollama), ..config };
     assert_eq!(resolve_with_env(&config, &no_env).unwrap().name(), "ollama");
 }

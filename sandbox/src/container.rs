@@ -285,7 +285,7 @@ impl ContainerSandbox {
             })?,
             None => find_on_path(config.runtime.binary_name(), path).ok_or_else(|| {
                 SandboxError::Config(format!(
-                    "the `{}` CLI was not found on PATH; {} or set `binary` to its full path",
+                    "the `{}` CLI was not found on PATH; {}, or put the directory that holds it on PATH",
                     config.runtime.binary_name(),
                     config.runtime.install_hint()
                 ))

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 /// setting in the operator's config file; `--allow` adds to its list.
 #[derive(Args, Debug, Clone)]
 pub struct GrantArgs {
-    /// The operator's config file (TOML, a `[grant]` table). Flags override it.
+    /// The operator's config file (TOML: `[grant]`, `[model]`, `[search]`, `[mcp.NAME]`, `[worker]`,
+    /// `[sessions]`, `store`, `buffer-events`). Flags override it.
     #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
     config: Option<PathBuf>,
     /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
