@@ -165,7 +165,7 @@ pub enum LoadError {
     },
 
     /// The plugin is of another kind than the operation needs.
-    #[error("{} is a {found}, not {}{hint}", path.display(), expected.with_article())]
+    #[error("{} is {}, not {}{hint}", path.display(), found.with_article(), expected.with_article())]
     WrongKind {
         /// The plugin file.
         path: PathBuf,

@@ -305,6 +305,14 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     let out = nexo(&["run", built::HELLO, "x", "--script", script.to_str().unwrap(), "--max-turns", "2"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("turn limit reached"), "{}", stderr(&out));
+    // Cut short before any text: no "answer above" to speak of.
+    let looper = dir.path().join("looper.toml");
+    std::fs::write(&looper, "name = \"looper\"\ndescription = \"Globs\"\ncapabilities = [\"glob\"]\n").unwrap();
+    let out = nexo(&["run", looper.to_str().unwrap(), "x", "--script", script.to_str().unwrap(), "--max-turns", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stdout(&out).trim().is_empty(), "{}", stdout(&out));
+    assert!(stderr(&out).contains("before the model gave any answer"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("answer above"), "{}", stderr(&out));
 
     let agent = dir.path().join("writer.toml");
     std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();

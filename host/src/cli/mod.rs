@@ -551,8 +551,9 @@ fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
         Ok(answer) => {
             outln!("{answer}");
             match &run.status {
-                Some(Status::TurnLimit) => errln!("stopped: turn limit reached; the answer above is partial"),
-                Some(Status::TokenBudget) => errln!("stopped: token budget used up; the answer above is partial"),
+                Some(status @ (Status::TurnLimit | Status::TokenBudget)) => {
+                    errln!("{}", report::cut_short(status, answer))
+                }
                 Some(Status::ApprovalRequired { tool, detail }) => {
                     errln!("stopped: `{tool}` needs approval: {detail}")
                 }

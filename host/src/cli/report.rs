@@ -50,3 +50,17 @@ pub fn fail(e: &RunError) -> ExitCode {
     errln!("error: {e}");
     exit_code(e)
 }
+
+/// What the CLI says when the turn cap or the token budget cut a prompt
+/// short, given the answer it printed (which may be empty).
+pub fn cut_short(status: &nexo::agent_loop::Status, answer: &str) -> String {
+    let why = match status {
+        nexo::agent_loop::Status::TokenBudget => "token budget used up",
+        _ => "turn limit reached",
+    };
+    if answer.trim().is_empty() {
+        format!("stopped: {why} before the model gave any answer (raise --max-turns or --token-budget)")
+    } else {
+        format!("stopped: {why}; the answer above is partial")
+    }
+}

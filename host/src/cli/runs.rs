@@ -382,12 +382,8 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
                 outln!("{}", run.result.as_deref().unwrap_or_default());
             }
             match &end.prompt_status {
-                Some(Status::TurnLimit) => {
-                    errln!("stopped: turn limit reached; the answer above is partial");
-                    ExitCode::from(3)
-                }
-                Some(Status::TokenBudget) => {
-                    errln!("stopped: token budget used up; the answer above is partial");
+                Some(status @ (Status::TurnLimit | Status::TokenBudget)) => {
+                    errln!("{}", report::cut_short(status, run.result.as_deref().unwrap_or_default()));
                     ExitCode::from(3)
                 }
                 _ => ExitCode::SUCCESS,
