@@ -28,7 +28,7 @@ use crate::agent_file::AgentFile;
 use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
-use crate::session::Thread;
+use crate::session::thread::Thread;
 use crate::settings::RunOptions;
 use crate::task::AbortOnDrop;
 use crate::world::agent::Agent;

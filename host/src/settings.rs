@@ -108,7 +108,7 @@ pub struct RunOptions {
     /// sees it after the instructions and adds its exchange to it. Set by
     /// [`Runs`](crate::runs::Runs) for a session's run. `None`: each prompt
     /// starts a new conversation.
-    pub thread: Option<Arc<crate::session::Thread>>,
+    pub thread: Option<Arc<crate::session::thread::Thread>>,
 }
 
 impl RunOptions {

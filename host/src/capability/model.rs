@@ -33,7 +33,7 @@ pub struct Prompting {
     /// System instructions in order: the agent's, the sandbox's, the skills'.
     pub instructions: Vec<String>,
     /// The session's thread, if the run is a session's prompt.
-    pub thread: Option<Arc<crate::session::Thread>>,
+    pub thread: Option<Arc<crate::session::thread::Thread>>,
 }
 
 impl Prompting {

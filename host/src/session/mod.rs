@@ -13,15 +13,17 @@
 //! Tools, skills and MCP servers come from the run's options each time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
-use nexo_model::Message;
-use nexo_store::{Store, StoreError, ThreadAppend};
+use nexo_store::StoreError;
 use serde_json::Value;
 
 use crate::error::RunError;
 use crate::runs::{RunEnd, Runs, Subject};
 use crate::settings::RunOptions;
+
+pub mod thread;
+
+pub use thread::Thread;
 
 /// An open session: its address, and what its prompts share until it is
 /// closed (the run options, with their MCP connections and sandbox).
@@ -64,7 +66,7 @@ impl OpenSession {
     }
 
     /// [`OpenSession::resume`] of a session already opened in the store of
-    /// `runs` (`record`, from [`Store::open_session`]).
+    /// `runs` (`record`, from [`nexo_store::Store::open_session`]).
     pub fn new(runs: Runs, record: nexo_store::Session, options: RunOptions, grant: Value) -> OpenSession {
         OpenSession { runs, record, options, grant, closed: AtomicBool::new(false) }
     }
@@ -120,89 +122,6 @@ impl OpenSession {
     }
 }
 
-/// A session's thread as one run sees it: what the store held when the run
-/// started, and what its prompts have added since.
-#[derive(Debug)]
-pub struct Thread {
-    session: String,
-    /// The thread as stored, shared with every request without a copy.
-    stored: Arc<[Message]>,
-    /// What this run's prompts added.
-    added: Mutex<Vec<Message>>,
-}
-
-impl Thread {
-    /// The thread of session `session`, holding `history`.
-    pub fn new(session: impl Into<String>, history: Vec<Message>) -> Thread {
-        Thread { session: session.into(), stored: history.into(), added: Mutex::new(Vec::new()) }
-    }
-
-    /// Loads session `id`'s thread from `store`. A stored message this
-    /// build cannot read is [`StoreError::Corrupt`], naming it.
-    pub async fn load(store: &dyn Store, id: &str) -> Result<Arc<Thread>, StoreError> {
-        let stored = store.thread(id).await?;
-        let mut history = Vec::with_capacity(stored.len());
-        for (i, value) in stored.into_iter().enumerate() {
-            let message = serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
-                location: store.location(),
-                reason: format!("message {i} of session `{id}`'s thread cannot be read: {e}"),
-            })?;
-            history.push(message);
-        }
-        Ok(Arc::new(Thread::new(id, history)))
-    }
-
-    /// The session's id.
-    pub fn session(&self) -> &str {
-        &self.session
-    }
-
-    /// The conversation so far: the stored thread, then this run's
-    /// exchanges. Before the run added any, no message is copied.
-    pub fn history(&self) -> Arc<[Message]> {
-        let added = self.lock();
-        if added.is_empty() {
-            return self.stored.clone();
-        }
-        self.stored.iter().chain(added.iter()).cloned().collect()
-    }
-
-    /// How many messages the thread holds now.
-    pub fn len(&self) -> usize {
-        self.stored.len() + self.lock().len()
-    }
-
-    /// Whether the thread is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Adds a prompt's exchange from its `transcript`: everything after the
-    /// instructions (a loop's transcript does not repeat the history).
-    pub fn remember(&self, transcript: &[Message]) {
-        let new = transcript.iter().skip_while(|m| matches!(m, Message::System { .. })).cloned();
-        self.lock().extend(new);
-    }
-
-    /// What this run added, for the batch that ends it; `None` when it
-    /// added nothing.
-    pub fn append(&self) -> Option<ThreadAppend> {
-        let added = self.lock();
-        if added.is_empty() {
-            return None;
-        }
-        Some(ThreadAppend {
-            session: self.session.clone(),
-            expected: self.stored.len() as u64,
-            messages: added.iter().filter_map(|m| serde_json::to_value(m).ok()).collect(),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
-        self.added.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The longest instance id, in bytes.
 pub const MAX_INSTANCE_BYTES: usize = 200;
 
@@ -235,32 +154,6 @@ pub fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn user(text: &str) -> Message {
-        Message::User { text: text.into() }
-    }
-
-    fn answer(text: &str) -> Message {
-        Message::Assistant { text: text.into(), tool_calls: Vec::new() }
-    }
-
-    #[test]
-    fn a_prompt_adds_only_its_exchange_and_never_the_instructions() {
-        let thread = Thread::new("s1", vec![user("hi"), answer("hello")]);
-        let system = Message::System { text: "be brief".into() };
-        thread.remember(&[system.clone(), user("again"), answer("yes")]);
-        thread.remember(&[system, user("3"), answer("c")]);
-        let append = thread.append().expect("two exchanges were added");
-        assert_eq!(append.expected, 2);
-        assert_eq!(append.messages.len(), 4);
-        assert_eq!(append.messages[0]["role"], "user");
-        assert!(thread.history().iter().all(|m| !matches!(m, Message::System { .. })));
-    }
-
-    #[test]
-    fn a_run_that_added_nothing_appends_nothing() {
-        assert!(Thread::new("s1", vec![user("hi")]).append().is_none());
-    }
 
     #[test]
     fn retention_periods_are_durations_of_a_minute_or_more() {
