@@ -167,13 +167,10 @@ impl Chat<'_> {
                 let _ = write!(err, "you> ");
                 let _ = err.flush();
             }
-            let line = match tokio::task::spawn_blocking(read_line).await {
-                Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) => break,
-                Ok(Err(e)) => {
-                    errln!("error: cannot read the prompt: {e}");
-                    return ExitCode::from(2);
-                }
+            let read = tokio::task::spawn_blocking(read_line).await.map_err(std::io::Error::other).flatten();
+            let line = match read {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
                 Err(e) => {
                     errln!("error: cannot read the prompt: {e}");
                     return ExitCode::from(2);
