@@ -7,17 +7,20 @@
 
 CARGO ?= cargo
 PLUGIN_OUT := target/plugins
-NEXO := target/debug/nexo
+# One host for the plugins, the demo and `make install`: the release build.
+NEXO := target/release/nexo
+CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: demo test toolchain plugins bench lint fmt
+.PHONY: demo test toolchain plugins install bench lint fmt
 
 toolchain:
 	./scripts/wasm-toolchain.sh
 
 plugins: toolchain
-	$(CARGO) build -q -p nexo
+	$(CARGO) build -q --release -p nexo
 	$(NEXO) build plugins/agents/text-stats --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/agents/hello --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/agents/document-approval --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/skills/code-review --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/search-backends/searxng --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/search-backends/brave --target-dir $(PLUGIN_OUT)
@@ -38,6 +41,12 @@ demo: plugins
 	  --script examples/offline/researcher-script.json --allow fetch --mode auto
 	@echo "== nexo run: the text-stats agent, which needs no model"
 	$(NEXO) run $(PLUGIN_OUT)/wasm32-wasip2/release/text_stats.wasm "WebAssembly components give every agent its own sandbox."
+
+# Installs the release host as $(CARGO_BIN)/nexo (cargo install reuses target/release).
+install:
+	$(CARGO) install --locked --path host
+	@case ":$$PATH:" in *":$(CARGO_BIN):"*) echo "nexo is on your PATH: $$(command -v nexo)";; \
+	  *) echo "add $(CARGO_BIN) to your PATH to run nexo:  export PATH=\"$(CARGO_BIN):\$$PATH\"";; esac
 
 test: toolchain
 	./scripts/test-deps.sh

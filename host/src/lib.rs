@@ -62,3 +62,9 @@ pub use anyhow;
 /// The `wasmtime` crate nexo is built on, so that code extending the host uses
 /// the same version.
 pub use wasmtime;
+
+/// The complete program in `docs/engine.md`, compiled as a doctest so the
+/// Rust-API-only example there cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/engine.md")]
+pub struct EngineDocs;

@@ -295,7 +295,13 @@ impl MockServer {
     /// Starts a server on a free loopback port, in a task of the current
     /// tokio runtime.
     pub async fn start() -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on("127.0.0.1:0".parse().map_err(std::io::Error::other)?).await
+    }
+
+    /// Starts a server on `addr` (a port a document names, such as Ollama's
+    /// 11434), in a task of the current tokio runtime.
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let state = shared.clone();

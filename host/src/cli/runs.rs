@@ -30,8 +30,11 @@ pub enum RunsCommand {
         #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
         /// Print JSON instead of text.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "quiet")]
         json: bool,
+        /// Print only the ids, one per line (for scripts: `nexo runs resume $(nexo runs list -q --status suspended --limit 1)`).
+        #[arg(long, short)]
+        quiet: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -434,9 +437,9 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
     };
     let runs = Runs::new(store.clone(), file.buffer_events);
     match command {
-        RunsCommand::List { status, limit, json, .. } => {
+        RunsCommand::List { status, limit, json, quiet, .. } => {
             note_orphans(&runs).await;
-            list(&*store, *status, *limit, *json).await
+            list(&*store, *status, *limit, *json, *quiet).await
         }
         RunsCommand::Show { run, json, .. } => {
             note_orphans(&runs).await;
@@ -669,13 +672,19 @@ async fn unrecoverable(runs: &Runs, run: &Run, how: Claim, why: &str) -> ExitCod
     ExitCode::from(2)
 }
 
-async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: bool) -> ExitCode {
+async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: bool, quiet: bool) -> ExitCode {
     let runs = match store.runs(status, limit).await {
         Ok(r) => r,
         Err(e) => return store_error(&e),
     };
     if json {
         nexo::terminal::print_json(&serde_json::to_value(&runs).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    if quiet {
+        for r in &runs {
+            outln!("{}", r.id);
+        }
         return ExitCode::SUCCESS;
     }
     if runs.is_empty() {
