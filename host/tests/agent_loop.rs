@@ -199,7 +199,7 @@ async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
     let tb = toolbox(local.clone(), PermissionMode::Auto, &Capability::ALL).await;
     let provider = script(json!([{ "text": "done" }]));
-    let instructions = vec!["AGENT".to_string(), local.instructions().unwrap(), "SKILL".to_string()];
+    let instructions = vec!["AGENT".to_string(), local.instructions(true).unwrap(), "SKILL".to_string()];
     let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &instructions).await;
     let Message::System { text } = &outcome.transcript[0] else { panic!() };
     let (a, s, k) = (text.find("AGENT").unwrap(), text.find("host machine").unwrap(), text.find("SKILL").unwrap());
@@ -226,7 +226,17 @@ async fn skills_come_last_in_the_instructions() {
         RunOptions { skills_path: Some(dir.path().join("skills")), sandbox: Some(local.clone()), ..Default::default() };
     let p = instructions(&prepared(&manifest, options.clone()).await);
     assert_eq!(p.len(), 3);
-    assert_eq!((p[0].as_str(), p[1].as_str()), ("AGENT", local.instructions().unwrap().as_str()));
+    // The agent requests no shell: the sandbox's description speaks of none.
+    assert_eq!((p[0].as_str(), p[1].as_str()), ("AGENT", local.instructions(false).unwrap().as_str()));
+    assert!(!p[1].to_lowercase().contains("shell"), "{}", p[1]);
+    let shelled = nexo::manifest::AgentManifest { capabilities: vec![Capability::Shell], ..manifest.clone() };
+    let granted = RunOptions {
+        grant: nexo::authority::Grant::of([Capability::Shell]),
+        permissions: nexo::authority::Permissions::new(PermissionMode::Auto),
+        ..options.clone()
+    };
+    let p = instructions(&prepared(&shelled, granted).await);
+    assert!(p[1].contains("Shell commands"), "{}", p[1]);
     assert!(p[2].starts_with("# Skill: triage"), "{}", p[2]);
     let missing = nexo::manifest::AgentManifest { skills: vec!["nope".into()], ..manifest };
     let err = nexo::capability::skills::resolve(&missing, &options).await.err().unwrap();

@@ -202,6 +202,19 @@ pub fn model_error_text(err: &wit::ModelError) -> String {
     }
 }
 
+/// The failure of a run that a `model-error` ended: a missing model is the
+/// operator's configuration ([`RunError::Config`](crate::RunError::Config),
+/// exit code 2, as for any other setting), any other error the agent's.
+pub fn model_run_error(plugin: &str, err: &wit::ModelError) -> crate::RunError {
+    match err {
+        wit::ModelError::NotConfigured(m) => crate::RunError::Config(crate::ConfigError::invalid(
+            "--model",
+            format!("`{plugin}` prompts a model, and none is configured: {m}"),
+        )),
+        other => crate::RunError::AgentFailed { plugin: plugin.to_string(), reason: model_error_text(other) },
+    }
+}
+
 /// `prompt`: one prompt, driven to its end by the run's loop.
 #[derive(Debug, Clone, Copy)]
 pub struct Prompt;

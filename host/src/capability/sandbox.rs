@@ -51,7 +51,9 @@ impl Unit for SandboxUnit {
                     writable: setup.authority.allows_unasked(Capability::Write),
                 });
             }
-            setup.instructions.extend(sandbox.instructions());
+            // The model hears of the shell only if it is offered the tool.
+            let shell = sandbox.supports_shell() && setup.authority.offers(Capability::Shell);
+            setup.instructions.extend(sandbox.instructions(shell));
             setup.state.insert(Workspace { sandbox });
             Ok(())
         })())

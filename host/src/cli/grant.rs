@@ -385,6 +385,16 @@ impl Resolved {
         }
     }
 
+    /// What this grant's sandbox serves, for [`nexo::world::agent::authority`].
+    pub fn serving(&self, search: bool) -> nexo::world::agent::Serving {
+        nexo::world::agent::Serving {
+            sandbox: self.sandbox_name(),
+            // As `Sandbox::supports_shell` answers: the virtual sandbox runs no commands.
+            sandbox_has_shell: self.sandbox != SandboxArg::Virtual,
+            search,
+        }
+    }
+
     /// The local sandbox's shell policy.
     fn shell_policy(&self) -> ShellPolicy {
         let confinement = match self.shell_confinement {
@@ -450,7 +460,8 @@ impl Resolved {
             return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
         let mut permissions = Permissions::new(self.mode());
-        if self.mode == ModeArg::Ask {
+        // Without a terminal nobody can be asked: no hook, and the gate says so.
+        if self.mode == ModeArg::Ask && can_ask() {
             permissions = permissions.on_ask(ask_on_terminal).on_ask_mcp(ask_mcp_on_terminal);
         }
         let servers = self.mcp_configs()?;
@@ -488,8 +499,16 @@ fn log_confinement(policy: &ShellPolicy) {
     }
 }
 
+/// Whether `ask` mode has a terminal to ask on: stdin and stderr both are
+/// one. Without it no hook is installed, and the gate's denial says that
+/// nobody could be asked.
+pub fn can_ask() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
 /// `ask` mode's hook: a y/N question on the terminal. Without a terminal
-/// nobody can answer, so the answer is no.
+/// nobody can answer, so the answer is no (the CLI installs it only when
+/// [`can_ask`]).
 ///
 /// The action comes from the model, so it is shown whole and escaped on one
 /// line: no control sequence in it can erase or redraw the question.
@@ -498,7 +517,7 @@ pub fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
 }
 
 fn ask_on_terminal_text(action: &str) -> bool {
-    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+    if !can_ask() {
         return false;
     }
     let action = nexo::terminal::escape(action, nexo::terminal::Lines::Flatten);

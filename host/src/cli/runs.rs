@@ -246,7 +246,7 @@ pub async fn options(
         options.skill_mode = nexo::settings::SkillMode::Progressive;
     }
     options.events = Some(progress.clone());
-    if options.permissions.mode() == PermissionMode::Ask {
+    if options.permissions.mode() == PermissionMode::Ask && grant::can_ask() {
         // The spinner would redraw over the question; hide it while asking.
         let shown = progress.clone();
         let shown_mcp = progress.clone();
