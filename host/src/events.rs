@@ -10,7 +10,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "status")]
 pub enum Status {
-    /// The model gave its final answer.
+    /// The model gave its final answer. Named `done`, as a finished run's
+    /// status is (`completed` is still read, from older journals).
+    #[serde(rename = "done", alias = "completed")]
     Completed,
     /// The turn cap was reached; the answer is partial.
     TurnLimit,

@@ -191,7 +191,7 @@ fn a_tool_call_reaches_nexos_gate_and_the_flags_say_so() {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert_eq!(
         shape(&o),
-        ["turn 1", "call read_file {\"path\":\"notes.md\"}", "result read_file allowed", "turn 2", "done completed"]
+        ["turn 1", "call read_file {\"path\":\"notes.md\"}", "result read_file allowed", "turn 2", "done done"]
     );
     // The tool result the CLI gave the model is nexo's, from the sandbox.
     let a = answer(&o);

@@ -62,7 +62,7 @@ fn run_prints_the_answer_and_exits_zero() {
 fn run_json_reports_the_outcome() {
     let out = nexo(&["run", "--json", built::TEXT_STATS, "a"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-    assert_eq!(v["status"], "ok");
+    assert_eq!(v["status"], "done");
     assert_eq!(v["agent"], "text-stats");
     let out = nexo(&["run", "--json", "--timeout", "1", built::SPIN, "a"]);
     assert_eq!(out.status.code(), Some(1));
@@ -290,7 +290,7 @@ fn the_offline_demo_runs_on_the_scripted_provider() {
     let events: Vec<&str> = lines.iter().filter_map(|v| v["event"].as_str()).collect();
     assert_eq!(events, ["turn-started", "tool-call", "tool-result", "turn-started", "done"]);
     let last = lines.last().unwrap();
-    assert_eq!(last["status"], "ok");
+    assert_eq!(last["status"], "done");
     assert_eq!(last["agent"], "reviewer");
 }
 

@@ -537,7 +537,7 @@ fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
         (Ok(_), Some(Status::TurnLimit)) => "turn-limit",
         (Ok(_), Some(Status::TokenBudget)) => "token-budget",
         (Ok(_), Some(Status::ApprovalRequired { .. })) => "approval-required",
-        (Ok(_), _) => "ok",
+        (Ok(_), _) => "done",
     };
     if json {
         let value = match &run.answer {

@@ -349,7 +349,7 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
         let status = match (run.status, &end.prompt_status) {
             (RunStatus::Done, Some(Status::TurnLimit)) => "turn-limit",
             (RunStatus::Done, Some(Status::TokenBudget)) => "token-budget",
-            (RunStatus::Done, _) => "ok",
+            (RunStatus::Done, _) => "done",
             (RunStatus::Suspended, _) => "suspended",
             (RunStatus::Cancelled, _) => "cancelled",
             _ => "error",
