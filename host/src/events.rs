@@ -82,6 +82,11 @@ pub enum Event {
         /// Claude Code CLI reports it).
         #[serde(skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// The prompt's messages so far, when the turn cap or the token
+        /// budget cut it short: the partial transcript, kept with the run's
+        /// events (`--json`, `nexo runs show`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        transcript: Option<Vec<nexo_model::Message>>,
     },
 }
 

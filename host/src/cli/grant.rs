@@ -219,6 +219,7 @@ impl GrantArgs {
             allow,
             mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
             sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxArg::Virtual),
+            sandbox_chosen: self.sandbox.or(t.sandbox).is_some(),
             cwd: self.cwd.clone().or(t.cwd),
             image: self.image.clone().or(t.image),
             container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeArg::Docker),
@@ -269,6 +270,11 @@ pub struct Resolved {
     allow: Vec<Capability>,
     mode: ModeArg,
     sandbox: SandboxArg,
+    /// Whether the operator chose the sandbox (a flag or the config file),
+    /// rather than getting the default: an agent's own request for a
+    /// sandbox is refused without that choice.
+    #[serde(default)]
+    sandbox_chosen: bool,
     cwd: Option<PathBuf>,
     image: Option<String>,
     container_runtime: RuntimeArg,
@@ -420,6 +426,9 @@ impl Resolved {
     /// Run options for this grant.
     pub fn run_options(&self) -> Result<RunOptions, ConfigError> {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
+            // Chosen, it is the operator's: an agent that asks for another
+            // sandbox then runs in memory all the same (or is refused by its floor).
+            SandboxArg::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
             SandboxArg::Virtual => None,
             SandboxArg::Local => {
                 let cwd = match &self.cwd {

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
 use nexo::authority::{Authority, Grant, Permissions};
-use nexo::manifest::{AgentManifest, Capability, PermissionMode};
+use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
@@ -179,7 +179,7 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
     row(
         "model",
         &match &m.model {
-            Some(id) => format!("{id} (a hint: used when the operator sets no model and has its key)"),
+            Some(id) => format!("{id} (a hint: the default when the operator sets no model, if its key is set)"),
             None => "(the operator's choice)".into(),
         },
     );
@@ -235,7 +235,12 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
     row(
         "sandbox",
         &match m.sandbox {
-            Some(kind) => format!("{} (the least isolated sandbox it runs in)", kind.as_str()),
+            Some(SandboxKind::Virtual) => "virtual (a request: it runs in no less isolated sandbox)".into(),
+            Some(kind) => format!(
+                "{} (a request: only --sandbox {} grants it; without --sandbox the run is refused)",
+                kind.as_str(),
+                kind.as_str()
+            ),
             None => "(the operator's choice; default virtual)".into(),
         },
     );

@@ -211,7 +211,7 @@ pub fn main() -> ExitCode {
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn,nexo::plugin=info",
+        0 => "warn,nexo::plugin=info,nexo::model=info",
         1 => "info",
         _ => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
     };

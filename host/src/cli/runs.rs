@@ -742,6 +742,19 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
     for e in &events {
         outln!("  {:>5}  {}  {:<11}  {}", e.id, time(e.at_ms), e.kind, first_line(&e.data.to_string()));
     }
+    // A prompt cut short keeps its partial transcript in its `done` event.
+    let cut = events.iter().rev().find_map(|e| e.data.get("transcript").and_then(|t| t.as_array()));
+    if let Some(messages) = cut {
+        outln!("transcript (cut short; `--json` shows it whole):");
+        for m in messages {
+            let role = m.get("role").and_then(|r| r.as_str()).unwrap_or("?");
+            let mut body = m.clone();
+            if let Some(o) = body.as_object_mut() {
+                o.remove("role");
+            }
+            outln!("  {role:<9}  {}", first_line(&body.to_string()));
+        }
+    }
     ExitCode::SUCCESS
 }
 
