@@ -139,8 +139,13 @@ async fn the_token_budget_stops_the_loop() {
 #[tokio::test]
 async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let tb =
+    // Read-only offers only what a call could pass: reading and listing.
+    let strict =
         toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::ReadOnly, &Capability::ALL).await;
+    assert_eq!(offered(&strict).await, ["read_file", "glob"]);
+    // Ask mode offers what it would ask about; with nobody to ask, each call is denied, saying so.
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::Ask, &Capability::ALL).await;
+    assert_eq!(offered(&tb).await, ["read_file", "glob", "write_file", "shell"]);
     let provider = script(json!([
         { "tool_calls": [
             { "name": "write_file", "arguments": { "path": "x.txt", "content": "x" } },
@@ -168,7 +173,7 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
             _ => None,
         })
         .collect();
-    assert!(errors[0].contains("read-only mode"), "{errors:?}");
+    assert!(errors[0].contains("no terminal was available to ask on") && errors[0].contains("--mode approve"), "{errors:?}");
     assert!(errors[1].contains("there is no tool `no_such_tool`"), "{errors:?}");
     assert!(errors[2].contains("needs a string argument `path`"), "{errors:?}");
 }
@@ -474,6 +479,8 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         limits: LoopLimits::default(),
     };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    // A tool every call of which the gate refuses is not offered at all.
+    assert!(strict.specs().await.iter().all(|t| t.name != "echo"));
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
-    assert!(content.starts_with("error: denied: "), "{content}");
+    assert!(content.starts_with("error: there is no tool `echo`"), "{content}");
 }

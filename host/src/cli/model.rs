@@ -28,7 +28,7 @@ pub struct ModelArgs {
     assume_model_exists: bool,
     /// Replay a recorded conversation instead of calling a model (the scripted provider). It
     /// replaces the model: no --model, --provider or --base-url with it, and the config file's are ignored.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["model", "provider", "base_url"])]
+    #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
     /// The most model turns for one prompt, 1 or more (the agent may ask for fewer) [default: 20].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -117,10 +117,30 @@ impl ModelArgs {
     /// The flags laid over `[model]`: what a recorded run keeps.
     ///
     /// A script replaces the model: with `--script` the file's `model`,
-    /// `provider` and `base-url` are ignored (clap refuses them as flags);
+    /// `provider` and `base-url` are ignored, and the same settings given as
+    /// flags (or their variables) are a usage error;
     /// the file's own `script` gives way to a model chosen by flag, and
     /// replaces the file's model otherwise.
     pub fn merged(&self, table: &ModelTable) -> Result<ModelTable, ConfigError> {
+        if self.script.is_some() {
+            let given: Vec<&str> = [
+                (self.model.is_some(), "--model (NEXO_MODEL)"),
+                (self.provider.is_some(), "--provider (NEXO_PROVIDER)"),
+                (self.base_url.is_some(), "--base-url (NEXO_BASE_URL)"),
+            ]
+            .into_iter()
+            .filter_map(|(set, name)| set.then_some(name))
+            .collect();
+            if !given.is_empty() {
+                return Err(ConfigError::invalid(
+                    "--script",
+                    format!(
+                        "--script replaces the model, so it cannot be combined with {}: drop one of them",
+                        given.join(" or ")
+                    ),
+                ));
+            }
+        }
         let mut t = table.clone();
         let flag_model = self.model.is_some() || self.provider.is_some() || self.base_url.is_some();
         if self.script.is_some() || (t.script.is_some() && !flag_model) {
