@@ -80,11 +80,8 @@ impl AgentFile {
         let run = async {
             let limits = crate::Limits::default();
             let prepared = crate::world::agent::prepare(&self.manifest, options, &[], &limits).await?;
-            let outcome = prepared
-                .tools
-                .call(&Prompt, input.to_string())
-                .await
-                .map_err(|e| model_run_error(name, &e))?;
+            let outcome =
+                prepared.tools.call(&Prompt, input.to_string()).await.map_err(|e| model_run_error(name, &e))?;
             remember(&prepared.tools, &outcome);
             Ok(outcome)
         };

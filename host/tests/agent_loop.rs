@@ -173,7 +173,10 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
             _ => None,
         })
         .collect();
-    assert!(errors[0].contains("no terminal was available to ask on") && errors[0].contains("--mode approve"), "{errors:?}");
+    assert!(
+        errors[0].contains("no terminal was available to ask on") && errors[0].contains("--mode approve"),
+        "{errors:?}"
+    );
     assert!(errors[1].contains("there is no tool `no_such_tool`"), "{errors:?}");
     assert!(errors[2].contains("needs a string argument `path`"), "{errors:?}");
 }

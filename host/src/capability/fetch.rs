@@ -151,7 +151,9 @@ impl Unit for FetchUnit {
 /// when it lists hosts: the run's test and `nexo inspect`'s.
 pub fn refusal(fetch_allow: &[String]) -> Option<Refusal> {
     fetch_allow.is_empty().then_some(Refusal {
-        make: |agent, _| ToolError::Denied(format!("`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing")),
+        make: |agent, _| {
+            ToolError::Denied(format!("`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"))
+        },
         detail: "",
     })
 }

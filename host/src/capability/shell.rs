@@ -70,7 +70,8 @@ impl Unit for ShellUnit {
 /// Why a run in the sandbox named `sandbox` gets no shell tool, or `None`
 /// when the sandbox runs commands: the run's test and `nexo inspect`'s.
 pub fn refusal(sandbox: &'static str, supports_shell: bool) -> Option<Refusal> {
-    let make = |_: &str, name: &'static str| ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"));
+    let make =
+        |_: &str, name: &'static str| ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"));
     (!supports_shell).then_some(Refusal { make, detail: sandbox })
 }
 
