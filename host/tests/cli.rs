@@ -189,7 +189,13 @@ fn grants_on_the_command_line_reach_the_tools() {
     // Ask mode with no terminal to ask on: refused.
     let out =
         nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "ask"]);
-    assert!(stdout(&out).contains("write-file: denied: the operator declined `write`"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "write-file: denied: `write` out.txt needs the operator's approval, and no terminal was available to ask on"
+        ),
+        "{}",
+        stdout(&out)
+    );
     assert!(!dir.path().join("out.txt").exists());
 
     // Auto: the write lands.
@@ -282,7 +288,9 @@ fn the_config_file_sets_the_grant_and_flags_override_it() {
     ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["mode"], "ask");
-    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write", "shell"]));
+    // Shell is granted and requested, but the virtual sandbox cannot run it: withheld.
+    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write"]));
+    assert_eq!(v["withheld"][0]["capability"], "shell");
     // A mistake in the file names the file and the field.
     std::fs::write(&config, "[grant]\nalow = [\"write\"]\n").unwrap();
     let out = nexo(&["inspect", "--config", config.to_str().unwrap(), built::TOOL_PROBE]);
@@ -816,7 +824,8 @@ fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
     let out = nexo(&["run", hinted.to_str().unwrap(), "x", "--ephemeral"]);
     let err = stderr(&out);
     assert!(err.contains("using the agent's model hint `llama3` (ollama)"), "{err}");
-    assert!(err.contains("ollama is unavailable") || err.contains("ollama answered"), "{err}");
+    // Whatever answers there (if anything) is Ollama's business: the run used it, so this is no configuration error.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
     // The operator's model wins over it.
     let out = nexo(&[
         "run",
