@@ -33,6 +33,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("DOCUMENT_APPROVAL", "document-approval"),
     ("DASHBOARD", "dashboard"),
     ("MCP_PROBE", "mcp-probe"),
+    ("BIG_MEMORY", "big-memory"),
 ];
 
 fn main() {

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::agent_loop::Outcome;
-use crate::capability::model::{Prompt, model_error_text, remember};
+use crate::capability::model::{Prompt, model_run_error, remember};
 use crate::error::{LoadError, RunError};
 use crate::manifest::{AgentManifest, PluginKind};
 use crate::plugin::validate;
@@ -80,11 +80,8 @@ impl AgentFile {
         let run = async {
             let limits = crate::Limits::default();
             let prepared = crate::world::agent::prepare(&self.manifest, options, &[], &limits).await?;
-            let outcome = prepared
-                .tools
-                .call(&Prompt, input.to_string())
-                .await
-                .map_err(|e| RunError::AgentFailed { plugin: name.clone(), reason: model_error_text(&e) })?;
+            let outcome =
+                prepared.tools.call(&Prompt, input.to_string()).await.map_err(|e| model_run_error(name, &e))?;
             remember(&prepared.tools, &outcome);
             Ok(outcome)
         };

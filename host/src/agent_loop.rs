@@ -106,6 +106,7 @@ impl Loop for HostLoop {
                     input_tokens: usage.input_tokens,
                     output_tokens: usage.output_tokens,
                     cost_usd: None,
+                    transcript: cut_short(&status).then(|| transcript.clone()),
                 });
                 Ok(Outcome { text, status, turns, usage, transcript })
             };
@@ -171,6 +172,12 @@ impl Loop for HostLoop {
             }
         })
     }
+}
+
+/// Whether a prompt that ended with `status` was cut short (the turn cap,
+/// the token budget): its `done` event then carries the partial transcript.
+pub fn cut_short(status: &Status) -> bool {
+    matches!(status, Status::TurnLimit | Status::TokenBudget)
 }
 
 /// The configuration error for a prompt with no model: the one that says

@@ -176,18 +176,35 @@ impl Permissions {
         self.allow.contains(cap) || self.mode == PermissionMode::Auto
     }
 
+    /// Whether this mode refuses every action that needs `cap`, whatever its
+    /// detail (false when some action could pass: at once, by asking, or by
+    /// an approval). Part of [`Permissions::check`], and what decides
+    /// which tools are offered at all.
+    pub fn refuses_outright(&self, cap: Capability) -> bool {
+        self.mode == PermissionMode::ReadOnly && !self.allow.contains(cap)
+    }
+
+    /// The denial of an action [`Permissions::refuses_outright`].
+    fn outright_refusal(cap: Capability) -> String {
+        format!(
+            "`{}` is not allowed in read-only mode; the operator can choose another mode (for example `--mode auto`)",
+            cap.as_str()
+        )
+    }
+
     /// Decides one action. `detail` (a path, a command, a URL) goes to the
     /// hooks and into messages.
     pub fn check(&self, cap: Capability, detail: &str) -> Verdict {
         if self.allow.contains(cap) {
             return Verdict::Allow;
         }
+        if self.refuses_outright(cap) {
+            return Verdict::Deny(Self::outright_refusal(cap));
+        }
         let name = cap.as_str();
         match self.mode {
-            PermissionMode::Auto => Verdict::Allow,
-            PermissionMode::ReadOnly => Verdict::Deny(format!(
-                "`{name}` is not allowed in read-only mode; the operator can choose another mode (for example `--mode auto`)"
-            )),
+            // Read-only allows only the allow list, both decided above.
+            PermissionMode::Auto | PermissionMode::ReadOnly => Verdict::Allow,
             PermissionMode::Ask => {
                 if let Some(predicate) = &self.ask_when
                     && !predicate(cap, detail)
@@ -196,7 +213,9 @@ impl Permissions {
                 }
                 match &self.on_ask {
                     None => Verdict::Deny(format!(
-                        "`{name}` needs the operator's approval, and no one can be asked (ask mode without a prompt)"
+                        "`{name}` {detail} needs the operator's approval, and no terminal was available to ask on, \
+                         so the call was denied: run nexo on a terminal, or choose `--mode approve` (decide later \
+                         with `nexo runs approve`) or `--mode auto`"
                     )),
                     Some(hook) if hook(cap, detail) => Verdict::Allow,
                     Some(_) => Verdict::Deny(format!("the operator declined `{name}` {detail}")),
@@ -226,8 +245,9 @@ impl Permissions {
             )),
             PermissionMode::Ask => match &self.on_ask_mcp {
                 None => Verdict::Deny(format!(
-                    "the MCP tool `{name}` needs the operator's approval, and no one can be asked (ask mode without \
-                     a prompt)"
+                    "the MCP tool `{name}` needs the operator's approval, and no terminal was available to ask on, \
+                     so the call was denied: run nexo on a terminal, or choose `--mode approve` (decide later with \
+                     `nexo runs approve`) or `--mode auto`"
                 )),
                 Some(hook) if hook(server, tool, arguments) => Verdict::Allow,
                 Some(_) => Verdict::Deny(format!("the operator declined the MCP tool `{name}`")),
@@ -349,6 +369,20 @@ struct McpAuthority {
     operator_allow: Option<McpAllow>,
 }
 
+/// What stops every call that needs one capability: the first of the
+/// gate's fixed-order checks that no call can pass.
+#[derive(Debug, Clone, Copy)]
+enum Obstacle {
+    /// Requested, not granted.
+    NotGranted,
+    /// Not requested.
+    NotRequested,
+    /// The run's configuration cannot serve it.
+    Unavailable(Refusal),
+    /// The mode refuses it, whatever the call.
+    Mode,
+}
+
 /// Why a capability cannot run in this run's configuration, made into the
 /// gate's error only when someone asks: most runs never do.
 #[derive(Debug, Clone, Copy)]
@@ -439,14 +473,57 @@ impl Authority {
         &self.permissions
     }
 
-    /// Whether the model is offered `cap`'s tool: effective, and servable.
+    /// Whether the model is offered `cap`'s tool: some call of it could
+    /// pass the gate (at once, by asking, or by an approval). The same
+    /// decision as the gate's, made before any call: see
+    /// [`Authority::withheld`].
     pub fn offers(&self, cap: Capability) -> bool {
-        self.effective.contains(cap) && self.unavailable[cap.index()].is_none()
+        self.obstacle(cap).is_none()
     }
 
-    /// The capabilities whose tools are offered, in the contract's order.
+    /// The capabilities whose tools are offered, in the contract's order:
+    /// what `nexo inspect` calls effective.
     pub fn offered(&self) -> Vec<Capability> {
         self.effective.iter().filter(|c| self.offers(*c)).collect()
+    }
+
+    /// The requested and granted capabilities whose tools are not offered,
+    /// each with the gate's refusal of every call of it: the sandbox cannot
+    /// serve it, its configuration is missing, or the mode refuses it.
+    pub fn withheld(&self) -> Vec<(Capability, ToolError)> {
+        self.effective
+            .iter()
+            .filter_map(|cap| self.obstacle(cap).map(|o| (cap, self.refusal(o, cap, cap.as_str()))))
+            .collect()
+    }
+
+    /// What stops every call that needs `cap`, whatever its detail, or
+    /// `None` when some call could pass.
+    fn obstacle(&self, cap: Capability) -> Option<Obstacle> {
+        if !self.effective.contains(cap) {
+            return Some(if self.requested.contains(cap) { Obstacle::NotGranted } else { Obstacle::NotRequested });
+        }
+        if let Some(refusal) = self.unavailable[cap.index()] {
+            return Some(Obstacle::Unavailable(refusal));
+        }
+        self.permissions.refuses_outright(cap).then_some(Obstacle::Mode)
+    }
+
+    /// The gate's error for an [`Obstacle`] to a call of `tool`.
+    fn refusal(&self, obstacle: Obstacle, cap: Capability, tool: &str) -> ToolError {
+        let (name, agent) = (cap.as_str(), &self.agent);
+        match obstacle {
+            Obstacle::NotGranted => ToolError::Denied(format!(
+                "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
+                 it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
+            )),
+            Obstacle::NotRequested => ToolError::Denied(format!(
+                "`{tool}` needs the `{name}` capability, which `{agent}` does not request: the plugin's author \
+                 adds `{name}` to the manifest's `capabilities`; the operator cannot grant what was not requested"
+            )),
+            Obstacle::Unavailable(refusal) => (refusal.make)(agent, refusal.detail),
+            Obstacle::Mode => ToolError::Denied(Permissions::outright_refusal(cap)),
+        }
     }
 
     /// Whether `cap` is effective and passes without asking anyone: the test
@@ -515,22 +592,8 @@ impl Authority {
     }
 
     fn decide(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
-        let (name, agent) = (cap.as_str(), &self.agent);
-        if !self.effective.contains(cap) {
-            return Err(ToolError::Denied(if self.requested.contains(cap) {
-                format!(
-                    "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
-                     it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
-                )
-            } else {
-                format!(
-                    "`{tool}` needs the `{name}` capability, which `{agent}` does not request: the plugin's author \
-                     adds `{name}` to the manifest's `capabilities`; the operator cannot grant what was not requested"
-                )
-            }));
-        }
-        if let Some(refusal) = &self.unavailable[cap.index()] {
-            return Err((refusal.make)(agent, refusal.detail));
+        if let Some(obstacle) = self.obstacle(cap) {
+            return Err(self.refusal(obstacle, cap, tool));
         }
         match self.permissions.check(cap, detail) {
             Verdict::Allow => Ok(()),

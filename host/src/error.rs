@@ -151,6 +151,25 @@ pub enum LoadError {
         detail: String,
     },
 
+    /// The component declares more minimum memory than the memory cap
+    /// allows: it is valid, and would run under a higher cap.
+    #[error(
+        "{} needs at least {} MiB of memory (the minimum its linear memory declares), more than the cap of {} MiB: \
+         raise `--memory` to at least {}",
+        path.display(),
+        mib_up(*minimum),
+        *cap >> 20,
+        mib_up(*minimum)
+    )]
+    MemoryTooSmall {
+        /// The plugin file.
+        path: PathBuf,
+        /// The declared minimum, in bytes.
+        minimum: u64,
+        /// The cap, in bytes.
+        cap: usize,
+    },
+
     /// The plugin's self-description breaks a rule.
     #[error("the {kind} in {} has an invalid {field}: {problem}", path.display())]
     BadManifest {
@@ -187,7 +206,7 @@ pub enum LoadError {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The plugin trapped (a panic, an out-of-bounds access, `unreachable`).
-    #[error("plugin `{plugin}` trapped in `{function}`: {trap}{}", guest_output(stderr))]
+    #[error("plugin `{plugin}` trapped in `{function}`: {trap}{}{}", wasm_backtrace(backtrace), guest_output(stderr))]
     Trap {
         /// The plugin's name.
         plugin: String,
@@ -195,7 +214,8 @@ pub enum RunError {
         function: String,
         /// What trapped, for example "wasm `unreachable` instruction executed".
         trap: String,
-        /// The wasm backtrace, when there is one.
+        /// The wasm backtrace, when there is one: one frame a line, with
+        /// the function's name where the component's name section has it.
         backtrace: String,
         /// What the plugin wrote to stderr, such as its panic message.
         stderr: String,
@@ -397,6 +417,15 @@ impl From<nexo_sandbox::SandboxError> for ToolError {
             S::Config(m) | S::Failed(m) => ToolError::Failed(m),
         }
     }
+}
+
+/// Bytes in MiB, rounded up.
+fn mib_up(bytes: u64) -> u64 {
+    bytes.div_ceil(1 << 20)
+}
+
+fn wasm_backtrace(frames: &str) -> String {
+    if frames.trim().is_empty() { String::new() } else { format!("\nwasm backtrace:\n{frames}") }
 }
 
 fn guest_output(stderr: &str) -> String {

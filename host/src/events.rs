@@ -10,7 +10,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "status")]
 pub enum Status {
-    /// The model gave its final answer.
+    /// The model gave its final answer. Named `done`, as a finished run's
+    /// status is (`completed` is still read, from older journals).
+    #[serde(rename = "done", alias = "completed")]
     Completed,
     /// The turn cap was reached; the answer is partial.
     TurnLimit,
@@ -80,6 +82,11 @@ pub enum Event {
         /// Claude Code CLI reports it).
         #[serde(skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// The prompt's messages so far, when the turn cap or the token
+        /// budget cut it short: the partial transcript, kept with the run's
+        /// events (`--json`, `nexo runs show`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        transcript: Option<Vec<nexo_model::Message>>,
     },
 }
 

@@ -251,7 +251,14 @@ pub fn settle<W, T>(
         Some(trap) => trap.to_string(),
         None => format!("{err:#}"),
     };
-    let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| b.to_string()).unwrap_or_default();
+    // Wasmtime's rendering starts with a heading of its own; the report has one.
+    let backtrace = err
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(|b| {
+            let text = b.to_string();
+            text.split_once('\n').map_or(String::new(), |(_, frames)| frames.to_string())
+        })
+        .unwrap_or_default();
     Err(RunError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: core.stderr_text() })
 }
 

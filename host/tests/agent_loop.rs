@@ -139,8 +139,13 @@ async fn the_token_budget_stops_the_loop() {
 #[tokio::test]
 async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let tb =
+    // Read-only offers only what a call could pass: reading and listing.
+    let strict =
         toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::ReadOnly, &Capability::ALL).await;
+    assert_eq!(offered(&strict).await, ["read_file", "glob"]);
+    // Ask mode offers what it would ask about; with nobody to ask, each call is denied, saying so.
+    let tb = toolbox(Arc::new(LocalSandbox::open(dir.path()).unwrap()), PermissionMode::Ask, &Capability::ALL).await;
+    assert_eq!(offered(&tb).await, ["read_file", "glob", "write_file", "shell"]);
     let provider = script(json!([
         { "tool_calls": [
             { "name": "write_file", "arguments": { "path": "x.txt", "content": "x" } },
@@ -168,7 +173,10 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
             _ => None,
         })
         .collect();
-    assert!(errors[0].contains("read-only mode"), "{errors:?}");
+    assert!(
+        errors[0].contains("no terminal was available to ask on") && errors[0].contains("--mode approve"),
+        "{errors:?}"
+    );
     assert!(errors[1].contains("there is no tool `no_such_tool`"), "{errors:?}");
     assert!(errors[2].contains("needs a string argument `path`"), "{errors:?}");
 }
@@ -199,7 +207,7 @@ async fn instructions_come_in_order_and_tools_match_the_sandbox() {
     let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
     let tb = toolbox(local.clone(), PermissionMode::Auto, &Capability::ALL).await;
     let provider = script(json!([{ "text": "done" }]));
-    let instructions = vec!["AGENT".to_string(), local.instructions().unwrap(), "SKILL".to_string()];
+    let instructions = vec!["AGENT".to_string(), local.instructions(true).unwrap(), "SKILL".to_string()];
     let (outcome, _) = run(&provider, &tb, LoopLimits::default(), &instructions).await;
     let Message::System { text } = &outcome.transcript[0] else { panic!() };
     let (a, s, k) = (text.find("AGENT").unwrap(), text.find("host machine").unwrap(), text.find("SKILL").unwrap());
@@ -226,7 +234,17 @@ async fn skills_come_last_in_the_instructions() {
         RunOptions { skills_path: Some(dir.path().join("skills")), sandbox: Some(local.clone()), ..Default::default() };
     let p = instructions(&prepared(&manifest, options.clone()).await);
     assert_eq!(p.len(), 3);
-    assert_eq!((p[0].as_str(), p[1].as_str()), ("AGENT", local.instructions().unwrap().as_str()));
+    // The agent requests no shell: the sandbox's description speaks of none.
+    assert_eq!((p[0].as_str(), p[1].as_str()), ("AGENT", local.instructions(false).unwrap().as_str()));
+    assert!(!p[1].to_lowercase().contains("shell"), "{}", p[1]);
+    let shelled = nexo::manifest::AgentManifest { capabilities: vec![Capability::Shell], ..manifest.clone() };
+    let granted = RunOptions {
+        grant: nexo::authority::Grant::of([Capability::Shell]),
+        permissions: nexo::authority::Permissions::new(PermissionMode::Auto),
+        ..options.clone()
+    };
+    let p = instructions(&prepared(&shelled, granted).await);
+    assert!(p[1].contains("Shell commands"), "{}", p[1]);
     assert!(p[2].starts_with("# Skill: triage"), "{}", p[2]);
     let missing = nexo::manifest::AgentManifest { skills: vec!["nope".into()], ..manifest };
     let err = nexo::capability::skills::resolve(&missing, &options).await.err().unwrap();
@@ -464,6 +482,8 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         limits: LoopLimits::default(),
     };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    // A tool every call of which the gate refuses is not offered at all.
+    assert!(strict.specs().await.iter().all(|t| t.name != "echo"));
     let Message::ToolResult { content, is_error: true, .. } = &outcome.transcript[2] else { panic!() };
-    assert!(content.starts_with("error: denied: "), "{content}");
+    assert!(content.starts_with("error: there is no tool `echo`"), "{content}");
 }

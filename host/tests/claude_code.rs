@@ -191,7 +191,7 @@ fn a_tool_call_reaches_nexos_gate_and_the_flags_say_so() {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert_eq!(
         shape(&o),
-        ["turn 1", "call read_file {\"path\":\"notes.md\"}", "result read_file allowed", "turn 2", "done completed"]
+        ["turn 1", "call read_file {\"path\":\"notes.md\"}", "result read_file allowed", "turn 2", "done done"]
     );
     // The tool result the CLI gave the model is nexo's, from the sandbox.
     let a = answer(&o);
@@ -263,7 +263,8 @@ fn the_same_agent_gives_the_same_verdicts_and_events_on_either_loop() {
     assert!(claude.status.success(), "{}", stderr(&claude));
     assert_eq!(shape(&host), shape(&claude));
 
-    // A refused write is refused the same way, and leaves no file.
+    // A refused write is refused the same way, and leaves no file: read-only offers no
+    // write tool on either loop, so the call names no tool.
     let write = json!({"path": "out.txt", "content": "x"});
     let claude = scene.run(&scene.claude(&session_calling("write_file", write.clone())), &["--allow", "write"]);
     std::fs::write(
@@ -286,7 +287,7 @@ fn the_same_agent_gives_the_same_verdicts_and_events_on_either_loop() {
         "write",
     ]);
     assert_eq!(shape(&host), shape(&claude));
-    assert!(shape(&claude).contains(&"result write_file denied".to_string()), "{:?}", shape(&claude));
+    assert!(shape(&claude).contains(&"result write_file invalid-input".to_string()), "{:?}", shape(&claude));
     assert!(!scene.path("ws/out.txt").exists(), "a denied write leaves no file");
 }
 

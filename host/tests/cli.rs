@@ -62,7 +62,7 @@ fn run_prints_the_answer_and_exits_zero() {
 fn run_json_reports_the_outcome() {
     let out = nexo(&["run", "--json", built::TEXT_STATS, "a"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-    assert_eq!(v["status"], "ok");
+    assert_eq!(v["status"], "done");
     assert_eq!(v["agent"], "text-stats");
     let out = nexo(&["run", "--json", "--timeout", "1", built::SPIN, "a"]);
     assert_eq!(out.status.code(), Some(1));
@@ -75,7 +75,23 @@ fn run_json_reports_the_outcome() {
 fn failures_have_distinct_exit_codes_and_clear_messages() {
     let out = nexo(&["run", built::TRAP, "x"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("plugin `trap` trapped in `run`"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("plugin `trap` trapped in `run`"), "{err}");
+    // Under the trap, wasmtime's backtrace: one numbered frame a line, then the panic message.
+    let (_, frames) = err.split_once("\nwasm backtrace:\n").unwrap_or_else(|| panic!("no backtrace: {err}"));
+    assert!(frames.starts_with("    0: "), "{err}");
+    assert!(frames.contains("plugin stderr:") && frames.contains("deliberate failure"), "{err}");
+
+    // A component whose memory declares more than the cap is valid: the error says how much to give it.
+    let out = nexo(&["run", "--memory", "32", built::BIG_MEMORY, "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(!err.contains("not a valid"), "{err}");
+    let (_, need) = err.split_once("raise `--memory` to at least ").unwrap_or_else(|| panic!("{err}"));
+    let need: u64 = need.trim().parse().unwrap_or_else(|_| panic!("{err}"));
+    assert!(need > 48 && err.contains(&format!("needs at least {need} MiB")), "{err}");
+    let out = nexo(&["run", "--memory", &(need + 8).to_string(), built::BIG_MEMORY, "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let out = nexo(&["run", "--memory", "32", built::HOG, "x"]);
     assert_eq!(out.status.code(), Some(1));
@@ -173,7 +189,13 @@ fn grants_on_the_command_line_reach_the_tools() {
     // Ask mode with no terminal to ask on: refused.
     let out =
         nexo(&["run", probe, "README.md", "--sandbox", "local", "--cwd", cwd, "--allow", "write", "--mode", "ask"]);
-    assert!(stdout(&out).contains("write-file: denied: the operator declined `write`"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "write-file: denied: `write` out.txt needs the operator's approval, and no terminal was available to ask on"
+        ),
+        "{}",
+        stdout(&out)
+    );
     assert!(!dir.path().join("out.txt").exists());
 
     // Auto: the write lands.
@@ -212,6 +234,35 @@ fn inspect_shows_requested_granted_and_effective() {
     assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write"]));
     assert_eq!(v["mode"], "auto");
     assert_eq!(v["sandbox"], "virtual");
+
+    // Effective is what the model is offered: the gate's own decision. Read-only refuses
+    // write outright, and the virtual sandbox runs no shell: both withheld, with the reason.
+    let out = nexo(&["inspect", "--json", "--allow", "write,shell", built::TOOL_PROBE]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["effective"], serde_json::json!(["read", "glob"]));
+    let withheld: Vec<(&str, &str)> = v["withheld"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["capability"].as_str().unwrap(), w["why"].as_str().unwrap()))
+        .collect();
+    assert_eq!(withheld.len(), 2, "{withheld:?}");
+    assert!(withheld[0].0 == "write" && withheld[0].1.contains("read-only mode"), "{withheld:?}");
+    assert!(withheld[1].0 == "shell" && withheld[1].1.contains("virtual sandbox runs no shell"), "{withheld:?}");
+    // Ask mode would ask about write, so it is offered; the shell still is not.
+    let out = nexo(&["inspect", "--allow", "write,shell", "--mode", "ask", built::TOOL_PROBE]);
+    let text = stdout(&out);
+    assert!(text.contains("effective      read, glob, write (mode ask, virtual sandbox)"), "{text}");
+    assert!(text.contains("withheld       shell: unsupported: the virtual sandbox runs no shell commands"), "{text}");
+    // An agent that requests fetch and search: no fetch-allow list, no backend, so neither.
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("web.toml");
+    std::fs::write(&agent, "name = \"web\"\ndescription = \"d\"\ncapabilities = [\"fetch\", \"search\"]\n").unwrap();
+    let out = nexo(&["inspect", "--json", "--allow", "fetch,search", "--mode", "auto", agent.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["effective"], serde_json::json!([]), "{v}");
+    let why: Vec<&str> = v["withheld"].as_array().unwrap().iter().map(|w| w["why"].as_str().unwrap()).collect();
+    assert!(why.len() == 2 && why[0].contains("fetch-allow") && why[1].contains("no search backend"), "{why:?}");
 }
 
 #[test]
@@ -237,7 +288,9 @@ fn the_config_file_sets_the_grant_and_flags_override_it() {
     ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["mode"], "ask");
-    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write", "shell"]));
+    // Shell is granted and requested, but the virtual sandbox cannot run it: withheld.
+    assert_eq!(v["effective"], serde_json::json!(["read", "glob", "write"]));
+    assert_eq!(v["withheld"][0]["capability"], "shell");
     // A mistake in the file names the file and the field.
     std::fs::write(&config, "[grant]\nalow = [\"write\"]\n").unwrap();
     let out = nexo(&["inspect", "--config", config.to_str().unwrap(), built::TOOL_PROBE]);
@@ -289,8 +342,15 @@ fn the_offline_demo_runs_on_the_scripted_provider() {
     let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let events: Vec<&str> = lines.iter().filter_map(|v| v["event"].as_str()).collect();
     assert_eq!(events, ["turn-started", "tool-call", "tool-result", "turn-started", "done"]);
+    // One word for a finished prompt: the done event's, the outcome's, and the run's status.
+    let done = lines.iter().find(|v| v["event"] == "done").unwrap();
+    assert_eq!(done["status"], "done");
+    assert!(done.get("transcript").is_none(), "only a cut-short prompt carries its transcript: {done}");
     let last = lines.last().unwrap();
-    assert_eq!(last["status"], "ok");
+    assert_eq!(last["status"], "done");
+    let show = nexo(&["runs", "show", "--json", last["run"].as_str().unwrap()]);
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&show)).unwrap();
+    assert_eq!(shown["run"]["status"], "done", "{shown}");
     assert_eq!(last["agent"], "reviewer");
 }
 
@@ -305,6 +365,18 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     let out = nexo(&["run", built::HELLO, "x", "--script", script.to_str().unwrap(), "--max-turns", "2"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("turn limit reached"), "{}", stderr(&out));
+    // The partial transcript is kept: in the done event of --json, and in the recorded run.
+    let out = nexo(&["run", built::HELLO, "x", "--script", script.to_str().unwrap(), "--max-turns", "2", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let done = lines.iter().find(|v| v["event"] == "done").unwrap();
+    assert_eq!(done["status"], "turn-limit");
+    let transcript = done["transcript"].as_array().unwrap_or_else(|| panic!("no transcript: {done}"));
+    let roles: Vec<&str> = transcript.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert!(roles.contains(&"user") && roles.contains(&"tool_result"), "{roles:?}");
+    let run = lines.last().unwrap()["run"].as_str().unwrap().to_string();
+    let text = stdout(&nexo(&["runs", "show", &run]));
+    assert!(text.contains("transcript (cut short") && text.contains("tool_result"), "{text}");
     // Cut short before any text: no "answer above" to speak of.
     let looper = dir.path().join("looper.toml");
     std::fs::write(&looper, "name = \"looper\"\ndescription = \"Globs\"\ncapabilities = [\"glob\"]\n").unwrap();
@@ -342,8 +414,40 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
         .env_remove("NEXO_PROVIDER")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A configuration error, as a missing --base-url is: exit code 2.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`hello` prompts a model, and none is configured"), "{}", stderr(&out));
     assert!(stderr(&out).contains("set NEXO_MODEL, pass --model"), "{}", stderr(&out));
+    let out = nexo(&["run", built::HELLO, "hi", "--provider", "openai-compatible", "--model", "m"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // --script replaces the model: a model setting beside it is a usage error, whichever it is.
+    for extra in [["--model", "gpt-4o"], ["--provider", "openai"], ["--base-url", "http://127.0.0.1:9/v1"]] {
+        let mut args = vec!["run", built::HELLO, "hi", "--script", script.to_str().unwrap()];
+        args.extend(extra);
+        let out = nexo(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--script replaces the model"), "{extra:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("OPENAI_API_KEY"), "{}", stderr(&out));
+    }
+    // ... and the config file's model gives way to it.
+    let config = dir.path().join("nexo.toml");
+    std::fs::write(&config, "[model]\nmodel = \"gpt-4o\"\n").unwrap();
+    let args = ["run", built::HELLO, "x", "--script", script.to_str().unwrap(), "--max-turns", "1"];
+    let out = nexo(&[&args[..], &["--config", config.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(3), "the script ran, not gpt-4o: {}", stderr(&out));
+
+    // OpenAI's own API is not known to serve llama3: refused before any request, unless assumed.
+    let out = Command::new(env!("CARGO_BIN_EXE_nexo"))
+        .args(["run", built::HELLO, "hi", "--provider", "openai", "--model", "llama3", "--ephemeral"])
+        .env("NEXO_CACHE_DIR", dir.path().join("cache"))
+        .env("OPENAI_API_KEY", "sk-test")
+        .env_remove("NEXO_MODEL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("openai is not known to serve `llama3`"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--assume-model-exists"), "{}", stderr(&out));
 
     // An unknown model id needs a provider; assume-model-exists needs one too.
     let out = nexo(&["run", built::HELLO, "hi", "--model", "gemma3:12b"]);
@@ -368,6 +472,11 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
     assert!(out.status.success(), "{}", stderr(&out));
     let out = nexo(&["skill", "check", skills.join("triage").to_str().unwrap()]);
     assert!(out.status.success() && stdout(&out).starts_with("ok  triage"), "{}", stderr(&out));
+    // The scaffold's references/.keep is hidden: not a resource. A real file is.
+    assert!(stdout(&out).contains("(0 resources)"), "{}", stdout(&out));
+    std::fs::write(skills.join("triage/references/levels.md"), "# Levels\n").unwrap();
+    let out = nexo(&["skill", "check", skills.join("triage").to_str().unwrap()]);
+    assert!(stdout(&out).contains("(1 resources)"), "{}", stdout(&out));
     let out = nexo(&["skill", "new", "triage", "--path", skills.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "never overwrites");
 
@@ -618,11 +727,12 @@ fn a_toml_agent_s_declared_mode_narrows_the_operator_s() {
     .unwrap();
     // (declared, operator's mode) → (exit code, verdict of the write, mode inspect shows)
     let cases = [
+        // Read-only refuses every write, so write_file is not offered: the model's call names no tool.
         ("auto", "auto", 0, "allowed", "auto"),
-        ("read-only", "auto", 0, "denied", "read-only"),
+        ("read-only", "auto", 0, "invalid-input", "read-only"),
         ("ask", "auto", 0, "denied", "ask"),
         ("approve", "auto", 4, "approval-required", "approve"),
-        ("auto", "read-only", 0, "denied", "read-only"),
+        ("auto", "read-only", 0, "invalid-input", "read-only"),
         ("auto", "approve", 4, "approval-required", "approve"),
     ];
     for (declared, operator, code, verdict, shown) in cases {
@@ -647,6 +757,17 @@ fn a_toml_agent_s_declared_mode_narrows_the_operator_s() {
         let verdicts: Vec<&str> =
             lines.iter().filter(|v| v["event"] == "tool-result").map(|v| v["verdict"].as_str().unwrap()).collect();
         assert_eq!(verdicts, [verdict], "{case}");
+        if declared == "ask" {
+            // Nobody could be asked: the model and the event line are told so, and how to fix it.
+            let result = lines.iter().find(|v| v["event"] == "tool-result").unwrap();
+            let summary = result["summary"].as_str().unwrap();
+            assert!(summary.contains("no terminal was available to ask on"), "{summary}");
+            assert!(!summary.contains("declined"), "{summary}");
+            let plain: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+            let out = nexo(&plain);
+            assert!(stderr(&out).contains("✗ write_file: denied"), "{}", stderr(&out));
+            assert!(stderr(&out).contains("no terminal was available to ask on"), "{}", stderr(&out));
+        }
         assert_eq!(work.path().join("out.txt").exists(), verdict == "allowed", "{case}");
         let mut args = vec!["inspect", "--json", agent];
         args.extend(grant);
@@ -656,8 +777,9 @@ fn a_toml_agent_s_declared_mode_narrows_the_operator_s() {
 }
 
 /// The manifest fields beyond capabilities are acted on: a declared sandbox
-/// is a floor on isolation, MCP servers the operator did not configure are
-/// left out, and a model hint never names an endpoint on the operator's network.
+/// is a request only the operator grants and a floor on isolation, MCP
+/// servers the operator did not configure are left out, and a model hint is
+/// the default the operator's choice overrides.
 #[test]
 fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -671,22 +793,82 @@ fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
     let out = nexo(&["run", isolated.to_str().unwrap(), "x", "--sandbox", "local", "--cwd", cwd]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("declares the virtual sandbox") && stderr(&out).contains("--sandbox virtual"));
-    // Stricter than declared is fine: the agent then fails only for want of a model.
+    // Asked for, not chosen: refused, naming the request and the fix; nothing runs in memory behind its back.
     let local = agent("sandbox = \"local\"");
     let out = nexo(&["run", local.to_str().unwrap(), "x"]);
-    assert!(stderr(&out).contains("model not configured"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("`a` asks for the local sandbox, which only the operator can grant"), "{err}");
+    assert!(err.contains("`--sandbox local` to grant it, or `--sandbox virtual` to run it in memory"), "{err}");
+    // The operator's choice wins: stricter than asked is fine (the agent then fails only for want of a model).
+    let out = nexo(&["run", local.to_str().unwrap(), "x", "--sandbox", "virtual"]);
+    assert!(stderr(&out).contains("none is configured"), "{}", stderr(&out));
+    let text = stdout(&nexo(&["inspect", local.to_str().unwrap()]));
+    assert!(text.contains("sandbox        local (a request: only --sandbox local grants it"), "{text}");
 
     // A requested server the operator did not configure is left out, with a
     // warning: the agent then fails only for want of a model.
     let mcp = agent("mcp-servers = [\"github\"]");
     let out = nexo(&["run", mcp.to_str().unwrap(), "x"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("MCP servers github are requested but not configured"), "{}", stderr(&out));
     let text = stdout(&nexo(&["inspect", mcp.to_str().unwrap()]));
     assert!(text.contains("mcp requested  github\n") && text.contains("mcp effective  (none)"), "{text}");
 
+    // The hint is the default: the run goes to Ollama's built-in address (nothing listens
+    // there in the tests), and the log says whose model it is.
     let hinted = agent("model = \"llama3\"\nprovider = \"ollama\"");
-    let out = nexo(&["run", hinted.to_str().unwrap(), "x"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("model not configured"), "the ollama hint was not followed: {}", stderr(&out));
+    let text = stdout(&nexo(&["inspect", hinted.to_str().unwrap()]));
+    assert!(text.contains("model          llama3 (a hint: the default when the operator sets no model"), "{text}");
+    assert!(text.contains("provider       ollama"), "{text}");
+    let out = nexo(&["run", hinted.to_str().unwrap(), "x", "--ephemeral"]);
+    let err = stderr(&out);
+    assert!(err.contains("using the agent's model hint `llama3` (ollama)"), "{err}");
+    // Whatever answers there (if anything) is Ollama's business: the run used it, so this is no configuration error.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
+    // The operator's model wins over it.
+    let out = nexo(&[
+        "run",
+        hinted.to_str().unwrap(),
+        "x",
+        "--provider",
+        "openai-compatible",
+        "--model",
+        "mine",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--ephemeral",
+    ]);
+    assert!(
+        stderr(&out).contains("using the operator's model `mine` (openai-compatible), not the agent's hint `llama3`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A model server on the operator's side that is not running: the error says
+/// nothing listens there, and what to do.
+#[test]
+fn a_local_model_server_that_is_not_running_is_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    for (provider, hint) in
+        [("ollama", "is Ollama running? (`ollama serve`)"), ("openai-compatible", "start the server or fix --base-url")]
+    {
+        let out = nexo(&[
+            "run",
+            built::HELLO,
+            "hi",
+            "--provider",
+            provider,
+            "--model",
+            "m",
+            "--base-url",
+            &base,
+            "--ephemeral",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&format!("nothing is listening on http://127.0.0.1:{port}; {hint}")), "{err}");
+    }
 }

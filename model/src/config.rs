@@ -127,15 +127,43 @@ impl ProviderKind {
 }
 
 /// Guesses the provider from well-known model id prefixes.
+/// How the model ids of OpenAI's own API begin (fine-tunes are `ft:gpt-…`).
+const OPENAI_FAMILIES: [&str; 6] = ["gpt-", "o1", "o3", "o4", "chatgpt-", "ft:"];
+/// How the model ids of Anthropic's own API begin.
+const ANTHROPIC_FAMILIES: [&str; 1] = ["claude-"];
+
 fn infer(model: &str) -> Option<ProviderKind> {
     let m = model.to_ascii_lowercase();
-    if ["gpt-", "o1", "o3", "o4", "chatgpt-"].iter().any(|p| m.starts_with(p)) {
+    if OPENAI_FAMILIES.iter().any(|p| m.starts_with(p)) {
         Some(ProviderKind::Openai)
-    } else if m.starts_with("claude-") {
+    } else if ANTHROPIC_FAMILIES.iter().any(|p| m.starts_with(p)) {
         Some(ProviderKind::Anthropic)
     } else {
         None
     }
+}
+
+/// Refuses, before any request, a model id that `kind`'s own API is not
+/// known to serve: for OpenAI and Anthropic at their built-in base URLs,
+/// an id outside their model families (a typo, or another provider's
+/// model). `--assume-model-exists` sends it anyway; a configured base URL
+/// (a gateway, a proxy) is not checked.
+fn check_known(kind: ProviderKind, model: &str, config: &ModelConfig) -> Result<(), ModelError> {
+    let families: &[&str] = match kind {
+        ProviderKind::Openai => &OPENAI_FAMILIES,
+        ProviderKind::Anthropic => &ANTHROPIC_FAMILIES,
+        _ => return Ok(()),
+    };
+    if config.assume_model_exists || config.base_url.is_some() || infer(model) == Some(kind) {
+        return Ok(());
+    }
+    Err(ModelError::Config(format!(
+        "{} is not known to serve `{model}` (its model ids start with {}): check the id, name the provider that \
+         serves it (--provider ollama, openrouter or openai-compatible), or pass --assume-model-exists to send it \
+         anyway",
+        kind.name(),
+        families.join(", ")
+    )))
 }
 
 /// Turns the configuration into a provider, or explains what is missing.
@@ -176,6 +204,7 @@ pub fn resolve_with_env(
              ollama, openrouter or anthropic)"
         )));
     };
+    check_known(kind, model, config)?;
     build(kind, model, config, env)
 }
 

@@ -259,7 +259,8 @@ impl Http {
                     };
                     let message = format!("cannot connect to {}: {cause}", endpoint.shown);
                     if retry >= limits.max_retries {
-                        return Err(self.unavailable(gave_up(message, retry)));
+                        let hint = refused_hint(&self.provider, endpoint, &cause);
+                        return Err(self.unavailable(format!("{}{hint}", gave_up(message, retry))));
                     }
                     (message, None)
                 }
@@ -367,6 +368,29 @@ fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
 }
 
 /// The message in an error body: `error.message` (OpenAI and Anthropic),
+/// What to add when nothing listens at a model server's address: the
+/// server on the operator's side is not running, or the base URL is wrong.
+/// Empty for any other failure, and for the hosted providers' own APIs.
+fn refused_hint(provider: &str, endpoint: &Endpoint, cause: &str) -> String {
+    if !cause.to_ascii_lowercase().contains("refused") {
+        return String::new();
+    }
+    let Ok(url) = url::Url::parse(&endpoint.url) else { return String::new() };
+    let origin = url.origin().ascii_serialization();
+    let local = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_private(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match provider {
+        "ollama" => format!("; nothing is listening on {origin}; is Ollama running? (`ollama serve`)"),
+        "openai-compatible" => format!("; nothing is listening on {origin}; start the server or fix --base-url"),
+        _ if local => format!("; nothing is listening on {origin}; start the server or fix --base-url"),
+        _ => String::new(),
+    }
+}
+
 /// `error` as a string (Ollama), a top-level `message`, or the text itself.
 pub(crate) fn error_message(body: &[u8]) -> Option<String> {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {

@@ -48,6 +48,30 @@ fn assume_model_exists_needs_a_provider() {
     assert_eq!(resolve_with_env(&config, &no_env).unwrap().name(), "ollama");
 }
 
+/// OpenAI's and Anthropic's own APIs refuse an id outside their model
+/// families before any request, unless the operator assumes it exists or
+/// points at another base URL.
+#[test]
+fn an_id_the_provider_is_not_known_to_serve_is_refused_unless_assumed() {
+    let env = |_: &str| Some("sk-test".to_string());
+    for (kind, id) in [(ProviderKind::Openai, "llama3"), (ProviderKind::Anthropic, "gpt-4o")] {
+        let config = ModelConfig { provider: Some(kind), ..model(id) };
+        let message = config_error(&config, &env);
+        assert!(message.contains("is not known to serve") && message.contains("--assume-model-exists"), "{message}");
+        let assumed = ModelConfig { assume_model_exists: true, ..config.clone() };
+        assert_eq!(resolve_with_env(&assumed, &env).unwrap().name(), kind.name());
+        let gateway = ModelConfig { base_url: Some("https://gateway.example/v1".into()), ..config };
+        assert_eq!(resolve_with_env(&gateway, &env).unwrap().name(), kind.name());
+    }
+    for id in ["gpt-4o-mini", "o3-mini", "ft:gpt-4o-mini:org::abc"] {
+        let config = ModelConfig { provider: Some(ProviderKind::Openai), ..model(id) };
+        assert_eq!(resolve_with_env(&config, &env).unwrap().name(), "openai", "{id}");
+    }
+    // Other providers serve what their servers hold: not checked.
+    let config = ModelConfig { provider: Some(ProviderKind::Openrouter), ..model("meta-llama/llama-3.3-70b") };
+    assert_eq!(resolve_with_env(&config, &env).unwrap().name(), "openrouter");
+}
+
 #[test]
 fn a_missing_key_names_the_variable() {
     for (id, kind, variable) in [

@@ -547,7 +547,7 @@ impl Sandbox for ContainerSandbox {
         true
     }
 
-    fn instructions(&self) -> Option<String> {
+    fn instructions(&self, shell: bool) -> Option<String> {
         let c = &self.config;
         let network = match &c.network {
             Network::None => "network none (no network access)".to_string(),
@@ -586,7 +586,11 @@ impl Sandbox for ContainerSandbox {
         } else {
             " The container is removed when the session ends."
         });
-        text.push_str(" File tools and the shell act inside the container, not on the host.");
+        text.push_str(if shell {
+            " File tools and the shell act inside the container, not on the host."
+        } else {
+            " File tools act inside the container, not on the host."
+        });
         Some(text)
     }
 
@@ -1110,7 +1114,7 @@ esac
         let fake = Fake::new();
         fake.set("fs/workspace/a.txt", "alpha");
         let s = fake.sandbox();
-        assert!(s.instructions().is_some());
+        assert!(s.instructions(true).is_some());
         assert!(fake.calls().is_empty(), "nothing runs before the first tool call");
         assert_eq!(s.container_id(), None);
         assert_eq!(s.read("a.txt").unwrap().text, "alpha");
@@ -1418,7 +1422,7 @@ esac
         let s = ContainerSandbox::new(config).unwrap();
         s.exec("true", Duration::from_secs(10)).unwrap();
         assert_eq!(fake.calls()[0], hardened());
-        assert!(s.instructions().unwrap().starts_with("You run inside an Apple container"));
+        assert!(s.instructions(true).unwrap().starts_with("You run inside an Apple container"));
     }
 
     #[test]
@@ -1508,7 +1512,7 @@ esac
     fn instructions_reflect_the_config() {
         let fake = Fake::new();
         let s = fake.sandbox();
-        let text = s.instructions().unwrap();
+        let text = s.instructions(true).unwrap();
         assert!(
             text.starts_with(
                 "You run inside a Docker container (image alpine:3.20), working directory /workspace, network none"
@@ -1523,7 +1527,7 @@ esac
             user: Some("1000".into()),
             ..fake.config.clone()
         };
-        let text = ContainerSandbox::new(config).unwrap().instructions().unwrap();
+        let text = ContainerSandbox::new(config).unwrap().instructions(true).unwrap();
         for part in ["network bridge", "filesystem is writable", "/workspace/srv (read-only)", "user 1000"] {
             assert!(text.contains(part), "{part}: {text}");
         }

@@ -118,8 +118,10 @@ pub trait Sandbox: Send + Sync {
     fn supports_shell(&self) -> bool;
 
     /// One plain-text paragraph telling the model where it runs, or `None`
-    /// (the virtual sandbox says nothing).
-    fn instructions(&self) -> Option<String>;
+    /// (the virtual sandbox says nothing). It speaks of the shell only when
+    /// `shell` says the run offers the shell tool: the model is told only
+    /// of tools it has.
+    fn instructions(&self, shell: bool) -> Option<String>;
 
     /// Reads a UTF-8 text file: a regular file of at most
     /// [`MAX_FILE_BYTES`], counted as read. A FIFO, device or socket is

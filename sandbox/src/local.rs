@@ -136,8 +136,8 @@ impl Sandbox for LocalSandbox {
         true
     }
 
-    fn instructions(&self) -> Option<String> {
-        Some(shell::instructions(&self.root, &self.shell))
+    fn instructions(&self, shell: bool) -> Option<String> {
+        Some(shell::instructions(&self.root, &self.shell, shell))
     }
 
     fn read(&self, path: &str) -> Result<FileText, SandboxError> {

@@ -88,10 +88,12 @@ impl Sandbox for RemoteSandbox {
         true
     }
 
-    fn instructions(&self) -> Option<String> {
+    fn instructions(&self, shell: bool) -> Option<String> {
         Some(format!(
-            "You run in a remote sandbox ({}), working directory {}. Files and commands act there, not on the host.",
-            self.label, self.cwd
+            "You run in a remote sandbox ({}), working directory {}. {} act there, not on the host.",
+            self.label,
+            self.cwd,
+            if shell { "Files and commands" } else { "Files" }
         ))
     }
 

@@ -315,9 +315,16 @@ impl ShellPolicy {
     }
 }
 
-/// What the local sandbox tells the model about its shell, from what is enforced.
-pub(crate) fn instructions(root: &Path, policy: &ShellPolicy) -> String {
+/// What the local sandbox tells the model about itself and, when the run
+/// offers the `shell` tool, its shell, from what is enforced.
+pub(crate) fn instructions(root: &Path, policy: &ShellPolicy, shell: bool) -> String {
     let root = root.display();
+    if !shell {
+        return format!(
+            "You run on the host machine, in the directory {root}. The real host filesystem is reachable through \
+             your file tools; file access is confined to {root}."
+        );
+    }
     let no_network = "There is no network access: commands cannot open TCP connections or create any other socket \
                       (UDP, raw or Unix), only connected socket pairs.";
     let Ok(confinement) = policy.effective_confinement() else {

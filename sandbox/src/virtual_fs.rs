@@ -54,7 +54,7 @@ impl Sandbox for VirtualSandbox {
         false
     }
 
-    fn instructions(&self) -> Option<String> {
+    fn instructions(&self, _shell: bool) -> Option<String> {
         None
     }
 
@@ -137,6 +137,6 @@ mod tests {
         assert!(matches!(s.glob("../*"), Err(SandboxError::Security(_))));
         assert!(matches!(s.exec("ls", Duration::from_secs(1)), Err(SandboxError::Unsupported(_))));
         assert!(!s.supports_shell());
-        assert_eq!(s.instructions(), None);
+        assert_eq!(s.instructions(true), None);
     }
 }

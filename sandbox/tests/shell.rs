@@ -846,7 +846,7 @@ fn an_unavailable_bubblewrap_is_a_config_error() {
 
 #[test]
 fn instructions_say_how_commands_are_confined() {
-    let text = |c| Fixture::new(c).sandbox.instructions().unwrap();
+    let text = |c| Fixture::new(c).sandbox.instructions(true).unwrap();
     assert!(text(Confinement::Bubblewrap).contains("no network access"));
     assert!(text(Confinement::Landlock).contains("cannot open TCP connections"));
     assert!(text(Confinement::Unconfined).contains("unconfined"));
@@ -865,7 +865,7 @@ fn describe_states_what_the_active_confinement_guarantees() {
     assert!(bwrap.starts_with("shell confinement bubblewrap: "), "{bwrap}");
     assert_eq!(describe(Confinement::Auto), bwrap);
     let landlock = describe(Confinement::Landlock);
-    println!("{bwrap}\n{landlock}\n{}", Fixture::new(Confinement::Landlock).sandbox.instructions().unwrap());
+    println!("{bwrap}\n{landlock}\n{}", Fixture::new(Confinement::Landlock).sandbox.instructions(true).unwrap());
     assert!(landlock.starts_with("shell confinement Landlock and seccomp: "), "{landlock}");
     for text in [&bwrap, &landlock] {
         assert!(text.contains("no network and no sockets except connected Unix socket pairs"), "{text}");

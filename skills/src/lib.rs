@@ -108,7 +108,8 @@ fn load(dir: &Path, for_use: bool) -> Result<Skill, SkillError> {
     Ok(Skill { metadata, instructions, dir: dir.to_path_buf(), resources, warnings: warning.into_iter().collect() })
 }
 
-/// Lists the files under the resource directories of the skill in `dir`.
+/// Lists the files under the resource directories of the skill in `dir`,
+/// leaving out hidden ones (a name starting with `.`).
 fn list_resources(dir: &Path) -> Result<Vec<String>, SkillError> {
     // Symlinks are resolved against the canonical skill dir, so that one
     // pointing outside (e.g. `references/x -> /etc/passwd`) is never listed.
@@ -132,6 +133,10 @@ fn walk(root: &Path, dir: &Path, rel: &str, out: &mut Vec<String>) -> Result<(),
     let entries = fs::read_dir(dir).map_err(|e| SkillError::io(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| SkillError::io(dir, e))?;
+        // Hidden files and directories (`.keep`, `.DS_Store`, `.git/`) are not resources.
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         let path = entry.path();
         let rel = format!("{rel}/{}", entry.file_name().to_string_lossy());
         let kind = entry.file_type().map_err(|e| SkillError::io(&path, e))?;

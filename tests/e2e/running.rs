@@ -349,7 +349,7 @@ async fn a_sandbox_provider_component_hosts_an_agents_tools() {
     let sandbox =
         std::sync::Arc::new(provider.sandbox_provider().unwrap().start(&Default::default(), None).await.unwrap());
     assert_eq!(sandbox.name(), "remote");
-    assert!(sandbox.instructions().unwrap().contains("memory-provider"));
+    assert!(sandbox.instructions(true).unwrap().contains("memory-provider"));
     {
         let s = sandbox.clone();
         tokio::task::spawn_blocking(move || s.write("README.md", "# remote")).await.unwrap().unwrap();

@@ -135,20 +135,27 @@ impl Unit for FetchUnit {
         let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
         match Fetcher::new(allow, within, setup.options.http.clone()) {
             Ok(Some(fetcher)) => setup.state.insert(FetchState(Ok(fetcher))),
-            Ok(None) => setup.authority.set_unavailable(
-                Capability::Fetch,
-                Refusal {
-                    make: |agent, _| {
-                        ToolError::Denied(format!("`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"))
-                    },
-                    detail: "",
-                },
-            ),
+            Ok(None) => {
+                if let Some(why) = refusal(allow) {
+                    setup.authority.set_unavailable(Capability::Fetch, why);
+                }
+            }
             // Reported when the tool is called, so an agent that never fetches still runs.
             Err(e) => setup.state.insert(FetchState(Err(e))),
         }
         Step::ready(Ok(()))
     }
+}
+
+/// Why an agent that lists `fetch_allow` gets no fetch tool, or `None`
+/// when it lists hosts: the run's test and `nexo inspect`'s.
+pub fn refusal(fetch_allow: &[String]) -> Option<Refusal> {
+    fetch_allow.is_empty().then_some(Refusal {
+        make: |agent, _| {
+            ToolError::Denied(format!("`{agent}` lists no hosts in `fetch-allow`, so it may fetch nothing"))
+        },
+        detail: "",
+    })
 }
 
 /// `fetch`: one page with GET. An HTTP error status is a tool error, and so

@@ -3,11 +3,13 @@
 //! come back through the host-call path one by one. Without a model,
 //! `prompt` answers `not-configured`, saying how to set one.
 //!
-//! The manifest's `model` and `provider` are a hint: when the operator
-//! configured no model, the hinted one is used if the operator's
-//! environment can serve it (its key is set). The hint may name only a
-//! hosted provider (openai, anthropic, openrouter): a plugin never points
-//! the host at an endpoint on the operator's network.
+//! The manifest's `model` and `provider` are a hint, for a component and a
+//! TOML agent alike: the default when the operator configured no model
+//! (flags, environment or config file), used if the operator's environment
+//! can serve it (its key is set). The operator's choice always wins, and
+//! the log says which was used. The hint names a provider, never an
+//! endpoint: a hosted one (openai, anthropic, openrouter) or ollama at its
+//! built-in local address; a base URL comes only from the operator.
 
 use std::sync::Arc;
 
@@ -108,9 +110,14 @@ impl Unit for ModelUnit {
         if let Some(cap) = setup.manifest.max_turns {
             limits.max_turns = limits.max_turns.min(cap);
         }
-        let model = match &options.model {
-            Some(model) => Some(model.clone()),
-            None => hinted_model(setup.manifest),
+        let model = match (&options.model, &setup.manifest.model) {
+            (Some(model), Some(hint)) => {
+                tracing::info!(target: "nexo::model", agent = %setup.manifest.name,
+                    "using the operator's model `{}` ({}), not the agent's hint `{hint}`", model.model(), model.name());
+                Some(model.clone())
+            }
+            (Some(model), None) => Some(model.clone()),
+            (None, _) => hinted_model(setup.manifest),
         };
         setup.state.insert(Prompting {
             model,
@@ -125,7 +132,7 @@ impl Unit for ModelUnit {
 }
 
 /// The model the manifest hints at, if it names a hosted provider's model
-/// and the operator's environment has its key.
+/// (or ollama's) and the operator's environment has its key.
 fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Provider>> {
     use nexo_model::ProviderKind;
     let id = manifest.model.clone()?;
@@ -134,24 +141,29 @@ fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Pro
         Some("openai") => Some(ProviderKind::Openai),
         Some("anthropic") => Some(ProviderKind::Anthropic),
         Some("openrouter") => Some(ProviderKind::Openrouter),
+        Some("ollama") => Some(ProviderKind::Ollama),
         Some(other) => {
-            tracing::warn!(agent = %manifest.name, "ignoring the manifest's provider hint `{other}`: a plugin may \
-                hint only at openai, anthropic or openrouter; the operator sets any other (`--provider`)");
+            tracing::warn!(target: "nexo::model", agent = %manifest.name, "ignoring the agent's provider hint \
+                `{other}`: an agent may hint only at openai, anthropic, openrouter or ollama; the operator sets any \
+                other (`--provider`, with `--base-url`)");
             return None;
         }
     };
     let config = nexo_model::ModelConfig { model: Some(id.clone()), provider, ..nexo_model::ModelConfig::default() };
     match nexo_model::resolve(&config) {
-        Ok(p) if matches!(p.name(), "openai" | "anthropic" | "openrouter") => {
-            tracing::info!(agent = %manifest.name, "using the manifest's model hint `{id}` ({})", p.name());
+        Ok(p) if matches!(p.name(), "openai" | "anthropic" | "openrouter" | "ollama") => {
+            tracing::info!(target: "nexo::model", agent = %manifest.name,
+                "using the agent's model hint `{id}` ({}): the operator set no model", p.name());
             Some(p)
         }
         Ok(p) => {
-            tracing::warn!(agent = %manifest.name, "ignoring the model hint `{id}`: it resolves to {}", p.name());
+            tracing::warn!(target: "nexo::model", agent = %manifest.name,
+                "ignoring the agent's model hint `{id}`: it resolves to {}", p.name());
             None
         }
         Err(e) => {
-            tracing::info!(agent = %manifest.name, "the manifest's model hint `{id}` cannot be used: {e}");
+            tracing::warn!(target: "nexo::model", agent = %manifest.name,
+                "the agent's model hint `{id}` cannot be used: {e}");
             None
         }
     }
@@ -199,6 +211,19 @@ pub fn model_error_text(err: &wit::ModelError) -> String {
         wit::ModelError::NotConfigured(m) => format!("model not configured: {m}"),
         wit::ModelError::Unavailable(m) => format!("model unavailable: {m}"),
         wit::ModelError::Provider(m) => format!("model provider error: {m}"),
+    }
+}
+
+/// The failure of a run that a `model-error` ended: a missing model is the
+/// operator's configuration ([`RunError::Config`](crate::RunError::Config),
+/// exit code 2, as for any other setting), any other error the agent's.
+pub fn model_run_error(plugin: &str, err: &wit::ModelError) -> crate::RunError {
+    match err {
+        wit::ModelError::NotConfigured(m) => crate::RunError::Config(crate::ConfigError::invalid(
+            "--model",
+            format!("`{plugin}` prompts a model, and none is configured: {m}"),
+        )),
+        other => crate::RunError::AgentFailed { plugin: plugin.to_string(), reason: model_error_text(other) },
     }
 }
 

@@ -7,10 +7,14 @@
 //! authority lets `write` pass without asking, under the mode as the
 //! plugin's own declaration narrows it.
 //!
-//! An agent's declared `sandbox` is a floor on isolation, as its declared
-//! mode is a ceiling on authority: it may run in a sandbox at least as
-//! isolated as the one it names (virtual, then container or remote, then
-//! local), never in a less isolated one.
+//! An agent's declared `sandbox` is a request, never a grant: without the
+//! operator's choice of sandbox ([`RunOptions::sandbox`](crate::settings::RunOptions::sandbox)
+//! unset) a run of an agent that asks for anything but the virtual sandbox
+//! is refused, saying how to grant it; it does not run in memory behind the
+//! agent's back. It is also a floor on isolation, as its declared mode is a
+//! ceiling on authority: it may run in a sandbox at least as isolated as the
+//! one it names (virtual, then container or remote, then local), never in a
+//! less isolated one.
 
 use std::sync::Arc;
 
@@ -39,8 +43,13 @@ impl Unit for SandboxUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         Step::ready((|| {
-            let sandbox: Arc<dyn Sandbox> =
-                setup.options.sandbox.clone().unwrap_or_else(|| Arc::new(VirtualSandbox::new()));
+            let sandbox: Arc<dyn Sandbox> = match (&setup.options.sandbox, setup.manifest.sandbox) {
+                (Some(chosen), _) => chosen.clone(),
+                (None, Some(asked)) if asked != SandboxKind::Virtual => {
+                    return Err(not_granted(&setup.manifest.name, asked).into());
+                }
+                (None, _) => Arc::new(VirtualSandbox::new()),
+            };
             if let Some(declared) = setup.manifest.sandbox {
                 check_floor(&setup.manifest.name, declared, sandbox.name())?;
             }
@@ -51,7 +60,9 @@ impl Unit for SandboxUnit {
                     writable: setup.authority.allows_unasked(Capability::Write),
                 });
             }
-            setup.instructions.extend(sandbox.instructions());
+            // The model hears of the shell only if it is offered the tool.
+            let shell = sandbox.supports_shell() && setup.authority.offers(Capability::Shell);
+            setup.instructions.extend(sandbox.instructions(shell));
             setup.state.insert(Workspace { sandbox });
             Ok(())
         })())
@@ -65,6 +76,24 @@ fn isolation(kind: &str) -> u8 {
         "container" | "remote" => 1,
         _ => 2,
     }
+}
+
+/// The refusal of a run whose agent asks for the `asked` sandbox when the
+/// operator chose none: only the operator grants a sandbox.
+fn not_granted(agent: &str, asked: SandboxKind) -> ConfigError {
+    let kind = asked.as_str();
+    let grant = match asked {
+        SandboxKind::Remote => "the command line has no remote sandbox: an embedding program sets one".to_string(),
+        SandboxKind::Container => "pass `--sandbox container --image IMAGE` to grant it".to_string(),
+        _ => format!("pass `--sandbox {kind}` to grant it"),
+    };
+    ConfigError::invalid(
+        "--sandbox",
+        format!(
+            "`{agent}` asks for the {kind} sandbox, which only the operator can grant, and no sandbox was chosen: \
+             {grant}, or `--sandbox virtual` to run it in memory"
+        ),
+    )
 }
 
 /// Refuses a run in a less isolated sandbox than the agent declared.
@@ -96,6 +125,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requested_sandbox_is_refused_with_how_to_grant_it() {
+        let err = not_granted("a", SandboxKind::Local).to_string();
+        assert!(err.contains("asks for the local sandbox") && err.contains("`--sandbox local`"), "{err}");
+        assert!(err.contains("`--sandbox virtual` to run it in memory"), "{err}");
+    }
 
     #[test]
     fn a_declared_sandbox_is_a_floor_on_isolation() {

@@ -43,22 +43,28 @@ impl Unit for SearchUnit {
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         match &setup.options.search {
             Some(backend) => setup.state.insert(Backend(backend.clone())),
-            None => setup.authority.set_unavailable(
-                Capability::Search,
-                Refusal {
-                    make: |_, _| {
-                        ToolError::Unsupported(
-                            "no search backend is configured; the operator sets one in the `[search]` section \
-                             of the config file"
-                                .into(),
-                        )
-                    },
-                    detail: "",
-                },
-            ),
+            None => {
+                if let Some(why) = refusal(false) {
+                    setup.authority.set_unavailable(Capability::Search, why);
+                }
+            }
         }
         Step::ready(Ok(()))
     }
+}
+
+/// Why a run gets no `web_search` tool, or `None` when a search backend
+/// is `configured`: the run's test and `nexo inspect`'s.
+pub fn refusal(configured: bool) -> Option<Refusal> {
+    (!configured).then_some(Refusal {
+        make: |_, _| {
+            ToolError::Unsupported(
+                "no search backend is configured; the operator sets one in the `[search]` section of the config file"
+                    .into(),
+            )
+        },
+        detail: "",
+    })
 }
 
 /// `web-search`: one query through the configured backend.

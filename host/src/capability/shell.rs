@@ -59,15 +59,20 @@ impl Unit for ShellUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
-        if let Some(sandbox) = sandbox.filter(|s| !s.supports_shell()) {
-            let make = |_: &str, name: &'static str| {
-                ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"))
-            };
-            setup.authority.set_unavailable(Capability::Shell, Refusal { make, detail: sandbox.name() });
+        if let Some(why) = sandbox.and_then(|s| refusal(s.name(), s.supports_shell())) {
+            setup.authority.set_unavailable(Capability::Shell, why);
         }
         setup.state.insert(ShellState { limits: setup.options.tool_limits });
         Step::ready(Ok(()))
     }
+}
+
+/// Why a run in the sandbox named `sandbox` gets no shell tool, or `None`
+/// when the sandbox runs commands: the run's test and `nexo inspect`'s.
+pub fn refusal(sandbox: &'static str, supports_shell: bool) -> Option<Refusal> {
+    let make =
+        |_: &str, name: &'static str| ToolError::Unsupported(format!("the {name} sandbox runs no shell commands"));
+    (!supports_shell).then_some(Refusal { make, detail: sandbox })
 }
 
 /// `shell`: one command line in the sandbox.

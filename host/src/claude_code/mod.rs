@@ -557,6 +557,7 @@ impl State {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             cost_usd: self.ending.as_ref().and_then(|e| e.cost_usd),
+            transcript: crate::agent_loop::cut_short(&status).then(|| self.transcript.clone()),
         });
         Ok(Outcome { text: self.text, status, turns, usage, transcript: self.transcript })
     }

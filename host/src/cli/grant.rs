@@ -219,6 +219,7 @@ impl GrantArgs {
             allow,
             mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
             sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxArg::Virtual),
+            sandbox_chosen: self.sandbox.or(t.sandbox).is_some(),
             cwd: self.cwd.clone().or(t.cwd),
             image: self.image.clone().or(t.image),
             container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeArg::Docker),
@@ -269,6 +270,11 @@ pub struct Resolved {
     allow: Vec<Capability>,
     mode: ModeArg,
     sandbox: SandboxArg,
+    /// Whether the operator chose the sandbox (a flag or the config file),
+    /// rather than getting the default: an agent's own request for a
+    /// sandbox is refused without that choice.
+    #[serde(default)]
+    sandbox_chosen: bool,
     cwd: Option<PathBuf>,
     image: Option<String>,
     container_runtime: RuntimeArg,
@@ -385,6 +391,16 @@ impl Resolved {
         }
     }
 
+    /// What this grant's sandbox serves, for [`nexo::world::agent::authority`].
+    pub fn serving(&self, search: bool) -> nexo::world::agent::Serving {
+        nexo::world::agent::Serving {
+            sandbox: self.sandbox_name(),
+            // As `Sandbox::supports_shell` answers: the virtual sandbox runs no commands.
+            sandbox_has_shell: self.sandbox != SandboxArg::Virtual,
+            search,
+        }
+    }
+
     /// The local sandbox's shell policy.
     fn shell_policy(&self) -> ShellPolicy {
         let confinement = match self.shell_confinement {
@@ -410,6 +426,9 @@ impl Resolved {
     /// Run options for this grant.
     pub fn run_options(&self) -> Result<RunOptions, ConfigError> {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
+            // Chosen, it is the operator's: an agent that asks for another
+            // sandbox then runs in memory all the same (or is refused by its floor).
+            SandboxArg::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
             SandboxArg::Virtual => None,
             SandboxArg::Local => {
                 let cwd = match &self.cwd {
@@ -450,7 +469,8 @@ impl Resolved {
             return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
         let mut permissions = Permissions::new(self.mode());
-        if self.mode == ModeArg::Ask {
+        // Without a terminal nobody can be asked: no hook, and the gate says so.
+        if self.mode == ModeArg::Ask && can_ask() {
             permissions = permissions.on_ask(ask_on_terminal).on_ask_mcp(ask_mcp_on_terminal);
         }
         let servers = self.mcp_configs()?;
@@ -488,8 +508,16 @@ fn log_confinement(policy: &ShellPolicy) {
     }
 }
 
+/// Whether `ask` mode has a terminal to ask on: stdin and stderr both are
+/// one. Without it no hook is installed, and the gate's denial says that
+/// nobody could be asked.
+pub fn can_ask() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
 /// `ask` mode's hook: a y/N question on the terminal. Without a terminal
-/// nobody can answer, so the answer is no.
+/// nobody can answer, so the answer is no (the CLI installs it only when
+/// [`can_ask`]).
 ///
 /// The action comes from the model, so it is shown whole and escaped on one
 /// line: no control sequence in it can erase or redraw the question.
@@ -498,7 +526,7 @@ pub fn ask_on_terminal(cap: Capability, detail: &str) -> bool {
 }
 
 fn ask_on_terminal_text(action: &str) -> bool {
-    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+    if !can_ask() {
         return false;
     }
     let action = nexo::terminal::escape(action, nexo::terminal::Lines::Flatten);

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
 use nexo::authority::{Authority, Grant, Permissions};
-use nexo::manifest::{AgentManifest, Capability, PermissionMode};
+use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo::plugin::Description;
 
 use super::grant::Resolved;
@@ -15,7 +15,7 @@ use super::web::SearchSetup;
 /// flags would grant it (and, for a search backend, the network grant of
 /// `[search]`).
 pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
-    let (granted, effective, mode) = authority(grant, plugin.manifest());
+    let view = authority(grant, plugin.manifest(), search);
     if json {
         let mut value = serde_json::json!({
             "path": plugin.path(),
@@ -38,7 +38,7 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
                 "api-key-origins": s.key_origins,
             })),
         });
-        authority_json(&mut value, grant, plugin.manifest(), &granted, &effective, mode);
+        authority_json(&mut value, grant, plugin.manifest(), &view);
         print_json_pretty(&value);
         return;
     }
@@ -94,13 +94,33 @@ pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, js
     }
 }
 
-/// What the operator grants, what the agent then gets, and the mode it runs
-/// under (the stricter of the operator's and the agent's own).
-fn authority(grant: &Resolved, manifest: Option<&AgentManifest>) -> (Grant, BTreeSet<Capability>, PermissionMode) {
+/// What the operator grants, and what the agent then gets under this
+/// configuration (a search backend set up or not).
+struct View {
+    granted: Grant,
+    /// The capabilities whose tools are offered: the gate's own decision.
+    effective: BTreeSet<Capability>,
+    /// Requested and granted, but not offered: the gate's refusal of each.
+    withheld: Vec<(Capability, String)>,
+    /// The stricter of the operator's mode and the agent's own.
+    mode: PermissionMode,
+}
+
+fn authority(grant: &Resolved, manifest: Option<&AgentManifest>, search: Option<&SearchSetup>) -> View {
     // The same computation a run makes: one authority, asked the same questions.
     let none = AgentManifest::default();
-    let authority = Authority::new(manifest.unwrap_or(&none), &grant.grant(), &Permissions::new(grant.mode()));
-    (grant.grant(), authority.effective(), authority.mode())
+    let authority = nexo::world::agent::authority(
+        manifest.unwrap_or(&none),
+        &grant.grant(),
+        &Permissions::new(grant.mode()),
+        grant.serving(search.is_some()),
+    );
+    View {
+        granted: grant.grant(),
+        effective: authority.offered().into_iter().collect(),
+        withheld: authority.withheld().into_iter().map(|(cap, e)| (cap, e.text())).collect(),
+        mode: authority.mode(),
+    }
 }
 
 /// An agent's MCP servers: requested, configured (with how each is
@@ -123,14 +143,8 @@ fn mcp_view(grant: &Resolved, m: &AgentManifest) -> McpView {
 }
 
 /// Adds what was requested, granted and in force to a JSON description.
-fn authority_json(
-    value: &mut serde_json::Value,
-    grant: &Resolved,
-    manifest: Option<&AgentManifest>,
-    granted: &Grant,
-    effective: &BTreeSet<Capability>,
-    mode: PermissionMode,
-) {
+fn authority_json(value: &mut serde_json::Value, grant: &Resolved, manifest: Option<&AgentManifest>, view: &View) {
+    let View { granted, effective, withheld, mode } = view;
     let none = AgentManifest::default();
     let manifest = manifest.unwrap_or(&none);
     let requested = &manifest.capabilities;
@@ -139,6 +153,7 @@ fn authority_json(
         "requested": requested,
         "granted": granted.capabilities,
         "effective": effective,
+        "withheld": withheld.iter().map(|(cap, why)| serde_json::json!({"capability": cap, "why": why})).collect::<Vec<_>>(),
         "mode": mode.as_str(),
         "sandbox": grant.sandbox_name(),
         "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
@@ -158,13 +173,13 @@ fn authority_json(
 
 /// The rows that describe an agent, from a component or a TOML file alike.
 fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>) {
-    let (granted, effective, mode) = authority(grant, Some(m));
+    let View { granted, effective, withheld, mode } = authority(grant, Some(m), search);
     row("description", &m.description);
     row("instructions", &first_line(&m.instructions));
     row(
         "model",
         &match &m.model {
-            Some(id) => format!("{id} (a hint: used when the operator sets no model and has its key)"),
+            Some(id) => format!("{id} (a hint: the default when the operator sets no model, if its key is set)"),
             None => "(the operator's choice)".into(),
         },
     );
@@ -182,6 +197,9 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
             grant.sandbox_name()
         ),
     );
+    for (i, (cap, why)) in withheld.iter().enumerate() {
+        row(if i == 0 { "withheld" } else { "" }, &format!("{}: {why}", cap.as_str()));
+    }
     row("fetch allow", &list(m.fetch_allow.iter().map(String::as_str)));
     if let Some(hosts) = &granted.fetch_hosts {
         row("fetch within", &format!("{} (the operator's limit)", list(hosts.iter().map(String::as_str))));
@@ -217,7 +235,12 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
     row(
         "sandbox",
         &match m.sandbox {
-            Some(kind) => format!("{} (the least isolated sandbox it runs in)", kind.as_str()),
+            Some(SandboxKind::Virtual) => "virtual (a request: it runs in no less isolated sandbox)".into(),
+            Some(kind) => format!(
+                "{} (a request: only --sandbox {} grants it; without --sandbox the run is refused)",
+                kind.as_str(),
+                kind.as_str()
+            ),
             None => "(the operator's choice; default virtual)".into(),
         },
     );
@@ -231,7 +254,7 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
 /// Prints the description of a declarative (TOML) agent.
 pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
     let m = agent.manifest();
-    let (granted, effective, mode) = authority(grant, Some(m));
+    let view = authority(grant, Some(m), search);
     if json {
         let mut value = serde_json::json!({
             "path": agent.path(),
@@ -241,7 +264,7 @@ pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&Sea
             "description": m,
             "search": search.map(|s| s.backend.clone()),
         });
-        authority_json(&mut value, grant, Some(m), &granted, &effective, mode);
+        authority_json(&mut value, grant, Some(m), &view);
         print_json_pretty(&value);
         return;
     }

@@ -211,7 +211,7 @@ pub fn main() -> ExitCode {
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn,nexo::plugin=info",
+        0 => "warn,nexo::plugin=info,nexo::model=info",
         1 => "info",
         _ => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
     };
@@ -537,7 +537,7 @@ fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
         (Ok(_), Some(Status::TurnLimit)) => "turn-limit",
         (Ok(_), Some(Status::TokenBudget)) => "token-budget",
         (Ok(_), Some(Status::ApprovalRequired { .. })) => "approval-required",
-        (Ok(_), _) => "ok",
+        (Ok(_), _) => "done",
     };
     if json {
         let value = match &run.answer {

@@ -26,7 +26,8 @@ pub struct ModelArgs {
     /// Use a model id the provider is not known to serve; needs --provider.
     #[arg(long)]
     assume_model_exists: bool,
-    /// Replay a recorded conversation instead of calling a model (the scripted provider).
+    /// Replay a recorded conversation instead of calling a model (the scripted provider). It
+    /// replaces the model: no --model, --provider or --base-url with it, and the config file's are ignored.
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
     /// The most model turns for one prompt, 1 or more (the agent may ask for fewer) [default: 20].
@@ -114,8 +115,39 @@ fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
 
 impl ModelArgs {
     /// The flags laid over `[model]`: what a recorded run keeps.
+    ///
+    /// A script replaces the model: with `--script` the file's `model`,
+    /// `provider` and `base-url` are ignored, and the same settings given as
+    /// flags (or their variables) are a usage error;
+    /// the file's own `script` gives way to a model chosen by flag, and
+    /// replaces the file's model otherwise.
     pub fn merged(&self, table: &ModelTable) -> Result<ModelTable, ConfigError> {
-        let t = table.clone();
+        if self.script.is_some() {
+            let given: Vec<&str> = [
+                (self.model.is_some(), "--model (NEXO_MODEL)"),
+                (self.provider.is_some(), "--provider (NEXO_PROVIDER)"),
+                (self.base_url.is_some(), "--base-url (NEXO_BASE_URL)"),
+            ]
+            .into_iter()
+            .filter_map(|(set, name)| set.then_some(name))
+            .collect();
+            if !given.is_empty() {
+                return Err(ConfigError::invalid(
+                    "--script",
+                    format!(
+                        "--script replaces the model, so it cannot be combined with {}: drop one of them",
+                        given.join(" or ")
+                    ),
+                ));
+            }
+        }
+        let mut t = table.clone();
+        let flag_model = self.model.is_some() || self.provider.is_some() || self.base_url.is_some();
+        if self.script.is_some() || (t.script.is_some() && !flag_model) {
+            (t.model, t.provider, t.base_url, t.assume_model_exists) = (None, None, None, false);
+        } else if flag_model {
+            t.script = None;
+        }
         let provider = match &self.provider {
             Some(p) => Some(parse_provider(p)?),
             None => t.provider,
@@ -125,7 +157,7 @@ impl ModelArgs {
             model: self.model.clone().or(t.model),
             provider,
             base_url: self.base_url.clone().or(t.base_url),
-            assume_model_exists: self.assume_model_exists || t.assume_model_exists,
+            assume_model_exists: (self.assume_model_exists || t.assume_model_exists) && script.is_none(),
             script,
             max_turns: self.max_turns.or(t.max_turns),
             token_budget: self.token_budget.or(t.token_budget),
@@ -138,21 +170,17 @@ impl ModelArgs {
 
     /// Resolves flags, environment and the config file's `[model]` into a provider.
     pub fn resolve(&self, table: &ModelTable) -> Result<Resolved, ConfigError> {
-        let table = table.clone();
-        let provider = match &self.provider {
-            Some(p) => Some(parse_provider(p)?),
-            None => table.provider,
-        };
+        let table = self.merged(table)?;
         let cfg = ModelConfig {
-            model: self.model.clone().or(table.model),
-            provider,
-            assume_model_exists: self.assume_model_exists || table.assume_model_exists,
-            base_url: self.base_url.clone().or(table.base_url),
-            script: self.script.clone().or(table.script),
+            model: table.model.clone(),
+            provider: table.provider,
+            assume_model_exists: table.assume_model_exists,
+            base_url: table.base_url.clone(),
+            script: table.script.clone(),
             ..ModelConfig::default()
         };
         let mut limits = LoopLimits::default();
-        if let Some(n) = self.max_turns.or(table.max_turns) {
+        if let Some(n) = table.max_turns {
             if n == 0 {
                 return Err(ConfigError::invalid(
                     "max-turns",
@@ -161,17 +189,12 @@ impl ModelArgs {
             }
             limits.max_turns = n;
         }
-        limits.token_budget = self.token_budget.or(table.token_budget);
-        limits.stream = self.stream || table.stream;
-        if self.agent_loop.or(table.agent_loop) == Some(LoopKind::ClaudeCode) {
-            return claude_code(
-                &cfg,
-                self.claude_binary.clone().or(table.claude_binary),
-                self.claude_builtin_tools || table.claude_builtin_tools,
-                limits,
-            );
+        limits.token_budget = table.token_budget;
+        limits.stream = table.stream;
+        if table.agent_loop == Some(LoopKind::ClaudeCode) {
+            return claude_code(&cfg, table.claude_binary.clone(), table.claude_builtin_tools, limits);
         }
-        if self.claude_builtin_tools || table.claude_builtin_tools {
+        if table.claude_builtin_tools {
             return Err(ConfigError::invalid(
                 "--claude-builtin-tools",
                 "it applies to --loop claude-code only (`loop = \"claude-code\"` in [model] or the agent file)",

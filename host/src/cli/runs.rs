@@ -249,7 +249,7 @@ pub async fn options(
         options.skill_mode = nexo::settings::SkillMode::Progressive;
     }
     options.events = Some(progress.clone());
-    if options.permissions.mode() == PermissionMode::Ask {
+    if options.permissions.mode() == PermissionMode::Ask && grant::can_ask() {
         // The spinner would redraw over the question; hide it while asking.
         let shown = progress.clone();
         let shown_mcp = progress.clone();
@@ -352,7 +352,7 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
         let status = match (run.status, &end.prompt_status) {
             (RunStatus::Done, Some(Status::TurnLimit)) => "turn-limit",
             (RunStatus::Done, Some(Status::TokenBudget)) => "token-budget",
-            (RunStatus::Done, _) => "ok",
+            (RunStatus::Done, _) => "done",
             (RunStatus::Suspended, _) => "suspended",
             (RunStatus::Cancelled, _) => "cancelled",
             _ => "error",
@@ -750,6 +750,19 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
     outln!("events:");
     for e in &events {
         outln!("  {:>5}  {}  {:<11}  {}", e.id, time(e.at_ms), e.kind, first_line(&e.data.to_string()));
+    }
+    // A prompt cut short keeps its partial transcript in its `done` event.
+    let cut = events.iter().rev().find_map(|e| e.data.get("transcript").and_then(|t| t.as_array()));
+    if let Some(messages) = cut {
+        outln!("transcript (cut short; `--json` shows it whole):");
+        for m in messages {
+            let role = m.get("role").and_then(|r| r.as_str()).unwrap_or("?");
+            let mut body = m.clone();
+            if let Some(o) = body.as_object_mut() {
+                o.remove("role");
+            }
+            outln!("  {role:<9}  {}", first_line(&body.to_string()));
+        }
     }
     ExitCode::SUCCESS
 }

@@ -67,8 +67,15 @@ impl Plugin {
     /// Loads a component from memory; `path` only labels errors.
     pub async fn from_bytes(engine: &Engine, path: PathBuf, bytes: &[u8]) -> Result<Plugin, LoadError> {
         check_header(&path, bytes)?;
-        let (component, cache) =
-            engine.compile(bytes).map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
+        let (component, cache) = engine.compile(bytes).map_err(|e| {
+            let reason = format!("{e:#}");
+            match refused_minimum_memory(&reason) {
+                Some(minimum) => {
+                    LoadError::MemoryTooSmall { path: path.clone(), minimum, cap: engine.limits().memory_bytes }
+                }
+                None => LoadError::Invalid { path: path.clone(), reason },
+            }
+        })?;
         let ty = component.component_type();
         let wt = engine.wasmtime();
         let exports: Vec<String> = ty.exports(wt).map(|(n, _)| n.to_string()).collect();
@@ -293,6 +300,14 @@ impl Linked {
             }
         })
     }
+}
+
+/// The declared minimum memory, in bytes, that the instance allocator
+/// refused as over the memory cap, read from its message (wasmtime has no
+/// typed error for it): `None` for any other failure.
+fn refused_minimum_memory(reason: &str) -> Option<u64> {
+    let (_, rest) = reason.split_once("memory has a minimum byte size of ")?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {

@@ -22,7 +22,7 @@ use crate::capability::durable::DurableUnit;
 use crate::capability::fetch::FetchUnit;
 use crate::capability::files::FilesUnit;
 use crate::capability::mcp::McpUnit;
-use crate::capability::model::{ModelUnit, model_error_text};
+use crate::capability::model::ModelUnit;
 use crate::capability::sandbox::SandboxUnit;
 use crate::capability::search::SearchUnit;
 use crate::capability::shell::ShellUnit;
@@ -52,6 +52,45 @@ pub struct Prepared {
     pub tools: Arc<ToolContext>,
     /// The directories preopened into the component.
     pub preopens: Vec<Preopen>,
+}
+
+/// What a run's configuration can serve, as far as the authority cares:
+/// the input of [`authority`].
+#[derive(Debug, Clone, Copy)]
+pub struct Serving {
+    /// The sandbox's name.
+    pub sandbox: &'static str,
+    /// Whether the sandbox runs shell commands.
+    pub sandbox_has_shell: bool,
+    /// Whether a search backend is configured.
+    pub search: bool,
+}
+
+/// The authority a run of `manifest` would have under `grant` and
+/// `permissions` in a configuration that serves what `serving` says:
+/// [`Authority::new`], with what cannot be served noted by the same tests
+/// the units make when they prepare a run. For `nexo inspect`, which
+/// prepares none.
+pub fn authority(
+    manifest: &AgentManifest,
+    grant: &Grant,
+    permissions: &crate::authority::Permissions,
+    serving: Serving,
+) -> Authority {
+    use crate::capability::{fetch, search, shell};
+    use crate::manifest::Capability;
+    let mut authority = Authority::new(manifest, grant, permissions);
+    let unavailable = [
+        (Capability::Shell, shell::refusal(serving.sandbox, serving.sandbox_has_shell)),
+        (Capability::Fetch, fetch::refusal(&manifest.fetch_allow)),
+        (Capability::Search, search::refusal(serving.search)),
+    ];
+    for (cap, why) in unavailable {
+        if let Some(why) = why {
+            authority.set_unavailable(cap, why);
+        }
+    }
+    authority
 }
 
 /// Prepares a run of `manifest` under `options`: the authority, then each
@@ -247,9 +286,7 @@ impl AgentInstance {
         let answer = match settle(&self.store, "run", self.timeout, result)? {
             Ok(answer) => answer,
             Err(WitRunError::Failed(reason)) => return Err(RunError::AgentFailed { plugin, reason }),
-            Err(WitRunError::Model(err)) => {
-                return Err(RunError::AgentFailed { plugin, reason: model_error_text(&err) });
-            }
+            Err(WitRunError::Model(err)) => return Err(crate::capability::model::model_run_error(&plugin, &err)),
         };
         Ok(AgentOutcome { answer, last_prompt: self.store.data_mut().world.last_prompt.take() })
     }
