@@ -10,7 +10,8 @@
 //! - ```` ```console ignore: REASON ```` is shown but not run; the reason is
 //!   required (a real OpenAI key, a container engine) and is printed.
 //! - A `nexo` command in any other block is an error, so no command can
-//!   escape the test by its fence.
+//!   escape the test by its fence; a synopsis goes in a ```` ```text ```` block,
+//!   which holds no commands to type.
 //!
 //! Each document runs in one `bash`, in order, so a later snippet sees the
 //! files, variables and runs an earlier one made. Its working directory is a
@@ -87,7 +88,8 @@ fn parse(name: &str, text: &str) -> Document {
         }
         let language = info.split_whitespace().next().unwrap_or("");
         if language != "console" {
-            if !matches!(language, "rust" | "toml" | "json" | "python" | "javascript" | "js" | "wit" | "yaml") {
+            if !matches!(language, "rust" | "toml" | "json" | "python" | "javascript" | "js" | "wit" | "yaml" | "text")
+            {
                 for (n, l) in &body {
                     if runs_nexo(l) {
                         doc.errors.push(format!(
@@ -180,7 +182,7 @@ fn run(snippets: &[Snippet], dir: &Path) -> Vec<(String, i32)> {
     let nexo = Path::new(env!("CARGO_BIN_EXE_nexo"));
     let path = format!("{}:{}", nexo.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     let mut cmd = std::process::Command::new("timeout");
-    cmd.args(["--kill-after=10", "900", "bash", "-c", &script])
+    cmd.args(["--kill-after=10", "600", "bash", "-c", &script])
         .env_clear()
         .env("PATH", path)
         .env("HOME", dir.join("home"))
@@ -261,8 +263,14 @@ async fn every_console_snippet_prints_what_it_shows() {
         servers.push(server);
     }
 
+    // NEXO_DOCS=getting-started,models runs only the documents whose names contain one of those.
+    let only: Vec<String> =
+        std::env::var("NEXO_DOCS").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
     let mut ran = 0;
     for (name, doc) in &parsed {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
         for (line, reason) in &doc.ignored {
             eprintln!("not run: {name}:{line}: {reason}");
         }
@@ -292,6 +300,9 @@ async fn every_console_snippet_prints_what_it_shows() {
                     continue;
                 }
                 let actual = normalize(actual, dir.path());
+                if std::env::var_os("NEXO_DOCS_SHOW").is_some() {
+                    println!("{name}:{}\n$ {}\n{actual}", s.line, s.command);
+                }
                 let expected = pattern(&s.shown);
                 let assert = snapbox::Assert::new().action(snapbox::assert::Action::Verify);
                 if let Err(e) = assert.try_eq(
@@ -307,4 +318,60 @@ async fn every_console_snippet_prints_what_it_shows() {
     drop(servers);
     assert!(ran > 0, "no console snippet ran");
     assert!(failures.is_empty(), "{} doc snippet problem(s):\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// Whether `actual` matches the shown lines, as the main test decides it.
+fn matches(actual: &str, shown: &[&str]) -> bool {
+    let shown: Vec<String> = shown.iter().map(|s| s.to_string()).collect();
+    snapbox::Assert::new()
+        .action(snapbox::assert::Action::Verify)
+        .try_eq(
+            None,
+            snapbox::Data::text(normalize(actual, Path::new("/nowhere"))),
+            snapbox::Data::text(pattern(&shown)),
+        )
+        .is_ok()
+}
+
+#[test]
+fn the_runner_refuses_what_it_cannot_check() {
+    let doc = parse(
+        "x.md",
+        "```sh\nNEXO_LOG=debug nexo run a.wasm hi\ncargo build\n```\n\
+         ```console ignore:\n$ nexo x\n```\n\
+         ```console ignore: needs a key\n$ nexo y\n```\n\
+         ```console\nstray output\n$ nexo z \\\n  --json\nshown\n```\n",
+    );
+    assert_eq!(doc.errors.len(), 3, "{:?}", doc.errors);
+    assert!(doc.errors[0].starts_with("x.md:2:"), "{}", doc.errors[0]);
+    assert!(doc.errors[1].contains("ignore: REASON"), "{}", doc.errors[1]);
+    assert!(doc.errors[2].contains("must start with a `$ ` command"), "{}", doc.errors[2]);
+    assert_eq!(doc.ignored, vec![(8, "needs a key".to_string())]);
+    let block = &doc.snippets[0];
+    assert_eq!(block.len(), 1);
+    assert_eq!(block[0].command, "nexo z \\\n  --json");
+    assert_eq!(block[0].shown, vec!["shown".to_string()]);
+}
+
+#[test]
+fn shown_output_matches_only_through_its_ellipses() {
+    assert!(matches("run r01abc is paused\n", &["run r… is paused"]));
+    assert!(matches("a\nb\nc\nd\n", &["a", "...", "d"]));
+    assert!(!matches("run r01abc is done\n", &["run r… is paused"]));
+    assert!(!matches("a\nb\n", &["a"]));
+    assert!(!matches("", &["something"]));
+    assert!(!matches("unexpected\n", &[]));
+}
+
+#[test]
+fn each_command_reports_its_own_output_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let snippet = |command: &str| Snippet { line: 1, command: command.into(), shown: Vec::new() };
+    let results =
+        run(&[snippet("echo one; false"), snippet("echo $?"), snippet("X=2"), snippet("echo $X >&2")], dir.path());
+    assert_eq!(
+        results,
+        vec![("one\n".into(), 1), ("1\n".into(), 0), (String::new(), 0), ("2\n".into(), 0)],
+        "the shell keeps its state from one command to the next, and stderr is shown"
+    );
 }
