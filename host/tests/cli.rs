@@ -815,17 +815,34 @@ fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
     let text = stdout(&nexo(&["inspect", mcp.to_str().unwrap()]));
     assert!(text.contains("mcp requested  github\n") && text.contains("mcp effective  (none)"), "{text}");
 
-    // The hint is the default: the run goes to Ollama's built-in address (nothing listens
-    // there in the tests), and the log says whose model it is.
-    let hinted = agent("model = \"llama3\"\nprovider = \"ollama\"");
+    // The hint is the default when the operator's environment has its key, and the log says
+    // whose model it is. (The run then tries api.openai.com, unreachable here, until its deadline.)
+    let hinted = agent("model = \"gpt-4o-mini\"\nprovider = \"openai\"\n# hosted");
     let text = stdout(&nexo(&["inspect", hinted.to_str().unwrap()]));
-    assert!(text.contains("model          llama3 (a hint: the default when the operator sets no model"), "{text}");
-    assert!(text.contains("provider       ollama"), "{text}");
-    let out = nexo(&["run", hinted.to_str().unwrap(), "x", "--ephemeral"]);
+    assert!(text.contains("model          gpt-4o-mini (a hint: the default when the operator sets no model"), "{text}");
+    assert!(text.contains("provider       openai"), "{text}");
+    let cache = std::env::temp_dir().join(format!("nexo-cli-test-cache-{}", std::process::id()));
+    let out = common::nexo_command(&cache)
+        .args(["run", hinted.to_str().unwrap(), "x", "--ephemeral", "--timeout", "2"])
+        .env("OPENAI_API_KEY", "sk-test-not-a-real-key-0123456789")
+        .output()
+        .unwrap();
     let err = stderr(&out);
-    assert!(err.contains("using the agent's model hint `llama3` (ollama)"), "{err}");
-    // Whatever answers there (if anything) is Ollama's business: the run used it, so this is no configuration error.
-    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
+    assert!(err.contains("using the agent's model hint `gpt-4o-mini` (openai)"), "{err}");
+    assert_ne!(out.status.code(), Some(2), "a usable hint is no configuration error: {err}");
+    // Without the key the hint cannot be used, and the warning says why.
+    let out = common::nexo_command(&cache)
+        .args(["run", hinted.to_str().unwrap(), "x", "--ephemeral"])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert!(stderr(&out).contains("the agent's model hint `gpt-4o-mini` cannot be used"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // A server on the operator's machine is never the agent's to choose.
+    let local_hint = agent("model = \"llama3\"\nprovider = \"ollama\"");
+    let out = nexo(&["run", local_hint.to_str().unwrap(), "x", "--ephemeral"]);
+    assert!(stderr(&out).contains("ignoring the agent's provider hint `ollama`"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "no model, so a configuration error: {}", stderr(&out));
     // The operator's model wins over it.
     let out = nexo(&[
         "run",
@@ -840,7 +857,8 @@ fn declared_sandbox_mcp_servers_and_model_hints_are_acted_on() {
         "--ephemeral",
     ]);
     assert!(
-        stderr(&out).contains("using the operator's model `mine` (openai-compatible), not the agent's hint `llama3`"),
+        stderr(&out)
+            .contains("using the operator's model `mine` (openai-compatible), not the agent's hint `gpt-4o-mini`"),
         "{}",
         stderr(&out)
     );

@@ -256,7 +256,7 @@ async fn every_console_snippet_prints_what_it_shows() {
     for addr in ["127.0.0.1:11434", "127.0.0.1:8080"] {
         let server = MockServer::start_on(addr.parse().unwrap())
             .await
-            .unwrap_or_else(|e| panic!("the docs name a model server on {addr}, but that port is taken: {e}"));
+            .unwrap_or_else(|e| panic!("the docs name a model server on {addr}, but that port is taken ({e}): stop what listens there (a local Ollama?) while this test runs"));
         for _ in 0..200 {
             server.push(Reply::text("An answer from the loopback model."));
         }

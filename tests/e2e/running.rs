@@ -28,12 +28,13 @@ async fn a_custom_run_answers() {
 #[tokio::test]
 async fn the_default_run_prompts_the_model_and_reports_that_none_is_configured() {
     let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
+    // No model is the operator's configuration error, not the agent's failure.
     match plugin.run_agent("What is in README.md?", &RunOptions::default()).await {
-        Err(RunError::AgentFailed { plugin, reason }) => {
-            assert_eq!(plugin, "hello");
-            assert!(reason.starts_with("model not configured"), "{reason}");
+        Err(RunError::Config(nexo::ConfigError::Invalid { problem, .. })) => {
+            assert!(problem.starts_with("`hello` prompts a model, and none is configured"), "{problem}");
+            assert!(problem.contains("pass --model"), "the fix is named: {problem}");
         }
-        other => panic!("expected AgentFailed, got {other:?}"),
+        other => panic!("expected a configuration error, got {other:?}"),
     }
 }
 

@@ -7,9 +7,11 @@
 //! TOML agent alike: the default when the operator configured no model
 //! (flags, environment or config file), used if the operator's environment
 //! can serve it (its key is set). The operator's choice always wins, and
-//! the log says which was used. The hint names a provider, never an
-//! endpoint: a hosted one (openai, anthropic, openrouter) or ollama at its
-//! built-in local address; a base URL comes only from the operator.
+//! the log says which was used. The hint names a hosted provider (openai,
+//! anthropic, openrouter), never an endpoint: a base URL, and any server on
+//! the operator's own machine or network (Ollama's `localhost:11434`
+//! included), comes only from the operator, so a plugin cannot aim the
+//! host's requests at a private address.
 
 use std::sync::Arc;
 
@@ -132,7 +134,7 @@ impl Unit for ModelUnit {
 }
 
 /// The model the manifest hints at, if it names a hosted provider's model
-/// (or ollama's) and the operator's environment has its key.
+/// and the operator's environment has its key.
 fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Provider>> {
     use nexo_model::ProviderKind;
     let id = manifest.model.clone()?;
@@ -141,17 +143,17 @@ fn hinted_model(manifest: &crate::manifest::AgentManifest) -> Option<Arc<dyn Pro
         Some("openai") => Some(ProviderKind::Openai),
         Some("anthropic") => Some(ProviderKind::Anthropic),
         Some("openrouter") => Some(ProviderKind::Openrouter),
-        Some("ollama") => Some(ProviderKind::Ollama),
         Some(other) => {
             tracing::warn!(target: "nexo::model", agent = %manifest.name, "ignoring the agent's provider hint \
-                `{other}`: an agent may hint only at openai, anthropic, openrouter or ollama; the operator sets any \
-                other (`--provider`, with `--base-url`)");
+                `{other}`: an agent may hint only at a hosted provider (openai, anthropic, openrouter), since a \
+                server on this machine or network is the operator's to choose (`--provider {other}`, with \
+                `--base-url` where it needs one)");
             return None;
         }
     };
     let config = nexo_model::ModelConfig { model: Some(id.clone()), provider, ..nexo_model::ModelConfig::default() };
     match nexo_model::resolve(&config) {
-        Ok(p) if matches!(p.name(), "openai" | "anthropic" | "openrouter" | "ollama") => {
+        Ok(p) if matches!(p.name(), "openai" | "anthropic" | "openrouter") => {
             tracing::info!(target: "nexo::model", agent = %manifest.name,
                 "using the agent's model hint `{id}` ({}): the operator set no model", p.name());
             Some(p)
