@@ -223,7 +223,11 @@ pub fn model_run_error(plugin: &str, err: &wit::ModelError) -> crate::RunError {
     match err {
         wit::ModelError::NotConfigured(m) => crate::RunError::Config(crate::ConfigError::invalid(
             "--model",
-            format!("`{plugin}` prompts a model, and none is configured: {m}"),
+            // The provider's message already says that none is configured; keep only its fix.
+            format!(
+                "`{plugin}` prompts a model, and none is configured: {}",
+                m.strip_prefix("no model is configured, and ").unwrap_or(m)
+            ),
         )),
         other => crate::RunError::AgentFailed { plugin: plugin.to_string(), reason: model_error_text(other) },
     }

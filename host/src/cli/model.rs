@@ -39,7 +39,7 @@ pub struct ModelArgs {
     /// Stream the model's text (emits text-delta events with --json).
     #[arg(long)]
     stream: bool,
-    /// The directory of skill packages the agent may name.
+    /// The directory of skill packages the agent may name, relative to the current directory (not to the agent file).
     #[arg(long, value_name = "DIR", default_value = "skills")]
     pub skills_path: PathBuf,
     /// Load skills progressively: only names and descriptions up front, the
