@@ -417,7 +417,9 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     // A configuration error, as a missing --base-url is: exit code 2.
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("`hello` prompts a model, and none is configured: nexo has no default: set NEXO_MODEL, pass --model"),
+        stderr(&out).contains(
+            "`hello` prompts a model, and none is configured: nexo has no default: set NEXO_MODEL, pass --model"
+        ),
         "said once, with the fix: {}",
         stderr(&out)
     );
