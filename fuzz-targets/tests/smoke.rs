@@ -28,8 +28,9 @@ fn run_one(name: &str, input: &[u8], index: usize) {
         );
     }
     if outcome.is_err() {
-        let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), Into::into);
-        let dir = std::path::PathBuf::from(dir).join("fuzz-smoke");
+        let dir: std::path::PathBuf =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), Into::into);
+        let dir = dir.join("fuzz-smoke");
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join(format!("{name}-{index}"));
         std::fs::write(&file, input).unwrap();
