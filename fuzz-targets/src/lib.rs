@@ -41,7 +41,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "egress_url", run: egress::egress_url, smoke_mutations: 3000 },
     Target { name: "sandbox_paths", run: sandbox::sandbox_paths, smoke_mutations: 800 },
     Target { name: "text_truncate", run: text::text_truncate, smoke_mutations: 3000 },
-    Target { name: "component_load", run: component::component_load, smoke_mutations: 30 },
+    Target { name: "component_load", run: component::component_load, smoke_mutations: 150 },
 ];
 
 /// The target called `name`.

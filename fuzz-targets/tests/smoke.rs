@@ -106,5 +106,18 @@ fn component_load() {
     for path in [nexo_tests::TEXT_STATS, nexo_tests::HELLO] {
         pool.push(std::fs::read(path).unwrap());
     }
+    let components: Vec<Vec<u8>> = pool[pool.len() - 2..].to_vec();
     smoke("component_load", pool, usize::MAX);
+    // In-place byte edits past the header keep every section's length, so
+    // more mutants get past parsing into validation, compilation and the
+    // self-description call.
+    let mut rng = Rng::new(0xc0de);
+    for i in 0..150 {
+        let mut mutant = components[i % components.len()].clone();
+        for _ in 0..1 + rng.below(3) {
+            let at = 8 + rng.below(mutant.len() - 8);
+            mutant[at] ^= 1 << rng.below(8);
+        }
+        run_one("component_load", &mutant, 100_000 + i);
+    }
 }
