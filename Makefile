@@ -11,7 +11,7 @@ PLUGIN_OUT := target/plugins
 NEXO := target/release/nexo
 CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: demo test toolchain plugins install bench lint fmt
+.PHONY: demo test toolchain plugins install bench lint fmt fuzz
 
 toolchain:
 	./scripts/wasm-toolchain.sh
@@ -70,6 +70,12 @@ bench: toolchain
 	$(CARGO) bench -p nexo --bench engine
 	$(CARGO) bench -p nexo-egress --bench client
 	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) bench -p nexo-store --bench jobs
+
+# Every cargo-fuzz target for FUZZ_SECS seconds each (default 600); see CONTRIBUTING.md, "Fuzzing".
+# `cargo test` runs the same targets briefly (fuzz-targets/tests/smoke.rs).
+FUZZ_SECS ?= 600
+fuzz: toolchain
+	FUZZ_SECS=$(FUZZ_SECS) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 
 lint:
 	$(CARGO) fmt --all --check

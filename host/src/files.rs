@@ -73,22 +73,132 @@ pub fn kind_name(kind: &std::fs::FileType) -> &'static str {
 }
 
 /// A TOML parse error as one short line: where it is, what is wrong, and at
-/// most a few dozen characters of the line around it.
+/// most a few dozen characters of the line around it. Values are never
+/// shown: strings (in the quoted line and in the parser's message) and the
+/// bare words after a `=` become `…`. A config file's values hold tokens and
+/// headers, and a stray character next to a token, or a token missing its
+/// quotes, must not put it on the terminal or in a log.
 pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
-    let message = crate::truncate::head_chars(error.message().trim(), MESSAGE_CHARS);
+    let message = crate::truncate::head_chars(&mask_quoted(error.message().trim()), MESSAGE_CHARS);
     let Some(span) = error.span() else { return message };
     let start = text.floor_char_boundary(span.start);
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let line_no = text[..start].matches('\n').count() + 1;
     let column = text[line_start..start].chars().count() + 1;
-    // A window of the line that starts a little before the error.
-    let line = &text[line_start..line_end];
+    // A window of the line that starts a little before the error, strings masked.
+    let in_string = string_chars(&text[..line_end]);
+    let line: Vec<(char, bool)> =
+        text[line_start..line_end].char_indices().map(|(i, c)| (c, in_string[line_start + i])).collect();
+    // Values are masked too, quoted or not (a token written without its
+    // quotes is still a token): after the line's first `=`, only TOML's
+    // punctuation is shown. A table header shows whole (strings aside).
+    let header = line.iter().find(|(c, _)| !c.is_whitespace()).is_some_and(|(c, _)| *c == '[');
+    let mut after_equals = false;
+    let line: Vec<(char, bool)> = line
+        .into_iter()
+        .map(|(c, inside)| {
+            let value = after_equals && !header && !(c.is_whitespace() || "[]{},=\"'".contains(c));
+            after_equals |= c == '=' && !inside;
+            (c, inside || value)
+        })
+        .collect();
     let skip = column.saturating_sub(EXCERPT_CHARS / 3 + 1);
-    let window: String = line.chars().skip(skip).take(EXCERPT_CHARS).collect();
+    let mut window = String::new();
+    let mut masking = false;
+    for &(c, inside) in line.iter().skip(skip).take(EXCERPT_CHARS) {
+        if inside {
+            if !masking {
+                window.push('…');
+            }
+            masking = true;
+        } else {
+            masking = false;
+            window.push(c);
+        }
+    }
     let cut_left = if skip > 0 { "…" } else { "" };
-    let cut_right = if line.chars().count() > skip + EXCERPT_CHARS { "…" } else { "" };
+    let cut_right = if line.len() > skip + EXCERPT_CHARS { "…" } else { "" };
     format!("line {line_no}, column {column}: {message} (at `{cut_left}{}{cut_right}`)", window.trim_end_matches('\r'))
+}
+
+/// For each byte of `text`, whether it is inside a TOML string (its quotes
+/// excluded): basic, literal and multi-line strings, with comments skipped.
+/// A one-line string that is not closed ends with its line; a multi-line
+/// one runs to the end.
+fn string_chars(text: &str) -> Vec<bool> {
+    let mut inside = vec![false; text.len()];
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            quote @ (b'"' | b'\'') => {
+                let triple = bytes[i..].starts_with(if quote == b'"' { b"\"\"\"" } else { b"\'\'\'" });
+                let open = if triple { 3 } else { 1 };
+                i += open;
+                while i < bytes.len() {
+                    if quote == b'"' && bytes[i] == b'\\' {
+                        inside[i] = true;
+                        if i + 1 < bytes.len() {
+                            inside[i + 1] = true;
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    let closes = if triple { bytes[i..].starts_with(&[quote; 3]) } else { bytes[i] == quote };
+                    if closes {
+                        i += open;
+                        break;
+                    }
+                    // A one-line string ends at the line's end, as TOML says.
+                    if !triple && bytes[i] == b'\n' {
+                        break;
+                    }
+                    inside[i] = true;
+                    i += 1;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    inside
+}
+
+/// `message` with the contents of its double-quoted parts shown as `…`:
+/// serde quotes a mistyped value whole (`invalid type: string "…"`).
+fn mask_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '"' {
+            let mut closed = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => {
+                        chars.next();
+                    }
+                    '"' => {
+                        closed = true;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            out.push('…');
+            if closed {
+                out.push('"');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -119,6 +229,32 @@ mod tests {
         let shown = problem(text);
         assert!(shown.starts_with("line 1"), "{shown}");
         assert!(!shown.contains("secret-looking-material-here"), "{shown}");
+    }
+
+    #[test]
+    fn strings_are_never_quoted() {
+        // Found by the config file's fuzz target: a stray character after a
+        // token put the token in the error.
+        let text = "[mcp.x]\nheaders = { x-api-key = \"sk-secret-1\" } x\ntoken = 'sk-secret-2' ,\n";
+        let shown = toml_problem(text, &toml::from_str::<toml::Table>(text).unwrap_err());
+        assert!(shown.starts_with("line 2, column "), "{shown}");
+        assert!(shown.contains(r#"= "…" } …`"#), "{shown}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        // A multi-line string is masked on its later lines too, and serde's
+        // messages do not quote a mistyped value.
+        let text = "name = \"\"\"\nsk-secret-3 \" x\n\"\"\" y\n";
+        let shown = toml_problem(text, &toml::from_str::<toml::Table>(text).unwrap_err());
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        // Nor a token that lost its quotes; the key and the structure still show.
+        let text = "[mcp.x]\ntoken = sk-secret-5\n";
+        let shown = toml_problem(text, &toml::from_str::<toml::Table>(text).unwrap_err());
+        assert!(shown.contains("(at `token = …`)"), "{shown}");
+        let shown = problem("name = 1\n");
+        assert!(shown.contains("line 1"), "{shown}");
+        assert_eq!(
+            mask_quoted(r#"invalid type: string "sk-secret-4\"x", expected a map"#),
+            r#"invalid type: string "…", expected a map"#
+        );
     }
 
     #[test]

@@ -90,6 +90,7 @@ enum Kind {
     Truncated { text: String },
     StreamError { kind: String, message: String },
     Raw { status: u16, content_type: String, body: String },
+    RawChunks { status: u16, content_type: String, chunks: Vec<Vec<u8>>, cut: bool },
     Redirect { status: u16, location: String },
 }
 
@@ -138,6 +139,14 @@ impl Reply {
     /// Exactly this status, content type and body, whatever the API.
     pub fn raw(status: u16, content_type: impl Into<String>, body: impl Into<String>) -> Self {
         Self::new(Kind::Raw { status, content_type: content_type.into(), body: body.into() })
+    }
+
+    /// Exactly this status, content type and body, written as the given
+    /// pieces, one network write each (for fuzzing: a stream cut anywhere,
+    /// even inside a UTF-8 character). Raw bytes, so invalid UTF-8 reaches
+    /// the provider as it is; `cut` breaks the connection after the last piece.
+    pub fn raw_chunks(status: u16, content_type: impl Into<String>, chunks: Vec<Vec<u8>>, cut: bool) -> Self {
+        Self::new(Kind::RawChunks { status, content_type: content_type.into(), chunks, cut })
     }
 
     /// A redirect: `status` (301, 302, 303, 307 or 308) with `Location:
@@ -395,6 +404,23 @@ async fn handle(shared: Arc<Shared>, method: Method, uri: Uri, headers: HeaderMa
         Kind::Error { status, message, retry_after } => error_response(api, *status, message, *retry_after),
         Kind::Raw { status, content_type, body } => {
             let mut response = Response::new(Body::from(body.clone()));
+            *response.status_mut() = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            if let Ok(value) = HeaderValue::from_str(content_type) {
+                response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            response
+        }
+        Kind::RawChunks { status, content_type, chunks, cut } => {
+            let mut pieces: Vec<Result<Bytes, std::io::Error>> =
+                chunks.iter().map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            if *cut {
+                pieces.push(Err(std::io::Error::other("nexo mock: connection cut on purpose")));
+            }
+            let stream = futures_util::stream::iter(pieces).then(|chunk| async move {
+                tokio::task::yield_now().await;
+                chunk
+            });
+            let mut response = Response::new(Body::from_stream(stream));
             *response.status_mut() = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             if let Ok(value) = HeaderValue::from_str(content_type) {
                 response.headers_mut().insert(header::CONTENT_TYPE, value);

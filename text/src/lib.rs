@@ -33,7 +33,11 @@ pub fn truncate(text: &str, limits: Truncation) -> String {
     let mut out = if lines.len() > limits.max_lines {
         let dropped = lines.len() - limits.max_lines;
         let mut kept = lines[dropped..].join("\n");
-        kept.push_str(&format!("\n…[truncated {dropped} lines]"));
+        // With no line kept, the note alone (not an empty line before it).
+        if !kept.is_empty() {
+            kept.push('\n');
+        }
+        kept.push_str(&format!("…[truncated {dropped} lines]"));
         kept
     } else {
         clean
@@ -51,6 +55,10 @@ pub fn truncate(text: &str, limits: Truncation) -> String {
 pub fn head_chars(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
+    }
+    // No room even for the ellipsis (found by the text_truncate fuzz target).
+    if max == 0 {
+        return String::new();
     }
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
@@ -177,6 +185,13 @@ mod tests {
     }
 
     #[test]
+    fn keeping_no_line_leaves_the_note_alone() {
+        // Found by the text_truncate fuzz target: the note used to follow an empty line.
+        let out = truncate("one\ntwo", Truncation { max_lines: 0, max_chars: 100 });
+        assert_eq!(out, "…[truncated 2 lines]");
+    }
+
+    #[test]
     fn caps_characters_after_lines() {
         let out = truncate(&"x".repeat(20_000), Truncation::default());
         assert_eq!(out.chars().count(), 16_000 + "…[truncated]".chars().count());
@@ -195,6 +210,8 @@ mod tests {
         assert_eq!(cut.chars().count(), 300);
         assert!(cut.ends_with('…'));
         assert_eq!(head_chars(&"x".repeat(300), 300), "x".repeat(300));
+        // A cap of zero keeps nothing, not even the ellipsis.
+        assert_eq!(head_chars("abc", 0), "");
     }
 
     #[test]

@@ -115,13 +115,18 @@ pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, ConfigE
         Some(path) => {
             let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES)
                 .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-            toml::from_str::<ConfigFile>(&text).map_err(|e| ConfigError::Parse {
-                path: path.to_path_buf(),
-                problem: nexo::files::toml_problem(&text, &e),
-            })
+            parse_config(&text, path)
         }
         None => Ok(ConfigFile::default()),
     }
+}
+
+/// Parses the text of a config file; `path` only names it in errors. Apart
+/// from [`read_config`], the config file's fuzz smoke test calls it (the
+/// config types live in the binary, out of `nexo-fuzz-targets`' reach).
+pub fn parse_config(text: &str, path: &std::path::Path) -> Result<ConfigFile, ConfigError> {
+    toml::from_str::<ConfigFile>(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: nexo::files::toml_problem(text, &e) })
 }
 
 /// `[grant]` in the config file: the same settings as the flags.
@@ -544,4 +549,59 @@ fn ask_on_terminal_text(action: &str) -> bool {
 /// the tool and the arguments.
 pub fn ask_mcp_on_terminal(server: &str, tool: &str, arguments: &serde_json::Value) -> bool {
     ask_on_terminal_text(&format!("the MCP tool `{server}/{tool}` with {arguments}"))
+}
+
+/// The operator config file's fuzz target. The config types live in the
+/// binary, so it runs only here, as a smoke test over the seeds and their
+/// deterministic mutations (`nexo_fuzz_targets::mutate`), not under
+/// libFuzzer. Checks: parsing ends with a config or a short
+/// [`ConfigError`], and an error never quotes a secret the file holds (an
+/// MCP server's `token`, its `headers`, its `env`).
+#[cfg(test)]
+mod fuzz_smoke {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+    use std::path::Path;
+
+    use nexo_fuzz_targets::mutate::{Rng, mutate};
+
+    /// The secret of the seeds (fuzz/corpus/config_file); no error may show it.
+    const SECRET: &str = "fuzz-config-secret-59c3";
+
+    fn config_file(data: &[u8]) {
+        let Ok(text) = std::str::from_utf8(data) else { return };
+        if let Err(e) = super::parse_config(text, Path::new("fuzz/config.toml")) {
+            let shown = e.to_string();
+            assert!(shown.len() <= nexo_fuzz_targets::MAX_ERROR_BYTES, "a {}-byte error", shown.len());
+            assert!(!shown.contains(SECRET), "the error quotes a secret: {shown}");
+        }
+    }
+
+    #[test]
+    fn config_file_survives_mutations() {
+        let root = nexo_fuzz_targets::repo_root();
+        let mut pool: Vec<Vec<u8>> = Vec::new();
+        for dir in
+            [root.join("fuzz/corpus/config_file"), root.join("fuzz/regressions/config_file"), root.join("examples/web")]
+        {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                pool.push(std::fs::read(entry.path()).unwrap());
+            }
+        }
+        assert!(pool.len() >= 3, "the config file's seeds are missing");
+        let seeds = pool.clone();
+        for seed in &seeds {
+            config_file(seed);
+        }
+        let mut rng = Rng::new(0xc0f1);
+        for i in 0..3000 {
+            let parent = pool[rng.below(pool.len())].clone();
+            let input = mutate(&mut rng, &parent, &seeds, 16 << 10);
+            let outcome = std::panic::catch_unwind(|| config_file(&input));
+            assert!(outcome.is_ok(), "mutation {i} failed on {:?}", String::from_utf8_lossy(&input));
+            if pool.len() < 256 && rng.below(8) == 0 {
+                pool.push(input);
+            }
+        }
+    }
 }

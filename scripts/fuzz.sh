@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make fuzz`: runs every cargo-fuzz target (fuzz/) for FUZZ_SECS seconds
+# each (default 600), or only those named: scripts/fuzz.sh egress_url skill_md
+#
+# cargo-fuzz on the stable toolchain: RUSTC_BOOTSTRAP=1 lets it pass its
+# -Z flags, and `-s none` skips the sanitizers (ASan needs a nightly std);
+# coverage instrumentation (SanitizerCoverage) still works. libfuzzer-sys
+# builds libFuzzer from C++ source, so g++ must be installed (apt-get here).
+#
+# Each target's working corpus is target/fuzz/corpus/NAME, seeded from the
+# checked-in fuzz/corpus/NAME, fuzz/regressions/NAME and the repository's
+# fixtures; crashes land in target/fuzz/artifacts/NAME/. A crash becomes a
+# regression: minimize it (cargo fuzz tmin), check it in under
+# fuzz/regressions/NAME/ (the smoke test in `cargo test` replays it), fix it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/apt-install.sh
+
+FUZZ_SECS=${FUZZ_SECS:-600}
+TARGETS=(skill_md agent_toml agent_manifest model_response egress_url sandbox_paths text_truncate component_load)
+[ $# -gt 0 ] && TARGETS=("$@")
+
+command -v g++ >/dev/null 2>&1 || apt_install "libfuzzer-sys (make fuzz)" g++
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+export RUSTC_BOOTSTRAP=1
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+# The plugins whose mutants component_load loads.
+if [[ " ${TARGETS[*]} " == *" component_load "* ]]; then
+  cargo build -q -p nexo-tests
+fi
+
+seed() {
+  local name=$1 dir=$2
+  mkdir -p "$dir"
+  for d in fuzz/corpus/$name fuzz/regressions/$name; do
+    [ -d "$d" ] && cp -n "$d"/* "$dir"/ 2>/dev/null || true
+  done
+  local i=0
+  case $name in
+    skill_md) files=$(find plugins/skills skills/tests/fixtures -name SKILL.md) ;;
+    agent_toml|agent_manifest) files=$(find examples tests/fixtures -name '*.toml' -not -path '*/target/*') ;;
+    component_load) files=$(ls target/plugins/wasm32-wasip2/*/{hello,text_stats}.wasm 2>/dev/null | head -2) ;;
+    *) files="" ;;
+  esac
+  for f in $files; do i=$((i + 1)); cp "$f" "$dir/fixture-$i"; done
+}
+
+for name in "${TARGETS[@]}"; do
+  corpus=target/fuzz/corpus/$name
+  artifacts=target/fuzz/artifacts/$name
+  seed "$name" "$corpus"
+  mkdir -p "$artifacts"
+  echo "== fuzz $name for ${FUZZ_SECS}s"
+  max_len=16384
+  [ "$name" = component_load ] && max_len=$((8 << 20))
+  (cd fuzz && cargo fuzz run -s none -a --target-dir "$CARGO_TARGET_DIR/fuzz-build" "$name" "../$corpus" -- \
+    -max_total_time="$FUZZ_SECS" -max_len="$max_len" -timeout=30 -rss_limit_mb=4096 \
+    -artifact_prefix="../$artifacts/" -print_final_stats=1)
+done
