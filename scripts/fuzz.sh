@@ -22,12 +22,14 @@ TARGETS=(skill_md agent_toml agent_manifest model_response egress_url sandbox_pa
 
 command -v g++ >/dev/null 2>&1 || apt_install "libfuzzer-sys (make fuzz)" g++
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-# The plugins whose mutants component_load loads.
+# The plugins whose mutants component_load loads. Built before RUSTC_BOOTSTRAP
+# is set: it changes every crate's fingerprint, and the normal debug build
+# would then be rebuilt from scratch by the next `cargo test`.
 if [[ " ${TARGETS[*]} " == *" component_load "* ]]; then
   cargo build -q -p nexo-tests
 fi
+export RUSTC_BOOTSTRAP=1
 
 seed() {
   local name=$1 dir=$2
