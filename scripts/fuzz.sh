@@ -9,7 +9,9 @@
 #
 # Each target's working corpus is target/fuzz/corpus/NAME, seeded from the
 # checked-in fuzz/corpus/NAME, fuzz/regressions/NAME and the repository's
-# fixtures; crashes land in target/fuzz/artifacts/NAME/. A crash becomes a
+# fixtures; crashes land in target/fuzz/artifacts/NAME/. Each run appends
+# its time and executions to target/fuzz/ledger.tsv, and the script prints
+# the totals per target over all runs. A crash becomes a
 # regression: minimize it (cargo fuzz tmin), check it in under
 # fuzz/regressions/NAME/ (the smoke test in `cargo test` replays it), fix it.
 set -euo pipefail
@@ -47,6 +49,8 @@ seed() {
   for f in $files; do i=$((i + 1)); cp "$f" "$dir/fixture-$i"; done
 }
 
+ledger=$CARGO_TARGET_DIR/fuzz/ledger.tsv
+mkdir -p "$(dirname "$ledger")"
 for name in "${TARGETS[@]}"; do
   corpus=target/fuzz/corpus/$name
   artifacts=target/fuzz/artifacts/$name
@@ -55,7 +59,20 @@ for name in "${TARGETS[@]}"; do
   echo "== fuzz $name for ${FUZZ_SECS}s"
   max_len=16384
   [ "$name" = component_load ] && max_len=$((8 << 20))
+  log=$(mktemp)
+  start=$(date +%s)
+  status=0
   (cd fuzz && cargo fuzz run -s none -a --target-dir "$CARGO_TARGET_DIR/fuzz-build" "$name" "../$corpus" -- \
     -max_total_time="$FUZZ_SECS" -max_len="$max_len" -timeout=30 -rss_limit_mb=4096 \
-    -artifact_prefix="../$artifacts/" -print_final_stats=1)
+    -artifact_prefix="../$artifacts/" -print_final_stats=1) 2>&1 | tee "$log" || status=$?
+  # The ledger adds up campaigns over time: one line per run of a target.
+  secs=$(($(date +%s) - start))
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$name" "$secs" "${execs:-?}" "${rate:-?}" \
+    "$([ "$status" = 0 ] && echo ok || echo "failed ($status)")" >>"$ledger"
+  rm -f "$log"
+  [ "$status" = 0 ] || { echo "fuzz $name failed: see $artifacts/" >&2; exit "$status"; }
 done
+echo "== campaign ledger ($ledger): seconds and executions per target, all runs"
+awk -F'\t' '{ s[$2] += $3; e[$2] += $4 } END { for (t in s) printf "%-16s %8d s %14d execs\n", t, s[t], e[t] }' "$ledger" | sort
