@@ -10,7 +10,8 @@
 # Each target's working corpus is target/fuzz/corpus/NAME, seeded from the
 # checked-in fuzz/corpus/NAME, fuzz/regressions/NAME and the repository's
 # fixtures; crashes land in target/fuzz/artifacts/NAME/. Each run appends
-# its time and executions to target/fuzz/ledger.tsv, and the script prints
+# its time and executions to fuzz/ledger.tsv (checked in, so a campaign over
+# many sessions adds up; FUZZ_LEDGER overrides it), and the script prints
 # the totals per target over all runs. A crash becomes a
 # regression: minimize it (cargo fuzz tmin), check it in under
 # fuzz/regressions/NAME/ (the smoke test in `cargo test` replays it), fix it.
@@ -49,7 +50,7 @@ seed() {
   for f in $files; do i=$((i + 1)); cp "$f" "$dir/fixture-$i"; done
 }
 
-ledger=$CARGO_TARGET_DIR/fuzz/ledger.tsv
+ledger=${FUZZ_LEDGER:-$PWD/fuzz/ledger.tsv}
 mkdir -p "$(dirname "$ledger")"
 for name in "${TARGETS[@]}"; do
   corpus=target/fuzz/corpus/$name
@@ -77,4 +78,4 @@ for name in "${TARGETS[@]}"; do
   [ "$status" = 0 ] || { echo "fuzz $name failed: see $artifacts/" >&2; exit "$status"; }
 done
 echo "== campaign ledger ($ledger): seconds and executions per target, all runs"
-awk -F'\t' '{ s[$2] += $3; e[$2] += $4 } END { for (t in s) printf "%-16s %8d s %14d execs\n", t, s[t], e[t] }' "$ledger" | sort
+awk -F'\t' '!/^#/ && $4 ~ /^[0-9]+$/ { s[$2] += $3; e[$2] += $4 } END { for (t in s) printf "%-16s %8d s %14d execs\n", t, s[t], e[t] }' "$ledger" | sort

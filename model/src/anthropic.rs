@@ -323,6 +323,10 @@ impl StreamState {
                 }
             }
             "content_block_start" => {
+                // A second start would replace a block whose text already went to the sink.
+                if self.blocks.contains_key(&index) {
+                    return Err(http.protocol(format!("content block {index} was started twice")));
+                }
                 let block = data.get("content_block").cloned().unwrap_or_default();
                 let block = match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
@@ -468,6 +472,21 @@ mod tests {
 
     fn event(data: Value) -> SseEvent {
         SseEvent { event: String::new(), data: data.to_string() }
+    }
+
+    #[test]
+    fn a_block_started_twice_is_refused() {
+        let p = provider("http://h");
+        let seen = std::sync::Mutex::new(String::new());
+        let sink = |s: &str| seen.lock().unwrap().push_str(s);
+        let start =
+            event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "Hi"}}));
+        let mut state = StreamState::default();
+        state.on_event(&p.http, &start, &sink).unwrap();
+        let twice = state.on_event(&p.http, &start, &sink).unwrap_err();
+        assert!(matches!(twice, ModelError::Protocol { .. }), "{twice:?}");
+        assert!(twice.to_string().contains("block 0 was started twice"), "{twice}");
+        assert_eq!(*seen.lock().unwrap(), "Hi", "the repeated start sent nothing to the sink");
     }
 
     #[test]
