@@ -11,7 +11,7 @@ PLUGIN_OUT := target/plugins
 NEXO := target/release/nexo
 CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: demo test toolchain plugins install bench lint fmt fuzz
+.PHONY: demo test toolchain plugins install bench bench-peers bench-check bench-startup bench-conversation lint fmt fuzz
 
 toolchain:
 	./scripts/wasm-toolchain.sh
@@ -70,6 +70,27 @@ bench: toolchain
 	$(CARGO) bench -p nexo --bench engine
 	$(CARGO) bench -p nexo-egress --bench client
 	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) bench -p nexo-store --bench jobs
+
+# nexo beside raw wasmtime 48 (the floor) and Extism 1.30 on the same guest
+# work, in one run and one table with ratios (bench/peers/README.md).
+bench-peers: toolchain
+	./bench/peers/run.sh
+
+# A whole `nexo run` process of a cached component against `nexo --version` (hyperfine).
+bench-startup: toolchain
+	./scripts/bench-startup.sh
+
+# The regression guard: the core benches of the work tree against the previous
+# commit, built and run side by side; fails if one is >10% slower (BENCH_LIMIT).
+bench-check: toolchain
+	./scripts/python-deps.sh
+	./scripts/js-deps.sh
+	./scripts/bench-check.sh
+
+# A 100-turn conversation: nexo's per-turn cost early and late, beside the Python
+# peer (openai-agents) on the same fake server; see docs/performance.md.
+bench-conversation: toolchain
+	./scripts/bench-conversation.sh
 
 # Every cargo-fuzz target for FUZZ_SECS seconds each (default 600); see CONTRIBUTING.md, "Fuzzing".
 # `cargo test` runs the same targets briefly (fuzz-targets/tests/smoke.rs).

@@ -34,6 +34,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("DASHBOARD", "dashboard"),
     ("MCP_PROBE", "mcp-probe"),
     ("BIG_MEMORY", "big-memory"),
+    ("BENCH_GUEST", "bench-guest"),
 ];
 
 fn main() {

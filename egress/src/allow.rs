@@ -15,7 +15,8 @@ use url::Host;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{entry}` is not a valid host allow-list entry: {reason}")]
 pub struct BadHost {
-    /// The entry as given.
+    /// The entry as given, cut to its first [`QUOTED_CHARS`] characters:
+    /// an error must not grow with the input it quotes.
     pub entry: String,
     /// What is wrong with it and how to fix it.
     pub reason: String,
@@ -119,8 +120,11 @@ fn show(entry: &Entry) -> String {
     }
 }
 
+/// How much of a refused entry [`BadHost`] keeps, in characters.
+pub const QUOTED_CHARS: usize = 120;
+
 fn bad(entry: &str, reason: impl Into<String>) -> BadHost {
-    BadHost { entry: entry.to_string(), reason: reason.into() }
+    BadHost { entry: nexo_text::head_chars(entry, QUOTED_CHARS), reason: reason.into() }
 }
 
 /// Checks the shape of an allow-list entry first, for messages that say how
@@ -300,5 +304,15 @@ mod tests {
         }
         let err = HostList::new(["*.example.com"]).unwrap_err();
         assert!(err.to_string().contains("already covers all its subdomains"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_entry_is_quoted_by_its_head_only() {
+        let long = "a/".repeat(2000);
+        let err = HostList::new([long.as_str()]).unwrap_err();
+        assert_eq!(err.entry.chars().count(), QUOTED_CHARS, "{}", err.entry);
+        assert!(err.entry.ends_with('…') && long.starts_with(err.entry.trim_end_matches('…')));
+        assert!(err.reason.contains("path"), "{err}");
+        assert!(err.to_string().len() < 400, "{err}");
     }
 }

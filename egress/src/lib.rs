@@ -82,7 +82,7 @@ pub mod resolver;
 mod scrub;
 
 pub use address::{NonPublic, check_address};
-pub use allow::{BadHost, HostList};
+pub use allow::{BadHost, HostList, QUOTED_CHARS};
 pub use client::{
     EgressError, GuardedClient, GuardedClientBuilder, MCP_HEADERS, Policy, Request, Response, SecretHeader,
     StreamingResponse, USER_AGENT,

@@ -1,7 +1,7 @@
 //! The one truncation routine (`nexo-text`): nothing it returns is longer
 //! than the cap its caller asked for.
 
-use nexo_text::{Truncation, capped_output, first_line, head_bytes, head_chars, truncate};
+use nexo_text::{Truncation, capped_output, first_line, head_bytes, head_chars, head_str, truncate};
 
 /// The note [`truncate`] adds after a character cut.
 const CHAR_NOTE: &str = "…[truncated]";
@@ -37,6 +37,10 @@ pub fn text_truncate(data: &[u8]) {
         assert!(text.starts_with(&out), "head_bytes changed the text it kept");
     }
     assert_eq!(cut, rest.len() > max, "head_bytes: wrong `cut` flag");
+    if let Ok(valid) = std::str::from_utf8(rest) {
+        // The borrowing cut keeps exactly what the copying one keeps.
+        assert_eq!(head_str(valid, max), (out.as_str(), cut), "head_str and head_bytes disagree");
+    }
 
     let kept = &rest[..rest.len().min(max)];
     let out = capped_output(kept, rest.len() > max, max, "stdout");

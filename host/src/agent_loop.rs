@@ -83,9 +83,10 @@ impl Loop for HostLoop {
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>> {
         Box::pin(async move {
             let provider = ctx.provider.ok_or_else(no_model)?;
-            let tools = ctx.tools.specs().await;
+            let mut tools = ctx.tools.specs().await;
             let events = ctx.tools.events();
-            let mut messages = Vec::new();
+            // The instructions, the history, the prompt, and room for this turn's answer.
+            let mut messages = Vec::with_capacity(ctx.history.len() + 3);
             let system: Vec<&str> = ctx.instructions.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
             if !system.is_empty() {
                 messages.push(Message::System { text: system.join("\n\n") });
@@ -116,15 +117,19 @@ impl Loop for HostLoop {
                 }
                 turns += 1;
                 events.emit(&Event::TurnStarted { turn: turns });
+                // The conversation moves into the request and back: a turn
+                // copies none of it, however long it has grown.
                 let request = Request {
                     model: provider.model().to_string(),
-                    messages: messages.clone(),
-                    tools: tools.clone(),
+                    messages: std::mem::take(&mut messages),
+                    tools: std::mem::take(&mut tools),
                     max_tokens: ctx.limits.max_tokens_per_turn,
                 };
                 let sink: Option<&(dyn Fn(&str) + Send + Sync)> =
                     if ctx.limits.stream { Some(&delta_sink) } else { None };
-                let response = complete(&ctx, provider, &request, sink).await?;
+                let response = complete(&ctx, provider, &request, sink).await;
+                (messages, tools) = (request.messages, request.tools);
+                let response = response?;
                 usage.input_tokens += response.usage.input_tokens;
                 usage.output_tokens += response.usage.output_tokens;
                 if !response.text.is_empty() {
@@ -204,13 +209,7 @@ async fn complete(
         return provider.complete(request, sink).await;
     };
     const INTERFACE: &str = "nexo:model";
-    let args = serde_json::json!({
-        "model": request.model,
-        "messages": request.messages,
-        "tools": request.tools,
-        "max_tokens": request.max_tokens,
-    });
-    let hash = crate::journal::hash_args(&args);
+    let hash = crate::journal::hash_json(&TurnArgs(request));
     match journal.begin(INTERFACE, "complete", &hash) {
         Begin::Replay(text) => serde_json::from_str::<Result<Response, ModelError>>(&text).unwrap_or_else(|e| {
             Err(ModelError::Protocol {
@@ -228,5 +227,134 @@ async fn complete(
         }
         Begin::Unjournaled => provider.complete(request, sink).await,
         Begin::Halted(why) => Err(ModelError::Protocol { provider: "journal".into(), message: why }),
+    }
+}
+
+/// A turn's arguments as the journal hashes them: the JSON of
+/// `{"max_tokens", "messages", "model", "tools"}`, serialized from the
+/// request itself rather than from a `serde_json::Value` copy of the whole
+/// conversation. Keys go in sorted order, as a `Value` writes them, so the
+/// hash is the one journals have always recorded (a test checks).
+struct TurnArgs<'a>(&'a Request);
+
+impl serde::Serialize for TurnArgs<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let request = self.0;
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("max_tokens", &request.max_tokens)?;
+        map.serialize_entry("messages", &Sorted(&request.messages[..]))?;
+        map.serialize_entry("model", &request.model)?;
+        map.serialize_entry("tools", &Sorted(&request.tools[..]))?;
+        map.end()
+    }
+}
+
+/// Model types as their `serde_json::Value` form writes them: keys sorted.
+struct Sorted<T>(T);
+
+impl<'a, T> serde::Serialize for Sorted<&'a [T]>
+where
+    Sorted<&'a T>: serde::Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(Sorted))
+    }
+}
+
+impl serde::Serialize for Sorted<&Message> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        // Every field named, so a new one cannot slip past the hash.
+        match self.0 {
+            Message::System { text } => {
+                map.serialize_entry("role", "system")?;
+                map.serialize_entry("text", text)?;
+            }
+            Message::User { text } => {
+                map.serialize_entry("role", "user")?;
+                map.serialize_entry("text", text)?;
+            }
+            Message::Assistant { text, tool_calls } => {
+                map.serialize_entry("role", "assistant")?;
+                map.serialize_entry("text", text)?;
+                map.serialize_entry("tool_calls", &Sorted(&tool_calls[..]))?;
+            }
+            Message::ToolResult { call_id, name, content, is_error } => {
+                map.serialize_entry("call_id", call_id)?;
+                map.serialize_entry("content", content)?;
+                map.serialize_entry("is_error", is_error)?;
+                map.serialize_entry("name", name)?;
+                map.serialize_entry("role", "tool_result")?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for Sorted<&nexo_model::ToolCall> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let nexo_model::ToolCall { id, name, arguments } = self.0;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("arguments", arguments)?;
+        map.serialize_entry("id", id)?;
+        map.serialize_entry("name", name)?;
+        map.end()
+    }
+}
+
+impl serde::Serialize for Sorted<&nexo_model::ToolSpec> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let nexo_model::ToolSpec { name, description, parameters } = self.0;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("description", description)?;
+        map.serialize_entry("name", name)?;
+        map.serialize_entry("parameters", parameters)?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nexo_model::{ToolCall, ToolSpec};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_turn_hashes_as_the_value_it_used_to_be_built_as() {
+        let call = |id: &str, arguments| ToolCall { id: id.into(), name: "glob".into(), arguments };
+        let messages = vec![
+            Message::System { text: "Be brief.".into() },
+            Message::User { text: "Quote \"this\"\n and naïve ✓".into() },
+            Message::Assistant { text: String::new(), tool_calls: vec![] },
+            Message::Assistant {
+                text: "Looking.".into(),
+                tool_calls: vec![
+                    call("c1", json!({"pattern": "*.md", "deep": {"z": 1, "a": [null]}})),
+                    call("c2", json!(null)),
+                ],
+            },
+            Message::ToolResult { call_id: "c1".into(), name: "glob".into(), content: "a.md".into(), is_error: false },
+            Message::ToolResult { call_id: "c2".into(), name: "glob".into(), content: "bad".into(), is_error: true },
+        ];
+        let tools = vec![
+            ToolSpec { name: "glob".into(), description: "Finds files.".into(), parameters: json!({"type": "object"}) },
+            ToolSpec { name: "noop".into(), description: String::new(), parameters: json!(null) },
+        ];
+        for (messages, tools) in [(messages.clone(), tools.clone()), (messages, vec![]), (vec![], tools)] {
+            let request = Request { model: "m".into(), messages, tools, max_tokens: 4096 };
+            let value = json!({
+                "model": request.model,
+                "messages": request.messages,
+                "tools": request.tools,
+                "max_tokens": request.max_tokens,
+            });
+            assert_eq!(serde_json::to_string(&TurnArgs(&request)).unwrap(), value.to_string());
+            assert_eq!(crate::journal::hash_json(&TurnArgs(&request)), crate::journal::hash_args(&value));
+        }
     }
 }

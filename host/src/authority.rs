@@ -543,25 +543,28 @@ impl Authority {
     /// mode's verdict. Every decision is logged: a URL without its query,
     /// an MCP call without its arguments.
     pub fn gate(&self, gate: &Gate<'_>, tool: &str) -> Result<(), ToolError> {
-        let (outcome, detail) = match *gate {
+        let outcome = match *gate {
             Gate::Open => return Ok(()),
-            // A URL's query string can carry tokens: the log keeps what comes before it.
-            Gate::Capability(cap, detail) => (
-                self.decide(cap, tool, detail),
-                if cap == Capability::Fetch { detail.split(['?', '#']).next().unwrap_or("") } else { detail }
-                    .to_string(),
-            ),
-            Gate::Mcp { server, tool: mcp_tool, arguments } => {
-                (self.decide_mcp(server, mcp_tool, arguments), format!("{server}/{}", mcp_tool.unwrap_or("(list)")))
-            }
+            Gate::Capability(cap, detail) => self.decide(cap, tool, detail),
+            Gate::Mcp { server, tool: mcp_tool, arguments } => self.decide_mcp(server, mcp_tool, arguments),
         };
-        let verdict = match &outcome {
-            Ok(()) => "allowed",
-            Err(ToolError::ApprovalRequired(_)) => "approval-required",
-            Err(ToolError::Unsupported(_)) => "unsupported",
-            Err(_) => "denied",
-        };
-        tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail, verdict);
+        // The log line is built only when someone keeps it: this runs on every call.
+        if tracing::enabled!(target: "nexo::gate", tracing::Level::INFO) {
+            let detail = match *gate {
+                // A URL's query string can carry tokens: the log keeps what comes before it.
+                Gate::Capability(Capability::Fetch, url) => url.split(['?', '#']).next().unwrap_or("").into(),
+                Gate::Capability(_, detail) => std::borrow::Cow::Borrowed(detail),
+                Gate::Mcp { server, tool: mcp_tool, .. } => format!("{server}/{}", mcp_tool.unwrap_or("(list)")).into(),
+                Gate::Open => std::borrow::Cow::Borrowed(""),
+            };
+            let verdict = match &outcome {
+                Ok(()) => "allowed",
+                Err(ToolError::ApprovalRequired(_)) => "approval-required",
+                Err(ToolError::Unsupported(_)) => "unsupported",
+                Err(_) => "denied",
+            };
+            tracing::info!(target: "nexo::gate", agent = %self.agent, tool, detail = &*detail, verdict);
+        }
         outcome
     }
 

@@ -302,8 +302,8 @@ impl HostCall<EgressState> for Send {
         "send"
     }
 
-    fn detail(&self, request: &outbound_http::Request) -> String {
-        request.url.clone()
+    fn detail<'a>(&self, request: &'a outbound_http::Request) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(&request.url)
     }
 
     fn arg_bytes(&self, request: &outbound_http::Request) -> usize {

@@ -125,8 +125,8 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
 
     /// What the gate and its hooks see of the arguments: a path, a command,
     /// a URL.
-    fn detail(&self, _args: &Self::Args) -> String {
-        String::new()
+    fn detail<'a>(&self, _args: &'a Self::Args) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed("")
     }
 
     /// What the gate decides on: by default the call's capability and
@@ -460,12 +460,81 @@ pub async fn guest<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C
     }
 }
 
-/// The path itself.
+/// Runs a guest's import that never waits through the same path, without
+/// an async host function: for calls the journal skips whose handler
+/// finishes without awaiting (`log`). Linked with `func_wrap`, such an
+/// import costs no async call frame per call. A handler that does wait is
+/// a host bug, refused rather than blocked on.
+pub fn guest_now<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
+    debug_assert!(call.effect() == Effect::Skip, "`{}` is journaled: link it as an async import", call.name());
+    let admitted = match admit(cx, call, Origin::Guest(args)) {
+        Ok(admitted) => admitted,
+        Err(Reply::Guest(result)) => return result,
+        Err(Reply::Model(_)) => unreachable!("a guest call gets a typed reply"),
+    };
+    let result = match admitted.allowed {
+        Ok(args) => {
+            let mut handler = call.execute(cx, args);
+            match handler.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+                std::task::Poll::Ready(out) => out.map(|out| call.truncate(cx, out)),
+                std::task::Poll::Pending => Err(C::Error::from(ToolError::Failed(format!(
+                    "the host's `{}` waited, which a synchronous import cannot do",
+                    call.name()
+                )))),
+            }
+        }
+        Err(refusal) => Err(C::Error::from(refusal)),
+    };
+    match conclude(cx, call, None, result) {
+        Reply::Guest(result) => result,
+        Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
+    }
+}
+
+/// The path itself: [`admit`], the handler, the journal's record, then
+/// [`conclude`]. The two sync steps are shared with [`guest_now`].
 async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     cx: &Cx,
     call: &C,
     origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
+    let Admitted { allowed, model, live } = match admit(cx, call, origin) {
+        Ok(admitted) => admitted,
+        Err(reply) => return reply,
+    };
+    // execute, then truncate
+    let result = match allowed {
+        Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
+        Err(refusal) => Err(C::Error::from(refusal)),
+    };
+    // journal: the result is recorded before anyone sees it
+    if let Some((journal, seq, hash)) = live
+        && result.as_ref().err().is_none_or(|e| call.journal_error(e))
+    {
+        let text = serde_json::to_string(&result).unwrap_or_default();
+        journal.finish(seq, call.interface(), call.name(), &hash, text, call.effect()).await;
+    }
+    conclude(cx, call, model, result)
+}
+
+/// What the path's first steps let through to the handler.
+struct Admitted<'c, A> {
+    /// The arguments, or the refusal the handler is not called for.
+    allowed: Result<A, ToolError>,
+    /// The model's turn and call, when the model made it.
+    model: Option<(u32, &'c ToolCall)>,
+    /// The journal entry the result goes to: journal, position, hash.
+    live: Option<(&'c Journal, u64, String)>,
+}
+
+/// decode, journal (a recorded call is answered from it), authorize, event.
+/// `Err` is the reply when the call ends here.
+#[allow(clippy::type_complexity)]
+fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &'c Cx,
+    call: &C,
+    origin: Origin<'c, C::Args>,
+) -> Result<Admitted<'c, C::Args>, Reply<C::Output, C::Error>> {
     // decode
     let (decoded, model) = match origin {
         Origin::Guest(args) => {
@@ -498,19 +567,19 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
                     journal.halt(crate::journal::Halt::Failed(why.clone()));
                     Err(C::Error::from(ToolError::Failed(why)))
                 });
-                return match model {
+                return Err(match model {
                     None => Reply::Guest(result),
                     Some(_) => Reply::Model(call.reply(result)),
-                };
+                });
             }
             Begin::Live(seq) => live = Some((journal, seq, hash, arguments)),
             Begin::Unjournaled => unpositioned = Some((journal, hash, arguments)),
             Begin::Halted(why) => {
                 let e = C::Error::from(ToolError::Failed(why));
-                return match model {
+                return Err(match model {
                     None => Reply::Guest(Err(e)),
                     Some(_) => Reply::Model(call.reply(Err(e))),
-                };
+                });
             }
         }
     }
@@ -539,19 +608,17 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     if let Some((turn, model_call)) = model {
         call_event(cx, turn, model_call);
     }
-    // execute, then truncate
-    let result = match allowed {
-        Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
-        Err(refusal) => Err(C::Error::from(refusal)),
-    };
-    // journal: the result is recorded before anyone sees it
-    if let Some((journal, seq, hash, _)) = live
-        && result.as_ref().err().is_none_or(|e| call.journal_error(e))
-    {
-        let text = serde_json::to_string(&result).unwrap_or_default();
-        journal.finish(seq, call.interface(), call.name(), &hash, text, call.effect()).await;
-    }
-    // result
+    Ok(Admitted { allowed, model, live: live.map(|(journal, seq, hash, _)| (journal, seq, hash)) })
+}
+
+/// result: the typed result for a guest, the rendered reply (and its
+/// event) for the model.
+fn conclude<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    call: &C,
+    model: Option<(u32, &ToolCall)>,
+    result: Result<C::Output, C::Error>,
+) -> Reply<C::Output, C::Error> {
     match model {
         None => Reply::Guest(result),
         Some((turn, model_call)) => {

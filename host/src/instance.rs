@@ -230,13 +230,15 @@ pub fn settle<W, T>(
     result: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
 ) -> Result<T, RunError> {
     let core = &store.data().core;
-    let plugin = core.plugin.to_string();
-    let deadline = || RunError::Deadline { plugin: plugin.clone(), function: function.to_string(), limit: timeout };
+    // Nothing is allocated on success: this runs after every call.
     let err = match result {
         Ok(Ok(value)) => return Ok(value),
-        Ok(Err(err)) => err,
-        Err(_) => return Err(deadline()),
+        Ok(Err(err)) => Some(err),
+        Err(_) => None,
     };
+    let plugin = core.plugin.to_string();
+    let deadline = || RunError::Deadline { plugin: plugin.clone(), function: function.to_string(), limit: timeout };
+    let Some(err) = err else { return Err(deadline()) };
     if let Some(LimitHit::Memory { requested, cap }) = core.limiter.hit {
         return Err(RunError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
     }

@@ -106,7 +106,29 @@ pub async fn unjournaled<F: std::future::Future>(work: F) -> F::Output {
 
 /// The SHA-256 of a call's arguments, as hex.
 pub fn hash_args(args: &Value) -> String {
-    hex::encode(Sha256::digest(args.to_string().as_bytes()))
+    hash_json(args)
+}
+
+/// The SHA-256 of `args` serialized as compact JSON, as hex, written
+/// straight into the hash (no text of it is kept). Equal to [`hash_args`]
+/// of the same JSON as a [`Value`] when `args` writes object keys in sorted
+/// order, as a `Value` does.
+pub fn hash_json<T: serde::Serialize + ?Sized>(args: &T) -> String {
+    /// Feeds the serializer's output to the hash.
+    struct Hasher(Sha256);
+    impl std::io::Write for Hasher {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hasher = Hasher(Sha256::new());
+    // Writing to the hash cannot fail, and neither can serializing plain data.
+    let _ = serde_json::to_writer(&mut hasher, args);
+    hex::encode(hasher.0.finalize())
 }
 
 /// A recorded run's journal, shared by everything that serves its calls.

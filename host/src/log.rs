@@ -8,7 +8,7 @@ use wasmtime::component::Linker;
 
 use crate::bindings::agent::nexo::plugin::log::Level;
 use crate::error::ToolError;
-use crate::host_call::{CallContext, HostCall, guest};
+use crate::host_call::{CallContext, HostCall, guest_now};
 use crate::instance::Host;
 
 /// `log`: one line at a level.
@@ -32,8 +32,9 @@ impl<Cx: CallContext> HostCall<Cx> for Log {
         Box::pin(async move {
             let budget = cx.log();
             let Some(n) = budget.take() else { return Ok(()) };
-            let (cut, was_cut) = crate::truncate::head_bytes(message.as_bytes(), budget.line_bytes);
-            let message = if was_cut { format!("{cut} …[cut]") } else { cut };
+            let (cut, was_cut) = crate::truncate::head_str(&message, budget.line_bytes);
+            let message: std::borrow::Cow<'_, str> =
+                if was_cut { format!("{cut} …[cut]").into() } else { cut.into() };
             let plugin = cx.plugin();
             match level {
                 Level::Trace => tracing::trace!(target: "nexo::plugin", plugin, "{message}"),
@@ -58,14 +59,13 @@ pub fn link<W: Send + 'static, Cx: CallContext>(
     linker: &mut Linker<Host<W>>,
     context: fn(&W) -> &Cx,
 ) -> wasmtime::Result<()> {
-    linker.instance(crate::manifest::interface::LOG)?.func_wrap_async(
+    // A sync import: logging never waits, and this is the hottest import there is.
+    linker.instance(crate::manifest::interface::LOG)?.func_wrap(
         "log",
         move |store, (level, message): (Level, String)| {
-            Box::new(async move {
-                // A log line never fails the guest: a refused one is dropped.
-                let _ = guest(context(&store.data().world), &Log, (level, message)).await;
-                Ok(())
-            })
+            // A log line never fails the guest: a refused one is dropped.
+            let _ = guest_now(context(&store.data().world), &Log, (level, message));
+            Ok(())
         },
     )
 }

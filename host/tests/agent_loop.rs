@@ -397,8 +397,8 @@ mod echo_unit {
         fn capability(&self) -> Option<Capability> {
             Some(Capability::Read)
         }
-        fn detail(&self, text: &String) -> String {
-            text.clone()
+        fn detail<'a>(&self, text: &'a String) -> std::borrow::Cow<'a, str> {
+            text.into()
         }
         fn execute<'a>(&'a self, cx: &'a ToolContext, text: String) -> BoxFuture<'a, Result<String, ToolError>> {
             Box::pin(async move { Ok(format!("{} {text}", cx.state::<Prefix>()?.0)) })

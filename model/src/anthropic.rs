@@ -6,11 +6,16 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, SseEvent, is_event_stream, quote};
-use crate::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, Usage};
+use crate::wire::{Empty, Schema};
+use crate::{
+    BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolSpec, Usage,
+};
 
 /// The API version the request and event formats follow.
 const API_VERSION: &str = "2023-06-01";
@@ -44,11 +49,11 @@ impl AnthropicProvider {
         Ok(AnthropicProvider { model: model.into(), url, http })
     }
 
-    /// The request body.
-    fn body(&self, request: &Request, stream: bool) -> Value {
+    /// The request body, serialized straight from the request: the
+    /// conversation is borrowed, never copied into a JSON tree first.
+    fn body(&self, request: &Request, stream: bool) -> Vec<u8> {
         let model = if request.model.is_empty() { &self.model } else { &request.model };
         let max_tokens = if request.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { request.max_tokens };
-        let mut body = json!({"model": model, "max_tokens": max_tokens, "messages": wire_messages(&request.messages)});
         let system: Vec<&str> = request
             .messages
             .iter()
@@ -57,28 +62,107 @@ impl AnthropicProvider {
                 _ => None,
             })
             .collect();
-        if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
+        let body = Body {
+            max_tokens,
+            messages: wire_messages(&request.messages),
+            model,
+            stream: stream.then_some(true),
+            system: (!system.is_empty()).then(|| system.join("\n\n")),
+            tools: WireTools(&request.tools),
+        };
+        // Serializing borrowed strings and JSON values cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+/// The Messages API request body. Fields are in the order a JSON object's
+/// keys sort in, so the bytes are those of the equivalent `serde_json::Value`.
+#[derive(Serialize)]
+struct Body<'a> {
+    max_tokens: u32,
+    messages: Vec<Turn<'a>>,
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    tools: WireTools<'a>,
+}
+
+/// One Messages API turn: `{"content": [blocks], "role"}`.
+#[derive(Serialize)]
+struct Turn<'a> {
+    content: Vec<WireBlock<'a>>,
+    role: &'static str,
+}
+
+/// A content block, borrowing from the conversation.
+enum WireBlock<'a> {
+    Text(&'a str),
+    ToolUse(&'a ToolCall),
+    ToolResult { call_id: &'a str, content: &'a str, is_error: bool },
+}
+
+impl Serialize for WireBlock<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            WireBlock::Text(text) => {
+                map.serialize_entry("text", text)?;
+                map.serialize_entry("type", "text")?;
+            }
+            WireBlock::ToolUse(call) => {
+                map.serialize_entry("id", &call.id)?;
+                // `input` must be an object.
+                if call.arguments.is_object() {
+                    map.serialize_entry("input", &call.arguments)?;
+                } else {
+                    map.serialize_entry("input", &Empty)?;
+                }
+                map.serialize_entry("name", &call.name)?;
+                map.serialize_entry("type", "tool_use")?;
+            }
+            WireBlock::ToolResult { call_id, content, is_error } => {
+                map.serialize_entry("content", content)?;
+                map.serialize_entry("is_error", is_error)?;
+                map.serialize_entry("tool_use_id", call_id)?;
+                map.serialize_entry("type", "tool_result")?;
+            }
         }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    let schema = if t.parameters.is_null() {
-                        json!({"type": "object", "properties": {}})
-                    } else {
-                        t.parameters.clone()
-                    };
-                    json!({"name": t.name, "description": t.description, "input_schema": schema})
-                })
-                .collect();
-            body["tools"] = Value::Array(tools);
+        map.end()
+    }
+}
+
+/// The tools offered: `{"description", "input_schema", "name"}`.
+struct WireTools<'a>(&'a [ToolSpec]);
+
+impl WireTools<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&WireTool(tool))?;
         }
-        if stream {
-            body["stream"] = json!(true);
-        }
-        body
+        seq.end()
+    }
+}
+
+struct WireTool<'a>(&'a ToolSpec);
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tool = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("description", &tool.description)?;
+        map.serialize_entry("input_schema", &Schema(&tool.parameters))?;
+        map.serialize_entry("name", &tool.name)?;
+        map.end()
     }
 }
 
@@ -97,7 +181,7 @@ impl Provider for AnthropicProvider {
         deltas: Option<DeltaSink<'a>>,
     ) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
-            let body = self.body(request, deltas.is_some()).to_string().into_bytes();
+            let body = self.body(request, deltas.is_some());
             let response = self.http.post(&self.url, body, deltas.is_some()).await?;
             match deltas {
                 Some(sink) if is_event_stream(&response) => {
@@ -125,17 +209,9 @@ impl Provider for AnthropicProvider {
     }
 }
 
-fn is_role(message: &Value, role: &str) -> bool {
-    message.get("role").and_then(Value::as_str) == Some(role)
-}
-
-fn blocks_of(message: &mut Value) -> Option<&mut Vec<Value>> {
-    message.get_mut("content").and_then(Value::as_array_mut)
-}
-
 /// The conversation as Messages API turns (system messages excluded).
-fn wire_messages(messages: &[Message]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
+fn wire_messages(messages: &[Message]) -> Vec<Turn<'_>> {
+    let mut out: Vec<Turn<'_>> = Vec::new();
     for message in messages {
         match message {
             Message::System { .. } => {}
@@ -144,44 +220,36 @@ fn wire_messages(messages: &[Message]) -> Vec<Value> {
                 if text.is_empty() {
                     continue;
                 }
-                let block = json!({"type": "text", "text": text});
-                match out.last_mut().filter(|m| is_role(m, "user")).and_then(blocks_of) {
-                    Some(blocks) => blocks.push(block),
-                    None => out.push(json!({"role": "user", "content": [block]})),
+                let block = WireBlock::Text(text);
+                match out.last_mut().filter(|t| t.role == "user") {
+                    Some(turn) => turn.content.push(block),
+                    None => out.push(Turn { content: vec![block], role: "user" }),
                 }
             }
             Message::Assistant { text, tool_calls } => {
-                let mut blocks = Vec::new();
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
                 if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
+                    blocks.push(WireBlock::Text(text));
                 }
-                for call in tool_calls {
-                    // `input` must be an object.
-                    let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
-                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-                }
+                blocks.extend(tool_calls.iter().map(WireBlock::ToolUse));
                 if blocks.is_empty() {
                     continue;
                 }
-                match out.last_mut().filter(|m| is_role(m, "assistant")).and_then(blocks_of) {
-                    Some(existing) => existing.extend(blocks),
-                    None => out.push(json!({"role": "assistant", "content": blocks})),
+                match out.last_mut().filter(|t| t.role == "assistant") {
+                    Some(turn) => turn.content.extend(blocks),
+                    None => out.push(Turn { content: blocks, role: "assistant" }),
                 }
             }
             Message::ToolResult { call_id, content, is_error, .. } => {
-                let block =
-                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
+                let block = WireBlock::ToolResult { call_id, content, is_error: *is_error };
                 // Results must come before any text in their user message, so they join only
                 // a message that holds nothing but results.
-                let only_results = |m: &&mut Value| {
-                    is_role(m, "user")
-                        && m.get("content").and_then(Value::as_array).is_some_and(|blocks| {
-                            blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-                        })
+                let only_results = |t: &&mut Turn<'_>| {
+                    t.role == "user" && t.content.iter().all(|b| matches!(b, WireBlock::ToolResult { .. }))
                 };
-                match out.last_mut().filter(only_results).and_then(blocks_of) {
-                    Some(blocks) => blocks.push(block),
-                    None => out.push(json!({"role": "user", "content": [block]})),
+                match out.last_mut().filter(only_results) {
+                    Some(turn) => turn.content.push(block),
+                    None => out.push(Turn { content: vec![block], role: "user" }),
                 }
             }
         }
@@ -316,6 +384,16 @@ impl StreamState {
         })?;
         let kind = data.get("type").and_then(Value::as_str).unwrap_or(&event.event);
         let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+        if matches!(kind, "content_block_start" | "content_block_delta") {
+            // Blocks stream one after another. One going back to an earlier
+            // block would make the streamed text differ from the answer's,
+            // which joins the blocks by index.
+            if let Some(last) = self.blocks.keys().next_back().copied().filter(|last| index < *last) {
+                return Err(http.protocol(format!(
+                    "content block {index} arrived after block {last}: blocks must stream in index order"
+                )));
+            }
+        }
         match kind {
             "message_start" => {
                 if let Some(usage) = data.pointer("/message/usage") {
@@ -454,6 +532,118 @@ mod tests {
         assert_eq!(provider("http://h/v1").url.url, "http://h/v1/messages");
     }
 
+    // The body as it was built before it was serialized straight from the
+    // request: a `Value` tree, whose keys sort.
+    fn is_role(message: &Value, role: &str) -> bool {
+        message.get("role").and_then(Value::as_str) == Some(role)
+    }
+
+    fn blocks_of(message: &mut Value) -> Option<&mut Vec<Value>> {
+        message.get_mut("content").and_then(Value::as_array_mut)
+    }
+
+    fn value_messages(messages: &[Message]) -> Vec<Value> {
+        let mut out: Vec<Value> = Vec::new();
+        for message in messages {
+            match message {
+                Message::System { .. } => {}
+                Message::User { text } => {
+                    // The API rejects empty text blocks.
+                    if text.is_empty() {
+                        continue;
+                    }
+                    let block = json!({"type": "text", "text": text});
+                    match out.last_mut().filter(|m| is_role(m, "user")).and_then(blocks_of) {
+                        Some(blocks) => blocks.push(block),
+                        None => out.push(json!({"role": "user", "content": [block]})),
+                    }
+                }
+                Message::Assistant { text, tool_calls } => {
+                    let mut blocks = Vec::new();
+                    if !text.is_empty() {
+                        blocks.push(json!({"type": "text", "text": text}));
+                    }
+                    for call in tool_calls {
+                        // `input` must be an object.
+                        let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+                        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                    }
+                    if blocks.is_empty() {
+                        continue;
+                    }
+                    match out.last_mut().filter(|m| is_role(m, "assistant")).and_then(blocks_of) {
+                        Some(existing) => existing.extend(blocks),
+                        None => out.push(json!({"role": "assistant", "content": blocks})),
+                    }
+                }
+                Message::ToolResult { call_id, content, is_error, .. } => {
+                    let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
+                    // Results must come before any text in their user message, so they join only
+                    // a message that holds nothing but results.
+                    let only_results = |m: &&mut Value| {
+                        is_role(m, "user")
+                            && m.get("content").and_then(Value::as_array).is_some_and(|blocks| {
+                                blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                            })
+                    };
+                    match out.last_mut().filter(only_results).and_then(blocks_of) {
+                        Some(blocks) => blocks.push(block),
+                        None => out.push(json!({"role": "user", "content": [block]})),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The body as a `Value` tree, as it was built before.
+    fn value_body(p: &AnthropicProvider, request: &Request, stream: bool) -> Value {
+        let model = if request.model.is_empty() { &p.model } else { &request.model };
+        let max_tokens = if request.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { request.max_tokens };
+        let mut body = json!({"model": model, "max_tokens": max_tokens, "messages": value_messages(&request.messages)});
+        let system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::System { text } if !text.trim().is_empty() => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    let schema = if t.parameters.is_null() {
+                        json!({"type": "object", "properties": {}})
+                    } else {
+                        t.parameters.clone()
+                    };
+                    json!({"name": t.name, "description": t.description, "input_schema": schema})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+
+    #[test]
+    fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
+        let p = provider("https://api.anthropic.com");
+        for request in crate::wire::sample_requests() {
+            for stream in [false, true] {
+                let sent = String::from_utf8(p.body(&request, stream)).unwrap();
+                assert_eq!(sent, value_body(&p, &request, stream).to_string(), "stream {stream}");
+            }
+        }
+    }
+
     #[test]
     fn results_do_not_join_a_message_with_text() {
         let messages = vec![
@@ -463,8 +653,8 @@ mod tests {
             Message::User { text: "b".into() },
             Message::Assistant { text: String::new(), tool_calls: vec![] },
         ];
-        let wire = wire_messages(&messages);
-        assert_eq!(wire.len(), 2, "{wire:#?}");
+        let wire = serde_json::to_value(wire_messages(&messages)).unwrap();
+        assert_eq!(wire.as_array().unwrap().len(), 2, "{wire:#?}");
         assert_eq!(wire[1]["content"].as_array().unwrap().len(), 3);
         assert_eq!(wire[1]["content"][1]["is_error"], true);
         assert_eq!(wire[1]["content"][2]["type"], "text");
@@ -487,6 +677,23 @@ mod tests {
         assert!(matches!(twice, ModelError::Protocol { .. }), "{twice:?}");
         assert!(twice.to_string().contains("block 0 was started twice"), "{twice}");
         assert_eq!(*seen.lock().unwrap(), "Hi", "the repeated start sent nothing to the sink");
+    }
+
+    #[test]
+    fn a_block_going_back_to_an_earlier_index_is_refused() {
+        let p = provider("http://h");
+        let seen = std::sync::Mutex::new(String::new());
+        let sink = |s: &str| seen.lock().unwrap().push_str(s);
+        let delta = |index: u64, text: &str| {
+            event(json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}))
+        };
+        let mut state = StreamState::default();
+        state.on_event(&p.http, &delta(0, "Hel"), &sink).unwrap();
+        state.on_event(&p.http, &delta(1, "lo"), &sink).unwrap();
+        let back = state.on_event(&p.http, &delta(0, "!"), &sink).unwrap_err();
+        assert!(matches!(back, ModelError::Protocol { .. }), "{back:?}");
+        assert!(back.to_string().contains("block 0 arrived after block 1"), "{back}");
+        assert_eq!(*seen.lock().unwrap(), "Hello", "the late delta sent nothing to the sink");
     }
 
     #[test]

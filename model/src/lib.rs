@@ -37,6 +37,7 @@ mod http;
 pub mod mock;
 mod openai;
 pub mod scripted;
+mod wire;
 
 use std::future::Future;
 use std::pin::Pin;

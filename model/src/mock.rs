@@ -50,13 +50,19 @@
 //! stream itself cut into small, unaligned network chunks. A request that
 //! finds the queue empty gets HTTP 400 naming the problem.
 //!
+//! Each [`RecordedRequest`] also carries its body's size and when the server
+//! received it and replied, so a benchmark can subtract the server's own
+//! time from a turn ([`RecordedRequest::server_time`]) and drain the record
+//! as it goes ([`MockServer::take_requests`]).
+//!
 //! The server stops when the [`MockServer`] is dropped. It must be started
 //! inside a tokio runtime.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -266,6 +272,17 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The body as text.
     pub raw_body: String,
+    /// The body's size in bytes, as received.
+    pub body_bytes: usize,
+    /// When the server had the whole request, before it parsed the body.
+    pub received_at: Instant,
+    /// When the server handed its reply to the connection (for a stream,
+    /// before the first event went out); `None` while it is still making it.
+    /// `replied_at - received_at` is the time the server itself took, which a
+    /// benchmark subtracts from a turn to get the client's own cost.
+    pub replied_at: Option<Instant>,
+    /// Matches the reply's time to its request, whatever was drained meanwhile.
+    seq: u64,
 }
 
 impl RecordedRequest {
@@ -278,12 +295,23 @@ impl RecordedRequest {
     pub fn is_stream(&self) -> bool {
         self.body.get("stream").and_then(Value::as_bool).unwrap_or(false)
     }
+
+    /// How long the server took to answer: from [`received_at`] to
+    /// [`replied_at`] (a reply's delay included); `None` while it is still
+    /// answering.
+    ///
+    /// [`received_at`]: RecordedRequest::received_at
+    /// [`replied_at`]: RecordedRequest::replied_at
+    pub fn server_time(&self) -> Option<Duration> {
+        self.replied_at.map(|at| at.saturating_duration_since(self.received_at))
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    next_seq: AtomicU64,
 }
 
 /// A running mock server on `127.0.0.1`. Dropping it stops the server.
@@ -351,6 +379,13 @@ impl MockServer {
         lock(&self.shared.requests).clone()
     }
 
+    /// Every request received since the last call, in order, removed from
+    /// the record: a long benchmark drains it as it goes instead of keeping
+    /// every body (and pays for no copy of them).
+    pub fn take_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut *lock(&self.shared.requests))
+    }
+
     /// How many queued replies are still unused.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.replies).len()
@@ -369,8 +404,31 @@ enum Api {
 }
 
 async fn handle(shared: Arc<Shared>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let received_at = Instant::now();
+    let seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
+    let response = reply_to(&shared, method, uri, headers, body, received_at, seq).await;
+    let replied_at = Instant::now();
+    // Searched from the end: the request is the latest or nearly so, unless drained.
+    if let Some(request) = lock(&shared.requests).iter_mut().rev().find(|r| r.seq == seq) {
+        request.replied_at = Some(replied_at);
+    }
+    response
+}
+
+async fn reply_to(
+    shared: &Shared,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    received_at: Instant,
+    seq: u64,
+) -> Response {
     let raw_body = String::from_utf8_lossy(&body).into_owned();
     let parsed: Value = serde_json::from_str(&raw_body).unwrap_or(Value::Null);
+    // Read before the body moves into the record, so a long conversation is not copied.
+    let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let model = parsed.get("model").and_then(Value::as_str).unwrap_or("mock-model").to_string();
     let recorded = RecordedRequest {
         method: method.to_string(),
         path: uri.path().to_string(),
@@ -378,8 +436,12 @@ async fn handle(shared: Arc<Shared>, method: Method, uri: Uri, headers: HeaderMa
             .iter()
             .map(|(n, v)| (n.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
             .collect(),
-        body: parsed.clone(),
+        body: parsed,
         raw_body,
+        body_bytes: body.len(),
+        received_at,
+        replied_at: None,
+        seq,
     };
     lock(&shared.requests).push(recorded);
 
@@ -397,8 +459,6 @@ async fn handle(shared: Arc<Shared>, method: Method, uri: Uri, headers: HeaderMa
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let model = parsed.get("model").and_then(Value::as_str).unwrap_or("mock-model").to_string();
     let answer = Answer { model: &model, usage: reply.usage, stop: reply.stop.as_deref() };
     match &reply.kind {
         Kind::Error { status, message, retry_after } => error_response(api, *status, message, *retry_after),

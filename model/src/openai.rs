@@ -7,12 +7,16 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, is_event_stream, quote};
+use crate::wire::{Display, Schema};
 use crate::{
-    BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall, Usage,
+    BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall,
+    ToolSpec, Usage,
 };
 
 /// A provider speaking the chat completions API.
@@ -45,38 +49,183 @@ impl OpenAiProvider {
         Ok(OpenAiProvider { kind, model: model.into(), url, http })
     }
 
-    /// The request body.
-    fn body(&self, request: &Request, stream: bool) -> Value {
+    /// The request body, serialized straight from the request: the
+    /// conversation is borrowed, never copied into a JSON tree first.
+    fn body(&self, request: &Request, stream: bool) -> Vec<u8> {
         let model = if request.model.is_empty() { &self.model } else { &request.model };
-        let mut body = json!({ "model": model, "messages": wire_messages(&request.messages) });
-        if request.max_tokens > 0 {
-            // OpenAI deprecated `max_tokens` and its reasoning models reject it; other servers
-            // (Ollama, vLLM, llama.cpp, OpenRouter) know `max_tokens` best.
-            let field = if self.kind == ProviderKind::Openai { "max_completion_tokens" } else { "max_tokens" };
-            body[field] = json!(request.max_tokens);
+        let max_tokens = (request.max_tokens > 0).then_some(request.max_tokens);
+        // OpenAI deprecated `max_tokens` and its reasoning models reject it; other servers
+        // (Ollama, vLLM, llama.cpp, OpenRouter) know `max_tokens` best.
+        let (max_completion_tokens, max_tokens) =
+            if self.kind == ProviderKind::Openai { (max_tokens, None) } else { (None, max_tokens) };
+        let body = Body {
+            max_completion_tokens,
+            max_tokens,
+            messages: WireMessages(&request.messages),
+            model,
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(StreamOptions { include_usage: true }),
+            tools: WireTools(&request.tools),
+        };
+        // Serializing borrowed strings and JSON values cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+/// The chat completions request body. Fields are in the order a JSON
+/// object's keys sort in, so the bytes are those of the equivalent
+/// `serde_json::Value`.
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    messages: WireMessages<'a>,
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    tools: WireTools<'a>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// The conversation in the chat completions format.
+struct WireMessages<'a>(&'a [Message]);
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(WireMessage))
+    }
+}
+
+/// One message; keys in sorted order (see [`Body`]).
+struct WireMessage<'a>(&'a Message);
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match self.0 {
+            Message::System { text } => {
+                map.serialize_entry("content", text)?;
+                map.serialize_entry("role", "system")?;
+            }
+            Message::User { text } => {
+                map.serialize_entry("content", text)?;
+                map.serialize_entry("role", "user")?;
+            }
+            Message::Assistant { text, tool_calls } => {
+                // `content: null` is the canonical form of a turn that only calls tools.
+                let content = (!text.is_empty() || tool_calls.is_empty()).then_some(text);
+                map.serialize_entry("content", &content)?;
+                map.serialize_entry("role", "assistant")?;
+                if !tool_calls.is_empty() {
+                    map.serialize_entry("tool_calls", &WireCalls(tool_calls))?;
+                }
+            }
+            Message::ToolResult { call_id, content, is_error, .. } => {
+                if *is_error {
+                    map.serialize_entry("content", &Display(format_args!("Error: {content}")))?;
+                } else {
+                    map.serialize_entry("content", content)?;
+                }
+                map.serialize_entry("role", "tool")?;
+                map.serialize_entry("tool_call_id", call_id)?;
+            }
         }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    let parameters = if t.parameters.is_null() {
-                        json!({"type": "object", "properties": {}})
-                    } else {
-                        t.parameters.clone()
-                    };
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": parameters,
-                    }})
-                })
-                .collect();
-            body["tools"] = Value::Array(tools);
+        map.end()
+    }
+}
+
+/// An assistant turn's tool calls: `{"function": {"arguments", "name"}, "id", "type"}`.
+struct WireCalls<'a>(&'a [ToolCall]);
+
+impl Serialize for WireCalls<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for call in self.0 {
+            seq.serialize_element(&WireCall(call))?;
         }
-        if stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
+        seq.end()
+    }
+}
+
+struct WireCall<'a>(&'a ToolCall);
+
+impl Serialize for WireCall<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let call = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("function", &WireFunction(call))?;
+        map.serialize_entry("id", &call.id)?;
+        map.serialize_entry("type", "function")?;
+        map.end()
+    }
+}
+
+struct WireFunction<'a>(&'a ToolCall);
+
+impl Serialize for WireFunction<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let call = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        // The arguments travel as a JSON string, written as they are encoded.
+        if call.arguments.is_null() {
+            map.serialize_entry("arguments", "{}")?;
+        } else {
+            map.serialize_entry("arguments", &Display(&call.arguments))?;
         }
-        body
+        map.serialize_entry("name", &call.name)?;
+        map.end()
+    }
+}
+
+/// The tools offered: `{"function": {"description", "name", "parameters"}, "type"}`.
+struct WireTools<'a>(&'a [ToolSpec]);
+
+impl WireTools<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&WireTool(tool))?;
+        }
+        seq.end()
+    }
+}
+
+struct WireTool<'a>(&'a ToolSpec);
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("function", &WireToolFunction(self.0))?;
+        map.serialize_entry("type", "function")?;
+        map.end()
+    }
+}
+
+struct WireToolFunction<'a>(&'a ToolSpec);
+
+impl Serialize for WireToolFunction<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tool = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("description", &tool.description)?;
+        map.serialize_entry("name", &tool.name)?;
+        map.serialize_entry("parameters", &Schema(&tool.parameters))?;
+        map.end()
     }
 }
 
@@ -95,7 +244,7 @@ impl Provider for OpenAiProvider {
         deltas: Option<DeltaSink<'a>>,
     ) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
-            let body = self.body(request, deltas.is_some()).to_string().into_bytes();
+            let body = self.body(request, deltas.is_some());
             let response = self.http.post(&self.url, body, deltas.is_some()).await?;
             match deltas {
                 Some(sink) if is_event_stream(&response) => {
@@ -121,37 +270,6 @@ impl Provider for OpenAiProvider {
             }
         })
     }
-}
-
-/// The conversation in the chat completions format.
-fn wire_messages(messages: &[Message]) -> Vec<Value> {
-    messages
-        .iter()
-        .map(|message| match message {
-            Message::System { text } => json!({"role": "system", "content": text}),
-            Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } => {
-                // `content: null` is the canonical form of a turn that only calls tools.
-                let content = if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { json!(text) };
-                let mut wire = json!({"role": "assistant", "content": content});
-                if !tool_calls.is_empty() {
-                    let calls: Vec<Value> = tool_calls
-                        .iter()
-                        .map(|c| {
-                            let arguments = if c.arguments.is_null() { "{}".to_string() } else { c.arguments.to_string() };
-                            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
-                        })
-                        .collect();
-                    wire["tool_calls"] = Value::Array(calls);
-                }
-                wire
-            }
-            Message::ToolResult { call_id, content, is_error, .. } => {
-                let content = if *is_error { format!("Error: {content}") } else { content.clone() };
-                json!({"role": "tool", "tool_call_id": call_id, "content": content})
-            }
-        })
-        .collect()
 }
 
 /// Tool-call arguments: a JSON string (the standard), an object (some
@@ -356,7 +474,6 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::ToolSpec;
     use crate::http::{
         DEFAULT_MAX_BODY, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT,
     };
@@ -385,14 +502,93 @@ mod tests {
         assert_eq!(p.url.url, "http://127.0.0.1:9/v1/chat/completions");
     }
 
+    /// The body as JSON.
+    fn body(p: &OpenAiProvider, request: &Request, stream: bool) -> Value {
+        serde_json::from_slice(&p.body(request, stream)).unwrap()
+    }
+
+    /// The body as it was built before it was serialized straight from the
+    /// request: a `Value` tree, whose keys sort.
+    fn value_body(p: &OpenAiProvider, request: &Request, stream: bool) -> Value {
+        let model = if request.model.is_empty() { &p.model } else { &request.model };
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|message| match message {
+                Message::System { text } => json!({"role": "system", "content": text}),
+                Message::User { text } => json!({"role": "user", "content": text}),
+                Message::Assistant { text, tool_calls } => {
+                    let content = if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { json!(text) };
+                    let mut wire = json!({"role": "assistant", "content": content});
+                    if !tool_calls.is_empty() {
+                        let calls: Vec<Value> = tool_calls
+                            .iter()
+                            .map(|c| {
+                                let arguments =
+                                    if c.arguments.is_null() { "{}".to_string() } else { c.arguments.to_string() };
+                                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+                            })
+                            .collect();
+                        wire["tool_calls"] = Value::Array(calls);
+                    }
+                    wire
+                }
+                Message::ToolResult { call_id, content, is_error, .. } => {
+                    let content = if *is_error { format!("Error: {content}") } else { content.clone() };
+                    json!({"role": "tool", "tool_call_id": call_id, "content": content})
+                }
+            })
+            .collect();
+        let mut body = json!({ "model": model, "messages": messages });
+        if request.max_tokens > 0 {
+            let field = if p.kind == ProviderKind::Openai { "max_completion_tokens" } else { "max_tokens" };
+            body[field] = json!(request.max_tokens);
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    let parameters = if t.parameters.is_null() {
+                        json!({"type": "object", "properties": {}})
+                    } else {
+                        t.parameters.clone()
+                    };
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": parameters,
+                    }})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        body
+    }
+
+    #[test]
+    fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
+        for kind in [ProviderKind::Openai, ProviderKind::Ollama] {
+            let p = provider(kind);
+            for request in crate::wire::sample_requests() {
+                for stream in [false, true] {
+                    let sent = String::from_utf8(p.body(&request, stream)).unwrap();
+                    assert_eq!(sent, value_body(&p, &request, stream).to_string(), "{kind:?}, stream {stream}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn max_tokens_field_by_provider() {
         let request = Request { model: String::new(), messages: vec![], tools: vec![], max_tokens: 64 };
-        let openai = provider(ProviderKind::Openai).body(&request, false);
+        let openai = body(&provider(ProviderKind::Openai), &request, false);
         assert_eq!(openai["max_completion_tokens"], 64);
         assert!(openai.get("max_tokens").is_none());
         assert_eq!(openai["model"], "m");
-        let ollama = provider(ProviderKind::Ollama).body(&request, false);
+        let ollama = body(&provider(ProviderKind::Ollama), &request, false);
         assert_eq!(ollama["max_tokens"], 64);
         assert!(ollama.get("stream").is_none());
     }
@@ -405,7 +601,7 @@ mod tests {
             tools: vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: Value::Null }],
             max_tokens: 0,
         };
-        let body = provider(ProviderKind::Ollama).body(&request, true);
+        let body = body(&provider(ProviderKind::Ollama), &request, true);
         assert_eq!(body["tools"][0]["function"]["parameters"], json!({"type": "object", "properties": {}}));
         assert!(body.get("max_tokens").is_none());
         assert_eq!(body["stream_options"]["include_usage"], true);

@@ -487,3 +487,30 @@ async fn keyless_servers_get_no_authorization() {
     run(p.as_ref(), &request("go"), true).await.0.unwrap();
     assert_eq!(server.requests()[0].header("authorization"), None);
 }
+
+/// What the conversation benchmark relies on: each request's size and the
+/// server's own time are recorded, and draining the record empties it.
+#[tokio::test]
+async fn the_server_records_its_own_time_and_drains_its_record() {
+    let server = MockServer::start().await.unwrap();
+    let p = provider(&config(ProviderKind::Openai, &server));
+    server.push(Reply::text("slow").with_delay(Duration::from_millis(50)));
+    server.push(Reply::text("fast"));
+    let started = Instant::now();
+    for _ in 0..2 {
+        run(p.as_ref(), &request("hi"), false).await.0.unwrap();
+    }
+    let took = started.elapsed();
+    let sent = server.take_requests();
+    assert_eq!(sent.len(), 2);
+    for r in &sent {
+        assert_eq!(r.body_bytes, r.raw_body.len());
+        assert!(r.received_at >= started);
+        let server_time = r.server_time().expect("the reply went out");
+        assert!(server_time <= took);
+    }
+    assert!(sent[0].server_time().unwrap() >= Duration::from_millis(50), "the delay is the server's time");
+    assert!(sent[1].received_at >= sent[0].replied_at.unwrap());
+    assert!(server.take_requests().is_empty(), "the record was drained");
+    assert!(server.requests().is_empty());
+}

@@ -153,6 +153,14 @@ pub trait Sandbox: Send + Sync {
     fn host_root(&self) -> Option<&std::path::Path> {
         None
     }
+
+    /// Whether an operation may block its thread (on a disk, a process or a
+    /// connection). The host moves such operations off its async threads;
+    /// one that never blocks is called in place, which saves a thread hop
+    /// per tool call. Default: it may block.
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// Compiles a glob pattern the way every sandbox matches it: `*` stays within

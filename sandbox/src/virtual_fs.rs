@@ -116,6 +116,10 @@ impl Sandbox for VirtualSandbox {
     fn close(&self) -> Result<(), SandboxError> {
         Ok(())
     }
+
+    fn blocks(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

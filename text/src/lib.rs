@@ -87,6 +87,16 @@ pub fn head_bytes(bytes: &[u8], max: usize) -> (String, bool) {
     (String::from_utf8_lossy(without_split_char(&bytes[..max])).into_owned(), true)
 }
 
+/// The first at most `max` bytes of `text`, cut at a character boundary,
+/// borrowed; and whether anything was dropped. [`head_bytes`] for text that
+/// is already UTF-8, without a copy: used for log lines, on every call.
+pub fn head_str(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    (&text[..text.floor_char_boundary(max)], true)
+}
+
 /// The text of output that was read up to `cap` bytes: `kept` is what was
 /// kept, `cut` whether more came. Decoded as UTF-8 (invalid sequences become
 /// U+FFFD); when cut, a character split at the cap is dropped and a last line
@@ -225,6 +235,15 @@ mod tests {
             assert!(text.starts_with(&out));
         }
         assert_eq!(head_bytes(b"ok", 200_000), ("ok".to_string(), false));
+    }
+
+    #[test]
+    fn head_str_cuts_where_head_bytes_does() {
+        let text = "aé€😀".repeat(10);
+        for max in 0..text.len() + 2 {
+            let (out, cut) = head_bytes(text.as_bytes(), max);
+            assert_eq!(head_str(&text, max), (out.as_str(), cut), "{max}");
+        }
     }
 
     #[test]

@@ -176,8 +176,8 @@ impl HostCall for Fetch {
         Some(Capability::Fetch)
     }
 
-    fn detail(&self, url: &String) -> String {
-        url.clone()
+    fn detail<'a>(&self, url: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(url)
     }
 
     fn arg_bytes(&self, url: &String) -> usize {

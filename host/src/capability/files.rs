@@ -106,8 +106,8 @@ impl HostCall for ReadFile {
         Some(Capability::Read)
     }
 
-    fn detail(&self, path: &String) -> String {
-        path.clone()
+    fn detail<'a>(&self, path: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(path)
     }
 
     fn arg_bytes(&self, path: &String) -> usize {
@@ -116,9 +116,9 @@ impl HostCall for ReadFile {
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, path: String) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let sandbox = cx.state::<Workspace>()?.sandbox.clone();
+            let sandbox = &cx.state::<Workspace>()?.sandbox;
             let p = path.clone();
-            let file = blocking(move || sandbox.read(&p)).await?;
+            let file = blocking(sandbox, move |s| s.read(&p)).await?;
             cx.state::<Reads>()?.remember(&path, file.mtime);
             Ok(file.text)
         })
@@ -168,8 +168,8 @@ impl HostCall for WriteFile {
         Some(Capability::Write)
     }
 
-    fn detail(&self, (path, _): &(String, String)) -> String {
-        path.clone()
+    fn detail<'a>(&self, (path, _): &'a (String, String)) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(path)
     }
 
     fn arg_bytes(&self, (path, contents): &(String, String)) -> usize {
@@ -182,10 +182,10 @@ impl HostCall for WriteFile {
         (path, contents): (String, String),
     ) -> BoxFuture<'a, Result<(String, usize), ToolError>> {
         Box::pin(async move {
-            let sandbox = cx.state::<Workspace>()?.sandbox.clone();
+            let sandbox = &cx.state::<Workspace>()?.sandbox;
             let reads = cx.state::<Reads>()?;
-            let (s, p) = (sandbox.clone(), path.clone());
-            let existing = blocking(move || s.stat(&p)).await?;
+            let p = path.clone();
+            let existing = blocking(sandbox, move |s| s.stat(&p)).await?;
             if let Some(stat) = existing
                 && let Some(now) = stat.mtime
             {
@@ -198,11 +198,11 @@ impl HostCall for WriteFile {
                 }
             }
             let bytes = contents.len();
-            let (s, p) = (sandbox.clone(), path.clone());
-            blocking(move || s.write(&p, &contents)).await?;
+            let p = path.clone();
+            blocking(sandbox, move |s| s.write(&p, &contents)).await?;
             // Our own write must not make the next write look stale.
             let p = path.clone();
-            if let Ok(Some(stat)) = blocking(move || sandbox.stat(&p)).await {
+            if let Ok(Some(stat)) = blocking(sandbox, move |s| s.stat(&p)).await {
                 reads.remember(&path, stat.mtime);
             }
             Ok((path, bytes))
@@ -257,8 +257,8 @@ impl HostCall for Glob {
         Some(Capability::Glob)
     }
 
-    fn detail(&self, pattern: &String) -> String {
-        pattern.clone()
+    fn detail<'a>(&self, pattern: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(pattern)
     }
 
     fn arg_bytes(&self, pattern: &String) -> usize {
@@ -267,8 +267,8 @@ impl HostCall for Glob {
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, pattern: String) -> BoxFuture<'a, Result<GlobMatches, ToolError>> {
         Box::pin(async move {
-            let sandbox = cx.state::<Workspace>()?.sandbox.clone();
-            blocking(move || sandbox.glob(&pattern)).await
+            let sandbox = &cx.state::<Workspace>()?.sandbox;
+            blocking(sandbox, move |s| s.glob(&pattern)).await
         })
     }
 }

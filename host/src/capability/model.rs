@@ -44,9 +44,10 @@ impl Prompting {
     /// Runs one prompt with the run's tools. The host loop without a model
     /// answers with the configuration error that says how to set one.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
-        let history: Arc<[nexo_model::Message]> = match &self.thread {
+        // Held only for the prompt, so the thread can take its exchange in place afterwards.
+        let history: Arc<Vec<nexo_model::Message>> = match &self.thread {
             Some(thread) => thread.history(),
-            None => Arc::new([]),
+            None => Arc::default(),
         };
         let ctx = LoopContext {
             provider: self.model.as_deref(),

@@ -112,11 +112,17 @@ fn check_floor(agent: &str, declared: SandboxKind, actual: &str) -> Result<(), C
     ))
 }
 
-/// Runs a sandbox operation off the async threads.
+/// Runs a sandbox operation: off the async threads when the sandbox may
+/// block, in place when it never does (the in-memory one).
 pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+    sandbox: &Arc<dyn Sandbox>,
+    f: impl FnOnce(&dyn Sandbox) -> Result<T, SandboxError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    match tokio::task::spawn_blocking(f).await {
+    if !sandbox.blocks() {
+        return f(&**sandbox).map_err(ToolError::from);
+    }
+    let sandbox = sandbox.clone();
+    match tokio::task::spawn_blocking(move || f(&*sandbox)).await {
         Ok(result) => result.map_err(ToolError::from),
         Err(e) => Err(ToolError::Failed(format!("the sandbox operation stopped unexpectedly: {e}"))),
     }

@@ -84,8 +84,8 @@ impl HostCall for WebSearch {
         Some(Capability::Search)
     }
 
-    fn detail(&self, query: &String) -> String {
-        query.clone()
+    fn detail<'a>(&self, query: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(query)
     }
 
     fn arg_bytes(&self, query: &String) -> usize {

@@ -92,8 +92,8 @@ impl HostCall for Shell {
         Some(Capability::Shell)
     }
 
-    fn detail(&self, command: &String) -> String {
-        command.clone()
+    fn detail<'a>(&self, command: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(command)
     }
 
     fn arg_bytes(&self, command: &String) -> usize {
@@ -102,9 +102,9 @@ impl HostCall for Shell {
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, command: String) -> BoxFuture<'a, Result<ShellResult, ToolError>> {
         Box::pin(async move {
-            let sandbox = cx.state::<Workspace>()?.sandbox.clone();
+            let sandbox = &cx.state::<Workspace>()?.sandbox;
             let limits = cx.state::<ShellState>()?.limits;
-            let out = blocking(move || sandbox.exec(&command, limits.shell_timeout)).await?;
+            let out = blocking(sandbox, move |s| s.exec(&command, limits.shell_timeout)).await?;
             Ok(ShellResult { status: out.status, stdout: out.stdout, stderr: out.stderr })
         })
     }

@@ -118,8 +118,8 @@ impl HostCall for ActivateSkill {
         crate::journal::Effect::Read
     }
 
-    fn detail(&self, name: &String) -> String {
-        name.clone()
+    fn detail<'a>(&self, name: &'a String) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(name)
     }
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, name: String) -> BoxFuture<'a, Result<String, ToolError>> {

@@ -242,7 +242,11 @@ impl std::io::Write for LogWriter {
 }
 
 fn engine_config(cli: &Cli) -> EngineConfig {
-    let mut config = EngineConfig::default();
+    // Reserving the instance pool costs a one-shot command more start-up
+    // time (about a thousand mprotect calls) than its few instantiations
+    // win back; the long-lived commands keep it.
+    let pooling = matches!(cli.command, Command::Worker(_) | Command::Mcp(_));
+    let mut config = EngineConfig { pooling, ..EngineConfig::default() };
     if cli.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = &cli.cache_dir {

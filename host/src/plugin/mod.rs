@@ -67,15 +67,16 @@ impl Plugin {
     /// Loads a component from memory; `path` only labels errors.
     pub async fn from_bytes(engine: &Engine, path: PathBuf, bytes: &[u8]) -> Result<Plugin, LoadError> {
         check_header(&path, bytes)?;
-        let (component, cache) = engine.compile(bytes).map_err(|e| {
-            let reason = format!("{e:#}");
-            match refused_minimum_memory(&reason) {
-                Some(minimum) => {
-                    LoadError::MemoryTooSmall { path: path.clone(), minimum, cap: engine.limits().memory_bytes }
-                }
-                None => LoadError::Invalid { path: path.clone(), reason },
-            }
-        })?;
+        // Checked here, for either allocator: the pooling one would refuse
+        // such a component at compile time, the on-demand one only when it
+        // first instantiates, with a less helpful error.
+        let minimum = declared_memory_minimum(bytes);
+        let cap = engine.limits().memory_bytes;
+        if minimum > u64::try_from(cap).unwrap_or(u64::MAX) {
+            return Err(LoadError::MemoryTooSmall { path, minimum, cap });
+        }
+        let (component, cache) =
+            engine.compile(bytes).map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
         let ty = component.component_type();
         let wt = engine.wasmtime();
         let exports: Vec<String> = ty.exports(wt).map(|(n, _)| n.to_string()).collect();
@@ -305,9 +306,24 @@ impl Linked {
 /// The declared minimum memory, in bytes, that the instance allocator
 /// refused as over the memory cap, read from its message (wasmtime has no
 /// typed error for it): `None` for any other failure.
-fn refused_minimum_memory(reason: &str) -> Option<u64> {
-    let (_, rest) = reason.split_once("memory has a minimum byte size of ")?;
-    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+/// The largest minimum size, in bytes, that a linear memory defined in the
+/// component's core modules declares. Invalid bytes count as 0: compiling
+/// them reports what is wrong.
+fn declared_memory_minimum(bytes: &[u8]) -> u64 {
+    let mut most = 0u64;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        match payload {
+            Ok(wasmparser::Payload::MemorySection(memories)) => {
+                for memory in memories.into_iter().map_while(Result::ok) {
+                    let page = 1u64.checked_shl(memory.page_size_log2.unwrap_or(16)).unwrap_or(u64::MAX);
+                    most = most.max(memory.initial.saturating_mul(page));
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    most
 }
 
 fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {

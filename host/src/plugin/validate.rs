@@ -8,6 +8,15 @@ use crate::manifest::{Description, PluginKind};
 /// Longest description accepted, in characters (as for Agent Skills).
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 
+/// How many characters of a value an error quotes: a component chooses its
+/// manifest's values, so a message must not grow with them.
+const QUOTE_CHARS: usize = 120;
+
+/// A value as an error quotes it: its head, in quotes, escapes shown.
+fn quoted(value: &str) -> String {
+    format!("{:?}", nexo_text::head_chars(value, QUOTE_CHARS))
+}
+
 /// A field of a self-description that breaks a rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
@@ -27,13 +36,13 @@ pub fn name(value: &str) -> Result<(), Problem> {
 
 fn name_rule(value: &str) -> Result<(), String> {
     if value.is_empty() || value.chars().count() > 64 {
-        return Err(format!("{value:?} must be 1 to 64 characters long"));
+        return Err(format!("{} must be 1 to 64 characters long", quoted(value)));
     }
     if !value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        return Err(format!("{value:?} may contain only lowercase letters, digits and hyphens"));
+        return Err(format!("{} may contain only lowercase letters, digits and hyphens", quoted(value)));
     }
     if value.starts_with('-') || value.ends_with('-') || value.contains("--") {
-        return Err(format!("{value:?} must not start or end with a hyphen or contain two in a row"));
+        return Err(format!("{} must not start or end with a hyphen or contain two in a row", quoted(value)));
     }
     Ok(())
 }
@@ -66,7 +75,9 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
             return Err((
                 "fetch-allow",
                 format!(
-                    "{host:?} is a single label, which would cover a whole top-level domain; list `example.{host}`-style names"
+                    "{} is a single label, which would cover a whole top-level domain; list `example.{}`-style names",
+                    quoted(host),
+                    nexo_text::head_chars(host, QUOTE_CHARS)
                 ),
             ));
         }
@@ -86,7 +97,7 @@ pub fn mcp_server_name(value: &str) -> Result<(), String> {
     if nexo_mcp::is_server_name(value) {
         Ok(())
     } else {
-        Err(format!("{value:?} is not an MCP server name: use 1 to 32 lowercase letters, digits and hyphens"))
+        Err(format!("{} is not an MCP server name: use 1 to 32 lowercase letters, digits and hyphens", quoted(value)))
     }
 }
 
@@ -107,8 +118,9 @@ fn mcp_allow_entry(value: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{value:?} is not an exact MCP tool name: write `tool` or `server/tool` (letters, digits, `_`, `-`, `.`); \
-             patterns such as `*` are not supported"
+            "{} is not an exact MCP tool name: write `tool` or `server/tool` (letters, digits, `_`, `-`, `.`); \
+             patterns such as `*` are not supported",
+            quoted(value)
         ))
     }
 }
@@ -133,14 +145,14 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
         Description::Skill(s) => {
             for r in &s.resources {
                 if r.starts_with('/') || r.split('/').any(|seg| seg == ".." || seg.is_empty()) {
-                    return Err(bad("resources", format!("{r:?} must be a relative path without `..`")));
+                    return Err(bad("resources", format!("{} must be a relative path without `..`", quoted(r))));
                 }
             }
         }
         Description::SearchBackend(_) => {}
         Description::SandboxProvider(i) => {
             if !i.workdir.starts_with('/') {
-                return Err(bad("workdir", format!("{:?} must be an absolute path", i.workdir)));
+                return Err(bad("workdir", format!("{} must be an absolute path", quoted(&i.workdir))));
             }
         }
     }
@@ -187,5 +199,14 @@ mod fetch_allow_tests {
             assert_eq!(field, "fetch-allow", "{bad}");
             assert!(!problem.is_empty());
         }
+    }
+
+    #[test]
+    fn errors_quote_only_the_head_of_a_long_value() {
+        let label = "a".repeat(5000);
+        let Problem { problem, .. } = with_hosts(&[label.as_str()]).unwrap_err();
+        assert!(problem.contains("single label") && problem.len() < 600, "{} bytes: {problem}", problem.len());
+        let Problem { problem, .. } = name(&"A".repeat(5000)).unwrap_err();
+        assert!(problem.contains('…') && problem.len() < 300, "{problem}");
     }
 }

@@ -10,16 +10,19 @@ use nexo_store::{Store, StoreError, ThreadAppend};
 #[derive(Debug)]
 pub struct Thread {
     session: String,
-    /// The thread as stored, shared with every request without a copy.
-    stored: Arc<[Message]>,
-    /// What this run's prompts added.
-    added: Mutex<Vec<Message>>,
+    /// How many of the messages the store held when the run started.
+    stored: usize,
+    /// The thread: the stored messages, then this run's exchanges. Shared
+    /// with every request without a copy; appended to in place once the
+    /// prompt that read it is over, so a long conversation is not copied
+    /// every prompt.
+    messages: Mutex<Arc<Vec<Message>>>,
 }
 
 impl Thread {
     /// The thread of session `session`, holding `history`.
     pub fn new(session: impl Into<String>, history: Vec<Message>) -> Thread {
-        Thread { session: session.into(), stored: history.into(), added: Mutex::new(Vec::new()) }
+        Thread { session: session.into(), stored: history.len(), messages: Mutex::new(Arc::new(history)) }
     }
 
     /// Loads session `id`'s thread from `store`. A stored message this
@@ -43,18 +46,14 @@ impl Thread {
     }
 
     /// The conversation so far: the stored thread, then this run's
-    /// exchanges. Before the run added any, no message is copied.
-    pub fn history(&self) -> Arc<[Message]> {
-        let added = self.lock();
-        if added.is_empty() {
-            return self.stored.clone();
-        }
-        self.stored.iter().chain(added.iter()).cloned().collect()
+    /// exchanges. No message is copied.
+    pub fn history(&self) -> Arc<Vec<Message>> {
+        self.lock().clone()
     }
 
     /// How many messages the thread holds now.
     pub fn len(&self) -> usize {
-        self.stored.len() + self.lock().len()
+        self.lock().len()
     }
 
     /// Whether the thread is empty.
@@ -66,25 +65,27 @@ impl Thread {
     /// instructions (a loop's transcript does not repeat the history).
     pub fn remember(&self, transcript: &[Message]) {
         let new = transcript.iter().skip_while(|m| matches!(m, Message::System { .. })).cloned();
-        self.lock().extend(new);
+        // In place unless a prompt still holds the history (then a copy, as before).
+        Arc::make_mut(&mut *self.lock()).extend(new);
     }
 
     /// What this run added, for the batch that ends it; `None` when it
     /// added nothing.
     pub fn append(&self) -> Option<ThreadAppend> {
-        let added = self.lock();
+        let messages = self.lock();
+        let added = &messages[self.stored..];
         if added.is_empty() {
             return None;
         }
         Some(ThreadAppend {
             session: self.session.clone(),
-            expected: self.stored.len() as u64,
+            expected: self.stored as u64,
             messages: added.iter().filter_map(|m| serde_json::to_value(m).ok()).collect(),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
-        self.added.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Arc<Vec<Message>>> {
+        self.messages.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -111,6 +112,23 @@ mod tests {
         assert_eq!(append.messages.len(), 4);
         assert_eq!(append.messages[0]["role"], "user");
         assert!(thread.history().iter().all(|m| !matches!(m, Message::System { .. })));
+    }
+
+    #[test]
+    fn history_is_shared_and_a_held_history_keeps_what_it_saw() {
+        let thread = Thread::new("s1", vec![user("hi"), answer("hello")]);
+        let first = thread.history();
+        assert!(Arc::ptr_eq(&first, &thread.history()), "reading the history copies nothing");
+        thread.remember(&[user("again"), answer("yes")]);
+        assert_eq!(first.len(), 2, "a history already handed out does not change");
+        drop(first);
+        let before = Arc::as_ptr(&thread.history());
+        thread.remember(&[user("3"), answer("c")]);
+        assert_eq!(thread.len(), 6);
+        assert_eq!(thread.history()[4], user("3"));
+        assert_eq!(thread.append().unwrap().messages.len(), 4);
+        // Nothing held it, so the exchange went in place.
+        assert_eq!(Arc::as_ptr(&thread.history()), before);
     }
 
     #[test]

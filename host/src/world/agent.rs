@@ -281,12 +281,12 @@ impl AgentInstance {
     pub async fn run(&mut self, input: &str) -> Result<AgentOutcome, RunError> {
         let agent = self.bindings.nexo_plugin_agent();
         let result = tokio::time::timeout(self.timeout, agent.call_run(&mut self.store, input)).await;
-        let plugin = self.store.data().core.plugin.to_string();
         self.store.data().core.log_stdio();
+        let plugin = || self.store.data().core.plugin.to_string();
         let answer = match settle(&self.store, "run", self.timeout, result)? {
             Ok(answer) => answer,
-            Err(WitRunError::Failed(reason)) => return Err(RunError::AgentFailed { plugin, reason }),
-            Err(WitRunError::Model(err)) => return Err(crate::capability::model::model_run_error(&plugin, &err)),
+            Err(WitRunError::Failed(reason)) => return Err(RunError::AgentFailed { plugin: plugin(), reason }),
+            Err(WitRunError::Model(err)) => return Err(crate::capability::model::model_run_error(&plugin(), &err)),
         };
         Ok(AgentOutcome { answer, last_prompt: self.store.data_mut().world.last_prompt.take() })
     }
