@@ -354,7 +354,7 @@ mod tests {
                 "max_tokens": request.max_tokens,
             });
             assert_eq!(serde_json::to_string(&TurnArgs(&request)).unwrap(), value.to_string());
-            assert_eq!(crate::journal::hash_json(&TurnArgs(&request)), crate::journal::hash_args(&value));
+            assert_eq!(crate::journal::hash_json(&TurnArgs(&request)), crate::journal::hash_json(&value));
         }
     }
 }

@@ -559,7 +559,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             Some((_, model_call)) => model_call.arguments.clone(),
             None => serde_json::to_value(args).unwrap_or(Value::Null),
         });
-        let hash = crate::journal::hash_args(&arguments);
+        let hash = crate::journal::hash_json(&arguments);
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
                 let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {

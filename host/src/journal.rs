@@ -104,15 +104,9 @@ pub async fn unjournaled<F: std::future::Future>(work: F) -> F::Output {
     UNJOURNALED.scope((), work).await
 }
 
-/// The SHA-256 of a call's arguments, as hex.
-pub fn hash_args(args: &Value) -> String {
-    hash_json(args)
-}
-
-/// The SHA-256 of `args` serialized as compact JSON, as hex, written
-/// straight into the hash (no text of it is kept). Equal to [`hash_args`]
-/// of the same JSON as a [`Value`] when `args` writes object keys in sorted
-/// order, as a `Value` does.
+/// The SHA-256 of a call's arguments serialized as compact JSON, as hex,
+/// written straight into the hash (no text of it is kept). A type that
+/// writes object keys in sorted order hashes as its `serde_json::Value`.
 pub fn hash_json<T: serde::Serialize + ?Sized>(args: &T) -> String {
     /// Feeds the serializer's output to the hash.
     struct Hasher(Sha256);
@@ -324,7 +318,7 @@ impl Journal {
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let hash = hash_args(&Value::Null);
+        let hash = hash_json(&Value::Null);
         match self.begin(interface, function, &hash) {
             Begin::Replay(text) => match serde_json::from_str(&text) {
                 Ok(value) => value,

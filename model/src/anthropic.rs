@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, SseEvent, is_event_stream, quote};
-use crate::wire::{Empty, Schema};
+use crate::wire::{Each, Empty, Schema};
 use crate::{
     BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolSpec, Usage,
 };
@@ -68,7 +68,7 @@ impl AnthropicProvider {
             model,
             stream: stream.then_some(true),
             system: (!system.is_empty()).then(|| system.join("\n\n")),
-            tools: WireTools(&request.tools),
+            tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
         serde_json::to_vec(&body).unwrap_or_default()
@@ -86,8 +86,8 @@ struct Body<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<String>,
-    #[serde(skip_serializing_if = "WireTools::is_empty")]
-    tools: WireTools<'a>,
+    #[serde(skip_serializing_if = "Each::is_empty")]
+    tools: Each<'a, ToolSpec, WireTool<'a>>,
 }
 
 /// One Messages API turn: `{"content": [blocks], "role"}`.
@@ -134,25 +134,7 @@ impl Serialize for WireBlock<'_> {
     }
 }
 
-/// The tools offered: `{"description", "input_schema", "name"}`.
-struct WireTools<'a>(&'a [ToolSpec]);
-
-impl WireTools<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl Serialize for WireTools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for tool in self.0 {
-            seq.serialize_element(&WireTool(tool))?;
-        }
-        seq.end()
-    }
-}
-
+/// A tool offered: `{"description", "input_schema", "name"}`.
 struct WireTool<'a>(&'a ToolSpec);
 
 impl Serialize for WireTool<'_> {

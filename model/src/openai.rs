@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, is_event_stream, quote};
-use crate::wire::{Display, Schema};
+use crate::wire::{Display, Each, Schema};
 use crate::{
     BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall,
     ToolSpec, Usage,
@@ -61,11 +61,11 @@ impl OpenAiProvider {
         let body = Body {
             max_completion_tokens,
             max_tokens,
-            messages: WireMessages(&request.messages),
+            messages: Each(&request.messages, WireMessage),
             model,
             stream: stream.then_some(true),
             stream_options: stream.then_some(StreamOptions { include_usage: true }),
-            tools: WireTools(&request.tools),
+            tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
         serde_json::to_vec(&body).unwrap_or_default()
@@ -81,14 +81,14 @@ struct Body<'a> {
     max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
-    messages: WireMessages<'a>,
+    messages: Each<'a, Message, WireMessage<'a>>,
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "WireTools::is_empty")]
-    tools: WireTools<'a>,
+    #[serde(skip_serializing_if = "Each::is_empty")]
+    tools: Each<'a, ToolSpec, WireTool<'a>>,
 }
 
 #[derive(Serialize)]
@@ -96,16 +96,8 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-/// The conversation in the chat completions format.
-struct WireMessages<'a>(&'a [Message]);
-
-impl Serialize for WireMessages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(WireMessage))
-    }
-}
-
-/// One message; keys in sorted order (see [`Body`]).
+/// One message of the conversation in the chat completions format; keys
+/// in sorted order (see [`Body`]).
 struct WireMessage<'a>(&'a Message);
 
 impl Serialize for WireMessage<'_> {
@@ -126,7 +118,7 @@ impl Serialize for WireMessage<'_> {
                 map.serialize_entry("content", &content)?;
                 map.serialize_entry("role", "assistant")?;
                 if !tool_calls.is_empty() {
-                    map.serialize_entry("tool_calls", &WireCalls(tool_calls))?;
+                    map.serialize_entry("tool_calls", &Each(tool_calls, WireCall))?;
                 }
             }
             Message::ToolResult { call_id, content, is_error, .. } => {
@@ -143,19 +135,7 @@ impl Serialize for WireMessage<'_> {
     }
 }
 
-/// An assistant turn's tool calls: `{"function": {"arguments", "name"}, "id", "type"}`.
-struct WireCalls<'a>(&'a [ToolCall]);
-
-impl Serialize for WireCalls<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for call in self.0 {
-            seq.serialize_element(&WireCall(call))?;
-        }
-        seq.end()
-    }
-}
-
+/// A tool call: `{"function": {"arguments", "name"}, "id", "type"}`.
 struct WireCall<'a>(&'a ToolCall);
 
 impl Serialize for WireCall<'_> {
@@ -186,25 +166,7 @@ impl Serialize for WireFunction<'_> {
     }
 }
 
-/// The tools offered: `{"function": {"description", "name", "parameters"}, "type"}`.
-struct WireTools<'a>(&'a [ToolSpec]);
-
-impl WireTools<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl Serialize for WireTools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for tool in self.0 {
-            seq.serialize_element(&WireTool(tool))?;
-        }
-        seq.end()
-    }
-}
-
+/// A tool offered: `{"function": {"description", "name", "parameters"}, "type"}`.
 struct WireTool<'a>(&'a ToolSpec);
 
 impl Serialize for WireTool<'_> {

@@ -34,6 +34,23 @@ impl Serialize for Schema<'_> {
     }
 }
 
+/// A slice written as a JSON array, each item in its wire form
+/// (`Each(&request.tools, WireTool)`), with no `Vec` of wrappers in between.
+pub(crate) struct Each<'a, T, W>(pub(crate) &'a [T], pub(crate) fn(&'a T) -> W);
+
+impl<T, W> Each<'_, T, W> {
+    /// Whether there are no items (for `skip_serializing_if`).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a, T, W: Serialize> Serialize for Each<'a, T, W> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(self.1))
+    }
+}
+
 /// `{}`.
 pub(crate) struct Empty;
 

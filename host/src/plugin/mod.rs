@@ -303,9 +303,6 @@ impl Linked {
     }
 }
 
-/// The declared minimum memory, in bytes, that the instance allocator
-/// refused as over the memory cap, read from its message (wasmtime has no
-/// typed error for it): `None` for any other failure.
 /// The largest minimum size, in bytes, that a linear memory defined in the
 /// component's core modules declares. Invalid bytes count as 0: compiling
 /// them reports what is wrong.
