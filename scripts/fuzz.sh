@@ -24,6 +24,7 @@ TARGETS=(skill_md agent_toml agent_manifest model_response egress_url sandbox_pa
 [ $# -gt 0 ] && TARGETS=("$@")
 
 command -v g++ >/dev/null 2>&1 || apt_install "libfuzzer-sys (make fuzz)" g++
+[ -x /usr/bin/time ] || apt_install "the ledger's cpu seconds (make fuzz)" time
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 # The plugins whose mutants component_load loads. Built before RUSTC_BOOTSTRAP
@@ -65,16 +66,19 @@ for name in "${TARGETS[@]}"; do
   log=$(mktemp)
   start=$(date +%s)
   status=0
-  (cd fuzz && cargo fuzz run -s none -a --target-dir "$CARGO_TARGET_DIR/fuzz-build" "$name" "../$corpus" -- \
+  cpu=$(mktemp)
+  # CPU seconds beside wall seconds: a run that shared the cores says so.
+  (cd fuzz && /usr/bin/time -f '%U %S' -o "$cpu" cargo fuzz run -s none -a --target-dir "$CARGO_TARGET_DIR/fuzz-build" "$name" "../$corpus" -- \
     -max_total_time="$FUZZ_SECS" -max_len="$max_len" -timeout=30 -rss_limit_mb=4096 \
     -artifact_prefix="../$artifacts/" -print_final_stats=1) 2>&1 | tee "$log" || status=$?
   # The ledger adds up campaigns over time: one line per run of a target.
   secs=$(($(date +%s) - start))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$name" "$secs" "${execs:-?}" "${rate:-?}" \
-    "$([ "$status" = 0 ] && echo ok || echo "failed ($status)")" >>"$ledger"
-  rm -f "$log"
+  cpus=$(awk '/^[0-9.]+ [0-9.]+$/ { printf "%d", $1 + $2 }' "$cpu")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$name" "$secs" "${execs:-?}" "${rate:-?}" \
+    "$([ "$status" = 0 ] && echo ok || echo "failed ($status)")" "${cpus:-?}" >>"$ledger"
+  rm -f "$log" "$cpu"
   [ "$status" = 0 ] || { echo "fuzz $name failed: see $artifacts/" >&2; exit "$status"; }
 done
 echo "== campaign ledger ($ledger): seconds and executions per target, all runs"

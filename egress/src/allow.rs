@@ -3,7 +3,9 @@
 //! An entry is a bare host name or IP literal. A name entry covers the name
 //! and its subdomains, by whole labels (`example.com` covers
 //! `news.example.com`, never `notexample.com` or `example.com.evil.org`); an
-//! IP entry covers exactly that address. There are no globs: `*` is refused
+//! IP entry covers exactly that address. A name is letters, digits, `-`,
+//! `_` and dots (after IDNA), whether it is an entry or the host of a
+//! request. There are no globs: `*` is refused
 //! with advice, since `example.com` already covers every subdomain.
 
 use std::fmt;
@@ -189,6 +191,14 @@ fn normalize(raw: &str) -> Result<Entry, String> {
             if name.split('.').any(str::is_empty) {
                 return Err("it has an empty label (`..` or a leading or second trailing dot)".into());
             }
+            // WHATWG hosts admit `!`, `$`, `~` and more, which no DNS host
+            // name has: such a host matches nothing, as an entry or a request.
+            if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))) {
+                return Err(format!(
+                    "`{c}` is not allowed in a host name (letters, digits, `-`, `_` and `.` are); \
+                     give a bare host name such as `example.com`"
+                ));
+            }
             Ok(Entry::Name(name))
         }
         Err(e) => Err(format!("{e}; give a bare host name such as `example.com` or an IP address")),
@@ -221,6 +231,11 @@ mod tests {
             "",
             "example.com..",
             ".example.com",
+            // Hosts a URL may carry but no DNS name has (found by the fuzzer).
+            "ne!s.example.com",
+            "a$b.example.com",
+            "x~y.example.com",
+            "{a}.example.com",
         ] {
             assert!(!l.matches(host), "{host} should not match");
         }
@@ -296,6 +311,8 @@ mod tests {
             (".", "no host"),
             ("exa%mple.com", "bare host name"),
             ("exa<mple.com", "bare host name"),
+            ("exa$mple.com", "not allowed in a host name"),
+            ("exa~mple.com", "not allowed in a host name"),
         ];
         for (entry, want) in table {
             let err = HostList::new([entry]).unwrap_err();
