@@ -181,6 +181,9 @@ pub const UNPOSITIONED: u64 = i64::MAX as u64;
 /// How a journal replays what the store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
+    /// A run created just now that has never started: the store holds no
+    /// journal, checkpoint or approval for it, so none is read.
+    New,
     /// Answer recorded calls from the journal (the same component).
     Journal,
     /// Ignore the journal: the component changed, so only checkpoints,
@@ -201,16 +204,21 @@ impl Journal {
     ) -> Result<Journal, StoreError> {
         let recorded: BTreeMap<u64, Entry> = match replay {
             Replay::Journal => store.journal(&run.id).await?.into_iter().map(|e| (e.seq, e)).collect(),
-            Replay::CheckpointsOnly => BTreeMap::new(),
+            Replay::New | Replay::CheckpointsOnly => BTreeMap::new(),
         };
         let replay_end = recorded.values().map(|e| e.end).max().unwrap_or(0);
-        let checkpoints = store.checkpoints(&run.id).await?.into_iter().collect();
-        let decided = store.approval(&run.id).await?.filter(|a| a.decision.is_some());
+        let (checkpoints, decided) = match replay {
+            Replay::New => (BTreeMap::new(), None),
+            Replay::Journal | Replay::CheckpointsOnly => (
+                store.checkpoints(&run.id).await?.into_iter().collect(),
+                store.approval(&run.id).await?.filter(|a| a.decision.is_some()),
+            ),
+        };
         // By checkpoints only, every pass numbers its calls the same way
         // (from a base no journal reaches), so an approval still binds to
         // one call of one pass; nothing is appended to the old journal.
         let next = match replay {
-            Replay::Journal => 0,
+            Replay::New | Replay::Journal => 0,
             Replay::CheckpointsOnly => CHECKPOINTS_ONLY_BASE,
         };
         Ok(Journal {
@@ -221,7 +229,7 @@ impl Journal {
             recorded,
             replay_end,
             buffer_events,
-            recording: replay == Replay::Journal,
+            recording: replay != Replay::CheckpointsOnly,
             resume_input: run.resume_input.clone(),
             state: Mutex::new(State { next, checkpoints, decided, ..State::default() }),
             commits: tokio::sync::Mutex::new(()),

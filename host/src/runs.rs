@@ -231,7 +231,7 @@ impl Runs {
     ) -> Result<RunEnd, RunError> {
         let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()), session);
         let run = self.store.create_run(record).await.map_err(RunError::from)?;
-        self.drive(run, subject, options, Replay::Journal).await
+        self.drive(run, subject, options, Replay::New).await
     }
 
     /// Records a run of `subject` on `input` as `queued`, with a job that
