@@ -12,8 +12,12 @@
 #
 # Benches: engine (cache-hit and instantiate groups), agent_loop and peers
 # (the peer harness's loop over bench-guest). A bench the base lacks is
-# reported and skipped. Both trees share CARGO_TARGET_DIR, so only the
-# workspace's own crates build twice.
+# reported and skipped. The base builds into its own target directory
+# (target/bench-check/target, kept between runs): cargo hashes a workspace
+# crate by its path relative to the workspace, so two trees sharing one
+# target directory overwrite each other's artifacts and the second build
+# takes the first's as fresh (it would compare a tree with itself, and leave
+# the base's binaries where `cargo build` expects the work tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,11 +38,11 @@ BENCHES=(engine agent_loop peers)
 # Prints "name<TAB>executable" for each bench the tree at $1 has; the
 # plugins of each tree build into its own target/plugins.
 build() {
-  local tree=$1 args=()
+  local tree=$1 target=$2 args=()
   for b in "${BENCHES[@]}"; do
     [ -f "$tree/host/benches/$b.rs" ] && args+=(--bench "$b")
   done
-  (cd "$tree" && NEXO_PLUGIN_TARGET_DIR="$tree/target/plugins" cargo bench -q -p nexo "${args[@]}" --no-run \
+  (cd "$tree" && CARGO_TARGET_DIR="$target" NEXO_PLUGIN_TARGET_DIR="$tree/target/plugins" cargo bench -q -p nexo "${args[@]}" --no-run \
     --message-format=json-render-diagnostics) |
     python3 -c '
 import json, sys
@@ -48,9 +52,9 @@ for line in sys.stdin:
         print(m["target"]["name"] + "\t" + m["executable"])'
 }
 echo "building the base ($base_rev) ..." >&2
-build "$WORK/base" >"$WORK/base.list"
+build "$WORK/base" "$WORK/target" >"$WORK/base.list"
 echo "building the work tree ..." >&2
-build "$ROOT" >"$WORK/current.list"
+build "$ROOT" "$CARGO_TARGET_DIR" >"$WORK/current.list"
 
 # One round of one side: criterion benches keep their estimates under their
 # own CRITERION_HOME; peers prints the harness's RESULT lines.
