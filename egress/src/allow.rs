@@ -167,7 +167,13 @@ fn parse_entry(raw: &str) -> Result<Entry, BadHost> {
 /// A host parsed by `url` as a list entry; `None` if the name is not valid.
 fn url_entry(host: &Host<&str>) -> Option<Entry> {
     match host {
-        Host::Domain(name) => normalize(name).ok(),
+        // The URL parser has already read every address form; a name it
+        // kept (`93.184.216.34..`) that reads as one only once a trailing
+        // dot is dropped is still a name, and must not match an IP entry.
+        Host::Domain(name) => match normalize(name) {
+            Ok(Entry::Name(name)) => Some(Entry::Name(name)),
+            _ => None,
+        },
         Host::Ipv4(ip) => Some(Entry::Ip(IpAddr::V4(*ip))),
         Host::Ipv6(ip) => Some(Entry::Ip(IpAddr::V6(*ip))),
     }
@@ -266,6 +272,17 @@ mod tests {
         // Numeric IPv4 forms read as the address they denote, as in URLs.
         assert!(list(&["127.0.0.1"]).matches("2130706433"));
         assert_eq!(list(&["0x7f.1"]).entries(), ["127.0.0.1"]);
+    }
+
+    #[test]
+    fn a_url_name_never_matches_an_ip_entry() {
+        // Found by the egress_url fuzzer: `http:01..` carries the name `01..`,
+        // which read as 0.0.0.1 once a trailing dot was dropped.
+        let l = list(&["1", "93.184.216.34"]);
+        for name in ["01..", "93.184.216.34..", "1.."] {
+            assert!(!l.matches_url_host(&Host::Domain(name)), "{name} should not match");
+        }
+        assert!(l.matches_url_host(&Host::Ipv4(std::net::Ipv4Addr::new(93, 184, 216, 34))));
     }
 
     #[test]
