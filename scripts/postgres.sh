@@ -78,6 +78,12 @@ psql() { as_owner "$bin/psql" -h "$dir" -p "$port" -U postgres -d postgres -v ON
 if [ "$(psql -c "SELECT 1 FROM pg_roles WHERE rolname = 'nexo'")" != "1" ]; then
   psql -c "CREATE ROLE nexo LOGIN CREATEDB PASSWORD '$password'"
 fi
+# DROP DATABASE ... WITH (FORCE) must end every session in the database,
+# an autovacuum worker's included; without this role the tests' clean-up
+# fails whenever autovacuum happens to be visiting the database.
+if [ "$(psql -c "SELECT 1 FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles u ON u.oid = m.member WHERE r.rolname = 'pg_signal_backend' AND u.rolname = 'nexo'")" != "1" ]; then
+  psql -c "GRANT pg_signal_backend TO nexo"
+fi
 if [ "$(psql -c "SELECT 1 FROM pg_database WHERE datname = 'nexo'")" != "1" ]; then
   psql -c "CREATE DATABASE nexo OWNER nexo"
 fi
