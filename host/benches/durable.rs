@@ -126,6 +126,7 @@ fn journal_effect(c: &mut Criterion) {
             lease: Some(nexo_store::Lease { owner: owner.into(), until_ms: i64::MAX }),
             created_ms: nexo_store::now_ms(),
             session: None,
+            tenant: None,
         };
         let run = rt.block_on(store.create_run(new)).unwrap();
         rt.block_on(Journal::open(store.clone(), &run, owner, Replay::Journal, false)).unwrap()

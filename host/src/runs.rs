@@ -104,14 +104,15 @@ impl Subject<'_> {
     }
 }
 
-/// The record of a new run of `subject`, a prompt of `session` if given.
+/// The record of a new run of `subject`, a prompt of `session` if given,
+/// of `tenant` when `nexo serve` started it.
 fn new_run(
     subject: &Subject<'_>,
     input: &str,
     grant: Value,
     status: RunStatus,
     lease: Option<Lease>,
-    session: Option<&str>,
+    (session, tenant): (Option<&str>, Option<&str>),
 ) -> NewRun {
     NewRun {
         id: nexo_store::new_run_id(),
@@ -125,6 +126,7 @@ fn new_run(
         lease,
         created_ms: nexo_store::now_ms(),
         session: session.map(str::to_string),
+        tenant: tenant.map(str::to_string),
     }
 }
 
@@ -229,7 +231,7 @@ impl Runs {
         grant: Value,
         options: &RunOptions,
     ) -> Result<RunEnd, RunError> {
-        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()), session);
+        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()), (session, None));
         let run = self.store.create_run(record).await.map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::New).await
     }
@@ -249,7 +251,22 @@ impl Runs {
         input: &str,
         grant: Value,
     ) -> Result<(Run, Job), StoreError> {
-        let run = self.store.create_run(new_run(&subject, input, grant, RunStatus::Queued, None, session)).await?;
+        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (session, None))).await
+    }
+
+    /// [`Runs::queue`] of a run `nexo serve` starts for `tenant`.
+    pub async fn queue_for(
+        &self,
+        tenant: Option<&str>,
+        subject: Subject<'_>,
+        input: &str,
+        grant: Value,
+    ) -> Result<(Run, Job), StoreError> {
+        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (None, tenant))).await
+    }
+
+    async fn queue_record(&self, record: NewRun) -> Result<(Run, Job), StoreError> {
+        let run = self.store.create_run(record).await?;
         match self.enqueue(&run.id, JobKind::Start, json!({"run": run.id})).await {
             Ok(job) => Ok((run, job)),
             Err(e) => {

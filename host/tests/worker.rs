@@ -308,6 +308,7 @@ async fn three_workers_over_one_postgres_run_300_jobs_each_exactly_once() {
                 lease: None,
                 created_ms: now,
                 session: None,
+                tenant: None,
             })
             .await
             .unwrap();

@@ -98,6 +98,7 @@ async fn store(dir: &Path) -> SqliteStore {
             lease: Some(Lease { owner: OWNER.into(), until_ms: i64::MAX / 2 }),
             created_ms: nexo_store::now_ms(),
             session: None,
+            tenant: None,
         })
         .await
         .unwrap();

@@ -29,6 +29,22 @@
 //! its thread and every run linked to it; expiry passes over a session
 //! with a prompt in progress ([`Store::expire_sessions`]).
 //!
+//! And per tenant of `nexo serve` ([`Tenant`]), one customer of a serving
+//! node, with the operator's policy for its runs and whether it is
+//! disabled:
+//!
+//! - its API keys ([`ApiKey`]), only as SHA-256 hashes, revoked and never
+//!   deleted; a key of no tenant is an operator's admin key;
+//! - the plugins it uploaded ([`StoredPlugin`]), content-addressed by
+//!   `(tenant, sha256)`, bytes included, so every node sharing the store
+//!   loads them and no tenant sees another's;
+//! - the runs it started ([`Run::tenant`], [`Store::tenant_runs`]);
+//! - its audit log ([`AuditEntry`]), append-only and hash-chained, with its
+//!   head on the tenant's row: appends are serialized per tenant, and
+//!   [`verify_audit`] finds an edited, removed, reordered or relinked entry;
+//! - its usage ([`Usage`]): runs, tokens, CPU ticks and egress bytes added
+//!   up per UTC hour.
+//!
 //! Every write is one [`Batch`] committed atomically and durably: when
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
 
@@ -40,6 +56,7 @@ mod rows;
 mod sessions;
 mod sql;
 mod sqlite;
+mod tenants;
 
 use std::path::{Path, PathBuf};
 
@@ -51,10 +68,15 @@ pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sessions::{Session, new_session_id};
 pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
+pub use tenants::{
+    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, StoredPlugin, Tenant,
+    USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
+    verify_audit,
+};
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -114,6 +136,12 @@ pub enum StoreError {
          `nexo sessions list` shows the sessions there are)"
     )]
     NoSession(String),
+    /// No such tenant.
+    #[error("there is no tenant `{0}` in this store (`nexo tenant list` shows the tenants there are)")]
+    NoTenant(String),
+    /// No such API key.
+    #[error("there is no API key `{0}` in this store (give the key's id, which starts with `k`, not the key itself)")]
+    NoKey(String),
     /// The operation does not fit the run's state, for example resuming a
     /// finished run or claiming one another process owns.
     #[error("{0}")]
@@ -295,6 +323,9 @@ pub struct NewRun {
     /// The session this run is a prompt of, which must exist
     /// ([`StoreError::NoSession`]); `None` for a plain run.
     pub session: Option<String>,
+    /// The tenant that started the run through `nexo serve`, which must
+    /// exist ([`StoreError::NoTenant`]); `None` for a run of the CLI.
+    pub tenant: Option<String>,
 }
 
 impl NewRun {
@@ -318,6 +349,7 @@ impl NewRun {
             updated_ms: self.created_ms,
             lease: self.lease,
             session: self.session,
+            tenant: self.tenant,
         }
     }
 }
@@ -374,6 +406,9 @@ pub struct Run {
     pub lease: Option<Lease>,
     /// The session this run is a prompt of, if any.
     pub session: Option<String>,
+    /// The tenant that started it through `nexo serve`; `None` for a run
+    /// of the CLI.
+    pub tenant: Option<String>,
 }
 
 /// One journaled host call. Sequence numbers are assigned when a call
@@ -573,6 +608,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// locked, so of concurrent creations in any number of processes at
     /// most one wins. A session that is not there is
     /// [`StoreError::NoSession`].
+    ///
+    /// A run with a tenant needs the tenant to be there
+    /// ([`StoreError::NoTenant`]). Of several refusals the first in this
+    /// order is reported: a taken id, a missing tenant, a missing session, a
+    /// prompt in progress.
     async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
 
     /// One run.
@@ -741,6 +781,111 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// retried at the same moment either keeps its session or waits and
     /// finds it gone.
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>>;
+
+    /// Records a new tenant, enabled. A taken id, or a name another tenant
+    /// has, is a [`StoreError::Conflict`] (the id is checked first).
+    async fn create_tenant(&self, tenant: NewTenant) -> StoreResult<Tenant>;
+
+    /// One tenant, by id.
+    async fn tenant(&self, id: &str) -> StoreResult<Option<Tenant>>;
+
+    /// One tenant, by name.
+    async fn tenant_by_name(&self, name: &str) -> StoreResult<Option<Tenant>>;
+
+    /// Every tenant, by name (byte order).
+    async fn tenants(&self) -> StoreResult<Vec<Tenant>>;
+
+    /// Replaces the tenant's policy and sets whether it is disabled, each
+    /// only if given, and touches `updated_ms` (which never goes back, as a
+    /// session's does not); returns the tenant as it now is. One statement.
+    /// No such tenant is [`StoreError::NoTenant`].
+    async fn update_tenant(
+        &self,
+        id: &str,
+        policy: Option<Value>,
+        disabled: Option<bool>,
+        now_ms: i64,
+    ) -> StoreResult<Tenant>;
+
+    /// Records a new API key. Its hash must be a SHA-256 in lowercase hex
+    /// ([`sha256_hex`]), so that a key is never stored as itself; a taken
+    /// id or a hash another key has is a [`StoreError::Conflict`] (in that
+    /// order, and before the tenant is looked at). A key of a tenant that
+    /// is not there is [`StoreError::NoTenant`].
+    async fn create_key(&self, key: NewApiKey) -> StoreResult<ApiKey>;
+
+    /// The key with this hash, revoked or not: the caller checks
+    /// [`ApiKey::revoked_ms`] (and the tenant's [`Tenant::disabled`]).
+    async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>>;
+
+    /// The keys of one tenant, or with `None` the admin keys, oldest first
+    /// (by `created_ms`, then by id), revoked ones included.
+    async fn keys(&self, tenant: Option<&str>) -> StoreResult<Vec<ApiKey>>;
+
+    /// Revokes a key at `now_ms` and returns it. Revoking a revoked key
+    /// keeps its first `revoked_ms`. No such key is [`StoreError::NoKey`].
+    async fn revoke_key(&self, id: &str, now_ms: i64) -> StoreResult<ApiKey>;
+
+    /// Stores a tenant's plugin, bytes and all, under `(tenant, sha256)`,
+    /// unless it is there already: then the stored one is returned as it
+    /// was (its first name, world and time) with `false`; `true` means it
+    /// was stored now. Bytes that do not hash to `sha256` are a
+    /// [`StoreError::Conflict`]; a tenant that is not there is
+    /// [`StoreError::NoTenant`].
+    async fn put_plugin(&self, plugin: NewPlugin) -> StoreResult<(StoredPlugin, bool)>;
+
+    /// One of the tenant's plugins (never another tenant's, whatever the
+    /// hash).
+    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>>;
+
+    /// The bytes of one of the tenant's plugins.
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// The tenant's plugins, newest first (by `created_ms`, then by hash).
+    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>>;
+
+    /// The tenant's runs, as [`Store::runs`] lists runs: newest first,
+    /// optionally of one status, at most `limit`.
+    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
+
+    /// Appends an entry to the tenant's audit log and returns it: its
+    /// sequence number is the head's plus one, its `prev` the head's hash
+    /// and its hash [`audit_hash`] of them and the entry (`data` as
+    /// `serde_json` writes it); the tenant's row then records it as the
+    /// head. Read, insert and head are one transaction, serialized per
+    /// tenant (on PostgreSQL the tenant's row is locked first; on SQLite
+    /// the write lock is taken first), so concurrent appends in any number
+    /// of processes make one chain without gaps. A tenant that is not there
+    /// is [`StoreError::NoTenant`]. There is no way to change or delete an
+    /// entry.
+    async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry>;
+
+    /// The tenant's audit entries with a sequence number above `after_seq`,
+    /// in order, at most `limit`.
+    async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>>;
+
+    /// The last sequence number and hash of the tenant's audit log, as the
+    /// tenant's row records them (what [`verify_audit`] checks the log
+    /// against); `None` if it has no entries (or there is no such tenant).
+    async fn audit_head(&self, tenant: &str) -> StoreResult<Option<(u64, String)>>;
+
+    /// Adds to the tenant's usage in the hour that holds `at_ms`
+    /// ([`usage_period`]), creating the hour's counters at zero if needed:
+    /// one upsert, so concurrent adds in any number of processes all count.
+    /// A tenant that is not there is [`StoreError::NoTenant`].
+    async fn add_usage(
+        &self,
+        tenant: &str,
+        at_ms: i64,
+        runs: u64,
+        tokens: u64,
+        cpu_ticks: u64,
+        egress_bytes: u64,
+    ) -> StoreResult<()>;
+
+    /// The tenant's usage per hour, from the hour that holds `since_ms` on,
+    /// oldest first. Hours with nothing added are not listed.
+    async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if

@@ -9,15 +9,17 @@ use serde_json::Value;
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
-    run_exists,
+    claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
+    nothing_to_cancel, run_exists, tenant_exists, tenant_name_taken,
 };
 use crate::sessions::{
     check_expected, check_latest, check_no_prompt_in_progress, check_own_session, in_progress, touched,
 };
+use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewJob, NewRun, Run, RunStatus, Session,
-    Store, StoreError, StoreResult, StoredEvent, ThreadAppend, Transition, new_session_id, now_ms,
+    ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
+    NewPlugin, NewRun, NewTenant, Run, RunStatus, Session, Store, StoreError, StoreResult, StoredEvent, StoredPlugin,
+    Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -44,6 +46,23 @@ struct Inner {
     addresses: BTreeMap<(String, String), String>,
     /// Per session, in order.
     threads: BTreeMap<String, Vec<Value>>,
+    /// By id.
+    tenants: BTreeMap<String, Tenant>,
+    /// Tenant ids by name: the unique name.
+    tenant_names: BTreeMap<String, String>,
+    /// Per tenant with audit entries, the head: last sequence number and
+    /// hash (the relational backends keep it on the tenant's row).
+    audit_heads: BTreeMap<String, (u64, String)>,
+    /// Per tenant, in sequence order.
+    audit: BTreeMap<String, Vec<AuditEntry>>,
+    /// By id.
+    keys: BTreeMap<String, ApiKey>,
+    /// Key ids by hash: the unique hash.
+    key_hashes: BTreeMap<String, String>,
+    /// By `(tenant, sha256)`, with the bytes.
+    plugins: BTreeMap<(String, String), (StoredPlugin, Vec<u8>)>,
+    /// By `(tenant, period_ms)`.
+    usage: BTreeMap<(String, i64), Usage>,
 }
 
 impl MemoryStore {
@@ -142,6 +161,14 @@ impl Inner {
         self.runs.values().any(|r| r.session.as_deref() == Some(id) && in_progress(r.status))
     }
 
+    /// Succeeds if tenant `id` is there.
+    fn check_tenant(&self, id: &str) -> StoreResult<()> {
+        if !self.tenants.contains_key(id) {
+            return Err(StoreError::NoTenant(id.to_string()));
+        }
+        Ok(())
+    }
+
     fn job_mut(&mut self, id: &str) -> StoreResult<&mut Job> {
         self.jobs.get_mut(id).ok_or_else(|| StoreError::NoJob(id.to_string()))
     }
@@ -182,6 +209,9 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         if inner.runs.contains_key(&new.id) {
             return Err(StoreError::Conflict(run_exists(&new.id)));
+        }
+        if let Some(tenant) = &new.tenant {
+            inner.check_tenant(tenant)?;
         }
         if let Some(session) = &new.session {
             if !inner.sessions.contains_key(session) {
@@ -522,5 +552,192 @@ impl Store for MemoryStore {
             inner.delete_session(id);
         }
         Ok(expired)
+    }
+
+    async fn create_tenant(&self, new: NewTenant) -> StoreResult<Tenant> {
+        let mut inner = self.lock();
+        if inner.tenants.contains_key(&new.id) {
+            return Err(StoreError::Conflict(tenant_exists(&new.id)));
+        }
+        if inner.tenant_names.contains_key(&new.name) {
+            return Err(StoreError::Conflict(tenant_name_taken(&new.name)));
+        }
+        let tenant = new.into_tenant();
+        inner.tenant_names.insert(tenant.name.clone(), tenant.id.clone());
+        inner.tenants.insert(tenant.id.clone(), tenant.clone());
+        Ok(tenant)
+    }
+
+    async fn tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
+        Ok(self.lock().tenants.get(id).cloned())
+    }
+
+    async fn tenant_by_name(&self, name: &str) -> StoreResult<Option<Tenant>> {
+        let inner = self.lock();
+        Ok(inner.tenant_names.get(name).and_then(|id| inner.tenants.get(id)).cloned())
+    }
+
+    async fn tenants(&self) -> StoreResult<Vec<Tenant>> {
+        let inner = self.lock();
+        // By name: the names map's order.
+        Ok(inner.tenant_names.values().filter_map(|id| inner.tenants.get(id)).cloned().collect())
+    }
+
+    async fn update_tenant(
+        &self,
+        id: &str,
+        policy: Option<Value>,
+        disabled: Option<bool>,
+        now: i64,
+    ) -> StoreResult<Tenant> {
+        let mut inner = self.lock();
+        let tenant = inner.tenants.get_mut(id).ok_or_else(|| StoreError::NoTenant(id.to_string()))?;
+        if let Some(policy) = policy {
+            tenant.policy = policy;
+        }
+        if let Some(disabled) = disabled {
+            tenant.disabled = disabled;
+        }
+        tenant.updated_ms = touched(tenant.updated_ms, now);
+        Ok(tenant.clone())
+    }
+
+    async fn create_key(&self, new: NewApiKey) -> StoreResult<ApiKey> {
+        if let Some(reason) = check_new_key(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let mut inner = self.lock();
+        if inner.keys.contains_key(&new.id) {
+            return Err(StoreError::Conflict(key_exists(&new.id)));
+        }
+        if inner.key_hashes.contains_key(&new.hash) {
+            return Err(StoreError::Conflict(key_hash_taken(&new.id)));
+        }
+        if let Some(tenant) = &new.tenant {
+            inner.check_tenant(tenant)?;
+        }
+        let key = new.into_key();
+        inner.key_hashes.insert(key.hash.clone(), key.id.clone());
+        inner.keys.insert(key.id.clone(), key.clone());
+        Ok(key)
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>> {
+        let inner = self.lock();
+        Ok(inner.key_hashes.get(hash).and_then(|id| inner.keys.get(id)).cloned())
+    }
+
+    async fn keys(&self, tenant: Option<&str>) -> StoreResult<Vec<ApiKey>> {
+        let inner = self.lock();
+        let mut keys: Vec<ApiKey> = inner.keys.values().filter(|k| k.tenant.as_deref() == tenant).cloned().collect();
+        keys.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok(keys)
+    }
+
+    async fn revoke_key(&self, id: &str, now: i64) -> StoreResult<ApiKey> {
+        let mut inner = self.lock();
+        let key = inner.keys.get_mut(id).ok_or_else(|| StoreError::NoKey(id.to_string()))?;
+        key.revoked_ms.get_or_insert(now);
+        Ok(key.clone())
+    }
+
+    async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {
+        if let Some(reason) = check_new_plugin(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let mut inner = self.lock();
+        inner.check_tenant(&new.tenant)?;
+        let address = (new.tenant.clone(), new.sha256.clone());
+        if let Some((stored, _)) = inner.plugins.get(&address) {
+            return Ok((stored.clone(), false));
+        }
+        let stored = new.to_stored();
+        inner.plugins.insert(address, (stored.clone(), new.bytes));
+        Ok((stored, true))
+    }
+
+    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>> {
+        let inner = self.lock();
+        Ok(inner.plugins.get(&(tenant.to_string(), sha256.to_string())).map(|(p, _)| p.clone()))
+    }
+
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        let inner = self.lock();
+        Ok(inner.plugins.get(&(tenant.to_string(), sha256.to_string())).map(|(_, bytes)| bytes.clone()))
+    }
+
+    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>> {
+        let inner = self.lock();
+        let mut plugins: Vec<StoredPlugin> =
+            inner.plugins.values().filter(|(p, _)| p.tenant == tenant).map(|(p, _)| p.clone()).collect();
+        plugins.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.sha256.cmp(&a.sha256)));
+        Ok(plugins)
+    }
+
+    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        let mut runs: Vec<Run> = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant) && status.is_none_or(|s| r.status == s))
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry> {
+        // Under the one lock: appends to a tenant's log are serialized.
+        let mut inner = self.lock();
+        inner.check_tenant(tenant)?;
+        let head = inner.audit_heads.get(tenant).cloned();
+        let entry = next_audit_entry(tenant, head, kind, data, at_ms);
+        inner.audit_heads.insert(tenant.to_string(), (entry.seq, entry.hash.clone()));
+        inner.audit.entry(tenant.to_string()).or_default().push(entry.clone());
+        Ok(entry)
+    }
+
+    async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
+        let inner = self.lock();
+        let entries = inner.audit.get(tenant).map(Vec::as_slice).unwrap_or_default();
+        Ok(entries.iter().filter(|e| e.seq > after_seq).take(limit).cloned().collect())
+    }
+
+    async fn audit_head(&self, tenant: &str) -> StoreResult<Option<(u64, String)>> {
+        Ok(self.lock().audit_heads.get(tenant).cloned())
+    }
+
+    async fn add_usage(
+        &self,
+        tenant: &str,
+        at_ms: i64,
+        runs: u64,
+        tokens: u64,
+        cpu_ticks: u64,
+        egress_bytes: u64,
+    ) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.check_tenant(tenant)?;
+        let period_ms = usage_period(at_ms);
+        let usage = inner.usage.entry((tenant.to_string(), period_ms)).or_insert_with(|| Usage {
+            tenant: tenant.to_string(),
+            period_ms,
+            runs: 0,
+            tokens: 0,
+            cpu_ticks: 0,
+            egress_bytes: 0,
+        });
+        usage.runs = usage.runs.saturating_add(runs);
+        usage.tokens = usage.tokens.saturating_add(tokens);
+        usage.cpu_ticks = usage.cpu_ticks.saturating_add(cpu_ticks);
+        usage.egress_bytes = usage.egress_bytes.saturating_add(egress_bytes);
+        Ok(())
+    }
+
+    async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>> {
+        let inner = self.lock();
+        let from = (tenant.to_string(), usage_period(since_ms));
+        Ok(inner.usage.range(from..).take_while(|((t, _), _)| t == tenant).map(|(_, u)| u.clone()).collect())
     }
 }

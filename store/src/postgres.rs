@@ -33,16 +33,18 @@ use sqlx::{Connection, Postgres, Transaction};
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, job_exists, no_pending_approval, not_final, not_owned, nothing_to_cancel,
-    run_exists,
+    claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
+    nothing_to_cancel, run_exists, tenant_exists, tenant_name_taken,
 };
 use crate::rows::{Errors, postgres as rows};
 use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session, counts, not_appended};
 use crate::sql;
+use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, Location, NewJob, NewRun, Run, RunStatus,
-    SCHEMA_VERSION, Session, Store, StoreError, StoreResult, StoredEvent, ThreadAppend, Transition, new_session_id,
-    now_ms,
+    AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
+    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Run, RunStatus, SCHEMA_VERSION, Session, Store,
+    StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
+    now_ms, usage_period,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -168,6 +170,18 @@ impl PgStore {
 
     fn decode_session(&self, row: &PgRow) -> StoreResult<Session> {
         self.decode(|errors| rows::session(row, errors))
+    }
+
+    fn decode_tenant(&self, row: &PgRow) -> StoreResult<Tenant> {
+        self.decode(|errors| rows::tenant(row, errors))
+    }
+
+    fn decode_key(&self, row: &PgRow) -> StoreResult<ApiKey> {
+        self.decode(|errors| rows::api_key(row, errors))
+    }
+
+    fn decode_plugin(&self, row: &PgRow) -> StoreResult<StoredPlugin> {
+        self.decode(|errors| rows::plugin(row, errors))
     }
 
     async fn append_thread_in(
@@ -492,6 +506,17 @@ impl PgStore {
             if taken.is_some() {
                 return Err(StoreError::Conflict(run_exists(&run.id)));
             }
+            // A missing tenant is named before anything about the session.
+            if let Some(tenant) = &run.tenant {
+                let found = sqlx::query(sql::TENANT_ID)
+                    .bind(tenant)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+                if found.is_none() {
+                    return Err(StoreError::NoTenant(tenant.clone()));
+                }
+            }
             if !self.lock_session(conn, session).await? {
                 return Err(StoreError::NoSession(session.clone()));
             }
@@ -524,13 +549,19 @@ impl PgStore {
             .bind(run.lease.as_ref().map(|l| l.owner.as_str()))
             .bind(run.lease.as_ref().map(|l| l.until_ms))
             .bind(&run.session)
+            .bind(&run.tenant)
             .execute(&mut *conn)
             .await;
         let inserted = match inserted {
             Ok(done) => done,
-            // The only foreign key a run has that a caller names: its session.
+            // The foreign keys a run has that a caller names: its session and
+            // its tenant (a prompt's tenant was checked above). A taken id
+            // inserts nothing, so it is named first here too.
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
-                return Err(StoreError::NoSession(run.session.unwrap_or_default()));
+                return Err(match (run.session, run.tenant) {
+                    (Some(session), _) => StoreError::NoSession(session),
+                    (None, tenant) => StoreError::NoTenant(tenant.unwrap_or_default()),
+                });
             }
             Err(e) => return Err(self.error(&e)),
         };
@@ -993,6 +1024,342 @@ impl Store for PgStore {
         }
         .await;
         self.finish(tx, result).await
+    }
+
+    async fn create_tenant(&self, new: NewTenant) -> StoreResult<Tenant> {
+        let tenant = new.into_tenant();
+        let mut tx = self.begin().await?;
+        let result = async {
+            // A concurrent creation of the same id or name waits for this one
+            // and then inserts nothing, and finds the row it lost to.
+            let inserted = sqlx::query(sql::INSERT_TENANT)
+                .bind(&tenant.id)
+                .bind(&tenant.name)
+                .bind(tenant.policy.to_string())
+                .bind(AUDIT_GENESIS)
+                .bind(tenant.created_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            if inserted.rows_affected() == 0 {
+                let taken = sqlx::query(sql::TENANT_ID)
+                    .bind(&tenant.id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+                return Err(StoreError::Conflict(match taken {
+                    Some(_) => tenant_exists(&tenant.id),
+                    None => tenant_name_taken(&tenant.name),
+                }));
+            }
+            Ok(tenant)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
+        let row =
+            sqlx::query(sql::SELECT_TENANT).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_tenant(&r)).transpose()
+    }
+
+    async fn tenant_by_name(&self, name: &str) -> StoreResult<Option<Tenant>> {
+        let row = sqlx::query(sql::SELECT_TENANT_BY_NAME)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_tenant(&r)).transpose()
+    }
+
+    async fn tenants(&self) -> StoreResult<Vec<Tenant>> {
+        let rows = sqlx::query(sql::LIST_TENANTS).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_tenant(r)).collect()
+    }
+
+    async fn update_tenant(
+        &self,
+        id: &str,
+        policy: Option<Value>,
+        disabled: Option<bool>,
+        now: i64,
+    ) -> StoreResult<Tenant> {
+        let row = sqlx::query(sql::UPDATE_TENANT)
+            .bind(id)
+            .bind(policy.map(|p| p.to_string()))
+            .bind(disabled.map(i64::from))
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode_tenant(&row),
+            None => Err(StoreError::NoTenant(id.to_string())),
+        }
+    }
+
+    async fn create_key(&self, new: NewApiKey) -> StoreResult<ApiKey> {
+        if let Some(reason) = check_new_key(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let key = new.into_key();
+        let mut tx = self.begin().await?;
+        let result = async {
+            let inserted = sqlx::query(sql::INSERT_KEY)
+                .bind(&key.id)
+                .bind(&key.tenant)
+                .bind(&key.hash)
+                .bind(key.created_ms)
+                .execute(&mut *tx)
+                .await;
+            let inserted = match inserted {
+                Ok(done) => done,
+                // The one foreign key: the key's tenant.
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    return Err(StoreError::NoTenant(key.tenant.clone().unwrap_or_default()));
+                }
+                Err(e) => return Err(self.error(&e)),
+            };
+            if inserted.rows_affected() == 0 {
+                let taken = sqlx::query(sql::KEY_ID)
+                    .bind(&key.id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+                return Err(StoreError::Conflict(match taken {
+                    Some(_) => key_exists(&key.id),
+                    None => key_hash_taken(&key.id),
+                }));
+            }
+            Ok(key)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>> {
+        let row = sqlx::query(sql::SELECT_KEY_BY_HASH)
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_key(&r)).transpose()
+    }
+
+    async fn keys(&self, tenant: Option<&str>) -> StoreResult<Vec<ApiKey>> {
+        let rows = match tenant {
+            Some(t) => sqlx::query(sql::LIST_TENANT_KEYS).bind(t).fetch_all(&self.pool).await,
+            None => sqlx::query(sql::LIST_ADMIN_KEYS).fetch_all(&self.pool).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_key(r)).collect()
+    }
+
+    async fn revoke_key(&self, id: &str, now: i64) -> StoreResult<ApiKey> {
+        let row = sqlx::query(sql::REVOKE_KEY)
+            .bind(id)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode_key(&row),
+            None => Err(StoreError::NoKey(id.to_string())),
+        }
+    }
+
+    async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {
+        if let Some(reason) = check_new_plugin(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let plugin = new.to_stored();
+        let mut tx = self.begin().await?;
+        let result = async {
+            // A concurrent upload of the same plugin waits for this insert,
+            // then inserts nothing and reads the row this one wrote.
+            let inserted = sqlx::query(sql::INSERT_PLUGIN)
+                .bind(&plugin.tenant)
+                .bind(&plugin.sha256)
+                .bind(&plugin.name)
+                .bind(&plugin.world)
+                .bind(to_i64(plugin.size, "plugin size")?)
+                .bind(plugin.created_ms)
+                .execute(&mut *tx)
+                .await;
+            let inserted = match inserted {
+                Ok(done) => done,
+                // The one foreign key: the plugin's tenant.
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    return Err(StoreError::NoTenant(plugin.tenant.clone()));
+                }
+                Err(e) => return Err(self.error(&e)),
+            };
+            if inserted.rows_affected() == 0 {
+                // The tenant has it: the bytes are the same, by their hash.
+                let row = sqlx::query(sql::SELECT_PLUGIN)
+                    .bind(&plugin.tenant)
+                    .bind(&plugin.sha256)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+                return Ok((self.decode_plugin(&row)?, false));
+            }
+            sqlx::query(sql::INSERT_PLUGIN_BLOB)
+                .bind(&plugin.tenant)
+                .bind(&plugin.sha256)
+                .bind(&new.bytes)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            Ok((plugin, true))
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>> {
+        let row = sqlx::query(sql::SELECT_PLUGIN)
+            .bind(tenant)
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode_plugin(&r)).transpose()
+    }
+
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        let row = sqlx::query(sql::PLUGIN_BYTES)
+            .bind(tenant)
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode(|errors| rows::plugin_bytes(&r, errors))).transpose()
+    }
+
+    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>> {
+        let rows =
+            sqlx::query(sql::LIST_PLUGINS).bind(tenant).fetch_all(&self.pool).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_plugin(r)).collect()
+    }
+
+    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match status {
+            Some(s) => {
+                sqlx::query(sql::LIST_TENANT_RUNS_BY_STATUS)
+                    .bind(tenant)
+                    .bind(s.as_str())
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => sqlx::query(sql::LIST_TENANT_RUNS).bind(tenant).bind(limit).fetch_all(&self.pool).await,
+        }
+        .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_run(r)).collect()
+    }
+
+    async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry> {
+        let mut tx = self.begin().await?;
+        let result = async {
+            // The tenant's row, locked until the commit: a concurrent append
+            // in any process waits here, then reads the head this one wrote.
+            let row = sqlx::query(sql::AUDIT_HEAD_LOCKED)
+                .bind(tenant)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            let Some(row) = row else { return Err(StoreError::NoTenant(tenant.to_string())) };
+            let head = self.decode(|errors| rows::audit_head(tenant, &row, errors))?;
+            let entry = next_audit_entry(tenant, head, kind, data, at_ms);
+            let seq = to_i64(entry.seq, "audit sequence number")?;
+            sqlx::query(sql::APPEND_AUDIT)
+                .bind(tenant)
+                .bind(seq)
+                .bind(&entry.kind)
+                .bind(&entry.data)
+                .bind(entry.at_ms)
+                .bind(&entry.prev)
+                .bind(&entry.hash)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            sqlx::query(sql::ADVANCE_AUDIT)
+                .bind(tenant)
+                .bind(seq)
+                .bind(&entry.hash)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            Ok(entry)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
+        // Past the largest sequence number a store holds: nothing.
+        let Ok(after) = i64::try_from(after_seq) else { return Ok(Vec::new()) };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::AUDIT)
+            .bind(tenant)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode(|errors| rows::audit_entry(r, errors))).collect()
+    }
+
+    async fn audit_head(&self, tenant: &str) -> StoreResult<Option<(u64, String)>> {
+        let row =
+            sqlx::query(sql::AUDIT_HEAD).bind(tenant).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode(|errors| rows::audit_head(tenant, &row, errors)),
+            None => Ok(None),
+        }
+    }
+
+    async fn add_usage(
+        &self,
+        tenant: &str,
+        at_ms: i64,
+        runs: u64,
+        tokens: u64,
+        cpu_ticks: u64,
+        egress_bytes: u64,
+    ) -> StoreResult<()> {
+        // One upsert: of concurrent adds to a new hour one inserts, the
+        // others wait for its row and add to it.
+        let added = sqlx::query(sql::ADD_USAGE)
+            .bind(tenant)
+            .bind(usage_period(at_ms))
+            .bind(to_i64(runs, "run count")?)
+            .bind(to_i64(tokens, "token count")?)
+            .bind(to_i64(cpu_ticks, "CPU tick count")?)
+            .bind(to_i64(egress_bytes, "egress byte count")?)
+            .execute(&self.pool)
+            .await;
+        match added {
+            Ok(_) => Ok(()),
+            // The one foreign key: the tenant.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                Err(StoreError::NoTenant(tenant.to_string()))
+            }
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>> {
+        let rows = sqlx::query(sql::USAGE)
+            .bind(tenant)
+            .bind(usage_period(since_ms))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode(|errors| rows::usage(r, errors))).collect()
     }
 }
 

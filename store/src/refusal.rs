@@ -135,3 +135,43 @@ pub(crate) fn retry_would_fork(id: &str, session: &str, later: &str) -> String {
          it would fork the thread: send the prompt again instead"
     )
 }
+
+/// A new tenant whose id is taken.
+pub(crate) fn tenant_exists(id: &str) -> String {
+    format!("a tenant `{id}` already exists")
+}
+
+/// A new tenant whose name another tenant has.
+pub(crate) fn tenant_name_taken(name: &str) -> String {
+    format!("a tenant named `{name}` already exists; choose another name (`nexo tenant list` shows the names taken)")
+}
+
+/// A new API key whose id is taken.
+pub(crate) fn key_exists(id: &str) -> String {
+    format!("an API key `{id}` already exists")
+}
+
+/// A new API key whose hash another key has: the same key twice.
+pub(crate) fn key_hash_taken(id: &str) -> String {
+    format!(
+        "API key `{id}` has the same hash as a key already stored, so it is the same key; generate a new key \
+         (from a secure random source) instead"
+    )
+}
+
+/// A new API key whose hash is not a SHA-256 in lowercase hex: perhaps the
+/// key itself, which is never stored.
+pub(crate) fn not_a_key_hash(id: &str) -> String {
+    format!(
+        "API key `{id}` is not given as the SHA-256 of the key (64 lowercase hex digits); the store keeps only \
+         that, never the key: hash it with `nexo_store::sha256_hex` first"
+    )
+}
+
+/// A plugin whose bytes do not hash to the address it is stored under.
+pub(crate) fn plugin_hash_mismatch(claimed: &str, actual: &str) -> String {
+    format!(
+        "the plugin's bytes have the SHA-256 {actual}, not {claimed}: it was damaged or truncated on the way; \
+         upload it again"
+    )
+}

@@ -34,8 +34,8 @@ macro_rules! decoders {
         use super::{Errors, count, json, unsigned};
         #[allow(unused_imports)]
         use crate::{
-            Approval, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, Session, StoreError,
-            StoredEvent,
+            ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus,
+            Session, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
         };
         use serde_json::Value;
         use sqlx::Row as _;
@@ -95,7 +95,116 @@ macro_rules! decoders {
                 updated_ms: column(row, "updated_ms", errors)?,
                 lease,
                 session: column(row, "session", errors)?,
+                tenant: column(row, "tenant", errors)?,
                 id,
+            })
+        }
+
+        /// A tenant, from [`crate::sql::SELECT_TENANT`]'s columns.
+        pub(crate) fn tenant(row: &Row, errors: &Errors<'_>) -> Result<Tenant, StoreError> {
+            let id: String = column(row, "id", errors)?;
+            let policy: String = column(row, "policy", errors)?;
+            let disabled: i64 = column(row, "disabled", errors)?;
+            Ok(Tenant {
+                name: column(row, "name", errors)?,
+                policy: json(&policy, &format!("tenant `{id}`'s policy"), errors)?,
+                disabled: match disabled {
+                    0 => false,
+                    1 => true,
+                    n => return Err((errors.corrupt)(format!("tenant `{id}` has the disabled flag {n}, not 0 or 1"))),
+                },
+                created_ms: column(row, "created_ms", errors)?,
+                updated_ms: column(row, "updated_ms", errors)?,
+                id,
+            })
+        }
+
+        /// Tenant `id`'s audit head, from [`crate::sql::AUDIT_HEAD`]: `None`
+        /// while its log is empty.
+        pub(crate) fn audit_head(
+            id: &str,
+            row: &Row,
+            errors: &Errors<'_>,
+        ) -> Result<Option<(u64, String)>, StoreError> {
+            let seq = unsigned(
+                column(row, "audit_seq", errors)?,
+                || format!("tenant `{id}`'s audit head has a negative sequence number"),
+                errors,
+            )?;
+            let hash: String = column(row, "audit_hash", errors)?;
+            Ok((seq > 0).then_some((seq, hash)))
+        }
+
+        /// An audit entry, from [`crate::sql::AUDIT`].
+        pub(crate) fn audit_entry(row: &Row, errors: &Errors<'_>) -> Result<AuditEntry, StoreError> {
+            let tenant: String = column(row, "tenant", errors)?;
+            Ok(AuditEntry {
+                seq: unsigned(
+                    column(row, "seq", errors)?,
+                    || format!("tenant `{tenant}`'s audit log has a negative sequence number"),
+                    errors,
+                )?,
+                kind: column(row, "kind", errors)?,
+                data: column(row, "data", errors)?,
+                at_ms: column(row, "at_ms", errors)?,
+                prev: column(row, "prev", errors)?,
+                hash: column(row, "hash", errors)?,
+                tenant,
+            })
+        }
+
+        /// An API key, from [`crate::sql::SELECT_KEY_BY_HASH`]'s columns.
+        pub(crate) fn api_key(row: &Row, errors: &Errors<'_>) -> Result<ApiKey, StoreError> {
+            Ok(ApiKey {
+                id: column(row, "id", errors)?,
+                tenant: column(row, "tenant", errors)?,
+                hash: column(row, "hash", errors)?,
+                created_ms: column(row, "created_ms", errors)?,
+                revoked_ms: column(row, "revoked_ms", errors)?,
+            })
+        }
+
+        /// A plugin, from [`crate::sql::SELECT_PLUGIN`]'s columns.
+        pub(crate) fn plugin(row: &Row, errors: &Errors<'_>) -> Result<StoredPlugin, StoreError> {
+            let tenant: String = column(row, "tenant", errors)?;
+            let sha256: String = column(row, "sha256", errors)?;
+            Ok(StoredPlugin {
+                size: unsigned(
+                    column(row, "size", errors)?,
+                    || format!("tenant `{tenant}`'s plugin {sha256} has a negative size"),
+                    errors,
+                )?,
+                name: column(row, "name", errors)?,
+                world: column(row, "world", errors)?,
+                created_ms: column(row, "created_ms", errors)?,
+                tenant,
+                sha256,
+            })
+        }
+
+        /// A plugin's bytes, from [`crate::sql::PLUGIN_BYTES`].
+        pub(crate) fn plugin_bytes(row: &Row, errors: &Errors<'_>) -> Result<Vec<u8>, StoreError> {
+            column(row, "bytes", errors)
+        }
+
+        /// One hour of a tenant's usage, from [`crate::sql::USAGE`].
+        pub(crate) fn usage(row: &Row, errors: &Errors<'_>) -> Result<Usage, StoreError> {
+            let tenant: String = column(row, "tenant", errors)?;
+            let period_ms: i64 = column(row, "period_ms", errors)?;
+            let counter = |name: &str| -> Result<u64, StoreError> {
+                unsigned(
+                    column(row, name, errors)?,
+                    || format!("tenant `{tenant}`'s usage at {period_ms} has a negative {name} count"),
+                    errors,
+                )
+            };
+            Ok(Usage {
+                runs: counter("runs")?,
+                tokens: counter("tokens")?,
+                cpu_ticks: counter("cpu_ticks")?,
+                egress_bytes: counter("egress_bytes")?,
+                period_ms,
+                tenant,
             })
         }
 

@@ -9,8 +9,10 @@ use std::sync::Arc;
 mod support;
 
 use nexo_store::{
-    Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, MemoryStore, NewEvent, NewJob,
-    NewRun, PgStore, RunStatus, Session, SqliteStore, Store, StoreError, ThreadAppend, Transition,
+    AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, RunStatus, Session, SqliteStore,
+    Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash, sha256_hex,
+    verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -116,6 +118,17 @@ suite!(
     expiry_passes_over_a_session_with_a_prompt_in_progress,
     concurrent_prompts_of_one_session_admit_one,
     a_concurrent_retry_and_new_prompt_admit_one,
+    tenants_are_created_read_listed_and_updated,
+    a_tenant_id_or_name_is_taken_once,
+    keys_are_created_found_listed_and_revoked,
+    a_key_needs_a_hash_a_free_id_and_its_tenant,
+    plugins_are_stored_once_and_listed_newest_first,
+    plugins_are_private_to_their_tenant,
+    tenant_runs_are_only_the_tenants,
+    a_run_of_a_missing_tenant_is_refused,
+    the_audit_log_is_a_chain_that_verifies,
+    concurrent_audit_appends_make_one_chain,
+    usage_adds_up_per_hour,
 );
 
 const OWNER: &str = "host:1:a";
@@ -139,6 +152,7 @@ fn new_run(id: &str, status: RunStatus, created_ms: i64) -> NewRun {
         lease: (status == RunStatus::Running).then(|| lease(OWNER, FAR)),
         created_ms,
         session: None,
+        tenant: None,
     }
 }
 
@@ -1332,4 +1346,433 @@ async fn concurrent_prompts_of_one_session_admit_one(store: Arc<dyn Store>) {
 
 async fn a_concurrent_retry_and_new_prompt_admit_one(store: Arc<dyn Store>) {
     support::retry_race(vec![store.clone(), store], 20).await;
+}
+
+fn new_tenant(id: &str, name: &str, created_ms: i64) -> NewTenant {
+    NewTenant {
+        id: id.into(),
+        name: name.into(),
+        policy: json!({"allow": ["files", "fetch"], "limits": {"runs_per_hour": 10, "ratio": 0.5}, "models": ["m✓"]}),
+        created_ms,
+    }
+}
+
+async fn tenant(store: &Arc<dyn Store>, id: &str, name: &str) -> Tenant {
+    store.create_tenant(new_tenant(id, name, 1_000)).await.unwrap()
+}
+
+#[track_caller]
+fn no_tenant(result: Result<impl std::fmt::Debug, StoreError>, id: &str) {
+    match result {
+        Err(e @ StoreError::NoTenant(_)) => {
+            assert!(matches!(&e, StoreError::NoTenant(missing) if missing == id), "expected NoTenant({id}), got {e:?}");
+            let message = e.to_string();
+            assert!(message.contains(&format!("there is no tenant `{id}`")) && message.contains("nexo tenant list"));
+        }
+        other => panic!("expected NoTenant({id}), got {other:?}"),
+    }
+}
+
+async fn tenants_are_created_read_listed_and_updated(store: Arc<dyn Store>) {
+    let acme = store.create_tenant(new_tenant("t-acme", "acme", 1_000)).await.unwrap();
+    assert_eq!(
+        acme,
+        Tenant {
+            id: "t-acme".into(),
+            name: "acme".into(),
+            policy: new_tenant("t-acme", "acme", 1_000).policy,
+            disabled: false,
+            created_ms: 1_000,
+            updated_ms: 1_000,
+        }
+    );
+    let beta = store.create_tenant(new_tenant("t-beta", "Beta", 2_000)).await.unwrap();
+    store.create_tenant(new_tenant("t-0", "zed", 500)).await.unwrap();
+
+    assert_eq!(store.tenant("t-acme").await.unwrap().as_ref(), Some(&acme));
+    assert_eq!(store.tenant_by_name("acme").await.unwrap().as_ref(), Some(&acme));
+    assert_eq!(store.tenant_by_name("Beta").await.unwrap().as_ref(), Some(&beta));
+    assert_eq!(store.tenant("acme").await.unwrap(), None, "by id only");
+    assert_eq!(store.tenant_by_name("t-acme").await.unwrap(), None, "by name only");
+    assert_eq!(store.tenant_by_name("ACME").await.unwrap(), None, "names compare exactly");
+    let names: Vec<String> = store.tenants().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["Beta", "acme", "zed"], "by name, in byte order");
+
+    // The policy alone.
+    let policy = json!({"allow": [], "note": "tightened"});
+    let updated = store.update_tenant("t-acme", Some(policy.clone()), None, 3_000).await.unwrap();
+    assert_eq!((&updated.policy, updated.disabled, updated.updated_ms), (&policy, false, 3_000));
+    assert_eq!(updated.created_ms, 1_000);
+    // The flag alone, from a process whose clock is behind: `updated_ms` stays.
+    let disabled = store.update_tenant("t-acme", None, Some(true), 2_500).await.unwrap();
+    assert_eq!((&disabled.policy, disabled.disabled, disabled.updated_ms), (&policy, true, 3_000));
+    // Neither: a touch.
+    let touched = store.update_tenant("t-acme", None, None, 4_000).await.unwrap();
+    assert_eq!((touched.disabled, touched.updated_ms), (true, 4_000));
+    let enabled = store.update_tenant("t-acme", None, Some(false), 5_000).await.unwrap();
+    assert!(!enabled.disabled);
+    assert_eq!(store.tenant("t-acme").await.unwrap(), Some(enabled.clone()));
+    assert_eq!(store.tenant_by_name("acme").await.unwrap(), Some(enabled));
+    assert_eq!(store.tenant("t-beta").await.unwrap(), Some(beta), "another tenant is untouched");
+
+    no_tenant(store.update_tenant("t-missing", Some(json!({})), Some(true), 1).await, "t-missing");
+    assert_eq!(store.tenant("t-missing").await.unwrap(), None);
+    assert_eq!(store.tenants().await.unwrap().len(), 3);
+}
+
+async fn a_tenant_id_or_name_is_taken_once(store: Arc<dyn Store>) {
+    let acme = tenant(&store, "t-acme", "acme").await;
+    conflict(
+        store.create_tenant(new_tenant("t-other", "acme", 2)).await,
+        "a tenant named `acme` already exists; choose another name",
+    );
+    conflict(store.create_tenant(new_tenant("t-acme", "other", 2)).await, "a tenant `t-acme` already exists");
+    // Both taken: the id is named.
+    conflict(store.create_tenant(new_tenant("t-acme", "acme", 2)).await, "a tenant `t-acme` already exists");
+    assert_eq!(store.tenants().await.unwrap(), vec![acme.clone()], "a refused tenant is not recorded");
+    assert_eq!(store.tenant("t-other").await.unwrap(), None);
+    assert_eq!(store.tenant_by_name("other").await.unwrap(), None);
+    // Another spelling is another name.
+    store.create_tenant(new_tenant("t-2", "Acme", 2)).await.unwrap();
+    assert_eq!(store.tenant_by_name("acme").await.unwrap(), Some(acme));
+}
+
+fn new_key(id: &str, tenant: Option<&str>, secret: &str, created_ms: i64) -> NewApiKey {
+    NewApiKey { id: id.into(), tenant: tenant.map(str::to_string), hash: sha256_hex(secret), created_ms }
+}
+
+async fn keys_are_created_found_listed_and_revoked(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let k1 = store.create_key(new_key("k1", Some("t-acme"), "secret-1", 1_000)).await.unwrap();
+    assert_eq!(
+        k1,
+        ApiKey {
+            id: "k1".into(),
+            tenant: Some("t-acme".into()),
+            hash: sha256_hex("secret-1"),
+            created_ms: 1_000,
+            revoked_ms: None,
+        }
+    );
+    store.create_key(new_key("k2", Some("t-acme"), "secret-2", 3_000)).await.unwrap();
+    store.create_key(new_key("k0", Some("t-acme"), "secret-0", 2_000)).await.unwrap();
+    let kb = store.create_key(new_key("kb", Some("t-beta"), "secret-b", 1_000)).await.unwrap();
+    // Admin keys; the same time, so the id orders them.
+    store.create_key(new_key("ka2", None, "admin-2", 500)).await.unwrap();
+    let ka1 = store.create_key(new_key("ka1", None, "admin-1", 500)).await.unwrap();
+    assert_eq!(ka1.tenant, None);
+
+    assert_eq!(store.key_by_hash(&sha256_hex("secret-1")).await.unwrap(), Some(k1.clone()));
+    assert_eq!(store.key_by_hash(&sha256_hex("admin-1")).await.unwrap(), Some(ka1.clone()));
+    assert_eq!(store.key_by_hash("secret-1").await.unwrap(), None, "never by the key itself");
+    assert_eq!(store.key_by_hash(&sha256_hex("nope")).await.unwrap(), None);
+
+    let ids = |keys: Vec<ApiKey>| keys.into_iter().map(|k| k.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.keys(Some("t-acme")).await.unwrap()), ["k1", "k0", "k2"], "oldest first");
+    assert_eq!(store.keys(Some("t-beta")).await.unwrap(), vec![kb]);
+    assert_eq!(ids(store.keys(None).await.unwrap()), ["ka1", "ka2"], "the admin keys");
+    assert!(store.keys(Some("t-missing")).await.unwrap().is_empty());
+
+    let revoked = store.revoke_key("k1", 5_000).await.unwrap();
+    assert_eq!(revoked, ApiKey { revoked_ms: Some(5_000), ..k1.clone() });
+    // Twice: the first revocation stands.
+    assert_eq!(store.revoke_key("k1", 6_000).await.unwrap().revoked_ms, Some(5_000));
+    // A revoked key is still found; the caller refuses it.
+    assert_eq!(store.key_by_hash(&sha256_hex("secret-1")).await.unwrap(), Some(revoked.clone()));
+    let acme = store.keys(Some("t-acme")).await.unwrap();
+    assert_eq!(acme.len(), 3);
+    assert_eq!(acme[0], revoked);
+    assert!(acme[1..].iter().all(|k| k.revoked_ms.is_none()));
+    assert_eq!(store.revoke_key("ka1", 7_000).await.unwrap().revoked_ms, Some(7_000));
+
+    match store.revoke_key("k-missing", 1).await {
+        Err(e @ StoreError::NoKey(_)) => {
+            assert!(matches!(&e, StoreError::NoKey(id) if id == "k-missing"));
+            assert!(e.to_string().contains("there is no API key `k-missing`"), "{e}");
+        }
+        other => panic!("expected NoKey, got {other:?}"),
+    }
+}
+
+async fn a_key_needs_a_hash_a_free_id_and_its_tenant(store: Arc<dyn Store>) {
+    no_tenant(store.create_key(new_key("k1", Some("t-missing"), "secret-1", 1)).await, "t-missing");
+    tenant(&store, "t-acme", "acme").await;
+    let k1 = store.create_key(new_key("k1", Some("t-acme"), "secret-1", 1)).await.unwrap();
+    conflict(store.create_key(new_key("k1", Some("t-acme"), "other", 2)).await, "an API key `k1` already exists");
+    conflict(store.create_key(new_key("k2", None, "secret-1", 2)).await, "API key `k2` has the same hash as a key");
+    // A taken id, then a taken hash, are named before a missing tenant.
+    conflict(store.create_key(new_key("k1", Some("t-missing"), "secret-1", 2)).await, "an API key `k1` already");
+    conflict(store.create_key(new_key("k3", Some("t-missing"), "secret-1", 2)).await, "has the same hash");
+    // The key itself, or anything else that is not a SHA-256 in lowercase
+    // hex, is refused before anything else.
+    for hash in ["nexo_live_0123456789".to_string(), sha256_hex("secret-4").to_uppercase(), "ab".repeat(31)] {
+        let key = NewApiKey { hash, ..new_key("k4", Some("t-missing"), "", 3) };
+        conflict(store.create_key(key).await, "API key `k4` is not given as the SHA-256 of the key");
+    }
+    assert_eq!(store.keys(Some("t-acme")).await.unwrap(), vec![k1]);
+    assert!(store.keys(None).await.unwrap().is_empty());
+    assert!(store.keys(Some("t-missing")).await.unwrap().is_empty());
+}
+
+/// A plugin of `tenant` with these bytes, addressed by their hash.
+fn new_plugin(tenant: &str, name: &str, bytes: Vec<u8>, created_ms: i64) -> NewPlugin {
+    NewPlugin {
+        tenant: tenant.into(),
+        sha256: sha256_hex(&bytes),
+        name: name.into(),
+        world: "nexo:plugin/agent".into(),
+        bytes,
+        created_ms,
+    }
+}
+
+/// A component's magic, then bytes that are not UTF-8, then every byte.
+fn component_bytes(tag: u8) -> Vec<u8> {
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    bytes.extend([0xff, 0xfe, 0xc3, 0x28, 0x80, 0x00, tag]);
+    bytes.extend(0..=255u8);
+    bytes
+}
+
+async fn plugins_are_stored_once_and_listed_newest_first(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    let bytes = component_bytes(1);
+    assert!(String::from_utf8(bytes.clone()).is_err(), "the bytes are not text");
+    let first = new_plugin("t-acme", "hello", bytes.clone(), 1_000);
+    let sha = first.sha256.clone();
+    let (stored, new) = store.put_plugin(first.clone()).await.unwrap();
+    assert!(new);
+    assert_eq!(
+        stored,
+        StoredPlugin {
+            tenant: "t-acme".into(),
+            sha256: sha.clone(),
+            name: "hello".into(),
+            world: "nexo:plugin/agent".into(),
+            size: bytes.len() as u64,
+            created_ms: 1_000,
+        }
+    );
+    // Again, under another name and later: the first upload stands.
+    let renamed = NewPlugin { name: "renamed".into(), world: "other".into(), created_ms: 2_000, ..first.clone() };
+    assert_eq!(store.put_plugin(renamed).await.unwrap(), (stored.clone(), false));
+    assert_eq!(store.put_plugin(first.clone()).await.unwrap(), (stored.clone(), false));
+    assert_eq!(store.plugins("t-acme").await.unwrap(), vec![stored.clone()], "stored once");
+    assert_eq!(store.plugin("t-acme", &sha).await.unwrap(), Some(stored.clone()));
+    assert_eq!(store.plugin_bytes("t-acme", &sha).await.unwrap(), Some(bytes.clone()), "byte for byte");
+
+    // Newest first; the same time, by hash, largest first.
+    let (b, _) = store.put_plugin(new_plugin("t-acme", "b", component_bytes(2), 3_000)).await.unwrap();
+    let (c, _) = store.put_plugin(new_plugin("t-acme", "c", component_bytes(3), 3_000)).await.unwrap();
+    let (same_time_high, same_time_low) = if b.sha256 > c.sha256 { (b, c) } else { (c, b) };
+    assert_eq!(store.plugins("t-acme").await.unwrap(), vec![same_time_high, same_time_low, stored.clone()]);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let (large, _) = store.put_plugin(new_plugin("t-acme", "large", big.clone(), 4_000)).await.unwrap();
+    assert_eq!(large.size, 300_000);
+    assert_eq!(store.plugin_bytes("t-acme", &large.sha256).await.unwrap(), Some(big));
+
+    // Bytes that are not what the address says, and a missing tenant.
+    let damaged = NewPlugin { bytes: bytes[..bytes.len() - 1].to_vec(), ..first.clone() };
+    conflict(store.put_plugin(damaged).await, &format!("not {sha}: it was damaged or truncated on the way"));
+    no_tenant(store.put_plugin(new_plugin("t-missing", "x", component_bytes(9), 1)).await, "t-missing");
+    assert_eq!(store.plugins("t-acme").await.unwrap().len(), 4);
+    assert_eq!(store.plugin("t-acme", &sha256_hex("nothing")).await.unwrap(), None);
+    assert_eq!(store.plugin_bytes("t-acme", &sha256_hex("nothing")).await.unwrap(), None);
+    assert!(store.plugins("t-missing").await.unwrap().is_empty());
+}
+
+async fn plugins_are_private_to_their_tenant(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let bytes = component_bytes(1);
+    let (acme, _) = store.put_plugin(new_plugin("t-acme", "hello", bytes.clone(), 1_000)).await.unwrap();
+    let sha = acme.sha256.clone();
+    // Knowing the hash is not enough.
+    assert_eq!(store.plugin("t-beta", &sha).await.unwrap(), None);
+    assert_eq!(store.plugin_bytes("t-beta", &sha).await.unwrap(), None);
+    assert!(store.plugins("t-beta").await.unwrap().is_empty());
+    // The same bytes uploaded by another tenant are a plugin of its own.
+    let (beta, new) = store.put_plugin(new_plugin("t-beta", "mine", bytes.clone(), 5_000)).await.unwrap();
+    assert!(new, "stored for this tenant");
+    assert_eq!((beta.tenant.as_str(), beta.name.as_str(), beta.created_ms), ("t-beta", "mine", 5_000));
+    assert_eq!(store.plugin("t-beta", &sha).await.unwrap(), Some(beta.clone()));
+    assert_eq!(store.plugin_bytes("t-beta", &sha).await.unwrap(), Some(bytes));
+    assert_eq!(store.plugins("t-acme").await.unwrap(), vec![acme]);
+    assert_eq!(store.plugins("t-beta").await.unwrap(), vec![beta]);
+}
+
+fn tenant_run(id: &str, tenant: &str, status: RunStatus, created_ms: i64) -> NewRun {
+    NewRun { tenant: Some(tenant.into()), ..new_run(id, status, created_ms) }
+}
+
+async fn tenant_runs_are_only_the_tenants(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let a1 = store.create_run(tenant_run("a1", "t-acme", RunStatus::Queued, 1_000)).await.unwrap();
+    store.create_run(tenant_run("a2", "t-acme", RunStatus::Running, 2_000)).await.unwrap();
+    store.create_run(tenant_run("a3", "t-acme", RunStatus::Queued, 3_000)).await.unwrap();
+    store.create_run(tenant_run("b1", "t-beta", RunStatus::Queued, 2_500)).await.unwrap();
+    let plain = store.create_run(new_run("plain", RunStatus::Queued, 2_600)).await.unwrap();
+    assert_eq!(a1.tenant.as_deref(), Some("t-acme"));
+    assert_eq!(store.run("a1").await.unwrap(), Some(a1));
+    assert_eq!(plain.tenant, None);
+    assert_eq!(store.run("plain").await.unwrap().unwrap().tenant, None);
+
+    let ids = |runs: Vec<nexo_store::Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.tenant_runs("t-acme", None, 10).await.unwrap()), ["a3", "a2", "a1"]);
+    assert_eq!(ids(store.tenant_runs("t-acme", Some(RunStatus::Queued), 10).await.unwrap()), ["a3", "a1"]);
+    assert_eq!(ids(store.tenant_runs("t-acme", Some(RunStatus::Running), 10).await.unwrap()), ["a2"]);
+    assert_eq!(ids(store.tenant_runs("t-acme", None, 2).await.unwrap()), ["a3", "a2"]);
+    assert!(store.tenant_runs("t-acme", None, 0).await.unwrap().is_empty());
+    assert!(store.tenant_runs("t-acme", Some(RunStatus::Done), 10).await.unwrap().is_empty());
+    assert_eq!(ids(store.tenant_runs("t-beta", None, usize::MAX).await.unwrap()), ["b1"]);
+    assert!(store.tenant_runs("t-missing", None, 10).await.unwrap().is_empty());
+    assert_eq!(ids(store.runs(None, 10).await.unwrap()), ["a3", "plain", "b1", "a2", "a1"], "every run");
+
+    // A run keeps its tenant through its life.
+    store.claim("a1", Claim::Start, lease(OWNER, FAR), None, 4_000).await.unwrap();
+    let ended = store.transition("a1", OWNER, Batch::default(), done("hi")).await.unwrap();
+    assert_eq!(ended.tenant.as_deref(), Some("t-acme"));
+    assert_eq!(store.run("a1").await.unwrap(), Some(ended));
+    assert_eq!(ids(store.tenant_runs("t-acme", Some(RunStatus::Done), 10).await.unwrap()), ["a1"]);
+
+    // A tenant's prompt of a session is both.
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let prompt = NewRun { session: Some(session.id.clone()), ..tenant_run("p1", "t-beta", RunStatus::Queued, 5_000) };
+    let prompt = store.create_run(prompt).await.unwrap();
+    assert_eq!(store.session_runs(&session.id).await.unwrap(), vec![prompt.clone()]);
+    assert_eq!(store.tenant_runs("t-beta", None, 10).await.unwrap()[0], prompt);
+}
+
+async fn a_run_of_a_missing_tenant_is_refused(store: Arc<dyn Store>) {
+    no_tenant(store.create_run(tenant_run("r1", "t-missing", RunStatus::Queued, 1)).await, "t-missing");
+    no_tenant(store.create_run(tenant_run("r1", "t-missing", RunStatus::Running, 1)).await, "t-missing");
+    assert_eq!(store.run("r1").await.unwrap(), None, "a refused run is not recorded");
+
+    // With a session too: the tenant is named first, whatever the session.
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    let prompt = |id: &str, tenant: &str, session: &str| NewRun {
+        session: Some(session.to_string()),
+        ..tenant_run(id, tenant, RunStatus::Queued, 2)
+    };
+    no_tenant(store.create_run(prompt("r2", "t-missing", &session.id)).await, "t-missing");
+    no_tenant(store.create_run(prompt("r2", "t-missing", "s-missing")).await, "t-missing");
+    store.create_run(session_run("p1", Some(&session.id), RunStatus::Running, 2)).await.unwrap();
+    no_tenant(store.create_run(prompt("r2", "t-missing", &session.id)).await, "t-missing");
+
+    // A taken id is named before the tenant.
+    conflict(store.create_run(tenant_run("p1", "t-missing", RunStatus::Queued, 3)).await, "a run `p1` already exists");
+    conflict(store.create_run(prompt("p1", "t-missing", &session.id)).await, "a run `p1` already exists");
+
+    // With the tenant there, the session's rules apply as ever.
+    tenant(&store, "t-acme", "acme").await;
+    no_session(store.create_run(prompt("r3", "t-acme", "s-missing")).await, "s-missing");
+    conflict(store.create_run(prompt("r3", "t-acme", &session.id)).await, "has a prompt in progress: run `p1`");
+    assert!(store.tenant_runs("t-acme", None, 10).await.unwrap().is_empty());
+    assert_eq!(store.runs(None, 10).await.unwrap().len(), 1);
+}
+
+async fn the_audit_log_is_a_chain_that_verifies(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    assert_eq!(store.audit_head("t-acme").await.unwrap(), None);
+    assert!(store.audit("t-acme", 0, 100).await.unwrap().is_empty());
+
+    let created = json!({"by": "operator", "name": "acme ✓", "quote": "\"x\"\n"});
+    let e1 = store.append_audit("t-acme", "tenant.create", &created, 1_000).await.unwrap();
+    assert_eq!((e1.tenant.as_str(), e1.seq, e1.kind.as_str(), e1.at_ms), ("t-acme", 1, "tenant.create", 1_000));
+    assert_eq!(e1.prev, AUDIT_GENESIS);
+    assert_eq!(e1.data, serde_json::to_string(&created).unwrap(), "the JSON text as serde_json writes it");
+    assert_eq!(e1.hash, audit_hash(AUDIT_GENESIS, 1, 1_000, "t-acme", "tenant.create", &e1.data));
+    let e2 = store.append_audit("t-acme", "key.create", &json!({"key": "k1"}), 2_000).await.unwrap();
+    assert_eq!((e2.seq, &e2.prev), (2, &e1.hash));
+    // The time is recorded as given, even from a clock that is behind.
+    let started = json!({"run": "r1", "limits": {"turns": 8, "ratio": 0.25, "big": 12345678901234i64}, "z": null});
+    let e3 = store.append_audit("t-acme", "run.start", &started, 1_500).await.unwrap();
+    assert_eq!((e3.seq, &e3.prev, e3.at_ms), (3, &e2.hash, 1_500));
+    assert_eq!(serde_json::from_str::<Value>(&e3.data).unwrap(), started);
+    // Each tenant's log is numbered on its own.
+    let b1 = store.append_audit("t-beta", "tenant.create", &json!({}), 1_200).await.unwrap();
+    assert_eq!((b1.seq, b1.prev.as_str()), (1, AUDIT_GENESIS));
+
+    let entries = store.audit("t-acme", 0, 100).await.unwrap();
+    assert_eq!(entries, vec![e1.clone(), e2.clone(), e3.clone()], "exactly as appended");
+    assert_eq!(store.audit("t-acme", 1, 100).await.unwrap(), vec![e2.clone(), e3.clone()]);
+    assert_eq!(store.audit("t-acme", 0, 2).await.unwrap(), vec![e1, e2]);
+    assert!(store.audit("t-acme", 3, 100).await.unwrap().is_empty());
+    assert!(store.audit("t-acme", 0, 0).await.unwrap().is_empty());
+    assert!(store.audit("t-acme", u64::MAX, 10).await.unwrap().is_empty());
+    assert_eq!(store.audit("t-beta", 0, usize::MAX).await.unwrap(), vec![b1.clone()]);
+
+    let head = store.audit_head("t-acme").await.unwrap();
+    assert_eq!(head, Some((3, e3.hash.clone())));
+    let head = head.as_ref().map(|(seq, hash)| (*seq, hash.as_str()));
+    assert_eq!(verify_audit(&entries, head), Ok(3));
+    // Without its last entry the log is short of the head.
+    assert!(verify_audit(&entries[..2], head).is_err());
+    assert_eq!(store.audit_head("t-beta").await.unwrap(), Some((1, b1.hash)));
+
+    // A disabled tenant's log goes on: the store records, the host judges.
+    store.update_tenant("t-acme", None, Some(true), 3_000).await.unwrap();
+    let e4 = store.append_audit("t-acme", "tenant.disable", &json!({}), 3_000).await.unwrap();
+    assert_eq!((e4.seq, &e4.prev), (4, &e3.hash));
+
+    no_tenant(store.append_audit("t-missing", "x", &json!({}), 1).await, "t-missing");
+    assert_eq!(store.audit_head("t-missing").await.unwrap(), None);
+    assert!(store.audit("t-missing", 0, 10).await.unwrap().is_empty());
+}
+
+async fn concurrent_audit_appends_make_one_chain(store: Arc<dyn Store>) {
+    support::audit_race(vec![store.clone(), store], 8, 25).await;
+}
+
+async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
+    const HOUR: i64 = USAGE_PERIOD_MS;
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let base = 480_000 * HOUR;
+    let usage = |tenant: &str, period_ms: i64, [runs, tokens, cpu_ticks, egress_bytes]: [u64; 4]| Usage {
+        tenant: tenant.into(),
+        period_ms,
+        runs,
+        tokens,
+        cpu_ticks,
+        egress_bytes,
+    };
+    store.add_usage("t-acme", base + 10, 1, 100, 5, 1_000).await.unwrap();
+    // The same hour, to its last millisecond.
+    store.add_usage("t-acme", base + HOUR - 1, 2, 50, 0, 24).await.unwrap();
+    store.add_usage("t-acme", base + HOUR, 1, 1, 1, 1).await.unwrap();
+    // An hour with nothing, then one more.
+    store.add_usage("t-acme", base + 3 * HOUR + 5, 0, 7, 0, 0).await.unwrap();
+    store.add_usage("t-beta", base + 20, 9, 9, 9, 9).await.unwrap();
+
+    let acme = vec![
+        usage("t-acme", base, [3, 150, 5, 1_024]),
+        usage("t-acme", base + HOUR, [1, 1, 1, 1]),
+        usage("t-acme", base + 3 * HOUR, [0, 7, 0, 0]),
+    ];
+    assert_eq!(store.usage("t-acme", 0).await.unwrap(), acme);
+    assert_eq!(store.usage("t-acme", base).await.unwrap(), acme);
+    // From the hour that holds `since`.
+    assert_eq!(store.usage("t-acme", base + HOUR + 59).await.unwrap(), acme[1..].to_vec());
+    assert_eq!(store.usage("t-acme", base + HOUR * 2).await.unwrap(), acme[2..].to_vec());
+    assert!(store.usage("t-acme", base + 4 * HOUR).await.unwrap().is_empty());
+    assert_eq!(store.usage("t-beta", i64::MIN / 2).await.unwrap(), vec![usage("t-beta", base, [9, 9, 9, 9])]);
+
+    // Concurrent adds all count.
+    let adds: Vec<_> = (0..20)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.add_usage("t-beta", base + 30, 1, 2, 3, 4).await })
+        })
+        .collect();
+    for add in adds {
+        add.await.unwrap().unwrap();
+    }
+    assert_eq!(store.usage("t-beta", base).await.unwrap(), vec![usage("t-beta", base, [29, 49, 69, 89])]);
+
+    no_tenant(store.add_usage("t-missing", base, 1, 1, 1, 1).await, "t-missing");
+    assert!(store.usage("t-missing", 0).await.unwrap().is_empty());
 }

@@ -35,6 +35,7 @@ fn new_run(id: &str) -> NewRun {
         lease: Some(lease(OWNER)),
         created_ms: 1_000,
         session: None,
+        tenant: None,
     }
 }
 
@@ -216,14 +217,14 @@ async fn a_version_2_database_is_migrated_in_place() {
     let store = PgStore::open(&db.url).await.unwrap();
     let run = store.create_run(new_run("r1")).await.unwrap();
     store.close().await;
-    // Back to what version 2 wrote: dropping the column drops its index.
+    // Back to what version 2 wrote: dropping a column drops its index.
     let mut conn = db.raw().await;
-    for undo in [
+    for undo in UNDO_VERSION_4.iter().copied().chain([
         "DROP TABLE thread_messages",
         "ALTER TABLE runs DROP COLUMN session",
         "DROP TABLE sessions",
         "DELETE FROM nexo_schema WHERE version = 3",
-    ] {
+    ]) {
         sqlx::query(undo).execute(&mut conn).await.unwrap();
     }
     let store = PgStore::open(&db.url).await.unwrap();
@@ -234,8 +235,68 @@ async fn a_version_2_database_is_migrated_in_place() {
     store.close().await;
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
     conn.close().await.ok();
+    db.drop().await;
+}
+
+/// Takes a database back from version 4 to what version 3 wrote: version 4
+/// only added the tenants' tables and the `tenant` column on `runs`
+/// (dropping it drops its index).
+const UNDO_VERSION_4: &[&str] = &[
+    "DROP TABLE tenant_usage",
+    "DROP TABLE audit_log",
+    "DROP TABLE plugin_blobs",
+    "DROP TABLE plugins",
+    "DROP TABLE api_keys",
+    "ALTER TABLE runs DROP COLUMN tenant",
+    "DROP TABLE tenants",
+    "DELETE FROM nexo_schema WHERE version = 4",
+];
+
+#[tokio::test]
+async fn a_version_3_database_is_migrated_in_place() {
+    let Some(db) = support::fresh("postgres::a_version_3_database_is_migrated_in_place").await else { return };
+    let store = PgStore::open(&db.url).await.unwrap();
+    let run = store.create_run(new_run("r1")).await.unwrap();
+    store.close().await;
+    let mut conn = db.raw().await;
+    for undo in UNDO_VERSION_4 {
+        sqlx::query(*undo).execute(&mut conn).await.unwrap();
+    }
+    let store = PgStore::open(&db.url).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, of no tenant");
+    let tenant = nexo_store::NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+    store.create_tenant(tenant).await.unwrap();
+    store.create_run(NewRun { id: "r2".into(), tenant: Some("t1".into()), ..new_run("r2") }).await.unwrap();
+    assert_eq!(store.tenant_runs("t1", None, 10).await.unwrap().len(), 1);
+    let bytes = vec![0u8, 0xff, 0xfe];
+    let plugin = nexo_store::NewPlugin {
+        tenant: "t1".into(),
+        sha256: nexo_store::sha256_hex(&bytes),
+        name: "p".into(),
+        world: "w".into(),
+        bytes: bytes.clone(),
+        created_ms: 2,
+    };
+    store.put_plugin(plugin).await.unwrap();
+    assert_eq!(store.plugin_bytes("t1", &nexo_store::sha256_hex(&bytes)).await.unwrap(), Some(bytes));
+    store.close().await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    conn.close().await.ok();
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_make_one_audit_chain() {
+    let Some(db) = support::fresh("postgres::two_stores_make_one_audit_chain").await else { return };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(PgStore::open(&db.url).await.unwrap()));
+    }
+    support::audit_race(stores, 8, 25).await;
     db.drop().await;
 }
 

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nexo_store::{
-    Approval, Batch, Claim, Decision, Entry, Lease, Location, NewEvent, NewRun, RunStatus, SCHEMA_VERSION, SqliteStore,
-    Store, StoreError, Transition, open,
+    Approval, AuditBreak, Batch, Claim, Decision, Entry, Lease, Location, NewApiKey, NewEvent, NewPlugin, NewRun,
+    NewTenant, RunStatus, SCHEMA_VERSION, SqliteStore, Store, StoreError, Transition, open, sha256_hex, verify_audit,
 };
 use serde_json::json;
 use sqlx::{ConnectOptions, Connection};
@@ -36,6 +36,7 @@ fn new_run(id: &str) -> NewRun {
         lease: Some(lease(OWNER)),
         created_ms: 1_000,
         session: None,
+        tenant: None,
     }
 }
 
@@ -394,9 +395,9 @@ async fn a_version_1_file_is_migrated_in_place() {
         store.create_run(new_run("r1")).await.unwrap();
         store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
         store.close().await;
-        // Back to what version 1 wrote: versions 2 and 3 only added these.
+        // Back to what version 1 wrote: versions 2 to 4 only added these.
         let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_3.iter().chain(&["DROP TABLE jobs", "DROP TABLE job_tokens"]) {
+        for undo in UNDO_VERSION_4.iter().chain(UNDO_VERSION_3).chain(&["DROP TABLE jobs", "DROP TABLE job_tokens"]) {
             sqlx::query(*undo).execute(&mut conn).await.unwrap();
         }
         sqlx::query("DELETE FROM nexo_schema WHERE version = 2").execute(&mut conn).await.unwrap();
@@ -423,6 +424,21 @@ async fn a_version_1_file_is_migrated_in_place() {
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
 }
+
+/// Takes a file back from version 4 to what version 3 wrote: version 4
+/// only added the tenants' tables, and the `tenant` column and its index
+/// on `runs`.
+const UNDO_VERSION_4: &[&str] = &[
+    "DROP TABLE tenant_usage",
+    "DROP TABLE audit_log",
+    "DROP TABLE plugin_blobs",
+    "DROP TABLE plugins",
+    "DROP TABLE api_keys",
+    "DROP INDEX runs_by_tenant",
+    "ALTER TABLE runs DROP COLUMN tenant",
+    "DROP TABLE tenants",
+    "DELETE FROM nexo_schema WHERE version = 4",
+];
 
 /// Takes a file back from version 3 to what version 2 wrote: version 3
 /// only added the sessions tables, and the `session` column and its index
@@ -456,7 +472,7 @@ async fn a_version_2_file_is_migrated_in_place() {
         let queued = store.enqueue(job("j1")).await.unwrap();
         store.close().await;
         let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_3 {
+        for undo in UNDO_VERSION_4.iter().chain(UNDO_VERSION_3) {
             sqlx::query(*undo).execute(&mut conn).await.unwrap();
         }
         let columns: Vec<String> =
@@ -484,7 +500,119 @@ async fn a_version_2_file_is_migrated_in_place() {
     let mut conn = raw(&path).await;
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_version_3_file_is_migrated_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let (run, prompt, session) = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let run = store.create_run(new_run("r1")).await.unwrap();
+        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+        let session = store.open_session("hello", "alice", 5).await.unwrap();
+        let prompt =
+            NewRun { session: Some(session.id.clone()), status: RunStatus::Queued, lease: None, ..new_run("p1") };
+        let prompt = store.create_run(prompt).await.unwrap();
+        store.close().await;
+        let mut conn = raw(&path).await;
+        for undo in UNDO_VERSION_4 {
+            sqlx::query(*undo).execute(&mut conn).await.unwrap();
+        }
+        let columns: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info('runs')").fetch_all(&mut conn).await.unwrap();
+        assert!(!columns.iter().any(|c| c == "tenant"), "{columns:?}");
+        let newest: i64 =
+            sqlx::query_scalar("SELECT MAX(version) FROM nexo_schema").fetch_one(&mut conn).await.unwrap();
+        assert_eq!(newest, 3);
+        conn.close().await.unwrap();
+        (run, prompt, session)
+    };
+    let store = SqliteStore::open(&path).await.unwrap();
+    // The runs are kept, of no tenant.
+    assert_eq!(store.run("r1").await.unwrap(), Some(run.clone()));
+    assert_eq!(run.tenant, None);
+    assert_eq!(store.run("p1").await.unwrap(), Some(prompt));
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
+    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
+    assert_eq!(store.runs(None, 10).await.unwrap().len(), 2);
+
+    // The new tables and column work.
+    let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 10 };
+    store.create_tenant(tenant).await.unwrap();
+    let key = NewApiKey { id: "k1".into(), tenant: Some("t1".into()), hash: sha256_hex("key"), created_ms: 11 };
+    store.create_key(key).await.unwrap();
+    let bytes = vec![0u8, 0x61, 0x73, 0x6d, 0xff];
+    let plugin = NewPlugin {
+        tenant: "t1".into(),
+        sha256: sha256_hex(&bytes),
+        name: "p".into(),
+        world: "w".into(),
+        bytes: bytes.clone(),
+        created_ms: 12,
+    };
+    assert!(store.put_plugin(plugin).await.unwrap().1);
+    assert_eq!(store.plugin_bytes("t1", &sha256_hex(&bytes)).await.unwrap(), Some(bytes));
+    store.create_run(NewRun { id: "r2".into(), tenant: Some("t1".into()), ..new_run("r2") }).await.unwrap();
+    assert_eq!(store.tenant_runs("t1", None, 10).await.unwrap().len(), 1);
+    store.append_audit("t1", "tenant.create", &json!({}), 13).await.unwrap();
+    store.add_usage("t1", 14, 1, 0, 0, 0).await.unwrap();
+    assert_eq!(store.usage("t1", 0).await.unwrap().len(), 1);
+    store.close().await;
+    let mut conn = raw(&path).await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(SCHEMA_VERSION, 4);
+}
+
+#[tokio::test]
+async fn a_tampered_audit_log_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+    store.create_tenant(tenant).await.unwrap();
+    for n in 0..5 {
+        store.append_audit("t1", "run.start", &json!({"run": format!("r{n}")}), 100 + n).await.unwrap();
+    }
+    store.close().await;
+    let verify = || async {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let entries = store.audit("t1", 0, usize::MAX).await.unwrap();
+        let head = store.audit_head("t1").await.unwrap();
+        store.close().await;
+        verify_audit(&entries, head.as_ref().map(|(seq, hash)| (*seq, hash.as_str())))
+    };
+    assert_eq!(verify().await, Ok(5));
+
+    // Another program with the file edits an entry, then removes the last.
+    let mut conn = raw(&path).await;
+    let edit = "UPDATE audit_log SET data = '{\"run\":\"r9\"}' WHERE tenant = 't1' AND seq = 2";
+    sqlx::query(edit).execute(&mut conn).await.unwrap();
+    let caught = verify().await;
+    assert_eq!(caught, Err(AuditBreak::Edited { seq: 2 }));
+    assert!(caught.unwrap_err().to_string().contains("audit entry 2 was changed"));
+    let restore = "UPDATE audit_log SET data = '{\"run\":\"r1\"}' WHERE tenant = 't1' AND seq = 2";
+    sqlx::query(restore).execute(&mut conn).await.unwrap();
+    assert_eq!(verify().await, Ok(5));
+    sqlx::query("DELETE FROM audit_log WHERE tenant = 't1' AND seq = 5").execute(&mut conn).await.unwrap();
+    assert_eq!(verify().await, Err(AuditBreak::Truncated { head_seq: 5, last_seq: 4 }));
+    sqlx::query("DELETE FROM audit_log WHERE tenant = 't1' AND seq = 3").execute(&mut conn).await.unwrap();
+    assert_eq!(verify().await, Err(AuditBreak::Removed { expected: 3, found: 4 }));
+    conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_make_one_audit_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(SqliteStore::open(&path).await.unwrap()));
+    }
+    support::audit_race(stores, 8, 25).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -203,6 +203,7 @@ async fn tamper_copy(
         lease: Some(lease),
         created_ms: run.created_ms,
         session: None,
+        tenant: None,
     };
     into.create_run(new).await.unwrap();
     let batch = nexo_store::Batch { journal, ..Default::default() };
@@ -475,6 +476,96 @@ impl Store for Counting {
     }
     async fn expire_sessions(&self, updated_before_ms: i64) -> nexo_store::StoreResult<Vec<String>> {
         self.inner.expire_sessions(updated_before_ms).await
+    }
+    async fn create_tenant(&self, tenant: nexo_store::NewTenant) -> nexo_store::StoreResult<nexo_store::Tenant> {
+        self.inner.create_tenant(tenant).await
+    }
+    async fn tenant(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Tenant>> {
+        self.inner.tenant(id).await
+    }
+    async fn tenant_by_name(&self, name: &str) -> nexo_store::StoreResult<Option<nexo_store::Tenant>> {
+        self.inner.tenant_by_name(name).await
+    }
+    async fn tenants(&self) -> nexo_store::StoreResult<Vec<nexo_store::Tenant>> {
+        self.inner.tenants().await
+    }
+    async fn update_tenant(
+        &self,
+        id: &str,
+        policy: Option<serde_json::Value>,
+        disabled: Option<bool>,
+        now: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Tenant> {
+        self.inner.update_tenant(id, policy, disabled, now).await
+    }
+    async fn create_key(&self, key: nexo_store::NewApiKey) -> nexo_store::StoreResult<nexo_store::ApiKey> {
+        self.inner.create_key(key).await
+    }
+    async fn key_by_hash(&self, hash: &str) -> nexo_store::StoreResult<Option<nexo_store::ApiKey>> {
+        self.inner.key_by_hash(hash).await
+    }
+    async fn keys(&self, tenant: Option<&str>) -> nexo_store::StoreResult<Vec<nexo_store::ApiKey>> {
+        self.inner.keys(tenant).await
+    }
+    async fn revoke_key(&self, id: &str, now: i64) -> nexo_store::StoreResult<nexo_store::ApiKey> {
+        self.inner.revoke_key(id, now).await
+    }
+    async fn put_plugin(
+        &self,
+        plugin: nexo_store::NewPlugin,
+    ) -> nexo_store::StoreResult<(nexo_store::StoredPlugin, bool)> {
+        self.inner.put_plugin(plugin).await
+    }
+    async fn plugin(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<nexo_store::StoredPlugin>> {
+        self.inner.plugin(tenant, sha256).await
+    }
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<Vec<u8>>> {
+        self.inner.plugin_bytes(tenant, sha256).await
+    }
+    async fn plugins(&self, tenant: &str) -> nexo_store::StoreResult<Vec<nexo_store::StoredPlugin>> {
+        self.inner.plugins(tenant).await
+    }
+    async fn tenant_runs(
+        &self,
+        tenant: &str,
+        status: Option<RunStatus>,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
+        self.inner.tenant_runs(tenant, status, limit).await
+    }
+    async fn append_audit(
+        &self,
+        tenant: &str,
+        kind: &str,
+        data: &serde_json::Value,
+        at_ms: i64,
+    ) -> nexo_store::StoreResult<nexo_store::AuditEntry> {
+        self.inner.append_audit(tenant, kind, data, at_ms).await
+    }
+    async fn audit(
+        &self,
+        tenant: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::AuditEntry>> {
+        self.inner.audit(tenant, after_seq, limit).await
+    }
+    async fn audit_head(&self, tenant: &str) -> nexo_store::StoreResult<Option<(u64, String)>> {
+        self.inner.audit_head(tenant).await
+    }
+    async fn add_usage(
+        &self,
+        tenant: &str,
+        at_ms: i64,
+        runs: u64,
+        tokens: u64,
+        cpu_ticks: u64,
+        egress_bytes: u64,
+    ) -> nexo_store::StoreResult<()> {
+        self.inner.add_usage(tenant, at_ms, runs, tokens, cpu_ticks, egress_bytes).await
+    }
+    async fn usage(&self, tenant: &str, since_ms: i64) -> nexo_store::StoreResult<Vec<nexo_store::Usage>> {
+        self.inner.usage(tenant, since_ms).await
     }
 }
 

@@ -63,7 +63,7 @@ pub struct GrantArgs {
 }
 
 /// The operator's config file.
-#[derive(Deserialize, Debug, Default)]
+#[derive(Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     #[serde(default)]
@@ -89,6 +89,49 @@ pub struct ConfigFile {
     /// The `[sessions]` table: how long sessions are kept.
     #[serde(default)]
     pub sessions: SessionsTable,
+    /// The `[serve]` table: how `nexo serve` hosts tenants.
+    #[serde(default)]
+    pub serve: ServeTable,
+}
+
+/// `[serve]` in the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeTable {
+    /// The address to listen on (`--listen` wins).
+    pub listen: Option<String>,
+    /// Where tenants' workspaces and the plugin cache live (`--data-dir` wins).
+    pub data_dir: Option<PathBuf>,
+    /// How many runs this node drives at once (`--max-in-flight` wins).
+    pub max_in_flight: Option<u32>,
+    /// The largest plugin an upload may carry, in bytes.
+    pub max_plugin_bytes: Option<u64>,
+    /// Each run's wall-clock limit per pass, in seconds.
+    pub run_timeout_secs: Option<u64>,
+    /// Each run's memory cap, in MiB.
+    pub memory_mib: Option<u64>,
+    /// The operator's models, by name: the `[model]` keys. A tenant's policy
+    /// names the ones it may use; their keys stay the operator's.
+    #[serde(default)]
+    pub models: BTreeMap<String, super::model::ModelTable>,
+}
+
+/// What [`Resolved::for_tenant`] builds a served run's grant from.
+pub struct TenantGrant<'a> {
+    /// Capabilities beyond `read` and `glob`.
+    pub allow: Vec<Capability>,
+    /// The permission mode.
+    pub mode: PermissionMode,
+    /// The tenant's workspace, when the run works in the local sandbox.
+    pub local: Option<PathBuf>,
+    /// Hosts `fetch` may reach.
+    pub fetch_hosts: Vec<String>,
+    /// The operator's MCP servers the run gets.
+    pub mcp_servers: Vec<String>,
+    /// The MCP tools they may offer.
+    pub mcp_allow: Vec<String>,
+    /// The operator's configuration.
+    pub config: &'a ConfigFile,
 }
 
 /// `[sessions]` in the config file.
@@ -287,6 +330,39 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// A served run's grant: a tenant's policy narrowed by its request
+    /// (`server::policy`). The local sandbox is the tenant's workspace, the
+    /// shell (if granted) confined as the operator's auto-detection finds.
+    pub fn for_tenant(t: TenantGrant<'_>) -> Resolved {
+        let mcp_file: BTreeMap<_, _> = t
+            .config
+            .mcp
+            .iter()
+            .filter(|(name, _)| t.mcp_servers.contains(name))
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
+        Resolved {
+            mcp_servers: mcp_file.keys().cloned().collect(),
+            mcp_flags: BTreeMap::new(),
+            mcp_file,
+            mcp_allow: (!t.mcp_allow.is_empty()).then_some(t.mcp_allow),
+            fetch_hosts: (!t.fetch_hosts.is_empty()).then_some(t.fetch_hosts),
+            allow: t.allow,
+            mode: match t.mode {
+                PermissionMode::ReadOnly => ModeArg::ReadOnly,
+                PermissionMode::Auto => ModeArg::Auto,
+                // No terminal to ask on: a served run waits for a durable approval.
+                PermissionMode::Ask | PermissionMode::Approve => ModeArg::Approve,
+            },
+            sandbox: if t.local.is_some() { SandboxArg::Local } else { SandboxArg::Virtual },
+            sandbox_chosen: true,
+            cwd: t.local,
+            image: None,
+            container_runtime: RuntimeArg::Docker,
+            shell_confinement: ConfinementArg::Auto,
+        }
+    }
+
     /// The grant as a run records it: the local sandbox's directory made
     /// absolute, so a resume elsewhere acts in the same place.
     pub fn recorded(&self) -> Result<Resolved, ConfigError> {

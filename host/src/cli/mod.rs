@@ -20,20 +20,21 @@ macro_rules! errln {
 }
 
 mod chat;
-mod grant;
+pub(crate) mod grant;
 mod inspect;
 mod mcp;
-mod model;
+pub(crate) mod model;
 mod plugin_test;
 mod progress;
-mod report;
-mod runs;
+pub(crate) mod report;
+pub(crate) mod runs;
 mod scaffold;
 mod sdk;
 mod sessions;
-mod web;
+mod tenant;
+pub(crate) mod web;
 mod wit;
-mod worker;
+pub(crate) mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -121,6 +122,25 @@ enum Command {
     /// Run queued jobs (`nexo run --later`, `nexo runs resume --later`) from the store, with any
     /// number of other workers on this machine or others sharing it.
     Worker(worker::WorkerArgs),
+    /// Host many tenants' agents over HTTP: plugins, runs, events, approvals, usage and an audit
+    /// log, with a worker that runs the queued runs (any number of nodes can share one store).
+    Serve(crate::server::ServeArgs),
+    /// Manage the tenants of `nexo serve`: create, list, policy, disable, enable, keys.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
+    /// Check or show the tenants' hash-chained audit logs.
+    #[command(subcommand)]
+    Audit(tenant::AuditCommand),
+    /// Show the tenants' metered usage.
+    Usage {
+        /// Only this tenant.
+        name: Option<String>,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: runs::StoreArgs,
+    },
     /// Serve an agent's gated tools, or the agent itself, to MCP clients.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -245,7 +265,7 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     // Reserving the instance pool costs a one-shot command more start-up
     // time (about a thousand mprotect calls) than its few instantiations
     // win back; the long-lived commands keep it.
-    let pooling = matches!(cli.command, Command::Worker(_) | Command::Mcp(_));
+    let pooling = matches!(cli.command, Command::Worker(_) | Command::Mcp(_) | Command::Serve(_));
     let mut config = EngineConfig { pooling, ..EngineConfig::default() };
     if cli.no_cache {
         config.cache_dir = None;
@@ -311,6 +331,18 @@ async fn dispatch(cli: Cli) -> ExitCode {
     }
     if let Command::Sessions(command) = &cli.command {
         return sessions::command(command, cli.store.as_deref()).await;
+    }
+    if let Command::Serve(args) = &cli.command {
+        return crate::server::command(args, &engine_config(&cli), cli.store.as_deref()).await;
+    }
+    if let Command::Tenant(command) = &cli.command {
+        return tenant::command(command, cli.store.as_deref()).await;
+    }
+    if let Command::Audit(command) = &cli.command {
+        return tenant::audit(command, cli.store.as_deref()).await;
+    }
+    if let Command::Usage { name, json, store } = &cli.command {
+        return tenant::usage(name.as_deref(), *json, store, cli.store.as_deref()).await;
     }
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
@@ -394,6 +426,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Runs(_)
         | Command::Worker(_)
         | Command::Sessions(_)
+        | Command::Serve(_)
+        | Command::Tenant(_)
+        | Command::Audit(_)
+        | Command::Usage { .. }
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }

@@ -564,7 +564,7 @@ async fn resume(
     narrow: &Narrow,
     file: &grant::ConfigFile,
 ) -> ExitCode {
-    match resume_run(runs, base, id, how, input, narrow, file).await {
+    match resume_run(runs, base, id, how, input, narrow, file, None).await {
         Resumed::End(end) => report_end(&end, narrow.json),
         Resumed::Refused(_, code) => code,
         Resumed::Failed(e) => report::report_error(&e, narrow.json),
@@ -572,7 +572,9 @@ async fn resume(
 }
 
 /// One pass of a recorded run: `how` claims it, its recorded settings
-/// (narrowed) run it.
+/// (narrowed) run it. `source`, if given, is where the component is
+/// loaded from instead of the recorded path.
+#[allow(clippy::too_many_arguments)]
 pub async fn resume_run(
     runs: &Runs,
     base: &EngineConfig,
@@ -581,6 +583,7 @@ pub async fn resume_run(
     input: Option<String>,
     narrow: &Narrow,
     file: &grant::ConfigFile,
+    source: Option<&std::path::Path>,
 ) -> Resumed {
     let settings = "its recorded settings cannot be used here; the error above says why";
     let run = match runs.store().run(id).await {
@@ -609,7 +612,8 @@ pub async fn resume_run(
         Ok(o) => o,
         Err(code) => return Resumed::Refused(settings.into(), code),
     };
-    let source = std::path::Path::new(&run.source);
+    // `nexo serve` loads a tenant's plugin from its own node's cache.
+    let source = source.unwrap_or(std::path::Path::new(&run.source));
     let result = if run.kind == "toml" {
         match AgentFile::load(source) {
             Ok(agent) => {

@@ -84,12 +84,103 @@ pub async fn queue(engine: &Engine, runs: &Runs, file: &Path, input: &str, rec: 
 }
 
 /// What every job of one worker shares.
-struct Worker {
+pub struct Worker {
     runs: Runs,
     base: EngineConfig,
     file: grant::ConfigFile,
     store_args: StoreArgs,
     lease_ms: i64,
+    /// `nexo serve`'s data directory: a tenant's run loads its plugin from
+    /// this node's cache there, filled from the store when missing.
+    served: Option<std::path::PathBuf>,
+}
+
+impl Worker {
+    /// A worker driving `runs`, with `lease_ms` leases on its jobs.
+    pub fn new(runs: Runs, base: EngineConfig, file: grant::ConfigFile, store_args: StoreArgs, lease_ms: i64) -> Self {
+        Worker { runs, base, file, store_args, lease_ms, served: None }
+    }
+
+    /// The same worker inside `nexo serve`, whose plugins live under `data_dir`.
+    pub fn serving(mut self, data_dir: std::path::PathBuf) -> Self {
+        self.served = Some(data_dir);
+        self
+    }
+}
+
+/// How a claim loop paces itself.
+pub struct LoopSettings {
+    /// Jobs at once.
+    pub max: u32,
+    /// How often an idle loop looks for due jobs.
+    pub poll: Duration,
+    /// Stop once nothing is queued or running.
+    pub until_idle: bool,
+    /// Session retention.
+    pub retain: Option<Duration>,
+}
+
+/// Claims due jobs and runs them, at most `settings.max` at once, until
+/// `stop` completes (then no new claims; the jobs under way finish).
+/// `wake` cuts an idle wait short; `changed` is woken after each job.
+pub async fn claim_loop(
+    worker: Arc<Worker>,
+    settings: LoopSettings,
+    stop: impl std::future::Future<Output = ()>,
+    wake: Option<Arc<tokio::sync::Notify>>,
+    changed: Option<Arc<tokio::sync::Notify>>,
+) {
+    let store = worker.runs.store().clone();
+    let name = worker.runs.owner().to_string();
+    let permits = Arc::new(tokio::sync::Semaphore::new(settings.max as usize));
+    let mut tasks = tokio::task::JoinSet::new();
+    tokio::pin!(stop);
+    let mut swept: Option<std::time::Instant> = None;
+    loop {
+        if settings.retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            swept = Some(std::time::Instant::now());
+            sessions::sweep(&*store, settings.retain).await;
+        }
+        while tasks.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = &mut stop => break,
+        };
+        match store.claim_job(&name, worker.lease_ms, nexo_store::now_ms()).await {
+            Ok(Some(job)) => {
+                let worker = worker.clone();
+                let changed = changed.clone();
+                tasks.spawn(async move {
+                    worker.handle(job).await;
+                    drop(permit);
+                    if let Some(c) = changed {
+                        c.notify_waiters();
+                    }
+                });
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => errln!("warning: cannot claim a job: {e}"),
+        }
+        drop(permit);
+        while tasks.try_join_next().is_some() {}
+        if settings.until_idle && tasks.is_empty() && !pending(&*store).await {
+            break;
+        }
+        let woken = async {
+            match &wake {
+                Some(w) => w.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(settings.poll) => {}
+            _ = woken => {}
+            _ = &mut stop => break,
+        }
+    }
+    // Stopping: no new claims; the jobs under way finish.
+    while tasks.join_next().await.is_some() {}
 }
 
 /// `nexo worker`.
@@ -107,56 +198,27 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         Ok(r) => r,
         Err(e) => return report::config_failure(&e),
     };
-    let worker = Arc::new(Worker {
+    let worker = Arc::new(Worker::new(
         // Runs are leased like jobs, so a dead worker's run is free as soon as its job.
-        runs: Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
-        base: base.clone(),
+        Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
+        base.clone(),
         file,
-        store_args: args.store.clone(),
-        lease_ms: i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
-    });
+        args.store.clone(),
+        i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
+    ));
     let name = worker.runs.owner().to_string();
     errln!("worker {name}: up to {max} jobs at once, from {}", store.location());
-    let permits = Arc::new(tokio::sync::Semaphore::new(max as usize));
-    let mut tasks = tokio::task::JoinSet::new();
-    let poll = Duration::from_millis(args.poll_ms);
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
-    let mut swept: Option<std::time::Instant> = None;
-    loop {
-        if retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
-            swept = Some(std::time::Instant::now());
-            sessions::sweep(&*store, retain).await;
-        }
-        while tasks.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = &mut stop => break,
-        };
-        match store.claim_job(&name, worker.lease_ms, nexo_store::now_ms()).await {
-            Ok(Some(job)) => {
-                let worker = worker.clone();
-                tasks.spawn(async move {
-                    worker.handle(job).await;
-                    drop(permit);
-                });
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => errln!("warning: cannot claim a job: {e}"),
-        }
-        drop(permit);
-        while tasks.try_join_next().is_some() {}
-        if args.until_idle && tasks.is_empty() && !pending(&*store).await {
-            break;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
-            _ = &mut stop => break,
-        }
-    }
-    // Stopping: no new claims; the jobs under way finish.
-    while tasks.join_next().await.is_some() {}
+    let settings = LoopSettings { max, poll: Duration::from_millis(args.poll_ms), until_idle: args.until_idle, retain };
+    claim_loop(
+        worker,
+        settings,
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        },
+        None,
+        None,
+    )
+    .await;
     errln!("worker {name}: stopped");
     ExitCode::SUCCESS
 }
@@ -232,7 +294,16 @@ impl Worker {
             (RunStatus::Cancelled, _) => return Ok("is cancelled"),
         };
         let narrow = Narrow::none(self.store_args.clone());
-        match runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file).await {
+        // A tenant's plugin comes from this node's cache, filled from the store.
+        let source = match (&self.served, &run.tenant) {
+            (Some(dir), Some(tenant)) => {
+                Some(crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?)
+            }
+            _ => None,
+        };
+        match runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, source.as_deref())
+            .await
+        {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok("is done"),
                 RunStatus::Suspended => Ok("is suspended"),

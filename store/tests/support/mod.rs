@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use nexo_store::{Batch, Claim, JobKind, Lease, NewJob, NewRun, RunStatus, Store, StoreError, Transition};
+use nexo_store::{
+    Batch, Claim, JobKind, Lease, NewJob, NewRun, NewTenant, RunStatus, Store, StoreError, Transition, verify_audit,
+};
 use sqlx::Connection;
 
 /// The variable naming a server where the tests may create databases.
@@ -103,6 +105,7 @@ pub fn queued_run(id: &str) -> NewRun {
         lease: None,
         created_ms: 1,
         session: None,
+        tenant: None,
     }
 }
 
@@ -316,4 +319,52 @@ pub async fn retry_race(stores: Vec<Arc<dyn Store>>, rounds: usize) {
     let runs = stores[0].session_runs(&session.id).await.unwrap();
     assert!(runs.iter().all(|r| r.status.is_final()), "{runs:?}");
     assert_eq!(runs.len(), rounds + created);
+}
+
+/// `tasks` tasks spread over `stores` each append `appends` entries to one
+/// tenant's audit log at once: every append gets its own sequence number,
+/// 1 to `tasks * appends` without a gap, each task's in the order it made
+/// them, and the log is one chain that verifies against the head.
+pub async fn audit_race(stores: Vec<Arc<dyn Store>>, tasks: usize, appends: usize) {
+    let tenant = NewTenant { id: "t-race".into(), name: "race".into(), policy: serde_json::json!({}), created_ms: 1 };
+    stores[0].create_tenant(tenant).await.unwrap();
+    let start = Arc::new(tokio::sync::Barrier::new(tasks));
+    let racers: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (store, start) = (stores[t % stores.len()].clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut seqs = Vec::new();
+                for n in 0..appends {
+                    let data = serde_json::json!({"task": t, "n": n});
+                    let entry = store.append_audit("t-race", "race", &data, 1_000 + n as i64).await.unwrap();
+                    seqs.push(entry.seq);
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for racer in racers {
+        let seqs = racer.await.unwrap();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "a task's appends come in its order: {seqs:?}");
+        all.extend(seqs);
+    }
+    all.sort();
+    let total = (tasks * appends) as u64;
+    assert_eq!(all, (1..=total).collect::<Vec<_>>(), "one number per append, without gaps or repeats");
+
+    let entries = stores[stores.len() - 1].audit("t-race", 0, usize::MAX).await.unwrap();
+    let head = stores[0].audit_head("t-race").await.unwrap().expect("a head");
+    assert_eq!(head.0, total);
+    assert_eq!(verify_audit(&entries, Some((head.0, head.1.as_str()))), Ok(total), "one chain");
+    for t in 0..tasks {
+        let ns: Vec<u64> = entries
+            .iter()
+            .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap())
+            .filter(|d| d["task"] == t)
+            .map(|d| d["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ns, (0..appends as u64).collect::<Vec<_>>(), "task {t}'s entries, in its order");
+    }
 }

@@ -1,0 +1,371 @@
+//! `nexo tenant …`, `nexo audit …` and `nexo usage`: the operator's side of
+//! `nexo serve`, against the same store the servers use.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use nexo_store::Store;
+
+use super::runs::{self, StoreArgs};
+use super::{grant, report};
+use crate::server::policy::Policy;
+use crate::server::tenants::{self, TenantError};
+
+/// `nexo tenant …`.
+#[derive(Subcommand, Debug)]
+pub enum TenantCommand {
+    /// Create a tenant and print its first API key (shown once; the store keeps only its hash).
+    Create {
+        /// The tenant's name: lowercase letters, digits, `-` and `_`.
+        name: String,
+        /// Its policy: a JSON or TOML file (default: read and glob only, read-only, virtual sandbox).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List the tenants.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Replace a tenant's policy with the one in FILE (JSON or TOML).
+    Policy {
+        /// The tenant.
+        name: String,
+        /// The policy file.
+        file: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Disable a tenant: its keys are refused until it is enabled again.
+    Disable {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Enable a disabled tenant.
+    Enable {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Make a new API key for a tenant and print it (shown once).
+    Key {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke an API key by its id (`nexo tenant keys NAME` lists them).
+    Revoke {
+        /// The key's id.
+        key: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List a tenant's keys (ids and dates; never the keys).
+    Keys {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Make an operator (admin) key for the tenant-management API, and print it (shown once).
+    AdminKey {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// `nexo audit …`.
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Check each tenant's audit chain: an edited, removed or reordered entry is reported, and
+    /// the exit code is 1.
+    Verify {
+        /// Only this tenant.
+        name: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Print a tenant's audit log, oldest first.
+    Show {
+        /// The tenant.
+        name: String,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+fn store_args(command: &TenantCommand) -> &StoreArgs {
+    match command {
+        TenantCommand::Create { store, .. }
+        | TenantCommand::List { store }
+        | TenantCommand::Policy { store, .. }
+        | TenantCommand::Disable { store, .. }
+        | TenantCommand::Enable { store, .. }
+        | TenantCommand::Key { store, .. }
+        | TenantCommand::Revoke { store, .. }
+        | TenantCommand::Keys { store, .. }
+        | TenantCommand::AdminKey { store } => store,
+    }
+}
+
+async fn open(
+    args: &StoreArgs,
+    flag: Option<&str>,
+) -> Result<(std::sync::Arc<dyn Store>, grant::ConfigFile), ExitCode> {
+    let file = grant::read_config(args.config()).map_err(|e| report::config_failure(&e))?;
+    let store = runs::open(flag, &file).await?;
+    Ok((store, file))
+}
+
+fn failed(e: &TenantError) -> ExitCode {
+    errln!("error: {e}");
+    ExitCode::from(2)
+}
+
+fn read_policy(path: &std::path::Path, file: &grant::ConfigFile) -> Result<Policy, ExitCode> {
+    let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES).map_err(|e| {
+        errln!("error: cannot read the policy {}: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    Policy::parse(&text, file).map_err(|e| {
+        errln!("error: the policy {} is refused: {e}", path.display());
+        ExitCode::from(2)
+    })
+}
+
+/// `nexo tenant …`.
+pub async fn command(command: &TenantCommand, flag: Option<&str>) -> ExitCode {
+    let (store, file) = match open(store_args(command), flag).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let store = &*store;
+    match command {
+        TenantCommand::Create { name, policy, .. } => {
+            let policy = match policy {
+                Some(path) => match read_policy(path, &file) {
+                    Ok(p) => p,
+                    Err(code) => return code,
+                },
+                None => Policy::default(),
+            };
+            match tenants::create(store, name, &policy).await {
+                Ok((tenant, key, secret)) => {
+                    outln!("{secret}");
+                    errln!(
+                        "created tenant {} ({}) with key {}; the key above is shown once, so keep it now",
+                        tenant.name,
+                        tenant.id,
+                        key.id
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failed(&e),
+            }
+        }
+        TenantCommand::List { .. } => match store.tenants().await {
+            Ok(all) => {
+                for t in all {
+                    let state = if t.disabled { "disabled" } else { "enabled" };
+                    outln!("{}\t{}\t{}\t{}", t.name, t.id, state, t.policy);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => runs::store_error(&e),
+        },
+        TenantCommand::Policy { name, file: path, .. } => {
+            let policy = match read_policy(path, &file) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            match async { tenants::set_policy(store, &tenants::find(store, name).await?, &policy).await }.await {
+                Ok(t) => {
+                    errln!("tenant {}: policy replaced", t.name);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failed(&e),
+            }
+        }
+        TenantCommand::Disable { name, .. } | TenantCommand::Enable { name, .. } => {
+            let disabled = matches!(command, TenantCommand::Disable { .. });
+            match async { tenants::set_disabled(store, &tenants::find(store, name).await?, disabled).await }.await {
+                Ok(t) => {
+                    errln!("tenant {} is {}", t.name, if disabled { "disabled" } else { "enabled" });
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failed(&e),
+            }
+        }
+        TenantCommand::Key { name, .. } => {
+            match async { tenants::add_key(store, &tenants::find(store, name).await?).await }.await {
+                Ok((key, secret)) => {
+                    outln!("{secret}");
+                    errln!("new key {} for tenant {name}; it is shown once", key.id);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failed(&e),
+            }
+        }
+        TenantCommand::Revoke { key, .. } => match tenants::revoke_key(store, key).await {
+            Ok(k) => {
+                errln!("key {} is revoked", k.id);
+                ExitCode::SUCCESS
+            }
+            Err(e) => failed(&e),
+        },
+        TenantCommand::Keys { name, .. } => {
+            let tenant = match tenants::find(store, name).await {
+                Ok(t) => t,
+                Err(e) => return failed(&e),
+            };
+            match store.keys(Some(&tenant.id)).await {
+                Ok(keys) => {
+                    for k in keys {
+                        let state = match k.revoked_ms {
+                            Some(at) => format!("revoked {}", runs::time(at)),
+                            None => "active".into(),
+                        };
+                        outln!("{}\t{}\t{state}", k.id, runs::time(k.created_ms));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => runs::store_error(&e),
+            }
+        }
+        TenantCommand::AdminKey { .. } => match tenants::add_admin_key(store).await {
+            Ok((key, secret)) => {
+                outln!("{secret}");
+                errln!("new admin key {}; it is shown once", key.id);
+                ExitCode::SUCCESS
+            }
+            Err(e) => failed(&e),
+        },
+    }
+}
+
+/// `nexo audit …`.
+pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
+    let args = match command {
+        AuditCommand::Verify { store, .. } | AuditCommand::Show { store, .. } => store,
+    };
+    let (store, _) = match open(args, flag).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let store = &*store;
+    match command {
+        AuditCommand::Show { name, json, .. } => {
+            let tenant = match tenants::find(store, name).await {
+                Ok(t) => t,
+                Err(e) => return failed(&e),
+            };
+            match all_entries(store, &tenant.id).await {
+                Ok(entries) => {
+                    for e in entries {
+                        if *json {
+                            nexo::terminal::print_json(&serde_json::to_value(&e).unwrap_or_default());
+                        } else {
+                            outln!("{}\t{}\t{}\t{}", e.seq, runs::time(e.at_ms), e.kind, e.data);
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => runs::store_error(&e),
+            }
+        }
+        AuditCommand::Verify { name, .. } => {
+            let chosen = match name {
+                Some(n) => match tenants::find(store, n).await {
+                    Ok(t) => vec![t],
+                    Err(e) => return failed(&e),
+                },
+                None => match store.tenants().await {
+                    Ok(all) => all,
+                    Err(e) => return runs::store_error(&e),
+                },
+            };
+            let mut broken = 0;
+            for tenant in chosen {
+                let (entries, head) = match (all_entries(store, &tenant.id).await, store.audit_head(&tenant.id).await) {
+                    (Ok(e), Ok(h)) => (e, h),
+                    (Err(e), _) | (_, Err(e)) => return runs::store_error(&e),
+                };
+                match nexo_store::verify_audit(&entries, head.as_ref().map(|(s, h)| (*s, h.as_str()))) {
+                    Ok(n) => outln!("{}: ok, {n} entries", tenant.name),
+                    Err(e) => {
+                        broken += 1;
+                        outln!("{}: BROKEN: {e}", tenant.name);
+                    }
+                }
+            }
+            if broken > 0 {
+                errln!("error: {broken} audit log(s) do not verify: an entry was edited, removed or reordered");
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+async fn all_entries(store: &dyn Store, tenant: &str) -> Result<Vec<nexo_store::AuditEntry>, nexo_store::StoreError> {
+    let mut all = Vec::new();
+    loop {
+        let after = all.last().map_or(0, |e: &nexo_store::AuditEntry| e.seq);
+        let batch = store.audit(tenant, after, 1000).await?;
+        if batch.is_empty() {
+            return Ok(all);
+        }
+        all.extend(batch);
+    }
+}
+
+/// `nexo usage [NAME]`: metered usage per tenant.
+pub async fn usage(name: Option<&str>, json: bool, args: &StoreArgs, flag: Option<&str>) -> ExitCode {
+    let (store, _) = match open(args, flag).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let store = &*store;
+    let chosen = match name {
+        Some(n) => match tenants::find(store, n).await {
+            Ok(t) => vec![t],
+            Err(e) => return failed(&e),
+        },
+        None => match store.tenants().await {
+            Ok(all) => all,
+            Err(e) => return runs::store_error(&e),
+        },
+    };
+    for tenant in chosen {
+        let periods = match store.usage(&tenant.id, 0).await {
+            Ok(p) => p,
+            Err(e) => return runs::store_error(&e),
+        };
+        let shown = crate::server::api::usage_json(&periods);
+        if json {
+            nexo::terminal::print_json(&serde_json::json!({"tenant": tenant.name, "usage": shown}));
+        } else {
+            let t = &shown["total"];
+            outln!(
+                "{}\truns {}\ttokens {}\tcpu-ticks {}\tegress-bytes {}",
+                tenant.name,
+                t["runs"],
+                t["tokens"],
+                t["cpu_ticks"],
+                t["egress_bytes"]
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}

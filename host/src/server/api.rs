@@ -1,0 +1,789 @@
+//! The HTTP API under `/v1`: plugins, runs and their events, decisions,
+//! usage and the audit log for tenants; tenants and keys for the operator.
+//!
+//! Every tenant-owned record is looked up through the caller's tenant: a
+//! record of another tenant is answered exactly as a missing one (404), so
+//! ids reveal nothing.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use nexo::manifest::{Capability, PermissionMode};
+use nexo::runs::{Runs, Subject};
+use nexo::{Engine, Plugin};
+use nexo_store::{Decision, Run, RunStatus, Store, StoreError, Tenant};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::auth::{AdminCaller, TenantCaller};
+use super::policy::{Narrowing, Policy, SandboxKind};
+use super::tenants::{self, TenantError};
+use crate::cli::{grant, runs as cli_runs};
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState(pub Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The server's state.
+pub struct Shared {
+    /// The store every node shares.
+    pub store: Arc<dyn Store>,
+    /// Runs, owned by this node.
+    pub runs: Runs,
+    /// The engine uploads are validated and runs are created with.
+    pub engine: Engine,
+    /// The operator's configuration.
+    pub config: Arc<grant::ConfigFile>,
+    /// Workspaces and the plugin cache.
+    pub data_dir: PathBuf,
+    /// The largest upload.
+    pub max_plugin_bytes: usize,
+    /// Each run's wall-clock limit per pass.
+    pub timeout_secs: u64,
+    /// Each run's memory cap.
+    pub memory_mib: u64,
+    /// Woken when a run is queued, so the worker claims it at once.
+    pub wake: Arc<Notify>,
+    /// Woken when this node's worker finishes a job, for `wait`.
+    pub changed: Arc<Notify>,
+    /// Set once the server is stopping: `/readyz` then says 503.
+    pub stopping: AtomicBool,
+}
+
+/// An API error: a status, a stable code and a message that names the
+/// cause and the fix, as `{"error": {"code": …, "message": …}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+
+    /// 401: no key, or a key that is not valid.
+    pub fn unauthorized(message: &str) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: the caller may not do this.
+    pub fn forbidden(message: &str) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404: nothing by that id for this caller.
+    pub fn not_found(message: &str) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// A store failure: conflicts are the caller's (409), the rest the server's.
+    pub fn store(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
+            other => {
+                tracing::error!(target: "nexo::server", "store: {other}");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", other.to_string())
+            }
+        }
+    }
+}
+
+impl From<TenantError> for ApiError {
+    fn from(e: TenantError) -> ApiError {
+        match e {
+            TenantError::BadName(_) | TenantError::BadPolicy(_) => ApiError::bad_request(e.to_string()),
+            TenantError::NoTenant(_) => ApiError::not_found(&e.to_string()),
+            TenantError::Store(s) => ApiError::store(s),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let mut response = (self.status, body).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The answer for a record the caller cannot see, whether it exists or not.
+fn no_run() -> ApiError {
+    ApiError::not_found("there is no such run for this tenant")
+}
+
+/// A run as the API shows it.
+pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
+    json!({
+        "id": run.id,
+        "status": run.status,
+        "agent": run.agent,
+        "plugin": run.component_sha256,
+        "input": run.input,
+        "result": run.result,
+        "error": run.error,
+        "suspend_reason": run.suspend_reason,
+        "resume_key": run.resume_key,
+        "created_ms": run.created_ms,
+        "updated_ms": run.updated_ms,
+        "approval": approval.map(|a| json!({
+            "capability": a.capability,
+            "tool": a.tool,
+            "arguments": a.arguments,
+            "seq": a.seq,
+            "created_ms": a.created_ms,
+        })),
+    })
+}
+
+/// The tenant's run `id`, or 404.
+async fn own_run(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<Run> {
+    match state.store.run(id).await.map_err(ApiError::store)? {
+        Some(run) if run.tenant.as_deref() == Some(tenant.id.as_str()) => Ok(run),
+        _ => Err(no_run()),
+    }
+}
+
+async fn shown(state: &AppState, run: &Run) -> ApiResult<Value> {
+    let approval = if run.status == RunStatus::Suspended {
+        state.store.approval(&run.id).await.map_err(ApiError::store)?
+    } else {
+        None
+    };
+    Ok(run_json(run, approval.as_ref()))
+}
+
+async fn audit(state: &AppState, tenant: &Tenant, kind: &str, data: Value) -> ApiResult<()> {
+    state.store.append_audit(&tenant.id, kind, &data, nexo_store::now_ms()).await.map_err(ApiError::store)?;
+    Ok(())
+}
+
+// ---- health ----
+
+/// `GET /healthz`: the process answers.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: the store answers and the server is not stopping.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.stopping.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n").into_response();
+    }
+    match state.store.runs(None, 1).await {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("the store does not answer: {e}\n")).into_response(),
+    }
+}
+
+// ---- plugins ----
+
+/// Where this node keeps a plugin's bytes as a file (plugins load from
+/// files, through the compile cache).
+pub fn plugin_path(data_dir: &std::path::Path, sha256: &str) -> PathBuf {
+    data_dir.join("plugins").join(format!("{sha256}.wasm"))
+}
+
+/// Writes the plugin's file from the store if this node lacks it (another
+/// node took the upload); a file that exists is checked by its hash when
+/// it loads.
+pub async fn materialize(
+    store: &dyn Store,
+    data_dir: &std::path::Path,
+    tenant: &str,
+    sha256: &str,
+) -> Result<PathBuf, String> {
+    let path = plugin_path(data_dir, sha256);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let bytes = store
+        .plugin_bytes(tenant, sha256)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("the plugin {sha256} is no longer in the store"))?;
+    write_atomically(&path, &bytes).map_err(|e| format!("cannot write the plugin to {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// `POST /v1/plugins`: the body is the `.wasm`. It is validated as
+/// `nexo inspect` validates it, stored by content, and shown with what it
+/// requests against the tenant's policy.
+pub async fn upload_plugin(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body is empty: send the component's bytes (`--data-binary @agent.wasm`)",
+        ));
+    }
+    let sha = nexo_store::sha256_hex(&body);
+    let path = plugin_path(&state.data_dir, &sha);
+    // Validation compiles the component: a typed error for bytes that are not one.
+    let plugin = Plugin::from_bytes(&state.engine, PathBuf::from(format!("{sha}.wasm")), &body)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let agent = plugin.agent().map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not_an_agent",
+            format!("{e}; `nexo serve` runs agent components (the `agent` world)"),
+        )
+    })?;
+    let manifest = agent.manifest().clone();
+    write_atomically(&path, &body).map_err(|e| {
+        tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the server cannot store the plugin now; try again")
+    })?;
+    let (stored, created) = state
+        .store
+        .put_plugin(nexo_store::NewPlugin {
+            tenant: tenant.id.clone(),
+            sha256: sha.clone(),
+            name: manifest.name.clone(),
+            world: plugin.export().to_string(),
+            bytes: body.to_vec(),
+            created_ms: nexo_store::now_ms(),
+        })
+        .await
+        .map_err(ApiError::store)?;
+    if created {
+        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name})).await?;
+    }
+    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    let requested: Vec<Capability> = manifest.capabilities.clone();
+    let granted: Vec<&str> = requested
+        .iter()
+        .filter(|c| matches!(c, Capability::Read | Capability::Glob) || policy.allow.contains(c))
+        .map(|c| c.as_str())
+        .collect();
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let body = json!({
+        "id": stored.sha256,
+        "name": stored.name,
+        "world": stored.world,
+        "size": stored.size,
+        "created": created,
+        "description": manifest.description,
+        "requested": requested.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        "granted": granted,
+        "policy": {"allow": policy.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(), "mode": policy.mode.as_str()},
+    });
+    Ok((status, Json(body)).into_response())
+}
+
+/// `GET /v1/plugins`.
+pub async fn list_plugins(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> ApiResult<Json<Value>> {
+    let plugins = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
+    let list: Vec<Value> = plugins
+        .iter()
+        .map(|p| json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}))
+        .collect();
+    Ok(Json(json!({"plugins": list})))
+}
+
+/// `GET /v1/plugins/{id}`.
+pub async fn get_plugin(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    match state.store.plugin(&tenant.id, &id).await.map_err(ApiError::store)? {
+        Some(p) => Ok(Json(
+            json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}),
+        )),
+        None => Err(ApiError::not_found("there is no such plugin for this tenant")),
+    }
+}
+
+// ---- runs ----
+
+/// The body of `POST /v1/runs`.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RunRequest {
+    /// The plugin's id (its SHA-256).
+    plugin: String,
+    /// The agent's input.
+    input: String,
+    /// Answer when the run ends or suspends, instead of at once.
+    #[serde(default)]
+    wait: bool,
+    allow: Option<Vec<Capability>>,
+    mode: Option<PermissionMode>,
+    sandbox: Option<SandboxKind>,
+    fetch_hosts: Option<Vec<String>>,
+    model: Option<String>,
+}
+
+/// `POST /v1/runs`: queues a run of one of the tenant's plugins, within its
+/// policy; with `"wait": true`, answers once it ends or suspends.
+pub async fn start_run(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let request: RunRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a run request: {e}")))?;
+    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    let narrowing = Narrowing {
+        allow: request.allow.clone(),
+        mode: request.mode,
+        sandbox: request.sandbox,
+        fetch_hosts: request.fetch_hosts.clone(),
+        model: request.model.clone(),
+    };
+    let effective = policy.narrow(&narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
+    if state.store.plugin(&tenant.id, &request.plugin).await.map_err(ApiError::store)?.is_none() {
+        return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
+    }
+    let path = materialize(&*state.store, &state.data_dir, &tenant.id, &request.plugin)
+        .await
+        .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
+    let plugin = Plugin::load(&state.engine, &path)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let agent =
+        plugin.agent().map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?;
+    let workspace = state.data_dir.join("tenants").join(&tenant.id).join("workspace");
+    if effective.sandbox == SandboxKind::Local {
+        std::fs::create_dir_all(&workspace).map_err(|e| {
+            tracing::error!(target: "nexo::server", "cannot create {}: {e}", workspace.display());
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the tenant's workspace cannot be created now")
+        })?;
+    }
+    let model = match &effective.model {
+        Some(name) => state.config.serve.models.get(name).cloned().ok_or_else(|| {
+            ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
+        })?,
+        None => Default::default(),
+    };
+    let recorded = cli_runs::Recorded {
+        grant: effective.grant(&policy, &workspace, &state.config),
+        model,
+        search: None,
+        timeout_secs: state.timeout_secs,
+        memory_mib: state.memory_mib,
+        skills_path: state.data_dir.join("skills"),
+        progressive_skills: false,
+    };
+    let grant = serde_json::to_value(&recorded)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let subject = Subject::Component { agent, sha256: plugin.sha256(), path: &path };
+    let (run, _job) =
+        state.runs.queue_for(Some(&tenant.id), subject, &request.input, grant).await.map_err(ApiError::store)?;
+    let now = nexo_store::now_ms();
+    let _ = state.store.add_usage(&tenant.id, now, 1, 0, 0, 0).await;
+    audit(
+        &state,
+        &tenant,
+        "run.started",
+        json!({
+            "run": run.id,
+            "plugin": request.plugin,
+            "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+            "mode": effective.mode.as_str(),
+            "sandbox": super::policy::sandbox_name(effective.sandbox),
+            "model": effective.model,
+        }),
+    )
+    .await?;
+    state.wake.notify_one();
+    if request.wait {
+        let run = wait_for(&state, &run.id).await?;
+        return Ok((StatusCode::OK, Json(shown(&state, &run).await?)).into_response());
+    }
+    Ok((StatusCode::ACCEPTED, Json(run_json(&run, None))).into_response())
+}
+
+/// Waits until the run leaves `queued` and `running`, or the run's own
+/// limit passes (then answers with the run as it is).
+async fn wait_for(state: &AppState, id: &str) -> ApiResult<Run> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(state.timeout_secs + 30);
+    loop {
+        // Registered before the read, so a change between the two is not missed.
+        let changed = state.changed.notified();
+        let run = state.store.run(id).await.map_err(ApiError::store)?.ok_or_else(no_run)?;
+        if !matches!(run.status, RunStatus::Queued | RunStatus::Running) || tokio::time::Instant::now() >= deadline {
+            return Ok(run);
+        }
+        // Another node may drive it: look again now and then.
+        let _ = tokio::time::timeout(Duration::from_millis(500), changed).await;
+    }
+}
+
+/// `?status=&limit=` of `GET /v1/runs`.
+#[derive(Deserialize, Debug)]
+pub struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/runs`: the tenant's runs, newest first.
+pub async fn list_runs(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let status = match q.status.as_deref() {
+        Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "`{s}` is not a status: use queued, running, suspended, done, failed or cancelled"
+            ))
+        })?),
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let runs = state.store.tenant_runs(&tenant.id, status, limit).await.map_err(ApiError::store)?;
+    Ok(Json(json!({"runs": runs.iter().map(|r| run_json(r, None)).collect::<Vec<_>>()})))
+}
+
+/// `GET /v1/runs/{id}`.
+pub async fn get_run(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run = own_run(&state, &tenant, &id).await?;
+    Ok(Json(shown(&state, &run).await?))
+}
+
+/// `POST /v1/runs/{id}/approve` and `/deny`: decides the pending approval
+/// and queues the resume.
+async fn decide(state: AppState, tenant: Tenant, id: String, decision: Decision) -> ApiResult<Json<Value>> {
+    own_run(&state, &tenant, &id).await?;
+    let approval = state.store.decide(&id, decision).await.map_err(ApiError::store)?;
+    audit(
+        &state,
+        &tenant,
+        "approval.decided",
+        json!({
+            "run": id,
+            "decision": decision.as_str(),
+            "capability": approval.capability,
+            "tool": approval.tool,
+            "args_hash": approval.args_hash,
+            "seq": approval.seq,
+        }),
+    )
+    .await?;
+    state.runs.queue_resume(&id, None).await.map_err(ApiError::store)?;
+    state.wake.notify_one();
+    let run = own_run(&state, &tenant, &id).await?;
+    Ok(Json(run_json(&run, None)))
+}
+
+/// `POST /v1/runs/{id}/approve`.
+pub async fn approve(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(state, tenant, id, Decision::Approved).await
+}
+
+/// `POST /v1/runs/{id}/deny`.
+pub async fn deny(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(state, tenant, id, Decision::Denied).await
+}
+
+/// The body of `POST /v1/runs/{id}/resume` (optional).
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// What the run's `resume-input` returns from now on.
+    input: Option<Value>,
+}
+
+/// `POST /v1/runs/{id}/resume`: queues the resume of a suspended or failed
+/// run, with an input for it.
+pub async fn resume(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    own_run(&state, &tenant, &id).await?;
+    let request: ResumeRequest = if body.is_empty() {
+        ResumeRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not a resume request ({{\"input\": …}}): {e}")))?
+    };
+    let input = request.input.map(|v| v.to_string());
+    state.runs.queue_resume(&id, input).await.map_err(ApiError::store)?;
+    audit(&state, &tenant, "run.resumed", json!({"run": id})).await?;
+    state.wake.notify_one();
+    let run = own_run(&state, &tenant, &id).await?;
+    Ok(Json(run_json(&run, None)))
+}
+
+/// `POST /v1/runs/{id}/cancel`.
+pub async fn cancel(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    own_run(&state, &tenant, &id).await?;
+    let run = state.store.cancel(&id, "cancelled by the tenant").await.map_err(ApiError::store)?;
+    audit(&state, &tenant, "run.cancelled", json!({"run": id})).await?;
+    Ok(Json(run_json(&run, None)))
+}
+
+/// `?after=` of the events stream (`Last-Event-ID` wins).
+#[derive(Deserialize, Debug)]
+pub struct EventsQuery {
+    after: Option<i64>,
+}
+
+/// `GET /v1/runs/{id}/events`: the run's events as server-sent events,
+/// from the start or after `Last-Event-ID`; the stream ends when the run
+/// does.
+pub async fn events(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    own_run(&state, &tenant, &id).await?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .or(q.after)
+        .unwrap_or(0);
+    struct Cursor {
+        state: AppState,
+        id: String,
+        after: i64,
+        queue: VecDeque<Event>,
+        ended: bool,
+    }
+    let cursor = Cursor { state, id, after, queue: VecDeque::new(), ended: false };
+    let stream = futures::stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(event) = c.queue.pop_front() {
+                return Some((Ok(event), c));
+            }
+            if c.ended || c.state.stopping.load(Ordering::Relaxed) {
+                return None;
+            }
+            // Read the status first: events written before a final status are all seen below.
+            let status = match c.state.store.run(&c.id).await {
+                Ok(Some(run)) => run.status,
+                _ => return None,
+            };
+            match c.state.store.events(&c.id, c.after, 256).await {
+                Ok(batch) if !batch.is_empty() => {
+                    for e in batch {
+                        c.after = e.id;
+                        let data = json!({"kind": e.kind, "data": e.data, "at_ms": e.at_ms});
+                        c.queue.push_back(Event::default().id(e.id.to_string()).event(e.kind).data(data.to_string()));
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+            if status.is_final() {
+                c.ended = true;
+                c.queue.push_back(Event::default().event("end").data(json!({"status": status}).to_string()));
+                continue;
+            }
+            let changed = c.state.changed.notified();
+            let _ = tokio::time::timeout(Duration::from_millis(250), changed).await;
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// `?since_ms=` of `GET /v1/usage`.
+#[derive(Deserialize, Debug)]
+pub struct UsageQuery {
+    since_ms: Option<i64>,
+}
+
+/// `GET /v1/usage`: the tenant's metered usage per hour, and the totals.
+pub async fn usage(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Query(q): Query<UsageQuery>,
+) -> ApiResult<Json<Value>> {
+    let since = q.since_ms.unwrap_or(0);
+    let periods = state.store.usage(&tenant.id, since).await.map_err(ApiError::store)?;
+    Ok(Json(usage_json(&periods)))
+}
+
+/// Usage periods and their totals.
+pub fn usage_json(periods: &[nexo_store::Usage]) -> Value {
+    let total = |f: fn(&nexo_store::Usage) -> u64| periods.iter().map(f).sum::<u64>();
+    json!({
+        "total": {
+            "runs": total(|u| u.runs),
+            "tokens": total(|u| u.tokens),
+            "cpu_ticks": total(|u| u.cpu_ticks),
+            "egress_bytes": total(|u| u.egress_bytes),
+        },
+        "periods": periods.iter().map(|u| json!({
+            "period_ms": u.period_ms, "runs": u.runs, "tokens": u.tokens,
+            "cpu_ticks": u.cpu_ticks, "egress_bytes": u.egress_bytes,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /v1/audit`: the tenant's own audit log, oldest first.
+pub async fn audit_log(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Json<Value>> {
+    let after = u64::try_from(q.after.unwrap_or(0)).unwrap_or(0);
+    let entries = state.store.audit(&tenant.id, after, 1000).await.map_err(ApiError::store)?;
+    Ok(Json(json!({"entries": entries})))
+}
+
+// ---- the operator's API ----
+
+/// The body of `POST /v1/tenants`.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenantRequest {
+    name: String,
+    #[serde(default)]
+    policy: Option<Value>,
+}
+
+fn parse_policy(value: Option<&Value>, config: &grant::ConfigFile) -> ApiResult<Policy> {
+    match value {
+        None => Ok(Policy::default()),
+        Some(v) => Policy::parse(&v.to_string(), config)
+            .map_err(|m| ApiError::bad_request(format!("the policy is refused: {m}"))),
+    }
+}
+
+fn tenant_json(t: &Tenant) -> Value {
+    json!({"id": t.id, "name": t.name, "policy": t.policy, "disabled": t.disabled, "created_ms": t.created_ms})
+}
+
+/// `POST /v1/tenants` (admin): a tenant and its first key, shown once.
+pub async fn create_tenant(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Json(request): Json<NewTenantRequest>,
+) -> ApiResult<Response> {
+    let policy = parse_policy(request.policy.as_ref(), &state.config)?;
+    let (tenant, key, secret) = tenants::create(&*state.store, &request.name, &policy).await?;
+    let body = json!({"tenant": tenant_json(&tenant), "key": {"id": key.id, "key": secret}});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `GET /v1/tenants` (admin).
+pub async fn list_tenants(State(state): State<AppState>, _: AdminCaller) -> ApiResult<Json<Value>> {
+    let all = state.store.tenants().await.map_err(ApiError::store)?;
+    Ok(Json(json!({"tenants": all.iter().map(tenant_json).collect::<Vec<_>>()})))
+}
+
+/// `PUT /v1/tenants/{name}/policy` (admin).
+pub async fn put_policy(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Path(name): Path<String>,
+    Json(policy): Json<Value>,
+) -> ApiResult<Json<Value>> {
+    let tenant = tenants::find(&*state.store, &name).await?;
+    let policy = parse_policy(Some(&policy), &state.config)?;
+    let tenant = tenants::set_policy(&*state.store, &tenant, &policy).await?;
+    Ok(Json(tenant_json(&tenant)))
+}
+
+/// `POST /v1/tenants/{name}/keys` (admin): a new key, shown once.
+pub async fn create_key(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    let tenant = tenants::find(&*state.store, &name).await?;
+    let (key, secret) = tenants::add_key(&*state.store, &tenant).await?;
+    Ok((StatusCode::CREATED, Json(json!({"id": key.id, "key": secret}))).into_response())
+}
+
+/// `POST /v1/tenants/{name}/disable` and `/enable` (admin).
+pub async fn disable_tenant(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let tenant = tenants::find(&*state.store, &name).await?;
+    Ok(Json(tenant_json(&tenants::set_disabled(&*state.store, &tenant, true).await?)))
+}
+
+/// `POST /v1/tenants/{name}/enable` (admin).
+pub async fn enable_tenant(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let tenant = tenants::find(&*state.store, &name).await?;
+    Ok(Json(tenant_json(&tenants::set_disabled(&*state.store, &tenant, false).await?)))
+}
+
+/// `DELETE /v1/keys/{id}` (admin): revokes a key.
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    _: AdminCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let key = match tenants::revoke_key(&*state.store, &id).await {
+        Err(TenantError::Store(StoreError::NoKey(_))) => return Err(ApiError::not_found("there is no such key")),
+        other => other?,
+    };
+    Ok(Json(json!({"id": key.id, "revoked_ms": key.revoked_ms})))
+}

@@ -1,0 +1,273 @@
+//! `nexo serve`: hosts many tenants' agents in one process, over HTTP.
+//!
+//! - `api`: the `/v1` handlers; every tenant-owned record is found through
+//!   the caller's tenant, so another tenant's ids answer 404.
+//! - `auth`: bearer keys, resolved to a tenant or to the operator.
+//! - `policy`: a tenant's grant ceiling, and how a request narrows it.
+//! - `tenants`: tenants and keys, shared with `nexo tenant`.
+//! - `openapi`: the document at `/v1/openapi.json`.
+//!
+//! Runs are queued in the store with a start job, and this process's
+//! worker (the same one `nexo worker` runs) claims them, so several nodes
+//! over one PostgreSQL share the work and any node answers any tenant.
+
+pub mod api;
+pub mod auth;
+pub mod openapi;
+pub mod policy;
+pub mod tenants;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{delete, get, post, put};
+use clap::Args;
+use nexo::runs::Runs;
+use nexo::{Engine, EngineConfig};
+use tokio::sync::Notify;
+
+use crate::cli::{grant, report, runs, worker};
+use api::{AppState, Shared};
+
+/// The address `nexo serve` listens on when nothing says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
+
+/// Runs one node drives at once when nothing says otherwise.
+const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
+
+/// The largest plugin upload when nothing says otherwise (64 MiB).
+const DEFAULT_MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// The flags of `nexo serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on [default: the config file's `[serve] listen`, else 127.0.0.1:8700].
+    /// Port 0 picks a free port; the address is printed either way.
+    #[arg(long, value_name = "ADDR", env = "NEXO_LISTEN")]
+    listen: Option<String>,
+    /// Where tenants' workspaces and the plugin cache live [default: the config file's
+    /// `[serve] data-dir`, else `serve` beside the default store].
+    #[arg(long, value_name = "DIR", env = "NEXO_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The most runs this node drives at once [default: `[serve] max-in-flight`, else 64].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_in_flight: Option<u32>,
+    /// On SIGTERM, how long runs under way may go on before the process exits; a run still going
+    /// then is left to its lease, and another node (or the next start) resumes it by replay.
+    #[arg(long, value_name = "SECS", default_value_t = 20)]
+    grace_secs: u64,
+    /// How long a node's claim of a run lasts without renewal, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lease_secs: u64,
+    #[command(flatten)]
+    store: runs::StoreArgs,
+}
+
+/// `nexo serve`.
+pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
+    let file = match grant::read_config(args.store.config()) {
+        Ok(f) => f,
+        Err(e) => return report::config_failure(&e),
+    };
+    let store = match runs::open(store_flag, &file).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let data_dir = match args.data_dir.clone().or_else(|| file.serve.data_dir.clone()) {
+        Some(dir) => dir,
+        None => match nexo_store::Location::default_path() {
+            Ok(path) => path.with_file_name("serve"),
+            Err(e) => return runs::store_error(&e),
+        },
+    };
+    if let Err(e) = std::fs::create_dir_all(&data_dir) {
+        errln!("error: cannot create the data directory {}: {e} (pass --data-dir)", data_dir.display());
+        return ExitCode::from(2);
+    }
+    let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
+    let listen = args.listen.clone().or_else(|| file.serve.listen.clone()).unwrap_or_else(|| DEFAULT_LISTEN.into());
+    let addr: SocketAddr = match listen.parse() {
+        Ok(a) => a,
+        Err(e) => {
+            errln!("error: --listen {listen:?} is not an address such as 127.0.0.1:8700: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let engine = match Engine::new(base.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            errln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let max = args.max_in_flight.or(file.serve.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
+    let file = Arc::new(file);
+    let lease = Duration::from_secs(args.lease_secs);
+    let wake = Arc::new(Notify::new());
+    let changed = Arc::new(Notify::new());
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
+        engine,
+        config: file.clone(),
+        data_dir: data_dir.clone(),
+        max_plugin_bytes: usize::try_from(file.serve.max_plugin_bytes.unwrap_or(DEFAULT_MAX_PLUGIN_BYTES))
+            .unwrap_or(usize::MAX),
+        timeout_secs: file.serve.run_timeout_secs.unwrap_or(300).max(1),
+        memory_mib: file.serve.memory_mib.unwrap_or(256).clamp(16, 4096),
+        wake: wake.clone(),
+        changed: changed.clone(),
+        stopping: false.into(),
+    });
+    let state = AppState(shared.clone());
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            errln!("error: cannot listen on {addr}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bound = listener.local_addr().unwrap_or(addr);
+
+    // The worker: the same claim loop as `nexo worker`, woken by new runs.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let jobs = worker::Worker::new(
+        Runs::new(store.clone(), file.buffer_events).with_lease(lease),
+        base.clone(),
+        (*file).clone(),
+        args.store.clone(),
+        i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
+    )
+    .serving(data_dir.clone());
+    let mut stop_worker = stop_rx.clone();
+    let worker_task = tokio::spawn(worker::claim_loop(
+        Arc::new(jobs),
+        worker::LoopSettings { max, poll: Duration::from_millis(500), until_idle: false, retain: None },
+        async move {
+            let _ = stop_worker.wait_for(|s| *s).await;
+        },
+        Some(wake),
+        Some(changed),
+    ));
+
+    errln!("nexo serve: listening on http://{bound} (store {}, data {})", store.location(), data_dir.display());
+    tracing::info!(target: "nexo::server", %bound, "listening");
+    let mut stop_http = stop_rx.clone();
+    let served = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        let _ = stop_http.wait_for(|s| *s).await;
+    });
+    let signals = async {
+        shutdown_signal().await;
+        errln!("nexo serve: stopping: no new requests or runs; runs under way get {} s", args.grace_secs);
+        shared.stopping.store(true, Ordering::Relaxed);
+        let _ = stop_tx.send(true);
+    };
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result {
+                errln!("error: the server failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        _ = signals => {}
+    }
+    // The server stopped taking requests; runs under way get the grace period.
+    match tokio::time::timeout(Duration::from_secs(args.grace_secs), worker_task).await {
+        Ok(_) => errln!("nexo serve: stopped"),
+        Err(_) => errln!(
+            "nexo serve: stopped with runs under way; their leases lapse in {} s and another node, or the next \
+             start, resumes them by replay",
+            args.lease_secs
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The routes: [`openapi::ROUTES`] lists the same ones under `/v1`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.max_plugin_bytes;
+    Router::new()
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/v1/openapi.json", get(|| async { axum::Json(openapi::document()) }))
+        .route("/v1/plugins", post(api::upload_plugin).get(api::list_plugins))
+        .route("/v1/plugins/{id}", get(api::get_plugin))
+        .route("/v1/runs", post(api::start_run).get(api::list_runs))
+        .route("/v1/runs/{id}", get(api::get_run))
+        .route("/v1/runs/{id}/events", get(api::events))
+        .route("/v1/runs/{id}/approve", post(api::approve))
+        .route("/v1/runs/{id}/deny", post(api::deny))
+        .route("/v1/runs/{id}/resume", post(api::resume))
+        .route("/v1/runs/{id}/cancel", post(api::cancel))
+        .route("/v1/usage", get(api::usage))
+        .route("/v1/audit", get(api::audit_log))
+        .route("/v1/tenants", post(api::create_tenant).get(api::list_tenants))
+        .route("/v1/tenants/{name}/policy", put(api::put_policy))
+        .route("/v1/tenants/{name}/keys", post(api::create_key))
+        .route("/v1/tenants/{name}/disable", post(api::disable_tenant))
+        .route("/v1/tenants/{name}/enable", post(api::enable_tenant))
+        .route("/v1/keys/{id}", delete(api::revoke_key))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// Gives every request an id (the caller's `x-request-id` if it is a short
+/// token, else a new one), logs it with the outcome, and returns it.
+async fn request_id(request: Request, next: Next) -> Response {
+    let given = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).filter(|v| {
+        !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    });
+    let id = given.map(str::to_string).unwrap_or_else(|| nexo_store::new_run_id().replacen('r', "q", 1));
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let started = Instant::now();
+    let span = tracing::info_span!(target: "nexo::server", "request", id = %id, %method, %path);
+    let mut response = {
+        use tracing::Instrument;
+        next.run(request).instrument(span.clone()).await
+    };
+    span.in_scope(|| {
+        tracing::info!(
+            target: "nexo::server",
+            status = response.status().as_u16(),
+            ms = started.elapsed().as_millis() as u64,
+            "answered"
+        );
+    });
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    response
+}

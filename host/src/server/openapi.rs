@@ -1,0 +1,155 @@
+//! The OpenAPI 3.1 document served at `/v1/openapi.json`.
+//!
+//! Written out by hand, beside the router in `mod.rs`: a test checks that
+//! every route the router has is in it, and the other way round.
+
+use serde_json::{Value, json};
+
+fn op(summary: &str, tag: &str, ok: &str) -> Value {
+    json!({
+        "summary": summary,
+        "tags": [tag],
+        "responses": {
+            ok: {"description": "success"},
+            "401": {"$ref": "#/components/responses/Unauthorized"},
+            "404": {"$ref": "#/components/responses/NotFound"},
+        },
+    })
+}
+
+fn with_body(mut operation: Value, content_type: &str, schema: Value) -> Value {
+    operation["requestBody"] = json!({"required": true, "content": {content_type: {"schema": schema}}});
+    operation
+}
+
+fn id_param(mut operation: Value, name: &str) -> Value {
+    operation["parameters"] = json!([{"name": name, "in": "path", "required": true, "schema": {"type": "string"}}]);
+    operation
+}
+
+/// The routes under `/v1`, as `(method, path)`, in the document's order;
+/// the unit test below holds the document to it, `tests/serve.rs` the router.
+#[cfg_attr(not(test), allow(dead_code))]
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/plugins"),
+    ("get", "/v1/plugins"),
+    ("get", "/v1/plugins/{id}"),
+    ("post", "/v1/runs"),
+    ("get", "/v1/runs"),
+    ("get", "/v1/runs/{id}"),
+    ("get", "/v1/runs/{id}/events"),
+    ("post", "/v1/runs/{id}/approve"),
+    ("post", "/v1/runs/{id}/deny"),
+    ("post", "/v1/runs/{id}/resume"),
+    ("post", "/v1/runs/{id}/cancel"),
+    ("get", "/v1/usage"),
+    ("get", "/v1/audit"),
+    ("post", "/v1/tenants"),
+    ("get", "/v1/tenants"),
+    ("put", "/v1/tenants/{name}/policy"),
+    ("post", "/v1/tenants/{name}/keys"),
+    ("post", "/v1/tenants/{name}/disable"),
+    ("post", "/v1/tenants/{name}/enable"),
+    ("delete", "/v1/keys/{id}"),
+];
+
+/// The document.
+pub fn document() -> Value {
+    let paths = json!({
+        "/v1/plugins": {
+            "post": with_body(op("Upload an agent component (content-addressed, validated)", "plugins", "201"),
+                "application/wasm", json!({"type": "string", "format": "binary"})),
+            "get": op("The tenant's plugins", "plugins", "200"),
+        },
+        "/v1/plugins/{id}": {"get": id_param(op("One plugin", "plugins", "200"), "id")},
+        "/v1/runs": {
+            "post": with_body(op("Start a run (queued; with wait, answered when it ends or suspends)", "runs", "202"),
+                "application/json", json!({"$ref": "#/components/schemas/RunRequest"})),
+            "get": op("The tenant's runs, newest first (?status=&limit=)", "runs", "200"),
+        },
+        "/v1/runs/{id}": {"get": id_param(op("One run, with its pending approval", "runs", "200"), "id")},
+        "/v1/runs/{id}/events": {"get": id_param(op("The run's events as server-sent events (Last-Event-ID resumes)", "runs", "200"), "id")},
+        "/v1/runs/{id}/approve": {"post": id_param(op("Approve the pending call and resume", "runs", "200"), "id")},
+        "/v1/runs/{id}/deny": {"post": id_param(op("Deny the pending call and resume", "runs", "200"), "id")},
+        "/v1/runs/{id}/resume": {"post": id_param(op("Resume a suspended or failed run with an input", "runs", "200"), "id")},
+        "/v1/runs/{id}/cancel": {"post": id_param(op("Cancel a run", "runs", "200"), "id")},
+        "/v1/usage": {"get": op("Metered usage per hour, and totals (?since_ms=)", "usage", "200")},
+        "/v1/audit": {"get": op("The tenant's hash-chained audit log (?after=)", "audit", "200")},
+        "/v1/tenants": {
+            "post": with_body(op("Create a tenant and its first key (admin)", "admin", "201"),
+                "application/json", json!({"type": "object", "required": ["name"],
+                    "properties": {"name": {"type": "string"}, "policy": {"$ref": "#/components/schemas/Policy"}}})),
+            "get": op("Every tenant (admin)", "admin", "200"),
+        },
+        "/v1/tenants/{name}/policy": {"put": with_body(id_param(op("Replace a tenant's policy (admin)", "admin", "200"), "name"),
+            "application/json", json!({"$ref": "#/components/schemas/Policy"}))},
+        "/v1/tenants/{name}/keys": {"post": id_param(op("A new key for the tenant, shown once (admin)", "admin", "201"), "name")},
+        "/v1/tenants/{name}/disable": {"post": id_param(op("Disable a tenant (admin)", "admin", "200"), "name")},
+        "/v1/tenants/{name}/enable": {"post": id_param(op("Enable a tenant (admin)", "admin", "200"), "name")},
+        "/v1/keys/{id}": {"delete": id_param(op("Revoke a key (admin)", "admin", "200"), "id")},
+    });
+    let capability = json!({"type": "string", "enum": ["read", "glob", "write", "shell", "fetch", "search"]});
+    let mode = json!({"type": "string", "enum": ["read-only", "auto", "approve"]});
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "nexo serve", "version": env!("CARGO_PKG_VERSION"),
+            "description": "Hosts tenants' agent components: plugins, runs, events, approvals, usage and audit."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "responses": {
+                "Unauthorized": {"description": "no key, an unknown key, or a revoked one", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "NotFound": {"description": "nothing by that id for this caller (another tenant's records included)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+            },
+            "schemas": {
+                "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+                    "code": {"type": "string"}, "message": {"type": "string"}}}}},
+                "RunRequest": {"type": "object", "required": ["plugin", "input"], "additionalProperties": false, "properties": {
+                    "plugin": {"type": "string", "description": "the plugin's id (SHA-256)"},
+                    "input": {"type": "string"},
+                    "wait": {"type": "boolean"},
+                    "allow": {"type": "array", "items": capability},
+                    "mode": mode,
+                    "sandbox": {"type": "string", "enum": ["virtual", "local"]},
+                    "fetch-hosts": {"type": "array", "items": {"type": "string"}},
+                    "model": {"type": "string"}}},
+                "Run": {"type": "object", "properties": {
+                    "id": {"type": "string"},
+                    "status": {"type": "string", "enum": ["queued", "running", "suspended", "done", "failed", "cancelled"]},
+                    "agent": {"type": "string"}, "plugin": {"type": "string"}, "input": {"type": "string"},
+                    "result": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
+                    "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
+                    "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
+                    "approval": {"type": ["object", "null"]}}},
+                "Policy": {"type": "object", "additionalProperties": false, "properties": {
+                    "allow": {"type": "array", "items": capability},
+                    "mode": mode,
+                    "sandboxes": {"type": "array", "items": {"type": "string", "enum": ["virtual", "local"]}},
+                    "fetch-hosts": {"type": "array", "items": {"type": "string"}},
+                    "models": {"type": "array", "items": {"type": "string"}},
+                    "mcp-servers": {"type": "array", "items": {"type": "string"}},
+                    "mcp-allow": {"type": "array", "items": {"type": "string"}}}},
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_lists_every_route_and_no_other() {
+        let doc = document();
+        let paths = doc["paths"].as_object().into_iter().flatten();
+        let mut listed: Vec<(String, String)> = paths
+            .flat_map(|(path, ops)| ops.as_object().into_iter().flatten().map(move |(m, _)| (m.clone(), path.clone())))
+            .collect();
+        listed.sort();
+        let mut routes: Vec<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+        routes.sort();
+        assert_eq!(listed, routes);
+    }
+}

@@ -1,0 +1,478 @@
+//! `nexo serve` as its users meet it: the real binary on loopback, a real
+//! SQLite file (and two nodes over one PostgreSQL), real components, a
+//! loopback model server, and an HTTP client.
+//!
+//! - every endpoint refuses a missing, unknown or revoked key, and answers
+//!   another tenant's ids with 404;
+//! - a run within the policy suspends for an approval, is approved over
+//!   the API and finishes, its events streamed as SSE (with resume);
+//! - a request never widens the policy;
+//! - the audit log verifies, and `nexo audit verify` catches an edit;
+//! - SIGTERM stops the server cleanly;
+//! - a plugin uploaded to one node runs on another.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nexo_model::mock::{MockServer, MockToolCall, Reply};
+use nexo_tests as built;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{stderr, stdout};
+
+const PROVIDER_KEY: &str = "sk-serve-provider-secret-7319";
+
+/// A `nexo serve` process, killed when dropped.
+struct Node {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+struct Scene {
+    dir: tempfile::TempDir,
+    store: String,
+    model: MockServer,
+    http: reqwest::Client,
+}
+
+impl Scene {
+    async fn new(store: Option<String>) -> Scene {
+        // Under the target directory: bubblewrap gives commands a private /tmp.
+        let dir = tempfile::Builder::new().prefix("serve-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let model = MockServer::start().await.unwrap();
+        let config = format!(
+            "[serve.models.test]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"test-model\"\n",
+            model.openai_base_url()
+        );
+        std::fs::write(dir.path().join("nexo.toml"), config).unwrap();
+        let store = store.unwrap_or_else(|| dir.path().join("nexo.db").display().to_string());
+        Scene { dir, store, model, http: reqwest::Client::new() }
+    }
+
+    fn config(&self) -> String {
+        self.dir.path().join("nexo.toml").display().to_string()
+    }
+
+    fn nexo(&self, args: &[&str]) -> Output {
+        let mut cmd = common::nexo_command(&self.dir.path().join("cache"));
+        cmd.env("NEXO_STORE", &self.store).env("NEXO_CONFIG", self.config()).args(args).stdin(Stdio::null());
+        cmd.output().expect("run nexo")
+    }
+
+    /// `nexo tenant create NAME`, with `policy` as its policy file: its key.
+    fn tenant(&self, name: &str, policy: Option<Value>) -> String {
+        let mut args = vec!["tenant", "create", name];
+        let path = self.dir.path().join(format!("{name}-policy.json"));
+        let shown;
+        if let Some(p) = policy {
+            std::fs::write(&path, p.to_string()).unwrap();
+            shown = path.display().to_string();
+            args.extend(["--policy", shown.as_str()]);
+        }
+        let out = self.nexo(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let key = stdout(&out).trim().to_string();
+        assert!(key.starts_with("nexo_sk_"), "{key}");
+        key
+    }
+
+    /// Starts a node with its own data directory.
+    fn node(&self, name: &str) -> Node {
+        let mut cmd = common::nexo_command(&self.dir.path().join(format!("cache-{name}")));
+        let data = self.dir.path().join(format!("data-{name}"));
+        cmd.env("NEXO_STORE", &self.store)
+            .env("OPENAI_API_KEY", PROVIDER_KEY)
+            .env("NEXO_LOG", "info")
+            .args(["serve", "--listen", "127.0.0.1:0", "--config", &self.config(), "--grace-secs", "5"])
+            .arg("--data-dir")
+            .arg(&data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start nexo serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().unwrap());
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                }
+                let mut log = kept.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("nexo serve did not start: {}", log.lock().unwrap()));
+        Node { child, base, log }
+    }
+
+    fn data(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("data-{name}"))
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, url);
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn get(&self, url: &str, key: &str) -> (StatusCode, Value) {
+        self.call(reqwest::Method::GET, url, Some(key), None).await
+    }
+
+    async fn post(&self, url: &str, key: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::POST, url, Some(key), Some(body)).await
+    }
+
+    async fn upload(&self, node: &Node, key: &str, wasm: &str) -> (StatusCode, Value) {
+        let bytes = std::fs::read(wasm).unwrap();
+        let resp = self.http.post(node.url("/v1/plugins")).bearer_auth(key).body(bytes).send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap())
+    }
+
+    /// Polls the run until it leaves `queued` and `running`.
+    async fn settle(&self, node: &Node, key: &str, id: &str) -> Value {
+        self.until(node, key, id, &["suspended", "done", "failed", "cancelled"]).await
+    }
+
+    /// Polls the run until it ends (a queued resume leaves it suspended a moment).
+    async fn finish(&self, node: &Node, key: &str, id: &str) -> Value {
+        self.until(node, key, id, &["done", "failed", "cancelled"]).await
+    }
+
+    async fn until(&self, node: &Node, key: &str, id: &str, states: &[&str]) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, run) = self.get(&node.url(&format!("/v1/runs/{id}")), key).await;
+            assert_eq!(status, StatusCode::OK, "{run}");
+            if states.contains(&run["status"].as_str().unwrap_or("")) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "the run did not settle: {run}\n{}", node.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The run's SSE stream, read to its end: (id, event, data) of each event.
+    async fn events(&self, node: &Node, key: &str, id: &str, last: Option<&str>) -> Vec<(String, String, Value)> {
+        let mut req = self.http.get(node.url(&format!("/v1/runs/{id}/events"))).bearer_auth(key);
+        if let Some(l) = last {
+            req = req.header("Last-Event-ID", l);
+        }
+        let mut resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let mut text = String::new();
+        let read = async {
+            while let Some(chunk) = resp.chunk().await.unwrap() {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                if text.contains("event: end") && text.ends_with("\n\n") {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("the stream ends with the run");
+        text.split("\n\n")
+            .filter(|block| !block.trim().is_empty() && !block.starts_with(':'))
+            .map(|block| {
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+                        .unwrap_or_default()
+                };
+                (field("id"), field("event"), serde_json::from_str(&field("data")).unwrap_or(Value::Null))
+            })
+            .collect()
+    }
+}
+
+/// A policy that lets its runs write in their local workspace, each write
+/// waiting for an approval, with the operator's `test` model.
+fn writer_policy() -> Value {
+    json!({"allow": ["write"], "mode": "approve", "sandboxes": ["local", "virtual"], "models": ["test"]})
+}
+
+/// Every route under `/v1` with a tenant's or the admin's key, with the
+/// method and a body it accepts.
+fn routes(run: &str, plugin: &str) -> Vec<(reqwest::Method, String, Option<Value>)> {
+    use reqwest::Method;
+    vec![
+        (Method::GET, "/v1/plugins".into(), None),
+        (Method::GET, format!("/v1/plugins/{plugin}"), None),
+        (Method::POST, "/v1/runs".into(), Some(json!({"plugin": plugin, "input": "x"}))),
+        (Method::GET, "/v1/runs".into(), None),
+        (Method::GET, format!("/v1/runs/{run}"), None),
+        (Method::GET, format!("/v1/runs/{run}/events"), None),
+        (Method::POST, format!("/v1/runs/{run}/approve"), Some(json!({}))),
+        (Method::POST, format!("/v1/runs/{run}/deny"), Some(json!({}))),
+        (Method::POST, format!("/v1/runs/{run}/resume"), Some(json!({}))),
+        (Method::POST, format!("/v1/runs/{run}/cancel"), Some(json!({}))),
+        (Method::GET, "/v1/usage".into(), None),
+        (Method::GET, "/v1/audit".into(), None),
+        (Method::POST, "/v1/tenants".into(), Some(json!({"name": "zed"}))),
+        (Method::GET, "/v1/tenants".into(), None),
+        (Method::PUT, "/v1/tenants/alice/policy".into(), Some(json!({}))),
+        (Method::POST, "/v1/tenants/alice/keys".into(), Some(json!({}))),
+        (Method::POST, "/v1/tenants/alice/disable".into(), Some(json!({}))),
+        (Method::POST, "/v1/tenants/alice/enable".into(), Some(json!({}))),
+        (Method::DELETE, "/v1/keys/knothing".into(), None),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_isolated_and_an_approved_run_finishes() {
+    let scene = Scene::new(None).await;
+    let alice = scene.tenant("alice", Some(writer_policy()));
+    let bob = scene.tenant("bob", Some(writer_policy()));
+    let out = scene.nexo(&["tenant", "admin-key"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let admin = stdout(&out).trim().to_string();
+    let node = scene.node("a");
+
+    let (status, health) = scene.call(reqwest::Method::GET, &node.url("/healthz"), None, None).await;
+    assert_eq!((status, health), (StatusCode::OK, Value::String("ok\n".into())));
+    let (status, _) = scene.call(reqwest::Method::GET, &node.url("/readyz"), None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, doc) = scene.call(reqwest::Method::GET, &node.url("/v1/openapi.json"), None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+
+    // Upload: validated, content-addressed, shown against the policy.
+    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    assert_eq!(sha.len(), 64);
+    let (status, again) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
+    assert_eq!((status, &again["id"], &again["created"]), (StatusCode::OK, &plugin["id"], &json!(false)));
+    let resp = scene.http.post(node.url("/v1/plugins")).bearer_auth(&alice).body("not wasm").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_plugin", "{body}");
+
+    // A request never widens the policy.
+    for (widen, needle) in [
+        (json!({"mode": "auto"}), "less strict"),
+        (json!({"allow": ["shell"]}), "`shell`"),
+        (json!({"model": "gpt-9"}), "gpt-9"),
+    ] {
+        let mut body = json!({"plugin": sha, "input": "prompt hi"});
+        body.as_object_mut().unwrap().extend(widen.as_object().unwrap().clone());
+        let (status, refused) = scene.post(&node.url("/v1/runs"), &alice, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+        assert_eq!(refused["error"]["code"], "beyond_policy");
+        assert!(refused["error"]["message"].as_str().unwrap().contains(needle), "{refused}");
+    }
+
+    // A run within the policy suspends at the write, waiting for approval.
+    scene.model.push(Reply::tool_calls(vec![MockToolCall::new(
+        "c1",
+        "write_file",
+        json!({"path": "notes.txt", "content": "hi from alice"}),
+    )]));
+    scene.model.push(Reply::text("done writing"));
+    let (status, run) = scene
+        .post(
+            &node.url("/v1/runs"),
+            &alice,
+            json!({"plugin": sha, "input": "prompt write notes", "sandbox": "local", "wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}\n{}", node.log());
+    assert_eq!(run["status"], "suspended", "{run}\n{}", node.log());
+    assert_eq!(run["approval"]["tool"], "write-file", "{run}");
+    assert_eq!(run["approval"]["arguments"]["path"], "notes.txt");
+    let id = run["id"].as_str().unwrap().to_string();
+
+    // Bob sees nothing of Alice's: every verb on her run and plugin is 404.
+    for (method, path, body) in routes(&id, &sha) {
+        let (status, answer) = scene.call(method.clone(), &node.url(&path), None, body.clone()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} without a key: {answer}");
+        let (status, _) = scene.call(method.clone(), &node.url(&path), Some("nexo_sk_forged"), body.clone()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} with an unknown key");
+        let admin_path = path.starts_with("/v1/tenants") || path.starts_with("/v1/keys");
+        let (status, answer) = scene.call(method.clone(), &node.url(&path), Some(&bob), body.clone()).await;
+        if admin_path {
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: a tenant learns nothing of the admin API");
+        } else if path.contains(&id) || path.contains(&sha) || path == "/v1/runs" && method == reqwest::Method::POST {
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} as bob: {answer}");
+        } else {
+            assert_eq!(status, StatusCode::OK, "{method} {path} as bob: {answer}");
+            assert!(!answer.to_string().contains(&id) && !answer.to_string().contains(&sha), "{path}: {answer}");
+        }
+        if !admin_path {
+            let (status, _) = scene.call(method.clone(), &node.url(&path), Some(&admin), body.clone()).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} with the admin key");
+        }
+    }
+    assert_eq!(scene.settle(&node, &alice, &id).await["status"], "suspended", "bob's attempts changed nothing");
+
+    // Alice approves in the API; the write happens in her workspace only.
+    let (status, decided) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let done = scene.finish(&node, &alice, &id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}", node.log());
+    let tenant_dir = std::fs::read_dir(scene.data("a").join("tenants")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(std::fs::read_to_string(tenant_dir.join("workspace/notes.txt")).unwrap(), "hi from alice");
+    assert_eq!(scene.model.requests().len(), 2, "the turn that asked is not asked again");
+    let (status, again) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "nothing is pending any more: {again}");
+
+    // Its events, as SSE, end with the run; Last-Event-ID resumes after an event.
+    let all = scene.events(&node, &alice, &id, None).await;
+    let kinds: Vec<&str> = all.iter().map(|(_, e, _)| e.as_str()).collect();
+    assert!(kinds.contains(&"suspended") && kinds.contains(&"tool_call"), "{kinds:?}");
+    assert_eq!(all.last().unwrap().1, "end");
+    assert_eq!(all.last().unwrap().2["status"], "done");
+    let (mid, _, _) = &all[all.len() / 2];
+    let rest = scene.events(&node, &alice, &id, Some(mid)).await;
+    assert_eq!(rest.len(), all.len() - all.len() / 2 - 1, "only the events after {mid}");
+    assert!(rest.iter().all(|(i, _, _)| i.is_empty() || i.parse::<i64>().unwrap() > mid.parse::<i64>().unwrap()));
+
+    // Listing: each tenant sees its own runs only.
+    let (_, mine) = scene.get(&node.url("/v1/runs"), &alice).await;
+    assert_eq!(mine["runs"].as_array().unwrap().len(), 1);
+    let (_, theirs) = scene.get(&node.url("/v1/runs"), &bob).await;
+    assert_eq!(theirs["runs"], json!([]));
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &alice).await;
+    assert_eq!(usage["total"]["runs"], 1, "{usage}");
+
+    // A revoked key is refused at once.
+    let out = scene.nexo(&["tenant", "key", "bob"]);
+    let bob2 = stdout(&out).trim().to_string();
+    assert_eq!(scene.get(&node.url("/v1/runs"), &bob2).await.0, StatusCode::OK);
+    let out = scene.nexo(&["tenant", "keys", "bob"]);
+    let second = stdout(&out).lines().nth(1).unwrap().split('\t').next().unwrap().to_string();
+    assert!(scene.nexo(&["tenant", "revoke", &second]).status.success());
+    assert_eq!(scene.get(&node.url("/v1/runs"), &bob2).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(scene.get(&node.url("/v1/runs"), &bob).await.0, StatusCode::OK, "the first key still works");
+
+    // The audit log: the decision is there, no key or secret is, and the chain verifies.
+    let (_, log) = scene.get(&node.url("/v1/audit"), &alice).await;
+    let kinds: Vec<&str> = log["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for kind in ["tenant.created", "key.created", "plugin.uploaded", "run.started", "approval.decided"] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let text = log.to_string();
+    assert!(!text.contains(&alice) && !text.contains(PROVIDER_KEY), "the audit log holds no key");
+    let out = scene.nexo(&["audit", "verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("alice: ok"), "{}", stdout(&out));
+
+    // A disabled tenant's keys are refused.
+    assert!(scene.nexo(&["tenant", "disable", "bob"]).status.success());
+    assert_eq!(scene.get(&node.url("/v1/runs"), &bob).await.0, StatusCode::FORBIDDEN);
+
+    // Nothing the server logged holds a key.
+    let log = node.log();
+    assert!(!log.contains(&alice) && !log.contains(&bob) && !log.contains(PROVIDER_KEY), "{log}");
+    assert!(log.contains("answered"), "requests are logged with their ids: {log}");
+    drop(node);
+
+    // An edited entry breaks the chain, and `nexo audit verify` says so.
+    tamper(Path::new(&scene.store)).await;
+    let out = scene.nexo(&["audit", "verify", "alice"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("BROKEN"), "{}", stdout(&out));
+}
+
+/// Rewrites one audit entry's data behind the store's back.
+async fn tamper(store: &Path) {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}", store.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let done = sqlx::query("UPDATE audit_log SET data = '{\"decision\":\"denied\"}' WHERE kind = 'approval.decided'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_server_and_it_says_so() {
+    let scene = Scene::new(None).await;
+    let mut node = scene.node("a");
+    let pid = rustix::process::Pid::from_raw(node.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = node.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "nexo serve did not stop: {}", node.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{}", node.log());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(node.log().contains("stopping") && node.log().contains("stopped"), "{}", node.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_over_one_postgres_share_tenants_plugins_and_runs() {
+    let Some(url) = common::postgres_database("two_nodes_over_one_postgres_share_tenants_plugins_and_runs").await
+    else {
+        return;
+    };
+    let scene = Scene::new(Some(url)).await;
+    let key = scene.tenant("carol", None);
+    let one = scene.node("one");
+    let two = scene.node("two");
+    let (status, plugin) = scene.upload(&one, &key, built::TEXT_STATS).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let sha = plugin["id"].as_str().unwrap();
+    // Started on the node that never saw the upload: it takes the plugin from the store.
+    let (status, run) =
+        scene.post(&two.url("/v1/runs"), &key, json!({"plugin": sha, "input": "one two three", "wait": true})).await;
+    assert_eq!(status, StatusCode::OK, "{run}\n{}", two.log());
+    let id = run["id"].as_str().unwrap();
+    let done = scene.finish(&one, &key, id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}\n{}", one.log(), two.log());
+    assert!(done["result"].as_str().unwrap().contains('3'), "{done}");
+    let (_, listed) = scene.get(&one.url("/v1/runs"), &key).await;
+    assert_eq!(listed["runs"][0]["id"], id, "either node answers for the tenant");
+}
