@@ -380,6 +380,11 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     assert_eq!(theirs["runs"], json!([]));
     let (_, usage) = scene.get(&node.url("/v1/usage"), &alice).await;
     assert_eq!(usage["total"]["runs"], 1, "{usage}");
+    // Two model turns of 10 + 5 tokens: the replayed one is not paid, or counted, twice.
+    assert_eq!(usage["total"]["tokens"], 30, "{usage}");
+    assert!(usage["total"]["cpu_ticks"].as_u64().unwrap() > 0, "{usage}");
+    let out = scene.nexo(&["usage", "alice", "--json"]);
+    assert!(stdout(&out).contains("\"tokens\":30"), "{}", stdout(&out));
 
     // A revoked key is refused at once.
     let out = scene.nexo(&["tenant", "key", "bob"]);
@@ -394,6 +399,11 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     // The audit log: the decision is there, no key or secret is, and the chain verifies.
     let (_, log) = scene.get(&node.url("/v1/audit"), &alice).await;
     let kinds: Vec<&str> = log["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let used: Vec<&Value> =
+        log["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "capability.used").collect();
+    assert_eq!(used.len(), 1, "the one write the model made: {log}");
+    let data: Value = serde_json::from_str(used[0]["data"].as_str().unwrap()).unwrap();
+    assert_eq!((&data["tool"], &data["verdict"]), (&json!("write_file"), &json!("allowed")), "{data}");
     for kind in ["tenant.created", "key.created", "plugin.uploaded", "run.started", "approval.decided"] {
         assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
     }
@@ -431,6 +441,28 @@ async fn tamper(store: &Path) {
         .unwrap();
     assert_eq!(done.rows_affected(), 1);
     conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_refuse_with_429_and_retry_after() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("dave", Some(json!({"quotas": {"runs-per-hour": 2}})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::TEXT_STATS).await;
+    let body = json!({"plugin": plugin["id"], "input": "a b c", "wait": true});
+    for _ in 0..2 {
+        let (status, run) = scene.post(&node.url("/v1/runs"), &key, body.clone()).await;
+        assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("done")), "{run}");
+    }
+    let resp = scene.http.post(node.url("/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&wait), "until the next hour: {wait}");
+    let refused: Value = resp.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "quota_exceeded");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("2 runs this hour"), "{refused}");
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
+    assert_eq!(usage["total"]["runs"], 2, "a refused run is not counted: {usage}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -301,9 +301,21 @@ impl Worker {
             }
             _ => None,
         };
-        match runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, source.as_deref())
-            .await
-        {
+        let metered = match (&self.served, &run.tenant) {
+            (Some(_), Some(tenant)) => {
+                Some((tenant.clone(), crate::server::quota::mark(&**store, &job.run).await))
+            }
+            _ => None,
+        };
+        let started = std::time::Instant::now();
+        let resumed =
+            runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, source.as_deref())
+                .await;
+        if let Some((tenant, after)) = metered {
+            let tick = self.base.epoch_tick;
+            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, started.elapsed(), tick).await;
+        }
+        match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok("is done"),
                 RunStatus::Suspended => Ok("is suspended"),

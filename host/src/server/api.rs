@@ -76,11 +76,22 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), retry_after: None }
+    }
+
+    /// 429: a quota is used up; try again after `retry_after` seconds.
+    pub fn quota(refusal: super::quota::Refusal) -> ApiError {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "quota_exceeded",
+            message: refusal.message,
+            retry_after: Some(refusal.retry_after),
+        }
     }
 
     /// 401: no key, or a key that is not valid.
@@ -131,6 +142,9 @@ impl IntoResponse for ApiError {
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -377,6 +391,10 @@ pub async fn start_run(
         model: request.model.clone(),
     };
     let effective = policy.narrow(&narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
+    let allowance = super::quota::check_start(&*state.store, &tenant.id, &policy.quotas, nexo_store::now_ms())
+        .await
+        .map_err(ApiError::store)?
+        .map_err(ApiError::quota)?;
     if state.store.plugin(&tenant.id, &request.plugin).await.map_err(ApiError::store)?.is_none() {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     }
@@ -399,8 +417,9 @@ pub async fn start_run(
         Some(name) => state.config.serve.models.get(name).cloned().ok_or_else(|| {
             ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
         })?,
-        None => Default::default(),
-    };
+        None => crate::cli::model::ModelTable::default(),
+    }
+    .with_token_cap(allowance.tokens);
     let recorded = cli_runs::Recorded {
         grant: effective.grant(&policy, &workspace, &state.config),
         model,

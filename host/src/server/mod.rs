@@ -4,6 +4,7 @@
 //!   the caller's tenant, so another tenant's ids answer 404.
 //! - `auth`: bearer keys, resolved to a tenant or to the operator.
 //! - `policy`: a tenant's grant ceiling, and how a request narrows it.
+//! - `quota`: per-tenant quotas, and the metering of each run's passes.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
@@ -15,6 +16,7 @@ pub mod api;
 pub mod auth;
 pub mod openapi;
 pub mod policy;
+pub mod quota;
 pub mod tenants;
 
 use std::net::SocketAddr;

@@ -51,6 +51,9 @@ pub struct Policy {
     /// The MCP tools those servers may offer (`server/tool` names).
     #[serde(default)]
     pub mcp_allow: Vec<String>,
+    /// Limits on what the tenant's runs use (`[quotas]`).
+    #[serde(default)]
+    pub quotas: super::quota::Quotas,
 }
 
 fn read_only() -> PermissionMode {
@@ -71,6 +74,7 @@ impl Default for Policy {
             models: Vec::new(),
             mcp_servers: Vec::new(),
             mcp_allow: Vec::new(),
+            quotas: Default::default(),
         }
     }
 }

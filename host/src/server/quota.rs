@@ -1,0 +1,210 @@
+//! Per-tenant quotas, checked before a run starts, and the metering of
+//! what each pass of a run used, persisted in the store.
+//!
+//! Usage is counted per UTC hour in the store, so it survives suspension,
+//! restarts and the node that drove the run; every node sees the same
+//! counts. A refusal is HTTP 429 with `Retry-After`: the seconds until a
+//! running run may have ended (concurrency) or until the next hour begins
+//! (the hourly quotas).
+
+use std::time::Duration;
+
+use nexo_store::{RunStatus, Store, StoreResult};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// A tenant's quotas, part of its policy. Unset means unlimited.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Quotas {
+    /// Runs queued or running at once (each running run is one live instance).
+    pub concurrent_runs: Option<u64>,
+    /// Runs started per hour.
+    pub runs_per_hour: Option<u64>,
+    /// Model tokens (input and output) per hour. A run also gets what is
+    /// left of the hour's tokens as its token budget.
+    pub tokens_per_hour: Option<u64>,
+    /// Epoch ticks (the engine's time slices spent driving the tenant's
+    /// runs) per hour.
+    pub cpu_ticks_per_hour: Option<u64>,
+}
+
+/// Why a run may not start now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// What is used up, and what to do.
+    pub message: String,
+    /// When to try again, in seconds.
+    pub retry_after: u64,
+}
+
+/// What a run that may start gets: the tokens left in this hour, if the
+/// tenant has a token quota.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Allowance {
+    /// The run's token budget.
+    pub tokens: Option<u64>,
+}
+
+fn until_next_hour(now_ms: i64) -> u64 {
+    let next = nexo_store::usage_period(now_ms) + nexo_store::USAGE_PERIOD_MS;
+    u64::try_from((next - now_ms + 999) / 1000).unwrap_or(1).max(1)
+}
+
+/// Checks the tenant's quotas at `now_ms`.
+pub async fn check_start(
+    store: &dyn Store,
+    tenant: &str,
+    quotas: &Quotas,
+    now_ms: i64,
+) -> StoreResult<Result<Allowance, Refusal>> {
+    if let Some(limit) = quotas.concurrent_runs {
+        let mut live = 0u64;
+        for status in [RunStatus::Queued, RunStatus::Running] {
+            let cap = usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1);
+            live += store.tenant_runs(tenant, Some(status), cap).await?.len() as u64;
+        }
+        if live >= limit {
+            return Ok(Err(Refusal {
+                message: format!(
+                    "the tenant has {live} runs queued or running, its quota of concurrent runs ({limit}); wait for one \
+                     to end, or ask the operator for a higher quota"
+                ),
+                retry_after: 1,
+            }));
+        }
+    }
+    let hour = nexo_store::usage_period(now_ms);
+    let used = store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour);
+    let (runs, tokens, ticks) = used.map_or((0, 0, 0), |u| (u.runs, u.tokens, u.cpu_ticks));
+    let over = |what: &str, used: u64, limit: u64| Refusal {
+        message: format!(
+            "the tenant used {used} {what} this hour, its quota ({limit}); the quota renews at the top of the hour"
+        ),
+        retry_after: until_next_hour(now_ms),
+    };
+    if let Some(limit) = quotas.runs_per_hour
+        && runs >= limit
+    {
+        return Ok(Err(over("runs", runs, limit)));
+    }
+    if let Some(limit) = quotas.cpu_ticks_per_hour
+        && ticks >= limit
+    {
+        return Ok(Err(over("CPU ticks", ticks, limit)));
+    }
+    let tokens_left = match quotas.tokens_per_hour {
+        Some(limit) if tokens >= limit => return Ok(Err(over("model tokens", tokens, limit))),
+        Some(limit) => Some(limit - tokens),
+        None => None,
+    };
+    Ok(Ok(Allowance { tokens: tokens_left }))
+}
+
+/// Where a pass's metering starts: the run's newest event id and the
+/// length of its journal before the pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mark {
+    /// Events after this id are the pass's.
+    pub event: i64,
+    /// Journal entries from this sequence number on are the pass's.
+    pub seq: u64,
+}
+
+/// The run's [`Mark`] now.
+pub async fn mark(store: &dyn Store, run: &str) -> Mark {
+    let mut event = 0;
+    while let Ok(batch) = store.events(run, event, 1000).await {
+        match batch.last() {
+            Some(e) => event = e.id,
+            None => break,
+        }
+    }
+    let seq = store.journal(run).await.ok().and_then(|j| j.iter().map(|e| e.end).max()).unwrap_or(0);
+    Mark { event, seq }
+}
+
+/// The tokens a journaled model turn reports (`{"Ok": {"usage": …}}`).
+fn turn_tokens(result: &str) -> u64 {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(result) else { return 0 };
+    let usage = &value["Ok"]["usage"];
+    usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0)
+}
+
+/// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
+/// the model turns this pass paid for (journaled from `mark.seq` on; a
+/// replayed turn was paid for once, by the pass that journaled it) and the
+/// epoch ticks it was driven for, added to the hour's usage; and each tool
+/// the model called, with the gate's verdict, in the tenant's audit log
+/// (a replay records no events, so none is audited twice).
+pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, driven: Duration, tick: Duration) {
+    let now = nexo_store::now_ms();
+    let tokens: u64 = match store.journal(run).await {
+        Ok(entries) => entries
+            .iter()
+            .filter(|e| e.seq >= mark.seq && e.interface == "nexo:model" && e.function == "complete")
+            .map(|e| turn_tokens(&e.result))
+            .sum(),
+        Err(_) => 0,
+    };
+    let mut cursor = mark.event;
+    while let Ok(batch) = store.events(run, cursor, 1000).await {
+        let Some(last) = batch.last() else { break };
+        cursor = last.id;
+        for e in batch.iter().filter(|e| e.kind == "tool_result") {
+            // The tool and the gate's verdict: never the arguments or the result.
+            let data = json!({"run": run, "tool": e.data.get("name"), "verdict": e.data.get("verdict"), "event": e.id});
+            if let Err(err) = store.append_audit(tenant, "capability.used", &data, e.at_ms).await {
+                tracing::warn!(target: "nexo::server", "cannot audit run {run}'s tool call: {err}");
+            }
+        }
+    }
+    let ticks = u64::try_from(driven.as_nanos() / tick.as_nanos().max(1)).unwrap_or(u64::MAX);
+    if let Err(err) = store.add_usage(tenant, now, 0, tokens, ticks, 0).await {
+        tracing::warn!(target: "nexo::server", "cannot meter run {run}: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use nexo_store::{MemoryStore, NewTenant};
+
+    use super::*;
+
+    async fn store_with_tenant() -> MemoryStore {
+        let store = MemoryStore::new();
+        let t = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 0 };
+        store.create_tenant(t).await.unwrap();
+        store
+    }
+
+    #[test]
+    fn a_turn_counts_its_input_and_output_tokens() {
+        assert_eq!(turn_tokens(r#"{"Ok": {"text": "hi", "usage": {"input_tokens": 10, "output_tokens": 5}}}"#), 15);
+        assert_eq!(turn_tokens(r#"{"Err": {"Unavailable": {}}}"#), 0);
+        assert_eq!(turn_tokens("not json"), 0);
+    }
+
+    #[tokio::test]
+    async fn hourly_quotas_refuse_with_the_time_to_the_next_hour() {
+        let store = store_with_tenant().await;
+        let hour: i64 = 500_000 * 3_600_000;
+        let now = hour + 3_600_000 - 10_500;
+        store.add_usage("t1", now, 3, 900, 50, 0).await.unwrap();
+        let quotas = Quotas { runs_per_hour: Some(3), ..Quotas::default() };
+        let refused = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap_err();
+        assert_eq!(refused.retry_after, 11);
+        assert!(refused.message.contains("3 runs"), "{}", refused.message);
+        let quotas = Quotas { tokens_per_hour: Some(1000), ..Quotas::default() };
+        let allowed = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap();
+        assert_eq!(allowed.tokens, Some(100), "the run gets what is left of the hour");
+        let quotas = Quotas { tokens_per_hour: Some(900), ..Quotas::default() };
+        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_err());
+        // The next hour starts afresh.
+        assert!(check_start(&store, "t1", &quotas, hour + 3_600_000).await.unwrap().is_ok());
+        let quotas = Quotas { cpu_ticks_per_hour: Some(50), ..Quotas::default() };
+        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_err());
+    }
+}
