@@ -252,6 +252,24 @@ pub enum RunError {
         cap: usize,
     },
 
+    /// The plugin's memory would take its tenant's instances, together,
+    /// past the tenant's total memory quota (`nexo serve`).
+    #[error(
+        "plugin `{plugin}` was stopped in `{function}`: growing its memory by {requested} bytes would take its          tenant's instances past their total of {cap} bytes ({in_use} in use). Wait for other runs to end, or ask          the operator for a higher `memory-mib` quota"
+    )]
+    SharedMemoryLimit {
+        /// The plugin's name.
+        plugin: String,
+        /// The export that was running.
+        function: String,
+        /// The growth it asked for.
+        requested: usize,
+        /// What the tenant's instances held then.
+        in_use: usize,
+        /// The tenant's total.
+        cap: usize,
+    },
+
     /// The store of recorded runs failed: the run could not be recorded,
     /// or its record could not be read or updated.
     #[error("{0}")]

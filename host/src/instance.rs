@@ -38,6 +38,46 @@ pub struct Wasi {
     /// A recorded run's journal: the clocks and the random seed go through
     /// it, so a replay sees the times and random numbers the first pass saw.
     pub journal: Option<Arc<crate::journal::Journal>>,
+    /// A memory total this store shares with others (a tenant's instances).
+    pub memory: Option<Arc<MemoryBudget>>,
+}
+
+/// Linear memory that several stores draw on together, up to one total:
+/// a tenant's instances in `nexo serve`. Wasmtime's own limits are per
+/// store; each store's limiter reserves its growth here and gives it back
+/// when the store is dropped.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryBudget {
+    /// A budget of `cap` bytes, none of it used.
+    pub fn new(cap: usize) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget { cap, used: 0.into() })
+    }
+
+    /// The total.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// What the stores hold now.
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn reserve(&self, bytes: usize) -> Result<(), usize> {
+        use std::sync::atomic::Ordering;
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(bytes).filter(|n| *n <= self.cap))
+            .map(|_| ())
+    }
+
+    fn release(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// A limit a plugin ran into, recorded by the limiter so the host can
@@ -49,6 +89,15 @@ pub enum LimitHit {
         /// The size the guest asked for.
         requested: usize,
         /// The cap.
+        cap: usize,
+    },
+    /// A memory's growth would take the shared budget past its total.
+    SharedMemory {
+        /// The growth asked for.
+        requested: usize,
+        /// What the budget's stores held then.
+        in_use: usize,
+        /// The budget's total.
         cap: usize,
     },
     /// A table wanted to grow past the cap.
@@ -67,17 +116,38 @@ pub struct RunLimiter {
     memory_cap: usize,
     table_cap: usize,
     instances: usize,
+    /// The budget shared with other stores, and what this store holds of it.
+    shared: Option<(Arc<MemoryBudget>, usize)>,
     /// The first limit the plugin hit, if any.
     pub hit: Option<LimitHit>,
 }
 
+impl Drop for RunLimiter {
+    fn drop(&mut self) {
+        if let Some((budget, held)) = &self.shared {
+            budget.release(*held);
+        }
+    }
+}
+
 impl ResourceLimiter for RunLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.hit.get_or_insert(LimitHit::Memory { requested: desired, cap: self.memory_cap });
             // Trap rather than return -1: an allocator that sees -1 would abort
             // with a less precise message.
             wasmtime::bail!("memory cap of {} bytes exceeded (asked for {desired})", self.memory_cap);
+        }
+        if let Some((budget, held)) = &mut self.shared {
+            let growth = desired.saturating_sub(current);
+            if let Err(in_use) = budget.reserve(growth) {
+                let cap = budget.cap();
+                self.hit.get_or_insert(LimitHit::SharedMemory { requested: growth, in_use, cap });
+                wasmtime::bail!(
+                    "shared memory total of {cap} bytes exceeded ({in_use} in use, asked for {growth} more)"
+                );
+            }
+            *held += growth;
         }
         Ok(true)
     }
@@ -209,6 +279,7 @@ pub fn new_store<W: Send + 'static>(
         memory_cap: limits.memory_bytes,
         table_cap: limits.table_elements,
         instances: limits.instances_per_store,
+        shared: wasi_setup.memory.clone().map(|b| (b, 0)),
         hit: None,
     };
     let core = Core { plugin, limiter, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
@@ -239,8 +310,14 @@ pub fn settle<W, T>(
     let plugin = core.plugin.to_string();
     let deadline = || RunError::Deadline { plugin: plugin.clone(), function: function.to_string(), limit: timeout };
     let Some(err) = err else { return Err(deadline()) };
-    if let Some(LimitHit::Memory { requested, cap }) = core.limiter.hit {
-        return Err(RunError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
+    match core.limiter.hit {
+        Some(LimitHit::Memory { requested, cap }) => {
+            return Err(RunError::MemoryLimit { plugin, function: function.to_string(), requested, cap });
+        }
+        Some(LimitHit::SharedMemory { requested, in_use, cap }) => {
+            return Err(RunError::SharedMemoryLimit { plugin, function: function.to_string(), requested, in_use, cap });
+        }
+        _ => {}
     }
     if err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
         return Err(RunError::Instantiate {

@@ -109,6 +109,10 @@ pub struct RunOptions {
     /// [`Runs`](crate::runs::Runs) for a session's run. `None`: each prompt
     /// starts a new conversation.
     pub thread: Option<Arc<crate::session::thread::Thread>>,
+    /// A memory total the run's instance shares with others: `nexo serve`
+    /// gives every run of one tenant the same budget. `None`: only the
+    /// engine's per-instance cap applies.
+    pub memory_budget: Option<Arc<crate::instance::MemoryBudget>>,
 }
 
 impl RunOptions {

@@ -466,6 +466,27 @@ async fn quotas_refuse_with_429_and_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_instances_share_one_memory_total() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("erin", Some(json!({"quotas": {"memory-mib": 40}})));
+    let node = scene.node("a");
+    let (_, hog) = scene.upload(&node, &key, built::HOG).await;
+    let (_, stats) = scene.upload(&node, &key, built::TEXT_STATS).await;
+    // The server's own cap per instance is 256 MiB: the tenant's total stops the hog first.
+    let (status, run) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": hog["id"], "input": "eat", "wait": true})).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let failed = scene.finish(&node, &key, run["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("total of 41943040 bytes") && error.contains("memory-mib"), "{error}");
+    // The hog's memory went back to the budget with its instance.
+    let (status, run) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": stats["id"], "input": "a b", "wait": true})).await;
+    assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("done")), "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_server_and_it_says_so() {
     let scene = Scene::new(None).await;
     let mut node = scene.node("a");

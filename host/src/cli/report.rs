@@ -39,6 +39,7 @@ pub fn exit_code(e: &RunError) -> ExitCode {
         RunError::Trap { .. }
         | RunError::Deadline { .. }
         | RunError::MemoryLimit { .. }
+        | RunError::SharedMemoryLimit { .. }
         | RunError::AgentFailed { .. }
         | RunError::SearchFailed { .. }
         | RunError::Instantiate { .. } => ExitCode::from(1),

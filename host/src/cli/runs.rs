@@ -572,8 +572,8 @@ async fn resume(
 }
 
 /// One pass of a recorded run: `how` claims it, its recorded settings
-/// (narrowed) run it. `source`, if given, is where the component is
-/// loaded from instead of the recorded path.
+/// (narrowed) run it. `served`, for a tenant's run in `nexo serve`, says
+/// where this node keeps the component and what memory budget it shares.
 #[allow(clippy::too_many_arguments)]
 pub async fn resume_run(
     runs: &Runs,
@@ -583,7 +583,7 @@ pub async fn resume_run(
     input: Option<String>,
     narrow: &Narrow,
     file: &grant::ConfigFile,
-    source: Option<&std::path::Path>,
+    served: Option<&Served>,
 ) -> Resumed {
     let settings = "its recorded settings cannot be used here; the error above says why";
     let run = match runs.store().run(id).await {
@@ -608,12 +608,13 @@ pub async fn resume_run(
         Err(code) => return Resumed::Refused(settings.into(), code),
     };
     let progress = Arc::new(progress::Progress::new(narrow.json));
-    let options = match options(&engine, &rec, &progress).await {
+    let mut options = match options(&engine, &rec, &progress).await {
         Ok(o) => o,
         Err(code) => return Resumed::Refused(settings.into(), code),
     };
+    options.memory_budget = served.and_then(|s| s.memory.clone());
     // `nexo serve` loads a tenant's plugin from its own node's cache.
-    let source = source.unwrap_or(std::path::Path::new(&run.source));
+    let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
         match AgentFile::load(source) {
             Ok(agent) => {
@@ -653,6 +654,14 @@ pub async fn resume_run(
         }
         Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
     }
+}
+
+/// What `nexo serve` adds to a pass of a tenant's run.
+pub struct Served {
+    /// This node's copy of the component.
+    pub source: PathBuf,
+    /// The memory total the tenant's instances share on this node.
+    pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
 }
 
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox

@@ -93,12 +93,14 @@ pub struct Worker {
     /// `nexo serve`'s data directory: a tenant's run loads its plugin from
     /// this node's cache there, filled from the store when missing.
     served: Option<std::path::PathBuf>,
+    /// The tenants' memory budgets on this node.
+    budgets: crate::server::quota::Budgets,
 }
 
 impl Worker {
     /// A worker driving `runs`, with `lease_ms` leases on its jobs.
     pub fn new(runs: Runs, base: EngineConfig, file: grant::ConfigFile, store_args: StoreArgs, lease_ms: i64) -> Self {
-        Worker { runs, base, file, store_args, lease_ms, served: None }
+        Worker { runs, base, file, store_args, lease_ms, served: None, budgets: Default::default() }
     }
 
     /// The same worker inside `nexo serve`, whose plugins live under `data_dir`.
@@ -294,23 +296,22 @@ impl Worker {
             (RunStatus::Cancelled, _) => return Ok("is cancelled"),
         };
         let narrow = Narrow::none(self.store_args.clone());
-        // A tenant's plugin comes from this node's cache, filled from the store.
-        let source = match (&self.served, &run.tenant) {
-            (Some(dir), Some(tenant)) => {
-                Some(crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?)
-            }
+        // A tenant's plugin comes from this node's cache, filled from the
+        // store; its instance shares the tenant's memory budget.
+        let served = match (&self.served, &run.tenant) {
+            (Some(dir), Some(tenant)) => Some(runs::Served {
+                source: crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?,
+                memory: self.budgets.budget(&**store, tenant).await,
+            }),
             _ => None,
         };
         let metered = match (&self.served, &run.tenant) {
-            (Some(_), Some(tenant)) => {
-                Some((tenant.clone(), crate::server::quota::mark(&**store, &job.run).await))
-            }
+            (Some(_), Some(tenant)) => Some((tenant.clone(), crate::server::quota::mark(&**store, &job.run).await)),
             _ => None,
         };
         let started = std::time::Instant::now();
         let resumed =
-            runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, source.as_deref())
-                .await;
+            runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, served.as_ref()).await;
         if let Some((tenant, after)) = metered {
             let tick = self.base.epoch_tick;
             crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, started.elapsed(), tick).await;

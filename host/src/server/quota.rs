@@ -27,6 +27,34 @@ pub struct Quotas {
     /// Epoch ticks (the engine's time slices spent driving the tenant's
     /// runs) per hour.
     pub cpu_ticks_per_hour: Option<u64>,
+    /// The linear memory of all the tenant's live instances on one node,
+    /// together, in MiB (each instance also has the server's own cap).
+    pub memory_mib: Option<u64>,
+}
+
+/// Each tenant's memory budget on this node, shared by its instances.
+#[derive(Debug, Default)]
+pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<nexo::instance::MemoryBudget>>>);
+
+impl Budgets {
+    /// The tenant's budget under its current policy, or `None` when it has
+    /// no memory quota. A changed quota starts a new budget; instances of
+    /// the old one give their memory back to it.
+    pub async fn budget(
+        &self,
+        store: &dyn Store,
+        tenant: &str,
+    ) -> Option<std::sync::Arc<nexo::instance::MemoryBudget>> {
+        let stored = store.tenant(tenant).await.ok().flatten()?;
+        let policy = super::policy::Policy::from_stored(&stored.policy).ok()?;
+        let cap = usize::try_from(policy.quotas.memory_mib?).ok()?.saturating_mul(1 << 20);
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let budget = map.entry(tenant.to_string()).or_insert_with(|| nexo::instance::MemoryBudget::new(cap));
+        if budget.cap() != cap {
+            *budget = nexo::instance::MemoryBudget::new(cap);
+        }
+        Some(budget.clone())
+    }
 }
 
 /// Why a run may not start now.

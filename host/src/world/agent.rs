@@ -248,7 +248,12 @@ impl Agent {
         let engine = &self.meta.engine;
         let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
         let prepared = prepare(&self.manifest, options, &[], engine.limits()).await?;
-        let wasi = Wasi { preopens: prepared.preopens, env: options.env.clone(), journal: options.journal.clone() };
+        let wasi = Wasi {
+            preopens: prepared.preopens,
+            env: options.env.clone(),
+            journal: options.journal.clone(),
+            memory: options.memory_budget.clone(),
+        };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
         let result = tokio::time::timeout(timeout, self.pre.instantiate_async(&mut store)).await;
