@@ -110,6 +110,10 @@ pub struct ServeTable {
     pub run_timeout_secs: Option<u64>,
     /// Each run's memory cap, in MiB.
     pub memory_mib: Option<u64>,
+    /// Use the pooling instance allocator (default: on). Off allocates each
+    /// instance on demand: slower to start, but no address space reserved
+    /// per slot, for very many concurrent runs.
+    pub pooling: Option<bool>,
     /// The operator's models, by name: the `[model]` keys. A tenant's policy
     /// names the ones it may use; their keys stay the operator's.
     #[serde(default)]

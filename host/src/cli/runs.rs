@@ -603,9 +603,12 @@ pub async fn resume_run(
         }
     };
     rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
-    let engine = match engine(base, &rec) {
-        Ok(e) => e,
-        Err(code) => return Resumed::Refused(settings.into(), code),
+    let engine = match served {
+        Some(s) => s.engine.clone(),
+        None => match engine(base, &rec) {
+            Ok(e) => e,
+            Err(code) => return Resumed::Refused(settings.into(), code),
+        },
     };
     let progress = Arc::new(progress::Progress::new(narrow.json));
     let mut options = match options(&engine, &rec, &progress).await {
@@ -627,7 +630,10 @@ pub async fn resume_run(
             }
         }
     } else {
-        let plugin = Plugin::load(&engine, source).await.map_err(|e| e.to_string());
+        let plugin = match served {
+            Some(s) => Ok(s.plugin.clone()),
+            None => Plugin::load(&engine, source).await.map_err(|e| e.to_string()),
+        };
         let agent = match &plugin {
             Ok(p) => p.agent().map(|a| (p, a)).map_err(|e| e.to_string()),
             Err(why) => Err(why.clone()),
@@ -660,6 +666,10 @@ pub async fn resume_run(
 pub struct Served {
     /// This node's copy of the component.
     pub source: PathBuf,
+    /// The component, loaded: every run of it on this node shares it.
+    pub plugin: Plugin,
+    /// The server's one engine, whose limits every served run has.
+    pub engine: Engine,
     /// The memory total the tenant's instances share on this node.
     pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
 }

@@ -90,9 +90,12 @@ pub struct Worker {
     file: grant::ConfigFile,
     store_args: StoreArgs,
     lease_ms: i64,
-    /// `nexo serve`'s data directory: a tenant's run loads its plugin from
-    /// this node's cache there, filled from the store when missing.
-    served: Option<std::path::PathBuf>,
+    /// `nexo serve`'s data directory and engine: a tenant's run loads its
+    /// plugin from this node's cache there, filled from the store when
+    /// missing, and every served run shares the one engine.
+    served: Option<(std::path::PathBuf, nexo::Engine)>,
+    /// Plugins loaded for served runs, by SHA-256.
+    plugins: std::sync::Mutex<std::collections::HashMap<String, nexo::Plugin>>,
     /// The tenants' memory budgets on this node.
     budgets: crate::server::quota::Budgets,
 }
@@ -100,13 +103,36 @@ pub struct Worker {
 impl Worker {
     /// A worker driving `runs`, with `lease_ms` leases on its jobs.
     pub fn new(runs: Runs, base: EngineConfig, file: grant::ConfigFile, store_args: StoreArgs, lease_ms: i64) -> Self {
-        Worker { runs, base, file, store_args, lease_ms, served: None, budgets: Default::default() }
+        Worker {
+            runs,
+            base,
+            file,
+            store_args,
+            lease_ms,
+            served: None,
+            plugins: Default::default(),
+            budgets: Default::default(),
+        }
     }
 
-    /// The same worker inside `nexo serve`, whose plugins live under `data_dir`.
-    pub fn serving(mut self, data_dir: std::path::PathBuf) -> Self {
-        self.served = Some(data_dir);
+    /// The same worker inside `nexo serve`, whose plugins live under
+    /// `data_dir` and whose runs all use `engine`.
+    pub fn serving(mut self, data_dir: std::path::PathBuf, engine: nexo::Engine) -> Self {
+        self.served = Some((data_dir, engine));
         self
+    }
+
+    /// The served run's plugin, loaded once per node.
+    async fn served_plugin(&self, engine: &nexo::Engine, path: &Path, sha256: &str) -> Result<nexo::Plugin, String> {
+        if let Some(p) = self.plugins.lock().unwrap_or_else(|p| p.into_inner()).get(sha256) {
+            return Ok(p.clone());
+        }
+        let plugin = nexo::Plugin::load(engine, path).await.map_err(|e| e.to_string())?;
+        if plugin.sha256() != sha256 {
+            return Err(format!("{} does not hold the plugin {sha256}; remove it and retry", path.display()));
+        }
+        self.plugins.lock().unwrap_or_else(|p| p.into_inner()).insert(sha256.to_string(), plugin.clone());
+        Ok(plugin)
     }
 }
 
@@ -299,10 +325,12 @@ impl Worker {
         // A tenant's plugin comes from this node's cache, filled from the
         // store; its instance shares the tenant's memory budget.
         let served = match (&self.served, &run.tenant) {
-            (Some(dir), Some(tenant)) => Some(runs::Served {
-                source: crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?,
-                memory: self.budgets.budget(&**store, tenant).await,
-            }),
+            (Some((dir, engine)), Some(tenant)) => {
+                let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
+                let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
+                let memory = self.budgets.budget(&**store, tenant).await;
+                Some(runs::Served { source, plugin, engine: engine.clone(), memory })
+            }
             _ => None,
         };
         let metered = match (&self.served, &run.tenant) {

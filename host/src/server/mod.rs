@@ -104,14 +104,24 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
             return ExitCode::from(2);
         }
     };
-    let engine = match Engine::new(base.clone()) {
+    // One engine for the uploads and every run this node drives, with the
+    // served runs' limits (the CLI makes one per run instead).
+    let timeout_secs = file.serve.run_timeout_secs.unwrap_or(300).max(1);
+    let memory_mib = file.serve.memory_mib.unwrap_or(256).clamp(16, 4096);
+    let max = args.max_in_flight.or(file.serve.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
+    let mut config = base.clone();
+    config.limits.run_timeout = Duration::from_secs(timeout_secs);
+    config.limits.memory_bytes = usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20);
+    config.pooling = file.serve.pooling.unwrap_or(true);
+    // Each run's instance, and a few more for uploads being checked.
+    config.max_live_instances = max.saturating_add(16);
+    let engine = match Engine::new(config) {
         Ok(e) => e,
         Err(e) => {
             errln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let max = args.max_in_flight.or(file.serve.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
     let file = Arc::new(file);
     let lease = Duration::from_secs(args.lease_secs);
     let wake = Arc::new(Notify::new());
@@ -119,13 +129,13 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     let shared = Arc::new(Shared {
         store: store.clone(),
         runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
-        engine,
+        engine: engine.clone(),
         config: file.clone(),
         data_dir: data_dir.clone(),
         max_plugin_bytes: usize::try_from(file.serve.max_plugin_bytes.unwrap_or(DEFAULT_MAX_PLUGIN_BYTES))
             .unwrap_or(usize::MAX),
-        timeout_secs: file.serve.run_timeout_secs.unwrap_or(300).max(1),
-        memory_mib: file.serve.memory_mib.unwrap_or(256).clamp(16, 4096),
+        timeout_secs,
+        memory_mib,
         wake: wake.clone(),
         changed: changed.clone(),
         stopping: false.into(),
@@ -149,7 +159,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         args.store.clone(),
         i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
     )
-    .serving(data_dir.clone());
+    .serving(data_dir.clone(), engine);
     let mut stop_worker = stop_rx.clone();
     let worker_task = tokio::spawn(worker::claim_loop(
         Arc::new(jobs),
