@@ -11,7 +11,7 @@ PLUGIN_OUT := target/plugins
 NEXO := target/release/nexo
 CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: demo test toolchain plugins install bench bench-peers bench-check bench-startup bench-conversation lint fmt fuzz
+.PHONY: demo test toolchain plugins install bench bench-peers bench-check bench-startup bench-conversation bench-serve lint fmt fuzz
 
 toolchain:
 	./scripts/wasm-toolchain.sh
@@ -91,6 +91,12 @@ bench-check: toolchain
 # peer (openai-agents) on the same fake server; see docs/performance.md.
 bench-conversation: toolchain
 	./scripts/bench-conversation.sh
+
+# `nexo serve` under load: 50 tenants and 500 concurrent runs, the same with a
+# noisy tenant (spin and hog), and 10,000 runs waiting on the model (RSS);
+# TENANTS, RUNS, DENSITY and MODEL_MS change the sizes (docs/serve.md).
+bench-serve: toolchain
+	$(CARGO) bench -p nexo --bench serve
 
 # Every cargo-fuzz target for FUZZ_SECS seconds each (default 600); see CONTRIBUTING.md, "Fuzzing".
 # `cargo test` runs the same targets briefly (fuzz-targets/tests/smoke.rs).

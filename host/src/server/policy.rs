@@ -180,15 +180,15 @@ impl Policy {
             None => self.allow.clone(),
         };
         let mode = match request.mode {
+            Some(PermissionMode::Ask) => {
+                return Err("mode `ask` needs a terminal; use `approve` for durable approvals".into());
+            }
             Some(asked) if nexo::authority::stricter(asked, self.mode) != asked => {
                 return Err(format!(
                     "the mode `{}` is less strict than the tenant's policy allows (`{}`)",
                     asked.as_str(),
                     self.mode.as_str()
                 ));
-            }
-            Some(PermissionMode::Ask) => {
-                return Err("mode `ask` needs a terminal; use `approve` for durable approvals".into());
             }
             Some(asked) => asked,
             None => self.mode,

@@ -1,0 +1,347 @@
+//! `nexo serve` under load, through its HTTP API, against a loopback model
+//! server (`cargo bench -p nexo --bench serve`, or `make bench-serve`):
+//!
+//! 1. **load**: TENANTS tenants (default 50), RUNS concurrent runs (default
+//!    500) of a prompting agent, each `POST /v1/runs` with `"wait": true`;
+//!    while they go, a probe times `GET /v1/runs` every 20 ms. Reported: p50
+//!    and p99 of the API latency (the probe) and of the run latency (the
+//!    waiting POSTs), and the server's RSS (peak and after).
+//! 2. **noisy**: the same load while one more tenant keeps spin (a busy loop
+//!    until its deadline) and hog (allocates until refused) runs going.
+//!    Reported: the same numbers, and the other tenants' p99 against phase 1.
+//! 3. **density**: DENSITY runs (default 10,000) in one fresh server, each
+//!    waiting on a model response that is held until all have arrived.
+//!    Reported: the RSS with every run waiting, and per waiting run.
+//!
+//! The model answers after MODEL_MS (default 20) in phases 1 and 2.
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The loopback model: answers `ok` after `delay`, or, while `hold` is
+/// set, only once it is released; counts the requests that arrived.
+struct Model {
+    url: String,
+    arrived: Arc<AtomicUsize>,
+    hold: Arc<AtomicBool>,
+    release: Arc<Notify>,
+}
+
+async fn model(delay: Duration) -> Model {
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let hold = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(Notify::new());
+    let (a, h, r) = (arrived.clone(), hold.clone(), release.clone());
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let (a, h, r) = (a.clone(), h.clone(), r.clone());
+            async move {
+                a.fetch_add(1, Ordering::Relaxed);
+                if h.load(Ordering::Relaxed) {
+                    let released = r.notified();
+                    if h.load(Ordering::Relaxed) {
+                        released.await;
+                    }
+                } else {
+                    tokio::time::sleep(delay).await;
+                }
+                let reply = json!({
+                    "id": "c", "object": "chat.completion", "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+                });
+                ([(axum::http::header::CONTENT_TYPE, "application/json")], reply.to_string())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Model { url, arrived, hold, release }
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn rss_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn nexo(dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nexo"));
+    cmd.env("NEXO_CACHE_DIR", dir.join("cache"))
+        .env("NEXO_STORE", dir.join("nexo.db"))
+        .env("NEXO_CONFIG", dir.join("nexo.toml"))
+        .env("OPENAI_API_KEY", "sk-bench")
+        .env_remove("NEXO_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn start(dir: &std::path::Path, max_in_flight: usize) -> Server {
+    let mut child = nexo(dir)
+        .args(["serve", "--listen", "127.0.0.1:0", "--max-in-flight", &max_in_flight.to_string()])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("nexo serve started").unwrap();
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Server { child, base }
+}
+
+fn tenant(dir: &std::path::Path, name: &str, policy: &Value) -> String {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, policy.to_string()).unwrap();
+    let out = nexo(dir).args(["tenant", "create", name, "--policy"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+async fn upload(http: &reqwest::Client, server: &Server, key: &str, wasm: &str) -> String {
+    let resp = http.post(format!("{}/v1/plugins", server.base)).bearer_auth(key).body(std::fs::read(wasm).unwrap());
+    let body: Value = resp.send().await.unwrap().json().await.unwrap();
+    body["id"].as_str().unwrap().to_string()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+struct Phase {
+    api: Vec<Duration>,
+    runs: Vec<Duration>,
+    failed: usize,
+}
+
+/// RUNS concurrent waiting runs over the tenants, and the probe.
+async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize) -> Phase {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let (http, base, key, stop) = (http.clone(), server.base.clone(), tenants[0].0.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut api = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let resp = http.get(format!("{base}/v1/runs?limit=1")).bearer_auth(&key).send().await.unwrap();
+                assert!(resp.status().is_success());
+                let _ = resp.bytes().await;
+                api.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            api
+        })
+    };
+    let mut tasks = Vec::new();
+    for i in 0..runs {
+        let (key, plugin) = tenants[i % tenants.len()].clone();
+        let (http, base) = (http.clone(), server.base.clone());
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let body = json!({"plugin": plugin, "input": format!("prompt hello {i}"), "wait": true});
+            let resp = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
+            let run: Value = resp.json().await.unwrap();
+            (t.elapsed(), run["status"] == "done")
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    for t in tasks {
+        let (d, ok) = t.await.unwrap();
+        latencies.push(d);
+        failed += usize::from(!ok);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut api = probe.await.unwrap();
+    api.sort();
+    latencies.sort();
+    Phase { api, runs: latencies, failed }
+}
+
+fn report(name: &str, phase: &Phase, server: &Server) {
+    println!(
+        "| {name} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB |",
+        phase.runs.len(),
+        phase.failed,
+        ms(pct(&phase.api, 0.5)),
+        ms(pct(&phase.api, 0.99)),
+        ms(pct(&phase.runs, 0.5)),
+        ms(pct(&phase.runs, 0.99)),
+        server.rss_kib("VmHWM:") as f64 / 1024.0,
+        server.rss_kib("VmRSS:") as f64 / 1024.0,
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let tenants_n = env_or("TENANTS", 50);
+    let runs = env_or("RUNS", 500);
+    let density = env_or("DENSITY", 10_000);
+    let model_ms = env_or("MODEL_MS", 20) as u64;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(Duration::from_millis(model_ms)).await;
+    std::fs::write(
+        dir.path().join("nexo.toml"),
+        format!(
+            "[serve]\nrun-timeout-secs = 10\n[serve.models.test]\nprovider = \"openai-compatible\"\n\
+             base-url = \"{}\"\nmodel = \"m\"\nassume-model-exists = true\n",
+            m.url
+        ),
+    )
+    .unwrap();
+    let policy = json!({"models": ["test"]});
+    let mut tenants = Vec::new();
+    for i in 0..tenants_n {
+        tenants.push(tenant(dir.path(), &format!("t{i:03}"), &policy));
+    }
+    let noisy = tenant(dir.path(), "noisy", &json!({"quotas": {"memory-mib": 512}}));
+    let server = start(dir.path(), runs + 16);
+    let mut keyed = Vec::new();
+    for key in &tenants {
+        let plugin = upload(&http, &server, key, nexo_tests::WORKFLOW_PROBE).await;
+        keyed.push((key.clone(), plugin));
+    }
+    let spin = upload(&http, &server, &noisy, nexo_tests::SPIN).await;
+    let hog = upload(&http, &server, &noisy, nexo_tests::HOG).await;
+    // Warm: the plugin is compiled and cached before anything is timed.
+    let _ = load(&http, &server, &keyed, tenants_n).await;
+
+    println!("\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms\n");
+    println!("| phase | runs | not done | API p50 | API p99 | run p50 | run p99 | RSS peak | RSS after |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let quiet = load(&http, &server, &keyed, runs).await;
+    report("load", &quiet, &server);
+
+    let busy = Arc::new(AtomicBool::new(true));
+    let mut noise = Vec::new();
+    for plugin in [spin, hog] {
+        for _ in 0..2 {
+            let (http, base, key, plugin, busy) =
+                (http.clone(), server.base.clone(), noisy.clone(), plugin.clone(), busy.clone());
+            noise.push(tokio::spawn(async move {
+                while busy.load(Ordering::Relaxed) {
+                    let body = json!({"plugin": plugin, "input": "go", "wait": true});
+                    let _ = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loud = load(&http, &server, &keyed, runs).await;
+    busy.store(false, Ordering::Relaxed);
+    report("noisy neighbour", &loud, &server);
+    println!(
+        "\nother tenants' p99 with the noisy tenant / without: API {:.2}x, run {:.2}x",
+        pct(&loud.api, 0.99).as_secs_f64() / pct(&quiet.api, 0.99).as_secs_f64().max(1e-9),
+        pct(&loud.runs, 0.99).as_secs_f64() / pct(&quiet.runs, 0.99).as_secs_f64().max(1e-9),
+    );
+    for n in noise {
+        n.abort();
+    }
+    drop(server);
+
+    if density == 0 {
+        return;
+    }
+    // Density: a fresh server, each run's model call held until all are in.
+    let dense = start_dense(dir.path(), &m, density);
+    let key = &keyed[0];
+    let idle_kib = dense.rss_kib("VmRSS:");
+    m.hold.store(true, Ordering::Relaxed);
+    let before = m.arrived.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let mut posts = Vec::new();
+    for i in 0..density {
+        let (http, base, key, plugin) = (http.clone(), dense.base.clone(), key.0.clone(), key.1.clone());
+        posts.push(tokio::spawn(async move {
+            let body = json!({"plugin": plugin, "input": format!("prompt wait {i}")});
+            http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.map(|r| r.status())
+        }));
+        if posts.len() >= 256 {
+            for p in posts.drain(..) {
+                let _ = p.await;
+            }
+        }
+    }
+    for p in posts {
+        let _ = p.await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(110);
+    while m.arrived.load(Ordering::Relaxed) - before < density && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let waiting = m.arrived.load(Ordering::Relaxed) - before;
+    let rss = dense.rss_kib("VmRSS:");
+    println!(
+        "\ndensity: {waiting} of {density} runs waiting on the model after {:.1} s; RSS {:.0} MiB ({:.0} MiB idle), \
+         {:.1} KiB per waiting run",
+        started.elapsed().as_secs_f64(),
+        rss as f64 / 1024.0,
+        idle_kib as f64 / 1024.0,
+        (rss.saturating_sub(idle_kib)) as f64 / waiting.max(1) as f64,
+    );
+    m.hold.store(false, Ordering::Relaxed);
+    m.release.notify_waiters();
+}
+
+fn start_dense(dir: &std::path::Path, m: &Model, runs: usize) -> Server {
+    // Many slots: allocate on demand rather than reserve a pool slot per run.
+    std::fs::write(
+        dir.join("nexo.toml"),
+        format!(
+            "[serve]\npooling = false\nrun-timeout-secs = 600\n[serve.models.test]\nprovider = \"openai-compatible\"\n\
+             base-url = \"{}\"\nmodel = \"m\"\nassume-model-exists = true\n",
+            m.url
+        ),
+    )
+    .unwrap();
+    start(dir, runs + 16)
+}
