@@ -254,15 +254,17 @@ impl Runs {
         self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (session, None))).await
     }
 
-    /// [`Runs::queue`] of a run `nexo serve` starts for `tenant`.
+    /// [`Runs::queue_in`] of a run `nexo serve` starts for `tenant`, a
+    /// prompt of `session` if given.
     pub async fn queue_for(
         &self,
         tenant: Option<&str>,
+        session: Option<&str>,
         subject: Subject<'_>,
         input: &str,
         grant: Value,
     ) -> Result<(Run, Job), StoreError> {
-        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (None, tenant))).await
+        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (session, tenant))).await
     }
 
     async fn queue_record(&self, record: NewRun) -> Result<(Run, Job), StoreError> {

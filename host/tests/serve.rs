@@ -252,6 +252,10 @@ fn routes(run: &str, plugin: &str) -> Vec<(reqwest::Method, String, Option<Value
         (Method::POST, format!("/v1/runs/{run}/deny"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/resume"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/cancel"), Some(json!({}))),
+        (Method::GET, "/v1/sessions".into(), None),
+        (Method::POST, "/v1/sessions/prompt".into(), Some(json!({"plugin": plugin, "instance": "x", "input": "x"}))),
+        (Method::GET, "/v1/sessions/snothing".into(), None),
+        (Method::DELETE, "/v1/sessions/snothing".into(), None),
         (Method::GET, "/v1/usage".into(), None),
         (Method::GET, "/v1/audit".into(), None),
         (Method::POST, "/v1/tenants".into(), Some(json!({"name": "zed"}))),
@@ -338,7 +342,11 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
         let (status, answer) = scene.call(method.clone(), &node.url(&path), Some(&bob), body.clone()).await;
         if admin_path {
             assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: a tenant learns nothing of the admin API");
-        } else if path.contains(&id) || path.contains(&sha) || path == "/v1/runs" && method == reqwest::Method::POST {
+        } else if path.contains(&id)
+            || path.contains(&sha)
+            || path.contains("snothing")
+            || method == reqwest::Method::POST && (path == "/v1/runs" || path == "/v1/sessions/prompt")
+        {
             assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} as bob: {answer}");
         } else {
             assert_eq!(status, StatusCode::OK, "{method} {path} as bob: {answer}");
@@ -441,6 +449,50 @@ async fn tamper(store: &Path) {
         .unwrap();
     assert_eq!(done.rows_affected(), 1);
     conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_remembers_and_is_the_tenants_own() {
+    let scene = Scene::new(None).await;
+    let policy = json!({"models": ["test"]});
+    let frank = scene.tenant("frank", Some(policy.clone()));
+    let grace = scene.tenant("grace", Some(policy));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &frank, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    scene.model.push(Reply::text("Nice to meet you, Frank."));
+    scene.model.push(Reply::text("Your name is Frank."));
+    let prompt = |input: &str| json!({"plugin": sha, "instance": "chat-1", "input": input, "wait": true});
+    let (status, first) = scene.post(&node.url("/v1/sessions/prompt"), &frank, prompt("prompt I am Frank")).await;
+    assert_eq!(status, StatusCode::OK, "{first}\n{}", node.log());
+    assert_eq!(first["run"]["status"], "done", "{first}");
+    let id = first["session"]["id"].as_str().unwrap().to_string();
+    assert_eq!(first["session"]["instance"], "chat-1");
+    let (_, second) = scene.post(&node.url("/v1/sessions/prompt"), &frank, prompt("prompt who am I")).await;
+    assert_eq!(second["session"]["id"], id.as_str(), "the same session");
+    assert_eq!(second["run"]["status"], "done", "{second}");
+    // The second prompt's request carried the first exchange: the session remembers.
+    let sent = scene.model.requests()[1].raw_body.clone();
+    assert!(sent.contains("I am Frank") && sent.contains("Nice to meet you, Frank."), "{sent}");
+    let (_, shown) = scene.get(&node.url(&format!("/v1/sessions/{id}")), &frank).await;
+    assert_eq!(shown["runs"].as_array().unwrap().len(), 2, "{shown}");
+    assert_eq!(shown["thread"].as_array().unwrap().len(), 4, "two exchanges: {shown}");
+
+    // Grace sees none of it, and cannot delete it.
+    let (_, hers) = scene.get(&node.url("/v1/sessions"), &grace).await;
+    assert_eq!(hers["sessions"], json!([]));
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let (status, _) = scene.call(method, &node.url(&format!("/v1/sessions/{id}")), Some(&grace), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    let (_, mine) = scene.get(&node.url("/v1/sessions"), &frank).await;
+    assert_eq!(mine["sessions"][0]["id"], id.as_str());
+
+    let (status, _) =
+        scene.call(reqwest::Method::DELETE, &node.url(&format!("/v1/sessions/{id}")), Some(&frank), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = scene.get(&node.url(&format!("/v1/sessions/{id}")), &frank).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "deleted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

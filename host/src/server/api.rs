@@ -67,6 +67,8 @@ pub struct Shared {
     pub changed: Arc<Notify>,
     /// Set once the server is stopping: `/readyz` then says 503.
     pub stopping: AtomicBool,
+    /// The web console's sign-ins.
+    pub console: super::console::ConsoleSessions,
 }
 
 /// An API error: a status, a stable code and a message that names the
@@ -109,7 +111,7 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
@@ -182,14 +184,14 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
 }
 
 /// The tenant's run `id`, or 404.
-async fn own_run(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<Run> {
+pub(crate) async fn own_run(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<Run> {
     match state.store.run(id).await.map_err(ApiError::store)? {
         Some(run) if run.tenant.as_deref() == Some(tenant.id.as_str()) => Ok(run),
         _ => Err(no_run()),
     }
 }
 
-async fn shown(state: &AppState, run: &Run) -> ApiResult<Value> {
+pub(crate) async fn shown(state: &AppState, run: &Run) -> ApiResult<Value> {
     let approval = if run.status == RunStatus::Suspended {
         state.store.approval(&run.id).await.map_err(ApiError::store)?
     } else {
@@ -198,7 +200,7 @@ async fn shown(state: &AppState, run: &Run) -> ApiResult<Value> {
     Ok(run_json(run, approval.as_ref()))
 }
 
-async fn audit(state: &AppState, tenant: &Tenant, kind: &str, data: Value) -> ApiResult<()> {
+pub(crate) async fn audit(state: &AppState, tenant: &Tenant, kind: &str, data: Value) -> ApiResult<()> {
     state.store.append_audit(&tenant.id, kind, &data, nexo_store::now_ms()).await.map_err(ApiError::store)?;
     Ok(())
 }
@@ -373,39 +375,67 @@ pub struct RunRequest {
     model: Option<String>,
 }
 
-/// `POST /v1/runs`: queues a run of one of the tenant's plugins, within its
-/// policy; with `"wait": true`, answers once it ends or suspends.
-pub async fn start_run(
-    State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let request: RunRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a run request: {e}")))?;
+impl RunRequest {
+    fn narrowing(&self) -> Narrowing {
+        Narrowing {
+            allow: self.allow.clone(),
+            mode: self.mode,
+            sandbox: self.sandbox,
+            fetch_hosts: self.fetch_hosts.clone(),
+            model: self.model.clone(),
+        }
+    }
+}
+
+/// A run ready to be queued: its plugin loaded, its grant recorded.
+pub(crate) struct Prepared {
+    plugin: Plugin,
+    path: PathBuf,
+    /// The run's recorded settings.
+    pub(crate) grant: Value,
+    effective: super::policy::Effective,
+}
+
+impl Prepared {
+    /// The run's subject, for [`Runs`].
+    pub(crate) fn subject(&self) -> ApiResult<Subject<'_>> {
+        let agent = self
+            .plugin
+            .agent()
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?;
+        Ok(Subject::Component { agent, sha256: self.plugin.sha256(), path: &self.path })
+    }
+
+    /// The agent's name.
+    pub(crate) fn agent_name(&self) -> String {
+        self.plugin.name().to_string()
+    }
+}
+
+/// Checks a run request against the tenant's policy and quotas, and loads
+/// its plugin: everything a run or a session's prompt needs before it is
+/// queued.
+pub(crate) async fn prepare(
+    state: &AppState,
+    tenant: &Tenant,
+    plugin: &str,
+    narrowing: &Narrowing,
+) -> ApiResult<Prepared> {
     let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
-    let narrowing = Narrowing {
-        allow: request.allow.clone(),
-        mode: request.mode,
-        sandbox: request.sandbox,
-        fetch_hosts: request.fetch_hosts.clone(),
-        model: request.model.clone(),
-    };
-    let effective = policy.narrow(&narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
+    let effective = policy.narrow(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     let allowance = super::quota::check_start(&*state.store, &tenant.id, &policy.quotas, nexo_store::now_ms())
         .await
         .map_err(ApiError::store)?
         .map_err(ApiError::quota)?;
-    if state.store.plugin(&tenant.id, &request.plugin).await.map_err(ApiError::store)?.is_none() {
+    if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     }
-    let path = materialize(&*state.store, &state.data_dir, &tenant.id, &request.plugin)
+    let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin)
         .await
         .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
-    let plugin = Plugin::load(&state.engine, &path)
+    let loaded = Plugin::load(&state.engine, &path)
         .await
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
-    let agent =
-        plugin.agent().map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?;
     let workspace = state.data_dir.join("tenants").join(&tenant.id).join("workspace");
     if effective.sandbox == SandboxKind::Local {
         std::fs::create_dir_all(&workspace).map_err(|e| {
@@ -431,18 +461,29 @@ pub async fn start_run(
     };
     let grant = serde_json::to_value(&recorded)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    let subject = Subject::Component { agent, sha256: plugin.sha256(), path: &path };
-    let (run, _job) =
-        state.runs.queue_for(Some(&tenant.id), subject, &request.input, grant).await.map_err(ApiError::store)?;
+    Ok(Prepared { plugin: loaded, path, grant, effective })
+}
+
+/// What follows a run's creation: its usage, its audit entry, the worker
+/// woken, and (with `wait`) the answer once it ends or suspends.
+pub(crate) async fn started(
+    state: &AppState,
+    tenant: &Tenant,
+    run: &Run,
+    prepared: &Prepared,
+    wait: bool,
+) -> ApiResult<(StatusCode, Value)> {
     let now = nexo_store::now_ms();
     let _ = state.store.add_usage(&tenant.id, now, 1, 0, 0, 0).await;
+    let effective = &prepared.effective;
     audit(
-        &state,
-        &tenant,
+        state,
+        tenant,
         "run.started",
         json!({
             "run": run.id,
-            "plugin": request.plugin,
+            "plugin": run.component_sha256,
+            "session": run.session,
             "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
             "mode": effective.mode.as_str(),
             "sandbox": super::policy::sandbox_name(effective.sandbox),
@@ -451,11 +492,31 @@ pub async fn start_run(
     )
     .await?;
     state.wake.notify_one();
-    if request.wait {
-        let run = wait_for(&state, &run.id).await?;
-        return Ok((StatusCode::OK, Json(shown(&state, &run).await?)).into_response());
+    if wait {
+        let run = wait_for(state, &run.id).await?;
+        return Ok((StatusCode::OK, shown(state, &run).await?));
     }
-    Ok((StatusCode::ACCEPTED, Json(run_json(&run, None))).into_response())
+    Ok((StatusCode::ACCEPTED, run_json(run, None)))
+}
+
+/// `POST /v1/runs`: queues a run of one of the tenant's plugins, within its
+/// policy; with `"wait": true`, answers once it ends or suspends.
+pub async fn start_run(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let request: RunRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a run request: {e}")))?;
+    let narrowing = request.narrowing();
+    let prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
+    let (run, _job) = state
+        .runs
+        .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, prepared.grant.clone())
+        .await
+        .map_err(ApiError::store)?;
+    let (status, body) = started(&state, &tenant, &run, &prepared, request.wait).await?;
+    Ok((status, Json(body)).into_response())
 }
 
 /// Waits until the run leaves `queued` and `running`, or the run's own
@@ -512,7 +573,7 @@ pub async fn get_run(
 
 /// `POST /v1/runs/{id}/approve` and `/deny`: decides the pending approval
 /// and queues the resume.
-async fn decide(state: AppState, tenant: Tenant, id: String, decision: Decision) -> ApiResult<Json<Value>> {
+pub(crate) async fn decide(state: AppState, tenant: Tenant, id: String, decision: Decision) -> ApiResult<Json<Value>> {
     own_run(&state, &tenant, &id).await?;
     let approval = state.store.decide(&id, decision).await.map_err(ApiError::store)?;
     audit(

@@ -3,8 +3,10 @@
 //! - `api`: the `/v1` handlers; every tenant-owned record is found through
 //!   the caller's tenant, so another tenant's ids answer 404.
 //! - `auth`: bearer keys, resolved to a tenant or to the operator.
+//! - `console`: the web console at `/`, for a tenant signed in with a key.
 //! - `policy`: a tenant's grant ceiling, and how a request narrows it.
 //! - `quota`: per-tenant quotas, and the metering of each run's passes.
+//! - `sessions`: a tenant's sessions, each prompt a run of its thread.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
@@ -14,9 +16,11 @@
 
 pub mod api;
 pub mod auth;
+pub mod console;
 pub mod openapi;
 pub mod policy;
 pub mod quota;
+pub mod sessions;
 pub mod tenants;
 
 use std::net::SocketAddr;
@@ -139,8 +143,10 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         wake: wake.clone(),
         changed: changed.clone(),
         stopping: false.into(),
+        console: console::ConsoleSessions::default(),
     });
     let state = AppState(shared.clone());
+    let stop_signal = shutdown_signal();
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -178,7 +184,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         let _ = stop_http.wait_for(|s| *s).await;
     });
     let signals = async {
-        shutdown_signal().await;
+        stop_signal.await;
         errln!("nexo serve: stopping: no new requests or runs; runs under way get {} s", args.grace_secs);
         shared.stopping.store(true, Ordering::Relaxed);
         let _ = stop_tx.send(true);
@@ -204,25 +210,24 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     ExitCode::SUCCESS
 }
 
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+/// SIGTERM or Ctrl-C. The handlers are installed when this is called, not
+/// when it is first polled: a SIGTERM right after start-up must not find
+/// the default action (death) still in place.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    let interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
             }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -242,6 +247,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/deny", post(api::deny))
         .route("/v1/runs/{id}/resume", post(api::resume))
         .route("/v1/runs/{id}/cancel", post(api::cancel))
+        .route("/v1/sessions", get(sessions::list))
+        .route("/v1/sessions/prompt", post(sessions::prompt))
+        .route("/v1/sessions/{id}", get(sessions::show).delete(sessions::delete))
         .route("/v1/usage", get(api::usage))
         .route("/v1/audit", get(api::audit_log))
         .route("/v1/tenants", post(api::create_tenant).get(api::list_tenants))
@@ -250,6 +258,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{name}/disable", post(api::disable_tenant))
         .route("/v1/tenants/{name}/enable", post(api::enable_tenant))
         .route("/v1/keys/{id}", delete(api::revoke_key))
+        .merge(console::routes())
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state)
