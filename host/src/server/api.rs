@@ -121,8 +121,13 @@ impl ApiError {
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
             other => {
+                // The details (a path, a server's address) are the operator's, in the log.
                 tracing::error!(target: "nexo::server", "store: {other}");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", other.to_string())
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the server cannot reach its store now; try again shortly",
+                )
             }
         }
     }

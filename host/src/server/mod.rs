@@ -78,8 +78,23 @@ pub struct ServeArgs {
     store: runs::StoreArgs,
 }
 
+/// Raises the soft limit on open files to the hard one: each waiting run
+/// holds a connection to its model, and the default soft limit (often
+/// 1024) would cap a node at about that many.
+fn raise_open_files() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(target: "nexo::server", "cannot raise the open-file limit: {e}");
+        }
+    }
+}
+
 /// `nexo serve`.
 pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
+    raise_open_files();
     let file = match grant::read_config(args.store.config()) {
         Ok(f) => f,
         Err(e) => return report::config_failure(&e),
