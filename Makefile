@@ -2,7 +2,8 @@
 #   make demo   build nexo and the bundled plugins, inspect them, run an agent
 #   make test   every test (builds the plugins itself)
 # Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh);
-# `make test` also installs bubblewrap, componentize-py and ComponentizeJS (scripts/*-deps.sh),
+# `make test` also installs bubblewrap, componentize-py, ComponentizeJS, the MCP servers and the
+# console test's chromium and playwright-core (scripts/*-deps.sh),
 # and starts a PostgreSQL server in target/postgres (scripts/postgres.sh).
 
 CARGO ?= cargo
@@ -55,6 +56,8 @@ test: toolchain
 	./scripts/js-deps.sh
 	@# The npm reference MCP servers, for nexo-mcp's tests.
 	./scripts/mcp-deps.sh
+	@# Debian's chromium and playwright-core, for the web console's browser test (host/tests/console.rs).
+	./scripts/console-deps.sh
 	@# A PostgreSQL server of the tests' own (target/postgres): the store suite runs against it too.
 	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) test --workspace
 	@# The guarded client's test seam must never reach a normal build of nexo.

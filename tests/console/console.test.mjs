@@ -5,7 +5,8 @@
 //
 //   NEXO_CONSOLE_URL   the server, http://127.0.0.1:PORT
 //   NEXO_ALICE_KEY     alice's key; NEXO_BOB_KEY bob's; NEXO_ADMIN_KEY an admin key
-//   NEXO_RUN_ID        alice's suspended run; NEXO_BOB_RUN_ID bob's run
+//   NEXO_RUN_ID        alice's suspended run; NEXO_BOB_RUN_ID bob's run;
+//                      NEXO_BOB_SESSION_ID a session of bob's
 //   NEXO_SCREENSHOTS   where the screenshots go (under target/)
 //   NEXO_CHROMIUM      the browser (default /usr/bin/chromium)
 //
@@ -29,6 +30,7 @@ const bobKey = env('NEXO_BOB_KEY');
 const adminKey = env('NEXO_ADMIN_KEY');
 const runId = env('NEXO_RUN_ID');
 const bobRunId = env('NEXO_BOB_RUN_ID');
+const bobSession = env('NEXO_BOB_SESSION_ID');
 const shots = env('NEXO_SCREENSHOTS');
 const executablePath = process.env.NEXO_CHROMIUM || '/usr/bin/chromium';
 mkdirSync(shots, { recursive: true });
@@ -128,7 +130,7 @@ try {
   const headers = response.headers();
   assert.match(headers['content-security-policy'], /^default-src 'self'; frame-ancestors 'none'/);
   assert.equal(headers['x-content-type-options'], 'nosniff');
-  assert.equal(headers['referrer-policy'], 'no-referrer');
+  assert.equal(headers['referrer-policy'], 'same-origin');
   assert.equal(await page.textContent('#run-input'), 'prompt write notes');
   assert.equal(await page.textContent('#run-status'), 'suspended');
   const approval = page.locator('section.approval');
@@ -142,6 +144,14 @@ try {
   assert.ok((await page.locator('#events li[data-event] .kind').allTextContents()).includes('suspended'));
   await shot(page, '2-alice-run-suspended');
   step('the run page shows the approval with notes.txt');
+
+  // The approvals page lists it too, with its buttons.
+  await page.goto(`${base}/approvals`);
+  const listed = page.locator(`#approvals section.approval[data-run="${runId}"]`);
+  assert.match(await listed.locator('.approval-arguments').textContent(), /notes\.txt/);
+  assert.equal(await listed.locator('button').allTextContents().then((b) => b.join(',')), 'Approve,Deny');
+  await shot(page, '2b-alice-approvals');
+  await page.goto(`${base}/runs/${runId}`);
 
   // CSRF: a POST without the token, with a wrong one, or from another origin, is 403 and changes nothing.
   const token = await page.getAttribute(`form[action="/runs/${runId}/deny"] input[name=csrf]`, 'value');
@@ -173,7 +183,8 @@ try {
   assert.equal(await page.textContent('#run-result'), 'done writing');
   assert.equal(await page.locator('section.approval').count(), 0, 'nothing pending any more');
   const kinds = await page.locator('#events li[data-event] .kind').allTextContents();
-  assert.ok(kinds.includes('tool_call'), `events appended live: ${kinds}`);
+  assert.ok(kinds.includes('tool_call') && kinds.includes('done'), `events appended live: ${kinds}`);
+  assert.match(await page.textContent('#events'), /"name":"write_file","summary":"wrote 13 bytes to notes.txt"[^}]*"verdict":"allowed"/);
   await shot(page, '3-alice-run-done');
   step(`approved: the page went ${shownFirst} → done by itself (${kinds.length} events)`);
 
@@ -183,7 +194,9 @@ try {
   assert.equal(await page.locator('#runs-chart rect.bar').count(), 1, 'one busy hour');
   await shot(page, '4-alice-usage');
   await page.goto(`${base}/sessions`);
-  assert.match(await page.textContent('#sessions-unavailable'), /not available yet/);
+  assert.match(await page.textContent('#sessions'), /No sessions yet/);
+  assert.ok(!(await page.content()).includes(bobSession), "bob's session is not in alice's list");
+  assert.equal((await page.goto(`${base}/sessions/${bobSession}`)).status(), 404, "bob's session, for alice");
   await page.goto(`${base}/approvals`);
   assert.match(await page.textContent('#approvals'), /Nothing is waiting/);
   assert.deepEqual(page.problems, [], 'no script errors, CSP violations or dialogs');
@@ -206,6 +219,12 @@ try {
   const list = await bobPage.content();
   assert.ok(!list.includes(runId), "alice's run is not in bob's list");
   await shot(bobPage, '5-bob-runs');
+  // Bob's session: listed, with its prompt and thread.
+  await bobPage.goto(`${base}/sessions`);
+  await Promise.all([bobPage.waitForNavigation(), bobPage.click(`tr[data-session="${bobSession}"] a`)]);
+  assert.equal(await bobPage.textContent('#session-instance'), 'bob-notes');
+  assert.match(await bobPage.textContent('main'), /one two three/);
+  await shot(bobPage, '5b-bob-session');
   // Bob's run's input is markup, shown as text: it runs no script.
   await bobPage.goto(`${base}/runs/${bobRunId}`);
   const input = await bobPage.textContent('#run-input');

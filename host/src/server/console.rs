@@ -1,12 +1,13 @@
 //! The web console of `nexo serve`: a tenant signs in with one of its keys
 //! and sees its runs with their live events, decides pending approvals,
-//! and reads its usage.
+//! and reads its usage and its sessions.
 //!
-//! Every page is rendered here, as HTML, from the store; the only script is
-//! the vendored htmx (`console/htmx.min.js`, 0BSD), which polls small
-//! fragments so a page follows its run without a reload. Nothing is built
-//! with Node and nothing is fetched from another origin: both assets are
-//! compiled into the binary.
+//! Every page is rendered here, as HTML, from the store (sessions through
+//! the API's own handlers, so a tenant sees exactly what `/v1/sessions`
+//! shows it). The only script is the vendored htmx (`console/htmx.min.js`,
+//! 0BSD), which polls small fragments so a page follows its run without a
+//! reload. Nothing is built with Node and nothing is fetched from another
+//! origin: both assets are compiled into the binary.
 //!
 //! Security:
 //! - a session is a random 256-bit id in an `HttpOnly; SameSite=Strict`
@@ -20,11 +21,11 @@
 //!   is refused;
 //! - every string from a tenant, a run or a model goes through [`escape`];
 //! - responses carry a strict `Content-Security-Policy`, `nosniff` and
-//!   `no-referrer`.
+//!   `Referrer-Policy: same-origin` (see [`REFERRER_POLICY`]).
 //!
-//! Isolation is the API's: a run of another tenant answers 404, and
-//! approving or denying goes through [`api::decide`], audited and resumed
-//! as over the API.
+//! Isolation is the API's: a run or session of another tenant answers 404,
+//! and approving or denying goes through [`api::decide`], audited and
+//! resumed as over the API.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -44,6 +45,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::api::{self, ApiError, AppState};
+use super::auth::TenantCaller;
+use super::sessions;
 use super::tenants::key_hash;
 
 /// The session cookie's name.
@@ -63,13 +66,18 @@ const MAX_SESSIONS: usize = 100_000;
 /// script or style, never in a frame.
 pub const CSP: &str = "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
 
+/// The console's `Referrer-Policy`: no URL of the console leaves for
+/// another site. Not `no-referrer`: under it a browser sends `Origin: null`
+/// with the console's own form posts, which the origin check must refuse.
+pub const REFERRER_POLICY: &str = "same-origin";
+
 /// Events shown per page load or poll.
 const EVENT_BATCH: usize = 500;
 
 /// Runs shown in a list.
 const RUN_LIST: usize = 100;
 
-// ---- sessions ----
+// ---- sign-ins ----
 
 /// The console's sign-ins, in this process's memory: a restart signs
 /// everyone out, and behind a load balancer each node has its own (route a
@@ -575,7 +583,7 @@ async fn protect(request: Request, next: Next) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static(REFERRER_POLICY));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
@@ -601,6 +609,7 @@ pub fn routes() -> Router<AppState> {
         .route("/approvals/live", get(approvals_live))
         .route("/usage", get(usage_page))
         .route("/sessions", get(sessions_page))
+        .route("/sessions/{id}", get(session_page))
         .route("/assets/{file}", get(asset))
         .layer(DefaultBodyLimit::max(64 * 1024))
         .layer(axum::middleware::from_fn(protect))
@@ -878,15 +887,19 @@ async fn pending(state: &AppState, console: &Console, run: &Run) -> Result<Optio
 /// returns to (the run's page when `None`).
 fn approval_card(run: &Run, approval: &Approval, csrf: &str, back: Option<&str>) -> String {
     let id = escape(&run.id);
-    let back =
-        back.map(|b| format!("<input type=\"hidden\" name=\"back\" value=\"{}\">", escape(b))).unwrap_or_default();
+    // On the approvals page, which run it is; on the run's own page, that goes without saying.
+    let (which, back) = match back {
+        Some(b) => (
+            format!("<dt>Run</dt><dd><a href=\"/runs/{id}\"><code>{id}</code></a> ({})</dd>", escape(&run.agent)),
+            format!("<input type=\"hidden\" name=\"back\" value=\"{}\">", escape(b)),
+        ),
+        None => (String::new(), String::new()),
+    };
     let facts = format!(
-        "<dl class=\"facts\"><dt>Run</dt><dd><a href=\"/runs/{id}\"><code>{id}</code></a> ({agent})</dd>\
-         <dt>Tool</dt><dd><code class=\"approval-tool\">{tool}</code></dd>\
+        "<dl class=\"facts\">{which}<dt>Tool</dt><dd><code class=\"approval-tool\">{tool}</code></dd>\
          <dt>Capability</dt><dd><code class=\"approval-capability\">{capability}</code></dd>\
          <dt>Requested</dt><dd>{at}</dd></dl>\
          <h3>Arguments</h3><pre class=\"approval-arguments\">{args}</pre>",
-        agent = escape(&run.agent),
         tool = escape(&approval.tool),
         capability = escape(&approval.capability),
         at = time_tag(approval.created_ms),
@@ -972,6 +985,9 @@ fn event_row(e: &StoredEvent) -> String {
 /// never once it has ended and every event is shown.
 fn event_rows(run: &Run, batch: &[StoredEvent], after: i64, ended: bool) -> String {
     let mut out: String = batch.iter().map(event_row).collect();
+    if batch.is_empty() && after == 0 && ended {
+        out.push_str("<li class=\"muted\">No events.</li>");
+    }
     let last = batch.last().map(|e| e.id).unwrap_or(after);
     let full = batch.len() >= EVENT_BATCH;
     if full || !ended {
@@ -1097,8 +1113,8 @@ async fn approvals_inner(state: &AppState, console: &Console) -> Result<String, 
 async fn approvals_page(State(state): State<AppState>, console: Console) -> Page {
     let inner = approvals_inner(&state, &console).await?;
     let body = format!(
-        "<h1>Approvals</h1><p class=\"muted\">Calls the tenant's policy holds for a person to decide; \
-         a decision is audited and the run resumes.</p>{}",
+        "<h1>Approvals</h1><p class=\"muted\">Tool calls your policy holds for a person to decide. \
+         A decision is audited, and the run resumes.</p>{}",
         live("div", "approvals", "", "/approvals/live", "2s", true, &inner)
     );
     Ok(html(StatusCode::OK, page("Approvals", Some(&console.who()), Nav::Approvals, &body)))
@@ -1154,7 +1170,7 @@ fn runs_chart(periods: &[Usage], start_ms: i64, hours: usize) -> String {
         "<svg class=\"chart\" id=\"runs-chart\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
          aria-labelledby=\"chart-title\"><title id=\"chart-title\">Runs per hour, the last {hours} hours</title>"
     );
-    let ticks: &[u64] = if top >= 2 && top % 2 == 0 { &[0, 1, 2] } else { &[0, 2] };
+    let ticks: &[u64] = if top >= 2 && top.is_multiple_of(2) { &[0, 1, 2] } else { &[0, 2] };
     for &t in ticks {
         let value = top * t / 2;
         let y = above + plot_h - plot_h * (value as f64 / top as f64);
@@ -1188,7 +1204,7 @@ fn runs_chart(periods: &[Usage], start_ms: i64, hours: usize) -> String {
                 stamp.get(11..13).unwrap_or(""),
             );
         }
-        if i % label_every == 0 {
+        if i.is_multiple_of(label_every) {
             let label = if hours <= 24 {
                 format!("{}:00", stamp.get(11..13).unwrap_or(""))
             } else {
@@ -1258,15 +1274,97 @@ async fn usage_page(State(state): State<AppState>, console: Console, Query(q): Q
 
 // ---- sessions ----
 
-/// `GET /sessions`: says plainly that sessions are not served yet.
-async fn sessions_page(console: Console) -> Response {
-    let body = "<h1>Sessions</h1><div class=\"panel\" id=\"sessions-unavailable\">\
-        <p><strong>Sessions over the API are not available yet.</strong></p>\
-        <p>A session is a remembering instance of an agent, whose thread every prompt continues \
-        (<code>nexo chat</code> and <code>nexo sessions</code> on the command line). <code>nexo serve</code> \
-        does not host sessions for tenants yet, so there is nothing to list here.</p>\
-        <p>Each <code>POST /v1/runs</code> is a run of its own: see <a href=\"/runs\">Runs</a>.</p></div>";
-    html(StatusCode::OK, page("Sessions", Some(&console.who()), Nav::Sessions, body))
+/// The API's answer for the tenant, or its error as a page.
+async fn through_api<T>(result: Result<axum::Json<T>, ApiError>, console: &Console) -> Result<T, Failure> {
+    match result {
+        Ok(axum::Json(value)) => Ok(value),
+        Err(e) => Err(Failure::api(e, console).await),
+    }
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => pretty(other),
+    }
+}
+
+/// `GET /sessions`: the tenant's sessions, as `GET /v1/sessions` lists them.
+async fn sessions_page(State(state): State<AppState>, console: Console) -> Page {
+    let listed =
+        through_api(sessions::list(State(state), TenantCaller(console.tenant.clone())).await, &console).await?;
+    let mut rows = String::new();
+    for s in listed["sessions"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let id = escape(s["id"].as_str().unwrap_or(""));
+        let _ = write!(
+            rows,
+            "<tr data-session=\"{id}\"><td><a href=\"/sessions/{id}\"><code>{id}</code></a></td><td>{}</td>\
+             <td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            escape(s["instance"].as_str().unwrap_or("")),
+            escape(s["agent"].as_str().unwrap_or("")),
+            s["messages"].as_u64().unwrap_or(0),
+            time_tag(s["updated_ms"].as_i64().unwrap_or(0)),
+        );
+    }
+    if rows.is_empty() {
+        rows.push_str(
+            "<tr><td colspan=\"5\" class=\"muted\">No sessions yet. A prompt over the API opens one: \
+             <code>POST /v1/sessions/prompt</code>.</td></tr>",
+        );
+    }
+    let body = format!(
+        "<h1>Sessions</h1><p class=\"muted\">Remembering instances of an agent: each prompt is a run that \
+         continues the session's thread.</p><table id=\"sessions\"><thead><tr><th>Session</th><th>Name</th>\
+         <th>Agent</th><th class=\"num\">Messages</th><th>Updated</th></tr></thead><tbody>{rows}</tbody></table>"
+    );
+    Ok(html(StatusCode::OK, page("Sessions", Some(&console.who()), Nav::Sessions, &body)))
+}
+
+/// `GET /sessions/{id}`: a session's thread and prompts, as
+/// `GET /v1/sessions/{id}` shows them (another tenant's is 404).
+async fn session_page(State(state): State<AppState>, console: Console, Path(id): Path<String>) -> Page {
+    let shown =
+        through_api(sessions::show(State(state), TenantCaller(console.tenant.clone()), Path(id)).await, &console)
+            .await?;
+    let mut thread = String::new();
+    for message in shown["thread"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let role = message["role"].as_str().unwrap_or("message");
+        let content = if message.get("content").is_some() { text_of(&message["content"]) } else { pretty(message) };
+        let _ = write!(
+            thread,
+            "<li><span class=\"kind\">{}</span><pre>{}</pre></li>",
+            escape(role),
+            escape(&clip(&content, 16 * 1024))
+        );
+    }
+    if thread.is_empty() {
+        thread.push_str("<li class=\"muted\">The thread is empty.</li>");
+    }
+    let mut prompts = String::new();
+    for run in shown["runs"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let id = escape(run["id"].as_str().unwrap_or(""));
+        let status = run["status"].as_str().and_then(RunStatus::parse).map(|s| status_badge(s, None));
+        let _ = write!(
+            prompts,
+            "<tr><td><a href=\"/runs/{id}\"><code>{id}</code></a></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&clip(run["input"].as_str().unwrap_or(""), 160)),
+            status.unwrap_or_default(),
+            time_tag(run["created_ms"].as_i64().unwrap_or(0)),
+        );
+    }
+    let body = format!(
+        "<h1>Session <code id=\"session-id\">{id}</code></h1><div class=\"panel\"><dl class=\"facts\">\
+         <dt>Name</dt><dd id=\"session-instance\">{instance}</dd><dt>Agent</dt><dd>{agent}</dd>\
+         <dt>Created</dt><dd>{created}</dd><dt>Updated</dt><dd>{updated}</dd></dl></div>\
+         <h2>Prompts</h2><table><thead><tr><th>Run</th><th>Input</th><th>Status</th><th>Created</th></tr></thead>\
+         <tbody>{prompts}</tbody></table><h2>Thread</h2><div class=\"panel\"><ol class=\"events\">{thread}</ol></div>",
+        id = escape(shown["id"].as_str().unwrap_or("")),
+        instance = escape(shown["instance"].as_str().unwrap_or("")),
+        agent = escape(shown["agent"].as_str().unwrap_or("")),
+        created = time_tag(shown["created_ms"].as_i64().unwrap_or(0)),
+        updated = time_tag(shown["updated_ms"].as_i64().unwrap_or(0)),
+    );
+    Ok(html(StatusCode::OK, page("Session", Some(&console.who()), Nav::Sessions, &body)))
 }
 
 #[cfg(test)]
