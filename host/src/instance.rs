@@ -181,6 +181,9 @@ pub struct Core {
     pub limits: Limits,
     /// The resource limiter.
     pub limiter: RunLimiter,
+    /// When the guest's current call must end: checked at every epoch tick
+    /// while it runs ([`arm_deadline`] sets it again for a later call).
+    pub deadline: std::time::Instant,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -282,12 +285,29 @@ pub fn new_store<W: Send + 'static>(
         shared: wasi_setup.memory.clone().map(|b| (b, 0)),
         hit: None,
     };
-    let core = Core { plugin, limiter, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
+    let deadline = std::time::Instant::now() + timeout;
+    let core =
+        Core { plugin, limiter, deadline, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
     let mut store = Store::new(engine.wasmtime(), Host { core, world });
     store.limiter(|s| &mut s.core.limiter);
-    store.set_epoch_deadline(engine.ticks_for(timeout));
-    store.epoch_deadline_trap();
+    // At every epoch tick the running guest yields to the executor, so a
+    // busy loop holds a worker thread for one tick at most and other runs
+    // (another tenant's) go on; past its deadline it traps instead.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        if std::time::Instant::now() >= ctx.data().core.deadline {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        }
+        Ok(wasmtime::UpdateDeadline::Yield(1))
+    });
     Ok(store)
+}
+
+/// Gives the store's next call `timeout` from now (a long-lived instance,
+/// such as a sandbox provider's, serves many calls).
+pub fn arm_deadline<W>(store: &mut Store<Host<W>>, timeout: Duration) {
+    store.data_mut().core.deadline = std::time::Instant::now() + timeout;
+    store.set_epoch_deadline(1);
 }
 
 /// Turns the outcome of a guarded call into a typed error: the wall-clock

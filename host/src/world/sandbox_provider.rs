@@ -57,7 +57,6 @@ impl std::fmt::Debug for SandboxProviderPlugin {
 
 /// A provider instance behind the [`RemoteClient`] calls.
 struct ComponentClient {
-    engine: Engine,
     instance: Mutex<(Store<Host<EgressState>>, Bindings)>,
     runtime: tokio::runtime::Handle,
     call_timeout: Duration,
@@ -92,7 +91,6 @@ impl SandboxProviderPlugin {
         let result = tokio::time::timeout(call_timeout, self.pre.instantiate_async(&mut store)).await;
         let bindings = settle(&store, "instantiate", call_timeout, result)?;
         let client = ComponentClient {
-            engine: engine.clone(),
             instance: Mutex::new((store, bindings)),
             runtime: tokio::runtime::Handle::current(),
             call_timeout,
@@ -127,8 +125,7 @@ impl ComponentClient {
     ) -> Result<T, SandboxError> {
         let mut guard = self.instance.lock().unwrap_or_else(|e| e.into_inner());
         let (store, bindings) = &mut *guard;
-        let ticks = self.engine.ticks_for(timeout);
-        store.set_epoch_deadline(ticks);
+        crate::instance::arm_deadline(store, timeout);
         let result = self.runtime.block_on(async { tokio::time::timeout(timeout, f(store, bindings)).await });
         match settle(store, function, timeout, result) {
             Ok(inner) => inner.map_err(from_wit),
