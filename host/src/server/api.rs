@@ -8,156 +8,30 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use nexo::Plugin;
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::runs::{Runs, Subject};
-use nexo::{Engine, Plugin};
+use nexo::runs::Subject;
 use nexo_store::{Decision, Run, RunStatus, Store, StoreError, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+
+pub use super::error::{ApiError, ApiResult};
+pub use super::state::AppState;
 
 use super::auth::{AdminCaller, TenantCaller};
 use super::policy::{Narrowing, Policy, SandboxKind};
 use super::tenants::{self, TenantError};
 use crate::cli::{grant, runs as cli_runs};
-
-/// What every request handler shares.
-#[derive(Clone)]
-pub struct AppState(pub Arc<Shared>);
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-/// The server's state.
-pub struct Shared {
-    /// The store every node shares.
-    pub store: Arc<dyn Store>,
-    /// Runs, owned by this node.
-    pub runs: Runs,
-    /// The engine uploads are validated and runs are created with.
-    pub engine: Engine,
-    /// The operator's configuration.
-    pub config: Arc<grant::ConfigFile>,
-    /// Workspaces and the plugin cache.
-    pub data_dir: PathBuf,
-    /// The largest upload.
-    pub max_plugin_bytes: usize,
-    /// Each run's wall-clock limit per pass.
-    pub timeout_secs: u64,
-    /// Each run's memory cap.
-    pub memory_mib: u64,
-    /// Woken when a run is queued, so the worker claims it at once.
-    pub wake: Arc<Notify>,
-    /// Woken when this node's worker finishes a job, for `wait`.
-    pub changed: Arc<Notify>,
-    /// Set once the server is stopping: `/readyz` then says 503.
-    pub stopping: AtomicBool,
-    /// The web console's sign-ins.
-    pub console: super::console::ConsoleSessions,
-}
-
-/// An API error: a status, a stable code and a message that names the
-/// cause and the fix, as `{"error": {"code": …, "message": …}}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), retry_after: None }
-    }
-
-    /// 429: a quota is used up; try again after `retry_after` seconds.
-    pub fn quota(refusal: super::quota::Refusal) -> ApiError {
-        ApiError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            code: "quota_exceeded",
-            message: refusal.message,
-            retry_after: Some(refusal.retry_after),
-        }
-    }
-
-    /// 401: no key, or a key that is not valid.
-    pub fn unauthorized(message: &str) -> ApiError {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
-    }
-
-    /// 403: the caller may not do this.
-    pub fn forbidden(message: &str) -> ApiError {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
-    }
-
-    /// 404: nothing by that id for this caller.
-    pub fn not_found(message: &str) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
-    }
-
-    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
-    }
-
-    /// A store failure: conflicts are the caller's (409), the rest the server's.
-    pub fn store(e: StoreError) -> ApiError {
-        match e {
-            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
-            StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
-            other => {
-                // The details (a path, a server's address) are the operator's, in the log.
-                tracing::error!(target: "nexo::server", "store: {other}");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    "the server cannot reach its store now; try again shortly",
-                )
-            }
-        }
-    }
-}
-
-impl From<TenantError> for ApiError {
-    fn from(e: TenantError) -> ApiError {
-        match e {
-            TenantError::BadName(_) | TenantError::BadPolicy(_) => ApiError::bad_request(e.to_string()),
-            TenantError::NoTenant(_) => ApiError::not_found(&e.to_string()),
-            TenantError::Store(s) => ApiError::store(s),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        let mut response = (self.status, body).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if let Some(secs) = self.retry_after {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
-    }
-}
-
-type ApiResult<T> = Result<T, ApiError>;
 
 /// The answer for a record the caller cannot see, whether it exists or not.
 fn no_run() -> ApiError {

@@ -5,7 +5,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use nexo_store::Tenant;
 
-use super::api::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use super::tenants::key_hash;
 
 /// The caller of a request.

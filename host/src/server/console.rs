@@ -27,9 +27,8 @@
 //! and approving or denying goes through [`api::decide`], audited and
 //! resumed as over the API.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::Router;
@@ -47,6 +46,7 @@ use sha2::{Digest, Sha256};
 use super::api::{self, ApiError, AppState};
 use super::auth::TenantCaller;
 use super::sessions;
+use super::signin::{SESSION_TTL, random_token};
 use super::tenants::key_hash;
 
 /// The session cookie's name.
@@ -55,12 +55,6 @@ pub const SESSION_COOKIE: &str = "nexo_session";
 /// The sign-in form's cookie: a token the form repeats, so another site
 /// cannot sign a browser in (login CSRF).
 const LOGIN_COOKIE: &str = "nexo_login";
-
-/// How long a session lasts from sign-in.
-pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
-
-/// At most this many sessions are kept; the oldest go first beyond it.
-const MAX_SESSIONS: usize = 100_000;
 
 /// The console's `Content-Security-Policy`: this origin only, no inline
 /// script or style, never in a frame.
@@ -76,87 +70,6 @@ const EVENT_BATCH: usize = 500;
 
 /// Runs shown in a list.
 const RUN_LIST: usize = 100;
-
-// ---- sign-ins ----
-
-/// The console's sign-ins, in this process's memory: a restart signs
-/// everyone out, and behind a load balancer each node has its own (route a
-/// browser to one node, with sticky sessions).
-#[derive(Default)]
-pub struct ConsoleSessions {
-    /// By the SHA-256 of the session id, so the map holds no cookie value.
-    map: Mutex<HashMap<String, ConsoleSession>>,
-}
-
-/// One sign-in.
-#[derive(Clone, Debug)]
-struct ConsoleSession {
-    tenant: String,
-    /// The SHA-256 of the key signed in with, to notice its revocation.
-    key_hash: String,
-    csrf: String,
-    created_ms: i64,
-    expires_ms: i64,
-}
-
-impl ConsoleSessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConsoleSession>> {
-        self.map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// A new session for `tenant`: its id, for the cookie.
-    fn open(&self, tenant: &str, key_hash: &str, now_ms: i64) -> String {
-        let id = random_token();
-        let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
-        let session = ConsoleSession {
-            tenant: tenant.to_string(),
-            key_hash: key_hash.to_string(),
-            csrf: random_token(),
-            created_ms: now_ms,
-            expires_ms: now_ms.saturating_add(ttl),
-        };
-        let mut map = self.lock();
-        map.retain(|_, s| s.expires_ms > now_ms);
-        if map.len() >= MAX_SESSIONS {
-            let oldest = map.iter().min_by_key(|(_, s)| s.created_ms).map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                map.remove(&k);
-            }
-        }
-        map.insert(session_key(&id), session);
-        id
-    }
-
-    /// The live session with this id; an expired one is dropped.
-    fn get(&self, id: &str, now_ms: i64) -> Option<(String, ConsoleSession)> {
-        let key = session_key(id);
-        let mut map = self.lock();
-        match map.get(&key) {
-            Some(s) if s.expires_ms > now_ms => Some((key, s.clone())),
-            Some(_) => {
-                map.remove(&key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Ends the session stored under `key` (the id's hash).
-    fn end(&self, key: &str) {
-        self.lock().remove(key);
-    }
-}
-
-fn session_key(id: &str) -> String {
-    hex::encode(Sha256::digest(id.as_bytes()))
-}
-
-/// 256 random bits, as hex.
-fn random_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::fill(&mut bytes);
-    hex::encode(bytes)
-}
 
 /// Whether two secrets are equal, in time that does not depend on where
 /// they differ (or on their lengths: both are hashed first).
@@ -1389,23 +1302,6 @@ mod tests {
         assert!(!same_secret(&t, &random_token()));
         assert!(!same_secret(&t, &t[..63]));
         assert!(!same_secret(&t, ""));
-    }
-
-    #[test]
-    fn sessions_open_expire_and_end() {
-        let sessions = ConsoleSessions::default();
-        let id = sessions.open("t1", "hash", 1_000);
-        let (key, s) = sessions.get(&id, 2_000).unwrap();
-        assert_eq!((s.tenant.as_str(), s.key_hash.as_str()), ("t1", "hash"));
-        assert_ne!(key, id, "kept by the id's hash");
-        assert!(sessions.get("not-a-session", 2_000).is_none());
-        let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap();
-        assert!(sessions.get(&id, 1_000 + ttl).is_none(), "expired");
-        assert!(sessions.lock().is_empty(), "an expired session is dropped");
-        let id = sessions.open("t1", "hash", 1_000);
-        let (key, _) = sessions.get(&id, 1_001).unwrap();
-        sessions.end(&key);
-        assert!(sessions.get(&id, 1_002).is_none());
     }
 
     #[test]

@@ -17,10 +17,13 @@
 pub mod api;
 pub mod auth;
 pub mod console;
+pub mod error;
 pub mod openapi;
 pub mod policy;
 pub mod quota;
 pub mod sessions;
+pub mod signin;
+pub mod state;
 pub mod tenants;
 
 use std::net::SocketAddr;
@@ -42,7 +45,7 @@ use nexo::{Engine, EngineConfig};
 use tokio::sync::Notify;
 
 use crate::cli::{grant, report, runs, worker};
-use api::{AppState, Shared};
+use state::{AppState, Shared};
 
 /// The address `nexo serve` listens on when nothing says otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
@@ -158,7 +161,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         wake: wake.clone(),
         changed: changed.clone(),
         stopping: false.into(),
-        console: console::ConsoleSessions::default(),
+        console: signin::ConsoleSessions::default(),
     });
     let state = AppState(shared.clone());
     let stop_signal = shutdown_signal();

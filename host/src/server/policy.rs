@@ -53,7 +53,7 @@ pub struct Policy {
     pub mcp_allow: Vec<String>,
     /// Limits on what the tenant's runs use (`[quotas]`).
     #[serde(default)]
-    pub quotas: super::quota::Quotas,
+    pub quotas: Quotas,
 }
 
 fn read_only() -> PermissionMode {
@@ -256,6 +256,25 @@ pub fn sandbox_name(s: SandboxKind) -> &'static str {
         SandboxKind::Virtual => "virtual",
         SandboxKind::Local => "local",
     }
+}
+
+/// A tenant's quotas, part of its policy. Unset means unlimited.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Quotas {
+    /// Runs queued or running at once (each running run is one live instance).
+    pub concurrent_runs: Option<u64>,
+    /// Runs started per hour.
+    pub runs_per_hour: Option<u64>,
+    /// Model tokens (input and output) per hour. A run also gets what is
+    /// left of the hour's tokens as its token budget.
+    pub tokens_per_hour: Option<u64>,
+    /// Epoch ticks (the engine's time slices spent driving the tenant's
+    /// runs) per hour.
+    pub cpu_ticks_per_hour: Option<u64>,
+    /// The linear memory of all the tenant's live instances on one node,
+    /// together, in MiB (each instance also has the server's own cap).
+    pub memory_mib: Option<u64>,
 }
 
 #[cfg(test)]

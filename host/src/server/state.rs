@@ -1,0 +1,51 @@
+//! The state every request handler of `nexo serve` shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use nexo::Engine;
+use nexo::runs::Runs;
+use nexo_store::Store;
+use tokio::sync::Notify;
+
+use crate::cli::grant;
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState(pub Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The server's state.
+pub struct Shared {
+    /// The store every node shares.
+    pub store: Arc<dyn Store>,
+    /// Runs, owned by this node.
+    pub runs: Runs,
+    /// The engine uploads are validated and runs are created with.
+    pub engine: Engine,
+    /// The operator's configuration.
+    pub config: Arc<grant::ConfigFile>,
+    /// Workspaces and the plugin cache.
+    pub data_dir: PathBuf,
+    /// The largest upload.
+    pub max_plugin_bytes: usize,
+    /// Each run's wall-clock limit per pass.
+    pub timeout_secs: u64,
+    /// Each run's memory cap.
+    pub memory_mib: u64,
+    /// Woken when a run is queued, so the worker claims it at once.
+    pub wake: Arc<Notify>,
+    /// Woken when this node's worker finishes a job, for `wait`.
+    pub changed: Arc<Notify>,
+    /// Set once the server is stopping: `/readyz` then says 503.
+    pub stopping: AtomicBool,
+    /// The web console's sign-ins.
+    pub console: super::signin::ConsoleSessions,
+}
