@@ -6,8 +6,9 @@
 //!    while they go, a probe times `GET /v1/runs` every 20 ms. Reported: p50
 //!    and p99 of the API latency (the probe) and of the run latency (the
 //!    waiting POSTs), and the server's RSS (peak and after).
-//! 2. **noisy**: the same load while one more tenant keeps spin (a busy loop
-//!    until its deadline) and hog (allocates until refused) runs going.
+//! 2. **noisy**: the same load while one more tenant (quotas: a quarter of a
+//!    core, 512 MiB) keeps two spin (a busy loop until its deadline) and two
+//!    hog (allocates until refused) runs going.
 //!    Reported: the same numbers, and the other tenants' p99 against phase 1.
 //! 3. **density**: DENSITY runs (default 10,000) in one fresh server, each
 //!    waiting on a model response that is held until all have arrived.
@@ -242,7 +243,8 @@ async fn main() {
     for i in 0..tenants_n {
         tenants.push(tenant(dir.path(), &format!("t{i:03}"), &policy));
     }
-    let noisy = tenant(dir.path(), "noisy", &json!({"quotas": {"memory-mib": 512}}));
+    // The noisy tenant's quotas: a quarter of a core and 512 MiB, whatever it runs.
+    let noisy = tenant(dir.path(), "noisy", &json!({"quotas": {"memory-mib": 512, "cpu-cores": 0.25}}));
     let server = start(dir.path(), runs + 16);
     let mut keyed = Vec::new();
     for key in &tenants {

@@ -40,6 +40,48 @@ pub struct Wasi {
     pub journal: Option<Arc<crate::journal::Journal>>,
     /// A memory total this store shares with others (a tenant's instances).
     pub memory: Option<Arc<MemoryBudget>>,
+    /// A CPU share this store's guest draws on with others (a tenant's).
+    pub cpu: Option<Arc<CpuBudget>>,
+}
+
+/// A share of the CPU that several stores' guests draw on together (a
+/// tenant's runs in `nexo serve`): a token bucket of epoch ticks, refilled
+/// at `cores` ticks per tick period. A guest that finds it empty at an
+/// epoch tick sleeps until its next tick is earned, so a busy loop gets its
+/// share and no more, however many runs it has.
+#[derive(Debug)]
+pub struct CpuBudget {
+    cores: f64,
+    burst: f64,
+    tick: Duration,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl CpuBudget {
+    /// A budget of `cores` CPU cores (at least 0.01), with `tick` the
+    /// engine's epoch period and a burst of one second's worth.
+    pub fn new(cores: f64, tick: Duration) -> Arc<CpuBudget> {
+        let cores = cores.max(0.01);
+        let burst = (cores / tick.as_secs_f64().max(1e-6)).max(1.0);
+        Arc::new(CpuBudget { cores, burst, tick, state: std::sync::Mutex::new((burst, std::time::Instant::now())) })
+    }
+
+    /// The share, in cores.
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
+    /// Takes one tick of CPU: `None` if it was there, else how long to
+    /// sleep until it is earned.
+    fn take(&self) -> Option<Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let per_sec = self.cores / self.tick.as_secs_f64().max(1e-6);
+        let (tokens, last) = *state;
+        let tokens = (tokens + now.duration_since(last).as_secs_f64() * per_sec).min(self.burst) - 1.0;
+        *state = (tokens, now);
+        (tokens < 0.0).then(|| Duration::from_secs_f64(-tokens / per_sec))
+    }
 }
 
 /// Linear memory that several stores draw on together, up to one total:
@@ -184,6 +226,8 @@ pub struct Core {
     /// When the guest's current call must end: checked at every epoch tick
     /// while it runs ([`arm_deadline`] sets it again for a later call).
     pub deadline: std::time::Instant,
+    /// The CPU share the guest draws on, if any.
+    cpu: Option<Arc<CpuBudget>>,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -286,8 +330,17 @@ pub fn new_store<W: Send + 'static>(
         hit: None,
     };
     let deadline = std::time::Instant::now() + timeout;
-    let core =
-        Core { plugin, limiter, deadline, wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits };
+    let core = Core {
+        plugin,
+        limiter,
+        deadline,
+        cpu: wasi_setup.cpu.clone(),
+        wasi: wasi.build(),
+        table: ResourceTable::new(),
+        stdout,
+        stderr,
+        limits,
+    };
     let mut store = Store::new(engine.wasmtime(), Host { core, world });
     store.limiter(|s| &mut s.core.limiter);
     // At every epoch tick the running guest yields to the executor, so a
@@ -295,8 +348,15 @@ pub fn new_store<W: Send + 'static>(
     // (another tenant's) go on; past its deadline it traps instead.
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|ctx| {
-        if std::time::Instant::now() >= ctx.data().core.deadline {
+        let core = &ctx.data().core;
+        let now = std::time::Instant::now();
+        if now >= core.deadline {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
+        }
+        // Over its CPU share: sleep until the next tick is earned (never past the deadline).
+        if let Some(wait) = core.cpu.as_ref().and_then(|c| c.take()) {
+            let wait = wait.min(core.deadline.saturating_duration_since(now));
+            return Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(wait))));
         }
         Ok(wasmtime::UpdateDeadline::Yield(1))
     });
@@ -421,5 +481,36 @@ impl wasmtime_wasi::HostMonotonicClock for JournaledMonotonicClock {
         });
         self.last.fetch_max(now, Ordering::Relaxed);
         now
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_cpu_budget_lends_its_burst_then_makes_guests_wait_for_their_share() {
+        let tick = Duration::from_millis(10);
+        // Half a core: 50 ticks a second, a burst of one second's worth.
+        let budget = CpuBudget::new(0.5, tick);
+        for _ in 0..50 {
+            assert_eq!(budget.take(), None);
+        }
+        let wait = budget.take().unwrap();
+        assert!(wait > Duration::from_millis(10) && wait <= Duration::from_millis(25), "{wait:?}");
+        // Debt adds up: the next tick waits longer.
+        assert!(budget.take().unwrap() > wait);
+    }
+
+    #[test]
+    fn a_memory_budget_reserves_up_to_its_total_and_takes_back_what_is_released() {
+        let budget = MemoryBudget::new(100);
+        assert!(budget.reserve(60).is_ok());
+        assert_eq!(budget.reserve(50), Err(60), "it says what was in use");
+        budget.release(60);
+        assert!(budget.reserve(100).is_ok());
+        assert_eq!(budget.used(), 100);
     }
 }

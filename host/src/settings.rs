@@ -113,6 +113,9 @@ pub struct RunOptions {
     /// gives every run of one tenant the same budget. `None`: only the
     /// engine's per-instance cap applies.
     pub memory_budget: Option<Arc<crate::instance::MemoryBudget>>,
+    /// A CPU share the run's guest draws on with others: `nexo serve` gives
+    /// every run of one tenant the same one. `None`: no share applies.
+    pub cpu_budget: Option<Arc<crate::instance::CpuBudget>>,
 }
 
 impl RunOptions {

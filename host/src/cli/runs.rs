@@ -616,6 +616,7 @@ pub async fn resume_run(
         Err(code) => return Resumed::Refused(settings.into(), code),
     };
     options.memory_budget = served.and_then(|s| s.memory.clone());
+    options.cpu_budget = served.and_then(|s| s.cpu.clone());
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
@@ -672,6 +673,8 @@ pub struct Served {
     pub engine: Engine,
     /// The memory total the tenant's instances share on this node.
     pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
+    /// The CPU share the tenant's runs draw on, on this node.
+    pub cpu: Option<Arc<nexo::instance::CpuBudget>>,
 }
 
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox

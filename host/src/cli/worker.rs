@@ -328,8 +328,8 @@ impl Worker {
             (Some((dir, engine)), Some(tenant)) => {
                 let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
                 let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
-                let memory = self.budgets.budget(&**store, tenant).await;
-                Some(runs::Served { source, plugin, engine: engine.clone(), memory })
+                let (memory, cpu) = self.budgets.budgets(&**store, tenant, engine.config().epoch_tick).await;
+                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu })
             }
             _ => None,
         };

@@ -275,6 +275,10 @@ pub struct Quotas {
     /// The linear memory of all the tenant's live instances on one node,
     /// together, in MiB (each instance also has the server's own cap).
     pub memory_mib: Option<u64>,
+    /// The CPU all the tenant's running guests on one node may use
+    /// together, in cores (0.5 is half a core): past it they are made to
+    /// wait at their epoch ticks, so a busy loop cannot crowd out others.
+    pub cpu_cores: Option<f64>,
 }
 
 #[cfg(test)]

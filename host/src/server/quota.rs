@@ -14,28 +14,47 @@ use nexo_store::{RunStatus, Store, StoreResult};
 pub use super::policy::Quotas;
 use serde_json::json;
 
-/// Each tenant's memory budget on this node, shared by its instances.
+/// Each tenant's memory and CPU budgets on this node, shared by its runs.
 #[derive(Debug, Default)]
-pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<nexo::instance::MemoryBudget>>>);
+pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, TenantBudgets>>);
+
+#[derive(Debug, Default)]
+struct TenantBudgets {
+    memory: Option<std::sync::Arc<nexo::instance::MemoryBudget>>,
+    cpu: Option<std::sync::Arc<nexo::instance::CpuBudget>>,
+}
+
+type Shared<T> = Option<std::sync::Arc<T>>;
 
 impl Budgets {
-    /// The tenant's budget under its current policy, or `None` when it has
-    /// no memory quota. A changed quota starts a new budget; instances of
-    /// the old one give their memory back to it.
-    pub async fn budget(
+    /// The tenant's budgets under its current policy (`memory-mib`,
+    /// `cpu-cores`); `None` where it has no such quota. A changed quota
+    /// starts a new budget; runs of the old one give theirs back to it.
+    pub async fn budgets(
         &self,
         store: &dyn Store,
         tenant: &str,
-    ) -> Option<std::sync::Arc<nexo::instance::MemoryBudget>> {
-        let stored = store.tenant(tenant).await.ok().flatten()?;
-        let policy = super::policy::Policy::from_stored(&stored.policy).ok()?;
-        let cap = usize::try_from(policy.quotas.memory_mib?).ok()?.saturating_mul(1 << 20);
+        tick: Duration,
+    ) -> (Shared<nexo::instance::MemoryBudget>, Shared<nexo::instance::CpuBudget>) {
+        let Some(policy) =
+            store.tenant(tenant).await.ok().flatten().and_then(|t| super::policy::Policy::from_stored(&t.policy).ok())
+        else {
+            return (None, None);
+        };
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let budget = map.entry(tenant.to_string()).or_insert_with(|| nexo::instance::MemoryBudget::new(cap));
-        if budget.cap() != cap {
-            *budget = nexo::instance::MemoryBudget::new(cap);
-        }
-        Some(budget.clone())
+        let entry = map.entry(tenant.to_string()).or_default();
+        let memory = policy.quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
+        entry.memory = match (memory, entry.memory.take()) {
+            (Some(cap), Some(b)) if b.cap() == cap => Some(b),
+            (Some(cap), _) => Some(nexo::instance::MemoryBudget::new(cap)),
+            (None, _) => None,
+        };
+        entry.cpu = match (policy.quotas.cpu_cores, entry.cpu.take()) {
+            (Some(cores), Some(b)) if b.cores() == cores.max(0.01) => Some(b),
+            (Some(cores), _) => Some(nexo::instance::CpuBudget::new(cores, tick)),
+            (None, _) => None,
+        };
+        (entry.memory.clone(), entry.cpu.clone())
     }
 }
 

@@ -253,6 +253,7 @@ impl Agent {
             env: options.env.clone(),
             journal: options.journal.clone(),
             memory: options.memory_budget.clone(),
+            cpu: options.cpu_budget.clone(),
         };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
