@@ -12,10 +12,8 @@
 //! - a plugin uploaded to one node runs on another.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
@@ -25,33 +23,9 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{stderr, stdout};
+use common::{Node, stderr, stdout};
 
 const PROVIDER_KEY: &str = "sk-serve-provider-secret-7319";
-
-/// A `nexo serve` process, killed when dropped.
-struct Node {
-    child: Child,
-    base: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Node {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
 
 struct Scene {
     dir: tempfile::TempDir,
@@ -110,29 +84,8 @@ impl Scene {
             .env("NEXO_LOG", "info")
             .args(["serve", "--listen", "127.0.0.1:0", "--config", &self.config(), "--grace-secs", "5"])
             .arg("--data-dir")
-            .arg(&data)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("start nexo serve");
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().unwrap());
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-                }
-                let mut log = kept.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| panic!("nexo serve did not start: {}", log.lock().unwrap()));
-        Node { child, base, log }
+            .arg(&data);
+        Node::start(cmd)
     }
 
     fn data(&self, name: &str) -> PathBuf {

@@ -205,6 +205,17 @@ pub async fn open(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Arc<dy
     nexo_store::open(&location).await.map_err(|e| store_error(&e))
 }
 
+/// Reads the config file the store flags name and opens the store, or
+/// prints why not: what every command that works on the store starts with.
+pub async fn config_and_store(
+    args: &StoreArgs,
+    flag: Option<&str>,
+) -> Result<(grant::ConfigFile, Arc<dyn Store>), ExitCode> {
+    let file = grant::read_config(args.config()).map_err(|e| report::config_failure(&e))?;
+    let store = open(flag, &file).await?;
+    Ok((file, store))
+}
+
 /// Prints a store error; its exit code.
 pub fn store_error(e: &StoreError) -> ExitCode {
     errln!("error: {e}");

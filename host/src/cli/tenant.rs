@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use nexo_store::Store;
 
+use super::grant;
 use super::runs::{self, StoreArgs};
-use super::{grant, report};
 use crate::server::policy::Policy;
 use crate::server::tenants::{self, TenantError};
 
@@ -122,9 +122,15 @@ async fn open(
     args: &StoreArgs,
     flag: Option<&str>,
 ) -> Result<(std::sync::Arc<dyn Store>, grant::ConfigFile), ExitCode> {
-    let file = grant::read_config(args.config()).map_err(|e| report::config_failure(&e))?;
-    let store = runs::open(flag, &file).await?;
-    Ok((store, file))
+    runs::config_and_store(args, flag).await.map(|(file, store)| (store, file))
+}
+
+/// The tenant named, or every tenant.
+async fn chosen(store: &dyn Store, name: Option<&str>) -> Result<Vec<nexo_store::Tenant>, ExitCode> {
+    match name {
+        Some(n) => tenants::find(store, n).await.map(|t| vec![t]).map_err(|e| failed(&e)),
+        None => store.tenants().await.map_err(|e| runs::store_error(&e)),
+    }
 }
 
 fn failed(e: &TenantError) -> ExitCode {
@@ -284,15 +290,9 @@ pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
             }
         }
         AuditCommand::Verify { name, .. } => {
-            let chosen = match name {
-                Some(n) => match tenants::find(store, n).await {
-                    Ok(t) => vec![t],
-                    Err(e) => return failed(&e),
-                },
-                None => match store.tenants().await {
-                    Ok(all) => all,
-                    Err(e) => return runs::store_error(&e),
-                },
+            let chosen = match chosen(store, name.as_deref()).await {
+                Ok(c) => c,
+                Err(code) => return code,
             };
             let mut broken = 0;
             for tenant in chosen {
@@ -337,15 +337,9 @@ pub async fn usage(name: Option<&str>, json: bool, args: &StoreArgs, flag: Optio
         Err(code) => return code,
     };
     let store = &*store;
-    let chosen = match name {
-        Some(n) => match tenants::find(store, n).await {
-            Ok(t) => vec![t],
-            Err(e) => return failed(&e),
-        },
-        None => match store.tenants().await {
-            Ok(all) => all,
-            Err(e) => return runs::store_error(&e),
-        },
+    let chosen = match chosen(store, name).await {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     for tenant in chosen {
         let periods = match store.usage(&tenant.id, 0).await {

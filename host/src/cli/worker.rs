@@ -213,12 +213,8 @@ pub async fn claim_loop(
 
 /// `nexo worker`.
 pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
-    let file = match grant::read_config(args.store.config()) {
-        Ok(f) => f,
-        Err(e) => return report::config_failure(&e),
-    };
-    let store = match runs::open(store_flag, &file).await {
-        Ok(s) => s,
+    let (file, store) = match runs::config_and_store(&args.store, store_flag).await {
+        Ok(opened) => opened,
         Err(code) => return code,
     };
     let max = args.max_in_flight.or(file.worker.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);

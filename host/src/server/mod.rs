@@ -44,7 +44,7 @@ use nexo::runs::Runs;
 use nexo::{Engine, EngineConfig};
 use tokio::sync::Notify;
 
-use crate::cli::{grant, report, runs, worker};
+use crate::cli::{runs, worker};
 use state::{AppState, Shared};
 
 /// The address `nexo serve` listens on when nothing says otherwise.
@@ -98,12 +98,8 @@ fn raise_open_files() {
 /// `nexo serve`.
 pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
     raise_open_files();
-    let file = match grant::read_config(args.store.config()) {
-        Ok(f) => f,
-        Err(e) => return report::config_failure(&e),
-    };
-    let store = match runs::open(store_flag, &file).await {
-        Ok(s) => s,
+    let (file, store) = match runs::config_and_store(&args.store, store_flag).await {
+        Ok(opened) => opened,
         Err(code) => return code,
     };
     let data_dir = match args.data_dir.clone().or_else(|| file.serve.data_dir.clone()) {

@@ -111,3 +111,58 @@ impl Terminal {
         String::from_utf8_lossy(&self.screen).into_owned()
     }
 }
+
+/// A `nexo serve` process, killed when dropped, with everything it wrote
+/// to stderr.
+pub struct Node {
+    /// The process.
+    pub child: std::process::Child,
+    /// `http://ADDR`, as it announced.
+    pub base: String,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    /// Starts `nexo serve` as `cmd` says (its stderr is taken here) and
+    /// waits for it to announce its address.
+    pub fn start(mut cmd: Command) -> Node {
+        use std::io::{BufRead, BufReader};
+        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("start nexo serve");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                }
+                let mut log = kept.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let base = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("nexo serve did not start: {}", log.lock().unwrap_or_else(|p| p.into_inner())));
+        Node { child, base, log }
+    }
+
+    /// The URL of `path` on this node.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
