@@ -59,7 +59,7 @@ test: toolchain
 	@# Debian's chromium and playwright-core, for the web console's browser test (host/tests/console.rs).
 	./scripts/console-deps.sh
 	@# A PostgreSQL server of the tests' own (target/postgres): the store suite runs against it too.
-	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) test --workspace
+	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) test --workspace --no-fail-fast
 	@# The guarded client's test seam must never reach a normal build of nexo.
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \
 	if echo "$$tree" | grep -q 'feature "testing"'; then \

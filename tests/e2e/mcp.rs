@@ -360,16 +360,25 @@ async fn a_bearer_token_never_reaches_events_the_store_or_the_component() {
     let events = serde_json::to_string(&*scene.events.lock().unwrap()).unwrap();
     let requests = format!("{:?}", scene.model.requests());
     let mut haystacks = vec![events, answer, requests];
-    // The database and whatever WAL and shared-memory files are still there
-    // (the pool closes them in the background, so they may go meanwhile).
-    let database = std::fs::read(&db).unwrap();
-    assert!(database.len() > 4096, "the run was written to {}", db.display());
-    haystacks.push(String::from_utf8_lossy(&database).into_owned());
-    for suffix in ["-wal", "-shm"] {
-        if let Ok(bytes) = std::fs::read(format!("{}{suffix}", db.display())) {
-            haystacks.push(String::from_utf8_lossy(&bytes).into_owned());
+    // The database with its WAL and shared-memory files. The pool closes in
+    // the background, so a checkpoint may move the run from the WAL into the
+    // database between two reads: read until the run's id shows up somewhere.
+    let marker = end.run.id.to_string();
+    let mut files = Vec::new();
+    for _ in 0..100 {
+        files.clear();
+        for suffix in ["", "-wal", "-shm"] {
+            if let Ok(bytes) = std::fs::read(format!("{}{suffix}", db.display())) {
+                files.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
         }
+        if files.iter().any(|text| text.contains(&marker)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    assert!(files.iter().any(|text| text.contains(&marker)), "the run was written to {}", db.display());
+    haystacks.extend(files);
     for text in &haystacks {
         assert!(!text.contains(TOKEN), "the token leaked: {}", &text[..text.len().min(300)]);
     }
