@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 . scripts/apt-install.sh
 
 FUZZ_SECS=${FUZZ_SECS:-600}
-TARGETS=(skill_md agent_toml agent_manifest model_response egress_url sandbox_paths text_truncate component_load)
+TARGETS=(skill_md agent_toml config_file agent_manifest model_response egress_url sandbox_paths text_truncate component_load)
 [ $# -gt 0 ] && TARGETS=("$@")
 
 command -v g++ >/dev/null 2>&1 || apt_install "libfuzzer-sys (make fuzz)" g++
@@ -45,6 +45,7 @@ seed() {
   case $name in
     skill_md) files=$(find plugins/skills skills/tests/fixtures -name SKILL.md) ;;
     agent_toml|agent_manifest) files=$(find examples tests/fixtures -name '*.toml' -not -path '*/target/*') ;;
+    config_file) files=$(find examples/web -name '*.toml') ;;
     component_load) files=$(ls target/plugins/wasm32-wasip2/*/{hello,text_stats}.wasm 2>/dev/null | head -2) ;;
     *) files="" ;;
   esac

@@ -15,6 +15,7 @@ use url::{Host, Url};
 
 use crate::address::check_address;
 use crate::allow::HostList;
+use crate::meter::Meter;
 use crate::origin::Origin;
 use crate::resolver::{Resolver, SystemResolver};
 use crate::scrub::{Redactor, scrub, scrub_prefix};
@@ -143,6 +144,18 @@ pub enum EgressError {
         /// The header's value, scrubbed.
         encoding: String,
     },
+    /// The policy's [`Meter`] has counted its allowance: a tenant's egress
+    /// quota for the hour is used up.
+    #[error(
+        "the egress quota is used up ({used} of {limit} bytes this hour); no more is sent or read until the quota \
+         renews at the top of the hour, or the operator raises it"
+    )]
+    QuotaExhausted {
+        /// The bytes counted.
+        used: u64,
+        /// The allowance.
+        limit: u64,
+    },
     /// The client or a secret header is misconfigured.
     #[error("egress configuration: {0}")]
     Config(String),
@@ -161,6 +174,7 @@ impl EgressError {
                 | EgressError::TooManyRedirects { .. }
                 | EgressError::RedirectNotFollowed { .. }
                 | EgressError::OriginNotAllowed { .. }
+                | EgressError::QuotaExhausted { .. }
         )
     }
 }
@@ -296,6 +310,8 @@ pub struct Policy {
     stream_timeout: Duration,
     /// Callers may send the MCP streamable-HTTP headers ([`Policy::mcp_headers`]).
     mcp_headers: bool,
+    /// Where the bytes of its requests are counted ([`Policy::metered`]).
+    meter: Option<Arc<Meter>>,
 }
 
 impl Policy {
@@ -314,6 +330,7 @@ impl Policy {
             timeout: DEFAULT_TIMEOUT,
             stream_timeout: DEFAULT_STREAM_TIMEOUT,
             mcp_headers: false,
+            meter: None,
         }
     }
 
@@ -394,6 +411,23 @@ impl Policy {
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
         self
+    }
+
+    /// Counts the bytes of this policy's requests in `meter`, and refuses
+    /// them once its allowance is used up. Clones of the policy share it.
+    pub fn metered(mut self, meter: Arc<Meter>) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// The meter, if the policy has one.
+    pub fn meter(&self) -> Option<&Arc<Meter>> {
+        self.meter.as_ref()
+    }
+
+    /// The error for a used-up meter.
+    fn quota_error(meter: &Meter) -> EgressError {
+        EgressError::QuotaExhausted { used: meter.used(), limit: meter.limit().unwrap_or(0) }
     }
 
     /// The most redirects followed.
@@ -668,6 +702,7 @@ struct BodyStream {
     failed: Option<EgressError>,
     method: Method,
     url_shown: String,
+    meter: Option<Arc<Meter>>,
 }
 
 impl BodyStream {
@@ -711,6 +746,12 @@ impl BodyStream {
                     self.received = self.received.saturating_add(bytes.len());
                     if self.received > self.limit {
                         let error = EgressError::BodyTooLarge { url: self.url_shown.clone(), limit: self.limit };
+                        return Err(self.fail(error));
+                    }
+                    if let Some(meter) = &self.meter
+                        && !meter.add(bytes.len())
+                    {
+                        let error = Policy::quota_error(meter);
                         return Err(self.fail(error));
                     }
                     self.pending.extend_from_slice(&bytes);
@@ -1189,6 +1230,7 @@ impl GuardedClient {
             failed: None,
             method: request.method,
             url_shown: head.url_shown,
+            meter: policy.meter.clone(),
         };
         Ok(StreamingResponse {
             url: head.url.to_string(),
@@ -1282,6 +1324,11 @@ impl GuardedClient {
             let allowed = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
             return Err(EgressError::OriginNotAllowed { origin: url.origin().ascii_serialization(), allowed });
         }
+        if let Some(meter) = &policy.meter
+            && meter.exhausted()
+        {
+            return Err(Policy::quota_error(meter));
+        }
         // Only the secrets whose origin this URL has exactly.
         let inject: Vec<&SecretHeader> = policy.secrets.iter().filter(|s| policy.sends(s, url)).collect();
         if inject.len() < policy.secrets.len() {
@@ -1328,6 +1375,10 @@ impl GuardedClient {
             if let Some(body) = &request.body {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 builder = builder.body(body.clone());
+                // Counted as sent: past the allowance, this is the last request.
+                if let Some(meter) = &policy.meter {
+                    meter.add(body.len());
+                }
             }
             let response = builder.headers(headers).send().await.map_err(|e| send_error(e, method, url_shown))?;
             head(url, response, policy, method, url_shown)
@@ -1450,6 +1501,11 @@ async fn read_capped(
     let mut body = Vec::new();
     let mut truncated = false;
     while let Some(chunk) = response.chunk().await.map_err(|e| send_error(e, method, url_shown))? {
+        if let Some(meter) = &policy.meter
+            && !meter.add(chunk.len())
+        {
+            return Err(Policy::quota_error(meter));
+        }
         let room = read_cap - body.len();
         if chunk.len() > room {
             body.extend_from_slice(&chunk[..room]);

@@ -77,6 +77,7 @@
 pub mod address;
 pub mod allow;
 pub mod client;
+pub mod meter;
 pub mod origin;
 pub mod resolver;
 mod scrub;
@@ -87,6 +88,7 @@ pub use client::{
     EgressError, GuardedClient, GuardedClientBuilder, MCP_HEADERS, Policy, Request, Response, SecretHeader,
     StreamingResponse, USER_AGENT,
 };
+pub use meter::Meter;
 pub use origin::Origin;
 pub use resolver::{Resolver, SystemResolver};
 pub use scrub::Redactor;

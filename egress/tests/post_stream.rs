@@ -416,3 +416,47 @@ async fn a_stream_is_refused_like_any_request() {
     assert!(matches!(err, EgressError::HostNotAllowed { .. }), "{err}");
     assert_eq!(trap.count(), 0);
 }
+
+/// A metered policy counts request and response bodies, refuses a request
+/// once the allowance is used up (the server never sees it), and stops a
+/// streamed body that passes it.
+#[tokio::test]
+async fn a_meter_counts_bodies_and_refuses_past_its_allowance() {
+    let server = Server::start(|req| Reply::ok("application/json", [req.body.clone(), vec![b'x'; 100]].concat())).await;
+    let client = routed_client(public_resolver(), &server);
+    let meter = Arc::new(nexo_egress::Meter::new(Some(300)));
+    let policy = Policy::new(hosts(&["public.test"])).metered(meter.clone());
+    let body = vec![b'{'; 20];
+    let response = client.send(Request::post_json("http://public.test/a", body), &policy).await.unwrap();
+    assert_eq!(response.body.len(), 120);
+    assert_eq!(meter.used(), 140, "20 bytes sent and 120 received");
+    client.get("http://public.test/b", &[], &policy).await.unwrap();
+    assert_eq!(meter.used(), 240);
+    // The third answer passes the allowance while it is read.
+    let err = client.get("http://public.test/c", &[], &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::QuotaExhausted { limit: 300, .. }), "{err:?}");
+    assert!(err.is_refusal() && err.to_string().contains("egress quota is used up"), "{err}");
+    // Now nothing more is sent.
+    let err = client.get("http://public.test/d", &[], &policy).await.unwrap_err();
+    assert!(matches!(err, EgressError::QuotaExhausted { .. }), "{err:?}");
+    assert_eq!(server.requests().len(), 3, "the refused request never reached the server");
+    // A policy without a limit only counts.
+    let counting = Arc::new(nexo_egress::Meter::new(None));
+    client
+        .get("http://public.test/e", &[], &Policy::new(hosts(&["public.test"])).metered(counting.clone()))
+        .await
+        .unwrap();
+    assert_eq!(counting.used(), 100);
+
+    let meter = Arc::new(nexo_egress::Meter::new(Some(10)));
+    let policy = Policy::new(hosts(&["public.test"])).metered(meter.clone());
+    let mut response = start(vec![send("data: 12345\n\n"), send("data: 67890\n\n")], &policy).await;
+    let err = loop {
+        match next(&mut response).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended past the allowance"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, EgressError::QuotaExhausted { limit: 10, .. }), "{err:?}");
+}

@@ -26,6 +26,7 @@ fn variant(e: &EgressError) -> &'static str {
         EgressError::OriginNotAllowed { .. } => "OriginNotAllowed",
         EgressError::BodyTooLarge { .. } => "BodyTooLarge",
         EgressError::UnrequestedEncoding { .. } => "UnrequestedEncoding",
+        EgressError::QuotaExhausted { .. } => "QuotaExhausted",
         EgressError::Config(_) => "Config",
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub mod component;
+pub mod config;
 pub mod egress;
 pub mod manifest;
 pub mod model;
@@ -36,6 +37,7 @@ pub struct Target {
 pub const TARGETS: &[Target] = &[
     Target { name: "skill_md", run: skills::skill_md, smoke_mutations: 3000 },
     Target { name: "agent_toml", run: manifest::agent_toml, smoke_mutations: 3000 },
+    Target { name: "config_file", run: config::config_file, smoke_mutations: 3000 },
     Target { name: "agent_manifest", run: manifest::agent_manifest, smoke_mutations: 3000 },
     Target { name: "model_response", run: model::model_response, smoke_mutations: 600 },
     Target { name: "egress_url", run: egress::egress_url, smoke_mutations: 3000 },
@@ -68,6 +70,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             &[("plugins/skills", "SKILL.md"), ("skills/tests/fixtures", "SKILL.md"), ("examples", "SKILL.md")]
         }
         "agent_toml" | "agent_manifest" => &[("examples", ".toml"), ("tests/fixtures", ".toml")],
+        "config_file" => &[("examples/web", ".toml")],
         _ => &[],
     };
     for (dir, suffix) in fixtures {

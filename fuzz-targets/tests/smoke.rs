@@ -74,6 +74,11 @@ fn agent_toml() {
 }
 
 #[test]
+fn config_file() {
+    smoke("config_file", seeds("config_file"), MAX_LEN);
+}
+
+#[test]
 fn agent_manifest() {
     smoke("agent_manifest", seeds("agent_manifest"), MAX_LEN);
 }

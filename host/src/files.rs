@@ -103,6 +103,20 @@ pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
             (c, inside || value)
         })
         .collect();
+    // Nothing after the error is shown: the parser never read it, so the
+    // scan above may have paired its quotes wrongly (a stray quote before
+    // a token turns the token into "unquoted" text). The character at the
+    // error shows only if it is TOML punctuation.
+    let mut line = line;
+    let cut_after = line.len() > column;
+    line.truncate(column);
+    if let Some(last) = line.last_mut().filter(|_| column > 0) {
+        let punctuation = last.0.is_whitespace() || "[]{},=\"'#.".contains(last.0);
+        last.1 |= !punctuation;
+    }
+    if cut_after && !line.last().is_some_and(|(_, masked)| *masked) {
+        line.push(('…', false));
+    }
     let skip = column.saturating_sub(EXCERPT_CHARS / 3 + 1);
     let mut window = String::new();
     let mut masking = false;
@@ -172,12 +186,22 @@ fn string_chars(text: &str) -> Vec<bool> {
 }
 
 /// `message` with the contents of its double-quoted parts shown as `…`:
-/// serde quotes a mistyped value whole (`invalid type: string "…"`).
+/// serde quotes a mistyped value whole (`invalid type: string "…"`), and
+/// an unknown enum value in backticks (`unknown variant `…``). Field names
+/// stay: they are keys, and the user needs them to find a typo.
 fn mask_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut chars = message.chars();
     while let Some(c) = chars.next() {
         out.push(c);
+        if c == '`' && out.ends_with("variant `") {
+            if chars.by_ref().any(|c| c == '`') {
+                out.push_str("…`");
+            } else {
+                out.push('…');
+            }
+            continue;
+        }
         if c == '"' {
             let mut closed = false;
             while let Some(c) = chars.next() {
@@ -232,6 +256,17 @@ mod tests {
     }
 
     #[test]
+    fn nothing_after_the_error_is_quoted() {
+        // Found by the config file's fuzz target: a stray quote before a
+        // string made the scan pair the quotes the other way round, and the
+        // string's content showed as if it were outside one.
+        let text = "[mcp.x]\nheadc3\" } xers = { x-api-key = \"sk-secret-7\" } x\n";
+        let shown = toml_problem(text, &toml::from_str::<toml::Table>(text).unwrap_err());
+        assert!(shown.contains("(at `headc3\"…`)"), "{shown}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+    }
+
+    #[test]
     fn strings_are_never_quoted() {
         // Found by the config file's fuzz target: a stray character after a
         // token put the token in the error.
@@ -255,6 +290,12 @@ mod tests {
             mask_quoted(r#"invalid type: string "sk-secret-4\"x", expected a map"#),
             r#"invalid type: string "…", expected a map"#
         );
+        // An enum's unknown value is a value too; a field's name is a key.
+        assert_eq!(
+            mask_quoted("unknown variant `sk-secret-6`, expected `auto` or `none`"),
+            "unknown variant `…`, expected `auto` or `none`"
+        );
+        assert_eq!(mask_quoted("unknown field `tokne`, expected `token`"), "unknown field `tokne`, expected `token`");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod authority;
 pub mod bindings;
 pub mod capability;
 pub mod claude_code;
+pub mod config;
 pub mod egress;
 pub mod engine;
 pub mod error;

@@ -116,6 +116,12 @@ pub struct RunOptions {
     /// A CPU share the run's guest draws on with others: `nexo serve` gives
     /// every run of one tenant the same one. `None`: no share applies.
     pub cpu_budget: Option<Arc<crate::instance::CpuBudget>>,
+    /// Where the run's web bytes are counted: the bodies the `fetch` tool
+    /// sends and receives. With a limit, fetches past it are refused
+    /// ([`nexo_egress::EgressError::QuotaExhausted`]): `nexo serve` gives
+    /// each pass of a tenant's run a meter holding the bytes left of the
+    /// tenant's hourly quota. `None`: nothing is counted.
+    pub egress_meter: Option<Arc<nexo_egress::Meter>>,
 }
 
 impl RunOptions {

@@ -468,6 +468,14 @@ async fn quotas_refuse_with_429_and_retry_after() {
     assert!(refused["error"]["message"].as_str().unwrap().contains("2 runs this hour"), "{refused}");
     let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
     assert_eq!(usage["total"]["runs"], 2, "a refused run is not counted: {usage}");
+    assert_eq!(usage["total"]["egress_bytes"], 0, "{usage}");
+    // An egress quota with nothing left refuses the same way.
+    let key = scene.tenant("dana", Some(json!({"quotas": {"egress-bytes-per-hour": 0}})));
+    let (_, plugin) = scene.upload(&node, &key, built::TEXT_STATS).await;
+    let body = json!({"plugin": plugin["id"], "input": "a b c", "wait": true});
+    let (status, refused) = scene.post(&node.url("/v1/runs"), &key, body).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("egress bytes this hour"), "{refused}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,6 +78,13 @@ impl Fetcher {
         Ok(Some(Fetcher { client, policy }))
     }
 
+    /// The same access, its bytes counted in `meter` (and refused past
+    /// its allowance).
+    pub fn metered(mut self, meter: std::sync::Arc<nexo_egress::Meter>) -> Fetcher {
+        self.policy = self.policy.metered(meter);
+        self
+    }
+
     /// The hosts the agent may fetch from.
     pub fn hosts(&self) -> &HostList {
         self.policy.hosts()
@@ -134,7 +141,13 @@ impl Unit for FetchUnit {
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
         match Fetcher::new(allow, within, setup.options.http.clone()) {
-            Ok(Some(fetcher)) => setup.state.insert(FetchState(Ok(fetcher))),
+            Ok(Some(fetcher)) => {
+                let fetcher = match &setup.options.egress_meter {
+                    Some(meter) => fetcher.metered(meter.clone()),
+                    None => fetcher,
+                };
+                setup.state.insert(FetchState(Ok(fetcher)))
+            }
             Ok(None) => {
                 if let Some(why) = refusal(allow) {
                     setup.authority.set_unavailable(Capability::Fetch, why);
@@ -272,7 +285,9 @@ fn is_binary(content_type: &str) -> bool {
 fn fetch_failure(e: EgressError) -> ToolError {
     match e {
         EgressError::NonPublicAddress { .. } => ToolError::Security(e.to_string()),
-        EgressError::HostNotAllowed { .. } | EgressError::TooManyRedirects { .. } => ToolError::Denied(e.to_string()),
+        EgressError::HostNotAllowed { .. }
+        | EgressError::TooManyRedirects { .. }
+        | EgressError::QuotaExhausted { .. } => ToolError::Denied(e.to_string()),
         EgressError::BadUrl(_) | EgressError::BadRequest(_) => ToolError::InvalidInput(e.to_string()),
         EgressError::Timeout(_) => ToolError::Timeout(e.to_string()),
         e => ToolError::Failed(e.to_string()),

@@ -63,7 +63,7 @@ pub async fn command(
     engine: &Engine,
     base: &EngineConfig,
     store_flag: Option<&str>,
-    file: &grant::ConfigFile,
+    file: &nexo::config::ConfigFile,
     rec: &Recorded,
 ) -> ExitCode {
     let store = match runs::open(store_flag, file).await {
@@ -200,7 +200,7 @@ fn read_line() -> std::io::Result<Option<String>> {
 
 /// Recovers the session's prompt that a process left running when it died,
 /// so the session can go on: it replays to where it was.
-async fn recover(runs: &Runs, base: &EngineConfig, session: &Session, file: &grant::ConfigFile) {
+async fn recover(runs: &Runs, base: &EngineConfig, session: &Session, file: &nexo::config::ConfigFile) {
     let Ok(orphans) = runs.orphans().await else { return };
     let Ok(prompts) = runs.store().session_runs(&session.id).await else { return };
     for run in prompts.iter().filter(|r| r.status == RunStatus::Running) {

@@ -6,9 +6,10 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use nexo::ConfigError;
 use nexo::authority::{Grant, Permissions};
+use nexo::config::{ConfigFile, ConfinementSetting, ModeSetting, RuntimeSetting, SandboxSetting};
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::settings::RunOptions;
 use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
@@ -28,24 +29,24 @@ pub struct GrantArgs {
     allow: Vec<Capability>,
     /// Permission mode for actions beyond reading [default: read-only].
     #[arg(long, value_enum)]
-    mode: Option<ModeArg>,
+    mode: Option<ModeSetting>,
     /// Where tools act: `virtual` (in memory, no host access), `local` (the --cwd
     /// directory) or `container` (a hardened throwaway container; needs --image).
     #[arg(long, value_enum)]
-    sandbox: Option<SandboxArg>,
+    sandbox: Option<SandboxSetting>,
     /// The image for `--sandbox container`.
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
     /// The container CLI for `--sandbox container` [default: docker].
     #[arg(long, value_enum)]
-    container_runtime: Option<RuntimeArg>,
+    container_runtime: Option<RuntimeSetting>,
     /// The directory of the local sandbox (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// How local shell commands are confined [default: auto]. `none` runs them
     /// unconfined: only for trusted agents, and only when you say so.
     #[arg(long, value_enum)]
-    shell_confinement: Option<ConfinementArg>,
+    shell_confinement: Option<ConfinementSetting>,
     /// Limit `fetch` to these hosts and their subdomains (repeatable; adds to
     /// `fetch-hosts`). A URL must be on this list and on the agent's `fetch-allow`.
     #[arg(long = "fetch-host", value_name = "HOST", value_delimiter = ',')]
@@ -60,64 +61,6 @@ pub struct GrantArgs {
     /// and on the agent's own `mcp-allow`.
     #[arg(long = "mcp-allow", value_name = "TOOL", value_delimiter = ',')]
     mcp_allow: Vec<String>,
-}
-
-/// The operator's config file.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct ConfigFile {
-    #[serde(default)]
-    grant: GrantTable,
-    /// The `[model]` table.
-    #[serde(default)]
-    pub model: super::model::ModelTable,
-    /// The `[search]` table.
-    pub search: Option<super::web::SearchTable>,
-    /// Where runs are recorded: a path, `sqlite://PATH` or `postgres://…`
-    /// (`--store` and `NEXO_STORE` win over it).
-    pub store: Option<String>,
-    /// Keep each run's events in memory and write them once, when it ends
-    /// or suspends. The journal is never held back.
-    #[serde(default, rename = "buffer-events")]
-    pub buffer_events: bool,
-    /// The `[mcp.NAME]` tables: the MCP servers agents may request.
-    #[serde(default)]
-    pub mcp: BTreeMap<String, nexo_mcp::ServerConfig>,
-    /// The `[worker]` table: how `nexo worker` runs jobs.
-    #[serde(default)]
-    pub worker: WorkerTable,
-    /// The `[sessions]` table: how long sessions are kept.
-    #[serde(default)]
-    pub sessions: SessionsTable,
-    /// The `[serve]` table: how `nexo serve` hosts tenants.
-    #[serde(default)]
-    pub serve: ServeTable,
-}
-
-/// `[serve]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ServeTable {
-    /// The address to listen on (`--listen` wins).
-    pub listen: Option<String>,
-    /// Where tenants' workspaces and the plugin cache live (`--data-dir` wins).
-    pub data_dir: Option<PathBuf>,
-    /// How many runs this node drives at once (`--max-in-flight` wins).
-    pub max_in_flight: Option<u32>,
-    /// The largest plugin an upload may carry, in bytes.
-    pub max_plugin_bytes: Option<u64>,
-    /// Each run's wall-clock limit per pass, in seconds.
-    pub run_timeout_secs: Option<u64>,
-    /// Each run's memory cap, in MiB.
-    pub memory_mib: Option<u64>,
-    /// Use the pooling instance allocator (default: on). Off allocates each
-    /// instance on demand: slower to start, but no address space reserved
-    /// per slot, for very many concurrent runs.
-    pub pooling: Option<bool>,
-    /// The operator's models, by name: the `[model]` keys. A tenant's policy
-    /// names the ones it may use; their keys stay the operator's.
-    #[serde(default)]
-    pub models: BTreeMap<String, super::model::ModelTable>,
 }
 
 /// What [`Resolved::for_tenant`] builds a served run's grant from.
@@ -136,93 +79,6 @@ pub struct TenantGrant<'a> {
     pub mcp_allow: Vec<String>,
     /// The operator's configuration.
     pub config: &'a ConfigFile,
-}
-
-/// `[sessions]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SessionsTable {
-    /// Delete sessions idle for longer than this, such as `30d` (`--retain`
-    /// wins). Unset: sessions are kept until deleted.
-    pub retain: Option<String>,
-}
-
-/// `[worker]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct WorkerTable {
-    /// How many jobs one worker runs at once (`--max-in-flight`,
-    /// `NEXO_MAX_IN_FLIGHT` win).
-    pub max_in_flight: Option<u32>,
-}
-
-/// Reads the config file, if any. The CLI reads it once per command.
-pub fn read_config(path: Option<&std::path::Path>) -> Result<ConfigFile, ConfigError> {
-    match path {
-        Some(path) => {
-            let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES)
-                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-            parse_config(&text, path)
-        }
-        None => Ok(ConfigFile::default()),
-    }
-}
-
-/// Parses the text of a config file; `path` only names it in errors. Apart
-/// from [`read_config`], the config file's fuzz smoke test calls it (the
-/// config types live in the binary, out of `nexo-fuzz-targets`' reach).
-pub fn parse_config(text: &str, path: &std::path::Path) -> Result<ConfigFile, ConfigError> {
-    toml::from_str::<ConfigFile>(text)
-        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: nexo::files::toml_problem(text, &e) })
-}
-
-/// `[grant]` in the config file: the same settings as the flags.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct GrantTable {
-    #[serde(default)]
-    allow: Vec<Capability>,
-    mode: Option<ModeArg>,
-    sandbox: Option<SandboxArg>,
-    cwd: Option<PathBuf>,
-    image: Option<String>,
-    container_runtime: Option<RuntimeArg>,
-    shell_confinement: Option<ConfinementArg>,
-    fetch_hosts: Option<Vec<String>>,
-    mcp_allow: Option<Vec<String>>,
-}
-
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum ModeArg {
-    ReadOnly,
-    Auto,
-    Ask,
-    Approve,
-}
-
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum SandboxArg {
-    Virtual,
-    Local,
-    Container,
-}
-
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum RuntimeArg {
-    Docker,
-    Apple,
-}
-
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum ConfinementArg {
-    Auto,
-    Bubblewrap,
-    Landlock,
-    None,
 }
 
 /// Parses a capability name as written in the WIT and in manifests.
@@ -269,13 +125,13 @@ impl GrantArgs {
             mcp_allow,
             fetch_hosts,
             allow,
-            mode: self.mode.or(t.mode).unwrap_or(ModeArg::ReadOnly),
-            sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxArg::Virtual),
+            mode: self.mode.or(t.mode).unwrap_or(ModeSetting::ReadOnly),
+            sandbox: self.sandbox.or(t.sandbox).unwrap_or(SandboxSetting::Virtual),
             sandbox_chosen: self.sandbox.or(t.sandbox).is_some(),
             cwd: self.cwd.clone().or(t.cwd),
             image: self.image.clone().or(t.image),
-            container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeArg::Docker),
-            shell_confinement: self.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementArg::Auto),
+            container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeSetting::Docker),
+            shell_confinement: self.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementSetting::Auto),
         };
         resolved.mcp_configs()?;
         Ok(resolved)
@@ -320,8 +176,8 @@ pub struct Resolved {
     mcp_allow: Option<Vec<String>>,
     fetch_hosts: Option<Vec<String>>,
     allow: Vec<Capability>,
-    mode: ModeArg,
-    sandbox: SandboxArg,
+    mode: ModeSetting,
+    sandbox: SandboxSetting,
     /// Whether the operator chose the sandbox (a flag or the config file),
     /// rather than getting the default: an agent's own request for a
     /// sandbox is refused without that choice.
@@ -329,8 +185,8 @@ pub struct Resolved {
     sandbox_chosen: bool,
     cwd: Option<PathBuf>,
     image: Option<String>,
-    container_runtime: RuntimeArg,
-    shell_confinement: ConfinementArg,
+    container_runtime: RuntimeSetting,
+    shell_confinement: ConfinementSetting,
 }
 
 impl Resolved {
@@ -353,17 +209,17 @@ impl Resolved {
             fetch_hosts: (!t.fetch_hosts.is_empty()).then_some(t.fetch_hosts),
             allow: t.allow,
             mode: match t.mode {
-                PermissionMode::ReadOnly => ModeArg::ReadOnly,
-                PermissionMode::Auto => ModeArg::Auto,
+                PermissionMode::ReadOnly => ModeSetting::ReadOnly,
+                PermissionMode::Auto => ModeSetting::Auto,
                 // No terminal to ask on: a served run waits for a durable approval.
-                PermissionMode::Ask | PermissionMode::Approve => ModeArg::Approve,
+                PermissionMode::Ask | PermissionMode::Approve => ModeSetting::Approve,
             },
-            sandbox: if t.local.is_some() { SandboxArg::Local } else { SandboxArg::Virtual },
+            sandbox: if t.local.is_some() { SandboxSetting::Local } else { SandboxSetting::Virtual },
             sandbox_chosen: true,
             cwd: t.local,
             image: None,
-            container_runtime: RuntimeArg::Docker,
-            shell_confinement: ConfinementArg::Auto,
+            container_runtime: RuntimeSetting::Docker,
+            shell_confinement: ConfinementSetting::Auto,
         }
     }
 
@@ -371,7 +227,7 @@ impl Resolved {
     /// absolute, so a resume elsewhere acts in the same place.
     pub fn recorded(&self) -> Result<Resolved, ConfigError> {
         let mut r = self.clone();
-        if r.sandbox == SandboxArg::Local {
+        if r.sandbox == SandboxSetting::Local {
             let cwd = match &r.cwd {
                 Some(dir) => std::path::absolute(dir),
                 None => std::env::current_dir(),
@@ -386,7 +242,7 @@ impl Resolved {
     /// grants hold it absolute).
     pub fn local_dir(&self) -> Option<&std::path::Path> {
         match self.sandbox {
-            SandboxArg::Local => self.cwd.as_deref(),
+            SandboxSetting::Local => self.cwd.as_deref(),
             _ => None,
         }
     }
@@ -396,10 +252,10 @@ impl Resolved {
     pub fn narrowed(mut self, mode: Option<PermissionMode>, deny: &[Capability]) -> Resolved {
         if let Some(mode) = mode {
             self.mode = match nexo::authority::stricter(self.mode(), mode) {
-                PermissionMode::ReadOnly => ModeArg::ReadOnly,
-                PermissionMode::Auto => ModeArg::Auto,
-                PermissionMode::Ask => ModeArg::Ask,
-                PermissionMode::Approve => ModeArg::Approve,
+                PermissionMode::ReadOnly => ModeSetting::ReadOnly,
+                PermissionMode::Auto => ModeSetting::Auto,
+                PermissionMode::Ask => ModeSetting::Ask,
+                PermissionMode::Approve => ModeSetting::Approve,
             };
         }
         self.allow.retain(|c| !deny.contains(c));
@@ -460,19 +316,19 @@ impl Resolved {
     /// The permission mode.
     pub fn mode(&self) -> PermissionMode {
         match self.mode {
-            ModeArg::ReadOnly => PermissionMode::ReadOnly,
-            ModeArg::Auto => PermissionMode::Auto,
-            ModeArg::Ask => PermissionMode::Ask,
-            ModeArg::Approve => PermissionMode::Approve,
+            ModeSetting::ReadOnly => PermissionMode::ReadOnly,
+            ModeSetting::Auto => PermissionMode::Auto,
+            ModeSetting::Ask => PermissionMode::Ask,
+            ModeSetting::Approve => PermissionMode::Approve,
         }
     }
 
     /// The sandbox's name.
     pub fn sandbox_name(&self) -> &'static str {
         match self.sandbox {
-            SandboxArg::Virtual => "virtual",
-            SandboxArg::Local => "local",
-            SandboxArg::Container => "container",
+            SandboxSetting::Virtual => "virtual",
+            SandboxSetting::Local => "local",
+            SandboxSetting::Container => "container",
         }
     }
 
@@ -481,7 +337,7 @@ impl Resolved {
         nexo::world::agent::Serving {
             sandbox: self.sandbox_name(),
             // As `Sandbox::supports_shell` answers: the virtual sandbox runs no commands.
-            sandbox_has_shell: self.sandbox != SandboxArg::Virtual,
+            sandbox_has_shell: self.sandbox != SandboxSetting::Virtual,
             search,
         }
     }
@@ -489,10 +345,10 @@ impl Resolved {
     /// The local sandbox's shell policy.
     fn shell_policy(&self) -> ShellPolicy {
         let confinement = match self.shell_confinement {
-            ConfinementArg::Auto => Confinement::Auto,
-            ConfinementArg::Bubblewrap => Confinement::Bubblewrap,
-            ConfinementArg::Landlock => Confinement::Landlock,
-            ConfinementArg::None => Confinement::Unconfined,
+            ConfinementSetting::Auto => Confinement::Auto,
+            ConfinementSetting::Bubblewrap => Confinement::Bubblewrap,
+            ConfinementSetting::Landlock => Confinement::Landlock,
+            ConfinementSetting::None => Confinement::Unconfined,
         };
         ShellPolicy { confinement, ..ShellPolicy::default() }
     }
@@ -501,9 +357,9 @@ impl Resolved {
     /// the mechanism actually in force, not the one asked for.
     pub fn shell_summary(&self, shell_effective: bool) -> String {
         let how = match self.sandbox {
-            SandboxArg::Virtual => return "(none: the virtual sandbox has no shell)".into(),
-            SandboxArg::Container => "in the container".to_string(),
-            SandboxArg::Local => self.shell_policy().describe(),
+            SandboxSetting::Virtual => return "(none: the virtual sandbox has no shell)".into(),
+            SandboxSetting::Container => "in the container".to_string(),
+            SandboxSetting::Local => self.shell_policy().describe(),
         };
         if shell_effective { how } else { format!("{how} (shell not granted to this agent)") }
     }
@@ -513,9 +369,9 @@ impl Resolved {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
             // Chosen, it is the operator's: an agent that asks for another
             // sandbox then runs in memory all the same (or is refused by its floor).
-            SandboxArg::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
-            SandboxArg::Virtual => None,
-            SandboxArg::Local => {
+            SandboxSetting::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
+            SandboxSetting::Virtual => None,
+            SandboxSetting::Local => {
                 let cwd = match &self.cwd {
                     Some(dir) => dir.clone(),
                     None => std::env::current_dir().map_err(|e| {
@@ -528,7 +384,7 @@ impl Resolved {
                     LocalSandbox::with_shell(&cwd, policy).map_err(|e| ConfigError::invalid("--cwd", e.to_string()))?,
                 ))
             }
-            SandboxArg::Container => {
+            SandboxSetting::Container => {
                 let Some(image) = &self.image else {
                     return Err(ConfigError::invalid(
                         "--image",
@@ -536,26 +392,26 @@ impl Resolved {
                     ));
                 };
                 let config = match self.container_runtime {
-                    RuntimeArg::Docker => ContainerConfig::docker(image),
-                    RuntimeArg::Apple => ContainerConfig::apple(image),
+                    RuntimeSetting::Docker => ContainerConfig::docker(image),
+                    RuntimeSetting::Apple => ContainerConfig::apple(image),
                 };
                 Some(Arc::new(
                     ContainerSandbox::new(config).map_err(|e| ConfigError::invalid("--sandbox", e.to_string()))?,
                 ))
             }
         };
-        if self.cwd.is_some() && self.sandbox != SandboxArg::Local {
+        if self.cwd.is_some() && self.sandbox != SandboxSetting::Local {
             return Err(ConfigError::invalid(
                 "--cwd",
                 "--cwd needs --sandbox local (only the local sandbox works in a host directory)",
             ));
         }
-        if self.image.is_some() && self.sandbox != SandboxArg::Container {
+        if self.image.is_some() && self.sandbox != SandboxSetting::Container {
             return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
         let mut permissions = Permissions::new(self.mode());
         // Without a terminal nobody can be asked: no hook, and the gate says so.
-        if self.mode == ModeArg::Ask && can_ask() {
+        if self.mode == ModeSetting::Ask && can_ask() {
             permissions = permissions.on_ask(ask_on_terminal).on_ask_mcp(ask_mcp_on_terminal);
         }
         let servers = self.mcp_configs()?;
@@ -629,59 +485,4 @@ fn ask_on_terminal_text(action: &str) -> bool {
 /// the tool and the arguments.
 pub fn ask_mcp_on_terminal(server: &str, tool: &str, arguments: &serde_json::Value) -> bool {
     ask_on_terminal_text(&format!("the MCP tool `{server}/{tool}` with {arguments}"))
-}
-
-/// The operator config file's fuzz target. The config types live in the
-/// binary, so it runs only here, as a smoke test over the seeds and their
-/// deterministic mutations (`nexo_fuzz_targets::mutate`), not under
-/// libFuzzer. Checks: parsing ends with a config or a short
-/// [`ConfigError`], and an error never quotes a secret the file holds (an
-/// MCP server's `token`, its `headers`, its `env`).
-#[cfg(test)]
-mod fuzz_smoke {
-    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
-
-    use std::path::Path;
-
-    use nexo_fuzz_targets::mutate::{Rng, mutate};
-
-    /// The secret of the seeds (fuzz/corpus/config_file); no error may show it.
-    const SECRET: &str = "fuzz-config-secret-59c3";
-
-    fn config_file(data: &[u8]) {
-        let Ok(text) = std::str::from_utf8(data) else { return };
-        if let Err(e) = super::parse_config(text, Path::new("fuzz/config.toml")) {
-            let shown = e.to_string();
-            assert!(shown.len() <= nexo_fuzz_targets::MAX_ERROR_BYTES, "a {}-byte error", shown.len());
-            assert!(!shown.contains(SECRET), "the error quotes a secret: {shown}");
-        }
-    }
-
-    #[test]
-    fn config_file_survives_mutations() {
-        let root = nexo_fuzz_targets::repo_root();
-        let mut pool: Vec<Vec<u8>> = Vec::new();
-        for dir in
-            [root.join("fuzz/corpus/config_file"), root.join("fuzz/regressions/config_file"), root.join("examples/web")]
-        {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                pool.push(std::fs::read(entry.path()).unwrap());
-            }
-        }
-        assert!(pool.len() >= 3, "the config file's seeds are missing");
-        let seeds = pool.clone();
-        for seed in &seeds {
-            config_file(seed);
-        }
-        let mut rng = Rng::new(0xc0f1);
-        for i in 0..3000 {
-            let parent = pool[rng.below(pool.len())].clone();
-            let input = mutate(&mut rng, &parent, &seeds, 16 << 10);
-            let outcome = std::panic::catch_unwind(|| config_file(&input));
-            assert!(outcome.is_ok(), "mutation {i} failed on {:?}", String::from_utf8_lossy(&input));
-            if pool.len() < 256 && rng.below(8) == 0 {
-                pool.push(input);
-            }
-        }
-    }
 }

@@ -61,7 +61,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let file = match grant::read_config(args.grant.config_path()) {
+    let file = match nexo::config::read(args.grant.config_path()) {
         Ok(f) => f,
         Err(e) => return report::config_failure(&e),
     };

@@ -464,13 +464,13 @@ fn recorded(
 /// The operator's settings for one command: the config file, read once,
 /// with the flags laid over it.
 struct Settings {
-    file: grant::ConfigFile,
+    file: nexo::config::ConfigFile,
     grant: grant::Resolved,
     search: Option<web::SearchSetup>,
 }
 
 fn settings(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Settings, ConfigError> {
-    let file = grant::read_config(grant.config_path())?;
+    let file = nexo::config::read(grant.config_path())?;
     let resolved = grant.resolve(&file)?;
     let search = search.resolve(file.search.as_ref(), grant.config_path())?;
     Ok(Settings { file, grant: resolved, search })

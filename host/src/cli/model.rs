@@ -7,9 +7,9 @@ use std::sync::Arc;
 use clap::Args;
 use nexo::ConfigError;
 use nexo::agent_loop::LoopLimits;
+use nexo::config::ModelTable;
 use nexo::manifest::LoopKind;
 use nexo_model::{ModelConfig, Provider, ProviderKind};
-use serde::{Deserialize, Serialize};
 
 /// Model flags of `nexo run`.
 #[derive(Args, Debug, Clone, Default)]
@@ -57,46 +57,6 @@ pub struct ModelArgs {
     /// confined to the local sandbox's directory; each is checked against the grant first.
     #[arg(long)]
     claude_builtin_tools: bool,
-}
-
-/// `[model]` in the config file. A recorded run keeps the merged settings
-/// (no key: keys come from the environment at each resume).
-#[derive(Serialize, Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ModelTable {
-    model: Option<String>,
-    provider: Option<ProviderKind>,
-    base_url: Option<String>,
-    #[serde(default)]
-    assume_model_exists: bool,
-    script: Option<PathBuf>,
-    max_turns: Option<u32>,
-    token_budget: Option<u64>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    stream: bool,
-    #[serde(rename = "loop", default, skip_serializing_if = "Option::is_none")]
-    agent_loop: Option<LoopKind>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    claude_binary: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    claude_builtin_tools: bool,
-}
-
-impl ModelTable {
-    /// The same table with its token budget at most `cap` (a tenant's
-    /// tokens left this hour).
-    pub fn with_token_cap(mut self, cap: Option<u64>) -> ModelTable {
-        if let Some(cap) = cap {
-            self.token_budget = Some(self.token_budget.map_or(cap, |b| b.min(cap)));
-        }
-        self
-    }
-
-    /// The agent file's `loop`, where neither a flag nor the config file set one.
-    pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
-        self.agent_loop = self.agent_loop.or(hint);
-        self
-    }
 }
 
 /// The model and loop settings, resolved.

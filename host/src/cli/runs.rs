@@ -167,9 +167,9 @@ pub struct Recorded {
     /// The grant.
     pub grant: grant::Resolved,
     /// The model settings.
-    pub model: model::ModelTable,
+    pub model: nexo::config::ModelTable,
     /// The search settings.
-    pub search: Option<web::SearchTable>,
+    pub search: Option<nexo::config::SearchTable>,
     /// The run's wall-clock limit per pass.
     pub timeout_secs: u64,
     /// The memory cap.
@@ -192,7 +192,7 @@ pub fn loop_hint(file: &std::path::Path) -> Option<nexo::manifest::LoopKind> {
 
 /// The store's location, from the flag (or `NEXO_STORE`), the config
 /// file, or the default.
-pub fn location(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Location, StoreError> {
+pub fn location(flag: Option<&str>, file: &nexo::config::ConfigFile) -> Result<Location, StoreError> {
     match flag.or(file.store.as_deref()) {
         Some(text) => Location::parse(text),
         None => Location::default_path().map(Location::Sqlite),
@@ -200,7 +200,7 @@ pub fn location(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Location
 }
 
 /// Opens the store for a command, or prints why not.
-pub async fn open(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Arc<dyn Store>, ExitCode> {
+pub async fn open(flag: Option<&str>, file: &nexo::config::ConfigFile) -> Result<Arc<dyn Store>, ExitCode> {
     let location = location(flag, file).map_err(|e| store_error(&e))?;
     nexo_store::open(&location).await.map_err(|e| store_error(&e))
 }
@@ -210,8 +210,8 @@ pub async fn open(flag: Option<&str>, file: &grant::ConfigFile) -> Result<Arc<dy
 pub async fn config_and_store(
     args: &StoreArgs,
     flag: Option<&str>,
-) -> Result<(grant::ConfigFile, Arc<dyn Store>), ExitCode> {
-    let file = grant::read_config(args.config()).map_err(|e| report::config_failure(&e))?;
+) -> Result<(nexo::config::ConfigFile, Arc<dyn Store>), ExitCode> {
+    let file = nexo::config::read(args.config()).map_err(|e| report::config_failure(&e))?;
     let store = open(flag, &file).await?;
     Ok((file, store))
 }
@@ -438,7 +438,7 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
         | RunsCommand::Deny { narrow, .. }
         | RunsCommand::Recover { narrow } => &narrow.store,
     };
-    let file = match grant::read_config(store_args.config.as_deref()) {
+    let file = match nexo::config::read(store_args.config.as_deref()) {
         Ok(f) => f,
         Err(e) => return report::config_failure(&e),
     };
@@ -539,7 +539,12 @@ async fn note_orphans(runs: &Runs) {
 
 /// The start-up sweep: recovers every orphan through replay, or marks it
 /// failed when it cannot be replayed. Suspended runs are never touched.
-pub async fn recover_orphans(runs: &Runs, base: &EngineConfig, narrow: &Narrow, file: &grant::ConfigFile) -> usize {
+pub async fn recover_orphans(
+    runs: &Runs,
+    base: &EngineConfig,
+    narrow: &Narrow,
+    file: &nexo::config::ConfigFile,
+) -> usize {
     let orphans = match runs.orphans().await {
         Ok(o) => o,
         Err(e) => {
@@ -573,7 +578,7 @@ async fn resume(
     how: Claim,
     input: Option<String>,
     narrow: &Narrow,
-    file: &grant::ConfigFile,
+    file: &nexo::config::ConfigFile,
 ) -> ExitCode {
     match resume_run(runs, base, id, how, input, narrow, file, None).await {
         Resumed::End(end) => report_end(&end, narrow.json),
@@ -593,7 +598,7 @@ pub async fn resume_run(
     how: Claim,
     input: Option<String>,
     narrow: &Narrow,
-    file: &grant::ConfigFile,
+    file: &nexo::config::ConfigFile,
     served: Option<&Served>,
 ) -> Resumed {
     let settings = "its recorded settings cannot be used here; the error above says why";
@@ -628,6 +633,7 @@ pub async fn resume_run(
     };
     options.memory_budget = served.and_then(|s| s.memory.clone());
     options.cpu_budget = served.and_then(|s| s.cpu.clone());
+    options.egress_meter = served.and_then(|s| s.egress.clone());
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
@@ -686,6 +692,9 @@ pub struct Served {
     pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
     /// The CPU share the tenant's runs draw on, on this node.
     pub cpu: Option<Arc<nexo::instance::CpuBudget>>,
+    /// Where this pass's web bytes are counted, with the bytes left of the
+    /// tenant's hourly egress quota.
+    pub egress: Option<Arc<nexo_egress::Meter>>,
 }
 
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox

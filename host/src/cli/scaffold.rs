@@ -205,9 +205,9 @@ mod tests {
     #[test]
     fn the_init_config_parses_commented_and_uncommented() {
         let text = include_str!("../../templates/init/nexo.toml");
-        toml::from_str::<super::super::grant::ConfigFile>(text).unwrap();
+        toml::from_str::<nexo::config::ConfigFile>(text).unwrap();
         let all = uncommented(text);
-        let parsed = toml::from_str::<super::super::grant::ConfigFile>(&all);
+        let parsed = toml::from_str::<nexo::config::ConfigFile>(&all);
         assert!(parsed.is_ok(), "{parsed:?}\n{all}");
         // Every key of every table appears, so none was forgotten.
         let keys = [

@@ -15,7 +15,7 @@ use nexo::ConfigError;
 use nexo_store::{RunStatus, Session, Store, StoreError};
 
 use super::runs::{StoreArgs, store_error};
-use super::{grant, report, runs};
+use super::{report, runs};
 
 /// `nexo sessions …`.
 #[derive(Subcommand, Debug)]
@@ -63,7 +63,7 @@ pub enum SessionsCommand {
 }
 
 /// The retention period: the flag, else the config file's, else none.
-pub fn retention(flag: Option<Duration>, file: &grant::ConfigFile) -> Result<Option<Duration>, ConfigError> {
+pub fn retention(flag: Option<Duration>, file: &nexo::config::ConfigFile) -> Result<Option<Duration>, ConfigError> {
     if flag.is_some() {
         return Ok(flag);
     }
@@ -106,7 +106,7 @@ pub async fn command(command: &SessionsCommand, store_flag: Option<&str>) -> Exi
         | SessionsCommand::Delete { store, .. }
         | SessionsCommand::Sweep { store, .. } => store,
     };
-    let file = match grant::read_config(store_args.config()) {
+    let file = match nexo::config::read(store_args.config()) {
         Ok(f) => f,
         Err(e) => return report::config_failure(&e),
     };

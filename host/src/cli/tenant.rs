@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use nexo_store::Store;
 
-use super::grant;
 use super::runs::{self, StoreArgs};
 use crate::server::policy::Policy;
 use crate::server::tenants::{self, TenantError};
@@ -121,7 +120,7 @@ fn store_args(command: &TenantCommand) -> &StoreArgs {
 async fn open(
     args: &StoreArgs,
     flag: Option<&str>,
-) -> Result<(std::sync::Arc<dyn Store>, grant::ConfigFile), ExitCode> {
+) -> Result<(std::sync::Arc<dyn Store>, nexo::config::ConfigFile), ExitCode> {
     runs::config_and_store(args, flag).await.map(|(file, store)| (store, file))
 }
 
@@ -138,7 +137,7 @@ fn failed(e: &TenantError) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn read_policy(path: &std::path::Path, file: &grant::ConfigFile) -> Result<Policy, ExitCode> {
+fn read_policy(path: &std::path::Path, file: &nexo::config::ConfigFile) -> Result<Policy, ExitCode> {
     let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES).map_err(|e| {
         errln!("error: cannot read the policy {}: {e}", path.display());
         ExitCode::from(2)

@@ -12,15 +12,13 @@
 //! # api-key = { header = "…", env = "…", origins = ["https://search.internal:8443"] }
 //! ```
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use nexo::ConfigError;
+use nexo::config::SearchTable;
 use nexo::egress::{ApiKey, EgressGrant};
-use serde::Deserialize;
 
 /// Search flags of `run` and `inspect`. They override `[search]`.
 #[derive(Args, Debug, Clone, Default)]
@@ -31,40 +29,6 @@ pub struct SearchArgs {
     /// Grant the search backend a host (repeatable; adds to `[search] hosts`).
     #[arg(long = "search-host", value_name = "HOST", value_delimiter = ',')]
     search_hosts: Vec<String>,
-}
-
-/// `[search]` in the config file. A recorded run keeps the merged table:
-/// it names the key's variable, never the key.
-#[derive(serde::Serialize, Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SearchTable {
-    backend: Option<PathBuf>,
-    #[serde(default)]
-    hosts: Vec<String>,
-    #[serde(default)]
-    allow_private: Vec<IpAddr>,
-    #[serde(default)]
-    settings: BTreeMap<String, String>,
-    api_key: Option<ApiKeyTable>,
-    timeout_secs: Option<u64>,
-}
-
-/// Where the backend's API key comes from. The key itself never sits in the
-/// config file: it is read from the environment of the host process.
-#[derive(serde::Serialize, Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct ApiKeyTable {
-    /// The header the host puts the key in.
-    header: String,
-    /// The environment variable holding the key.
-    env: String,
-    /// Put before the key, for example `Bearer `.
-    #[serde(default)]
-    prefix: String,
-    /// The exact origins the key goes to; by default `https://<host>:443`
-    /// for each of `hosts`.
-    #[serde(default)]
-    origins: Vec<String>,
 }
 
 /// The search backend the operator chose, with its grant.
@@ -165,7 +129,7 @@ mod tests {
     use super::*;
 
     fn table(text: &str) -> SearchTable {
-        #[derive(Deserialize)]
+        #[derive(serde::Deserialize)]
         struct File {
             search: SearchTable,
         }

@@ -21,7 +21,7 @@ use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, Job, JobStatus, RunStatus};
 
 use super::runs::{Narrow, Recorded, Resumed, StoreArgs};
-use super::{grant, report, runs, sessions};
+use super::{report, runs, sessions};
 
 /// Jobs one worker runs at once when nothing says otherwise.
 const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
@@ -87,7 +87,7 @@ pub async fn queue(engine: &Engine, runs: &Runs, file: &Path, input: &str, rec: 
 pub struct Worker {
     runs: Runs,
     base: EngineConfig,
-    file: grant::ConfigFile,
+    file: nexo::config::ConfigFile,
     store_args: StoreArgs,
     lease_ms: i64,
     /// `nexo serve`'s data directory and engine: a tenant's run loads its
@@ -102,7 +102,13 @@ pub struct Worker {
 
 impl Worker {
     /// A worker driving `runs`, with `lease_ms` leases on its jobs.
-    pub fn new(runs: Runs, base: EngineConfig, file: grant::ConfigFile, store_args: StoreArgs, lease_ms: i64) -> Self {
+    pub fn new(
+        runs: Runs,
+        base: EngineConfig,
+        file: nexo::config::ConfigFile,
+        store_args: StoreArgs,
+        lease_ms: i64,
+    ) -> Self {
         Worker {
             runs,
             base,
@@ -325,7 +331,8 @@ impl Worker {
                 let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
                 let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
                 let (memory, cpu) = self.budgets.budgets(&**store, tenant, engine.config().epoch_tick).await;
-                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu })
+                let egress = Some(crate::server::quota::egress_meter(&**store, tenant).await);
+                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress })
             }
             _ => None,
         };
@@ -338,7 +345,9 @@ impl Worker {
             runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, served.as_ref()).await;
         if let Some((tenant, after)) = metered {
             let tick = self.base.epoch_tick;
-            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, started.elapsed(), tick).await;
+            let egress = served.as_ref().and_then(|s| s.egress.as_ref()).map_or(0, |m| m.used());
+            let pass = crate::server::quota::Pass { driven: started.elapsed(), tick, egress_bytes: egress };
+            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, pass).await;
         }
         match resumed {
             Resumed::End(end) => match end.run.status {

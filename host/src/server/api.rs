@@ -31,7 +31,7 @@ pub use super::state::AppState;
 use super::auth::{AdminCaller, TenantCaller};
 use super::policy::{Narrowing, Policy, SandboxKind};
 use super::tenants::{self, TenantError};
-use crate::cli::{grant, runs as cli_runs};
+use crate::cli::runs as cli_runs;
 
 /// The answer for a record the caller cannot see, whether it exists or not.
 fn no_run() -> ApiError {
@@ -326,7 +326,7 @@ pub(crate) async fn prepare(
         Some(name) => state.config.serve.models.get(name).cloned().ok_or_else(|| {
             ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
         })?,
-        None => crate::cli::model::ModelTable::default(),
+        None => nexo::config::ModelTable::default(),
     }
     .with_token_cap(allowance.tokens);
     let recorded = cli_runs::Recorded {
@@ -660,7 +660,7 @@ pub struct NewTenantRequest {
     policy: Option<Value>,
 }
 
-fn parse_policy(value: Option<&Value>, config: &grant::ConfigFile) -> ApiResult<Policy> {
+fn parse_policy(value: Option<&Value>, config: &nexo::config::ConfigFile) -> ApiResult<Policy> {
     match value {
         None => Ok(Policy::default()),
         Some(v) => Policy::parse(&v.to_string(), config)

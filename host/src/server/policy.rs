@@ -82,7 +82,7 @@ impl Default for Policy {
 impl Policy {
     /// Parses a policy from JSON or TOML text (a file given to `nexo tenant
     /// policy`), and checks it against the operator's configuration.
-    pub fn parse(text: &str, config: &grant::ConfigFile) -> Result<Policy, String> {
+    pub fn parse(text: &str, config: &nexo::config::ConfigFile) -> Result<Policy, String> {
         let policy: Policy = match serde_json::from_str(text) {
             Ok(p) => p,
             Err(json) => match toml::from_str(text) {
@@ -104,7 +104,7 @@ impl Policy {
     }
 
     /// Whether the policy names only what the operator configured.
-    pub fn check(&self, config: &grant::ConfigFile) -> Result<(), String> {
+    pub fn check(&self, config: &nexo::config::ConfigFile) -> Result<(), String> {
         if self.mode == PermissionMode::Ask {
             return Err(
                 "mode `ask` needs a terminal, which a served run has not; use `approve` (durable approvals)".into()
@@ -224,7 +224,7 @@ impl Effective {
     /// The grant a run records: the CLI's own grant type, so the worker
     /// resumes a served run exactly as it resumes any other. A local
     /// sandbox is the tenant's `workspace`, never anything else.
-    pub fn grant(&self, policy: &Policy, workspace: &Path, config: &grant::ConfigFile) -> grant::Resolved {
+    pub fn grant(&self, policy: &Policy, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::Resolved {
         let local = (self.sandbox == SandboxKind::Local).then(|| workspace.to_path_buf());
         grant::Resolved::for_tenant(grant::TenantGrant {
             allow: self.allow.clone(),
@@ -272,6 +272,10 @@ pub struct Quotas {
     /// Epoch ticks (the engine's time slices spent driving the tenant's
     /// runs) per hour.
     pub cpu_ticks_per_hour: Option<u64>,
+    /// Web bytes per hour: the bodies the tenant's runs send and receive
+    /// with the `fetch` tool. A run also gets what is left of the hour's
+    /// bytes, and its fetches are refused past it.
+    pub egress_bytes_per_hour: Option<u64>,
     /// The linear memory of all the tenant's live instances on one node,
     /// together, in MiB (each instance also has the server's own cap).
     pub memory_mib: Option<u64>,
@@ -349,7 +353,7 @@ mod tests {
 
     #[test]
     fn policies_parse_from_json_and_toml_and_are_checked() {
-        let config = grant::ConfigFile::default();
+        let config = nexo::config::ConfigFile::default();
         let p = Policy::parse(r#"{"allow": ["write"], "mode": "approve"}"#, &config).unwrap();
         assert_eq!(p.allow, vec![Capability::Write]);
         let p = Policy::parse("allow = [\"fetch\"]\nfetch-hosts = [\"example.com\"]\n", &config).unwrap();

@@ -105,7 +105,7 @@ pub async fn check_start(
     }
     let hour = nexo_store::usage_period(now_ms);
     let used = store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour);
-    let (runs, tokens, ticks) = used.map_or((0, 0, 0), |u| (u.runs, u.tokens, u.cpu_ticks));
+    let (runs, tokens, ticks, egress) = used.map_or((0, 0, 0, 0), |u| (u.runs, u.tokens, u.cpu_ticks, u.egress_bytes));
     let over = |what: &str, used: u64, limit: u64| Refusal {
         message: format!(
             "the tenant used {used} {what} this hour, its quota ({limit}); the quota renews at the top of the hour"
@@ -122,12 +122,51 @@ pub async fn check_start(
     {
         return Ok(Err(over("CPU ticks", ticks, limit)));
     }
+    if let Some(limit) = quotas.egress_bytes_per_hour
+        && egress >= limit
+    {
+        return Ok(Err(over("egress bytes", egress, limit)));
+    }
     let tokens_left = match quotas.tokens_per_hour {
         Some(limit) if tokens >= limit => return Ok(Err(over("model tokens", tokens, limit))),
         Some(limit) => Some(limit - tokens),
         None => None,
     };
     Ok(Ok(Allowance { tokens: tokens_left }))
+}
+
+/// A meter for one pass of the tenant's run, holding the bytes left of its
+/// hourly egress quota now (no limit without the quota: it only counts).
+/// Unreadable usage or policy gives a meter with no room, never an
+/// unmetered pass.
+pub async fn egress_meter(store: &dyn Store, tenant: &str) -> std::sync::Arc<nexo_egress::Meter> {
+    let hour = nexo_store::usage_period(nexo_store::now_ms());
+    let limit = match store.tenant(tenant).await {
+        Ok(Some(t)) => {
+            super::policy::Policy::from_stored(&t.policy).map_or(Some(0), |p| p.quotas.egress_bytes_per_hour)
+        }
+        _ => Some(0),
+    };
+    let limit = match (limit, store.usage(tenant, hour).await) {
+        (None, _) => None,
+        (Some(limit), Ok(usage)) => {
+            let used = usage.iter().find(|u| u.period_ms == hour).map_or(0, |u| u.egress_bytes);
+            Some(limit.saturating_sub(used))
+        }
+        (Some(_), Err(_)) => Some(0),
+    };
+    std::sync::Arc::new(nexo_egress::Meter::new(limit))
+}
+
+/// What one pass of a run used besides its journal and events.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass {
+    /// How long it was driven.
+    pub driven: Duration,
+    /// The engine's epoch tick, which turns `driven` into ticks.
+    pub tick: Duration,
+    /// The web bytes its fetches moved ([`egress_meter`]).
+    pub egress_bytes: u64,
 }
 
 /// Where a pass's metering starts: the run's newest event id and the
@@ -162,11 +201,11 @@ fn turn_tokens(result: &str) -> u64 {
 
 /// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
 /// the model turns this pass paid for (journaled from `mark.seq` on; a
-/// replayed turn was paid for once, by the pass that journaled it) and the
-/// epoch ticks it was driven for, added to the hour's usage; and each tool
+/// replayed turn was paid for once, by the pass that journaled it), the
+/// epoch ticks it was driven for and its web bytes, added to the hour's usage; and each tool
 /// the model called, with the gate's verdict, in the tenant's audit log
 /// (a replay records no events, so none is audited twice).
-pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, driven: Duration, tick: Duration) {
+pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass) {
     let now = nexo_store::now_ms();
     let tokens: u64 = match store.journal(run).await {
         Ok(entries) => entries
@@ -188,8 +227,8 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, 
             }
         }
     }
-    let ticks = u64::try_from(driven.as_nanos() / tick.as_nanos().max(1)).unwrap_or(u64::MAX);
-    if let Err(err) = store.add_usage(tenant, now, 0, tokens, ticks, 0).await {
+    let ticks = u64::try_from(pass.driven.as_nanos() / pass.tick.as_nanos().max(1)).unwrap_or(u64::MAX);
+    if let Err(err) = store.add_usage(tenant, now, 0, tokens, ticks, pass.egress_bytes).await {
         tracing::warn!(target: "nexo::server", "cannot meter run {run}: {err}");
     }
 }
@@ -235,5 +274,11 @@ mod tests {
         assert!(check_start(&store, "t1", &quotas, hour + 3_600_000).await.unwrap().is_ok());
         let quotas = Quotas { cpu_ticks_per_hour: Some(50), ..Quotas::default() };
         assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_err());
+        store.add_usage("t1", now, 0, 0, 0, 4096).await.unwrap();
+        let quotas = Quotas { egress_bytes_per_hour: Some(4096), ..Quotas::default() };
+        let refused = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap_err();
+        assert!(refused.message.contains("4096 egress bytes"), "{}", refused.message);
+        let quotas = Quotas { egress_bytes_per_hour: Some(4097), ..Quotas::default() };
+        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_ok());
     }
 }

@@ -9,8 +9,6 @@ use nexo::runs::Runs;
 use nexo_store::Store;
 use tokio::sync::Notify;
 
-use crate::cli::grant;
-
 /// What every request handler shares.
 #[derive(Clone)]
 pub struct AppState(pub Arc<Shared>);
@@ -31,7 +29,7 @@ pub struct Shared {
     /// The engine uploads are validated and runs are created with.
     pub engine: Engine,
     /// The operator's configuration.
-    pub config: Arc<grant::ConfigFile>,
+    pub config: Arc<nexo::config::ConfigFile>,
     /// Workspaces and the plugin cache.
     pub data_dir: PathBuf,
     /// The largest upload.

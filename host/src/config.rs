@@ -1,0 +1,283 @@
+//! The operator's config file (`--config FILE`, `NEXO_CONFIG`): its tables
+//! as types, and the one function that parses it.
+//!
+//! The file is untrusted text with secrets in it (an MCP server's token,
+//! headers and environment), so a parse error names the line and the
+//! problem and never quotes a value ([`crate::files::toml_problem`]). The
+//! `config_file` fuzz target checks that over mutated files.
+//!
+//! Each table mirrors a group of command-line flags; the CLI lays its flags
+//! over the file (flags win), and a recorded run keeps the merged settings.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use nexo_model::ProviderKind;
+use serde::{Deserialize, Serialize};
+
+use crate::ConfigError;
+use crate::manifest::{Capability, LoopKind};
+
+/// The operator's config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The `[grant]` table.
+    #[serde(default)]
+    pub grant: GrantTable,
+    /// The `[model]` table.
+    #[serde(default)]
+    pub model: ModelTable,
+    /// The `[search]` table.
+    pub search: Option<SearchTable>,
+    /// Where runs are recorded: a path, `sqlite://PATH` or `postgres://…`
+    /// (`--store` and `NEXO_STORE` win over it).
+    pub store: Option<String>,
+    /// Keep each run's events in memory and write them once, when it ends
+    /// or suspends. The journal is never held back.
+    #[serde(default, rename = "buffer-events")]
+    pub buffer_events: bool,
+    /// The `[mcp.NAME]` tables: the MCP servers agents may request.
+    #[serde(default)]
+    pub mcp: BTreeMap<String, nexo_mcp::ServerConfig>,
+    /// The `[worker]` table: how `nexo worker` runs jobs.
+    #[serde(default)]
+    pub worker: WorkerTable,
+    /// The `[sessions]` table: how long sessions are kept.
+    #[serde(default)]
+    pub sessions: SessionsTable,
+    /// The `[serve]` table: how `nexo serve` hosts tenants.
+    #[serde(default)]
+    pub serve: ServeTable,
+}
+
+/// Reads the config file, if any. The CLI reads it once per command.
+pub fn read(path: Option<&Path>) -> Result<ConfigFile, ConfigError> {
+    match path {
+        Some(path) => {
+            let text = crate::files::read_regular_text(path, crate::files::MAX_TOML_BYTES)
+                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            parse(&text, path)
+        }
+        None => Ok(ConfigFile::default()),
+    }
+}
+
+/// Parses the text of a config file; `path` only names it in errors.
+pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+    toml::from_str::<ConfigFile>(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: crate::files::toml_problem(text, &e) })
+}
+
+/// `[grant]`: the same settings as the grant flags of `nexo run`.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GrantTable {
+    /// Capabilities beyond `read` and `glob` (`--allow` adds to them).
+    #[serde(default)]
+    pub allow: Vec<Capability>,
+    /// The permission mode (`--mode`).
+    pub mode: Option<ModeSetting>,
+    /// Where tools act (`--sandbox`).
+    pub sandbox: Option<SandboxSetting>,
+    /// The local sandbox's directory (`--cwd`).
+    pub cwd: Option<PathBuf>,
+    /// The container sandbox's image (`--image`).
+    pub image: Option<String>,
+    /// The container CLI (`--container-runtime`).
+    pub container_runtime: Option<RuntimeSetting>,
+    /// How local shell commands are confined (`--shell-confinement`).
+    pub shell_confinement: Option<ConfinementSetting>,
+    /// The hosts `fetch` may reach (`--fetch-host` adds to them).
+    pub fetch_hosts: Option<Vec<String>>,
+    /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
+    pub mcp_allow: Option<Vec<String>>,
+}
+
+/// A permission mode, as the flag and the file spell it.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModeSetting {
+    /// Nothing beyond reading.
+    ReadOnly,
+    /// Everything granted, unasked.
+    Auto,
+    /// A question on the terminal for each action beyond reading.
+    Ask,
+    /// Each action beyond reading suspends the run for an approval.
+    Approve,
+}
+
+/// Where tools act.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxSetting {
+    /// In memory, no host access.
+    Virtual,
+    /// A directory of the host.
+    Local,
+    /// A throwaway container.
+    Container,
+}
+
+/// The container CLI of the container sandbox.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeSetting {
+    /// `docker`.
+    Docker,
+    /// Apple's `container`.
+    Apple,
+}
+
+/// How the local sandbox confines shell commands.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfinementSetting {
+    /// The strongest that works here.
+    Auto,
+    /// bubblewrap.
+    Bubblewrap,
+    /// Landlock.
+    Landlock,
+    /// None: only for trusted agents.
+    None,
+}
+
+/// `[model]`: which model, which provider, and the loop's limits. A
+/// recorded run keeps the merged settings (no key: keys come from the
+/// environment at each resume).
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModelTable {
+    /// The model id.
+    pub model: Option<String>,
+    /// The provider.
+    pub provider: Option<ProviderKind>,
+    /// The API base URL (OpenAI-compatible servers).
+    pub base_url: Option<String>,
+    /// Use a model id the provider is not known to serve.
+    #[serde(default)]
+    pub assume_model_exists: bool,
+    /// A recorded conversation to replay instead of a model.
+    pub script: Option<PathBuf>,
+    /// The most model turns for one prompt.
+    pub max_turns: Option<u32>,
+    /// The most tokens (input + output) for one prompt.
+    pub token_budget: Option<u64>,
+    /// Stream the model's text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    /// The loop that drives each prompt.
+    #[serde(rename = "loop", default, skip_serializing_if = "Option::is_none")]
+    pub agent_loop: Option<LoopKind>,
+    /// The Claude Code CLI, for the `claude-code` loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_binary: Option<PathBuf>,
+    /// Give the Claude Code CLI its own tools too (each checked against the grant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claude_builtin_tools: bool,
+}
+
+impl ModelTable {
+    /// The same table with its token budget at most `cap` (a tenant's
+    /// tokens left this hour).
+    pub fn with_token_cap(mut self, cap: Option<u64>) -> ModelTable {
+        if let Some(cap) = cap {
+            self.token_budget = Some(self.token_budget.map_or(cap, |b| b.min(cap)));
+        }
+        self
+    }
+
+    /// The agent file's `loop`, where neither a flag nor the config file set one.
+    pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
+        self.agent_loop = self.agent_loop.or(hint);
+        self
+    }
+}
+
+/// `[search]`: the search backend and its network grant. A recorded run
+/// keeps the merged table: it names the key's variable, never the key.
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SearchTable {
+    /// The backend component, relative to the config file.
+    pub backend: Option<PathBuf>,
+    /// What the backend may reach.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Exact private addresses it may reach (self-hosted services).
+    #[serde(default)]
+    pub allow_private: Vec<IpAddr>,
+    /// The backend's settings.
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// Where its API key comes from.
+    pub api_key: Option<ApiKeyTable>,
+    /// Its requests' timeout.
+    pub timeout_secs: Option<u64>,
+}
+
+/// Where the search backend's API key comes from. The key itself never sits
+/// in the config file: it is read from the environment of the host process.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ApiKeyTable {
+    /// The header the host puts the key in.
+    pub header: String,
+    /// The environment variable holding the key.
+    pub env: String,
+    /// Put before the key, for example `Bearer `.
+    #[serde(default)]
+    pub prefix: String,
+    /// The exact origins the key goes to; by default `https://<host>:443`
+    /// for each of `hosts`.
+    #[serde(default)]
+    pub origins: Vec<String>,
+}
+
+/// `[worker]`: how `nexo worker` runs jobs.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WorkerTable {
+    /// How many jobs one worker runs at once (`--max-in-flight`,
+    /// `NEXO_MAX_IN_FLIGHT` win).
+    pub max_in_flight: Option<u32>,
+}
+
+/// `[sessions]`: how long sessions are kept.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SessionsTable {
+    /// Delete sessions idle for longer than this, such as `30d` (`--retain`
+    /// wins). Unset: sessions are kept until deleted.
+    pub retain: Option<String>,
+}
+
+/// `[serve]`: how `nexo serve` hosts tenants.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeTable {
+    /// The address to listen on (`--listen` wins).
+    pub listen: Option<String>,
+    /// Where tenants' workspaces and the plugin cache live (`--data-dir` wins).
+    pub data_dir: Option<PathBuf>,
+    /// How many runs this node drives at once (`--max-in-flight` wins).
+    pub max_in_flight: Option<u32>,
+    /// The largest plugin an upload may carry, in bytes.
+    pub max_plugin_bytes: Option<u64>,
+    /// Each run's wall-clock limit per pass, in seconds.
+    pub run_timeout_secs: Option<u64>,
+    /// Each run's memory cap, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Use the pooling instance allocator (default: on). Off allocates each
+    /// instance on demand: slower to start, but no address space reserved
+    /// per slot, for very many concurrent runs.
+    pub pooling: Option<bool>,
+    /// The operator's models, by name: the `[model]` keys. A tenant's policy
+    /// names the ones it may use; their keys stay the operator's.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelTable>,
+}
