@@ -255,7 +255,9 @@ pub enum RunError {
     /// The plugin's memory would take its tenant's instances, together,
     /// past the tenant's total memory quota (`nexo serve`).
     #[error(
-        "plugin `{plugin}` was stopped in `{function}`: growing its memory by {requested} bytes would take its          tenant's instances past their total of {cap} bytes ({in_use} in use). Wait for other runs to end, or ask          the operator for a higher `memory-mib` quota"
+        "plugin `{plugin}` was stopped in `{function}`: growing its memory by {requested} bytes would take its \
+         tenant's instances past their total of {cap} bytes ({in_use} in use). Wait for other runs to end, or ask \
+         the operator for a higher `memory-mib` quota"
     )]
     SharedMemoryLimit {
         /// The plugin's name.
@@ -268,6 +270,24 @@ pub enum RunError {
         in_use: usize,
         /// The tenant's total.
         cap: usize,
+    },
+
+    /// The guest used up its CPU allowance: in `nexo serve`, what was left
+    /// of its tenant's CPU-tick quotas for the run and the hour.
+    #[error(
+        "plugin `{plugin}` was stopped in `{function}`: it ran for {used} CPU ticks, its allowance of {limit} \
+         (what was left of the tenant's `cpu-ticks-per-run` and `cpu-ticks-per-hour` quotas). Start it again when \
+         the hour's quota renews, or ask the operator for higher quotas"
+    )]
+    CpuQuota {
+        /// The plugin's name.
+        plugin: String,
+        /// The export that was running.
+        function: String,
+        /// The ticks it ran for.
+        used: u64,
+        /// Its allowance.
+        limit: u64,
     },
 
     /// The store of recorded runs failed: the run could not be recorded,

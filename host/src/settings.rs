@@ -122,6 +122,10 @@ pub struct RunOptions {
     /// each pass of a tenant's run a meter holding the bytes left of the
     /// tenant's hourly quota. `None`: nothing is counted.
     pub egress_meter: Option<Arc<nexo_egress::Meter>>,
+    /// Where the agent's CPU ticks are counted ([`crate::instance::CpuMeter`]);
+    /// with a limit, the guest is stopped past it. `nexo serve` gives each
+    /// pass of a tenant's run one. `None`: nothing is counted.
+    pub cpu_meter: Option<Arc<crate::instance::CpuMeter>>,
 }
 
 impl RunOptions {

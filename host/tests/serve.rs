@@ -499,6 +499,36 @@ async fn a_tenants_instances_share_one_memory_total() {
     assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("done")), "{run}");
 }
 
+/// CPU is metered as the epoch ticks the tenant's guests run for: a
+/// spinning run is stopped at its per-run allowance, its ticks are in the
+/// usage, and the hour's quota, once used up, refuses the next run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_cpu_ticks_is_stopped_and_metered() {
+    let scene = Scene::new(None).await;
+    let quotas = json!({"quotas": {"cpu-ticks-per-run": 20, "cpu-ticks-per-hour": 30}});
+    let key = scene.tenant("gina", Some(quotas));
+    let node = scene.node("a");
+    let (_, spin) = scene.upload(&node, &key, built::SPIN).await;
+    let (status, run) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": spin["id"], "input": "go", "wait": true})).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let failed = scene.finish(&node, &key, run["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("ran for 21 CPU ticks, its allowance of 20"), "{error}");
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
+    assert_eq!(usage["total"]["cpu_ticks"], 21, "{usage}");
+    // The second run gets what is left of the hour (9 ticks), and then the hour is used up.
+    let (_, run) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": spin["id"], "input": "go", "wait": true})).await;
+    let failed = scene.finish(&node, &key, run["id"].as_str().unwrap()).await;
+    assert!(failed["error"].as_str().unwrap().contains("its allowance of 9"), "{failed}");
+    let (status, refused) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": spin["id"], "input": "go", "wait": true})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("CPU ticks this hour"), "{refused}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_server_and_it_says_so() {
     let scene = Scene::new(None).await;

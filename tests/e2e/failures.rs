@@ -144,6 +144,34 @@ async fn an_endless_loop_is_stopped_at_the_deadline() {
     host_still_works(engine()).await;
 }
 
+/// A run's CPU meter counts the ticks its guest runs for and stops it past
+/// its allowance, well before the deadline; a guest that waits costs none.
+#[tokio::test]
+async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
+    let plugin = Plugin::load(engine(), built::SPIN).await.unwrap();
+    let meter = nexo::instance::CpuMeter::new(Some(5));
+    let options =
+        RunOptions { timeout: Some(Duration::from_secs(30)), cpu_meter: Some(meter.clone()), ..RunOptions::default() };
+    let started = Instant::now();
+    let err = plugin.run_agent("go", &options).await.unwrap_err();
+    match &err {
+        RunError::CpuQuota { plugin, used, limit, .. } => {
+            assert_eq!((plugin.as_str(), *used, *limit), ("spin", 6, 5), "{err}");
+        }
+        other => panic!("expected CpuQuota, got {other:?}"),
+    }
+    assert!(err.to_string().contains("cpu-ticks-per-run"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped by the meter, not the deadline");
+    // Counting only: never stops a run, and a short one uses few ticks
+    // (a loaded machine can stretch it over several).
+    let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
+    let counting = nexo::instance::CpuMeter::new(None);
+    let options = RunOptions { cpu_meter: Some(counting.clone()), ..RunOptions::default() };
+    stats.run_agent("a b c", &options).await.unwrap();
+    assert!(counting.used() < 50, "{} ticks", counting.used());
+    host_still_works(engine()).await;
+}
+
 #[tokio::test]
 async fn a_spinning_plugin_does_not_block_other_runs() {
     let spin = Plugin::load(engine(), built::SPIN).await.unwrap();

@@ -40,6 +40,7 @@ pub fn exit_code(e: &RunError) -> ExitCode {
         | RunError::Deadline { .. }
         | RunError::MemoryLimit { .. }
         | RunError::SharedMemoryLimit { .. }
+        | RunError::CpuQuota { .. }
         | RunError::AgentFailed { .. }
         | RunError::SearchFailed { .. }
         | RunError::Instantiate { .. } => ExitCode::from(1),

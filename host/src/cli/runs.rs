@@ -634,6 +634,7 @@ pub async fn resume_run(
     options.memory_budget = served.and_then(|s| s.memory.clone());
     options.cpu_budget = served.and_then(|s| s.cpu.clone());
     options.egress_meter = served.and_then(|s| s.egress.clone());
+    options.cpu_meter = served.and_then(|s| s.ticks.clone());
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
@@ -695,6 +696,9 @@ pub struct Served {
     /// Where this pass's web bytes are counted, with the bytes left of the
     /// tenant's hourly egress quota.
     pub egress: Option<Arc<nexo_egress::Meter>>,
+    /// Where this pass's CPU ticks are counted, with what is left of the
+    /// tenant's CPU-tick quotas for the run and the hour.
+    pub ticks: Option<Arc<nexo::instance::CpuMeter>>,
 }
 
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox

@@ -331,8 +331,9 @@ impl Worker {
                 let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
                 let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
                 let (memory, cpu) = self.budgets.budgets(&**store, tenant, engine.config().epoch_tick).await;
-                let egress = Some(crate::server::quota::egress_meter(&**store, tenant).await);
-                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress })
+                let (egress, ticks) = crate::server::quota::pass_meters(&**store, tenant).await;
+                let (egress, ticks) = (Some(egress), Some(ticks));
+                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks })
             }
             _ => None,
         };
@@ -340,13 +341,13 @@ impl Worker {
             (Some(_), Some(tenant)) => Some((tenant.clone(), crate::server::quota::mark(&**store, &job.run).await)),
             _ => None,
         };
-        let started = std::time::Instant::now();
         let resumed =
             runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, served.as_ref()).await;
         if let Some((tenant, after)) = metered {
-            let tick = self.base.epoch_tick;
-            let egress = served.as_ref().and_then(|s| s.egress.as_ref()).map_or(0, |m| m.used());
-            let pass = crate::server::quota::Pass { driven: started.elapsed(), tick, egress_bytes: egress };
+            let pass = crate::server::quota::Pass {
+                cpu_ticks: served.as_ref().and_then(|s| s.ticks.as_ref()).map_or(0, |m| m.used()),
+                egress_bytes: served.as_ref().and_then(|s| s.egress.as_ref()).map_or(0, |m| m.used()),
+            };
             crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, pass).await;
         }
         match resumed {

@@ -269,9 +269,13 @@ pub struct Quotas {
     /// Model tokens (input and output) per hour. A run also gets what is
     /// left of the hour's tokens as its token budget.
     pub tokens_per_hour: Option<u64>,
-    /// Epoch ticks (the engine's time slices spent driving the tenant's
-    /// runs) per hour.
+    /// CPU ticks per hour: the engine's epoch ticks (10 ms) at which one of
+    /// the tenant's guests was running. A run also gets what is left of
+    /// the hour's ticks, and is stopped past it.
     pub cpu_ticks_per_hour: Option<u64>,
+    /// CPU ticks for one pass of a run (a run resumed after an approval
+    /// starts a new allowance): past it, the guest is stopped.
+    pub cpu_ticks_per_run: Option<u64>,
     /// Web bytes per hour: the bodies the tenant's runs send and receive
     /// with the `fetch` tool. A run also gets what is left of the hour's
     /// bytes, and its fetches are refused past it.

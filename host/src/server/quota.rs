@@ -135,37 +135,45 @@ pub async fn check_start(
     Ok(Ok(Allowance { tokens: tokens_left }))
 }
 
-/// A meter for one pass of the tenant's run, holding the bytes left of its
-/// hourly egress quota now (no limit without the quota: it only counts).
-/// Unreadable usage or policy gives a meter with no room, never an
-/// unmetered pass.
-pub async fn egress_meter(store: &dyn Store, tenant: &str) -> std::sync::Arc<nexo_egress::Meter> {
+/// The meters of one pass of a tenant's run: its web bytes and its CPU
+/// ticks, each holding what is left of the tenant's quotas now (the
+/// hour's bytes; the smaller of the per-run ticks and the hour's). Without
+/// a quota a meter only counts. Unreadable usage or policy gives meters
+/// with no room, never an unmetered pass.
+pub async fn pass_meters(
+    store: &dyn Store,
+    tenant: &str,
+) -> (std::sync::Arc<nexo_egress::Meter>, std::sync::Arc<nexo::instance::CpuMeter>) {
+    let no_room = || (std::sync::Arc::new(nexo_egress::Meter::new(Some(0))), nexo::instance::CpuMeter::new(Some(0)));
     let hour = nexo_store::usage_period(nexo_store::now_ms());
-    let limit = match store.tenant(tenant).await {
-        Ok(Some(t)) => {
-            super::policy::Policy::from_stored(&t.policy).map_or(Some(0), |p| p.quotas.egress_bytes_per_hour)
-        }
-        _ => Some(0),
+    let Some(quotas) = store
+        .tenant(tenant)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|t| super::policy::Policy::from_stored(&t.policy).ok())
+        .map(|p| p.quotas)
+    else {
+        return no_room();
     };
-    let limit = match (limit, store.usage(tenant, hour).await) {
-        (None, _) => None,
-        (Some(limit), Ok(usage)) => {
-            let used = usage.iter().find(|u| u.period_ms == hour).map_or(0, |u| u.egress_bytes);
-            Some(limit.saturating_sub(used))
-        }
-        (Some(_), Err(_)) => Some(0),
+    let Ok(usage) = store.usage(tenant, hour).await else { return no_room() };
+    let (bytes_used, ticks_used) =
+        usage.into_iter().find(|u| u.period_ms == hour).map_or((0, 0), |u| (u.egress_bytes, u.cpu_ticks));
+    let bytes = quotas.egress_bytes_per_hour.map(|l| l.saturating_sub(bytes_used));
+    let hourly = quotas.cpu_ticks_per_hour.map(|l| l.saturating_sub(ticks_used));
+    let ticks = match (quotas.cpu_ticks_per_run, hourly) {
+        (Some(run), Some(hour)) => Some(run.min(hour)),
+        (run, hour) => run.or(hour),
     };
-    std::sync::Arc::new(nexo_egress::Meter::new(limit))
+    (std::sync::Arc::new(nexo_egress::Meter::new(bytes)), nexo::instance::CpuMeter::new(ticks))
 }
 
 /// What one pass of a run used besides its journal and events.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Pass {
-    /// How long it was driven.
-    pub driven: Duration,
-    /// The engine's epoch tick, which turns `driven` into ticks.
-    pub tick: Duration,
-    /// The web bytes its fetches moved ([`egress_meter`]).
+    /// The CPU ticks its guest ran for ([`pass_meters`]).
+    pub cpu_ticks: u64,
+    /// The web bytes its fetches moved ([`pass_meters`]).
     pub egress_bytes: u64,
 }
 
@@ -201,8 +209,8 @@ fn turn_tokens(result: &str) -> u64 {
 
 /// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
 /// the model turns this pass paid for (journaled from `mark.seq` on; a
-/// replayed turn was paid for once, by the pass that journaled it), the
-/// epoch ticks it was driven for and its web bytes, added to the hour's usage; and each tool
+/// replayed turn was paid for once, by the pass that journaled it), its
+/// CPU ticks and its web bytes, added to the hour's usage; and each tool
 /// the model called, with the gate's verdict, in the tenant's audit log
 /// (a replay records no events, so none is audited twice).
 pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass) {
@@ -227,8 +235,7 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, 
             }
         }
     }
-    let ticks = u64::try_from(pass.driven.as_nanos() / pass.tick.as_nanos().max(1)).unwrap_or(u64::MAX);
-    if let Err(err) = store.add_usage(tenant, now, 0, tokens, ticks, pass.egress_bytes).await {
+    if let Err(err) = store.add_usage(tenant, now, 0, tokens, pass.cpu_ticks, pass.egress_bytes).await {
         tracing::warn!(target: "nexo::server", "cannot meter run {run}: {err}");
     }
 }

@@ -254,6 +254,7 @@ impl Agent {
             journal: options.journal.clone(),
             memory: options.memory_budget.clone(),
             cpu: options.cpu_budget.clone(),
+            cpu_meter: options.cpu_meter.clone(),
         };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
