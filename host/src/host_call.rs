@@ -3,13 +3,16 @@
 //! steps in the same order:
 //!
 //! ```text
-//! decode → authorize → event → execute → truncate → result
+//! decode → authorize → audit → event → execute → truncate → result
 //! ```
 //!
 //! - **decode**: WIT arguments arrive typed, and their size is checked; the
 //!   model's arrive as JSON and the call parses them.
 //! - **authorize**: the world's context decides: an agent run's one
 //!   [`Authority`]; a search backend's or sandbox provider's egress grant.
+//! - **audit**: each decision of the gate on a capability or an MCP server,
+//!   the guest's and the model's alike, goes to the run's [`AuditSink`]
+//!   when it has one (`nexo serve`'s audit log).
 //! - **event**: a model's call is reported to the run's [`EventSink`].
 //! - **execute**: the call's handler, with its unit's per-instance state.
 //! - **truncate**: the call's own cut, through the one truncation routine.
@@ -19,8 +22,7 @@
 //! A recorded run adds the journal around execute: a call the journal
 //! holds is answered from it (the gate, the event and the handler are not
 //! run again), and a live call's result is appended before the guest sees
-//! it (see [`crate::journal`]). Metering and the audit log will each be one
-//! more step here.
+//! it (see [`crate::journal`]).
 //! A call is defined once, in its capability unit's file: a [`HostCall`]
 //! (and, when the model may call it, a [`Tool`]). A world's per-instance
 //! context ([`CallContext`]) is what the steps consult: [`ToolContext`] for
@@ -48,6 +50,11 @@ pub trait CallContext: Send + Sync + 'static {
     /// The gate for one call.
     fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError>;
 
+    /// Where the gate's decisions are recorded, if anywhere.
+    fn audit(&self) -> Option<&dyn AuditSink> {
+        None
+    }
+
     /// The most bytes a guest may hand to one call.
     fn arg_limit(&self) -> usize;
 
@@ -61,6 +68,37 @@ pub trait CallContext: Send + Sync + 'static {
     fn journal(&self) -> Option<&Journal> {
         None
     }
+}
+
+/// One decision of the gate, as an audit log keeps it: what was asked for
+/// and the verdict, never the call's arguments or result (a path or a URL
+/// can hold a secret).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CapabilityUse {
+    /// The capability, or `mcp`.
+    pub capability: &'static str,
+    /// The import, such as `read-file` or `call-tool`.
+    pub call: &'static str,
+    /// The model's tool name, when the model made the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The MCP server, for an MCP call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The MCP server's tool, for an MCP tool call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tool: Option<String>,
+    /// `model` or `guest`.
+    pub origin: &'static str,
+    /// `allowed`, or the refusal's kind (`denied`, `approval-required`…).
+    pub verdict: &'static str,
+}
+
+/// Where a run's [`CapabilityUse`]s go. Called on the host-call path, so
+/// it should only take the record and return.
+pub trait AuditSink: Send + Sync {
+    /// Records one decision.
+    fn record(&self, used: CapabilityUse);
 }
 
 /// How many log lines an instance has written, against its limits.
@@ -316,6 +354,7 @@ pub struct ToolContext {
     tools: std::borrow::Cow<'static, [&'static dyn DynTool]>,
     state: UnitState,
     journal: Option<Arc<Journal>>,
+    audit: Option<Arc<dyn AuditSink>>,
 }
 
 impl CallContext for ToolContext {
@@ -325,6 +364,10 @@ impl CallContext for ToolContext {
 
     fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError> {
         self.authority.gate(gate, call)
+    }
+
+    fn audit(&self) -> Option<&dyn AuditSink> {
+        self.audit.as_deref()
     }
 
     fn arg_limit(&self) -> usize {
@@ -363,7 +406,13 @@ impl ToolContext {
     ) -> Self {
         let tools = tools.into();
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
-        ToolContext { authority, events, arg_limit, log, tools, state, journal: None }
+        ToolContext { authority, events, arg_limit, log, tools, state, journal: None, audit: None }
+    }
+
+    /// The same context, recording the gate's decisions in `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<dyn AuditSink>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The same context, recording its calls in `journal`.
@@ -588,7 +637,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     let allowed = decoded.and_then(|args| {
         let detail = call.detail(&args);
         let gate = call.gate(&args, &detail);
-        match cx.authorize(&gate, call.name()) {
+        let verdict = match cx.authorize(&gate, call.name()) {
             Err(ToolError::ApprovalRequired(message)) => match (&live, &unpositioned) {
                 (Some((journal, seq, hash, arguments)), _) => {
                     journal.approval(*seq, gate.subject(), call.name(), arguments, hash, message)
@@ -601,14 +650,41 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
                 (None, None) => Err(ToolError::ApprovalRequired(message)),
             },
             verdict => verdict,
+        };
+        // audit: the decision, after an approval was looked up
+        if let Some(sink) = cx.audit() {
+            audit(sink, &gate, call.name(), model.map(|(_, c)| c), &verdict);
         }
-        .map(|()| args)
+        verdict.map(|()| args)
     });
     // event
     if let Some((turn, model_call)) = model {
         call_event(cx, turn, model_call);
     }
     Ok(Admitted { allowed, model, live: live.map(|(journal, seq, hash, _)| (journal, seq, hash)) })
+}
+
+fn audit(
+    sink: &dyn AuditSink,
+    gate: &Gate<'_>,
+    call: &'static str,
+    model: Option<&ToolCall>,
+    verdict: &Result<(), ToolError>,
+) {
+    let (server, server_tool) = match gate {
+        Gate::Open => return,
+        Gate::Capability(..) => (None, None),
+        Gate::Mcp { server, tool, .. } => (Some(server.to_string()), tool.map(str::to_string)),
+    };
+    sink.record(CapabilityUse {
+        capability: gate.subject(),
+        call,
+        tool: model.map(|c| c.name.clone()),
+        server,
+        server_tool,
+        origin: if model.is_some() { "model" } else { "guest" },
+        verdict: verdict.as_ref().err().map_or("allowed", ToolError::kind),
+    });
 }
 
 /// result: the typed result for a guest, the rendered reply (and its

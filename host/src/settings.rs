@@ -126,6 +126,11 @@ pub struct RunOptions {
     /// with a limit, the guest is stopped past it. `nexo serve` gives each
     /// pass of a tenant's run one. `None`: nothing is counted.
     pub cpu_meter: Option<Arc<crate::instance::CpuMeter>>,
+    /// Where the gate's decisions on the agent's capability and MCP calls
+    /// are recorded, the guest's and the model's alike
+    /// ([`crate::host_call::AuditSink`]). `nexo serve` keeps them in the
+    /// tenant's audit log. `None`: not recorded.
+    pub audit: Option<Arc<dyn crate::host_call::AuditSink>>,
 }
 
 impl RunOptions {

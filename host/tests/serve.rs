@@ -362,9 +362,20 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     let kinds: Vec<&str> = log["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     let used: Vec<&Value> =
         log["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "capability.used").collect();
-    assert_eq!(used.len(), 1, "the one write the model made: {log}");
-    let data: Value = serde_json::from_str(used[0]["data"].as_str().unwrap()).unwrap();
-    assert_eq!((&data["tool"], &data["verdict"]), (&json!("write_file"), &json!("allowed")), "{data}");
+    // The model's one write: asked for (the run suspended), then allowed once approved.
+    let verdicts: Vec<(Value, Value, Value)> = used
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e["data"].as_str().unwrap()).unwrap())
+        .map(|d| (d["tool"].clone(), d["origin"].clone(), d["verdict"].clone()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            (json!("write_file"), json!("model"), json!("approval-required")),
+            (json!("write_file"), json!("model"), json!("allowed"))
+        ],
+        "{log}"
+    );
     for kind in ["tenant.created", "key.created", "plugin.uploaded", "run.started", "approval.decided"] {
         assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
     }

@@ -75,12 +75,14 @@ async fn by_default_tools_act_in_memory_and_everything_beyond_reading_is_refused
 #[tokio::test]
 async fn a_custom_run_prompts_several_times_and_calls_tools_through_the_same_gate() {
     let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
+    let audit = std::sync::Arc::new(Audit::default());
     let options = RunOptions {
         model: Some(scripted(serde_json::json!([
             { "tool_calls": [{ "name": "write_file", "arguments": { "path": "x", "content": "y" } }] },
             { "text": "first" },
             { "text": "second" }
         ]))),
+        audit: Some(audit.clone()),
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
@@ -92,6 +94,25 @@ async fn a_custom_run_prompts_several_times_and_calls_tools_through_the_same_gat
     assert_eq!(o["prompt-again"], "ok second");
     let outcome = run.last_prompt.unwrap();
     assert_eq!(outcome.turns, 1);
+    // The gate's decisions reach the audit sink, without arguments.
+    let uses = audit.0.lock().unwrap().clone();
+    let writes: Vec<(&str, Option<&str>, &str)> =
+        uses.iter().filter(|u| u.call == "write-file").map(|u| (u.origin, u.tool.as_deref(), u.verdict)).collect();
+    // The model was never offered write_file (write is not granted), so its
+    // call ended as an unknown tool before any gate: not a capability use.
+    assert_eq!(writes, [("guest", None, "denied")], "{uses:?}");
+    assert!(uses.iter().any(|u| (u.call, u.origin, u.verdict) == ("read-file", "guest", "allowed")), "{uses:?}");
+    assert!(!format!("{uses:?}").contains("README.md"), "no arguments in the audit: {uses:?}");
+}
+
+/// Collects what the gate decided.
+#[derive(Default)]
+struct Audit(std::sync::Mutex<Vec<nexo::host_call::CapabilityUse>>);
+
+impl nexo::host_call::AuditSink for Audit {
+    fn record(&self, used: nexo::host_call::CapabilityUse) {
+        self.0.lock().unwrap().push(used);
+    }
 }
 
 #[tokio::test]

@@ -635,6 +635,7 @@ pub async fn resume_run(
     options.cpu_budget = served.and_then(|s| s.cpu.clone());
     options.egress_meter = served.and_then(|s| s.egress.clone());
     options.cpu_meter = served.and_then(|s| s.ticks.clone());
+    options.audit = served.map(|s| s.audit.clone() as Arc<dyn nexo::host_call::AuditSink>);
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
@@ -699,6 +700,9 @@ pub struct Served {
     /// Where this pass's CPU ticks are counted, with what is left of the
     /// tenant's CPU-tick quotas for the run and the hour.
     pub ticks: Option<Arc<nexo::instance::CpuMeter>>,
+    /// Where the gate's decisions during this pass are held for the
+    /// tenant's audit log.
+    pub audit: Arc<crate::server::quota::PassAudit>,
 }
 
 /// Ends what the CLI started for a run: its MCP servers, and its sandbox

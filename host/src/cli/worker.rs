@@ -333,7 +333,8 @@ impl Worker {
                 let (memory, cpu) = self.budgets.budgets(&**store, tenant, engine.config().epoch_tick).await;
                 let (egress, ticks) = crate::server::quota::pass_meters(&**store, tenant).await;
                 let (egress, ticks) = (Some(egress), Some(ticks));
-                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks })
+                let audit = Default::default();
+                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks, audit })
             }
             _ => None,
         };
@@ -348,7 +349,8 @@ impl Worker {
                 cpu_ticks: served.as_ref().and_then(|s| s.ticks.as_ref()).map_or(0, |m| m.used()),
                 egress_bytes: served.as_ref().and_then(|s| s.egress.as_ref()).map_or(0, |m| m.used()),
             };
-            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, pass).await;
+            let audit = served.as_ref().map(|s| s.audit.clone()).unwrap_or_default();
+            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, pass, &audit).await;
         }
         match resumed {
             Resumed::End(end) => match end.run.status {

@@ -177,27 +177,37 @@ pub struct Pass {
     pub egress_bytes: u64,
 }
 
-/// Where a pass's metering starts: the run's newest event id and the
-/// length of its journal before the pass.
+/// Where a pass's metering starts: the length of its run's journal
+/// before the pass (entries from this sequence number on are the pass's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Mark {
-    /// Events after this id are the pass's.
-    pub event: i64,
-    /// Journal entries from this sequence number on are the pass's.
+    /// The first sequence number of the pass.
     pub seq: u64,
 }
 
 /// The run's [`Mark`] now.
 pub async fn mark(store: &dyn Store, run: &str) -> Mark {
-    let mut event = 0;
-    while let Ok(batch) = store.events(run, event, 1000).await {
-        match batch.last() {
-            Some(e) => event = e.id,
-            None => break,
-        }
-    }
     let seq = store.journal(run).await.ok().and_then(|j| j.iter().map(|e| e.end).max()).unwrap_or(0);
-    Mark { event, seq }
+    Mark { seq }
+}
+
+/// The gate's decisions during one pass, held until the pass ends and
+/// written to the tenant's audit log then (the host-call path only hands
+/// them over). A call answered from the journal on a replay is not decided
+/// again, so none is audited twice.
+#[derive(Debug, Default)]
+pub struct PassAudit(std::sync::Mutex<Vec<(i64, nexo::host_call::CapabilityUse)>>);
+
+impl nexo::host_call::AuditSink for PassAudit {
+    fn record(&self, used: nexo::host_call::CapabilityUse) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), used));
+    }
+}
+
+impl PassAudit {
+    fn take(&self) -> Vec<(i64, nexo::host_call::CapabilityUse)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// The tokens a journaled model turn reports (`{"Ok": {"usage": …}}`).
@@ -210,10 +220,10 @@ fn turn_tokens(result: &str) -> u64 {
 /// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
 /// the model turns this pass paid for (journaled from `mark.seq` on; a
 /// replayed turn was paid for once, by the pass that journaled it), its
-/// CPU ticks and its web bytes, added to the hour's usage; and each tool
-/// the model called, with the gate's verdict, in the tenant's audit log
-/// (a replay records no events, so none is audited twice).
-pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass) {
+/// CPU ticks and its web bytes, added to the hour's usage; and each of the
+/// gate's decisions on a capability or MCP call, the guest's and the
+/// model's, in the tenant's audit log (`capability.used`).
+pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass, audit: &PassAudit) {
     let now = nexo_store::now_ms();
     let tokens: u64 = match store.journal(run).await {
         Ok(entries) => entries
@@ -223,16 +233,11 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, 
             .sum(),
         Err(_) => 0,
     };
-    let mut cursor = mark.event;
-    while let Ok(batch) = store.events(run, cursor, 1000).await {
-        let Some(last) = batch.last() else { break };
-        cursor = last.id;
-        for e in batch.iter().filter(|e| e.kind == "tool_result") {
-            // The tool and the gate's verdict: never the arguments or the result.
-            let data = json!({"run": run, "tool": e.data.get("name"), "verdict": e.data.get("verdict"), "event": e.id});
-            if let Err(err) = store.append_audit(tenant, "capability.used", &data, e.at_ms).await {
-                tracing::warn!(target: "nexo::server", "cannot audit run {run}'s tool call: {err}");
-            }
+    for (at_ms, used) in audit.take() {
+        let mut data = serde_json::to_value(&used).unwrap_or_default();
+        data["run"] = json!(run);
+        if let Err(err) = store.append_audit(tenant, "capability.used", &data, at_ms).await {
+            tracing::warn!(target: "nexo::server", "cannot audit run {run}'s call `{}`: {err}", used.call);
         }
     }
     if let Err(err) = store.add_usage(tenant, now, 0, tokens, pass.cpu_ticks, pass.egress_bytes).await {

@@ -128,8 +128,11 @@ pub async fn prepare(
         std::borrow::Cow::Owned(units().flat_map(|u| u.tools().iter().copied()).collect())
     };
     let events = options.events.clone().unwrap_or_else(crate::events::no_events);
-    let tools =
-        Arc::new(ToolContext::new(authority, events, limits, tools, state).with_journal(options.journal.clone()));
+    let tools = Arc::new(
+        ToolContext::new(authority, events, limits, tools, state)
+            .with_journal(options.journal.clone())
+            .with_audit(options.audit.clone()),
+    );
     Ok(Prepared { tools, preopens })
 }
 
