@@ -15,7 +15,7 @@
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use crate::SandboxError;
@@ -105,6 +105,12 @@ impl ProgramConfinement {
                 let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;
                 let (mut cmd, fd) =
                     bwrap_command(&bwrap, Some(root), limits, self.network).map_err(SandboxError::Config)?;
+                // bwrap gives the program an empty /tmp and /run: a program
+                // kept there (a checkout under /tmp) stays visible, read-only.
+                let path = Path::new(program.as_ref());
+                if path.is_absolute() && (path.starts_with("/tmp") || path.starts_with("/run")) && path.is_file() {
+                    cmd.arg("--ro-bind").arg(path).arg(path);
+                }
                 cmd.arg("--").arg(program.as_ref()).args(args);
                 (cmd, Some(fd))
             }
@@ -274,6 +280,26 @@ mod tests {
             let (ok, out) = run(c, true, &probe);
             assert!(ok, "{c} with network could not connect: {out}");
         }
+    }
+
+    #[test]
+    fn a_program_kept_under_tmp_still_runs_under_bubblewrap() {
+        // bwrap mounts an empty /tmp over the host's; the program is bound back.
+        let bin = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let program = bin.path().join("say-hello");
+        std::fs::write(&program, "#!/bin/sh\necho hello from $0\n").unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut conf = ProgramConfinement::new(dir.path());
+        conf.confinement = Confinement::Bubblewrap;
+        let mut cmd = conf.command(&program, [""; 0]).unwrap();
+        cmd.command_mut().env_clear().env("PATH", "/usr/bin:/bin").stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = cmd.spawn().unwrap().wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("hello from"), "{text}");
+        // Nothing else of the host's /tmp is there.
+        let (_, listing) = run(Confinement::Bubblewrap, false, &format!("ls {} 2>&1", bin.path().display()));
+        assert!(!listing.contains("say-hello"), "{listing}");
     }
 
     #[test]
