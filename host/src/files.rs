@@ -109,8 +109,9 @@ pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
     // error shows only if it is TOML punctuation.
     let mut line = line;
     let cut_after = line.len() > column;
+    let at_a_character = line.len() >= column;
     line.truncate(column);
-    if let Some(last) = line.last_mut().filter(|_| column > 0) {
+    if let Some(last) = line.last_mut().filter(|_| at_a_character) {
         let punctuation = last.0.is_whitespace() || "[]{},=\"'#.".contains(last.0);
         last.1 |= !punctuation;
     }
