@@ -420,11 +420,6 @@ impl Policy {
         self
     }
 
-    /// The meter, if the policy has one.
-    pub fn meter(&self) -> Option<&Arc<Meter>> {
-        self.meter.as_ref()
-    }
-
     /// The error for a used-up meter.
     fn quota_error(meter: &Meter) -> EgressError {
         EgressError::QuotaExhausted { used: meter.used(), limit: meter.limit().unwrap_or(0) }

@@ -1,13 +1,15 @@
-//! Counting the bytes a run moves through the guarded client, against an
-//! optional allowance (a tenant's egress quota for the hour).
+//! A count against an optional allowance: the guarded client counts a
+//! run's bytes with it, and the engine counts a guest's CPU ticks (a
+//! tenant's quotas in `nexo serve`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A shared count of egress bytes: the request bodies sent and the
-/// response bodies received by every request of the policies that carry it
-/// ([`crate::Policy::metered`]). Headers are not counted. With a limit, a
-/// request is refused once the count has reached it, and a body being read
-/// stops when it passes it ([`crate::EgressError::QuotaExhausted`]).
+/// A shared count with an optional allowance. For egress, the request
+/// bodies sent and the response bodies received by every request of the
+/// policies that carry it ([`crate::Policy::metered`]); headers are not
+/// counted. With a limit, a request is refused once the count has reached
+/// it, and a body being read stops when it passes it
+/// ([`crate::EgressError::QuotaExhausted`]).
 #[derive(Debug)]
 pub struct Meter {
     used: AtomicU64,
@@ -15,7 +17,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    /// A meter at zero that allows `limit` bytes (`None`: no limit, it only
+    /// A meter at zero that allows `limit` (`None`: no limit, it only
     /// counts).
     pub fn new(limit: Option<u64>) -> Self {
         Meter { used: AtomicU64::new(0), limit }
@@ -36,11 +38,11 @@ impl Meter {
         self.limit.is_some_and(|limit| self.used() >= limit)
     }
 
-    /// Counts `bytes`; `false` if the count is now past the allowance.
-    pub fn add(&self, bytes: usize) -> bool {
-        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
-        self.limit.is_none_or(|limit| before.saturating_add(bytes) <= limit)
+    /// Counts `n`; `false` if the count is now past the allowance.
+    pub fn add(&self, n: usize) -> bool {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        let before = self.used.fetch_add(n, Ordering::Relaxed);
+        self.limit.is_none_or(|limit| before.saturating_add(n) <= limit)
     }
 }
 

@@ -95,7 +95,7 @@ pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
     // punctuation is shown. A table header shows whole (strings aside).
     let header = line.iter().find(|(c, _)| !c.is_whitespace()).is_some_and(|(c, _)| *c == '[');
     let mut after_equals = false;
-    let line: Vec<(char, bool)> = line
+    let mut line: Vec<(char, bool)> = line
         .into_iter()
         .map(|(c, inside)| {
             let value = after_equals && !header && !(c.is_whitespace() || "[]{},=\"'".contains(c));
@@ -107,7 +107,6 @@ pub fn toml_problem(text: &str, error: &toml::de::Error) -> String {
     // scan above may have paired its quotes wrongly (a stray quote before
     // a token turns the token into "unquoted" text). The character at the
     // error shows only if it is TOML punctuation.
-    let mut line = line;
     let cut_after = line.len() > column;
     let at_a_character = line.len() >= column;
     line.truncate(column);

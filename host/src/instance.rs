@@ -42,47 +42,11 @@ pub struct Wasi {
     pub memory: Option<Arc<MemoryBudget>>,
     /// A CPU share this store's guest draws on with others (a tenant's).
     pub cpu: Option<Arc<CpuBudget>>,
-    /// Where the guest's CPU ticks are counted, with its allowance.
-    pub cpu_meter: Option<Arc<CpuMeter>>,
-}
-
-/// The epoch ticks at which a guest was running: a sample of its CPU time,
-/// one engine tick each, taken at the tick itself (time spent waiting on
-/// the host, a model or a tool, is not counted). With a limit, the guest is
-/// stopped at the tick past it ([`RunError::CpuQuota`]). `nexo serve` gives
-/// each pass of a tenant's run one, holding what is left of its quotas.
-#[derive(Debug)]
-pub struct CpuMeter {
-    used: std::sync::atomic::AtomicU64,
-    limit: Option<u64>,
-}
-
-impl CpuMeter {
-    /// A meter at zero that allows `limit` ticks (`None`: it only counts).
-    pub fn new(limit: Option<u64>) -> Arc<CpuMeter> {
-        Arc::new(CpuMeter { used: 0.into(), limit })
-    }
-
-    /// The ticks counted so far.
-    pub fn used(&self) -> u64 {
-        self.used.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The allowance, if any.
-    pub fn limit(&self) -> Option<u64> {
-        self.limit
-    }
-
-    /// Whether the allowance is used up.
-    pub fn exhausted(&self) -> bool {
-        self.limit.is_some_and(|limit| self.used() >= limit)
-    }
-
-    /// Counts one tick; `false` if that one was past the allowance.
-    fn tick(&self) -> bool {
-        let before = self.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.limit.is_none_or(|limit| before < limit)
-    }
+    /// Where the guest's CPU ticks are counted, with its allowance: the
+    /// epoch ticks at which it was running, a sample of its CPU time taken
+    /// at each tick (time spent waiting on the host is not counted). Past
+    /// the allowance the guest is stopped ([`RunError::CpuQuota`]).
+    pub cpu_meter: Option<Arc<nexo_egress::Meter>>,
 }
 
 /// A share of the CPU that several stores' guests draw on together (a
@@ -270,7 +234,7 @@ pub struct Core {
     /// The CPU share the guest draws on, if any.
     cpu: Option<Arc<CpuBudget>>,
     /// Where its CPU ticks are counted, if anywhere.
-    cpu_meter: Option<Arc<CpuMeter>>,
+    cpu_meter: Option<Arc<nexo_egress::Meter>>,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -397,7 +361,7 @@ pub fn new_store<W: Send + 'static>(
         if now >= core.deadline {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         }
-        if core.cpu_meter.as_ref().is_some_and(|m| !m.tick()) {
+        if core.cpu_meter.as_ref().is_some_and(|m| !m.add(1)) {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         }
         // Over its CPU share: sleep until the next tick is earned (never past the deadline).

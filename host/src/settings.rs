@@ -122,10 +122,11 @@ pub struct RunOptions {
     /// each pass of a tenant's run a meter holding the bytes left of the
     /// tenant's hourly quota. `None`: nothing is counted.
     pub egress_meter: Option<Arc<nexo_egress::Meter>>,
-    /// Where the agent's CPU ticks are counted ([`crate::instance::CpuMeter`]);
-    /// with a limit, the guest is stopped past it. `nexo serve` gives each
+    /// Where the agent's CPU ticks are counted
+    /// ([`crate::instance::Wasi::cpu_meter`]); with a limit, the guest is
+    /// stopped past it. `nexo serve` gives each
     /// pass of a tenant's run one. `None`: nothing is counted.
-    pub cpu_meter: Option<Arc<crate::instance::CpuMeter>>,
+    pub cpu_meter: Option<Arc<nexo_egress::Meter>>,
     /// Where the gate's decisions on the agent's capability and MCP calls
     /// are recorded, the guest's and the model's alike
     /// ([`crate::host_call::AuditSink`]). `nexo serve` keeps them in the

@@ -149,7 +149,7 @@ async fn an_endless_loop_is_stopped_at_the_deadline() {
 #[tokio::test]
 async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
     let plugin = Plugin::load(engine(), built::SPIN).await.unwrap();
-    let meter = nexo::instance::CpuMeter::new(Some(5));
+    let meter = std::sync::Arc::new(nexo_egress::Meter::new(Some(5)));
     let options =
         RunOptions { timeout: Some(Duration::from_secs(30)), cpu_meter: Some(meter.clone()), ..RunOptions::default() };
     let started = Instant::now();
@@ -165,7 +165,7 @@ async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
     // Counting only: never stops a run, and a short one uses few ticks
     // (a loaded machine can stretch it over several).
     let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
-    let counting = nexo::instance::CpuMeter::new(None);
+    let counting = std::sync::Arc::new(nexo_egress::Meter::new(None));
     let options = RunOptions { cpu_meter: Some(counting.clone()), ..RunOptions::default() };
     stats.run_agent("a b c", &options).await.unwrap();
     assert!(counting.used() < 50, "{} ticks", counting.used());

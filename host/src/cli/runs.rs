@@ -633,8 +633,8 @@ pub async fn resume_run(
     };
     options.memory_budget = served.and_then(|s| s.memory.clone());
     options.cpu_budget = served.and_then(|s| s.cpu.clone());
-    options.egress_meter = served.and_then(|s| s.egress.clone());
-    options.cpu_meter = served.and_then(|s| s.ticks.clone());
+    options.egress_meter = served.map(|s| s.egress.clone());
+    options.cpu_meter = served.map(|s| s.ticks.clone());
     options.audit = served.map(|s| s.audit.clone() as Arc<dyn nexo::host_call::AuditSink>);
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
@@ -696,10 +696,10 @@ pub struct Served {
     pub cpu: Option<Arc<nexo::instance::CpuBudget>>,
     /// Where this pass's web bytes are counted, with the bytes left of the
     /// tenant's hourly egress quota.
-    pub egress: Option<Arc<nexo_egress::Meter>>,
+    pub egress: Arc<nexo_egress::Meter>,
     /// Where this pass's CPU ticks are counted, with what is left of the
     /// tenant's CPU-tick quotas for the run and the hour.
-    pub ticks: Option<Arc<nexo::instance::CpuMeter>>,
+    pub ticks: Arc<nexo_egress::Meter>,
     /// Where the gate's decisions during this pass are held for the
     /// tenant's audit log.
     pub audit: Arc<crate::server::quota::PassAudit>,

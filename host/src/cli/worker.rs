@@ -326,31 +326,29 @@ impl Worker {
         let narrow = Narrow::none(self.store_args.clone());
         // A tenant's plugin comes from this node's cache, filled from the
         // store; its instance shares the tenant's memory budget.
+        // The tenant's quotas are read once for the pass: its budgets on
+        // this node, and its meters.
         let served = match (&self.served, &run.tenant) {
             (Some((dir, engine)), Some(tenant)) => {
+                use crate::server::quota;
                 let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
                 let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
-                let (memory, cpu) = self.budgets.budgets(&**store, tenant, engine.config().epoch_tick).await;
-                let (egress, ticks) = crate::server::quota::pass_meters(&**store, tenant).await;
-                let (egress, ticks) = (Some(egress), Some(ticks));
+                let quotas = quota::quotas(&**store, tenant).await;
+                let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
+                let (egress, ticks) = quota::pass_meters(&**store, tenant, quotas.as_ref()).await;
+                let mark = quota::mark(&**store, &job.run).await;
                 let audit = Default::default();
-                Some(runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks, audit })
+                let served = runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks, audit };
+                Some((tenant.clone(), mark, served))
             }
             _ => None,
         };
-        let metered = match (&self.served, &run.tenant) {
-            (Some(_), Some(tenant)) => Some((tenant.clone(), crate::server::quota::mark(&**store, &job.run).await)),
-            _ => None,
-        };
-        let resumed =
-            runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, served.as_ref()).await;
-        if let Some((tenant, after)) = metered {
-            let pass = crate::server::quota::Pass {
-                cpu_ticks: served.as_ref().and_then(|s| s.ticks.as_ref()).map_or(0, |m| m.used()),
-                egress_bytes: served.as_ref().and_then(|s| s.egress.as_ref()).map_or(0, |m| m.used()),
-            };
-            let audit = served.as_ref().map(|s| s.audit.clone()).unwrap_or_default();
-            crate::server::quota::meter_pass(&**store, &tenant, &job.run, after, pass, &audit).await;
+        let pass = served.as_ref().map(|(_, _, s)| s);
+        let resumed = runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass).await;
+        if let Some((tenant, mark, served)) = &served {
+            let pass =
+                crate::server::quota::Pass { cpu_ticks: served.ticks.used(), egress_bytes: served.egress.used() };
+            crate::server::quota::meter_pass(&**store, tenant, &job.run, *mark, pass, &served.audit).await;
         }
         match resumed {
             Resumed::End(end) => match end.run.status {

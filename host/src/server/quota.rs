@@ -7,8 +7,10 @@
 //! running run may have ended (concurrency) or until the next hour begins
 //! (the hourly quotas).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use nexo_egress::Meter;
 use nexo_store::{RunStatus, Store, StoreResult};
 
 pub use super::policy::Quotas;
@@ -27,35 +29,39 @@ struct TenantBudgets {
 type Shared<T> = Option<std::sync::Arc<T>>;
 
 impl Budgets {
-    /// The tenant's budgets under its current policy (`memory-mib`,
-    /// `cpu-cores`); `None` where it has no such quota. A changed quota
-    /// starts a new budget; runs of the old one give theirs back to it.
-    pub async fn budgets(
+    /// The tenant's budgets under its current `quotas` (`memory-mib`,
+    /// `cpu-cores`); `None` where it has no such quota, or its policy could
+    /// not be read. A changed quota starts a new budget; runs of the old
+    /// one give theirs back to it.
+    pub fn budgets(
         &self,
-        store: &dyn Store,
         tenant: &str,
+        quotas: Option<&Quotas>,
         tick: Duration,
     ) -> (Shared<nexo::instance::MemoryBudget>, Shared<nexo::instance::CpuBudget>) {
-        let Some(policy) =
-            store.tenant(tenant).await.ok().flatten().and_then(|t| super::policy::Policy::from_stored(&t.policy).ok())
-        else {
-            return (None, None);
-        };
+        let Some(quotas) = quotas else { return (None, None) };
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(tenant.to_string()).or_default();
-        let memory = policy.quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
+        let memory = quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
         entry.memory = match (memory, entry.memory.take()) {
             (Some(cap), Some(b)) if b.cap() == cap => Some(b),
             (Some(cap), _) => Some(nexo::instance::MemoryBudget::new(cap)),
             (None, _) => None,
         };
-        entry.cpu = match (policy.quotas.cpu_cores, entry.cpu.take()) {
+        entry.cpu = match (quotas.cpu_cores, entry.cpu.take()) {
             (Some(cores), Some(b)) if b.cores() == cores.max(0.01) => Some(b),
             (Some(cores), _) => Some(nexo::instance::CpuBudget::new(cores, tick)),
             (None, _) => None,
         };
         (entry.memory.clone(), entry.cpu.clone())
     }
+}
+
+/// The tenant's quotas now, from its stored policy; `None` if the tenant
+/// or its policy cannot be read. A pass reads them once.
+pub async fn quotas(store: &dyn Store, tenant: &str) -> Option<Quotas> {
+    let stored = store.tenant(tenant).await.ok().flatten()?;
+    super::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
 }
 
 /// Why a run may not start now.
@@ -136,26 +142,14 @@ pub async fn check_start(
 }
 
 /// The meters of one pass of a tenant's run: its web bytes and its CPU
-/// ticks, each holding what is left of the tenant's quotas now (the
+/// ticks, each holding what is left of the tenant's `quotas` now (the
 /// hour's bytes; the smaller of the per-run ticks and the hour's). Without
-/// a quota a meter only counts. Unreadable usage or policy gives meters
+/// a quota a meter only counts. Unreadable usage or quotas give meters
 /// with no room, never an unmetered pass.
-pub async fn pass_meters(
-    store: &dyn Store,
-    tenant: &str,
-) -> (std::sync::Arc<nexo_egress::Meter>, std::sync::Arc<nexo::instance::CpuMeter>) {
-    let no_room = || (std::sync::Arc::new(nexo_egress::Meter::new(Some(0))), nexo::instance::CpuMeter::new(Some(0)));
+pub async fn pass_meters(store: &dyn Store, tenant: &str, quotas: Option<&Quotas>) -> (Arc<Meter>, Arc<Meter>) {
+    let no_room = || (Arc::new(Meter::new(Some(0))), Arc::new(Meter::new(Some(0))));
     let hour = nexo_store::usage_period(nexo_store::now_ms());
-    let Some(quotas) = store
-        .tenant(tenant)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|t| super::policy::Policy::from_stored(&t.policy).ok())
-        .map(|p| p.quotas)
-    else {
-        return no_room();
-    };
+    let Some(quotas) = quotas else { return no_room() };
     let Ok(usage) = store.usage(tenant, hour).await else { return no_room() };
     let (bytes_used, ticks_used) =
         usage.into_iter().find(|u| u.period_ms == hour).map_or((0, 0), |u| (u.egress_bytes, u.cpu_ticks));
@@ -165,7 +159,7 @@ pub async fn pass_meters(
         (Some(run), Some(hour)) => Some(run.min(hour)),
         (run, hour) => run.or(hour),
     };
-    (std::sync::Arc::new(nexo_egress::Meter::new(bytes)), nexo::instance::CpuMeter::new(ticks))
+    (Arc::new(Meter::new(bytes)), Arc::new(Meter::new(ticks)))
 }
 
 /// What one pass of a run used besides its journal and events.
