@@ -343,7 +343,9 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     assert_eq!(usage["total"]["runs"], 1, "{usage}");
     // Two model turns of 10 + 5 tokens: the replayed one is not paid, or counted, twice.
     assert_eq!(usage["total"]["tokens"], 30, "{usage}");
-    assert!(usage["total"]["cpu_ticks"].as_u64().unwrap() > 0, "{usage}");
+    // CPU ticks are sampled while the guest runs: this short run may take
+    // none (a_run_past_its_cpu_ticks_is_stopped_and_metered counts them).
+    assert!(usage["total"]["cpu_ticks"].is_u64(), "{usage}");
     let out = scene.nexo(&["usage", "alice", "--json"]);
     assert!(stdout(&out).contains("\"tokens\":30"), "{}", stdout(&out));
 
