@@ -452,3 +452,102 @@ fn link_local_addresses_cannot_be_exempted() {
         assert!(matches!(&err, EgressError::Config(m) if m.contains("link-local")), "{ip}: {err:?}");
     }
 }
+
+/// A loopback server that keeps connections open (HTTP/1.1 keep-alive) and
+/// counts how many it accepted.
+async fn keep_alive_server() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    buf.drain(..end);
+                    if stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn clients_built_alike_share_one_pool_and_others_do_not() {
+    use std::sync::atomic::Ordering;
+    let (addr, accepted) = keep_alive_server().await;
+    let url = format!("http://127.0.0.1:{}/", addr.port());
+    let policy = Policy::new(hosts(&["127.0.0.1"]));
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    // A connect timeout no other test uses, so that no other test's client is this one.
+    let build = |secs: u64| {
+        GuardedClient::builder().allow_private([loopback]).connect_timeout(Duration::from_secs(secs)).build().unwrap()
+    };
+    let first = build(41);
+    assert_eq!(first.get(&url, &[], &policy).await.unwrap().body, b"ok");
+    let second = build(41);
+    assert_eq!(second.get(&url, &[], &policy).await.unwrap().body, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the second client reuses the first one's connection");
+
+    let other = build(42);
+    assert_eq!(other.get(&url, &[], &policy).await.unwrap().body, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "other settings, another client");
+
+    // A client with its own resolver is never shared.
+    let resolver = FakeResolver::new(&[("backend.internal", &["127.0.0.1"])]);
+    let own = GuardedClient::builder()
+        .resolver(Arc::new(resolver))
+        .allow_private([loopback])
+        .connect_timeout(Duration::from_secs(41))
+        .build()
+        .unwrap();
+    assert_eq!(own.get(&url, &[], &policy).await.unwrap().body, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+
+    // Once every user is gone, the next build starts afresh.
+    drop((first, second));
+    let fresh = build(41);
+    assert_eq!(fresh.get(&url, &[], &policy).await.unwrap().body, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_request_given_up_lets_go_of_its_connection() {
+    use tokio::io::AsyncReadExt;
+    // Reads the request, never answers, and reports when the client hangs up.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (hung_up, closed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut chunk = [0u8; 1024];
+        while stream.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
+        let _ = hung_up.send(());
+    });
+    let client = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
+    // The caller gives up long before the policy's timeout: dropping the
+    // request's future must end its work too.
+    let policy = Policy::new(hosts(&["127.0.0.1"])).timeout(Duration::from_secs(60));
+    let url = format!("http://127.0.0.1:{port}/slow");
+    let get = client.get(&url, &[], &policy);
+    assert!(tokio::time::timeout(Duration::from_millis(200), get).await.is_err());
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the connection of a request given up is closed")
+        .unwrap();
+}

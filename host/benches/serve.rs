@@ -14,7 +14,10 @@
 //!    waiting on a model response that is held until all have arrived.
 //!    Reported: the RSS with every run waiting, and per waiting run.
 //!
-//! The model answers after MODEL_MS (default 20) in phases 1 and 2.
+//! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
+//! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
+//! while every run waits (to see where the memory is); with SETTLE_SECS=N
+//! the runs wait N seconds more before the RSS is taken.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 use std::io::{BufRead, BufReader};
@@ -321,7 +324,19 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let waiting = m.arrived.load(Ordering::Relaxed) - before;
+    let rss_arrived = dense.rss_kib("VmRSS:");
+    // With SETTLE_SECS, the runs keep waiting that long before the RSS is
+    // taken: a run's memory must not grow while it waits.
+    let settle = env_or("SETTLE_SECS", 0);
+    if settle > 0 {
+        tokio::time::sleep(Duration::from_secs(settle as u64)).await;
+        println!("\nRSS when the last run arrived: {:.0} MiB; {settle} s later:", rss_arrived as f64 / 1024.0);
+    }
     let rss = dense.rss_kib("VmRSS:");
+    // For profiling: where the waiting runs' memory is, mapping by mapping.
+    if let Ok(out) = std::env::var("SMAPS_OUT") {
+        let _ = std::fs::copy(format!("/proc/{}/smaps", dense.child.id()), out);
+    }
     println!(
         "\ndensity: {waiting} of {density} runs waiting on the model after {:.1} s; RSS {:.0} MiB ({:.0} MiB idle), \
          {:.1} KiB per waiting run",

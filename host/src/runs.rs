@@ -339,6 +339,9 @@ impl Runs {
             .into());
         };
         let now = if how == Claim::Recover { recovery_time(&run) } else { nexo_store::now_ms() };
+        // The claim returns the record afresh; this one would stay alive (and
+        // in memory) for the whole pass.
+        drop(run);
         let mut run = self.store.claim(id, how, self.lease(), resume_input, now).await.map_err(ResumeError::from)?;
         if replay == Replay::CheckpointsOnly {
             // The journal records what runs now.
@@ -365,11 +368,14 @@ impl Runs {
 
     async fn drive(
         &self,
-        run: Run,
+        mut run: Run,
         subject: Subject<'_>,
         options: &RunOptions,
         replay: Replay,
     ) -> Result<RunEnd, RunError> {
+        // The grant was read into `options` before the pass; the record's
+        // copy would only take memory while the run waits.
+        run.grant = Value::Null;
         // A session's prompt continues its thread as the store holds it: no
         // other prompt of the session can move it on while this run is
         // unfinished, so a replay sees the same thread the first pass did.

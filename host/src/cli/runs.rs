@@ -602,7 +602,7 @@ pub async fn resume_run(
     served: Option<&Served>,
 ) -> Resumed {
     let settings = "its recorded settings cannot be used here; the error above says why";
-    let run = match runs.store().run(id).await {
+    let mut run = match runs.store().run(id).await {
         Ok(Some(run)) => run,
         Ok(None) => {
             let e = StoreError::NoRun(id.to_string());
@@ -610,7 +610,8 @@ pub async fn resume_run(
         }
         Err(e) => return Resumed::Refused(e.to_string(), store_error(&e)),
     };
-    let mut rec: Recorded = match serde_json::from_value(run.grant.clone()) {
+    // Taken, not copied: the record stays alive while the run waits.
+    let mut rec: Recorded = match serde_json::from_value(std::mem::take(&mut run.grant)) {
         Ok(r) => r,
         Err(e) => {
             let why = format!("its recorded settings cannot be read by this nexo ({e})");

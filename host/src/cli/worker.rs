@@ -311,9 +311,14 @@ impl Worker {
     /// retried after a crash picks the run up wherever it was left.
     async fn run(&self, job: &Job) -> Result<&'static str, String> {
         let store = self.runs.store();
-        let run = store.run(&job.run).await.map_err(|e| e.to_string())?.ok_or("the run no longer exists")?;
+        // Only these fields are kept: the record (its grant above all) would
+        // otherwise stay in memory for as long as the run waits.
+        let (status, tenant, sha256) = {
+            let run = store.run(&job.run).await.map_err(|e| e.to_string())?.ok_or("the run no longer exists")?;
+            (run.status, run.tenant, run.component_sha256)
+        };
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
-        let how = match (run.status, job.kind) {
+        let how = match (status, job.kind) {
             (RunStatus::Queued, _) => Claim::Start,
             (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
             (RunStatus::Running, _) => Claim::Recover,
@@ -328,11 +333,11 @@ impl Worker {
         // store; its instance shares the tenant's memory budget.
         // The tenant's quotas are read once for the pass: its budgets on
         // this node, and its meters.
-        let served = match (&self.served, &run.tenant) {
+        let served = match (&self.served, &tenant) {
             (Some((dir, engine)), Some(tenant)) => {
                 use crate::server::quota;
-                let source = crate::server::api::materialize(&**store, dir, tenant, &run.component_sha256).await?;
-                let plugin = self.served_plugin(engine, &source, &run.component_sha256).await?;
+                let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await?;
+                let plugin = self.served_plugin(engine, &source, &sha256).await?;
                 let quotas = quota::quotas(&**store, tenant).await;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let (egress, ticks) = quota::pass_meters(&**store, tenant, quotas.as_ref()).await;
