@@ -17,7 +17,9 @@
 //! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
 //! while every run waits (to see where the memory is); with SETTLE_SECS=N
-//! the runs wait N seconds more before the RSS is taken.
+//! the runs wait N seconds more before the RSS is taken. SERVE_ARGS adds
+//! arguments to `nexo serve` (`--lease-secs 600`), and SERVE_LOG=FILE keeps
+//! its log.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 use std::io::{BufRead, BufReader};
@@ -116,6 +118,11 @@ fn nexo(dir: &std::path::Path) -> Command {
 fn start(dir: &std::path::Path, max_in_flight: usize) -> Server {
     let mut child = nexo(dir)
         .args(["serve", "--listen", "127.0.0.1:0", "--max-in-flight", &max_in_flight.to_string()])
+        .args(
+            std::env::var("SERVE_ARGS")
+                .map(|a| a.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
         .arg("--data-dir")
         .arg(dir.join("data"))
         .stdout(Stdio::null())
@@ -129,7 +136,16 @@ fn start(dir: &std::path::Path, max_in_flight: usize) -> Server {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    // With SERVE_LOG=FILE the server's log goes there; otherwise it is drained.
+    let mut log = std::env::var("SERVE_LOG").ok().and_then(|f| std::fs::File::create(f).ok());
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Some(file) = log.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(file, "{line}");
+            }
+        }
+    });
     Server { child, base }
 }
 

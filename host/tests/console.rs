@@ -5,8 +5,9 @@
 //!
 //! - over plain HTTP: an unauthenticated request goes to `/login`; the
 //!   sign-in form is CSRF-protected and refuses an admin key; the session
-//!   cookie's flags; cross-origin posts are refused; disabling the tenant
-//!   or revoking the key ends a session at once;
+//!   cookie's flags; cross-origin posts are refused; a second node over the
+//!   same store serves a session and signs it out; disabling the tenant or
+//!   revoking the key ends a session at once;
 //! - in the browser: alice signs in, sees her suspended run, reads the
 //!   approval's arguments, approves it and watches the page reach `done`
 //!   without a reload; forms without the CSRF token are 403; bob sees none
@@ -257,6 +258,29 @@ async fn over_http(scene: &Scene, node: &Node, carol: &str, admin: &str) {
     assert!(body.contains("not known here"), "{body}");
     assert!(!body.contains("nexo_sk_forged"), "a key is never echoed");
 
+    // Failed sign-ins are counted per client address (here as a proxy on
+    // loopback forwards them): past ten, even a good key is refused from
+    // there, and another address is not.
+    let from = |addr: &'static str| [("x-forwarded-for", addr)];
+    let form = |key: &str| vec![("csrf".to_string(), token.clone()), ("key".to_string(), key.to_string())];
+    for i in 0..10 {
+        let guess = form(&format!("nexo_sk_guess{i}"));
+        let guess: Vec<(&str, &str)> = guess.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (status, _, _) =
+            scene.page(node, Method::POST, "/login", &cookies, Some(&guess), &from("203.0.113.9")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    let good = [("csrf", token.as_str()), ("key", carol)];
+    let (status, headers, body) =
+        scene.page(node, Method::POST, "/login", &cookies, Some(&good), &from("203.0.113.9")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(body.contains("Too many failed sign-ins from your address: try again in 5 minutes"), "{body}");
+    let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((290..=300).contains(&wait), "{wait}");
+    assert!(set_cookie(&headers, "nexo_session").is_none());
+    let (status, _, _) = scene.page(node, Method::POST, "/login", &cookies, Some(&good), &from("203.0.113.10")).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "another address signs in");
+
     // Signed in: the cookie's flags (Secure behind an HTTPS proxy), and no key in it.
     let (session, header) = sign_in(scene, node, carol, &[]).await;
     for flag in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=28800"] {
@@ -270,6 +294,23 @@ async fn over_http(scene: &Scene, node: &Node, carol: &str, admin: &str) {
     assert!(body.contains("<span id=\"tenant\">carol</span>") && body.contains("No runs yet"), "{body}");
     let (status, _, _) = scene.page(node, Method::GET, "/runs/rnothing", &session, None, &[]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Sessions are in the store: another node serves this one, and signing
+    // out there ends it here too.
+    let (shared, _) = sign_in(scene, node, carol, &[]).await;
+    let other = scene.node();
+    let (status, _, body) = scene.page(&other, Method::GET, "/runs", &shared, None, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("<span id=\"tenant\">carol</span>"), "{body}");
+    let token = csrf_in(&body);
+    let (status, headers, _) =
+        scene.page(&other, Method::POST, "/logout", &shared, Some(&[("csrf", &token)]), &[]).await;
+    assert_eq!((status, location(&headers)), (StatusCode::SEE_OTHER, "/login?why=signed-out"));
+    let (status, headers, _) = scene.page(node, Method::GET, "/runs", &shared, None, &[]).await;
+    assert_eq!((status, location(&headers)), (StatusCode::SEE_OTHER, "/login?why=expired"));
+    drop(other);
+    let (status, _, _) = scene.page(node, Method::GET, "/runs", &session, None, &[]).await;
+    assert_eq!(status, StatusCode::OK, "another session of the tenant is still signed in");
 
     // Disabling the tenant ends its sessions at once; enabling it again does not revive them.
     assert!(scene.nexo(&["tenant", "disable", "carol"]).status.success());

@@ -69,14 +69,14 @@ pub use postgres::PgStore;
 pub use sessions::{Session, new_session_id};
 pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
 pub use tenants::{
-    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, StoredPlugin, Tenant,
+    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, SignIn, StoredPlugin, Tenant,
     USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
     verify_audit,
 };
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -825,6 +825,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Revokes a key at `now_ms` and returns it. Revoking a revoked key
     /// keeps its first `revoked_ms`. No such key is [`StoreError::NoKey`].
     async fn revoke_key(&self, id: &str, now_ms: i64) -> StoreResult<ApiKey>;
+
+    /// Records a console sign-in, and forgets those expired by its
+    /// `created_ms`. A tenant that is not there is [`StoreError::NoTenant`];
+    /// an id hash already recorded is a [`StoreError::Conflict`].
+    async fn open_sign_in(&self, sign_in: SignIn) -> StoreResult<()>;
+
+    /// The sign-in with this id hash, unless it ended or expired by `now_ms`.
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>>;
+
+    /// Ends a sign-in; ending one that is not there does nothing.
+    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()>;
 
     /// Stores a tenant's plugin, bytes and all, under `(tenant, sha256)`,
     /// unless it is there already: then the stored one is returned as it

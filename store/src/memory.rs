@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::jobs::check_new_job;
 use crate::refusal::{
     claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
-    nothing_to_cancel, run_exists, tenant_exists, tenant_name_taken,
+    nothing_to_cancel, run_exists, sign_in_taken, tenant_exists, tenant_name_taken,
 };
 use crate::sessions::{
     check_expected, check_latest, check_no_prompt_in_progress, check_own_session, in_progress, touched,
@@ -18,8 +18,8 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, Run, RunStatus, Session, Store, StoreError, StoreResult, StoredEvent, StoredPlugin,
-    Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
+    NewPlugin, NewRun, NewTenant, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult, StoredEvent,
+    StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -59,6 +59,8 @@ struct Inner {
     keys: BTreeMap<String, ApiKey>,
     /// Key ids by hash: the unique hash.
     key_hashes: BTreeMap<String, String>,
+    /// Console sign-ins by id hash.
+    sign_ins: BTreeMap<String, SignIn>,
     /// By `(tenant, sha256)`, with the bytes.
     plugins: BTreeMap<(String, String), (StoredPlugin, Vec<u8>)>,
     /// By `(tenant, period_ms)`.
@@ -639,6 +641,26 @@ impl Store for MemoryStore {
         let key = inner.keys.get_mut(id).ok_or_else(|| StoreError::NoKey(id.to_string()))?;
         key.revoked_ms.get_or_insert(now);
         Ok(key.clone())
+    }
+
+    async fn open_sign_in(&self, new: SignIn) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.sign_ins.retain(|_, s| s.expires_ms > new.created_ms);
+        inner.check_tenant(&new.tenant)?;
+        if inner.sign_ins.contains_key(&new.id_hash) {
+            return Err(StoreError::Conflict(sign_in_taken()));
+        }
+        inner.sign_ins.insert(new.id_hash.clone(), new);
+        Ok(())
+    }
+
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>> {
+        Ok(self.lock().sign_ins.get(id_hash).filter(|s| s.expires_ms > now_ms).cloned())
+    }
+
+    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
+        self.lock().sign_ins.remove(id_hash);
+        Ok(())
     }
 
     async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {

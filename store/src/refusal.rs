@@ -151,6 +151,12 @@ pub(crate) fn key_exists(id: &str) -> String {
     format!("an API key `{id}` already exists")
 }
 
+/// A console sign-in whose id hash is recorded already: the same session id
+/// twice, which a random id never is.
+pub(crate) fn sign_in_taken() -> String {
+    "a console sign-in with this session id is recorded already; open the session with a new random id".to_string()
+}
+
 /// A new API key whose hash another key has: the same key twice.
 pub(crate) fn key_hash_taken(id: &str) -> String {
     format!(

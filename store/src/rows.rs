@@ -35,7 +35,7 @@ macro_rules! decoders {
         #[allow(unused_imports)]
         use crate::{
             ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus,
-            Session, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
+            Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
         };
         use serde_json::Value;
         use sqlx::Row as _;
@@ -161,6 +161,17 @@ macro_rules! decoders {
                 hash: column(row, "hash", errors)?,
                 created_ms: column(row, "created_ms", errors)?,
                 revoked_ms: column(row, "revoked_ms", errors)?,
+            })
+        }
+
+        /// A console sign-in, from [`crate::sql::SELECT_SIGN_IN`]'s columns.
+        pub(crate) fn sign_in(row: &Row, errors: &Errors<'_>) -> Result<SignIn, StoreError> {
+            Ok(SignIn {
+                id_hash: column(row, "id_hash", errors)?,
+                tenant: column(row, "tenant", errors)?,
+                key_hash: column(row, "key_hash", errors)?,
+                created_ms: column(row, "created_ms", errors)?,
+                expires_ms: column(row, "expires_ms", errors)?,
             })
         }
 

@@ -87,6 +87,7 @@ pub(crate) const TABLES: &[&str] = &[
     "plugin_blobs",
     "audit_log",
     "tenant_usage",
+    "console_sign_ins",
 ];
 
 /// Every migration, oldest first. The last one's version is
@@ -312,6 +313,23 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE runs ADD COLUMN tenant {KEY} REFERENCES tenants (id)",
             // `tenant_runs`, newest first.
             "CREATE INDEX runs_by_tenant ON runs (tenant, created_ms, id)",
+        ],
+    },
+    Migration {
+        version: 5,
+        statements: &[
+            // The web console's sign-ins, in the store so that any node of
+            // a deployment serves any signed-in browser. Only the SHA-256 of
+            // the session id (the cookie) and of the key signed in with.
+            "CREATE TABLE console_sign_ins (
+            id_hash {KEY} NOT NULL PRIMARY KEY,
+            tenant {KEY} NOT NULL REFERENCES tenants (id),
+            key_hash TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            expires_ms BIGINT NOT NULL
+        )",
+            // The purge of expired sign-ins.
+            "CREATE INDEX console_sign_ins_by_expiry ON console_sign_ins (expires_ms)",
         ],
     },
 ];
@@ -784,6 +802,21 @@ pub(crate) const KEY_ID: &str = "SELECT id FROM api_keys WHERE id = $1";
 /// The API key with a hash: `$1` hash.
 pub(crate) const SELECT_KEY_BY_HASH: &str = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE hash = $1");
 
+/// Records a console sign-in: `$1` id hash, `$2` tenant, `$3` key hash,
+/// `$4` created, `$5` expires.
+pub(crate) const INSERT_SIGN_IN: &str = "INSERT INTO console_sign_ins (id_hash, tenant, key_hash, created_ms, expires_ms) \
+                                         VALUES ($1, $2, $3, $4, $5)";
+
+/// Forgets the sign-ins expired at `$1`.
+pub(crate) const PURGE_SIGN_INS: &str = "DELETE FROM console_sign_ins WHERE expires_ms <= $1";
+
+/// The sign-in with id hash `$1`, if still live at `$2`.
+pub(crate) const SELECT_SIGN_IN: &str = "SELECT id_hash, tenant, key_hash, created_ms, expires_ms \
+                                         FROM console_sign_ins WHERE id_hash = $1 AND expires_ms > $2";
+
+/// Ends the sign-in with id hash `$1`.
+pub(crate) const DELETE_SIGN_IN: &str = "DELETE FROM console_sign_ins WHERE id_hash = $1";
+
 /// The admin keys, oldest first.
 pub(crate) const LIST_ADMIN_KEYS: &str =
     concat!("SELECT ", key_columns!(), " FROM api_keys WHERE tenant IS NULL ORDER BY created_ms, id");
@@ -873,6 +906,10 @@ mod tests {
             super::AUDIT,
             super::INSERT_KEY,
             super::REVOKE_KEY,
+            super::INSERT_SIGN_IN,
+            super::PURGE_SIGN_INS,
+            super::SELECT_SIGN_IN,
+            super::DELETE_SIGN_IN,
             super::INSERT_PLUGIN,
             super::ADD_USAGE,
             super::USAGE,

@@ -32,7 +32,7 @@ use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
 use crate::jobs::check_new_job;
 use crate::refusal::{
     claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
-    nothing_to_cancel, run_exists, tenant_exists, tenant_name_taken,
+    nothing_to_cancel, run_exists, sign_in_taken, tenant_exists, tenant_name_taken,
 };
 use crate::rows::{Errors, sqlite as rows};
 use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session, counts, not_appended};
@@ -40,9 +40,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Run, RunStatus, SCHEMA_VERSION, Session, Store, StoreError,
-    StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms,
-    usage_period,
+    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Run, RunStatus, SCHEMA_VERSION, Session, SignIn, Store,
+    StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
+    now_ms, usage_period,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -1279,6 +1279,54 @@ impl Store for SqliteStore {
             Some(row) => self.decode_key(&row),
             None => Err(StoreError::NoKey(id.to_string())),
         }
+    }
+
+    async fn open_sign_in(&self, new: SignIn) -> StoreResult<()> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = async {
+            sqlx::query(sql::PURGE_SIGN_INS)
+                .bind(new.created_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            let inserted = sqlx::query(sql::INSERT_SIGN_IN)
+                .bind(&new.id_hash)
+                .bind(&new.tenant)
+                .bind(&new.key_hash)
+                .bind(new.created_ms)
+                .bind(new.expires_ms)
+                .execute(&mut *tx)
+                .await;
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    Err(StoreError::NoTenant(new.tenant.clone()))
+                }
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                    Err(StoreError::Conflict(sign_in_taken()))
+                }
+                Err(e) => Err(self.error(&e)),
+            }
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>> {
+        let row = sqlx::query(sql::SELECT_SIGN_IN)
+            .bind(id_hash)
+            .bind(now_ms)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        row.map(|r| self.decode(|errors| rows::sign_in(&r, errors))).transpose()
+    }
+
+    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
+        let mut conn = self.writer().await?;
+        sqlx::query(sql::DELETE_SIGN_IN).bind(id_hash).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+        Ok(())
     }
 
     async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {

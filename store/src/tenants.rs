@@ -94,6 +94,24 @@ pub struct ApiKey {
     pub revoked_ms: Option<i64>,
 }
 
+/// A sign-in to the web console: a browser's session, in the store so that
+/// any node of a deployment serves it. Neither the session id (the cookie's
+/// value) nor the key is stored: only their SHA-256 ([`sha256_hex`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignIn {
+    /// The SHA-256 of the session id.
+    pub id_hash: String,
+    /// The tenant signed in.
+    pub tenant: String,
+    /// The SHA-256 of the key signed in with, so that revoking the key ends
+    /// the session.
+    pub key_hash: String,
+    /// When it was opened.
+    pub created_ms: i64,
+    /// When it ends, unless it is ended sooner.
+    pub expires_ms: i64,
+}
+
 /// An API key to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApiKey {

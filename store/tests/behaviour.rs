@@ -10,9 +10,9 @@ mod support;
 
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
-    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, RunStatus, Session, SqliteStore,
-    Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash, sha256_hex,
-    verify_audit,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, RunStatus, Session, SignIn,
+    SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash,
+    sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -122,6 +122,7 @@ suite!(
     a_tenant_id_or_name_is_taken_once,
     keys_are_created_found_listed_and_revoked,
     a_key_needs_a_hash_a_free_id_and_its_tenant,
+    console_sign_ins_open_expire_and_end,
     plugins_are_stored_once_and_listed_newest_first,
     plugins_are_private_to_their_tenant,
     tenant_runs_are_only_the_tenants,
@@ -1513,6 +1514,39 @@ async fn a_key_needs_a_hash_a_free_id_and_its_tenant(store: Arc<dyn Store>) {
     assert_eq!(store.keys(Some("t-acme")).await.unwrap(), vec![k1]);
     assert!(store.keys(None).await.unwrap().is_empty());
     assert!(store.keys(Some("t-missing")).await.unwrap().is_empty());
+}
+
+fn sign_in(session_id: &str, tenant: &str, created_ms: i64, expires_ms: i64) -> SignIn {
+    SignIn {
+        id_hash: sha256_hex(session_id),
+        tenant: tenant.into(),
+        key_hash: sha256_hex("secret-1"),
+        created_ms,
+        expires_ms,
+    }
+}
+
+async fn console_sign_ins_open_expire_and_end(store: Arc<dyn Store>) {
+    no_tenant(store.open_sign_in(sign_in("s0", "t-missing", 1_000, 9_000)).await, "t-missing");
+    tenant(&store, "t-acme", "acme").await;
+    let first = sign_in("s1", "t-acme", 1_000, 5_000);
+    store.open_sign_in(first.clone()).await.unwrap();
+    assert_eq!(store.sign_in(&first.id_hash, 4_999).await.unwrap(), Some(first.clone()));
+    assert_eq!(store.sign_in(&first.id_hash, 5_000).await.unwrap(), None, "expired");
+    assert_eq!(store.sign_in(&sha256_hex("other"), 2_000).await.unwrap(), None);
+    conflict(store.open_sign_in(first.clone()).await, "a console sign-in with this session id is recorded already");
+
+    let second = sign_in("s2", "t-acme", 2_000, 9_000);
+    store.open_sign_in(second.clone()).await.unwrap();
+    store.end_sign_in(&second.id_hash).await.unwrap();
+    assert_eq!(store.sign_in(&second.id_hash, 2_001).await.unwrap(), None, "ended");
+    store.end_sign_in(&second.id_hash).await.unwrap();
+
+    // Opening one forgets those expired by then: the first sign-in's id
+    // can then be recorded again.
+    store.open_sign_in(sign_in("s3", "t-acme", 6_000, 9_000)).await.unwrap();
+    store.open_sign_in(sign_in("s1", "t-acme", 6_000, 9_000)).await.unwrap();
+    assert_eq!(store.sign_in(&first.id_hash, 6_001).await.unwrap().map(|s| s.expires_ms), Some(9_000));
 }
 
 /// A plugin of `tenant` with these bytes, addressed by their hash.

@@ -240,10 +240,46 @@ async fn a_version_2_database_is_migrated_in_place() {
     db.drop().await;
 }
 
-/// Takes a database back from version 4 to what version 3 wrote: version 4
+/// Takes a database back from version 5 to what version 4 wrote: version 5
+/// only added the console's sign-ins.
+const UNDO_VERSION_5: &[&str] = &["DROP TABLE console_sign_ins", "DELETE FROM nexo_schema WHERE version = 5"];
+
+#[tokio::test]
+async fn a_version_4_database_is_migrated_in_place() {
+    let Some(db) = support::fresh("postgres::a_version_4_database_is_migrated_in_place").await else { return };
+    let store = PgStore::open(&db.url).await.unwrap();
+    let tenant = nexo_store::NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+    let tenant = store.create_tenant(tenant).await.unwrap();
+    store.close().await;
+    let mut conn = db.raw().await;
+    for undo in UNDO_VERSION_5 {
+        sqlx::query(*undo).execute(&mut conn).await.unwrap();
+    }
+    let store = PgStore::open(&db.url).await.unwrap();
+    assert_eq!(store.tenant("t1").await.unwrap(), Some(tenant), "the tenant is kept");
+    let sign_in = nexo_store::SignIn {
+        id_hash: nexo_store::sha256_hex("session"),
+        tenant: "t1".into(),
+        key_hash: nexo_store::sha256_hex("key"),
+        created_ms: 1,
+        expires_ms: 10,
+    };
+    store.open_sign_in(sign_in.clone()).await.unwrap();
+    assert_eq!(store.sign_in(&sign_in.id_hash, 2).await.unwrap(), Some(sign_in));
+    store.close().await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    conn.close().await.ok();
+    db.drop().await;
+}
+
+/// Takes a database back from version 5 to what version 3 wrote: version 4
 /// only added the tenants' tables and the `tenant` column on `runs`
 /// (dropping it drops its index).
 const UNDO_VERSION_4: &[&str] = &[
+    "DROP TABLE console_sign_ins",
+    "DELETE FROM nexo_schema WHERE version = 5",
     "DROP TABLE tenant_usage",
     "DROP TABLE audit_log",
     "DROP TABLE plugin_blobs",

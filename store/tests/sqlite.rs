@@ -425,10 +425,54 @@ async fn a_version_1_file_is_migrated_in_place() {
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
 }
 
-/// Takes a file back from version 4 to what version 3 wrote: version 4
+/// Takes a file back from version 5 to what version 4 wrote: version 5
+/// only added the console's sign-ins.
+const UNDO_VERSION_5: &[&str] = &[
+    "DROP INDEX console_sign_ins_by_expiry",
+    "DROP TABLE console_sign_ins",
+    "DELETE FROM nexo_schema WHERE version = 5",
+];
+
+#[tokio::test]
+async fn a_version_4_file_is_migrated_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let tenant = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+        let tenant = store.create_tenant(tenant).await.unwrap();
+        store.close().await;
+        let mut conn = raw(&path).await;
+        for undo in UNDO_VERSION_5 {
+            sqlx::query(*undo).execute(&mut conn).await.unwrap();
+        }
+        let newest: i64 =
+            sqlx::query_scalar("SELECT MAX(version) FROM nexo_schema").fetch_one(&mut conn).await.unwrap();
+        assert_eq!(newest, 4);
+        conn.close().await.unwrap();
+        tenant
+    };
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.tenant("t1").await.unwrap(), Some(tenant), "the tenant is kept");
+    let sign_in = nexo_store::SignIn {
+        id_hash: sha256_hex("session"),
+        tenant: "t1".into(),
+        key_hash: sha256_hex("key"),
+        created_ms: 1,
+        expires_ms: 10,
+    };
+    store.open_sign_in(sign_in.clone()).await.unwrap();
+    assert_eq!(store.sign_in(&sign_in.id_hash, 2).await.unwrap(), Some(sign_in));
+    store.close().await;
+}
+
+/// Takes a file back from version 5 to what version 3 wrote: version 4
 /// only added the tenants' tables, and the `tenant` column and its index
 /// on `runs`.
 const UNDO_VERSION_4: &[&str] = &[
+    "DROP INDEX console_sign_ins_by_expiry",
+    "DROP TABLE console_sign_ins",
+    "DELETE FROM nexo_schema WHERE version = 5",
     "DROP TABLE tenant_usage",
     "DROP TABLE audit_log",
     "DROP TABLE plugin_blobs",
@@ -564,7 +608,7 @@ async fn a_version_3_file_is_migrated_in_place() {
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
 }
 
 #[tokio::test]

@@ -11,9 +11,9 @@
 //!
 //! Security:
 //! - a session is a random 256-bit id in an `HttpOnly; SameSite=Strict`
-//!   cookie, kept in this process's memory (by its SHA-256) with the
-//!   tenant, the key's hash, a CSRF token and an expiry; the key itself is
-//!   never stored or sent back;
+//!   cookie, kept in the store (by its SHA-256) with the tenant, the key's
+//!   hash and an expiry, so any node serves it; its CSRF token is derived
+//!   from the id; the key itself is never stored or sent back;
 //! - each request looks the key and the tenant up again, so a revoked key
 //!   or a disabled tenant ends the session at once;
 //! - each form that changes something carries the session's CSRF token,
@@ -46,8 +46,9 @@ use sha2::{Digest, Sha256};
 use super::api::{self, ApiError, AppState};
 use super::auth::TenantCaller;
 use super::sessions;
-use super::signin::{SESSION_TTL, random_token};
+use super::signin::{self, SESSION_TTL, random_token};
 use super::tenants::key_hash;
+use super::throttle;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "nexo_session";
@@ -327,7 +328,7 @@ type Page = Result<Response, Failure>;
 pub struct Console {
     tenant: Tenant,
     csrf: String,
-    /// The session's key in [`ConsoleSessions`].
+    /// The SHA-256 of the session id: its sign-in's key in the store.
     session: String,
 }
 
@@ -398,24 +399,26 @@ impl FromRequestParts<AppState> for Console {
         let Some(id) = cookie(&parts.headers, SESSION_COOKIE).filter(|v| !v.is_empty()) else {
             return Err(to_login(parts, None));
         };
-        let Some((key, session)) = state.console.get(id, nexo_store::now_ms()) else {
+        let found = signin::find(&*state.store, id, nexo_store::now_ms()).await;
+        let Some(session) = found.map_err(|e| Failure::store(e, None).into_response())? else {
             return Err(to_login(parts, Some("expired")));
         };
+        let key = session.id_hash.clone();
         // The key and the tenant, again: a revocation or a disabling ends the session now.
         let found =
             state.store.key_by_hash(&session.key_hash).await.map_err(|e| Failure::store(e, None).into_response())?;
         if found.is_none_or(|k| k.revoked_ms.is_some()) {
-            state.console.end(&key);
+            signin::end(&*state.store, &key).await;
             return Err(to_login(parts, Some("revoked")));
         }
         match state.store.tenant(&session.tenant).await.map_err(|e| Failure::store(e, None).into_response())? {
             Some(tenant) if !tenant.disabled => Ok(Console { tenant, csrf: session.csrf, session: key }),
             Some(_) => {
-                state.console.end(&key);
+                signin::end(&*state.store, &key).await;
                 Err(to_login(parts, Some("disabled")))
             }
             None => {
-                state.console.end(&key);
+                signin::end(&*state.store, &key).await;
                 Err(to_login(parts, Some("gone")))
             }
         }
@@ -612,7 +615,7 @@ fn login_token(headers: &HeaderMap) -> String {
 /// `GET /login`.
 async fn login_page(headers: HeaderMap, Query(q): Query<LoginQuery>) -> Response {
     let notice = match q.why.as_deref() {
-        Some("expired") => Some(("Your session ended (it expired, or the server restarted). Sign in again.", false)),
+        Some("expired") => Some(("Your session ended (it expired, or was ended elsewhere). Sign in again.", false)),
         Some("revoked") => Some(("The key this session signed in with was revoked. Sign in with another key.", true)),
         Some("disabled") => Some(("Your tenant is disabled; ask the operator to enable it.", true)),
         Some("gone") => Some(("Your tenant no longer exists.", true)),
@@ -628,6 +631,7 @@ async fn login_page(headers: HeaderMap, Query(q): Query<LoginQuery>) -> Response
 async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     form: Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let fields = form.map(|Form(f)| f).unwrap_or_default();
@@ -635,6 +639,24 @@ async fn login(
     let next = next_path(field(&fields, "next")).to_string();
     let token = login_token(&headers);
     let refuse = |status, message: &str| login_response(status, &token, &next, Some((message, true)), secure);
+    let client = throttle::client_addr(extensions.get(), &headers);
+    let now = std::time::Instant::now();
+    if let Some(wait) = client.and_then(|addr| state.sign_ins.wait(addr, now)) {
+        let minutes = wait.as_secs().div_ceil(60).max(1);
+        tracing::warn!(target: "nexo::server", client = ?client, "console: sign-in refused, too many failed attempts");
+        let message = format!(
+            "Too many failed sign-ins from your address: try again in {minutes} minute{}.",
+            if minutes == 1 { "" } else { "s" }
+        );
+        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, &message);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+        return response;
+    }
+    let failed = || {
+        if let Some(addr) = client {
+            state.sign_ins.failed(addr, now);
+        }
+    };
     let given = field(&fields, "csrf").unwrap_or("");
     let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
     if given.is_empty() || expected.is_empty() || !same_secret(given, expected) {
@@ -653,9 +675,11 @@ async fn login(
         Err(e) => return Failure::store(e, None).into_response(),
     };
     let Some(found) = found else {
+        failed();
         return refuse(StatusCode::UNAUTHORIZED, "This key is not known here (it may belong to another deployment).");
     };
     if found.revoked_ms.is_some() {
+        failed();
         return refuse(StatusCode::UNAUTHORIZED, "This key was revoked; ask the operator for a new one.");
     }
     let Some(tenant_id) = found.tenant else {
@@ -674,7 +698,10 @@ async fn login(
         Err(e) => return Failure::store(e, None).into_response(),
     };
     let now = nexo_store::now_ms();
-    let id = state.console.open(&tenant.id, &hash, now);
+    let id = match signin::open(&*state.store, &tenant.id, &hash, now).await {
+        Ok(id) => id,
+        Err(e) => return Failure::store(e, None).into_response(),
+    };
     // The key's id, never the key or its hash, as for the API's audit entries.
     if let Err(e) = state.store.append_audit(&tenant.id, "console.signed_in", &json!({"key": found.id}), now).await {
         tracing::warn!(target: "nexo::server", "console: cannot audit a sign-in: {e}");
@@ -689,7 +716,7 @@ async fn login(
 
 /// `POST /logout`: ends the session.
 async fn logout(State(state): State<AppState>, headers: HeaderMap, posted: Posted) -> Response {
-    state.console.end(&posted.console.session);
+    signin::end(&*state.store, &posted.console.session).await;
     let now = nexo_store::now_ms();
     if let Err(e) = state.store.append_audit(&posted.console.tenant.id, "console.signed_out", &json!({}), now).await {
         tracing::warn!(target: "nexo::server", "console: cannot audit a sign-out: {e}");

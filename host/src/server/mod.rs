@@ -7,6 +7,8 @@
 //! - `policy`: a tenant's grant ceiling, and how a request narrows it.
 //! - `quota`: per-tenant quotas, and the metering of each run's passes.
 //! - `sessions`: a tenant's sessions, each prompt a run of its thread.
+//! - `signin`: the console's sign-ins, kept in the store for every node.
+//! - `throttle`: failed console sign-ins per client address.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
@@ -25,6 +27,7 @@ pub mod sessions;
 pub mod signin;
 pub mod state;
 pub mod tenants;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -157,7 +160,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         wake: wake.clone(),
         changed: changed.clone(),
         stopping: false.into(),
-        console: signin::ConsoleSessions::default(),
+        sign_ins: Default::default(),
     });
     let state = AppState(shared.clone());
     let stop_signal = shutdown_signal();
@@ -194,7 +197,9 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     errln!("nexo serve: listening on http://{bound} (store {}, data {})", store.location(), data_dir.display());
     tracing::info!(target: "nexo::server", %bound, "listening");
     let mut stop_http = stop_rx.clone();
-    let served = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+    // The peer's address, for the sign-in throttle.
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = stop_http.wait_for(|s| *s).await;
     });
     let signals = async {

@@ -1,88 +1,60 @@
-//! The web console's sign-ins: sessions kept in this process's memory,
-//! by the SHA-256 of their id.
+//! The web console's sign-ins, kept in the store by the SHA-256 of their
+//! id: any node of a deployment serves any signed-in browser, and a
+//! restart signs no one out.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use nexo_store::{SignIn, Store, StoreResult, sha256_hex};
 
 /// How long a session lasts from sign-in.
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 
-/// At most this many sessions are kept; the oldest go first beyond it.
-const MAX_SESSIONS: usize = 100_000;
-
-/// The console's sign-ins, in this process's memory: a restart signs
-/// everyone out, and behind a load balancer each node has its own (route a
-/// browser to one node, with sticky sessions).
-#[derive(Default)]
-pub struct ConsoleSessions {
-    /// By the SHA-256 of the session id, so the map holds no cookie value.
-    map: Mutex<HashMap<String, ConsoleSession>>,
-}
-
-/// One sign-in.
+/// A live sign-in, found by its cookie.
 #[derive(Clone, Debug)]
 pub(crate) struct ConsoleSession {
+    /// The SHA-256 of the session id: the sign-in's key in the store.
+    pub(crate) id_hash: String,
     pub(crate) tenant: String,
     /// The SHA-256 of the key signed in with, to notice its revocation.
     pub(crate) key_hash: String,
+    /// The token its forms carry.
     pub(crate) csrf: String,
-    pub(crate) created_ms: i64,
-    pub(crate) expires_ms: i64,
 }
 
-impl ConsoleSessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConsoleSession>> {
-        self.map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+/// Opens a session for `tenant`, signed in with the key of hash
+/// `key_hash`: its id, for the cookie.
+pub(crate) async fn open(store: &dyn Store, tenant: &str, key_hash: &str, now_ms: i64) -> StoreResult<String> {
+    let id = random_token();
+    let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
+    let sign_in = SignIn {
+        id_hash: sha256_hex(&id),
+        tenant: tenant.to_string(),
+        key_hash: key_hash.to_string(),
+        created_ms: now_ms,
+        expires_ms: now_ms.saturating_add(ttl),
+    };
+    store.open_sign_in(sign_in).await?;
+    Ok(id)
+}
 
-    /// A new session for `tenant`: its id, for the cookie.
-    pub(crate) fn open(&self, tenant: &str, key_hash: &str, now_ms: i64) -> String {
-        let id = random_token();
-        let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
-        let session = ConsoleSession {
-            tenant: tenant.to_string(),
-            key_hash: key_hash.to_string(),
-            csrf: random_token(),
-            created_ms: now_ms,
-            expires_ms: now_ms.saturating_add(ttl),
-        };
-        let mut map = self.lock();
-        map.retain(|_, s| s.expires_ms > now_ms);
-        if map.len() >= MAX_SESSIONS {
-            let oldest = map.iter().min_by_key(|(_, s)| s.created_ms).map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                map.remove(&k);
-            }
-        }
-        map.insert(session_key(&id), session);
-        id
-    }
+/// The live session with this id.
+pub(crate) async fn find(store: &dyn Store, id: &str, now_ms: i64) -> StoreResult<Option<ConsoleSession>> {
+    let found = store.sign_in(&sha256_hex(id), now_ms).await?;
+    Ok(found.map(|s| ConsoleSession { id_hash: s.id_hash, tenant: s.tenant, key_hash: s.key_hash, csrf: csrf(id) }))
+}
 
-    /// The live session with this id; an expired one is dropped.
-    pub(crate) fn get(&self, id: &str, now_ms: i64) -> Option<(String, ConsoleSession)> {
-        let key = session_key(id);
-        let mut map = self.lock();
-        match map.get(&key) {
-            Some(s) if s.expires_ms > now_ms => Some((key, s.clone())),
-            Some(_) => {
-                map.remove(&key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Ends the session stored under `key` (the id's hash).
-    pub(crate) fn end(&self, key: &str) {
-        self.lock().remove(key);
+/// Ends the session whose id hashes to `id_hash`. A failure is logged: the
+/// session then lasts until it expires, or until its key is revoked.
+pub(crate) async fn end(store: &dyn Store, id_hash: &str) {
+    if let Err(e) = store.end_sign_in(id_hash).await {
+        tracing::warn!(target: "nexo::server", "console: cannot end a session: {e}");
     }
 }
 
-fn session_key(id: &str) -> String {
-    hex::encode(Sha256::digest(id.as_bytes()))
+/// A session's CSRF token, derived from its id rather than stored: only a
+/// holder of the cookie can know it, and the store needs no secret.
+fn csrf(id: &str) -> String {
+    sha256_hex(format!("nexo console csrf\n{id}"))
 }
 
 /// 256 random bits, as hex.
@@ -96,22 +68,27 @@ pub(crate) fn random_token() -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use nexo_store::{MemoryStore, NewTenant};
+
     use super::*;
 
-    #[test]
-    fn sessions_open_expire_and_end() {
-        let sessions = ConsoleSessions::default();
-        let id = sessions.open("t1", "hash", 1_000);
-        let (key, s) = sessions.get(&id, 2_000).unwrap();
+    #[tokio::test]
+    async fn sessions_open_expire_and_end() {
+        let store = MemoryStore::default();
+        let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: serde_json::json!({}), created_ms: 0 };
+        store.create_tenant(tenant).await.unwrap();
+        let id = open(&store, "t1", "hash", 1_000).await.unwrap();
+        let s = find(&store, &id, 2_000).await.unwrap().unwrap();
         assert_eq!((s.tenant.as_str(), s.key_hash.as_str()), ("t1", "hash"));
-        assert_ne!(key, id, "kept by the id's hash");
-        assert!(sessions.get("not-a-session", 2_000).is_none());
+        assert_eq!(s.id_hash, sha256_hex(&id), "kept by the id's hash");
+        assert_eq!(s.csrf.len(), 64);
+        assert_ne!(s.csrf, id);
+        let other = open(&store, "t1", "hash", 1_000).await.unwrap();
+        assert_ne!(find(&store, &other, 2_000).await.unwrap().unwrap().csrf, s.csrf, "a token per session");
+        assert!(find(&store, "not-a-session", 2_000).await.unwrap().is_none());
         let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap();
-        assert!(sessions.get(&id, 1_000 + ttl).is_none(), "expired");
-        assert!(sessions.lock().is_empty(), "an expired session is dropped");
-        let id = sessions.open("t1", "hash", 1_000);
-        let (key, _) = sessions.get(&id, 1_001).unwrap();
-        sessions.end(&key);
-        assert!(sessions.get(&id, 1_002).is_none());
+        assert!(find(&store, &id, 1_000 + ttl).await.unwrap().is_none(), "expired");
+        end(&store, &s.id_hash).await;
+        assert!(find(&store, &id, 1_002).await.unwrap().is_none());
     }
 }

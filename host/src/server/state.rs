@@ -44,6 +44,6 @@ pub struct Shared {
     pub changed: Arc<Notify>,
     /// Set once the server is stopping: `/readyz` then says 503.
     pub stopping: AtomicBool,
-    /// The web console's sign-ins.
-    pub console: super::signin::ConsoleSessions,
+    /// Failed console sign-ins per client address.
+    pub sign_ins: super::throttle::SignInThrottle,
 }
