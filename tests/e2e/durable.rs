@@ -510,6 +510,15 @@ impl Store for Counting {
     async fn revoke_key(&self, id: &str, now: i64) -> nexo_store::StoreResult<nexo_store::ApiKey> {
         self.inner.revoke_key(id, now).await
     }
+    async fn open_sign_in(&self, sign_in: nexo_store::SignIn) -> nexo_store::StoreResult<()> {
+        self.inner.open_sign_in(sign_in).await
+    }
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> nexo_store::StoreResult<Option<nexo_store::SignIn>> {
+        self.inner.sign_in(id_hash, now_ms).await
+    }
+    async fn end_sign_in(&self, id_hash: &str) -> nexo_store::StoreResult<()> {
+        self.inner.end_sign_in(id_hash).await
+    }
     async fn put_plugin(
         &self,
         plugin: nexo_store::NewPlugin,
