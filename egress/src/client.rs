@@ -1084,18 +1084,30 @@ impl GuardedClientBuilder {
         let mut exempt = self.exempt;
         exempt.sort();
         exempt.dedup();
-        let key = (!self.own_resolver && self.routes.is_empty()).then(|| {
-            let mut hosts = exempt_hosts.entries().to_vec();
-            hosts.sort();
-            SharedKey { exempt: exempt.clone(), hosts, connect_timeout: self.connect_timeout }
-        });
-        let mut shared = key.as_ref().map(|_| SHARED.lock().unwrap_or_else(|e| e.into_inner()));
-        if let (Some(key), Some(shared)) = (&key, &shared)
-            && let Some(inner) = shared.get(key).and_then(Weak::upgrade)
-        {
+        let connect_timeout = self.connect_timeout;
+        if self.own_resolver || !self.routes.is_empty() {
+            let guard = Guard { resolver: self.resolver, exempt, exempt_hosts, routes: self.routes };
+            return Ok(GuardedClient { inner: Inner::new(guard, connect_timeout)? });
+        }
+        let mut hosts = exempt_hosts.entries().to_vec();
+        hosts.sort();
+        let key = SharedKey { exempt: exempt.clone(), hosts, connect_timeout };
+        // Held while building, so that two builds of one key make one client.
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(inner) = shared.get(&key).and_then(Weak::upgrade) {
             return Ok(GuardedClient { inner });
         }
-        let guard = Arc::new(Guard { resolver: self.resolver, exempt, exempt_hosts, routes: self.routes });
+        let guard = Guard { resolver: self.resolver, exempt, exempt_hosts, routes: self.routes };
+        let inner = Inner::new(guard, connect_timeout)?;
+        shared.retain(|_, client| client.strong_count() > 0);
+        shared.insert(key, Arc::downgrade(&inner));
+        Ok(GuardedClient { inner })
+    }
+}
+
+impl Inner {
+    fn new(guard: Guard, connect_timeout: Duration) -> Result<Arc<Inner>, EgressError> {
+        let guard = Arc::new(guard);
         let http = reqwest::Client::builder()
             // Shared clients outlive runs: bound the idle connections they keep.
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
@@ -1103,18 +1115,13 @@ impl GuardedClientBuilder {
             .redirect(reqwest::redirect::Policy::none())
             .referer(false)
             .user_agent(USER_AGENT)
-            .connect_timeout(self.connect_timeout)
+            .connect_timeout(connect_timeout)
             .https_only(false)
             .http1_only()
             .dns_resolver(Arc::new(ConnectGuard(Arc::clone(&guard))))
             .build()
             .map_err(|e| EgressError::Config(format!("cannot set up the HTTP client: {}", chain(&e))))?;
-        let inner = Arc::new(Inner { http, guard });
-        if let (Some(key), Some(shared)) = (key, shared.as_mut()) {
-            shared.retain(|_, client| client.strong_count() > 0);
-            shared.insert(key, Arc::downgrade(&inner));
-        }
-        Ok(GuardedClient { inner })
+        Ok(Arc::new(Inner { http, guard }))
     }
 }
 

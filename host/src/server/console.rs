@@ -403,22 +403,21 @@ impl FromRequestParts<AppState> for Console {
         let Some(session) = found.map_err(|e| Failure::store(e, None).into_response())? else {
             return Err(to_login(parts, Some("expired")));
         };
-        let key = session.id_hash.clone();
         // The key and the tenant, again: a revocation or a disabling ends the session now.
         let found =
             state.store.key_by_hash(&session.key_hash).await.map_err(|e| Failure::store(e, None).into_response())?;
         if found.is_none_or(|k| k.revoked_ms.is_some()) {
-            signin::end(&*state.store, &key).await;
+            signin::end(&*state.store, &session.id_hash).await;
             return Err(to_login(parts, Some("revoked")));
         }
         match state.store.tenant(&session.tenant).await.map_err(|e| Failure::store(e, None).into_response())? {
-            Some(tenant) if !tenant.disabled => Ok(Console { tenant, csrf: session.csrf, session: key }),
+            Some(tenant) if !tenant.disabled => Ok(Console { tenant, csrf: session.csrf, session: session.id_hash }),
             Some(_) => {
-                signin::end(&*state.store, &key).await;
+                signin::end(&*state.store, &session.id_hash).await;
                 Err(to_login(parts, Some("disabled")))
             }
             None => {
-                signin::end(&*state.store, &key).await;
+                signin::end(&*state.store, &session.id_hash).await;
                 Err(to_login(parts, Some("gone")))
             }
         }
@@ -640,8 +639,8 @@ async fn login(
     let token = login_token(&headers);
     let refuse = |status, message: &str| login_response(status, &token, &next, Some((message, true)), secure);
     let client = throttle::client_addr(extensions.get(), &headers);
-    let now = std::time::Instant::now();
-    if let Some(wait) = client.and_then(|addr| state.sign_ins.wait(addr, now)) {
+    let attempted = std::time::Instant::now();
+    if let Some(wait) = client.and_then(|addr| state.sign_ins.wait(addr, attempted)) {
         let minutes = wait.as_secs().div_ceil(60).max(1);
         tracing::warn!(target: "nexo::server", client = ?client, "console: sign-in refused, too many failed attempts");
         let message = format!(
@@ -654,7 +653,7 @@ async fn login(
     }
     let failed = || {
         if let Some(addr) = client {
-            state.sign_ins.failed(addr, now);
+            state.sign_ins.failed(addr, attempted);
         }
     };
     let given = field(&fields, "csrf").unwrap_or("");

@@ -109,8 +109,7 @@ pub async fn check_start(
             }));
         }
     }
-    let hour = nexo_store::usage_period(now_ms);
-    let used = store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour);
+    let used = this_hour(store, tenant, now_ms).await?;
     let (runs, tokens, ticks, egress) = used.map_or((0, 0, 0, 0), |u| (u.runs, u.tokens, u.cpu_ticks, u.egress_bytes));
     let over = |what: &str, used: u64, limit: u64| Refusal {
         message: format!(
@@ -141,6 +140,12 @@ pub async fn check_start(
     Ok(Ok(Allowance { tokens: tokens_left }))
 }
 
+/// The tenant's usage in the hour of `now_ms`, if it used anything.
+async fn this_hour(store: &dyn Store, tenant: &str, now_ms: i64) -> StoreResult<Option<nexo_store::Usage>> {
+    let hour = nexo_store::usage_period(now_ms);
+    Ok(store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour))
+}
+
 /// The meters of one pass of a tenant's run: its web bytes and its CPU
 /// ticks, each holding what is left of the tenant's `quotas` now (the
 /// hour's bytes; the smaller of the per-run ticks and the hour's). Without
@@ -148,11 +153,9 @@ pub async fn check_start(
 /// with no room, never an unmetered pass.
 pub async fn pass_meters(store: &dyn Store, tenant: &str, quotas: Option<&Quotas>) -> (Arc<Meter>, Arc<Meter>) {
     let no_room = || (Arc::new(Meter::new(Some(0))), Arc::new(Meter::new(Some(0))));
-    let hour = nexo_store::usage_period(nexo_store::now_ms());
     let Some(quotas) = quotas else { return no_room() };
-    let Ok(usage) = store.usage(tenant, hour).await else { return no_room() };
-    let (bytes_used, ticks_used) =
-        usage.into_iter().find(|u| u.period_ms == hour).map_or((0, 0), |u| (u.egress_bytes, u.cpu_ticks));
+    let Ok(used) = this_hour(store, tenant, nexo_store::now_ms()).await else { return no_room() };
+    let (bytes_used, ticks_used) = used.map_or((0, 0), |u| (u.egress_bytes, u.cpu_ticks));
     let bytes = quotas.egress_bytes_per_hour.map(|l| l.saturating_sub(bytes_used));
     let hourly = quotas.cpu_ticks_per_hour.map(|l| l.saturating_sub(ticks_used));
     let ticks = match (quotas.cpu_ticks_per_run, hourly) {
