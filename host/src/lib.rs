@@ -40,6 +40,7 @@ pub mod files;
 pub mod host_call;
 pub mod instance;
 pub mod journal;
+pub mod lease;
 pub mod log;
 pub mod manifest;
 pub mod mcp_server;

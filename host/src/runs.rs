@@ -11,7 +11,9 @@
 //!           suspended
 //! ```
 //!
-//! While it works, the owner renews the run's lease. A run left `running`
+//! While it works, the owner renews the run's lease, together with those of
+//! all the other runs it drives (one store write per tick, see
+//! [`crate::lease`]). A run left `running`
 //! by a process that died is an orphan: [`Runs::orphans`] finds it, and
 //! [`Runs::resume`] with [`Claim::Recover`] replays it to where it was.
 
@@ -28,9 +30,9 @@ use crate::agent_file::AgentFile;
 use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
+use crate::lease::{Keeper, Lost};
 use crate::session::thread::Thread;
 use crate::settings::RunOptions;
-use crate::task::AbortOnDrop;
 use crate::world::agent::Agent;
 
 /// How long a lease lasts without renewal. The owner renews it every
@@ -153,6 +155,8 @@ pub struct Runs {
     owner: String,
     buffer_events: bool,
     lease: Duration,
+    /// Renews the leases of every run this owner drives.
+    keeper: Arc<Keeper<String>>,
 }
 
 /// Why a resume was refused.
@@ -183,13 +187,16 @@ impl Runs {
     /// Runs in `store`, owned by this process. `buffer_events` keeps each
     /// run's events in memory until it ends or suspends.
     pub fn new(store: Arc<dyn Store>, buffer_events: bool) -> Self {
-        Runs { store, owner: owner_id(), buffer_events, lease: LEASE }
+        let owner = owner_id();
+        let keeper = Arc::new(keeper(&store, &owner, LEASE));
+        Runs { store, owner, buffer_events, lease: LEASE, keeper }
     }
 
     /// The same, holding each run's lease for `lease` (default [`LEASE`]):
     /// how long a run outlives a crashed owner before another may recover it.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_secs(1));
+        self.keeper = Arc::new(keeper(&self.store, &self.owner, self.lease));
         self
     }
 
@@ -397,13 +404,16 @@ impl Runs {
         options.journal = Some(journal.clone());
         // Dropped with this future too: a worker that lost the job drops the
         // run, and its lease must then lapse for the next owner.
-        let renewal = AbortOnDrop(tokio::spawn(renew(
-            self.store.clone(),
+        let until_ms = run.lease.as_ref().map_or_else(nexo_store::now_ms, |l| l.until_ms);
+        let halt = journal.clone();
+        let id = run.id.clone();
+        let renewal = self.keeper.keep(
             run.id.clone(),
-            self.owner.clone(),
-            self.lease,
-            journal.clone(),
-        )));
+            until_ms,
+            Box::new(move |_: Lost| {
+                halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
+            }),
+        );
         let result = subject.run(&run.input, &options).await;
         drop(renewal);
         let mut batch = journal.take_final_batch();
@@ -491,23 +501,17 @@ impl From<StoreError> for ResumeOutcome {
     }
 }
 
-/// Renews the lease until aborted. A run that is no longer this owner's
-/// (cancelled, or recovered elsewhere) halts at its next host call.
-async fn renew(store: Arc<dyn Store>, id: String, owner: String, length: Duration, journal: Arc<Journal>) {
-    let mut tick = tokio::time::interval(length / 3);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let lease = Lease { owner: owner.clone(), until_ms: nexo_store::now_ms() + length.as_millis() as i64 };
-        match store.renew(&id, &lease).await {
-            Ok(true) => {}
-            Ok(false) => {
-                journal.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")));
-                return;
-            }
-            Err(e) => tracing::warn!(run = %id, "could not renew the run's lease: {e}"),
-        }
-    }
+/// The keeper of `owner`'s run leases in `store`. A renewal that fails
+/// is only logged: the run's later writes are fenced by its owner anyway.
+fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String> {
+    let (store, owner) = (store.clone(), owner.to_string());
+    Keeper::new(
+        lease,
+        Arc::new(move |ids: Vec<String>, until_ms| {
+            let (store, owner) = (store.clone(), owner.clone());
+            Box::pin(async move { store.renew_leases(&owner, &ids, until_ms).await })
+        }),
+    )
 }
 
 /// `host:pid:nonce`.

@@ -660,10 +660,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> StoreResult<Run>;
 
-    /// Extends `lease` while `owner` still holds the run. `false` means the
-    /// run is no longer this owner's (cancelled, or recovered elsewhere):
-    /// stop working on it.
-    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool>;
+    /// Extends to `until_ms` the leases `owner` still holds on the running
+    /// runs among `ids`, in one write, and answers the ids it extended. An id
+    /// left out is no longer this owner's (cancelled, finished, recovered
+    /// elsewhere, or deleted): stop working on it.
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>>;
 
     /// Running runs whose lease ended before `now_ms`, by id.
     async fn orphans(&self, now_ms: i64) -> StoreResult<Vec<Run>>;
@@ -708,9 +709,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// nothing is due.
     async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>>;
 
-    /// Extends the lease to `now_ms + lease_ms` while `lease.token` still
-    /// holds the running job. `false` means the lease was lost: stop.
-    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now_ms: i64) -> StoreResult<bool>;
+    /// Extends to `now_ms + lease_ms`, in one write, the leases of the
+    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`]),
+    /// and answers the tokens it extended. A token left out has lost its
+    /// job (another claim holds it, or it ended): stop.
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now_ms: i64) -> StoreResult<Vec<i64>>;
 
     /// Marks the job `done`. A stale token is a [`StoreError::Conflict`]:
     /// another worker has the job.

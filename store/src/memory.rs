@@ -324,16 +324,20 @@ impl Store for MemoryStore {
         Ok(run)
     }
 
-    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {
         let mut inner = self.lock();
-        let run = inner.run_mut(id)?;
-        match &mut run.lease {
-            Some(l) if run.status == RunStatus::Running && l.owner == lease.owner => {
-                l.until_ms = lease.until_ms;
-                Ok(true)
+        let mut renewed = Vec::new();
+        for id in ids {
+            let Some(run) = inner.runs.get_mut(id) else { continue };
+            match &mut run.lease {
+                Some(l) if run.status == RunStatus::Running && l.owner == owner => {
+                    l.until_ms = until_ms;
+                    renewed.push(id.clone());
+                }
+                _ => {}
             }
-            _ => Ok(false),
         }
+        Ok(renewed)
     }
 
     async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
@@ -442,17 +446,19 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {
+        let tokens: std::collections::HashSet<i64> = tokens.iter().copied().collect();
         let mut inner = self.lock();
-        let job = inner.job_mut(id)?;
-        if job.check_lease(lease).is_err() {
-            return Ok(false);
+        let mut renewed = Vec::new();
+        for job in inner.jobs.values_mut() {
+            let Some(held) = &mut job.lease else { continue };
+            if job.status == JobStatus::Running && tokens.contains(&held.token) {
+                held.until_ms = now.saturating_add(lease_ms);
+                job.updated_ms = now;
+                renewed.push(held.token);
+            }
         }
-        if let Some(held) = &mut job.lease {
-            held.until_ms = now.saturating_add(lease_ms);
-        }
-        job.updated_ms = now;
-        Ok(true)
+        Ok(renewed)
     }
 
     async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {

@@ -777,23 +777,17 @@ impl Store for PgStore {
         self.finish(tx, result).await
     }
 
-    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
-        let renewed = sqlx::query(sql::RENEW)
-            .bind(id)
-            .bind(lease.until_ms)
-            .bind(&lease.owner)
-            .execute(&self.pool)
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query_scalar(sql::RENEW_LEASES_POSTGRES)
+            .bind(owner)
+            .bind(until_ms)
+            .bind(ids)
+            .fetch_all(&self.pool)
             .await
-            .map_err(|e| self.error(&e))?;
-        if renewed.rows_affected() > 0 {
-            return Ok(true);
-        }
-        let exists =
-            sqlx::query(sql::RUN_EXISTS).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
-        match exists {
-            Some(_) => Ok(false),
-            None => Err(StoreError::NoRun(id.to_string())),
-        }
+            .map_err(|e| self.error(&e))
     }
 
     async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
@@ -890,22 +884,17 @@ impl Store for PgStore {
         self.finish(tx, result).await
     }
 
-    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
-        let renewed = sqlx::query(sql::HEARTBEAT_JOB)
-            .bind(id)
-            .bind(lease.token)
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query_scalar(sql::HEARTBEAT_JOBS_POSTGRES)
             .bind(now.saturating_add(lease_ms))
             .bind(now)
-            .execute(&self.pool)
+            .bind(tokens)
+            .fetch_all(&self.pool)
             .await
-            .map_err(|e| self.error(&e))?;
-        if renewed.rows_affected() > 0 {
-            return Ok(true);
-        }
-        match self.job(id).await? {
-            Some(_) => Ok(false),
-            None => Err(StoreError::NoJob(id.to_string())),
-        }
+            .map_err(|e| self.error(&e))
     }
 
     async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {

@@ -465,10 +465,14 @@ pub(crate) const CLAIM: &str = "UPDATE runs SET status = 'running', lease_owner 
 pub(crate) const CLAIM_RESUME: &str = "UPDATE runs SET status = 'running', lease_owner = $2, lease_until_ms = $3, \
      updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL WHERE id = $1";
 
-/// Extends the lease if `$3` still holds the running run `$1`: `$2` new
-/// end. 0 rows affected: it does not.
-pub(crate) const RENEW: &str =
-    "UPDATE runs SET lease_until_ms = $2 WHERE id = $1 AND status = 'running' AND lease_owner = $3";
+/// Extends the leases that owner `$1` still holds on running runs among
+/// `$3`, to `$2`, and answers their ids. SQLite: `$3` is a JSON array.
+pub(crate) const RENEW_LEASES_SQLITE: &str = "UPDATE runs SET lease_until_ms = $2 \
+     WHERE lease_owner = $1 AND status = 'running' AND id IN (SELECT value FROM json_each($3)) RETURNING id";
+
+/// [`RENEW_LEASES_SQLITE`] for PostgreSQL: `$3` is a text array.
+pub(crate) const RENEW_LEASES_POSTGRES: &str = "UPDATE runs SET lease_until_ms = $2 \
+     WHERE lease_owner = $1 AND status = 'running' AND id = ANY($3) RETURNING id";
 
 /// Whether a run exists: `$1` id.
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
@@ -541,10 +545,16 @@ pub(crate) const NEXT_TOKEN: &str = "INSERT INTO job_tokens DEFAULT VALUES RETUR
 /// Deletes the row [`NEXT_TOKEN`] inserted (`$1`); the counter stays.
 pub(crate) const FORGET_TOKEN: &str = "DELETE FROM job_tokens WHERE token = $1";
 
-/// Extends a job's lease if token `$2` still holds the running job `$1`:
-/// `$3` new end, `$4` when. 0 rows affected: it does not.
-pub(crate) const HEARTBEAT_JOB: &str = "UPDATE jobs SET lease_until_ms = $3, updated_ms = $4 \
-     WHERE id = $1 AND status = 'running' AND lease_token = $2";
+/// Extends the leases of the running jobs whose claims hold one of the
+/// tokens `$3`, to `$1`, at `$2`, and answers their tokens (a token is
+/// never given twice, so it names one claim of one job). SQLite: `$3` is a
+/// JSON array.
+pub(crate) const HEARTBEAT_JOBS_SQLITE: &str = "UPDATE jobs SET lease_until_ms = $1, updated_ms = $2 \
+     WHERE status = 'running' AND lease_token IN (SELECT value FROM json_each($3)) RETURNING lease_token";
+
+/// [`HEARTBEAT_JOBS_SQLITE`] for PostgreSQL: `$3` is a bigint array.
+pub(crate) const HEARTBEAT_JOBS_POSTGRES: &str = "UPDATE jobs SET lease_until_ms = $1, updated_ms = $2 \
+     WHERE status = 'running' AND lease_token = ANY($3) RETURNING lease_token";
 
 /// Writes what a claim, a completion or a failure changed: `$1` id, `$2`
 /// status, `$3` attempts, `$4` not before, `$5` worker, `$6` token, `$7`

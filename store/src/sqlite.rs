@@ -881,23 +881,19 @@ impl Store for SqliteStore {
         self.finish(tx, result).await
     }
 
-    async fn renew(&self, id: &str, lease: &Lease) -> StoreResult<bool> {
-        let renewed = sqlx::query(sql::RENEW)
-            .bind(id)
-            .bind(lease.until_ms)
-            .bind(&lease.owner)
-            .execute(&mut *self.writer().await?)
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Strings and integers always serialize.
+        let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
+        sqlx::query_scalar(sql::RENEW_LEASES_SQLITE)
+            .bind(owner)
+            .bind(until_ms)
+            .bind(list)
+            .fetch_all(&mut *self.writer().await?)
             .await
-            .map_err(|e| self.error(&e))?;
-        if renewed.rows_affected() > 0 {
-            return Ok(true);
-        }
-        let exists =
-            sqlx::query(sql::RUN_EXISTS).bind(id).fetch_optional(&self.reader).await.map_err(|e| self.error(&e))?;
-        match exists {
-            Some(_) => Ok(false),
-            None => Err(StoreError::NoRun(id.to_string())),
-        }
+            .map_err(|e| self.error(&e))
     }
 
     async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
@@ -1013,23 +1009,18 @@ impl Store for SqliteStore {
         self.finish(tx, result).await
     }
 
-    async fn heartbeat_job(&self, id: &str, lease: &JobLease, lease_ms: i64, now: i64) -> StoreResult<bool> {
-        let mut conn = self.writer().await?;
-        let renewed = sqlx::query(sql::HEARTBEAT_JOB)
-            .bind(id)
-            .bind(lease.token)
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = serde_json::to_string(tokens).unwrap_or_else(|_| "[]".into());
+        sqlx::query_scalar(sql::HEARTBEAT_JOBS_SQLITE)
             .bind(now.saturating_add(lease_ms))
             .bind(now)
-            .execute(&mut *conn)
+            .bind(list)
+            .fetch_all(&mut *self.writer().await?)
             .await
-            .map_err(|e| self.error(&e))?;
-        if renewed.rows_affected() > 0 {
-            return Ok(true);
-        }
-        match self.fetch_job(&mut conn, id).await? {
-            Some(_) => Ok(false),
-            None => Err(StoreError::NoJob(id.to_string())),
-        }
+            .map_err(|e| self.error(&e))
     }
 
     async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {

@@ -101,6 +101,7 @@ suite!(
     a_job_not_yet_due_is_not_claimed,
     jobs_are_claimed_oldest_first,
     a_stale_token_is_refused_after_a_reclaim,
+    one_heartbeat_renews_many_jobs,
     failures_back_off_then_stay_failed,
     a_reclaimed_job_gets_a_greater_token,
     a_job_whose_lease_lapses_every_attempt_fails,
@@ -410,7 +411,7 @@ async fn recover_needs_an_expired_lease(store: Arc<dyn Store>) {
     // The old owner is out; the new one writes.
     let one = Batch { journal: vec![entry(0)], ..Batch::default() };
     conflict(store.commit("r1", OWNER, one.clone()).await, "no longer owned");
-    assert!(!store.renew("r1", &lease(OWNER, 99_000)).await.unwrap());
+    assert!(store.renew_leases(OWNER, &ids(&["r1"]), 99_000).await.unwrap().is_empty());
     store.commit("r1", OTHER, one).await.unwrap();
 
     store.create_run(new_run("r2", RunStatus::Queued, 1)).await.unwrap();
@@ -477,16 +478,45 @@ async fn claims_of_a_missing_run(store: Arc<dyn Store>) {
     }
 }
 
+fn ids(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|id| id.to_string()).collect()
+}
+
 async fn renew_only_while_owned(store: Arc<dyn Store>) {
-    running(&store, "r1").await;
-    assert!(store.renew("r1", &lease(OWNER, 123_456)).await.unwrap());
+    for id in ["r1", "r2", "cancelled", "done"] {
+        running(&store, id).await;
+    }
+    let elsewhere = NewRun { lease: Some(lease(OTHER, 5_000)), ..new_run("r3", RunStatus::Running, 1_000) };
+    store.create_run(elsewhere).await.unwrap();
+    store.cancel("cancelled", "operator").await.unwrap();
+    let finish = Transition::Finish { status: RunStatus::Done, result: None, error: None };
+    store.transition("done", OWNER, Batch::default(), finish).await.unwrap();
+
+    let asked = ids(&["r1", "r2", "r3", "cancelled", "done", "missing"]);
+    let mut renewed = store.renew_leases(OWNER, &asked, 123_456).await.unwrap();
+    renewed.sort();
+    assert_eq!(renewed, ["r1", "r2"], "only the running runs this owner holds");
+    for id in ["r1", "r2"] {
+        assert_eq!(store.run(id).await.unwrap().unwrap().lease, Some(lease(OWNER, 123_456)));
+    }
+    assert_eq!(store.run("r3").await.unwrap().unwrap().lease, Some(lease(OTHER, 5_000)), "another owner's stands");
+    assert_eq!(store.run("cancelled").await.unwrap().unwrap().lease, None);
+    assert_eq!(store.run("done").await.unwrap().unwrap().lease, None);
+
+    assert_eq!(store.renew_leases(OWNER, &ids(&["r2"]), 200_000).await.unwrap(), ["r2"], "only the ids asked");
     assert_eq!(store.run("r1").await.unwrap().unwrap().lease, Some(lease(OWNER, 123_456)));
-    assert!(!store.renew("r1", &lease(OTHER, 999_999)).await.unwrap());
-    assert_eq!(store.run("r1").await.unwrap().unwrap().lease, Some(lease(OWNER, 123_456)));
-    store.cancel("r1", "operator").await.unwrap();
-    assert!(!store.renew("r1", &lease(OWNER, 200_000)).await.unwrap());
-    assert_eq!(store.run("r1").await.unwrap().unwrap().lease, None);
-    no_run(store.renew("missing", &lease(OWNER, 1)).await, "missing");
+    assert!(store.renew_leases(OTHER, &ids(&["r1"]), 999_999).await.unwrap().is_empty());
+    assert!(store.renew_leases(OWNER, &[], 1).await.unwrap().is_empty());
+
+    // One write covers a node's worth of runs.
+    let many: Vec<String> = (0..2_500).map(|i| format!("many-{i:05}")).collect();
+    for id in &many {
+        running(&store, id).await;
+    }
+    let mut renewed = store.renew_leases(OWNER, &many, 300_000).await.unwrap();
+    renewed.sort();
+    assert_eq!(renewed, many);
+    assert_eq!(store.run("many-02499").await.unwrap().unwrap().lease, Some(lease(OWNER, 300_000)));
 }
 
 async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
@@ -590,7 +620,8 @@ async fn cancel_rules(store: Arc<dyn Store>) {
     running(&store, "running").await;
     let run = store.cancel("running", "operator").await.unwrap();
     assert_eq!((run.status, run.lease), (RunStatus::Cancelled, None));
-    assert!(!store.renew("running", &lease(OWNER, FAR)).await.unwrap(), "the owner notices at its next renewal");
+    let renewed = store.renew_leases(OWNER, &ids(&["running"]), FAR).await.unwrap();
+    assert!(renewed.is_empty(), "the owner notices at its next renewal");
 
     conflict(store.cancel("running", "again").await, "run `running` is already cancelled; there is nothing to cancel");
     running(&store, "done").await;
@@ -672,7 +703,7 @@ async fn jobs_enqueue_claim_and_complete(store: Arc<dyn Store>) {
     assert_eq!(store.job("j1").await.unwrap(), Some(claimed.clone()));
     assert_eq!(store.claim_job("w2", 30_000, 30_200).await.unwrap(), None, "a live lease is not claimed");
 
-    assert!(store.heartbeat_job("j1", &lease, 60_000, 1_000).await.unwrap());
+    assert_eq!(store.heartbeat_jobs(&[lease.token, lease.token + 1_000], 60_000, 1_000).await.unwrap(), [lease.token]);
     let renewed = store.job("j1").await.unwrap().unwrap();
     assert_eq!((renewed.lease.unwrap().until_ms, renewed.updated_ms), (61_000, 1_000));
     assert_eq!(store.claim_job("w2", 30_000, 60_000).await.unwrap(), None, "the heartbeat extended the lease");
@@ -681,12 +712,12 @@ async fn jobs_enqueue_claim_and_complete(store: Arc<dyn Store>) {
     assert_eq!((done.status, done.lease.as_ref(), done.updated_ms, done.attempts), (JobStatus::Done, None, 2_000, 1));
     assert_eq!(store.job("j1").await.unwrap(), Some(done));
     conflict(store.complete_job("j1", &lease, 3_000).await, "(it is done)");
-    assert!(!store.heartbeat_job("j1", &lease, 1, 3_000).await.unwrap());
+    assert!(store.heartbeat_jobs(&[lease.token], 1, 3_000).await.unwrap().is_empty(), "a done job is not renewed");
     assert_eq!(store.claim_job("w2", 1, FAR).await.unwrap(), None, "a done job is never claimed");
 
     no_job(store.complete_job("nope", &lease, 1).await, "nope");
     no_job(store.fail_job("nope", &lease, "x", 1).await, "nope");
-    no_job(store.heartbeat_job("nope", &lease, 1, 1).await, "nope");
+    assert!(store.heartbeat_jobs(&[], 1, 1).await.unwrap().is_empty());
     assert_eq!(store.job("nope").await.unwrap(), None);
 }
 
@@ -728,14 +759,39 @@ async fn a_stale_token_is_refused_after_a_reclaim(store: Arc<dyn Store>) {
     let (job, new) = claim(&store, "w2", 1_000, 1_001).await;
     assert_eq!((job.attempts, new.worker.as_str()), (2, "w2"));
 
-    assert!(!store.heartbeat_job("j1", &old, 1_000, 1_002).await.unwrap(), "the old worker's heartbeat is refused");
+    let beat = store.heartbeat_jobs(&[old.token], 1_000, 1_002).await.unwrap();
+    assert!(beat.is_empty(), "the old worker's heartbeat is refused");
     conflict(store.complete_job("j1", &old, 1_002).await, LOST);
     conflict(store.fail_job("j1", &old, "late", 1_002).await, LOST);
     assert_eq!(store.job("j1").await.unwrap(), Some(job), "refused writes change nothing");
 
-    assert!(store.heartbeat_job("j1", &new, 1_000, 1_500).await.unwrap());
+    assert_eq!(store.heartbeat_jobs(&[old.token, new.token], 1_000, 1_500).await.unwrap(), [new.token]);
+    assert_eq!(store.job("j1").await.unwrap().unwrap().lease.unwrap().until_ms, 2_500);
     let done = store.complete_job("j1", &new, 1_600).await.unwrap();
     assert_eq!(done.status, JobStatus::Done);
+}
+
+async fn one_heartbeat_renews_many_jobs(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    for (i, id) in ["ja", "jb", "jc", "jd"].into_iter().enumerate() {
+        store.enqueue(new_job(id, 0, i as i64)).await.unwrap();
+    }
+    let mut tokens = Vec::new();
+    for worker in ["w1", "w1", "w1", "w2"] {
+        tokens.push(claim(&store, worker, 1_000, 10).await.1.token);
+    }
+    let lease = store.job("jb").await.unwrap().unwrap().lease.unwrap();
+    store.complete_job("jb", &lease, 20).await.unwrap();
+
+    // A worker names its own claims; a token is one claim of one job.
+    let mut beat = store.heartbeat_jobs(&tokens[..3], 5_000, 100).await.unwrap();
+    beat.sort();
+    assert_eq!(beat, [tokens[0], tokens[2]], "the done job is left out");
+    for (id, until) in [("ja", 5_100), ("jb", -1), ("jc", 5_100), ("jd", 1_010)] {
+        let job = store.job(id).await.unwrap().unwrap();
+        assert_eq!(job.lease.map_or(-1, |l| l.until_ms), until, "job {id}");
+    }
+    assert_eq!(store.job("ja").await.unwrap().unwrap().updated_ms, 100);
 }
 
 async fn failures_back_off_then_stay_failed(store: Arc<dyn Store>) {

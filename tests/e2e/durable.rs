@@ -360,8 +360,8 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Run> {
         self.inner.claim(id, how, lease, input, now).await
     }
-    async fn renew(&self, id: &str, lease: &nexo_store::Lease) -> nexo_store::StoreResult<bool> {
-        self.inner.renew(id, lease).await
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> nexo_store::StoreResult<Vec<String>> {
+        self.inner.renew_leases(owner, ids, until_ms).await
     }
     async fn orphans(&self, now: i64) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.orphans(now).await
@@ -403,14 +403,8 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
         self.inner.claim_job(worker, lease_ms, now).await
     }
-    async fn heartbeat_job(
-        &self,
-        id: &str,
-        lease: &nexo_store::JobLease,
-        lease_ms: i64,
-        now: i64,
-    ) -> nexo_store::StoreResult<bool> {
-        self.inner.heartbeat_job(id, lease, lease_ms, now).await
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> nexo_store::StoreResult<Vec<i64>> {
+        self.inner.heartbeat_jobs(tokens, lease_ms, now).await
     }
     async fn complete_job(
         &self,

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use nexo::lease::{Keeper, Lost};
 use nexo::runs::Runs;
 use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, Job, JobStatus, RunStatus};
@@ -98,6 +99,8 @@ pub struct Worker {
     plugins: std::sync::Mutex<std::collections::HashMap<String, nexo::Plugin>>,
     /// The tenants' memory budgets on this node.
     budgets: crate::server::quota::Budgets,
+    /// Renews the leases of every job this worker handles, by token.
+    beats: Keeper<i64>,
 }
 
 impl Worker {
@@ -109,7 +112,22 @@ impl Worker {
         store_args: StoreArgs,
         lease_ms: i64,
     ) -> Self {
+        let store = runs.store().clone();
+        let length = Duration::from_millis(u64::try_from(lease_ms).unwrap_or(1000).max(1));
+        let beats = Keeper::new(
+            length,
+            Arc::new(move |tokens: Vec<i64>, until_ms| {
+                let store = store.clone();
+                Box::pin(async move {
+                    let now = nexo_store::now_ms();
+                    store.heartbeat_jobs(&tokens, until_ms.saturating_sub(now), now).await
+                })
+            }),
+        )
+        // Past its lease another worker may have claimed the job: stop.
+        .lapse_on_error();
         Worker {
+            beats,
             runs,
             base,
             file,
@@ -272,15 +290,14 @@ impl Worker {
         let Some(lease) = job.lease.clone() else { return };
         let store = self.runs.store().clone();
         errln!("job {}: run {} (attempt {} of {})", job.id, job.run, job.attempts, job.max_attempts);
+        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+        let _beat = self.beats.keep(lease.token, lease.until_ms, Box::new(move |why| _ = lost_tx.send(why)));
         let beat = async {
-            let every = Duration::from_millis(u64::try_from(self.lease_ms / 3).unwrap_or(1000).max(1));
-            loop {
-                tokio::time::sleep(every).await;
-                match store.heartbeat_job(&job.id, &lease, self.lease_ms, nexo_store::now_ms()).await {
-                    Ok(true) => {}
-                    Ok(false) => return "another worker holds it now".to_string(),
-                    Err(e) => return format!("its heartbeat failed ({e})"),
-                }
+            match lost_rx.await {
+                Ok(Lost::Taken) => "another worker holds it now".to_string(),
+                Ok(Lost::Lapsed { error }) => format!("its heartbeats failed until it ran out ({error})"),
+                // The hold lives as long as this future: never.
+                Err(_) => std::future::pending().await,
             }
         };
         let outcome = tokio::select! {
