@@ -143,6 +143,9 @@ pub struct RunEnd {
     pub replayed: u64,
     /// The call a suspended run waits on a decision for.
     pub approval: Option<nexo_store::Approval>,
+    /// A failed run may pass if tried again ([`RunError::may_pass_on_retry`]);
+    /// `true` for every other ending.
+    pub retryable: bool,
     /// The run failed before the agent ran at all (a bad skill, file or
     /// setting): the CLI's exit code 2 rather than 1.
     pub nothing_ran: bool,
@@ -419,6 +422,7 @@ impl Runs {
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
         let mut pending = None;
+        let mut retryable = true;
         let nothing_ran = matches!(
             &result,
             Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) | RunError::Store(_))
@@ -439,6 +443,7 @@ impl Runs {
                 (Transition::Finish { status: RunStatus::Done, result: Some(answer), error: None }, status)
             }
             (None, Err(e)) => {
+                retryable = e.may_pass_on_retry();
                 let why = e.to_string();
                 batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
                 (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
@@ -465,7 +470,7 @@ impl Runs {
                 .ok_or_else(|| RunError::from(StoreError::NoRun(run.id.clone())))?,
             Err(e) => return Err(e.into()),
         };
-        Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending, nothing_ran })
+        Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending, retryable, nothing_ran })
     }
 
     /// Marks an orphan that cannot be replayed (its component is gone, or

@@ -385,3 +385,41 @@ async fn a_worker_that_loses_its_lease_drops_the_run_and_another_finishes_it() {
     assert_eq!(run["run"]["result"], "done", "the answer is the new holder's");
     assert_eq!(model.requests().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_that_would_recur_is_not_retried_and_one_that_may_pass_is() {
+    let scene = Scene::new(None);
+    // The trap plugin traps on every try: its job fails for good at once.
+    let o = scene.nexo(&["run", nexo_tests::TRAP, "x", "--later"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trapped = stdout(&o).trim().to_string();
+    let (ok, log) = wait(scene.worker(&["--until-idle"]).spawn().unwrap(), Duration::from_secs(60));
+    assert!(ok, "{log}");
+    assert!(log.contains("it would fail the same way again, so it is not retried"), "{log}");
+    assert_eq!(log.matches("(attempt ").count(), 1, "one attempt: {log}");
+    let run = scene.run(&trapped);
+    assert_eq!(run["run"]["status"], "failed", "{run}");
+    let store = nexo_store::open(&nexo_store::Location::Sqlite(scene.store.clone().into())).await.unwrap();
+    let jobs = store.jobs(None, 10).await.unwrap();
+    assert_eq!((jobs.len(), jobs[0].status, jobs[0].attempts), (1, nexo_store::JobStatus::Failed, 1), "{jobs:?}");
+
+    // A model that cannot be reached may be back the next time: retried.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", l.local_addr().unwrap())
+    };
+    let unreachable = scene.queue(&closed, "hello", &[]);
+    let worker = KillOnDrop(scene.worker(&[]).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let job = store.jobs(None, 10).await.unwrap().into_iter().find(|j| j.run == unreachable);
+        if let Some(job) = job.as_ref().filter(|j| j.attempts >= 1 && j.status == nexo_store::JobStatus::Queued) {
+            break job.clone();
+        }
+        assert!(Instant::now() < deadline, "the job was never retried: {job:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(worker);
+    assert!(job.error.is_some(), "{job:?}");
+    assert!(job.not_before_ms > job.updated_ms, "it waits its backoff: {job:?}");
+}

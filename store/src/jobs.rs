@@ -212,18 +212,29 @@ impl Job {
     }
 
     /// Records a failed attempt (the lease checked): queued again after the
-    /// retry delay while attempts are left, else failed.
-    pub(crate) fn fail(&mut self, error: &str, now_ms: i64) {
+    /// retry delay while attempts are left and `retry` allows, else failed.
+    pub(crate) fn fail(&mut self, error: &str, retry: Retry, now_ms: i64) {
         self.lease = None;
         self.error = Some(error.to_string());
         self.updated_ms = now_ms;
-        if self.attempts < self.max_attempts {
+        if retry == Retry::IfAttemptsLeft && self.attempts < self.max_attempts {
             self.status = JobStatus::Queued;
             self.not_before_ms = now_ms.saturating_add(retry_delay_ms(self.backoff_ms, self.attempts));
         } else {
             self.status = JobStatus::Failed;
         }
     }
+}
+
+/// Whether a failed attempt of a job may be tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Yes, while it has attempts left: the failure may not recur (an
+    /// unreachable model, a store error, a full instance pool).
+    IfAttemptsLeft,
+    /// No: the failure would recur, and each try would only cost again (a
+    /// trap, a quota, a setting that cannot be used).
+    Never,
 }
 
 /// The longest a retry waits.

@@ -63,7 +63,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, retry_delay_ms};
+pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, retry_delay_ms};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sessions::{Session, new_session_id};
@@ -719,10 +719,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// another worker has the job.
     async fn complete_job(&self, id: &str, lease: &JobLease, now_ms: i64) -> StoreResult<Job>;
 
-    /// Records a failed attempt: with attempts left the job is `queued`
-    /// again, due after [`retry_delay_ms`]; otherwise it is `failed` with
-    /// `error`. A stale token is a [`StoreError::Conflict`].
-    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now_ms: i64) -> StoreResult<Job>;
+    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`],
+    /// the job is `queued` again, due after [`retry_delay_ms`]; otherwise it is
+    /// `failed` with `error`. A stale token is a [`StoreError::Conflict`].
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now_ms: i64) -> StoreResult<Job>;
 
     /// One job.
     async fn job(&self, id: &str) -> StoreResult<Option<Job>>;

@@ -18,7 +18,7 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult, StoredEvent,
+    NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult, StoredEvent,
     StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
@@ -469,11 +469,11 @@ impl Store for MemoryStore {
         Ok(job.clone())
     }
 
-    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now: i64) -> StoreResult<Job> {
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
         let mut inner = self.lock();
         let job = inner.job_mut(id)?;
         job.check_lease(lease)?;
-        job.fail(error, now);
+        job.fail(error, retry, now);
         Ok(job.clone())
     }
 

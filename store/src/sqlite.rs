@@ -40,7 +40,7 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Run, RunStatus, SCHEMA_VERSION, Session, SignIn, Store,
+    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, SCHEMA_VERSION, Session, SignIn, Store,
     StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
     now_ms, usage_period,
 };
@@ -1030,10 +1030,10 @@ impl Store for SqliteStore {
         self.finish(tx, result).await
     }
 
-    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, now: i64) -> StoreResult<Job> {
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
-        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, now)).await;
+        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await;
         self.finish(tx, result).await
     }
 

@@ -10,7 +10,7 @@ mod support;
 
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
-    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, RunStatus, Session, SignIn,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, Retry, RunStatus, Session, SignIn,
     SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash,
     sha256_hex, verify_audit,
 };
@@ -716,7 +716,7 @@ async fn jobs_enqueue_claim_and_complete(store: Arc<dyn Store>) {
     assert_eq!(store.claim_job("w2", 1, FAR).await.unwrap(), None, "a done job is never claimed");
 
     no_job(store.complete_job("nope", &lease, 1).await, "nope");
-    no_job(store.fail_job("nope", &lease, "x", 1).await, "nope");
+    no_job(store.fail_job("nope", &lease, "x", Retry::IfAttemptsLeft, 1).await, "nope");
     assert!(store.heartbeat_jobs(&[], 1, 1).await.unwrap().is_empty());
     assert_eq!(store.job("nope").await.unwrap(), None);
 }
@@ -762,7 +762,7 @@ async fn a_stale_token_is_refused_after_a_reclaim(store: Arc<dyn Store>) {
     let beat = store.heartbeat_jobs(&[old.token], 1_000, 1_002).await.unwrap();
     assert!(beat.is_empty(), "the old worker's heartbeat is refused");
     conflict(store.complete_job("j1", &old, 1_002).await, LOST);
-    conflict(store.fail_job("j1", &old, "late", 1_002).await, LOST);
+    conflict(store.fail_job("j1", &old, "late", Retry::IfAttemptsLeft, 1_002).await, LOST);
     assert_eq!(store.job("j1").await.unwrap(), Some(job), "refused writes change nothing");
 
     assert_eq!(store.heartbeat_jobs(&[old.token, new.token], 1_000, 1_500).await.unwrap(), [new.token]);
@@ -798,23 +798,31 @@ async fn failures_back_off_then_stay_failed(store: Arc<dyn Store>) {
     store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
     store.enqueue(new_job("j1", 0, 1)).await.unwrap();
     let (_, lease) = claim(&store, "w1", 60_000, 10).await;
-    let job = store.fail_job("j1", &lease, "boom 1", 100).await.unwrap();
+    let job = store.fail_job("j1", &lease, "boom 1", Retry::IfAttemptsLeft, 100).await.unwrap();
     assert_eq!((job.status, job.attempts, job.not_before_ms), (JobStatus::Queued, 1, 1_100), "waits backoff_ms");
     assert_eq!((job.error.as_deref(), job.lease.as_ref(), job.updated_ms), (Some("boom 1"), None, 100));
-    conflict(store.fail_job("j1", &lease, "again", 101).await, "(it is queued)");
+    conflict(store.fail_job("j1", &lease, "again", Retry::IfAttemptsLeft, 101).await, "(it is queued)");
 
     assert_eq!(store.claim_job("w1", 60_000, 1_099).await.unwrap(), None);
     let (job, lease) = claim(&store, "w1", 60_000, 1_100).await;
     assert_eq!(job.attempts, 2);
-    let job = store.fail_job("j1", &lease, "boom 2", 2_000).await.unwrap();
+    let job = store.fail_job("j1", &lease, "boom 2", Retry::IfAttemptsLeft, 2_000).await.unwrap();
     assert_eq!((job.status, job.not_before_ms), (JobStatus::Queued, 4_000), "the second retry waits twice as long");
 
     let (job, lease) = claim(&store, "w1", 60_000, 4_000).await;
     assert_eq!(job.attempts, 3);
-    let job = store.fail_job("j1", &lease, "boom 3", 5_000).await.unwrap();
+    let job = store.fail_job("j1", &lease, "boom 3", Retry::IfAttemptsLeft, 5_000).await.unwrap();
     assert_eq!((job.status, job.error.as_deref(), job.lease.as_ref()), (JobStatus::Failed, Some("boom 3"), None));
     assert_eq!(store.claim_job("w1", 60_000, FAR).await.unwrap(), None, "a failed job stays failed");
     assert_eq!(store.job("j1").await.unwrap(), Some(job));
+
+    // A failure that would recur is not retried, attempts left or not.
+    store.enqueue(new_job("j2", 0, 2)).await.unwrap();
+    let (_, lease) = claim(&store, "w1", 60_000, 6_000).await;
+    let job = store.fail_job("j2", &lease, "trapped", Retry::Never, 6_100).await.unwrap();
+    assert_eq!((job.status, job.attempts, job.error.as_deref()), (JobStatus::Failed, 1, Some("trapped")));
+    assert_eq!(store.claim_job("w1", 60_000, FAR).await.unwrap(), None);
+    assert_eq!(store.job("j2").await.unwrap(), Some(job));
 }
 
 async fn a_reclaimed_job_gets_a_greater_token(store: Arc<dyn Store>) {

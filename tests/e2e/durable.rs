@@ -419,9 +419,10 @@ impl Store for Counting {
         id: &str,
         lease: &nexo_store::JobLease,
         error: &str,
+        retry: nexo_store::Retry,
         now: i64,
     ) -> nexo_store::StoreResult<nexo_store::Job> {
-        self.inner.fail_job(id, lease, error, now).await
+        self.inner.fail_job(id, lease, error, retry, now).await
     }
     async fn job(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
         self.inner.job(id).await

@@ -19,7 +19,7 @@ use clap::Args;
 use nexo::lease::{Keeper, Lost};
 use nexo::runs::Runs;
 use nexo::{Engine, EngineConfig};
-use nexo_store::{Claim, Job, JobStatus, RunStatus};
+use nexo_store::{Claim, Job, JobStatus, Retry, RunStatus};
 
 use super::runs::{Narrow, Recorded, Resumed, StoreArgs};
 use super::{report, runs, sessions};
@@ -235,6 +235,11 @@ pub async fn claim_loop(
     while tasks.join_next().await.is_some() {}
 }
 
+/// A failure that may pass the next time.
+fn again(why: impl ToString) -> (String, Retry) {
+    (why.to_string(), Retry::IfAttemptsLeft)
+}
+
 /// `nexo worker`.
 pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
     let (file, store) = match runs::config_and_store(&args.store, store_flag).await {
@@ -313,9 +318,13 @@ impl Worker {
                 Ok(_) => errln!("job {}: run {} {how}", job.id, job.run),
                 Err(e) => errln!("warning: job {}: {e}", job.id),
             },
-            Err(why) => match store.fail_job(&job.id, &lease, &why, now).await {
+            Err((why, retry)) => match store.fail_job(&job.id, &lease, &why, retry, now).await {
                 Ok(j) if j.status == JobStatus::Failed => {
-                    errln!("job {}: failed for good after {} attempts: {why}", job.id, j.attempts);
+                    let after = match retry {
+                        Retry::Never => "it would fail the same way again, so it is not retried".to_string(),
+                        Retry::IfAttemptsLeft => format!("after {} attempts", j.attempts),
+                    };
+                    errln!("job {}: failed for good ({after}): {why}", job.id);
                     self.give_up(&job.run, &why).await;
                 }
                 Ok(j) => errln!("job {}: failed ({why}); it is tried again in {} ms", job.id, j.not_before_ms - now),
@@ -326,12 +335,13 @@ impl Worker {
 
     /// One attempt: the claim follows from where the run is now, so a job
     /// retried after a crash picks the run up wherever it was left.
-    async fn run(&self, job: &Job) -> Result<&'static str, String> {
+    async fn run(&self, job: &Job) -> Result<&'static str, (String, Retry)> {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
         let (status, tenant, sha256) = {
-            let run = store.run(&job.run).await.map_err(|e| e.to_string())?.ok_or("the run no longer exists")?;
+            let run = store.run(&job.run).await.map_err(again)?;
+            let run = run.ok_or_else(|| ("the run no longer exists".to_string(), Retry::Never))?;
             (run.status, run.tenant, run.component_sha256)
         };
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
@@ -353,8 +363,8 @@ impl Worker {
         let served = match (&self.served, &tenant) {
             (Some((dir, engine)), Some(tenant)) => {
                 use crate::server::quota;
-                let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await?;
-                let plugin = self.served_plugin(engine, &source, &sha256).await?;
+                let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await.map_err(again)?;
+                let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let quotas = quota::quotas(&**store, tenant).await;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let (egress, ticks) = quota::pass_meters(&**store, tenant, quotas.as_ref()).await;
@@ -377,10 +387,16 @@ impl Worker {
                 RunStatus::Done => Ok("is done"),
                 RunStatus::Suspended => Ok("is suspended"),
                 RunStatus::Cancelled => Ok("is cancelled"),
-                _ => Err(end.run.error.unwrap_or_else(|| "the run failed".into())),
+                _ => {
+                    let retry = if end.retryable { Retry::IfAttemptsLeft } else { Retry::Never };
+                    Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry))
+                }
             },
-            Resumed::Refused(why, _) => Err(why),
-            Resumed::Failed(e) => Err(e.to_string()),
+            Resumed::Refused(why, _) => Err(again(why)),
+            Resumed::Failed(e) => {
+                let retry = if e.may_pass_on_retry() { Retry::IfAttemptsLeft } else { Retry::Never };
+                Err((e.to_string(), retry))
+            }
         }
     }
 
