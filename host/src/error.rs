@@ -345,20 +345,21 @@ pub enum RunError {
 impl RunError {
     /// Whether the same run may pass if it is tried again. A trap, the
     /// memory cap, a CPU quota, a skill, plugin or setting that cannot be
-    /// used will fail the same way (and cost again); a store error, a full
-    /// pool or the tenant's other instances may be gone the next time, and
-    /// an agent's or backend's own failure (often a model or a service that
-    /// could not be reached) or a deadline may not recur.
+    /// used will fail the same way (and cost again), and a retry after the
+    /// deadline would stretch the operator's limit to several times its
+    /// length. A store error, a full pool or the tenant's other instances
+    /// may be gone the next time, and an agent's or backend's own failure
+    /// (often a model or a service that could not be reached) may not recur.
     pub fn may_pass_on_retry(&self) -> bool {
         match self {
             RunError::Trap { .. }
+            | RunError::Deadline { .. }
             | RunError::MemoryLimit { .. }
             | RunError::CpuQuota { .. }
             | RunError::Skill { .. }
             | RunError::Load(_)
             | RunError::Config(_) => false,
-            RunError::Deadline { .. }
-            | RunError::SharedMemoryLimit { .. }
+            RunError::SharedMemoryLimit { .. }
             | RunError::Store(_)
             | RunError::Instantiate { .. }
             | RunError::AgentFailed { .. }
