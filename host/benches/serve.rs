@@ -3,21 +3,23 @@
 //!
 //! 1. **load**: TENANTS tenants (default 50), RUNS concurrent runs (default
 //!    500) of a prompting agent, each `POST /v1/runs` with `"wait": true`;
-//!    while they go, a probe times `GET /v1/runs` every 20 ms. Reported: p50
-//!    and p99 of the API latency (the probe) and of the run latency (the
-//!    waiting POSTs), and the server's RSS (peak and after).
+//!    while they go, a probe times `GET /v1/runs` every 20 ms. ROUNDS times
+//!    (default 3), one after the other, so that a p99 rests on enough
+//!    samples. Reported: p50 and p99 of the API latency (the probe) and of
+//!    the run latency (the waiting POSTs), and the server's RSS (peak and
+//!    after).
 //! 2. **noisy**: the same load while one more tenant (quotas: a quarter of a
 //!    core, 512 MiB) keeps two spin (a busy loop until its deadline) and two
 //!    hog (allocates until refused) runs going.
 //!    Reported: the same numbers, and the other tenants' p99 against phase 1.
 //! 3. **density**: DENSITY runs (default 10,000) in one fresh server, each
 //!    waiting on a model response that is held until all have arrived.
-//!    Reported: the RSS with every run waiting, and per waiting run.
+//!    Reported: the RSS once every run has waited SETTLE_SECS (default 30,
+//!    three lease renewals) after the last arrived, and per waiting run.
 //!
 //! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
-//! while every run waits (to see where the memory is); with SETTLE_SECS=N
-//! the runs wait N seconds more before the RSS is taken. SERVE_ARGS adds
+//! while every run waits (to see where the memory is). SERVE_ARGS adds
 //! arguments to `nexo serve` (`--lease-secs 600`), and SERVE_LOG=FILE keeps
 //! its log.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -180,6 +182,20 @@ struct Phase {
     failed: usize,
 }
 
+/// `rounds` of [`load`], their samples together.
+async fn rounds(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize) -> Phase {
+    let mut all = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
+    for _ in 0..env_or("ROUNDS", 3).max(1) {
+        let one = load(http, server, tenants, runs).await;
+        all.api.extend(one.api);
+        all.runs.extend(one.runs);
+        all.failed += one.failed;
+    }
+    all.api.sort();
+    all.runs.sort();
+    all
+}
+
 /// RUNS concurrent waiting runs over the tenants, and the probe.
 async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
@@ -275,10 +291,13 @@ async fn main() {
     // Warm: the plugin is compiled and cached before anything is timed.
     let _ = load(&http, &server, &keyed, tenants_n).await;
 
-    println!("\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms\n");
+    let rounds_n = env_or("ROUNDS", 3).max(1);
+    println!(
+        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {rounds_n} rounds a phase\n"
+    );
     println!("| phase | runs | not done | API p50 | API p99 | run p50 | run p99 | RSS peak | RSS after |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let quiet = load(&http, &server, &keyed, runs).await;
+    let quiet = rounds(&http, &server, &keyed, runs).await;
     report("load", &quiet, &server);
 
     let busy = Arc::new(AtomicBool::new(true));
@@ -296,7 +315,7 @@ async fn main() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let loud = load(&http, &server, &keyed, runs).await;
+    let loud = rounds(&http, &server, &keyed, runs).await;
     busy.store(false, Ordering::Relaxed);
     report("noisy neighbour", &loud, &server);
     println!(
@@ -341,9 +360,9 @@ async fn main() {
     }
     let waiting = m.arrived.load(Ordering::Relaxed) - before;
     let rss_arrived = dense.rss_kib("VmRSS:");
-    // With SETTLE_SECS, the runs keep waiting that long before the RSS is
-    // taken: a run's memory must not grow while it waits.
-    let settle = env_or("SETTLE_SECS", 0);
+    // The runs keep waiting SETTLE_SECS before the RSS is taken: a run's
+    // memory must not grow while it waits, its lease renewals included.
+    let settle = env_or("SETTLE_SECS", 30);
     if settle > 0 {
         tokio::time::sleep(Duration::from_secs(settle as u64)).await;
         println!("\nRSS when the last run arrived: {:.0} MiB; {settle} s later:", rss_arrived as f64 / 1024.0);
