@@ -8,9 +8,9 @@
 //!    samples. Reported: p50 and p99 of the API latency (the probe) and of
 //!    the run latency (the waiting POSTs), and the server's RSS (peak and
 //!    after).
-//! 2. **noisy**: the same load while one more tenant (quotas: a quarter of a
-//!    core, 512 MiB) keeps two spin (a busy loop until its deadline) and two
-//!    hog (allocates until refused) runs going.
+//! 2. **noisy**: the same load while one more tenant (quotas: NOISY_CORES
+//!    cores, default 0.1, and 512 MiB) keeps two spin (a busy loop until its
+//!    deadline) and two hog (allocates until refused) runs going.
 //!    Reported: the same numbers, and the other tenants' p99 against phase 1.
 //! 3. **density**: DENSITY runs (default 10,000) in one fresh server, each
 //!    waiting on a model response that is held until all have arrived.
@@ -278,8 +278,13 @@ async fn main() {
     for i in 0..tenants_n {
         tenants.push(tenant(dir.path(), &format!("t{i:03}"), &policy));
     }
-    // The noisy tenant's quotas: a quarter of a core and 512 MiB, whatever it runs.
-    let noisy = tenant(dir.path(), "noisy", &json!({"quotas": {"memory-mib": 512, "cpu-cores": 0.25}}));
+    // The noisy tenant's quotas: NOISY_CORES (default 0.1) and 512 MiB,
+    // whatever it runs. On a saturated node the others lose up to its share
+    // of the cores, so the share must be under the 10% the target allows:
+    // 0.25 of these 2 cores would be 12.5%.
+    let noisy_cores = std::env::var("NOISY_CORES").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.1);
+    let quotas = json!({"quotas": {"memory-mib": 512, "cpu-cores": noisy_cores}});
+    let noisy = tenant(dir.path(), "noisy", &quotas);
     let server = start(dir.path(), runs + 16);
     let mut keyed = Vec::new();
     for key in &tenants {
@@ -293,7 +298,8 @@ async fn main() {
 
     let rounds_n = env_or("ROUNDS", 3).max(1);
     println!(
-        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {rounds_n} rounds a phase\n"
+        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {rounds_n} rounds a phase, \
+         noisy tenant {noisy_cores} cores\n"
     );
     println!("| phase | runs | not done | API p50 | API p99 | run p50 | run p99 | RSS peak | RSS after |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
