@@ -3,15 +3,16 @@
 //!
 //! 1. **load**: TENANTS tenants (default 50), RUNS concurrent runs (default
 //!    500) of a prompting agent, each `POST /v1/runs` with `"wait": true`;
-//!    while they go, a probe times `GET /v1/runs` every 20 ms. ROUNDS times
-//!    (default 3), one after the other, so that a p99 rests on enough
-//!    samples. Reported: p50 and p99 of the API latency (the probe) and of
+//!    while they go, a probe times `GET /v1/runs` every 20 ms. 2 × ROUNDS
+//!    times (ROUNDS defaults to 2), so that a p99 rests on enough samples. Reported: p50 and p99 of the API latency (the probe) and of
 //!    the run latency (the waiting POSTs), and the server's RSS (peak and
 //!    after).
 //! 2. **noisy**: the same load while one more tenant (quotas: NOISY_CORES
 //!    cores, default 0.1, and 512 MiB) keeps two spin (a busy loop until its
 //!    deadline) and two hog (allocates until refused) runs going.
 //!    Reported: the same numbers, and the other tenants' p99 against phase 1.
+//!    The rounds go quiet, noisy, noisy, quiet (ROUNDS each), so that the
+//!    server's drift as its store grows weighs on both phases alike.
 //! 3. **density**: DENSITY runs (default 10,000) in one fresh server, each
 //!    waiting on a model response that is held until all have arrived.
 //!    Reported: the RSS once every run has waited SETTLE_SECS (default 30,
@@ -182,18 +183,24 @@ struct Phase {
     failed: usize,
 }
 
-/// `rounds` of [`load`], their samples together.
-async fn rounds(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize) -> Phase {
-    let mut all = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
-    for _ in 0..env_or("ROUNDS", 3).max(1) {
+/// `n` rounds of [`load`], added to `into`; each round's run p50 is
+/// pushed to `p50s` under `label`, to show any drift.
+async fn rounds(
+    into: &mut Phase,
+    p50s: &mut Vec<String>,
+    label: &str,
+    n: usize,
+    (http, server, tenants, runs): (&reqwest::Client, &Server, &[(String, String)], usize),
+) {
+    for _ in 0..n {
         let one = load(http, server, tenants, runs).await;
-        all.api.extend(one.api);
-        all.runs.extend(one.runs);
-        all.failed += one.failed;
+        p50s.push(format!("{label} {}", ms(pct(&one.runs, 0.5))));
+        into.api.extend(one.api);
+        into.runs.extend(one.runs);
+        into.failed += one.failed;
     }
-    all.api.sort();
-    all.runs.sort();
-    all
+    into.api.sort();
+    into.runs.sort();
 }
 
 /// RUNS concurrent waiting runs over the tenants, and the probe.
@@ -240,7 +247,7 @@ async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, Strin
     Phase { api, runs: latencies, failed }
 }
 
-fn report(name: &str, phase: &Phase, server: &Server) {
+fn report(name: &str, phase: &Phase, peak_kib: u64, after_kib: u64) {
     println!(
         "| {name} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB |",
         phase.runs.len(),
@@ -249,8 +256,8 @@ fn report(name: &str, phase: &Phase, server: &Server) {
         ms(pct(&phase.api, 0.99)),
         ms(pct(&phase.runs, 0.5)),
         ms(pct(&phase.runs, 0.99)),
-        server.rss_kib("VmHWM:") as f64 / 1024.0,
-        server.rss_kib("VmRSS:") as f64 / 1024.0,
+        peak_kib as f64 / 1024.0,
+        after_kib as f64 / 1024.0,
     );
 }
 
@@ -296,15 +303,20 @@ async fn main() {
     // Warm: the plugin is compiled and cached before anything is timed.
     let _ = load(&http, &server, &keyed, tenants_n).await;
 
-    let rounds_n = env_or("ROUNDS", 3).max(1);
+    let rounds_n = env_or("ROUNDS", 2).max(1);
     println!(
-        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {rounds_n} rounds a phase, \
-         noisy tenant {noisy_cores} cores\n"
+        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {} rounds a phase, noisy \
+         tenant {noisy_cores} cores\n",
+        2 * rounds_n
     );
-    println!("| phase | runs | not done | API p50 | API p99 | run p50 | run p99 | RSS peak | RSS after |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let quiet = rounds(&http, &server, &keyed, runs).await;
-    report("load", &quiet, &server);
+    // Quiet, noisy, noisy, quiet: the server drifts as its store grows with
+    // every run, and this order weighs the drift on both phases alike.
+    let with = (&http, &server, keyed.as_slice(), runs);
+    let mut p50s = Vec::new();
+    let mut quiet = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
+    let mut loud = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
+    rounds(&mut quiet, &mut p50s, "quiet", rounds_n, with).await;
+    let quiet_peak = server.rss_kib("VmHWM:");
 
     let busy = Arc::new(AtomicBool::new(true));
     let mut noise = Vec::new();
@@ -321,17 +333,25 @@ async fn main() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let loud = rounds(&http, &server, &keyed, runs).await;
+    rounds(&mut loud, &mut p50s, "noisy", 2 * rounds_n, with).await;
+    let (loud_peak, loud_after) = (server.rss_kib("VmHWM:"), server.rss_kib("VmRSS:"));
+    // Each noise loop ends with its run (a spin run at its deadline).
     busy.store(false, Ordering::Relaxed);
-    report("noisy neighbour", &loud, &server);
+    for n in noise {
+        let _ = n.await;
+    }
+    rounds(&mut quiet, &mut p50s, "quiet", rounds_n, with).await;
+
+    println!("| phase | runs | not done | API p50 | API p99 | run p50 | run p99 | RSS peak | RSS after |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    report("load", &quiet, quiet_peak, server.rss_kib("VmRSS:"));
+    report("noisy neighbour", &loud, loud_peak, loud_after);
+    println!("\nrun p50 by round: {}", p50s.join(", "));
     println!(
         "\nother tenants' p99 with the noisy tenant / without: API {:.2}x, run {:.2}x",
         pct(&loud.api, 0.99).as_secs_f64() / pct(&quiet.api, 0.99).as_secs_f64().max(1e-9),
         pct(&loud.runs, 0.99).as_secs_f64() / pct(&quiet.runs, 0.99).as_secs_f64().max(1e-9),
     );
-    for n in noise {
-        n.abort();
-    }
     drop(server);
 
     if density == 0 {
