@@ -173,6 +173,16 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     };
     let bound = listener.local_addr().unwrap_or(addr);
 
+    // Runs go on a runtime of their own: however busy its guests, a request
+    // then waits for the OS to schedule an API thread, never behind hundreds
+    // of runnable runs in one queue.
+    let run_runtime = match tokio::runtime::Builder::new_multi_thread().thread_name("nexo-runs").enable_all().build() {
+        Ok(rt) => Background(Some(rt)),
+        Err(e) => {
+            errln!("error: cannot start the runs' runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     // The worker: the same claim loop as `nexo worker`, woken by new runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let jobs = worker::Worker::new(
@@ -184,7 +194,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     )
     .serving(data_dir.clone(), engine);
     let mut stop_worker = stop_rx.clone();
-    let worker_task = tokio::spawn(worker::claim_loop(
+    let worker_task = run_runtime.spawn(worker::claim_loop(
         Arc::new(jobs),
         worker::LoopSettings { max, poll: Duration::from_millis(500), until_idle: false, retain: None },
         async move {
@@ -227,6 +237,28 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         ),
     }
     ExitCode::SUCCESS
+}
+
+/// A runtime shut down without waiting when dropped (a runtime may not be
+/// dropped, blocking, inside another).
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Background {
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, task: F) -> tokio::task::JoinHandle<()> {
+        match &self.0 {
+            Some(rt) => rt.spawn(task),
+            // Only while dropping: never seen here.
+            None => tokio::spawn(task),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// SIGTERM or Ctrl-C. The handlers are installed when this is called, not
