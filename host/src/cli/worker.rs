@@ -174,13 +174,13 @@ pub struct LoopSettings {
 
 /// Claims due jobs and runs them, at most `settings.max` at once, until
 /// `stop` completes (then no new claims; the jobs under way finish).
-/// `wake` cuts an idle wait short; `changed` is woken after each job.
+/// `wake` cuts an idle wait short; `changes` hears of each job's run.
 pub async fn claim_loop(
     worker: Arc<Worker>,
     settings: LoopSettings,
     stop: impl std::future::Future<Output = ()>,
     wake: Option<Arc<tokio::sync::Notify>>,
-    changed: Option<Arc<tokio::sync::Notify>>,
+    changes: Option<Arc<crate::server::changes::Changes>>,
 ) {
     let store = worker.runs.store().clone();
     let name = worker.runs.owner().to_string();
@@ -201,12 +201,13 @@ pub async fn claim_loop(
         match store.claim_job(&name, worker.lease_ms, nexo_store::now_ms()).await {
             Ok(Some(job)) => {
                 let worker = worker.clone();
-                let changed = changed.clone();
+                let changes = changes.clone();
                 tasks.spawn(async move {
+                    let run = job.run.clone();
                     worker.handle(job).await;
                     drop(permit);
-                    if let Some(c) = changed {
-                        c.notify_waiters();
+                    if let Some(c) = changes {
+                        c.changed(&run);
                     }
                 });
                 continue;

@@ -402,9 +402,10 @@ pub async fn start_run(
 /// limit passes (then answers with the run as it is).
 async fn wait_for(state: &AppState, id: &str) -> ApiResult<Run> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(state.timeout_secs + 30);
+    let watch = state.changes.watch(id);
     loop {
         // Registered before the read, so a change between the two is not missed.
-        let changed = state.changed.notified();
+        let changed = watch.notified();
         let run = state.store.run(id).await.map_err(ApiError::store)?.ok_or_else(no_run)?;
         if !matches!(run.status, RunStatus::Queued | RunStatus::Running) || tokio::time::Instant::now() >= deadline {
             return Ok(run);
@@ -561,12 +562,14 @@ pub async fn events(
         .unwrap_or(0);
     struct Cursor {
         state: AppState,
+        watch: std::sync::Arc<tokio::sync::Notify>,
         id: String,
         after: i64,
         queue: VecDeque<Event>,
         ended: bool,
     }
-    let cursor = Cursor { state, id, after, queue: VecDeque::new(), ended: false };
+    let watch = state.changes.watch(&id);
+    let cursor = Cursor { state, watch, id, after, queue: VecDeque::new(), ended: false };
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(event) = c.queue.pop_front() {
@@ -597,7 +600,7 @@ pub async fn events(
                 c.queue.push_back(Event::default().event("end").data(json!({"status": status}).to_string()));
                 continue;
             }
-            let changed = c.state.changed.notified();
+            let changed = c.watch.notified();
             let _ = tokio::time::timeout(Duration::from_millis(250), changed).await;
         }
     });

@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod changes;
 pub mod console;
 pub mod error;
 pub mod openapi;
@@ -146,7 +147,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     let file = Arc::new(file);
     let lease = Duration::from_secs(args.lease_secs);
     let wake = Arc::new(Notify::new());
-    let changed = Arc::new(Notify::new());
+    let changes = Arc::new(changes::Changes::default());
     let shared = Arc::new(Shared {
         store: store.clone(),
         runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
@@ -158,7 +159,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         timeout_secs,
         memory_mib,
         wake: wake.clone(),
-        changed: changed.clone(),
+        changes: changes.clone(),
         stopping: false.into(),
         sign_ins: Default::default(),
     });
@@ -201,7 +202,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
             let _ = stop_worker.wait_for(|s| *s).await;
         },
         Some(wake),
-        Some(changed),
+        Some(changes),
     ));
 
     errln!("nexo serve: listening on http://{bound} (store {}, data {})", store.location(), data_dir.display());

@@ -40,8 +40,8 @@ pub struct Shared {
     pub memory_mib: u64,
     /// Woken when a run is queued, so the worker claims it at once.
     pub wake: Arc<Notify>,
-    /// Woken when this node's worker finishes a job, for `wait`.
-    pub changed: Arc<Notify>,
+    /// Wakes a run's waiters when this node's worker finishes a pass of it.
+    pub changes: Arc<super::changes::Changes>,
     /// Set once the server is stopping: `/readyz` then says 503.
     pub stopping: AtomicBool,
     /// Failed console sign-ins per client address.
