@@ -174,10 +174,18 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     };
     let bound = listener.local_addr().unwrap_or(addr);
 
-    // Runs go on a runtime of their own: however busy its guests, a request
-    // then waits for the OS to schedule an API thread, never behind hundreds
-    // of runnable runs in one queue.
-    let run_runtime = match tokio::runtime::Builder::new_multi_thread().thread_name("nexo-runs").enable_all().build() {
+    // Runs go on a runtime of their own, on threads the OS puts after the
+    // API's: however busy the guests, a request never waits behind hundreds
+    // of runnable runs in one queue, nor long for a core.
+    let run_runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("nexo-runs")
+        .on_thread_start(|| {
+            // Threads these start (blocking work) inherit the niceness.
+            let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), RUN_NICENESS);
+        })
+        .enable_all()
+        .build();
+    let run_runtime = match run_runtime {
         Ok(rt) => Background(Some(rt)),
         Err(e) => {
             errln!("error: cannot start the runs' runtime: {e}");
@@ -239,6 +247,10 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     }
     ExitCode::SUCCESS
 }
+
+/// The niceness of the threads that drive runs: below the API's, so that
+/// a request is served first when both wait for a core.
+const RUN_NICENESS: i32 = 5;
 
 /// A runtime shut down without waiting when dropped (a runtime may not be
 /// dropped, blocking, inside another).
