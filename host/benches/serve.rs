@@ -3,7 +3,7 @@
 //!
 //! 1. **load**: TENANTS tenants (default 50), RUNS concurrent runs (default
 //!    500) of a prompting agent, each `POST /v1/runs` with `"wait": true`;
-//!    while they go, a probe times `GET /v1/runs` every 20 ms. 2 × ROUNDS
+//!    while they go, a probe times `GET /v1/runs` every PROBE_MS (default 5). 2 × ROUNDS
 //!    times (ROUNDS defaults to 2), so that a p99 rests on enough samples. Reported: p50 and p99 of the API latency (the probe) and of
 //!    the run latency (the waiting POSTs), and the server's RSS (peak and
 //!    after).
@@ -210,6 +210,7 @@ async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, Strin
     // times is the server, not this process's queue of 500 waiting POSTs.
     let probe = {
         let (base, key, stop) = (server.base.clone(), tenants[0].0.clone(), stop.clone());
+        let every = env_or("PROBE_MS", 5) as u64;
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
@@ -221,7 +222,7 @@ async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, Strin
                     assert!(resp.status().is_success());
                     let _ = resp.bytes().await;
                     api.push(t.elapsed());
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(Duration::from_millis(every)).await;
                 }
                 api
             })
