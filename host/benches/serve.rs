@@ -9,7 +9,8 @@
 //!    after).
 //! 2. **noisy**: the same load while one more tenant (quotas: NOISY_CORES
 //!    cores, default 0.1, and 512 MiB) keeps two spin (a busy loop until its
-//!    deadline) and two hog (allocates until refused) runs going.
+//!    deadline) and two hog (allocates until refused) runs going (NOISE=spin
+//!    or NOISE=hog: four of one kind).
 //!    Reported: the same numbers, and the other tenants' p99 against phase 1.
 //!    The rounds go quiet, noisy, noisy, quiet (ROUNDS each), so that the
 //!    server's drift as its store grows weighs on both phases alike.
@@ -327,7 +328,14 @@ async fn main() {
 
     let busy = Arc::new(AtomicBool::new(true));
     let mut noise = Vec::new();
-    for plugin in [spin, hog] {
+    // NOISE=spin or NOISE=hog runs one kind only (four runs of it), to
+    // tell their effects apart.
+    let kinds = match std::env::var("NOISE").as_deref() {
+        Ok("spin") => vec![spin.clone(), spin],
+        Ok("hog") => vec![hog.clone(), hog],
+        _ => vec![spin, hog],
+    };
+    for plugin in kinds {
         for _ in 0..2 {
             let (http, base, key, plugin, busy) =
                 (http.clone(), server.base.clone(), noisy.clone(), plugin.clone(), busy.clone());
