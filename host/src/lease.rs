@@ -69,7 +69,7 @@ struct Held {
     generation: u64,
     /// Until when the store last confirmed the lease.
     until_ms: i64,
-    lost: Option<OnLost>,
+    lost: OnLost,
 }
 
 /// One lease kept alive; dropping it stops the renewals, so the lease
@@ -108,11 +108,6 @@ where
         self
     }
 
-    /// How long a lease lasts.
-    pub fn length(&self) -> Duration {
-        self.length
-    }
-
     /// Keeps the lease on `key`, which the store holds until `until_ms`,
     /// alive until the hold is dropped. `lost` is called, once, if it is
     /// lost first; the hold then renews nothing more.
@@ -120,7 +115,7 @@ where
         let mut state = lock(&self.state);
         state.next += 1;
         let generation = state.next;
-        state.held.insert(key.clone(), Held { generation, until_ms, lost: Some(lost) });
+        state.held.insert(key.clone(), Held { generation, until_ms, lost });
         if !state.ticking {
             state.ticking = true;
             tokio::spawn(tick(self.state.clone(), self.length, self.renew.clone(), self.lapse_on_error));
@@ -159,35 +154,35 @@ where
         for chunk in asked.chunks(CHUNK) {
             let until_ms = nexo_store::now_ms().saturating_add(length.as_millis() as i64);
             let keys = chunk.iter().map(|(k, _)| k.clone()).collect();
-            let answer = renew(keys, until_ms).await;
+            let renewed = match renew(keys, until_ms).await {
+                Ok(renewed) => Ok(renewed.into_iter().collect::<HashSet<K>>()),
+                Err(e) => {
+                    tracing::warn!(leases = chunk.len(), "could not renew leases: {e}");
+                    Err(e.to_string())
+                }
+            };
             let mut lost = Vec::new();
             {
                 let mut state = lock(&state);
                 let now = nexo_store::now_ms();
-                let renewed: Option<HashSet<K>> = answer.as_ref().ok().map(|r| r.iter().cloned().collect());
                 for (key, generation) in chunk {
                     // Dropped or kept anew since the snapshot: not this tick's.
                     let Some(held) = state.held.get_mut(key).filter(|h| h.generation == *generation) else {
                         continue;
                     };
-                    let why = match (&renewed, &answer) {
-                        (Some(renewed), _) if renewed.contains(key) => {
+                    let why = match &renewed {
+                        Ok(renewed) if renewed.contains(key) => {
                             held.until_ms = until_ms;
                             continue;
                         }
-                        (Some(_), _) => Lost::Taken,
-                        (None, Err(e)) if lapse_on_error && held.until_ms < now => {
-                            Lost::Lapsed { error: e.to_string() }
-                        }
-                        (None, _) => continue,
+                        Ok(_) => Lost::Taken,
+                        Err(error) if lapse_on_error && held.until_ms < now => Lost::Lapsed { error: error.clone() },
+                        Err(_) => continue,
                     };
                     if let Some(held) = state.held.remove(key) {
-                        lost.extend(held.lost.map(|f| (f, why)));
+                        lost.push((held.lost, why));
                     }
                 }
-            }
-            if let Err(e) = &answer {
-                tracing::warn!(leases = chunk.len(), "could not renew leases: {e}");
             }
             for (tell, why) in lost {
                 tell(why);

@@ -241,6 +241,11 @@ fn again(why: impl ToString) -> (String, Retry) {
     (why.to_string(), Retry::IfAttemptsLeft)
 }
 
+/// Whether a failure that `may_pass` a second time is tried again.
+fn retry(may_pass: bool) -> Retry {
+    if may_pass { Retry::IfAttemptsLeft } else { Retry::Never }
+}
+
 /// `nexo worker`.
 pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
     let (file, store) = match runs::config_and_store(&args.store, store_flag).await {
@@ -388,16 +393,10 @@ impl Worker {
                 RunStatus::Done => Ok("is done"),
                 RunStatus::Suspended => Ok("is suspended"),
                 RunStatus::Cancelled => Ok("is cancelled"),
-                _ => {
-                    let retry = if end.retryable { Retry::IfAttemptsLeft } else { Retry::Never };
-                    Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry))
-                }
+                _ => Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry(end.retryable))),
             },
             Resumed::Refused(why, _) => Err(again(why)),
-            Resumed::Failed(e) => {
-                let retry = if e.may_pass_on_retry() { Retry::IfAttemptsLeft } else { Retry::Never };
-                Err((e.to_string(), retry))
-            }
+            Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
         }
     }
 

@@ -185,8 +185,8 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         })
         .enable_all()
         .build();
-    let run_runtime = match run_runtime {
-        Ok(rt) => Background(Some(rt)),
+    let (runs_handle, _run_runtime) = match run_runtime {
+        Ok(rt) => (rt.handle().clone(), Background(Some(rt))),
         Err(e) => {
             errln!("error: cannot start the runs' runtime: {e}");
             return ExitCode::from(1);
@@ -203,7 +203,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     )
     .serving(data_dir.clone(), engine);
     let mut stop_worker = stop_rx.clone();
-    let worker_task = run_runtime.spawn(worker::claim_loop(
+    let worker_task = runs_handle.spawn(worker::claim_loop(
         Arc::new(jobs),
         worker::LoopSettings { max, poll: Duration::from_millis(500), until_idle: false, retain: None },
         async move {
@@ -255,16 +255,6 @@ const RUN_NICENESS: i32 = 5;
 /// A runtime shut down without waiting when dropped (a runtime may not be
 /// dropped, blocking, inside another).
 struct Background(Option<tokio::runtime::Runtime>);
-
-impl Background {
-    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, task: F) -> tokio::task::JoinHandle<()> {
-        match &self.0 {
-            Some(rt) => rt.spawn(task),
-            // Only while dropping: never seen here.
-            None => tokio::spawn(task),
-        }
-    }
-}
 
 impl Drop for Background {
     fn drop(&mut self) {
