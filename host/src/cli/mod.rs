@@ -215,7 +215,13 @@ pub fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(cli.command, Command::Serve(_)) {
+        // This runtime serves the API; the runs get one of their own.
+        crate::server::priority::api_thread();
+        builder.on_thread_start(crate::server::priority::api_thread);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             errln!("error: cannot start the async runtime: {e}");
