@@ -20,6 +20,7 @@
 //!    three lease renewals) after the last arrived, and per waiting run.
 //!
 //! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
+//! PROBE_SLICE=0, the probe's thread keeps the kernel's usual time slice. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
 //! while every run waits (to see where the memory is). SERVE_ARGS adds
 //! arguments to `nexo serve` (`--lease-secs 600`), and SERVE_LOG=FILE keeps
@@ -213,6 +214,13 @@ async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, Strin
         let (base, key, stop) = (server.base.clone(), tenants[0].0.clone(), stop.clone());
         let every = env_or("PROBE_MS", 5) as u64;
         std::thread::spawn(move || {
+            // A real client is on another machine; here it shares the cores
+            // with the load, so it asks for the short slice the server's
+            // API threads have (PROBE_SLICE=0: not), lest its own wake-ups
+            // be what it times.
+            if env_or("PROBE_SLICE", 1) == 1 {
+                nexo::priority::api_thread();
+            }
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
                 let http = reqwest::Client::new();
@@ -362,6 +370,17 @@ async fn main() {
     report("load", &quiet, quiet_peak, server.rss_kib("VmRSS:"));
     report("noisy neighbour", &loud, loud_peak, loud_after);
     println!("\nrun p50 by round: {}", p50s.join(", "));
+    for (name, phase) in [("load", &quiet), ("noisy neighbour", &loud)] {
+        let at = |p| ms(pct(&phase.api, p));
+        println!(
+            "API latency, {name}: p90 {}, p99 {}, p99.9 {}, max {} ({} samples)",
+            at(0.9),
+            at(0.99),
+            at(0.999),
+            at(1.0),
+            phase.api.len()
+        );
+    }
     println!(
         "\nother tenants' p99 with the noisy tenant / without: API {:.2}x, run {:.2}x",
         pct(&loud.api, 0.99).as_secs_f64() / pct(&quiet.api, 0.99).as_secs_f64().max(1e-9),

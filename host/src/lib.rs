@@ -45,6 +45,7 @@ pub mod log;
 pub mod manifest;
 pub mod mcp_server;
 pub mod plugin;
+pub mod priority;
 pub mod runs;
 pub mod search;
 pub mod session;

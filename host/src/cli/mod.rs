@@ -218,8 +218,8 @@ pub fn main() -> ExitCode {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if matches!(cli.command, Command::Serve(_)) {
         // This runtime serves the API; the runs get one of their own.
-        crate::server::priority::api_thread();
-        builder.on_thread_start(crate::server::priority::api_thread);
+        nexo::priority::api_thread();
+        builder.on_thread_start(nexo::priority::api_thread);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

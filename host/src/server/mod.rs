@@ -5,7 +5,6 @@
 //! - `auth`: bearer keys, resolved to a tenant or to the operator.
 //! - `console`: the web console at `/`, for a tenant signed in with a key.
 //! - `policy`: a tenant's grant ceiling, and how a request narrows it.
-//! - `priority`: how the kernel weighs the API's threads against the runs'.
 //! - `quota`: per-tenant quotas, and the metering of each run's passes.
 //! - `sessions`: a tenant's sessions, each prompt a run of its thread.
 //! - `signin`: the console's sign-ins, kept in the store for every node.
@@ -24,7 +23,6 @@ pub mod console;
 pub mod error;
 pub mod openapi;
 pub mod policy;
-pub mod priority;
 pub mod quota;
 pub mod sessions;
 pub mod signin;
@@ -181,7 +179,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     // of runnable runs in one queue, nor long for a core.
     let run_runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_name("nexo-runs")
-        .on_thread_start(priority::run_thread)
+        .on_thread_start(nexo::priority::run_thread)
         .enable_all()
         .build();
     let (runs_handle, _run_runtime) = match run_runtime {

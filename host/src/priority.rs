@@ -1,5 +1,5 @@
-//! How the kernel weighs `nexo serve`'s threads: the API's against the
-//! runs'. A tenant's busy guest runs for a whole epoch tick between yields;
+//! How the kernel weighs a host's threads: those that serve requests
+//! against those that drive runs (`nexo serve` uses both). A tenant's busy guest runs for a whole epoch tick between yields;
 //! these settings keep it from delaying another tenant's request.
 //!
 //! - The threads that serve HTTP ask for a short time slice
