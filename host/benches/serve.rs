@@ -1,12 +1,16 @@
 //! `nexo serve` under load, through its HTTP API, against a loopback model
 //! server (`cargo bench -p nexo --bench serve`, or `make bench-serve`):
 //!
-//! 1. **load**: TENANTS tenants (default 50), RUNS concurrent runs (default
-//!    500) of a prompting agent, each `POST /v1/runs` with `"wait": true`;
-//!    while they go, a probe times `GET /v1/runs` every PROBE_MS (default 5). 2 × ROUNDS
-//!    times (ROUNDS defaults to 2), so that a p99 rests on enough samples. Reported: p50 and p99 of the API latency (the probe) and of
-//!    the run latency (the waiting POSTs), and the server's RSS (peak and
-//!    after).
+//! 1. **load**: TENANTS tenants (default 50), RUNS clients (default 500),
+//!    each starting runs of a prompting agent one after another, `POST
+//!    /v1/runs` with `"wait": true`, for ROUND_SECS (default 6): RUNS
+//!    concurrent runs. The clients' first starts are spread over RAMP_MS
+//!    (default 1000), as real clients' would be; all at once, the burst
+//!    itself is what the first second measures. While they go, a probe
+//!    times `GET /v1/runs` every PROBE_MS (default 5). 2 × ROUNDS rounds
+//!    (ROUNDS defaults to 2), so that a p99 rests on thousands of samples.
+//!    Reported: p50 and p99 of the API latency (the probe) and of the run
+//!    latency (the waiting POSTs), and the server's RSS (peak and after).
 //! 2. **noisy**: the same load while one more tenant (quotas: NOISY_CORES
 //!    cores, default 0.1, and 512 MiB) keeps two spin (a busy loop until its
 //!    deadline) and two hog (allocates until refused) runs going (NOISE=spin
@@ -195,7 +199,7 @@ async fn rounds(
     (http, server, tenants, runs): (&reqwest::Client, &Server, &[(String, String)], usize),
 ) {
     for _ in 0..n {
-        let one = load(http, server, tenants, runs).await;
+        let one = load(http, server, tenants, runs, env_or("ROUND_SECS", 6) as u64).await;
         p50s.push(format!("{label} {}", ms(pct(&one.runs, 0.5))));
         into.api.extend(one.api);
         into.runs.extend(one.runs);
@@ -205,8 +209,9 @@ async fn rounds(
     into.runs.sort();
 }
 
-/// RUNS concurrent waiting runs over the tenants, and the probe.
-async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize) -> Phase {
+/// RUNS clients over the tenants, each starting one waiting run after
+/// another for `secs`, and the probe.
+async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, String)], runs: usize, secs: u64) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     // The probe has a thread and a runtime of its own, so that what it
     // times is the server, not this process's queue of 500 waiting POSTs.
@@ -237,24 +242,35 @@ async fn load(http: &reqwest::Client, server: &Server, tenants: &[(String, Strin
             })
         })
     };
+    let ramp = Duration::from_millis(env_or("RAMP_MS", 1000) as u64);
+    let until = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for i in 0..runs {
         let (key, plugin) = tenants[i % tenants.len()].clone();
         let (http, base) = (http.clone(), server.base.clone());
+        let first = ramp.mul_f64(i as f64 / runs as f64);
         tasks.push(tokio::spawn(async move {
-            let t = Instant::now();
-            let body = json!({"plugin": plugin, "input": format!("prompt hello {i}"), "wait": true});
-            let resp = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
-            let run: Value = resp.json().await.unwrap();
-            (t.elapsed(), run["status"] == "done")
+            tokio::time::sleep(first).await;
+            let mut done = Vec::new();
+            let mut n = 0;
+            while Instant::now() < until {
+                let t = Instant::now();
+                let body = json!({"plugin": plugin, "input": format!("prompt hello {i}.{n}"), "wait": true});
+                let resp = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
+                let run: Value = resp.json().await.unwrap();
+                done.push((t.elapsed(), run["status"] == "done"));
+                n += 1;
+            }
+            done
         }));
     }
     let mut latencies = Vec::new();
     let mut failed = 0;
     for t in tasks {
-        let (d, ok) = t.await.unwrap();
-        latencies.push(d);
-        failed += usize::from(!ok);
+        for (d, ok) in t.await.unwrap() {
+            latencies.push(d);
+            failed += usize::from(!ok);
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let mut api = tokio::task::spawn_blocking(move || probe.join().unwrap()).await.unwrap();
@@ -317,13 +333,14 @@ async fn main() {
     let spin = upload(&http, &server, &noisy, nexo_tests::SPIN).await;
     let hog = upload(&http, &server, &noisy, nexo_tests::HOG).await;
     // Warm: the plugin is compiled and cached before anything is timed.
-    let _ = load(&http, &server, &keyed, tenants_n).await;
+    let _ = load(&http, &server, &keyed, tenants_n, 1).await;
 
     let rounds_n = env_or("ROUNDS", 2).max(1);
     println!(
-        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {} rounds a phase, noisy \
-         tenant {noisy_cores} cores\n",
-        2 * rounds_n
+        "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {} rounds of {} s a phase, \
+         noisy tenant {noisy_cores} cores\n",
+        2 * rounds_n,
+        env_or("ROUND_SECS", 6)
     );
     // Quiet, noisy, noisy, quiet: the server drifts as its store grows with
     // every run, and this order weighs the drift on both phases alike.
