@@ -166,6 +166,12 @@ impl SqliteStore {
         &self.path
     }
 
+    /// How many read connections are open: none until the first read or
+    /// [`Store::connect_all`].
+    pub fn open_readers(&self) -> u32 {
+        self.reader.size()
+    }
+
     /// The settings the store's connections run with, as SQLite reports
     /// them (for `nexo doctor` and tests).
     pub async fn settings(&self) -> StoreResult<Settings> {
@@ -786,6 +792,15 @@ impl SqliteStore {
 impl Store for SqliteStore {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    async fn connect_all(&self) -> StoreResult<()> {
+        // Held together, so that each acquire must open a new connection.
+        let mut held = Vec::new();
+        for _ in 0..READERS {
+            held.push(self.reader.acquire().await.map_err(|e| self.error(&e))?);
+        }
+        Ok(())
     }
 
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {

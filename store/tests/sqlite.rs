@@ -183,6 +183,29 @@ async fn connections_run_wal_full_sync_and_foreign_keys() {
 }
 
 #[tokio::test]
+async fn connect_all_opens_every_reader_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("nexo.db")).await.unwrap();
+    assert_eq!(store.open_readers(), 0, "readers connect on first use");
+    store.connect_all().await.unwrap();
+    let all = store.open_readers();
+    assert!(all > 1, "{all} readers");
+    // Reads, even at once, use those and open no more.
+    let (a, b, c, d, e, f) = tokio::join!(
+        store.runs(None, 1),
+        store.runs(None, 1),
+        store.runs(None, 1),
+        store.runs(None, 1),
+        store.runs(None, 1),
+        store.runs(None, 1)
+    );
+    for r in [a, b, c, d, e, f] {
+        r.unwrap();
+    }
+    assert_eq!(store.open_readers(), all);
+}
+
+#[tokio::test]
 async fn a_fresh_file_gets_the_schema_version() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nexo.db");

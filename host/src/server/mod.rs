@@ -106,6 +106,11 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    // From this (an API) thread, so that the store's threads are weighted as
+    // the API's, not as the runs' that would otherwise open some of them.
+    if let Err(e) = store.connect_all().await {
+        return runs::store_error(&e);
+    }
     let data_dir = match args.data_dir.clone().or_else(|| file.serve.data_dir.clone()) {
         Some(dir) => dir,
         None => match nexo_store::Location::default_path() {
