@@ -44,8 +44,17 @@ fn process_niceness() -> i32 {
 /// Sets the calling thread's niceness and its time slice (`None`: the
 /// kernel's default), in the normal policy.
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
 fn set(nice: i32, slice: Option<Duration>) -> std::io::Result<()> {
+    sched_setattr(nice, slice).or_else(|e| {
+        // A seccomp filter may refuse the call; the niceness is still ours to set.
+        tracing::debug!(error = %e, "sched_setattr refused; setting the niceness alone");
+        rustix::process::setpriority_process(None, nice).map_err(std::io::Error::from)
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn sched_setattr(nice: i32, slice: Option<Duration>) -> std::io::Result<()> {
     let attr = libc::sched_attr {
         size: u32::try_from(std::mem::size_of::<libc::sched_attr>()).unwrap_or(u32::MAX),
         sched_policy: u32::try_from(libc::SCHED_OTHER).unwrap_or(0),
