@@ -1,6 +1,7 @@
 //! How the kernel weighs a host's threads: those that serve requests
-//! against those that drive runs (`nexo serve` uses both). A tenant's busy guest runs for a whole epoch tick between yields;
-//! these settings keep it from delaying another tenant's request.
+//! against those that drive runs (`nexo serve` uses both). A tenant's busy
+//! guest runs for a whole epoch tick between yields; these settings keep it
+//! from delaying another tenant's request.
 //!
 //! - The threads that serve HTTP ask for a short time slice
 //!   ([`API_SLICE`]). On Linux 6.12 and later, a waking thread whose slice
@@ -10,7 +11,8 @@
 //!   process, so that the API comes first when both wait for a core.
 //!
 //! Neither needs a privilege, and neither is a hard priority: the runs
-//! still get their fair share of a busy machine, only later.
+//! still get their fair share of a busy machine, only later. Elsewhere than
+//! on Linux, where a niceness is the whole process's, nothing is changed.
 
 use std::time::Duration;
 
@@ -73,8 +75,8 @@ fn sched_setattr(nice: i32, slice: Option<Duration>) -> std::io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set(nice: i32, _slice: Option<Duration>) -> std::io::Result<()> {
-    rustix::process::setpriority_process(None, nice).map_err(std::io::Error::from)
+fn set(_nice: i32, _slice: Option<Duration>) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(all(test, target_os = "linux"))]
