@@ -183,6 +183,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+#[derive(Default)]
 struct Phase {
     api: Vec<Duration>,
     runs: Vec<Duration>,
@@ -196,10 +197,10 @@ async fn rounds(
     p50s: &mut Vec<String>,
     label: &str,
     n: usize,
-    (http, server, tenants, runs): (&reqwest::Client, &Server, &[(String, String)], usize),
+    (http, server, tenants, runs, secs): (&reqwest::Client, &Server, &[(String, String)], usize, u64),
 ) {
     for _ in 0..n {
-        let one = load(http, server, tenants, runs, env_or("ROUND_SECS", 6) as u64).await;
+        let one = load(http, server, tenants, runs, secs).await;
         p50s.push(format!("{label} {}", ms(pct(&one.runs, 0.5))));
         into.api.extend(one.api);
         into.runs.extend(one.runs);
@@ -336,18 +337,18 @@ async fn main() {
     let _ = load(&http, &server, &keyed, tenants_n, 1).await;
 
     let rounds_n = env_or("ROUNDS", 2).max(1);
+    let round_secs = env_or("ROUND_SECS", 6) as u64;
     println!(
         "\nnexo serve: {tenants_n} tenants, {runs} concurrent runs, model {model_ms} ms, {} rounds of {} s a phase, \
          noisy tenant {noisy_cores} cores\n",
         2 * rounds_n,
-        env_or("ROUND_SECS", 6)
+        round_secs
     );
     // Quiet, noisy, noisy, quiet: the server drifts as its store grows with
     // every run, and this order weighs the drift on both phases alike.
-    let with = (&http, &server, keyed.as_slice(), runs);
+    let with = (&http, &server, keyed.as_slice(), runs, round_secs);
     let mut p50s = Vec::new();
-    let mut quiet = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
-    let mut loud = Phase { api: Vec::new(), runs: Vec::new(), failed: 0 };
+    let (mut quiet, mut loud) = (Phase::default(), Phase::default());
     rounds(&mut quiet, &mut p50s, "quiet", rounds_n, with).await;
     let quiet_peak = server.rss_kib("VmHWM:");
 

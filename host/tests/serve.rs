@@ -547,34 +547,35 @@ async fn a_run_past_its_cpu_ticks_is_stopped_and_metered() {
 /// process, and every other thread (the API's, the store's) asks for a
 /// shorter time slice than theirs: a busy guest cannot hold up a request.
 fn threads_put_the_api_before_the_runs(node: &Node) {
+    // The niceness is the 19th field of `stat`, after the name in parentheses.
+    let nice = |dir: &Path| -> i32 {
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        stat.rsplit(')').next().unwrap().split_whitespace().nth(16).unwrap().parse().unwrap()
+    };
+    let process = PathBuf::from(format!("/proc/{}", node.child.id()));
+    // The niceness the process was started with (CI may start it nicer).
+    let base = nice(&process);
     let (mut runs, mut others) = (Vec::new(), Vec::new());
-    let pid = node.child.id();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+    for task in std::fs::read_dir(process.join("task")).unwrap() {
         let task = task.unwrap().path();
         let name = std::fs::read_to_string(task.join("comm")).unwrap().trim().to_string();
-        // The niceness is the 19th field of `stat`, after the name in parentheses.
-        let stat = std::fs::read_to_string(task.join("stat")).unwrap();
-        let nice: i32 = stat.rsplit(')').next().unwrap().split_whitespace().nth(16).unwrap().parse().unwrap();
         let sched = std::fs::read_to_string(task.join("sched")).unwrap_or_default();
-        let slice = sched.lines().find(|l| l.starts_with("se.slice")).map(|l| {
-            let ns: u64 = l.split(':').nth(1).unwrap().trim().parse().unwrap();
-            ns
-        });
-        let main = task.ends_with(pid.to_string());
-        if name.starts_with("nexo-runs") { &mut runs } else { &mut others }.push((name, nice, slice, main));
+        let slice = sched
+            .lines()
+            .find(|l| l.starts_with("se.slice"))
+            .map(|l| l.split(':').nth(1).unwrap().trim().parse::<u64>().unwrap());
+        if name.starts_with("nexo-runs") { &mut runs } else { &mut others }.push((name, nice(&task), slice));
     }
-    // The niceness the process was started with (CI may start it nicer).
-    let base = others.iter().find(|t| t.3).map(|t| t.1).unwrap();
     assert!(!runs.is_empty(), "no nexo-runs threads: {others:?}");
     assert!(others.iter().any(|(n, ..)| n.starts_with("sqlx-sqlite")), "the store's threads: {others:?}");
-    for (name, nice, ..) in &runs {
+    for (name, nice, _) in &runs {
         assert_eq!(*nice, (base + nexo::priority::RUN_NICENESS).min(19), "{name}");
     }
     let Some(run_slice) = runs[0].2 else {
         eprintln!("this kernel does not show se.slice: only the niceness was checked");
         return;
     };
-    for (name, nice, slice, _) in &others {
+    for (name, nice, slice) in &others {
         assert_eq!(*nice, base, "{name}");
         assert!(slice.unwrap() < run_slice, "{name}: {slice:?} against the runs' {run_slice}");
     }
