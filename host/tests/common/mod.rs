@@ -3,6 +3,8 @@
 //! as text.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod scene;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
