@@ -98,11 +98,14 @@ pub struct NewJob {
 }
 
 impl NewJob {
-    /// The job as it is first recorded.
-    pub fn into_job(self) -> Job {
+    /// The job as it is first recorded, in `tenant`'s share of the queue
+    /// at `turn` ([`next_turn`]).
+    pub fn into_job(self, tenant: Option<String>, turn: i64) -> Job {
         Job {
             id: self.id,
             run: self.run,
+            tenant,
+            turn,
             kind: self.kind,
             payload: self.payload,
             status: JobStatus::Queued,
@@ -138,6 +141,13 @@ pub struct Job {
     pub id: String,
     /// The run it starts or resumes.
     pub run: String,
+    /// The run's tenant, whose share of the queue the job takes; `None`
+    /// for the operator's own runs (the CLI's), which share one.
+    pub tenant: Option<String>,
+    /// Its place in the fair order ([`next_turn`]): due jobs are claimed
+    /// by turn, so each tenant's next job comes around in turn, however
+    /// many another tenant has queued.
+    pub turn: i64,
     /// Start or resume.
     pub kind: JobKind,
     /// The worker's data.
@@ -226,6 +236,19 @@ impl Job {
     }
 }
 
+/// The turn of a job queued now: one after the last turn of its tenant's
+/// jobs (`tenant_last`), and no earlier than the latest turn a claim has
+/// taken (`claimed`), so a tenant that was idle joins the round under way
+/// instead of starting where it left off. This is start-time fair
+/// queueing: a tenant with 10,000 queued jobs holds turns far ahead, and
+/// another tenant's new job waits for at most one job of each tenant with
+/// work queued. Every backend uses this one rule (the SQL ones in the
+/// insert itself, [`crate::sql::INSERT_JOB`]).
+pub fn next_turn(tenant_last: Option<i64>, claimed: Option<i64>) -> i64 {
+    let next = tenant_last.map_or(0, |t| t.saturating_add(1));
+    next.max(claimed.unwrap_or(0))
+}
+
 /// Whether a failed attempt of a job may be tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
@@ -275,6 +298,16 @@ mod tests {
         assert_eq!(retry_delay_ms(0, 5), 0);
         assert_eq!(retry_delay_ms(-5, 1), 0);
         assert_eq!(retry_delay_ms(1_000, 0), 1_000, "attempt 0 counts as the first");
+    }
+
+    #[test]
+    fn a_turn_follows_the_tenants_last_and_never_precedes_the_claims() {
+        assert_eq!(next_turn(None, None), 0);
+        assert_eq!(next_turn(Some(4), None), 5);
+        assert_eq!(next_turn(Some(4), Some(100)), 100, "an idle tenant joins the round under way");
+        assert_eq!(next_turn(Some(500), Some(100)), 501, "a busy tenant queues behind its own jobs");
+        assert_eq!(next_turn(None, Some(7)), 7);
+        assert_eq!(next_turn(Some(i64::MAX), None), i64::MAX);
     }
 
     #[test]

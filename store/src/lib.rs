@@ -63,7 +63,23 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, retry_delay_ms};
+/// The first string after every string that starts with `prefix`, in byte
+/// order (`"t1/"` gives `"t10"`): the end of a prefix's range in an index.
+/// `None` if there is none (an empty prefix, or one of `char::MAX`s).
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // The next scalar value, past the surrogates.
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sessions::{Session, new_session_id};
@@ -76,7 +92,7 @@ pub use tenants::{
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -703,14 +719,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Removes the pending approval once its call has used it.
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
 
-    /// Queues a job for its run, which must exist ([`StoreError::NoRun`]).
-    /// A taken id, or `max_attempts` of 0, is a [`StoreError::Conflict`].
+    /// Queues a job for its run, which must exist ([`StoreError::NoRun`]),
+    /// in the share of the queue of the run's tenant, at the turn
+    /// [`next_turn`] gives. A taken id, or `max_attempts` of 0, is a
+    /// [`StoreError::Conflict`].
     async fn enqueue(&self, job: NewJob) -> StoreResult<Job>;
 
-    /// Takes the oldest due job (by `not_before_ms`, then `created_ms`,
-    /// then id) for `worker` until `now_ms + lease_ms`: one `queued` with
-    /// `not_before_ms <= now_ms`, or one `running` whose lease ended before
-    /// `now_ms` (its worker died). Its attempts go up by one, and its
+    /// Takes a due job for `worker` until `now_ms + lease_ms`: first one
+    /// `running` whose lease ended before `now_ms` (its worker died), else
+    /// the `queued` one with `not_before_ms <= now_ms` that is next in the
+    /// fair order (by [`Job::turn`], then `not_before_ms`, `created_ms`
+    /// and id): tenants take turns, and a tenant's own jobs come in the
+    /// order they were queued. One indexed read finds it. Its attempts go up by one, and its
     /// lease's token is greater than every token an earlier claim of any
     /// job got. A lapsed job that has used all its attempts becomes
     /// `failed`, and the claim goes on to the next due job. Concurrent
@@ -758,6 +778,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Sessions, most recently updated first (by `updated_ms`, then by id,
     /// largest first), optionally of one agent, at most `limit`.
     async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>>;
+
+    /// The sessions whose instance name starts with `prefix` (a served
+    /// tenant's, `<tenant-id>/`), most recently updated first, at most
+    /// `limit`. Read through an index of instance names: the sessions of
+    /// other prefixes are never read, however many there are. An empty
+    /// prefix is every session.
+    async fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> StoreResult<Vec<Session>>;
 
     /// The session's thread, in order (empty for a session that is not
     /// there).

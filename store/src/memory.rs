@@ -418,7 +418,10 @@ impl Store for MemoryStore {
         if inner.jobs.contains_key(&new.id) {
             return Err(StoreError::Conflict(job_exists(&new.id)));
         }
-        let job = new.into_job();
+        let tenant = inner.runs.get(&new.run).and_then(|r| r.tenant.clone());
+        let own = inner.jobs.values().filter(|j| j.tenant == tenant).map(|j| j.turn).max();
+        let claimed = inner.jobs.values().filter(|j| j.status != JobStatus::Queued).map(|j| j.turn).max();
+        let job = new.into_job(tenant, crate::next_turn(own, claimed));
         inner.jobs.insert(job.id.clone(), job.clone());
         Ok(job)
     }
@@ -426,12 +429,21 @@ impl Store for MemoryStore {
     async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
         let mut inner = self.lock();
         loop {
-            let due = inner
+            // A lapsed job first, then the next in turn (as `sql::DUE_JOB`).
+            let lapsed = inner
                 .jobs
                 .values()
-                .filter(|j| j.is_due(now))
-                .min_by(|a, b| (a.not_before_ms, a.created_ms, &a.id).cmp(&(b.not_before_ms, b.created_ms, &b.id)))
+                .filter(|j| j.status == JobStatus::Running && j.is_due(now))
+                .min_by_key(|j| (j.lease.as_ref().map_or(i64::MIN, |l| l.until_ms), &j.id))
                 .map(|j| j.id.clone());
+            let due = lapsed.or_else(|| {
+                inner
+                    .jobs
+                    .values()
+                    .filter(|j| j.status == JobStatus::Queued && j.is_due(now))
+                    .min_by_key(|j| (j.turn, j.not_before_ms, j.created_ms, &j.id))
+                    .map(|j| j.id.clone())
+            });
             let Some(id) = due else { return Ok(None) };
             let token = inner.last_token + 1;
             let job = inner.job_mut(&id)?;
@@ -526,6 +538,15 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let mut sessions: Vec<Session> =
             inner.sessions.values().filter(|s| agent.is_none_or(|a| s.agent == a)).cloned().collect();
+        sessions.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| b.id.cmp(&a.id)));
+        sessions.truncate(limit);
+        Ok(sessions)
+    }
+
+    async fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> StoreResult<Vec<Session>> {
+        let inner = self.lock();
+        let mut sessions: Vec<Session> =
+            inner.sessions.values().filter(|s| s.instance.starts_with(prefix)).cloned().collect();
         sessions.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| b.id.cmp(&a.id)));
         sessions.truncate(limit);
         Ok(sessions)

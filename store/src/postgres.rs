@@ -850,31 +850,33 @@ impl Store for PgStore {
         if let Some(reason) = check_new_job(&new) {
             return Err(StoreError::Conflict(reason));
         }
-        let job = new.into_job();
-        let inserted = sqlx::query(sql::INSERT_JOB)
-            .bind(&job.id)
-            .bind(&job.run)
-            .bind(job.kind.as_str())
-            .bind(job.payload.to_string())
-            .bind(job.status.as_str())
-            .bind(i64::from(job.attempts))
-            .bind(i64::from(job.max_attempts))
-            .bind(job.backoff_ms)
-            .bind(job.not_before_ms)
+        let placed: Option<(String, i64)> = sqlx::query_as(sql::INSERT_JOB_POSTGRES)
+            .bind(&new.id)
+            .bind(&new.run)
+            .bind(new.kind.as_str())
+            .bind(new.payload.to_string())
+            .bind(JobStatus::Queued.as_str())
+            .bind(0_i64)
+            .bind(i64::from(new.max_attempts))
+            .bind(new.backoff_ms)
+            .bind(new.not_before_ms)
             .bind(None::<String>)
             .bind(None::<i64>)
             .bind(None::<i64>)
             .bind(None::<String>)
-            .bind(job.created_ms)
-            .bind(job.updated_ms)
-            .execute(&self.pool)
-            .await;
-        match inserted {
-            Ok(done) if done.rows_affected() == 0 => Err(StoreError::Conflict(job_exists(&job.id))),
-            Ok(_) => Ok(job),
-            // The run it names is not there (the schema's foreign key).
-            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(job.run)),
-            Err(e) => Err(self.error(&e)),
+            .bind(new.created_ms)
+            .bind(new.created_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
+        match placed {
+            Some((queue, turn)) => Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn)),
+            // The id is taken, or the run is not there.
+            None => match sqlx::query(sql::RUN_EXISTS).bind(&new.run).fetch_optional(&self.pool).await {
+                Ok(None) => Err(StoreError::NoRun(new.run)),
+                Ok(Some(_)) => Err(StoreError::Conflict(job_exists(&new.id))),
+                Err(e) => Err(self.error(&e)),
+            },
         }
     }
 
@@ -964,6 +966,19 @@ impl Store for PgStore {
             None => sqlx::query(sql::LIST_SESSIONS).bind(limit).fetch_all(&self.pool).await,
         }
         .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_session(r)).collect()
+    }
+
+    async fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> StoreResult<Vec<Session>> {
+        let Some(end) = crate::prefix_end(prefix) else { return self.sessions(None, limit).await };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::LIST_SESSIONS_IN_RANGE)
+            .bind(prefix)
+            .bind(end)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode_session(r)).collect()
     }
 

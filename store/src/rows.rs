@@ -317,8 +317,11 @@ macro_rules! decoders {
                 _ => return Err((errors.corrupt)(format!("job `{id}` has part of a lease"))),
             };
             let bad_count = |what: &str| format!("job `{id}` has a negative or huge {what}");
+            let queue: String = column(row, "queue", errors)?;
             Ok(Job {
                 run: column(row, "run", errors)?,
+                tenant: Some(queue).filter(|q| !q.is_empty()),
+                turn: column(row, "turn", errors)?,
                 kind: JobKind::parse(&kind)
                     .ok_or_else(|| (errors.corrupt)(format!("job `{id}` has the unknown kind `{kind}`")))?,
                 payload: json(&payload, &format!("job `{id}`'s payload"), errors)?,

@@ -332,6 +332,25 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX console_sign_ins_by_expiry ON console_sign_ins (expires_ms)",
         ],
     },
+    Migration {
+        version: 6,
+        statements: &[
+            // Fair service: a job's share of the queue (its run's tenant, ''
+            // for the operator's own runs) and its turn (`jobs::next_turn`).
+            // Jobs queued before take turn 0, in their old order.
+            "ALTER TABLE jobs ADD COLUMN queue {KEY} NOT NULL DEFAULT ''",
+            "ALTER TABLE jobs ADD COLUMN turn BIGINT NOT NULL DEFAULT 0",
+            "UPDATE jobs SET queue = COALESCE((SELECT tenant FROM runs WHERE runs.id = jobs.run), '')",
+            // A claim: queued jobs in turn order; the latest turn claimed.
+            "DROP INDEX jobs_by_due",
+            "CREATE INDEX jobs_by_turn ON jobs (status, turn, not_before_ms, created_ms, id)",
+            // A new job's turn: its queue's last one.
+            "CREATE INDEX jobs_by_queue ON jobs (queue, turn)",
+            // `sessions_with_prefix`: a served tenant's sessions, whose
+            // instance names start with its id, read without the others'.
+            "CREATE INDEX sessions_by_instance ON sessions (instance, updated_ms, id)",
+        ],
+    },
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
@@ -496,17 +515,39 @@ pub(crate) const CHECKPOINTS: &str = "SELECT name, value FROM checkpoints WHERE 
 macro_rules! job_columns {
     () => {
         "id, run, kind, payload, status, attempts, max_attempts, backoff_ms, not_before_ms, lease_worker, \
-         lease_token, lease_until_ms, error, created_ms, updated_ms"
+         lease_token, lease_until_ms, error, created_ms, updated_ms, queue, turn"
     };
 }
 
-/// Records a new job; `$1…$15` are its columns in [`job_columns!`] order.
-/// No row is written (0 rows affected) if the id is taken.
-pub(crate) const INSERT_JOB: &str = concat!(
-    "INSERT INTO jobs (",
-    job_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT (id) DO NOTHING"
-);
+macro_rules! insert_job {
+    ($greatest:literal) => {
+        concat!(
+            "INSERT INTO jobs (id, run, kind, payload, status, attempts, max_attempts, backoff_ms, not_before_ms, \
+             lease_worker, lease_token, lease_until_ms, error, created_ms, updated_ms, queue, turn) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, q.queue, ",
+            $greatest,
+            "(COALESCE(q.own + 1, 0), COALESCE(q.running, 0), COALESCE(q.done, 0), COALESCE(q.failed, 0)) \
+             FROM (SELECT r.queue, (SELECT MAX(turn) FROM jobs WHERE queue = r.queue) AS own, \
+               (SELECT MAX(turn) FROM jobs WHERE status = 'running') AS running, \
+               (SELECT MAX(turn) FROM jobs WHERE status = 'done') AS done, \
+               (SELECT MAX(turn) FROM jobs WHERE status = 'failed') AS failed \
+               FROM (SELECT COALESCE(tenant, '') AS queue FROM runs WHERE id = $2) AS r) AS q WHERE true \
+             ON CONFLICT (id) DO NOTHING RETURNING queue, turn"
+        )
+    };
+}
+
+/// Records a new job; `$1…$15` are its columns in [`job_columns!`] order
+/// up to `updated_ms`. Its queue is its run's tenant (`$2`), and its turn
+/// is [`crate::next_turn`] of that queue's last turn and the latest turn
+/// claimed (the greatest of a running, done or failed job: only a claim
+/// moves a job out of `queued`), each one seek in an index. Answers the
+/// queue and turn; no row if the id is taken or the run is missing.
+pub(crate) const INSERT_JOB_SQLITE: &str = insert_job!("MAX");
+
+/// [`INSERT_JOB_SQLITE`] for PostgreSQL, whose many-argument maximum is
+/// spelled `GREATEST`.
+pub(crate) const INSERT_JOB_POSTGRES: &str = insert_job!("GREATEST");
 
 macro_rules! select_job {
     () => {
@@ -521,23 +562,30 @@ pub(crate) const SELECT_JOB: &str = select_job!();
 pub(crate) const SELECT_JOB_LOCKED: &str = concat!(select_job!(), " FOR UPDATE");
 
 macro_rules! due_job {
-    () => {
+    ($lock:literal) => {
         concat!(
-            "SELECT ",
+            "WITH lapsed AS (SELECT 0 AS pick, ",
             job_columns!(),
-            " FROM jobs WHERE (status = 'queued' AND not_before_ms <= $1) \
-             OR (status = 'running' AND lease_until_ms < $1) ORDER BY not_before_ms, created_ms, id LIMIT 1"
+            " FROM jobs WHERE status = 'running' AND lease_until_ms < $1 ORDER BY lease_until_ms, id LIMIT 1",
+            $lock,
+            "), next AS (SELECT 1 AS pick, ",
+            job_columns!(),
+            " FROM jobs WHERE status = 'queued' AND not_before_ms <= $1 \
+             ORDER BY turn, not_before_ms, created_ms, id LIMIT 1",
+            $lock,
+            ") SELECT * FROM lapsed UNION ALL SELECT * FROM next ORDER BY pick LIMIT 1"
         )
     };
 }
 
-/// The oldest job due at `$1`: queued and not before then, or running
-/// with a lease that ended before then.
-pub(crate) const DUE_JOB: &str = due_job!();
+/// The job a claim at `$1` takes: first a running one whose lease ended
+/// before then, else the queued one due by then that is next in turn.
+/// Each part is one seek in an index (`jobs_by_lease`, `jobs_by_turn`).
+pub(crate) const DUE_JOB: &str = due_job!("");
 
-/// [`DUE_JOB`], locking the row and passing over rows other claims hold
+/// [`DUE_JOB`], locking the rows and passing over rows other claims hold
 /// (PostgreSQL): concurrent claims take different jobs without waiting.
-pub(crate) const DUE_JOB_SKIP_LOCKED: &str = concat!(due_job!(), " FOR UPDATE SKIP LOCKED");
+pub(crate) const DUE_JOB_SKIP_LOCKED: &str = due_job!(" FOR UPDATE SKIP LOCKED");
 
 /// Draws the next fencing token.
 pub(crate) const NEXT_TOKEN: &str = "INSERT INTO job_tokens DEFAULT VALUES RETURNING token";
@@ -606,6 +654,14 @@ pub(crate) const LIST_SESSIONS_BY_AGENT: &str = concat!(
     "SELECT ",
     session_columns!(),
     " FROM sessions WHERE agent = $1 ORDER BY updated_ms DESC, id DESC LIMIT $2"
+);
+
+/// The sessions whose instance is in `[$1, $2)` (a prefix's range),
+/// most recently updated first: `$3` limit.
+pub(crate) const LIST_SESSIONS_IN_RANGE: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE instance >= $1 AND instance < $2 ORDER BY updated_ms DESC, id DESC LIMIT $3"
 );
 
 /// A session's thread in order: `$1` session.
@@ -902,7 +958,8 @@ mod tests {
             super::APPEND_ENTRY_IF_OWNER,
             super::PUT_APPROVAL,
             super::EVENTS,
-            super::INSERT_JOB,
+            super::INSERT_JOB_SQLITE,
+            super::INSERT_JOB_POSTGRES,
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
             super::PROMPT_IN_PROGRESS,

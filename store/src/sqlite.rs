@@ -977,41 +977,42 @@ impl Store for SqliteStore {
         if let Some(reason) = check_new_job(&new) {
             return Err(StoreError::Conflict(reason));
         }
-        let job = new.into_job();
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
         let result = async {
-            let exists = sqlx::query(sql::RUN_EXISTS)
-                .bind(&job.run)
+            let placed: Option<(String, i64)> = sqlx::query_as(sql::INSERT_JOB_SQLITE)
+                .bind(&new.id)
+                .bind(&new.run)
+                .bind(new.kind.as_str())
+                .bind(new.payload.to_string())
+                .bind(JobStatus::Queued.as_str())
+                .bind(0_i64)
+                .bind(i64::from(new.max_attempts))
+                .bind(new.backoff_ms)
+                .bind(new.not_before_ms)
+                .bind(None::<String>)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<String>)
+                .bind(new.created_ms)
+                .bind(new.created_ms)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| self.error(&e))?;
-            if exists.is_none() {
-                return Err(StoreError::NoRun(job.run.clone()));
+            match placed {
+                Some((queue, turn)) => Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn)),
+                None => {
+                    let run = sqlx::query(sql::RUN_EXISTS)
+                        .bind(&new.run)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(|e| self.error(&e))?;
+                    Err(match run {
+                        None => StoreError::NoRun(new.run.clone()),
+                        Some(_) => StoreError::Conflict(job_exists(&new.id)),
+                    })
+                }
             }
-            let inserted = sqlx::query(sql::INSERT_JOB)
-                .bind(&job.id)
-                .bind(&job.run)
-                .bind(job.kind.as_str())
-                .bind(job.payload.to_string())
-                .bind(job.status.as_str())
-                .bind(i64::from(job.attempts))
-                .bind(i64::from(job.max_attempts))
-                .bind(job.backoff_ms)
-                .bind(job.not_before_ms)
-                .bind(None::<String>)
-                .bind(None::<i64>)
-                .bind(None::<i64>)
-                .bind(None::<String>)
-                .bind(job.created_ms)
-                .bind(job.updated_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.error(&e))?;
-            if inserted.rows_affected() == 0 {
-                return Err(StoreError::Conflict(job_exists(&job.id)));
-            }
-            Ok(job)
         }
         .await;
         self.finish(tx, result).await
@@ -1102,6 +1103,19 @@ impl Store for SqliteStore {
             None => sqlx::query(sql::LIST_SESSIONS).bind(limit).fetch_all(&self.reader).await,
         }
         .map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode_session(r)).collect()
+    }
+
+    async fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> StoreResult<Vec<Session>> {
+        let Some(end) = crate::prefix_end(prefix) else { return self.sessions(None, limit).await };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::LIST_SESSIONS_IN_RANGE)
+            .bind(prefix)
+            .bind(end)
+            .bind(limit)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode_session(r)).collect()
     }
 

@@ -99,7 +99,9 @@ suite!(
     reads_of_a_missing_run_are_empty,
     jobs_enqueue_claim_and_complete,
     a_job_not_yet_due_is_not_claimed,
-    jobs_are_claimed_oldest_first,
+    jobs_are_claimed_in_queue_order,
+    tenants_take_turns_at_the_queue,
+    a_lapsed_job_is_reclaimed_before_the_next_in_turn,
     a_stale_token_is_refused_after_a_reclaim,
     one_heartbeat_renews_many_jobs,
     failures_back_off_then_stay_failed,
@@ -107,6 +109,7 @@ suite!(
     a_job_whose_lease_lapses_every_attempt_fails,
     a_session_is_opened_once_per_address,
     sessions_are_listed_most_recently_updated_first,
+    sessions_are_listed_by_prefix_without_the_others,
     an_append_needs_the_count_it_started_from,
     runs_link_to_their_session,
     deleting_a_session_deletes_its_thread_and_runs_only,
@@ -730,7 +733,7 @@ async fn a_job_not_yet_due_is_not_claimed(store: Arc<dyn Store>) {
     assert_eq!(job.id, "j1", "due at exactly not_before_ms");
 }
 
-async fn jobs_are_claimed_oldest_first(store: Arc<dyn Store>) {
+async fn jobs_are_claimed_in_queue_order(store: Arc<dyn Store>) {
     store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
     for (id, not_before, created) in [("ja", 300, 1), ("jb", 100, 3), ("jd", 100, 2), ("jc", 100, 2), ("je", 9_000, 5)]
     {
@@ -740,7 +743,7 @@ async fn jobs_are_claimed_oldest_first(store: Arc<dyn Store>) {
     while let Some(job) = store.claim_job("w1", FAR, 1_000).await.unwrap() {
         order.push(job.id);
     }
-    assert_eq!(order, ["jc", "jd", "jb", "ja"], "by not_before_ms, then created_ms, then id");
+    assert_eq!(order, ["ja", "jb", "jd", "jc"], "one queue's due jobs in the order they were queued");
 
     let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
     assert_eq!(ids(store.jobs(None, 10).await.unwrap()), ["je", "jb", "jd", "jc", "ja"], "newest first");
@@ -748,6 +751,54 @@ async fn jobs_are_claimed_oldest_first(store: Arc<dyn Store>) {
     assert_eq!(ids(store.jobs(Some(JobStatus::Running), 2).await.unwrap()), ["jb", "jd"]);
     assert!(store.jobs(Some(JobStatus::Failed), 10).await.unwrap().is_empty());
     assert!(store.jobs(None, 0).await.unwrap().is_empty());
+}
+
+async fn tenants_take_turns_at_the_queue(store: Arc<dyn Store>) {
+    tenant(&store, "t-busy", "busy").await;
+    tenant(&store, "t-quiet", "quiet").await;
+    store.create_run(tenant_run("busy", "t-busy", RunStatus::Queued, 1)).await.unwrap();
+    store.create_run(tenant_run("quiet", "t-quiet", RunStatus::Queued, 1)).await.unwrap();
+    store.create_run(new_run("cli", RunStatus::Queued, 1)).await.unwrap();
+    let job = |id: String, run: &str, at: i64| NewJob { id, run: run.into(), ..new_job("x", at, at) };
+    for i in 0..200 {
+        let queued = store.enqueue(job(format!("b{i:03}"), "busy", i)).await.unwrap();
+        assert_eq!((queued.tenant.as_deref(), queued.turn), (Some("t-busy"), i), "the busy tenant's turns follow on");
+    }
+    // The busy tenant's first jobs are under way when the quiet one queues.
+    for i in 0..3 {
+        assert_eq!(claim(&store, "w1", FAR, 1_000).await.0.id, format!("b{i:03}"));
+    }
+    let quiet = store.enqueue(job("q1".into(), "quiet", 1_000)).await.unwrap();
+    assert_eq!((quiet.tenant.as_deref(), quiet.turn), (Some("t-quiet"), 2), "it joins the round under way");
+    assert_eq!(store.job("q1").await.unwrap(), Some(quiet), "the queue and turn read back");
+    let next: Vec<String> = [claim(&store, "w1", FAR, 1_001).await.0.id, claim(&store, "w1", FAR, 1_001).await.0.id]
+        .into_iter()
+        .collect();
+    assert_eq!(next, ["q1", "b003"], "the quiet tenant's job is next, not after 197 others");
+    // The operator's own runs are one more queue; and a tenant that queues
+    // many at once gets every other claim, not all of them.
+    let cli = store.enqueue(job("c1".into(), "cli", 1_002)).await.unwrap();
+    assert_eq!((cli.tenant, cli.turn), (None, 3));
+    for i in 0..3 {
+        store.enqueue(job(format!("q2{i}"), "quiet", 1_003 + i)).await.unwrap();
+    }
+    let order: Vec<String> = {
+        let mut order = Vec::new();
+        for _ in 0..8 {
+            order.push(claim(&store, "w1", FAR, 2_000).await.0.id);
+        }
+        order
+    };
+    assert_eq!(order, ["c1", "q20", "b004", "q21", "b005", "q22", "b006", "b007"]);
+}
+
+async fn a_lapsed_job_is_reclaimed_before_the_next_in_turn(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 0, 1)).await.unwrap();
+    claim(&store, "w1", 100, 10).await;
+    store.enqueue(new_job("j2", 0, 2)).await.unwrap();
+    assert_eq!(claim(&store, "w2", 100, 111).await.0.id, "j1", "its worker died: it is taken first");
+    assert_eq!(claim(&store, "w2", 100, 112).await.0.id, "j2");
 }
 
 async fn a_stale_token_is_refused_after_a_reclaim(store: Arc<dyn Store>) {
@@ -936,6 +987,24 @@ async fn sessions_are_listed_most_recently_updated_first(store: Arc<dyn Store>) 
     assert!(store.sessions(None, 0).await.unwrap().is_empty());
     assert!(store.sessions(Some("nobody"), 10).await.unwrap().is_empty());
     assert_eq!(store.sessions(None, usize::MAX).await.unwrap().len(), 5);
+}
+
+async fn sessions_are_listed_by_prefix_without_the_others(store: Arc<dyn Store>) {
+    // The newest sessions are all another tenant's.
+    let mine = store.open_session("hello", "t1/a", 1_000).await.unwrap();
+    let later = store.open_session("other", "t1/b", 2_000).await.unwrap();
+    for i in 0..50 {
+        store.open_session("hello", &format!("t2/s{i}"), 10_000 + i).await.unwrap();
+    }
+    store.open_session("hello", "t10/x", 20_000).await.unwrap();
+    store.open_session("hello", "t1", 20_000).await.unwrap();
+    store.open_session("hello", "t1✓/y", 20_000).await.unwrap();
+    let ids = |sessions: Vec<Session>| sessions.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.sessions_with_prefix("t1/", 10).await.unwrap()), [later.id.clone(), mine.id.clone()]);
+    assert_eq!(ids(store.sessions_with_prefix("t1/", 1).await.unwrap()), [later.id]);
+    assert_eq!(store.sessions_with_prefix("t2/", 100).await.unwrap().len(), 50);
+    assert!(store.sessions_with_prefix("t3/", 10).await.unwrap().is_empty());
+    assert_eq!(store.sessions_with_prefix("", 100).await.unwrap().len(), 55, "an empty prefix is every session");
 }
 
 async fn an_append_needs_the_count_it_started_from(store: Arc<dyn Store>) {

@@ -451,6 +451,13 @@ impl Store for Counting {
     async fn sessions(&self, agent: Option<&str>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Session>> {
         self.inner.sessions(agent, limit).await
     }
+    async fn sessions_with_prefix(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::Session>> {
+        self.inner.sessions_with_prefix(prefix, limit).await
+    }
     async fn thread(&self, id: &str) -> nexo_store::StoreResult<Vec<serde_json::Value>> {
         self.inner.thread(id).await
     }

@@ -103,10 +103,9 @@ pub async fn prompt(
 
 /// `GET /v1/sessions`: the tenant's sessions, most recently updated first.
 pub async fn list(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> Result<Json<Value>, ApiError> {
-    // Sessions are not indexed by tenant: filter a generous page by prefix.
-    let all = state.store.sessions(None, 10_000).await.map_err(ApiError::store)?;
-    let mine: Vec<Value> =
-        all.iter().filter(|s| s.instance.starts_with(&prefix(&tenant))).map(|s| session_json(&tenant, s)).collect();
+    // Only the tenant's, read by its prefix in the store's index.
+    let own = state.store.sessions_with_prefix(&prefix(&tenant), 10_000).await.map_err(ApiError::store)?;
+    let mine: Vec<Value> = own.iter().map(|s| session_json(&tenant, s)).collect();
     Ok(Json(json!({"sessions": mine})))
 }
 
