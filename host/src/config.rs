@@ -268,6 +268,9 @@ pub struct ServeTable {
     pub max_in_flight: Option<u32>,
     /// The largest plugin an upload may carry, in bytes.
     pub max_plugin_bytes: Option<u64>,
+    /// How many uploaded plugins are compiled at once (default 2), off the
+    /// API's threads; further uploads wait their turn.
+    pub compile_concurrency: Option<u32>,
     /// Each run's wall-clock limit per pass, in seconds.
     pub run_timeout_secs: Option<u64>,
     /// Each run's memory cap, in MiB.

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 pub use super::error::{ApiError, ApiResult};
 pub use super::state::AppState;
 
-use super::auth::{AdminCaller, TenantCaller};
+use super::auth::{AdminCaller, KeyedCaller, TenantCaller};
 use super::policy::{Narrowing, Policy, SandboxKind};
 use super::tenants::{self, TenantError};
 use crate::cli::runs as cli_runs;
@@ -142,9 +142,78 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
+/// How long a request waits for a turn to compile before it is told to
+/// come back.
+const COMPILE_WAIT: Duration = Duration::from_secs(60);
+
+/// Compiles (or loads from the compile cache) a component off the API's
+/// threads: on a blocking thread of the runs' runtime, which the OS puts
+/// after the API's, holding one of `permits`, so that a large upload, or
+/// many, cannot take the cores that answer requests.
+async fn off_api<F, Fut>(
+    state: &AppState,
+    permits: &tokio::sync::Semaphore,
+    load: F,
+) -> ApiResult<Result<Plugin, nexo::LoadError>>
+where
+    F: FnOnce(nexo::Engine) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Plugin, nexo::LoadError>>,
+{
+    let busy = || {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "the server is compiling other components; try again in a minute",
+        )
+    };
+    let _permit = tokio::time::timeout(COMPILE_WAIT, permits.acquire()).await.map_err(|_| busy())?.map_err(|_| busy())?;
+    let engine = state.engine.clone();
+    let handle = state.runs_handle.clone();
+    let inner = handle.clone();
+    handle.spawn_blocking(move || inner.block_on(load(engine))).await.map_err(|e| {
+        tracing::error!(target: "nexo::server", "a compile task failed: {e}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the component could not be checked; try again")
+    })
+}
+
+/// The refusal of an upload past the tenant's plugin storage: 507, naming
+/// the quota.
+fn over_plugin_quota(message: String) -> ApiError {
+    ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "plugin_quota", message)
+}
+
+/// Whether the tenant may store one more plugin of `size` bytes (one it
+/// has already, by `sha`, costs nothing).
+async fn check_plugin_quota(state: &AppState, tenant: &Tenant, sha: &str, size: usize) -> ApiResult<()> {
+    let quotas = Policy::from_stored(&tenant.policy).map(|p| p.quotas).unwrap_or_default();
+    let stored = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
+    if stored.iter().any(|p| p.sha256 == sha) {
+        return Ok(());
+    }
+    let (count, cap) = (u64::try_from(stored.len()).unwrap_or(u64::MAX), quotas.plugins_cap());
+    if count.saturating_add(1) > cap {
+        return Err(over_plugin_quota(format!(
+            "the tenant stores {count} plugins, its quota `plugins` ({cap}); ask the operator for a higher quota"
+        )));
+    }
+    let used: u64 = stored.iter().map(|p| p.size).sum();
+    let size = u64::try_from(size).unwrap_or(u64::MAX);
+    let cap = quotas.plugin_bytes_cap();
+    if used.saturating_add(size) > cap {
+        return Err(over_plugin_quota(format!(
+            "this plugin ({size} bytes) would take the tenant's plugins to {} bytes, past its quota `plugin-bytes` \
+             ({cap}); ask the operator for a higher quota",
+            used.saturating_add(size)
+        )));
+    }
+    Ok(())
+}
+
 /// `POST /v1/plugins`: the body is the `.wasm`. It is validated as
 /// `nexo inspect` validates it, stored by content, and shown with what it
-/// requests against the tenant's policy.
+/// requests against the tenant's policy. It counts against the tenant's
+/// `plugins` and `plugin-bytes` quotas (507 past them), checked before it
+/// compiles and again as it is stored.
 pub async fn upload_plugin(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
@@ -157,10 +226,16 @@ pub async fn upload_plugin(
     }
     let sha = nexo_store::sha256_hex(&body);
     let path = plugin_path(&state.data_dir, &sha);
+    // Refused before the costly compile if it cannot be stored anyway.
+    check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
     // Validation compiles the component: a typed error for bytes that are not one.
-    let plugin = Plugin::from_bytes(&state.engine, PathBuf::from(format!("{sha}.wasm")), &body)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let label = PathBuf::from(format!("{sha}.wasm"));
+    let bytes = body.clone();
+    let plugin = off_api(&state, &state.compiles, move |engine| async move {
+        Plugin::from_bytes(&engine, label, &bytes).await
+    })
+    .await?
+    .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let agent = plugin.agent().map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -169,6 +244,9 @@ pub async fn upload_plugin(
         )
     })?;
     let manifest = agent.manifest().clone();
+    // Checked again with the other uploads of this node held off.
+    let _admitted = state.plugin_admission.lock().await;
+    check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
     write_atomically(&path, &body).map_err(|e| {
         tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the server cannot store the plugin now; try again")
@@ -312,8 +390,9 @@ pub(crate) async fn prepare(
     let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin)
         .await
         .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
-    let loaded = Plugin::load(&state.engine, &path)
-        .await
+    let from = path.clone();
+    let loaded = off_api(state, &state.loads, move |engine| async move { Plugin::load(&engine, &from).await })
+        .await?
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let workspace = state.data_dir.join("tenants").join(&tenant.id).join("workspace");
     if effective.sandbox == SandboxKind::Local {
@@ -543,17 +622,49 @@ pub struct EventsQuery {
     after: Option<i64>,
 }
 
+/// The first wait of an event stream's fallback read, doubled while
+/// nothing new comes, up to [`STREAM_FALLBACK_MAX`].
+const STREAM_FALLBACK_MIN: Duration = Duration::from_millis(250);
+
+/// The longest an event stream waits between reads of the store: events
+/// written by another node, or during a pass (this node wakes a stream at
+/// each pass's end), reach the stream within this.
+const STREAM_FALLBACK_MAX: Duration = Duration::from_secs(2);
+
+/// How often an open stream checks its key and tenant again, for a
+/// revocation made by the CLI or another node (one made here ends the
+/// stream at once).
+const STREAM_RECHECK: Duration = Duration::from_secs(5);
+
 /// `GET /v1/runs/{id}/events`: the run's events as server-sent events,
 /// from the start or after `Last-Event-ID`; the stream ends when the run
-/// does.
+/// does, or at once when its key is revoked or its tenant disabled (with a
+/// `closed` event that says why).
+///
+/// A stream reads the store when this node's worker ends a pass of the run,
+/// and otherwise after a wait that starts at 250 ms and doubles up to 2 s
+/// while nothing new comes, so an idle stream costs a read every 2 s, not
+/// four a second. A tenant holds at most its `open-streams` quota of
+/// streams on one node (429 past it).
 pub async fn events(
     State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
+    KeyedCaller { tenant, key }: KeyedCaller,
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     own_run(&state, &tenant, &id).await?;
+    let cap = Policy::from_stored(&tenant.policy).map(|p| p.quotas).unwrap_or_default().open_streams_cap();
+    let slot = state.streams.open(&tenant.id, &key, cap).map_err(|open| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            format!(
+                "the tenant has {open} event streams open on this server, its quota `open-streams` ({cap}); close one \
+                 first, or ask the operator for a higher quota"
+            ),
+        )
+    })?;
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -563,13 +674,37 @@ pub async fn events(
     struct Cursor {
         state: AppState,
         watch: std::sync::Arc<tokio::sync::Notify>,
+        slot: super::streams::Slot,
+        tenant: String,
+        key: String,
         id: String,
         after: i64,
         queue: VecDeque<Event>,
         ended: bool,
+        wait: Duration,
+        checked: tokio::time::Instant,
+    }
+    impl Cursor {
+        /// Ends the stream with a `closed` event that says why.
+        fn close(&mut self, why: &str) {
+            self.ended = true;
+            self.queue.push_back(Event::default().event("closed").data(json!({"reason": why}).to_string()));
+        }
     }
     let watch = state.changes.watch(&id);
-    let cursor = Cursor { state, watch, id, after, queue: VecDeque::new(), ended: false };
+    let cursor = Cursor {
+        state,
+        watch,
+        slot,
+        tenant: tenant.id,
+        key,
+        id,
+        after,
+        queue: VecDeque::new(),
+        ended: false,
+        wait: STREAM_FALLBACK_MIN,
+        checked: tokio::time::Instant::now(),
+    };
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(event) = c.queue.pop_front() {
@@ -578,6 +713,23 @@ pub async fn events(
             if c.ended || c.state.stopping.load(Ordering::Relaxed) {
                 return None;
             }
+            if c.slot.end.is_ended() {
+                c.close("the key was revoked or the tenant disabled");
+                continue;
+            }
+            if c.checked.elapsed() >= STREAM_RECHECK {
+                c.checked = tokio::time::Instant::now();
+                match super::auth::still_admitted(&c.state, &c.tenant, &c.key).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        c.close("the key was revoked or the tenant disabled");
+                        continue;
+                    }
+                    Err(_) => return None,
+                }
+            }
+            // Registered before the reads, so a change between them is not missed.
+            let changed = c.watch.notified();
             // Read the status first: events written before a final status are all seen below.
             let status = match c.state.store.run(&c.id).await {
                 Ok(Some(run)) => run.status,
@@ -590,6 +742,7 @@ pub async fn events(
                         let data = json!({"kind": e.kind, "data": e.data, "at_ms": e.at_ms});
                         c.queue.push_back(Event::default().id(e.id.to_string()).event(e.kind).data(data.to_string()));
                     }
+                    c.wait = STREAM_FALLBACK_MIN;
                     continue;
                 }
                 Ok(_) => {}
@@ -600,8 +753,12 @@ pub async fn events(
                 c.queue.push_back(Event::default().event("end").data(json!({"status": status}).to_string()));
                 continue;
             }
-            let changed = c.watch.notified();
-            let _ = tokio::time::timeout(Duration::from_millis(250), changed).await;
+            let end = c.slot.end.clone();
+            tokio::select! {
+                _ = changed => c.wait = STREAM_FALLBACK_MIN,
+                _ = end.wait() => {}
+                _ = tokio::time::sleep(c.wait) => c.wait = (c.wait * 2).min(STREAM_FALLBACK_MAX),
+            }
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
@@ -724,7 +881,10 @@ pub async fn disable_tenant(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let tenant = tenants::find(&*state.store, &name).await?;
-    Ok(Json(tenant_json(&tenants::set_disabled(&*state.store, &tenant, true).await?)))
+    let disabled = tenants::set_disabled(&*state.store, &tenant, true).await?;
+    // Its open streams end now, not at their next check.
+    state.streams.end_tenant(&tenant.id);
+    Ok(Json(tenant_json(&disabled)))
 }
 
 /// `POST /v1/tenants/{name}/enable` (admin).
@@ -747,5 +907,7 @@ pub async fn revoke_key(
         Err(TenantError::Store(StoreError::NoKey(_))) => return Err(ApiError::not_found("there is no such key")),
         other => other?,
     };
+    // Its open streams end now, not at their next check.
+    state.streams.end_key(&key.id);
     Ok(Json(json!({"id": key.id, "revoked_ms": key.revoked_ms})))
 }

@@ -8,6 +8,7 @@
 //! - `quota`: per-tenant quotas, and the metering of each run's passes.
 //! - `sessions`: a tenant's sessions, each prompt a run of its thread.
 //! - `signin`: the console's sign-ins, kept in the store for every node.
+//! - `streams`: the event streams open on this node, per tenant.
 //! - `throttle`: failed console sign-ins per client address.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
 //! - `openapi`: the document at `/v1/openapi.json`.
@@ -27,6 +28,7 @@ pub mod quota;
 pub mod sessions;
 pub mod signin;
 pub mod state;
+pub mod streams;
 pub mod tenants;
 pub mod throttle;
 
@@ -59,6 +61,9 @@ const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
 
 /// The largest plugin upload when nothing says otherwise (64 MiB).
 const DEFAULT_MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// Uploads compiled at once when nothing says otherwise.
+const DEFAULT_COMPILE_CONCURRENCY: u32 = 2;
 
 /// The flags of `nexo serve`.
 #[derive(Args, Debug)]
@@ -149,10 +154,28 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
             return ExitCode::from(2);
         }
     };
+    // Runs go on a runtime of their own, on threads the OS puts after the
+    // API's: however busy the guests, a request never waits behind hundreds
+    // of runnable runs in one queue, nor long for a core. Uploads compile
+    // on its blocking threads, which are weighted alike.
+    let run_runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("nexo-runs")
+        .on_thread_start(nexo::priority::run_thread)
+        .enable_all()
+        .build();
+    let (runs_handle, _run_runtime) = match run_runtime {
+        Ok(rt) => (rt.handle().clone(), Background(Some(rt))),
+        Err(e) => {
+            errln!("error: cannot start the runs' runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let file = Arc::new(file);
     let lease = Duration::from_secs(args.lease_secs);
     let wake = Arc::new(Notify::new());
     let changes = Arc::new(changes::Changes::default());
+    let compile_concurrency =
+        usize::try_from(file.serve.compile_concurrency.unwrap_or(DEFAULT_COMPILE_CONCURRENCY).max(1)).unwrap_or(1);
     let shared = Arc::new(Shared {
         store: store.clone(),
         runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
@@ -167,6 +190,11 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         changes: changes.clone(),
         stopping: false.into(),
         sign_ins: Default::default(),
+        runs_handle: runs_handle.clone(),
+        compiles: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
+        loads: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
+        plugin_admission: tokio::sync::Mutex::new(()),
+        streams: Default::default(),
     });
     let state = AppState(shared.clone());
     let stop_signal = shutdown_signal();
@@ -179,21 +207,6 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     };
     let bound = listener.local_addr().unwrap_or(addr);
 
-    // Runs go on a runtime of their own, on threads the OS puts after the
-    // API's: however busy the guests, a request never waits behind hundreds
-    // of runnable runs in one queue, nor long for a core.
-    let run_runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_name("nexo-runs")
-        .on_thread_start(nexo::priority::run_thread)
-        .enable_all()
-        .build();
-    let (runs_handle, _run_runtime) = match run_runtime {
-        Ok(rt) => (rt.handle().clone(), Background(Some(rt))),
-        Err(e) => {
-            errln!("error: cannot start the runs' runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
     // The worker: the same claim loop as `nexo worker`, woken by new runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let jobs = worker::Worker::new(

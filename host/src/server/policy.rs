@@ -258,7 +258,10 @@ pub fn sandbox_name(s: SandboxKind) -> &'static str {
     }
 }
 
-/// A tenant's quotas, part of its policy. Unset means unlimited.
+/// A tenant's quotas, part of its policy. Unset means unlimited, except
+/// for what the tenant keeps on the server (plugin storage) and holds open
+/// (event streams): those have a default cap, so that a tenant nobody
+/// thought to limit cannot fill the disk or the node's connections.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Quotas {
@@ -287,6 +290,40 @@ pub struct Quotas {
     /// together, in cores (0.5 is half a core): past it they are made to
     /// wait at their epoch ticks, so a busy loop cannot crowd out others.
     pub cpu_cores: Option<f64>,
+    /// The bytes of all the tenant's stored plugins together; unset:
+    /// [`DEFAULT_PLUGIN_BYTES`].
+    pub plugin_bytes: Option<u64>,
+    /// How many plugins the tenant may store; unset: [`DEFAULT_PLUGINS`].
+    pub plugins: Option<u64>,
+    /// Event streams the tenant may hold open at once on one node; unset:
+    /// [`DEFAULT_OPEN_STREAMS`].
+    pub open_streams: Option<u64>,
+}
+
+/// A tenant's plugin storage when its policy sets none (1 GiB).
+pub const DEFAULT_PLUGIN_BYTES: u64 = 1 << 30;
+
+/// A tenant's plugin count when its policy sets none.
+pub const DEFAULT_PLUGINS: u64 = 100;
+
+/// A tenant's open event streams per node when its policy sets none.
+pub const DEFAULT_OPEN_STREAMS: u64 = 64;
+
+impl Quotas {
+    /// The tenant's plugin storage cap in bytes.
+    pub fn plugin_bytes_cap(&self) -> u64 {
+        self.plugin_bytes.unwrap_or(DEFAULT_PLUGIN_BYTES)
+    }
+
+    /// The tenant's plugin count cap.
+    pub fn plugins_cap(&self) -> u64 {
+        self.plugins.unwrap_or(DEFAULT_PLUGINS)
+    }
+
+    /// The tenant's cap on open event streams per node.
+    pub fn open_streams_cap(&self) -> u64 {
+        self.open_streams.unwrap_or(DEFAULT_OPEN_STREAMS)
+    }
 }
 
 #[cfg(test)]

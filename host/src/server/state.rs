@@ -46,4 +46,17 @@ pub struct Shared {
     pub stopping: AtomicBool,
     /// Failed console sign-ins per client address.
     pub sign_ins: super::throttle::SignInThrottle,
+    /// The runs' runtime: components compile on its blocking threads, which
+    /// the OS puts after the API's.
+    pub runs_handle: tokio::runtime::Handle,
+    /// Uploads compiling at once (`[serve] compile-concurrency`).
+    pub compiles: Arc<tokio::sync::Semaphore>,
+    /// Run requests loading their plugin at once (as many as uploads, and
+    /// apart from them, so a start never waits behind an upload).
+    pub loads: Arc<tokio::sync::Semaphore>,
+    /// Held while an upload is checked against the tenant's plugin quota and
+    /// stored, so that two uploads on this node cannot both pass it.
+    pub plugin_admission: tokio::sync::Mutex<()>,
+    /// The event streams open on this node.
+    pub streams: Arc<super::streams::Streams>,
 }
