@@ -23,6 +23,19 @@
 //!    Reported: the RSS once every run has waited SETTLE_SECS (default 30,
 //!    three lease renewals) after the last arrived, and per waiting run.
 //!
+//! 4. **fairness** (FAIRNESS=only runs just this; FAIRNESS=0 skips it), in
+//!    a fresh server with MAX_IN_FLIGHT slots (default 64):
+//!    (a) a quiet tenant's trivial `"wait": true` run (text-stats, no
+//!    model), FAIR_SAMPLES times one after another (default 300): alone,
+//!    then while a flood tenant has FLOOD runs queued (default 10,000, each
+//!    waiting FLOOD_MODEL_MS on its model, default 500). Reported: both
+//!    p99s and their ratio (target ≤ 2×).
+//!    (b) the quiet tenant's API p99 (the probe) for UPLOAD_SECS (default
+//!    10) alone, then while UPLOADERS clients (default 8) upload the
+//!    largest built component again and again, each copy made unique (a
+//!    custom section) so that each one compiles. Reported: both p99s, their
+//!    ratio (target ≤ 2×), and how many uploads were compiled.
+//!
 //! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
 //! PROBE_SLICE=0, the probe's thread keeps the kernel's usual time slice. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
@@ -294,8 +307,230 @@ fn report(name: &str, phase: &Phase, peak_kib: u64, after_kib: u64) {
     );
 }
 
+/// `bytes` (a component) with a custom section of `tag` appended: the
+/// same component to every reader, but new bytes, so it compiles anew.
+fn unique_copy(bytes: &[u8], tag: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"nexo-bench";
+    let payload = tag.to_le_bytes();
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.extend_from_slice(&payload);
+    let mut out = bytes.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Times `GET /v1/runs?limit=1` as `key` every PROBE_MS until `stop`, on a
+/// thread and runtime of its own (as [`load`]'s probe).
+fn probe(base: String, key: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Duration>> {
+    let every = env_or("PROBE_MS", 5) as u64;
+    std::thread::spawn(move || {
+        if env_or("PROBE_SLICE", 1) == 1 {
+            nexo::priority::api_thread();
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let http = reqwest::Client::new();
+            let mut api = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let resp = http.get(format!("{base}/v1/runs?limit=1")).bearer_auth(&key).send().await.unwrap();
+                assert!(resp.status().is_success());
+                let _ = resp.bytes().await;
+                api.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(every)).await;
+            }
+            api.sort();
+            api
+        })
+    })
+}
+
+/// The quiet tenant's trivial waiting runs, one after another, `n` of them
+/// or until `until` says stop: their latencies, sorted.
+async fn trivial_runs(
+    http: &reqwest::Client,
+    server: &Server,
+    (key, plugin): (&str, &str),
+    n: usize,
+    mut until: impl FnMut(usize) -> bool,
+) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for i in 0..n {
+        if until(i) {
+            break;
+        }
+        let t = Instant::now();
+        let body = json!({"plugin": plugin, "input": format!("a b c {i}"), "wait": true});
+        let resp = http.post(format!("{}/v1/runs", server.base)).bearer_auth(key).json(&body).send().await.unwrap();
+        let run: Value = resp.json().await.unwrap();
+        assert_eq!(run["status"], "done", "{run}");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times
+}
+
+/// Phase 4: a quiet tenant's service while another floods the queue, and
+/// while others upload large components.
+async fn fairness(root: &std::path::Path, http: &reqwest::Client, m: &Model) {
+    let dir = root.join("fairness");
+    std::fs::create_dir_all(&dir).unwrap();
+    let flood_model = model(Duration::from_millis(env_or("FLOOD_MODEL_MS", 500) as u64)).await;
+    std::fs::write(
+        dir.join("nexo.toml"),
+        format!(
+            "[serve]\nrun-timeout-secs = 60\n[serve.models.test]\nprovider = \"openai-compatible\"\n\
+             base-url = \"{}\"\nmodel = \"m\"\nassume-model-exists = true\n\
+             [serve.models.slow]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"m\"\n\
+             assume-model-exists = true\n",
+            m.url, flood_model.url
+        ),
+    )
+    .unwrap();
+    let quiet = tenant(&dir, "quiet", &json!({"models": ["test"]}));
+    let flood = tenant(&dir, "flood", &json!({"models": ["slow"]}));
+    let roomy = json!({"quotas": {"plugins": 1_000_000, "plugin-bytes": 1u64 << 40}});
+    let uploaders_key = tenant(&dir, "uploader", &roomy);
+    let server = start(&dir, env_or("MAX_IN_FLIGHT", 64));
+    let stats = upload(http, &server, &quiet, nexo_tests::TEXT_STATS).await;
+    let probe_plugin = upload(http, &server, &flood, nexo_tests::WORKFLOW_PROBE).await;
+    let samples = env_or("FAIR_SAMPLES", 300);
+    let quiet_key = (quiet.as_str(), stats.as_str());
+    // Warm: the plugin compiled and cached.
+    let _ = trivial_runs(http, &server, quiet_key, 10, |_| false).await;
+
+    // (a) Alone, then behind the flood.
+    let alone = trivial_runs(http, &server, quiet_key, samples, |_| false).await;
+    let flood_n = env_or("FLOOD", 10_000);
+    let mut posts = Vec::new();
+    for i in 0..flood_n {
+        let (http, base, key, plugin) = (http.clone(), server.base.clone(), flood.clone(), probe_plugin.clone());
+        posts.push(tokio::spawn(async move {
+            let body = json!({"plugin": plugin, "input": format!("prompt flood {i}")});
+            let resp = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
+            assert_eq!(resp.status(), reqwest::StatusCode::ACCEPTED, "{}", resp.text().await.unwrap_or_default());
+        }));
+        if posts.len() >= 64 {
+            for p in posts.drain(..) {
+                p.await.unwrap();
+            }
+        }
+    }
+    for p in posts {
+        p.await.unwrap();
+    }
+    let flood_left = |http: reqwest::Client, base: String, key: String| async move {
+        let resp = http.get(format!("{base}/v1/runs?status=queued&limit=1")).bearer_auth(&key).send().await.unwrap();
+        let body: Value = resp.json().await.unwrap();
+        !body["runs"].as_array().unwrap().is_empty()
+    };
+    let behind = {
+        let mut times = Vec::new();
+        for i in 0..samples {
+            if i % 10 == 0 && !flood_left(http.clone(), server.base.clone(), flood.clone()).await {
+                break;
+            }
+            let one = trivial_runs(http, &server, quiet_key, 1, |_| false).await;
+            times.extend(one);
+        }
+        times.sort();
+        times
+    };
+    println!(
+        "
+fairness (a): a quiet tenant's trivial run, p99 alone {} ({} runs), behind {flood_n} queued runs of \
+         another tenant {} ({} runs while its queue lasted): {:.2}x (target ≤ 2x)",
+        ms(pct(&alone, 0.99)),
+        alone.len(),
+        ms(pct(&behind, 0.99)),
+        behind.len(),
+        pct(&behind, 0.99).as_secs_f64() / pct(&alone, 0.99).as_secs_f64().max(1e-9),
+    );
+    // The flood is cancelled rather than waited for.
+    drop(server);
+
+    // (b) The quiet tenant's API alone, then during parallel uploads.
+    let server = start(&dir, env_or("MAX_IN_FLIGHT", 64));
+    let secs = Duration::from_secs(env_or("UPLOAD_SECS", 10) as u64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = probe(server.base.clone(), quiet.clone(), stop.clone());
+    tokio::time::sleep(secs).await;
+    stop.store(true, Ordering::Relaxed);
+    let alone = watch.join().unwrap();
+    let (largest, size) = nexo_tests::ALL
+        .iter()
+        .map(|(_, path)| (*path, std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)))
+        .max_by_key(|(_, size)| *size)
+        .unwrap();
+    let bytes = Arc::new(std::fs::read(largest).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let compiled = Arc::new(AtomicUsize::new(0));
+    let tag = Arc::new(AtomicUsize::new(0));
+    let mut uploaders = Vec::new();
+    for _ in 0..env_or("UPLOADERS", 8) {
+        let (http, base, key, bytes, stop, compiled, tag) = (
+            http.clone(),
+            server.base.clone(),
+            uploaders_key.clone(),
+            bytes.clone(),
+            stop.clone(),
+            compiled.clone(),
+            tag.clone(),
+        );
+        uploaders.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let body = unique_copy(&bytes, tag.fetch_add(1, Ordering::Relaxed));
+                let resp = http.post(format!("{base}/v1/plugins")).bearer_auth(&key).body(body).send().await.unwrap();
+                if resp.status().is_success() {
+                    compiled.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = resp.bytes().await;
+            }
+        }));
+    }
+    let stop_probe = Arc::new(AtomicBool::new(false));
+    let watch = probe(server.base.clone(), quiet.clone(), stop_probe.clone());
+    tokio::time::sleep(secs).await;
+    stop_probe.store(true, Ordering::Relaxed);
+    let during = watch.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for u in uploaders {
+        let _ = u.await;
+    }
+    println!(
+        "fairness (b): the quiet tenant's API p99 alone {} ({} samples), during uploads of {} ({:.1} MiB) by {} \
+         clients {} ({} samples, {} uploads compiled): {:.2}x (target ≤ 2x)",
+        ms(pct(&alone, 0.99)),
+        alone.len(),
+        std::path::Path::new(largest).file_name().unwrap().to_string_lossy(),
+        size as f64 / (1024.0 * 1024.0),
+        env_or("UPLOADERS", 8),
+        ms(pct(&during, 0.99)),
+        during.len(),
+        compiled.load(Ordering::Relaxed),
+        pct(&during, 0.99).as_secs_f64() / pct(&alone, 0.99).as_secs_f64().max(1e-9),
+    );
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    let fairness_only = std::env::var("FAIRNESS").as_deref() == Ok("only");
+    let with_fairness = std::env::var("FAIRNESS").as_deref() != Ok("0");
     let tenants_n = env_or("TENANTS", 50);
     let runs = env_or("RUNS", 500);
     let density = env_or("DENSITY", 10_000);
@@ -304,6 +539,10 @@ async fn main() {
 
     let dir = tempfile::tempdir().unwrap();
     let m = model(Duration::from_millis(model_ms)).await;
+    if fairness_only {
+        fairness(dir.path(), &http, &m).await;
+        return;
+    }
     std::fs::write(
         dir.path().join("nexo.toml"),
         format!(
@@ -406,12 +645,18 @@ async fn main() {
     );
     drop(server);
 
-    if density == 0 {
-        return;
+    if density > 0 {
+        density_phase(dir.path(), &http, &m, &keyed[0], density).await;
     }
+    if with_fairness {
+        fairness(dir.path(), &http, &m).await;
+    }
+}
+
+/// Phase 3: `density` runs waiting on the model in a fresh server.
+async fn density_phase(root: &std::path::Path, http: &reqwest::Client, m: &Model, key: &(String, String), density: usize) {
     // Density: a fresh server, each run's model call held until all are in.
-    let dense = start_dense(dir.path(), &m, density);
-    let key = &keyed[0];
+    let dense = start_dense(root, m, density);
     let idle_kib = dense.rss_kib("VmRSS:");
     m.hold.store(true, Ordering::Relaxed);
     let before = m.arrived.load(Ordering::Relaxed);
