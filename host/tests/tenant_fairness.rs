@@ -112,7 +112,7 @@ async fn tenant_id(scene: &Scene, node: &Node, admin: &str, name: &str) -> Strin
 fn newest_key_id(scene: &Scene, name: &str) -> String {
     let out = scene.nexo(&["tenant", "keys", name]);
     assert!(out.status.success(), "{}", stderr(&out));
-    stdout(&out).lines().filter(|l| l.starts_with('k')).last().unwrap().split('\t').next().unwrap().to_string()
+    stdout(&out).lines().filter(|l| l.starts_with('k')).next_back().unwrap().split('\t').next().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,13 +208,14 @@ async fn a_key_revoked_by_the_cli_ends_its_stream_within_the_recheck() {
 async fn another_tenants_sessions_are_listed_however_many_the_first_has() {
     let scene = Scene::new(None).await;
     let busy = scene.tenant("busy", None);
-    let quiet = scene.tenant("quiet", None);
+    let quiet = scene.tenant("quiet", Some(json!({"models": ["test"]})));
     let admin = admin_key(&scene);
     let node = scene.node("a");
-    let (_, plugin) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
-    let body = json!({"plugin": plugin["id"], "instance": "mine", "input": "a b c", "wait": true});
+    let (_, plugin) = scene.upload(&node, &quiet, built::WORKFLOW_PROBE).await;
+    scene.model.push(Reply::text("hello"));
+    let body = json!({"plugin": plugin["id"], "instance": "mine", "input": "prompt hi", "wait": true});
     let (status, prompted) = scene.post(&node.url("/v1/sessions/prompt"), &quiet, body).await;
-    assert_eq!(status, StatusCode::OK, "{prompted}");
+    assert_eq!((status, &prompted["run"]["status"]), (StatusCode::OK, &json!("done")), "{prompted}");
 
     // The busy tenant then has more sessions, all newer, than a page of all.
     let busy_id = tenant_id(&scene, &node, &admin, "busy").await;

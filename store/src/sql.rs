@@ -568,12 +568,12 @@ macro_rules! due_job {
             job_columns!(),
             " FROM jobs WHERE status = 'running' AND lease_until_ms < $1 ORDER BY lease_until_ms, id LIMIT 1",
             $lock,
-            "), next AS (SELECT 1 AS pick, ",
+            "), in_turn AS (SELECT 1 AS pick, ",
             job_columns!(),
             " FROM jobs WHERE status = 'queued' AND not_before_ms <= $1 \
              ORDER BY turn, not_before_ms, created_ms, id LIMIT 1",
             $lock,
-            ") SELECT * FROM lapsed UNION ALL SELECT * FROM next ORDER BY pick LIMIT 1"
+            ") SELECT * FROM lapsed UNION ALL SELECT * FROM in_turn ORDER BY pick LIMIT 1"
         )
     };
 }

@@ -176,6 +176,11 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     let changes = Arc::new(changes::Changes::default());
     let compile_concurrency =
         usize::try_from(file.serve.compile_concurrency.unwrap_or(DEFAULT_COMPILE_CONCURRENCY).max(1)).unwrap_or(1);
+    // A run request's load is mostly a hit in the compile cache: enough
+    // places that starts never queue for them, few enough that a burst of
+    // cold compiles cannot take every core.
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let load_concurrency = compile_concurrency.max(cores.saturating_mul(4));
     let shared = Arc::new(Shared {
         store: store.clone(),
         runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
@@ -192,7 +197,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         sign_ins: Default::default(),
         runs_handle: runs_handle.clone(),
         compiles: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
-        loads: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
+        loads: Arc::new(tokio::sync::Semaphore::new(load_concurrency)),
         plugin_admission: tokio::sync::Mutex::new(()),
         streams: Default::default(),
     });

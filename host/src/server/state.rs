@@ -51,8 +51,8 @@ pub struct Shared {
     pub runs_handle: tokio::runtime::Handle,
     /// Uploads compiling at once (`[serve] compile-concurrency`).
     pub compiles: Arc<tokio::sync::Semaphore>,
-    /// Run requests loading their plugin at once (as many as uploads, and
-    /// apart from them, so a start never waits behind an upload).
+    /// Run requests loading their plugin at once (four per core; apart
+    /// from the uploads', so a start never waits behind an upload).
     pub loads: Arc<tokio::sync::Semaphore>,
     /// Held while an upload is checked against the tenant's plugin quota and
     /// stored, so that two uploads on this node cannot both pass it.
