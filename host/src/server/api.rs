@@ -176,6 +176,15 @@ where
     })
 }
 
+/// Runs `work` on a blocking thread of the runs' runtime: hashing, copying
+/// and writing a large upload must not hold an API thread either.
+async fn blocking<T: Send + 'static>(state: &AppState, work: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+    state.runs_handle.spawn_blocking(work).await.map_err(|e| {
+        tracing::error!(target: "nexo::server", "a blocking task failed: {e}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the upload could not be handled; try again")
+    })
+}
+
 /// The refusal of an upload past the tenant's plugin storage: 507, naming
 /// the quota.
 fn over_plugin_quota(message: String) -> ApiError {
@@ -224,7 +233,8 @@ pub async fn upload_plugin(
             "the body is empty: send the component's bytes (`--data-binary @agent.wasm`)",
         ));
     }
-    let sha = nexo_store::sha256_hex(&body);
+    let hashed = body.clone();
+    let sha = blocking(&state, move || nexo_store::sha256_hex(&hashed)).await?;
     let path = plugin_path(&state.data_dir, &sha);
     // Refused before the costly compile if it cannot be stored anyway.
     check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
@@ -247,7 +257,9 @@ pub async fn upload_plugin(
     // Checked again with the other uploads of this node held off.
     let _admitted = state.plugin_admission.lock().await;
     check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
-    write_atomically(&path, &body).map_err(|e| {
+    let (to, written) = (path.clone(), body.clone());
+    let copy = blocking(&state, move || write_atomically(&to, &written).map(|()| written.to_vec())).await?;
+    let bytes = copy.map_err(|e| {
         tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the server cannot store the plugin now; try again")
     })?;
@@ -258,7 +270,7 @@ pub async fn upload_plugin(
             sha256: sha.clone(),
             name: manifest.name.clone(),
             world: plugin.export().to_string(),
-            bytes: body.to_vec(),
+            bytes,
             created_ms: nexo_store::now_ms(),
         })
         .await
