@@ -989,3 +989,16 @@ fn fill_random(buf: &mut [u8]) {
         panic!("the operating system's random source failed: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_prefix_range_ends_at_the_next_string() {
+        assert_eq!(super::prefix_end("t1/").as_deref(), Some("t10"));
+        assert_eq!(super::prefix_end("a✓").as_deref(), Some("a✔"));
+        assert_eq!(super::prefix_end("a\u{d7ff}").as_deref(), Some("a\u{e000}"), "past the surrogates");
+        assert_eq!(super::prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(super::prefix_end(""), None);
+        assert_eq!(super::prefix_end("\u{10ffff}"), None);
+    }
+}
