@@ -654,7 +654,13 @@ async fn main() {
 }
 
 /// Phase 3: `density` runs waiting on the model in a fresh server.
-async fn density_phase(root: &std::path::Path, http: &reqwest::Client, m: &Model, key: &(String, String), density: usize) {
+async fn density_phase(
+    root: &std::path::Path,
+    http: &reqwest::Client,
+    m: &Model,
+    key: &(String, String),
+    density: usize,
+) {
     // Density: a fresh server, each run's model call held until all are in.
     let dense = start_dense(root, m, density);
     let idle_kib = dense.rss_kib("VmRSS:");

@@ -161,9 +161,14 @@ async fn a_tenants_open_streams_are_capped_and_end_when_its_key_is_revoked_or_it
     assert!(refused["error"]["message"].as_str().unwrap().contains("`open-streams` (2)"), "{refused}");
 
     // Revoking the second key ends its stream at once, and only its.
-    let (status, revoked) = scene.call(Method::DELETE, &node.url(&format!("/v1/keys/{second_id}")), Some(&admin), None).await;
+    let (status, revoked) =
+        scene.call(Method::DELETE, &node.url(&format!("/v1/keys/{second_id}")), Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK, "{revoked}");
-    assert!(by_second.ends_within(Duration::from_secs(3)).await, "the revoked key's stream goes on: {}", by_second.text());
+    assert!(
+        by_second.ends_within(Duration::from_secs(3)).await,
+        "the revoked key's stream goes on: {}",
+        by_second.text()
+    );
     assert!(by_second.text().contains("event: closed"), "{}", by_second.text());
     assert!(!by_first.reader.is_finished(), "the other key's stream goes on");
     // Its place is free again.
@@ -219,9 +224,8 @@ async fn another_tenants_sessions_are_listed_however_many_the_first_has() {
 
     // The busy tenant then has more sessions, all newer, than a page of all.
     let busy_id = tenant_id(&scene, &node, &admin, "busy").await;
-    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", scene.store))
-        .await
-        .unwrap();
+    let mut db =
+        <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", scene.store)).await.unwrap();
     let now = nexo_store::now_ms() + 60_000;
     sqlx::query(
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 10049) \
@@ -237,7 +241,8 @@ async fn another_tenants_sessions_are_listed_however_many_the_first_has() {
 
     let (status, listed) = scene.get(&node.url("/v1/sessions"), &quiet).await;
     assert_eq!(status, StatusCode::OK, "{listed}");
-    let names: Vec<&str> = listed["sessions"].as_array().unwrap().iter().map(|s| s["instance"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        listed["sessions"].as_array().unwrap().iter().map(|s| s["instance"].as_str().unwrap()).collect();
     assert_eq!(names, ["mine"], "{listed}");
     let (_, listed) = scene.get(&node.url("/v1/sessions"), &busy).await;
     let theirs = listed["sessions"].as_array().unwrap();

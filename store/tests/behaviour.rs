@@ -771,9 +771,8 @@ async fn tenants_take_turns_at_the_queue(store: Arc<dyn Store>) {
     let quiet = store.enqueue(job("q1".into(), "quiet", 1_000)).await.unwrap();
     assert_eq!((quiet.tenant.as_deref(), quiet.turn), (Some("t-quiet"), 2), "it joins the round under way");
     assert_eq!(store.job("q1").await.unwrap(), Some(quiet), "the queue and turn read back");
-    let next: Vec<String> = [claim(&store, "w1", FAR, 1_001).await.0.id, claim(&store, "w1", FAR, 1_001).await.0.id]
-        .into_iter()
-        .collect();
+    let next: Vec<String> =
+        [claim(&store, "w1", FAR, 1_001).await.0.id, claim(&store, "w1", FAR, 1_001).await.0.id].into_iter().collect();
     assert_eq!(next, ["q1", "b003"], "the quiet tenant's job is next, not after 197 others");
     // The operator's own runs are one more queue; and a tenant that queues
     // many at once gets every other claim, not all of them.

@@ -166,7 +166,8 @@ where
             "the server is compiling other components; try again in a minute",
         )
     };
-    let _permit = tokio::time::timeout(COMPILE_WAIT, permits.acquire()).await.map_err(|_| busy())?.map_err(|_| busy())?;
+    let _permit =
+        tokio::time::timeout(COMPILE_WAIT, permits.acquire()).await.map_err(|_| busy())?.map_err(|_| busy())?;
     let engine = state.engine.clone();
     let handle = state.runs_handle.clone();
     let inner = handle.clone();
@@ -241,11 +242,10 @@ pub async fn upload_plugin(
     // Validation compiles the component: a typed error for bytes that are not one.
     let label = PathBuf::from(format!("{sha}.wasm"));
     let bytes = body.clone();
-    let plugin = off_api(&state, &state.compiles, move |engine| async move {
-        Plugin::from_bytes(&engine, label, &bytes).await
-    })
-    .await?
-    .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let plugin =
+        off_api(&state, &state.compiles, move |engine| async move { Plugin::from_bytes(&engine, label, &bytes).await })
+            .await?
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let agent = plugin.agent().map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

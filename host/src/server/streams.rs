@@ -107,7 +107,8 @@ impl Streams {
     }
 
     /// How many streams `tenant` has open here.
-    pub fn count(&self, tenant: &str) -> usize {
+    #[cfg(test)]
+    fn count(&self, tenant: &str) -> usize {
         self.lock().get(tenant).map_or(0, HashMap::len)
     }
 }
@@ -134,8 +135,11 @@ mod tests {
     #[tokio::test]
     async fn revoking_a_key_ends_its_streams_only() {
         let streams = Arc::new(Streams::default());
-        let (a, b, c) =
-            (streams.open("t1", "k1", 9).unwrap(), streams.open("t1", "k2", 9).unwrap(), streams.open("t2", "k3", 9).unwrap());
+        let (a, b, c) = (
+            streams.open("t1", "k1", 9).unwrap(),
+            streams.open("t1", "k2", 9).unwrap(),
+            streams.open("t2", "k3", 9).unwrap(),
+        );
         let waiting = tokio::spawn({
             let end = a.end.clone();
             async move { end.wait().await }
