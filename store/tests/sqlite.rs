@@ -448,13 +448,67 @@ async fn a_version_1_file_is_migrated_in_place() {
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
 }
 
-/// Takes a file back from version 5 to what version 4 wrote: version 5
+/// Takes a file back from version 6 to what version 5 wrote: version 6
+/// only added the jobs' queue and turn (and their indexes, in place of
+/// `jobs_by_due`) and the sessions' index by instance.
+const UNDO_VERSION_6: &[&str] = &[
+    "DROP INDEX sessions_by_instance",
+    "DROP INDEX jobs_by_queue",
+    "DROP INDEX jobs_by_turn",
+    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
+    "ALTER TABLE jobs DROP COLUMN turn",
+    "ALTER TABLE jobs DROP COLUMN queue",
+    "DELETE FROM nexo_schema WHERE version = 6",
+];
+
+/// Takes a file back from version 6 to what version 4 wrote: version 5
 /// only added the console's sign-ins.
 const UNDO_VERSION_5: &[&str] = &[
+    "DROP INDEX sessions_by_instance",
+    "DROP INDEX jobs_by_queue",
+    "DROP INDEX jobs_by_turn",
+    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
+    "ALTER TABLE jobs DROP COLUMN turn",
+    "ALTER TABLE jobs DROP COLUMN queue",
+    "DELETE FROM nexo_schema WHERE version = 6",
     "DROP INDEX console_sign_ins_by_expiry",
     "DROP TABLE console_sign_ins",
     "DELETE FROM nexo_schema WHERE version = 5",
 ];
+
+#[tokio::test]
+async fn a_version_5_file_is_migrated_in_place_its_queued_jobs_in_their_tenants_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+        store.create_tenant(tenant).await.unwrap();
+        store.create_run(NewRun { tenant: Some("t1".into()), ..new_run("r1") }).await.unwrap();
+        let job = nexo_store::NewJob {
+            id: "j1".into(),
+            run: "r1".into(),
+            kind: nexo_store::JobKind::Start,
+            payload: json!({"run": "r1"}),
+            max_attempts: 1,
+            backoff_ms: 0,
+            not_before_ms: 0,
+            created_ms: 1,
+        };
+        store.enqueue(job).await.unwrap();
+        store.close().await;
+        let mut conn = raw(&path).await;
+        for undo in UNDO_VERSION_6 {
+            sqlx::query(*undo).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let job = store.job("j1").await.unwrap().unwrap();
+    assert_eq!((job.tenant.as_deref(), job.turn), (Some("t1"), 0), "in its run's tenant's queue, at the first turn");
+    assert_eq!(store.claim_job("w", 1_000, 10).await.unwrap().map(|j| j.id).as_deref(), Some("j1"));
+    store.close().await;
+}
 
 #[tokio::test]
 async fn a_version_4_file_is_migrated_in_place() {
@@ -489,10 +543,17 @@ async fn a_version_4_file_is_migrated_in_place() {
     store.close().await;
 }
 
-/// Takes a file back from version 5 to what version 3 wrote: version 4
+/// Takes a file back from version 6 to what version 3 wrote: version 4
 /// only added the tenants' tables, and the `tenant` column and its index
 /// on `runs`.
 const UNDO_VERSION_4: &[&str] = &[
+    "DROP INDEX sessions_by_instance",
+    "DROP INDEX jobs_by_queue",
+    "DROP INDEX jobs_by_turn",
+    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
+    "ALTER TABLE jobs DROP COLUMN turn",
+    "ALTER TABLE jobs DROP COLUMN queue",
+    "DELETE FROM nexo_schema WHERE version = 6",
     "DROP INDEX console_sign_ins_by_expiry",
     "DROP TABLE console_sign_ins",
     "DELETE FROM nexo_schema WHERE version = 5",
@@ -631,7 +692,7 @@ async fn a_version_3_file_is_migrated_in_place() {
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
 }
 
 #[tokio::test]
