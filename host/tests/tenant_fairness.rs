@@ -112,7 +112,7 @@ async fn tenant_id(scene: &Scene, node: &Node, admin: &str, name: &str) -> Strin
 fn newest_key_id(scene: &Scene, name: &str) -> String {
     let out = scene.nexo(&["tenant", "keys", name]);
     assert!(out.status.success(), "{}", stderr(&out));
-    stdout(&out).lines().filter(|l| l.starts_with('k')).next_back().unwrap().split('\t').next().unwrap().to_string()
+    stdout(&out).lines().rfind(|l| l.starts_with('k')).unwrap().split('\t').next().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
