@@ -344,6 +344,19 @@ mod tests {
     }
 
     #[test]
+    fn storage_and_streams_have_a_cap_when_the_policy_sets_none() {
+        let unset = Policy::parse("{}", &nexo::config::ConfigFile::default()).unwrap().quotas;
+        assert_eq!(unset.concurrent_runs, None, "the other quotas stay unlimited");
+        assert_eq!(
+            (unset.plugin_bytes_cap(), unset.plugins_cap(), unset.open_streams_cap()),
+            (DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_OPEN_STREAMS)
+        );
+        let text = "[quotas]\nplugin-bytes = 1000\nplugins = 2\nopen-streams = 0\n";
+        let set = Policy::parse(text, &nexo::config::ConfigFile::default()).unwrap().quotas;
+        assert_eq!((set.plugin_bytes_cap(), set.plugins_cap(), set.open_streams_cap()), (1000, 2, 0));
+    }
+
+    #[test]
     fn an_empty_request_gets_the_policy() {
         let e = policy().narrow(&Narrowing::default()).unwrap();
         assert_eq!(e.allow, vec![Capability::Write, Capability::Fetch]);
