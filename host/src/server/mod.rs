@@ -10,6 +10,7 @@
 //! - `signin`: the console's sign-ins, kept in the store for every node.
 //! - `throttle`: failed console sign-ins per client address.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
+//! - `workspace`: a tenant's workspace files: list, upload, download, delete.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
 //! Runs are queued in the store with a start job, and this process's
@@ -29,6 +30,7 @@ pub mod signin;
 pub mod state;
 pub mod tenants;
 pub mod throttle;
+pub mod workspace;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -304,6 +306,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}", get(sessions::show).delete(sessions::delete))
         .route("/v1/usage", get(api::usage))
         .route("/v1/audit", get(api::audit_log))
+        .route("/v1/workspace", get(workspace::list))
+        .route("/v1/workspace/{*path}", put(workspace::put).get(workspace::get).delete(workspace::delete))
         .route("/v1/tenants", post(api::create_tenant).get(api::list_tenants))
         .route("/v1/tenants/{name}/policy", put(api::put_policy))
         .route("/v1/tenants/{name}/keys", post(api::create_key))

@@ -287,6 +287,10 @@ pub struct Quotas {
     /// together, in cores (0.5 is half a core): past it they are made to
     /// wait at their epoch ticks, so a busy loop cannot crowd out others.
     pub cpu_cores: Option<f64>,
+    /// The bytes the tenant's workspace may hold on one node: an upload
+    /// (`PUT /v1/workspace/{path}`) past it is refused. Unset: 1 GiB
+    /// ([`super::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
+    pub workspace_bytes: Option<u64>,
 }
 
 #[cfg(test)]
