@@ -203,22 +203,25 @@ async fn the_workspace_api_keeps_each_tenant_to_its_own_files_within_its_quota()
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(!alice_ws.join("b.bin").exists());
 
-    // Paths that try to leave the workspace: refused, whatever the verb.
+    // Paths that try to leave the workspace: refused, whatever the verb (a client may
+    // resolve plain `..` itself, so that the request names no workspace path at all: 404).
     let alice_id = alice_ws.parent().unwrap().file_name().unwrap().to_string_lossy().to_string();
-    for path in [
-        "../../../nexo.db".to_string(),
-        "%2e%2e/%2e%2e/%2e%2e/nexo.db".to_string(),
-        "..%2F..%2F..%2Fnexo.db".to_string(),
-        "%2Fetc%2Fpasswd".to_string(),
-        format!("../../{alice_id}/workspace/docs/a.txt"),
-        "docs/../../x".to_string(),
+    for (path, refused) in [
+        ("../../../nexo.db".to_string(), [StatusCode::BAD_REQUEST, StatusCode::NOT_FOUND]),
+        ("docs/../../x".to_string(), [StatusCode::BAD_REQUEST, StatusCode::NOT_FOUND]),
+        (format!("../../{alice_id}/workspace/docs/a.txt"), [StatusCode::BAD_REQUEST, StatusCode::NOT_FOUND]),
+        ("%2e%2e/%2e%2e/%2e%2e/nexo.db".to_string(), [StatusCode::BAD_REQUEST, StatusCode::NOT_FOUND]),
+        ("..%2F..%2F..%2Fnexo.db".to_string(), [StatusCode::BAD_REQUEST; 2]),
+        (format!("..%2F..%2F{alice_id}%2Fworkspace%2Fdocs%2Fa.txt"), [StatusCode::BAD_REQUEST; 2]),
+        ("%2Fetc%2Fpasswd".to_string(), [StatusCode::BAD_REQUEST; 2]),
     ] {
         let (status, answer) = download(&scene, &node, &bob, &path).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "GET {path}: {}", String::from_utf8_lossy(&answer));
+        assert!(refused.contains(&status), "GET {path}: {status} {}", String::from_utf8_lossy(&answer));
         let (status, answer) = put(&scene, &node, &bob, &path, b"x".to_vec()).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "PUT {path}: {answer}");
-        let (status, answer) = scene.call(Method::DELETE, &node.url(&format!("/v1/workspace/{path}")), Some(&bob), None).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "DELETE {path}: {answer}");
+        assert!(refused.contains(&status), "PUT {path}: {status} {answer}");
+        let url = node.url(&format!("/v1/workspace/{path}"));
+        let (status, answer) = scene.call(Method::DELETE, &url, Some(&bob), None).await;
+        assert!(refused.contains(&status), "DELETE {path}: {status} {answer}");
     }
     assert!(scene.dir.path().join("nexo.db").exists() && alice_ws.join("docs/a.txt").exists(), "nothing was removed");
 
