@@ -485,10 +485,13 @@ async fn a_run_whose_job_will_be_retried_is_queued_not_failed() {
         format!("http://{}/v1", l.local_addr().unwrap())
     };
     let ws = scene.ws().display().to_string();
+    let agent = scene.dir.path().join("bg.toml");
+    std::fs::write(&agent, "name = \"bg\"\ndescription = \"A background agent\"\ninstructions = \"Answer.\"\n").unwrap();
+    let agent = agent.display().to_string();
     let out = scene.nexo(&[
         "run",
-        built::WORKFLOW_PROBE,
-        "prompt hello",
+        &agent,
+        "hello",
         "--provider",
         "openai-compatible",
         "--base-url",
