@@ -460,10 +460,23 @@ async fn a_resumed_scripted_run_goes_on_from_the_turn_its_journal_reached() {
     std::fs::write(&script, turns.to_string()).unwrap();
     let agent = scene.dir.path().join("ledger.toml");
     std::fs::write(&agent, "name = \"ledger\"\ndescription = \"Appends\"\ncapabilities = [\"shell\"]\n").unwrap();
-    let (agent, script, ws) = (agent.display().to_string(), script.display().to_string(), scene.ws().display().to_string());
+    let (agent, script, ws) =
+        (agent.display().to_string(), script.display().to_string(), scene.ws().display().to_string());
     let out = scene.nexo(&[
-        "run", &agent, "append", "--script", &script, "--sandbox", "local", "--cwd", &ws, "--allow", "shell", "--mode",
-        "approve", "--json",
+        "run",
+        &agent,
+        "append",
+        "--script",
+        &script,
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--allow",
+        "shell",
+        "--mode",
+        "approve",
+        "--json",
     ]);
     assert_eq!(out.status.code(), Some(4), "suspended for the shell call: {}", stderr(&out));
     let id = last_json(&out)["run"].as_str().unwrap().to_string();
@@ -486,7 +499,8 @@ async fn a_run_whose_job_will_be_retried_is_queued_not_failed() {
     };
     let ws = scene.ws().display().to_string();
     let agent = scene.dir.path().join("bg.toml");
-    std::fs::write(&agent, "name = \"bg\"\ndescription = \"A background agent\"\ninstructions = \"Answer.\"\n").unwrap();
+    std::fs::write(&agent, "name = \"bg\"\ndescription = \"A background agent\"\ninstructions = \"Answer.\"\n")
+        .unwrap();
     let agent = agent.display().to_string();
     let out = scene.nexo(&[
         "run",

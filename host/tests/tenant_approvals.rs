@@ -42,6 +42,58 @@ async fn waits_on_another_call(scene: &Scene, node: &Node, key: &str, id: &str, 
     }
 }
 
+/// The console over plain HTTP, redirects not followed: signs `key` in and
+/// answers the session's cookie header.
+async fn console_sign_in(http: &reqwest::Client, node: &Node, key: &str) -> String {
+    let resp = http.get(node.url("/login")).send().await.unwrap();
+    let login = cookie(&resp, "nexo_login");
+    let token = field(&resp.text().await.unwrap(), "csrf");
+    let resp = http
+        .post(node.url("/login"))
+        .header("cookie", format!("nexo_login={login}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={token}&key={key}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    format!("nexo_session={}", cookie(&resp, "nexo_session"))
+}
+
+fn cookie(resp: &reqwest::Response, name: &str) -> String {
+    let header = resp.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_string());
+    let found =
+        header.into_iter().find_map(|h| Some(h.split(';').next()?.strip_prefix(&format!("{name}="))?.to_string()));
+    found.unwrap_or_else(|| panic!("no {name} cookie"))
+}
+
+/// The value of the first hidden field `name` in a page.
+fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = page.find(&marker).unwrap_or_else(|| panic!("no {name} field in {page}")) + marker.len();
+    page[at..].split('"').next().unwrap().to_string()
+}
+
+/// Posts a console form; its status and page.
+async fn post_form(
+    http: &reqwest::Client,
+    node: &Node,
+    session: &str,
+    path: &str,
+    form: &[(&str, String)],
+) -> (StatusCode, String) {
+    let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let resp = http
+        .post(node.url(path))
+        .header("cookie", session)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.join("&"))
+        .send()
+        .await
+        .unwrap();
+    (resp.status(), resp.text().await.unwrap())
+}
+
 fn shown(run: &Value) -> Value {
     json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]})
 }
@@ -81,7 +133,19 @@ async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing(
     let resp = scene.http.post(&approve).bearer_auth(&alice).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "no body at all");
 
-    // Two approvers were shown call 1. The first approves it over the API; the run moves on to call 2.
+    // Two approvers were shown call 1: one in the console, whose form names that call.
+    let console = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let session = console_sign_in(&console, &node, &alice).await;
+    let page = console.get(node.url(&format!("/runs/{id}"))).header("cookie", &session).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(page.contains("notes.txt"), "the console shows call 1: {page}");
+    let form = [("csrf", field(&page, "csrf")), ("seq", field(&page, "seq")), ("args-hash", field(&page, "args-hash"))];
+    assert_eq!(form[1].1, first["approval"]["seq"].to_string());
+    assert_eq!(form[2].1, first["approval"]["args_hash"].as_str().unwrap());
+    let (status, refused) = post_form(&console, &node, &session, &format!("/runs/{id}/approve"), &form[..1]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a form that names no call: {refused}");
+
+    // The other approves call 1 over the API; the run moves on to call 2.
     let (status, decided) = scene.post(&approve, &alice, shown(&first)).await;
     assert_eq!(status, StatusCode::OK, "{decided}");
     let second = waits_on_another_call(&scene, &node, &alice, &id, &first["approval"]["seq"]).await;
@@ -98,6 +162,10 @@ async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing(
         let pending = format!("now waits on call {}", second["approval"]["seq"]);
         assert!(message.contains(&pending) && message.contains("nothing was decided"), "{message}");
     }
+    // So is the console's form, still showing call 1.
+    let (status, refused) = post_form(&console, &node, &session, &format!("/runs/{id}/approve"), &form).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused.contains("nothing was decided"), "{refused}");
     // The same sequence number with other arguments is not the call shown either.
     let forged = json!({"seq": second["approval"]["seq"], "args-hash": first["approval"]["args_hash"]});
     let (status, refused) = scene.post(&approve, &alice, forged).await;

@@ -492,9 +492,7 @@ impl DecisionRequest {
             DecisionRequest::default()
         } else {
             serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "the body is not a decision ({{\"seq\": N, \"args-hash\": \"…\"}}): {e}"
-                ))
+                ApiError::bad_request(format!("the body is not a decision ({{\"seq\": N, \"args-hash\": \"…\"}}): {e}"))
             })?
         };
         request.call()

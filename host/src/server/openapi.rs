@@ -30,7 +30,8 @@ fn id_param(mut operation: Value, name: &str) -> Value {
 /// An approve or deny: its body names the call decided, and a call the run
 /// no longer waits on is refused.
 fn decision(operation: Value) -> Value {
-    let mut operation = with_body(id_param(operation, "id"), "application/json", json!({"$ref": "#/components/schemas/Decision"}));
+    let mut operation =
+        with_body(id_param(operation, "id"), "application/json", json!({"$ref": "#/components/schemas/Decision"}));
     operation["responses"]["400"] = json!({"description": "the body does not name the call decided (`seq`, `args-hash`)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     operation["responses"]["409"] = json!({"description": "`stale_approval`: the run does not wait on that call (now); \

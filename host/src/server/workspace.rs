@@ -109,9 +109,11 @@ fn io_error(path: &str, e: io::Error) -> ApiError {
     }
     match e.kind() {
         io::ErrorKind::NotFound => ApiError::not_found(&format!("there is no `{path}` in the workspace")),
-        io::ErrorKind::NotADirectory => {
-            ApiError::new(StatusCode::CONFLICT, "not_a_directory", format!("a part of `{path}` is a file, not a directory"))
-        }
+        io::ErrorKind::NotADirectory => ApiError::new(
+            StatusCode::CONFLICT,
+            "not_a_directory",
+            format!("a part of `{path}` is a file, not a directory"),
+        ),
         io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => {
             ApiError::new(StatusCode::CONFLICT, "is_a_directory", format!("`{path}` is a directory"))
         }
@@ -376,7 +378,8 @@ pub async fn get(
             Err(e) => Some((Err(e), None)),
         }
     });
-    let headers = [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (header::CONTENT_LENGTH, size.to_string())];
+    let headers =
+        [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (header::CONTENT_LENGTH, size.to_string())];
     Ok((StatusCode::OK, headers, Body::from_stream(chunks)).into_response())
 }
 
@@ -407,7 +410,8 @@ mod tests {
     #[test]
     fn only_plain_relative_paths_name_a_file() {
         assert_eq!(relative("a/./b.txt").ok(), Some(PathBuf::from("a/b.txt")));
-        for bad in ["", ".", "/etc/passwd", "../x", "a/../../x", "a/..", "a\0b", ".nexo-upload-r1", "d/.nexo-upload-x"] {
+        for bad in ["", ".", "/etc/passwd", "../x", "a/../../x", "a/..", "a\0b", ".nexo-upload-r1", "d/.nexo-upload-x"]
+        {
             assert!(relative(bad).is_err(), "{bad:?} is refused");
         }
     }

@@ -178,4 +178,3 @@ impl Scene {
             .collect()
     }
 }
-
