@@ -480,6 +480,17 @@ async fn a_resumed_scripted_run_goes_on_from_the_turn_its_journal_reached() {
     ]);
     assert_eq!(out.status.code(), Some(4), "suspended for the shell call: {}", stderr(&out));
     let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    // A decision bound to a call the run does not wait on decides nothing.
+    let out = scene.nexo(&["runs", "approve", &id, "--seq", "99", "--args-hash", &"0".repeat(64)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was decided") && stderr(&out).contains("now waits on call"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!scene.ws().join("ledger.txt").exists());
+    let show = stdout(&scene.nexo(&["runs", "show", &id]));
+    assert!(show.contains("(undecided)") && show.contains("--args-hash"), "{show}");
     // Another process approves: the replay answers turn 1, the shell runs once, and the script goes on at turn 2.
     let out = scene.nexo(&["runs", "approve", &id, "--json"]);
     assert!(stderr(&out).contains("approved call"), "the approval names the call: {}", stderr(&out));
