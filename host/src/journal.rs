@@ -256,6 +256,13 @@ impl Journal {
         self.lock().replayed
     }
 
+    /// How many model turns (`nexo:model` `complete`, see
+    /// `agent_loop::complete`) the journal holds: a replay answers them all
+    /// before the run asks a model anything live.
+    pub fn recorded_turns(&self) -> u64 {
+        self.recorded.values().filter(|e| e.interface == "nexo:model" && e.function == "complete").count() as u64
+    }
+
     /// Decides how one call runs: from the journal, or live.
     pub fn begin(&self, interface: &str, function: &str, args_hash: &str) -> Begin {
         if UNJOURNALED.try_with(|_| ()).is_ok() {

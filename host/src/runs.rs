@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexo_store::{
-    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, Run, RunStatus, Store, StoreError,
-    Transition,
+    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, PendingCall, Run, RunStatus, Store,
+    StoreError, Transition,
 };
 use serde_json::{Value, json};
 
@@ -371,9 +371,32 @@ impl Runs {
             .collect())
     }
 
-    /// Records the operator's decision on a suspended run's pending approval.
-    pub async fn decide(&self, id: &str, decision: Decision) -> Result<nexo_store::Approval, StoreError> {
-        self.store.decide(id, decision).await
+    /// Records the operator's decision on a suspended run's pending
+    /// approval, if it is still for `call`, the call the decider was shown
+    /// ([`StoreError::StaleApproval`] otherwise, and nothing is decided).
+    pub async fn decide(
+        &self,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+    ) -> Result<nexo_store::Approval, StoreError> {
+        self.store.decide(id, call, decision).await
+    }
+
+    /// Decides the call run `id` waits on now, whichever it is: for a person
+    /// at a terminal who has just been shown it (the answer names the call
+    /// decided, to be shown back). A decision that must bind to what a
+    /// person saw elsewhere names its call ([`Runs::decide`]).
+    pub async fn decide_pending(&self, id: &str, decision: Decision) -> Result<nexo_store::Approval, StoreError> {
+        let run = self.store.run(id).await?.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        let pending = self.store.approval(id).await?.filter(|_| run.status == RunStatus::Suspended);
+        let Some(pending) = pending else {
+            return Err(StoreError::Conflict(format!(
+                "run `{id}` has no pending approval (it is {}); `nexo runs show {id}` shows its state",
+                run.status
+            )));
+        };
+        self.store.decide(id, &pending.call(), decision).await
     }
 
     async fn drive(
@@ -400,6 +423,10 @@ impl Runs {
             tokio::join!(Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events), load_thread);
         let journal = Arc::new(journal.map_err(RunError::from)?);
         let thread = thread.map_err(RunError::from)?;
+        // A recorded conversation goes on after the turns the replay answers.
+        if let Some(model) = &options.model {
+            model.resume_at(journal.recorded_turns());
+        }
         let mut options = options.clone();
         options.thread = thread.clone();
         let display = options.events.clone().unwrap_or_else(crate::events::no_events);
@@ -434,19 +461,14 @@ impl Runs {
                 pending = approval.clone();
                 (Transition::Suspend { reason, resume_key, approval }, None)
             }
-            (Some(Halt::Failed(why)), _) => {
-                batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
-                (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
-            }
+            (Some(Halt::Failed(why)), _) => (failure(&mut batch, why, retryable && options.retry_follows, at_ms), None),
             (None, Ok((answer, status))) => {
                 batch.thread = thread.as_ref().and_then(|t| t.append());
                 (Transition::Finish { status: RunStatus::Done, result: Some(answer), error: None }, status)
             }
             (None, Err(e)) => {
                 retryable = e.may_pass_on_retry();
-                let why = e.to_string();
-                batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
-                (Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }, None)
+                (failure(&mut batch, e.to_string(), retryable && options.retry_follows, at_ms), None)
             }
         };
         let fallback = batch.thread.is_some().then(|| Batch { thread: None, ..batch.clone() });
@@ -504,6 +526,18 @@ impl From<StoreError> for ResumeOutcome {
     fn from(e: StoreError) -> Self {
         ResumeOutcome::Refused(ResumeError::Store(e))
     }
+}
+
+/// How a failed pass leaves `running`: `failed`, or, when its job will try
+/// it again (`retried`), `queued` for that retry with a `retrying` event, so
+/// that no one is told it ended while it has not.
+fn failure(batch: &mut Batch, why: String, retried: bool, at_ms: i64) -> Transition {
+    if retried {
+        batch.events.push(NewEvent { kind: "retrying".into(), data: json!({ "error": why }), at_ms });
+        return Transition::Requeue { error: why };
+    }
+    batch.events.push(NewEvent { kind: "failed".into(), data: json!({ "error": why }), at_ms });
+    Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why) }
 }
 
 /// The keeper of `owner`'s run leases in `store`. A renewal that fails

@@ -132,6 +132,11 @@ pub struct RunOptions {
     /// ([`crate::host_call::AuditSink`]). `nexo serve` keeps them in the
     /// tenant's audit log. `None`: not recorded.
     pub audit: Option<Arc<dyn crate::host_call::AuditSink>>,
+    /// A job will try this pass again if it fails in a way that may pass
+    /// ([`crate::error::RunError::may_pass_on_retry`]): such a failure leaves
+    /// a recorded run `queued` for the retry, not `failed`. A worker sets it
+    /// while the job has attempts left.
+    pub retry_follows: bool,
 }
 
 impl RunOptions {

@@ -447,3 +447,118 @@ async fn runs_events_follow_streams_a_running_run_until_it_ends() {
     let show = last_json(&scene.nexo(&["runs", "show", &id, "--json"]));
     assert_eq!(show["state"]["a"], "answer 0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_scripted_run_goes_on_from_the_turn_its_journal_reached() {
+    let scene = Scene::new().await;
+    // Turn 1 runs a shell command (held for approval); turn 2 answers.
+    let script = scene.dir.path().join("script.json");
+    let turns = json!({"turns": [
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "echo ran >> ledger.txt"}}]},
+        {"text": "the ledger has one line"},
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let agent = scene.dir.path().join("ledger.toml");
+    std::fs::write(&agent, "name = \"ledger\"\ndescription = \"Appends\"\ncapabilities = [\"shell\"]\n").unwrap();
+    let (agent, script, ws) =
+        (agent.display().to_string(), script.display().to_string(), scene.ws().display().to_string());
+    let out = scene.nexo(&[
+        "run",
+        &agent,
+        "append",
+        "--script",
+        &script,
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--allow",
+        "shell",
+        "--mode",
+        "approve",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "suspended for the shell call: {}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    // A decision bound to a call the run does not wait on decides nothing.
+    let out = scene.nexo(&["runs", "approve", &id, "--seq", "99", "--args-hash", &"0".repeat(64)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was decided") && stderr(&out).contains("now waits on call"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!scene.ws().join("ledger.txt").exists());
+    let show = stdout(&scene.nexo(&["runs", "show", &id]));
+    assert!(show.contains("(undecided)") && show.contains("--args-hash"), "{show}");
+    // Another process approves: the replay answers turn 1, the shell runs once, and the script goes on at turn 2.
+    let out = scene.nexo(&["runs", "approve", &id, "--json"]);
+    assert!(stderr(&out).contains("approved call"), "the approval names the call: {}", stderr(&out));
+    assert!(stderr(&out).contains("`shell` (shell) with {\"command\":\"echo ran >> ledger.txt\"}"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "the ledger has one line");
+    assert_eq!(std::fs::read_to_string(scene.ws().join("ledger.txt")).unwrap(), "ran\n", "the command ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_job_will_be_retried_is_queued_not_failed() {
+    let scene = Scene::new().await;
+    // A model that cannot be reached may be back the next time: the job is retried.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", l.local_addr().unwrap())
+    };
+    let ws = scene.ws().display().to_string();
+    let agent = scene.dir.path().join("bg.toml");
+    std::fs::write(&agent, "name = \"bg\"\ndescription = \"A background agent\"\ninstructions = \"Answer.\"\n")
+        .unwrap();
+    let agent = agent.display().to_string();
+    let out = scene.nexo(&[
+        "run",
+        &agent,
+        "hello",
+        "--provider",
+        "openai-compatible",
+        "--base-url",
+        &closed,
+        "--model",
+        "test-model",
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--later",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = stdout(&out).trim().to_string();
+    let mut worker = scene.command(&["worker", "--poll-ms", "20"]);
+    let worker = KillOnDrop(worker.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let store = nexo_store::open(&nexo_store::Location::Sqlite(scene.store())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let job = store.jobs(None, 10).await.unwrap().into_iter().find(|j| j.run == id);
+        if let Some(job) = job.as_ref().filter(|j| j.attempts >= 1 && j.status == nexo_store::JobStatus::Queued) {
+            break job.clone();
+        }
+        assert!(Instant::now() < deadline, "the job was never retried: {job:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let run = store.run(&id).await.unwrap().unwrap();
+    drop(worker);
+    assert!(job.not_before_ms > nexo_store::now_ms() - 1_000, "it waits for its retry: {job:?}");
+    // The retry is still to come, so the run has not ended: queued, with why its last attempt failed.
+    assert_eq!(run.status, nexo_store::RunStatus::Queued, "{run:?}");
+    assert!(run.error.as_deref().is_some_and(|e| !e.is_empty()), "{run:?}");
+    let kinds: Vec<String> = store.events(&id, 0, 100).await.unwrap().into_iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"retrying".to_string()) && !kinds.contains(&"failed".to_string()), "{kinds:?}");
+}
+
+/// Kills a child process when dropped, so a failing test leaves no worker.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

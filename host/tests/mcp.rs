@@ -371,3 +371,49 @@ fn obj(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
         _ => unreachable!(),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_without_the_config_that_defined_its_mcp_server_leaves_the_run_as_it_is() {
+    let scene = Scene::new().await;
+    let config = scene.config(&format!(
+        "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\n",
+        test_server().display(),
+        scene.path("ws").display()
+    ));
+    scene.model.push(Reply::tool_calls(vec![MockToolCall::new(
+        "w",
+        "mcp__tests__write",
+        json!({"path": "approved.txt", "text": "written after approval"}),
+    )]));
+    scene.model.push(Reply::text("all done"));
+    let mut args = vec!["run", built::MCP_PROBE, "prompt go", "--config", &config, "--mode", "approve", "--json"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    args.extend(scene.model_args());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = scene.nexo(&argv);
+    assert_eq!(out.status.code(), Some(4), "suspended: {}", stderr(&out));
+    let end: serde_json::Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    let run = end["run"].as_str().unwrap().to_string();
+
+    // Without the config file, the resume would not behave as the run did: refused, naming what is missing.
+    for command in [vec!["runs", "approve", &run], vec!["runs", "recover"], vec!["runs", "resume", &run]] {
+        let out = scene.nexo(&command);
+        let err = stderr(&out);
+        if command[1] != "recover" {
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {err}");
+            assert!(err.contains("`tests`") && err.contains("[mcp.tests]") && err.contains("NEXO_CONFIG"), "{err}");
+            assert!(err.contains("left as it is"), "{err}");
+        }
+        let shown = scene.nexo(&["runs", "show", &run, "--json"]);
+        let shown: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+        assert_eq!(shown["run"]["status"], "suspended", "{command:?} left the run as it was: {shown}");
+        assert!(!scene.path("ws/approved.txt").exists());
+    }
+    // With it, the run goes on: the decision the refused approve recorded stands.
+    let out = scene.nexo(&["runs", "resume", &run, "--config", &config, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(scene.path("ws/approved.txt")).unwrap(), "written after approval");
+    assert_eq!(scene.model.requests().len(), 2, "the first model turn was replayed, not paid again");
+}

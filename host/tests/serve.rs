@@ -153,16 +153,18 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     }
     assert_eq!(scene.settle(&node, &alice, &id).await["status"], "suspended", "bob's attempts changed nothing");
 
-    // Alice approves in the API; the write happens in her workspace only.
-    let (status, decided) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, json!({})).await;
+    // Alice approves in the API, naming the call she was shown; the write happens in her workspace only.
+    let shown = json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]});
+    let (status, decided) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, shown.clone()).await;
     assert_eq!(status, StatusCode::OK, "{decided}");
     let done = scene.finish(&node, &alice, &id).await;
     assert_eq!(done["status"], "done", "{done}\n{}", node.log());
     let tenant_dir = std::fs::read_dir(scene.data("a").join("tenants")).unwrap().next().unwrap().unwrap().path();
     assert_eq!(std::fs::read_to_string(tenant_dir.join("workspace/notes.txt")).unwrap(), "hi from alice");
     assert_eq!(scene.model.requests().len(), 2, "the turn that asked is not asked again");
-    let (status, again) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, json!({})).await;
+    let (status, again) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, shown).await;
     assert_eq!(status, StatusCode::CONFLICT, "nothing is pending any more: {again}");
+    assert_eq!(again["error"]["code"], "stale_approval", "{again}");
 
     // Its events, as SSE, end with the run; Last-Event-ID resumes after an event.
     let all = scene.events(&node, &alice, &id, None).await;

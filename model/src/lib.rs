@@ -211,4 +211,12 @@ pub trait Provider: Send + Sync {
         request: &'a Request,
         deltas: Option<DeltaSink<'a>>,
     ) -> BoxFuture<'a, Result<Response, ModelError>>;
+
+    /// A resumed run's journal already holds `turns` model turns, which the
+    /// replay answers without calling the provider. A provider that plays a
+    /// recorded conversation ([`ScriptedProvider`]) goes on from the turn
+    /// after them, as the run would have; a model has nothing to do.
+    fn resume_at(&self, turns: u64) {
+        let _ = turns;
+    }
 }

@@ -39,7 +39,9 @@ pub struct ScriptedCall {
     pub arguments: serde_json::Value,
 }
 
-/// Replays a [`Script`], one turn per call.
+/// Replays a [`Script`], one turn per call. A resumed run's replay answers
+/// the turns its journal holds, so the script goes on from the next one
+/// ([`Provider::resume_at`]): no scripted tool call runs twice.
 #[derive(Debug)]
 pub struct ScriptedProvider {
     label: String,
@@ -74,6 +76,11 @@ impl Provider for ScriptedProvider {
 
     fn model(&self) -> &str {
         &self.label
+    }
+
+    fn resume_at(&self, turns: u64) {
+        let turns = usize::try_from(turns).unwrap_or(usize::MAX);
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = turns;
     }
 
     fn complete<'a>(
@@ -116,5 +123,27 @@ impl Provider for ScriptedProvider {
             let usage = Usage { input_tokens: (input / 4) as u64, output_tokens: (turn.text.len() / 4 + 1) as u64 };
             Ok(Response { text: turn.text.clone(), tool_calls, stop, usage })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failure should panic
+    use super::*;
+
+    fn turn(text: &str) -> ScriptedTurn {
+        ScriptedTurn { text: text.into(), tool_calls: Vec::new() }
+    }
+
+    #[tokio::test]
+    async fn a_resumed_script_goes_on_after_the_journaled_turns() {
+        let provider = ScriptedProvider::new("s", Script { turns: vec![turn("one"), turn("two"), turn("three")] });
+        let request = Request { model: "s".into(), messages: Vec::new(), tools: Vec::new(), max_tokens: 16 };
+        assert_eq!(provider.complete(&request, None).await.unwrap().text, "one");
+        // A new process resumes a run whose journal holds two turns.
+        let resumed = ScriptedProvider::new("s", Script { turns: vec![turn("one"), turn("two"), turn("three")] });
+        resumed.resume_at(2);
+        assert_eq!(resumed.complete(&request, None).await.unwrap().text, "three");
+        assert!(resumed.complete(&request, None).await.is_err(), "the script has no fourth turn");
     }
 }

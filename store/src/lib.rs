@@ -162,6 +162,20 @@ pub enum StoreError {
     /// finished run or claiming one another process owns.
     #[error("{0}")]
     Conflict(String),
+    /// A decision named a call that is not the run's pending one: another
+    /// decision or a resume moved the run on since the caller looked.
+    /// Nothing was decided.
+    #[error("{}", refusal::stale_approval(.run, .given, *.status, .pending.as_deref()))]
+    StaleApproval {
+        /// The run.
+        run: String,
+        /// The call the decision named.
+        given: PendingCall,
+        /// The run's status now.
+        status: RunStatus,
+        /// The approval the run waits on now, if any.
+        pending: Option<Box<Approval>>,
+    },
     /// A backend this build cannot use yet.
     #[error("{0}")]
     Unsupported(String),
@@ -412,7 +426,8 @@ pub struct Run {
     pub resume_input: Option<String>,
     /// The answer, once `done`.
     pub result: Option<String>,
-    /// The error, once `failed` (or why it was cancelled).
+    /// The error, once `failed` (or why it was cancelled, or why its last
+    /// attempt failed while it is `queued` for a retry).
     pub error: Option<String>,
     /// When it was created.
     pub created_ms: i64,
@@ -523,6 +538,25 @@ pub struct Approval {
     pub created_ms: i64,
 }
 
+impl Approval {
+    /// The call this approval is for, as a decision names it.
+    pub fn call(&self) -> PendingCall {
+        PendingCall { seq: self.seq, args_hash: self.args_hash.clone() }
+    }
+}
+
+/// The call a decision is for, as whoever decides was shown it: the
+/// pending approval's sequence number and argument hash. A decision that
+/// names another call than the pending one decides nothing
+/// ([`StoreError::StaleApproval`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// The call's sequence number ([`Approval::seq`]).
+    pub seq: u64,
+    /// The SHA-256 of its arguments ([`Approval::args_hash`]).
+    pub args_hash: String,
+}
+
 /// Writes that commit together, atomically and durably.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
@@ -589,6 +623,14 @@ pub enum Transition {
         resume_key: Option<String>,
         /// The pending approval, when a gate suspended it.
         approval: Option<Approval>,
+    },
+    /// It failed in a way that may pass the next time, and its job will try
+    /// it again: it is `queued` for that retry, not finished (a final
+    /// status is reported only once true). A pending approval, if any, is
+    /// removed.
+    Requeue {
+        /// Why this attempt failed.
+        error: String,
     },
 }
 
@@ -713,8 +755,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn approval(&self, id: &str) -> StoreResult<Option<Approval>>;
 
     /// Records the operator's decision on the suspended run's pending
-    /// approval. No pending approval is a conflict.
-    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval>;
+    /// approval, if it is still for `call`, the call the decider was shown.
+    /// The check and the write are one transaction (on PostgreSQL the
+    /// run's row is locked first). A decision may be changed while the run
+    /// still waits on the same call. No pending approval, or one for
+    /// another call, is a [`StoreError::StaleApproval`] that names the call
+    /// the run waits on now, and nothing is decided.
+    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval>;
 
     /// Removes the pending approval once its call has used it.
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
+    check_decision, claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, not_final, not_owned,
     nothing_to_cancel, run_exists, sign_in_taken, tenant_exists, tenant_name_taken,
 };
 use crate::sessions::{
@@ -18,8 +18,8 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult, StoredEvent,
-    StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
+    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult,
+    StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -274,6 +274,13 @@ impl Store for MemoryStore {
                 run.resume_key = resume_key;
                 approval_record = approval;
             }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
         }
         let run = run.clone();
         match approval_record {
@@ -388,16 +395,13 @@ impl Store for MemoryStore {
         Ok(self.lock().approvals.get(id).cloned())
     }
 
-    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
         let mut inner = self.lock();
         let status = inner.run_mut(id)?.status;
-        match inner.approvals.get_mut(id) {
-            Some(a) if status == RunStatus::Suspended => {
-                a.decision = Some(decision);
-                Ok(a.clone())
-            }
-            _ => Err(StoreError::Conflict(no_pending_approval(id, status))),
-        }
+        let mut approval = check_decision(id, call, status, inner.approvals.get(id).cloned())?;
+        approval.decision = Some(decision);
+        inner.approvals.insert(id.to_string(), approval.clone());
+        Ok(approval)
     }
 
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {

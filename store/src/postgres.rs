@@ -33,7 +33,7 @@ use sqlx::{Connection, Postgres, Transaction};
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
+    check_decision, claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, not_final, not_owned,
     nothing_to_cancel, run_exists, sign_in_taken, tenant_exists, tenant_name_taken,
 };
 use crate::rows::{Errors, postgres as rows};
@@ -42,9 +42,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, SCHEMA_VERSION, Session, SignIn,
-    Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
-    now_ms, usage_period,
+    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, SCHEMA_VERSION,
+    Session, SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition,
+    Usage, new_session_id, now_ms, usage_period,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -386,6 +386,13 @@ impl PgStore {
                 run.resume_key = resume_key;
                 approval = pending;
             }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
         }
         sqlx::query(sql::LEAVE_RUNNING)
             .bind(id)
@@ -599,20 +606,29 @@ impl PgStore {
         Ok(run)
     }
 
-    async fn decide_in(&self, conn: &mut PgConnection, id: &str, decision: Decision) -> StoreResult<Approval> {
+    async fn decide_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+    ) -> StoreResult<Approval> {
         let row =
             sqlx::query(sql::RUN_OWNER_LOCKED).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode(|errors| rows::run_status(&row, errors))?;
         let row =
             sqlx::query(sql::SELECT_APPROVAL).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
-        let (Some(row), RunStatus::Suspended) = (row, status) else {
-            return Err(StoreError::Conflict(no_pending_approval(id, status)));
+        let current = match row {
+            Some(row) => Some(self.decode(|errors| rows::approval(id, &row, errors))?),
+            None => None,
         };
-        let mut approval = self.decode(|errors| rows::approval(id, &row, errors))?;
+        let mut approval = check_decision(id, call, status, current)?;
         sqlx::query(sql::DECIDE)
             .bind(id)
             .bind(decision.as_str())
+            .bind(to_i64(call.seq, "approval sequence number")?)
+            .bind(&call.args_hash)
             .execute(&mut *conn)
             .await
             .map_err(|e| self.error(&e))?;
@@ -829,9 +845,9 @@ impl Store for PgStore {
         row.map(|r| self.decode(|errors| rows::approval(id, &r, errors))).transpose()
     }
 
-    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
         let mut tx = self.begin().await?;
-        let result = self.decide_in(&mut tx, id, decision).await;
+        let result = self.decide_in(&mut tx, id, call, decision).await;
         self.finish(tx, result).await
     }
 

@@ -2,7 +2,7 @@
 //! function per situation, so every backend refuses the same thing in the
 //! same words.
 
-use crate::{Claim, JobStatus, Run, RunStatus};
+use crate::{Approval, Claim, JobStatus, PendingCall, Run, RunStatus, StoreError};
 
 /// Why a claim cannot take a run, naming what to do instead.
 pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
@@ -54,9 +54,53 @@ pub(crate) fn nothing_to_cancel(id: &str, status: RunStatus) -> String {
     format!("run `{id}` is already {status}; there is nothing to cancel")
 }
 
-/// Deciding on a run that has no pending approval.
-pub(crate) fn no_pending_approval(id: &str, status: RunStatus) -> String {
-    format!("run `{id}` has no pending approval (it is {status}); `nexo runs show {id}` shows its state")
+/// A decision for a call that is not the run's pending one.
+pub(crate) fn stale_approval(id: &str, given: &PendingCall, status: RunStatus, pending: Option<&Approval>) -> String {
+    let named = format!("call {} (args-hash {})", given.seq, short(&given.args_hash));
+    let now = match pending {
+        None => format!("run `{id}` has no pending approval (it is {status})"),
+        Some(a) => {
+            let decided = match a.decision {
+                None => String::new(),
+                Some(d) => format!(", already {}", d.as_str()),
+            };
+            format!(
+                "run `{id}` now waits on call {} (args-hash {}), `{}` ({}){decided}",
+                a.seq,
+                short(&a.args_hash),
+                a.tool,
+                a.capability
+            )
+        }
+    };
+    format!(
+        "the decision was for {named}, which is not the call the run waits on: {now}; nothing was decided. \
+         `nexo runs show {id}` (or GET /v1/runs/{id}) shows the call it waits on: decide that one"
+    )
+}
+
+/// The approval a decision for `call` may be recorded on, of run `id`,
+/// which is `status` and waits on `current` (if any): the one rule every
+/// backend applies.
+pub(crate) fn check_decision(
+    id: &str,
+    call: &PendingCall,
+    status: RunStatus,
+    current: Option<Approval>,
+) -> Result<Approval, StoreError> {
+    match current.filter(|_| status == RunStatus::Suspended) {
+        Some(a) if a.seq == call.seq && a.args_hash == call.args_hash => Ok(a),
+        pending => Err(StoreError::StaleApproval {
+            run: id.to_string(),
+            given: call.clone(),
+            status,
+            pending: pending.map(Box::new),
+        }),
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }
 
 /// A new job whose id is taken.

@@ -470,8 +470,9 @@ pub(crate) const DELETE_APPROVAL: &str = "DELETE FROM approvals WHERE run = $1";
 pub(crate) const SELECT_APPROVAL: &str = "SELECT seq, capability, tool, arguments, args_hash, component_sha256, \
      decision, created_ms FROM approvals WHERE run = $1";
 
-/// Records the decision on a run's pending approval: `$1` run, `$2` decision.
-pub(crate) const DECIDE: &str = "UPDATE approvals SET decision = $2 WHERE run = $1";
+/// Records the decision on a run's pending approval, only if it is still
+/// for the call decided: `$1` run, `$2` decision, `$3` seq, `$4` args hash.
+pub(crate) const DECIDE: &str = "UPDATE approvals SET decision = $2 WHERE run = $1 AND seq = $3 AND args_hash = $4";
 
 /// Gives a run to a new owner: `$1` id, `$2` owner, `$3` lease end, `$4`
 /// when.

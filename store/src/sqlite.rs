@@ -31,7 +31,7 @@ use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
-    claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, no_pending_approval, not_final, not_owned,
+    check_decision, claim_refusal, duplicate_entry, job_exists, key_exists, key_hash_taken, not_final, not_owned,
     nothing_to_cancel, run_exists, sign_in_taken, tenant_exists, tenant_name_taken,
 };
 use crate::rows::{Errors, sqlite as rows};
@@ -40,9 +40,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, SCHEMA_VERSION, Session, SignIn, Store,
-    StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
-    now_ms, usage_period,
+    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, SCHEMA_VERSION, Session,
+    SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage,
+    new_session_id, now_ms, usage_period,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -568,6 +568,13 @@ impl SqliteStore {
                 run.resume_key = resume_key;
                 approval = pending;
             }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
         }
         sqlx::query(sql::LEAVE_RUNNING)
             .bind(id)
@@ -767,19 +774,28 @@ impl SqliteStore {
         Ok(run)
     }
 
-    async fn decide_in(&self, conn: &mut SqliteConnection, id: &str, decision: Decision) -> StoreResult<Approval> {
+    async fn decide_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+    ) -> StoreResult<Approval> {
         let row = sqlx::query(sql::RUN_OWNER).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode_status(&row)?;
         let row =
             sqlx::query(sql::SELECT_APPROVAL).bind(id).fetch_optional(&mut *conn).await.map_err(|e| self.error(&e))?;
-        let (Some(row), RunStatus::Suspended) = (row, status) else {
-            return Err(StoreError::Conflict(no_pending_approval(id, status)));
+        let current = match row {
+            Some(row) => Some(self.decode_approval(id, &row)?),
+            None => None,
         };
-        let mut approval = self.decode_approval(id, &row)?;
+        let mut approval = check_decision(id, call, status, current)?;
         sqlx::query(sql::DECIDE)
             .bind(id)
             .bind(decision.as_str())
+            .bind(to_i64(call.seq, "approval sequence number")?)
+            .bind(&call.args_hash)
             .execute(&mut *conn)
             .await
             .map_err(|e| self.error(&e))?;
@@ -954,10 +970,10 @@ impl Store for SqliteStore {
         row.map(|r| self.decode_approval(id, &r)).transpose()
     }
 
-    async fn decide(&self, id: &str, decision: Decision) -> StoreResult<Approval> {
+    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
-        let result = self.decide_in(&mut tx, id, decision).await;
+        let result = self.decide_in(&mut tx, id, call, decision).await;
         self.finish(tx, result).await
     }
 

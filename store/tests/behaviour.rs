@@ -10,9 +10,9 @@ mod support;
 
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
-    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, Retry, RunStatus, Session, SignIn,
-    SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash,
-    sha256_hex, verify_audit,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, Retry, RunStatus,
+    Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS,
+    Usage, audit_hash, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -92,6 +92,8 @@ suite!(
     renew_only_while_owned,
     suspend_with_approval_decide_and_clear,
     a_newer_suspension_replaces_the_approval,
+    a_decision_binds_to_the_call_it_was_shown,
+    a_retried_failure_is_queued_not_final,
     finish_ends_the_run,
     finish_needs_a_final_status,
     cancel_rules,
@@ -212,6 +214,23 @@ fn conflict(result: Result<impl std::fmt::Debug, StoreError>, needle: &str) {
             assert!(message.contains(needle), "expected a conflict mentioning {needle:?}, got {message:?}")
         }
         other => panic!("expected a conflict mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+/// The call `approval(seq, …)` is for.
+fn call(seq: u64) -> PendingCall {
+    PendingCall { seq, args_hash: "cd".repeat(32) }
+}
+
+#[track_caller]
+fn stale(result: Result<impl std::fmt::Debug, StoreError>, needle: &str) {
+    match result {
+        Err(e @ StoreError::StaleApproval { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains(needle), "expected a stale approval mentioning {needle:?}, got {message:?}");
+            assert!(message.contains("nothing was decided"), "{message}");
+        }
+        other => panic!("expected a stale approval mentioning {needle:?}, got {other:?}"),
     }
 }
 
@@ -532,20 +551,18 @@ async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
     assert_eq!(store.events("r1", 0, 10).await.unwrap().len(), 1);
     assert_eq!(store.approval("r1").await.unwrap(), Some(approval(1, "shell")));
 
-    let decided = store.decide("r1", Decision::Denied).await.unwrap();
+    let decided = store.decide("r1", &call(1), Decision::Denied).await.unwrap();
     assert_eq!(decided, Approval { decision: Some(Decision::Denied), ..approval(1, "shell") });
-    // The operator may change their mind while the run waits.
-    let decided = store.decide("r1", Decision::Approved).await.unwrap();
+    // The operator may change their mind while the run waits on the same call.
+    let decided = store.decide("r1", &call(1), Decision::Approved).await.unwrap();
     assert_eq!(decided.decision, Some(Decision::Approved));
     assert_eq!(store.approval("r1").await.unwrap(), Some(decided.clone()));
 
     store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 30_000).await.unwrap();
     // Resumed: the approval stays for the replayed call, but is no longer decidable.
-    assert_eq!(store.approval("r1").await.unwrap(), Some(decided));
-    conflict(
-        store.decide("r1", Decision::Denied).await,
-        "run `r1` has no pending approval (it is running); `nexo runs show r1` shows its state",
-    );
+    assert_eq!(store.approval("r1").await.unwrap(), Some(decided.clone()));
+    stale(store.decide("r1", &call(1), Decision::Denied).await, "run `r1` has no pending approval (it is running)");
+    assert_eq!(store.approval("r1").await.unwrap(), Some(decided), "the refusal decided nothing");
     conflict(store.clear_approval("r1", OTHER).await, "no longer owned");
     store.clear_approval("r1", OWNER).await.unwrap();
     assert_eq!(store.approval("r1").await.unwrap(), None);
@@ -553,8 +570,8 @@ async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
 
     // Suspended without an approval: nothing to decide.
     store.transition("r1", OWNER, Batch::default(), suspend("input", None)).await.unwrap();
-    conflict(store.decide("r1", Decision::Approved).await, "run `r1` has no pending approval (it is suspended)");
-    no_run(store.decide("missing", Decision::Approved).await, "missing");
+    stale(store.decide("r1", &call(1), Decision::Approved).await, "run `r1` has no pending approval (it is suspended)");
+    no_run(store.decide("missing", &call(1), Decision::Approved).await, "missing");
 }
 
 async fn a_newer_suspension_replaces_the_approval(store: Arc<dyn Store>) {
@@ -567,6 +584,54 @@ async fn a_newer_suspension_replaces_the_approval(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(store.approval("r1").await.unwrap(), Some(approval(4, "write_file")));
+}
+
+async fn a_decision_binds_to_the_call_it_was_shown(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    // Two approvers saw call 1; the first approves it and the run moves on to call 4.
+    store.decide("r1", &call(1), Decision::Approved).await.unwrap();
+    store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 1).await.unwrap();
+    let dangerous = Approval {
+        arguments: json!({"command": "echo DANGEROUS > dangerous.txt"}),
+        args_hash: "ef".repeat(32),
+        ..approval(4, "shell")
+    };
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(dangerous.clone()))).await.unwrap();
+    // The second approver's decision names call 1: refused, naming call 4, and call 4 stays undecided.
+    stale(store.decide("r1", &call(1), Decision::Approved).await, "now waits on call 4 (args-hash efefefefefef)");
+    assert_eq!(store.approval("r1").await.unwrap(), Some(dangerous.clone()));
+    // The same sequence number with other arguments is another call.
+    let other_args = PendingCall { seq: 4, args_hash: "cd".repeat(32) };
+    stale(store.decide("r1", &other_args, Decision::Approved).await, "`shell` (shell)");
+    assert_eq!(store.approval("r1").await.unwrap().unwrap().decision, None);
+    // Named exactly, call 4 is decided.
+    let decided = store.decide("r1", &dangerous.call(), Decision::Denied).await.unwrap();
+    assert_eq!(decided, Approval { decision: Some(Decision::Denied), ..dangerous.clone() });
+    // A decided call is still the one the run waits on: a late decision names it as decided.
+    stale(store.decide("r1", &call(1), Decision::Approved).await, "already denied");
+    assert_eq!(store.approval("r1").await.unwrap().unwrap().decision, Some(Decision::Denied));
+}
+
+async fn a_retried_failure_is_queued_not_final(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    store.decide("r1", &call(1), Decision::Approved).await.unwrap();
+    store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 1).await.unwrap();
+    let batch = Batch { journal: vec![entry(0)], events: vec![event("retrying", 1)], ..Batch::default() };
+    let to = Transition::Requeue { error: "the model could not be reached".into() };
+    let run = store.transition("r1", OWNER, batch, to).await.unwrap();
+    assert_eq!((run.status, run.lease.as_ref()), (RunStatus::Queued, None));
+    assert!(!run.status.is_final());
+    assert_eq!(run.error.as_deref(), Some("the model could not be reached"));
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)], "the batch commits with it");
+    assert_eq!(store.approval("r1").await.unwrap(), None, "a requeued run waits on no call");
+    conflict(store.commit("r1", OWNER, Batch::default()).await, "(it is queued)");
+    // The retry starts it like a queued run, and its end clears the error.
+    store.claim("r1", Claim::Start, lease(OTHER, FAR), None, 2).await.unwrap();
+    let run = store.transition("r1", OTHER, Batch::default(), done("ok")).await.unwrap();
+    assert_eq!((run.status, run.error), (RunStatus::Done, None));
 }
 
 async fn finish_ends_the_run(store: Arc<dyn Store>) {
@@ -617,7 +682,7 @@ async fn cancel_rules(store: Arc<dyn Store>) {
     let run = store.cancel("suspended", "denied by policy").await.unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
     assert_eq!(store.approval("suspended").await.unwrap(), None, "cancel removes the pending approval");
-    conflict(store.decide("suspended", Decision::Approved).await, "has no pending approval (it is cancelled)");
+    stale(store.decide("suspended", &call(1), Decision::Approved).await, "has no pending approval (it is cancelled)");
     conflict(store.claim("suspended", Claim::Resume, lease(OWNER, 1), None, 1).await, "is cancelled");
 
     running(&store, "running").await;

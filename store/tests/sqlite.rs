@@ -97,7 +97,7 @@ async fn data_survives_close_and_reopen() {
         store.commit("r1", OWNER, batch).await.unwrap();
         let to = Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval.clone()) };
         let run = store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
-        store.decide("r1", Decision::Approved).await.unwrap();
+        store.decide("r1", &approval.call(), Decision::Approved).await.unwrap();
         let events = store.events("r1", 0, 10).await.unwrap();
         store.close().await;
         (run, events)

@@ -132,7 +132,7 @@ async fn a_gated_write_suspends_under_approve_and_the_decision_binds_to_that_cal
         assert_eq!(pending.arguments, json!({ "path": "notes.txt", "content": "hi" }));
         assert!(!scene.dir.path().join("notes.txt").exists(), "nothing happens before the decision");
 
-        scene.runs().decide(&end.run.id, decision).await.unwrap();
+        scene.runs().decide(&end.run.id, &pending.call(), decision).await.unwrap();
         let again =
             scene.runs().resume(&end.run.id, Claim::Resume, None, subject(&plugin, path), &options, false).await;
         let again = again.unwrap();
@@ -170,7 +170,8 @@ async fn a_tampered_approval_fails_closed_and_suspends_again() {
     }
     let run = scene.store.run(&end.run.id).await.unwrap().unwrap();
     let copy = tamper_copy(&tampered, &run, journal, &*scene.store).await;
-    tampered.decide(&copy, Decision::Approved).await.unwrap();
+    let shown = tampered.approval(&copy).await.unwrap().unwrap().call();
+    tampered.decide(&copy, &shown, Decision::Approved).await.unwrap();
     let tampered: Arc<dyn Store> = Arc::new(tampered);
     let runs = Runs::new(tampered.clone(), false);
     let again = runs.resume(&copy, Claim::Resume, None, subject(&plugin, path), &options, false).await.unwrap();
@@ -386,8 +387,13 @@ impl Store for Counting {
     async fn approval(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Approval>> {
         self.inner.approval(id).await
     }
-    async fn decide(&self, id: &str, decision: Decision) -> nexo_store::StoreResult<nexo_store::Approval> {
-        self.inner.decide(id, decision).await
+    async fn decide(
+        &self,
+        id: &str,
+        call: &nexo_store::PendingCall,
+        decision: Decision,
+    ) -> nexo_store::StoreResult<nexo_store::Approval> {
+        self.inner.decide(id, call, decision).await
     }
     async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
         self.inner.clear_approval(id, owner).await

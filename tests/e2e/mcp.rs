@@ -234,7 +234,7 @@ async fn approve_mode_suspends_an_mcp_call_as_a_durable_approval_with_its_argume
         json!({"server": "tests", "tool": "write", "arguments": {"path": "approved.txt", "text": "after approval"}})
     );
     let runs = Runs::new(store.clone(), false);
-    runs.decide(&end.run.id, Decision::Approved).await.unwrap();
+    runs.decide(&end.run.id, &approval.call(), Decision::Approved).await.unwrap();
     let end = runs.resume(&end.run.id, nexo_store::Claim::Resume, None, subject(), &options, false).await.unwrap();
     assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
     assert_eq!(std::fs::read_to_string(scene.dir.path().join("approved.txt")).unwrap(), "after approval");

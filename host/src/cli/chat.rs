@@ -209,6 +209,6 @@ async fn recover(runs: &Runs, base: &EngineConfig, session: &Session, file: &nex
         }
         errln!("recovering prompt {} of this session, left running by a process that is gone", run.id);
         let narrow = Narrow::none(StoreArgs::default());
-        let _ = runs::resume_run(runs, base, &run.id, Claim::Recover, None, &narrow, file, None).await;
+        let _ = runs::resume_run(runs, base, &run.id, Claim::Recover, None, &narrow, file, None, false).await;
     }
 }

@@ -269,6 +269,14 @@ impl Resolved {
         self
     }
 
+    /// The MCP servers the run started with that neither a recorded `--mcp`
+    /// flag nor the config file read now defines: a resume without them
+    /// would not behave as the run did.
+    pub fn unconfigured_mcp_servers(&self) -> Vec<&str> {
+        let defined = |n: &String| self.mcp_flags.contains_key(n) || self.mcp_file.contains_key(n);
+        self.mcp_servers.iter().filter(|n| !defined(n)).map(String::as_str).collect()
+    }
+
     /// The MCP servers, validated: `--mcp` flags over the config file's
     /// tables. A server the run started with that is configured no more is
     /// left out, with a warning.

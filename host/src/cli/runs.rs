@@ -13,7 +13,7 @@ use nexo::manifest::{Capability, PermissionMode};
 use nexo::runs::{ResumeOutcome, RunEnd, Runs, Subject};
 use nexo::settings::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin};
-use nexo_store::{Claim, Decision, Location, Run, RunStatus, Store, StoreError};
+use nexo_store::{Claim, Decision, Location, PendingCall, Run, RunStatus, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
 use super::{grant, model, progress, report, web};
@@ -75,6 +75,8 @@ pub enum RunsCommand {
     Approve {
         /// The run's id.
         run: String,
+        #[command(flatten)]
+        call: ShownCall,
         /// Record the decision and queue the resume for a worker (`nexo worker`).
         #[arg(long)]
         later: bool,
@@ -85,6 +87,8 @@ pub enum RunsCommand {
     Deny {
         /// The run's id.
         run: String,
+        #[command(flatten)]
+        call: ShownCall,
         /// Record the decision and queue the resume for a worker (`nexo worker`).
         #[arg(long)]
         later: bool,
@@ -105,11 +109,32 @@ pub enum RunsCommand {
     },
 }
 
+/// The call a decision is for, as it was shown (`nexo runs show`, or the
+/// API's `approval`): with it, a decision for a call the run no longer waits
+/// on is refused. Without it, the call the run waits on now is decided, and
+/// printed.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ShownCall {
+    /// The decided call's sequence number, as shown (`seq`); needs --args-hash.
+    #[arg(long, value_name = "N", requires = "args_hash")]
+    seq: Option<u64>,
+    /// The SHA-256 of the decided call's arguments, as shown (`args-hash`); needs --seq.
+    #[arg(long, value_name = "HASH", requires = "seq")]
+    args_hash: Option<String>,
+}
+
+impl ShownCall {
+    fn call(&self) -> Option<PendingCall> {
+        Some(PendingCall { seq: self.seq?, args_hash: self.args_hash.clone()? })
+    }
+}
+
 /// Where the store is, for `nexo runs` commands: `--store` (global, or
 /// `NEXO_STORE`), else the config file's `store`, else the default file.
 #[derive(Args, Debug, Clone, Default)]
 pub struct StoreArgs {
-    /// The operator's config file (its `store` and `buffer-events` keys).
+    /// The operator's config file: its `store` and `buffer-events` keys, the MCP servers
+    /// (`[mcp.NAME]`) a resumed run uses, and the models and MCP servers a tenant's policy names.
     #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -481,11 +506,15 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             recover_orphans(&runs, base, narrow, &file).await;
             resume(&runs, base, run, how, input.clone(), narrow, &file).await
         }
-        RunsCommand::Approve { run, later, narrow } | RunsCommand::Deny { run, later, narrow } => {
+        RunsCommand::Approve { run, call, later, narrow } | RunsCommand::Deny { run, call, later, narrow } => {
             let decision =
                 if matches!(command, RunsCommand::Approve { .. }) { Decision::Approved } else { Decision::Denied };
-            match runs.decide(run, decision).await {
-                Ok(a) => errln!("{} {}", decision.as_str(), nexo::runs::describe_approval(&a)),
+            let decided = match call.call() {
+                Some(shown) => runs.decide(run, &shown, decision).await,
+                None => runs.decide_pending(run, decision).await,
+            };
+            match decided {
+                Ok(a) => errln!("{}", decided_line(decision, &a)),
                 Err(e) => return store_error(&e),
             }
             if *later {
@@ -502,6 +531,22 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Which call a decision decided: its tool, sequence number and a short
+/// summary of its arguments.
+fn decided_line(decision: Decision, a: &nexo_store::Approval) -> String {
+    let at = match a.seq {
+        nexo::journal::UNPOSITIONED => "the call".to_string(),
+        seq => format!("call {seq}"),
+    };
+    format!(
+        "{} {at}: `{}` ({}) with {}",
+        decision.as_str(),
+        a.tool,
+        a.capability,
+        nexo::truncate::first_line(&a.arguments.to_string(), 120)
+    )
 }
 
 /// Queues the resume of `id` for a worker and says so.
@@ -580,7 +625,7 @@ async fn resume(
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
 ) -> ExitCode {
-    match resume_run(runs, base, id, how, input, narrow, file, None).await {
+    match resume_run(runs, base, id, how, input, narrow, file, None, false).await {
         Resumed::End(end) => report_end(&end, narrow.json),
         Resumed::Refused(_, code) => code,
         Resumed::Failed(e) => report::report_error(&e, narrow.json),
@@ -590,6 +635,8 @@ async fn resume(
 /// One pass of a recorded run: `how` claims it, its recorded settings
 /// (narrowed) run it. `served`, for a tenant's run in `nexo serve`, says
 /// where this node keeps the component and what memory budget it shares.
+/// `retry_follows`: a job will try the pass again if it fails in a way that
+/// may pass, so such a failure leaves the run queued, not failed.
 #[allow(clippy::too_many_arguments)]
 pub async fn resume_run(
     runs: &Runs,
@@ -600,6 +647,7 @@ pub async fn resume_run(
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
     served: Option<&Served>,
+    retry_follows: bool,
 ) -> Resumed {
     let settings = "its recorded settings cannot be used here; the error above says why";
     let mut run = match runs.store().run(id).await {
@@ -620,6 +668,14 @@ pub async fn resume_run(
         }
     };
     rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
+    // A pass without a server the run used would not behave as the run did:
+    // the run is left as it is until the configuration is given.
+    let unconfigured = rec.grant.unconfigured_mcp_servers();
+    if !unconfigured.is_empty() {
+        let why = needs_configuration(&run.id, &unconfigured, narrow.store.config());
+        errln!("error: {why}");
+        return Resumed::Refused(why, ExitCode::from(2));
+    }
     let engine = match served {
         Some(s) => s.engine.clone(),
         None => match engine(base, &rec) {
@@ -637,6 +693,7 @@ pub async fn resume_run(
     options.egress_meter = served.map(|s| s.egress.clone());
     options.cpu_meter = served.map(|s| s.ticks.clone());
     options.audit = served.map(|s| s.audit.clone() as Arc<dyn nexo::host_call::AuditSink>);
+    options.retry_follows = retry_follows;
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
     let result = if run.kind == "toml" {
@@ -681,6 +738,22 @@ pub async fn resume_run(
         }
         Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
     }
+}
+
+/// Why a run cannot go on here: the MCP servers it used are not defined in
+/// this process's configuration. Names them, and how to supply them.
+fn needs_configuration(id: &str, servers: &[&str], config: Option<&std::path::Path>) -> String {
+    let names = servers.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    let tables = servers.iter().map(|n| format!("[mcp.{n}]")).collect::<Vec<_>>().join(", ");
+    let here = match config {
+        Some(path) => format!("{} does not define {tables}", path.display()),
+        None => "no config file was given (--config FILE or NEXO_CONFIG)".to_string(),
+    };
+    format!(
+        "run {id} uses the MCP server(s) {names}, which the config file it started with defined, but {here}; \
+         the run is left as it is: give the config file that defines {tables} (--config FILE or NEXO_CONFIG) and \
+         run the command again"
+    )
 }
 
 /// What `nexo serve` adds to a pass of a tenant's run.
@@ -789,6 +862,7 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
     if let Some(a) = &approval {
         let decision = a.decision.map_or("undecided", Decision::as_str);
         outln!("approval:  {} ({decision})", nexo::runs::describe_approval(a));
+        outln!("  decide:  --seq {} --args-hash {}", a.seq, a.args_hash);
     }
     if let Some(result) = &run.result {
         outln!("result:    {}", first_line(result));

@@ -137,15 +137,34 @@ fn failed(e: &TenantError) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn read_policy(path: &std::path::Path, file: &nexo::config::ConfigFile) -> Result<Policy, ExitCode> {
+fn read_policy(
+    path: &std::path::Path,
+    file: &nexo::config::ConfigFile,
+    config: Option<&std::path::Path>,
+) -> Result<Policy, ExitCode> {
     let text = nexo::files::read_regular_text(path, nexo::files::MAX_TOML_BYTES).map_err(|e| {
         errln!("error: cannot read the policy {}: {e}", path.display());
         ExitCode::from(2)
     })?;
     Policy::parse(&text, file).map_err(|e| {
-        errln!("error: the policy {} is refused: {e}", path.display());
+        errln!("error: the policy {} is refused: {e}{}", path.display(), config_note(&text, config));
         ExitCode::from(2)
     })
+}
+
+/// Which config file a policy's models and MCP servers were checked
+/// against: a policy that names one needs the file `nexo serve` uses.
+fn config_note(text: &str, config: Option<&std::path::Path>) -> String {
+    let unchecked: Option<Policy> = serde_json::from_str(text).ok().or_else(|| toml::from_str(text).ok());
+    let names_some = unchecked.is_some_and(|p| !p.models.is_empty() || !p.mcp_servers.is_empty());
+    match config {
+        _ if !names_some => String::new(),
+        Some(path) => format!(" (checked against the config file {})", path.display()),
+        None => "; the policy names models or MCP servers, which are checked against the operator's config file \
+                 ([serve.models.NAME], [mcp.NAME]), and none was given: pass the file `nexo serve` uses with \
+                 --config FILE, or set NEXO_CONFIG"
+            .to_string(),
+    }
 }
 
 /// `nexo tenant …`.
@@ -158,7 +177,7 @@ pub async fn command(command: &TenantCommand, flag: Option<&str>) -> ExitCode {
     match command {
         TenantCommand::Create { name, policy, .. } => {
             let policy = match policy {
-                Some(path) => match read_policy(path, &file) {
+                Some(path) => match read_policy(path, &file, store_args(command).config()) {
                     Ok(p) => p,
                     Err(code) => return code,
                 },
@@ -189,7 +208,7 @@ pub async fn command(command: &TenantCommand, flag: Option<&str>) -> ExitCode {
             Err(e) => runs::store_error(&e),
         },
         TenantCommand::Policy { name, file: path, .. } => {
-            let policy = match read_policy(path, &file) {
+            let policy = match read_policy(path, &file, store_args(command).config()) {
                 Ok(p) => p,
                 Err(code) => return code,
             };

@@ -370,6 +370,8 @@ impl Worker {
             (Some((dir, engine)), Some(tenant)) => {
                 use crate::server::quota;
                 let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await.map_err(again)?;
+                // On every path, not only a new run's: the workspace is made on first need.
+                crate::server::workspace::ensure(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let quotas = quota::quotas(&**store, tenant).await;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
@@ -382,7 +384,11 @@ impl Worker {
             _ => None,
         };
         let pass = served.as_ref().map(|(_, _, s)| s);
-        let resumed = runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass).await;
+        // With attempts left, a failure that may pass leaves the run queued for the next one.
+        let retry_follows = job.attempts < job.max_attempts;
+        let resumed =
+            runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass, retry_follows)
+                .await;
         if let Some((tenant, mark, served)) = &served {
             let pass =
                 crate::server::quota::Pass { cpu_ticks: served.ticks.used(), egress_bytes: served.egress.used() };

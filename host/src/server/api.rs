@@ -21,7 +21,7 @@ use futures::Stream;
 use nexo::Plugin;
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::runs::Subject;
-use nexo_store::{Decision, Run, RunStatus, Store, StoreError, Tenant};
+use nexo_store::{Decision, PendingCall, Run, RunStatus, Store, StoreError, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -57,6 +57,8 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
             "tool": a.tool,
             "arguments": a.arguments,
             "seq": a.seq,
+            "args_hash": a.args_hash,
+            "decision": a.decision,
             "created_ms": a.created_ms,
         })),
     })
@@ -542,11 +544,63 @@ pub async fn get_run(
     Ok(Json(shown(&state, &run).await?))
 }
 
-/// `POST /v1/runs/{id}/approve` and `/deny`: decides the pending approval
-/// and queues the resume.
-pub(crate) async fn decide(state: AppState, tenant: Tenant, id: String, decision: Decision) -> ApiResult<Json<Value>> {
+/// The body of `POST /v1/runs/{id}/approve` and `/deny`: the call decided,
+/// as the run's `approval` showed it. A decision that names no call is
+/// refused, so that it can never decide one nobody was shown.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DecisionRequest {
+    /// The call's sequence number (`approval.seq`).
+    seq: Option<u64>,
+    /// The SHA-256 of its arguments (`approval.args_hash`).
+    #[serde(alias = "args_hash")]
+    args_hash: Option<String>,
+}
+
+impl DecisionRequest {
+    /// A decision from a form's fields.
+    pub(crate) fn from_fields(seq: Option<u64>, args_hash: Option<&str>) -> DecisionRequest {
+        DecisionRequest { seq, args_hash: args_hash.map(str::to_string) }
+    }
+
+    /// The call named, or a 400 that names what is missing.
+    pub(crate) fn call(self) -> ApiResult<PendingCall> {
+        let missing = |field: &str| {
+            ApiError::bad_request(format!(
+                "the decision does not name the call it decides (`{field}` is missing): send \
+                 {{\"seq\": N, \"args-hash\": \"…\"}} with the `seq` and `args_hash` of the run's `approval` \
+                 (GET /v1/runs/{{id}}), the call you were shown"
+            ))
+        };
+        let seq = self.seq.ok_or_else(|| missing("seq"))?;
+        let args_hash = self.args_hash.ok_or_else(|| missing("args-hash"))?;
+        Ok(PendingCall { seq, args_hash })
+    }
+
+    /// Parses a decision's JSON body.
+    fn parse(body: &[u8]) -> ApiResult<PendingCall> {
+        let request: DecisionRequest = if body.is_empty() {
+            DecisionRequest::default()
+        } else {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("the body is not a decision ({{\"seq\": N, \"args-hash\": \"…\"}}): {e}"))
+            })?
+        };
+        request.call()
+    }
+}
+
+/// `POST /v1/runs/{id}/approve` and `/deny`: decides the pending approval,
+/// if it is still the call the caller names, and queues the resume.
+pub(crate) async fn decide(
+    state: AppState,
+    tenant: Tenant,
+    id: String,
+    call: PendingCall,
+    decision: Decision,
+) -> ApiResult<Json<Value>> {
     own_run(&state, &tenant, &id).await?;
-    let approval = state.store.decide(&id, decision).await.map_err(ApiError::store)?;
+    let approval = state.store.decide(&id, &call, decision).await.map_err(ApiError::store)?;
     audit(
         &state,
         &tenant,
@@ -572,8 +626,11 @@ pub async fn approve(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    decide(state, tenant, id, Decision::Approved).await
+    own_run(&state, &tenant, &id).await?;
+    let call = DecisionRequest::parse(&body)?;
+    decide(state, tenant, id, call, Decision::Approved).await
 }
 
 /// `POST /v1/runs/{id}/deny`.
@@ -581,8 +638,11 @@ pub async fn deny(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    decide(state, tenant, id, Decision::Denied).await
+    own_run(&state, &tenant, &id).await?;
+    let call = DecisionRequest::parse(&body)?;
+    decide(state, tenant, id, call, Decision::Denied).await
 }
 
 /// The body of `POST /v1/runs/{id}/resume` (optional).

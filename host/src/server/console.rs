@@ -844,12 +844,19 @@ fn approval_card(run: &Run, approval: &Approval, csrf: &str, back: Option<&str>)
         at = time_tag(approval.created_ms),
         args = escape(&clip(&pretty(&approval.arguments), 64 * 1024)),
     );
+    // Each form names the call shown above it: a decision for a call the run
+    // no longer waits on decides nothing.
+    let call = format!(
+        "<input type=\"hidden\" name=\"seq\" value=\"{}\"><input type=\"hidden\" name=\"args-hash\" value=\"{}\">",
+        approval.seq,
+        escape(&approval.args_hash)
+    );
     let actions = match approval.decision {
         None => format!(
             "<div class=\"actions\">\
-             <form method=\"post\" action=\"/runs/{id}/approve\">{csrf}{back}\
+             <form method=\"post\" action=\"/runs/{id}/approve\">{csrf}{call}{back}\
              <button class=\"approve\" type=\"submit\">Approve</button></form>\
-             <form method=\"post\" action=\"/runs/{id}/deny\">{csrf}{back}\
+             <form method=\"post\" action=\"/runs/{id}/deny\">{csrf}{call}{back}\
              <button class=\"deny\" type=\"submit\">Deny</button></form></div>",
             csrf = csrf_field(csrf),
         ),
@@ -1025,8 +1032,19 @@ async fn deny(State(state): State<AppState>, Path(id): Path<String>, posted: Pos
 async fn decide(state: AppState, id: String, posted: Posted, decision: Decision) -> Page {
     let back =
         if posted.field("back") == Some("/approvals") { "/approvals".to_string() } else { format!("/runs/{id}") };
+    let seq = posted.field("seq").map(|s| s.parse::<u64>());
+    let call = match seq {
+        Some(Err(_)) => Err(ApiError::bad_request("the form's `seq` is not a call's sequence number")),
+        seq => api::DecisionRequest::from_fields(seq.and_then(Result::ok), posted.field("args-hash")).call(),
+    };
     let console = posted.console;
-    match api::decide(state, console.tenant.clone(), id, decision).await {
+    // Another tenant's run is 404 whatever the form holds.
+    own_run(&state, &console, &id).await?;
+    let call = match call {
+        Ok(c) => c,
+        Err(e) => return Err(Failure::api(e, &console).await),
+    };
+    match api::decide(state, console.tenant.clone(), id, call, decision).await {
         Ok(_) => Ok(Redirect::to(&back).into_response()),
         Err(e) => Err(Failure::api(e, &console).await),
     }

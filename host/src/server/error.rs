@@ -59,6 +59,9 @@ impl ApiError {
     pub fn store(e: StoreError) -> ApiError {
         match e {
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            e @ StoreError::StaleApproval { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "stale_approval", e.to_string())
+            }
             StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
             other => {
                 // The details (a path, a server's address) are the operator's, in the log.

@@ -11,6 +11,7 @@
 //! - `streams`: the event streams open on this node, per tenant.
 //! - `throttle`: failed console sign-ins per client address.
 //! - `tenants`: tenants and keys, shared with `nexo tenant`.
+//! - `workspace`: a tenant's workspace files: list, upload, download, delete.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
 //! Runs are queued in the store with a start job, and this process's
@@ -31,6 +32,7 @@ pub mod state;
 pub mod streams;
 pub mod tenants;
 pub mod throttle;
+pub mod workspace;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -322,6 +324,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}", get(sessions::show).delete(sessions::delete))
         .route("/v1/usage", get(api::usage))
         .route("/v1/audit", get(api::audit_log))
+        .route("/v1/workspace", get(workspace::list))
+        .route("/v1/workspace/{*path}", put(workspace::put).get(workspace::get).delete(workspace::delete))
         .route("/v1/tenants", post(api::create_tenant).get(api::list_tenants))
         .route("/v1/tenants/{name}/policy", put(api::put_policy))
         .route("/v1/tenants/{name}/keys", post(api::create_key))

@@ -27,6 +27,26 @@ fn id_param(mut operation: Value, name: &str) -> Value {
     operation
 }
 
+/// An approve or deny: its body names the call decided, and a call the run
+/// no longer waits on is refused.
+fn decision(operation: Value) -> Value {
+    let mut operation =
+        with_body(id_param(operation, "id"), "application/json", json!({"$ref": "#/components/schemas/Decision"}));
+    operation["responses"]["400"] = json!({"description": "the body does not name the call decided (`seq`, `args-hash`)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    operation["responses"]["409"] = json!({"description": "`stale_approval`: the run does not wait on that call (now); \
+        nothing was decided, and the message names the call it waits on, if any",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    operation
+}
+
+/// An upload: refused past the tenant's `workspace-bytes`.
+fn workspace_upload(mut operation: Value) -> Value {
+    operation["responses"]["413"] = json!({"description": "the file is larger than the whole quota"});
+    operation["responses"]["507"] = json!({"description": "the file does not fit in what the quota has left"});
+    operation
+}
+
 /// The routes under `/v1`, as `(method, path)`, in the document's order;
 /// the unit test below holds the document to it, `tests/serve.rs` the router.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -48,6 +68,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/sessions/{id}"),
     ("get", "/v1/usage"),
     ("get", "/v1/audit"),
+    ("get", "/v1/workspace"),
+    ("put", "/v1/workspace/{path}"),
+    ("get", "/v1/workspace/{path}"),
+    ("delete", "/v1/workspace/{path}"),
     ("post", "/v1/tenants"),
     ("get", "/v1/tenants"),
     ("put", "/v1/tenants/{name}/policy"),
@@ -73,8 +97,8 @@ pub fn document() -> Value {
         },
         "/v1/runs/{id}": {"get": id_param(op("One run, with its pending approval", "runs", "200"), "id")},
         "/v1/runs/{id}/events": {"get": id_param(op("The run's events as server-sent events (Last-Event-ID resumes)", "runs", "200"), "id")},
-        "/v1/runs/{id}/approve": {"post": id_param(op("Approve the pending call and resume", "runs", "200"), "id")},
-        "/v1/runs/{id}/deny": {"post": id_param(op("Deny the pending call and resume", "runs", "200"), "id")},
+        "/v1/runs/{id}/approve": {"post": decision(op("Approve the pending call named in the body, and resume", "runs", "200"))},
+        "/v1/runs/{id}/deny": {"post": decision(op("Deny the pending call named in the body, and resume", "runs", "200"))},
         "/v1/runs/{id}/resume": {"post": id_param(op("Resume a suspended or failed run with an input", "runs", "200"), "id")},
         "/v1/runs/{id}/cancel": {"post": id_param(op("Cancel a run", "runs", "200"), "id")},
         "/v1/sessions": {"get": op("The tenant's sessions, most recently updated first", "sessions", "200")},
@@ -87,6 +111,13 @@ pub fn document() -> Value {
         },
         "/v1/usage": {"get": op("Metered usage per hour, and totals (?since_ms=)", "usage", "200")},
         "/v1/audit": {"get": op("The tenant's hash-chained audit log (?after=)", "audit", "200")},
+        "/v1/workspace": {"get": op("The workspace's files with their sizes, the bytes they hold and the quota", "workspace", "200")},
+        "/v1/workspace/{path}": {
+            "put": workspace_upload(with_body(id_param(op("Upload a file (replacing it), within the `workspace-bytes` quota", "workspace", "201"), "path"),
+                "application/octet-stream", json!({"type": "string", "format": "binary"}))),
+            "get": id_param(op("Download a file", "workspace", "200"), "path"),
+            "delete": id_param(op("Delete a file, or a directory with what it holds", "workspace", "204"), "path"),
+        },
         "/v1/tenants": {
             "post": with_body(op("Create a tenant and its first key (admin)", "admin", "201"),
                 "application/json", json!({"type": "object", "required": ["name"],
@@ -127,6 +158,14 @@ pub fn document() -> Value {
                     "sandbox": {"type": "string", "enum": ["virtual", "local"]},
                     "fetch-hosts": {"type": "array", "items": {"type": "string"}},
                     "model": {"type": "string"}}},
+                "Decision": {"type": "object", "required": ["seq", "args-hash"], "additionalProperties": false, "properties": {
+                    "seq": {"type": "integer", "description": "the pending call's sequence number (`approval.seq`)"},
+                    "args-hash": {"type": "string", "description": "the SHA-256 of its arguments (`approval.args_hash`)"}}},
+                "Approval": {"type": "object", "properties": {
+                    "capability": {"type": "string"}, "tool": {"type": "string"}, "arguments": {},
+                    "seq": {"type": "integer"}, "args_hash": {"type": "string"},
+                    "decision": {"type": ["string", "null"], "enum": ["approved", "denied", null]},
+                    "created_ms": {"type": "integer"}}},
                 "Run": {"type": "object", "properties": {
                     "id": {"type": "string"},
                     "status": {"type": "string", "enum": ["queued", "running", "suspended", "done", "failed", "cancelled"]},
@@ -134,7 +173,7 @@ pub fn document() -> Value {
                     "result": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
                     "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
                     "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
-                    "approval": {"type": ["object", "null"]}}},
+                    "approval": {"oneOf": [{"$ref": "#/components/schemas/Approval"}, {"type": "null"}]}}},
                 "Policy": {"type": "object", "additionalProperties": false, "properties": {
                     "allow": {"type": "array", "items": capability},
                     "mode": mode,

@@ -298,6 +298,10 @@ pub struct Quotas {
     /// Event streams the tenant may hold open at once on one node; unset:
     /// [`DEFAULT_OPEN_STREAMS`].
     pub open_streams: Option<u64>,
+    /// The bytes the tenant's workspace may hold on one node: an upload
+    /// (`PUT /v1/workspace/{path}`) past it is refused. Unset: 1 GiB
+    /// ([`super::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
+    pub workspace_bytes: Option<u64>,
 }
 
 /// A tenant's plugin storage when its policy sets none (1 GiB).

@@ -1,0 +1,418 @@
+//! A tenant's workspace files over the API: `GET /v1/workspace` lists them
+//! with their sizes; `PUT`, `GET` and `DELETE /v1/workspace/{path}` upload,
+//! download and delete one, within the tenant's `workspace-bytes` quota.
+//!
+//! The workspace is the directory a tenant's local sandbox works in,
+//! `tenants/<tenant-id>/workspace` under the data directory, created on
+//! first need. Every path is resolved under a cap-std handle opened at the
+//! workspace itself, so `..`, absolute paths and symlinks that lead out are
+//! refused (a run may plant a symlink: from here it leads nowhere), and
+//! only the caller's own workspace is ever opened.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use futures::StreamExt;
+use nexo_store::Tenant;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::api::{ApiError, ApiResult, AppState, audit};
+use super::auth::TenantCaller;
+use super::policy::Policy;
+
+/// What a workspace may hold when the policy sets no `workspace-bytes`
+/// (1 GiB).
+pub const DEFAULT_WORKSPACE_BYTES: u64 = 1 << 30;
+
+/// The most entries a listing shows.
+const MAX_LISTED: usize = 10_000;
+
+/// How deep a listing or a size count goes.
+const MAX_DEPTH: usize = 64;
+
+/// The name an upload has until it is whole; never listed or served.
+const PARTIAL: &str = ".nexo-upload-";
+
+/// The tenant's workspace directory on this node.
+pub fn dir(data_dir: &Path, tenant: &str) -> PathBuf {
+    data_dir.join("tenants").join(tenant).join("workspace")
+}
+
+/// The tenant's workspace directory, created if it is not there yet.
+pub fn ensure(data_dir: &Path, tenant: &str) -> io::Result<PathBuf> {
+    let path = dir(data_dir, tenant);
+    std::fs::create_dir_all(&path)?;
+    Ok(path)
+}
+
+fn storage(what: &str, e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(target: "nexo::server", "workspace: {what}: {e}");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the server cannot reach the workspace now; try again")
+}
+
+/// A handle on the tenant's workspace, the root of every path below.
+fn open(state: &AppState, tenant: &Tenant) -> ApiResult<Dir> {
+    let path = ensure(&state.data_dir, &tenant.id).map_err(|e| storage("create", e))?;
+    Dir::open_ambient_dir(&path, ambient_authority()).map_err(|e| storage("open", e))
+}
+
+/// `path` as a relative path inside the workspace, or a 400 that says why
+/// not. The check is lexical; the handle refuses symlinks that lead out.
+fn relative(path: &str) -> ApiResult<PathBuf> {
+    let bad = |why: &str| {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_path", format!("`{path}` is not a path in the workspace: {why}"))
+    };
+    if path.contains('\0') {
+        return Err(bad("it holds a NUL byte"));
+    }
+    if path.starts_with('/') {
+        return Err(bad("absolute paths are refused; name the file from the workspace's top, as `dir/file.txt`"));
+    }
+    let mut out = PathBuf::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) if part.to_string_lossy().starts_with(PARTIAL) => {
+                return Err(bad("names an upload in progress"));
+            }
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(bad("`..` is refused; name the file from the workspace's top")),
+            Component::RootDir | Component::Prefix(_) => return Err(bad("absolute paths are refused")),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err(bad("it names the workspace itself (GET /v1/workspace lists it)"));
+    }
+    Ok(out)
+}
+
+/// A filesystem error on `path`, as the caller should see it.
+fn io_error(path: &str, e: io::Error) -> ApiError {
+    // cap-std's words for a path (a symlink, say) that would leave the handle.
+    if e.kind() == io::ErrorKind::PermissionDenied && e.to_string().contains("outside of the filesystem") {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "outside_workspace",
+            format!("`{path}` leads outside the workspace (through a symlink), so it is refused"),
+        );
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => ApiError::not_found(&format!("there is no `{path}` in the workspace")),
+        io::ErrorKind::NotADirectory => ApiError::new(
+            StatusCode::CONFLICT,
+            "not_a_directory",
+            format!("a part of `{path}` is a file, not a directory"),
+        ),
+        io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => {
+            ApiError::new(StatusCode::CONFLICT, "is_a_directory", format!("`{path}` is a directory"))
+        }
+        _ => storage(path, e),
+    }
+}
+
+/// The tenant's `workspace-bytes`, or the default.
+fn quota(tenant: &Tenant) -> ApiResult<u64> {
+    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    Ok(policy.quotas.workspace_bytes.unwrap_or(DEFAULT_WORKSPACE_BYTES))
+}
+
+/// Runs filesystem work off the async threads.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| storage("task", e))?
+}
+
+/// What a walk of the workspace found.
+#[derive(Default)]
+struct Walk {
+    entries: Vec<Value>,
+    bytes: u64,
+    truncated: bool,
+}
+
+/// Walks `dir` (at `prefix` in the workspace) without following symlinks:
+/// lists what is there and adds up the bytes of its regular files, uploads
+/// in progress included.
+fn walk(dir: &Dir, prefix: &Path, depth: usize, out: &mut Walk) -> io::Result<()> {
+    for entry in dir.entries()? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let kind = entry.file_type()?;
+        let path = prefix.join(&name);
+        let partial = name.to_string_lossy().starts_with(PARTIAL);
+        let shown = path.to_string_lossy().into_owned();
+        let mut listed = json!({"path": shown});
+        if kind.is_dir() {
+            listed["kind"] = "dir".into();
+            if depth < MAX_DEPTH {
+                walk(&entry.open_dir()?, &path, depth + 1, out)?;
+            } else {
+                out.truncated = true;
+            }
+        } else if kind.is_file() {
+            let size = entry.metadata()?.len();
+            out.bytes = out.bytes.saturating_add(size);
+            listed["kind"] = "file".into();
+            listed["size"] = size.into();
+        } else if kind.is_symlink() {
+            listed["kind"] = "symlink".into();
+        } else {
+            listed["kind"] = "other".into();
+        }
+        if partial {
+            continue;
+        }
+        if out.entries.len() < MAX_LISTED {
+            out.entries.push(listed);
+        } else {
+            out.truncated = true;
+        }
+    }
+    Ok(())
+}
+
+/// `GET /v1/workspace`: the tenant's files and directories, with the sizes
+/// of its files, the bytes they hold and the quota.
+pub async fn list(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> ApiResult<Json<Value>> {
+    let quota = quota(&tenant)?;
+    let root = open(&state, &tenant)?;
+    let found = blocking(move || {
+        let mut found = Walk::default();
+        walk(&root, Path::new(""), 0, &mut found).map_err(|e| io_error(".", e))?;
+        Ok(found)
+    })
+    .await?;
+    let mut entries = found.entries;
+    entries.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    Ok(Json(json!({"files": entries, "bytes": found.bytes, "quota_bytes": quota, "truncated": found.truncated})))
+}
+
+/// One upload at a time per tenant on this node, so that two cannot both
+/// fit in the room one of them leaves.
+fn upload_lock(tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let mut locks = LOCKS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    locks.entry(tenant.to_string()).or_default().clone()
+}
+
+/// An upload's file until it is whole: removed unless kept.
+struct Partial {
+    dir: Dir,
+    name: String,
+    kept: bool,
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = self.dir.remove_file(&self.name);
+        }
+    }
+}
+
+/// 413: the file is larger than the whole quota.
+fn too_large(path: &str, quota: u64, size: Option<u64>) -> ApiError {
+    let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "workspace_quota",
+        format!("`{path}`{size} is larger than the workspace's whole quota of {quota} bytes (`workspace-bytes`)"),
+    )
+}
+
+/// 507: the file does not fit in what the workspace has left.
+fn no_room(path: &str, quota: u64, used: u64, size: Option<u64>) -> ApiError {
+    let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
+    ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "workspace_quota",
+        format!(
+            "`{path}`{size} does not fit: the workspace holds {used} of its {quota} bytes (`workspace-bytes`); \
+             delete files (DELETE /v1/workspace/{{path}}) or ask the operator for a larger quota"
+        ),
+    )
+}
+
+/// `PUT /v1/workspace/{path}`: stores the body as the file at `path`
+/// (replacing it), creating its directories, if the workspace's quota has
+/// room: 413 for a file larger than the whole quota, 507 for one that does
+/// not fit in what is left. The file appears whole or not at all.
+pub async fn put(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    UrlPath(path): UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let rel = relative(&path)?;
+    let quota = quota(&tenant)?;
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    if let Some(size) = declared.filter(|&n: &u64| n > quota) {
+        return Err(too_large(&path, quota, Some(size)));
+    }
+    let lock = upload_lock(&tenant.id);
+    let _one_at_a_time = lock.lock().await;
+    let root = open(&state, &tenant)?;
+    let (shown, target) = (path.clone(), rel.clone());
+    let (used, parent, replaced) = blocking(move || {
+        let mut found = Walk::default();
+        walk(&root, Path::new(""), 0, &mut found).map_err(|e| io_error(".", e))?;
+        let existing = match root.symlink_metadata(&target) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "is_a_directory",
+                    format!("`{shown}` is a directory; upload to a path inside it"),
+                ));
+            }
+            Ok(meta) if meta.is_file() => Some(meta.len()),
+            Ok(_) => Some(0),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error(&shown, e)),
+        };
+        let parent = match target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => {
+                root.create_dir_all(p).map_err(|e| io_error(&shown, e))?;
+                root.open_dir(p).map_err(|e| io_error(&shown, e))?
+            }
+            None => root,
+        };
+        Ok((found.bytes.saturating_sub(existing.unwrap_or(0)), parent, existing.is_some()))
+    })
+    .await?;
+    let room = quota.saturating_sub(used);
+    if let Some(size) = declared.filter(|&n| n > room) {
+        return Err(no_room(&path, quota, used, Some(size)));
+    }
+    let name = rel.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let partial_name = format!("{PARTIAL}{}", nexo_store::new_run_id());
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true).mode(0o644);
+    let file = parent.open_with(&partial_name, &options).map_err(|e| io_error(&path, e))?;
+    let keeper = parent.try_clone().map_err(|e| storage("clone", e))?;
+    let mut partial = Partial { dir: keeper, name: partial_name.clone(), kept: false };
+    let mut file = tokio::fs::File::from_std(file.into_std());
+    let mut stream = body.into_data_stream();
+    let mut written: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("the upload of `{path}` was cut short: {e}")))?;
+        written = written.saturating_add(chunk.len() as u64);
+        if written > quota {
+            return Err(too_large(&path, quota, None));
+        }
+        if written > room {
+            return Err(no_room(&path, quota, used, None));
+        }
+        file.write_all(&chunk).await.map_err(|e| storage(&path, e))?;
+    }
+    file.sync_all().await.map_err(|e| storage(&path, e))?;
+    drop(file);
+    parent.rename(&partial_name, &parent, &name).map_err(|e| io_error(&path, e))?;
+    partial.kept = true;
+    audit(&state, &tenant, "workspace.uploaded", json!({"path": path, "size": written})).await?;
+    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(json!({"path": path, "size": written}))).into_response())
+}
+
+/// `GET /v1/workspace/{path}`: the file's bytes. Only a regular file with
+/// no other hard link is served: a link a run made to a file elsewhere
+/// would otherwise read it.
+pub async fn get(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    UrlPath(path): UrlPath<String>,
+) -> ApiResult<Response> {
+    let rel = relative(&path)?;
+    let root = open(&state, &tenant)?;
+    let shown = path.clone();
+    let (file, size) = blocking(move || {
+        let mut options = OpenOptions::new();
+        // Never blocks on a FIFO with no writer, never takes a terminal.
+        options.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let file = root.open_with(&rel, &options).map_err(|e| io_error(&shown, e))?.into_std();
+        let meta = file.metadata().map_err(|e| io_error(&shown, e))?;
+        if meta.is_dir() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "is_a_directory",
+                format!("`{shown}` is a directory; GET /v1/workspace lists the workspace"),
+            ));
+        }
+        if !meta.is_file() {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_a_file",
+                format!("`{shown}` is not a regular file (a FIFO, a device or a socket), so it is not served"),
+            ));
+        }
+        if meta.nlink() > 1 {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "linked_file",
+                format!("`{shown}` has other hard links, which may lead outside the workspace, so it is not served"),
+            ));
+        }
+        Ok((file, meta.len()))
+    })
+    .await?;
+    let file = tokio::fs::File::from_std(file);
+    let chunks = futures::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        let mut buffer = vec![0u8; 64 * 1024];
+        match file.read(&mut buffer).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buffer.truncate(n);
+                Some((Ok::<Bytes, io::Error>(Bytes::from(buffer)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    let headers =
+        [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (header::CONTENT_LENGTH, size.to_string())];
+    Ok((StatusCode::OK, headers, Body::from_stream(chunks)).into_response())
+}
+
+/// `DELETE /v1/workspace/{path}`: removes the file, or the directory with
+/// everything in it. A symlink is removed itself, never what it names.
+pub async fn delete(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    UrlPath(path): UrlPath<String>,
+) -> ApiResult<Response> {
+    let rel = relative(&path)?;
+    let root = open(&state, &tenant)?;
+    let shown = path.clone();
+    blocking(move || {
+        let meta = root.symlink_metadata(&rel).map_err(|e| io_error(&shown, e))?;
+        let removed = if meta.is_dir() { root.remove_dir_all(&rel) } else { root.remove_file(&rel) };
+        removed.map_err(|e| io_error(&shown, e))
+    })
+    .await?;
+    audit(&state, &tenant, "workspace.deleted", json!({"path": path})).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths_name_a_file() {
+        assert_eq!(relative("a/./b.txt").ok(), Some(PathBuf::from("a/b.txt")));
+        for bad in ["", ".", "/etc/passwd", "../x", "a/../../x", "a/..", "a\0b", ".nexo-upload-r1", "d/.nexo-upload-x"]
+        {
+            assert!(relative(bad).is_err(), "{bad:?} is refused");
+        }
+    }
+}
