@@ -107,8 +107,7 @@ impl AuditAnchor {
 
 /// Every line of the anchor file at `path`, in order.
 pub fn read_anchors(path: &Path) -> Result<Vec<Anchored>, AnchorError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| AnchorError::Io { path: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| AnchorError::Io { path: path.to_path_buf(), source })?;
     let mut anchors = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let malformed = || AnchorError::Malformed { path: path.to_path_buf(), line: i + 1 };
