@@ -71,11 +71,11 @@ pub struct TenantGrant<'a> {
     pub mode: PermissionMode,
     /// The tenant's workspace, when the run works in the local sandbox.
     pub local: Option<PathBuf>,
-    /// Hosts `fetch` may reach.
+    /// Hosts `fetch` may reach; empty: none.
     pub fetch_hosts: Vec<String>,
     /// The operator's MCP servers the run gets.
     pub mcp_servers: Vec<String>,
-    /// The MCP tools they may offer.
+    /// The MCP tools that pass unasked; empty: none.
     pub mcp_allow: Vec<String>,
     /// The operator's configuration.
     pub config: &'a ConfigFile,
@@ -205,8 +205,10 @@ impl Resolved {
             mcp_servers: mcp_file.keys().cloned().collect(),
             mcp_flags: BTreeMap::new(),
             mcp_file,
-            mcp_allow: (!t.mcp_allow.is_empty()).then_some(t.mcp_allow),
-            fetch_hosts: (!t.fetch_hosts.is_empty()).then_some(t.fetch_hosts),
+            // Always set: an empty list is no tool and no host, never "the
+            // agent's list decides".
+            mcp_allow: Some(t.mcp_allow),
+            fetch_hosts: Some(t.fetch_hosts),
             allow: t.allow,
             mode: match t.mode {
                 PermissionMode::ReadOnly => ModeSetting::ReadOnly,
