@@ -125,8 +125,10 @@ pub fn document() -> Value {
                     "allow": {"type": "array", "items": capability},
                     "mode": mode,
                     "sandbox": {"type": "string", "enum": ["virtual", "local"]},
-                    "fetch-hosts": {"type": "array", "items": {"type": "string"}},
-                    "model": {"type": "string"}}},
+                    "fetch-hosts": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "model": {"type": "string"},
+                    "mcp-servers": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"}}},
                 "Run": {"type": "object", "properties": {
                     "id": {"type": "string"},
                     "status": {"type": "string", "enum": ["queued", "running", "suspended", "done", "failed", "cancelled"]},
