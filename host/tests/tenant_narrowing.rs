@@ -132,6 +132,15 @@ async fn fetch_hosts_never_widen_by_an_empty_list_a_case_or_an_alias() {
     ] {
         refused(&scene, &node, &web, &sha, fields, needle).await;
     }
+    // A session's prompt narrows the same way: an empty list is no host.
+    let body = json!({"plugin": sha, "instance": "s1", "input": FETCHES, "fetch-hosts": [], "wait": true});
+    let (status, prompted) = scene.post(&node.url("/v1/sessions/prompt"), &web, body).await;
+    assert_eq!(status, StatusCode::OK, "{prompted}");
+    assert!(lines(&prompted["run"]).iter().all(|l| l.starts_with(denied)), "{prompted}");
+    let body = json!({"plugin": sha, "instance": "s1", "input": "x", "mcp-allow": ["echo"]});
+    let (status, answer) = scene.post(&node.url("/v1/sessions/prompt"), &web, body).await;
+    assert_eq!((status, &answer["error"]["code"]), (StatusCode::FORBIDDEN, &json!("beyond_policy")), "{answer}");
+
     // Not even the policy's host written another way passes the bare tenant's empty list.
     refused(&scene, &node, &bare, &sha, json!({"fetch-hosts": ["localhost"]}), "localhost").await;
     let done = run(&scene, &node, &bare, &sha, FETCHES, json!({})).await;
