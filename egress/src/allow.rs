@@ -91,6 +91,38 @@ impl HostList {
         })
     }
 
+    /// The hosts both lists match, as a list: an entry of one that the
+    /// other matches (a name and its subdomains, or the same address) is
+    /// kept, so the result never matches a host either list refuses. The
+    /// order is `self`'s.
+    pub fn intersection(&self, other: &HostList) -> HostList {
+        let mut list = HostList::default();
+        for mine in &self.entries {
+            for theirs in &other.entries {
+                let common = if other.matches_entry(mine) {
+                    Some(mine)
+                } else if self.matches_entry(theirs) {
+                    Some(theirs)
+                } else {
+                    None
+                };
+                if let Some(entry) = common
+                    && !list.entries.contains(entry)
+                {
+                    list.shown.push(show(entry));
+                    list.entries.push(entry.clone());
+                }
+            }
+        }
+        list
+    }
+
+    /// Whether every host `other` matches, `self` matches too: `other` is
+    /// no wider than `self`.
+    pub fn covers(&self, other: &HostList) -> bool {
+        other.entries.iter().all(|entry| self.matches_entry(entry))
+    }
+
     /// The normalized entries, in the order given (duplicates dropped).
     pub fn entries(&self) -> &[String] {
         &self.shown
@@ -300,6 +332,22 @@ mod tests {
         assert!(!l.matches("example.com"));
         assert_eq!(l.to_string(), "(none)");
         assert!(list(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_intersection_matches_only_what_both_lists_match() {
+        let policy = list(&["docs.rs", "example.com", "10.0.0.1"]);
+        let request = list(&["API.Docs.RS.", "crates.io", "example.com", "0xa.0.0.1"]);
+        let both = policy.intersection(&request);
+        assert_eq!(both.entries(), ["api.docs.rs", "example.com", "10.0.0.1"]);
+        assert!(both.matches("v1.api.docs.rs") && !both.matches("docs.rs") && !both.matches("crates.io"));
+        assert_eq!(request.intersection(&policy).entries(), ["api.docs.rs", "example.com", "10.0.0.1"]);
+        assert!(policy.intersection(&HostList::default()).is_empty(), "an empty list is nothing");
+        assert!(HostList::default().intersection(&policy).is_empty());
+        assert!(list(&["bücher.example"]).intersection(&list(&["xn--bcher-kva.example"])).matches("bücher.example"));
+        assert!(policy.covers(&both) && request.covers(&both));
+        assert!(!both.covers(&policy));
+        assert!(policy.covers(&HostList::default()));
     }
 
     #[test]

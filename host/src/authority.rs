@@ -31,7 +31,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ToolError;
-use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
+use nexo_egress::HostList;
+
+use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode, SandboxKind};
 
 /// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
 pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
@@ -282,6 +284,170 @@ impl McpAllow {
     pub fn entries(&self) -> &[String] {
         &self.0
     }
+
+    /// The names both lists match: `tool` and `server/tool` have
+    /// `server/tool` in common, two equal entries themselves.
+    pub fn intersection(&self, other: &McpAllow) -> McpAllow {
+        let mut both = Vec::new();
+        for mine in &self.0 {
+            for theirs in &other.0 {
+                let common = match (mine.split_once('/'), theirs.split_once('/')) {
+                    (None, None) | (Some(_), Some(_)) => (mine == theirs).then_some(mine),
+                    (Some((_, tool)), None) => (tool == theirs).then_some(mine),
+                    (None, Some((_, tool))) => (tool == mine).then_some(theirs),
+                };
+                if let Some(entry) = common
+                    && !both.contains(entry)
+                {
+                    both.push(entry.clone());
+                }
+            }
+        }
+        McpAllow(both)
+    }
+
+    /// Whether every name `other` matches, this list matches too.
+    pub fn covers(&self, other: &McpAllow) -> bool {
+        other.0.iter().all(|entry| match entry.split_once('/') {
+            Some((server, tool)) => self.matches(server, tool),
+            None => self.0.contains(entry),
+        })
+    }
+}
+
+/// One party's bounds on a run, field by field: the operator's (a tenant's
+/// policy; `[grant]` and the flags), a run request's, an agent manifest's.
+/// `None` is "this party sets no bound on the field"; a list, even an
+/// empty one, is all it allows, so an empty list allows nothing. A run's
+/// effective grant is the [`Bounds::intersect`] of all of them, and so is
+/// never wider than any.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bounds {
+    /// The capabilities, `read` and `glob` included.
+    pub capabilities: Option<BTreeSet<Capability>>,
+    /// The least strict permission mode.
+    pub mode: Option<PermissionMode>,
+    /// The sandboxes, the preferred first.
+    pub sandboxes: Option<Vec<SandboxKind>>,
+    /// The hosts `fetch` may reach (subdomain-aware, normalized).
+    pub fetch_hosts: Option<HostList>,
+    /// The operator's models by name, the preferred first.
+    pub models: Option<Vec<String>>,
+    /// The MCP servers, by configured name.
+    pub mcp_servers: Option<BTreeSet<String>>,
+    /// The MCP tools that pass unasked (exact names).
+    pub mcp_tools: Option<McpAllow>,
+}
+
+impl Bounds {
+    /// What an agent's manifest asks for: its capabilities, declared mode
+    /// and sandbox, `fetch-allow`, MCP servers and `mcp-allow`. Its model is
+    /// a provider's hint, not one of the operator's, so it bounds no model.
+    /// A `fetch-allow` that does not parse allows nothing (validation
+    /// refuses such a plugin before it runs).
+    pub fn of_manifest(manifest: &AgentManifest) -> Bounds {
+        Bounds {
+            capabilities: Some(manifest.capabilities.iter().copied().collect()),
+            mode: manifest.permissions,
+            sandboxes: manifest.sandbox.map(|s| vec![s]),
+            fetch_hosts: Some(HostList::new(&manifest.fetch_allow).unwrap_or_default()),
+            models: None,
+            mcp_servers: Some(manifest.mcp_servers.iter().cloned().collect()),
+            mcp_tools: Some(McpAllow::new(manifest.mcp_allow.iter().cloned())),
+        }
+    }
+
+    /// What an operator's [`Grant`] allows (its mode and sandbox are the
+    /// run options', outside the grant). Hosts that do not parse allow
+    /// nothing: the CLI and the server refuse them before a run.
+    pub fn of_grant(grant: &Grant) -> Bounds {
+        Bounds {
+            capabilities: Some(grant.capabilities.clone()),
+            mode: None,
+            sandboxes: None,
+            fetch_hosts: grant.fetch_hosts.as_ref().map(|h| HostList::new(h).unwrap_or_default()),
+            models: None,
+            mcp_servers: Some(grant.mcp_servers.clone()),
+            mcp_tools: grant.mcp_allow.clone(),
+        }
+    }
+
+    /// What both allow, field by field: the common members of two lists
+    /// (in `self`'s order), the stricter mode, the hosts and MCP tools
+    /// both lists match. A field only one side bounds keeps that bound.
+    pub fn intersect(&self, other: &Bounds) -> Bounds {
+        fn both<T: Clone>(a: &Option<T>, b: &Option<T>, f: impl FnOnce(&T, &T) -> T) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(f(a, b)),
+                (Some(x), None) | (None, Some(x)) => Some(x.clone()),
+                (None, None) => None,
+            }
+        }
+        fn ordered<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
+            a.iter().filter(|x| b.contains(x)).cloned().collect()
+        }
+        Bounds {
+            capabilities: both(&self.capabilities, &other.capabilities, |a, b| a.intersection(b).copied().collect()),
+            mode: both(&self.mode, &other.mode, |a, b| stricter(*a, *b)),
+            sandboxes: both(&self.sandboxes, &other.sandboxes, |a, b| ordered(a, b)),
+            fetch_hosts: both(&self.fetch_hosts, &other.fetch_hosts, HostList::intersection),
+            models: both(&self.models, &other.models, |a, b| ordered(a, b)),
+            mcp_servers: both(&self.mcp_servers, &other.mcp_servers, |a, b| a.intersection(b).cloned().collect()),
+            mcp_tools: both(&self.mcp_tools, &other.mcp_tools, McpAllow::intersection),
+        }
+    }
+
+    /// The first field `self` bounds to more than `other` allows: the
+    /// field's name and the first item beyond it; `None` when every field
+    /// `self` bounds is within `other`'s. A field `self` leaves out is not
+    /// beyond: intersected, it takes `other`'s bound (how a run request
+    /// that omits a field gets the policy's).
+    pub fn beyond(&self, other: &Bounds) -> Option<(&'static str, String)> {
+        fn list<T: PartialEq>(
+            mine: &Option<Vec<T>>,
+            theirs: &Option<Vec<T>>,
+            show: impl Fn(&T) -> String,
+        ) -> Option<String> {
+            let (Some(mine), Some(theirs)) = (mine, theirs) else { return None };
+            mine.iter().find(|x| !theirs.contains(x)).map(show)
+        }
+        fn set<T: Ord>(
+            mine: &Option<BTreeSet<T>>,
+            theirs: &Option<BTreeSet<T>>,
+            show: impl Fn(&T) -> String,
+        ) -> Option<String> {
+            let (Some(mine), Some(theirs)) = (mine, theirs) else { return None };
+            mine.difference(theirs).next().map(show)
+        }
+        if let Some(c) = set(&self.capabilities, &other.capabilities, |c| c.as_str().to_string()) {
+            return Some(("capabilities", c));
+        }
+        if let (Some(mine), Some(theirs)) = (self.mode, other.mode)
+            && stricter(mine, theirs) != mine
+        {
+            return Some(("mode", mine.as_str().into()));
+        }
+        if let Some(s) = list(&self.sandboxes, &other.sandboxes, |s| s.as_str().to_string()) {
+            return Some(("sandboxes", s));
+        }
+        if let (Some(mine), Some(theirs)) = (&self.fetch_hosts, &other.fetch_hosts)
+            && let Some(host) = mine.entries().iter().find(|h| !theirs.matches(h))
+        {
+            return Some(("fetch-hosts", host.clone()));
+        }
+        if let Some(m) = list(&self.models, &other.models, String::clone) {
+            return Some(("models", m));
+        }
+        if let Some(s) = set(&self.mcp_servers, &other.mcp_servers, String::clone) {
+            return Some(("mcp-servers", s));
+        }
+        if let (Some(mine), Some(theirs)) = (&self.mcp_tools, &other.mcp_tools)
+            && let Some(tool) = mine.entries().iter().find(|t| !theirs.covers(&McpAllow::new([t.as_str()])))
+        {
+            return Some(("mcp-allow", tool.clone()));
+        }
+        None
+    }
 }
 
 /// What the operator grants: a set of capabilities. The default grants
@@ -290,16 +456,20 @@ impl McpAllow {
 pub struct Grant {
     /// The granted capabilities.
     pub capabilities: BTreeSet<Capability>,
-    /// Hosts the operator lets any agent fetch from. `None`: the agent's own
+    /// Hosts the operator lets any agent fetch from. `None`: the operator
+    /// set no list (`nexo run` without `fetch-hosts`), and the agent's own
     /// `fetch-allow` list decides. Set, a URL must be on both lists
-    /// (subdomain-aware), so the operator can only narrow.
+    /// (subdomain-aware), so the operator can only narrow; an empty list
+    /// allows no host. A served run's grant always sets it.
     pub fetch_hosts: Option<Vec<String>>,
     /// The MCP servers the operator configured, by name: an agent reaches
     /// those of them it requests. Their settings are in
     /// [`RunOptions::mcp`](crate::settings::RunOptions::mcp).
     pub mcp_servers: BTreeSet<String>,
-    /// The operator's own `mcp-allow` list. `None`: the agent's list
-    /// decides. Set, a tool must be on both, so the operator can only narrow.
+    /// The operator's own `mcp-allow` list. `None`: the operator set none,
+    /// and the agent's list decides. Set, a tool must be on both, so the
+    /// operator can only narrow; an empty list lets no tool pass unasked. A
+    /// served run's grant always sets it.
     pub mcp_allow: Option<McpAllow>,
 }
 
@@ -365,8 +535,8 @@ pub struct Authority {
 struct McpAuthority {
     requested: Vec<String>,
     effective: Vec<String>,
-    allow: McpAllow,
-    operator_allow: Option<McpAllow>,
+    /// The agent's `mcp-allow` ∩ the operator's, when the operator has one.
+    listed: McpAllow,
 }
 
 /// What stops every call that needs one capability: the first of the
@@ -402,18 +572,19 @@ impl Authority {
             permissions = permissions.narrowed_to(declared);
         }
         let requested: CapSet = manifest.capabilities.iter().copied().collect();
-        let granted: CapSet = grant.capabilities.iter().copied().collect();
+        // The one intersection: the operator's grant and the agent's manifest.
+        let both = Bounds::of_grant(grant).intersect(&Bounds::of_manifest(manifest));
+        let servers = both.mcp_servers.unwrap_or_default();
         Authority {
             agent: manifest.name.clone(),
             requested,
-            effective: requested.intersection(granted),
+            effective: both.capabilities.unwrap_or_default().into_iter().collect(),
             permissions,
             unavailable: [None; Capability::ALL.len()],
             mcp: McpAuthority {
                 requested: manifest.mcp_servers.clone(),
-                effective: manifest.mcp_servers.iter().filter(|s| grant.mcp_servers.contains(*s)).cloned().collect(),
-                allow: McpAllow::new(manifest.mcp_allow.iter().cloned()),
-                operator_allow: grant.mcp_allow.clone(),
+                effective: manifest.mcp_servers.iter().filter(|s| servers.contains(*s)).cloned().collect(),
+                listed: both.mcp_tools.unwrap_or_default(),
             },
         }
     }
@@ -431,7 +602,7 @@ impl Authority {
     /// Whether `tool` on `server` is on the agent's `mcp-allow` list and,
     /// when the operator has one, on the operator's.
     pub fn mcp_listed(&self, server: &str, tool: &str) -> bool {
-        self.mcp.allow.matches(server, tool) && self.mcp.operator_allow.as_ref().is_none_or(|o| o.matches(server, tool))
+        self.mcp.listed.matches(server, tool)
     }
 
     /// Whether the model is offered `tool` on `server`: the server is

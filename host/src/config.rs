@@ -283,4 +283,8 @@ pub struct ServeTable {
     /// names the ones it may use; their keys stay the operator's.
     #[serde(default)]
     pub models: BTreeMap<String, ModelTable>,
+    /// The reverse proxies (IP addresses and CIDR blocks) whose
+    /// `X-Forwarded-For` names the client; none by default, so the peer is.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
 }

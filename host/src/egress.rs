@@ -352,6 +352,16 @@ impl HostCall<EgressState> for Get {
     }
 }
 
+/// `denied` is the egress grant's refusal (a host, an address, a URL).
+impl crate::host_call::Refusal for outbound_http::HttpError {
+    fn refusal(&self) -> Option<&'static str> {
+        match self {
+            outbound_http::HttpError::Denied(_) => Some("denied"),
+            _ => None,
+        }
+    }
+}
+
 impl From<ToolError> for outbound_http::HttpError {
     fn from(e: ToolError) -> Self {
         outbound_http::HttpError::Denied(e.message().to_string())

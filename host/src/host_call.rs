@@ -3,19 +3,21 @@
 //! steps in the same order:
 //!
 //! ```text
-//! decode → authorize → audit → event → execute → truncate → result
+//! decode → authorize → event → execute → truncate → audit → result
 //! ```
 //!
 //! - **decode**: WIT arguments arrive typed, and their size is checked; the
 //!   model's arrive as JSON and the call parses them.
 //! - **authorize**: the world's context decides: an agent run's one
 //!   [`Authority`]; a search backend's or sandbox provider's egress grant.
-//! - **audit**: each decision of the gate on a capability or an MCP server,
-//!   the guest's and the model's alike, goes to the run's [`AuditSink`]
-//!   when it has one (`nexo serve`'s audit log).
 //! - **event**: a model's call is reported to the run's [`EventSink`].
 //! - **execute**: the call's handler, with its unit's per-instance state.
 //! - **truncate**: the call's own cut, through the one truncation routine.
+//! - **audit**: each call the gate decided on (a capability or an MCP
+//!   server), the guest's and the model's alike, goes to the run's
+//!   [`AuditSink`] when it has one (`nexo serve`'s audit log), with its final
+//!   verdict: a refusal after the gate (a host list, the address guard, a
+//!   quota) is the verdict, not the gate's `allowed` ([`Refusal`]).
 //! - **result**: a typed value for the guest, or text (and a result event)
 //!   for the model.
 //!
@@ -94,6 +96,21 @@ pub struct CapabilityUse {
     pub verdict: &'static str,
 }
 
+/// Whether a call's error is a refusal: what the audit records as the
+/// call's verdict when the handler, not the gate, refused it.
+pub trait Refusal {
+    /// The refusal's kind (`denied`, `security`, `approval-required`), or
+    /// `None` when the call failed without being refused.
+    fn refusal(&self) -> Option<&'static str>;
+}
+
+impl Refusal for ToolError {
+    fn refusal(&self) -> Option<&'static str> {
+        matches!(self, ToolError::Denied(_) | ToolError::Security(_) | ToolError::ApprovalRequired(_))
+            .then(|| self.kind())
+    }
+}
+
 /// Where a run's [`CapabilityUse`]s go. Called on the host-call path, so
 /// it should only take the record and return.
 pub trait AuditSink: Send + Sync {
@@ -133,7 +150,7 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
     /// What the handler returns; the journal stores it.
     type Output: Send + serde::Serialize + serde::de::DeserializeOwned;
     /// How the call fails; a refusal of the gate is one such failure.
-    type Error: From<ToolError> + Send + serde::Serialize + serde::de::DeserializeOwned;
+    type Error: From<ToolError> + Refusal + Send + serde::Serialize + serde::de::DeserializeOwned;
 
     /// The import's name in the WIT, such as `read-file`; the gate's
     /// messages and log use it.
@@ -534,6 +551,7 @@ pub fn guest_now<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::
         }
         Err(refusal) => Err(C::Error::from(refusal)),
     };
+    audit(cx, admitted.used, &result);
     match conclude(cx, call, None, result) {
         Reply::Guest(result) => result,
         Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
@@ -547,7 +565,7 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     call: &C,
     origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
-    let Admitted { allowed, model, live } = match admit(cx, call, origin) {
+    let Admitted { allowed, model, live, used } = match admit(cx, call, origin) {
         Ok(admitted) => admitted,
         Err(reply) => return reply,
     };
@@ -556,6 +574,7 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
         Err(refusal) => Err(C::Error::from(refusal)),
     };
+    audit(cx, used, &result);
     // journal: the result is recorded before anyone sees it
     if let Some((journal, seq, hash)) = live
         && result.as_ref().err().is_none_or(|e| call.journal_error(e))
@@ -574,6 +593,8 @@ struct Admitted<'c, A> {
     model: Option<(u32, &'c ToolCall)>,
     /// The journal entry the result goes to: journal, position, hash.
     live: Option<(&'c Journal, u64, String)>,
+    /// The gate's decision, audited once the call has its final verdict.
+    used: Option<CapabilityUse>,
 }
 
 /// decode, journal (a recorded call is answered from it), authorize, event.
@@ -634,6 +655,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     }
     // authorize; under `approve`, a recorded run asks its journal for the
     // operator's decision on exactly this call
+    let mut used = None;
     let allowed = decoded.and_then(|args| {
         let detail = call.detail(&args);
         let gate = call.gate(&args, &detail);
@@ -651,9 +673,9 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             },
             verdict => verdict,
         };
-        // audit: the decision, after an approval was looked up
-        if let Some(sink) = cx.audit() {
-            audit(sink, &gate, call.name(), model.map(|(_, c)| c), &verdict);
+        // kept for the audit, which waits for the final verdict
+        if cx.audit().is_some() {
+            used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict);
         }
         verdict.map(|()| args)
     });
@@ -661,22 +683,23 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     if let Some((turn, model_call)) = model {
         call_event(cx, turn, model_call);
     }
-    Ok(Admitted { allowed, model, live: live.map(|(journal, seq, hash, _)| (journal, seq, hash)) })
+    Ok(Admitted { allowed, model, live: live.map(|(journal, seq, hash, _)| (journal, seq, hash)), used })
 }
 
-fn audit(
-    sink: &dyn AuditSink,
+/// The gate's decision on a call, as the audit keeps it; `None` for a
+/// call the gate does not decide on.
+fn capability_use(
     gate: &Gate<'_>,
     call: &'static str,
     model: Option<&ToolCall>,
     verdict: &Result<(), ToolError>,
-) {
+) -> Option<CapabilityUse> {
     let (server, server_tool) = match gate {
-        Gate::Open => return,
+        Gate::Open => return None,
         Gate::Capability(..) => (None, None),
         Gate::Mcp { server, tool, .. } => (Some(server.to_string()), tool.map(str::to_string)),
     };
-    sink.record(CapabilityUse {
+    Some(CapabilityUse {
         capability: gate.subject(),
         call,
         tool: model.map(|c| c.name.clone()),
@@ -684,7 +707,22 @@ fn audit(
         server_tool,
         origin: if model.is_some() { "model" } else { "guest" },
         verdict: verdict.as_ref().err().map_or("allowed", ToolError::kind),
-    });
+    })
+}
+
+/// audit: the gate's decision with the call's final verdict. A call the
+/// gate allowed and its handler refused (a host off the list, a private
+/// address, a spent quota) is recorded as refused; one that merely failed
+/// stays `allowed`, which is what the authority decided.
+fn audit<Cx: CallContext, O, E: Refusal>(cx: &Cx, used: Option<CapabilityUse>, result: &Result<O, E>) {
+    let (Some(sink), Some(mut used)) = (cx.audit(), used) else { return };
+    if used.verdict == "allowed"
+        && let Err(e) = result
+        && let Some(refused) = e.refusal()
+    {
+        used.verdict = refused;
+    }
+    sink.record(used);
 }
 
 /// result: the typed result for a guest, the rendered reply (and its

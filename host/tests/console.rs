@@ -44,8 +44,11 @@ impl Scene {
         // Under the target directory: bubblewrap gives commands a private /tmp.
         let dir = tempfile::Builder::new().prefix("console-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let model = MockServer::start().await.unwrap();
+        // The test's own requests come through a "proxy" on 127.0.0.1; other
+        // loopback addresses are peers the server does not trust.
         let config = format!(
-            "[serve.models.test]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"test-model\"\n",
+            "[serve]\ntrusted-proxies = [\"127.0.0.1\"]\n\n[serve.models.test]\nprovider = \"openai-compatible\"\n\
+             base-url = \"{}\"\nmodel = \"test-model\"\n",
             model.openai_base_url()
         );
         std::fs::write(dir.path().join("nexo.toml"), config).unwrap();
@@ -126,7 +129,22 @@ impl Scene {
         form: Option<&[(&str, &str)]>,
         extra: &[(&str, &str)],
     ) -> (StatusCode, HeaderMap, String) {
-        let mut req = self.http.request(method, node.url(path));
+        self.page_from(&self.http, node, method, path, cookies, form, extra).await
+    }
+
+    /// [`Scene::page`] from `client` (one bound to another source address).
+    #[allow(clippy::too_many_arguments)]
+    async fn page_from(
+        &self,
+        client: &reqwest::Client,
+        node: &Node,
+        method: reqwest::Method,
+        path: &str,
+        cookies: &str,
+        form: Option<&[(&str, &str)]>,
+        extra: &[(&str, &str)],
+    ) -> (StatusCode, HeaderMap, String) {
+        let mut req = client.request(method, node.url(path));
         if !cookies.is_empty() {
             req = req.header("cookie", cookies);
         }
@@ -280,6 +298,31 @@ async fn over_http(scene: &Scene, node: &Node, carol: &str, admin: &str) {
     assert!(set_cookie(&headers, "nexo_session").is_none());
     let (status, _, _) = scene.page(node, Method::POST, "/login", &cookies, Some(&good), &from("203.0.113.10")).await;
     assert_eq!(status, StatusCode::SEE_OTHER, "another address signs in");
+
+    // A peer that is not a trusted proxy is its own address, whatever its
+    // X-Forwarded-For says: a new address in each attempt escapes nothing,
+    // and writing another client's address there locks that one out of nothing.
+    let bound = |ip: &str| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(Some(ip.parse().unwrap()))
+            .build()
+            .unwrap()
+    };
+    let (attacker, victim) = (bound("127.0.0.2"), bound("127.0.0.3"));
+    for i in 0..10 {
+        let forged = if i % 2 == 0 { "127.0.0.3".to_string() } else { format!("198.51.100.{i}") };
+        let guess = [("csrf", token.as_str()), ("key", "nexo_sk_guess")];
+        let (status, _, _) = scene
+            .page_from(&attacker, node, Method::POST, "/login", &cookies, Some(&guess), &[("x-forwarded-for", &forged)])
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    let fresh = [("x-forwarded-for", "198.51.100.200")];
+    let (status, _, _) = scene.page_from(&attacker, node, Method::POST, "/login", &cookies, Some(&good), &fresh).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the attacker's own address is counted");
+    let (status, _, _) = scene.page_from(&victim, node, Method::POST, "/login", &cookies, Some(&good), &[]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "the address the attacker wrote is not locked out");
 
     // Signed in: the cookie's flags (Secure behind an HTTPS proxy), and no key in it.
     let (session, header) = sign_in(scene, node, carol, &[]).await;

@@ -41,13 +41,16 @@
 //! - the runs it started ([`Run::tenant`], [`Store::tenant_runs`]);
 //! - its audit log ([`AuditEntry`]), append-only and hash-chained, with its
 //!   head on the tenant's row: appends are serialized per tenant, and
-//!   [`verify_audit`] finds an edited, removed, reordered or relinked entry;
+//!   [`verify_audit`] finds an edited, removed, reordered or relinked entry,
+//!   and [`verify_anchored`] a log cut short against the heads an anchor
+//!   file outside the database holds ([`AuditAnchor`]);
 //! - its usage ([`Usage`]): runs, tokens, CPU ticks and egress bytes added
 //!   up per UTC hour.
 //!
 //! Every write is one [`Batch`] committed atomically and durably: when
 //! [`Store::commit`] returns, the batch survives a crash or a power loss.
 
+mod anchor;
 mod jobs;
 mod memory;
 mod postgres;
@@ -79,6 +82,7 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
+pub use anchor::{AnchorError, Anchored, AuditAnchor, read_anchors, verify_anchored};
 pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
@@ -966,6 +970,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// tenant's row records them (what [`verify_audit`] checks the log
     /// against); `None` if it has no entries (or there is no such tenant).
     async fn audit_head(&self, tenant: &str) -> StoreResult<Option<(u64, String)>>;
+
+    /// Every tenant's audit head, `(tenant, seq, hash)` (`0` and
+    /// [`AUDIT_GENESIS`] for an empty log), ordered by tenant: what an anchor
+    /// file ([`AuditAnchor`]) records.
+    async fn audit_heads(&self) -> StoreResult<Vec<(String, u64, String)>>;
 
     /// Adds to the tenant's usage in the hour that holds `at_ms`
     /// ([`usage_period`]), creating the hour's counters at zero if needed:

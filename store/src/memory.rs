@@ -761,6 +761,18 @@ impl Store for MemoryStore {
         Ok(self.lock().audit_heads.get(tenant).cloned())
     }
 
+    async fn audit_heads(&self) -> StoreResult<Vec<(String, u64, String)>> {
+        let inner = self.lock();
+        Ok(inner
+            .tenants
+            .keys()
+            .map(|id| match inner.audit_heads.get(id) {
+                Some((seq, hash)) => (id.clone(), *seq, hash.clone()),
+                None => (id.clone(), 0, crate::AUDIT_GENESIS.to_string()),
+            })
+            .collect())
+    }
+
     async fn add_usage(
         &self,
         tenant: &str,

@@ -135,6 +135,19 @@ macro_rules! decoders {
             Ok((seq > 0).then_some((seq, hash)))
         }
 
+        /// One tenant's audit head, from [`crate::sql::AUDIT_HEADS`]:
+        /// `(tenant, seq, hash)`, `0` for an empty log.
+        pub(crate) fn audit_heads_row(row: &Row, errors: &Errors<'_>) -> Result<(String, u64, String), StoreError> {
+            let id: String = column(row, "id", errors)?;
+            let seq = unsigned(
+                column(row, "audit_seq", errors)?,
+                || format!("tenant `{id}`'s audit head has a negative sequence number"),
+                errors,
+            )?;
+            let hash: String = column(row, "audit_hash", errors)?;
+            Ok((id, seq, hash))
+        }
+
         /// An audit entry, from [`crate::sql::AUDIT`].
         pub(crate) fn audit_entry(row: &Row, errors: &Errors<'_>) -> Result<AuditEntry, StoreError> {
             let tenant: String = column(row, "tenant", errors)?;

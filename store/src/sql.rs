@@ -827,6 +827,9 @@ macro_rules! audit_head {
     };
 }
 
+/// Every tenant's audit head: `id, audit_seq, audit_hash`, by id.
+pub(crate) const AUDIT_HEADS: &str = "SELECT id, audit_seq, audit_hash FROM tenants ORDER BY id";
+
 /// A tenant's audit head: `$1` id; returns `audit_seq, audit_hash`.
 pub(crate) const AUDIT_HEAD: &str = audit_head!();
 

@@ -1515,6 +1515,11 @@ impl Store for SqliteStore {
         }
     }
 
+    async fn audit_heads(&self) -> StoreResult<Vec<(String, u64, String)>> {
+        let rows = sqlx::query(sql::AUDIT_HEADS).fetch_all(&self.reader).await.map_err(|e| self.error(&e))?;
+        rows.iter().map(|r| self.decode(|errors| rows::audit_heads_row(r, errors))).collect()
+    }
+
     async fn add_usage(
         &self,
         tenant: &str,

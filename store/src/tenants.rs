@@ -346,6 +346,30 @@ pub enum AuditBreak {
         /// The last entry.
         seq: u64,
     },
+    /// The log ends before a head the anchor file holds: its last entries
+    /// were removed and the tenant's head set back to match (to an older
+    /// entry, or to none).
+    #[error(
+        "the audit log ends at entry {last_seq}, but the anchor file holds its head at entry {anchored_seq}: \
+         entries {} to {anchored_seq} were removed, and the tenant's head set back to match",
+        last_seq + 1
+    )]
+    CutShort {
+        /// The newest head the anchor file holds.
+        anchored_seq: u64,
+        /// The last entry in the log (0: none).
+        last_seq: u64,
+    },
+    /// An entry's hash is not the one the anchor file holds for it: the log
+    /// was rewritten from there, hashes and all.
+    #[error(
+        "audit entry {seq}'s hash is not the one the anchor file holds for it: the log was rewritten from there, \
+         hashes and all"
+    )]
+    AnchorMismatch {
+        /// The entry.
+        seq: u64,
+    },
 }
 
 /// Checks a tenant's whole audit log, as [`crate::Store::audit`] returns it

@@ -135,6 +135,7 @@ suite!(
     a_run_of_a_missing_tenant_is_refused,
     the_audit_log_is_a_chain_that_verifies,
     concurrent_audit_appends_make_one_chain,
+    every_tenants_audit_head_is_listed,
     usage_adds_up_per_hour,
 );
 
@@ -1952,6 +1953,26 @@ async fn the_audit_log_is_a_chain_that_verifies(store: Arc<dyn Store>) {
     no_tenant(store.append_audit("t-missing", "x", &json!({}), 1).await, "t-missing");
     assert_eq!(store.audit_head("t-missing").await.unwrap(), None);
     assert!(store.audit("t-missing", 0, 10).await.unwrap().is_empty());
+}
+
+async fn every_tenants_audit_head_is_listed(store: Arc<dyn Store>) {
+    assert!(store.audit_heads().await.unwrap().is_empty());
+    tenant(&store, "t-beta", "beta").await;
+    tenant(&store, "t-acme", "acme").await;
+    let e1 = store.append_audit("t-acme", "a", &json!({}), 1_000).await.unwrap();
+    let e2 = store.append_audit("t-acme", "b", &json!({}), 1_001).await.unwrap();
+    assert_ne!(e1.hash, e2.hash);
+    let heads = store.audit_heads().await.unwrap();
+    assert_eq!(
+        heads,
+        vec![("t-acme".to_string(), 2, e2.hash.clone()), ("t-beta".to_string(), 0, AUDIT_GENESIS.to_string())],
+        "by tenant, an empty log at 0 and the genesis hash"
+    );
+    // What an anchor records: a log cut back to entry 1 fails it.
+    let anchored = [(heads[0].1, heads[0].2.as_str())];
+    let entries = store.audit("t-acme", 0, 100).await.unwrap();
+    assert_eq!(nexo_store::verify_anchored(&entries, &anchored), Ok(()));
+    assert!(nexo_store::verify_anchored(&entries[..1], &anchored).is_err());
 }
 
 async fn concurrent_audit_appends_make_one_chain(store: Arc<dyn Store>) {

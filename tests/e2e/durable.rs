@@ -570,6 +570,9 @@ impl Store for Counting {
     async fn audit_head(&self, tenant: &str) -> nexo_store::StoreResult<Option<(u64, String)>> {
         self.inner.audit_head(tenant).await
     }
+    async fn audit_heads(&self) -> nexo_store::StoreResult<Vec<(String, u64, String)>> {
+        self.inner.audit_heads().await
+    }
     async fn add_usage(
         &self,
         tenant: &str,

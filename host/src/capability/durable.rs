@@ -108,6 +108,13 @@ impl Unit for DurableUnit {
     }
 }
 
+/// A durable call's errors are the guest's mistakes, never refusals.
+impl crate::host_call::Refusal for wit::DurableError {
+    fn refusal(&self) -> Option<&'static str> {
+        None
+    }
+}
+
 impl From<ToolError> for wit::DurableError {
     fn from(e: ToolError) -> Self {
         wit::DurableError::Invalid(e.text())

@@ -193,6 +193,13 @@ fn reply(outcome: &Outcome) -> wit::Reply {
     }
 }
 
+/// Model errors are failures of the provider, never refusals of the call.
+impl crate::host_call::Refusal for wit::ModelError {
+    fn refusal(&self) -> Option<&'static str> {
+        None
+    }
+}
+
 impl From<ToolError> for wit::ModelError {
     fn from(e: ToolError) -> Self {
         wit::ModelError::Provider(e.message().to_string())

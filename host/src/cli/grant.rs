@@ -71,11 +71,11 @@ pub struct TenantGrant<'a> {
     pub mode: PermissionMode,
     /// The tenant's workspace, when the run works in the local sandbox.
     pub local: Option<PathBuf>,
-    /// Hosts `fetch` may reach.
+    /// Hosts `fetch` may reach; empty: none.
     pub fetch_hosts: Vec<String>,
     /// The operator's MCP servers the run gets.
     pub mcp_servers: Vec<String>,
-    /// The MCP tools they may offer.
+    /// The MCP tools that pass unasked; empty: none.
     pub mcp_allow: Vec<String>,
     /// The operator's configuration.
     pub config: &'a ConfigFile,
@@ -205,8 +205,10 @@ impl Resolved {
             mcp_servers: mcp_file.keys().cloned().collect(),
             mcp_flags: BTreeMap::new(),
             mcp_file,
-            mcp_allow: (!t.mcp_allow.is_empty()).then_some(t.mcp_allow),
-            fetch_hosts: (!t.fetch_hosts.is_empty()).then_some(t.fetch_hosts),
+            // Always set: an empty list is no tool and no host, never "the
+            // agent's list decides".
+            mcp_allow: Some(t.mcp_allow),
+            fetch_hosts: Some(t.fetch_hosts),
             allow: t.allow,
             mode: match t.mode {
                 PermissionMode::ReadOnly => ModeSetting::ReadOnly,
@@ -493,4 +495,50 @@ fn ask_on_terminal_text(action: &str) -> bool {
 /// the tool and the arguments.
 pub fn ask_mcp_on_terminal(server: &str, tool: &str, arguments: &serde_json::Value) -> bool {
     ask_on_terminal_text(&format!("the MCP tool `{server}/{tool}` with {arguments}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+    use nexo::authority::{Bounds, McpAllow};
+    use nexo::manifest::AgentManifest;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        grant: GrantArgs,
+    }
+
+    fn grant(flags: &[&str], config: &str) -> Grant {
+        let cli = Cli::try_parse_from(std::iter::once("nexo").chain(flags.iter().copied())).unwrap();
+        let file = nexo::config::parse(config, std::path::Path::new("nexo.toml")).unwrap();
+        cli.grant.resolve(&file).unwrap().grant()
+    }
+
+    #[test]
+    fn an_empty_grant_list_is_nothing_and_a_missing_one_no_operator_list() {
+        let agent = AgentManifest {
+            fetch_allow: vec!["docs.rs".into()],
+            mcp_servers: vec!["fs".into()],
+            mcp_allow: vec!["read_file".into()],
+            ..AgentManifest::default()
+        };
+        let empty = grant(&["--allow", "fetch"], "[grant]\nfetch-hosts = []\nmcp-allow = []\n");
+        assert_eq!((empty.fetch_hosts.clone(), empty.mcp_allow.clone()), (Some(vec![]), Some(McpAllow::default())));
+        let both = Bounds::of_grant(&empty).intersect(&Bounds::of_manifest(&agent));
+        assert!(both.fetch_hosts.unwrap().is_empty() && both.mcp_tools.unwrap().entries().is_empty());
+        // No list at all: the operator of a local run lets the agent's decide.
+        let unset = grant(&["--allow", "fetch"], "");
+        assert_eq!((unset.fetch_hosts.clone(), unset.mcp_allow.clone()), (None, None));
+        let both = Bounds::of_grant(&unset).intersect(&Bounds::of_manifest(&agent));
+        assert!(both.fetch_hosts.unwrap().matches("docs.rs"));
+        // Flags add to the file's list, even an empty one, and only narrow the agent's.
+        let flagged = grant(&["--fetch-host", "DOCS.RS."], "[grant]\nfetch-hosts = []\n");
+        let both = Bounds::of_grant(&flagged).intersect(&Bounds::of_manifest(&agent));
+        assert_eq!(both.fetch_hosts.unwrap().entries(), ["docs.rs"]);
+    }
 }

@@ -84,10 +84,15 @@ pub enum TenantCommand {
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
     /// Check each tenant's audit chain: an edited, removed or reordered entry is reported, and
-    /// the exit code is 1.
+    /// the exit code is 1. With --anchor, also a log cut short or reset with its head.
     Verify {
         /// Only this tenant.
         name: Option<String>,
+        /// The anchor file a server wrote (DATA/audit-anchor): every head it holds must still
+        /// be in its tenant's log, which catches a log whose tail was removed and whose head was
+        /// set back to match.
+        #[arg(long, value_name = "FILE")]
+        anchor: Option<std::path::PathBuf>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -307,18 +312,36 @@ pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
                 Err(e) => runs::store_error(&e),
             }
         }
-        AuditCommand::Verify { name, .. } => {
+        AuditCommand::Verify { name, anchor, .. } => {
             let chosen = match chosen(store, name.as_deref()).await {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            let anchored = match anchor.as_deref().map(nexo_store::read_anchors).transpose() {
+                Ok(a) => a,
+                Err(e) => {
+                    errln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
             let mut broken = 0;
-            for tenant in chosen {
+            for tenant in &chosen {
                 let (entries, head) = match (all_entries(store, &tenant.id).await, store.audit_head(&tenant.id).await) {
                     (Ok(e), Ok(h)) => (e, h),
                     (Err(e), _) | (_, Err(e)) => return runs::store_error(&e),
                 };
-                match nexo_store::verify_audit(&entries, head.as_ref().map(|(s, h)| (*s, h.as_str()))) {
+                let heads: Vec<(u64, &str)> = anchored
+                    .iter()
+                    .flatten()
+                    .filter(|a| a.tenant == tenant.id)
+                    .map(|a| (a.seq, a.hash.as_str()))
+                    .collect();
+                let verified = nexo_store::verify_audit(&entries, head.as_ref().map(|(s, h)| (*s, h.as_str())))
+                    .and_then(|n| nexo_store::verify_anchored(&entries, &heads).map(|()| n));
+                match verified {
+                    Ok(n) if anchored.is_some() => {
+                        outln!("{}: ok, {n} entries, {} anchored heads found", tenant.name, heads.len())
+                    }
                     Ok(n) => outln!("{}: ok, {n} entries", tenant.name),
                     Err(e) => {
                         broken += 1;
@@ -326,8 +349,27 @@ pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
                     }
                 }
             }
+            // A tenant the anchor file knows that the store no longer has (when all are checked).
+            if name.is_none() {
+                let gone: std::collections::BTreeSet<&str> = anchored
+                    .iter()
+                    .flatten()
+                    .filter(|a| !chosen.iter().any(|t| t.id == a.tenant))
+                    .map(|a| a.tenant.as_str())
+                    .collect();
+                for id in gone {
+                    broken += 1;
+                    outln!(
+                        "{id}: BROKEN: the anchor file holds this tenant's audit head, but the store has no such \
+                         tenant: it was deleted"
+                    );
+                }
+            }
             if broken > 0 {
-                errln!("error: {broken} audit log(s) do not verify: an entry was edited, removed or reordered");
+                errln!(
+                    "error: {broken} audit log(s) do not verify: an entry was edited, removed or reordered, or a log \
+                     was cut short"
+                );
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

@@ -344,6 +344,8 @@ pub struct RunRequest {
     sandbox: Option<SandboxKind>,
     fetch_hosts: Option<Vec<String>>,
     model: Option<String>,
+    mcp_servers: Option<Vec<String>>,
+    mcp_allow: Option<Vec<String>>,
 }
 
 impl RunRequest {
@@ -354,6 +356,8 @@ impl RunRequest {
             sandbox: self.sandbox,
             fetch_hosts: self.fetch_hosts.clone(),
             model: self.model.clone(),
+            mcp_servers: self.mcp_servers.clone(),
+            mcp_allow: self.mcp_allow.clone(),
         }
     }
 }
@@ -393,7 +397,8 @@ pub(crate) async fn prepare(
     narrowing: &Narrowing,
 ) -> ApiResult<Prepared> {
     let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
-    let effective = policy.narrow(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
+    // Refused before the plugin loads; the agent's manifest narrows below.
+    policy.admit(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     let allowance = super::quota::check_start(&*state.store, &tenant.id, &policy.quotas, nexo_store::now_ms())
         .await
         .map_err(ApiError::store)?
@@ -408,6 +413,12 @@ pub(crate) async fn prepare(
     let loaded = off_api(state, &state.loads, move |engine| async move { Plugin::load(&engine, &from).await })
         .await?
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let manifest = loaded
+        .agent()
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?
+        .manifest();
+    let effective =
+        policy.narrow(narrowing, manifest).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     let workspace = state.data_dir.join("tenants").join(&tenant.id).join("workspace");
     if effective.sandbox == SandboxKind::Local {
         std::fs::create_dir_all(&workspace).map_err(|e| {
@@ -423,7 +434,7 @@ pub(crate) async fn prepare(
     }
     .with_token_cap(allowance.tokens);
     let recorded = cli_runs::Recorded {
-        grant: effective.grant(&policy, &workspace, &state.config),
+        grant: effective.grant(&workspace, &state.config),
         model,
         search: None,
         timeout_secs: state.timeout_secs,
@@ -459,7 +470,10 @@ pub(crate) async fn started(
             "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
             "mode": effective.mode.as_str(),
             "sandbox": super::policy::sandbox_name(effective.sandbox),
+            "fetch_hosts": effective.fetch_hosts,
             "model": effective.model,
+            "mcp_servers": effective.mcp_servers,
+            "mcp_tools": effective.mcp_tools,
         }),
     )
     .await?;

@@ -48,7 +48,6 @@ use super::auth::TenantCaller;
 use super::sessions;
 use super::signin::{self, SESSION_TTL, random_token};
 use super::tenants::key_hash;
-use super::throttle;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "nexo_session";
@@ -81,7 +80,9 @@ fn same_secret(a: &str, b: &str) -> bool {
 
 // ---- HTML ----
 
-/// Escapes text for HTML content and quoted attribute values.
+/// Escapes text for HTML content and quoted attribute values. Bidirectional
+/// controls become numeric references: raw, they would reorder what the
+/// console shows (a command or a path reading other than it runs).
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     for c in text.chars() {
@@ -91,10 +92,19 @@ pub fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if is_bidi_control(c) => {
+                let _ = write!(out, "&#x{:X};", u32::from(c));
+            }
             c => out.push(c),
         }
     }
     out
+}
+
+/// The Unicode bidirectional formatting characters: embeddings and
+/// overrides, isolates, and the implicit marks.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
 }
 
 /// Percent-encodes a query parameter's value.
@@ -638,7 +648,7 @@ async fn login(
     let next = next_path(field(&fields, "next")).to_string();
     let token = login_token(&headers);
     let refuse = |status, message: &str| login_response(status, &token, &next, Some((message, true)), secure);
-    let client = throttle::client_addr(extensions.get(), &headers);
+    let client = state.sign_ins.client_addr(extensions.get(), &headers);
     let attempted = std::time::Instant::now();
     if let Some(wait) = client.and_then(|addr| state.sign_ins.wait(addr, attempted)) {
         let minutes = wait.as_secs().div_ceil(60).max(1);
@@ -1335,6 +1345,20 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
         );
         assert_eq!(escape("plain text, ünïcode"), "plain text, ünïcode");
+    }
+
+    #[test]
+    fn escape_writes_bidirectional_controls_as_references() {
+        let controls = ['\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}']
+            .into_iter()
+            .chain(['\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}']);
+        for c in controls {
+            let shown = escape(&format!("rm -rf {c}gpj.exe"));
+            assert!(!shown.contains(c), "{:?} is written raw", u32::from(c));
+            assert!(shown.contains(&format!("&#x{:X};", u32::from(c))), "{shown}");
+        }
+        // Other formatting and non-Latin text pass as they are.
+        assert_eq!(escape("\u{200D}שלום"), "\u{200D}שלום");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `nexo serve`: hosts many tenants' agents in one process, over HTTP.
 //!
+//! - `anchor`: every tenant's audit head, anchored in a file outside the
+//!   store.
 //! - `api`: the `/v1` handlers; every tenant-owned record is found through
 //!   the caller's tenant, so another tenant's ids answer 404.
 //! - `auth`: bearer keys, resolved to a tenant or to the operator.
@@ -18,6 +20,7 @@
 //! worker (the same one `nexo worker` runs) claims them, so several nodes
 //! over one PostgreSQL share the work and any node answers any tenant.
 
+pub mod anchor;
 pub mod api;
 pub mod auth;
 pub mod changes;
@@ -130,6 +133,13 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         return ExitCode::from(2);
     }
     let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
+    let audit_anchor = match anchor::open(&data_dir) {
+        Ok(a) => a,
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let listen = args.listen.clone().or_else(|| file.serve.listen.clone()).unwrap_or_else(|| DEFAULT_LISTEN.into());
     let addr: SocketAddr = match listen.parse() {
         Ok(a) => a,
@@ -153,6 +163,13 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         Ok(e) => e,
         Err(e) => {
             errln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let proxies = match throttle::TrustedProxies::parse(&file.serve.trusted_proxies) {
+        Ok(p) => p,
+        Err(e) => {
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -196,7 +213,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         wake: wake.clone(),
         changes: changes.clone(),
         stopping: false.into(),
-        sign_ins: Default::default(),
+        sign_ins: throttle::SignInThrottle::new(proxies),
         runs_handle: runs_handle.clone(),
         compiles: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
         loads: Arc::new(tokio::sync::Semaphore::new(load_concurrency)),
@@ -224,6 +241,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
     )
     .serving(data_dir.clone(), engine);
+    let anchor_task = tokio::spawn(anchor::keep(store.clone(), audit_anchor, stop_rx.clone()));
     let mut stop_worker = stop_rx.clone();
     let worker_task = runs_handle.spawn(worker::claim_loop(
         Arc::new(jobs),
@@ -259,7 +277,11 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         _ = signals => {}
     }
     // The server stopped taking requests; runs under way get the grace period.
-    match tokio::time::timeout(Duration::from_secs(args.grace_secs), worker_task).await {
+    let stopped = tokio::time::timeout(Duration::from_secs(args.grace_secs), worker_task).await;
+    // The heads the last passes wrote, anchored before the process ends.
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), anchor_task).await;
+    match stopped {
         Ok(_) => errln!("nexo serve: stopped"),
         Err(_) => errln!(
             "nexo serve: stopped with runs under way; their leases lapse in {} s and another node, or the next \

@@ -156,8 +156,10 @@ pub fn document() -> Value {
                     "allow": {"type": "array", "items": capability},
                     "mode": mode,
                     "sandbox": {"type": "string", "enum": ["virtual", "local"]},
-                    "fetch-hosts": {"type": "array", "items": {"type": "string"}},
-                    "model": {"type": "string"}}},
+                    "fetch-hosts": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "model": {"type": "string"},
+                    "mcp-servers": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"}}},
                 "Decision": {"type": "object", "required": ["seq", "args-hash"], "additionalProperties": false, "properties": {
                     "seq": {"type": "integer", "description": "the pending call's sequence number (`approval.seq`)"},
                     "args-hash": {"type": "string", "description": "the SHA-256 of its arguments (`approval.args_hash`)"}}},

@@ -6,10 +6,16 @@
 //! for less than the policy allows (fewer capabilities, a stricter mode,
 //! fewer fetch hosts, one of the allowed models) and never for more: a
 //! request beyond the ceiling is refused with the item that exceeds it.
+//! An empty list means nothing, in the policy and in a request alike; the
+//! effective grant is the policy ∩ the request ∩ the agent's manifest,
+//! computed by [`Bounds::intersect`], the authority's one intersection.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
-use nexo::manifest::{Capability, PermissionMode};
+use nexo::authority::{Bounds, McpAllow};
+use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind as ManifestSandbox};
+use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::grant;
@@ -38,7 +44,8 @@ pub struct Policy {
     /// The sandboxes a run may ask for; the first is the default.
     #[serde(default = "virtual_only")]
     pub sandboxes: Vec<SandboxKind>,
-    /// Hosts `fetch` may reach (the same entries as `--fetch-host`).
+    /// Hosts `fetch` may reach (the same entries as `--fetch-host`); empty
+    /// or left out: none.
     #[serde(default)]
     pub fetch_hosts: Vec<String>,
     /// The operator's models (`[serve.models.NAME]`) the tenant may use;
@@ -48,7 +55,8 @@ pub struct Policy {
     /// The operator's MCP servers (`[mcp.NAME]`) the tenant's runs get.
     #[serde(default)]
     pub mcp_servers: Vec<String>,
-    /// The MCP tools those servers may offer (`server/tool` names).
+    /// The MCP tools that pass unasked (`tool` or `server/tool` names), as
+    /// the agent's own `mcp-allow` narrows them; empty or left out: none.
     #[serde(default)]
     pub mcp_allow: Vec<String>,
     /// Limits on what the tenant's runs use (`[quotas]`).
@@ -131,7 +139,8 @@ impl Policy {
 }
 
 /// What a run request asks for, within the policy. Every field is
-/// optional: what is left out takes the policy's value.
+/// optional: what is left out takes the policy's value; a list, even an
+/// empty one, is all the run gets (`"fetch-hosts": []` is no host).
 #[derive(Deserialize, Debug, Clone, Default)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Narrowing {
@@ -141,82 +150,162 @@ pub struct Narrowing {
     pub mode: Option<PermissionMode>,
     /// One of the policy's sandboxes.
     pub sandbox: Option<SandboxKind>,
-    /// A subset of the policy's fetch hosts.
+    /// Hosts within the policy's fetch hosts (a subdomain of one is).
     pub fetch_hosts: Option<Vec<String>>,
     /// One of the policy's models.
     pub model: Option<String>,
+    /// A subset of the policy's MCP servers.
+    pub mcp_servers: Option<Vec<String>>,
+    /// MCP tools within the policy's `mcp-allow`.
+    pub mcp_allow: Option<Vec<String>>,
 }
 
-/// A run's effective settings: the policy narrowed by the request.
+/// A run's effective settings: the policy ∩ the request ∩ the agent's
+/// manifest, field by field ([`Bounds::intersect`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effective {
-    /// Capabilities beyond `read` and `glob`.
+    /// Capabilities beyond `read` and `glob` (those the agent requests).
     pub allow: Vec<Capability>,
     /// The permission mode.
     pub mode: PermissionMode,
     /// The sandbox.
     pub sandbox: SandboxKind,
-    /// Hosts `fetch` may reach.
+    /// Hosts `fetch` may reach, normalized; empty: none.
     pub fetch_hosts: Vec<String>,
     /// The operator's model, by name.
     pub model: Option<String>,
+    /// The operator's MCP servers the run reaches.
+    pub mcp_servers: Vec<String>,
+    /// The MCP tools that pass unasked; empty: none.
+    pub mcp_tools: Vec<String>,
 }
 
 impl Policy {
-    /// The policy narrowed by `request`, or the first thing it asks for
-    /// beyond the policy.
-    pub fn narrow(&self, request: &Narrowing) -> Result<Effective, String> {
-        let allow = match &request.allow {
-            Some(asked) => {
-                if let Some(c) = asked.iter().find(|c| !self.allow.contains(c) && !is_always(**c)) {
-                    return Err(format!(
-                        "the capability `{}` is beyond the tenant's policy (it allows: {})",
-                        c.as_str(),
-                        names(&self.allow)
-                    ));
-                }
-                asked.iter().copied().filter(|c| !is_always(*c)).collect()
-            }
-            None => self.allow.clone(),
+    /// The policy's bounds: `read` and `glob` come with every grant.
+    /// Hosts that do not parse allow nothing (a stored policy was checked
+    /// when it was set).
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            capabilities: Some(with_always(&self.allow)),
+            mode: Some(self.mode),
+            sandboxes: Some(self.sandboxes.iter().map(|s| s.kind()).collect()),
+            fetch_hosts: Some(HostList::new(&self.fetch_hosts).unwrap_or_default()),
+            models: Some(self.models.clone()),
+            mcp_servers: Some(self.mcp_servers.iter().cloned().collect()),
+            mcp_tools: Some(McpAllow::new(self.mcp_allow.iter().cloned())),
+        }
+    }
+
+    /// The request's bounds, or the first thing it asks for beyond the
+    /// policy: a check that needs no plugin.
+    pub fn admit(&self, request: &Narrowing) -> Result<Bounds, String> {
+        if request.mode == Some(PermissionMode::Ask) {
+            return Err("mode `ask` needs a terminal; use `approve` for durable approvals".into());
+        }
+        let asked = request.bounds()?;
+        match asked.beyond(&self.bounds()) {
+            Some((field, item)) => Err(beyond_message(self, field, &item)),
+            None => Ok(asked),
+        }
+    }
+
+    /// The policy narrowed by `request` and by what the agent's `manifest`
+    /// asks for, or the first thing the request asks for beyond the policy.
+    pub fn narrow(&self, request: &Narrowing, manifest: &AgentManifest) -> Result<Effective, String> {
+        let asked = self.admit(request)?;
+        // The one intersection: policy ∩ request ∩ manifest.
+        let both = self.bounds().intersect(&asked).intersect(&Bounds::of_manifest(manifest));
+        let sandbox =
+            both.sandboxes.as_deref().and_then(|s| s.iter().find_map(|k| SandboxKind::of(*k))).ok_or_else(|| {
+                format!(
+                    "no sandbox is both in the tenant's policy ({}) and what the agent expects ({})",
+                    self.sandboxes.iter().map(|s| sandbox_name(*s)).collect::<Vec<_>>().join(", "),
+                    manifest.sandbox.map_or("any", |s| s.as_str())
+                )
+            })?;
+        let mode = match both.mode.unwrap_or(PermissionMode::ReadOnly) {
+            // No terminal to ask on: the stricter durable approval.
+            PermissionMode::Ask => PermissionMode::Approve,
+            mode => mode,
         };
-        let mode = match request.mode {
-            Some(PermissionMode::Ask) => {
-                return Err("mode `ask` needs a terminal; use `approve` for durable approvals".into());
-            }
-            Some(asked) if nexo::authority::stricter(asked, self.mode) != asked => {
-                return Err(format!(
-                    "the mode `{}` is less strict than the tenant's policy allows (`{}`)",
-                    asked.as_str(),
-                    self.mode.as_str()
-                ));
-            }
-            Some(asked) => asked,
-            None => self.mode,
+        let capabilities = both.capabilities.unwrap_or_default();
+        Ok(Effective {
+            allow: capabilities.into_iter().filter(|c| !is_always(*c)).collect(),
+            mode,
+            sandbox,
+            fetch_hosts: both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default(),
+            model: both.models.and_then(|m| m.into_iter().next()),
+            mcp_servers: both.mcp_servers.map(|s| s.into_iter().collect()).unwrap_or_default(),
+            mcp_tools: both.mcp_tools.map(|t| t.entries().to_vec()).unwrap_or_default(),
+        })
+    }
+}
+
+impl Narrowing {
+    /// The request's bounds; an entry that is not a host is refused.
+    pub fn bounds(&self) -> Result<Bounds, String> {
+        let fetch_hosts = match &self.fetch_hosts {
+            Some(hosts) => Some(HostList::new(hosts).map_err(|e| format!("fetch-hosts: {e}"))?),
+            None => None,
         };
-        let sandbox = match request.sandbox {
-            Some(s) if !self.sandboxes.contains(&s) => {
-                return Err(format!("the `{}` sandbox is beyond the tenant's policy", sandbox_name(s)));
-            }
-            Some(s) => s,
-            None => self.sandboxes[0],
-        };
-        let fetch_hosts = match &request.fetch_hosts {
-            Some(asked) => {
-                if let Some(h) = asked.iter().find(|h| !self.fetch_hosts.contains(h)) {
-                    return Err(format!("the fetch host `{h}` is beyond the tenant's policy"));
-                }
-                asked.clone()
-            }
-            None => self.fetch_hosts.clone(),
-        };
-        let model = match &request.model {
-            Some(m) if !self.models.contains(m) => {
-                return Err(format!("the model `{m}` is not one the tenant may use ({})", self.models.join(", ")));
-            }
-            Some(m) => Some(m.clone()),
-            None => self.models.first().cloned(),
-        };
-        Ok(Effective { allow, mode, sandbox, fetch_hosts, model })
+        Ok(Bounds {
+            capabilities: self.allow.as_ref().map(|a| with_always(a)),
+            mode: self.mode,
+            sandboxes: self.sandbox.map(|s| vec![s.kind()]),
+            fetch_hosts,
+            models: self.model.as_ref().map(|m| vec![m.clone()]),
+            mcp_servers: self.mcp_servers.as_ref().map(|s| s.iter().cloned().collect()),
+            mcp_tools: self.mcp_allow.as_ref().map(|t| McpAllow::new(t.iter().cloned())),
+        })
+    }
+}
+
+/// The refusal of a request that asks for `item` of `field` beyond `policy`.
+fn beyond_message(policy: &Policy, field: &str, item: &str) -> String {
+    match field {
+        "capabilities" => {
+            format!("the capability `{item}` is beyond the tenant's policy (it allows: {})", names(&policy.allow))
+        }
+        "mode" => {
+            format!("the mode `{item}` is less strict than the tenant's policy allows (`{}`)", policy.mode.as_str())
+        }
+        "sandboxes" => format!("the `{item}` sandbox is beyond the tenant's policy"),
+        "fetch-hosts" => format!(
+            "the fetch host `{item}` is beyond the tenant's policy (it allows: {})",
+            list_or_none(&policy.fetch_hosts)
+        ),
+        "models" => format!("the model `{item}` is not one the tenant may use ({})", list_or_none(&policy.models)),
+        "mcp-servers" => format!(
+            "the MCP server `{item}` is beyond the tenant's policy (it allows: {})",
+            list_or_none(&policy.mcp_servers)
+        ),
+        _ => format!(
+            "the MCP tool `{item}` is beyond the tenant's `mcp-allow` (it allows: {})",
+            list_or_none(&policy.mcp_allow)
+        ),
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() { "none".into() } else { items.join(", ") }
+}
+
+impl SandboxKind {
+    /// The manifest's name for the same sandbox.
+    fn kind(self) -> ManifestSandbox {
+        match self {
+            SandboxKind::Virtual => ManifestSandbox::Virtual,
+            SandboxKind::Local => ManifestSandbox::Local,
+        }
+    }
+
+    /// A served run's sandbox for a manifest's, if one serves it.
+    fn of(kind: ManifestSandbox) -> Option<SandboxKind> {
+        match kind {
+            ManifestSandbox::Virtual => Some(SandboxKind::Virtual),
+            ManifestSandbox::Local => Some(SandboxKind::Local),
+            ManifestSandbox::Container | ManifestSandbox::Remote => None,
+        }
     }
 }
 
@@ -224,18 +313,23 @@ impl Effective {
     /// The grant a run records: the CLI's own grant type, so the worker
     /// resumes a served run exactly as it resumes any other. A local
     /// sandbox is the tenant's `workspace`, never anything else.
-    pub fn grant(&self, policy: &Policy, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::Resolved {
+    pub fn grant(&self, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::Resolved {
         let local = (self.sandbox == SandboxKind::Local).then(|| workspace.to_path_buf());
         grant::Resolved::for_tenant(grant::TenantGrant {
             allow: self.allow.clone(),
             mode: self.mode,
             local,
             fetch_hosts: self.fetch_hosts.clone(),
-            mcp_servers: policy.mcp_servers.clone(),
-            mcp_allow: policy.mcp_allow.clone(),
+            mcp_servers: self.mcp_servers.clone(),
+            mcp_allow: self.mcp_tools.clone(),
             config,
         })
     }
+}
+
+/// The capabilities `allow` grants, with `read` and `glob`.
+fn with_always(allow: &[Capability]) -> BTreeSet<Capability> {
+    allow.iter().copied().chain([Capability::Read, Capability::Glob]).collect()
 }
 
 /// `read` and `glob` come with every grant.
@@ -343,7 +437,21 @@ mod tests {
             sandboxes: vec![SandboxKind::Virtual, SandboxKind::Local],
             fetch_hosts: vec!["example.com".into(), "docs.rs".into()],
             models: vec!["small".into(), "large".into()],
+            mcp_servers: vec!["fs".into()],
+            mcp_allow: vec!["fs/read_file".into()],
             ..Policy::default()
+        }
+    }
+
+    /// An agent that asks for everything.
+    fn greedy() -> AgentManifest {
+        AgentManifest {
+            name: "greedy".into(),
+            capabilities: Capability::ALL.to_vec(),
+            fetch_allow: vec!["example.com".into(), "docs.rs".into(), "evil.example".into()],
+            mcp_servers: vec!["fs".into(), "gmail".into()],
+            mcp_allow: vec!["read_file".into(), "write_file".into()],
+            ..AgentManifest::default()
         }
     }
 
@@ -361,12 +469,18 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_request_gets_the_policy() {
-        let e = policy().narrow(&Narrowing::default()).unwrap();
+    fn an_empty_request_gets_the_policy_as_the_agent_narrows_it() {
+        let e = policy().narrow(&Narrowing::default(), &greedy()).unwrap();
         assert_eq!(e.allow, vec![Capability::Write, Capability::Fetch]);
         assert_eq!(e.mode, PermissionMode::Auto);
         assert_eq!(e.sandbox, SandboxKind::Virtual);
+        assert_eq!(e.fetch_hosts, ["example.com", "docs.rs"]);
         assert_eq!(e.model.as_deref(), Some("small"));
+        assert_eq!(e.mcp_servers, ["fs"]);
+        assert_eq!(e.mcp_tools, ["fs/read_file"]);
+        let modest = AgentManifest { name: "modest".into(), capabilities: vec![Capability::Read], ..greedy() };
+        let e = policy().narrow(&Narrowing::default(), &modest).unwrap();
+        assert!(e.allow.is_empty(), "the agent did not ask for write or fetch");
     }
 
     #[test]
@@ -375,15 +489,43 @@ mod tests {
             allow: Some(vec![Capability::Read, Capability::Write]),
             mode: Some(PermissionMode::Approve),
             sandbox: Some(SandboxKind::Local),
-            fetch_hosts: Some(vec!["docs.rs".into()]),
+            fetch_hosts: Some(vec!["API.Docs.RS.".into()]),
             model: Some("large".into()),
+            mcp_servers: Some(vec!["fs".into()]),
+            mcp_allow: Some(vec![]),
         };
-        let e = policy().narrow(&asked).unwrap();
+        let e = policy().narrow(&asked, &greedy()).unwrap();
         assert_eq!(e.allow, vec![Capability::Write]);
         assert_eq!(e.mode, PermissionMode::Approve);
         assert_eq!(e.sandbox, SandboxKind::Local);
-        assert_eq!(e.fetch_hosts, vec!["docs.rs".to_string()]);
+        assert_eq!(e.fetch_hosts, ["api.docs.rs"], "a subdomain of a policy host, normalized");
         assert_eq!(e.model.as_deref(), Some("large"));
+        assert!(e.mcp_tools.is_empty());
+    }
+
+    #[test]
+    fn an_empty_list_is_nothing_wherever_it_is_written() {
+        let empty = Narrowing {
+            allow: Some(vec![]),
+            fetch_hosts: Some(vec![]),
+            mcp_servers: Some(vec![]),
+            mcp_allow: Some(vec![]),
+            ..Default::default()
+        };
+        let e = policy().narrow(&empty, &greedy()).unwrap();
+        assert!(e.allow.is_empty() && e.fetch_hosts.is_empty() && e.mcp_servers.is_empty() && e.mcp_tools.is_empty());
+        let bare = Policy { sandboxes: vec![SandboxKind::Virtual], ..Policy::default() };
+        let e = bare.narrow(&Narrowing::default(), &greedy()).unwrap();
+        assert!(e.allow.is_empty() && e.fetch_hosts.is_empty() && e.mcp_servers.is_empty() && e.mcp_tools.is_empty());
+        assert_eq!((e.mode, e.model), (PermissionMode::ReadOnly, None));
+        let shy = AgentManifest { fetch_allow: vec![], mcp_allow: vec![], ..greedy() };
+        let e = policy().narrow(&Narrowing::default(), &shy).unwrap();
+        assert!(e.fetch_hosts.is_empty() && e.mcp_tools.is_empty(), "{e:?}");
+        // And the grant a run records keeps it so: an empty list, not "no list".
+        let config = nexo::config::ConfigFile::default();
+        let grant = e.grant(Path::new("/nonexistent"), &config).grant();
+        assert_eq!(grant.fetch_hosts, Some(vec![]));
+        assert_eq!(grant.mcp_allow, Some(McpAllow::default()));
     }
 
     #[test]
@@ -395,18 +537,37 @@ mod tests {
             (Narrowing { mode: Some(PermissionMode::Ask), ..Default::default() }, "needs a terminal"),
             (Narrowing { sandbox: Some(SandboxKind::Local), ..Default::default() }, "`local` sandbox"),
             (Narrowing { fetch_hosts: Some(vec!["evil.example".into()]), ..Default::default() }, "evil.example"),
+            (Narrowing { fetch_hosts: Some(vec!["rs".into()]), ..Default::default() }, "`rs`"),
+            (Narrowing { fetch_hosts: Some(vec!["docs.rs:443".into()]), ..Default::default() }, "port"),
             (Narrowing { model: Some("gpt-9".into()), ..Default::default() }, "`gpt-9`"),
+            (Narrowing { model: Some("Small".into()), ..Default::default() }, "`Small`"),
+            (Narrowing { mcp_servers: Some(vec!["gmail".into()]), ..Default::default() }, "`gmail`"),
+            (Narrowing { mcp_allow: Some(vec!["read_file".into()]), ..Default::default() }, "`read_file`"),
+            (Narrowing { mcp_allow: Some(vec!["FS/read_file".into()]), ..Default::default() }, "`FS/read_file`"),
         ];
         for (asked, needle) in cases {
-            let err = p.narrow(&asked).unwrap_err();
+            let err = p.narrow(&asked, &greedy()).unwrap_err();
             assert!(err.contains(needle), "{err:?} should name {needle}");
         }
     }
 
     #[test]
+    fn an_agent_that_expects_a_sandbox_the_policy_lacks_is_refused() {
+        let local = AgentManifest { sandbox: Some(nexo::manifest::SandboxKind::Local), ..greedy() };
+        assert_eq!(policy().narrow(&Narrowing::default(), &local).unwrap().sandbox, SandboxKind::Local);
+        let p = Policy { sandboxes: vec![SandboxKind::Virtual], ..policy() };
+        assert!(p.narrow(&Narrowing::default(), &local).unwrap_err().contains("no sandbox"));
+        // A stored policy with no sandbox (edited by hand) refuses, never panics.
+        let p = Policy { sandboxes: vec![], ..policy() };
+        assert!(p.narrow(&Narrowing::default(), &greedy()).is_err());
+    }
+
+    #[test]
     fn read_only_is_stricter_than_every_mode() {
         let asked = Narrowing { mode: Some(PermissionMode::ReadOnly), ..Default::default() };
-        assert_eq!(policy().narrow(&asked).unwrap().mode, PermissionMode::ReadOnly);
+        assert_eq!(policy().narrow(&asked, &greedy()).unwrap().mode, PermissionMode::ReadOnly);
+        let asking = AgentManifest { permissions: Some(PermissionMode::Ask), ..greedy() };
+        assert_eq!(policy().narrow(&Narrowing::default(), &asking).unwrap().mode, PermissionMode::Approve);
     }
 
     #[test]
@@ -420,5 +581,207 @@ mod tests {
         assert!(Policy::parse("mode = \"ask\"\n", &config).unwrap_err().contains("needs a terminal"));
         assert!(Policy::parse("models = [\"gpt\"]\n", &config).unwrap_err().contains("[serve.models.gpt]"));
         assert!(Policy::parse("sandboxes = []\n", &config).unwrap_err().contains("empty"));
+    }
+
+    /// Random policies, requests and manifests, written with the aliases
+    /// a host or a tool can take: the effective grant, and the grant a
+    /// run records and its authority, are never wider than any of the three.
+    mod never_wider {
+        use std::collections::BTreeMap;
+
+        use nexo::authority::{Authority, Permissions};
+        use nexo::manifest::SandboxKind as Kind;
+        use proptest::prelude::*;
+        use proptest::sample::subsequence;
+
+        use super::*;
+
+        const HOSTS: &[&str] = &[
+            "docs.rs",
+            "DOCS.RS.",
+            "api.docs.rs",
+            "example.com",
+            "Example.COM",
+            "a.example.com",
+            "bücher.example",
+            "xn--bcher-kva.example",
+            "10.0.0.1",
+            "0xa.0.0.1",
+            "::1",
+            "[::1]",
+            "127.0.0.1",
+            "2130706433",
+        ];
+        const PROBES: &[&str] = &[
+            "docs.rs",
+            "x.api.docs.rs",
+            "api.docs.rs",
+            "other.docs.rs",
+            "example.com",
+            "b.example.com",
+            "a.example.com",
+            "www.bücher.example",
+            "10.0.0.1",
+            "[::1]",
+            "127.0.0.1",
+            "evil.example",
+            "rs",
+        ];
+        const MODELS: &[&str] = &["small", "large", "huge"];
+        const SERVERS: &[&str] = &["fs", "gmail"];
+        const TOOLS: &[&str] = &["read_file", "fs/read_file", "write_file", "fs/write_file", "gmail/send", "send"];
+        const CALLS: &[(&str, &str)] =
+            &[("fs", "read_file"), ("fs", "write_file"), ("gmail", "send"), ("gmail", "read_file"), ("fs", "send")];
+        const MODES: [PermissionMode; 4] =
+            [PermissionMode::ReadOnly, PermissionMode::Approve, PermissionMode::Ask, PermissionMode::Auto];
+
+        fn strings(pool: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
+            subsequence(pool, 0..=pool.len()).prop_map(|v| v.into_iter().map(String::from).collect())
+        }
+
+        fn caps() -> impl Strategy<Value = Vec<Capability>> {
+            subsequence(Capability::ALL.to_vec(), 0..=Capability::ALL.len())
+        }
+
+        fn mode() -> impl Strategy<Value = PermissionMode> {
+            proptest::sample::select(MODES.to_vec())
+        }
+
+        prop_compose! {
+            fn a_policy()(
+                allow in caps(),
+                mode in mode().prop_filter("ask needs a terminal", |m| *m != PermissionMode::Ask),
+                local_first in any::<bool>(), both in any::<bool>(),
+                fetch_hosts in strings(HOSTS), models in strings(MODELS),
+                mcp_servers in strings(SERVERS), mcp_allow in strings(TOOLS),
+            ) -> Policy {
+                let sandboxes = match (local_first, both) {
+                    (true, true) => vec![SandboxKind::Local, SandboxKind::Virtual],
+                    (false, true) => vec![SandboxKind::Virtual, SandboxKind::Local],
+                    (true, false) => vec![SandboxKind::Local],
+                    (false, false) => vec![SandboxKind::Virtual],
+                };
+                Policy { allow, mode, sandboxes, fetch_hosts, models, mcp_servers, mcp_allow, ..Policy::default() }
+            }
+        }
+
+        prop_compose! {
+            fn a_request()(
+                allow in proptest::option::of(caps()),
+                mode in proptest::option::of(mode()),
+                sandbox in proptest::option::of(prop_oneof![Just(SandboxKind::Virtual), Just(SandboxKind::Local)]),
+                fetch_hosts in proptest::option::of(strings(HOSTS)),
+                model in proptest::option::of(proptest::sample::select(MODELS).prop_map(String::from)),
+                mcp_servers in proptest::option::of(strings(SERVERS)),
+                mcp_allow in proptest::option::of(strings(TOOLS)),
+            ) -> Narrowing {
+                Narrowing { allow, mode, sandbox, fetch_hosts, model, mcp_servers, mcp_allow }
+            }
+        }
+
+        prop_compose! {
+            fn a_manifest()(
+                capabilities in caps(),
+                permissions in proptest::option::of(mode()),
+                sandbox in proptest::option::of(proptest::sample::select(
+                    vec![Kind::Virtual, Kind::Local, Kind::Container, Kind::Remote])),
+                fetch_allow in strings(HOSTS), mcp_servers in strings(SERVERS), mcp_allow in strings(TOOLS),
+            ) -> AgentManifest {
+                AgentManifest {
+                    name: "random".into(), capabilities, permissions, sandbox, fetch_allow, mcp_servers, mcp_allow,
+                    ..AgentManifest::default()
+                }
+            }
+        }
+
+        fn hosts(list: &[String]) -> HostList {
+            HostList::new(list).unwrap()
+        }
+
+        fn at_least_as_strict(mode: PermissionMode, than: PermissionMode) -> bool {
+            nexo::authority::stricter(mode, than) == mode
+        }
+
+        fn config() -> nexo::config::ConfigFile {
+            let server = nexo_mcp::ServerConfig { command: Some("true".into()), ..Default::default() };
+            let mcp: BTreeMap<String, _> = SERVERS.iter().map(|s| (s.to_string(), server.clone())).collect();
+            nexo::config::ConfigFile { mcp, ..Default::default() }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            #[test]
+            fn the_effective_grant_is_never_wider(policy in a_policy(), request in a_request(), manifest in a_manifest()) {
+                let Ok(e) = policy.narrow(&request, &manifest) else {
+                    // Refused: the request asked beyond the policy, or no sandbox is common.
+                    prop_assert!(request.mode == Some(PermissionMode::Ask)
+                        || request.bounds().unwrap().beyond(&policy.bounds()).is_some()
+                        || manifest.sandbox.is_some());
+                    return Ok(());
+                };
+                // capabilities
+                for c in &e.allow {
+                    prop_assert!(policy.allow.contains(c) && manifest.capabilities.contains(c));
+                    prop_assert!(request.allow.as_ref().is_none_or(|a| a.contains(c)));
+                }
+                // mode
+                prop_assert!(at_least_as_strict(e.mode, policy.mode));
+                prop_assert!(request.mode.is_none_or(|m| at_least_as_strict(e.mode, m)));
+                prop_assert!(manifest.permissions.is_none_or(|m| at_least_as_strict(e.mode, m)));
+                // sandbox
+                prop_assert!(policy.sandboxes.contains(&e.sandbox));
+                prop_assert!(request.sandbox.is_none_or(|s| s == e.sandbox));
+                prop_assert!(manifest.sandbox.is_none_or(|s| s == e.sandbox.kind()));
+                // model
+                if let Some(m) = &e.model {
+                    prop_assert!(policy.models.contains(m));
+                    prop_assert!(request.model.as_ref().is_none_or(|r| r == m));
+                }
+                // MCP servers
+                for s in &e.mcp_servers {
+                    prop_assert!(policy.mcp_servers.contains(s) && manifest.mcp_servers.contains(s));
+                    prop_assert!(request.mcp_servers.as_ref().is_none_or(|r| r.contains(s)));
+                }
+                // The grant the run records, and the authority the worker builds from it.
+                let grant = e.grant(Path::new("/nonexistent"), &config()).grant();
+                let authority = Authority::new(&manifest, &grant, &Permissions::new(e.mode));
+                for c in authority.effective() {
+                    prop_assert!(with_always(&policy.allow).contains(&c) && manifest.capabilities.contains(&c));
+                    prop_assert!(request.allow.as_ref().is_none_or(|a| with_always(a).contains(&c)));
+                }
+                for s in authority.mcp_effective() {
+                    prop_assert!(e.mcp_servers.contains(s));
+                }
+                // fetch hosts, by the fetch tool's own test: the agent's list within the grant's
+                let (policy_hosts, manifest_hosts) = (hosts(&policy.fetch_hosts), hosts(&manifest.fetch_allow));
+                prop_assert!(grant.fetch_hosts.is_some(), "a served grant always bounds the hosts");
+                let within = hosts(grant.fetch_hosts.as_deref().unwrap_or_default());
+                for probe in PROBES {
+                    let effective = hosts(&e.fetch_hosts).matches(probe);
+                    let fetched = manifest_hosts.matches(probe) && within.matches(probe);
+                    for allowed in [effective, fetched] {
+                        if allowed {
+                            prop_assert!(policy_hosts.matches(probe), "{probe} beyond the policy");
+                            prop_assert!(manifest_hosts.matches(probe), "{probe} beyond the manifest");
+                            prop_assert!(request.fetch_hosts.as_ref().is_none_or(|r| hosts(r).matches(probe)),
+                                "{probe} beyond the request");
+                        }
+                    }
+                }
+                // MCP tools that pass unasked
+                let listed = McpAllow::new(e.mcp_tools.iter().cloned());
+                for (server, tool) in CALLS {
+                    for allowed in [listed.matches(server, tool), authority.mcp_listed(server, tool)] {
+                        if allowed {
+                            prop_assert!(McpAllow::new(policy.mcp_allow.iter().cloned()).matches(server, tool));
+                            prop_assert!(McpAllow::new(manifest.mcp_allow.iter().cloned()).matches(server, tool));
+                            prop_assert!(request.mcp_allow.as_ref()
+                                .is_none_or(|r| McpAllow::new(r.iter().cloned()).matches(server, tool)));
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -61,6 +61,8 @@ pub struct PromptRequest {
     sandbox: Option<SandboxKind>,
     fetch_hosts: Option<Vec<String>>,
     model: Option<String>,
+    mcp_servers: Option<Vec<String>>,
+    mcp_allow: Option<Vec<String>>,
 }
 
 /// `POST /v1/sessions/prompt`: opens the session `(agent, instance)` if it
@@ -83,6 +85,8 @@ pub async fn prompt(
         sandbox: request.sandbox,
         fetch_hosts: request.fetch_hosts.clone(),
         model: request.model.clone(),
+        mcp_servers: request.mcp_servers.clone(),
+        mcp_allow: request.mcp_allow.clone(),
     };
     let prepared = api::prepare(&state, &tenant, &request.plugin, &narrowing).await?;
     let instance = format!("{}{name}", prefix(&tenant));

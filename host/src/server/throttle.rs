@@ -4,6 +4,10 @@
 //! anyway; this spares the store a flood of lookups and the audit log a
 //! flood of noise, and shows up in the logs. Kept per node: with several
 //! nodes, each counts what it sees.
+//!
+//! The address is the peer's, unless the peer is one of the reverse
+//! proxies the operator names (`[serve] trusted-proxies`): only those may
+//! say, in `X-Forwarded-For`, whom they forward for ([`TrustedProxies`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -12,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
 use axum::http::HeaderMap;
+use ipnet::IpNet;
 
 /// Failed sign-ins an address may make per window.
 pub const MAX_FAILURES: u32 = 10;
@@ -28,9 +33,21 @@ const MAX_ADDRESSES: usize = 100_000;
 pub struct SignInThrottle {
     /// The start of each address's window and its failures in it.
     windows: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    /// The proxies whose `X-Forwarded-For` is believed.
+    proxies: TrustedProxies,
 }
 
 impl SignInThrottle {
+    /// A throttle that reads client addresses through `proxies`.
+    pub fn new(proxies: TrustedProxies) -> Self {
+        SignInThrottle { windows: Mutex::default(), proxies }
+    }
+
+    /// The address a request came from ([`TrustedProxies::client_addr`]).
+    pub fn client_addr(&self, peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) -> Option<IpAddr> {
+        self.proxies.client_addr(peer, headers)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (Instant, u32)>> {
         self.windows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -75,30 +92,69 @@ fn bucket(addr: IpAddr) -> IpAddr {
     }
 }
 
-/// The address a request came from: the peer's, or, when the peer is a
-/// reverse proxy on this host or a private network, the address that proxy
-/// appended to `X-Forwarded-For` (the last entry: earlier ones are the
-/// client's to write, so a last entry that is not an address is not
-/// skipped but ignored). `None` without connection info (in-process tests).
-pub fn client_addr(peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) -> Option<IpAddr> {
-    let peer = peer?.0.ip();
-    let proxied = match peer {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unique_local(),
-    };
-    if proxied {
-        let forwarded = headers
+/// The reverse proxies the operator trusts to name the client
+/// (`[serve] trusted-proxies`: addresses and CIDR blocks). None by default:
+/// then the peer is the client, whatever a header says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Parses the operator's entries: `203.0.113.7`, `10.0.0.0/8`, `::1`,
+    /// `fd00::/8`. An entry that is neither an address nor a block is an
+    /// error naming it.
+    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<TrustedProxies, String> {
+        let mut nets = Vec::new();
+        for entry in entries {
+            let entry = entry.as_ref().trim();
+            let net = match entry.parse::<IpNet>() {
+                Ok(net) => net.trunc(),
+                Err(_) => entry.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+                    format!(
+                        "`{entry}` in [serve] trusted-proxies is not an IP address or CIDR block \
+                         (for example `127.0.0.1` or `10.0.0.0/8`)"
+                    )
+                })?,
+            };
+            nets.push(net);
+        }
+        Ok(TrustedProxies(nets))
+    }
+
+    /// Whether `addr` is one of the trusted proxies (an IPv4-mapped IPv6
+    /// address counts as its IPv4 one).
+    pub fn trusts(&self, addr: IpAddr) -> bool {
+        let addr = addr.to_canonical();
+        self.0.iter().any(|net| net.contains(&addr))
+    }
+
+    /// The address a request came from: the peer's, unless the peer is a
+    /// trusted proxy. Then `X-Forwarded-For` is read from the right (each
+    /// proxy appends the address it was called from): the right-most
+    /// address that is not a trusted proxy is the client, since every
+    /// entry left of it is that client's to write. An entry that is not an
+    /// address stops the walk at the last hop known. `None` without
+    /// connection info (in-process tests).
+    pub fn client_addr(&self, peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) -> Option<IpAddr> {
+        let mut client = peer?.0.ip().to_canonical();
+        if !self.trusts(client) {
+            return Some(client);
+        }
+        let forwarded: Vec<&str> = headers
             .get_all("x-forwarded-for")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .next_back()
-            .and_then(|a| a.trim().parse::<IpAddr>().ok());
-        if let Some(addr) = forwarded {
-            return Some(addr);
+            .map(str::trim)
+            .collect();
+        for entry in forwarded.iter().rev() {
+            let Ok(hop) = entry.parse::<IpAddr>() else { break };
+            client = hop.to_canonical();
+            if !self.trusts(client) {
+                break;
+            }
         }
+        Some(client)
     }
-    Some(peer)
 }
 
 #[cfg(test)]
@@ -140,15 +196,65 @@ mod tests {
         assert!(throttle.wait("198.51.100.7".parse().unwrap(), t0).is_some());
     }
 
-    #[test]
-    fn a_proxy_on_a_private_address_is_trusted_for_the_client_address() {
+    fn forwarded(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert("x-forwarded-for", "198.51.100.1, 203.0.113.9".parse().unwrap());
-        let local = ConnectInfo("127.0.0.1:4000".parse::<SocketAddr>().unwrap());
-        let public = ConnectInfo("192.0.2.1:4000".parse::<SocketAddr>().unwrap());
-        assert_eq!(client_addr(Some(&local), &headers), Some("203.0.113.9".parse().unwrap()), "the proxy's entry");
-        assert_eq!(client_addr(Some(&public), &headers), Some("192.0.2.1".parse().unwrap()), "a public peer is itself");
-        assert_eq!(client_addr(Some(&local), &HeaderMap::new()), Some("127.0.0.1".parse().unwrap()));
-        assert_eq!(client_addr(None, &headers), None);
+        headers.insert("x-forwarded-for", value.parse().unwrap());
+        headers
+    }
+
+    fn peer(addr: &str) -> ConnectInfo<SocketAddr> {
+        ConnectInfo(format!("{addr}:4000").parse::<SocketAddr>().unwrap())
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_names_the_client() {
+        let none = TrustedProxies::default();
+        let headers = forwarded("198.51.100.1, 203.0.113.9");
+        // Not even loopback or a private network is trusted unless listed.
+        for p in ["127.0.0.1", "10.1.2.3", "192.168.0.5", "[::1]", "192.0.2.1"] {
+            let ip = peer(p).0.ip();
+            assert_eq!(none.client_addr(Some(&peer(p)), &headers), Some(ip), "{p} is its own client");
+        }
+        assert_eq!(none.client_addr(None, &headers), None);
+        let proxies = TrustedProxies::parse(&["127.0.0.1", "10.0.0.0/8"]).unwrap();
+        let local = peer("127.0.0.1");
+        assert_eq!(proxies.client_addr(Some(&local), &headers), Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(proxies.client_addr(Some(&peer("192.0.2.1")), &headers), Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(proxies.client_addr(Some(&local), &HeaderMap::new()), Some("127.0.0.1".parse().unwrap()));
+        // Two proxies in a row: the right-most untrusted address is the client.
+        let chained = forwarded("198.51.100.1, 203.0.113.9, 10.0.0.2");
+        assert_eq!(proxies.client_addr(Some(&local), &chained), Some("203.0.113.9".parse().unwrap()));
+        // An entry that is not an address stops at the last hop known.
+        let garbage = forwarded("203.0.113.9, not-an-address, 10.0.0.2");
+        assert_eq!(proxies.client_addr(Some(&local), &garbage), Some("10.0.0.2".parse().unwrap()));
+        // Several headers are one list, in order.
+        let mut two = forwarded("198.51.100.1");
+        two.append("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        assert_eq!(proxies.client_addr(Some(&local), &two), Some("203.0.113.9".parse().unwrap()));
+        // An IPv4-mapped peer is its IPv4 address.
+        assert!(proxies.trusts("::ffff:10.9.9.9".parse().unwrap()));
+        let err = TrustedProxies::parse(&["localhost"]).unwrap_err();
+        assert!(err.contains("`localhost`") && err.contains("CIDR"), "{err}");
+    }
+
+    #[test]
+    fn a_forged_header_neither_bypasses_nor_locks_out() {
+        let throttle = SignInThrottle::new(TrustedProxies::parse(&["10.0.0.1"]).unwrap());
+        let t0 = Instant::now();
+        let attacker = peer("192.0.2.66");
+        let victim: IpAddr = "203.0.113.9".parse().unwrap();
+        // The attacker writes a new address into each attempt, then the victim's.
+        for i in 0..MAX_FAILURES {
+            let headers = forwarded(&format!("198.51.100.{i}, {victim}"));
+            let client = throttle.client_addr(Some(&attacker), &headers).unwrap();
+            assert_eq!(client, attacker.0.ip(), "an untrusted peer is its own address");
+            throttle.failed(client, t0);
+        }
+        let next = throttle.client_addr(Some(&attacker), &forwarded("198.51.100.200")).unwrap();
+        assert!(throttle.wait(next, t0).is_some(), "rotating the header does not escape the count");
+        assert_eq!(throttle.wait(victim, t0), None, "the forged victim is not locked out");
+        // Through the trusted proxy, the victim is counted as itself.
+        let via_proxy = throttle.client_addr(Some(&peer("10.0.0.1")), &forwarded(&victim.to_string())).unwrap();
+        assert_eq!((via_proxy, throttle.wait(via_proxy, t0)), (victim, None));
     }
 }

@@ -47,6 +47,26 @@ impl Scene {
         self.dir.path().join("nexo.toml").display().to_string()
     }
 
+    /// Adds `toml` to the config file (before a node starts, which reads it).
+    pub fn configure(&self, toml: &str) {
+        let path = self.dir.path().join("nexo.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}\n{toml}\n")).unwrap();
+    }
+
+    /// The tenant's audit entries of `kind`, each entry's data parsed.
+    pub async fn audit(&self, node: &Node, key: &str, kind: &str) -> Vec<Value> {
+        let (status, log) = self.get(&node.url("/v1/audit"), key).await;
+        assert_eq!(status, StatusCode::OK, "{log}");
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| serde_json::from_str(e["data"].as_str().unwrap()).unwrap())
+            .collect()
+    }
+
     pub fn nexo(&self, args: &[&str]) -> Output {
         let mut cmd = common::nexo_command(&self.dir.path().join("cache"));
         cmd.env("NEXO_STORE", &self.store).env("NEXO_CONFIG", self.config()).args(args).stdin(Stdio::null());

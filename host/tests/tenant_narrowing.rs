@@ -1,0 +1,217 @@
+//! A tenant trying to widen its policy, against a real `nexo serve`: by
+//! every narrowable field of a run request (an empty list, a field left
+//! out, another case, an alias of the same host or tool), and by what its
+//! own agent's manifest lists. Loopback hosts are stopped by the address
+//! guard anyway, so the tests read the authority's decision: the tool's
+//! error text and the audit log's verdict, never the network's answer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nexo_tests as built;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::Node;
+use common::scene::Scene;
+
+/// Runs `plugin` with `input` and the request's own `fields`, waiting for
+/// it to end: the run as the API shows it.
+async fn run(scene: &Scene, node: &Node, key: &str, plugin: &str, input: &str, fields: Value) -> Value {
+    let mut body = json!({"plugin": plugin, "input": input, "wait": true});
+    body.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+    let (status, run) = scene.post(&node.url("/v1/runs"), key, body).await;
+    assert_eq!(status, StatusCode::OK, "{run}\n{}", node.log());
+    assert_eq!(run["status"], "done", "{run}\n{}", node.log());
+    run
+}
+
+/// A request that must be refused as beyond the policy, naming `needle`.
+async fn refused(scene: &Scene, node: &Node, key: &str, plugin: &str, fields: Value, needle: &str) {
+    let mut body = json!({"plugin": plugin, "input": "x"});
+    body.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+    let (status, answer) = scene.post(&node.url("/v1/runs"), key, body).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{fields}: {answer}");
+    assert_eq!(answer["error"]["code"], "beyond_policy", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains(needle), "{fields} should name {needle}: {answer}");
+}
+
+/// The run's result, one line per probe.
+fn lines(run: &Value) -> Vec<String> {
+    run["result"].as_str().unwrap().lines().map(str::to_string).collect()
+}
+
+/// The `run.started` entry of run `id`.
+async fn started(scene: &Scene, node: &Node, key: &str, id: &Value) -> Value {
+    let entries = scene.audit(node, key, "run.started").await;
+    entries.into_iter().find(|d| &d["run"] == id).expect("the run's run.started entry")
+}
+
+/// Run `id`'s `capability.used` entries, once there are `count` of them:
+/// a pass's decisions are written as it ends, maybe just after its status.
+async fn used(scene: &Scene, node: &Node, key: &str, id: &Value, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let entries: Vec<Value> =
+            scene.audit(node, key, "capability.used").await.into_iter().filter(|d| &d["run"] == id).collect();
+        if entries.len() >= count {
+            return entries;
+        }
+        assert!(Instant::now() < deadline, "run {id} has {} decisions audited: {entries:?}", entries.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The verdicts the audit log holds for run `id`'s three fetches, in order.
+async fn fetch_verdicts(scene: &Scene, node: &Node, key: &str, id: &Value) -> Vec<String> {
+    used(scene, node, key, id, 3)
+        .await
+        .into_iter()
+        .filter(|d| d["capability"] == "fetch")
+        .map(|d| d["verdict"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The probe's three fetches: two loopback names of the manifest's list,
+/// and one public host it lists too.
+const FETCHES: &str = "fetch http://localhost:9/\nfetch http://127.0.0.1:9/\nfetch http://news.example/";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_hosts_never_widen_by_an_empty_list_a_case_or_an_alias() {
+    let scene = Scene::new(None).await;
+    // The agent (web-probe) lists news.example, localhost and 127.0.0.1.
+    let web = scene
+        .tenant("web", Some(json!({"allow": ["fetch"], "mode": "auto", "fetch-hosts": ["localhost", "127.0.0.1"]})));
+    // No fetch-hosts in the policy: no host at all.
+    let bare = scene.tenant("bare", Some(json!({"allow": ["fetch"], "mode": "auto"})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &web, built::WEB_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    scene.upload(&node, &bare, built::WEB_PROBE).await;
+
+    // (request, each fetch's outcome, the hosts run.started records)
+    let security = "security:";
+    let denied = "denied:";
+    let cases = [
+        // An empty list is no host: not "the agent's list decides".
+        (json!({"fetch-hosts": []}), [denied, denied, denied], json!([])),
+        // Left out: the policy's, as the manifest narrows it.
+        (json!({}), [security, security, denied], json!(["localhost", "127.0.0.1"])),
+        // Another case and a trailing dot: the same host, no other.
+        (json!({"fetch-hosts": ["LOCALHOST."]}), [security, denied, denied], json!(["localhost"])),
+        // 127.0.0.1 written as one number: the same address, no other.
+        (json!({"fetch-hosts": ["2130706433"]}), [denied, security, denied], json!(["127.0.0.1"])),
+    ];
+    for (fields, want, hosts) in cases {
+        let done = run(&scene, &node, &web, &sha, FETCHES, fields.clone()).await;
+        let got = lines(&done);
+        assert_eq!(got.len(), 3, "{done}");
+        for ((line, want), host) in got.iter().zip(want).zip(["localhost", "127.0.0.1", "news.example"]) {
+            assert!(line.starts_with(want), "{fields}: fetching {host} should be `{want}`: {line}");
+            if want == denied {
+                assert!(line.contains("not allowed") || line.contains("narrowed"), "{fields}: {line}");
+            }
+        }
+        // The audit holds each fetch's final verdict, the host list's and the address guard's refusals too.
+        let verdicts = fetch_verdicts(&scene, &node, &web, &done["id"]).await;
+        let expected: Vec<&str> = want.iter().map(|w| w.trim_end_matches(':')).collect();
+        assert_eq!(verdicts, expected, "{fields}");
+        let entry = started(&scene, &node, &web, &done["id"]).await;
+        assert_eq!(entry["fetch_hosts"], hosts, "{fields}: {entry}");
+    }
+
+    // The same fields, asking for more than the policy: refused, naming the host.
+    for (fields, needle) in [
+        (json!({"fetch-hosts": ["news.example"]}), "news.example"),
+        (json!({"fetch-hosts": ["localhost", "sub.news.example"]}), "sub.news.example"),
+        (json!({"fetch-hosts": ["0x7f.0.0.2"]}), "127.0.0.2"),
+        (json!({"fetch-hosts": ["localhost:80"]}), "port"),
+    ] {
+        refused(&scene, &node, &web, &sha, fields, needle).await;
+    }
+    // A session's prompt narrows the same way: an empty list is no host.
+    let body = json!({"plugin": sha, "instance": "s1", "input": FETCHES, "fetch-hosts": [], "wait": true});
+    let (status, prompted) = scene.post(&node.url("/v1/sessions/prompt"), &web, body).await;
+    assert_eq!(status, StatusCode::OK, "{prompted}");
+    assert!(lines(&prompted["run"]).iter().all(|l| l.starts_with(denied)), "{prompted}");
+    let body = json!({"plugin": sha, "instance": "s1", "input": "x", "mcp-allow": ["echo"]});
+    let (status, answer) = scene.post(&node.url("/v1/sessions/prompt"), &web, body).await;
+    assert_eq!((status, &answer["error"]["code"]), (StatusCode::FORBIDDEN, &json!("beyond_policy")), "{answer}");
+
+    // Not even the policy's host written another way passes the bare tenant's empty list.
+    refused(&scene, &node, &bare, &sha, json!({"fetch-hosts": ["localhost"]}), "localhost").await;
+    let done = run(&scene, &node, &bare, &sha, FETCHES, json!({})).await;
+    assert!(lines(&done).iter().all(|l| l.starts_with(denied)), "{done}");
+}
+
+/// nexo's rmcp test server, next to the `nexo` binary.
+fn test_server() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
+    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_and_tools_never_widen() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    // The agent (mcp-probe) asks for the servers `tests` and `everything`,
+    // and lists `echo` and `tests/image` in its own mcp-allow.
+    let quiet = scene.tenant("quiet", Some(json!({"mcp-servers": ["tests"], "models": ["test"]})));
+    let echo =
+        scene.tenant("echo", Some(json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"]})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &quiet, built::MCP_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    scene.upload(&node, &echo, built::MCP_PROBE).await;
+    let call = "call tests echo {\"text\":\"hi\"}";
+
+    // A policy without mcp-allow (an empty list) lets no tool pass unasked:
+    // a read-only run may call none, though the agent lists `echo`.
+    let done = run(&scene, &node, &quiet, &sha, call, json!({})).await;
+    let line = &lines(&done)[0];
+    assert!(line.starts_with("call tests/echo: denied:") && line.contains("mcp-allow"), "{line}");
+    let decided = used(&scene, &node, &quiet, &done["id"], 1).await;
+    let verdicts: Vec<(&Value, &Value)> =
+        decided.iter().filter(|d| d["server_tool"] == "echo").map(|d| (&d["server"], &d["verdict"])).collect();
+    assert_eq!(verdicts, [(&json!("tests"), &json!("denied"))], "{decided:?}");
+    let entry = started(&scene, &node, &quiet, &done["id"]).await;
+    assert_eq!((&entry["mcp_servers"], &entry["mcp_tools"]), (&json!(["tests"]), &json!([])), "{entry}");
+
+    // Nor is the model offered any of its tools.
+    scene.model.push(nexo_model::mock::Reply::text("no tools"));
+    let done = run(&scene, &node, &quiet, &sha, "prompt use echo", json!({})).await;
+    assert!(lines(&done)[0].starts_with("prompt: ok"), "{done}");
+    let asked = scene.model.requests().last().unwrap().body.clone();
+    let tools = asked["tools"].as_array().cloned().unwrap_or_default();
+    assert!(!tools.iter().any(|t| t.to_string().contains("mcp__")), "{tools:?}");
+
+    // The policy's `tests/echo`, the agent's `echo`: their intersection passes.
+    let done = run(&scene, &node, &echo, &sha, call, json!({})).await;
+    assert_eq!(lines(&done)[0], "call tests/echo: ok hi", "{done}");
+    let entry = started(&scene, &node, &echo, &done["id"]).await;
+    assert_eq!(entry["mcp_tools"], json!(["tests/echo"]), "{entry}");
+    // An empty list in the request: no tool, no server.
+    let done = run(&scene, &node, &echo, &sha, call, json!({"mcp-allow": []})).await;
+    assert!(lines(&done)[0].starts_with("call tests/echo: denied:"), "{done}");
+    let done = run(&scene, &node, &echo, &sha, &format!("list tests\n{call}"), json!({"mcp-servers": []})).await;
+    assert!(lines(&done).iter().all(|l| l.contains(": denied:")), "{done}");
+
+    // Asking for more, another case, or a name that covers every server: refused.
+    for (fields, needle) in [
+        (json!({"mcp-allow": ["echo"]}), "`echo`"),
+        (json!({"mcp-allow": ["TESTS/echo"]}), "`TESTS/echo`"),
+        (json!({"mcp-allow": ["tests/fail"]}), "`tests/fail`"),
+        (json!({"mcp-servers": ["everything"]}), "`everything`"),
+        (json!({"mcp-servers": ["Tests"]}), "`Tests`"),
+        (json!({"allow": ["write"]}), "`write`"),
+        (json!({"mode": "auto"}), "less strict"),
+        (json!({"sandbox": "local"}), "`local`"),
+        (json!({"model": "TEST"}), "`TEST`"),
+    ] {
+        refused(&scene, &node, &echo, &sha, fields, needle).await;
+    }
+}
