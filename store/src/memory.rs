@@ -18,8 +18,8 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult, StoredEvent,
-    RunUsage, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
+    NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, RunUsage, Session, SignIn, Store, StoreError, StoreResult,
+    StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.

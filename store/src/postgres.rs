@@ -42,9 +42,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, SCHEMA_VERSION, Session, SignIn,
-    Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, RunUsage, new_session_id,
-    now_ms, usage_period,
+    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, RunUsage, SCHEMA_VERSION,
+    Session, SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition,
+    Usage, new_session_id, now_ms, usage_period,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.

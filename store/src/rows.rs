@@ -222,7 +222,11 @@ macro_rules! decoders {
         /// A run's counters, from [`crate::sql::RUN_USAGE`].
         pub(crate) fn run_usage(row: &Row, run: &str, errors: &Errors<'_>) -> Result<RunUsage, StoreError> {
             let counter = |name: &str| -> Result<u64, StoreError> {
-                unsigned(column(row, name, errors)?, || format!("run `{run}`'s usage has a negative {name} count"), errors)
+                unsigned(
+                    column(row, name, errors)?,
+                    || format!("run `{run}`'s usage has a negative {name} count"),
+                    errors,
+                )
             };
             Ok(RunUsage {
                 tokens: counter("tokens")?,

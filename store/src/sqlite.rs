@@ -40,8 +40,8 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, SCHEMA_VERSION, Session, SignIn, Store,
-    StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, RunUsage, new_session_id,
+    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, Retry, Run, RunStatus, RunUsage, SCHEMA_VERSION, Session, SignIn,
+    Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id,
     now_ms, usage_period,
 };
 
@@ -1566,7 +1566,8 @@ impl Store for SqliteStore {
     }
 
     async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
-        let row = sqlx::query(sql::RUN_USAGE).bind(run).fetch_optional(&self.reader).await.map_err(|e| self.error(&e))?;
+        let row =
+            sqlx::query(sql::RUN_USAGE).bind(run).fetch_optional(&self.reader).await.map_err(|e| self.error(&e))?;
         match row {
             Some(row) => self.decode(|errors| rows::run_usage(&row, run, errors)),
             None => Ok(RunUsage::default()),
@@ -1574,8 +1575,11 @@ impl Store for SqliteStore {
     }
 
     async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
-        let n: i64 =
-            sqlx::query_scalar(sql::LIVE_RUNS).bind(tenant).fetch_one(&self.reader).await.map_err(|e| self.error(&e))?;
+        let n: i64 = sqlx::query_scalar(sql::LIVE_RUNS)
+            .bind(tenant)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 }

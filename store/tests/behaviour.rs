@@ -10,9 +10,9 @@ mod support;
 
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
-    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, Retry, RunStatus, RunUsage, Session, SignIn,
-    SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS, Usage, audit_hash,
-    sha256_hex, verify_audit,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PgStore, Retry, RunStatus, RunUsage,
+    Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS,
+    Usage, audit_hash, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -1912,7 +1912,8 @@ async fn a_runs_usage_adds_up_over_its_passes_and_goes_with_it(store: Arc<dyn St
 async fn live_runs_are_those_that_run_or_may_run(store: Arc<dyn Store>) {
     tenant(&store, "t-acme", "acme").await;
     tenant(&store, "t-beta", "beta").await;
-    let of = |id: &str, tenant: &str, status: RunStatus| NewRun { tenant: Some(tenant.into()), ..new_run(id, status, 1) };
+    let of =
+        |id: &str, tenant: &str, status: RunStatus| NewRun { tenant: Some(tenant.into()), ..new_run(id, status, 1) };
     for (id, status) in [
         ("queued", RunStatus::Queued),
         ("running", RunStatus::Running),

@@ -35,7 +35,12 @@ impl ApiError {
                 message: refusal.message,
                 retry_after: Some(after),
             },
-            None => ApiError { status: StatusCode::CONFLICT, code: "run_budget_spent", message: refusal.message, retry_after: None },
+            None => ApiError {
+                status: StatusCode::CONFLICT,
+                code: "run_budget_spent",
+                message: refusal.message,
+                retry_after: None,
+            },
         }
     }
 
