@@ -306,3 +306,33 @@ async fn a_cancelled_spinner_stops_at_once_and_holds_up_no_one() {
     assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}");
     assert!(at.elapsed() < Duration::from_secs(5), "the quiet tenant's run took {:?}", at.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_taken_by_another_node_stops_the_guest_at_the_next_lease_renewal() {
+    let Some(url) = common::postgres_database("a_cancel_taken_by_another_node_stops_the_guest").await else {
+        return;
+    };
+    let scene = Scene::new(Some(url)).await;
+    let key = scene.tenant("pia", None);
+    // Leases of 3 s, renewed every second.
+    let driver = scene.node_with("driver", &["--lease-secs", "3"]);
+    let (_, spin) = scene.upload(&driver, &key, built::SPIN).await;
+    let (status, _, run) = post(&scene, &driver, "/v1/runs", &key, json!({"plugin": spin["id"], "input": "go"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap();
+    scene.until(&driver, &key, id, &["running"]).await;
+    // The other node takes the cancel; only the store tells the driver.
+    let other = scene.node_with("other", &["--lease-secs", "3"]);
+    let (status, _, cancelled) = post(&scene, &other, &format!("/v1/runs/{id}/cancel"), &key, json!({})).await;
+    assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+    let at = Instant::now();
+    loop {
+        let (_, usage) = scene.get(&other.url("/v1/usage"), &key).await;
+        if usage["total"]["cpu_ticks"].as_u64().unwrap() > 0 {
+            break;
+        }
+        assert!(at.elapsed() < Duration::from_secs(5), "the driver's guest still runs\n{}", driver.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("the driver stopped its guest {:?} after the other node's cancel", at.elapsed());
+}
