@@ -332,21 +332,7 @@ impl Worker {
         let now = nexo_store::now_ms();
         let outcome = match outcome {
             Ok(Attempt::Ended(how)) => Ok(how),
-            Ok(Attempt::Held(refusal)) => {
-                let Some(secs) = refusal.retry_after else {
-                    // Waiting would not help: the run stays as it is (suspended or failed).
-                    return match store.fail_job(&job.id, &lease, &refusal.message, Retry::Never, now).await {
-                        Ok(_) => errln!("job {}: run {} cannot go on: {}", job.id, job.run, refusal.message),
-                        Err(e) => errln!("warning: job {}: {e}", job.id),
-                    };
-                };
-                let until = now.saturating_add(i64::try_from(secs).unwrap_or(3600).saturating_mul(1000));
-                match store.postpone_job(&job.id, &lease, &refusal.message, until, now).await {
-                    Ok(_) => errln!("job {}: run {} waits {secs} s: {}", job.id, job.run, refusal.message),
-                    Err(e) => errln!("warning: job {}: {e}", job.id),
-                }
-                return;
-            }
+            Ok(Attempt::Held(refusal)) => return self.hold(&job, &lease, &refusal, now).await,
             Err(failed) => Err(failed),
         };
         match outcome {
@@ -449,6 +435,28 @@ impl Worker {
             },
             Resumed::Refused(why, _) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
+        }
+    }
+
+    /// Leaves a run its tenant's quotas do not let go on as it is (queued,
+    /// or suspended with its decision made): its job waits until the quota
+    /// may allow it, without using an attempt, and the run's `held` event
+    /// says why; or, when waiting would not help (the run spent its own
+    /// budget), the job ends failed and the run stays suspended or failed.
+    async fn hold(&self, job: &Job, lease: &nexo_store::JobLease, refusal: &quota::Refusal, now: i64) {
+        let store = self.runs.store();
+        let why = &refusal.message;
+        let Some(secs) = refusal.retry_after else {
+            match store.fail_job(&job.id, lease, why, Retry::Never, now).await {
+                Ok(_) => errln!("job {}: run {} cannot go on: {why}", job.id, job.run),
+                Err(e) => errln!("warning: job {}: {e}", job.id),
+            }
+            return;
+        };
+        let until = now.saturating_add(i64::try_from(secs).unwrap_or(3600).saturating_mul(1000));
+        match store.postpone_job(&job.id, lease, why, until, now).await {
+            Ok(_) => errln!("job {}: run {} waits {secs} s: {why}", job.id, job.run),
+            Err(e) => errln!("warning: job {}: {e}", job.id),
         }
     }
 
