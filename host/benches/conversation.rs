@@ -196,6 +196,7 @@ async fn model_loop(server: &MockServer, tools: &ToolContext) -> Conversation {
         limits: LoopLimits::default(),
         instructions: vec![INSTRUCTIONS.to_string()],
         thread: Some(thread.clone()),
+        tokens: None,
     };
     let mut wall = Vec::with_capacity(TURNS);
     for turn in 1..=TURNS {

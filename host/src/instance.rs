@@ -89,6 +89,41 @@ impl CpuBudget {
     }
 }
 
+/// A signal that stops a running guest at its next epoch tick, however it
+/// spins and however long it was told to wait for its CPU share: a
+/// recorded run's journal sets it when the run is halted (cancelled, its
+/// lease lost, its journal unwritable).
+#[derive(Debug, Default)]
+pub struct Stop {
+    set: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Stop {
+    /// Stops the guest; it cannot be undone.
+    pub fn stop(&self) {
+        self.set.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether [`Stop::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Completes once the guest is to stop.
+    pub async fn stopped(&self) {
+        loop {
+            // Made before the check, so a stop between the two is not missed.
+            let woken = self.notify.notified();
+            if self.is_stopped() {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
 /// Linear memory that several stores draw on together, up to one total:
 /// a tenant's instances in `nexo serve`. Wasmtime's own limits are per
 /// store; each store's limiter reserves its growth here and gives it back
@@ -235,6 +270,8 @@ pub struct Core {
     cpu: Option<Arc<CpuBudget>>,
     /// Where its CPU ticks are counted, if anywhere.
     cpu_meter: Option<Arc<nexo_egress::Meter>>,
+    /// Set when its run is halted: the guest stops at the next tick.
+    stop: Option<Arc<Stop>>,
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
@@ -343,6 +380,7 @@ pub fn new_store<W: Send + 'static>(
         deadline,
         cpu: wasi_setup.cpu.clone(),
         cpu_meter: wasi_setup.cpu_meter.clone(),
+        stop: wasi_setup.journal.as_ref().map(|j| j.stop_signal().clone()),
         wasi: wasi.build(),
         table: ResourceTable::new(),
         stdout,
@@ -358,16 +396,29 @@ pub fn new_store<W: Send + 'static>(
     store.epoch_deadline_callback(|ctx| {
         let core = &ctx.data().core;
         let now = std::time::Instant::now();
-        if now >= core.deadline {
+        if now >= core.deadline || core.stop.as_ref().is_some_and(|s| s.is_stopped()) {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         }
         if core.cpu_meter.as_ref().is_some_and(|m| !m.add(1)) {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         }
-        // Over its CPU share: sleep until the next tick is earned (never past the deadline).
+        // Over its CPU share: sleep until the next tick is earned (never past
+        // the deadline, and no longer once the run is stopped).
         if let Some(wait) = core.cpu.as_ref().and_then(|c| c.take()) {
             let wait = wait.min(core.deadline.saturating_duration_since(now));
-            return Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(wait))));
+            let stop = core.stop.clone();
+            let sleep = async move {
+                match stop {
+                    Some(stop) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.stopped() => {}
+                        }
+                    }
+                    None => tokio::time::sleep(wait).await,
+                }
+            };
+            return Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(sleep)));
         }
         Ok(wasmtime::UpdateDeadline::Yield(1))
     });

@@ -140,6 +140,8 @@ pub struct Journal {
     resume_input: Option<String>,
     state: Mutex<State>,
     commits: tokio::sync::Mutex<()>,
+    /// Set by [`Journal::halt`]: the guest stops at its next epoch tick.
+    stop: Arc<crate::instance::Stop>,
 }
 
 #[derive(Default)]
@@ -233,6 +235,7 @@ impl Journal {
             resume_input: run.resume_input.clone(),
             state: Mutex::new(State { next, checkpoints, decided, ..State::default() }),
             commits: tokio::sync::Mutex::new(()),
+            stop: Arc::default(),
         })
     }
 
@@ -367,9 +370,19 @@ impl Journal {
         }
     }
 
-    /// Stops the run; the first halt wins.
+    /// Stops the run; the first halt wins. A guest running Wasm is
+    /// interrupted at its next epoch tick ([`Journal::stop_signal`]): a
+    /// cancelled run does not spin on until its deadline.
     pub fn halt(&self, halt: Halt) {
         self.lock().halt.get_or_insert(halt);
+        self.stop.stop();
+    }
+
+    /// What the run's store watches at every epoch tick: set once the run
+    /// is halted by [`Journal::halt`] (a cancel, a lost lease, a failed
+    /// write). A suspension is not a stop: its guest unwinds by itself.
+    pub fn stop_signal(&self) -> &Arc<crate::instance::Stop> {
+        &self.stop
     }
 
     /// Stops the run once the current call's entry is recorded.

@@ -123,6 +123,21 @@ where
         Hold { state: self.state.clone(), key, generation }
     }
 
+    /// Tells the holder of `key` at once that its lease is lost, as a tick
+    /// would once the store stopped renewing it (a cancel taken on this
+    /// node need not wait for the next renewal), and renews it no more.
+    /// `false` if nothing here holds it.
+    pub fn lose(&self, key: &K, why: Lost) -> bool {
+        let held = lock(&self.state).held.remove(key);
+        match held {
+            Some(held) => {
+                (held.lost)(why);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// How many leases are held.
     pub fn held(&self) -> usize {
         lock(&self.state).held.len()
@@ -298,6 +313,22 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), [Lost::Taken], "told once");
         assert_eq!(keeper.held(), 1);
         assert_eq!(leases.writes().last(), Some(&1), "and no longer renewed");
+    }
+
+    #[tokio::test]
+    async fn a_lease_lost_here_is_told_at_once_and_renewed_no_more() {
+        let leases = Arc::new(Leases::default());
+        let keeper = keeper(&leases);
+        leases.live.lock().unwrap().extend(["a".to_string(), "b".to_string()]);
+        let (seen, on_lost) = told();
+        let _a = keeper.keep("a".into(), i64::MAX, on_lost());
+        let _b = keeper.keep("b".into(), i64::MAX, on_lost());
+        assert!(keeper.lose(&"b".to_string(), Lost::Taken));
+        assert_eq!(*seen.lock().unwrap(), [Lost::Taken], "told before any tick");
+        assert!(!keeper.lose(&"b".to_string(), Lost::Taken), "once");
+        until("a tick", || !leases.writes().is_empty()).await;
+        assert_eq!(leases.writes()[0], 1, "only a is renewed");
+        assert_eq!(seen.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

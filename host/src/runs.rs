@@ -371,6 +371,16 @@ impl Runs {
             .collect())
     }
 
+    /// Cancels the run `id` ([`Store::cancel`]) and, if this owner drives
+    /// it, stops it now: its guest is interrupted at its next epoch tick, so
+    /// its pass ends and its slot is free at once. Another process driving
+    /// it learns at its next lease renewal, which the store refuses.
+    pub async fn cancel(&self, id: &str, reason: &str) -> Result<Run, StoreError> {
+        let run = self.store.cancel(id, reason).await?;
+        self.keeper.lose(&run.id, Lost::Taken);
+        Ok(run)
+    }
+
     /// Records the operator's decision on a suspended run's pending
     /// approval, if it is still for `call`, the call the decider was shown
     /// ([`StoreError::StaleApproval`] otherwise, and nothing is decided).

@@ -127,6 +127,12 @@ pub struct RunOptions {
     /// stopped past it. `nexo serve` gives each
     /// pass of a tenant's run one. `None`: nothing is counted.
     pub cpu_meter: Option<Arc<nexo_egress::Meter>>,
+    /// Where the model tokens of the run's live turns are counted, one
+    /// counter for every prompt of the run; with a limit, a prompt ends
+    /// with `token-budget` once it is reached (the turn under way may pass
+    /// it), and later prompts call no model. `nexo serve` gives each pass
+    /// of a tenant's run one. `None`: nothing is counted.
+    pub token_meter: Option<Arc<nexo_egress::Meter>>,
     /// Where the gate's decisions on the agent's capability and MCP calls
     /// are recorded, the guest's and the model's alike
     /// ([`crate::host_call::AuditSink`]). `nexo serve` keeps them in the

@@ -221,6 +221,17 @@ impl Job {
         self.updated_ms = now_ms;
     }
 
+    /// Puts it back in the queue (the lease checked), due at
+    /// `not_before_ms`, without counting the attempt: it was not tried.
+    pub(crate) fn postpone(&mut self, reason: &str, not_before_ms: i64, now_ms: i64) {
+        self.status = JobStatus::Queued;
+        self.attempts = self.attempts.saturating_sub(1);
+        self.lease = None;
+        self.error = Some(reason.to_string());
+        self.not_before_ms = not_before_ms;
+        self.updated_ms = now_ms;
+    }
+
     /// Records a failed attempt (the lease checked): queued again after the
     /// retry delay while attempts are left and `retry` allows, else failed.
     pub(crate) fn fail(&mut self, error: &str, retry: Retry, now_ms: i64) {

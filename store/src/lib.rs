@@ -89,14 +89,14 @@ pub use postgres::PgStore;
 pub use sessions::{Session, new_session_id};
 pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
 pub use tenants::{
-    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, SignIn, StoredPlugin, Tenant,
-    USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
+    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, RunUsage, SignIn, StoredPlugin,
+    Tenant, USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
     verify_audit,
 };
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -805,6 +805,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `failed` with `error`. A stale token is a [`StoreError::Conflict`].
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now_ms: i64) -> StoreResult<Job>;
 
+    /// Puts the running job back in the queue, due at `not_before_ms`,
+    /// without counting the attempt (it was not tried: a tenant's quota is
+    /// spent, say), with `reason` as its error; and appends a `held` event
+    /// (`{"reason", "until_ms"}`) to its run, so whoever follows the run
+    /// sees why it waits. One transaction. A stale token is a
+    /// [`StoreError::Conflict`].
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now_ms: i64,
+    ) -> StoreResult<Job>;
+
     /// One job.
     async fn job(&self, id: &str) -> StoreResult<Option<Job>>;
 
@@ -993,6 +1008,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The tenant's usage per hour, from the hour that holds `since_ms` on,
     /// oldest first. Hours with nothing added are not listed.
     async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>>;
+
+    /// Adds `used` to what the run has used over all its passes, creating
+    /// its counters at zero if needed: one upsert, so concurrent adds in
+    /// any number of processes all count. A run that is not there is
+    /// [`StoreError::NoRun`]; the counters go when the run does.
+    async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()>;
+
+    /// What the run has used over all its passes; zeros if nothing was
+    /// added (or there is no such run).
+    async fn run_usage(&self, run: &str) -> StoreResult<RunUsage>;
+
+    /// How many of the tenant's runs are running or may run without anyone
+    /// deciding anything: `queued` or `running` ones, and `suspended` or
+    /// `failed` ones with a queued or running job (a resume, a retry).
+    async fn live_runs(&self, tenant: &str) -> StoreResult<u64>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if

@@ -18,8 +18,9 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, Session, SignIn, Store, StoreError, StoreResult,
-    StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
+    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, Session, SignIn, Store, StoreError,
+    StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms,
+    usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -65,6 +66,8 @@ struct Inner {
     plugins: BTreeMap<(String, String), (StoredPlugin, Vec<u8>)>,
     /// By `(tenant, period_ms)`.
     usage: BTreeMap<(String, i64), Usage>,
+    /// Per run that used anything.
+    run_usage: BTreeMap<String, RunUsage>,
 }
 
 impl MemoryStore {
@@ -189,6 +192,7 @@ impl Inner {
             self.journal.remove(run);
             self.checkpoints.remove(run);
             self.approvals.remove(run);
+            self.run_usage.remove(run);
         }
         self.events.retain(|e| !runs.contains(&e.run));
         self.jobs.retain(|_, j| !runs.contains(&j.run));
@@ -491,6 +495,24 @@ impl Store for MemoryStore {
         job.check_lease(lease)?;
         job.fail(error, retry, now);
         Ok(job.clone())
+    }
+
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now: i64,
+    ) -> StoreResult<Job> {
+        let mut inner = self.lock();
+        let job = inner.job_mut(id)?;
+        job.check_lease(lease)?;
+        job.postpone(reason, not_before_ms, now);
+        let job = job.clone();
+        let data = serde_json::json!({"reason": reason, "until_ms": not_before_ms});
+        inner.push_event(&job.run, "held".into(), data, now);
+        Ok(job)
     }
 
     async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
@@ -804,5 +826,42 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let from = (tenant.to_string(), usage_period(since_ms));
         Ok(inner.usage.range(from..).take_while(|((t, _), _)| t == tenant).map(|(_, u)| u.clone()).collect())
+    }
+
+    async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if !inner.runs.contains_key(run) {
+            return Err(StoreError::NoRun(run.to_string()));
+        }
+        let counters = inner.run_usage.entry(run.to_string()).or_default();
+        counters.tokens = counters.tokens.saturating_add(used.tokens);
+        counters.cpu_ticks = counters.cpu_ticks.saturating_add(used.cpu_ticks);
+        counters.egress_bytes = counters.egress_bytes.saturating_add(used.egress_bytes);
+        Ok(())
+    }
+
+    async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
+        Ok(self.lock().run_usage.get(run).copied().unwrap_or_default())
+    }
+
+    async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let inner = self.lock();
+        let with_job: BTreeSet<&str> = inner
+            .jobs
+            .values()
+            .filter(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
+            .map(|j| j.run.as_str())
+            .collect();
+        let live = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant))
+            .filter(|r| match r.status {
+                RunStatus::Queued | RunStatus::Running => true,
+                RunStatus::Suspended | RunStatus::Failed => with_job.contains(r.id.as_str()),
+                RunStatus::Done | RunStatus::Cancelled => false,
+            })
+            .count();
+        Ok(live as u64)
     }
 }

@@ -42,9 +42,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, SCHEMA_VERSION,
-    Session, SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition,
-    Usage, new_session_id, now_ms, usage_period,
+    Location, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage,
+    SCHEMA_VERSION, Session, SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend,
+    Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -927,6 +927,31 @@ impl Store for PgStore {
         self.finish(tx, result).await
     }
 
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now: i64,
+    ) -> StoreResult<Job> {
+        let mut tx = self.begin().await?;
+        let result = async {
+            let job = self.change_job(&mut tx, id, lease, |job| job.postpone(reason, not_before_ms, now)).await?;
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(&job.run)
+                .bind("held")
+                .bind(serde_json::json!({"reason": reason, "until_ms": not_before_ms}).to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            Ok(job)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
     async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
         let row = sqlx::query(sql::SELECT_JOB).bind(id).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
         row.map(|r| self.decode_job(&r)).transpose()
@@ -1431,6 +1456,36 @@ impl Store for PgStore {
             .await
             .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode(|errors| rows::usage(r, errors))).collect()
+    }
+
+    async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()> {
+        let added = sqlx::query(sql::ADD_RUN_USAGE)
+            .bind(run)
+            .bind(to_i64(used.tokens, "token count")?)
+            .bind(to_i64(used.cpu_ticks, "CPU tick count")?)
+            .bind(to_i64(used.egress_bytes, "egress byte count")?)
+            .execute(&self.pool)
+            .await;
+        match added {
+            Ok(_) => Ok(()),
+            // The one foreign key: the run.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(run.to_string())),
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
+        let row = sqlx::query(sql::RUN_USAGE).bind(run).fetch_optional(&self.pool).await.map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode(|errors| rows::run_usage(&row, run, errors)),
+            None => Ok(RunUsage::default()),
+        }
+    }
+
+    async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let n: i64 =
+            sqlx::query_scalar(sql::LIVE_RUNS).bind(tenant).fetch_one(&self.pool).await.map_err(|e| self.error(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 }
 

@@ -35,7 +35,7 @@ macro_rules! decoders {
         #[allow(unused_imports)]
         use crate::{
             ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus,
-            Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
+            RunUsage, Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
         };
         use serde_json::Value;
         use sqlx::Row as _;
@@ -229,6 +229,22 @@ macro_rules! decoders {
                 egress_bytes: counter("egress_bytes")?,
                 period_ms,
                 tenant,
+            })
+        }
+
+        /// A run's counters, from [`crate::sql::RUN_USAGE`].
+        pub(crate) fn run_usage(row: &Row, run: &str, errors: &Errors<'_>) -> Result<RunUsage, StoreError> {
+            let counter = |name: &str| -> Result<u64, StoreError> {
+                unsigned(
+                    column(row, name, errors)?,
+                    || format!("run `{run}`'s usage has a negative {name} count"),
+                    errors,
+                )
+            };
+            Ok(RunUsage {
+                tokens: counter("tokens")?,
+                cpu_ticks: counter("cpu_ticks")?,
+                egress_bytes: counter("egress_bytes")?,
             })
         }
 

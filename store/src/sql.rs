@@ -88,6 +88,7 @@ pub(crate) const TABLES: &[&str] = &[
     "audit_log",
     "tenant_usage",
     "console_sign_ins",
+    "run_usage",
 ];
 
 /// Every migration, oldest first. The last one's version is
@@ -349,6 +350,22 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // `sessions_with_prefix`: a served tenant's sessions, whose
             // instance names start with its id, read without the others'.
             "CREATE INDEX sessions_by_instance ON sessions (instance, updated_ms, id)",
+        ],
+    },
+    Migration {
+        version: 7,
+        statements: &[
+            // What each run used over all its passes: its per-run budgets
+            // go on from here when it resumes.
+            "CREATE TABLE run_usage (
+            run {KEY} NOT NULL PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+            tokens BIGINT NOT NULL,
+            cpu_ticks BIGINT NOT NULL,
+            egress_bytes BIGINT NOT NULL
+        )",
+            // `live_runs`: a tenant's runs of a few statuses, counted at
+            // every start and resume.
+            "CREATE INDEX runs_by_tenant_status ON runs (tenant, status)",
         ],
     },
 ];
@@ -945,6 +962,23 @@ pub(crate) const ADD_USAGE: &str = "INSERT INTO tenant_usage \
 pub(crate) const USAGE: &str = "SELECT tenant, period_ms, runs, tokens, cpu_ticks, egress_bytes FROM tenant_usage \
      WHERE tenant = $1 AND period_ms >= $2 ORDER BY period_ms";
 
+/// Adds to a run's counters, creating them if needed: `$1` run, `$2`
+/// tokens, `$3` CPU ticks, `$4` egress bytes. A run that is not there
+/// fails the schema's foreign key.
+pub(crate) const ADD_RUN_USAGE: &str = "INSERT INTO run_usage (run, tokens, cpu_ticks, egress_bytes) \
+     VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (run) DO UPDATE SET tokens = run_usage.tokens + excluded.tokens, \
+     cpu_ticks = run_usage.cpu_ticks + excluded.cpu_ticks, \
+     egress_bytes = run_usage.egress_bytes + excluded.egress_bytes";
+
+/// A run's counters: `$1` run.
+pub(crate) const RUN_USAGE: &str = "SELECT tokens, cpu_ticks, egress_bytes FROM run_usage WHERE run = $1";
+
+/// How many of a tenant's runs are running or may run: `$1` tenant.
+pub(crate) const LIVE_RUNS: &str = "SELECT COUNT(*) FROM runs WHERE tenant = $1 AND (status IN ('queued', \
+     'running') OR (status IN ('suspended', 'failed') AND EXISTS (SELECT 1 FROM jobs WHERE jobs.run = runs.id \
+     AND jobs.status IN ('queued', 'running'))))";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -984,6 +1018,9 @@ mod tests {
             super::INSERT_PLUGIN,
             super::ADD_USAGE,
             super::USAGE,
+            super::ADD_RUN_USAGE,
+            super::RUN_USAGE,
+            super::LIVE_RUNS,
             super::LIST_TENANT_RUNS_BY_STATUS,
         ] {
             assert!(!sql.contains('?'), "{sql}");

@@ -40,9 +40,9 @@ use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
-    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, SCHEMA_VERSION, Session,
-    SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage,
-    new_session_id, now_ms, usage_period,
+    NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, SCHEMA_VERSION,
+    Session, SignIn, Store, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition,
+    Usage, new_session_id, now_ms, usage_period,
 };
 
 /// How long a statement waits for another process's write lock before it
@@ -1069,6 +1069,32 @@ impl Store for SqliteStore {
         self.finish(tx, result).await
     }
 
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now: i64,
+    ) -> StoreResult<Job> {
+        let mut conn = self.writer().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let result = async {
+            let job = self.change_job(&mut tx, id, lease, |job| job.postpone(reason, not_before_ms, now)).await?;
+            sqlx::query(sql::APPEND_EVENT)
+                .bind(&job.run)
+                .bind("held")
+                .bind(serde_json::json!({"reason": reason, "until_ms": not_before_ms}).to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(&e))?;
+            Ok(job)
+        }
+        .await;
+        self.finish(tx, result).await
+    }
+
     async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
         let mut conn = self.reader.acquire().await.map_err(|e| self.error(&e))?;
         self.fetch_job(&mut conn, id).await
@@ -1556,6 +1582,40 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| self.error(&e))?;
         rows.iter().map(|r| self.decode(|errors| rows::usage(r, errors))).collect()
+    }
+
+    async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()> {
+        let added = sqlx::query(sql::ADD_RUN_USAGE)
+            .bind(run)
+            .bind(to_i64(used.tokens, "token count")?)
+            .bind(to_i64(used.cpu_ticks, "CPU tick count")?)
+            .bind(to_i64(used.egress_bytes, "egress byte count")?)
+            .execute(&mut *self.writer().await?)
+            .await;
+        match added {
+            Ok(_) => Ok(()),
+            // The one foreign key: the run.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(run.to_string())),
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
+        let row =
+            sqlx::query(sql::RUN_USAGE).bind(run).fetch_optional(&self.reader).await.map_err(|e| self.error(&e))?;
+        match row {
+            Some(row) => self.decode(|errors| rows::run_usage(&row, run, errors)),
+            None => Ok(RunUsage::default()),
+        }
+    }
+
+    async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(sql::LIVE_RUNS)
+            .bind(tenant)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 }
 

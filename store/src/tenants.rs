@@ -218,6 +218,18 @@ pub struct Usage {
     pub egress_bytes: u64,
 }
 
+/// What one run has used over all its passes: the per-run budgets of
+/// `nexo serve` count from it, so a resumed pass goes on from what is left.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunUsage {
+    /// Model tokens used.
+    pub tokens: u64,
+    /// CPU ticks used, as the host counts them.
+    pub cpu_ticks: u64,
+    /// Bytes sent and received over the network.
+    pub egress_bytes: u64,
+}
+
 /// A new tenant id: `t` then 26 characters, sortable by creation time.
 pub fn new_tenant_id() -> String {
     crate::new_id('t')

@@ -11,8 +11,8 @@ mod support;
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
     MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, Retry, RunStatus,
-    Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition, USAGE_PERIOD_MS,
-    Usage, audit_hash, sha256_hex, verify_audit,
+    RunUsage, Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition,
+    USAGE_PERIOD_MS, Usage, audit_hash, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -137,6 +137,9 @@ suite!(
     concurrent_audit_appends_make_one_chain,
     every_tenants_audit_head_is_listed,
     usage_adds_up_per_hour,
+    a_runs_usage_adds_up_over_its_passes_and_goes_with_it,
+    live_runs_are_those_that_run_or_may_run,
+    a_postponed_job_waits_without_using_an_attempt,
 );
 
 const OWNER: &str = "host:1:a";
@@ -2027,4 +2030,87 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
 
     no_tenant(store.add_usage("t-missing", base, 1, 1, 1, 1).await, "t-missing");
     assert!(store.usage("t-missing", 0).await.unwrap().is_empty());
+}
+
+async fn a_runs_usage_adds_up_over_its_passes_and_goes_with_it(store: Arc<dyn Store>) {
+    let used = |tokens, cpu_ticks, egress_bytes| RunUsage { tokens, cpu_ticks, egress_bytes };
+    running(&store, "r1").await;
+    assert_eq!(store.run_usage("r1").await.unwrap(), RunUsage::default(), "nothing yet");
+    store.add_run_usage("r1", used(40, 3, 0)).await.unwrap();
+    store.add_run_usage("r1", used(15, 0, 1_024)).await.unwrap();
+    assert_eq!(store.run_usage("r1").await.unwrap(), used(55, 3, 1_024));
+    no_run(store.add_run_usage("missing", used(1, 1, 1)).await, "missing");
+    assert_eq!(store.run_usage("missing").await.unwrap(), RunUsage::default());
+
+    // Concurrent adds all count.
+    let adds: Vec<_> = (0..20)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.add_run_usage("r1", used(1, 2, 3)).await })
+        })
+        .collect();
+    for add in adds {
+        add.await.unwrap().unwrap();
+    }
+    assert_eq!(store.run_usage("r1").await.unwrap(), used(75, 43, 1_084));
+
+    // The counters go with their run.
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    store.create_run(session_run("r2", Some(&session.id), RunStatus::Done, 1_000)).await.unwrap();
+    store.add_run_usage("r2", used(9, 9, 9)).await.unwrap();
+    assert!(store.delete_session(&session.id).await.unwrap());
+    assert_eq!(store.run_usage("r2").await.unwrap(), RunUsage::default());
+    assert_eq!(store.run_usage("r1").await.unwrap(), used(75, 43, 1_084), "another run's are kept");
+}
+
+async fn live_runs_are_those_that_run_or_may_run(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let of =
+        |id: &str, tenant: &str, status: RunStatus| NewRun { tenant: Some(tenant.into()), ..new_run(id, status, 1) };
+    for (id, status) in [
+        ("queued", RunStatus::Queued),
+        ("running", RunStatus::Running),
+        ("waiting", RunStatus::Suspended),
+        ("resuming", RunStatus::Suspended),
+        ("retrying", RunStatus::Failed),
+        ("given-up", RunStatus::Failed),
+        ("done", RunStatus::Done),
+        ("cancelled", RunStatus::Cancelled),
+    ] {
+        store.create_run(of(id, "t-acme", status)).await.unwrap();
+    }
+    store.create_run(of("other", "t-beta", RunStatus::Queued)).await.unwrap();
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 2, "queued and running");
+    // A suspended or failed run whose resume (or retry) is queued may run.
+    store.enqueue(NewJob { run: "resuming".into(), ..new_job("j1", 0, 1) }).await.unwrap();
+    store.enqueue(NewJob { run: "retrying".into(), ..new_job("j2", 0, 2) }).await.unwrap();
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 4);
+    // Claimed, its job still counts; done, it does not.
+    let (job, lease) = claim(&store, "w1", 30_000, 10).await;
+    assert_eq!(job.id, "j1");
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 4);
+    store.complete_job("j1", &lease, 20).await.unwrap();
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 3);
+    assert_eq!(store.live_runs("t-beta").await.unwrap(), 1);
+    assert_eq!(store.live_runs("t-missing").await.unwrap(), 0);
+}
+
+async fn a_postponed_job_waits_without_using_an_attempt(store: Arc<dyn Store>) {
+    store.create_run(new_run("r1", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(new_job("j1", 0, 1)).await.unwrap();
+    let (job, lease) = claim(&store, "w1", 30_000, 10).await;
+    assert_eq!(job.attempts, 1);
+    let why = "the tenant used 45 model tokens this hour, its quota (40)";
+    let held = store.postpone_job("j1", &lease, why, 5_000, 20).await.unwrap();
+    assert_eq!((held.status, held.attempts, held.not_before_ms, held.updated_ms), (JobStatus::Queued, 0, 5_000, 20));
+    assert_eq!((held.lease.as_ref(), held.error.as_deref()), (None, Some(why)));
+    assert_eq!(store.job("j1").await.unwrap(), Some(held));
+    let events = store.events("r1", 0, 10).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!((last.kind.as_str(), &last.data), ("held", &json!({"reason": why, "until_ms": 5_000})));
+    conflict(store.postpone_job("j1", &lease, "again", 1, 30).await, LOST);
+    assert!(store.claim_job("w2", 30_000, 4_999).await.unwrap().is_none(), "not due yet");
+    let (again, _) = claim(&store, "w2", 30_000, 5_000).await;
+    assert_eq!((again.id.as_str(), again.attempts), ("j1", 1), "the postponed claim used no attempt");
 }

@@ -240,10 +240,13 @@ async fn a_version_2_database_is_migrated_in_place() {
     db.drop().await;
 }
 
-/// Takes a database back from version 6 to what version 4 wrote: version 6
+/// Takes a database back from version 7 to what version 4 wrote: version 6
 /// only added the jobs' queue and turn and the sessions' index by instance
 /// (dropping a column drops its indexes), version 5 the console's sign-ins.
 const UNDO_VERSION_5: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP INDEX sessions_by_instance",
     "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
     "ALTER TABLE jobs DROP COLUMN turn",
@@ -287,6 +290,9 @@ async fn a_version_4_database_is_migrated_in_place() {
 /// only added the tenants' tables and the `tenant` column on `runs`
 /// (dropping it drops its index).
 const UNDO_VERSION_4: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP INDEX sessions_by_instance",
     "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
     "ALTER TABLE jobs DROP COLUMN turn",

@@ -448,10 +448,13 @@ async fn a_version_1_file_is_migrated_in_place() {
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
 }
 
-/// Takes a file back from version 6 to what version 5 wrote: version 6
+/// Takes a file back from version 7 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP INDEX sessions_by_instance",
     "DROP INDEX jobs_by_queue",
     "DROP INDEX jobs_by_turn",
@@ -461,9 +464,12 @@ const UNDO_VERSION_6: &[&str] = &[
     "DELETE FROM nexo_schema WHERE version = 6",
 ];
 
-/// Takes a file back from version 6 to what version 4 wrote: version 5
+/// Takes a file back from version 7 to what version 4 wrote: version 5
 /// only added the console's sign-ins.
 const UNDO_VERSION_5: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP INDEX sessions_by_instance",
     "DROP INDEX jobs_by_queue",
     "DROP INDEX jobs_by_turn",
@@ -543,10 +549,13 @@ async fn a_version_4_file_is_migrated_in_place() {
     store.close().await;
 }
 
-/// Takes a file back from version 6 to what version 3 wrote: version 4
+/// Takes a file back from version 7 to what version 3 wrote: version 4
 /// only added the tenants' tables, and the `tenant` column and its index
 /// on `runs`.
 const UNDO_VERSION_4: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP INDEX sessions_by_instance",
     "DROP INDEX jobs_by_queue",
     "DROP INDEX jobs_by_turn",
@@ -572,6 +581,9 @@ const UNDO_VERSION_4: &[&str] = &[
 /// only added the sessions tables, and the `session` column and its index
 /// on `runs`.
 const UNDO_VERSION_3: &[&str] = &[
+    "DROP INDEX runs_by_tenant_status",
+    "DROP TABLE run_usage",
+    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP TABLE thread_messages",
     "DROP INDEX runs_by_session",
     "ALTER TABLE runs DROP COLUMN session",
@@ -692,7 +704,7 @@ async fn a_version_3_file_is_migrated_in_place() {
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
 }
 
 #[tokio::test]

@@ -587,6 +587,25 @@ impl Store for Counting {
     async fn usage(&self, tenant: &str, since_ms: i64) -> nexo_store::StoreResult<Vec<nexo_store::Usage>> {
         self.inner.usage(tenant, since_ms).await
     }
+    async fn add_run_usage(&self, run: &str, used: nexo_store::RunUsage) -> nexo_store::StoreResult<()> {
+        self.inner.add_run_usage(run, used).await
+    }
+    async fn run_usage(&self, run: &str) -> nexo_store::StoreResult<nexo_store::RunUsage> {
+        self.inner.run_usage(run).await
+    }
+    async fn live_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
+        self.inner.live_runs(tenant).await
+    }
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &nexo_store::JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now_ms: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Job> {
+        self.inner.postpone_job(id, lease, reason, not_before_ms, now_ms).await
+    }
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
 use crate::bindings::agent::nexo::plugin::model as wit;
 use crate::error::ToolError;
 use crate::events::Status;
-use crate::host_call::{HostCall, ToolContext};
+use crate::host_call::{CallContext as _, HostCall, ToolContext};
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// What a run's prompts run with.
@@ -38,24 +38,44 @@ pub struct Prompting {
     pub instructions: Vec<String>,
     /// The session's thread, if the run is a session's prompt.
     pub thread: Option<Arc<crate::session::thread::Thread>>,
+    /// The run's token counter, shared by all its prompts
+    /// ([`crate::settings::RunOptions::token_meter`]).
+    pub tokens: Option<Arc<nexo_egress::Meter>>,
 }
 
 impl Prompting {
     /// Runs one prompt with the run's tools. The host loop without a model
     /// answers with the configuration error that says how to set one.
+    ///
+    /// With a token counter, the prompt's budget is at most what is left of
+    /// the run's: every prompt of the run draws on the one counter, so a
+    /// component cannot get a fresh budget by prompting again. Once it is
+    /// used up a prompt ends with `token-budget` and calls no model.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
+        let mut limits = self.limits;
+        let metered;
+        let provider: Option<&dyn Provider> = match (&self.tokens, self.model.as_deref()) {
+            (Some(meter), Some(model)) => {
+                if let Some(limit) = meter.limit() {
+                    let left = limit.saturating_sub(meter.used());
+                    if left == 0 {
+                        return Ok(budget_spent(tools));
+                    }
+                    // The loop stops once a prompt's usage passes its budget: at `left`, not past it.
+                    let budget = left - 1;
+                    limits.token_budget = Some(limits.token_budget.map_or(budget, |b| b.min(budget)));
+                }
+                metered = Metered { inner: model, meter };
+                Some(&metered)
+            }
+            (_, model) => model,
+        };
         // Held only for the prompt, so the thread can take its exchange in place afterwards.
         let history: Arc<Vec<nexo_model::Message>> = match &self.thread {
             Some(thread) => thread.history(),
             None => Arc::default(),
         };
-        let ctx = LoopContext {
-            provider: self.model.as_deref(),
-            tools,
-            instructions: &self.instructions,
-            history: &history,
-            limits: self.limits,
-        };
+        let ctx = LoopContext { provider, tools, instructions: &self.instructions, history: &history, limits };
         self.agent_loop.run(ctx, input).await
     }
 
@@ -66,6 +86,59 @@ impl Prompting {
         if let Some(thread) = &self.thread {
             thread.remember(&outcome.transcript);
         }
+    }
+}
+
+/// A prompt that found the run's tokens used up: it ends at once, as the
+/// loop ends one that reaches its budget.
+fn budget_spent(tools: &ToolContext) -> Outcome {
+    let status = Status::TokenBudget;
+    tools.events().emit(&crate::events::Event::Done {
+        status: status.clone(),
+        turns: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: None,
+        transcript: Some(Vec::new()),
+    });
+    Outcome { text: String::new(), status, turns: 0, usage: nexo_model::Usage::default(), transcript: Vec::new() }
+}
+
+/// The run's model, counting the tokens of each live turn on the run's
+/// meter. A replayed turn never reaches it: it was paid for by the pass
+/// that journaled it.
+struct Metered<'a> {
+    inner: &'a dyn Provider,
+    meter: &'a nexo_egress::Meter,
+}
+
+impl Provider for Metered<'_> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn complete<'b>(
+        &'b self,
+        request: &'b nexo_model::Request,
+        deltas: Option<nexo_model::DeltaSink<'b>>,
+    ) -> BoxFuture<'b, Result<nexo_model::Response, nexo_model::ModelError>> {
+        Box::pin(async move {
+            // The prompt's budget stops the loop first; this only guards it.
+            if self.meter.exhausted() {
+                return Err(nexo_model::ModelError::Unavailable {
+                    provider: self.inner.name().to_string(),
+                    message: "the run's model tokens are used up; a later pass may go on".into(),
+                });
+            }
+            let response = self.inner.complete(request, deltas).await?;
+            let tokens = response.usage.input_tokens.saturating_add(response.usage.output_tokens);
+            self.meter.add(usize::try_from(tokens).unwrap_or(usize::MAX));
+            Ok(response)
+        })
     }
 }
 
@@ -129,6 +202,7 @@ impl Unit for ModelUnit {
             // The model unit is last: nobody reads the list after it.
             instructions: std::mem::take(setup.instructions),
             thread: options.thread.clone(),
+            tokens: options.token_meter.clone(),
         });
         Step::ready(Ok(()))
     }

@@ -690,8 +690,9 @@ pub async fn resume_run(
     };
     options.memory_budget = served.and_then(|s| s.memory.clone());
     options.cpu_budget = served.and_then(|s| s.cpu.clone());
-    options.egress_meter = served.map(|s| s.egress.clone());
-    options.cpu_meter = served.map(|s| s.ticks.clone());
+    options.egress_meter = served.map(|s| s.meters.egress.clone());
+    options.cpu_meter = served.map(|s| s.meters.ticks.clone());
+    options.token_meter = served.map(|s| s.meters.tokens.clone());
     options.audit = served.map(|s| s.audit.clone() as Arc<dyn nexo::host_call::AuditSink>);
     options.retry_follows = retry_follows;
     // `nexo serve` loads a tenant's plugin from its own node's cache.
@@ -768,12 +769,10 @@ pub struct Served {
     pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
     /// The CPU share the tenant's runs draw on, on this node.
     pub cpu: Option<Arc<nexo::instance::CpuBudget>>,
-    /// Where this pass's web bytes are counted, with the bytes left of the
-    /// tenant's hourly egress quota.
-    pub egress: Arc<nexo_egress::Meter>,
-    /// Where this pass's CPU ticks are counted, with what is left of the
-    /// tenant's CPU-tick quotas for the run and the hour.
-    pub ticks: Arc<nexo_egress::Meter>,
+    /// Where this pass's web bytes, CPU ticks and model tokens are
+    /// counted, each with what is left of the tenant's hour and of the
+    /// run's own budget.
+    pub meters: crate::server::quota::Meters,
     /// Where the gate's decisions during this pass are held for the
     /// tenant's audit log.
     pub audit: Arc<crate::server::quota::PassAudit>,

@@ -23,6 +23,7 @@ use nexo_store::{Claim, Job, JobStatus, Retry, RunStatus};
 
 use super::runs::{Narrow, Recorded, Resumed, StoreArgs};
 use super::{report, runs, sessions};
+use crate::server::quota;
 
 /// Jobs one worker runs at once when nothing says otherwise.
 const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
@@ -236,6 +237,16 @@ pub async fn claim_loop(
     while tasks.join_next().await.is_some() {}
 }
 
+/// How an attempt at a job ended, short of failing.
+enum Attempt {
+    /// The pass ran, or there was nothing to run: the run is as it says.
+    Ended(&'static str),
+    /// The tenant's quotas (or the run's own budget) do not let the run go
+    /// on now: it is left as it is, and the job waits, or ends if waiting
+    /// would not help.
+    Held(quota::Refusal),
+}
+
 /// A failure that may pass the next time.
 fn again(why: impl ToString) -> (String, Retry) {
     (why.to_string(), Retry::IfAttemptsLeft)
@@ -312,13 +323,18 @@ impl Worker {
             }
         };
         let outcome = tokio::select! {
-            done = self.run(&job) => done,
+            done = self.attempt(&job) => done,
             lost = beat => {
                 errln!("job {}: lost its lease, {lost}; run {} is left to the new holder", job.id, job.run);
                 return;
             }
         };
         let now = nexo_store::now_ms();
+        let outcome = match outcome {
+            Ok(Attempt::Ended(how)) => Ok(how),
+            Ok(Attempt::Held(refusal)) => return self.hold(&job, &lease, &refusal, now).await,
+            Err(failed) => Err(failed),
+        };
         match outcome {
             Ok(how) => match store.complete_job(&job.id, &lease, now).await {
                 Ok(_) => errln!("job {}: run {} {how}", job.id, job.run),
@@ -340,8 +356,12 @@ impl Worker {
     }
 
     /// One attempt: the claim follows from where the run is now, so a job
-    /// retried after a crash picks the run up wherever it was left.
-    async fn run(&self, job: &Job) -> Result<&'static str, (String, Retry)> {
+    /// retried after a crash picks the run up wherever it was left. A
+    /// tenant's run goes on only within the tenant's quotas and its own
+    /// budget ([`quota::admit`]), checked here as on every other path: a
+    /// job queued before the hour's quota was spent waits for the next hour,
+    /// its run left as it is.
+    async fn attempt(&self, job: &Job) -> Result<Attempt, (String, Retry)> {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
@@ -357,9 +377,29 @@ impl Worker {
             (RunStatus::Running, _) => Claim::Recover,
             (RunStatus::Failed, _) => Claim::Retry,
             // Started before and now waits for a decision or an input.
-            (RunStatus::Suspended, nexo_store::JobKind::Start) => return Ok("is suspended"),
-            (RunStatus::Done, _) => return Ok("is done"),
-            (RunStatus::Cancelled, _) => return Ok("is cancelled"),
+            (RunStatus::Suspended, nexo_store::JobKind::Start) => return Ok(Attempt::Ended("is suspended")),
+            (RunStatus::Done, _) => return Ok(Attempt::Ended("is done")),
+            (RunStatus::Cancelled, _) => return Ok(Attempt::Ended("is cancelled")),
+        };
+        let quotas = match (&self.served, &tenant) {
+            (Some(_), Some(tenant)) => {
+                let quotas = quota::quotas(&**store, tenant).await;
+                let refusal = match &quotas {
+                    Some(q) => {
+                        let step = quota::Step::Claim { run: &job.run };
+                        quota::admit(&**store, tenant, q, step, nexo_store::now_ms()).await.map_err(again)?.err()
+                    }
+                    None => Some(quota::Refusal {
+                        message: "the tenant's policy cannot be read now, so its quotas are unknown".into(),
+                        retry_after: Some(60),
+                    }),
+                };
+                if let Some(refusal) = refusal {
+                    return Ok(Attempt::Held(refusal));
+                }
+                quotas
+            }
+            _ => None,
         };
         let narrow = Narrow::none(self.store_args.clone());
         // A tenant's plugin comes from this node's cache, filled from the
@@ -368,17 +408,15 @@ impl Worker {
         // this node, and its meters.
         let served = match (&self.served, &tenant) {
             (Some((dir, engine)), Some(tenant)) => {
-                use crate::server::quota;
                 let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await.map_err(again)?;
                 // On every path, not only a new run's: the workspace is made on first need.
                 crate::server::workspace::ensure(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
-                let quotas = quota::quotas(&**store, tenant).await;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
-                let (egress, ticks) = quota::pass_meters(&**store, tenant, quotas.as_ref()).await;
+                let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let mark = quota::mark(&**store, &job.run).await;
                 let audit = Default::default();
-                let served = runs::Served { source, plugin, engine: engine.clone(), memory, cpu, egress, ticks, audit };
+                let served = runs::Served { source, plugin, engine: engine.clone(), memory, cpu, meters, audit };
                 Some((tenant.clone(), mark, served))
             }
             _ => None,
@@ -390,19 +428,41 @@ impl Worker {
             runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass, retry_follows)
                 .await;
         if let Some((tenant, mark, served)) = &served {
-            let pass =
-                crate::server::quota::Pass { cpu_ticks: served.ticks.used(), egress_bytes: served.egress.used() };
-            crate::server::quota::meter_pass(&**store, tenant, &job.run, *mark, pass, &served.audit).await;
+            let meters = &served.meters;
+            let pass = quota::Pass { cpu_ticks: meters.ticks.used(), egress_bytes: meters.egress.used() };
+            quota::meter_pass(&**store, tenant, &job.run, *mark, pass, &served.audit).await;
         }
         match resumed {
             Resumed::End(end) => match end.run.status {
-                RunStatus::Done => Ok("is done"),
-                RunStatus::Suspended => Ok("is suspended"),
-                RunStatus::Cancelled => Ok("is cancelled"),
+                RunStatus::Done => Ok(Attempt::Ended("is done")),
+                RunStatus::Suspended => Ok(Attempt::Ended("is suspended")),
+                RunStatus::Cancelled => Ok(Attempt::Ended("is cancelled")),
                 _ => Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry(end.retryable))),
             },
             Resumed::Refused(why, _) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
+        }
+    }
+
+    /// Leaves a run its tenant's quotas do not let go on as it is (queued,
+    /// or suspended with its decision made): its job waits until the quota
+    /// may allow it, without using an attempt, and the run's `held` event
+    /// says why; or, when waiting would not help (the run spent its own
+    /// budget), the job ends failed and the run stays suspended or failed.
+    async fn hold(&self, job: &Job, lease: &nexo_store::JobLease, refusal: &quota::Refusal, now: i64) {
+        let store = self.runs.store();
+        let why = &refusal.message;
+        let Some(secs) = refusal.retry_after else {
+            match store.fail_job(&job.id, lease, why, Retry::Never, now).await {
+                Ok(_) => errln!("job {}: run {} cannot go on: {why}", job.id, job.run),
+                Err(e) => errln!("warning: job {}: {e}", job.id),
+            }
+            return;
+        };
+        let until = now.saturating_add(i64::try_from(secs).unwrap_or(3600).saturating_mul(1000));
+        match store.postpone_job(&job.id, lease, why, until, now).await {
+            Ok(_) => errln!("job {}: run {} waits {secs} s: {why}", job.id, job.run),
+            Err(e) => errln!("warning: job {}: {e}", job.id),
         }
     }
 

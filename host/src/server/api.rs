@@ -399,10 +399,7 @@ pub(crate) async fn prepare(
     let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
     // Refused before the plugin loads; the agent's manifest narrows below.
     policy.admit(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
-    let allowance = super::quota::check_start(&*state.store, &tenant.id, &policy.quotas, nexo_store::now_ms())
-        .await
-        .map_err(ApiError::store)?
-        .map_err(ApiError::quota)?;
+    admit(state, tenant, &policy, super::quota::Step::Start).await?;
     if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     }
@@ -431,8 +428,7 @@ pub(crate) async fn prepare(
             ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
         })?,
         None => nexo::config::ModelTable::default(),
-    }
-    .with_token_cap(allowance.tokens);
+    };
     let recorded = cli_runs::Recorded {
         grant: effective.grant(&workspace, &state.config),
         model,
@@ -445,6 +441,24 @@ pub(crate) async fn prepare(
     let grant = serde_json::to_value(&recorded)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok(Prepared { plugin: loaded, path, grant, effective })
+}
+
+/// Whether the tenant's quotas let a run take `step` now ([`super::quota::admit`]):
+/// a refusal is 429 with `Retry-After`, or 409 for a run that spent its own budget.
+async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: super::quota::Step<'_>) -> ApiResult<()> {
+    super::quota::admit(&*state.store, &tenant.id, &policy.quotas, step, nexo_store::now_ms())
+        .await
+        .map_err(ApiError::store)?
+        .map_err(ApiError::quota)
+}
+
+/// Checks that the tenant's run `id` may go on now (a resume, a retry, an
+/// approval, a denial): the tenant's quotas and the run's own budget.
+/// Refused, nothing is decided or queued and nothing is spent.
+pub(crate) async fn may_go_on(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<()> {
+    own_run(state, tenant, id).await?;
+    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    admit(state, tenant, &policy, super::quota::Step::GoOn { run: id }).await
 }
 
 /// What follows a run's creation: its usage, its audit entry, the worker
@@ -613,7 +627,7 @@ pub(crate) async fn decide(
     call: PendingCall,
     decision: Decision,
 ) -> ApiResult<Json<Value>> {
-    own_run(&state, &tenant, &id).await?;
+    may_go_on(&state, &tenant, &id).await?;
     let approval = state.store.decide(&id, &call, decision).await.map_err(ApiError::store)?;
     audit(
         &state,
@@ -675,7 +689,7 @@ pub async fn resume(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    own_run(&state, &tenant, &id).await?;
+    may_go_on(&state, &tenant, &id).await?;
     let request: ResumeRequest = if body.is_empty() {
         ResumeRequest::default()
     } else {
@@ -697,7 +711,8 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     own_run(&state, &tenant, &id).await?;
-    let run = state.store.cancel(&id, "cancelled by the tenant").await.map_err(ApiError::store)?;
+    // This node stops its own run of it at once; another node at its next lease renewal.
+    let run = state.runs.cancel(&id, "cancelled by the tenant").await.map_err(ApiError::store)?;
     audit(&state, &tenant, "run.cancelled", json!({"run": id})).await?;
     Ok(Json(run_json(&run, None)))
 }

@@ -25,13 +25,22 @@ impl ApiError {
         ApiError { status, code, message: message.into(), retry_after: None }
     }
 
-    /// 429: a quota is used up; try again after `retry_after` seconds.
+    /// 429: a quota is used up; try again after `retry_after` seconds. A
+    /// run that spent its own budget, which waiting does not renew: 409.
     pub fn quota(refusal: super::quota::Refusal) -> ApiError {
-        ApiError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            code: "quota_exceeded",
-            message: refusal.message,
-            retry_after: Some(refusal.retry_after),
+        match refusal.retry_after {
+            Some(after) => ApiError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: "quota_exceeded",
+                message: refusal.message,
+                retry_after: Some(after),
+            },
+            None => ApiError {
+                status: StatusCode::CONFLICT,
+                code: "run_budget_spent",
+                message: refusal.message,
+                retry_after: None,
+            },
         }
     }
 

@@ -233,8 +233,9 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
 
     // The worker: the same claim loop as `nexo worker`, woken by new runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The API's own `Runs`: a cancel taken here stops the run this node drives.
     let jobs = worker::Worker::new(
-        Runs::new(store.clone(), file.buffer_events).with_lease(lease),
+        shared.runs.clone(),
         base.clone(),
         (*file).clone(),
         args.store.clone(),

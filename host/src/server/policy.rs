@@ -359,19 +359,21 @@ pub fn sandbox_name(s: SandboxKind) -> &'static str {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Quotas {
-    /// Runs queued or running at once (each running run is one live instance).
+    /// Runs that run or may run at once: queued, running, and those whose
+    /// resume or retry is queued (each running run is one live instance).
     pub concurrent_runs: Option<u64>,
     /// Runs started per hour.
     pub runs_per_hour: Option<u64>,
-    /// Model tokens (input and output) per hour. A run also gets what is
-    /// left of the hour's tokens as its token budget.
+    /// Model tokens (input and output) per hour. Each pass of a run gets
+    /// what is left of the hour's tokens, one budget for all its prompts.
     pub tokens_per_hour: Option<u64>,
     /// CPU ticks per hour: the engine's epoch ticks (10 ms) at which one of
     /// the tenant's guests was running. A run also gets what is left of
     /// the hour's ticks, and is stopped past it.
     pub cpu_ticks_per_hour: Option<u64>,
-    /// CPU ticks for one pass of a run (a run resumed after an approval
-    /// starts a new allowance): past it, the guest is stopped.
+    /// CPU ticks for one run over all its passes (a resumed run goes on
+    /// from what its earlier passes left): past it, the guest is stopped,
+    /// and the run cannot go on.
     pub cpu_ticks_per_run: Option<u64>,
     /// Web bytes per hour: the bodies the tenant's runs send and receive
     /// with the `fetch` tool. A run also gets what is left of the hour's

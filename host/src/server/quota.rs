@@ -1,17 +1,20 @@
-//! Per-tenant quotas, checked before a run starts, and the metering of
-//! what each pass of a run used, persisted in the store.
+//! Per-tenant quotas, checked wherever a run starts or goes on
+//! ([`admit`]), and the metering of what each pass of a run used,
+//! persisted in the store per tenant and hour and per run.
 //!
-//! Usage is counted per UTC hour in the store, so it survives suspension,
-//! restarts and the node that drove the run; every node sees the same
-//! counts. A refusal is HTTP 429 with `Retry-After`: the seconds until a
-//! running run may have ended (concurrency) or until the next hour begins
-//! (the hourly quotas).
+//! Usage is counted in the store, so it survives suspension, restarts and
+//! the node that drove the run; every node sees the same counts. A pass's
+//! meters start from what is left, of the hour and of the run's own
+//! budget over its earlier passes. A refusal over the API is HTTP 429 with
+//! `Retry-After`: the seconds until a running run may have ended
+//! (concurrency) or until the next hour begins (the hourly quotas); a run
+//! that spent its own budget is refused for good (409).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use nexo_egress::Meter;
-use nexo_store::{RunStatus, Store, StoreResult};
+use nexo_store::{RunUsage, Store, StoreResult};
 
 pub use super::policy::Quotas;
 use serde_json::json;
@@ -64,21 +67,33 @@ pub async fn quotas(store: &dyn Store, tenant: &str) -> Option<Quotas> {
     super::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
 }
 
-/// Why a run may not start now.
+/// Why a run may not start or go on now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
     /// What is used up, and what to do.
     pub message: String,
-    /// When to try again, in seconds.
-    pub retry_after: u64,
+    /// When to try again, in seconds; `None` when waiting will not help
+    /// (the run spent its own budget).
+    pub retry_after: Option<u64>,
 }
 
-/// What a run that may start gets: the tokens left in this hour, if the
-/// tenant has a token quota.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Allowance {
-    /// The run's token budget.
-    pub tokens: Option<u64>,
+/// What is about to make a tenant's run go on, for [`admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// A new run, or a session's prompt: it counts against `runs-per-hour`.
+    Start,
+    /// A run going on at the tenant's word: a resume, a retry, an approval
+    /// or a denial. Not yet among the tenant's live runs.
+    GoOn {
+        /// The run.
+        run: &'a str,
+    },
+    /// A worker's claim of the run's job: the run is already among the
+    /// tenant's live runs (its job is queued or running).
+    Claim {
+        /// The run.
+        run: &'a str,
+    },
 }
 
 fn until_next_hour(now_ms: i64) -> u64 {
@@ -86,26 +101,37 @@ fn until_next_hour(now_ms: i64) -> u64 {
     u64::try_from((next - now_ms + 999) / 1000).unwrap_or(1).max(1)
 }
 
-/// Checks the tenant's quotas at `now_ms`.
-pub async fn check_start(
+/// Whether the tenant's run may start or go on at `now_ms` under its
+/// `quotas`: the one check every path that makes a run go on calls (a
+/// start, a session's prompt, a resume, a retry, an approval, a denial,
+/// the worker's claim of its job).
+///
+/// - `concurrent-runs` counts every run that runs or may run
+///   ([`Store::live_runs`]): queued, running, and those whose resume or
+///   retry is queued;
+/// - `runs-per-hour` counts starts only;
+/// - the hour's tokens, CPU ticks and egress bytes must not be used up;
+/// - a run going on must not have spent its own `cpu-ticks-per-run` in
+///   its earlier passes (waiting does not renew that: it is refused for
+///   good).
+pub async fn admit(
     store: &dyn Store,
     tenant: &str,
     quotas: &Quotas,
+    step: Step<'_>,
     now_ms: i64,
-) -> StoreResult<Result<Allowance, Refusal>> {
+) -> StoreResult<Result<(), Refusal>> {
     if let Some(limit) = quotas.concurrent_runs {
-        let mut live = 0u64;
-        for status in [RunStatus::Queued, RunStatus::Running] {
-            let cap = usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1);
-            live += store.tenant_runs(tenant, Some(status), cap).await?.len() as u64;
-        }
-        if live >= limit {
+        let live = store.live_runs(tenant).await?;
+        // A claimed run is among them already.
+        let others = if matches!(step, Step::Claim { .. }) { live.saturating_sub(1) } else { live };
+        if others >= limit {
             return Ok(Err(Refusal {
                 message: format!(
-                    "the tenant has {live} runs queued or running, its quota of concurrent runs ({limit}); wait for one \
-                     to end, or ask the operator for a higher quota"
+                    "the tenant has {others} runs queued, running or about to resume, its quota of concurrent runs \
+                     ({limit}); wait for one to end, cancel one, or ask the operator for a higher quota"
                 ),
-                retry_after: 1,
+                retry_after: Some(1),
             }));
         }
     }
@@ -115,29 +141,38 @@ pub async fn check_start(
         message: format!(
             "the tenant used {used} {what} this hour, its quota ({limit}); the quota renews at the top of the hour"
         ),
-        retry_after: until_next_hour(now_ms),
+        retry_after: Some(until_next_hour(now_ms)),
     };
-    if let Some(limit) = quotas.runs_per_hour
+    if step == Step::Start
+        && let Some(limit) = quotas.runs_per_hour
         && runs >= limit
     {
         return Ok(Err(over("runs", runs, limit)));
     }
-    if let Some(limit) = quotas.cpu_ticks_per_hour
-        && ticks >= limit
-    {
-        return Ok(Err(over("CPU ticks", ticks, limit)));
+    for (what, used, limit) in [
+        ("model tokens", tokens, quotas.tokens_per_hour),
+        ("CPU ticks", ticks, quotas.cpu_ticks_per_hour),
+        ("egress bytes", egress, quotas.egress_bytes_per_hour),
+    ] {
+        if let Some(limit) = limit
+            && used >= limit
+        {
+            return Ok(Err(over(what, used, limit)));
+        }
     }
-    if let Some(limit) = quotas.egress_bytes_per_hour
-        && egress >= limit
-    {
-        return Ok(Err(over("egress bytes", egress, limit)));
+    if let (Step::GoOn { run } | Step::Claim { run }, Some(limit)) = (step, quotas.cpu_ticks_per_run) {
+        let spent = store.run_usage(run).await?.cpu_ticks;
+        if spent >= limit {
+            return Ok(Err(Refusal {
+                message: format!(
+                    "run {run} used {spent} CPU ticks in its passes so far, its quota per run ({limit}); it cannot \
+                     go on: start a new run"
+                ),
+                retry_after: None,
+            }));
+        }
     }
-    let tokens_left = match quotas.tokens_per_hour {
-        Some(limit) if tokens >= limit => return Ok(Err(over("model tokens", tokens, limit))),
-        Some(limit) => Some(limit - tokens),
-        None => None,
-    };
-    Ok(Ok(Allowance { tokens: tokens_left }))
+    Ok(Ok(()))
 }
 
 /// The tenant's usage in the hour of `now_ms`, if it used anything.
@@ -146,23 +181,44 @@ async fn this_hour(store: &dyn Store, tenant: &str, now_ms: i64) -> StoreResult<
     Ok(store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour))
 }
 
-/// The meters of one pass of a tenant's run: its web bytes and its CPU
-/// ticks, each holding what is left of the tenant's `quotas` now (the
-/// hour's bytes; the smaller of the per-run ticks and the hour's). Without
-/// a quota a meter only counts. Unreadable usage or quotas give meters
-/// with no room, never an unmetered pass.
-pub async fn pass_meters(store: &dyn Store, tenant: &str, quotas: Option<&Quotas>) -> (Arc<Meter>, Arc<Meter>) {
-    let no_room = || (Arc::new(Meter::new(Some(0))), Arc::new(Meter::new(Some(0))));
+/// The meters of one pass of a tenant's run, each holding what is left
+/// when the pass starts: of the hour's quota, and of the run's own budget
+/// over all its passes so far. Without a quota a meter only counts.
+#[derive(Debug, Clone)]
+pub struct Meters {
+    /// Web bytes: what is left of the hour's.
+    pub egress: Arc<Meter>,
+    /// CPU ticks: the smaller of what is left of the run's own ticks
+    /// (`cpu-ticks-per-run`, less its earlier passes') and of the hour's.
+    pub ticks: Arc<Meter>,
+    /// Model tokens, one counter for every prompt of the pass: what is
+    /// left of the hour's.
+    pub tokens: Arc<Meter>,
+}
+
+/// The [`Meters`] of a pass of the tenant's `run` under its `quotas` now.
+/// Unreadable usage or quotas give meters with no room, never an
+/// unmetered pass.
+pub async fn pass_meters(store: &dyn Store, tenant: &str, run: &str, quotas: Option<&Quotas>) -> Meters {
+    let meter = |limit: Option<u64>| Arc::new(Meter::new(limit));
+    let no_room = || Meters { egress: meter(Some(0)), ticks: meter(Some(0)), tokens: meter(Some(0)) };
     let Some(quotas) = quotas else { return no_room() };
-    let Ok(used) = this_hour(store, tenant, nexo_store::now_ms()).await else { return no_room() };
-    let (bytes_used, ticks_used) = used.map_or((0, 0), |u| (u.egress_bytes, u.cpu_ticks));
-    let bytes = quotas.egress_bytes_per_hour.map(|l| l.saturating_sub(bytes_used));
-    let hourly = quotas.cpu_ticks_per_hour.map(|l| l.saturating_sub(ticks_used));
-    let ticks = match (quotas.cpu_ticks_per_run, hourly) {
+    let (Ok(used), Ok(spent)) = (this_hour(store, tenant, nexo_store::now_ms()).await, store.run_usage(run).await)
+    else {
+        return no_room();
+    };
+    let (bytes_used, ticks_used, tokens_used) = used.map_or((0, 0, 0), |u| (u.egress_bytes, u.cpu_ticks, u.tokens));
+    let left = |limit: Option<u64>, used: u64| limit.map(|l| l.saturating_sub(used));
+    let hourly = left(quotas.cpu_ticks_per_hour, ticks_used);
+    let ticks = match (left(quotas.cpu_ticks_per_run, spent.cpu_ticks), hourly) {
         (Some(run), Some(hour)) => Some(run.min(hour)),
         (run, hour) => run.or(hour),
     };
-    (Arc::new(Meter::new(bytes)), Arc::new(Meter::new(ticks)))
+    Meters {
+        egress: meter(left(quotas.egress_bytes_per_hour, bytes_used)),
+        ticks: meter(ticks),
+        tokens: meter(left(quotas.tokens_per_hour, tokens_used)),
+    }
 }
 
 /// What one pass of a run used besides its journal and events.
@@ -217,9 +273,10 @@ fn turn_tokens(result: &str) -> u64 {
 /// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
 /// the model turns this pass paid for (journaled from `mark.seq` on; a
 /// replayed turn was paid for once, by the pass that journaled it), its
-/// CPU ticks and its web bytes, added to the hour's usage; and each of the
-/// gate's decisions on a capability or MCP call, the guest's and the
-/// model's, in the tenant's audit log (`capability.used`).
+/// CPU ticks and its web bytes, added to the hour's usage and to the run's
+/// own ([`Store::add_run_usage`]), which its next pass starts from; and
+/// each of the gate's decisions on a capability or MCP call, the guest's
+/// and the model's, in the tenant's audit log (`capability.used`).
 pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass, audit: &PassAudit) {
     let now = nexo_store::now_ms();
     let tokens: u64 = match store.journal(run).await {
@@ -239,6 +296,12 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, 
     }
     if let Err(err) = store.add_usage(tenant, now, 0, tokens, pass.cpu_ticks, pass.egress_bytes).await {
         tracing::warn!(target: "nexo::server", "cannot meter run {run}: {err}");
+    }
+    let used = RunUsage { tokens, cpu_ticks: pass.cpu_ticks, egress_bytes: pass.egress_bytes };
+    if used != RunUsage::default()
+        && let Err(err) = store.add_run_usage(run, used).await
+    {
+        tracing::warn!(target: "nexo::server", "cannot meter run {run}'s own usage: {err}");
     }
 }
 
@@ -270,24 +333,102 @@ mod tests {
         let hour: i64 = 500_000 * 3_600_000;
         let now = hour + 3_600_000 - 10_500;
         store.add_usage("t1", now, 3, 900, 50, 0).await.unwrap();
-        let quotas = Quotas { runs_per_hour: Some(3), ..Quotas::default() };
-        let refused = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap_err();
-        assert_eq!(refused.retry_after, 11);
+        let check = |quotas: Quotas, step: Step<'static>, at: i64| {
+            let store = &store;
+            async move { admit(store, "t1", &quotas, step, at).await.unwrap() }
+        };
+        let runs = Quotas { runs_per_hour: Some(3), ..Quotas::default() };
+        let refused = check(runs.clone(), Step::Start, now).await.unwrap_err();
+        assert_eq!(refused.retry_after, Some(11));
         assert!(refused.message.contains("3 runs"), "{}", refused.message);
-        let quotas = Quotas { tokens_per_hour: Some(1000), ..Quotas::default() };
-        let allowed = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap();
-        assert_eq!(allowed.tokens, Some(100), "the run gets what is left of the hour");
-        let quotas = Quotas { tokens_per_hour: Some(900), ..Quotas::default() };
-        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_err());
+        // Runs per hour count starts: a run that goes on is not a new one.
+        assert!(check(runs, Step::GoOn { run: "r1" }, now).await.is_ok());
+        let tokens = Quotas { tokens_per_hour: Some(1000), ..Quotas::default() };
+        assert!(check(tokens, Step::Start, now).await.is_ok());
+        let spent = Quotas { tokens_per_hour: Some(900), ..Quotas::default() };
+        for step in [Step::Start, Step::GoOn { run: "r1" }, Step::Claim { run: "r1" }] {
+            let refused = check(spent.clone(), step, now).await.unwrap_err();
+            assert!(refused.message.contains("900 model tokens"), "{}", refused.message);
+        }
         // The next hour starts afresh.
-        assert!(check_start(&store, "t1", &quotas, hour + 3_600_000).await.unwrap().is_ok());
-        let quotas = Quotas { cpu_ticks_per_hour: Some(50), ..Quotas::default() };
-        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_err());
+        assert!(check(spent, Step::Start, hour + 3_600_000).await.is_ok());
+        let ticks = Quotas { cpu_ticks_per_hour: Some(50), ..Quotas::default() };
+        assert!(check(ticks, Step::Claim { run: "r1" }, now).await.is_err());
         store.add_usage("t1", now, 0, 0, 0, 4096).await.unwrap();
-        let quotas = Quotas { egress_bytes_per_hour: Some(4096), ..Quotas::default() };
-        let refused = check_start(&store, "t1", &quotas, now).await.unwrap().unwrap_err();
+        let egress = Quotas { egress_bytes_per_hour: Some(4096), ..Quotas::default() };
+        let refused = check(egress, Step::GoOn { run: "r1" }, now).await.unwrap_err();
         assert!(refused.message.contains("4096 egress bytes"), "{}", refused.message);
-        let quotas = Quotas { egress_bytes_per_hour: Some(4097), ..Quotas::default() };
-        assert!(check_start(&store, "t1", &quotas, now).await.unwrap().is_ok());
+        let egress = Quotas { egress_bytes_per_hour: Some(4097), ..Quotas::default() };
+        assert!(check(egress, Step::Start, now).await.is_ok());
+    }
+
+    fn run(id: &str, status: nexo_store::RunStatus) -> nexo_store::NewRun {
+        nexo_store::NewRun {
+            id: id.into(),
+            agent: "a".into(),
+            kind: "component".into(),
+            source: "a.wasm".into(),
+            component_sha256: "ab".repeat(32),
+            input: String::new(),
+            grant: json!({}),
+            status,
+            lease: None,
+            created_ms: 1,
+            session: None,
+            tenant: Some("t1".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_runs_count_queued_resumes_and_a_claim_counts_itself_once() {
+        let store = store_with_tenant().await;
+        let quotas = Quotas { concurrent_runs: Some(2), ..Quotas::default() };
+        store.create_run(run("q", nexo_store::RunStatus::Queued)).await.unwrap();
+        store.create_run(run("s", nexo_store::RunStatus::Suspended)).await.unwrap();
+        store.create_run(run("t", nexo_store::RunStatus::Suspended)).await.unwrap();
+        let now = nexo_store::now_ms();
+        assert!(admit(&store, "t1", &quotas, Step::GoOn { run: "s" }, now).await.unwrap().is_ok());
+        let job = nexo_store::NewJob {
+            id: "j".into(),
+            run: "s".into(),
+            kind: nexo_store::JobKind::Resume,
+            payload: json!({}),
+            max_attempts: 1,
+            backoff_ms: 0,
+            not_before_ms: 0,
+            created_ms: 0,
+        };
+        store.enqueue(job).await.unwrap();
+        // `s` resumes: with `q`, two may run; a third may not go on.
+        let refused = admit(&store, "t1", &quotas, Step::GoOn { run: "t" }, now).await.unwrap().unwrap_err();
+        assert!(refused.message.contains("2 runs queued, running or about to resume"), "{}", refused.message);
+        assert!(admit(&store, "t1", &quotas, Step::Start, now).await.unwrap().is_err());
+        // The worker claiming `s` is one of the two.
+        assert!(admit(&store, "t1", &quotas, Step::Claim { run: "s" }, now).await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_run_that_spent_its_own_ticks_goes_on_no_more_and_its_meters_start_from_what_is_left() {
+        let store = store_with_tenant().await;
+        store.create_run(run("r", nexo_store::RunStatus::Suspended)).await.unwrap();
+        let quotas = Quotas {
+            cpu_ticks_per_run: Some(100),
+            cpu_ticks_per_hour: Some(1000),
+            tokens_per_hour: Some(40),
+            ..Quotas::default()
+        };
+        store.add_run_usage("r", RunUsage { tokens: 25, cpu_ticks: 70, egress_bytes: 0 }).await.unwrap();
+        store.add_usage("t1", nexo_store::now_ms(), 1, 25, 70, 0).await.unwrap();
+        let meters = pass_meters(&store, "t1", "r", Some(&quotas)).await;
+        assert_eq!(meters.ticks.limit(), Some(30), "the run's own ticks left");
+        assert_eq!(meters.tokens.limit(), Some(15), "the hour's tokens left");
+        assert_eq!(meters.egress.limit(), None, "no quota: it only counts");
+        store.add_run_usage("r", RunUsage { tokens: 0, cpu_ticks: 30, egress_bytes: 0 }).await.unwrap();
+        let now = nexo_store::now_ms();
+        let refused = admit(&store, "t1", &quotas, Step::GoOn { run: "r" }, now).await.unwrap().unwrap_err();
+        assert_eq!(refused.retry_after, None, "waiting does not help");
+        assert!(refused.message.contains("used 100 CPU ticks"), "{}", refused.message);
+        let unreadable = pass_meters(&store, "t1", "r", None).await;
+        assert!(unreadable.tokens.exhausted() && unreadable.ticks.exhausted() && unreadable.egress.exhausted());
     }
 }

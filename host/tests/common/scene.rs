@@ -92,6 +92,12 @@ impl Scene {
 
     /// Starts a node with its own data directory.
     pub fn node(&self, name: &str) -> Node {
+        self.node_with(name, &[])
+    }
+
+    /// Starts a node with its own data directory and `extra` flags of
+    /// `nexo serve` (`--max-in-flight 1`, say).
+    pub fn node_with(&self, name: &str, extra: &[&str]) -> Node {
         let mut cmd = common::nexo_command(&self.dir.path().join(format!("cache-{name}")));
         let data = self.dir.path().join(format!("data-{name}"));
         cmd.env("NEXO_STORE", &self.store)
@@ -99,7 +105,8 @@ impl Scene {
             .env("NEXO_LOG", "info")
             .args(["serve", "--listen", "127.0.0.1:0", "--config", &self.config(), "--grace-secs", "5"])
             .arg("--data-dir")
-            .arg(&data);
+            .arg(&data)
+            .args(extra);
         Node::start(cmd)
     }
 

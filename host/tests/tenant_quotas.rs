@@ -1,0 +1,338 @@
+//! A tenant trying to spend past its quotas, and to slow another tenant
+//! with runs it cancelled, against a real `nexo serve` (issue 36, items 3
+//! and 4):
+//!
+//! - suspended runs resumed after the hour's tokens are spent are refused
+//!   (429) and spend nothing;
+//! - one run cannot get a fresh token budget by prompting again;
+//! - approvals and denials are refused once the hour is spent, and decide
+//!   nothing;
+//! - resuming suspended runs cannot pass `concurrent-runs`;
+//! - a job queued before the hour was spent waits, and says why;
+//! - a cancelled spinning guest stops at once, and another tenant's run is
+//!   not held up by cancelled spinners.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::time::{Duration, Instant};
+
+use nexo_model::mock::Reply;
+use nexo_tests as built;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::Node;
+use common::scene::Scene;
+
+/// A tenant whose agents may prompt the operator's `test` model, with
+/// `quotas`; the mock model reports 15 tokens a turn.
+fn prompting(quotas: Value) -> Value {
+    json!({"models": ["test"], "quotas": quotas})
+}
+
+/// A POST with its status, its `Retry-After` header and its body.
+async fn post(scene: &Scene, node: &Node, path: &str, key: &str, body: Value) -> (StatusCode, Option<u64>, Value) {
+    let resp = scene.http.post(node.url(path)).bearer_auth(key).json(&body).send().await.unwrap();
+    let status = resp.status();
+    let after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let text = resp.text().await.unwrap();
+    (status, after, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// Starts a run of `plugin` on `input` and waits until it ends or suspends.
+async fn run(scene: &Scene, node: &Node, key: &str, plugin: &str, input: &str) -> Value {
+    let body = json!({"plugin": plugin, "input": input, "wait": true});
+    let (status, run) = scene.post(&node.url("/v1/runs"), key, body).await;
+    assert_eq!(status, StatusCode::OK, "{run}\n{}", node.log());
+    scene.settle(node, key, run["id"].as_str().unwrap()).await
+}
+
+/// The data of the run's first event of `kind`, read from its event
+/// stream as it comes.
+async fn event(scene: &Scene, node: &Node, key: &str, id: &str, kind: &str) -> Value {
+    let url = node.url(&format!("/v1/runs/{id}/events"));
+    let mut resp = scene.http.get(url).bearer_auth(key).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut text = String::new();
+    let wanted = format!("event: {kind}\n");
+    let read = async {
+        loop {
+            // Whole blocks only: the last may still be coming.
+            let whole = &text[..text.rfind("\n\n").unwrap_or(0)];
+            if let Some(block) = whole.split("\n\n").find(|b| b.contains(&wanted)) {
+                let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
+                let data: Value = serde_json::from_str(data).unwrap();
+                return data["data"].clone();
+            }
+            match resp.chunk().await.unwrap() {
+                Some(chunk) => text.push_str(&String::from_utf8_lossy(&chunk)),
+                None => panic!("the stream ended without a `{kind}` event: {text}"),
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(30), read).await {
+        Ok(data) => data,
+        Err(_) => panic!("no `{kind}` event in 30 s\n{}", node.log()),
+    }
+}
+
+async fn tokens_used(scene: &Scene, node: &Node, key: &str) -> u64 {
+    let (_, usage) = scene.get(&node.url("/v1/usage"), key).await;
+    usage["total"]["tokens"].as_u64().unwrap()
+}
+
+/// Spends the hour's 40 tokens: three prompts of 15 (the third passes the
+/// quota by the one turn under way; a fourth calls no model).
+async fn spend_the_hour(scene: &Scene, node: &Node, key: &str, plugin: &str) {
+    for _ in 0..4 {
+        scene.model.push(Reply::text("spent"));
+    }
+    let spender = run(scene, node, key, plugin, "prompt a;prompt b;prompt c;prompt d").await;
+    assert_eq!(spender["status"], "done", "{spender}");
+    assert_eq!(tokens_used(scene, node, key).await, 45);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspended_runs_resumed_after_the_hour_is_spent_are_refused_and_spend_nothing() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("ivy", Some(prompting(json!({"tokens-per-hour": 40}))));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    // Five runs suspend before they prompt: none of them has spent anything.
+    let mut waiting = Vec::new();
+    for _ in 0..5 {
+        let run = run(&scene, &node, &key, sha, "suspend later;prompt 1;prompt 2;prompt 3;prompt 4").await;
+        assert_eq!(run["status"], "suspended", "{run}");
+        waiting.push(run["id"].as_str().unwrap().to_string());
+    }
+    spend_the_hour(&scene, &node, &key, sha).await;
+    let asked = scene.model.requests().len();
+
+    for id in &waiting {
+        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/resume"), &key, json!({})).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+        assert!(after.is_some_and(|s| (1..=3600).contains(&s)), "Retry-After: {after:?}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains("45 model tokens this hour, its quota (40)"), "{message}");
+    }
+    // A session's prompt is refused the same way.
+    let prompt = json!({"plugin": sha, "instance": "chat", "input": "prompt hi"});
+    let (status, _, refused) = post(&scene, &node, "/v1/sessions/prompt", &key, prompt).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+
+    // Nothing was queued, so nothing runs later either.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in &waiting {
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+        assert_eq!(run["status"], "suspended", "{run}");
+    }
+    assert_eq!(scene.model.requests().len(), asked, "no model request after the hour was spent");
+    assert_eq!(tokens_used(&scene, &node, &key).await, 45);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_cannot_get_a_fresh_budget_by_prompting_again() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("jack", Some(prompting(json!({"tokens-per-hour": 40}))));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    for _ in 0..8 {
+        scene.model.push(Reply::text("more"));
+    }
+    let input = (1..=8).map(|n| format!("prompt {n}")).collect::<Vec<_>>().join(";");
+    let done = run(&scene, &node, &key, plugin["id"].as_str().unwrap(), &input).await;
+    assert_eq!(done["status"], "done", "{done}");
+    // One counter for every prompt: 15 + 15 + 15 reaches 40; the other five call no model.
+    assert_eq!(scene.model.requests().len(), 3, "{done}");
+    assert_eq!(tokens_used(&scene, &node, &key).await, 45);
+    let answer = done["result"].as_str().unwrap();
+    assert_eq!(answer.lines().filter(|l| *l == "more").count(), 3, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_and_denials_are_refused_once_the_hour_is_spent() {
+    let scene = Scene::new(None).await;
+    let policy = json!({
+        "allow": ["write"], "mode": "approve", "sandboxes": ["local"], "models": ["test"],
+        "quotas": {"tokens-per-hour": 40},
+    });
+    let key = scene.tenant("kim", Some(policy));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    let mut pending = Vec::new();
+    for _ in 0..2 {
+        let run = run(&scene, &node, &key, sha, "write out.txt x;prompt 1;prompt 2;prompt 3").await;
+        assert_eq!(run["status"], "suspended", "{run}");
+        assert_eq!(run["approval"]["tool"], "write-file", "{run}");
+        pending.push(run["id"].as_str().unwrap().to_string());
+    }
+    spend_the_hour(&scene, &node, &key, sha).await;
+    let asked = scene.model.requests().len();
+
+    for (id, decision) in pending.iter().zip(["approve", "deny"]) {
+        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/{decision}"), &key, json!({})).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{decision}: {refused}");
+        assert!(after.is_some(), "{decision}: Retry-After");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in &pending {
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+        assert_eq!(run["status"], "suspended", "{run}");
+        assert_eq!(run["approval"]["tool"], "write-file", "still pending, undecided: {run}");
+    }
+    let (_, audit) = scene.get(&node.url("/v1/audit"), &key).await;
+    let decided = audit["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "approval.decided").count();
+    assert_eq!(decided, 0, "a refused decision decides nothing: {audit}");
+    assert_eq!(scene.model.requests().len(), asked);
+    assert_eq!(tokens_used(&scene, &node, &key).await, 45);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_suspended_runs_cannot_pass_concurrent_runs() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("lou", Some(prompting(json!({"concurrent-runs": 2}))));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let run = run(&scene, &node, &key, sha, "suspend later;prompt slow").await;
+        assert_eq!(run["status"], "suspended", "{run}");
+        waiting.push(run["id"].as_str().unwrap().to_string());
+    }
+    // Resumed, each holds its model turn for a while: it runs, or may.
+    for _ in 0..3 {
+        scene.model.push(Reply::text("slow").with_delay(Duration::from_secs(3)));
+    }
+    for id in &waiting[..2] {
+        let (status, _, resumed) = post(&scene, &node, &format!("/v1/runs/{id}/resume"), &key, json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{resumed}");
+    }
+    let third = format!("/v1/runs/{}/resume", waiting[2]);
+    let (status, after, refused) = post(&scene, &node, &third, &key, json!({})).await;
+    assert_eq!((status, after), (StatusCode::TOO_MANY_REQUESTS, Some(1)), "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2 runs queued, running or about to resume"), "{message}");
+    let (status, _, refused) =
+        post(&scene, &node, "/v1/runs", &key, json!({"plugin": sha, "input": "prompt new"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+
+    // Once they end, the third goes on.
+    for id in &waiting[..2] {
+        let done = scene.finish(&node, &key, id).await;
+        assert_eq!(done["status"], "done", "{done}");
+    }
+    let (status, _, resumed) = post(&scene, &node, &third, &key, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    assert_eq!(scene.finish(&node, &key, &waiting[2]).await["status"], "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_queued_before_the_hour_was_spent_waits_and_says_why() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("max", Some(prompting(json!({"tokens-per-hour": 40}))));
+    // One run at a time: the second waits in the queue behind the first.
+    let node = scene.node_with("a", &["--max-in-flight", "1"]);
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    for _ in 0..4 {
+        scene.model.push(Reply::text("spent").with_delay(Duration::from_millis(500)));
+    }
+    let start = |input: &str| json!({"plugin": sha, "input": input});
+    let (status, _, first) = post(&scene, &node, "/v1/runs", &key, start("prompt a;prompt b;prompt c;prompt d")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    // Accepted while the hour still had tokens.
+    let (status, _, late) = post(&scene, &node, "/v1/runs", &key, start("prompt late")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{late}");
+    let late = late["id"].as_str().unwrap();
+    assert_eq!(scene.finish(&node, &key, first["id"].as_str().unwrap()).await["status"], "done");
+
+    // The worker finds the hour spent when it claims the late run: the run
+    // stays queued, and its events say why.
+    let held = event(&scene, &node, &key, late, "held").await;
+    let (_, shown) = scene.get(&node.url(&format!("/v1/runs/{late}")), &key).await;
+    assert_eq!(shown["status"], "queued", "left as it is, not failed: {shown}\n{}", node.log());
+    let reason = held["reason"].as_str().unwrap();
+    assert!(reason.contains("45 model tokens this hour, its quota (40)"), "{held}");
+    assert!(held["until_ms"].as_i64().unwrap() > nexo_store::now_ms(), "it waits for the next hour: {held}");
+    assert_eq!(scene.model.requests().len(), 3, "the late run prompted nothing");
+    assert_eq!(tokens_used(&scene, &node, &key).await, 45);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_spinner_stops_at_once_and_holds_up_no_one() {
+    let scene = Scene::new(None).await;
+    let spinner = scene.tenant("nia", Some(json!({"quotas": {"concurrent-runs": 1}})));
+    let quiet = scene.tenant("oz", None);
+    let node = scene.node_with("a", &["--max-in-flight", "4"]);
+    let (_, spin) = scene.upload(&node, &spinner, built::SPIN).await;
+    let (_, stats) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
+    let ticks = |usage: &Value| usage["total"]["cpu_ticks"].as_u64().unwrap();
+    let mut metered = 0;
+    // Five spinners, each cancelled once it runs: the quota of one is free
+    // again at once, and each guest stops.
+    for n in 0..5 {
+        let (status, _, run) =
+            post(&scene, &node, "/v1/runs", &spinner, json!({"plugin": spin["id"], "input": "go"})).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "spinner {n}: {run}");
+        let id = run["id"].as_str().unwrap();
+        scene.until(&node, &spinner, id, &["running"]).await;
+        let (status, _, cancelled) = post(&scene, &node, &format!("/v1/runs/{id}/cancel"), &spinner, json!({})).await;
+        assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+        let at = Instant::now();
+        // Its pass is metered when its guest stops: that is when its ticks show.
+        loop {
+            let (_, usage) = scene.get(&node.url("/v1/usage"), &spinner).await;
+            if ticks(&usage) > metered {
+                metered = ticks(&usage);
+                break;
+            }
+            assert!(at.elapsed() < Duration::from_secs(3), "spinner {n} still runs after its cancel\n{}", node.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("spinner {n} stopped {:?} after its cancel", at.elapsed());
+    }
+    // Stopped, they burn nothing more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &spinner).await;
+    assert_eq!(ticks(&usage), metered, "{usage}");
+
+    let at = Instant::now();
+    let body = json!({"plugin": stats["id"], "input": "a b c", "wait": true});
+    let (status, done) = scene.post(&node.url("/v1/runs"), &quiet, body).await;
+    assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}");
+    assert!(at.elapsed() < Duration::from_secs(5), "the quiet tenant's run took {:?}", at.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_taken_by_another_node_stops_the_guest_at_the_next_lease_renewal() {
+    let Some(url) = common::postgres_database("a_cancel_taken_by_another_node_stops_the_guest").await else {
+        return;
+    };
+    let scene = Scene::new(Some(url)).await;
+    let key = scene.tenant("pia", None);
+    // Leases of 3 s, renewed every second.
+    let driver = scene.node_with("driver", &["--lease-secs", "3"]);
+    let (_, spin) = scene.upload(&driver, &key, built::SPIN).await;
+    let (status, _, run) = post(&scene, &driver, "/v1/runs", &key, json!({"plugin": spin["id"], "input": "go"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap();
+    scene.until(&driver, &key, id, &["running"]).await;
+    // The other node takes the cancel; only the store tells the driver.
+    let other = scene.node_with("other", &["--lease-secs", "3"]);
+    let (status, _, cancelled) = post(&scene, &other, &format!("/v1/runs/{id}/cancel"), &key, json!({})).await;
+    assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+    let at = Instant::now();
+    loop {
+        let (_, usage) = scene.get(&other.url("/v1/usage"), &key).await;
+        if usage["total"]["cpu_ticks"].as_u64().unwrap() > 0 {
+            break;
+        }
+        assert!(at.elapsed() < Duration::from_secs(5), "the driver's guest still runs\n{}", driver.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("the driver stopped its guest {:?} after the other node's cancel", at.elapsed());
+}
