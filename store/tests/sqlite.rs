@@ -581,9 +581,6 @@ const UNDO_VERSION_4: &[&str] = &[
 /// only added the sessions tables, and the `session` column and its index
 /// on `runs`.
 const UNDO_VERSION_3: &[&str] = &[
-    "DROP INDEX runs_by_tenant_status",
-    "DROP TABLE run_usage",
-    "DELETE FROM nexo_schema WHERE version = 7",
     "DROP TABLE thread_messages",
     "DROP INDEX runs_by_session",
     "ALTER TABLE runs DROP COLUMN session",
