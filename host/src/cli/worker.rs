@@ -369,7 +369,10 @@ impl Worker {
         let served = match (&self.served, &tenant) {
             (Some((dir, engine)), Some(tenant)) => {
                 use crate::server::quota;
-                let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await.map_err(again)?;
+                let source =
+                    crate::server::api::materialize(&**store, dir, tenant, &sha256, &tokio::runtime::Handle::current())
+                        .await
+                        .map_err(again)?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let quotas = quota::quotas(&**store, tenant).await;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
