@@ -28,8 +28,9 @@ impl TenantLocks {
         lock.lock_owned().await
     }
 
-    /// How many tenants hold or wait for a lock (the tests').
-    pub fn busy(&self) -> usize {
+    /// How many tenants hold or wait for a lock.
+    #[cfg(test)]
+    fn busy(&self) -> usize {
         let locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
         locks.values().filter(|l| Arc::strong_count(l) > 1).count()
     }
