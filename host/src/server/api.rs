@@ -755,6 +755,7 @@ pub async fn events(
         after: i64,
         queue: VecDeque<Event>,
         ended: bool,
+        closed: bool,
         wait: Duration,
         checked: tokio::time::Instant,
     }
@@ -763,6 +764,7 @@ pub async fn events(
         /// read and not yet sent is not sent.
         fn close(&mut self, why: &str) {
             self.ended = true;
+            self.closed = true;
             self.queue.clear();
             self.queue.push_back(Event::default().event("closed").data(json!({"reason": why}).to_string()));
         }
@@ -778,13 +780,15 @@ pub async fn events(
         after,
         queue: VecDeque::new(),
         ended: false,
+        closed: false,
         wait: STREAM_FALLBACK_MIN,
         checked: tokio::time::Instant::now(),
     };
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         loop {
-            // Checked before each event: a revocation stops what is queued too.
-            if !c.ended && c.slot.end.is_ended() {
+            // Checked before each event: a revocation stops what is queued
+            // too, a final `end` included.
+            if !c.closed && c.slot.end.is_ended() {
                 c.close("the key was revoked or the tenant disabled");
             }
             if let Some(event) = c.queue.pop_front() {
