@@ -5,7 +5,11 @@
 //!   507 naming it;
 //! - a tenant holds at most its `open-streams` quota of event streams;
 //! - revoking a key, or disabling the tenant, ends its open streams at once;
-//! - another tenant's sessions are listed however many a first tenant has.
+//! - another tenant's sessions are listed however many a first tenant has;
+//! - one tenant's flood of uploads compiles one at a time, so another
+//!   tenant's upload waits for one of its compiles, not all of them;
+//! - a tenant whose stored policy cannot be read is refused (409), not
+//!   given the default quotas.
 //!
 //! The fair claim order of queued runs is a store behaviour
 //! (store/tests/behaviour.rs, `tenants_take_turns_at_the_queue`); the
@@ -248,4 +252,89 @@ async fn another_tenants_sessions_are_listed_however_many_the_first_has() {
     let theirs = listed["sessions"].as_array().unwrap();
     assert_eq!(theirs.len(), 10_000, "the busy tenant's newest page");
     assert!(theirs.iter().all(|s| s["instance"].as_str().unwrap().starts_with('s')), "its own names, unprefixed");
+}
+
+/// Replaces a tenant's stored policy behind the store's back with one that
+/// does not parse.
+async fn break_policy(scene: &Scene, name: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", scene.store)).await.unwrap();
+    let done = sqlx::query("UPDATE tenants SET policy = '{\"allow\": 7}' WHERE name = $1")
+        .bind(name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_cannot_be_read_grants_no_default_caps() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("unreadable", Some(writer_policy(json!({}))));
+    let node = scene.node("a");
+    let run = suspended_run(&scene, &node, &key).await;
+    break_policy(&scene, "unreadable").await;
+
+    let (status, refused) = scene.upload(&node, &key, built::TEXT_STATS).await;
+    assert_eq!((status, &refused["error"]["code"]), (StatusCode::CONFLICT, &json!("policy")), "{refused}");
+    let (_, listed) = scene.get(&node.url("/v1/plugins"), &key).await;
+    assert_eq!(listed["plugins"].as_array().unwrap().len(), 1, "nothing more was stored: {listed}");
+    let (status, refused) = Stream::open(&scene, &node, &key, &run).await.err().expect("the stream is refused");
+    assert_eq!((status, &refused["error"]["code"]), (StatusCode::CONFLICT, &json!("policy")), "{refused}");
+}
+
+/// `bytes` (a component) with a custom section of `tag` appended: the same
+/// component, but new bytes, so it compiles and is stored anew (as the
+/// serve bench's uploads).
+fn unique_copy(bytes: &[u8], tag: u8) -> Vec<u8> {
+    let name = b"nexo-test";
+    let mut out = bytes.to_vec();
+    // Section id 0 (custom), its size, its name's length, its name, the tag.
+    out.extend_from_slice(&[0, u8::try_from(name.len() + 2).unwrap(), u8::try_from(name.len()).unwrap()]);
+    out.extend_from_slice(name);
+    out.push(tag);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_flood_of_uploads_compiles_one_at_a_time() {
+    let scene = Scene::new(None).await;
+    let mut config = std::fs::read_to_string(scene.config()).unwrap();
+    config.push_str("[serve]\ncompile-concurrency = 1\n");
+    std::fs::write(scene.config(), config).unwrap();
+    let flood = scene.tenant("flood", None);
+    let quiet = scene.tenant("quiet", None);
+    let node = scene.node("a");
+    let bytes = std::fs::read(built::TEXT_STATS).unwrap();
+
+    const FLOOD: u8 = 6;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut uploads = Vec::new();
+    for tag in 0..FLOOD {
+        let (http, url, key, body, done) =
+            (scene.http.clone(), node.url("/v1/plugins"), flood.clone(), unique_copy(&bytes, tag), done.clone());
+        uploads.push(tokio::spawn(async move {
+            let resp = http.post(url).bearer_auth(key).body(body).send().await.unwrap();
+            let status = resp.status();
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            status
+        }));
+    }
+    // Once one of the flood's compiles has ended, the rest have long arrived.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no upload was answered\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, quiet_upload) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
+    let flood_done = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(status, StatusCode::CREATED, "{quiet_upload}");
+    assert!(
+        flood_done <= 3,
+        "the quiet tenant's upload waited for {flood_done} of the flood's {FLOOD} compiles, not for at most one more"
+    );
+    for upload in uploads {
+        assert_eq!(upload.await.unwrap(), StatusCode::CREATED, "{}", node.log());
+    }
 }

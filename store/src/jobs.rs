@@ -253,8 +253,9 @@ impl Job {
 /// instead of starting where it left off. This is start-time fair
 /// queueing: a tenant with 10,000 queued jobs holds turns far ahead, and
 /// another tenant's new job waits for at most one job of each tenant with
-/// work queued. Every backend uses this one rule (the SQL ones in the
-/// insert itself, [`crate::sql::INSERT_JOB`]).
+/// work queued. A job queued again for a retry takes a new turn by the
+/// same rule. Every backend uses this one rule (the SQL ones in the insert
+/// itself, `sql::INSERT_JOB_SQLITE`, and in `sql::RETRY_TURN_SQLITE`).
 pub fn next_turn(tenant_last: Option<i64>, claimed: Option<i64>) -> i64 {
     let next = tenant_last.map_or(0, |t| t.saturating_add(1));
     next.max(claimed.unwrap_or(0))

@@ -494,6 +494,15 @@ impl Store for MemoryStore {
         let job = inner.job_mut(id)?;
         job.check_lease(lease)?;
         job.fail(error, retry, now);
+        let (job, tenant) = (job.clone(), job.tenant.clone());
+        if job.status != JobStatus::Queued {
+            return Ok(job);
+        }
+        // A retry waits its turn behind the jobs queued since (as `sql::RETRY_TURN_SQLITE`).
+        let own = inner.jobs.values().filter(|j| j.tenant == tenant).map(|j| j.turn).max();
+        let claimed = inner.jobs.values().filter(|j| j.status != JobStatus::Queued).map(|j| j.turn).max();
+        let job = inner.job_mut(id)?;
+        job.turn = crate::next_turn(own, claimed);
         Ok(job.clone())
     }
 

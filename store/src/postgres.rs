@@ -58,6 +58,10 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// every nexo, so that concurrent opens of one database migrate it once.
 const MIGRATION_LOCK: i64 = 0x6e65_786f_0000_0001;
 
+/// The class of the advisory locks that hold a queue's turns while a job
+/// is placed in it ("nexo" and 2; the second key is the queue's hash).
+const QUEUE_LOCK: i32 = 0x6e65_7802;
+
 // PostgreSQL's SQLSTATE codes that the store names.
 const INVALID_PASSWORD: &str = "28P01";
 const INVALID_AUTHORIZATION: &str = "28000";
@@ -636,6 +640,45 @@ impl PgStore {
         Ok(approval)
     }
 
+    /// Places a new job at its queue's next turn, its queue held
+    /// ([`sql::LOCK_RUN_QUEUE`]) until the transaction ends.
+    async fn enqueue_in(&self, conn: &mut PgConnection, new: NewJob) -> StoreResult<Job> {
+        sqlx::query(sql::LOCK_RUN_QUEUE)
+            .bind(QUEUE_LOCK)
+            .bind(&new.run)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        let placed: Option<(String, i64)> = sqlx::query_as(sql::INSERT_JOB_POSTGRES)
+            .bind(&new.id)
+            .bind(&new.run)
+            .bind(new.kind.as_str())
+            .bind(new.payload.to_string())
+            .bind(JobStatus::Queued.as_str())
+            .bind(0_i64)
+            .bind(i64::from(new.max_attempts))
+            .bind(new.backoff_ms)
+            .bind(new.not_before_ms)
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(None::<String>)
+            .bind(new.created_ms)
+            .bind(new.created_ms)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        match placed {
+            Some((queue, turn)) => Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn)),
+            // The id is taken, or the run is not there.
+            None => match sqlx::query(sql::RUN_EXISTS).bind(&new.run).fetch_optional(&mut *conn).await {
+                Ok(None) => Err(StoreError::NoRun(new.run)),
+                Ok(Some(_)) => Err(StoreError::Conflict(job_exists(&new.id))),
+                Err(e) => Err(self.error(&e)),
+            },
+        }
+    }
+
     /// Writes what a claim, a completion or a failure changed in `job`.
     async fn save_job(&self, conn: &mut PgConnection, job: &Job) -> StoreResult<()> {
         sqlx::query(sql::UPDATE_JOB)
@@ -866,34 +909,9 @@ impl Store for PgStore {
         if let Some(reason) = check_new_job(&new) {
             return Err(StoreError::Conflict(reason));
         }
-        let placed: Option<(String, i64)> = sqlx::query_as(sql::INSERT_JOB_POSTGRES)
-            .bind(&new.id)
-            .bind(&new.run)
-            .bind(new.kind.as_str())
-            .bind(new.payload.to_string())
-            .bind(JobStatus::Queued.as_str())
-            .bind(0_i64)
-            .bind(i64::from(new.max_attempts))
-            .bind(new.backoff_ms)
-            .bind(new.not_before_ms)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(new.created_ms)
-            .bind(new.created_ms)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.error(&e))?;
-        match placed {
-            Some((queue, turn)) => Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn)),
-            // The id is taken, or the run is not there.
-            None => match sqlx::query(sql::RUN_EXISTS).bind(&new.run).fetch_optional(&self.pool).await {
-                Ok(None) => Err(StoreError::NoRun(new.run)),
-                Ok(Some(_)) => Err(StoreError::Conflict(job_exists(&new.id))),
-                Err(e) => Err(self.error(&e)),
-            },
-        }
+        let mut tx = self.begin().await?;
+        let result = self.enqueue_in(&mut tx, new).await;
+        self.finish(tx, result).await
     }
 
     async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
@@ -923,7 +941,24 @@ impl Store for PgStore {
 
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
         let mut tx = self.begin().await?;
-        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await;
+        let result = async {
+            let mut job = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await?;
+            if job.status == JobStatus::Queued {
+                sqlx::query(sql::LOCK_JOB_QUEUE)
+                    .bind(QUEUE_LOCK)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+                job.turn = sqlx::query_scalar(sql::RETRY_TURN_POSTGRES)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+            }
+            Ok(job)
+        }
+        .await;
         self.finish(tx, result).await
     }
 

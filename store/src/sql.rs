@@ -338,10 +338,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         statements: &[
             // Fair service: a job's share of the queue (its run's tenant, ''
             // for the operator's own runs) and its turn (`jobs::next_turn`).
-            // Jobs queued before take turn 0, in their old order.
+            // Jobs queued before take turns 0, 1, 2 … in their queue, in
+            // their old order, so that a queue's backlog does not all come
+            // before the other queues' first jobs.
             "ALTER TABLE jobs ADD COLUMN queue {KEY} NOT NULL DEFAULT ''",
             "ALTER TABLE jobs ADD COLUMN turn BIGINT NOT NULL DEFAULT 0",
             "UPDATE jobs SET queue = COALESCE((SELECT tenant FROM runs WHERE runs.id = jobs.run), '')",
+            "UPDATE jobs SET turn = (SELECT t.place FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY queue \
+             ORDER BY not_before_ms, created_ms, id) - 1 AS place FROM jobs WHERE status = 'queued') AS t \
+             WHERE t.id = jobs.id) WHERE status = 'queued'",
             // A claim: queued jobs in turn order; the latest turn claimed.
             "DROP INDEX jobs_by_due",
             "CREATE INDEX jobs_by_turn ON jobs (status, turn, not_before_ms, created_ms, id)",
@@ -566,6 +571,38 @@ pub(crate) const INSERT_JOB_SQLITE: &str = insert_job!("MAX");
 /// [`INSERT_JOB_SQLITE`] for PostgreSQL, whose many-argument maximum is
 /// spelled `GREATEST`.
 pub(crate) const INSERT_JOB_POSTGRES: &str = insert_job!("GREATEST");
+
+macro_rules! retry_turn {
+    ($greatest:literal) => {
+        concat!(
+            "UPDATE jobs SET turn = ",
+            $greatest,
+            "(COALESCE((SELECT MAX(o.turn) FROM jobs AS o WHERE o.queue = jobs.queue) + 1, 0), \
+               COALESCE((SELECT MAX(turn) FROM jobs WHERE status = 'running'), 0), \
+               COALESCE((SELECT MAX(turn) FROM jobs WHERE status = 'done'), 0), \
+               COALESCE((SELECT MAX(turn) FROM jobs WHERE status = 'failed'), 0)) \
+             WHERE id = $1 RETURNING turn"
+        )
+    };
+}
+
+/// Gives a job queued again for a retry (`$1` id) a new turn, as
+/// [`INSERT_JOB_SQLITE`] gives a new job one ([`crate::next_turn`]), so a
+/// retry waits its turn behind the jobs queued since; returns the turn.
+pub(crate) const RETRY_TURN_SQLITE: &str = retry_turn!("MAX");
+
+/// [`RETRY_TURN_SQLITE`] for PostgreSQL.
+pub(crate) const RETRY_TURN_POSTGRES: &str = retry_turn!("GREATEST");
+
+/// Holds a queue's turns until the transaction ends (PostgreSQL): `$1` the
+/// lock's class, `$2` a run whose tenant's queue it is. Two jobs of one
+/// queue placed at once under READ COMMITTED would otherwise both read the
+/// same last turn.
+pub(crate) const LOCK_RUN_QUEUE: &str =
+    "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(tenant, ''))) FROM runs WHERE id = $2";
+
+/// [`LOCK_RUN_QUEUE`] by a job: `$1` the class, `$2` the job's id.
+pub(crate) const LOCK_JOB_QUEUE: &str = "SELECT pg_advisory_xact_lock($1, hashtext(queue)) FROM jobs WHERE id = $2";
 
 macro_rules! select_job {
     () => {

@@ -1065,7 +1065,18 @@ impl Store for SqliteStore {
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
-        let result = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await;
+        let result = async {
+            let mut job = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await?;
+            if job.status == JobStatus::Queued {
+                job.turn = sqlx::query_scalar(sql::RETRY_TURN_SQLITE)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(&e))?;
+            }
+            Ok(job)
+        }
+        .await;
         self.finish(tx, result).await
     }
 

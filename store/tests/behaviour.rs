@@ -103,6 +103,7 @@ suite!(
     a_job_not_yet_due_is_not_claimed,
     jobs_are_claimed_in_queue_order,
     tenants_take_turns_at_the_queue,
+    a_retry_takes_a_new_turn,
     a_lapsed_job_is_reclaimed_before_the_next_in_turn,
     a_stale_token_is_refused_after_a_reclaim,
     one_heartbeat_renews_many_jobs,
@@ -858,6 +859,28 @@ async fn tenants_take_turns_at_the_queue(store: Arc<dyn Store>) {
         order
     };
     assert_eq!(order, ["c1", "q20", "b004", "q21", "b005", "q22", "b006", "b007"]);
+}
+
+async fn a_retry_takes_a_new_turn(store: Arc<dyn Store>) {
+    tenant(&store, "t-a", "a").await;
+    tenant(&store, "t-b", "b").await;
+    store.create_run(tenant_run("a", "t-a", RunStatus::Queued, 1)).await.unwrap();
+    store.create_run(tenant_run("b", "t-b", RunStatus::Queued, 1)).await.unwrap();
+    let job = |id: &str, run: &str, at: i64| NewJob { id: id.into(), run: run.into(), ..new_job("x", at, at) };
+    store.enqueue(job("a0", "a", 1)).await.unwrap();
+    store.enqueue(job("a1", "a", 2)).await.unwrap();
+    let (first, lease) = claim(&store, "w1", FAR, 10).await;
+    assert_eq!((first.id.as_str(), first.turn), ("a0", 0));
+    let b0 = store.enqueue(job("b0", "b", 11)).await.unwrap();
+    assert_eq!(b0.turn, 0);
+    let retried = store.fail_job("a0", &lease, "boom", Retry::IfAttemptsLeft, 20).await.unwrap();
+    assert_eq!((retried.status, retried.turn), (JobStatus::Queued, 2), "after its tenant's last queued job");
+    assert_eq!(store.job("a0").await.unwrap().map(|j| j.turn), Some(2), "the new turn is stored");
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(claim(&store, "w1", FAR, 100_000).await.0.id);
+    }
+    assert_eq!(order, ["b0", "a1", "a0"], "the retry does not jump ahead of newer turns");
 }
 
 async fn a_lapsed_job_is_reclaimed_before_the_next_in_turn(store: Arc<dyn Store>) {

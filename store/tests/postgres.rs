@@ -211,6 +211,45 @@ async fn two_stores_never_retry_behind_a_new_prompt() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_give_one_tenants_jobs_distinct_turns() {
+    let Some(db) = support::fresh("postgres::two_stores_give_one_tenants_jobs_distinct_turns").await else { return };
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) =
+        (Arc::new(PgStore::open(&db.url).await.unwrap()), Arc::new(PgStore::open(&db.url).await.unwrap()));
+    let tenant = nexo_store::NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
+    a.create_tenant(tenant).await.unwrap();
+    a.create_run(NewRun { tenant: Some("t1".into()), status: RunStatus::Queued, lease: None, ..new_run("r1") })
+        .await
+        .unwrap();
+    let job = |id: String| nexo_store::NewJob {
+        id,
+        run: "r1".into(),
+        kind: nexo_store::JobKind::Start,
+        payload: json!({"run": "r1"}),
+        max_attempts: 1,
+        backoff_ms: 0,
+        not_before_ms: 0,
+        created_ms: 1,
+    };
+    let mut tasks = Vec::new();
+    for (n, store) in [a.clone(), b.clone(), a.clone(), b.clone()].into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut turns = Vec::new();
+            for i in 0..25 {
+                turns.push(store.enqueue(job(format!("j{n}-{i}"))).await.unwrap().turn);
+            }
+            turns
+        }));
+    }
+    let mut turns = Vec::new();
+    for task in tasks {
+        turns.extend(task.await.unwrap());
+    }
+    turns.sort_unstable();
+    assert_eq!(turns, (0..100).collect::<Vec<i64>>(), "jobs queued at once each take a turn of their own");
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn a_version_2_database_is_migrated_in_place() {
     let Some(db) = support::fresh("postgres::a_version_2_database_is_migrated_in_place").await else { return };

@@ -490,18 +490,23 @@ async fn a_version_5_file_is_migrated_in_place_its_queued_jobs_in_their_tenants_
         let store = SqliteStore::open(&path).await.unwrap();
         let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
         store.create_tenant(tenant).await.unwrap();
+        let other = NewTenant { id: "t2".into(), name: "other".into(), policy: json!({}), created_ms: 1 };
+        store.create_tenant(other).await.unwrap();
         store.create_run(NewRun { tenant: Some("t1".into()), ..new_run("r1") }).await.unwrap();
-        let job = nexo_store::NewJob {
-            id: "j1".into(),
-            run: "r1".into(),
+        store.create_run(NewRun { tenant: Some("t2".into()), ..new_run("r2") }).await.unwrap();
+        let job = |id: &str, run: &str, created_ms: i64| nexo_store::NewJob {
+            id: id.into(),
+            run: run.into(),
             kind: nexo_store::JobKind::Start,
-            payload: json!({"run": "r1"}),
+            payload: json!({"run": run}),
             max_attempts: 1,
             backoff_ms: 0,
             not_before_ms: 0,
-            created_ms: 1,
+            created_ms,
         };
-        store.enqueue(job).await.unwrap();
+        for (id, run, at) in [("j1", "r1", 1), ("j2", "r1", 2), ("j3", "r1", 3), ("k1", "r2", 4)] {
+            store.enqueue(job(id, run, at)).await.unwrap();
+        }
         store.close().await;
         let mut conn = raw(&path).await;
         for undo in UNDO_VERSION_6 {
@@ -512,7 +517,19 @@ async fn a_version_5_file_is_migrated_in_place_its_queued_jobs_in_their_tenants_
     let store = SqliteStore::open(&path).await.unwrap();
     let job = store.job("j1").await.unwrap().unwrap();
     assert_eq!((job.tenant.as_deref(), job.turn), (Some("t1"), 0), "in its run's tenant's queue, at the first turn");
-    assert_eq!(store.claim_job("w", 1_000, 10).await.unwrap().map(|j| j.id).as_deref(), Some("j1"));
+    let turns: Vec<i64> = {
+        let mut turns = Vec::new();
+        for id in ["j2", "j3", "k1"] {
+            turns.push(store.job(id).await.unwrap().unwrap().turn);
+        }
+        turns
+    };
+    assert_eq!(turns, [1, 2, 0], "each queue's jobs take turns in their old order");
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(store.claim_job("w", 1_000, 10).await.unwrap().unwrap().id);
+    }
+    assert_eq!(order, ["j1", "k1", "j2", "j3"], "the other tenant's job is not behind the first one's backlog");
     store.close().await;
 }
 

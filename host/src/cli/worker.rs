@@ -408,7 +408,10 @@ impl Worker {
         // this node, and its meters.
         let served = match (&self.served, &tenant) {
             (Some((dir, engine)), Some(tenant)) => {
-                let source = crate::server::api::materialize(&**store, dir, tenant, &sha256).await.map_err(again)?;
+                let source =
+                    crate::server::api::materialize(&**store, dir, tenant, &sha256, &tokio::runtime::Handle::current())
+                        .await
+                        .map_err(again)?;
                 // On every path, not only a new run's: the workspace is made on first need.
                 crate::server::workspace::ensure(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;

@@ -114,15 +114,18 @@ pub fn plugin_path(data_dir: &std::path::Path, sha256: &str) -> PathBuf {
 
 /// Writes the plugin's file from the store if this node lacks it (another
 /// node took the upload); a file that exists is checked by its hash when
-/// it loads.
+/// it loads. The file's check and write run on a blocking thread of `on`.
 pub async fn materialize(
     store: &dyn Store,
     data_dir: &std::path::Path,
     tenant: &str,
     sha256: &str,
+    on: &tokio::runtime::Handle,
 ) -> Result<PathBuf, String> {
     let path = plugin_path(data_dir, sha256);
-    if path.is_file() {
+    let lost = |e: tokio::task::JoinError| format!("cannot check the plugin's file {}: {e}", path.display());
+    let probe = path.clone();
+    if on.spawn_blocking(move || probe.is_file()).await.map_err(lost)? {
         return Ok(path);
     }
     let bytes = store
@@ -130,7 +133,11 @@ pub async fn materialize(
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("the plugin {sha256} is no longer in the store"))?;
-    write_atomically(&path, &bytes).map_err(|e| format!("cannot write the plugin to {}: {e}", path.display()))?;
+    let to = path.clone();
+    on.spawn_blocking(move || write_atomically(&to, &bytes))
+        .await
+        .map_err(lost)?
+        .map_err(|e| format!("cannot write the plugin to {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -151,32 +158,58 @@ const COMPILE_WAIT: Duration = Duration::from_secs(60);
 /// Compiles (or loads from the compile cache) a component off the API's
 /// threads: on a blocking thread of the runs' runtime, which the OS puts
 /// after the API's, holding one of `permits`, so that a large upload, or
-/// many, cannot take the cores that answer requests.
-async fn off_api<F, Fut>(
+/// many, cannot take the cores that answer requests. The permit and `held`
+/// (a tenant's lock) move into the compile: a client that leaves frees
+/// neither before the compile ends.
+async fn off_api<F, Fut, H>(
     state: &AppState,
-    permits: &tokio::sync::Semaphore,
+    permits: &std::sync::Arc<tokio::sync::Semaphore>,
+    held: H,
     load: F,
 ) -> ApiResult<Result<Plugin, nexo::LoadError>>
 where
     F: FnOnce(nexo::Engine) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<Plugin, nexo::LoadError>>,
+    H: Send + 'static,
 {
-    let busy = || {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "the server is compiling other components; try again in a minute",
-        )
-    };
-    let _permit =
-        tokio::time::timeout(COMPILE_WAIT, permits.acquire()).await.map_err(|_| busy())?.map_err(|_| busy())?;
+    let permit = tokio::time::timeout(COMPILE_WAIT, permits.clone().acquire_owned())
+        .await
+        .map_err(|_| busy())?
+        .map_err(|_| busy())?;
     let engine = state.engine.clone();
     let handle = state.runs_handle.clone();
     let inner = handle.clone();
-    handle.spawn_blocking(move || inner.block_on(load(engine))).await.map_err(|e| {
-        tracing::error!(target: "nexo::server", "a compile task failed: {e}");
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the component could not be checked; try again")
-    })
+    handle
+        .spawn_blocking(move || {
+            let loaded = inner.block_on(load(engine));
+            drop((permit, held));
+            loaded
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(target: "nexo::server", "a compile task failed: {e}");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the component could not be checked; try again",
+            )
+        })
+}
+
+/// The answer to a request that waited [`COMPILE_WAIT`] for a turn to
+/// compile.
+fn busy() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "busy",
+        "the server is compiling other components (or this tenant's previous upload); try again in a minute",
+    )
+}
+
+/// The tenant's stored policy, or 409 if it cannot be read: a policy that
+/// does not parse grants nothing, not the defaults.
+fn policy_of(tenant: &Tenant) -> ApiResult<Policy> {
+    Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))
 }
 
 /// Runs `work` on a blocking thread of the runs' runtime: hashing, copying
@@ -197,7 +230,7 @@ fn over_plugin_quota(message: String) -> ApiError {
 /// Whether the tenant may store one more plugin of `size` bytes (one it
 /// has already, by `sha`, costs nothing).
 async fn check_plugin_quota(state: &AppState, tenant: &Tenant, sha: &str, size: usize) -> ApiResult<()> {
-    let quotas = Policy::from_stored(&tenant.policy).map(|p| p.quotas).unwrap_or_default();
+    let quotas = policy_of(tenant)?.quotas;
     let stored = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
     if stored.iter().any(|p| p.sha256 == sha) {
         return Ok(());
@@ -236,18 +269,34 @@ pub async fn upload_plugin(
             "the body is empty: send the component's bytes (`--data-binary @agent.wasm`)",
         ));
     }
+    let policy = policy_of(&tenant)?;
     let hashed = body.clone();
     let sha = blocking(&state, move || nexo_store::sha256_hex(&hashed)).await?;
     let path = plugin_path(&state.data_dir, &sha);
-    // Refused before the costly compile if it cannot be stored anyway.
-    check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
-    // Validation compiles the component: a typed error for bytes that are not one.
-    let label = PathBuf::from(format!("{sha}.wasm"));
-    let bytes = body.clone();
+    // One upload of a tenant in flight: its flood waits behind itself.
+    let turn = tokio::time::timeout(COMPILE_WAIT, state.compiling.lock(&tenant.id)).await.map_err(|_| busy())?;
+    // Content the tenant stored already, with its file here, is loaded
+    // through the compile cache as a run's start loads it, not compiled,
+    // checked against no quota and written again.
+    let held = state.store.plugin(&tenant.id, &sha).await.map_err(ApiError::store)?;
+    let probe = path.clone();
+    let on_disk = blocking(&state, move || probe.is_file()).await?;
     let plugin =
-        off_api(&state, &state.compiles, move |engine| async move { Plugin::from_bytes(&engine, label, &bytes).await })
+        if held.is_some() && on_disk {
+            let from = path.clone();
+            off_api(&state, &state.loads, turn, move |engine| async move { Plugin::load(&engine, &from).await }).await?
+        } else {
+            // Refused before the costly compile if it cannot be stored anyway.
+            check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
+            // Validation compiles the component: a typed error for bytes that are not one.
+            let label = PathBuf::from(format!("{sha}.wasm"));
+            let bytes = body.clone();
+            off_api(&state, &state.compiles, turn, move |engine| async move {
+                Plugin::from_bytes(&engine, label, &bytes).await
+            })
             .await?
-            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+        }
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let agent = plugin.agent().map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -256,31 +305,39 @@ pub async fn upload_plugin(
         )
     })?;
     let manifest = agent.manifest().clone();
-    // Checked again with the other uploads of this node held off.
-    let _admitted = state.plugin_admission.lock().await;
-    check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
-    let (to, written) = (path.clone(), body.clone());
-    let copy = blocking(&state, move || write_atomically(&to, &written).map(|()| written.to_vec())).await?;
-    let bytes = copy.map_err(|e| {
-        tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the server cannot store the plugin now; try again")
-    })?;
-    let (stored, created) = state
-        .store
-        .put_plugin(nexo_store::NewPlugin {
-            tenant: tenant.id.clone(),
-            sha256: sha.clone(),
-            name: manifest.name.clone(),
-            world: plugin.export().to_string(),
-            bytes,
-            created_ms: nexo_store::now_ms(),
-        })
-        .await
-        .map_err(ApiError::store)?;
+    // Checked again with the tenant's other uploads on this node held off.
+    let _admitted = state.plugin_admission.lock(&tenant.id).await;
+    let (stored, created) = match state.store.plugin(&tenant.id, &sha).await.map_err(ApiError::store)? {
+        Some(stored) => (stored, false),
+        None => {
+            check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
+            let (to, written) = (path.clone(), body.clone());
+            let copy = blocking(&state, move || write_atomically(&to, &written).map(|()| written.to_vec())).await?;
+            let bytes = copy.map_err(|e| {
+                tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage",
+                    "the server cannot store the plugin now; try again",
+                )
+            })?;
+            state
+                .store
+                .put_plugin(nexo_store::NewPlugin {
+                    tenant: tenant.id.clone(),
+                    sha256: sha.clone(),
+                    name: manifest.name.clone(),
+                    world: plugin.export().to_string(),
+                    bytes,
+                    created_ms: nexo_store::now_ms(),
+                })
+                .await
+                .map_err(ApiError::store)?
+        }
+    };
     if created {
         audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name})).await?;
     }
-    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
     let requested: Vec<Capability> = manifest.capabilities.clone();
     let granted: Vec<&str> = requested
         .iter()
@@ -396,18 +453,18 @@ pub(crate) async fn prepare(
     plugin: &str,
     narrowing: &Narrowing,
 ) -> ApiResult<Prepared> {
-    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    let policy = policy_of(tenant)?;
     // Refused before the plugin loads; the agent's manifest narrows below.
     policy.admit(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     admit(state, tenant, &policy, super::quota::Step::Start).await?;
     if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     }
-    let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin)
+    let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin, &state.runs_handle)
         .await
         .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
     let from = path.clone();
-    let loaded = off_api(state, &state.loads, move |engine| async move { Plugin::load(&engine, &from).await })
+    let loaded = off_api(state, &state.loads, (), move |engine| async move { Plugin::load(&engine, &from).await })
         .await?
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let manifest = loaded
@@ -457,7 +514,7 @@ async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: super::
 /// Refused, nothing is decided or queued and nothing is spent.
 pub(crate) async fn may_go_on(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<()> {
     own_run(state, tenant, id).await?;
-    let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
+    let policy = policy_of(tenant)?;
     admit(state, tenant, &policy, super::quota::Step::GoOn { run: id }).await
 }
 
@@ -755,7 +812,7 @@ pub async fn events(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     own_run(&state, &tenant, &id).await?;
-    let cap = Policy::from_stored(&tenant.policy).map(|p| p.quotas).unwrap_or_default().open_streams_cap();
+    let cap = policy_of(&tenant)?.quotas.open_streams_cap();
     let slot = state.streams.open(&tenant.id, &key, cap).map_err(|open| {
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -766,6 +823,11 @@ pub async fn events(
             ),
         )
     })?;
+    // A revocation made between the caller's admission and the slot's
+    // opening ended no slot: look once more now that it is open.
+    if !super::auth::still_admitted(&state, &tenant.id, &key).await.map_err(ApiError::store)? {
+        return Err(ApiError::unauthorized("the key was revoked or the tenant disabled; ask the operator for a key"));
+    }
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -782,13 +844,17 @@ pub async fn events(
         after: i64,
         queue: VecDeque<Event>,
         ended: bool,
+        closed: bool,
         wait: Duration,
         checked: tokio::time::Instant,
     }
     impl Cursor {
-        /// Ends the stream with a `closed` event that says why.
+        /// Ends the stream with a `closed` event that says why; what was
+        /// read and not yet sent is not sent.
         fn close(&mut self, why: &str) {
             self.ended = true;
+            self.closed = true;
+            self.queue.clear();
             self.queue.push_back(Event::default().event("closed").data(json!({"reason": why}).to_string()));
         }
     }
@@ -803,20 +869,22 @@ pub async fn events(
         after,
         queue: VecDeque::new(),
         ended: false,
+        closed: false,
         wait: STREAM_FALLBACK_MIN,
         checked: tokio::time::Instant::now(),
     };
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         loop {
+            // Checked before each event: a revocation stops what is queued
+            // too, a final `end` included.
+            if !c.closed && c.slot.end.is_ended() {
+                c.close("the key was revoked or the tenant disabled");
+            }
             if let Some(event) = c.queue.pop_front() {
                 return Some((Ok(event), c));
             }
             if c.ended || c.state.stopping.load(Ordering::Relaxed) {
                 return None;
-            }
-            if c.slot.end.is_ended() {
-                c.close("the key was revoked or the tenant disabled");
-                continue;
             }
             if c.checked.elapsed() >= STREAM_RECHECK {
                 c.checked = tokio::time::Instant::now();

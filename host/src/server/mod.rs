@@ -33,6 +33,7 @@ pub mod sessions;
 pub mod signin;
 pub mod state;
 pub mod streams;
+pub mod tenant_locks;
 pub mod tenants;
 pub mod throttle;
 pub mod workspace;
@@ -217,7 +218,8 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         runs_handle: runs_handle.clone(),
         compiles: Arc::new(tokio::sync::Semaphore::new(compile_concurrency)),
         loads: Arc::new(tokio::sync::Semaphore::new(load_concurrency)),
-        plugin_admission: tokio::sync::Mutex::new(()),
+        compiling: Default::default(),
+        plugin_admission: Default::default(),
         streams: Default::default(),
     });
     let state = AppState(shared.clone());

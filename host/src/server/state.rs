@@ -54,9 +54,14 @@ pub struct Shared {
     /// Run requests loading their plugin at once (four per core; apart
     /// from the uploads', so a start never waits behind an upload).
     pub loads: Arc<tokio::sync::Semaphore>,
-    /// Held while an upload is checked against the tenant's plugin quota and
-    /// stored, so that two uploads on this node cannot both pass it.
-    pub plugin_admission: tokio::sync::Mutex<()>,
+    /// Held by a tenant's upload from its wait for a compile until that
+    /// ends: one in flight per tenant, so `compiles` queues at most one
+    /// upload of each tenant.
+    pub compiling: super::tenant_locks::TenantLocks,
+    /// Held while an upload is checked against its tenant's plugin quota and
+    /// stored, so that two uploads of a tenant on this node cannot both
+    /// pass it.
+    pub plugin_admission: super::tenant_locks::TenantLocks,
     /// The event streams open on this node.
     pub streams: Arc<super::streams::Streams>,
 }
