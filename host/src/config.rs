@@ -51,6 +51,9 @@ pub struct ConfigFile {
     /// The `[serve]` table: how `nexo serve` hosts tenants.
     #[serde(default)]
     pub serve: ServeTable,
+    /// The `[sandbox]` table: what confined processes see of the host.
+    #[serde(default)]
+    pub sandbox: SandboxTable,
 }
 
 /// Reads the config file, if any. The CLI reads it once per command.
@@ -280,4 +283,32 @@ pub struct ServeTable {
     /// names the ones it may use; their keys stay the operator's.
     #[serde(default)]
     pub models: BTreeMap<String, ModelTable>,
+}
+
+/// `[sandbox]`: what the local sandbox's shell commands, and the programs
+/// nexo confines (MCP servers with `confine`, the Claude Code CLI with its
+/// own tools), may read of the host besides their own directory. Applies to
+/// `nexo run` and `nexo serve` alike, read again at each resume.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxTable {
+    /// Absolute paths readable (never writable), each with what is beneath
+    /// it. Replaces the default list ([`nexo_sandbox::DEFAULT_SYSTEM_PATHS`]);
+    /// `["/"]` is the whole host filesystem.
+    #[serde(default, deserialize_with = "system_view")]
+    pub system_paths: Option<nexo_sandbox::SystemView>,
+}
+
+impl SandboxTable {
+    /// The system view: the table's paths, or the default.
+    pub fn view(&self) -> nexo_sandbox::SystemView {
+        self.system_paths.clone().unwrap_or_default()
+    }
+}
+
+/// Reads `system-paths`, refusing a relative path or one with `..` where it
+/// is written.
+fn system_view<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<nexo_sandbox::SystemView>, D::Error> {
+    let paths = Vec::<PathBuf>::deserialize(d)?;
+    nexo_sandbox::SystemView::new(paths).map(Some).map_err(serde::de::Error::custom)
 }
