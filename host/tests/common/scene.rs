@@ -72,8 +72,15 @@ impl Scene {
 
     /// Starts a node with its own data directory.
     pub fn node(&self, name: &str) -> Node {
+        self.node_with_env(name, &[])
+    }
+
+    /// Starts a node with its own data directory and `env` added to its
+    /// environment.
+    pub fn node_with_env(&self, name: &str, env: &[(&str, &str)]) -> Node {
         let mut cmd = common::nexo_command(&self.dir.path().join(format!("cache-{name}")));
         let data = self.dir.path().join(format!("data-{name}"));
+        cmd.envs(env.iter().copied());
         cmd.env("NEXO_STORE", &self.store)
             .env("OPENAI_API_KEY", PROVIDER_KEY)
             .env("NEXO_LOG", "info")
@@ -178,4 +185,3 @@ impl Scene {
             .collect()
     }
 }
-
