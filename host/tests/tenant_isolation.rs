@@ -80,6 +80,7 @@ async fn a_tenants_shell_and_file_tools_see_only_its_workspace() {
     let tenants = tenants.display().to_string();
 
     // Alice's model tries everything, through the shell and the file tools.
+    let before = scene.model.requests().len();
     scene.model.push(Reply::tool_calls(vec![
         shell("s1", "cat /etc/shadow; head -c 200 /etc/shadow"),
         shell("s2", &format!("ls -la {data} {tenants}; head -c 100 {store}; ls ~/.local/share/nexo")),
@@ -111,7 +112,8 @@ async fn a_tenants_shell_and_file_tools_see_only_its_workspace() {
     assert_eq!(run["status"], "done", "{run}\n{}", node.log());
 
     // What came back to the model and the tenant: no secret anywhere.
-    let sent: String = scene.model.requests().iter().map(|r| r.raw_body.clone()).collect::<Vec<_>>().join("\n");
+    let requests = scene.model.requests();
+    let sent: String = requests[before..].iter().map(|r| r.raw_body.clone()).collect::<Vec<_>>().join("\n");
     let events = scene.events(&node, &alice, &id, None).await;
     let seen =
         format!("{sent}\n{run}\n{}", serde_json::to_string(&events.iter().map(|e| &e.2).collect::<Vec<_>>()).unwrap());
@@ -127,19 +129,21 @@ async fn a_tenants_shell_and_file_tools_see_only_its_workspace() {
     // Each escape by the file tools is refused as one.
     let results: Vec<&Value> =
         events.iter().filter(|e| e.1 == "tool_call" || e.1 == "tool_result").map(|e| &e.2).collect();
-    let result = |call: &str| -> (String, String) {
-        let found = events.iter().find(|e| e.2["id"] == call && e.2.get("verdict").is_some());
-        let field = |e: &(String, String, Value), name: &str| e.2[name].as_str().unwrap_or("").to_string();
-        found
-            .map(|e| (field(e, "verdict"), field(e, "summary")))
-            .unwrap_or_else(|| panic!("no result of {call}: {results:?}"))
+    let verdict = |call: &str| -> String {
+        let found = events.iter().map(|e| &e.2["data"]).find(|d| d["id"] == call && d.get("verdict").is_some());
+        let found = found.unwrap_or_else(|| panic!("no result of {call}: {results:?}"));
+        found["verdict"].as_str().unwrap_or("").to_string()
     };
     for (call, path) in &escapes {
-        assert_ne!(result(call).0, "allowed", "read_file {path} was allowed: {results:?}");
+        assert_ne!(verdict(call), "allowed", "read_file {path} was allowed: {results:?}");
     }
-    // Its own file is its to read, by the shell and by the file tools.
+    // Its own file is its to read, by the shell and by the file tools: the
+    // model got it back from both.
+    let last = &requests.last().unwrap().body;
     for call in ["s6", "own"] {
-        let (verdict, summary) = result(call);
-        assert!(verdict == "allowed" && summary.contains(OWN_MARKER), "{call}: {verdict} {summary}\n{results:?}");
+        assert_eq!(verdict(call), "allowed", "{results:?}");
+        let answer = last["messages"].as_array().unwrap().iter().find(|m| m["tool_call_id"] == call);
+        let text = answer.map(|m| m["content"].to_string()).unwrap_or_default();
+        assert!(text.contains(OWN_MARKER), "{call} did not read alice's own file: {text}\n{last}");
     }
 }
