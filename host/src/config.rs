@@ -312,3 +312,25 @@ fn system_view<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<nexo_san
     let paths = Vec::<PathBuf>::deserialize(d)?;
     nexo_sandbox::SystemView::new(paths).map(Some).map_err(serde::de::Error::custom)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_table_sets_the_system_view() {
+        let path = Path::new("nexo.toml");
+        let file = parse("", path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file.sandbox.view(), nexo_sandbox::SystemView::default());
+        let file =
+            parse("[sandbox]\nsystem-paths = [\"/usr\", \"/opt/tools/\"]\n", path).unwrap_or_else(|e| panic!("{e}"));
+        let view = file.sandbox.view();
+        let paths: Vec<&Path> = view.paths().iter().map(PathBuf::as_path).collect();
+        assert_eq!(paths, [Path::new("/opt/tools"), Path::new("/usr")]);
+        for bad in ["\"home/me\"", "\"/usr/../root\""] {
+            let text = format!("[sandbox]\nsystem-paths = [{bad}]\n");
+            let e = parse(&text, path).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("line 2") && e.contains("absolute"), "{bad}: {e}");
+        }
+    }
+}

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Args, Debug, Clone)]
 pub struct GrantArgs {
     /// The operator's config file (TOML: `[grant]`, `[model]`, `[search]`, `[mcp.NAME]`, `[worker]`,
-    /// `[sessions]`, `store`, `buffer-events`). Flags override it.
+    /// `[sessions]`, `[sandbox]`, `store`, `buffer-events`). Flags override it.
     #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
     config: Option<PathBuf>,
     /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
