@@ -6,7 +6,8 @@
 //! `/etc/shadow` and other processes' `/proc`. Every one must come back
 //! refused or empty, and its own file must be read. The server runs as root
 //! in CI: the secrets must be absent from the sandbox's view, not merely
-//! unreadable by mode.
+//! unreadable by mode. And the operator's `[sandbox] system-paths` is the
+//! view in force.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use nexo_model::mock::{MockToolCall, Reply};
@@ -146,4 +147,32 @@ async fn a_tenants_shell_and_file_tools_see_only_its_workspace() {
         let text = answer.map(|m| m["content"].to_string()).unwrap_or_default();
         assert!(text.contains(OWN_MARKER), "{call} did not read alice's own file: {text}\n{last}");
     }
+}
+
+/// The operator's `[sandbox] system-paths` is the view in force for `nexo
+/// run` too, and a path that is not absolute fails the config file.
+#[test]
+fn the_operators_view_is_the_one_in_force() {
+    let dir = tempfile::Builder::new().prefix("view-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = dir.path().join("agent.toml");
+    std::fs::write(&agent, "name = \"looker\"\ndescription = \"Looks\"\ncapabilities = [\"read\", \"shell\"]\n")
+        .unwrap();
+    let config = dir.path().join("nexo.toml");
+    let inspect = |text: &str| {
+        std::fs::write(&config, text).unwrap();
+        let mut cmd = common::nexo_command(&dir.path().join("cache"));
+        cmd.arg("inspect").arg(&agent).arg("--config").arg(&config);
+        cmd.args(["--sandbox", "local", "--allow", "shell", "--cwd"]).arg(&ws);
+        cmd.output().unwrap()
+    };
+    let out = inspect("[sandbox]\nsystem-paths = [\"/usr\", \"/opt/nexo-tools\"]\n");
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("system view: /opt/nexo-tools, /usr;"), "{}", common::stdout(&out));
+    let out = inspect("");
+    assert!(common::stdout(&out).contains("system view: /usr, /bin, /sbin, /lib"), "{}", common::stdout(&out));
+    let out = inspect("[sandbox]\nsystem-paths = [\"opt/tools\"]\n");
+    let said = common::stderr(&out);
+    assert!(!out.status.success() && said.contains("line 2") && said.contains("absolute"), "{said}");
 }
