@@ -226,8 +226,8 @@ impl Confinement {
             Confinement::Landlock => {
                 "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, of the rest of the host \
                  filesystem only the system view is readable, /tmp is neither; no network and no sockets except connected Unix \
-                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes not signallable, and their \
-                 /proc not readable; none of the host's open descriptors; every process ends with the command, on a timeout, or when the host dies"
+                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes not signallable, their /proc \
+                 unreadable unless the view adds /proc; none of the host's open descriptors; every process ends with the command, on a timeout, or when the host dies"
             }
             Confinement::Unconfined => {
                 "unconfined: commands run as the host user with its filesystem, network and processes; only the \
