@@ -130,6 +130,13 @@ fn a_confined_shell_cannot_read_the_hosts_secrets() {
         f.refused(c, &format!("ls /proc/{pid}/root/"), "etc");
         f.refused(c, "cat /proc/1/environ /proc/1/cmdline | tr '\\0' ' '", &format!("environ-{marker}"));
         f.refused(c, "ps -ef 2>&1; ls /proc", &format!("cmdline-{marker}"));
+        // Nor can it hard-link a host file into its root, where the file tools
+        // (which run outside the confinement) would read it.
+        f.exec(&format!("ln {data}/nexo.db stolen.db; ln {data}/tenants/b/workspace/secret.txt stolen.txt"));
+        f.exec("ln /etc/shadow shadow; ln /etc/passwd passwd");
+        for stolen in ["stolen.db", "stolen.txt", "shadow"] {
+            assert!(!f.root.join(stolen).exists(), "{c}: the shell linked {stolen} into its root");
+        }
     }
     drop(neighbour);
 }
