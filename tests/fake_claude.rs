@@ -14,7 +14,10 @@
 //!   stderr and exits with N; `{"fake": "approve", "tool_name": …, "input":
 //!   …}` asks the permission-prompt tool and logs its answer;
 //!   `{"fake": "sleep", "ms": N}` waits; `{"fake": "connect", "port": N}`
-//!   tries a TCP connection to 127.0.0.1:N and logs the outcome.
+//!   tries a TCP connection to 127.0.0.1:N and logs the outcome;
+//!   `{"fake": "connect-unix", "path": P}` the same to a Unix socket;
+//!   `{"fake": "udp", "port": N}` sends a datagram to 127.0.0.1:N;
+//!   `{"fake": "read", "path": P}` reads a file (each logs what happened).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure should be loud
 
 use std::collections::BTreeMap;
@@ -71,6 +74,32 @@ fn main() {
                         Err(e) => format!("refused: {e}"),
                     };
                     writeln!(log_file, "{}", json!({"connect": port, "outcome": outcome})).unwrap();
+                }
+                "connect-unix" => {
+                    let path = value["path"].as_str().unwrap_or_default();
+                    let outcome = match std::os::unix::net::UnixStream::connect(path) {
+                        Ok(_) => "connected".to_string(),
+                        Err(e) => format!("refused: {e}"),
+                    };
+                    writeln!(log_file, "{}", json!({"connect-unix": path, "outcome": outcome})).unwrap();
+                }
+                "udp" => {
+                    let port = value["port"].as_u64().unwrap_or(0) as u16;
+                    let outcome = match std::net::UdpSocket::bind("127.0.0.1:0")
+                        .and_then(|s| s.send_to(b"fake-claude-datagram", ("127.0.0.1", port)))
+                    {
+                        Ok(_) => "sent".to_string(),
+                        Err(e) => format!("refused: {e}"),
+                    };
+                    writeln!(log_file, "{}", json!({"udp": port, "outcome": outcome})).unwrap();
+                }
+                "read" => {
+                    let path = value["path"].as_str().unwrap_or_default();
+                    let outcome = match std::fs::read_to_string(path) {
+                        Ok(text) => format!("read: {text}"),
+                        Err(e) => format!("refused: {e}"),
+                    };
+                    writeln!(log_file, "{}", json!({"read": path, "outcome": outcome})).unwrap();
                 }
                 other => panic!("unknown directive {other}"),
             }

@@ -51,6 +51,9 @@ pub struct ConfigFile {
     /// The `[serve]` table: how `nexo serve` hosts tenants.
     #[serde(default)]
     pub serve: ServeTable,
+    /// The `[sandbox]` table: what confined processes see of the host.
+    #[serde(default)]
+    pub sandbox: SandboxTable,
 }
 
 /// Reads the config file, if any. The CLI reads it once per command.
@@ -287,4 +290,54 @@ pub struct ServeTable {
     /// `X-Forwarded-For` names the client; none by default, so the peer is.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+}
+
+/// `[sandbox]`: what the local sandbox's shell commands, and the programs
+/// nexo confines (MCP servers with `confine`, the Claude Code CLI with its
+/// own tools), may read of the host besides their own directory. Applies to
+/// `nexo run` and `nexo serve` alike, read again at each resume.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxTable {
+    /// Absolute paths readable (never writable), each with what is beneath
+    /// it. Replaces the default list ([`nexo_sandbox::DEFAULT_SYSTEM_PATHS`]);
+    /// `["/"]` is the whole host filesystem.
+    #[serde(default, deserialize_with = "system_view")]
+    pub system_paths: Option<nexo_sandbox::SystemView>,
+}
+
+impl SandboxTable {
+    /// The system view: the table's paths, or the default.
+    pub fn view(&self) -> nexo_sandbox::SystemView {
+        self.system_paths.clone().unwrap_or_default()
+    }
+}
+
+/// Reads `system-paths`, refusing a relative path or one with `..` where it
+/// is written.
+fn system_view<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<nexo_sandbox::SystemView>, D::Error> {
+    let paths = Vec::<PathBuf>::deserialize(d)?;
+    nexo_sandbox::SystemView::new(paths).map(Some).map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_table_sets_the_system_view() {
+        let path = Path::new("nexo.toml");
+        let file = parse("", path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file.sandbox.view(), nexo_sandbox::SystemView::default());
+        let file =
+            parse("[sandbox]\nsystem-paths = [\"/usr\", \"/opt/tools/\"]\n", path).unwrap_or_else(|e| panic!("{e}"));
+        let view = file.sandbox.view();
+        let paths: Vec<&Path> = view.paths().iter().map(PathBuf::as_path).collect();
+        assert_eq!(paths, [Path::new("/opt/tools"), Path::new("/usr")]);
+        for bad in ["\"home/me\"", "\"/usr/../root\""] {
+            let text = format!("[sandbox]\nsystem-paths = [{bad}]\n");
+            let e = parse(&text, path).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("line 2") && e.contains("absolute"), "{bad}: {e}");
+        }
+    }
 }

@@ -61,12 +61,18 @@ impl Scene {
     /// no environment of its own to pass the script's path in.
     fn claude(&self, script: &str) -> String {
         std::fs::write(self.path("script.jsonl"), script).unwrap();
+        // Beside the wrapper: a confined CLI reads only the system view, its
+        // sandbox directory and the directory it is in (with its script).
+        let fake = self.path("nexo-fake-claude");
+        if !fake.exists() && std::fs::hard_link(fake_claude(), &fake).is_err() {
+            std::fs::copy(fake_claude(), &fake).unwrap();
+        }
         let wrapper = self.path("claude");
         std::fs::write(
             &wrapper,
             format!(
                 "#!/bin/sh\nexec {} --script {} --log {} \"$@\"\n",
-                fake_claude().display(),
+                fake.display(),
                 self.path("script.jsonl").display(),
                 self.path("ws/claude.log").display()
             ),
@@ -438,9 +444,22 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     // A port the confined CLI must not reach.
     let off_limits = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = off_limits.local_addr().unwrap().port();
+    // A host daemon's Unix socket, a UDP listener and a file, none of them its own.
+    let daemon_dir = tempfile::Builder::new().prefix("daemon-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let daemon = daemon_dir.path().join("daemon.sock");
+    let _daemon = std::os::unix::net::UnixListener::bind(&daemon).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    let secret = daemon_dir.path().join("secret.txt");
+    std::fs::write(&secret, "daemon-secret").unwrap();
     let script = [
         init,
         json!({"fake": "connect", "port": port}).to_string(),
+        json!({"fake": "connect-unix", "path": daemon}).to_string(),
+        json!({"fake": "udp", "port": udp_port}).to_string(),
+        json!({"fake": "read", "path": secret}).to_string(),
+        json!({"fake": "read", "path": "/etc/shadow"}).to_string(),
         ask("Read", json!({"file_path": "notes.md"})),
         ask("Bash", json!({"command": "rm -rf ~"})),
         ask("Edit", json!({"file_path": "notes.md"})),
@@ -457,8 +476,14 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     let at = args.iter().position(|a| a == "--tools").unwrap();
     assert_eq!(args[at + 1], "default");
     assert_eq!(log[1]["connect"], port);
-    assert!(log[1]["outcome"].as_str().unwrap().starts_with("refused"), "the CLI reached another port: {}", log[1]);
-    let answers: Vec<(String, String)> = log[2..]
+    for (n, what) in [(1, "another port"), (2, "a Unix socket"), (3, "UDP"), (4, "a file outside"), (5, "/etc/shadow")]
+    {
+        let outcome = log[n]["outcome"].as_str().unwrap();
+        assert!(outcome.starts_with("refused"), "the confined CLI reached {what}: {}", log[n]);
+    }
+    let mut datagram = [0u8; 64];
+    assert!(udp.recv(&mut datagram).is_err(), "a datagram from the confined CLI arrived");
+    let answers: Vec<(String, String)> = log[6..]
         .iter()
         .map(|l| {
             let answer: Value = serde_json::from_str(l["answer"].as_str().unwrap()).unwrap();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nexo_egress::EgressError;
-use nexo_sandbox::Confinement;
+use nexo_sandbox::{Confinement, SystemView};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -164,6 +164,8 @@ struct Inner {
     options: ClientOptions,
     /// The mechanism for `confine = true` servers.
     confinement: Confinement,
+    /// What `confine = true` servers may read of the host.
+    view: SystemView,
     next_id: AtomicU64,
 }
 
@@ -226,17 +228,14 @@ impl Clients {
                 slots,
                 options,
                 confinement: Confinement::Auto,
+                view: SystemView::default(),
                 next_id: AtomicU64::new(1),
             }),
         }
     }
 
-    /// Runs `confine = true` servers under `confinement` rather than
-    /// [`Confinement::Auto`] (bubblewrap if it works, else Landlock), e.g. to
-    /// match the operator's choice for the local shell.
-    /// [`Confinement::Unconfined`] disables OS confinement for them. Call it
-    /// before first use: clones made earlier keep their own connections.
-    pub fn with_confinement(self, confinement: Confinement) -> Clients {
+    /// The same servers, fresh connections, with another mechanism and view.
+    fn rebuilt(&self, confinement: Confinement, view: SystemView) -> Clients {
         let inner = &self.inner;
         let slots = inner.servers.iter().map(|_| tokio::sync::Mutex::new(None)).collect();
         Clients {
@@ -245,9 +244,27 @@ impl Clients {
                 slots,
                 options: inner.options.clone(),
                 confinement,
+                view,
                 next_id: AtomicU64::new(1),
             }),
         }
+    }
+
+    /// Lets `confine = true` servers read `view` of the host (besides
+    /// their `cwd` and their own program) rather than the default
+    /// [`SystemView`]. Call it before first use, as
+    /// [`Clients::with_confinement`].
+    pub fn with_view(self, view: SystemView) -> Clients {
+        self.rebuilt(self.inner.confinement, view)
+    }
+
+    /// Runs `confine = true` servers under `confinement` rather than
+    /// [`Confinement::Auto`] (bubblewrap if it works, else Landlock), e.g. to
+    /// match the operator's choice for the local shell.
+    /// [`Confinement::Unconfined`] disables OS confinement for them. Call it
+    /// before first use: clones made earlier keep their own connections.
+    pub fn with_confinement(self, confinement: Confinement) -> Clients {
+        self.rebuilt(confinement, self.inner.view.clone())
     }
 
     /// The configured servers, in the order given.
@@ -304,7 +321,8 @@ impl Clients {
         match &server.transport {
             Transport::Stdio(spec) => {
                 // Spawned here, on a runtime thread, never in spawn_blocking.
-                let started = start(name, spec, self.inner.options.guard.as_deref(), self.inner.confinement)?;
+                let guard = self.inner.options.guard.as_deref();
+                let started = start(name, spec, guard, self.inner.confinement, &self.inner.view)?;
                 let stderr = started.stderr.clone();
                 let mut process = started.process;
                 let handshake = async {

@@ -55,7 +55,8 @@ pub struct ServerConfig {
     /// http: the URL's host may be a private or loopback address.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_private: bool,
-    /// stdio: run under OS confinement (host filesystem read-only, only `cwd` writable, no network).
+    /// stdio: run under OS confinement (only the system view and its own program readable, only `cwd` writable,
+    /// no network).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub confine: bool,
     /// Confined stdio: keep network access.

@@ -12,7 +12,9 @@
 //! come and go.
 //!
 //! Options: `--confine bubblewrap|landlock|unconfined --writable DIR`
-//! (`--network`, `--bwrap PATH`) run the server under
+//! (`--network`, `--bwrap PATH`, and `--view PATH…` for a system view other
+//! than the default, each path after its own `--view`; `--view-none` for an
+//! empty one) run the server under
 //! [`nexo_sandbox::ProgramConfinement`]: the guard itself stays outside the
 //! confinement, so the server can neither signal it nor escape its cleanup.
 
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use nexo_sandbox::{Confinement, ProgramConfinement};
+use nexo_sandbox::{Confinement, ProgramConfinement, SystemView};
 use rustix::process::{Pid, Signal, WaitOptions, getpid, getppid, kill_process, set_child_subreaper, waitpid};
 
 /// The hidden subcommand the host dispatches to [`guard_main`].
@@ -50,6 +52,7 @@ pub(crate) struct ProgramOptions {
     pub(crate) writable: PathBuf,
     pub(crate) network: bool,
     pub(crate) bwrap: Option<PathBuf>,
+    pub(crate) view: SystemView,
 }
 
 impl GuardArgs {
@@ -65,6 +68,15 @@ impl GuardArgs {
             if let Some(b) = &c.bwrap {
                 out.push("--bwrap".into());
                 out.push(b.clone().into());
+            }
+            if c.view != SystemView::default() {
+                if c.view.paths().is_empty() {
+                    out.push("--view-none".into());
+                }
+                for path in c.view.paths() {
+                    out.push("--view".into());
+                    out.push(path.clone().into());
+                }
             }
         }
         out.push("--".into());
@@ -84,6 +96,7 @@ impl GuardArgs {
         let mut writable = None;
         let mut network = false;
         let mut bwrap = None;
+        let mut view: Option<Vec<PathBuf>> = None;
         loop {
             let arg = it.next().ok_or("missing `--` before the server's command")?;
             match arg.to_str() {
@@ -100,6 +113,10 @@ impl GuardArgs {
                 }
                 Some("--writable") => writable = Some(PathBuf::from(it.next().ok_or("--writable takes a directory")?)),
                 Some("--bwrap") => bwrap = Some(PathBuf::from(it.next().ok_or("--bwrap takes a path")?)),
+                Some("--view-none") => view = Some(view.unwrap_or_default()),
+                Some("--view") => {
+                    view.get_or_insert_default().push(PathBuf::from(it.next().ok_or("--view takes a path")?))
+                }
                 _ => return Err(format!("unknown option {}", arg.to_string_lossy())),
             }
         }
@@ -107,8 +124,12 @@ impl GuardArgs {
         if argv.is_empty() {
             return Err("no command after `--`".into());
         }
+        let view = match view {
+            Some(paths) => SystemView::new(paths).map_err(|e| e.to_string())?,
+            None => SystemView::default(),
+        };
         let confine = match (confinement, writable) {
-            (Some(confinement), Some(writable)) => Some(ProgramOptions { confinement, writable, network, bwrap }),
+            (Some(confinement), Some(writable)) => Some(ProgramOptions { confinement, writable, network, bwrap, view }),
             (None, None) => None,
             _ => return Err("--confine and --writable go together".into()),
         };
@@ -181,6 +202,7 @@ fn spawn(args: &GuardArgs) -> Result<Child, String> {
                 writable: o.writable.clone(),
                 network: o.network,
                 bwrap: o.bwrap.clone(),
+                view: o.view.clone(),
                 ..ProgramConfinement::new(&o.writable)
             };
             let command = confine.command(program, rest).map_err(|e| format!("cannot confine {shown}: {e}"))?;
@@ -251,6 +273,7 @@ mod tests {
                 writable: "/srv/data".into(),
                 network: true,
                 bwrap: Some("/opt/bwrap".into()),
+                view: SystemView::new(["/usr", "/opt/node"]).unwrap(),
             }),
             argv: vec!["server".into(), "--".into(), "--network".into()],
         };

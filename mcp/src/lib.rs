@@ -6,8 +6,9 @@
 //!   tail, and none of the host's descriptors; through the orphan guard
 //!   ([`guard_main`]) they and everything they start die with the host, even
 //!   when it is SIGKILLed. With `confine = true` they run under the local
-//!   shell's confinement (bubblewrap, else Landlock): the host filesystem
-//!   read-only, only `cwd` writable, no network unless `network = true`.
+//!   shell's confinement (bubblewrap, else Landlock): of the host filesystem
+//!   only the system view ([`Clients::with_view`]) and the server's own
+//!   program readable, only `cwd` writable, no network unless `network = true`.
 //! - **streamable HTTP** servers are reached through
 //!   [`nexo_egress::GuardedClient`] only: the address guard (loopback and
 //!   private hosts need `allow-private`), the configured origin alone, and the

@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nexo_sandbox::{Confinement, ProgramConfinement};
+use nexo_sandbox::{Confinement, ProgramConfinement, SystemView};
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -181,6 +181,7 @@ fn resolve_confinement(
     writable: &Path,
     network: bool,
     mechanism: Confinement,
+    view: &SystemView,
 ) -> Result<ProgramOptions, McpError> {
     let mut probe = ProgramConfinement::new(writable);
     probe.network = network;
@@ -196,7 +197,7 @@ fn resolve_confinement(
         Confinement::Bubblewrap => std::env::var_os("PATH").and_then(|path| nexo_sandbox::find_on_path("bwrap", &path)),
         _ => None,
     };
-    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap })
+    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap, view: view.clone() })
 }
 
 /// Starts the server (through the guard when `guard` is given), with piped
@@ -212,6 +213,7 @@ pub(crate) fn start(
     spec: &StdioSpec,
     guard: Option<&Path>,
     mechanism: Confinement,
+    view: &SystemView,
 ) -> Result<Started, McpError> {
     let spawn_err = |message: String| McpError::Spawn { server: server.to_string(), message };
     let path = server_path(&spec.env);
@@ -232,7 +234,7 @@ pub(crate) fn start(
         )));
     };
     let confine = match (spec.confine, &spec.cwd) {
-        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network, mechanism)?),
+        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network, mechanism, view)?),
         _ => None,
     };
     let argv: Vec<OsString> =
@@ -252,6 +254,7 @@ pub(crate) fn start(
                 confinement: o.confinement,
                 network: o.network,
                 bwrap: o.bwrap.clone(),
+                view: o.view.clone(),
                 ..ProgramConfinement::new(&o.writable)
             }
             .command(&argv[0], &argv[1..])

@@ -20,10 +20,14 @@ fn marker() -> String {
 
 /// A server that starts detached helpers of every kind before exec'ing the test server.
 fn forking_server(marker: &str) -> ServerConfig {
+    forking_server_at(marker, &common::test_server())
+}
+
+/// The same, running the test server from `server`.
+fn forking_server_at(marker: &str, server: &str) -> ServerConfig {
     let script = format!(
         "sleep 301.{marker} & setsid sleep 302.{marker} & (trap '' TERM; exec sleep 303.{marker}) & \
-         ( setsid sleep 304.{marker} & ) & exec {} stdio {marker}",
-        common::test_server()
+         ( setsid sleep 304.{marker} & ) & exec {server} stdio {marker}"
     );
     ServerConfig { command: Some("/bin/bash".into()), args: vec!["-c".into(), script], ..ServerConfig::default() }
 }
@@ -82,8 +86,16 @@ async fn a_sigkilled_host_leaves_no_server_process() {
 #[tokio::test]
 async fn a_sigkilled_host_leaves_no_confined_server_process() {
     let marker = marker();
-    let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig { cwd: Some(dir.path().to_path_buf()), confine: true, ..forking_server(&marker) };
+    let dir = tempfile::Builder::new().prefix("orphans-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // In its cwd: a confined server reads only the system view, its command
+    // (bash here, which names the test server in a script) and its cwd.
+    let server = dir.path().join("nexo-mcp-test-server");
+    if std::fs::hard_link(common::test_server(), &server).is_err() {
+        std::fs::copy(common::test_server(), &server).unwrap();
+    }
+    let server = server.display().to_string();
+    let config =
+        ServerConfig { cwd: Some(dir.path().to_path_buf()), confine: true, ..forking_server_at(&marker, &server) };
     sigkill_leaves_nothing(&marker, config).await;
 }
 

@@ -119,16 +119,28 @@ const REFUSED_SYSCALLS: [libc::c_long; 20] = [
     libc::SYS_request_key,
 ];
 
+/// Which sockets a confined process may create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// None: only stream and seqpacket Unix socket pairs (a shell command).
+    None,
+    /// Besides those pairs, TCP over IPv4 or IPv6 and nothing else: no UDP,
+    /// no MPTCP, no Unix, raw or netlink socket. Landlock then rules on the
+    /// ports (a program allowed a few loopback ports).
+    Tcp,
+    /// Any socket and socket pair (a program granted the network).
+    All,
+}
+
 /// The socket filter described in the module comment, as a classic BPF
 /// program; an error on architectures it is not written for.
 pub(crate) fn socket_filter() -> Result<Vec<libc::sock_filter>, String> {
-    syscall_filter(false)
+    syscall_filter(Sockets::None)
 }
 
-/// The filter of [`socket_filter`]; with `sockets`, `socket(2)` and every
-/// `socketpair(2)` are allowed (for a program granted the network), the rest
-/// of [`REFUSED_SYSCALLS`] still refused.
-pub(crate) fn syscall_filter(sockets: bool) -> Result<Vec<libc::sock_filter>, String> {
+/// The filter of [`socket_filter`], letting `sockets` through; the rest of
+/// [`REFUSED_SYSCALLS`] is refused whatever `sockets` says.
+pub(crate) fn syscall_filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>, String> {
     let arch = AUDIT_ARCH.ok_or("the seccomp socket filter is only built for x86_64 and aarch64")?;
     let load = |offset: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, offset);
     let ret = |action: u32| stmt(libc::BPF_RET | BPF_K, action);
@@ -141,14 +153,32 @@ pub(crate) fn syscall_filter(sockets: bool) -> Result<Vec<libc::sock_filter>, St
         prog.extend([jump_if(BPF_JGE, 0x4000_0000, 0, 1), ret(foreign)]);
     }
     for nr in REFUSED_SYSCALLS {
-        if sockets && nr == libc::SYS_socket {
+        if sockets != Sockets::None && nr == libc::SYS_socket {
             continue;
         }
         prog.extend([jump(nr as u32, 0, 1), ret(deny)]);
     }
-    if sockets {
+    if sockets == Sockets::All {
         prog.push(ret(libc::SECCOMP_RET_ALLOW));
         return Ok(prog);
+    }
+    if sockets == Sockets::Tcp {
+        // socket(family, type, protocol): AF_INET or AF_INET6, SOCK_STREAM
+        // (flags masked off), protocol 0 or IPPROTO_TCP; anything else refused.
+        prog.extend([
+            jump(libc::SYS_socket as u32, 0, 11),
+            load(16),
+            jump(libc::AF_INET as u32, 1, 0),
+            jump(libc::AF_INET6 as u32, 0, 7),
+            load(24),
+            stmt(libc::BPF_ALU | libc::BPF_AND | BPF_K, SOCK_TYPE_MASK),
+            jump(libc::SOCK_STREAM as u32, 0, 4),
+            load(32),
+            jump(0, 1, 0),
+            jump(libc::IPPROTO_TCP as u32, 0, 1),
+            ret(libc::SECCOMP_RET_ALLOW),
+            ret(deny),
+        ]);
     }
     prog.extend([
         jump(libc::SYS_socketpair as u32, 1, 0),
@@ -467,27 +497,72 @@ mod tests {
         assert!(!filtered(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
     }
 
+    /// Runs `probe` in a child under `prog`, as [`filtered`] does.
+    fn under(prog: &[libc::sock_filter], probe: fn() -> bool) -> bool {
+        let prog = prog.to_vec();
+        let mut cmd = Command::new("/bin/true");
+        // SAFETY: the hook installs the prepared filter and makes raw syscalls only.
+        unsafe {
+            cmd.pre_exec(move || {
+                install_filter(&prog)?;
+                if probe() { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::EPROTO)) }
+            });
+        }
+        cmd.status().map(|s| s.success()).unwrap_or(false)
+    }
+
     #[test]
     fn the_network_filter_allows_sockets_but_not_the_rest() {
-        let prog = syscall_filter(true).unwrap();
-        let run = |probe: fn() -> bool| {
-            let prog = prog.clone();
-            let mut cmd = Command::new("/bin/true");
-            // SAFETY: the hook installs the prepared filter and makes raw syscalls only.
-            unsafe {
-                cmd.pre_exec(move || {
-                    install_filter(&prog)?;
-                    if probe() { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::EPROTO)) }
-                });
-            }
-            cmd.status().map(|s| s.success()).unwrap_or(false)
-        };
+        let prog = syscall_filter(Sockets::All).unwrap();
+        let run = |probe: fn() -> bool| under(&prog, probe);
         // SAFETY (all probes): raw syscalls on locals in the forked child.
         assert!(run(|| unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0) } >= 0));
         assert!(run(|| {
             let mut fds = [0; 2];
             let flags = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC;
             unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) == 0 }
+        }));
+        assert!(run(|| refused(unsafe { libc::syscall(libc::SYS_msgget, libc::IPC_PRIVATE, 0o600) })));
+        assert!(!run(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));
+    }
+
+    /// What the Claude Code CLI gets: TCP alone, so no Unix socket of the
+    /// host, no UDP and no MPTCP (Landlock rules on TCP ports only).
+    #[test]
+    fn the_tcp_filter_allows_tcp_and_nothing_else() {
+        let prog = syscall_filter(Sockets::Tcp).unwrap();
+        let run = |probe: fn() -> bool| under(&prog, probe);
+        // SAFETY (all probes): raw syscalls on locals in the forked child.
+        assert!(run(|| unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 0) } >= 0));
+        assert!(run(|| {
+            let flags = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+            unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET6, flags, libc::IPPROTO_TCP) >= 0 }
+        }));
+        let refusals: [fn() -> bool; 8] = [
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) }),
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_DGRAM, 0) }),
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_DGRAM, 0) }),
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET6, libc::SOCK_DGRAM, 0) }),
+            || {
+                refused(unsafe {
+                    libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP)
+                })
+            },
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_NETLINK, libc::SOCK_RAW, 0) }),
+            || refused(unsafe { libc::syscall(libc::SYS_socket, libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) }),
+            || {
+                let mut fds = [0; 2];
+                refused(unsafe {
+                    libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, libc::SOCK_DGRAM, 0, fds.as_mut_ptr())
+                })
+            },
+        ];
+        for (n, refusal) in refusals.into_iter().enumerate() {
+            assert!(run(refusal), "socket probe {n} was not refused");
+        }
+        assert!(run(|| {
+            let mut fds = [0; 2];
+            unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) == 0 }
         }));
         assert!(run(|| refused(unsafe { libc::syscall(libc::SYS_msgget, libc::IPC_PRIVATE, 0o600) })));
         assert!(!run(|| refused(unsafe { libc::syscall(libc::SYS_getpid) })));

@@ -9,7 +9,9 @@
 //! - [`VirtualSandbox`]: an in-memory filesystem with no host access and no
 //!   shell. The default.
 //! - [`LocalSandbox`]: a host directory, opened as a cap-std [`Dir`](cap_std::fs::Dir)
-//!   so escapes are refused by construction.
+//!   so escapes are refused by construction. Its shell commands, and the
+//!   programs confined with [`ProgramConfinement`], see besides it only the
+//!   read-only [`SystemView`].
 //!
 //! Paths are relative to the sandbox root; an absolute path is accepted only
 //! if it lies inside the root as the sandbox presents it.
@@ -28,6 +30,7 @@ pub mod process;
 mod program;
 mod remote;
 pub mod shell;
+mod view;
 mod virtual_fs;
 
 use std::time::{Duration, SystemTime};
@@ -42,6 +45,7 @@ pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds};
 pub use program::{ConfinedCommand, ProgramConfinement, SpawnResources};
 pub use remote::{RemoteClient, RemoteSandbox};
 pub use shell::{Confinement, ShellLimits, ShellPolicy};
+pub use view::{DEFAULT_SYSTEM_PATHS, SystemView};
 pub use virtual_fs::VirtualSandbox;
 
 /// The most bytes of a file a sandbox reads or writes in one call.

@@ -1,7 +1,8 @@
 //! Long-running programs the host starts for an agent, such as MCP servers,
-//! under the same OS confinement as the local sandbox's shell commands: the
-//! host filesystem read-only, one writable directory, no network unless
-//! granted, none of the host's descriptors.
+//! under the same OS confinement as the local sandbox's shell commands: of
+//! the host filesystem only the [`SystemView`] and what the program itself
+//! needs (see [`ProgramConfinement::command`]) readable, one writable
+//! directory, no network unless granted, none of the host's descriptors.
 //!
 //! Unlike a shell command, the program's lifetime and stdio are the caller's:
 //! [`ProgramConfinement::command`] only builds the [`Command`], and the caller
@@ -19,10 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use crate::SandboxError;
+use crate::confine::Sockets;
 use crate::process::close_inherited_fds;
 use crate::shell::{
     Confinement, Landlocked, ShellLimits, ShellPolicy, bwrap_command, confine_with_landlock, spawn_error,
 };
+use crate::view::{SystemView, program_paths};
 
 /// How one program is confined.
 #[derive(Debug, Clone)]
@@ -36,8 +39,10 @@ pub struct ProgramConfinement {
     /// TCP and sockets allowed under Landlock.
     pub network: bool,
     /// With [`ProgramConfinement::network`]: TCP may connect to these ports
-    /// only, and bind to none. Empty: any port. Only Landlock can narrow
-    /// the network this way, so [`Confinement::Auto`] then picks Landlock.
+    /// only, and bind to none, and no other socket may be made (no UDP, no
+    /// Unix socket: only stream and seqpacket Unix pairs). Empty: any port,
+    /// any socket. Only Landlock can narrow the network this way, so
+    /// [`Confinement::Auto`] then picks Landlock.
     pub connect_ports: Vec<u16>,
     /// The bubblewrap binary; `None` looks for `bwrap` on `PATH`.
     pub bwrap: Option<PathBuf>,
@@ -45,10 +50,14 @@ pub struct ProgramConfinement {
     /// server would hit the shell's CPU-time default, so
     /// [`ProgramConfinement::new`] sets none.
     pub limits: ShellLimits,
+    /// What of the host the program may read besides its writable
+    /// directory and its own files.
+    pub view: SystemView,
 }
 
 impl ProgramConfinement {
-    /// Auto confinement writing only `writable`, no network, no resource limits.
+    /// Auto confinement writing only `writable`, reading the default
+    /// system view, no network, no resource limits.
     pub fn new(writable: impl Into<PathBuf>) -> Self {
         ProgramConfinement {
             confinement: Confinement::Auto,
@@ -57,11 +66,18 @@ impl ProgramConfinement {
             connect_ports: Vec::new(),
             bwrap: None,
             limits: ShellLimits::NONE,
+            view: SystemView::default(),
         }
     }
 
     fn policy(&self) -> ShellPolicy {
-        ShellPolicy { env: Vec::new(), confinement: self.confinement, bwrap: self.bwrap.clone(), limits: self.limits }
+        ShellPolicy {
+            env: Vec::new(),
+            confinement: self.confinement,
+            bwrap: self.bwrap.clone(),
+            limits: self.limits,
+            view: self.view.clone(),
+        }
     }
 
     /// The mechanism the program will actually run under, checked to work
@@ -71,7 +87,12 @@ impl ProgramConfinement {
     }
 
     /// `program args…` set up to confine itself, with its working directory
-    /// set to [`ProgramConfinement::writable`]. An explicit mechanism is
+    /// set to [`ProgramConfinement::writable`]. Besides the view it may read
+    /// the program, and each argument that is an absolute path to a file,
+    /// with the interpreter of a `#!` script and the project each belongs to
+    /// (the directory holding its outermost `node_modules`, or a Python
+    /// virtual environment); other directories it needs are the operator's
+    /// to add to the view. An explicit mechanism is
     /// used without probing it (the spawn fails if it does not work);
     /// [`Confinement::Auto`] is resolved first. The caller adds the
     /// environment (which the program inherits through bubblewrap) and stdio.
@@ -100,34 +121,32 @@ impl ProgramConfinement {
             explicit => explicit,
         };
         let limits = self.limits.resolve();
+        let args: Vec<S> = args.into_iter().collect();
+        let arg_strs: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
+        let view = self.view.with(program_paths(Path::new(program.as_ref()), &arg_strs));
+        let sockets = match (self.network, narrowed) {
+            (false, _) => Sockets::None,
+            (true, true) => Sockets::Tcp,
+            (true, false) => Sockets::All,
+        };
         let (mut command, filter_fd) = match confinement {
             Confinement::Bubblewrap => {
                 let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;
                 let (mut cmd, fd) =
-                    bwrap_command(&bwrap, Some(root), limits, self.network).map_err(SandboxError::Config)?;
-                // bwrap gives the program an empty /tmp and /run: a program
-                // kept there (a checkout under /tmp) stays visible, read-only.
-                let path = Path::new(program.as_ref());
-                if path.is_absolute() && (path.starts_with("/tmp") || path.starts_with("/run")) && path.is_file() {
-                    cmd.arg("--ro-bind").arg(path).arg(path);
-                }
-                cmd.arg("--").arg(program.as_ref()).args(args);
+                    bwrap_command(&bwrap, Some(root), limits, sockets, &view).map_err(SandboxError::Config)?;
+                cmd.arg("--").arg(program.as_ref()).args(&arg_strs);
                 (cmd, Some(fd))
             }
             Confinement::Landlock => {
                 let mut cmd = Command::new(program.as_ref());
-                cmd.args(args).current_dir(root);
-                confine_with_landlock(
-                    &mut cmd,
-                    root,
-                    limits,
-                    Landlocked { shepherd: false, network: self.network, connect_ports: &self.connect_ports },
-                )?;
+                cmd.args(&arg_strs).current_dir(root);
+                let how = Landlocked { shepherd: false, sockets, connect_ports: &self.connect_ports };
+                confine_with_landlock(&mut cmd, root, limits, how, &view)?;
                 (cmd, None)
             }
             Confinement::Unconfined => {
                 let mut cmd = Command::new(program.as_ref());
-                cmd.args(args).current_dir(root);
+                cmd.args(&arg_strs).current_dir(root);
                 close_inherited_fds(&mut cmd);
                 (cmd, None)
             }
@@ -300,6 +319,41 @@ mod tests {
         // Nothing else of the host's /tmp is there.
         let (_, listing) = run(Confinement::Bubblewrap, false, &format!("ls {} 2>&1", bin.path().display()));
         assert!(!listing.contains("say-hello"), "{listing}");
+    }
+
+    /// An MCP server kept in an npm project outside the view: it runs and
+    /// reads its own package, but nothing else beyond the view.
+    #[test]
+    fn a_confined_program_sees_the_view_and_its_own_project_only() {
+        let shadow = std::fs::read_to_string("/etc/shadow").unwrap();
+        let shadow_head: String = shadow.chars().take(12).collect();
+        for c in [Confinement::Bubblewrap, Confinement::Landlock] {
+            let outer = tempfile::tempdir().unwrap();
+            let package = outer.path().join("app/node_modules/server");
+            std::fs::create_dir_all(&package).unwrap();
+            std::fs::write(package.join("data.txt"), "package-data\n").unwrap();
+            std::fs::write(outer.path().join("secret.txt"), "outside-secret\n").unwrap();
+            let program = package.join("server.sh");
+            let secret = outer.path().join("secret.txt");
+            let script = format!(
+                "#!/bin/sh\ncat \"$(dirname \"$0\")/data.txt\"; cat {} /etc/shadow /root/.profile; ls /home /var\n",
+                secret.display()
+            );
+            std::fs::write(&program, script).unwrap();
+            std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let work = outer.path().join("work");
+            std::fs::create_dir(&work).unwrap();
+            let mut conf = ProgramConfinement::new(&work);
+            conf.confinement = c;
+            let mut cmd = conf.command(&program, [""; 0]).unwrap();
+            cmd.command_mut().env_clear().env("PATH", "/usr/bin:/bin").stdout(Stdio::piped()).stderr(Stdio::piped());
+            let out = cmd.spawn().unwrap().wait_with_output().unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(text.contains("package-data"), "{c}: the program could not read its own package: {text}");
+            for hidden in ["outside-secret", shadow_head.as_str(), "# ~/.profile"] {
+                assert!(!text.contains(hidden), "{c}: the program read {hidden:?}: {text}");
+            }
+        }
     }
 
     #[test]

@@ -40,8 +40,9 @@ use nexo_text::head_chars;
 use rustix::io::Errno;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
-use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED};
+use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED, Sockets};
 use crate::process::{AfterExit, Job, OnTimeout, Outcome, cloexec_all_but};
+use crate::view::{LANDLOCK_DEVICES, SystemView};
 use crate::{ExecOutput, SandboxError};
 
 pub use crate::process::MAX_OUTPUT_BYTES;
@@ -78,6 +79,8 @@ pub struct ShellPolicy {
     pub bwrap: Option<PathBuf>,
     /// Resource limits for every process of a command.
     pub limits: ShellLimits,
+    /// What of the host commands may read besides the sandbox root.
+    pub view: SystemView,
 }
 
 /// Resource limits for shell commands, set as rlimits (soft and hard alike, so
@@ -154,9 +157,10 @@ impl fmt::Display for ShellLimits {
 
 /// How shell commands are confined by the operating system.
 ///
-/// Both mechanisms promise the same: the host filesystem readable (the agent
-/// can read what the host user can, bar what bubblewrap hides), only the
-/// sandbox root writable, no sockets at all except connected Unix stream
+/// Both mechanisms promise the same: of the host filesystem only the
+/// [`SystemView`] readable (programs and libraries; no home directory, no
+/// `/root`, no `/etc/shadow`, no server data), only the sandbox root
+/// writable, no sockets at all except connected Unix stream
 /// pairs (`socketpair`), so no network and no host daemon's Unix socket; no
 /// capabilities, so a host running as root does not hand root's privileges to
 /// the command; and no process outliving the command. Under every mechanism,
@@ -169,33 +173,37 @@ pub enum Confinement {
     /// it; refuse to run (a [`SandboxError::Config`]) if neither does.
     #[default]
     Auto,
-    /// Bubblewrap (`bwrap`, from the `bubblewrap` package): the host
-    /// filesystem mounted read-only, the root bound writable, a private empty
-    /// `/tmp` and `/run` (hiding host daemons' sockets there), a minimal
-    /// `/dev`, a fresh `/proc` with `/proc/sys` read-only, and new network,
+    /// Bubblewrap (`bwrap`, from the `bubblewrap` package): an empty
+    /// read-only root holding the [`SystemView`]'s paths bound read-only, the
+    /// sandbox root bound writable, a private empty `/tmp`, a minimal `/dev`,
+    /// a fresh `/proc` with `/proc/sys` read-only, and new network,
     /// PID, IPC, UTS and cgroup namespaces: no network at all, no view of host
     /// processes. The socket filter Landlock uses is loaded too
     /// (`--seccomp`), since a network namespace does not cover pathname Unix
-    /// sockets outside `/tmp` and `/run`; so servers on the sandbox's own
-    /// loopback do not work either.
+    /// sockets in bound paths; so servers on the sandbox's own loopback do
+    /// not work either.
     ///
     /// Under bubblewrap a command killed by signal N reports status 128 + N
     /// (bwrap's own convention), not -1.
     Bubblewrap,
     /// Landlock, ABI 6 or newer (Linux 6.12+), with a seccomp filter:
-    /// execute and read everywhere, write only beneath the root (and to
-    /// `/dev/null`); `/tmp` is *not* writable, since it is shared with the
-    /// host (point `TMPDIR` inside the root through [`ShellPolicy::env`] if
-    /// tools need it). Landlock denies TCP bind and connect and keeps signals
+    /// read and execute only beneath the [`SystemView`]'s paths (and
+    /// `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom`), everything
+    /// beneath the root, and `/dev/null`; `/tmp` is neither readable nor
+    /// writable, since it is shared with the host (point `TMPDIR` inside the
+    /// root through [`ShellPolicy::env`] if tools need it), and neither is
+    /// `/proc` unless the view adds it. Landlock denies TCP bind and connect and keeps signals
     /// and abstract Unix sockets inside the sandbox; the seccomp filter
     /// refuses `socket(2)` for every family (MPTCP, UDP, raw, netlink and
     /// pathname Unix sockets all included), datagram socket pairs, io_uring
     /// and `pidfd_getfd`. A shepherd process outside the Landlock domain
     /// ends every process the command started.
     ///
-    /// Host processes stay visible (`ps`, `/proc`), though they cannot be
-    /// signalled or traced. Older kernels are refused rather than given
-    /// weaker confinement.
+    /// Host processes cannot be signalled or traced, and `/proc` is out of
+    /// the default view; a view that adds `/proc` shows them (`ps`, their
+    /// command lines), though Landlock still refuses their environment,
+    /// memory, descriptors and root. Older kernels are refused rather than
+    /// given weaker confinement.
     Landlock,
     /// No OS confinement: only the narrowed environment, the timeout, the
     /// output cap, [`ShellLimits`], descriptor closing and the shepherd (which
@@ -210,16 +218,16 @@ impl Confinement {
     pub fn guarantees(self) -> &'static str {
         match self {
             Confinement::Bubblewrap => {
-                "bubblewrap: only the sandbox root is writable, the rest of the host filesystem is read-only, /tmp \
-                 and /run are private and empty; no network and no sockets except connected Unix socket pairs; no \
+                "bubblewrap: only the sandbox root is writable, of the rest of the host filesystem only the system \
+                 view is visible, read-only; /tmp is private and empty; no network and no sockets except connected Unix socket pairs; no \
                  SysV IPC or keyrings; no capabilities; host processes invisible; none of the host's open descriptors; every process ends \
                  with the command, on a timeout, or when the host dies"
             }
             Confinement::Landlock => {
-                "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, the rest of the host \
-                 filesystem is readable, /tmp is not writable; no network and no sockets except connected Unix \
-                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes visible but not signallable; none of the host's \
-                 open descriptors; every process ends with the command, on a timeout, or when the host dies"
+                "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, of the rest of the host \
+                 filesystem only the system view is readable, /tmp is neither; no network and no sockets except connected Unix \
+                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes not signallable, their /proc \
+                 unreadable unless the view adds /proc; none of the host's open descriptors; every process ends with the command, on a timeout, or when the host dies"
             }
             Confinement::Unconfined => {
                 "unconfined: commands run as the host user with its filesystem, network and processes; only the \
@@ -249,7 +257,15 @@ impl ShellPolicy {
     /// commands cannot run. Probes as [`ShellPolicy::effective_confinement`].
     pub fn describe(&self) -> String {
         match self.effective_confinement() {
-            Ok(c) => format!("shell confinement {}; limits: {}", c.guarantees(), self.limits),
+            Ok(Confinement::Unconfined) => {
+                format!("shell confinement {}; limits: {}", Confinement::Unconfined.guarantees(), self.limits)
+            }
+            Ok(c) => format!(
+                "shell confinement {}; system view: {}; limits: {}",
+                c.guarantees(),
+                self.view.describe(),
+                self.limits
+            ),
             Err(e) => format!("shell commands cannot run: {e}"),
         }
     }
@@ -335,12 +351,15 @@ pub(crate) fn instructions(root: &Path, policy: &ShellPolicy, shell: bool) -> St
     };
     let shell = match confinement {
         Confinement::Bubblewrap => format!(
-            "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, the rest of \
-             the filesystem is read-only, and host processes are invisible. {no_network}"
+            "Shell commands run in a sandbox: only {root} is writable, /tmp is private and starts empty, of the rest \
+             of the filesystem only system programs and libraries are visible, read-only ({}), and host processes \
+             are invisible. {no_network}",
+            policy.view.describe()
         ),
         Confinement::Landlock => format!(
-            "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}); the rest of \
-             the filesystem is read-only. {no_network}"
+            "Shell commands can write only inside {root} (not /tmp: put temporary files under {root}); of the rest \
+             of the filesystem only system programs and libraries are readable ({}). {no_network}",
+            policy.view.describe()
         ),
         _ => "Shell commands run unconfined, as the host user, with the host's network.".to_string(),
     };
@@ -372,13 +391,14 @@ pub(crate) fn run(
     let (mut cmd, filter_fd) = match confinement {
         Confinement::Bubblewrap => {
             let bwrap = policy.bwrap_binary().map_err(SandboxError::Config)?;
-            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits, false).map_err(SandboxError::Config)?;
+            let (mut cmd, fd) =
+                bwrap_command(&bwrap, Some(root), limits, Sockets::None, &policy.view).map_err(SandboxError::Config)?;
             cmd.args(["--", SHELL, "-c", command]);
             (cmd, Some(fd))
         }
         Confinement::Landlock => {
             let mut cmd = shell_command(root, command);
-            confine_with_landlock(&mut cmd, root, limits, Landlocked::SHELL)?;
+            confine_with_landlock(&mut cmd, root, limits, Landlocked::SHELL, &policy.view)?;
             (cmd, None)
         }
         Confinement::Unconfined => {
@@ -486,16 +506,20 @@ fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsStrin
 // Bubblewrap.
 
 /// bwrap with every option except the command, and the pipe it reads the
-/// seccomp filter from (to be closed once it is spawned). `root` is bound
-/// writable and made the working directory; without it (the probe) nothing is
-/// writable. `network` keeps the host's network namespace and allows sockets.
+/// seccomp filter from (to be closed once it is spawned). `view` is bound
+/// read-only into an empty root; `root` is bound writable and made the
+/// working directory; without it (the probe) nothing is writable but the
+/// private `/tmp`. Any `sockets` but [`Sockets::None`] keeps the host's
+/// network namespace.
 pub(crate) fn bwrap_command(
     bwrap: &Path,
     root: Option<&Path>,
     limits: Limits,
-    network: bool,
+    sockets: Sockets,
+    view: &SystemView,
 ) -> Result<(Command, OwnedFd), String> {
-    let filter = confine::filter_bytes(&confine::syscall_filter(network)?);
+    let network = sockets != Sockets::None;
+    let filter = confine::filter_bytes(&confine::syscall_filter(sockets)?);
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("cannot make a pipe for the seccomp filter: {e}"))?;
     // A few hundred bytes: far below the pipe buffer, so this never blocks.
@@ -515,12 +539,18 @@ pub(crate) fn bwrap_command(
         cmd.pre_exec(hook);
     }
     cmd.arg("--seccomp").arg(filter_fd.to_string());
-    cmd.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]);
-    // Only over directories that exist: bwrap would otherwise create them on the host's root.
-    for dir in ["/tmp", "/run"] {
-        if Path::new(dir).is_dir() {
-            cmd.args(["--tmpfs", dir]);
+    let own = ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"];
+    if view.is_whole_host() {
+        cmd.args(["--ro-bind", "/", "/"]).args(own);
+        // Only over directories that exist: bwrap would otherwise create them on the host's root.
+        for dir in ["/tmp", "/run"] {
+            if Path::new(dir).is_dir() {
+                cmd.args(["--tmpfs", dir]);
+            }
         }
+    } else {
+        // The view after the private /tmp, so a path beneath /tmp is bound over it.
+        cmd.args(own).args(["--tmpfs", "/tmp"]).args(view.bwrap_args());
     }
     if !network {
         cmd.arg("--unshare-net");
@@ -541,6 +571,10 @@ pub(crate) fn bwrap_command(
         Some(root) => cmd.arg("--bind").arg(root).arg(root).arg("--chdir").arg(root),
         None => cmd.args(["--chdir", "/"]),
     };
+    if !view.is_whole_host() {
+        // The empty root bwrap made the view in: nothing may be added to it.
+        cmd.args(["--remount-ro", "/"]);
+    }
     Ok((cmd, read))
 }
 
@@ -554,7 +588,8 @@ fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
 
 fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
     let shown = bwrap.display();
-    let (mut cmd, filter_fd) = bwrap_command(bwrap, None, ShellLimits::NONE.resolve(), false)?;
+    let (mut cmd, filter_fd) =
+        bwrap_command(bwrap, None, ShellLimits::NONE.resolve(), Sockets::None, &SystemView::default())?;
     cmd.args(["--", SHELL, "-c", "true"]).env_clear().env("PATH", DEFAULT_PATH);
     let job = Job {
         stdin: None,
@@ -640,16 +675,18 @@ fn landlock_ruleset(abi: ABI, network: bool, connect_ports: &[u16]) -> Result<Ru
 pub(crate) struct Landlocked<'a> {
     /// Fork a shepherd first (outside the domain).
     pub(crate) shepherd: bool,
-    /// Leave TCP and sockets allowed.
-    pub(crate) network: bool,
-    /// With `network`: TCP may connect to these ports only (and bind
+    /// Which sockets the seccomp filter lets it create. Any but
+    /// [`Sockets::None`] leaves TCP to Landlock's rules.
+    pub(crate) sockets: Sockets,
+    /// With sockets: TCP may connect to these ports only (and bind
     /// nowhere). Empty: any port.
     pub(crate) connect_ports: &'a [u16],
 }
 
 impl Landlocked<'_> {
     /// A shell command: shepherded, no network.
-    pub(crate) const SHELL: Landlocked<'static> = Landlocked { shepherd: true, network: false, connect_ports: &[] };
+    pub(crate) const SHELL: Landlocked<'static> =
+        Landlocked { shepherd: true, sockets: Sockets::None, connect_ports: &[] };
 }
 
 /// Makes `cmd` confine itself between fork and exec: descriptors, shepherd,
@@ -659,26 +696,42 @@ pub(crate) fn confine_with_landlock(
     root: &Path,
     limits: Limits,
     how: Landlocked<'_>,
+    view: &SystemView,
 ) -> Result<(), SandboxError> {
     let abi = landlock_abi().map_err(SandboxError::Config)?;
-    if how.network && !how.connect_ports.is_empty() && abi < ABI::V4 {
+    let network = how.sockets != Sockets::None;
+    if network && !how.connect_ports.is_empty() && abi < ABI::V4 {
         return Err(SandboxError::Config(
             "limiting a program's connections to some ports needs Landlock ABI 4 (Linux 6.7 or later); this kernel \
              has an older one"
                 .into(),
         ));
     }
-    let filter = confine::syscall_filter(how.network).map_err(SandboxError::Config)?;
+    let filter = confine::syscall_filter(how.sockets).map_err(SandboxError::Config)?;
     let failed = |e: &dyn std::fmt::Display| SandboxError::Config(format!("cannot set up Landlock rules: {e}"));
     let path = |p: &Path| PathFd::new(p).map_err(|e| failed(&e));
     // All allocation (ruleset, rules, path fds) happens here, before the fork.
-    let (everything, writable, dev_null) = (path(Path::new("/"))?, path(root)?, path(Path::new("/dev/null"))?);
-    let mut ruleset = landlock_ruleset(abi, how.network, how.connect_ports)
-        .and_then(|r| r.add_rule(PathBeneath::new(everything, AccessFs::from_read(abi))))
+    let (writable, dev_null) = (path(root)?, path(Path::new("/dev/null"))?);
+    let mut ruleset = landlock_ruleset(abi, network, how.connect_ports)
         .and_then(|r| r.add_rule(PathBeneath::new(writable, AccessFs::from_all(abi))))
         .and_then(|r| r.add_rule(PathBeneath::new(dev_null, AccessFs::from_file(abi) & !AccessFs::Execute)))
         .map_err(|e| failed(&e))?;
-    if how.network {
+    for readable in view.landlock_paths() {
+        // Gone since it was listed: nothing to allow.
+        let Ok(fd) = PathFd::new(&readable) else { continue };
+        // A rule on a file may only name file rights.
+        let read = match readable.is_dir() {
+            true => AccessFs::from_read(abi),
+            false => AccessFs::from_read(abi) & AccessFs::from_file(abi),
+        };
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, read)).map_err(|e| failed(&e))?;
+    }
+    for device in LANDLOCK_DEVICES.iter().map(Path::new).filter(|d| d.exists()) {
+        let Ok(fd) = PathFd::new(device) else { continue };
+        let read = AccessFs::from_read(abi) & AccessFs::from_file(abi) & !AccessFs::Execute;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, read)).map_err(|e| failed(&e))?;
+    }
+    if network {
         for port in how.connect_ports {
             ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(|e| failed(&e))?;
         }

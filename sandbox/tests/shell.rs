@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nexo_sandbox::shell::{DEFAULT_PATH, MAX_OUTPUT_BYTES};
-use nexo_sandbox::{Confinement, ExecOutput, LocalSandbox, Sandbox, SandboxError, ShellLimits, ShellPolicy};
+use nexo_sandbox::{
+    Confinement, ExecOutput, LocalSandbox, Sandbox, SandboxError, ShellLimits, ShellPolicy, SystemView,
+};
 use rustix::process::Signal;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -47,6 +49,17 @@ impl Fixture {
         let sandbox = LocalSandbox::with_shell(&root, policy).unwrap();
         let (root, outside) = (root.canonicalize().unwrap(), outside.canonicalize().unwrap());
         Fixture { _dir: dir, root, outside, sandbox }
+    }
+
+    /// A fixture whose commands may read `/proc`, for the tests that look at
+    /// the command's own processes and descriptors: Landlock's default view
+    /// leaves `/proc` out (bubblewrap gives each command its own anyway).
+    fn with_proc(confinement: Confinement) -> Fixture {
+        let dir = tempfile::Builder::new().prefix("shell-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let mut paths = SystemView::default().paths().to_vec();
+        paths.push("/proc".into());
+        let view = SystemView::new(paths).unwrap();
+        Fixture::with_policy(dir, ShellPolicy { confinement, view, ..ShellPolicy::default() })
     }
 
     fn exec(&self, command: &str) -> ExecOutput {
@@ -563,7 +576,7 @@ fn inherited_descriptors_are_closed(c: Confinement) {
 #[test]
 fn fd_probe_helper() {
     let Ok(name) = std::env::var("NEXO_FD_PROBE") else { return };
-    let f = Fixture::new(confinement_named(&name));
+    let f = Fixture::with_proc(confinement_named(&name));
     let dir = std::fs::File::open(&f.outside).unwrap();
     let log_path = f.outside.join("log.txt");
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
@@ -784,6 +797,9 @@ fn landlock_keeps_tmp_read_only_and_drops_capabilities() {
     let written = Path::new(&name).exists();
     let _ = std::fs::remove_file(&name);
     assert!(out.status != 0 && !written, "the host's /tmp is writable: {out:?}");
+    let out = f.exec("grep -E 'CapEff|CapBnd|NoNewPrivs' /proc/self/status");
+    assert_ne!(out.status, 0, "/proc is out of the default view: {out:?}");
+    let f = Fixture::with_proc(Confinement::Landlock);
     let out = f.exec("grep -E 'CapEff|CapBnd|NoNewPrivs' /proc/self/status");
     assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{out:?}");
     assert!(out.stdout.contains("CapBnd:\t0000000000000000"), "{out:?}");

@@ -74,6 +74,9 @@ pub struct ClaudeCode {
     /// Where the CLI works: the local sandbox's directory. `None` is a
     /// scratch directory (the tools then act in nexo's sandbox only).
     pub cwd: Option<PathBuf>,
+    /// What a confined CLI may read of the host besides [`ClaudeCode::cwd`],
+    /// its own package and the directory it is in (which is on its `PATH`).
+    pub view: nexo_sandbox::SystemView,
     api_key: Option<String>,
 }
 
@@ -85,6 +88,7 @@ impl std::fmt::Debug for ClaudeCode {
             .field("base_url", &self.base_url)
             .field("builtin_tools", &self.builtin_tools)
             .field("cwd", &self.cwd)
+            .field("view", &self.view)
             .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
             .finish()
     }
@@ -297,11 +301,18 @@ impl ClaudeCode {
         connect_ports: Vec<u16>,
     ) -> Result<tokio::process::Child, ModelError> {
         let (mut command, resources) = if self.builtin_tools {
-            // The CLI's own tools write only in the sandbox's directory, and
-            // connect only to `connect_ports`.
+            // The CLI's own tools write only in the sandbox's directory, read
+            // only the view, the CLI's package and its `PATH` directory, and
+            // make TCP connections to `connect_ports` only: no other socket.
+            let on_path = binary.parent().filter(|d| d.is_absolute()).map(std::path::Path::to_path_buf);
+            let mut view = self.view.paths().to_vec();
+            view.extend(on_path);
+            let view = nexo_sandbox::SystemView::new(view)
+                .map_err(|e| ModelError::Config(format!("--claude-builtin-tools: {e}")))?;
             let confinement = nexo_sandbox::ProgramConfinement {
                 network: true,
                 connect_ports,
+                view,
                 ..nexo_sandbox::ProgramConfinement::new(cwd)
             };
             let confined = confinement.command(binary, args).map_err(|e| {

@@ -12,7 +12,7 @@ use nexo::authority::{Grant, Permissions};
 use nexo::config::{ConfigFile, ConfinementSetting, ModeSetting, RuntimeSetting, SandboxSetting};
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::settings::RunOptions;
-use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy};
+use nexo_sandbox::{Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, ShellPolicy, SystemView};
 use serde::{Deserialize, Serialize};
 
 /// Grant flags shared by `run` and `inspect`. Each flag overrides the same
@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Args, Debug, Clone)]
 pub struct GrantArgs {
     /// The operator's config file (TOML: `[grant]`, `[model]`, `[search]`, `[mcp.NAME]`, `[worker]`,
-    /// `[sessions]`, `store`, `buffer-events`). Flags override it.
+    /// `[sessions]`, `[sandbox]`, `store`, `buffer-events`). Flags override it.
     #[arg(long, value_name = "FILE", env = "NEXO_CONFIG")]
     config: Option<PathBuf>,
     /// Grant capabilities beyond the default `read,glob`: write, shell, fetch, search
@@ -132,6 +132,7 @@ impl GrantArgs {
             image: self.image.clone().or(t.image),
             container_runtime: self.container_runtime.or(t.container_runtime).unwrap_or(RuntimeSetting::Docker),
             shell_confinement: self.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementSetting::Auto),
+            view: file.sandbox.view(),
         };
         resolved.mcp_configs()?;
         Ok(resolved)
@@ -187,6 +188,10 @@ pub struct Resolved {
     image: Option<String>,
     container_runtime: RuntimeSetting,
     shell_confinement: ConfinementSetting,
+    /// The config file's `[sandbox]` view; never recorded, read again at
+    /// each resume as the operator has it then.
+    #[serde(skip)]
+    view: SystemView,
 }
 
 impl Resolved {
@@ -222,6 +227,7 @@ impl Resolved {
             image: None,
             container_runtime: RuntimeSetting::Docker,
             shell_confinement: ConfinementSetting::Auto,
+            view: t.config.sandbox.view(),
         }
     }
 
@@ -249,6 +255,11 @@ impl Resolved {
         }
     }
 
+    /// What confined processes may read of the host (`[sandbox]`).
+    pub fn view(&self) -> &SystemView {
+        &self.view
+    }
+
     /// The same grant, narrowed: a stricter `mode`, and `deny` taken out.
     /// A resume can only narrow what the run started with.
     pub fn narrowed(mut self, mode: Option<PermissionMode>, deny: &[Capability]) -> Resolved {
@@ -268,6 +279,7 @@ impl Resolved {
     /// resume reads them: only servers the run started with are kept.
     pub fn with_config_file(mut self, file: &ConfigFile) -> Resolved {
         self.mcp_file = file.mcp.clone();
+        self.view = file.sandbox.view();
         self
     }
 
@@ -360,7 +372,7 @@ impl Resolved {
             ConfinementSetting::Landlock => Confinement::Landlock,
             ConfinementSetting::None => Confinement::Unconfined,
         };
-        ShellPolicy { confinement, ..ShellPolicy::default() }
+        ShellPolicy { confinement, view: self.view.clone(), ..ShellPolicy::default() }
     }
 
     /// How shell commands would run under this grant, in one line, truthfully:
@@ -432,6 +444,7 @@ impl Resolved {
             // Confined servers get the local shell's mechanism.
             nexo_mcp::Clients::new(servers, nexo_mcp::ClientOptions { guard, ..Default::default() })
                 .with_confinement(self.shell_policy().confinement)
+                .with_view(self.view.clone())
         });
         Ok(RunOptions { sandbox, permissions, grant: self.grant(), mcp, ..RunOptions::default() })
     }

@@ -270,6 +270,7 @@ pub async fn options(
     options.loop_limits = resolved.limits;
     if let Some(mut claude) = resolved.agent_loop {
         claude.cwd = rec.grant.local_dir().map(std::path::Path::to_path_buf);
+        claude.view = rec.grant.view().clone();
         if claude.builtin_tools && claude.cwd.is_none() {
             return Err(report::config_failure(&nexo::ConfigError::invalid(
                 "--claude-builtin-tools",

@@ -92,14 +92,25 @@ impl Scene {
 
     /// Starts a node with its own data directory.
     pub fn node(&self, name: &str) -> Node {
-        self.node_with(name, &[])
+        self.start_node(name, &[], &[])
     }
 
     /// Starts a node with its own data directory and `extra` flags of
     /// `nexo serve` (`--max-in-flight 1`, say).
     pub fn node_with(&self, name: &str, extra: &[&str]) -> Node {
+        self.start_node(name, extra, &[])
+    }
+
+    /// Starts a node with its own data directory and `env` added to its
+    /// environment.
+    pub fn node_with_env(&self, name: &str, env: &[(&str, &str)]) -> Node {
+        self.start_node(name, &[], env)
+    }
+
+    fn start_node(&self, name: &str, extra: &[&str], env: &[(&str, &str)]) -> Node {
         let mut cmd = common::nexo_command(&self.dir.path().join(format!("cache-{name}")));
         let data = self.dir.path().join(format!("data-{name}"));
+        cmd.envs(env.iter().copied());
         cmd.env("NEXO_STORE", &self.store)
             .env("OPENAI_API_KEY", PROVIDER_KEY)
             .env("NEXO_LOG", "info")
