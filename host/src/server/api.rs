@@ -628,7 +628,13 @@ pub(crate) async fn decide(
     decision: Decision,
 ) -> ApiResult<Json<Value>> {
     may_go_on(&state, &tenant, &id).await?;
+    let before = state.store.approval(&id).await.map_err(ApiError::store)?;
     let approval = state.store.decide(&id, &call, decision).await.map_err(ApiError::store)?;
+    // The same decision again: answered as the first was, with no second resume.
+    if before.is_some_and(|a| a.decision == Some(decision) && a.call() == call) {
+        let run = own_run(&state, &tenant, &id).await?;
+        return Ok(Json(run_json(&run, None)));
+    }
     audit(
         &state,
         &tenant,
