@@ -434,8 +434,11 @@ impl Runs {
         let journal = Arc::new(journal.map_err(RunError::from)?);
         let thread = thread.map_err(RunError::from)?;
         // A recorded conversation goes on after the turns the replay answers.
-        if let Some(model) = &options.model {
-            model.resume_at(journal.recorded_turns());
+        // Only a replay moves the model: a new run (the next prompt of a
+        // `nexo chat` sharing one scripted provider) goes on where it is.
+        let recorded = journal.recorded_turns();
+        if let Some(model) = options.model.as_ref().filter(|_| recorded > 0) {
+            model.resume_at(recorded);
         }
         let mut options = options.clone();
         options.thread = thread.clone();

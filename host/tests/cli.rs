@@ -895,3 +895,31 @@ fn a_local_model_server_that_is_not_running_is_named() {
         assert!(err.contains(&format!("nothing is listening on http://127.0.0.1:{port}; {hint}")), "{err}");
     }
 }
+
+/// `nexo chat --script` shares one scripted provider across its prompts:
+/// the second prompt goes on with the script's second turn, not the first
+/// again (a new run is not a replay, so it does not move the script).
+#[test]
+fn a_scripted_chat_goes_on_through_the_script_prompt_after_prompt() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, r#"{"turns": [{"text": "answer-one"}, {"text": "answer-two"}]}"#).unwrap();
+    let agent = root().join("examples/offline/reviewer.toml");
+    let ws = root().join("examples/offline/workspace");
+    let cache = dir.path().join("cache");
+    let mut child = common::nexo_command(&cache)
+        .args(["chat", agent.to_str().unwrap(), "--script", script.to_str().unwrap()])
+        .args(["--sandbox", "local", "--cwd", ws.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"first\nsecond\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert_eq!(said.matches("answer-one").count(), 1, "{said}");
+    assert!(said.contains("answer-two"), "the second prompt got the script's second turn: {said}");
+}

@@ -180,6 +180,21 @@ pub enum StoreError {
         /// The approval the run waits on now, if any.
         pending: Option<Box<Approval>>,
     },
+    /// A decision on a call that was already decided the other way: the
+    /// first decision stands (the run may already go on by it). Nothing
+    /// was decided.
+    #[error(
+        "call {seq} of run `{run}` was already {}, so it cannot be {} as well; nothing was decided. \
+         `nexo runs show {run}` (or GET /v1/runs/{run}) shows its state", .decided.as_str(), .decided.other().as_str()
+    )]
+    AlreadyDecided {
+        /// The run.
+        run: String,
+        /// The call's sequence number.
+        seq: u64,
+        /// The decision that stands.
+        decided: Decision,
+    },
     /// A backend this build cannot use yet.
     #[error("{0}")]
     Unsupported(String),
@@ -505,6 +520,14 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The other decision.
+    pub fn other(self) -> Decision {
+        match self {
+            Decision::Approved => Decision::Denied,
+            Decision::Denied => Decision::Approved,
+        }
+    }
+
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -761,8 +784,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records the operator's decision on the suspended run's pending
     /// approval, if it is still for `call`, the call the decider was shown.
     /// The check and the write are one transaction (on PostgreSQL the
-    /// run's row is locked first). A decision may be changed while the run
-    /// still waits on the same call. No pending approval, or one for
+    /// run's row is locked first). The same decision again is answered as
+    /// the first was; the other one is [`StoreError::AlreadyDecided`] (a
+    /// decider on a stale page cannot overturn one). No pending approval, or one for
     /// another call, is a [`StoreError::StaleApproval`] that names the call
     /// the run waits on now, and nothing is decided.
     async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval>;

@@ -402,7 +402,7 @@ impl Store for MemoryStore {
     async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
         let mut inner = self.lock();
         let status = inner.run_mut(id)?.status;
-        let mut approval = check_decision(id, call, status, inner.approvals.get(id).cloned())?;
+        let mut approval = check_decision(id, call, decision, status, inner.approvals.get(id).cloned())?;
         approval.decision = Some(decision);
         inner.approvals.insert(id.to_string(), approval.clone());
         Ok(approval)

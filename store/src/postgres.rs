@@ -627,7 +627,7 @@ impl PgStore {
             Some(row) => Some(self.decode(|errors| rows::approval(id, &row, errors))?),
             None => None,
         };
-        let mut approval = check_decision(id, call, status, current)?;
+        let mut approval = check_decision(id, call, decision, status, current)?;
         sqlx::query(sql::DECIDE)
             .bind(id)
             .bind(decision.as_str())

@@ -2,7 +2,7 @@
 //! function per situation, so every backend refuses the same thing in the
 //! same words.
 
-use crate::{Approval, Claim, JobStatus, PendingCall, Run, RunStatus, StoreError};
+use crate::{Approval, Claim, Decision, JobStatus, PendingCall, Run, RunStatus, StoreError};
 
 /// Why a claim cannot take a run, naming what to do instead.
 pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
@@ -85,11 +85,17 @@ pub(crate) fn stale_approval(id: &str, given: &PendingCall, status: RunStatus, p
 pub(crate) fn check_decision(
     id: &str,
     call: &PendingCall,
+    decision: Decision,
     status: RunStatus,
     current: Option<Approval>,
 ) -> Result<Approval, StoreError> {
     match current.filter(|_| status == RunStatus::Suspended) {
-        Some(a) if a.seq == call.seq && a.args_hash == call.args_hash => Ok(a),
+        Some(a) if a.seq == call.seq && a.args_hash == call.args_hash => match a.decision {
+            Some(decided) if decided != decision => {
+                Err(StoreError::AlreadyDecided { run: id.to_string(), seq: a.seq, decided })
+            }
+            _ => Ok(a),
+        },
         pending => Err(StoreError::StaleApproval {
             run: id.to_string(),
             given: call.clone(),

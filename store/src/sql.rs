@@ -494,7 +494,7 @@ pub(crate) const SELECT_APPROVAL: &str = "SELECT seq, capability, tool, argument
 
 /// Records the decision on a run's pending approval, only if it is still
 /// for the call decided: `$1` run, `$2` decision, `$3` seq, `$4` args hash.
-pub(crate) const DECIDE: &str = "UPDATE approvals SET decision = $2 WHERE run = $1 AND seq = $3 AND args_hash = $4";
+pub(crate) const DECIDE: &str = "UPDATE approvals SET decision = $2 WHERE run = $1 AND seq = $3 AND args_hash = $4 AND (decision IS NULL OR decision = $2)";
 
 /// Gives a run to a new owner: `$1` id, `$2` owner, `$3` lease end, `$4`
 /// when.

@@ -790,7 +790,7 @@ impl SqliteStore {
             Some(row) => Some(self.decode_approval(id, &row)?),
             None => None,
         };
-        let mut approval = check_decision(id, call, status, current)?;
+        let mut approval = check_decision(id, call, decision, status, current)?;
         sqlx::query(sql::DECIDE)
             .bind(id)
             .bind(decision.as_str())

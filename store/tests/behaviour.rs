@@ -558,10 +558,14 @@ async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
 
     let decided = store.decide("r1", &call(1), Decision::Denied).await.unwrap();
     assert_eq!(decided, Approval { decision: Some(Decision::Denied), ..approval(1, "shell") });
-    // The operator may change their mind while the run waits on the same call.
-    let decided = store.decide("r1", &call(1), Decision::Approved).await.unwrap();
-    assert_eq!(decided.decision, Some(Decision::Approved));
-    assert_eq!(store.approval("r1").await.unwrap(), Some(decided.clone()));
+    // A second decider (on a stale page) cannot overturn the first decision.
+    match store.decide("r1", &call(1), Decision::Approved).await {
+        Err(StoreError::AlreadyDecided { seq: 1, decided: Decision::Denied, .. }) => {}
+        other => panic!("expected already decided, got {other:?}"),
+    }
+    assert_eq!(store.approval("r1").await.unwrap(), Some(decided.clone()), "the refusal decided nothing");
+    // The same decision again is answered as the first was.
+    assert_eq!(store.decide("r1", &call(1), Decision::Denied).await.unwrap(), decided);
 
     store.claim("r1", Claim::Resume, lease(OWNER, FAR), None, 30_000).await.unwrap();
     // Resumed: the approval stays for the replayed call, but is no longer decidable.

@@ -541,12 +541,15 @@ fn decided_line(decision: Decision, a: &nexo_store::Approval) -> String {
         nexo::journal::UNPOSITIONED => "the call".to_string(),
         seq => format!("call {seq}"),
     };
+    // All of it, as the terminal user who decides must see it: no cut, and
+    // no control that could hide or reorder a part.
+    let shown = |text: &str| nexo::terminal::escape(text, nexo::terminal::Lines::Flatten).into_owned();
     format!(
         "{} {at}: `{}` ({}) with {}",
         decision.as_str(),
-        a.tool,
+        shown(&a.tool),
         a.capability,
-        nexo::truncate::first_line(&a.arguments.to_string(), 120)
+        shown(&a.arguments.to_string())
     )
 }
 
@@ -930,4 +933,27 @@ fn first_line(text: &str) -> String {
 pub fn time(ms: i64) -> String {
     let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decided_line_shows_all_the_arguments_with_controls_escaped() {
+        let long = format!("echo {}\u{202e}txt.exe", "x".repeat(200));
+        let approval = nexo_store::Approval {
+            seq: 3,
+            args_hash: "ab".repeat(32),
+            tool: "shell".into(),
+            capability: "shell".into(),
+            arguments: serde_json::json!({"command": long}),
+            component_sha256: String::new(),
+            decision: None,
+            created_ms: 0,
+        };
+        let line = decided_line(Decision::Approved, &approval);
+        assert!(line.contains(&"x".repeat(200)), "not cut: {line}");
+        assert!(line.contains("\\u{202e}txt.exe") && !line.contains('\u{202e}'), "escaped: {line}");
+    }
 }

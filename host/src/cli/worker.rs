@@ -442,9 +442,19 @@ impl Worker {
                 RunStatus::Cancelled => Ok(Attempt::Ended("is cancelled")),
                 _ => Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry(end.retryable))),
             },
+            // A refused recovery has already marked the orphan failed for
+            // good: a retry would make it running again.
+            Resumed::Refused(why, _) if how == Claim::Recover && self.failed(&job.run).await => {
+                Err((why, Retry::Never))
+            }
             Resumed::Refused(why, _) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
         }
+    }
+
+    /// Whether run `id` is failed now, as the store says.
+    async fn failed(&self, id: &str) -> bool {
+        matches!(self.runs.store().run(id).await, Ok(Some(run)) if run.status == RunStatus::Failed)
     }
 
     /// Leaves a run its tenant's quotas do not let go on as it is (queued,

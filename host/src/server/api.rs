@@ -642,6 +642,9 @@ pub struct DecisionRequest {
     args_hash: Option<String>,
 }
 
+/// The most a decision's body may hold: it names one call.
+const MAX_DECISION_BYTES: usize = 4096;
+
 impl DecisionRequest {
     /// A decision from a form's fields.
     pub(crate) fn from_fields(seq: Option<u64>, args_hash: Option<&str>) -> DecisionRequest {
@@ -662,8 +665,19 @@ impl DecisionRequest {
         Ok(PendingCall { seq, args_hash })
     }
 
-    /// Parses a decision's JSON body.
+    /// Parses a decision's JSON body, at most [`MAX_DECISION_BYTES`].
     fn parse(body: &[u8]) -> ApiResult<PendingCall> {
+        if body.len() > MAX_DECISION_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "a decision's body is at most {MAX_DECISION_BYTES} bytes ({{\"seq\": N, \"args-hash\": \"…\"}}); \
+                     this one is {}",
+                    body.len()
+                ),
+            ));
+        }
         let request: DecisionRequest = if body.is_empty() {
             DecisionRequest::default()
         } else {
@@ -685,7 +699,13 @@ pub(crate) async fn decide(
     decision: Decision,
 ) -> ApiResult<Json<Value>> {
     may_go_on(&state, &tenant, &id).await?;
+    let before = state.store.approval(&id).await.map_err(ApiError::store)?;
     let approval = state.store.decide(&id, &call, decision).await.map_err(ApiError::store)?;
+    // The same decision again: answered as the first was, with no second resume.
+    if before.is_some_and(|a| a.decision == Some(decision) && a.call() == call) {
+        let run = own_run(&state, &tenant, &id).await?;
+        return Ok(Json(run_json(&run, None)));
+    }
     audit(
         &state,
         &tenant,
@@ -1079,4 +1099,18 @@ pub async fn revoke_key(
     // Its open streams end now, not at their next check.
     state.streams.end_key(&key.id);
     Ok(Json(json!({"id": key.id, "revoked_ms": key.revoked_ms})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_body_is_small() {
+        let call = format!(r#"{{"seq": 4, "args-hash": "{}"}}"#, "ab".repeat(32));
+        assert_eq!(DecisionRequest::parse(call.as_bytes()).ok().map(|c| c.seq), Some(4));
+        let padded = format!(r#"{{"seq": 4, "args-hash": "{}"}}"#, "a".repeat(MAX_DECISION_BYTES));
+        let err = DecisionRequest::parse(padded.as_bytes()).err().map(|e| format!("{e:?}")).unwrap_or_default();
+        assert!(err.contains("body_too_large"), "{err}");
+    }
 }

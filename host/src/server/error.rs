@@ -71,6 +71,9 @@ impl ApiError {
             e @ StoreError::StaleApproval { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "stale_approval", e.to_string())
             }
+            e @ StoreError::AlreadyDecided { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "already_decided", e.to_string())
+            }
             StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
             other => {
                 // The details (a path, a server's address) are the operator's, in the log.

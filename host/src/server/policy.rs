@@ -398,6 +398,10 @@ pub struct Quotas {
     /// (`PUT /v1/workspace/{path}`) past it is refused. Unset: 1 GiB
     /// ([`super::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
     pub workspace_bytes: Option<u64>,
+    /// The files and directories the tenant's workspace may hold on one
+    /// node (each costs an inode whatever its size): an upload past it is
+    /// refused. Unset: [`DEFAULT_WORKSPACE_FILES`].
+    pub workspace_files: Option<u64>,
 }
 
 /// A tenant's plugin storage when its policy sets none (1 GiB).
@@ -409,7 +413,15 @@ pub const DEFAULT_PLUGINS: u64 = 100;
 /// A tenant's open event streams per node when its policy sets none.
 pub const DEFAULT_OPEN_STREAMS: u64 = 64;
 
+/// A tenant's workspace files and directories when its policy sets none.
+pub const DEFAULT_WORKSPACE_FILES: u64 = 10_000;
+
 impl Quotas {
+    /// The tenant's cap on its workspace's files and directories.
+    pub fn workspace_files_cap(&self) -> u64 {
+        self.workspace_files.unwrap_or(DEFAULT_WORKSPACE_FILES)
+    }
+
     /// The tenant's plugin storage cap in bytes.
     pub fn plugin_bytes_cap(&self) -> u64 {
         self.plugin_bytes.unwrap_or(DEFAULT_PLUGIN_BYTES)
@@ -465,9 +477,11 @@ mod tests {
             (unset.plugin_bytes_cap(), unset.plugins_cap(), unset.open_streams_cap()),
             (DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_OPEN_STREAMS)
         );
-        let text = "[quotas]\nplugin-bytes = 1000\nplugins = 2\nopen-streams = 0\n";
+        assert_eq!(unset.workspace_files_cap(), DEFAULT_WORKSPACE_FILES);
+        let text = "[quotas]\nplugin-bytes = 1000\nplugins = 2\nopen-streams = 0\nworkspace-files = 5\n";
         let set = Policy::parse(text, &nexo::config::ConfigFile::default()).unwrap().quotas;
         assert_eq!((set.plugin_bytes_cap(), set.plugins_cap(), set.open_streams_cap()), (1000, 2, 0));
+        assert_eq!(set.workspace_files_cap(), 5);
     }
 
     #[test]

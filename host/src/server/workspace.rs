@@ -94,6 +94,9 @@ fn relative(path: &str) -> ApiResult<PathBuf> {
     if out.as_os_str().is_empty() {
         return Err(bad("it names the workspace itself (GET /v1/workspace lists it)"));
     }
+    if out.components().count() > MAX_DEPTH {
+        return Err(bad(&format!("it is deeper than {MAX_DEPTH} directories, the most the workspace holds")));
+    }
     Ok(out)
 }
 
@@ -121,10 +124,10 @@ fn io_error(path: &str, e: io::Error) -> ApiError {
     }
 }
 
-/// The tenant's `workspace-bytes`, or the default.
-fn quota(tenant: &Tenant) -> ApiResult<u64> {
+/// The tenant's `workspace-bytes` and `workspace-files`, or their defaults.
+fn quota(tenant: &Tenant) -> ApiResult<(u64, u64)> {
     let policy = Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?;
-    Ok(policy.quotas.workspace_bytes.unwrap_or(DEFAULT_WORKSPACE_BYTES))
+    Ok((policy.quotas.workspace_bytes.unwrap_or(DEFAULT_WORKSPACE_BYTES), policy.quotas.workspace_files_cap()))
 }
 
 /// Runs filesystem work off the async threads.
@@ -137,27 +140,44 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> ApiResult<T> + Send 
 struct Walk {
     entries: Vec<Value>,
     bytes: u64,
+    /// Files, directories and other entries, uploads in progress included.
+    count: u64,
+    /// The listing was cut at [`MAX_LISTED`].
     truncated: bool,
+    /// The count stopped short (past [`MAX_DEPTH`] or past the file cap),
+    /// so `bytes` and `count` are lower bounds: an upload is refused.
+    incomplete: bool,
 }
 
 /// Walks `dir` (at `prefix` in the workspace) without following symlinks:
-/// lists what is there and adds up the bytes of its regular files, uploads
-/// in progress included.
-fn walk(dir: &Dir, prefix: &Path, depth: usize, out: &mut Walk) -> io::Result<()> {
+/// lists what is there and adds up its entries and the bytes of its
+/// regular files, uploads in progress included (a run may name a file so).
+/// Stops once past `max_count` entries. With `sweep`, uploads in progress
+/// are removed instead: the caller holds the tenant's upload lock, so any
+/// there is a leftover.
+fn walk(dir: &Dir, prefix: &Path, depth: usize, max_count: u64, sweep: bool, out: &mut Walk) -> io::Result<()> {
     for entry in dir.entries()? {
+        if out.count > max_count {
+            out.incomplete = true;
+            return Ok(());
+        }
         let entry = entry?;
         let name = entry.file_name();
         let kind = entry.file_type()?;
         let path = prefix.join(&name);
         let partial = name.to_string_lossy().starts_with(PARTIAL);
+        if partial && sweep && !kind.is_dir() && dir.remove_file(&name).is_ok() {
+            continue;
+        }
+        out.count = out.count.saturating_add(1);
         let shown = path.to_string_lossy().into_owned();
         let mut listed = json!({"path": shown});
         if kind.is_dir() {
             listed["kind"] = "dir".into();
             if depth < MAX_DEPTH {
-                walk(&entry.open_dir()?, &path, depth + 1, out)?;
+                walk(&entry.open_dir()?, &path, depth + 1, max_count, sweep, out)?;
             } else {
-                out.truncated = true;
+                out.incomplete = true;
             }
         } else if kind.is_file() {
             let size = entry.metadata()?.len();
@@ -182,42 +202,103 @@ fn walk(dir: &Dir, prefix: &Path, depth: usize, out: &mut Walk) -> io::Result<()
 }
 
 /// `GET /v1/workspace`: the tenant's files and directories, with the sizes
-/// of its files, the bytes they hold and the quota.
+/// of its files, the bytes and entries they hold and the quotas.
 pub async fn list(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> ApiResult<Json<Value>> {
-    let quota = quota(&tenant)?;
+    let (quota, files_quota) = quota(&tenant)?;
     let root = open(&state, &tenant)?;
+    let walks = walk_permits(&tenant.id);
+    let _permit = walks.acquire_owned().await.map_err(|e| storage("walk", e))?;
     let found = blocking(move || {
         let mut found = Walk::default();
-        walk(&root, Path::new(""), 0, &mut found).map_err(|e| io_error(".", e))?;
+        walk(&root, Path::new(""), 0, files_quota, false, &mut found).map_err(|e| io_error(".", e))?;
         Ok(found)
     })
     .await?;
     let mut entries = found.entries;
     entries.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    Ok(Json(json!({"files": entries, "bytes": found.bytes, "quota_bytes": quota, "truncated": found.truncated})))
+    Ok(Json(json!({
+        "files": entries,
+        "bytes": found.bytes,
+        "quota_bytes": quota,
+        "entries": found.count,
+        "quota_files": files_quota,
+        "truncated": found.truncated || found.incomplete,
+    })))
+}
+
+/// The tenant's entry in a per-tenant map of this node.
+fn per_tenant<T: Default>(map: &'static OnceLock<Mutex<HashMap<String, Arc<T>>>>, tenant: &str) -> Arc<T> {
+    let mut map = map.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(tenant.to_string()).or_default().clone()
 }
 
 /// One upload at a time per tenant on this node, so that two cannot both
 /// fit in the room one of them leaves.
 fn upload_lock(tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
     static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
-    let mut locks = LOCKS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    locks.entry(tenant.to_string()).or_default().clone()
+    per_tenant(&LOCKS, tenant)
 }
 
-/// An upload's file until it is whole: removed unless kept.
+/// How many walks of one tenant's workspace run at once on this node.
+const WALKS_PER_TENANT: usize = 2;
+
+/// A tenant's walks wait here, so that many listings cannot tie up the
+/// blocking threads (and the disk) for everyone.
+fn walk_permits(tenant: &str) -> Arc<tokio::sync::Semaphore> {
+    struct Walks(Arc<tokio::sync::Semaphore>);
+    impl Default for Walks {
+        fn default() -> Self {
+            Walks(Arc::new(tokio::sync::Semaphore::new(WALKS_PER_TENANT)))
+        }
+    }
+    static WALKS: OnceLock<Mutex<HashMap<String, Arc<Walks>>>> = OnceLock::new();
+    per_tenant(&WALKS, tenant).0.clone()
+}
+
+/// An upload's file until it is whole: removed unless kept, off the
+/// async threads.
 struct Partial {
-    dir: Dir,
+    dir: Option<Dir>,
     name: String,
     kept: bool,
 }
 
 impl Drop for Partial {
     fn drop(&mut self) {
-        if !self.kept {
-            let _ = self.dir.remove_file(&self.name);
+        if let Some(dir) = self.dir.take().filter(|_| !self.kept) {
+            let name = std::mem::take(&mut self.name);
+            // Outside a runtime (never, here) the next upload's sweep removes it.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn_blocking(move || dir.remove_file(&name));
+            }
         }
     }
+}
+
+/// 507: the workspace holds more than can be counted (deeper than
+/// [`MAX_DEPTH`] or past its file cap), so no upload can be said to fit.
+fn uncounted(path: &str, files_quota: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "workspace_quota",
+        format!(
+            "`{path}` is refused: the workspace holds more than {files_quota} files and directories \
+             (`workspace-files`) or directories deeper than {MAX_DEPTH}, so its use cannot be counted; \
+             delete some (DELETE /v1/workspace/{{path}})"
+        ),
+    )
+}
+
+/// 507: the upload would take the workspace past its file cap.
+fn too_many(path: &str, files_quota: u64, count: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "workspace_quota",
+        format!(
+            "`{path}` does not fit: the workspace holds {count} of its {files_quota} files and directories \
+             (`workspace-files`); delete some (DELETE /v1/workspace/{{path}}) or ask the operator for a larger quota"
+        ),
+    )
 }
 
 /// 413: the file is larger than the whole quota.
@@ -255,18 +336,25 @@ pub async fn put(
     body: Body,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
-    let quota = quota(&tenant)?;
+    let (quota, files_quota) = quota(&tenant)?;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     if let Some(size) = declared.filter(|&n: &u64| n > quota) {
         return Err(too_large(&path, quota, Some(size)));
     }
     let lock = upload_lock(&tenant.id);
     let _one_at_a_time = lock.lock().await;
+    let walks = walk_permits(&tenant.id);
+    let permit = walks.acquire_owned().await.map_err(|e| storage("walk", e))?;
     let root = open(&state, &tenant)?;
     let (shown, target) = (path.clone(), rel.clone());
-    let (used, parent, replaced) = blocking(move || {
+    let partial_name = format!("{PARTIAL}{}", nexo_store::new_run_id());
+    let aside = partial_name.clone();
+    let (used, parent, replaced, file) = blocking(move || {
         let mut found = Walk::default();
-        walk(&root, Path::new(""), 0, &mut found).map_err(|e| io_error(".", e))?;
+        walk(&root, Path::new(""), 0, files_quota, true, &mut found).map_err(|e| io_error(".", e))?;
+        if found.incomplete {
+            return Err(uncounted(&shown, files_quota));
+        }
         let existing = match root.symlink_metadata(&target) {
             Ok(meta) if meta.is_dir() => {
                 return Err(ApiError::new(
@@ -280,6 +368,13 @@ pub async fn put(
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(&shown, e)),
         };
+        // The entries this upload adds: the file and the directories it needs.
+        let ancestors = target.ancestors().skip(1).filter(|p| !p.as_os_str().is_empty());
+        let new_dirs = ancestors.filter(|p| root.symlink_metadata(p).is_err()).count() as u64;
+        let added = new_dirs + u64::from(existing.is_none());
+        if found.count.saturating_add(added) > files_quota {
+            return Err(too_many(&shown, files_quota, found.count));
+        }
         let parent = match target.parent().filter(|p| !p.as_os_str().is_empty()) {
             Some(p) => {
                 root.create_dir_all(p).map_err(|e| io_error(&shown, e))?;
@@ -287,20 +382,20 @@ pub async fn put(
             }
             None => root,
         };
-        Ok((found.bytes.saturating_sub(existing.unwrap_or(0)), parent, existing.is_some()))
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true).mode(0o644);
+        let file = parent.open_with(&aside, &options).map_err(|e| io_error(&shown, e))?;
+        Ok((found.bytes.saturating_sub(existing.unwrap_or(0)), parent, existing.is_some(), file))
     })
     .await?;
+    drop(permit);
+    let keeper = parent.try_clone().map_err(|e| storage("clone", e))?;
+    let mut partial = Partial { dir: Some(keeper), name: partial_name.clone(), kept: false };
     let room = quota.saturating_sub(used);
     if let Some(size) = declared.filter(|&n| n > room) {
         return Err(no_room(&path, quota, used, Some(size)));
     }
     let name = rel.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    let partial_name = format!("{PARTIAL}{}", nexo_store::new_run_id());
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true).mode(0o644);
-    let file = parent.open_with(&partial_name, &options).map_err(|e| io_error(&path, e))?;
-    let keeper = parent.try_clone().map_err(|e| storage("clone", e))?;
-    let mut partial = Partial { dir: keeper, name: partial_name.clone(), kept: false };
     let mut file = tokio::fs::File::from_std(file.into_std());
     let mut stream = body.into_data_stream();
     let mut written: u64 = 0;
@@ -317,7 +412,8 @@ pub async fn put(
     }
     file.sync_all().await.map_err(|e| storage(&path, e))?;
     drop(file);
-    parent.rename(&partial_name, &parent, &name).map_err(|e| io_error(&path, e))?;
+    let shown = path.clone();
+    blocking(move || parent.rename(&partial_name, &parent, &name).map_err(|e| io_error(&shown, e))).await?;
     partial.kept = true;
     audit(&state, &tenant, "workspace.uploaded", json!({"path": path, "size": written})).await?;
     let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
@@ -414,5 +510,56 @@ mod tests {
         {
             assert!(relative(bad).is_err(), "{bad:?} is refused");
         }
+        let deepest = vec!["d"; MAX_DEPTH].join("/");
+        assert!(relative(&deepest).is_ok(), "{MAX_DEPTH} levels are counted");
+        let err = relative(&format!("{deepest}/x")).err().map(|e| format!("{e:?}")).unwrap_or_default();
+        assert!(err.contains(&MAX_DEPTH.to_string()), "a deeper path is refused, naming the limit: {err}");
+    }
+
+    fn scratch() -> (tempfile::TempDir, Dir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_ambient_dir(tmp.path(), ambient_authority()).unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn a_file_below_the_deepest_counted_level_makes_the_count_fail_closed() {
+        let (tmp, root) = scratch();
+        let deep = tmp.path().join(vec!["d"; MAX_DEPTH + 2].join("/"));
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("big"), vec![0u8; 4096]).unwrap();
+        let mut found = Walk::default();
+        walk(&root, Path::new(""), 0, u64::MAX, false, &mut found).unwrap();
+        assert!(found.incomplete, "the uncounted file is not silently left out");
+    }
+
+    #[test]
+    fn the_count_covers_files_and_directories_and_stops_past_the_cap() {
+        let (tmp, root) = scratch();
+        for i in 0..10 {
+            std::fs::create_dir(tmp.path().join(format!("d{i}"))).unwrap();
+            std::fs::write(tmp.path().join(format!("d{i}/f")), b"").unwrap();
+        }
+        let mut found = Walk::default();
+        walk(&root, Path::new(""), 0, 100, false, &mut found).unwrap();
+        assert_eq!((found.count, found.incomplete), (20, false), "empty files and directories count too");
+        let mut capped = Walk::default();
+        walk(&root, Path::new(""), 0, 5, false, &mut capped).unwrap();
+        assert!(capped.incomplete && capped.count <= 7, "the walk stops once past the cap: {}", capped.count);
+    }
+
+    #[test]
+    fn a_leftover_upload_is_swept_by_the_next_upload_and_never_listed() {
+        let (tmp, root) = scratch();
+        std::fs::create_dir(tmp.path().join("in")).unwrap();
+        std::fs::write(tmp.path().join("in").join(format!("{PARTIAL}r1")), vec![0u8; 100]).unwrap();
+        let mut listed = Walk::default();
+        walk(&root, Path::new(""), 0, 100, false, &mut listed).unwrap();
+        assert_eq!(listed.entries.len(), 1, "only `in` is listed");
+        assert_eq!(listed.bytes, 100, "a listing still counts it: a run may name a file so");
+        let mut swept = Walk::default();
+        walk(&root, Path::new(""), 0, 100, true, &mut swept).unwrap();
+        assert_eq!((swept.bytes, swept.count), (0, 1));
+        assert!(!tmp.path().join("in").join(format!("{PARTIAL}r1")).exists(), "removed");
     }
 }
