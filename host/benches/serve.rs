@@ -37,6 +37,9 @@
 //!    1024) so that each one compiles and is stored anew. Reported: both
 //!    p99s, their ratio (target ≤ 2×), and how many uploads were compiled.
 //!
+//! NEXO_BIN runs another `nexo` binary (the previous commit's, say) under
+//! the same bench, so that two builds are compared in one sitting.
+//!
 //! The model answers after MODEL_MS (default 20) in phases 1 and 2. With
 //! PROBE_SLICE=0, the probe's thread keeps the kernel's usual time slice. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
@@ -127,8 +130,11 @@ impl Server {
     }
 }
 
+/// The `nexo` binary under test: NEXO_BIN (another build, say the previous
+/// commit's, to compare in one run), else this build's.
 fn nexo(dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nexo"));
+    let bin = std::env::var_os("NEXO_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nexo").into());
+    let mut cmd = Command::new(bin);
     cmd.env("NEXO_CACHE_DIR", dir.join("cache"))
         .env("NEXO_STORE", dir.join("nexo.db"))
         .env("NEXO_CONFIG", dir.join("nexo.toml"))
