@@ -215,3 +215,33 @@ async fn mcp_servers_and_tools_never_widen() {
         refused(&scene, &node, &echo, &sha, fields, needle).await;
     }
 }
+
+/// An operator's narrowing reaches the runs that wait: a run suspended
+/// under a wider policy is approved after the policy lost its host, and
+/// the approved fetch is refused by the policy as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_policy_binds_the_runs_that_wait() {
+    let scene = Scene::new(None).await;
+    let web = scene.tenant("web", Some(json!({"allow": ["fetch"], "mode": "approve", "fetch-hosts": ["localhost"]})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &web, built::WEB_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    let body = json!({"plugin": sha, "input": "fetch http://localhost:9/", "wait": true});
+    let (status, first) = scene.post(&node.url("/v1/runs"), &web, body).await;
+    assert_eq!((status, &first["status"]), (StatusCode::OK, &json!("suspended")), "{first}\n{}", node.log());
+    let id = first["id"].as_str().unwrap().to_string();
+
+    // The operator takes the host away while the run waits.
+    let path = scene.dir.path().join("narrowed-policy.json");
+    std::fs::write(&path, json!({"allow": ["fetch"], "mode": "approve"}).to_string()).unwrap();
+    let out = scene.nexo(&["tenant", "policy", "web", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let decision = json!({"seq": first["approval"]["seq"], "args-hash": first["approval"]["args_hash"]});
+    let (status, answer) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &web, decision).await;
+    assert!(status.is_success(), "{answer}\n{}", node.log());
+    let done = scene.finish(&node, &web, &id).await;
+    let line = &lines(&done)[0];
+    // Refused by the host list (the policy's), not reached and stopped by the address guard.
+    assert!(line.starts_with("denied:") && line.contains("not on the allow-list"), "{line}\n{done}");
+}
