@@ -537,6 +537,9 @@ struct McpAuthority {
     effective: Vec<String>,
     /// The agent's `mcp-allow` ∩ the operator's, when the operator has one.
     listed: McpAllow,
+    /// The operator's `mcp-allow`, when set: the only tools offered or
+    /// callable, in every mode (a served run's grant always sets it).
+    ceiling: Option<McpAllow>,
 }
 
 /// What stops every call that needs one capability: the first of the
@@ -585,6 +588,7 @@ impl Authority {
                 requested: manifest.mcp_servers.clone(),
                 effective: manifest.mcp_servers.iter().filter(|s| servers.contains(*s)).cloned().collect(),
                 listed: both.mcp_tools.unwrap_or_default(),
+                ceiling: grant.mcp_allow.clone(),
             },
         }
     }
@@ -610,7 +614,14 @@ impl Authority {
     /// listed tools can, so only those are offered).
     pub fn mcp_offers(&self, server: &str, tool: &str) -> bool {
         self.mcp.effective.iter().any(|s| s == server)
+            && self.mcp_within_ceiling(server, tool)
             && (self.mode() != PermissionMode::ReadOnly || self.mcp_listed(server, tool))
+    }
+
+    /// Whether `tool` on `server` is within the operator's `mcp-allow`,
+    /// when the operator set one: outside it, no mode lets a tool through.
+    fn mcp_within_ceiling(&self, server: &str, tool: &str) -> bool {
+        self.mcp.ceiling.as_ref().is_none_or(|c| c.matches(server, tool))
     }
 
     /// Notes that `cap` cannot run in this run's configuration: the gate
@@ -755,6 +766,12 @@ impl Authority {
             }));
         }
         let Some(tool) = tool else { return Ok(()) };
+        if !self.mcp_within_ceiling(server, tool) {
+            return Err(ToolError::Denied(format!(
+                "the MCP tool `{server}/{tool}` is not on the operator's `mcp-allow` list, which bounds every mode: \
+                 the operator adds the exact name to it (a tenant's policy, or `[grant]` / `--mcp-allow`)"
+            )));
+        }
         if self.mcp_listed(server, tool) {
             return Ok(());
         }
@@ -949,5 +966,31 @@ mod tests {
         assert!(!authority.mcp_listed("fs", "write_file"), "not on the operator's list");
         assert!(!authority.mcp_listed("fs", "delete_file"), "the operator cannot add to the agent's list");
         assert!(authority.mcp_offers("fs", "read_file") && !authority.mcp_offers("fs", "write_file"));
+    }
+
+    #[test]
+    fn the_operators_mcp_allow_bounds_every_mode() {
+        let manifest = AgentManifest { name: "a".into(), mcp_servers: vec!["fs".into()], ..AgentManifest::default() };
+        let args = serde_json::json!({});
+        for list in [vec![], vec!["fs/read_file"]] {
+            let mut grant = Grant::default();
+            grant.mcp_servers.insert("fs".into());
+            grant.mcp_allow = Some(McpAllow::new(list.clone()));
+            for mode in [PermissionMode::Auto, PermissionMode::Approve, PermissionMode::ReadOnly] {
+                let authority = Authority::new(&manifest, &grant, &Permissions::new(mode));
+                assert!(!authority.mcp_offers("fs", "write_file"), "{mode:?} {list:?}");
+                let gate = Gate::Mcp { server: "fs", tool: Some("write_file"), arguments: &args };
+                let err = authority.gate(&gate, "t").unwrap_err();
+                assert!(matches!(err, ToolError::Denied(_)), "{mode:?} {list:?}: {err:?}");
+            }
+            // Within the list, the mode decides as before.
+            let authority = Authority::new(&manifest, &grant, &Permissions::new(PermissionMode::Auto));
+            assert_eq!(authority.mcp_offers("fs", "read_file"), !list.is_empty());
+        }
+        // No operator list (a local run without one): auto lets the tool through.
+        let mut grant = Grant::default();
+        grant.mcp_servers.insert("fs".into());
+        let authority = Authority::new(&manifest, &grant, &Permissions::new(PermissionMode::Auto));
+        assert!(authority.mcp_offers("fs", "write_file"));
     }
 }

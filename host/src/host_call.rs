@@ -569,12 +569,13 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Ok(admitted) => admitted,
         Err(reply) => return reply,
     };
-    // execute, then truncate
+    // execute, then truncate; audited even if this future is dropped mid-call
+    let audited = Audited { cx, used };
     let result = match allowed {
         Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
         Err(refusal) => Err(C::Error::from(refusal)),
     };
-    audit(cx, used, &result);
+    audited.finish(&result);
     // journal: the result is recorded before anyone sees it
     if let Some((journal, seq, hash)) = live
         && result.as_ref().err().is_none_or(|e| call.journal_error(e))
@@ -723,6 +724,30 @@ fn audit<Cx: CallContext, O, E: Refusal>(cx: &Cx, used: Option<CapabilityUse>, r
         used.verdict = refused;
     }
     sink.record(used);
+}
+
+/// The gate's decision, audited exactly once: with the call's final
+/// verdict when it returns, or as the gate decided it when the call's
+/// future is dropped mid-call (cancel, timeout, kill), for the call may
+/// have happened.
+struct Audited<'c, Cx: CallContext> {
+    cx: &'c Cx,
+    used: Option<CapabilityUse>,
+}
+
+impl<Cx: CallContext> Audited<'_, Cx> {
+    /// Audits the decision with the call's final verdict.
+    fn finish<O, E: Refusal>(mut self, result: &Result<O, E>) {
+        audit(self.cx, self.used.take(), result);
+    }
+}
+
+impl<Cx: CallContext> Drop for Audited<'_, Cx> {
+    fn drop(&mut self) {
+        if let (Some(sink), Some(used)) = (self.cx.audit(), self.used.take()) {
+            sink.record(used);
+        }
+    }
 }
 
 /// result: the typed result for a guest, the rendered reply (and its

@@ -104,3 +104,32 @@ async fn a_log_cut_short_with_its_head_fails_against_the_anchor() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stdout(&out).contains("alice: BROKEN") && stdout(&out).contains("entries 1 to 4"), "{}", stdout(&out));
 }
+
+/// A crash mid-write leaves a torn last line: `nexo audit verify` leaves it
+/// out with a warning, and `nexo serve` starts, cutting it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_last_line_neither_stops_the_server_nor_fails_verify() {
+    let scene = Scene::new(None).await;
+    let alice = scene.tenant("alice", None);
+    let node = scene.node("a");
+    assert!(scene.upload(&node, &alice, built::WEB_PROBE).await.0.is_success());
+    let anchor = scene.data("a").join("audit-anchor");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&anchor).unwrap_or_default().lines().count() == 0 {
+        assert!(Instant::now() < deadline, "nothing anchored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(node);
+    let whole = std::fs::read_to_string(&anchor).unwrap();
+    std::fs::write(&anchor, format!("{whole}{}", &whole[..whole.len() / 2])).unwrap();
+
+    let out = scene.nexo(&["audit", "verify", "--anchor", anchor.to_str().unwrap()]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("cut short"), "{}", stderr(&out));
+
+    let node = scene.node("a");
+    assert!(scene.get(&node.url("/v1/audit"), &alice).await.0.is_success(), "{}", node.log());
+    assert_eq!(std::fs::read_to_string(&anchor).unwrap()[..whole.len()], whole);
+    assert!(std::fs::read_to_string(&anchor).unwrap().ends_with('\n'));
+    assert!(node.log().contains("cut short by a crash"), "{}", node.log());
+}

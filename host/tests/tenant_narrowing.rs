@@ -215,3 +215,71 @@ async fn mcp_servers_and_tools_never_widen() {
         refused(&scene, &node, &echo, &sha, fields, needle).await;
     }
 }
+
+/// An operator's narrowing reaches the runs that wait: a run suspended
+/// under a wider policy is approved after the policy lost its host, and
+/// the approved fetch is refused by the policy as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_policy_binds_the_runs_that_wait() {
+    let scene = Scene::new(None).await;
+    let web = scene.tenant("web", Some(json!({"allow": ["fetch"], "mode": "approve", "fetch-hosts": ["localhost"]})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &web, built::WEB_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    let body = json!({"plugin": sha, "input": "fetch http://localhost:9/", "wait": true});
+    let (status, first) = scene.post(&node.url("/v1/runs"), &web, body).await;
+    assert_eq!((status, &first["status"]), (StatusCode::OK, &json!("suspended")), "{first}\n{}", node.log());
+    let id = first["id"].as_str().unwrap().to_string();
+
+    // The operator takes the host away while the run waits.
+    let path = scene.dir.path().join("narrowed-policy.json");
+    std::fs::write(&path, json!({"allow": ["fetch"], "mode": "approve"}).to_string()).unwrap();
+    let out = scene.nexo(&["tenant", "policy", "web", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let decision = json!({"seq": first["approval"]["seq"], "args-hash": first["approval"]["args_hash"]});
+    let (status, answer) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &web, decision).await;
+    assert!(status.is_success(), "{answer}\n{}", node.log());
+    let done = scene.finish(&node, &web, &id).await;
+    let line = &lines(&done)[0];
+    // Refused by the host list (the policy's), not reached and stopped by the address guard.
+    assert!(line.starts_with("denied:") && line.contains("not on the allow-list"), "{line}\n{done}");
+}
+
+/// The policy's `mcp-allow` bounds every mode: under `auto` and `approve`
+/// a tool outside it is neither offered nor callable (`[]` is no tool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_allow_is_a_ceiling_in_every_mode() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    let auto = scene.tenant("auto", Some(json!({"mode": "auto", "mcp-servers": ["tests"], "models": ["test"]})));
+    let approve = scene.tenant(
+        "approve",
+        Some(json!({"mode": "approve", "mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"]})),
+    );
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &auto, built::MCP_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    scene.upload(&node, &approve, built::MCP_PROBE).await;
+    let call = "call tests echo {\"text\":\"hi\"}";
+
+    // Auto, with no tool in the policy: the call is denied, not let through.
+    let done = run(&scene, &node, &auto, &sha, call, json!({})).await;
+    let line = &lines(&done)[0];
+    assert!(line.starts_with("call tests/echo: denied:") && line.contains("mcp-allow"), "{line}");
+    // Nor is the model offered the tool.
+    scene.model.push(nexo_model::mock::Reply::text("no tools"));
+    let done = run(&scene, &node, &auto, &sha, "prompt use echo", json!({})).await;
+    assert!(lines(&done)[0].starts_with("prompt: ok"), "{done}");
+    let tools = scene.model.requests().last().unwrap().body["tools"].as_array().cloned().unwrap_or_default();
+    assert!(!tools.iter().any(|t| t.to_string().contains("mcp__")), "{tools:?}");
+
+    // Approve, with `tests/echo` only: another tool is denied, not put to an approval.
+    let body = json!({"plugin": sha, "input": "call tests write {\"path\":\"x.txt\",\"text\":\"hi\"}", "wait": true});
+    let (status, other) = scene.post(&node.url("/v1/runs"), &approve, body).await;
+    assert_eq!((status, &other["status"]), (StatusCode::OK, &json!("done")), "{other}\n{}", node.log());
+    assert!(lines(&other)[0].contains(": denied:") && lines(&other)[0].contains("mcp-allow"), "{other}");
+    // The listed tool passes.
+    let done = run(&scene, &node, &approve, &sha, call, json!({})).await;
+    assert_eq!(lines(&done)[0], "call tests/echo: ok hi", "{done}");
+}

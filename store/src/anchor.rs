@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -53,6 +53,16 @@ pub enum AnchorError {
     },
 }
 
+/// The lines of an anchor file that were written whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Anchors {
+    /// Every whole line, in order.
+    pub lines: Vec<Anchored>,
+    /// The bytes of a last line without its `\n` (a write cut short by a
+    /// crash), left out: it never was a durable checkpoint.
+    pub torn: usize,
+}
+
 /// An anchor file, open for appending.
 #[derive(Debug)]
 pub struct AuditAnchor {
@@ -60,21 +70,72 @@ pub struct AuditAnchor {
     file: Mutex<File>,
     /// The newest head written for each tenant, so a head is written once.
     written: Mutex<BTreeMap<String, (u64, String)>>,
+    /// Whether `open` created the file.
+    created: bool,
+    /// The bytes of a torn last line `open` cut off.
+    repaired: usize,
+}
+
+/// Whether `id` can be a tenant's id on an anchor line: `[A-Za-z0-9_-]+`
+/// (a space or a newline in it would forge a line).
+pub fn is_anchorable_tenant(id: &str) -> bool {
+    !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl AuditAnchor {
-    /// Opens (or creates) the anchor file at `path` for appending, and
-    /// reads the heads it holds.
+    /// Opens (or creates, mode 0600, its directory synced) the anchor file
+    /// at `path` for appending, and reads the heads it holds. A torn last
+    /// line (a crash mid-write) is cut off, back to the last `\n`.
     pub fn open(path: &Path) -> Result<AuditAnchor, AnchorError> {
         let io = |source| AnchorError::Io { path: path.to_path_buf(), source };
         let mut written = BTreeMap::new();
-        if path.exists() {
-            for a in read_anchors(path)? {
+        let created = !path.exists();
+        let mut repaired = 0;
+        if !created {
+            let anchors = read_anchors(path)?;
+            for a in anchors.lines {
                 written.insert(a.tenant, (a.seq, a.hash));
             }
+            if anchors.torn > 0 {
+                let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+                let len = file.metadata().map_err(io)?.len();
+                file.set_len(len.saturating_sub(anchors.torn as u64)).map_err(io)?;
+                file.sync_data().map_err(io)?;
+                repaired = anchors.torn;
+            }
         }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
-        Ok(AuditAnchor { path: path.to_path_buf(), file: Mutex::new(file), written: Mutex::new(written) })
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(path).map_err(io)?;
+        file.seek(SeekFrom::End(0)).map_err(io)?;
+        if created {
+            file.sync_all().map_err(io)?;
+            // The new file's name is durable only once its directory is.
+            #[cfg(unix)]
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            }
+        }
+        Ok(AuditAnchor {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+            written: Mutex::new(written),
+            created,
+            repaired,
+        })
+    }
+
+    /// Whether `open` created the file: no head was anchored before, so a
+    /// log cut short before now cannot be found with it.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// The bytes of a torn last line `open` cut off (0: none).
+    pub fn repaired(&self) -> usize {
+        self.repaired
     }
 
     /// The file's path.
@@ -83,17 +144,25 @@ impl AuditAnchor {
     }
 
     /// Appends the heads that changed since they were last written, and
-    /// makes them durable before it returns. Returns how many it wrote.
+    /// makes them durable before it returns. Returns how many it wrote. A
+    /// head is known as written only once it is durable, so a failed write
+    /// is tried again next time. Tenant ids that are not
+    /// [`is_anchorable_tenant`] are skipped (the caller logs them).
     pub fn record(&self, heads: &[(String, u64, String)]) -> Result<usize, AnchorError> {
         let io = |source| AnchorError::Io { path: self.path.clone(), source };
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         let mut text = String::new();
+        let mut new = Vec::new();
         for (tenant, seq, hash) in heads {
-            if *seq == 0 || written.get(tenant).is_some_and(|(s, h)| s == seq && h == hash) {
+            if *seq == 0
+                || !is_anchorable_tenant(tenant)
+                || !is_sha256_hex(hash)
+                || written.get(tenant).is_some_and(|(s, h)| s == seq && h == hash)
+            {
                 continue;
             }
             text.push_str(&format!("{tenant} {seq} {hash}\n"));
-            written.insert(tenant.clone(), (*seq, hash.clone()));
+            new.push((tenant.clone(), (*seq, hash.clone())));
         }
         if text.is_empty() {
             return Ok(0);
@@ -101,13 +170,20 @@ impl AuditAnchor {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(text.as_bytes()).map_err(io)?;
         file.sync_data().map_err(io)?;
-        Ok(text.lines().count())
+        let count = new.len();
+        written.extend(new);
+        Ok(count)
     }
 }
 
-/// Every line of the anchor file at `path`, in order.
-pub fn read_anchors(path: &Path) -> Result<Vec<Anchored>, AnchorError> {
-    let text = std::fs::read_to_string(path).map_err(|source| AnchorError::Io { path: path.to_path_buf(), source })?;
+/// Every whole line of the anchor file at `path`, in order; a last line
+/// without its `\n` is left out ([`Anchors::torn`]).
+pub fn read_anchors(path: &Path) -> Result<Anchors, AnchorError> {
+    let bytes = std::fs::read(path).map_err(|source| AnchorError::Io { path: path.to_path_buf(), source })?;
+    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let torn = bytes.len() - whole;
+    let text = std::str::from_utf8(&bytes[..whole])
+        .map_err(|e| AnchorError::Malformed { path: path.to_path_buf(), line: line_of(&bytes, e.valid_up_to()) })?;
     let mut anchors = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let malformed = || AnchorError::Malformed { path: path.to_path_buf(), line: i + 1 };
@@ -122,7 +198,12 @@ pub fn read_anchors(path: &Path) -> Result<Vec<Anchored>, AnchorError> {
         }
         anchors.push(Anchored { tenant: tenant.to_string(), seq, hash: hash.to_string() });
     }
-    Ok(anchors)
+    Ok(Anchors { lines: anchors, torn })
+}
+
+/// The line, from 1, that byte `at` is on.
+fn line_of(bytes: &[u8], at: usize) -> usize {
+    bytes[..at].iter().filter(|b| **b == b'\n').count() + 1
 }
 
 /// Checks a tenant's whole log (as [`crate::verify_audit`] takes it)
@@ -176,11 +257,43 @@ mod tests {
         // Reopened, it appends after what it holds and knows its heads.
         let anchor = AuditAnchor::open(&path).unwrap();
         assert_eq!(anchor.record(&[head(2)]).unwrap(), 0);
-        let read = read_anchors(&path).unwrap();
+        let read = read_anchors(&path).unwrap().lines;
         assert_eq!(read.iter().map(|a| a.seq).collect::<Vec<_>>(), [1, 3]);
         std::fs::write(&path, "t1 3 nothex\n").unwrap();
         let err = read_anchors(&path).unwrap_err();
         assert!(matches!(err, AnchorError::Malformed { line: 1, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_left_out_and_cut_off_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit-anchor");
+        let log = chain(2);
+        let anchor = AuditAnchor::open(&path).unwrap();
+        assert!(anchor.created());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        anchor.record(&[("t1".into(), 1, log[0].hash.clone())]).unwrap();
+        drop(anchor);
+        // A crash mid-write: half of the next line.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(format!("t1 2 {}", &log[1].hash[..20]).as_bytes()).unwrap();
+        drop(f);
+        let read = read_anchors(&path).unwrap();
+        assert_eq!((read.lines.len(), read.torn), (1, 25));
+        let anchor = AuditAnchor::open(&path).unwrap();
+        assert!(!anchor.created());
+        assert_eq!(anchor.repaired(), 25);
+        assert_eq!(anchor.record(&[("t1".into(), 2, log[1].hash.clone())]).unwrap(), 1);
+        let read = read_anchors(&path).unwrap();
+        assert_eq!((read.lines.iter().map(|a| a.seq).collect::<Vec<_>>(), read.torn), (vec![1, 2], 0));
+        // A tenant id that would forge a line is not written.
+        let forged = "t1 9 x\nt2".to_string();
+        assert_eq!(anchor.record(&[(forged, 3, log[1].hash.clone())]).unwrap(), 0);
+        assert!(!is_anchorable_tenant("a b") && is_anchorable_tenant("t_1-A"));
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-pub use anchor::{AnchorError, Anchored, AuditAnchor, read_anchors, verify_anchored};
+pub use anchor::{AnchorError, Anchored, Anchors, AuditAnchor, is_anchorable_tenant, read_anchors, verify_anchored};
 pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;

@@ -275,6 +275,36 @@ impl Resolved {
         self
     }
 
+    /// The same grant within `bounds` (a tenant's policy as it is now), so a
+    /// served run goes on with no more than its tenant is allowed today.
+    /// A list the run recorded as null is read as empty: a served grant's
+    /// lists are always set, and older records wrote an empty one as null.
+    pub fn within(mut self, bounds: &nexo::authority::Bounds) -> Resolved {
+        if let Some(caps) = &bounds.capabilities {
+            self.allow.retain(|c| caps.contains(c));
+        }
+        if let Some(mode) = bounds.mode {
+            self = self.narrowed(Some(mode), &[]);
+        }
+        let hosts = nexo_egress::HostList::new(self.fetch_hosts.take().unwrap_or_default()).unwrap_or_default();
+        let hosts = match &bounds.fetch_hosts {
+            Some(policy) => hosts.intersection(policy),
+            None => hosts,
+        };
+        self.fetch_hosts = Some(hosts.entries().to_vec());
+        if let Some(servers) = &bounds.mcp_servers {
+            self.mcp_servers.retain(|n| servers.contains(n));
+            self.mcp_flags.retain(|n, _| servers.contains(n));
+        }
+        let tools = nexo::authority::McpAllow::new(self.mcp_allow.take().unwrap_or_default());
+        let tools = match &bounds.mcp_tools {
+            Some(policy) => tools.intersection(policy),
+            None => tools,
+        };
+        self.mcp_allow = Some(tools.entries().to_vec());
+        self
+    }
+
     /// The same grant with the config file's `[mcp.NAME]` tables, as a
     /// resume reads them: only servers the run started with are kept.
     pub fn with_config_file(mut self, file: &ConfigFile) -> Resolved {

@@ -672,6 +672,18 @@ pub async fn resume_run(
         }
     };
     rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
+    // A served run goes on within its tenant's policy as it is now: an
+    // operator's narrowing reaches the runs that wait.
+    if let Some(tenant) = &run.tenant {
+        match tenant_bounds(runs.store(), tenant).await {
+            Ok(bounds) => rec.grant = rec.grant.within(&bounds),
+            Err(why) => {
+                let why = format!("run {} cannot go on: {why}", run.id);
+                errln!("error: {why}");
+                return Resumed::Refused(why, ExitCode::from(2));
+            }
+        }
+    }
     // A pass without a server the run used would not behave as the run did:
     // the run is left as it is until the configuration is given.
     let unconfigured = rec.grant.unconfigured_mcp_servers();
@@ -742,6 +754,15 @@ pub async fn resume_run(
             Resumed::Refused(e.to_string(), ExitCode::from(2))
         }
         Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
+    }
+}
+
+/// The bounds of `tenant`'s policy as the store holds it now.
+async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<nexo::authority::Bounds, String> {
+    match store.tenant(tenant).await {
+        Ok(Some(t)) => crate::server::policy::Policy::from_stored(&t.policy).map(|p| p.bounds()),
+        Ok(None) => Err(StoreError::NoTenant(tenant.to_string()).to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -318,7 +318,19 @@ pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
                 Err(code) => return code,
             };
             let anchored = match anchor.as_deref().map(nexo_store::read_anchors).transpose() {
-                Ok(a) => a,
+                Ok(a) => {
+                    if let (Some(path), Some(a)) = (anchor.as_deref(), &a)
+                        && a.torn > 0
+                    {
+                        errln!(
+                            "warning: the last line of {} was cut short ({} bytes without a newline, a write a crash \
+                             interrupted); it is left out",
+                            path.display(),
+                            a.torn
+                        );
+                    }
+                    a.map(|a| a.lines)
+                }
                 Err(e) => {
                     errln!("error: {e}");
                     return ExitCode::from(1);

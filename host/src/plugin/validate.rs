@@ -103,7 +103,7 @@ pub fn mcp_server_name(value: &str) -> Result<(), String> {
 
 /// An `mcp-allow` entry: an exact tool name, or `server/tool`. Patterns are
 /// refused outright, so an author who expects a glob learns it does nothing.
-fn mcp_allow_entry(value: &str) -> Result<(), String> {
+pub fn mcp_allow_entry(value: &str) -> Result<(), String> {
     let (server, tool) = match value.split_once('/') {
         Some((server, tool)) => (Some(server), tool),
         None => (None, value),

@@ -17,9 +17,30 @@ pub const EVERY: Duration = Duration::from_secs(1);
 /// The anchor file's name in the data directory.
 pub const FILE: &str = "audit-anchor";
 
-/// Opens the anchor file in `data_dir`.
-pub fn open(data_dir: &Path) -> Result<Arc<AuditAnchor>, nexo_store::AnchorError> {
-    AuditAnchor::open(&data_dir.join(FILE)).map(Arc::new)
+/// Opens the anchor file in `data_dir`, saying what `open` repaired, and
+/// warning when it is new while the store already holds audit entries:
+/// those logs were not anchored until now.
+pub async fn open(data_dir: &Path, store: &dyn Store) -> Result<Arc<AuditAnchor>, nexo_store::AnchorError> {
+    let anchor = AuditAnchor::open(&data_dir.join(FILE))?;
+    let path = anchor.path().display().to_string();
+    if anchor.repaired() > 0 {
+        tracing::warn!(
+            target: "nexo::server",
+            "the last line of the audit anchor file {path} was cut short by a crash ({} bytes); it was removed",
+            anchor.repaired()
+        );
+    }
+    if anchor.created()
+        && let Ok(heads) = store.audit_heads().await
+        && heads.iter().any(|(_, seq, _)| *seq > 0)
+    {
+        tracing::warn!(
+            target: "nexo::server",
+            "the audit anchor file {path} is new, but the store already holds audit entries: a log cut short \
+             before now cannot be detected (was the anchor file deleted or the data directory changed?)"
+        );
+    }
+    Ok(Arc::new(anchor))
 }
 
 /// Anchors the heads every [`EVERY`] until `stop` is set, then once more.
@@ -47,6 +68,11 @@ pub async fn anchor_once(store: &dyn Store, anchor: &Arc<AuditAnchor>) {
             return;
         }
     };
+    let (heads, odd): (Vec<_>, Vec<_>) =
+        heads.into_iter().partition(|(tenant, _, _)| nexo_store::is_anchorable_tenant(tenant));
+    for (tenant, _, _) in odd {
+        tracing::warn!(target: "nexo::server", "the tenant id {tenant:?} cannot be written to the audit anchor; skipped");
+    }
     let anchor = anchor.clone();
     match tokio::task::spawn_blocking(move || anchor.record(&heads)).await {
         Ok(Ok(_)) => {}

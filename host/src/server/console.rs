@@ -92,7 +92,7 @@ pub fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if is_bidi_control(c) => {
+            c if is_bidi_control(c) || is_invisible_format(c) => {
                 let _ = write!(out, "&#x{:X};", u32::from(c));
             }
             c => out.push(c),
@@ -105,6 +105,13 @@ pub fn escape(text: &str) -> String {
 /// overrides, isolates, and the implicit marks.
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
+/// Characters that change how text reads without being seen: the line
+/// and paragraph separators, the byte-order mark (zero-width no-break
+/// space) and the tag characters.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}' | '\u{FEFF}' | '\u{E0000}'..='\u{E007F}')
 }
 
 /// Percent-encodes a query parameter's value.
@@ -1351,7 +1358,8 @@ mod tests {
     fn escape_writes_bidirectional_controls_as_references() {
         let controls = ['\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}']
             .into_iter()
-            .chain(['\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}']);
+            .chain(['\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}'])
+            .chain(['\u{2028}', '\u{2029}', '\u{FEFF}', '\u{E0000}', '\u{E0041}', '\u{E007F}']);
         for c in controls {
             let shown = escape(&format!("rm -rf {c}gpj.exe"));
             assert!(!shown.contains(c), "{:?} is written raw", u32::from(c));

@@ -134,7 +134,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         return ExitCode::from(2);
     }
     let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
-    let audit_anchor = match anchor::open(&data_dir) {
+    let audit_anchor = match anchor::open(&data_dir, &*store).await {
         Ok(a) => a,
         Err(e) => {
             errln!("error: {e}");

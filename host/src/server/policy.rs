@@ -122,6 +122,9 @@ impl Policy {
             return Err("`sandboxes` is empty: list at least `virtual`".into());
         }
         nexo_egress::HostList::new(self.fetch_hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
+        for entry in &self.mcp_allow {
+            nexo::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
+        }
         for model in &self.models {
             if !config.serve.models.contains_key(model) {
                 return Err(format!(
@@ -597,6 +600,13 @@ mod tests {
         assert!(Policy::parse("mode = \"ask\"\n", &config).unwrap_err().contains("needs a terminal"));
         assert!(Policy::parse("models = [\"gpt\"]\n", &config).unwrap_err().contains("[serve.models.gpt]"));
         assert!(Policy::parse("sandboxes = []\n", &config).unwrap_err().contains("empty"));
+        // An mcp-allow entry is an exact name, as in a manifest: no pattern, no path.
+        for bad in ["*", "a/b/c", "tests/*", "", "/echo"] {
+            let text = serde_json::json!({"mcp-allow": [bad]}).to_string();
+            let err = Policy::parse(&text, &config).unwrap_err();
+            assert!(err.starts_with("mcp-allow:"), "{bad:?}: {err}");
+        }
+        assert!(Policy::parse(r#"{"mcp-allow": ["echo", "tests/echo.v2"]}"#, &config).is_ok());
     }
 
     /// Random policies, requests and manifests, written with the aliases

@@ -147,7 +147,7 @@ impl TrustedProxies {
             .map(str::trim)
             .collect();
         for entry in forwarded.iter().rev() {
-            let Ok(hop) = entry.parse::<IpAddr>() else { break };
+            let Some(hop) = hop_addr(entry) else { break };
             client = hop.to_canonical();
             if !self.trusts(client) {
                 break;
@@ -155,6 +155,19 @@ impl TrustedProxies {
         }
         Some(client)
     }
+}
+
+/// An `X-Forwarded-For` entry's address: bare (`1.2.3.4`, `2001:db8::1`),
+/// with a port (`1.2.3.4:5678`, `[2001:db8::1]:443`) or bracketed
+/// (`[2001:db8::1]`), as proxies write them.
+fn hop_addr(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(addr) = entry.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    entry.strip_prefix('[')?.strip_suffix(']')?.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
 }
 
 #[cfg(test)]
@@ -235,6 +248,25 @@ mod tests {
         assert!(proxies.trusts("::ffff:10.9.9.9".parse().unwrap()));
         let err = TrustedProxies::parse(&["localhost"]).unwrap_err();
         assert!(err.contains("`localhost`") && err.contains("CIDR"), "{err}");
+    }
+
+    #[test]
+    fn a_forwarded_entry_with_a_port_or_brackets_names_the_client() {
+        let proxies = TrustedProxies::parse(&["127.0.0.1"]).unwrap();
+        let local = peer("127.0.0.1");
+        for (entry, client) in [
+            ("203.0.113.9:5678", "203.0.113.9"),
+            ("[2001:db8::1]:443", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+            ("2001:db8::1", "2001:db8::1"),
+        ] {
+            let got = proxies.client_addr(Some(&local), &forwarded(entry));
+            assert_eq!(got, Some(client.parse().unwrap()), "{entry}");
+        }
+        for garbage in ["[203.0.113.9]", "203.0.113.9:port", "[2001:db8::1"] {
+            let got = proxies.client_addr(Some(&local), &forwarded(garbage));
+            assert_eq!(got, Some("127.0.0.1".parse().unwrap()), "{garbage} names no client");
+        }
     }
 
     #[test]
