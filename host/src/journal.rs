@@ -447,7 +447,10 @@ impl Journal {
 
     /// The gate's `approve` verdict for the live call `seq`: a decision the
     /// operator made for exactly this call applies; anything else suspends
-    /// the run with a new pending approval (fail closed).
+    /// the run with a new pending approval (fail closed). The approval's
+    /// `args_hash` is the hash of the whole call (capability, tool and the
+    /// arguments' hash `args_hash`), so a decision that names it names the
+    /// tool too.
     pub fn approval(
         &self,
         seq: u64,
@@ -457,6 +460,10 @@ impl Journal {
         args_hash: &str,
         message: String,
     ) -> Result<(), ToolError> {
+        // The hash a decision names covers the whole call, not its arguments
+        // alone: two tools given the same arguments at one position (an
+        // unjournaled call, or a checkpoints-only pass) are two calls.
+        let args_hash = hash_json(&(subject, tool, args_hash));
         let mut state = self.lock();
         let matches = state.decided.as_ref().is_some_and(|a| {
             a.seq == seq
@@ -476,7 +483,7 @@ impl Journal {
             capability: subject.to_string(),
             tool: tool.to_string(),
             arguments: arguments.clone(),
-            args_hash: args_hash.to_string(),
+            args_hash,
             component_sha256: self.component.clone(),
             decision: None,
             created_ms: nexo_store::now_ms(),
@@ -516,5 +523,62 @@ impl EventSink for JournalSink {
         if let Ok(data) = serde_json::to_value(event) {
             self.journal.record_event(kind, data);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use nexo_store::{MemoryStore, NewRun, RunStatus};
+    use serde_json::json;
+
+    use super::*;
+
+    async fn journal(store: &Arc<dyn Store>, decided: Option<Approval>) -> Journal {
+        let run = store.run("r1").await.unwrap().unwrap();
+        let journal = Journal::open(store.clone(), &run, "o", Replay::New, false).await.unwrap();
+        journal.lock().decided = decided;
+        journal
+    }
+
+    /// The call a decision names is the whole call: a decision for one
+    /// tool never passes another given the same arguments at the same
+    /// position (as an unjournaled call, or a checkpoints-only pass, has).
+    #[tokio::test]
+    async fn a_decision_binds_to_the_tool_as_well_as_the_arguments() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        let new = NewRun {
+            id: "r1".into(),
+            agent: "a".into(),
+            kind: "component".into(),
+            source: "a.wasm".into(),
+            component_sha256: "ab".repeat(32),
+            input: String::new(),
+            grant: json!({}),
+            status: RunStatus::Queued,
+            lease: None,
+            created_ms: 1,
+            session: None,
+            tenant: None,
+        };
+        store.create_run(new).await.unwrap();
+        let args = json!({"path": "x"});
+        let hash = hash_json(&args);
+        let asked = journal(&store, None).await;
+        let err = asked.approval(UNPOSITIONED, "files", "read_file", &args, &hash, "ask".into());
+        assert!(matches!(err, Err(ToolError::ApprovalRequired(_))), "{err:?}");
+        let Some(Halt::Suspend { approval: Some(mut shown), .. }) = asked.halted() else { panic!("no approval") };
+        assert_ne!(shown.args_hash, hash, "the hash names the tool too");
+        shown.decision = Some(Decision::Approved);
+
+        let other = journal(&store, Some(shown.clone())).await;
+        let err = other.approval(UNPOSITIONED, "files", "delete_file", &args, &hash, "ask".into());
+        assert!(matches!(err, Err(ToolError::ApprovalRequired(_))), "another tool is not approved: {err:?}");
+        let Some(Halt::Suspend { approval: Some(pending), .. }) = other.halted() else { panic!("no approval") };
+        assert_ne!(pending.args_hash, shown.args_hash, "its pending call names a hash no decision for read_file has");
+
+        let same = journal(&store, Some(shown)).await;
+        assert!(same.approval(UNPOSITIONED, "files", "read_file", &args, &hash, "ask".into()).is_ok());
     }
 }

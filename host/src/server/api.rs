@@ -637,7 +637,8 @@ pub async fn get_run(
 pub struct DecisionRequest {
     /// The call's sequence number (`approval.seq`).
     seq: Option<u64>,
-    /// The SHA-256 of its arguments (`approval.args_hash`).
+    /// The SHA-256 of the call: its capability, tool and arguments
+    /// (`approval.args_hash`).
     #[serde(alias = "args_hash")]
     args_hash: Option<String>,
 }

@@ -162,7 +162,7 @@ pub fn document() -> Value {
                     "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"}}},
                 "Decision": {"type": "object", "required": ["seq", "args-hash"], "additionalProperties": false, "properties": {
                     "seq": {"type": "integer", "description": "the pending call's sequence number (`approval.seq`)"},
-                    "args-hash": {"type": "string", "description": "the SHA-256 of its arguments (`approval.args_hash`)"}}},
+                    "args-hash": {"type": "string", "description": "the SHA-256 of the call: its capability, tool and arguments (`approval.args_hash`)"}}},
                 "Approval": {"type": "object", "properties": {
                     "capability": {"type": "string"}, "tool": {"type": "string"}, "arguments": {},
                     "seq": {"type": "integer"}, "args_hash": {"type": "string"},
