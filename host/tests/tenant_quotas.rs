@@ -308,6 +308,47 @@ async fn a_cancelled_spinner_stops_at_once_and_holds_up_no_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_a_guest_waiting_in_a_host_call_and_frees_its_slots() {
+    let scene = Scene::new(None).await;
+    let waiter = scene.tenant("pia", Some(prompting(json!({"concurrent-runs": 1}))));
+    let quiet = scene.tenant("oz", None);
+    // One worker slot: while the cancelled guest holds it, no one else runs.
+    let node = scene.node_with("a", &["--max-in-flight", "1"]);
+    let (_, probe) = scene.upload(&node, &waiter, built::WORKFLOW_PROBE).await;
+    let (_, stats) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
+    // A model turn that does not answer for a minute: no epoch tick reaches
+    // a guest waiting for it.
+    scene.model.push(Reply::text("late").with_delay(Duration::from_secs(60)));
+    let body = json!({"plugin": probe["id"], "input": "prompt 1"});
+    let (status, _, run) = post(&scene, &node, "/v1/runs", &waiter, body.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let at = Instant::now();
+    while scene.model.requests().is_empty() {
+        assert!(at.elapsed() < Duration::from_secs(30), "the run never prompted\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _, cancelled) = post(&scene, &node, &format!("/v1/runs/{id}/cancel"), &waiter, json!({})).await;
+    assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+    let at = Instant::now();
+    let body_quiet = json!({"plugin": stats["id"], "input": "a b c", "wait": true});
+    let (status, done) = scene.post(&node.url("/v1/runs"), &quiet, body_quiet).await;
+    assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}");
+    assert!(at.elapsed() < Duration::from_secs(5), "the quiet tenant's run took {:?}\n{}", at.elapsed(), node.log());
+    eprintln!("the worker slot was free {:?} after the cancel", at.elapsed());
+    // Its concurrent-runs slot is free too, once its pass ended.
+    loop {
+        let (status, _, next) = post(&scene, &node, "/v1/runs", &waiter, body.clone()).await;
+        if status == StatusCode::ACCEPTED {
+            break;
+        }
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{next}");
+        assert!(at.elapsed() < Duration::from_secs(5), "the cancelled run still counts: {next}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_taken_by_another_node_stops_the_guest_at_the_next_lease_renewal() {
     let Some(url) = common::postgres_database("a_cancel_taken_by_another_node_stops_the_guest").await else {
         return;

@@ -305,6 +305,10 @@ async fn pending(store: &dyn nexo_store::Store) -> bool {
     false
 }
 
+/// The longest a job held again and again for the same reason waits
+/// between claims (unless its quota says longer: the next hour).
+const MAX_HOLD_MS: i64 = 30_000;
+
 impl Worker {
     /// Runs one claimed job to its end, under a heartbeat: a lost lease
     /// drops the run on the spot.
@@ -462,7 +466,13 @@ impl Worker {
             }
             return;
         };
-        let until = now.saturating_add(i64::try_from(secs).unwrap_or(3600).saturating_mul(1000));
+        // Held again for the same reason: it waits longer each time, half as
+        // long again as it has waited so far (to a cap), so a run held for
+        // long costs a claim now and then, not one a second.
+        let waited_ms = if job.error.as_deref() == Some(why.as_str()) { now.saturating_sub(job.created_ms) } else { 0 };
+        let wait_ms = i64::try_from(secs).unwrap_or(3600).saturating_mul(1000).max((waited_ms / 2).min(MAX_HOLD_MS));
+        let until = now.saturating_add(wait_ms);
+        let secs = (wait_ms + 999) / 1000;
         match store.postpone_job(&job.id, lease, why, until, now).await {
             Ok(_) => errln!("job {}: run {} waits {secs} s: {why}", job.id, job.run),
             Err(e) => errln!("warning: job {}: {e}", job.id),

@@ -108,7 +108,8 @@ fn until_next_hour(now_ms: i64) -> u64 {
 ///
 /// - `concurrent-runs` counts every run that runs or may run
 ///   ([`Store::live_runs`]): queued, running, and those whose resume or
-///   retry is queued;
+///   retry is queued; at the worker's claim, only the others that run
+///   ([`Store::running_runs`]);
 /// - `runs-per-hour` counts starts only;
 /// - the hour's tokens, CPU ticks and egress bytes must not be used up;
 /// - a run going on must not have spent its own `cpu-ticks-per-run` in
@@ -122,14 +123,20 @@ pub async fn admit(
     now_ms: i64,
 ) -> StoreResult<Result<(), Refusal>> {
     if let Some(limit) = quotas.concurrent_runs {
-        let live = store.live_runs(tenant).await?;
-        // A claimed run is among them already.
-        let others = if matches!(step, Step::Claim { .. }) { live.saturating_sub(1) } else { live };
+        // At a claim only the runs that hold a worker count: the tenant's
+        // other queued runs wait as this one does, and counting them would
+        // hold every claim for good once more are queued than the quota
+        // (two starts at once, or a quota lowered). A claimed run is among
+        // the running ones already.
+        let (others, what) = match step {
+            Step::Claim { .. } => (store.running_runs(tenant).await?.saturating_sub(1), "running"),
+            _ => (store.live_runs(tenant).await?, "queued, running or about to resume"),
+        };
         if others >= limit {
             return Ok(Err(Refusal {
                 message: format!(
-                    "the tenant has {others} runs queued, running or about to resume, its quota of concurrent runs \
-                     ({limit}); wait for one to end, cancel one, or ask the operator for a higher quota"
+                    "the tenant has {others} runs {what}, its quota of concurrent runs ({limit}); wait for one to \
+                     end, cancel one, or ask the operator for a higher quota"
                 ),
                 retry_after: Some(1),
             }));
@@ -405,6 +412,35 @@ mod tests {
         assert!(admit(&store, "t1", &quotas, Step::Start, now).await.unwrap().is_err());
         // The worker claiming `s` is one of the two.
         assert!(admit(&store, "t1", &quotas, Step::Claim { run: "s" }, now).await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn more_queued_runs_than_the_quota_are_claimed_one_by_one_not_held_for_good() {
+        let store = store_with_tenant().await;
+        let quotas = Quotas { concurrent_runs: Some(1), ..Quotas::default() };
+        // Three queued (two starts at once, or a quota lowered since).
+        for (n, id) in ["a", "b", "c"].into_iter().enumerate() {
+            store.create_run(run(id, nexo_store::RunStatus::Queued)).await.unwrap();
+            let job = nexo_store::NewJob {
+                id: format!("j{id}"),
+                run: id.into(),
+                kind: nexo_store::JobKind::Start,
+                payload: json!({}),
+                max_attempts: 1,
+                backoff_ms: 0,
+                not_before_ms: 0,
+                created_ms: i64::try_from(n).unwrap(),
+            };
+            store.enqueue(job).await.unwrap();
+        }
+        let now = nexo_store::now_ms();
+        let first = store.claim_job("w", 30_000, now).await.unwrap().unwrap();
+        let admitted = admit(&store, "t1", &quotas, Step::Claim { run: &first.run }, now).await.unwrap();
+        assert!(admitted.is_ok(), "the other queued runs do not hold the first claim: {admitted:?}");
+        // While it runs, the next claim is held: one runs at a time.
+        let second = store.claim_job("w", 30_000, now).await.unwrap().unwrap();
+        let held = admit(&store, "t1", &quotas, Step::Claim { run: &second.run }, now).await.unwrap().unwrap_err();
+        assert!(held.message.contains("1 runs running"), "{}", held.message);
     }
 
     #[tokio::test]
