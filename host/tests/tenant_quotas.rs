@@ -173,7 +173,10 @@ async fn approvals_and_denials_are_refused_once_the_hour_is_spent() {
     let asked = scene.model.requests().len();
 
     for (id, decision) in pending.iter().zip(["approve", "deny"]) {
-        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/{decision}"), &key, json!({})).await;
+        // The decision names the call it was shown.
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+        let shown = json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]});
+        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/{decision}"), &key, shown).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{decision}: {refused}");
         assert!(after.is_some(), "{decision}: Retry-After");
     }

@@ -237,6 +237,25 @@ pub async fn claim_loop(
     while tasks.join_next().await.is_some() {}
 }
 
+/// The meters of a job's pass, metered by [`Worker::handle`] on every
+/// way out of it (the pass ended, failed, or was dropped with its lease),
+/// once.
+#[derive(Default)]
+struct Metering(std::sync::Mutex<Option<(String, quota::Meters, Arc<quota::PassAudit>)>>);
+
+impl Metering {
+    fn start(&self, tenant: &str, meters: &quota::Meters, audit: &Arc<quota::PassAudit>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((tenant.to_string(), meters.clone(), audit.clone()));
+    }
+
+    async fn meter(&self, store: &dyn nexo_store::Store, run: &str) {
+        let taken = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((tenant, meters, audit)) = taken {
+            quota::meter_pass(store, &tenant, run, meters.pass(), &audit).await;
+        }
+    }
+}
+
 /// How an attempt at a job ended, short of failing.
 enum Attempt {
     /// The pass ran, or there was nothing to run: the run is as it says.
@@ -326,13 +345,17 @@ impl Worker {
                 Err(_) => std::future::pending().await,
             }
         };
+        let metering = Metering::default();
         let outcome = tokio::select! {
-            done = self.attempt(&job) => done,
+            done = self.attempt(&job, &metering) => done,
             lost = beat => {
                 errln!("job {}: lost its lease, {lost}; run {} is left to the new holder", job.id, job.run);
+                // Dropped mid-pass, what it used so far is still the tenant's.
+                metering.meter(&*store, &job.run).await;
                 return;
             }
         };
+        metering.meter(&*store, &job.run).await;
         let now = nexo_store::now_ms();
         let outcome = match outcome {
             Ok(Attempt::Ended(how)) => Ok(how),
@@ -365,7 +388,7 @@ impl Worker {
     /// budget ([`quota::admit`]), checked here as on every other path: a
     /// job queued before the hour's quota was spent waits for the next hour,
     /// its run left as it is.
-    async fn attempt(&self, job: &Job) -> Result<Attempt, (String, Retry)> {
+    async fn attempt(&self, job: &Job, metering: &Metering) -> Result<Attempt, (String, Retry)> {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
@@ -421,24 +444,19 @@ impl Worker {
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
-                let mark = quota::mark(&**store, &job.run).await;
-                let audit = Default::default();
+                let audit: Arc<quota::PassAudit> = Default::default();
+                metering.start(tenant, &meters, &audit);
                 let served = runs::Served { source, plugin, engine: engine.clone(), memory, cpu, meters, audit };
-                Some((tenant.clone(), mark, served))
+                Some(served)
             }
             _ => None,
         };
-        let pass = served.as_ref().map(|(_, _, s)| s);
+        let pass = served.as_ref();
         // With attempts left, a failure that may pass leaves the run queued for the next one.
         let retry_follows = job.attempts < job.max_attempts;
         let resumed =
             runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass, retry_follows)
                 .await;
-        if let Some((tenant, mark, served)) = &served {
-            let meters = &served.meters;
-            let pass = quota::Pass { cpu_ticks: meters.ticks.used(), egress_bytes: meters.egress.used() };
-            quota::meter_pass(&**store, tenant, &job.run, *mark, pass, &served.audit).await;
-        }
         match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok(Attempt::Ended("is done")),
