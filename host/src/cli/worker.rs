@@ -473,7 +473,8 @@ impl Worker {
     /// or suspended with its decision made): its job waits until the quota
     /// may allow it, without using an attempt, and the run's `held` event
     /// says why; or, when waiting would not help (the run spent its own
-    /// budget), the job ends failed and the run stays suspended or failed.
+    /// budget), the job ends failed and the run stays suspended or failed
+    /// (a recovered `running` one ends failed).
     async fn hold(&self, job: &Job, lease: &nexo_store::JobLease, refusal: &quota::Refusal, now: i64) {
         let store = self.runs.store();
         let why = &refusal.message;
@@ -481,6 +482,14 @@ impl Worker {
             match store.fail_job(&job.id, lease, why, Retry::Never, now).await {
                 Ok(_) => errln!("job {}: run {} cannot go on: {why}", job.id, job.run),
                 Err(e) => errln!("warning: job {}: {e}", job.id),
+            }
+            // A recovered run was left `running` with no job to end it: it
+            // ends failed, with the quota's reason.
+            if let Ok(Some(run)) = store.run(&job.run).await
+                && run.status == RunStatus::Running
+                && let Err(e) = self.runs.fail_orphan(&job.run, why).await
+            {
+                errln!("warning: could not mark run {} failed: {e}", job.run);
             }
             return;
         };
