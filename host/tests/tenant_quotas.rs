@@ -214,6 +214,10 @@ async fn resuming_suspended_runs_cannot_pass_concurrent_runs() {
         let (status, _, resumed) = post(&scene, &node, &format!("/v1/runs/{id}/resume"), &key, json!({})).await;
         assert_eq!(status, StatusCode::OK, "{resumed}");
     }
+    // Resumed twice: the second is a conflict, not a spent quota.
+    let again = format!("/v1/runs/{}/resume", waiting[0]);
+    let (status, _, twice) = post(&scene, &node, &again, &key, json!({})).await;
+    assert_eq!((status, &twice["error"]["code"]), (StatusCode::CONFLICT, &json!("already_queued")), "{twice}");
     let third = format!("/v1/runs/{}/resume", waiting[2]);
     let (status, after, refused) = post(&scene, &node, &third, &key, json!({})).await;
     assert_eq!((status, after), (StatusCode::TOO_MANY_REQUESTS, Some(1)), "{refused}");

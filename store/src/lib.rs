@@ -1032,6 +1032,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// only wait in the queue are not counted: a claim is held only by runs
     /// that hold a worker.
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64>;
+
+    /// Whether the run has a job queued or running (a start, a resume, a
+    /// retry): a second resume would only queue the same pass again.
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if

@@ -882,6 +882,11 @@ impl Store for MemoryStore {
         Ok(live as u64)
     }
 
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        let inner = self.lock();
+        Ok(inner.jobs.values().any(|j| j.run == run && matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    }
+
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
         let inner = self.lock();
         let running: BTreeSet<&str> =

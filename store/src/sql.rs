@@ -1029,6 +1029,10 @@ pub(crate) const RUNNING_RUNS: &str = "SELECT (SELECT COUNT(*) FROM runs WHERE t
      + (SELECT COUNT(DISTINCT jobs.run) FROM jobs JOIN runs ON runs.id = jobs.run \
      WHERE jobs.queue = $1 AND jobs.status = 'running' AND runs.tenant = $1 AND runs.status <> 'running')";
 
+/// How many queued or running jobs the run has (`jobs_by_run`): `$1` run.
+pub(crate) const LIVE_JOBS_OF_RUN: &str =
+    "SELECT COUNT(*) FROM jobs WHERE run = $1 AND status IN ('queued', 'running')";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -1072,6 +1076,7 @@ mod tests {
             super::RUN_USAGE,
             super::LIVE_RUNS,
             super::RUNNING_RUNS,
+            super::LIVE_JOBS_OF_RUN,
             super::LIST_TENANT_RUNS_BY_STATUS,
         ] {
             assert!(!sql.contains('?'), "{sql}");

@@ -1638,6 +1638,15 @@ impl Store for SqliteStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(sql::LIVE_JOBS_OF_RUN)
+            .bind(run)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(n > 0)
+    }
+
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
         let n: i64 = sqlx::query_scalar(sql::RUNNING_RUNS)
             .bind(tenant)

@@ -2173,8 +2173,11 @@ async fn running_runs_are_those_that_hold_a_worker(store: Arc<dyn Store>) {
     store.enqueue(NewJob { run: "queued".into(), ..new_job("j1", 0, 1) }).await.unwrap();
     store.enqueue(NewJob { run: "cancelled".into(), ..new_job("j2", 0, 2) }).await.unwrap();
     assert_eq!(store.running_runs("t-acme").await.unwrap(), 1, "queued jobs hold no worker");
+    assert!(store.has_live_job("queued").await.unwrap(), "queued");
+    assert!(!store.has_live_job("running").await.unwrap(), "no job");
     claim(&store, "w1", 30_000, 10).await;
     claim(&store, "w1", 30_000, 11).await;
     assert_eq!(store.running_runs("t-acme").await.unwrap(), 3, "claimed, a queued or cancelled run runs");
+    assert!(store.has_live_job("cancelled").await.unwrap(), "running");
     assert_eq!(store.running_runs("t-missing").await.unwrap(), 0);
 }
