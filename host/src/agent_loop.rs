@@ -73,6 +73,14 @@ pub struct LoopContext<'a> {
 pub trait Loop: Send + Sync {
     /// Runs `input` to completion.
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>>;
+
+    /// Whether every model turn goes through [`LoopContext::provider`], so
+    /// a run's token meter counts each turn and its budget stops the loop.
+    /// A loop that reaches a model by other means (the claude-code CLI)
+    /// says no: only its outcome's usage can be counted, after the prompt.
+    fn turns_through_provider(&self) -> bool {
+        true
+    }
 }
 
 /// The default loop, with a hard turn cap.

@@ -493,6 +493,13 @@ pub fn settle<W, T>(
     Err(RunError::Trap { plugin, function: function.to_string(), trap, backtrace, stderr: core.stderr_text() })
 }
 
+impl Core {
+    /// The signal that stops this store's run, if it is a recorded run.
+    pub fn stop_signal(&self) -> Option<Arc<Stop>> {
+        self.stop.clone()
+    }
+}
+
 impl types::Host for Core {}
 
 /// Routes WASI's clocks and randomness through a recorded run's journal.

@@ -173,9 +173,10 @@ async fn approvals_and_denials_are_refused_once_the_hour_is_spent() {
     let asked = scene.model.requests().len();
 
     for (id, decision) in pending.iter().zip(["approve", "deny"]) {
-        let (_, shown) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
-        let call = json!({"seq": shown["approval"]["seq"], "args-hash": shown["approval"]["args_hash"]});
-        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/{decision}"), &key, call).await;
+        // The decision names the call it was shown.
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+        let shown = json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]});
+        let (status, after, refused) = post(&scene, &node, &format!("/v1/runs/{id}/{decision}"), &key, shown).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{decision}: {refused}");
         assert!(after.is_some(), "{decision}: Retry-After");
     }
@@ -213,6 +214,10 @@ async fn resuming_suspended_runs_cannot_pass_concurrent_runs() {
         let (status, _, resumed) = post(&scene, &node, &format!("/v1/runs/{id}/resume"), &key, json!({})).await;
         assert_eq!(status, StatusCode::OK, "{resumed}");
     }
+    // Resumed twice: the second is a conflict, not a spent quota.
+    let again = format!("/v1/runs/{}/resume", waiting[0]);
+    let (status, _, twice) = post(&scene, &node, &again, &key, json!({})).await;
+    assert_eq!((status, &twice["error"]["code"]), (StatusCode::CONFLICT, &json!("already_queued")), "{twice}");
     let third = format!("/v1/runs/{}/resume", waiting[2]);
     let (status, after, refused) = post(&scene, &node, &third, &key, json!({})).await;
     assert_eq!((status, after), (StatusCode::TOO_MANY_REQUESTS, Some(1)), "{refused}");
@@ -307,6 +312,47 @@ async fn a_cancelled_spinner_stops_at_once_and_holds_up_no_one() {
     let (status, done) = scene.post(&node.url("/v1/runs"), &quiet, body).await;
     assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}");
     assert!(at.elapsed() < Duration::from_secs(5), "the quiet tenant's run took {:?}", at.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_a_guest_waiting_in_a_host_call_and_frees_its_slots() {
+    let scene = Scene::new(None).await;
+    let waiter = scene.tenant("pia", Some(prompting(json!({"concurrent-runs": 1}))));
+    let quiet = scene.tenant("oz", None);
+    // One worker slot: while the cancelled guest holds it, no one else runs.
+    let node = scene.node_with("a", &["--max-in-flight", "1"]);
+    let (_, probe) = scene.upload(&node, &waiter, built::WORKFLOW_PROBE).await;
+    let (_, stats) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
+    // A model turn that does not answer for a minute: no epoch tick reaches
+    // a guest waiting for it.
+    scene.model.push(Reply::text("late").with_delay(Duration::from_secs(60)));
+    let body = json!({"plugin": probe["id"], "input": "prompt 1"});
+    let (status, _, run) = post(&scene, &node, "/v1/runs", &waiter, body.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let at = Instant::now();
+    while scene.model.requests().is_empty() {
+        assert!(at.elapsed() < Duration::from_secs(30), "the run never prompted\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _, cancelled) = post(&scene, &node, &format!("/v1/runs/{id}/cancel"), &waiter, json!({})).await;
+    assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+    let at = Instant::now();
+    let body_quiet = json!({"plugin": stats["id"], "input": "a b c", "wait": true});
+    let (status, done) = scene.post(&node.url("/v1/runs"), &quiet, body_quiet).await;
+    assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}");
+    assert!(at.elapsed() < Duration::from_secs(5), "the quiet tenant's run took {:?}\n{}", at.elapsed(), node.log());
+    eprintln!("the worker slot was free {:?} after the cancel", at.elapsed());
+    // Its concurrent-runs slot is free too, once its pass ended.
+    loop {
+        let (status, _, next) = post(&scene, &node, "/v1/runs", &waiter, body.clone()).await;
+        if status == StatusCode::ACCEPTED {
+            break;
+        }
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{next}");
+        assert!(at.elapsed() < Duration::from_secs(5), "the cancelled run still counts: {next}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

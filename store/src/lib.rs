@@ -833,7 +833,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// without counting the attempt (it was not tried: a tenant's quota is
     /// spent, say), with `reason` as its error; and appends a `held` event
     /// (`{"reason", "until_ms"}`) to its run, so whoever follows the run
-    /// sees why it waits. One transaction. A stale token is a
+    /// sees why it waits; not again while it is held for the same reason
+    /// (the job's error already says it). One transaction. A stale token is a
     /// [`StoreError::Conflict`].
     async fn postpone_job(
         &self,
@@ -1045,8 +1046,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// How many of the tenant's runs are running or may run without anyone
     /// deciding anything: `queued` or `running` ones, and `suspended` or
-    /// `failed` ones with a queued or running job (a resume, a retry).
+    /// `failed` ones with a queued or running job (a resume, a retry), and
+    /// any other with a running job (a cancelled run's guest holds its slot
+    /// until its pass ends).
     async fn live_runs(&self, tenant: &str) -> StoreResult<u64>;
+
+    /// How many of the tenant's runs are running now: `running` ones, and
+    /// any other with a running job. Unlike [`Store::live_runs`], runs that
+    /// only wait in the queue are not counted: a claim is held only by runs
+    /// that hold a worker.
+    async fn running_runs(&self, tenant: &str) -> StoreResult<u64>;
+
+    /// Whether the run has a job queued or running (a start, a resume, a
+    /// retry): a second resume would only queue the same pass again.
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if

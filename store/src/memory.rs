@@ -517,8 +517,13 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         let job = inner.job_mut(id)?;
         job.check_lease(lease)?;
+        // A `held` event says why once, not at every hold for the same reason.
+        let same = job.error.as_deref() == Some(reason);
         job.postpone(reason, not_before_ms, now);
         let job = job.clone();
+        if same {
+            return Ok(job);
+        }
         let data = serde_json::json!({"reason": reason, "until_ms": not_before_ms});
         inner.push_event(&job.run, "held".into(), data, now);
         Ok(job)
@@ -855,22 +860,43 @@ impl Store for MemoryStore {
 
     async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
         let inner = self.lock();
-        let with_job: BTreeSet<&str> = inner
-            .jobs
-            .values()
-            .filter(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
-            .map(|j| j.run.as_str())
-            .collect();
+        // As `sql::LIVE_RUNS`: a running job holds a slot whatever its run's
+        // status (a cancelled run's guest runs until it stops); a queued one
+        // only for a suspended or failed run (a resume, a retry).
+        let running: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
+        let queued: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Queued).map(|j| j.run.as_str()).collect();
         let live = inner
             .runs
             .values()
             .filter(|r| r.tenant.as_deref() == Some(tenant))
             .filter(|r| match r.status {
                 RunStatus::Queued | RunStatus::Running => true,
-                RunStatus::Suspended | RunStatus::Failed => with_job.contains(r.id.as_str()),
-                RunStatus::Done | RunStatus::Cancelled => false,
+                RunStatus::Suspended | RunStatus::Failed => {
+                    running.contains(r.id.as_str()) || queued.contains(r.id.as_str())
+                }
+                RunStatus::Done | RunStatus::Cancelled => running.contains(r.id.as_str()),
             })
             .count();
         Ok(live as u64)
+    }
+
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        let inner = self.lock();
+        Ok(inner.jobs.values().any(|j| j.run == run && matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    }
+
+    async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let inner = self.lock();
+        let running: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
+        let n = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant))
+            .filter(|r| r.status == RunStatus::Running || running.contains(r.id.as_str()))
+            .count();
+        Ok(n as u64)
     }
 }

@@ -1011,10 +1011,27 @@ pub(crate) const ADD_RUN_USAGE: &str = "INSERT INTO run_usage (run, tokens, cpu_
 /// A run's counters: `$1` run.
 pub(crate) const RUN_USAGE: &str = "SELECT tokens, cpu_ticks, egress_bytes FROM run_usage WHERE run = $1";
 
-/// How many of a tenant's runs are running or may run: `$1` tenant.
-pub(crate) const LIVE_RUNS: &str = "SELECT COUNT(*) FROM runs WHERE tenant = $1 AND (status IN ('queued', \
-     'running') OR (status IN ('suspended', 'failed') AND EXISTS (SELECT 1 FROM jobs WHERE jobs.run = runs.id \
-     AND jobs.status IN ('queued', 'running'))))";
+/// How many of a tenant's runs are running or may run: `$1` tenant. Its
+/// `queued` and `running` runs (`runs_by_tenant_status`), and the others
+/// with a live job, found from the tenant's job queue (`jobs.queue` is the
+/// run's tenant), never from its history of finished runs: a `running` job
+/// of any run (a cancelled run's guest still holds its slot until it
+/// stops), a `queued` one of a suspended or failed run (a resume, a retry).
+pub(crate) const LIVE_RUNS: &str = "SELECT (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND status IN ('queued', \
+     'running')) + (SELECT COUNT(DISTINCT jobs.run) FROM jobs JOIN runs ON runs.id = jobs.run \
+     WHERE jobs.queue = $1 AND jobs.status IN ('queued', 'running') AND runs.tenant = $1 \
+     AND runs.status NOT IN ('queued', 'running') \
+     AND (jobs.status = 'running' OR runs.status IN ('suspended', 'failed')))";
+
+/// How many of a tenant's runs are running now: `$1` tenant. Its `running`
+/// runs, and the others with a running job.
+pub(crate) const RUNNING_RUNS: &str = "SELECT (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND status = 'running') \
+     + (SELECT COUNT(DISTINCT jobs.run) FROM jobs JOIN runs ON runs.id = jobs.run \
+     WHERE jobs.queue = $1 AND jobs.status = 'running' AND runs.tenant = $1 AND runs.status <> 'running')";
+
+/// How many queued or running jobs the run has (`jobs_by_run`): `$1` run.
+pub(crate) const LIVE_JOBS_OF_RUN: &str =
+    "SELECT COUNT(*) FROM jobs WHERE run = $1 AND status IN ('queued', 'running')";
 
 #[cfg(test)]
 mod tests {
@@ -1058,6 +1075,8 @@ mod tests {
             super::ADD_RUN_USAGE,
             super::RUN_USAGE,
             super::LIVE_RUNS,
+            super::RUNNING_RUNS,
+            super::LIVE_JOBS_OF_RUN,
             super::LIST_TENANT_RUNS_BY_STATUS,
         ] {
             assert!(!sql.contains('?'), "{sql}");

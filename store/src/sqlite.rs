@@ -1091,7 +1091,16 @@ impl Store for SqliteStore {
         let mut conn = self.writer().await?;
         let mut tx = self.begin(&mut conn).await?;
         let result = async {
-            let job = self.change_job(&mut tx, id, lease, |job| job.postpone(reason, not_before_ms, now)).await?;
+            let mut same = false;
+            let job = self
+                .change_job(&mut tx, id, lease, |job| {
+                    same = job.error.as_deref() == Some(reason);
+                    job.postpone(reason, not_before_ms, now);
+                })
+                .await?;
+            if same {
+                return Ok(job);
+            }
             sqlx::query(sql::APPEND_EVENT)
                 .bind(&job.run)
                 .bind("held")
@@ -1622,6 +1631,24 @@ impl Store for SqliteStore {
 
     async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
         let n: i64 = sqlx::query_scalar(sql::LIVE_RUNS)
+            .bind(tenant)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(sql::LIVE_JOBS_OF_RUN)
+            .bind(run)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(n > 0)
+    }
+
+    async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(sql::RUNNING_RUNS)
             .bind(tenant)
             .fetch_one(&self.reader)
             .await

@@ -140,6 +140,7 @@ suite!(
     usage_adds_up_per_hour,
     a_runs_usage_adds_up_over_its_passes_and_goes_with_it,
     live_runs_are_those_that_run_or_may_run,
+    running_runs_are_those_that_hold_a_worker,
     a_postponed_job_waits_without_using_an_attempt,
 );
 
@@ -2119,6 +2120,17 @@ async fn live_runs_are_those_that_run_or_may_run(store: Arc<dyn Store>) {
     assert_eq!(store.live_runs("t-acme").await.unwrap(), 4);
     store.complete_job("j1", &lease, 20).await.unwrap();
     assert_eq!(store.live_runs("t-acme").await.unwrap(), 3);
+    // A cancelled run's queued job will not run its guest; a running one
+    // holds its slot until the guest stops.
+    store.enqueue(NewJob { run: "cancelled".into(), ..new_job("j3", 0, 30) }).await.unwrap();
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 3, "a cancelled run's queued job");
+    let (job, _) = claim(&store, "w1", 30_000, 40).await;
+    assert_eq!(job.id, "j2");
+    let (job, lease) = claim(&store, "w1", 30_000, 41).await;
+    assert_eq!(job.id, "j3");
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 4, "a cancelled run whose guest still runs");
+    store.complete_job("j3", &lease, 50).await.unwrap();
+    assert_eq!(store.live_runs("t-acme").await.unwrap(), 3);
     assert_eq!(store.live_runs("t-beta").await.unwrap(), 1);
     assert_eq!(store.live_runs("t-missing").await.unwrap(), 0);
 }
@@ -2138,6 +2150,38 @@ async fn a_postponed_job_waits_without_using_an_attempt(store: Arc<dyn Store>) {
     assert_eq!((last.kind.as_str(), &last.data), ("held", &json!({"reason": why, "until_ms": 5_000})));
     conflict(store.postpone_job("j1", &lease, "again", 1, 30).await, LOST);
     assert!(store.claim_job("w2", 30_000, 4_999).await.unwrap().is_none(), "not due yet");
-    let (again, _) = claim(&store, "w2", 30_000, 5_000).await;
+    let (again, lease) = claim(&store, "w2", 30_000, 5_000).await;
     assert_eq!((again.id.as_str(), again.attempts), ("j1", 1), "the postponed claim used no attempt");
+    // Held again for the same reason: the job waits, and no new event says
+    // it again; for another reason, one does.
+    let held = store.postpone_job("j1", &lease, why, 9_000, 5_010).await.unwrap();
+    assert_eq!((held.status, held.not_before_ms), (JobStatus::Queued, 9_000));
+    assert_eq!(store.events("r1", 0, 10).await.unwrap().len(), events.len(), "the same reason is not repeated");
+    let (_, lease) = claim(&store, "w2", 30_000, 9_000).await;
+    store.postpone_job("j1", &lease, "another reason", 12_000, 9_010).await.unwrap();
+    let later = store.events("r1", 0, 10).await.unwrap();
+    assert_eq!(
+        (later.len(), later.last().unwrap().data["reason"].as_str()),
+        (events.len() + 1, Some("another reason"))
+    );
+}
+
+async fn running_runs_are_those_that_hold_a_worker(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    let of = |id: &str, status: RunStatus| NewRun { tenant: Some("t-acme".into()), ..new_run(id, status, 1) };
+    for (id, status) in
+        [("queued", RunStatus::Queued), ("running", RunStatus::Running), ("cancelled", RunStatus::Cancelled)]
+    {
+        store.create_run(of(id, status)).await.unwrap();
+    }
+    store.enqueue(NewJob { run: "queued".into(), ..new_job("j1", 0, 1) }).await.unwrap();
+    store.enqueue(NewJob { run: "cancelled".into(), ..new_job("j2", 0, 2) }).await.unwrap();
+    assert_eq!(store.running_runs("t-acme").await.unwrap(), 1, "queued jobs hold no worker");
+    assert!(store.has_live_job("queued").await.unwrap(), "queued");
+    assert!(!store.has_live_job("running").await.unwrap(), "no job");
+    claim(&store, "w1", 30_000, 10).await;
+    claim(&store, "w1", 30_000, 11).await;
+    assert_eq!(store.running_runs("t-acme").await.unwrap(), 3, "claimed, a queued or cancelled run runs");
+    assert!(store.has_live_job("cancelled").await.unwrap(), "running");
+    assert_eq!(store.running_runs("t-missing").await.unwrap(), 0);
 }

@@ -596,6 +596,12 @@ impl Store for Counting {
     async fn live_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
         self.inner.live_runs(tenant).await
     }
+    async fn has_live_job(&self, run: &str) -> nexo_store::StoreResult<bool> {
+        self.inner.has_live_job(run).await
+    }
+    async fn running_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
+        self.inner.running_runs(tenant).await
+    }
     async fn postpone_job(
         &self,
         id: &str,

@@ -53,6 +53,16 @@ impl Prompting {
     /// used up a prompt ends with `token-budget` and calls no model.
     pub async fn run(&self, tools: &ToolContext, input: &str) -> Result<Outcome, nexo_model::ModelError> {
         let mut limits = self.limits;
+        // A loop whose turns bypass the provider cannot be capped turn by
+        // turn: with a token quota it is refused, not run past the quota.
+        let outside = !self.agent_loop.turns_through_provider();
+        if outside && let Some(limit) = self.tokens.as_ref().and_then(|m| m.limit()) {
+            return Err(nexo_model::ModelError::Config(format!(
+                "this run has a model-token quota ({limit} tokens left), which the claude-code loop cannot keep: \
+                 its CLI calls the model itself, past the host's meter; use the host loop for this tenant's runs, \
+                 or ask the operator to lift the tenant's `tokens-per-hour` quota"
+            )));
+        }
         let metered;
         let provider: Option<&dyn Provider> = match (&self.tokens, self.model.as_deref()) {
             (Some(meter), Some(model)) => {
@@ -76,7 +86,13 @@ impl Prompting {
             None => Arc::default(),
         };
         let ctx = LoopContext { provider, tools, instructions: &self.instructions, history: &history, limits };
-        self.agent_loop.run(ctx, input).await
+        let outcome = self.agent_loop.run(ctx, input).await;
+        // Without a quota its usage is still the tenant's: counted once, live.
+        if outside && let (Some(meter), Ok(done)) = (&self.tokens, &outcome) {
+            let tokens = done.usage.input_tokens.saturating_add(done.usage.output_tokens);
+            meter.add(usize::try_from(tokens).unwrap_or(usize::MAX));
+        }
+        outcome
     }
 
     /// Adds a finished prompt's exchange to the session's thread. Called

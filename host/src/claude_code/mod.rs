@@ -121,6 +121,11 @@ impl Loop for ClaudeCode {
     fn run<'a>(&'a self, ctx: LoopContext<'a>, input: &'a str) -> BoxFuture<'a, Result<Outcome, ModelError>> {
         Box::pin(crate::journal::unjournaled(self.drive(ctx, input)))
     }
+
+    /// The CLI calls the model itself: no turn reaches the host's provider.
+    fn turns_through_provider(&self) -> bool {
+        false
+    }
 }
 
 fn unavailable(message: impl Into<String>) -> ModelError {

@@ -237,6 +237,25 @@ pub async fn claim_loop(
     while tasks.join_next().await.is_some() {}
 }
 
+/// The meters of a job's pass, metered by [`Worker::handle`] on every
+/// way out of it (the pass ended, failed, or was dropped with its lease),
+/// once.
+#[derive(Default)]
+struct Metering(std::sync::Mutex<Option<(String, quota::Meters, Arc<quota::PassAudit>)>>);
+
+impl Metering {
+    fn start(&self, tenant: &str, meters: &quota::Meters, audit: &Arc<quota::PassAudit>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((tenant.to_string(), meters.clone(), audit.clone()));
+    }
+
+    async fn meter(&self, store: &dyn nexo_store::Store, run: &str) {
+        let taken = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((tenant, meters, audit)) = taken {
+            quota::meter_pass(store, &tenant, run, meters.pass(), &audit).await;
+        }
+    }
+}
+
 /// How an attempt at a job ended, short of failing.
 enum Attempt {
     /// The pass ran, or there was nothing to run: the run is as it says.
@@ -305,6 +324,10 @@ async fn pending(store: &dyn nexo_store::Store) -> bool {
     false
 }
 
+/// The longest a job held again and again for the same reason waits
+/// between claims (unless its quota says longer: the next hour).
+const MAX_HOLD_MS: i64 = 30_000;
+
 impl Worker {
     /// Runs one claimed job to its end, under a heartbeat: a lost lease
     /// drops the run on the spot.
@@ -322,13 +345,17 @@ impl Worker {
                 Err(_) => std::future::pending().await,
             }
         };
+        let metering = Metering::default();
         let outcome = tokio::select! {
-            done = self.attempt(&job) => done,
+            done = self.attempt(&job, &metering) => done,
             lost = beat => {
                 errln!("job {}: lost its lease, {lost}; run {} is left to the new holder", job.id, job.run);
+                // Dropped mid-pass, what it used so far is still the tenant's.
+                metering.meter(&*store, &job.run).await;
                 return;
             }
         };
+        metering.meter(&*store, &job.run).await;
         let now = nexo_store::now_ms();
         let outcome = match outcome {
             Ok(Attempt::Ended(how)) => Ok(how),
@@ -361,7 +388,7 @@ impl Worker {
     /// budget ([`quota::admit`]), checked here as on every other path: a
     /// job queued before the hour's quota was spent waits for the next hour,
     /// its run left as it is.
-    async fn attempt(&self, job: &Job) -> Result<Attempt, (String, Retry)> {
+    async fn attempt(&self, job: &Job, metering: &Metering) -> Result<Attempt, (String, Retry)> {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
@@ -417,24 +444,19 @@ impl Worker {
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
-                let mark = quota::mark(&**store, &job.run).await;
-                let audit = Default::default();
+                let audit: Arc<quota::PassAudit> = Default::default();
+                metering.start(tenant, &meters, &audit);
                 let served = runs::Served { source, plugin, engine: engine.clone(), memory, cpu, meters, audit };
-                Some((tenant.clone(), mark, served))
+                Some(served)
             }
             _ => None,
         };
-        let pass = served.as_ref().map(|(_, _, s)| s);
+        let pass = served.as_ref();
         // With attempts left, a failure that may pass leaves the run queued for the next one.
         let retry_follows = job.attempts < job.max_attempts;
         let resumed =
             runs::resume_run(&self.runs, &self.base, &job.run, how, input, &narrow, &self.file, pass, retry_follows)
                 .await;
-        if let Some((tenant, mark, served)) = &served {
-            let meters = &served.meters;
-            let pass = quota::Pass { cpu_ticks: meters.ticks.used(), egress_bytes: meters.egress.used() };
-            quota::meter_pass(&**store, tenant, &job.run, *mark, pass, &served.audit).await;
-        }
         match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok(Attempt::Ended("is done")),
@@ -461,7 +483,8 @@ impl Worker {
     /// or suspended with its decision made): its job waits until the quota
     /// may allow it, without using an attempt, and the run's `held` event
     /// says why; or, when waiting would not help (the run spent its own
-    /// budget), the job ends failed and the run stays suspended or failed.
+    /// budget), the job ends failed and the run stays suspended or failed
+    /// (a recovered `running` one ends failed).
     async fn hold(&self, job: &Job, lease: &nexo_store::JobLease, refusal: &quota::Refusal, now: i64) {
         let store = self.runs.store();
         let why = &refusal.message;
@@ -470,9 +493,23 @@ impl Worker {
                 Ok(_) => errln!("job {}: run {} cannot go on: {why}", job.id, job.run),
                 Err(e) => errln!("warning: job {}: {e}", job.id),
             }
+            // A recovered run was left `running` with no job to end it: it
+            // ends failed, with the quota's reason.
+            if let Ok(Some(run)) = store.run(&job.run).await
+                && run.status == RunStatus::Running
+                && let Err(e) = self.runs.fail_orphan(&job.run, why).await
+            {
+                errln!("warning: could not mark run {} failed: {e}", job.run);
+            }
             return;
         };
-        let until = now.saturating_add(i64::try_from(secs).unwrap_or(3600).saturating_mul(1000));
+        // Held again for the same reason: it waits longer each time, half as
+        // long again as it has waited so far (to a cap), so a run held for
+        // long costs a claim now and then, not one a second.
+        let waited_ms = if job.error.as_deref() == Some(why.as_str()) { now.saturating_sub(job.created_ms) } else { 0 };
+        let wait_ms = i64::try_from(secs).unwrap_or(3600).saturating_mul(1000).max((waited_ms / 2).min(MAX_HOLD_MS));
+        let until = now.saturating_add(wait_ms);
+        let secs = (wait_ms + 999) / 1000;
         match store.postpone_job(&job.id, lease, why, until, now).await {
             Ok(_) => errln!("job {}: run {} waits {secs} s: {why}", job.id, job.run),
             Err(e) => errln!("warning: job {}: {e}", job.id),

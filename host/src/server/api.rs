@@ -767,6 +767,16 @@ pub async fn resume(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    own_run(&state, &tenant, &id).await?;
+    // Asked twice, the second would queue the same pass again: say so
+    // before the quota, which counts the first, answers 429.
+    if state.store.has_live_job(&id).await.map_err(ApiError::store)? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_queued",
+            format!("run `{id}` is already queued to go on; follow its events (GET /v1/runs/{id}/events)"),
+        ));
+    }
     may_go_on(&state, &tenant, &id).await?;
     let request: ResumeRequest = if body.is_empty() {
         ResumeRequest::default()

@@ -108,7 +108,8 @@ fn until_next_hour(now_ms: i64) -> u64 {
 ///
 /// - `concurrent-runs` counts every run that runs or may run
 ///   ([`Store::live_runs`]): queued, running, and those whose resume or
-///   retry is queued;
+///   retry is queued; at the worker's claim, only the others that run
+///   ([`Store::running_runs`]);
 /// - `runs-per-hour` counts starts only;
 /// - the hour's tokens, CPU ticks and egress bytes must not be used up;
 /// - a run going on must not have spent its own `cpu-ticks-per-run` in
@@ -122,14 +123,20 @@ pub async fn admit(
     now_ms: i64,
 ) -> StoreResult<Result<(), Refusal>> {
     if let Some(limit) = quotas.concurrent_runs {
-        let live = store.live_runs(tenant).await?;
-        // A claimed run is among them already.
-        let others = if matches!(step, Step::Claim { .. }) { live.saturating_sub(1) } else { live };
+        // At a claim only the runs that hold a worker count: the tenant's
+        // other queued runs wait as this one does, and counting them would
+        // hold every claim for good once more are queued than the quota
+        // (two starts at once, or a quota lowered). A claimed run is among
+        // the running ones already.
+        let (others, what) = match step {
+            Step::Claim { .. } => (store.running_runs(tenant).await?.saturating_sub(1), "running"),
+            _ => (store.live_runs(tenant).await?, "queued, running or about to resume"),
+        };
         if others >= limit {
             return Ok(Err(Refusal {
                 message: format!(
-                    "the tenant has {others} runs queued, running or about to resume, its quota of concurrent runs \
-                     ({limit}); wait for one to end, cancel one, or ask the operator for a higher quota"
+                    "the tenant has {others} runs {what}, its quota of concurrent runs ({limit}); wait for one to \
+                     end, cancel one, or ask the operator for a higher quota"
                 ),
                 retry_after: Some(1),
             }));
@@ -224,24 +231,22 @@ pub async fn pass_meters(store: &dyn Store, tenant: &str, run: &str, quotas: Opt
 /// What one pass of a run used besides its journal and events.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pass {
+    /// The model tokens of its live turns ([`pass_meters`]).
+    pub tokens: u64,
     /// The CPU ticks its guest ran for ([`pass_meters`]).
     pub cpu_ticks: u64,
     /// The web bytes its fetches moved ([`pass_meters`]).
     pub egress_bytes: u64,
 }
 
-/// Where a pass's metering starts: the length of its run's journal
-/// before the pass (entries from this sequence number on are the pass's).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Mark {
-    /// The first sequence number of the pass.
-    pub seq: u64,
-}
-
-/// The run's [`Mark`] now.
-pub async fn mark(store: &dyn Store, run: &str) -> Mark {
-    let seq = store.journal(run).await.ok().and_then(|j| j.iter().map(|e| e.end).max()).unwrap_or(0);
-    Mark { seq }
+impl Meters {
+    /// What the pass used so far, read from its meters: a turn the model
+    /// answered counts even when the run was cancelled before its journal
+    /// recorded it, and a replayed turn (paid for once, by the pass that
+    /// journaled it) never reaches the meter.
+    pub fn pass(&self) -> Pass {
+        Pass { tokens: self.tokens.used(), cpu_ticks: self.ticks.used(), egress_bytes: self.egress.used() }
+    }
 }
 
 /// The gate's decisions during one pass, held until the pass ends and
@@ -263,30 +268,14 @@ impl PassAudit {
     }
 }
 
-/// The tokens a journaled model turn reports (`{"Ok": {"usage": …}}`).
-fn turn_tokens(result: &str) -> u64 {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(result) else { return 0 };
-    let usage = &value["Ok"]["usage"];
-    usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0)
-}
-
-/// Meters one pass of the tenant's run from its [`Mark`]: the tokens of
-/// the model turns this pass paid for (journaled from `mark.seq` on; a
-/// replayed turn was paid for once, by the pass that journaled it), its
-/// CPU ticks and its web bytes, added to the hour's usage and to the run's
-/// own ([`Store::add_run_usage`]), which its next pass starts from; and
-/// each of the gate's decisions on a capability or MCP call, the guest's
-/// and the model's, in the tenant's audit log (`capability.used`).
-pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, mark: Mark, pass: Pass, audit: &PassAudit) {
+/// Meters one pass of the tenant's run: its model tokens, CPU ticks and
+/// web bytes ([`Meters::pass`]), added to the hour's usage and to the
+/// run's own ([`Store::add_run_usage`]), which its next pass starts from;
+/// and each of the gate's decisions on a capability or MCP call, the
+/// guest's and the model's, in the tenant's audit log (`capability.used`).
+pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, audit: &PassAudit) {
     let now = nexo_store::now_ms();
-    let tokens: u64 = match store.journal(run).await {
-        Ok(entries) => entries
-            .iter()
-            .filter(|e| e.seq >= mark.seq && e.interface == "nexo:model" && e.function == "complete")
-            .map(|e| turn_tokens(&e.result))
-            .sum(),
-        Err(_) => 0,
-    };
+    let tokens = pass.tokens;
     for (at_ms, used) in audit.take() {
         let mut data = serde_json::to_value(&used).unwrap_or_default();
         data["run"] = json!(run);
@@ -318,13 +307,6 @@ mod tests {
         let t = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 0 };
         store.create_tenant(t).await.unwrap();
         store
-    }
-
-    #[test]
-    fn a_turn_counts_its_input_and_output_tokens() {
-        assert_eq!(turn_tokens(r#"{"Ok": {"text": "hi", "usage": {"input_tokens": 10, "output_tokens": 5}}}"#), 15);
-        assert_eq!(turn_tokens(r#"{"Err": {"Unavailable": {}}}"#), 0);
-        assert_eq!(turn_tokens("not json"), 0);
     }
 
     #[tokio::test]
@@ -405,6 +387,49 @@ mod tests {
         assert!(admit(&store, "t1", &quotas, Step::Start, now).await.unwrap().is_err());
         // The worker claiming `s` is one of the two.
         assert!(admit(&store, "t1", &quotas, Step::Claim { run: "s" }, now).await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn more_queued_runs_than_the_quota_are_claimed_one_by_one_not_held_for_good() {
+        let store = store_with_tenant().await;
+        let quotas = Quotas { concurrent_runs: Some(1), ..Quotas::default() };
+        // Three queued (two starts at once, or a quota lowered since).
+        for (n, id) in ["a", "b", "c"].into_iter().enumerate() {
+            store.create_run(run(id, nexo_store::RunStatus::Queued)).await.unwrap();
+            let job = nexo_store::NewJob {
+                id: format!("j{id}"),
+                run: id.into(),
+                kind: nexo_store::JobKind::Start,
+                payload: json!({}),
+                max_attempts: 1,
+                backoff_ms: 0,
+                not_before_ms: 0,
+                created_ms: i64::try_from(n).unwrap(),
+            };
+            store.enqueue(job).await.unwrap();
+        }
+        let now = nexo_store::now_ms();
+        let first = store.claim_job("w", 30_000, now).await.unwrap().unwrap();
+        let admitted = admit(&store, "t1", &quotas, Step::Claim { run: &first.run }, now).await.unwrap();
+        assert!(admitted.is_ok(), "the other queued runs do not hold the first claim: {admitted:?}");
+        // While it runs, the next claim is held: one runs at a time.
+        let second = store.claim_job("w", 30_000, now).await.unwrap().unwrap();
+        let held = admit(&store, "t1", &quotas, Step::Claim { run: &second.run }, now).await.unwrap().unwrap_err();
+        assert!(held.message.contains("1 runs running"), "{}", held.message);
+    }
+
+    #[tokio::test]
+    async fn a_pass_is_metered_from_its_meters_even_when_its_journal_recorded_no_turn() {
+        let store = store_with_tenant().await;
+        store.create_run(run("r", nexo_store::RunStatus::Cancelled)).await.unwrap();
+        let meters = pass_meters(&store, "t1", "r", None).await;
+        // A turn answered, then the run cancelled before its journal took it.
+        meters.tokens.add(15);
+        meters.ticks.add(7);
+        meter_pass(&store, "t1", "r", meters.pass(), &PassAudit::default()).await;
+        assert_eq!(store.run_usage("r").await.unwrap(), RunUsage { tokens: 15, cpu_ticks: 7, egress_bytes: 0 });
+        let hour = this_hour(&store, "t1", nexo_store::now_ms()).await.unwrap().unwrap();
+        assert_eq!((hour.tokens, hour.cpu_ticks), (15, 7));
     }
 
     #[tokio::test]

@@ -290,7 +290,24 @@ impl AgentInstance {
     /// Calls the agent's `run` export under the run deadline.
     pub async fn run(&mut self, input: &str) -> Result<AgentOutcome, RunError> {
         let agent = self.bindings.nexo_plugin_agent();
-        let result = tokio::time::timeout(self.timeout, agent.call_run(&mut self.store, input)).await;
+        // A halted run's guest may be waiting inside a host call (a sleep, a
+        // fetch, a model turn) where no epoch tick reaches it: race the call
+        // against the stop so the pending host future is dropped and the pass
+        // ends at once, freeing its worker slot.
+        let stop = self.store.data().core.stop_signal();
+        let stopped = async move {
+            match stop {
+                Some(stop) => stop.stopped().await,
+                None => std::future::pending().await,
+            }
+        };
+        let call = async {
+            tokio::select! {
+                done = agent.call_run(&mut self.store, input) => done,
+                () = stopped => Err(wasmtime::Trap::Interrupt.into()),
+            }
+        };
+        let result = tokio::time::timeout(self.timeout, call).await;
         self.store.data().core.log_stdio();
         let plugin = || self.store.data().core.plugin.to_string();
         let answer = match settle(&self.store, "run", self.timeout, result)? {
