@@ -16,6 +16,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use crate::bindings::agent::nexo::plugin::types;
 use crate::engine::{Engine, Limits};
 use crate::error::RunError;
+use crate::stop::Stop;
 
 /// A directory the run exposes to the component through WASI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,41 +87,6 @@ impl CpuBudget {
         let tokens = (tokens + now.duration_since(last).as_secs_f64() * per_sec).min(self.burst) - 1.0;
         *state = (tokens, now);
         (tokens < 0.0).then(|| Duration::from_secs_f64(-tokens / per_sec))
-    }
-}
-
-/// A signal that stops a running guest at its next epoch tick, however it
-/// spins and however long it was told to wait for its CPU share: a
-/// recorded run's journal sets it when the run is halted (cancelled, its
-/// lease lost, its journal unwritable).
-#[derive(Debug, Default)]
-pub struct Stop {
-    set: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl Stop {
-    /// Stops the guest; it cannot be undone.
-    pub fn stop(&self) {
-        self.set.store(true, std::sync::atomic::Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether [`Stop::stop`] was called.
-    pub fn is_stopped(&self) -> bool {
-        self.set.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Completes once the guest is to stop.
-    pub async fn stopped(&self) {
-        loop {
-            // Made before the check, so a stop between the two is not missed.
-            let woken = self.notify.notified();
-            if self.is_stopped() {
-                return;
-            }
-            woken.await;
-        }
     }
 }
 

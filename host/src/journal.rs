@@ -141,7 +141,7 @@ pub struct Journal {
     state: Mutex<State>,
     commits: tokio::sync::Mutex<()>,
     /// Set by [`Journal::halt`]: the guest stops at its next epoch tick.
-    stop: Arc<crate::instance::Stop>,
+    stop: Arc<crate::stop::Stop>,
 }
 
 #[derive(Default)]
@@ -381,7 +381,7 @@ impl Journal {
     /// What the run's store watches at every epoch tick: set once the run
     /// is halted by [`Journal::halt`] (a cancel, a lost lease, a failed
     /// write). A suspension is not a stop: its guest unwinds by itself.
-    pub fn stop_signal(&self) -> &Arc<crate::instance::Stop> {
+    pub fn stop_signal(&self) -> &Arc<crate::stop::Stop> {
         &self.stop
     }
 

@@ -50,6 +50,7 @@ pub mod runs;
 pub mod search;
 pub mod session;
 pub mod settings;
+pub mod stop;
 mod task;
 pub mod terminal;
 pub mod truncate;

@@ -278,30 +278,49 @@ async fn a_cancelled_spinner_stops_at_once_and_holds_up_no_one() {
     let (_, spin) = scene.upload(&node, &spinner, built::SPIN).await;
     let (_, stats) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
     let ticks = |usage: &Value| usage["total"]["cpu_ticks"].as_u64().unwrap();
-    let mut metered = 0;
-    // Five spinners, each cancelled once it runs: the quota of one is free
-    // again at once, and each guest stops.
-    for n in 0..5 {
-        let (status, _, run) =
-            post(&scene, &node, "/v1/runs", &spinner, json!({"plugin": spin["id"], "input": "go"})).await;
-        assert_eq!(status, StatusCode::ACCEPTED, "spinner {n}: {run}");
+    // Five spinners, each cancelled once it runs. A cancelled run holds its
+    // place in `concurrent-runs` (one) until its guest has stopped, so each
+    // next spinner is accepted only once the last one's guest is gone: a
+    // guest that ran on (for 30 s before the fix) would keep it out.
+    let began = Instant::now();
+    let mut cancelled_at: Option<Instant> = None;
+    for n in 0..5u32 {
+        let run = loop {
+            let (status, _, run) =
+                post(&scene, &node, "/v1/runs", &spinner, json!({"plugin": spin["id"], "input": "go"})).await;
+            if status == StatusCode::ACCEPTED {
+                break run;
+            }
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "spinner {n}: {run}");
+            let since = cancelled_at.unwrap_or(began).elapsed();
+            assert!(since < Duration::from_secs(10), "spinner {n}'s place is still taken\n{}", node.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if let Some(at) = cancelled_at {
+            eprintln!("spinner {} stopped within {:?} of its cancel", n.saturating_sub(1), at.elapsed());
+        }
         let id = run["id"].as_str().unwrap();
         scene.until(&node, &spinner, id, &["running"]).await;
         let (status, _, cancelled) = post(&scene, &node, &format!("/v1/runs/{id}/cancel"), &spinner, json!({})).await;
         assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
-        let at = Instant::now();
-        // Its pass is metered when its guest stops: that is when its ticks show.
-        loop {
-            let (_, usage) = scene.get(&node.url("/v1/usage"), &spinner).await;
-            if ticks(&usage) > metered {
-                metered = ticks(&usage);
-                break;
-            }
-            assert!(at.elapsed() < Duration::from_secs(10), "spinner {n} still runs after its cancel\n{}", node.log());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        eprintln!("spinner {n} stopped {:?} after its cancel", at.elapsed());
+        cancelled_at = Some(Instant::now());
     }
+    // The last one too: the tenant's own trivial run gets its place.
+    let (_, own_stats) = scene.upload(&node, &spinner, built::TEXT_STATS).await;
+    let body = json!({"plugin": own_stats["id"], "input": "a b", "wait": true});
+    loop {
+        let (status, _, run) = post(&scene, &node, "/v1/runs", &spinner, body.clone()).await;
+        if status == StatusCode::OK {
+            assert_eq!(run["status"], "done", "{run}");
+            break;
+        }
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{run}");
+        let since = cancelled_at.unwrap_or(began).elapsed();
+        assert!(since < Duration::from_secs(10), "spinner 4 still runs after its cancel\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &spinner).await;
+    let metered = ticks(&usage);
     // Stopped, they burn nothing more.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, usage) = scene.get(&node.url("/v1/usage"), &spinner).await;
