@@ -122,6 +122,11 @@ pub struct EngineConfig {
     /// How often the epoch advances; deadlines are rounded up to it.
     /// Default: 10 ms.
     pub epoch_tick: Duration,
+    /// Compile a component's functions on all cores at once (wasmtime's
+    /// own thread pool). Default: on. `nexo serve` turns it off, so that a
+    /// compile runs on the thread that asked for it, at that thread's
+    /// priority, and a tenant's upload cannot take every core from the API.
+    pub parallel_compilation: bool,
 }
 
 impl Default for EngineConfig {
@@ -132,6 +137,7 @@ impl Default for EngineConfig {
             max_live_instances: 128,
             cache_dir: cache::default_dir(),
             epoch_tick: Duration::from_millis(10),
+            parallel_compilation: true,
         }
     }
 }
@@ -234,6 +240,7 @@ fn wasmtime_config(config: &EngineConfig) -> anyhow::Result<Config> {
     // only add a host task to every call.
     c.concurrency_support(false);
     c.max_wasm_stack(MIB);
+    c.parallel_compilation(config.parallel_compilation);
     if config.pooling {
         let mut pool = PoolingAllocationConfig::default();
         let live = config.max_live_instances;

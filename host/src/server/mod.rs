@@ -158,6 +158,9 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     config.limits.run_timeout = Duration::from_secs(timeout_secs);
     config.limits.memory_bytes = usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     config.pooling = file.serve.pooling.unwrap_or(true);
+    // A compile runs on the (nicer) run thread that asked for it, not on
+    // wasmtime's pool of threads at the API's priority.
+    config.parallel_compilation = false;
     // Each run's instance, and a few more for uploads being checked.
     config.max_live_instances = max.saturating_add(16);
     let engine = match Engine::new(config) {
