@@ -44,8 +44,9 @@
 //! PROBE_SLICE=0, the probe's thread keeps the kernel's usual time slice. With
 //! SMAPS_OUT=FILE, the dense server's `/proc/PID/smaps` is copied there
 //! while every run waits (to see where the memory is). SERVE_ARGS adds
-//! arguments to `nexo serve` (`--lease-secs 600`), and SERVE_LOG=FILE keeps
-//! its log.
+//! arguments to `nexo serve` (`--lease-secs 600`), SERVE_LOG=FILE keeps
+//! its log, and BENCH_DIR=DIR keeps the fairness phase's stores there (to
+//! look at its runs' timings afterwards).
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 use std::io::{BufRead, BufReader};
@@ -398,6 +399,8 @@ async fn trivial_runs(
 /// while others upload large components.
 async fn fairness(root: &std::path::Path, http: &reqwest::Client, m: &Model) {
     let dir = root.join("fairness");
+    // A kept BENCH_DIR's last stores go first.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let flood_model = model(Duration::from_millis(env_or("FLOOD_MODEL_MS", 500) as u64)).await;
     std::fs::write(
@@ -474,6 +477,7 @@ fairness (a): a quiet tenant's trivial run, p99 alone {} ({} runs), behind {floo
     // (b) The quiet tenant's API alone, then during parallel uploads, in a
     // store of its own (the flood's runs stay queued in the first).
     let dir = root.join("fairness-uploads");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(root.join("fairness").join("nexo.toml"), dir.join("nexo.toml")).unwrap();
     let quiet = tenant(&dir, "quiet", &json!({"models": ["test"]}));
@@ -554,9 +558,13 @@ async fn main() {
     let http = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
 
     let dir = tempfile::tempdir().unwrap();
+    // BENCH_DIR keeps the stores and logs for a look afterwards.
+    let kept = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from);
+    let root = kept.as_deref().unwrap_or(dir.path());
+    std::fs::create_dir_all(root).unwrap();
     let m = model(Duration::from_millis(model_ms)).await;
     if fairness_only {
-        fairness(dir.path(), &http, &m).await;
+        fairness(root, &http, &m).await;
         return;
     }
     std::fs::write(
@@ -665,7 +673,7 @@ async fn main() {
         density_phase(dir.path(), &http, &m, &keyed[0], density).await;
     }
     if with_fairness {
-        fairness(dir.path(), &http, &m).await;
+        fairness(root, &http, &m).await;
     }
 }
 

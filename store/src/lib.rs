@@ -60,6 +60,7 @@ mod sessions;
 mod sql;
 mod sqlite;
 mod tenants;
+mod writer;
 
 use std::path::{Path, PathBuf};
 
@@ -93,6 +94,7 @@ pub use tenants::{
     Tenant, USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
     verify_audit,
 };
+pub use writer::WriteCounts;
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`]).

@@ -2,9 +2,10 @@
 //!
 //! One file, in WAL mode with `synchronous=FULL` (a commit is on disk when
 //! it returns, power loss included), foreign keys on and a 5 s busy
-//! timeout. Writes go through one connection held behind a mutex (SQLite
-//! has one writer anyway; queuing them here keeps them off the busy
-//! handler), the same one that checked and migrated the file, and reads
+//! timeout. Writes go through one connection, in turn (SQLite has one
+//! writer anyway; queuing them here keeps them off the busy handler), and
+//! under load in groups that share one commit ([`crate::writer`]): the
+//! connection that checked and migrated the file. Reads go
 //! through a small pool of read-only connections opened on first use. The
 //! writer is not pooled because sqlx's pool pings a connection on every
 //! release: one more round trip to its worker thread per write, which the
@@ -27,7 +28,7 @@ use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Connection, Sqlite};
 
 use crate::jobs::check_new_job;
 use crate::refusal::{
@@ -38,6 +39,7 @@ use crate::rows::{Errors, sqlite as rows};
 use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session, counts, not_appended};
 use crate::sql;
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
+use crate::writer::{WriteCounts, Writer};
 use crate::{
     AUDIT_GENESIS, ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease,
     NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, SCHEMA_VERSION,
@@ -77,9 +79,9 @@ const SQLITE_FULL: i64 = 13;
 pub struct SqliteStore {
     path: PathBuf,
     location: String,
-    /// The one connection every write goes through, in order; `None` once
-    /// [`SqliteStore::close`]d.
-    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
+    /// The one connection every write goes through, in order, committed
+    /// in groups under load ([`crate::writer`]).
+    writer: Writer,
     /// Read-only connections for reads that need no lock.
     reader: SqlitePool,
 }
@@ -158,12 +160,19 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_lazy_with(options.read_only(true));
         restrict_side_files(&path);
-        Ok(SqliteStore { path, location, writer: tokio::sync::Mutex::new(Some(writer)), reader })
+        let writer = Writer::new(writer, location.clone(), db_error);
+        Ok(SqliteStore { path, location, writer, reader })
     }
 
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many writes this store has made durable, and in how many
+    /// commits: under load, writes share them ([`crate::writer`]).
+    pub fn write_counts(&self) -> WriteCounts {
+        self.writer.counts()
     }
 
     /// How many read connections are open: none until the first read or
@@ -175,7 +184,7 @@ impl SqliteStore {
     /// The settings the store's connections run with, as SQLite reports
     /// them (for `nexo doctor` and tests).
     pub async fn settings(&self) -> StoreResult<Settings> {
-        let mut writer = self.writer().await?;
+        let mut writer = self.writer.bare().await?;
         let mut reader = self.reader.acquire().await.map_err(|e| self.error(&e))?;
         Ok(Settings {
             writer: self.connection_settings(&mut writer).await?,
@@ -191,15 +200,7 @@ impl SqliteStore {
     /// way.
     pub async fn close(&self) {
         self.reader.close().await;
-        if let Some(writer) = self.writer.lock().await.take() {
-            writer.close().await.ok();
-        }
-    }
-
-    /// The write connection, for as long as the guard lives.
-    async fn writer(&self) -> StoreResult<tokio::sync::MappedMutexGuard<'_, SqliteConnection>> {
-        tokio::sync::MutexGuard::try_map(self.writer.lock().await, Option::as_mut)
-            .map_err(|_| StoreError::Backend(format!("{}: the store was closed", self.location)))
+        self.writer.close().await;
     }
 
     async fn connection_settings(&self, conn: &mut SqliteConnection) -> StoreResult<ConnectionSettings> {
@@ -224,40 +225,11 @@ impl SqliteStore {
 
     /// A database error as a [`StoreError`], naming the file.
     fn error(&self, e: &sqlx::Error) -> StoreError {
-        match sqlite_code(e) {
-            Some(code) if is_corrupt(code) => {
-                StoreError::Corrupt { location: self.location.clone(), reason: e.to_string() }
-            }
-            Some(code) => StoreError::Backend(format!("{}: {e}{}", self.location, hint(code))),
-            None => StoreError::Backend(format!("{}: {e}", self.location)),
-        }
+        db_error(&self.location, e)
     }
 
     fn corrupt(&self, reason: String) -> StoreError {
         StoreError::Corrupt { location: self.location.clone(), reason }
-    }
-
-    /// Starts a write transaction that holds the file's write lock from its
-    /// first statement. Dropping it unfinished (a cancelled future) rolls
-    /// it back before the connection runs anything else.
-    async fn begin<'c>(&self, conn: &'c mut SqliteConnection) -> StoreResult<Transaction<'c, Sqlite>> {
-        conn.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.error(&e))
-    }
-
-    /// Commits `tx` if `result` is a success, rolls it back otherwise.
-    async fn finish<T>(&self, tx: Transaction<'_, Sqlite>, result: StoreResult<T>) -> StoreResult<T> {
-        match result {
-            Ok(value) => {
-                tx.commit().await.map_err(|e| self.error(&e))?;
-                Ok(value)
-            }
-            Err(e) => {
-                // If the rollback itself fails, sqlx rolls back when the
-                // connection is next used; the first error is the one to tell.
-                tx.rollback().await.ok();
-                Err(e)
-            }
-        }
     }
 
     async fn fetch_run(&self, conn: &mut SqliteConnection, id: &str) -> StoreResult<Option<Run>> {
@@ -821,11 +793,14 @@ impl Store for SqliteStore {
 
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let run = new.into_run();
-        let mut conn = self.writer().await?;
-        let Some(tenant) = run.tenant.clone() else { return self.create_run_in(&mut conn, run).await };
+        let Some(tenant) = run.tenant.clone() else {
+            let mut conn = self.writer.single().await?;
+            let result = self.create_run_in(&mut conn, run).await;
+            return conn.end(result).await;
+        };
         // A tenant's run: a taken id, then a missing tenant, are named before
         // anything about its session (as every backend does).
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let taken = sqlx::query(sql::RUN_EXISTS)
                 .bind(&run.id)
@@ -839,7 +814,7 @@ impl Store for SqliteStore {
             self.create_run_in(&mut tx, run).await
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
@@ -861,8 +836,8 @@ impl Store for SqliteStore {
         // The common case, one host call's entry and nothing else, is one
         // autocommit statement whose lease check rides in the insert: the
         // same cost as a bare insert (see benches/journal.rs).
-        let mut conn = self.writer().await?;
         if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
+            let mut conn = self.writer.single().await?;
             let inserted = sqlx::query(sql::APPEND_ENTRY_IF_OWNER)
                 .bind(id)
                 .bind(to_i64(e.seq, "sequence number")?)
@@ -874,28 +849,31 @@ impl Store for SqliteStore {
                 .bind(owner)
                 .execute(&mut *conn)
                 .await;
-            return match self.entry_written(inserted, id, e.seq)? {
-                0 => Err(self.why_not_owned(&mut conn, id, owner).await),
-                _ => Ok(()),
+            let result = match self.entry_written(inserted, id, e.seq) {
+                Ok(0) => Err(self.why_not_owned(&mut conn, id, owner).await),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
             };
+            return conn.end(result).await;
         }
         if batch.is_empty() {
-            return self.check_owner(&mut conn, id, owner).await;
+            let mut conn = self.writer.single().await?;
+            let result = self.check_owner(&mut conn, id, owner).await;
+            return conn.end(result).await;
         }
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
             self.write_batch(&mut tx, id, batch).await
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.transition_in(&mut tx, id, owner, batch, to).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn claim(
@@ -906,10 +884,9 @@ impl Store for SqliteStore {
         resume_input: Option<String>,
         now: i64,
     ) -> StoreResult<Run> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {
@@ -918,13 +895,15 @@ impl Store for SqliteStore {
         }
         // Strings and integers always serialize.
         let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
-        sqlx::query_scalar(sql::RENEW_LEASES_SQLITE)
+        let mut conn = self.writer.single().await?;
+        let result = sqlx::query_scalar(sql::RENEW_LEASES_SQLITE)
             .bind(owner)
             .bind(until_ms)
             .bind(list)
-            .fetch_all(&mut *self.writer().await?)
+            .fetch_all(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))
+            .map_err(|e| self.error(&e));
+        conn.end(result).await
     }
 
     async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
@@ -933,10 +912,9 @@ impl Store for SqliteStore {
     }
 
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.cancel_in(&mut tx, id, reason).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
@@ -971,30 +949,27 @@ impl Store for SqliteStore {
     }
 
     async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.decide_in(&mut tx, id, call, decision).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             self.check_owner(&mut tx, id, owner).await?;
             sqlx::query(sql::DELETE_APPROVAL).bind(id).execute(&mut *tx).await.map_err(|e| self.error(&e))?;
             Ok(())
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
         if let Some(reason) = check_new_job(&new) {
             return Err(StoreError::Conflict(reason));
         }
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let placed: Option<(String, i64)> = sqlx::query_as(sql::INSERT_JOB_SQLITE)
                 .bind(&new.id)
@@ -1031,14 +1006,13 @@ impl Store for SqliteStore {
             }
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.claim_job_in(&mut tx, worker, lease_ms, now).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {
@@ -1046,25 +1020,25 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         let list = serde_json::to_string(tokens).unwrap_or_else(|_| "[]".into());
-        sqlx::query_scalar(sql::HEARTBEAT_JOBS_SQLITE)
+        let mut conn = self.writer.single().await?;
+        let result = sqlx::query_scalar(sql::HEARTBEAT_JOBS_SQLITE)
             .bind(now.saturating_add(lease_ms))
             .bind(now)
             .bind(list)
-            .fetch_all(&mut *self.writer().await?)
+            .fetch_all(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))
+            .map_err(|e| self.error(&e));
+        conn.end(result).await
     }
 
     async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.change_job(&mut tx, id, lease, |job| job.complete(now)).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let mut job = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await?;
             if job.status == JobStatus::Queued {
@@ -1077,7 +1051,7 @@ impl Store for SqliteStore {
             Ok(job)
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn postpone_job(
@@ -1088,8 +1062,7 @@ impl Store for SqliteStore {
         not_before_ms: i64,
         now: i64,
     ) -> StoreResult<Job> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let mut same = false;
             let job = self
@@ -1112,7 +1085,7 @@ impl Store for SqliteStore {
             Ok(job)
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
@@ -1131,7 +1104,7 @@ impl Store for SqliteStore {
     }
 
     async fn open_session(&self, agent: &str, instance: &str, now: i64) -> StoreResult<Session> {
-        let mut conn = self.writer().await?;
+        let mut conn = self.writer.single().await?;
         let row = sqlx::query(sql::OPEN_SESSION)
             .bind(new_session_id())
             .bind(agent)
@@ -1139,8 +1112,9 @@ impl Store for SqliteStore {
             .bind(now)
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))?;
-        self.decode_session(&row)
+            .map_err(|e| self.error(&e));
+        let result = row.and_then(|row| self.decode_session(&row));
+        conn.end(result).await
     }
 
     async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>> {
@@ -1187,10 +1161,9 @@ impl Store for SqliteStore {
     }
 
     async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = self.append_thread_in(&mut tx, id, expected, messages, now).await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>> {
@@ -1199,29 +1172,29 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, id: &str) -> StoreResult<bool> {
-        let mut conn = self.writer().await?;
-        let deleted =
-            sqlx::query(sql::DELETE_SESSION).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
-        Ok(deleted.rows_affected() > 0)
+        let mut conn = self.writer.single().await?;
+        let deleted = sqlx::query(sql::DELETE_SESSION).bind(id).execute(&mut *conn).await.map_err(|e| self.error(&e));
+        let result = deleted.map(|d| d.rows_affected() > 0);
+        conn.end(result).await
     }
 
     async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>> {
-        let mut conn = self.writer().await?;
+        let mut conn = self.writer.single().await?;
         // One statement: its check for prompts in progress and its delete
         // run under the same write lock.
-        let mut ids: Vec<String> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
+        let ids: StoreResult<Vec<String>> = sqlx::query_scalar(sql::EXPIRE_SESSIONS)
             .bind(updated_before_ms)
             .fetch_all(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))?;
+            .map_err(|e| self.error(&e));
+        let mut ids = conn.end(ids).await?;
         ids.sort();
         Ok(ids)
     }
 
     async fn create_tenant(&self, new: NewTenant) -> StoreResult<Tenant> {
         let tenant = new.into_tenant();
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let inserted = sqlx::query(sql::INSERT_TENANT)
                 .bind(&tenant.id)
@@ -1246,7 +1219,7 @@ impl Store for SqliteStore {
             Ok(tenant)
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
@@ -1276,7 +1249,7 @@ impl Store for SqliteStore {
         disabled: Option<bool>,
         now: i64,
     ) -> StoreResult<Tenant> {
-        let mut conn = self.writer().await?;
+        let mut conn = self.writer.single().await?;
         let row = sqlx::query(sql::UPDATE_TENANT)
             .bind(id)
             .bind(policy.map(|p| p.to_string()))
@@ -1284,11 +1257,13 @@ impl Store for SqliteStore {
             .bind(now)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))?;
-        match row {
-            Some(row) => self.decode_tenant(&row),
-            None => Err(StoreError::NoTenant(id.to_string())),
-        }
+            .map_err(|e| self.error(&e));
+        let result = match row {
+            Ok(Some(row)) => self.decode_tenant(&row),
+            Ok(None) => Err(StoreError::NoTenant(id.to_string())),
+            Err(e) => Err(e),
+        };
+        conn.end(result).await
     }
 
     async fn create_key(&self, new: NewApiKey) -> StoreResult<ApiKey> {
@@ -1296,8 +1271,7 @@ impl Store for SqliteStore {
             return Err(StoreError::Conflict(reason));
         }
         let key = new.into_key();
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let inserted = sqlx::query(sql::INSERT_KEY)
                 .bind(&key.id)
@@ -1328,7 +1302,7 @@ impl Store for SqliteStore {
             Ok(key)
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>> {
@@ -1350,22 +1324,23 @@ impl Store for SqliteStore {
     }
 
     async fn revoke_key(&self, id: &str, now: i64) -> StoreResult<ApiKey> {
-        let mut conn = self.writer().await?;
+        let mut conn = self.writer.single().await?;
         let row = sqlx::query(sql::REVOKE_KEY)
             .bind(id)
             .bind(now)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(|e| self.error(&e))?;
-        match row {
-            Some(row) => self.decode_key(&row),
-            None => Err(StoreError::NoKey(id.to_string())),
-        }
+            .map_err(|e| self.error(&e));
+        let result = match row {
+            Ok(Some(row)) => self.decode_key(&row),
+            Ok(None) => Err(StoreError::NoKey(id.to_string())),
+            Err(e) => Err(e),
+        };
+        conn.end(result).await
     }
 
     async fn open_sign_in(&self, new: SignIn) -> StoreResult<()> {
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             sqlx::query(sql::PURGE_SIGN_INS)
                 .bind(new.created_ms)
@@ -1392,7 +1367,7 @@ impl Store for SqliteStore {
             }
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>> {
@@ -1406,9 +1381,9 @@ impl Store for SqliteStore {
     }
 
     async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
-        let mut conn = self.writer().await?;
-        sqlx::query(sql::DELETE_SIGN_IN).bind(id_hash).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
-        Ok(())
+        let mut conn = self.writer.single().await?;
+        let result = sqlx::query(sql::DELETE_SIGN_IN).bind(id_hash).execute(&mut *conn).await;
+        conn.end(result.map(drop).map_err(|e| self.error(&e))).await
     }
 
     async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {
@@ -1416,8 +1391,7 @@ impl Store for SqliteStore {
             return Err(StoreError::Conflict(reason));
         }
         let plugin = new.to_stored();
-        let mut conn = self.writer().await?;
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let inserted = sqlx::query(sql::INSERT_PLUGIN)
                 .bind(&plugin.tenant)
@@ -1456,7 +1430,7 @@ impl Store for SqliteStore {
             Ok((plugin, true))
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>> {
@@ -1503,10 +1477,9 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry> {
-        let mut conn = self.writer().await?;
         // `BEGIN IMMEDIATE` holds the file's write lock from the head's read
         // to the commit: appends, in any number of processes, take turns.
-        let mut tx = self.begin(&mut conn).await?;
+        let mut tx = self.writer.turn().await?;
         let result = async {
             let row =
                 sqlx::query(sql::AUDIT_HEAD).bind(tenant).fetch_optional(&mut *tx).await.map_err(|e| self.error(&e))?;
@@ -1535,7 +1508,7 @@ impl Store for SqliteStore {
             Ok(entry)
         }
         .await;
-        self.finish(tx, result).await
+        tx.end(result).await
     }
 
     async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
@@ -1575,23 +1548,28 @@ impl Store for SqliteStore {
         cpu_ticks: u64,
         egress_bytes: u64,
     ) -> StoreResult<()> {
+        let (runs, tokens) = (to_i64(runs, "run count")?, to_i64(tokens, "token count")?);
+        let (cpu_ticks, egress_bytes) =
+            (to_i64(cpu_ticks, "CPU tick count")?, to_i64(egress_bytes, "egress byte count")?);
+        let mut conn = self.writer.single().await?;
         let added = sqlx::query(sql::ADD_USAGE)
             .bind(tenant)
             .bind(usage_period(at_ms))
-            .bind(to_i64(runs, "run count")?)
-            .bind(to_i64(tokens, "token count")?)
-            .bind(to_i64(cpu_ticks, "CPU tick count")?)
-            .bind(to_i64(egress_bytes, "egress byte count")?)
-            .execute(&mut *self.writer().await?)
+            .bind(runs)
+            .bind(tokens)
+            .bind(cpu_ticks)
+            .bind(egress_bytes)
+            .execute(&mut *conn)
             .await;
-        match added {
+        let result = match added {
             Ok(_) => Ok(()),
             // The one foreign key: the tenant.
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
                 Err(StoreError::NoTenant(tenant.to_string()))
             }
             Err(e) => Err(self.error(&e)),
-        }
+        };
+        conn.end(result).await
     }
 
     async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>> {
@@ -1605,19 +1583,24 @@ impl Store for SqliteStore {
     }
 
     async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()> {
+        let tokens = to_i64(used.tokens, "token count")?;
+        let (cpu_ticks, egress_bytes) =
+            (to_i64(used.cpu_ticks, "CPU tick count")?, to_i64(used.egress_bytes, "egress byte count")?);
+        let mut conn = self.writer.single().await?;
         let added = sqlx::query(sql::ADD_RUN_USAGE)
             .bind(run)
-            .bind(to_i64(used.tokens, "token count")?)
-            .bind(to_i64(used.cpu_ticks, "CPU tick count")?)
-            .bind(to_i64(used.egress_bytes, "egress byte count")?)
-            .execute(&mut *self.writer().await?)
+            .bind(tokens)
+            .bind(cpu_ticks)
+            .bind(egress_bytes)
+            .execute(&mut *conn)
             .await;
-        match added {
+        let result = match added {
             Ok(_) => Ok(()),
             // The one foreign key: the run.
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(run.to_string())),
             Err(e) => Err(self.error(&e)),
-        }
+        };
+        conn.end(result).await
     }
 
     async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
@@ -1878,6 +1861,15 @@ fn open_error(location: &str, e: &sqlx::Error) -> StoreError {
 }
 
 /// SQLite's extended result code, if `e` came from SQLite.
+/// A database error as a [`StoreError`], naming the file at `location`.
+fn db_error(location: &str, e: &sqlx::Error) -> StoreError {
+    match sqlite_code(e) {
+        Some(code) if is_corrupt(code) => StoreError::Corrupt { location: location.to_string(), reason: e.to_string() },
+        Some(code) => StoreError::Backend(format!("{location}: {e}{}", hint(code))),
+        None => StoreError::Backend(format!("{location}: {e}")),
+    }
+}
+
 fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
     match e {
         sqlx::Error::Database(db) => db.code().and_then(|c| c.parse().ok()),

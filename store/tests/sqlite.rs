@@ -914,3 +914,149 @@ async fn a_cancelled_write_is_all_or_nothing() {
     // was sent before it was dropped, but some were dropped well before.
     assert!(seqs.len() < 300, "some commits were cancelled");
 }
+
+/// Writes at once from many tasks: each returns only once it is durable,
+/// and under load they share commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_share_commits_and_each_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..400 {
+        let store = store.clone();
+        tasks.spawn(async move { store.create_run(new_run(&format!("r{i:03}"))).await.map(|r| r.id) });
+    }
+    let mut created = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        created.push(done.unwrap().unwrap());
+    }
+    assert_eq!(created.len(), 400);
+    let counts = store.write_counts();
+    assert_eq!(counts.writes, 400, "each write counted once (the migration's are not): {counts:?}");
+    assert!(counts.commits < counts.writes, "writes queued at once share commits: {counts:?}");
+    // Another connection, as another process, sees every one: they are
+    // committed, not held in an open transaction.
+    let mut other = raw(&path).await;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM runs").fetch_one(&mut other).await.unwrap();
+    assert_eq!(n, 400);
+}
+
+/// One write of a group fails (its run's id is taken): it alone is rolled
+/// back, and the others of its group are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_write_in_a_group_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    store.create_run(new_run("taken")).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let store = store.clone();
+        let id = if i % 3 == 0 { "taken".to_string() } else { format!("r{i:03}") };
+        // A batch of several statements: a run's journal, event and checkpoint.
+        tasks.spawn(async move {
+            let created = store.create_run(new_run(&id)).await;
+            let batch = Batch {
+                journal: vec![entry(i)],
+                events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
+                checkpoints: vec![(format!("c{i:03}"), json!(i))],
+                thread: None,
+            };
+            let committed = store.commit("taken", OWNER, batch).await;
+            (i, created.is_ok(), committed.is_ok())
+        });
+    }
+    let mut refused = 0;
+    while let Some(done) = tasks.join_next().await {
+        let (i, created, committed) = done.unwrap();
+        assert!(committed, "commit {i} failed");
+        if i % 3 == 0 {
+            assert!(!created, "run {i} reused a taken id");
+            refused += 1;
+        } else {
+            assert!(created, "run {i} was not created");
+        }
+    }
+    assert_eq!(refused, 100);
+    let counts = store.write_counts();
+    assert!(counts.commits < counts.writes, "writes shared commits: {counts:?}");
+    let mut other = raw(&path).await;
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM runs").fetch_one(&mut other).await.unwrap();
+    assert_eq!(runs, 201);
+    for table in ["journal", "events", "checkpoints"] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(n, 300, "{table}: every commit whole");
+    }
+}
+
+/// Writes of a group dropped at every point (their callers went away):
+/// each batch is whole or absent, every write that returned is durable,
+/// and the file's write lock is not left held once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_dropped_in_a_group_leave_the_file_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nexo.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    store.create_run(new_run("r1")).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..400u64 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let batch = Batch {
+                journal: vec![entry(i)],
+                events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
+                checkpoints: vec![(format!("c{i:03}"), json!(i))],
+                thread: None,
+            };
+            // Half are dropped after 0 to 950 µs, spinning on the clock.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_micros(i % 20 * 50);
+            let give_up = async {
+                if i % 2 == 0 {
+                    std::future::pending::<()>().await;
+                }
+                while std::time::Instant::now() < deadline {
+                    tokio::task::yield_now().await;
+                }
+            };
+            tokio::select! {
+                biased;
+                done = store.commit("r1", OWNER, batch) => { done.unwrap(); Some(i) }
+                () = give_up => None,
+            }
+        });
+    }
+    let mut returned = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        returned.extend(done.unwrap());
+    }
+    assert!(returned.len() >= 200, "every write not dropped returned: {}", returned.len());
+    // Another connection takes the write lock: SQLite's busy handler waits
+    // up to 5 s for it, and fails if a dropped write left it held.
+    let mut other = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .busy_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let mut tx = other.begin_with("BEGIN IMMEDIATE").await.expect("the write lock is free");
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM journal ORDER BY seq").fetch_all(&mut *tx).await.unwrap();
+    let events: Vec<String> =
+        sqlx::query_scalar("SELECT data FROM events WHERE kind = 'tool_call' ORDER BY CAST(data AS INTEGER)")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    let checkpoints: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoints").fetch_one(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    let events: Vec<i64> = events.iter().map(|e| e.parse().unwrap()).collect();
+    assert_eq!(seqs, events, "each batch is whole or absent");
+    assert_eq!(i64::try_from(seqs.len()).unwrap(), checkpoints, "each batch is whole or absent");
+    for i in &returned {
+        assert!(seqs.contains(&i64::try_from(*i).unwrap()), "write {i} returned but is not in the file");
+    }
+    // The store goes on writing.
+    store.commit("r1", OWNER, Batch { journal: vec![entry(10_000)], ..Batch::default() }).await.unwrap();
+}
