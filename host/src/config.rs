@@ -269,6 +269,10 @@ pub struct ServeTable {
     pub data_dir: Option<PathBuf>,
     /// How many runs this node drives at once (`--max-in-flight` wins).
     pub max_in_flight: Option<u32>,
+    /// Of those run slots, how many a tenant holding all the others may
+    /// not take: they wait for other tenants' runs (`--reserved-slots`
+    /// wins; default one in eight, at least one).
+    pub reserved_slots: Option<u32>,
     /// The largest plugin an upload may carry, in bytes.
     pub max_plugin_bytes: Option<u64>,
     /// How many uploaded plugins are compiled at once (default 2), off the

@@ -9,7 +9,9 @@
 //! - one tenant's flood of uploads compiles one at a time, so another
 //!   tenant's upload waits for one of its compiles, not all of them;
 //! - a tenant whose stored policy cannot be read is refused (409), not
-//!   given the default quotas.
+//!   given the default quotas;
+//! - a tenant that holds all but the node's reserved run slots does not get
+//!   those: another tenant's run takes one at once.
 //!
 //! The fair claim order of queued runs is a store behaviour
 //! (store/tests/behaviour.rs, `tenants_take_turns_at_the_queue`); the
@@ -336,5 +338,46 @@ async fn a_tenants_flood_of_uploads_compiles_one_at_a_time() {
     );
     for upload in uploads {
         assert_eq!(upload.await.unwrap(), StatusCode::CREATED, "{}", node.log());
+    }
+}
+
+/// A tenant with no concurrency quota floods a node of four run slots with
+/// spinners: it gets three, and the last one is kept for another tenant,
+/// whose trivial run is done while the spinners still spin (before the
+/// reserve, it waited for a spinner to end: five minutes, their limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_tenant_leaves_the_reserved_slot_to_another() {
+    let scene = Scene::new(None).await;
+    let flood = scene.tenant("fay", None);
+    let quiet = scene.tenant("gus", None);
+    let node = scene.node_with("a", &["--max-in-flight", "4"]);
+    let (_, spin) = scene.upload(&node, &flood, built::SPIN).await;
+    let (_, stats) = scene.upload(&node, &quiet, built::TEXT_STATS).await;
+    let mut spinners = Vec::new();
+    for _ in 0..6 {
+        let (status, run) =
+            scene.post(&node.url("/v1/runs"), &flood, json!({"plugin": spin["id"], "input": "go"})).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+        spinners.push(run["id"].as_str().unwrap().to_string());
+    }
+    // Three run (the first three queued come first), the others wait.
+    for id in &spinners[..3] {
+        scene.until(&node, &flood, id, &["running"]).await;
+    }
+    let (status, run) = scene.get(&node.url(&format!("/v1/runs/{}", spinners[3])), &flood).await;
+    assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("queued")), "the fourth slot is kept: {run}");
+
+    let body = json!({"plugin": stats["id"], "input": "a b c", "wait": true});
+    let url = node.url("/v1/runs");
+    let answered = tokio::time::timeout(Duration::from_secs(60), scene.post(&url, &quiet, body)).await;
+    let (status, done) = answered.unwrap_or_else(|_| panic!("no slot for the quiet run\n{}", node.log()));
+    assert_eq!((status, &done["status"]), (StatusCode::OK, &json!("done")), "{done}\n{}", node.log());
+    for id in &spinners[..3] {
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &flood).await;
+        assert_eq!(run["status"], "running", "the spinners still hold their slots: {run}");
+    }
+    for id in &spinners {
+        let (status, run) = scene.post(&node.url(&format!("/v1/runs/{id}/cancel")), &flood, json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{run}");
     }
 }

@@ -183,6 +183,12 @@ impl Job {
         }
     }
 
+    /// Whether the job is one of the tenants `held_back` (by id), which a
+    /// claim leaves where it is ([`crate::Store::claim_job_unless`]).
+    pub(crate) fn held_back(&self, held_back: &[String]) -> bool {
+        self.tenant.as_ref().is_some_and(|t| held_back.contains(t))
+    }
+
     /// Whether a due job is a lapsed one with no attempt left, which a
     /// claim fails ([`Job::give_up`]) instead of taking.
     pub(crate) fn exhausted(&self) -> bool {

@@ -814,7 +814,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// claims, in any number of processes, never take the same job (SQLite:
     /// `BEGIN IMMEDIATE`; PostgreSQL: `FOR UPDATE SKIP LOCKED`). `None` if
     /// nothing is due.
-    async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>>;
+    async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>> {
+        self.claim_job_unless(worker, lease_ms, now_ms, &[]).await
+    }
+
+    /// [`Store::claim_job`], unless the job next in turn is a job of one of
+    /// the tenants `held_back` (by id): then nothing is claimed and `None`
+    /// is answered. A worker keeps its last run slots for tenants other
+    /// than those already holding their share of them: a job of theirs next
+    /// in turn waits for a slot they may use, not for a reserved one.
+    async fn claim_job_unless(
+        &self,
+        worker: &str,
+        lease_ms: i64,
+        now_ms: i64,
+        held_back: &[String],
+    ) -> StoreResult<Option<Job>>;
 
     /// Extends to `now_ms + lease_ms`, in one write, the leases of the
     /// running jobs whose claims hold one of `tokens` ([`JobLease::token`]),

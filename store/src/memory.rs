@@ -434,7 +434,13 @@ impl Store for MemoryStore {
         Ok(job)
     }
 
-    async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
+    async fn claim_job_unless(
+        &self,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+        held_back: &[String],
+    ) -> StoreResult<Option<Job>> {
         let mut inner = self.lock();
         loop {
             // A lapsed job first, then the next in turn (as `sql::DUE_JOB`).
@@ -455,6 +461,9 @@ impl Store for MemoryStore {
             let Some(id) = due else { return Ok(None) };
             let token = inner.last_token + 1;
             let job = inner.job_mut(&id)?;
+            if job.held_back(held_back) {
+                return Ok(None);
+            }
             if job.exhausted() {
                 job.give_up(now);
                 continue;

@@ -703,6 +703,7 @@ impl PgStore {
         worker: &str,
         lease_ms: i64,
         now: i64,
+        held_back: &[String],
     ) -> StoreResult<Option<Job>> {
         loop {
             let row = sqlx::query(sql::DUE_JOB_SKIP_LOCKED)
@@ -712,6 +713,9 @@ impl PgStore {
                 .map_err(|e| self.error(&e))?;
             let Some(row) = row else { return Ok(None) };
             let mut job = self.decode_job(&row)?;
+            if job.held_back(held_back) {
+                return Ok(None);
+            }
             if job.exhausted() {
                 job.give_up(now);
                 self.save_job(conn, &job).await?;
@@ -914,9 +918,15 @@ impl Store for PgStore {
         self.finish(tx, result).await
     }
 
-    async fn claim_job(&self, worker: &str, lease_ms: i64, now: i64) -> StoreResult<Option<Job>> {
+    async fn claim_job_unless(
+        &self,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+        held_back: &[String],
+    ) -> StoreResult<Option<Job>> {
         let mut tx = self.begin().await?;
-        let result = self.claim_job_in(&mut tx, worker, lease_ms, now).await;
+        let result = self.claim_job_in(&mut tx, worker, lease_ms, now, held_back).await;
         self.finish(tx, result).await
     }
 

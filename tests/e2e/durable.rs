@@ -401,13 +401,14 @@ impl Store for Counting {
     async fn enqueue(&self, job: nexo_store::NewJob) -> nexo_store::StoreResult<nexo_store::Job> {
         self.inner.enqueue(job).await
     }
-    async fn claim_job(
+    async fn claim_job_unless(
         &self,
         worker: &str,
         lease_ms: i64,
         now: i64,
+        held_back: &[String],
     ) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
-        self.inner.claim_job(worker, lease_ms, now).await
+        self.inner.claim_job_unless(worker, lease_ms, now, held_back).await
     }
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> nexo_store::StoreResult<Vec<i64>> {
         self.inner.heartbeat_jobs(tokens, lease_ms, now).await

@@ -165,12 +165,22 @@ impl Worker {
 pub struct LoopSettings {
     /// Jobs at once.
     pub max: u32,
+    /// Of those, how many no tenant may take while it holds the others:
+    /// the last slots wait for another tenant's run rather than go to a
+    /// tenant that already holds its share ([`default_reserved`]).
+    pub reserved: u32,
     /// How often an idle loop looks for due jobs.
     pub poll: Duration,
     /// Stop once nothing is queued or running.
     pub until_idle: bool,
     /// Session retention.
     pub retain: Option<Duration>,
+}
+
+/// The run slots kept for other tenants when there are `max`: one in
+/// eight, at least one, and never all of them.
+pub fn default_reserved(max: u32) -> u32 {
+    max.div_ceil(8).min(max.saturating_sub(1))
 }
 
 /// Claims due jobs and runs them, at most `settings.max` at once, until
@@ -186,6 +196,11 @@ pub async fn claim_loop(
     let store = worker.runs.store().clone();
     let name = worker.runs.owner().to_string();
     let permits = Arc::new(tokio::sync::Semaphore::new(settings.max as usize));
+    // The jobs each tenant has running here, and a signal when one ends.
+    let holding: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>> = Default::default();
+    let freed = Arc::new(tokio::sync::Notify::new());
+    let reserved = settings.reserved.min(settings.max.saturating_sub(1));
+    let share = settings.max - reserved;
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(stop);
     let mut swept: Option<std::time::Instant> = None;
@@ -199,14 +214,23 @@ pub async fn claim_loop(
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = &mut stop => break,
         };
-        match store.claim_job(&name, worker.lease_ms, nexo_store::now_ms()).await {
+        // Taking a reserved slot: not for a tenant holding its share.
+        let held_back: Vec<String> = if permits.available_permits() < reserved as usize {
+            let holding = holding.lock().unwrap_or_else(|p| p.into_inner());
+            holding.iter().filter(|(_, n)| **n >= share).map(|(t, _)| t.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        match store.claim_job_unless(&name, worker.lease_ms, nexo_store::now_ms(), &held_back).await {
             Ok(Some(job)) => {
                 let worker = worker.clone();
                 let changes = changes.clone();
+                let held = Held::take(&holding, job.tenant.clone(), &freed);
                 tasks.spawn(async move {
                     let run = job.run.clone();
                     worker.handle(job).await;
                     drop(permit);
+                    drop(held);
                     if let Some(c) = changes {
                         c.changed(&run);
                     }
@@ -230,11 +254,49 @@ pub async fn claim_loop(
         tokio::select! {
             _ = tokio::time::sleep(settings.poll) => {}
             _ = woken => {}
+            // A job held back may be claimed once a slot is free again.
+            _ = freed.notified(), if !held_back.is_empty() => {}
             _ = &mut stop => break,
         }
     }
     // Stopping: no new claims; the jobs under way finish.
     while tasks.join_next().await.is_some() {}
+}
+
+/// One running job counted against its tenant's share of the slots, for
+/// as long as it lives; its end signals `freed`.
+struct Held {
+    holding: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
+    tenant: Option<String>,
+    freed: Arc<tokio::sync::Notify>,
+}
+
+impl Held {
+    fn take(
+        holding: &Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
+        tenant: Option<String>,
+        freed: &Arc<tokio::sync::Notify>,
+    ) -> Held {
+        if let Some(t) = &tenant {
+            *holding.lock().unwrap_or_else(|p| p.into_inner()).entry(t.clone()).or_default() += 1;
+        }
+        Held { holding: holding.clone(), tenant, freed: freed.clone() }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tenant {
+            let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = holding.get_mut(t) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    holding.remove(t);
+                }
+            }
+        }
+        self.freed.notify_one();
+    }
 }
 
 /// The meters of a job's pass, metered by [`Worker::handle`] on every
@@ -297,7 +359,13 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
     ));
     let name = worker.runs.owner().to_string();
     errln!("worker {name}: up to {max} jobs at once, from {}", store.location());
-    let settings = LoopSettings { max, poll: Duration::from_millis(args.poll_ms), until_idle: args.until_idle, retain };
+    let settings = LoopSettings {
+        max,
+        reserved: default_reserved(max),
+        poll: Duration::from_millis(args.poll_ms),
+        until_idle: args.until_idle,
+        retain,
+    };
     claim_loop(
         worker,
         settings,

@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// The most runs this node drives at once [default: `[serve] max-in-flight`, else 64].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_in_flight: Option<u32>,
+    /// Of those run slots, how many no tenant may take while it holds all the others: they are
+    /// kept for other tenants' runs, so that one tenant's flood does not make them wait for a slot
+    /// [default: `[serve] reserved-slots`, else one in eight, at least one].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    reserved_slots: Option<u32>,
     /// On SIGTERM, how long runs under way may go on before the process exits; a run still going
     /// then is left to its lease, and another node (or the next start) resumes it by replay.
     #[arg(long, value_name = "SECS", default_value_t = 20)]
@@ -154,6 +159,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     let timeout_secs = file.serve.run_timeout_secs.unwrap_or(300).max(1);
     let memory_mib = file.serve.memory_mib.unwrap_or(256).clamp(16, 4096);
     let max = args.max_in_flight.or(file.serve.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
+    let reserved = args.reserved_slots.or(file.serve.reserved_slots).unwrap_or_else(|| worker::default_reserved(max));
     let mut config = base.clone();
     config.limits.run_timeout = Duration::from_secs(timeout_secs);
     config.limits.memory_bytes = usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20);
@@ -251,7 +257,7 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     let mut stop_worker = stop_rx.clone();
     let worker_task = runs_handle.spawn(worker::claim_loop(
         Arc::new(jobs),
-        worker::LoopSettings { max, poll: Duration::from_millis(500), until_idle: false, retain: None },
+        worker::LoopSettings { max, reserved, poll: Duration::from_millis(500), until_idle: false, retain: None },
         async move {
             let _ = stop_worker.wait_for(|s| *s).await;
         },
