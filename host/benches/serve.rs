@@ -757,7 +757,10 @@ fn start_dense(dir: &std::path::Path, m: &Model, runs: usize) -> Server {
     // One tenant's capacity: no slots kept for others (a binary from
     // before reserved slots has no such flag, and keeps none).
     let help = nexo(dir).args(["serve", "--help"]).output().unwrap();
-    let extra: &[&str] =
-        if String::from_utf8_lossy(&help.stdout).contains("--reserved-slots") { &["--reserved-slots", "0"] } else { &[] };
+    let extra: &[&str] = if String::from_utf8_lossy(&help.stdout).contains("--reserved-slots") {
+        &["--reserved-slots", "0"]
+    } else {
+        &[]
+    };
     start_with(dir, runs + 16, extra)
 }
