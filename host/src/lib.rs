@@ -37,6 +37,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod files;
+pub mod grant;
 pub mod host_call;
 pub mod instance;
 pub mod journal;

@@ -471,8 +471,8 @@ fn recorded(
 /// with the flags laid over it.
 struct Settings {
     file: nexo::config::ConfigFile,
-    grant: grant::Resolved,
-    search: Option<web::SearchSetup>,
+    grant: nexo::grant::OperatorGrant,
+    search: Option<nexo::config::SearchSetup>,
 }
 
 fn settings(grant: &grant::GrantArgs, search: &web::SearchArgs) -> Result<Settings, ConfigError> {

@@ -2,14 +2,12 @@
 //! over `NEXO_*` variables, which win over the config file's `[model]`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 use nexo::ConfigError;
-use nexo::agent_loop::LoopLimits;
-use nexo::config::ModelTable;
+use nexo::config::{ModelSetup, ModelTable};
 use nexo::manifest::LoopKind;
-use nexo_model::{ModelConfig, Provider, ProviderKind};
+use nexo_model::ProviderKind;
 
 /// Model flags of `nexo run`.
 #[derive(Args, Debug, Clone, Default)]
@@ -57,18 +55,6 @@ pub struct ModelArgs {
     /// confined to the local sandbox's directory; each is checked against the grant first.
     #[arg(long)]
     claude_builtin_tools: bool,
-}
-
-/// The model and loop settings, resolved.
-pub struct Resolved {
-    /// The provider, or `None` when no model is configured (agents that never
-    /// prompt still run).
-    pub provider: Option<Arc<dyn Provider>>,
-    /// The loop's limits.
-    pub limits: LoopLimits,
-    /// The Claude Code loop, when chosen (its working directory is the
-    /// grant's, set by the caller).
-    pub agent_loop: Option<nexo::claude_code::ClaudeCode>,
 }
 
 fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
@@ -138,78 +124,7 @@ impl ModelArgs {
     }
 
     /// Resolves flags, environment and the config file's `[model]` into a provider.
-    pub fn resolve(&self, table: &ModelTable) -> Result<Resolved, ConfigError> {
-        let table = self.merged(table)?;
-        let cfg = ModelConfig {
-            model: table.model.clone(),
-            provider: table.provider,
-            assume_model_exists: table.assume_model_exists,
-            base_url: table.base_url.clone(),
-            script: table.script.clone(),
-            ..ModelConfig::default()
-        };
-        let mut limits = LoopLimits::default();
-        if let Some(n) = table.max_turns {
-            if n == 0 {
-                return Err(ConfigError::invalid(
-                    "max-turns",
-                    "max-turns must be at least 1 (`[model] max-turns` in the config file)",
-                ));
-            }
-            limits.max_turns = n;
-        }
-        limits.token_budget = table.token_budget;
-        limits.stream = table.stream;
-        if table.agent_loop == Some(LoopKind::ClaudeCode) {
-            return claude_code(&cfg, table.claude_binary.clone(), table.claude_builtin_tools, limits);
-        }
-        if table.claude_builtin_tools {
-            return Err(ConfigError::invalid(
-                "--claude-builtin-tools",
-                "it applies to --loop claude-code only (`loop = \"claude-code\"` in [model] or the agent file)",
-            ));
-        }
-        let nothing_set = cfg.model.is_none() && cfg.provider.is_none() && cfg.script.is_none();
-        let provider = if nothing_set {
-            // Not an error yet: an agent that never prompts needs no model. One
-            // that does gets the configuration error at its first prompt.
-            None
-        } else {
-            Some(nexo_model::resolve(&cfg).map_err(|e| ConfigError::invalid("[model]", e.to_string()))?)
-        };
-        Ok(Resolved { provider, limits, agent_loop: None })
+    pub fn resolve(&self, table: &ModelTable) -> Result<ModelSetup, ConfigError> {
+        self.merged(table)?.resolve()
     }
-}
-
-/// The Claude Code loop's settings. The CLI talks to Anthropic's API
-/// itself, so no nexo provider is resolved: the key is read from
-/// `ANTHROPIC_API_KEY` here and goes only into the CLI's environment.
-fn claude_code(
-    cfg: &ModelConfig,
-    binary: Option<PathBuf>,
-    builtin_tools: bool,
-    limits: LoopLimits,
-) -> Result<Resolved, ConfigError> {
-    if cfg.script.is_some() {
-        return Err(ConfigError::invalid(
-            "--script",
-            "a script replays nexo's own loop; with --loop claude-code the CLI calls the model itself (drop one of them)",
-        ));
-    }
-    if let Some(p) = cfg.provider.filter(|p| *p != ProviderKind::Anthropic) {
-        return Err(ConfigError::invalid(
-            "--provider",
-            format!(
-                "--loop claude-code talks to Anthropic's Messages API, so the provider cannot be `{}`: drop \
-                 --provider, or use the host loop (`--loop host`)",
-                serde_json::to_value(p).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-            ),
-        ));
-    }
-    let mut settings = nexo::claude_code::ClaudeCode::default().with_api_key(std::env::var("ANTHROPIC_API_KEY").ok());
-    settings.binary = binary;
-    settings.model = cfg.model.clone();
-    settings.base_url = cfg.base_url.clone();
-    settings.builtin_tools = builtin_tools;
-    Ok(Resolved { provider: None, limits, agent_loop: Some(settings) })
 }

@@ -13,7 +13,7 @@ pub fn config_failure(e: &ConfigError) -> ExitCode {
 /// Loads the configured search backend; it must be a search-backend component.
 pub async fn search_backend(
     engine: &Engine,
-    setup: &super::web::SearchSetup,
+    setup: &nexo::config::SearchSetup,
 ) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, RunError> {
     let plugin = Plugin::load(engine, &setup.backend).await?;
     let backend = plugin.search_backend()?.clone();

@@ -190,7 +190,7 @@ fn parse_mode(name: &str) -> Result<PermissionMode, String> {
 #[serde(rename_all = "kebab-case")]
 pub struct Recorded {
     /// The grant.
-    pub grant: grant::Resolved,
+    pub grant: nexo::grant::OperatorGrant,
     /// The model settings.
     pub model: nexo::config::ModelTable,
     /// The search settings.

@@ -13,12 +13,10 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::Args;
 use nexo::ConfigError;
-use nexo::config::SearchTable;
-use nexo::egress::{ApiKey, EgressGrant};
+use nexo::config::{SearchSetup, SearchTable};
 
 /// Search flags of `run` and `inspect`. They override `[search]`.
 #[derive(Args, Debug, Clone, Default)]
@@ -29,20 +27,6 @@ pub struct SearchArgs {
     /// Grant the search backend a host (repeatable; adds to `[search] hosts`).
     #[arg(long = "search-host", value_name = "HOST", value_delimiter = ',')]
     search_hosts: Vec<String>,
-}
-
-/// The search backend the operator chose, with its grant.
-#[derive(Debug, Clone)]
-pub struct SearchSetup {
-    /// The component.
-    pub backend: PathBuf,
-    /// Its network grant.
-    pub grant: EgressGrant,
-    /// Where the key comes from and where it goes, for `inspect` (never
-    /// the key).
-    pub key_source: Option<String>,
-    /// The exact origins the key is sent to (`scheme://host:port`).
-    pub key_origins: Vec<String>,
 }
 
 impl SearchArgs {
@@ -70,57 +54,13 @@ impl SearchArgs {
         table: Option<&SearchTable>,
         config: Option<&Path>,
     ) -> Result<Option<SearchSetup>, ConfigError> {
-        let table = table.cloned().unwrap_or_default();
-        let backend = match (&self.search_backend, &table.backend) {
-            (Some(flag), _) => flag.clone(),
-            (None, Some(path)) => match config.and_then(Path::parent) {
-                Some(dir) if path.is_relative() => dir.join(path),
-                _ => path.clone(),
-            },
-            (None, None) => {
-                if !self.search_hosts.is_empty() || !table.hosts.is_empty() {
-                    return Err(ConfigError::invalid(
-                        "[search]",
-                        "search hosts are granted but no backend is set: add `backend` to `[search]` or pass \
-                         --search-backend",
-                    ));
-                }
-                return Ok(None);
-            }
-        };
-        let mut hosts = table.hosts;
-        hosts.extend(self.search_hosts.iter().cloned());
-        let (api_key, key_source) = match &table.api_key {
-            None => (None, None),
-            Some(k) => {
-                let value = std::env::var(&k.env).map_err(|_| {
-                    ConfigError::invalid(
-                        "[search] api-key",
-                        format!(
-                            "the search backend's API key is read from ${}, which is not set: export it, \
-                             or remove `api-key` from `[search]`",
-                            k.env
-                        ),
-                    )
-                })?;
-                let key =
-                    ApiKey { header: k.header.clone(), prefix: k.prefix.clone(), value, origins: k.origins.clone() };
-                (Some(key), Some(format!("{} header, from ${}", k.header, k.env)))
-            }
-        };
-        let grant = EgressGrant {
-            hosts,
-            allow_private: table.allow_private,
-            api_key,
-            settings: table.settings,
-            timeout: table.timeout_secs.map(Duration::from_secs),
-            client: None,
-        };
-        // Check the grant now, so a bad host entry is a configuration error before anything runs.
-        grant.egress().map_err(|e| ConfigError::invalid("[search]", format!("[search]: {e}")))?;
-        let key_origins = grant.key_origins();
-        let key_source = key_source.map(|source| format!("{source}, sent only to {}", key_origins.join(", ")));
-        Ok(Some(SearchSetup { backend, grant, key_source, key_origins }))
+        let mut table = table.cloned().unwrap_or_default();
+        if let Some(flag) = &self.search_backend {
+            // Relative to here, not to the config file.
+            table.backend = Some(std::path::absolute(flag).unwrap_or(flag.clone()));
+        }
+        table.hosts.extend(self.search_hosts.iter().cloned());
+        table.resolve(config)
     }
 }
 

@@ -18,7 +18,7 @@ use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind as M
 use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::grant;
+use nexo::grant;
 
 /// Which sandbox a tenant's run works in.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,9 +316,9 @@ impl Effective {
     /// The grant a run records: the CLI's own grant type, so the worker
     /// resumes a served run exactly as it resumes any other. A local
     /// sandbox is the tenant's `workspace`, never anything else.
-    pub fn grant(&self, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::Resolved {
+    pub fn grant(&self, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::OperatorGrant {
         let local = (self.sandbox == SandboxKind::Local).then(|| workspace.to_path_buf());
-        grant::Resolved::for_tenant(grant::TenantGrant {
+        grant::OperatorGrant::for_tenant(grant::TenantGrant {
             allow: self.allow.clone(),
             mode: self.mode,
             local,

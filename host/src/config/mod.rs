@@ -9,6 +9,9 @@
 //! Each table mirrors a group of command-line flags; the CLI lays its flags
 //! over the file (flags win), and a recorded run keeps the merged settings.
 
+mod model;
+mod search;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
 use crate::manifest::{Capability, LoopKind};
+pub use model::ModelSetup;
+pub use search::SearchSetup;
 
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default, Clone)]
