@@ -52,7 +52,7 @@ impl Bench {
         script.push("suspend one".into());
         script.push("suspend two".into());
         let end =
-            self.rt.block_on(self.runs.start(self.subject(), &script.join("; "), serde_json::json!({}), &self.options));
+            self.rt.block_on(self.runs.start(self.subject(), &script.join("; "), &nexo::runs::RunSpec::default(), &self.options));
         let end = end.unwrap();
         assert_eq!(end.run.status, RunStatus::Suspended);
         end.run.id

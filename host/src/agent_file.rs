@@ -26,6 +26,11 @@ pub struct AgentFile {
     sha256: String,
 }
 
+/// Whether `file` names a declarative agent rather than a component.
+pub fn is_toml(file: &std::path::Path) -> bool {
+    file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+}
+
 impl AgentFile {
     /// Reads and validates the file.
     pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, LoadError> {

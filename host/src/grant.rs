@@ -68,6 +68,28 @@ pub struct GrantFlags {
     pub mcp_allow: Vec<String>,
 }
 
+impl Default for OperatorGrant {
+    /// Reading and globbing only, read-only, in memory, no MCP server.
+    fn default() -> Self {
+        OperatorGrant {
+            mcp_servers: Vec::new(),
+            mcp_flags: BTreeMap::new(),
+            mcp_file: BTreeMap::new(),
+            mcp_allow: None,
+            fetch_hosts: None,
+            allow: Vec::new(),
+            mode: ModeSetting::ReadOnly,
+            sandbox: SandboxSetting::Virtual,
+            sandbox_chosen: false,
+            cwd: None,
+            image: None,
+            container_runtime: RuntimeSetting::Docker,
+            shell_confinement: ConfinementSetting::Auto,
+            view: crate::config::SandboxTable::default().view(),
+        }
+    }
+}
+
 impl OperatorGrant {
     /// The config file's `[grant]` table with `flags` laid over it.
     pub fn from_config(file: &ConfigFile, flags: GrantFlags) -> Result<OperatorGrant, ConfigError> {

@@ -25,6 +25,13 @@
 //! → [`events`]. Every web request (the `fetch` tool, search backends' and
 //! sandbox providers' HTTP) goes through one guarded client ([`egress`]).
 
+/// Prints a diagnostic line for the operator to stderr through
+/// [`terminal::eprint_line`]: always escaped, since diagnostics quote paths,
+/// tool arguments and server bodies.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::terminal::eprint_line(&format!($($arg)*)) };
+}
+
 pub mod agent_file;
 pub mod agent_loop;
 pub mod authority;
@@ -32,6 +39,7 @@ pub mod bindings;
 pub mod capability;
 pub mod claude_code;
 pub mod config;
+pub mod data_dir;
 pub mod egress;
 pub mod engine;
 pub mod error;
@@ -46,9 +54,12 @@ pub mod log;
 pub mod manifest;
 pub mod mcp_server;
 pub mod plugin;
+pub mod policy;
 pub mod priority;
+pub mod quota;
 pub mod runs;
 pub mod search;
+pub mod server;
 pub mod session;
 pub mod settings;
 pub mod stop;

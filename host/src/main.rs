@@ -2,7 +2,6 @@
 
 #[macro_use]
 mod cli;
-mod server;
 
 /// jemalloc rather than glibc's malloc: after a burst of work (thousands of
 /// runs starting at once) glibc's per-thread arenas keep much of the freed

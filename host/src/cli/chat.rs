@@ -19,7 +19,8 @@ use nexo::session::OpenSession;
 use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, RunStatus, Session};
 
-use super::runs::{Loaded, Narrow, Recorded, StoreArgs};
+use super::runs::{Loaded, Narrow, StoreArgs};
+use nexo::runs::RunSpec;
 use super::{grant, model, progress, report, runs, sessions, web};
 
 /// The flags of `nexo chat`.
@@ -64,7 +65,7 @@ pub async fn command(
     base: &EngineConfig,
     store_flag: Option<&str>,
     file: &nexo::config::ConfigFile,
-    rec: &Recorded,
+    rec: &RunSpec,
 ) -> ExitCode {
     let store = match runs::open(store_flag, file).await {
         Ok(s) => s,
@@ -74,7 +75,7 @@ pub async fn command(
         Ok(r) => r,
         Err(e) => return report::config_failure(&e),
     };
-    sessions::sweep(&*store, retain).await;
+    nexo::session::sweep(&*store, retain).await;
     let loaded = match Loaded::load(engine, &args.file).await {
         Ok(l) => l,
         Err(code) => return code,
@@ -94,13 +95,9 @@ pub async fn command(
     }
     let runs = Runs::new(store.clone(), file.buffer_events);
     recover(&runs, base, &session, file).await;
-    let grant = match runs::recorded_grant(rec) {
-        Ok(g) => g,
-        Err(code) => return code,
-    };
     if args.later {
         let input = args.input.as_deref().unwrap_or_default();
-        return match runs.queue_in(Some(&session.id), loaded.subject(), input, grant).await {
+        return match runs.queue_in(Some(&session.id), loaded.subject(), input, rec).await {
             Ok((run, job)) => {
                 if args.json {
                     nexo::terminal::print_json(&serde_json::json!({
@@ -120,7 +117,7 @@ pub async fn command(
         Ok(o) => o,
         Err(code) => return code,
     };
-    let open = OpenSession::new(runs, session, options, grant);
+    let open = OpenSession::new(runs, session, options, rec.clone());
     let chat = Chat { session: &open, loaded: &loaded, json: args.json };
     let code = match &args.input {
         Some(input) => chat.prompt(input, first).await,
@@ -209,6 +206,6 @@ async fn recover(runs: &Runs, base: &EngineConfig, session: &Session, file: &nex
         }
         errln!("recovering prompt {} of this session, left running by a process that is gone", run.id);
         let narrow = Narrow::none(StoreArgs::default());
-        let _ = runs::resume_run(runs, base, &run.id, Claim::Recover, None, &narrow, file, None, false).await;
+        let _ = runs::resume_run(runs, base, &run.id, Claim::Recover, None, &narrow, file).await;
     }
 }

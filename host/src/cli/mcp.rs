@@ -66,7 +66,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
         Err(e) => return report::config_failure(&e),
     };
     let recorded = match (args.grant.resolve(&file), args.model.merged(&file.model)) {
-        (Ok(grant), Ok(model_table)) => runs::Recorded {
+        (Ok(grant), Ok(model_table)) => nexo::runs::RunSpec {
             grant,
             model: model_table.or_agent_loop(runs::loop_hint(&args.file)),
             search: args.search.merged(file.search.as_ref(), args.grant.config_path()),
@@ -86,7 +86,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
     let server = match server(engine, args, &options).await {
         Ok(s) => s,
         Err(code) => {
-            runs::close(&options).await;
+            nexo::runs::prepare::close(&options).await;
             return code;
         }
     };
@@ -102,7 +102,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
         },
     };
     progress.finish();
-    runs::close(&options).await;
+    nexo::runs::prepare::close(&options).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => {

@@ -29,6 +29,7 @@ mod progress;
 pub(crate) mod report;
 pub(crate) mod runs;
 mod scaffold;
+mod serve;
 mod sdk;
 mod sessions;
 mod tenant;
@@ -124,7 +125,7 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Host many tenants' agents over HTTP: plugins, runs, events, approvals, usage and an audit
     /// log, with a worker that runs the queued runs (any number of nodes can share one store).
-    Serve(crate::server::ServeArgs),
+    Serve(serve::ServeArgs),
     /// Manage the tenants of `nexo serve`: create, list, policy, disable, enable, keys.
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
@@ -339,7 +340,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         return sessions::command(command, cli.store.as_deref()).await;
     }
     if let Command::Serve(args) = &cli.command {
-        return crate::server::command(args, &engine_config(&cli), cli.store.as_deref()).await;
+        return serve::command(args, &engine_config(&cli), cli.store.as_deref()).await;
     }
     if let Command::Tenant(command) = &cli.command {
         return tenant::command(command, cli.store.as_deref()).await;
@@ -412,7 +413,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 code
             };
             // The CLI started the MCP servers and the sandbox, so it ends them.
-            runs::close(&options).await;
+            nexo::runs::prepare::close(&options).await;
             code
         }
         Command::Chat(args) => {
@@ -450,10 +451,10 @@ fn recorded(
     model: &model::ModelArgs,
     timeout: u64,
     memory: u64,
-) -> Result<(Settings, runs::Recorded), ExitCode> {
+) -> Result<(Settings, nexo::runs::RunSpec), ExitCode> {
     let settings = settings(grant, search).map_err(|e| config_failure(&e))?;
     let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
-        (Ok(grant), Ok(model_table)) => runs::Recorded {
+        (Ok(grant), Ok(model_table)) => nexo::runs::RunSpec {
             grant,
             model: model_table.or_agent_loop(runs::loop_hint(file)),
             search: search.merged(settings.file.search.as_ref(), grant_config(cli)),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nexo::ConfigError;
-use nexo::config::{ModelSetup, ModelTable};
+use nexo::config::ModelTable;
 use nexo::manifest::LoopKind;
 use nexo_model::ProviderKind;
 
@@ -121,10 +121,5 @@ impl ModelArgs {
             claude_binary: self.claude_binary.clone().or(t.claude_binary).map(|p| std::path::absolute(&p).unwrap_or(p)),
             claude_builtin_tools: self.claude_builtin_tools || t.claude_builtin_tools,
         })
-    }
-
-    /// Resolves flags, environment and the config file's `[model]` into a provider.
-    pub fn resolve(&self, table: &ModelTable) -> Result<ModelSetup, ConfigError> {
-        self.merged(table)?.resolve()
     }
 }

@@ -3,26 +3,16 @@
 
 use std::process::ExitCode;
 
-use nexo::{ConfigError, Engine, Plugin, RunError};
+use nexo::{ConfigError, RunError};
 
 pub fn config_failure(e: &ConfigError) -> ExitCode {
     errln!("error: {e}");
     ExitCode::from(2)
 }
 
-/// Loads the configured search backend; it must be a search-backend component.
-pub async fn search_backend(
-    engine: &Engine,
-    setup: &nexo::config::SearchSetup,
-) -> Result<std::sync::Arc<dyn nexo::search::SearchBackend>, RunError> {
-    let plugin = Plugin::load(engine, &setup.backend).await?;
-    let backend = plugin.search_backend()?.clone();
-    Ok(std::sync::Arc::new(nexo::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
-}
-
 /// Whether `file` names a declarative agent rather than a component.
 pub fn is_toml(file: &std::path::Path) -> bool {
-    file.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+    nexo::agent_file::is_toml(file)
 }
 
 /// Prints an error that ended a run before it produced an outcome.

@@ -10,13 +10,13 @@ use clap::{Args, Subcommand};
 use nexo::agent_file::AgentFile;
 use nexo::agent_loop::Status;
 use nexo::manifest::{Capability, PermissionMode};
-use nexo::runs::{ResumeOutcome, RunEnd, Runs, Subject};
+use nexo::runs::pass::{Narrowing, PassSettings, Resumed};
+use nexo::runs::{RunEnd, RunSpec, Runs, Subject};
 use nexo::settings::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin};
-use nexo_store::{Claim, Decision, Location, PendingCall, Run, RunStatus, Store, StoreError};
-use serde::{Deserialize, Serialize};
+use nexo_store::{Claim, Decision, Location, PendingCall, RunStatus, Store, StoreError};
 
-use super::{grant, model, progress, report, web};
+use super::{grant, progress, report};
 
 /// `nexo runs …`.
 #[derive(Subcommand, Debug)]
@@ -183,37 +183,9 @@ fn parse_mode(name: &str) -> Result<PermissionMode, String> {
         .map_err(|_| format!("unknown mode `{name}`: use read-only, approve, ask or auto"))
 }
 
-/// What a recorded run keeps of the operator's settings, so a resume
-/// needs no flags. No field holds a secret: keys are read from the
-/// environment each time.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-#[serde(rename_all = "kebab-case")]
-pub struct Recorded {
-    /// The grant.
-    pub grant: nexo::grant::OperatorGrant,
-    /// The model settings.
-    pub model: nexo::config::ModelTable,
-    /// The search settings.
-    pub search: Option<nexo::config::SearchTable>,
-    /// The run's wall-clock limit per pass.
-    pub timeout_secs: u64,
-    /// The memory cap.
-    pub memory_mib: u64,
-    /// Where skill packages are.
-    pub skills_path: PathBuf,
-    /// Progressive skills.
-    pub progressive_skills: bool,
-}
-
-/// The loop a declarative agent names (`loop = …` in its TOML), the
-/// default when neither a flag nor the config file chose one. A file that
-/// does not load names none; loading it later reports why.
-pub fn loop_hint(file: &std::path::Path) -> Option<nexo::manifest::LoopKind> {
-    if !report::is_toml(file) {
-        return None;
-    }
-    AgentFile::load(file).ok().and_then(|a| a.manifest().agent_loop)
-}
+/// The loop a declarative agent names: the default when neither a flag
+/// nor the config file chose one.
+pub use nexo::runs::spec::loop_hint;
 
 /// The store's location, from the flag (or `NEXO_STORE`), the config
 /// file, or the default.
@@ -247,44 +219,27 @@ pub fn store_error(e: &StoreError) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The run options a recorded run's settings give, with `progress`
-/// showing its events.
-pub async fn options(
-    engine: &Engine,
-    rec: &Recorded,
-    progress: &Arc<progress::Progress>,
-) -> Result<RunOptions, ExitCode> {
-    let mut options = rec.grant.run_options().map_err(|e| report::config_failure(&e))?;
-    let search =
-        web::SearchArgs::default().resolve(rec.search.as_ref(), None).map_err(|e| report::config_failure(&e))?;
-    if let Some(setup) = &search {
-        options.search = Some(report::search_backend(engine, setup).await.map_err(|e| report::fail(&e))?);
-    }
-    let resolved = model::ModelArgs::default().resolve(&rec.model).map_err(|e| report::config_failure(&e))?;
-    if let Some(provider) = &resolved.provider
+/// The run options a run's specification gives, with `progress` showing
+/// its events and, in `ask` mode on a terminal, asking there.
+pub async fn options(engine: &Engine, spec: &RunSpec, progress: &Arc<progress::Progress>) -> Result<RunOptions, ExitCode> {
+    let mut options = nexo::runs::prepare::options(engine, spec).await.map_err(|e| report::fail(&e))?;
+    note_script(&options);
+    on_terminal(&mut options, progress);
+    Ok(options)
+}
+
+/// Says that a scripted provider stands in for the model.
+fn note_script(options: &RunOptions) {
+    if let Some(provider) = &options.model
         && provider.name() == "scripted"
     {
         errln!("note: scripted provider: replaying {}; no model is called", provider.model());
     }
-    options.model = resolved.provider;
-    options.loop_limits = resolved.limits;
-    if let Some(mut claude) = resolved.agent_loop {
-        claude.cwd = rec.grant.local_dir().map(std::path::Path::to_path_buf);
-        claude.view = rec.grant.view().clone();
-        if claude.builtin_tools && claude.cwd.is_none() {
-            return Err(report::config_failure(&nexo::ConfigError::invalid(
-                "--claude-builtin-tools",
-                "the CLI's own tools act on real files, so they need the local sandbox: add `--sandbox local --cwd \
-                 DIR` (nexo confines the CLI to DIR)",
-            )));
-        }
-        claude.check().map_err(|e| report::config_failure(&nexo::ConfigError::invalid("--loop", e.to_string())))?;
-        options.agent_loop = Some(Arc::new(claude));
-    }
-    options.skills_path = Some(rec.skills_path.clone());
-    if rec.progressive_skills {
-        options.skill_mode = nexo::settings::SkillMode::Progressive;
-    }
+}
+
+/// What the terminal adds to a run's options: `progress` shows its events
+/// and, in `ask` mode, the question is asked on the terminal.
+fn on_terminal(options: &mut RunOptions, progress: &Arc<progress::Progress>) {
     options.events = Some(progress.clone());
     if options.permissions.mode() == PermissionMode::Ask && grant::can_ask() {
         // The spinner would redraw over the question; hide it while asking.
@@ -296,19 +251,6 @@ pub async fn options(
             .on_ask(move |cap, detail| shown.suspend(|| grant::ask_on_terminal(cap, detail)))
             .on_ask_mcp(move |server, tool, args| shown_mcp.suspend(|| grant::ask_mcp_on_terminal(server, tool, args)));
     }
-    options.timeout = Some(Duration::from_secs(rec.timeout_secs));
-    Ok(options)
-}
-
-/// The engine for a recorded run's limits.
-fn engine(base: &EngineConfig, rec: &Recorded) -> Result<Engine, ExitCode> {
-    let mut config = base.clone();
-    config.limits.run_timeout = Duration::from_secs(rec.timeout_secs);
-    config.limits.memory_bytes = usize::try_from(rec.memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20);
-    Engine::new(config).map_err(|e| {
-        errln!("error: {e:#}");
-        ExitCode::from(2)
-    })
 }
 
 /// An agent loaded for a run: a declarative file, or an agent component.
@@ -347,33 +289,21 @@ impl Loaded {
     }
 }
 
-/// A run's settings as the store records them, or prints why not.
-pub fn recorded_grant(rec: &Recorded) -> Result<serde_json::Value, ExitCode> {
-    serde_json::to_value(rec).map_err(|e| {
-        errln!("error: cannot record the run's settings: {e}");
-        ExitCode::from(2)
-    })
-}
-
 /// `nexo run` of a recorded run: records it, runs it, reports how it ended.
 pub async fn start(
     engine: &Engine,
     runs: &Runs,
     file: &std::path::Path,
     input: &str,
-    rec: &Recorded,
+    spec: &RunSpec,
     options: &RunOptions,
     json: bool,
 ) -> ExitCode {
-    let grant = match recorded_grant(rec) {
-        Ok(v) => v,
-        Err(code) => return code,
-    };
     let loaded = match Loaded::load(engine, file).await {
         Ok(l) => l,
         Err(code) => return code,
     };
-    match runs.start(loaded.subject(), input, grant, options).await {
+    match runs.start(loaded.subject(), input, spec, options).await {
         Ok(end) => report_end(&end, json),
         Err(e) => report::report_error(&e, json),
     }
@@ -608,17 +538,6 @@ pub async fn recover_orphans(
     orphans.len()
 }
 
-/// How a resume ended, for the CLI and the worker.
-pub enum Resumed {
-    /// The pass ran: the run is done, suspended, failed or cancelled.
-    End(Box<RunEnd>),
-    /// It could not start, for this reason (already printed, for the CLI's
-    /// exit code).
-    Refused(String, ExitCode),
-    /// The agent failed in a way the run did not record.
-    Failed(nexo::error::RunError),
-}
-
 /// Resumes, retries or recovers `id` with its recorded settings, narrowed.
 async fn resume(
     runs: &Runs,
@@ -629,19 +548,15 @@ async fn resume(
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
 ) -> ExitCode {
-    match resume_run(runs, base, id, how, input, narrow, file, None, false).await {
+    match resume_run(runs, base, id, how, input, narrow, file).await {
         Resumed::End(end) => report_end(&end, narrow.json),
-        Resumed::Refused(_, code) => code,
+        Resumed::Refused(_) => ExitCode::from(2),
         Resumed::Failed(e) => report::report_error(&e, narrow.json),
     }
 }
 
-/// One pass of a recorded run: `how` claims it, its recorded settings
-/// (narrowed) run it. `served`, for a tenant's run in `nexo serve`, says
-/// where this node keeps the component and what memory budget it shares.
-/// `retry_follows`: a job will try the pass again if it fails in a way that
-/// may pass, so such a failure leaves the run queued, not failed.
-#[allow(clippy::too_many_arguments)]
+/// One pass of a recorded run on the terminal ([`nexo::runs::pass::pass`]):
+/// its events shown, and in `ask` mode its questions asked here.
 pub async fn resume_run(
     runs: &Runs,
     base: &EngineConfig,
@@ -650,178 +565,31 @@ pub async fn resume_run(
     input: Option<String>,
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
-    served: Option<&Served>,
-    retry_follows: bool,
 ) -> Resumed {
-    let settings = "its recorded settings cannot be used here; the error above says why";
-    let mut run = match runs.store().run(id).await {
-        Ok(Some(run)) => run,
-        Ok(None) => {
-            let e = StoreError::NoRun(id.to_string());
-            return Resumed::Refused(e.to_string(), store_error(&e));
-        }
-        Err(e) => return Resumed::Refused(e.to_string(), store_error(&e)),
-    };
-    // Taken, not copied: the record stays alive while the run waits.
-    let mut rec: Recorded = match serde_json::from_value(std::mem::take(&mut run.grant)) {
-        Ok(r) => r,
-        Err(e) => {
-            let why = format!("its recorded settings cannot be read by this nexo ({e})");
-            let code = unrecoverable(runs, &run, how, &why).await;
-            return Resumed::Refused(why, code);
-        }
-    };
-    rec.grant = rec.grant.narrowed(narrow.mode, &narrow.revoke).with_config_file(file);
-    // A served run goes on within its tenant's policy as it is now: an
-    // operator's narrowing reaches the runs that wait.
-    if let Some(tenant) = &run.tenant {
-        match tenant_bounds(runs.store(), tenant).await {
-            Ok(bounds) => rec.grant = rec.grant.within(&bounds),
-            Err(why) => {
-                let why = format!("run {} cannot go on: {why}", run.id);
-                errln!("error: {why}");
-                return Resumed::Refused(why, ExitCode::from(2));
-            }
-        }
-    }
-    // A pass without a server the run used would not behave as the run did:
-    // the run is left as it is until the configuration is given.
-    let unconfigured = rec.grant.unconfigured_mcp_servers();
-    if !unconfigured.is_empty() {
-        let why = needs_configuration(&run.id, &unconfigured, narrow.store.config());
-        errln!("error: {why}");
-        return Resumed::Refused(why, ExitCode::from(2));
-    }
-    let engine = match served {
-        Some(s) => s.engine.clone(),
-        None => match engine(base, &rec) {
-            Ok(e) => e,
-            Err(code) => return Resumed::Refused(settings.into(), code),
-        },
-    };
     let progress = Arc::new(progress::Progress::new(narrow.json));
-    let mut options = match options(&engine, &rec, &progress).await {
-        Ok(o) => o,
-        Err(code) => return Resumed::Refused(settings.into(), code),
+    let shown = progress.clone();
+    let front_end = move |options: &mut RunOptions| {
+        note_script(options);
+        on_terminal(options, &shown);
     };
-    options.memory_budget = served.and_then(|s| s.memory.clone());
-    options.cpu_budget = served.and_then(|s| s.cpu.clone());
-    options.egress_meter = served.map(|s| s.meters.egress.clone());
-    options.cpu_meter = served.map(|s| s.meters.ticks.clone());
-    options.token_meter = served.map(|s| s.meters.tokens.clone());
-    options.audit = served.map(|s| s.audit.clone() as Arc<dyn nexo::host_call::AuditSink>);
-    options.retry_follows = retry_follows;
-    // `nexo serve` loads a tenant's plugin from its own node's cache.
-    let source = served.map_or(std::path::Path::new(&run.source), |s| s.source.as_path());
-    let result = if run.kind == "toml" {
-        match AgentFile::load(source) {
-            Ok(agent) => {
-                runs.resume(id, how, input, Subject::File(&agent), &options, narrow.allow_changed_component).await
-            }
-            Err(e) => {
-                close(&options).await;
-                let code = unrecoverable(runs, &run, how, &e.to_string()).await;
-                return Resumed::Refused(e.to_string(), code);
-            }
-        }
-    } else {
-        let plugin = match served {
-            Some(s) => Ok(s.plugin.clone()),
-            None => Plugin::load(&engine, source).await.map_err(|e| e.to_string()),
-        };
-        let agent = match &plugin {
-            Ok(p) => p.agent().map(|a| (p, a)).map_err(|e| e.to_string()),
-            Err(why) => Err(why.clone()),
-        };
-        match agent {
-            Ok((plugin, agent)) => {
-                let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
-                runs.resume(id, how, input, subject, &options, narrow.allow_changed_component).await
-            }
-            Err(why) => {
-                close(&options).await;
-                let code = unrecoverable(runs, &run, how, &why).await;
-                return Resumed::Refused(why, code);
-            }
-        }
+    let narrowing = Narrowing {
+        mode: narrow.mode,
+        revoke: narrow.revoke.clone(),
+        allow_changed_component: narrow.allow_changed_component,
     };
+    let settings = PassSettings {
+        how,
+        input,
+        narrowing: &narrowing,
+        config: file,
+        config_path: narrow.store.config(),
+        served: None,
+        retry_follows: false,
+        front_end: Some(&front_end),
+    };
+    let resumed = nexo::runs::pass::pass(runs, base, id, settings).await;
     progress.finish();
-    close(&options).await;
-    match result {
-        Ok(end) => Resumed::End(Box::new(end)),
-        Err(ResumeOutcome::Refused(e)) => {
-            errln!("error: {e}");
-            Resumed::Refused(e.to_string(), ExitCode::from(2))
-        }
-        Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
-    }
-}
-
-/// The bounds of `tenant`'s policy as the store holds it now.
-async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<nexo::authority::Bounds, String> {
-    match store.tenant(tenant).await {
-        Ok(Some(t)) => crate::server::policy::Policy::from_stored(&t.policy).map(|p| p.bounds()),
-        Ok(None) => Err(StoreError::NoTenant(tenant.to_string()).to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Why a run cannot go on here: the MCP servers it used are not defined in
-/// this process's configuration. Names them, and how to supply them.
-fn needs_configuration(id: &str, servers: &[&str], config: Option<&std::path::Path>) -> String {
-    let names = servers.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
-    let tables = servers.iter().map(|n| format!("[mcp.{n}]")).collect::<Vec<_>>().join(", ");
-    let here = match config {
-        Some(path) => format!("{} does not define {tables}", path.display()),
-        None => "no config file was given (--config FILE or NEXO_CONFIG)".to_string(),
-    };
-    format!(
-        "run {id} uses the MCP server(s) {names}, which the config file it started with defined, but {here}; \
-         the run is left as it is: give the config file that defines {tables} (--config FILE or NEXO_CONFIG) and \
-         run the command again"
-    )
-}
-
-/// What `nexo serve` adds to a pass of a tenant's run.
-pub struct Served {
-    /// This node's copy of the component.
-    pub source: PathBuf,
-    /// The component, loaded: every run of it on this node shares it.
-    pub plugin: Plugin,
-    /// The server's one engine, whose limits every served run has.
-    pub engine: Engine,
-    /// The memory total the tenant's instances share on this node.
-    pub memory: Option<Arc<nexo::instance::MemoryBudget>>,
-    /// The CPU share the tenant's runs draw on, on this node.
-    pub cpu: Option<Arc<nexo::instance::CpuBudget>>,
-    /// Where this pass's web bytes, CPU ticks and model tokens are
-    /// counted, each with what is left of the tenant's hour and of the
-    /// run's own budget.
-    pub meters: crate::server::quota::Meters,
-    /// Where the gate's decisions during this pass are held for the
-    /// tenant's audit log.
-    pub audit: Arc<crate::server::quota::PassAudit>,
-}
-
-/// Ends what the CLI started for a run: its MCP servers, and its sandbox
-/// (a container, say).
-pub async fn close(options: &RunOptions) {
-    if let Err(e) = options.close().await {
-        errln!("warning: {e}");
-    }
-}
-
-/// A run that cannot be resumed: reported; an orphan is marked failed so
-/// the sweep does not try it forever.
-async fn unrecoverable(runs: &Runs, run: &Run, how: Claim, why: &str) -> ExitCode {
-    errln!("error: run {} cannot be resumed: {why}", run.id);
-    if how == Claim::Recover {
-        match runs.fail_orphan(&run.id, &format!("could not be recovered: {why}")).await {
-            Ok(()) => errln!("run {} is marked failed", run.id),
-            Err(e) => errln!("warning: could not mark run {} failed: {e}", run.id),
-        }
-    }
-    ExitCode::from(2)
+    resumed
 }
 
 async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: bool, quiet: bool) -> ExitCode {

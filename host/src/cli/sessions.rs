@@ -75,29 +75,6 @@ pub fn retention(flag: Option<Duration>, file: &nexo::config::ConfigFile) -> Res
     }
 }
 
-/// Deletes the sessions idle longer than `retain`, if set; says how many.
-/// A store that fails is reported and the command goes on.
-pub async fn sweep(store: &dyn Store, retain: Option<Duration>) -> Option<Vec<String>> {
-    let period = retain?;
-    let cut = nexo_store::now_ms().saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX));
-    match store.expire_sessions(cut).await {
-        Ok(ids) => {
-            if !ids.is_empty() {
-                tracing::info!(
-                    "deleted {} session(s) idle for more than {}",
-                    ids.len(),
-                    humantime::format_duration(period)
-                );
-            }
-            Some(ids)
-        }
-        Err(e) => {
-            errln!("warning: cannot delete expired sessions: {e}");
-            None
-        }
-    }
-}
-
 /// `nexo sessions …`.
 pub async fn command(command: &SessionsCommand, store_flag: Option<&str>) -> ExitCode {
     let store_args = match command {
@@ -127,7 +104,7 @@ pub async fn command(command: &SessionsCommand, store_flag: Option<&str>) -> Exi
                 }
                 Err(e) => return report::config_failure(&e),
             };
-            match sweep(&*store, Some(retain)).await {
+            match nexo::session::sweep(&*store, Some(retain)).await {
                 Some(ids) => {
                     for id in &ids {
                         outln!("{id}");

@@ -8,8 +8,8 @@ use clap::Subcommand;
 use nexo_store::Store;
 
 use super::runs::{self, StoreArgs};
-use crate::server::policy::Policy;
-use crate::server::tenants::{self, TenantError};
+use nexo::policy::Policy;
+use nexo::server::tenants::{self, TenantError};
 
 /// `nexo tenant …`.
 #[derive(Subcommand, Debug)]
@@ -418,7 +418,7 @@ pub async fn usage(name: Option<&str>, json: bool, args: &StoreArgs, flag: Optio
             Ok(p) => p,
             Err(e) => return runs::store_error(&e),
         };
-        let shown = crate::server::api::usage_json(&periods);
+        let shown = nexo::server::api::usage_json(&periods);
         if json {
             nexo::terminal::print_json(&serde_json::json!({"tenant": tenant.name, "usage": shown}));
         } else {

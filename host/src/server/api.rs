@@ -18,10 +18,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use nexo::Plugin;
-use nexo::manifest::{Capability, PermissionMode};
-use nexo::runs::Subject;
-use nexo_store::{Decision, PendingCall, Run, RunStatus, Store, StoreError, Tenant};
+use crate::Plugin;
+use crate::manifest::{Capability, PermissionMode};
+use crate::runs::Subject;
+use nexo_store::{Decision, PendingCall, Run, RunStatus, StoreError, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -29,9 +29,10 @@ pub use super::error::{ApiError, ApiResult};
 pub use super::state::AppState;
 
 use super::auth::{AdminCaller, KeyedCaller, TenantCaller};
-use super::policy::{Narrowing, Policy, SandboxKind};
+use crate::policy::{Narrowing, Policy, SandboxKind};
 use super::tenants::{self, TenantError};
-use crate::cli::runs as cli_runs;
+use crate::data_dir::{materialize, plugin_path, write_atomically};
+use crate::runs::RunSpec;
 
 /// The answer for a record the caller cannot see, whether it exists or not.
 fn no_run() -> ApiError {
@@ -106,51 +107,6 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 // ---- plugins ----
 
-/// Where this node keeps a plugin's bytes as a file (plugins load from
-/// files, through the compile cache).
-pub fn plugin_path(data_dir: &std::path::Path, sha256: &str) -> PathBuf {
-    data_dir.join("plugins").join(format!("{sha256}.wasm"))
-}
-
-/// Writes the plugin's file from the store if this node lacks it (another
-/// node took the upload); a file that exists is checked by its hash when
-/// it loads. The file's check and write run on a blocking thread of `on`.
-pub async fn materialize(
-    store: &dyn Store,
-    data_dir: &std::path::Path,
-    tenant: &str,
-    sha256: &str,
-    on: &tokio::runtime::Handle,
-) -> Result<PathBuf, String> {
-    let path = plugin_path(data_dir, sha256);
-    let lost = |e: tokio::task::JoinError| format!("cannot check the plugin's file {}: {e}", path.display());
-    let probe = path.clone();
-    if on.spawn_blocking(move || probe.is_file()).await.map_err(lost)? {
-        return Ok(path);
-    }
-    let bytes = store
-        .plugin_bytes(tenant, sha256)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("the plugin {sha256} is no longer in the store"))?;
-    let to = path.clone();
-    on.spawn_blocking(move || write_atomically(&to, &bytes))
-        .await
-        .map_err(lost)?
-        .map_err(|e| format!("cannot write the plugin to {}: {e}", path.display()))?;
-    Ok(path)
-}
-
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
 /// How long a request waits for a turn to compile before it is told to
 /// come back.
 const COMPILE_WAIT: Duration = Duration::from_secs(60);
@@ -166,10 +122,10 @@ async fn off_api<F, Fut, H>(
     permits: &std::sync::Arc<tokio::sync::Semaphore>,
     held: H,
     load: F,
-) -> ApiResult<Result<Plugin, nexo::LoadError>>
+) -> ApiResult<Result<Plugin, crate::LoadError>>
 where
-    F: FnOnce(nexo::Engine) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<Plugin, nexo::LoadError>>,
+    F: FnOnce(crate::Engine) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Plugin, crate::LoadError>>,
     H: Send + 'static,
 {
     let permit = tokio::time::timeout(COMPILE_WAIT, permits.clone().acquire_owned())
@@ -423,9 +379,9 @@ impl RunRequest {
 pub(crate) struct Prepared {
     plugin: Plugin,
     path: PathBuf,
-    /// The run's recorded settings.
-    pub(crate) grant: Value,
-    effective: super::policy::Effective,
+    /// The run's specification, as it is recorded.
+    pub(crate) spec: RunSpec,
+    effective: crate::policy::Effective,
 }
 
 impl Prepared {
@@ -456,7 +412,7 @@ pub(crate) async fn prepare(
     let policy = policy_of(tenant)?;
     // Refused before the plugin loads; the agent's manifest narrows below.
     policy.admit(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
-    admit(state, tenant, &policy, super::quota::Step::Start).await?;
+    admit(state, tenant, &policy, crate::quota::Step::Start).await?;
     if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     }
@@ -484,9 +440,9 @@ pub(crate) async fn prepare(
         Some(name) => state.config.serve.models.get(name).cloned().ok_or_else(|| {
             ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
         })?,
-        None => nexo::config::ModelTable::default(),
+        None => crate::config::ModelTable::default(),
     };
-    let recorded = cli_runs::Recorded {
+    let spec = RunSpec {
         grant: effective.grant(&workspace, &state.config),
         model,
         search: None,
@@ -495,15 +451,13 @@ pub(crate) async fn prepare(
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
     };
-    let grant = serde_json::to_value(&recorded)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    Ok(Prepared { plugin: loaded, path, grant, effective })
+    Ok(Prepared { plugin: loaded, path, spec, effective })
 }
 
-/// Whether the tenant's quotas let a run take `step` now ([`super::quota::admit`]):
+/// Whether the tenant's quotas let a run take `step` now ([`crate::quota::admit`]):
 /// a refusal is 429 with `Retry-After`, or 409 for a run that spent its own budget.
-async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: super::quota::Step<'_>) -> ApiResult<()> {
-    super::quota::admit(&*state.store, &tenant.id, &policy.quotas, step, nexo_store::now_ms())
+async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: crate::quota::Step<'_>) -> ApiResult<()> {
+    crate::quota::admit(&*state.store, &tenant.id, &policy.quotas, step, nexo_store::now_ms())
         .await
         .map_err(ApiError::store)?
         .map_err(ApiError::quota)
@@ -515,7 +469,7 @@ async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: super::
 pub(crate) async fn may_go_on(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<()> {
     own_run(state, tenant, id).await?;
     let policy = policy_of(tenant)?;
-    admit(state, tenant, &policy, super::quota::Step::GoOn { run: id }).await
+    admit(state, tenant, &policy, crate::quota::Step::GoOn { run: id }).await
 }
 
 /// What follows a run's creation: its usage, its audit entry, the worker
@@ -540,7 +494,7 @@ pub(crate) async fn started(
             "session": run.session,
             "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
             "mode": effective.mode.as_str(),
-            "sandbox": super::policy::sandbox_name(effective.sandbox),
+            "sandbox": crate::policy::sandbox_name(effective.sandbox),
             "fetch_hosts": effective.fetch_hosts,
             "model": effective.model,
             "mcp_servers": effective.mcp_servers,
@@ -569,7 +523,7 @@ pub async fn start_run(
     let prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
     let (run, _job) = state
         .runs
-        .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, prepared.grant.clone())
+        .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, &prepared.spec)
         .await
         .map_err(ApiError::store)?;
     let (status, body) = started(&state, &tenant, &run, &prepared, request.wait).await?;
@@ -1020,7 +974,7 @@ pub struct NewTenantRequest {
     policy: Option<Value>,
 }
 
-fn parse_policy(value: Option<&Value>, config: &nexo::config::ConfigFile) -> ApiResult<Policy> {
+fn parse_policy(value: Option<&Value>, config: &crate::config::ConfigFile) -> ApiResult<Policy> {
     match value {
         None => Ok(Policy::default()),
         Some(v) => Policy::parse(&v.to_string(), config)

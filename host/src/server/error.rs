@@ -27,7 +27,7 @@ impl ApiError {
 
     /// 429: a quota is used up; try again after `retry_after` seconds. A
     /// run that spent its own budget, which waiting does not renew: 409.
-    pub fn quota(refusal: super::quota::Refusal) -> ApiError {
+    pub fn quota(refusal: crate::quota::Refusal) -> ApiError {
         match refusal.retry_after {
             Some(after) => ApiError {
                 status: StatusCode::TOO_MANY_REQUESTS,

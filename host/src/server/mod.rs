@@ -6,8 +6,6 @@
 //!   the caller's tenant, so another tenant's ids answer 404.
 //! - `auth`: bearer keys, resolved to a tenant or to the operator.
 //! - `console`: the web console at `/`, for a tenant signed in with a key.
-//! - `policy`: a tenant's grant ceiling, and how a request narrows it.
-//! - `quota`: per-tenant quotas, and the metering of each run's passes.
 //! - `sessions`: a tenant's sessions, each prompt a run of its thread.
 //! - `signin`: the console's sign-ins, kept in the store for every node.
 //! - `streams`: the event streams open on this node, per tenant.
@@ -16,19 +14,18 @@
 //! - `workspace`: a tenant's workspace files: list, upload, download, delete.
 //! - `openapi`: the document at `/v1/openapi.json`.
 //!
-//! Runs are queued in the store with a start job, and this process's
-//! worker (the same one `nexo worker` runs) claims them, so several nodes
+//! A tenant's policy is [`crate::policy`], its quotas and metering
+//! [`crate::quota`]. Runs are queued in the store with a start job, and
+//! this process's worker ([`crate::runs::worker`], the same one `nexo
+//! worker` runs) claims them, so several nodes
 //! over one PostgreSQL share the work and any node answers any tenant.
 
 pub mod anchor;
 pub mod api;
 pub mod auth;
-pub mod changes;
 pub mod console;
 pub mod error;
 pub mod openapi;
-pub mod policy;
-pub mod quota;
 pub mod sessions;
 pub mod signin;
 pub mod state;
@@ -40,7 +37,6 @@ pub mod workspace;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -51,12 +47,11 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
-use clap::Args;
-use nexo::runs::Runs;
-use nexo::{Engine, EngineConfig};
+use crate::runs::Runs;
+use crate::{Engine, EngineConfig};
 use tokio::sync::Notify;
 
-use crate::cli::{runs, worker};
+use crate::runs::{changes, worker};
 use state::{AppState, Shared};
 
 /// The address `nexo serve` listens on when nothing says otherwise.
@@ -71,34 +66,51 @@ const DEFAULT_MAX_PLUGIN_BYTES: u64 = 64 << 20;
 /// Uploads compiled at once when nothing says otherwise.
 const DEFAULT_COMPILE_CONCURRENCY: u32 = 2;
 
-/// The flags of `nexo serve`.
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// The address to listen on [default: the config file's `[serve] listen`, else 127.0.0.1:8700].
-    /// Port 0 picks a free port; the address is printed either way.
-    #[arg(long, value_name = "ADDR", env = "NEXO_LISTEN")]
-    listen: Option<String>,
-    /// Where tenants' workspaces and the plugin cache live [default: the config file's
-    /// `[serve] data-dir`, else `serve` beside the default store].
-    #[arg(long, value_name = "DIR", env = "NEXO_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// The most runs this node drives at once [default: `[serve] max-in-flight`, else 64].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    max_in_flight: Option<u32>,
-    /// Of those run slots, how many no tenant may take while it holds all the others: they are
-    /// kept for other tenants' runs, so that one tenant's flood does not make them wait for a slot
-    /// [default: `[serve] reserved-slots`, else one in eight, at least one].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100_000))]
-    reserved_slots: Option<u32>,
-    /// On SIGTERM, how long runs under way may go on before the process exits; a run still going
-    /// then is left to its lease, and another node (or the next start) resumes it by replay.
-    #[arg(long, value_name = "SECS", default_value_t = 20)]
-    grace_secs: u64,
-    /// How long a node's claim of a run lasts without renewal, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    lease_secs: u64,
-    #[command(flatten)]
-    store: runs::StoreArgs,
+/// How a node serves: what `nexo serve`'s settings give, each `None` taking
+/// the config file's `[serve]` value, else the default.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The address to listen on; port 0 picks a free port.
+    pub listen: Option<String>,
+    /// Where tenants' workspaces and the plugin cache live.
+    pub data_dir: Option<PathBuf>,
+    /// The most runs this node drives at once.
+    pub max_in_flight: Option<u32>,
+    /// Of those run slots, how many no tenant may take while it holds all
+    /// the others ([`crate::runs::worker::default_reserved`]).
+    pub reserved_slots: Option<u32>,
+    /// On shutdown, how long runs under way may go on before [`serve`]
+    /// returns; a run still going then is left to its lease.
+    pub grace: Duration,
+    /// How long a node's claim of a run lasts without renewal.
+    pub lease: Duration,
+    /// Where the configuration was read from, to name it in errors.
+    pub config_path: Option<PathBuf>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: None,
+            data_dir: None,
+            max_in_flight: None,
+            reserved_slots: None,
+            grace: Duration::from_secs(20),
+            lease: Duration::from_secs(30),
+            config_path: None,
+        }
+    }
+}
+
+/// Why a node could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A setting or the machine does not let it start; nothing was served.
+    #[error("{0}")]
+    Setup(String),
+    /// It started, and then the server failed.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Raises the soft limit on open files to the hard one: each waiting run
@@ -115,45 +127,53 @@ fn raise_open_files() {
     }
 }
 
-/// `nexo serve`.
-pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&str>) -> ExitCode {
+/// Serves the API, the console and the runs of every tenant in `store`
+/// until `shutdown` completes: then no new requests or runs are taken, the
+/// runs under way get [`ServeOptions::grace`], and it returns.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+///
+/// use nexo::server::{ServeOptions, serve};
+///
+/// let config = nexo::config::read(None)?;
+/// let store = nexo_store::open(&nexo_store::Location::parse("sqlite:///var/lib/nexo/nexo.db")?).await?;
+/// let options = ServeOptions { listen: Some("127.0.0.1:8700".into()), ..ServeOptions::default() };
+/// let stop = async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// };
+/// serve(options, &nexo::EngineConfig::default(), config, store, stop).await?;
+/// # Ok(()) }
+/// ```
+pub async fn serve(
+    args: ServeOptions,
+    base: &EngineConfig,
+    file: crate::config::ConfigFile,
+    store: Arc<dyn nexo_store::Store>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
     raise_open_files();
-    let (file, store) = match runs::config_and_store(&args.store, store_flag).await {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
+    let setup = |why: String| ServeError::Setup(why);
     // From this (an API) thread, so that the store's threads are weighted as
     // the API's, not as the runs' that would otherwise open some of them.
-    if let Err(e) = store.connect_all().await {
-        return runs::store_error(&e);
-    }
+    store.connect_all().await.map_err(|e| setup(e.to_string()))?;
     let data_dir = match args.data_dir.clone().or_else(|| file.serve.data_dir.clone()) {
         Some(dir) => dir,
-        None => match nexo_store::Location::default_path() {
-            Ok(path) => path.with_file_name("serve"),
-            Err(e) => return runs::store_error(&e),
-        },
+        None => nexo_store::Location::default_path().map_err(|e| setup(e.to_string()))?.with_file_name("serve"),
     };
-    if let Err(e) = std::fs::create_dir_all(&data_dir) {
-        errln!("error: cannot create the data directory {}: {e} (pass --data-dir)", data_dir.display());
-        return ExitCode::from(2);
-    }
+    std::fs::create_dir_all(&data_dir).map_err(|e| {
+        setup(format!(
+            "cannot create the data directory {}: {e} (set another one: `[serve] data-dir`)",
+            data_dir.display()
+        ))
+    })?;
     let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
-    let audit_anchor = match anchor::open(&data_dir, &*store).await {
-        Ok(a) => a,
-        Err(e) => {
-            errln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let audit_anchor = anchor::open(&data_dir, &*store).await.map_err(|e| setup(e.to_string()))?;
     let listen = args.listen.clone().or_else(|| file.serve.listen.clone()).unwrap_or_else(|| DEFAULT_LISTEN.into());
-    let addr: SocketAddr = match listen.parse() {
-        Ok(a) => a,
-        Err(e) => {
-            errln!("error: --listen {listen:?} is not an address such as 127.0.0.1:8700: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|e| setup(format!("the listen address {listen:?} is not an address such as 127.0.0.1:8700: {e}")))?;
     // One engine for the uploads and every run this node drives, with the
     // served runs' limits (the CLI makes one per run instead).
     let timeout_secs = file.serve.run_timeout_secs.unwrap_or(300).max(1);
@@ -169,38 +189,23 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
     config.parallel_compilation = false;
     // Each run's instance, and a few more for uploads being checked.
     config.max_live_instances = max.saturating_add(16);
-    let engine = match Engine::new(config) {
-        Ok(e) => e,
-        Err(e) => {
-            errln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    let proxies = match throttle::TrustedProxies::parse(&file.serve.trusted_proxies) {
-        Ok(p) => p,
-        Err(e) => {
-            errln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let engine = Engine::new(config).map_err(|e| setup(format!("{e:#}")))?;
+    let proxies = throttle::TrustedProxies::parse(&file.serve.trusted_proxies).map_err(|e| setup(e.to_string()))?;
     // Runs go on a runtime of their own, on threads the OS puts after the
     // API's: however busy the guests, a request never waits behind hundreds
     // of runnable runs in one queue, nor long for a core. Uploads compile
     // on its blocking threads, which are weighted alike.
     let run_runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_name("nexo-runs")
-        .on_thread_start(nexo::priority::run_thread)
+        .on_thread_start(crate::priority::run_thread)
         .enable_all()
         .build();
     let (runs_handle, _run_runtime) = match run_runtime {
         Ok(rt) => (rt.handle().clone(), Background(Some(rt))),
-        Err(e) => {
-            errln!("error: cannot start the runs' runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return Err(ServeError::Failed(format!("cannot start the runs' runtime: {e}"))),
     };
     let file = Arc::new(file);
-    let lease = Duration::from_secs(args.lease_secs);
+    let lease = args.lease;
     let wake = Arc::new(Notify::new());
     let changes = Arc::new(changes::Changes::default());
     let compile_concurrency =
@@ -232,14 +237,8 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         streams: Default::default(),
     });
     let state = AppState(shared.clone());
-    let stop_signal = shutdown_signal();
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            errln!("error: cannot listen on {addr}: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| setup(format!("cannot listen on {addr}: {e}")))?;
     let bound = listener.local_addr().unwrap_or(addr);
 
     // The worker: the same claim loop as `nexo worker`, woken by new runs.
@@ -249,8 +248,8 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         shared.runs.clone(),
         base.clone(),
         (*file).clone(),
-        args.store.clone(),
-        i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
+        args.config_path.clone(),
+        i64::try_from(args.lease.as_millis()).unwrap_or(i64::MAX),
     )
     .serving(data_dir.clone(), engine);
     let anchor_task = tokio::spawn(anchor::keep(store.clone(), audit_anchor, stop_rx.clone()));
@@ -274,22 +273,21 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         let _ = stop_http.wait_for(|s| *s).await;
     });
     let signals = async {
-        stop_signal.await;
-        errln!("nexo serve: stopping: no new requests or runs; runs under way get {} s", args.grace_secs);
+        shutdown.await;
+        errln!("nexo serve: stopping: no new requests or runs; runs under way get {} s", args.grace.as_secs());
         shared.stopping.store(true, Ordering::Relaxed);
         let _ = stop_tx.send(true);
     };
     tokio::select! {
         result = served => {
             if let Err(e) = result {
-                errln!("error: the server failed: {e}");
-                return ExitCode::from(1);
+                return Err(ServeError::Failed(format!("the server failed: {e}")));
             }
         }
         _ = signals => {}
     }
     // The server stopped taking requests; runs under way get the grace period.
-    let stopped = tokio::time::timeout(Duration::from_secs(args.grace_secs), worker_task).await;
+    let stopped = tokio::time::timeout(args.grace, worker_task).await;
     // The heads the last passes wrote, anchored before the process ends.
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), anchor_task).await;
@@ -298,10 +296,10 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         Err(_) => errln!(
             "nexo serve: stopped with runs under way; their leases lapse in {} s and another node, or the next \
              start, resumes them by replay",
-            args.lease_secs
+            args.lease.as_secs()
         ),
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// A runtime shut down without waiting when dropped (a runtime may not be
@@ -312,27 +310,6 @@ impl Drop for Background {
     fn drop(&mut self) {
         if let Some(rt) = self.0.take() {
             rt.shutdown_background();
-        }
-    }
-}
-
-/// SIGTERM or Ctrl-C. The handlers are installed when this is called, not
-/// when it is first polled: a SIGTERM right after start-up must not find
-/// the default action (death) still in place.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
-    let interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
-    async move {
-        match (term, interrupt) {
-            (Ok(mut term), Ok(mut interrupt)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = interrupt.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
         }
     }
 }

@@ -11,14 +11,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use nexo::manifest::{Capability, PermissionMode};
+use crate::manifest::{Capability, PermissionMode};
 use nexo_store::{Session, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::api::{self, ApiError, AppState, run_json};
 use super::auth::TenantCaller;
-use super::policy::{Narrowing, SandboxKind};
+use crate::policy::{Narrowing, SandboxKind};
 
 /// The prefix of a tenant's instance names in the store.
 fn prefix(tenant: &Tenant) -> String {
@@ -97,7 +97,7 @@ pub async fn prompt(
         .map_err(ApiError::store)?;
     let (run, _job) = state
         .runs
-        .queue_for(Some(&tenant.id), Some(&session.id), prepared.subject()?, &request.input, prepared.grant.clone())
+        .queue_for(Some(&tenant.id), Some(&session.id), prepared.subject()?, &request.input, &prepared.spec)
         .await
         .map_err(ApiError::store)?;
     let (status, run) = api::started(&state, &tenant, &run, &prepared, request.wait).await?;

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use nexo::Engine;
-use nexo::runs::Runs;
+use crate::Engine;
+use crate::runs::Runs;
 use nexo_store::Store;
 use tokio::sync::Notify;
 
@@ -29,7 +29,7 @@ pub struct Shared {
     /// The engine uploads are validated and runs are created with.
     pub engine: Engine,
     /// The operator's configuration.
-    pub config: Arc<nexo::config::ConfigFile>,
+    pub config: Arc<crate::config::ConfigFile>,
     /// Workspaces and the plugin cache.
     pub data_dir: PathBuf,
     /// The largest upload.
@@ -41,7 +41,7 @@ pub struct Shared {
     /// Woken when a run is queued, so the worker claims it at once.
     pub wake: Arc<Notify>,
     /// Wakes a run's waiters when this node's worker finishes a pass of it.
-    pub changes: Arc<super::changes::Changes>,
+    pub changes: Arc<crate::runs::changes::Changes>,
     /// Set once the server is stopping: `/readyz` then says 503.
     pub stopping: AtomicBool,
     /// Failed console sign-ins per client address.

@@ -8,7 +8,7 @@ use nexo_store::{ApiKey, NewApiKey, NewTenant, Store, StoreError, Tenant};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::policy::Policy;
+use crate::policy::Policy;
 
 /// Every key starts with this, so a secret scanner can find a leaked one.
 pub const KEY_PREFIX: &str = "nexo_sk_";

@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::api::{ApiError, ApiResult, AppState, audit};
 use super::auth::TenantCaller;
-use super::policy::Policy;
+use crate::policy::Policy;
 
 /// What a workspace may hold when the policy sets no `workspace-bytes`
 /// (1 GiB).
@@ -44,17 +44,7 @@ const MAX_DEPTH: usize = 64;
 /// The name an upload has until it is whole; never listed or served.
 const PARTIAL: &str = ".nexo-upload-";
 
-/// The tenant's workspace directory on this node.
-pub fn dir(data_dir: &Path, tenant: &str) -> PathBuf {
-    data_dir.join("tenants").join(tenant).join("workspace")
-}
-
-/// The tenant's workspace directory, created if it is not there yet.
-pub fn ensure(data_dir: &Path, tenant: &str) -> io::Result<PathBuf> {
-    let path = dir(data_dir, tenant);
-    std::fs::create_dir_all(&path)?;
-    Ok(path)
-}
+pub use crate::data_dir::{ensure_workspace as ensure, workspace as dir};
 
 fn storage(what: &str, e: impl std::fmt::Display) -> ApiError {
     tracing::error!(target: "nexo::server", "workspace: {what}: {e}");

@@ -15,13 +15,16 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nexo_store::StoreError;
-use serde_json::Value;
 
 use crate::error::RunError;
-use crate::runs::{RunEnd, Runs, Subject};
+use crate::runs::{RunEnd, RunSpec, Runs, Subject};
 use crate::settings::RunOptions;
 
 pub mod thread;
+
+use std::time::Duration;
+
+use nexo_store::Store;
 
 pub use thread::Thread;
 
@@ -31,10 +34,10 @@ pub use thread::Thread;
 /// ```no_run
 /// # async fn demo(runs: nexo::runs::Runs, agent: nexo::agent_file::AgentFile, options: nexo::settings::RunOptions)
 /// # -> anyhow::Result<()> {
-/// use nexo::runs::Subject;
+/// use nexo::runs::{RunSpec, Subject};
 /// use nexo::session::OpenSession;
 ///
-/// let session = OpenSession::resume(runs, "assistant", "user-42", options, serde_json::json!({})).await?;
+/// let session = OpenSession::resume(runs, "assistant", "user-42", options, RunSpec::default()).await?;
 /// let end = session.prompt(Subject::File(&agent), "My name is Mac.").await?;
 /// println!("{:?}", end.run.result);
 /// session.close().await;
@@ -44,31 +47,31 @@ pub struct OpenSession {
     runs: Runs,
     record: nexo_store::Session,
     options: RunOptions,
-    grant: Value,
+    spec: RunSpec,
     closed: AtomicBool,
 }
 
 impl OpenSession {
     /// Finds or creates the session `(agent, instance)` in the store of
-    /// `runs`. Its prompts run with `options` and record `grant` (the
-    /// operator's, as recorded: never a secret): the authority of whoever
+    /// `runs`. Its prompts run with `options` and record `spec` (the
+    /// operator's grant and settings: never a secret): the authority of whoever
     /// resumes it now, never of earlier prompts.
     pub async fn resume(
         runs: Runs,
         agent: &str,
         instance: &str,
         options: RunOptions,
-        grant: Value,
+        spec: RunSpec,
     ) -> Result<OpenSession, StoreError> {
         check_instance(instance).map_err(|why| StoreError::Conflict(format!("instance id `{instance}` {why}")))?;
         let record = runs.store().open_session(agent, instance, nexo_store::now_ms()).await?;
-        Ok(OpenSession::new(runs, record, options, grant))
+        Ok(OpenSession::new(runs, record, options, spec))
     }
 
     /// [`OpenSession::resume`] of a session already opened in the store of
     /// `runs` (`record`, from [`nexo_store::Store::open_session`]).
-    pub fn new(runs: Runs, record: nexo_store::Session, options: RunOptions, grant: Value) -> OpenSession {
-        OpenSession { runs, record, options, grant, closed: AtomicBool::new(false) }
+    pub fn new(runs: Runs, record: nexo_store::Session, options: RunOptions, spec: RunSpec) -> OpenSession {
+        OpenSession { runs, record, options, spec, closed: AtomicBool::new(false) }
     }
 
     /// The session as the store held it when it was opened.
@@ -109,7 +112,7 @@ impl OpenSession {
                 subject.name()
             ))));
         }
-        self.runs.start_in(Some(&self.record.id), subject, input, self.grant.clone(), options).await
+        self.runs.start_in(Some(&self.record.id), subject, input, &self.spec, options).await
     }
 
     /// Releases what the session holds (its MCP connections and sandbox).
@@ -149,6 +152,29 @@ pub fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{text}` is shorter than a minute: a retention period is at least 1m"));
     }
     Ok(period)
+}
+
+/// Deletes the sessions idle longer than `retain`, if set; says how many.
+/// A store that fails is reported and the command goes on.
+pub async fn sweep(store: &dyn Store, retain: Option<Duration>) -> Option<Vec<String>> {
+    let period = retain?;
+    let cut = nexo_store::now_ms().saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX));
+    match store.expire_sessions(cut).await {
+        Ok(ids) => {
+            if !ids.is_empty() {
+                tracing::info!(
+                    "deleted {} session(s) idle for more than {}",
+                    ids.len(),
+                    humantime::format_duration(period)
+                );
+            }
+            Some(ids)
+        }
+        Err(e) => {
+            errln!("warning: cannot delete expired sessions: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

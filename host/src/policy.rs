@@ -13,12 +13,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use nexo::authority::{Bounds, McpAllow};
-use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind as ManifestSandbox};
+use crate::authority::{Bounds, McpAllow};
+use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind as ManifestSandbox};
 use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
-use nexo::grant;
+use crate::grant;
 
 /// Which sandbox a tenant's run works in.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Default for Policy {
 impl Policy {
     /// Parses a policy from JSON or TOML text (a file given to `nexo tenant
     /// policy`), and checks it against the operator's configuration.
-    pub fn parse(text: &str, config: &nexo::config::ConfigFile) -> Result<Policy, String> {
+    pub fn parse(text: &str, config: &crate::config::ConfigFile) -> Result<Policy, String> {
         let policy: Policy = match serde_json::from_str(text) {
             Ok(p) => p,
             Err(json) => match toml::from_str(text) {
@@ -112,7 +112,7 @@ impl Policy {
     }
 
     /// Whether the policy names only what the operator configured.
-    pub fn check(&self, config: &nexo::config::ConfigFile) -> Result<(), String> {
+    pub fn check(&self, config: &crate::config::ConfigFile) -> Result<(), String> {
         if self.mode == PermissionMode::Ask {
             return Err(
                 "mode `ask` needs a terminal, which a served run has not; use `approve` (durable approvals)".into()
@@ -123,7 +123,7 @@ impl Policy {
         }
         nexo_egress::HostList::new(self.fetch_hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
         for entry in &self.mcp_allow {
-            nexo::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
+            crate::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
         }
         for model in &self.models {
             if !config.serve.models.contains_key(model) {
@@ -316,7 +316,7 @@ impl Effective {
     /// The grant a run records: the CLI's own grant type, so the worker
     /// resumes a served run exactly as it resumes any other. A local
     /// sandbox is the tenant's `workspace`, never anything else.
-    pub fn grant(&self, workspace: &Path, config: &nexo::config::ConfigFile) -> grant::OperatorGrant {
+    pub fn grant(&self, workspace: &Path, config: &crate::config::ConfigFile) -> grant::OperatorGrant {
         let local = (self.sandbox == SandboxKind::Local).then(|| workspace.to_path_buf());
         grant::OperatorGrant::for_tenant(grant::TenantGrant {
             allow: self.allow.clone(),
@@ -399,7 +399,7 @@ pub struct Quotas {
     pub open_streams: Option<u64>,
     /// The bytes the tenant's workspace may hold on one node: an upload
     /// (`PUT /v1/workspace/{path}`) past it is refused. Unset: 1 GiB
-    /// ([`super::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
+    /// ([`crate::server::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
     pub workspace_bytes: Option<u64>,
     /// The files and directories the tenant's workspace may hold on one
     /// node (each costs an inode whatever its size): an upload past it is
@@ -474,7 +474,7 @@ mod tests {
 
     #[test]
     fn storage_and_streams_have_a_cap_when_the_policy_sets_none() {
-        let unset = Policy::parse("{}", &nexo::config::ConfigFile::default()).unwrap().quotas;
+        let unset = Policy::parse("{}", &crate::config::ConfigFile::default()).unwrap().quotas;
         assert_eq!(unset.concurrent_runs, None, "the other quotas stay unlimited");
         assert_eq!(
             (unset.plugin_bytes_cap(), unset.plugins_cap(), unset.open_streams_cap()),
@@ -482,7 +482,7 @@ mod tests {
         );
         assert_eq!(unset.workspace_files_cap(), DEFAULT_WORKSPACE_FILES);
         let text = "[quotas]\nplugin-bytes = 1000\nplugins = 2\nopen-streams = 0\nworkspace-files = 5\n";
-        let set = Policy::parse(text, &nexo::config::ConfigFile::default()).unwrap().quotas;
+        let set = Policy::parse(text, &crate::config::ConfigFile::default()).unwrap().quotas;
         assert_eq!((set.plugin_bytes_cap(), set.plugins_cap(), set.open_streams_cap()), (1000, 2, 0));
         assert_eq!(set.workspace_files_cap(), 5);
     }
@@ -541,7 +541,7 @@ mod tests {
         let e = policy().narrow(&Narrowing::default(), &shy).unwrap();
         assert!(e.fetch_hosts.is_empty() && e.mcp_tools.is_empty(), "{e:?}");
         // And the grant a run records keeps it so: an empty list, not "no list".
-        let config = nexo::config::ConfigFile::default();
+        let config = crate::config::ConfigFile::default();
         let grant = e.grant(Path::new("/nonexistent"), &config).grant();
         assert_eq!(grant.fetch_hosts, Some(vec![]));
         assert_eq!(grant.mcp_allow, Some(McpAllow::default()));
@@ -572,7 +572,7 @@ mod tests {
 
     #[test]
     fn an_agent_that_expects_a_sandbox_the_policy_lacks_is_refused() {
-        let local = AgentManifest { sandbox: Some(nexo::manifest::SandboxKind::Local), ..greedy() };
+        let local = AgentManifest { sandbox: Some(crate::manifest::SandboxKind::Local), ..greedy() };
         assert_eq!(policy().narrow(&Narrowing::default(), &local).unwrap().sandbox, SandboxKind::Local);
         let p = Policy { sandboxes: vec![SandboxKind::Virtual], ..policy() };
         assert!(p.narrow(&Narrowing::default(), &local).unwrap_err().contains("no sandbox"));
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn policies_parse_from_json_and_toml_and_are_checked() {
-        let config = nexo::config::ConfigFile::default();
+        let config = crate::config::ConfigFile::default();
         let p = Policy::parse(r#"{"allow": ["write"], "mode": "approve"}"#, &config).unwrap();
         assert_eq!(p.allow, vec![Capability::Write]);
         let p = Policy::parse("allow = [\"fetch\"]\nfetch-hosts = [\"example.com\"]\n", &config).unwrap();
@@ -615,8 +615,8 @@ mod tests {
     mod never_wider {
         use std::collections::BTreeMap;
 
-        use nexo::authority::{Authority, Permissions};
-        use nexo::manifest::SandboxKind as Kind;
+        use crate::authority::{Authority, Permissions};
+        use crate::manifest::SandboxKind as Kind;
         use proptest::prelude::*;
         use proptest::sample::subsequence;
 
@@ -725,13 +725,13 @@ mod tests {
         }
 
         fn at_least_as_strict(mode: PermissionMode, than: PermissionMode) -> bool {
-            nexo::authority::stricter(mode, than) == mode
+            crate::authority::stricter(mode, than) == mode
         }
 
-        fn config() -> nexo::config::ConfigFile {
+        fn config() -> crate::config::ConfigFile {
             let server = nexo_mcp::ServerConfig { command: Some("true".into()), ..Default::default() };
             let mcp: BTreeMap<String, _> = SERVERS.iter().map(|s| (s.to_string(), server.clone())).collect();
-            nexo::config::ConfigFile { mcp, ..Default::default() }
+            crate::config::ConfigFile { mcp, ..Default::default() }
         }
 
         proptest! {

@@ -17,6 +17,12 @@
 //! by a process that died is an orphan: [`Runs::orphans`] finds it, and
 //! [`Runs::resume`] with [`Claim::Recover`] replays it to where it was.
 
+pub mod changes;
+pub mod pass;
+pub mod prepare;
+pub mod spec;
+pub mod worker;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +40,7 @@ use crate::lease::{Keeper, Lost};
 use crate::session::thread::Thread;
 use crate::settings::RunOptions;
 use crate::world::agent::Agent;
+pub use spec::RunSpec;
 
 /// How long a lease lasts without renewal. The owner renews it every
 /// third of that.
@@ -108,6 +115,11 @@ impl Subject<'_> {
 
 /// The record of a new run of `subject`, a prompt of `session` if given,
 /// of `tenant` when `nexo serve` started it.
+/// `spec` as the store records it.
+fn record(spec: &RunSpec) -> Result<Value, StoreError> {
+    spec.to_record().map_err(|e| StoreError::Conflict(format!("cannot record the run's settings: {e}")))
+}
+
 fn new_run(
     subject: &Subject<'_>,
     input: &str,
@@ -217,16 +229,16 @@ impl Runs {
         Lease { owner: self.owner.clone(), until_ms: nexo_store::now_ms() + self.lease.as_millis() as i64 }
     }
 
-    /// Records a new run of `subject` on `input` with the operator's
-    /// `grant` (as recorded: never a secret), then runs it.
+    /// Records a new run of `subject` on `input` with its specification
+    /// (the operator's grant and settings: never a secret), then runs it.
     pub async fn start(
         &self,
         subject: Subject<'_>,
         input: &str,
-        grant: Value,
+        spec: &RunSpec,
         options: &RunOptions,
     ) -> Result<RunEnd, RunError> {
-        self.start_in(None, subject, input, grant, options).await
+        self.start_in(None, subject, input, spec, options).await
     }
 
     /// [`Runs::start`] for a prompt of session `session` (its id): the run
@@ -238,10 +250,10 @@ impl Runs {
         session: Option<&str>,
         subject: Subject<'_>,
         input: &str,
-        grant: Value,
+        spec: &RunSpec,
         options: &RunOptions,
     ) -> Result<RunEnd, RunError> {
-        let record = new_run(&subject, input, grant, RunStatus::Running, Some(self.lease()), (session, None));
+        let record = new_run(&subject, input, record(spec)?, RunStatus::Running, Some(self.lease()), (session, None));
         let run = self.store.create_run(record).await.map_err(RunError::from)?;
         self.drive(run, subject, options, Replay::New).await
     }
@@ -249,8 +261,8 @@ impl Runs {
     /// Records a run of `subject` on `input` as `queued`, with a job that
     /// starts it: a worker (`nexo worker`) takes it from there. The job
     /// carries only the run's id; the run holds the rest.
-    pub async fn queue(&self, subject: Subject<'_>, input: &str, grant: Value) -> Result<(Run, Job), StoreError> {
-        self.queue_in(None, subject, input, grant).await
+    pub async fn queue(&self, subject: Subject<'_>, input: &str, spec: &RunSpec) -> Result<(Run, Job), StoreError> {
+        self.queue_in(None, subject, input, spec).await
     }
 
     /// [`Runs::queue`] for a prompt of session `session`, if given.
@@ -259,9 +271,9 @@ impl Runs {
         session: Option<&str>,
         subject: Subject<'_>,
         input: &str,
-        grant: Value,
+        spec: &RunSpec,
     ) -> Result<(Run, Job), StoreError> {
-        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (session, None))).await
+        self.queue_record(new_run(&subject, input, record(spec)?, RunStatus::Queued, None, (session, None))).await
     }
 
     /// [`Runs::queue_in`] of a run `nexo serve` starts for `tenant`, a
@@ -272,9 +284,9 @@ impl Runs {
         session: Option<&str>,
         subject: Subject<'_>,
         input: &str,
-        grant: Value,
+        spec: &RunSpec,
     ) -> Result<(Run, Job), StoreError> {
-        self.queue_record(new_run(&subject, input, grant, RunStatus::Queued, None, (session, tenant))).await
+        self.queue_record(new_run(&subject, input, record(spec)?, RunStatus::Queued, None, (session, tenant))).await
     }
 
     async fn queue_record(&self, record: NewRun) -> Result<(Run, Job), StoreError> {

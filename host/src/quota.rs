@@ -16,7 +16,7 @@ use std::time::Duration;
 use nexo_egress::Meter;
 use nexo_store::{RunUsage, Store, StoreResult};
 
-pub use super::policy::Quotas;
+pub use crate::policy::Quotas;
 use serde_json::json;
 
 /// Each tenant's memory and CPU budgets on this node, shared by its runs.
@@ -25,8 +25,8 @@ pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, TenantBudg
 
 #[derive(Debug, Default)]
 struct TenantBudgets {
-    memory: Option<std::sync::Arc<nexo::instance::MemoryBudget>>,
-    cpu: Option<std::sync::Arc<nexo::instance::CpuBudget>>,
+    memory: Option<std::sync::Arc<crate::instance::MemoryBudget>>,
+    cpu: Option<std::sync::Arc<crate::instance::CpuBudget>>,
 }
 
 type Shared<T> = Option<std::sync::Arc<T>>;
@@ -41,19 +41,19 @@ impl Budgets {
         tenant: &str,
         quotas: Option<&Quotas>,
         tick: Duration,
-    ) -> (Shared<nexo::instance::MemoryBudget>, Shared<nexo::instance::CpuBudget>) {
+    ) -> (Shared<crate::instance::MemoryBudget>, Shared<crate::instance::CpuBudget>) {
         let Some(quotas) = quotas else { return (None, None) };
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(tenant.to_string()).or_default();
         let memory = quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
         entry.memory = match (memory, entry.memory.take()) {
             (Some(cap), Some(b)) if b.cap() == cap => Some(b),
-            (Some(cap), _) => Some(nexo::instance::MemoryBudget::new(cap)),
+            (Some(cap), _) => Some(crate::instance::MemoryBudget::new(cap)),
             (None, _) => None,
         };
         entry.cpu = match (quotas.cpu_cores, entry.cpu.take()) {
             (Some(cores), Some(b)) if b.cores() == cores.max(0.01) => Some(b),
-            (Some(cores), _) => Some(nexo::instance::CpuBudget::new(cores, tick)),
+            (Some(cores), _) => Some(crate::instance::CpuBudget::new(cores, tick)),
             (None, _) => None,
         };
         (entry.memory.clone(), entry.cpu.clone())
@@ -64,7 +64,7 @@ impl Budgets {
 /// or its policy cannot be read. A pass reads them once.
 pub async fn quotas(store: &dyn Store, tenant: &str) -> Option<Quotas> {
     let stored = store.tenant(tenant).await.ok().flatten()?;
-    super::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
+    crate::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
 }
 
 /// Why a run may not start or go on now.
@@ -254,16 +254,16 @@ impl Meters {
 /// them over). A call answered from the journal on a replay is not decided
 /// again, so none is audited twice.
 #[derive(Debug, Default)]
-pub struct PassAudit(std::sync::Mutex<Vec<(i64, nexo::host_call::CapabilityUse)>>);
+pub struct PassAudit(std::sync::Mutex<Vec<(i64, crate::host_call::CapabilityUse)>>);
 
-impl nexo::host_call::AuditSink for PassAudit {
-    fn record(&self, used: nexo::host_call::CapabilityUse) {
+impl crate::host_call::AuditSink for PassAudit {
+    fn record(&self, used: crate::host_call::CapabilityUse) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), used));
     }
 }
 
 impl PassAudit {
-    fn take(&self) -> Vec<(i64, nexo::host_call::CapabilityUse)> {
+    fn take(&self) -> Vec<(i64, crate::host_call::CapabilityUse)> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }

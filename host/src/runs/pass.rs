@@ -1,0 +1,237 @@
+//! One pass of a recorded run: claimed (a resume, a retry, a recovery, or
+//! a queued start), its recorded specification narrowed, checked against
+//! its tenant's policy as it is now, prepared and run. Every path that
+//! continues a run, on the command line, in a worker or in `nexo serve`,
+//! comes through [`pass`], so each passes the same checks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nexo_store::{Claim, Run, Store, StoreError};
+
+use super::spec::RunSpec;
+use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
+use crate::agent_file::AgentFile;
+use crate::config::ConfigFile;
+use crate::error::RunError;
+use crate::instance::{CpuBudget, MemoryBudget};
+use crate::manifest::{Capability, PermissionMode};
+use crate::settings::RunOptions;
+use crate::{Engine, EngineConfig, Plugin};
+
+/// What a pass may take away from the specification a run recorded: a
+/// pass can only narrow it.
+#[derive(Debug, Clone, Default)]
+pub struct Narrowing {
+    /// A stricter permission mode.
+    pub mode: Option<PermissionMode>,
+    /// Capabilities taken out.
+    pub revoke: Vec<Capability>,
+    /// Go on even though the component changed: by checkpoints only,
+    /// without replaying the journal.
+    pub allow_changed_component: bool,
+}
+
+/// How one pass is made.
+pub struct PassSettings<'a> {
+    /// How the run is claimed.
+    pub how: Claim,
+    /// The guest's `resume-input`, as JSON.
+    pub input: Option<String>,
+    /// What the pass takes away from the recorded specification.
+    pub narrowing: &'a Narrowing,
+    /// The operator's configuration now: its MCP servers and sandbox view.
+    pub config: &'a ConfigFile,
+    /// Where that configuration was read from, to name it when it lacks a
+    /// server the run used.
+    pub config_path: Option<&'a Path>,
+    /// For a tenant's run in `nexo serve`: where this node keeps the
+    /// component and what the tenant's runs share.
+    pub served: Option<&'a Served>,
+    /// A job will try the pass again if it fails in a way that may pass,
+    /// so such a failure leaves the run queued, not failed.
+    pub retry_follows: bool,
+    /// What the front end adds to the prepared options: an event sink, a
+    /// way to ask the user.
+    pub front_end: Option<&'a (dyn Fn(&mut RunOptions) + Send + Sync)>,
+}
+
+/// What `nexo serve` adds to a pass of a tenant's run.
+pub struct Served {
+    /// This node's copy of the component.
+    pub source: PathBuf,
+    /// The component, loaded: every run of it on this node shares it.
+    pub plugin: Plugin,
+    /// The server's one engine, whose limits every served run has.
+    pub engine: Engine,
+    /// The memory total the tenant's instances share on this node.
+    pub memory: Option<Arc<MemoryBudget>>,
+    /// The CPU share the tenant's runs draw on, on this node.
+    pub cpu: Option<Arc<CpuBudget>>,
+    /// Where this pass's web bytes, CPU ticks and model tokens are
+    /// counted, each with what is left of the tenant's hour and of the
+    /// run's own budget.
+    pub meters: crate::quota::Meters,
+    /// Where the gate's decisions during this pass are held for the
+    /// tenant's audit log.
+    pub audit: Arc<crate::quota::PassAudit>,
+}
+
+/// How a pass of a recorded run ended.
+pub enum Resumed {
+    /// The pass ran: the run is done, suspended, failed or cancelled.
+    End(Box<RunEnd>),
+    /// It could not start, for this reason (already printed for the
+    /// operator).
+    Refused(String),
+    /// The agent failed in a way the run did not record.
+    Failed(RunError),
+}
+
+/// One pass of run `id`: `settings.how` claims it, its recorded
+/// specification (narrowed, and within its tenant's policy as it is now)
+/// runs it. Without `served`, the pass builds an engine with the run's own
+/// limits from `base`.
+pub async fn pass(runs: &Runs, base: &EngineConfig, id: &str, settings: PassSettings<'_>) -> Resumed {
+    let how = settings.how;
+    let served = settings.served;
+    let refused = |why: String| {
+        errln!("error: {why}");
+        Resumed::Refused(why)
+    };
+    let unusable = "its recorded settings cannot be used here; the error above says why";
+    let mut run = match runs.store().run(id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return refused(StoreError::NoRun(id.to_string()).to_string()),
+        Err(e) => return refused(e.to_string()),
+    };
+    // Taken, not copied: the record stays alive while the run waits.
+    let mut spec = match RunSpec::from_record(std::mem::take(&mut run.grant)) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = e.to_string();
+            unrecoverable(runs, &run, how, &why).await;
+            return Resumed::Refused(why);
+        }
+    };
+    let narrowing = settings.narrowing;
+    spec.grant = spec.grant.narrowed(narrowing.mode, &narrowing.revoke).with_config_file(settings.config);
+    // A served run goes on within its tenant's policy as it is now: an
+    // operator's narrowing reaches the runs that wait.
+    if let Some(tenant) = &run.tenant {
+        match tenant_bounds(runs.store(), tenant).await {
+            Ok(bounds) => spec.grant = spec.grant.within(&bounds),
+            Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
+        }
+    }
+    // A pass without a server the run used would not behave as the run did:
+    // the run is left as it is until the configuration is given.
+    let unconfigured = spec.grant.unconfigured_mcp_servers();
+    if !unconfigured.is_empty() {
+        return refused(needs_configuration(&run.id, &unconfigured, settings.config_path));
+    }
+    let engine = match served {
+        Some(s) => s.engine.clone(),
+        None => match prepare::engine(base, &spec) {
+            Ok(e) => e,
+            Err(e) => {
+                errln!("error: {e}");
+                return Resumed::Refused(unusable.into());
+            }
+        },
+    };
+    let mut options = match prepare::options(&engine, &spec).await {
+        Ok(o) => o,
+        Err(e) => {
+            errln!("error: {e}");
+            return Resumed::Refused(unusable.into());
+        }
+    };
+    if let Some(front_end) = settings.front_end {
+        front_end(&mut options);
+    }
+    options.memory_budget = served.and_then(|s| s.memory.clone());
+    options.cpu_budget = served.and_then(|s| s.cpu.clone());
+    options.egress_meter = served.map(|s| s.meters.egress.clone());
+    options.cpu_meter = served.map(|s| s.meters.ticks.clone());
+    options.token_meter = served.map(|s| s.meters.tokens.clone());
+    options.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
+    options.retry_follows = settings.retry_follows;
+    // `nexo serve` loads a tenant's plugin from its own node's cache.
+    let source = served.map_or(Path::new(&run.source), |s| s.source.as_path());
+    let allow_changed = narrowing.allow_changed_component;
+    let input = settings.input;
+    let result = if run.kind == "toml" {
+        match AgentFile::load(source) {
+            Ok(agent) => runs.resume(id, how, input, Subject::File(&agent), &options, allow_changed).await,
+            Err(e) => {
+                prepare::close(&options).await;
+                unrecoverable(runs, &run, how, &e.to_string()).await;
+                return Resumed::Refused(e.to_string());
+            }
+        }
+    } else {
+        let plugin = match served {
+            Some(s) => Ok(s.plugin.clone()),
+            None => Plugin::load(&engine, source).await.map_err(|e| e.to_string()),
+        };
+        let agent = match &plugin {
+            Ok(p) => p.agent().map(|a| (p, a)).map_err(|e| e.to_string()),
+            Err(why) => Err(why.clone()),
+        };
+        match agent {
+            Ok((plugin, agent)) => {
+                let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
+                runs.resume(id, how, input, subject, &options, allow_changed).await
+            }
+            Err(why) => {
+                prepare::close(&options).await;
+                unrecoverable(runs, &run, how, &why).await;
+                return Resumed::Refused(why);
+            }
+        }
+    };
+    prepare::close(&options).await;
+    match result {
+        Ok(end) => Resumed::End(Box::new(end)),
+        Err(ResumeOutcome::Refused(e)) => refused(e.to_string()),
+        Err(ResumeOutcome::Run(e)) => Resumed::Failed(e),
+    }
+}
+
+/// The bounds of `tenant`'s policy as the store holds it now.
+async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::authority::Bounds, String> {
+    match store.tenant(tenant).await {
+        Ok(Some(t)) => crate::policy::Policy::from_stored(&t.policy).map(|p| p.bounds()),
+        Ok(None) => Err(StoreError::NoTenant(tenant.to_string()).to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Why a run cannot go on here: the MCP servers it used are not defined in
+/// this process's configuration. Names them, and how to supply them.
+fn needs_configuration(id: &str, servers: &[&str], config: Option<&Path>) -> String {
+    let names = servers.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    let tables = servers.iter().map(|n| format!("[mcp.{n}]")).collect::<Vec<_>>().join(", ");
+    let here = match config {
+        Some(path) => format!("{} does not define {tables}", path.display()),
+        None => "no config file was given (--config FILE or NEXO_CONFIG)".to_string(),
+    };
+    format!(
+        "run {id} uses the MCP server(s) {names}, which the config file it started with defined, but {here}; \
+         the run is left as it is: give the config file that defines {tables} (--config FILE or NEXO_CONFIG) and \
+         run the command again"
+    )
+}
+
+/// A run that cannot be resumed: reported; an orphan is marked failed so
+/// the sweep does not try it forever.
+async fn unrecoverable(runs: &Runs, run: &Run, how: Claim, why: &str) {
+    errln!("error: run {} cannot be resumed: {why}", run.id);
+    if how == Claim::Recover {
+        match runs.fail_orphan(&run.id, &format!("could not be recovered: {why}")).await {
+            Ok(()) => errln!("run {} is marked failed", run.id),
+            Err(e) => errln!("warning: could not mark run {} failed: {e}", run.id),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! A run's specification made ready to run: its sandbox, permissions and
+//! MCP clients from the grant, its search backend, model and loop. What a
+//! front end adds (an event sink, a way to ask the user) it sets on the
+//! options it gets back.
+
+use std::sync::Arc;
+
+use super::spec::RunSpec;
+use crate::config::SearchSetup;
+use crate::error::RunError;
+use crate::settings::{RunOptions, SkillMode};
+use crate::{ConfigError, Engine, EngineConfig, Plugin};
+
+/// The run options `spec` gives, on `engine`.
+pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunError> {
+    let mut options = spec.grant.run_options()?;
+    if let Some(table) = &spec.search
+        && let Some(setup) = table.resolve(None)?
+    {
+        options.search = Some(search_backend(engine, &setup).await?);
+    }
+    let resolved = spec.model.resolve()?;
+    options.model = resolved.provider;
+    options.loop_limits = resolved.limits;
+    if let Some(mut claude) = resolved.agent_loop {
+        claude.cwd = spec.grant.local_dir().map(std::path::Path::to_path_buf);
+        claude.view = spec.grant.view().clone();
+        if claude.builtin_tools && claude.cwd.is_none() {
+            return Err(ConfigError::invalid(
+                "--claude-builtin-tools",
+                "the CLI's own tools act on real files, so they need the local sandbox: add `--sandbox local --cwd \
+                 DIR` (nexo confines the CLI to DIR)",
+            )
+            .into());
+        }
+        claude.check().map_err(|e| ConfigError::invalid("--loop", e.to_string()))?;
+        options.agent_loop = Some(Arc::new(claude));
+    }
+    options.skills_path = Some(spec.skills_path.clone());
+    if spec.progressive_skills {
+        options.skill_mode = SkillMode::Progressive;
+    }
+    options.timeout = Some(spec.timeout());
+    Ok(options)
+}
+
+/// The configured search backend, loaded; it must be a search-backend
+/// component.
+pub async fn search_backend(
+    engine: &Engine,
+    setup: &SearchSetup,
+) -> Result<Arc<dyn crate::search::SearchBackend>, RunError> {
+    let plugin = Plugin::load(engine, &setup.backend).await?;
+    let backend = plugin.search_backend()?.clone();
+    Ok(Arc::new(crate::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
+}
+
+/// An engine with `spec`'s limits, for a process that runs one run (a
+/// server shares one engine instead: [`super::pass::Served`]).
+pub fn engine(base: &EngineConfig, spec: &RunSpec) -> Result<Engine, RunError> {
+    let mut config = base.clone();
+    config.limits.run_timeout = spec.timeout();
+    config.limits.memory_bytes = spec.memory_bytes();
+    Engine::new(config).map_err(|e| ConfigError::invalid("engine", format!("{e:#}")).into())
+}
+
+/// Ends what a run's options started: its MCP servers, and its sandbox (a
+/// container, say). A failure is a warning: the run has ended already.
+pub async fn close(options: &RunOptions) {
+    if let Err(e) = options.close().await {
+        errln!("warning: {e}");
+    }
+}

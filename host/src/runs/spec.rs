@@ -1,0 +1,93 @@
+//! A run's specification: what the operator granted it, its model, search,
+//! limits and skills. The store records it with the run (it holds no
+//! secret: keys are read from the environment at each pass), so a resume,
+//! a retry or a recovery on any node needs nothing else.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::{ModelTable, SearchTable};
+use crate::grant::OperatorGrant;
+use crate::manifest::LoopKind;
+
+/// A run's wall-clock limit per pass when nothing says otherwise.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+
+/// A run's memory cap when nothing says otherwise.
+pub const DEFAULT_MEMORY_MIB: u64 = 256;
+
+/// What a run is granted and how it runs, as the store records it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunSpec {
+    /// The grant.
+    pub grant: OperatorGrant,
+    /// The model settings.
+    pub model: ModelTable,
+    /// The search settings.
+    pub search: Option<SearchTable>,
+    /// The run's wall-clock limit per pass.
+    pub timeout_secs: u64,
+    /// The memory cap.
+    pub memory_mib: u64,
+    /// Where skill packages are.
+    pub skills_path: PathBuf,
+    /// Progressive skills.
+    pub progressive_skills: bool,
+}
+
+impl Default for RunSpec {
+    /// Nothing granted beyond reading, in memory, with no model.
+    fn default() -> Self {
+        RunSpec {
+            grant: OperatorGrant::default(),
+            model: ModelTable::default(),
+            search: None,
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            memory_mib: DEFAULT_MEMORY_MIB,
+            skills_path: PathBuf::from("skills"),
+            progressive_skills: false,
+        }
+    }
+}
+
+/// Why a recorded specification cannot be used by this build.
+#[derive(Debug, thiserror::Error)]
+#[error("its recorded settings cannot be read by this nexo ({0})")]
+pub struct UnreadableSpec(#[from] serde_json::Error);
+
+impl RunSpec {
+    /// The specification as the store records it.
+    /// Fails only for a path that is not UTF-8.
+    pub fn to_record(&self) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(self)
+    }
+
+    /// A recorded specification, read back.
+    pub fn from_record(value: Value) -> Result<RunSpec, UnreadableSpec> {
+        Ok(serde_json::from_value(value)?)
+    }
+
+    /// The pass's wall-clock limit.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
+    /// The memory cap in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        usize::try_from(self.memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20)
+    }
+}
+
+/// The loop a declarative agent names (`loop = …` in its TOML), the
+/// default when neither the front end nor the config file chose one. A
+/// file that does not load names none; loading it later reports why.
+pub fn loop_hint(file: &std::path::Path) -> Option<LoopKind> {
+    if !crate::agent_file::is_toml(file) {
+        return None;
+    }
+    crate::agent_file::AgentFile::load(file).ok().and_then(|a| a.manifest().agent_loop)
+}
