@@ -293,7 +293,8 @@ async fn clocks_and_randomness_replay_as_the_first_pass_saw_them() {
     let options = scene.options(PermissionMode::Auto, &[]);
     let path = built::WORKFLOW_PROBE;
     let runs = scene.runs();
-    let end = runs.start(subject(&plugin, path), "time; random; suspend pause; time", &nexo::runs::RunSpec::default(), &options);
+    let spec = nexo::runs::RunSpec::default();
+    let end = runs.start(subject(&plugin, path), "time; random; suspend pause; time", &spec, &options);
     let end = end.await.unwrap();
     assert_eq!(end.run.status, RunStatus::Suspended);
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
