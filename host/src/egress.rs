@@ -31,7 +31,7 @@ use crate::error::{ConfigError, ToolError};
 use crate::events::EventSink;
 use crate::host_call::{CallContext, HostCall, LogBudget, guest};
 use crate::instance::{Host, base_linker};
-use crate::world::WorldLinker;
+use crate::instance::WorldLinker;
 
 /// The most a fetched page contributes: 200 KB of its body.
 pub const FETCH_MAX_BODY: usize = 200_000;

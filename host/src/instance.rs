@@ -18,6 +18,10 @@ use crate::engine::{Engine, Limits};
 use crate::error::RunError;
 use crate::stop::Stop;
 
+
+/// The linker of one world, built once per engine.
+pub(crate) struct WorldLinker<T: 'static>(pub(crate) wasmtime::component::Linker<T>);
+
 /// A directory the run exposes to the component through WASI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preopen {

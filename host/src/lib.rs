@@ -65,6 +65,7 @@ pub mod settings;
 pub mod stop;
 mod task;
 pub mod terminal;
+pub mod thread;
 pub mod truncate;
 pub mod unit;
 pub mod world;

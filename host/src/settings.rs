@@ -18,7 +18,17 @@ use crate::events::EventSink;
 use crate::instance::Preopen;
 use crate::search::SearchBackend;
 use crate::truncate::Truncation;
-use crate::world::skill::Skill;
+
+/// A skill component an agent may name, as a run reads it (a loaded
+/// [`crate::world::skill::Skill`]).
+pub trait SkillComponent: Send + Sync + std::fmt::Debug {
+    /// The skill's name.
+    fn name(&self) -> &str;
+    /// Its metadata.
+    fn metadata(&self) -> &crate::manifest::SkillMetadata;
+    /// Its instructions (the SKILL.md body).
+    fn instructions(&self) -> nexo_model::BoxFuture<'_, Result<String, crate::error::RunError>>;
+}
 
 /// Per-run tool settings.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +86,7 @@ pub struct RunOptions {
     pub skill_mode: SkillMode,
     /// Skill components an agent may name; they are looked up before the
     /// skills path. Each runs with zero capabilities.
-    pub skill_components: Vec<Skill>,
+    pub skill_components: Vec<Arc<dyn SkillComponent>>,
     /// Extra directories preopened into the component. A local sandbox's
     /// directory is preopened on its own; otherwise the component sees no
     /// filesystem at all.
@@ -108,7 +118,7 @@ pub struct RunOptions {
     /// sees it after the instructions and adds its exchange to it. Set by
     /// [`Runs`](crate::runs::Runs) for a session's run. `None`: each prompt
     /// starts a new conversation.
-    pub thread: Option<Arc<crate::session::thread::Thread>>,
+    pub thread: Option<Arc<crate::thread::Thread>>,
     /// A memory total the run's instance shares with others: `nexo serve`
     /// gives every run of one tenant the same budget. `None`: only the
     /// engine's per-instance cap applies.

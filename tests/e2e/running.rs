@@ -486,7 +486,7 @@ async fn a_skill_component_matches_its_skill_directory_and_serves_an_agent() {
     let agent = nexo::agent_file::AgentFile::load(&file).unwrap();
     let options = RunOptions {
         model: Some(scripted(serde_json::json!([{ "text": "reviewed" }]))),
-        skill_components: vec![component],
+        skill_components: vec![std::sync::Arc::new(component)],
         skills_path: Some(work.path().join("no-such-dir")),
         ..RunOptions::default()
     };

@@ -37,7 +37,7 @@ pub struct Prompting {
     /// System instructions in order: the agent's, the sandbox's, the skills'.
     pub instructions: Vec<String>,
     /// The session's thread, if the run is a session's prompt.
-    pub thread: Option<Arc<crate::session::thread::Thread>>,
+    pub thread: Option<Arc<crate::thread::Thread>>,
     /// The run's token counter, shared by all its prompts
     /// ([`crate::settings::RunOptions::token_meter`]).
     pub tokens: Option<Arc<nexo_egress::Meter>>,

@@ -75,7 +75,7 @@ pub async fn command(
         Ok(r) => r,
         Err(e) => return report::config_failure(&e),
     };
-    nexo::session::sweep(&*store, retain).await;
+    nexo::runs::worker::sweep_sessions(&*store, retain).await;
     let loaded = match Loaded::load(engine, &args.file).await {
         Ok(l) => l,
         Err(code) => return code,

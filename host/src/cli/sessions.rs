@@ -104,7 +104,7 @@ pub async fn command(command: &SessionsCommand, store_flag: Option<&str>) -> Exi
                 }
                 Err(e) => return report::config_failure(&e),
             };
-            match nexo::session::sweep(&*store, Some(retain)).await {
+            match nexo::runs::worker::sweep_sessions(&*store, Some(retain)).await {
                 Some(ids) => {
                     for id in &ids {
                         outln!("{id}");

@@ -13,17 +13,15 @@ mod model;
 mod search;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
-use nexo_model::ProviderKind;
 use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
-use crate::manifest::{Capability, LoopKind};
-pub use model::ModelSetup;
-pub use search::SearchSetup;
+use crate::manifest::Capability;
+pub use model::{ModelSetup, ModelTable};
+pub use search::{ApiKeyTable, SearchSetup, SearchTable};
 
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -152,98 +150,6 @@ pub enum ConfinementSetting {
     Landlock,
     /// None: only for trusted agents.
     None,
-}
-
-/// `[model]`: which model, which provider, and the loop's limits. A
-/// recorded run keeps the merged settings (no key: keys come from the
-/// environment at each resume).
-#[derive(Serialize, Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ModelTable {
-    /// The model id.
-    pub model: Option<String>,
-    /// The provider.
-    pub provider: Option<ProviderKind>,
-    /// The API base URL (OpenAI-compatible servers).
-    pub base_url: Option<String>,
-    /// Use a model id the provider is not known to serve.
-    #[serde(default)]
-    pub assume_model_exists: bool,
-    /// A recorded conversation to replay instead of a model.
-    pub script: Option<PathBuf>,
-    /// The most model turns for one prompt.
-    pub max_turns: Option<u32>,
-    /// The most tokens (input + output) for one prompt.
-    pub token_budget: Option<u64>,
-    /// Stream the model's text.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub stream: bool,
-    /// The loop that drives each prompt.
-    #[serde(rename = "loop", default, skip_serializing_if = "Option::is_none")]
-    pub agent_loop: Option<LoopKind>,
-    /// The Claude Code CLI, for the `claude-code` loop.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude_binary: Option<PathBuf>,
-    /// Give the Claude Code CLI its own tools too (each checked against the grant).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub claude_builtin_tools: bool,
-}
-
-impl ModelTable {
-    /// The same table with its token budget at most `cap` (a tenant's
-    /// tokens left this hour).
-    pub fn with_token_cap(mut self, cap: Option<u64>) -> ModelTable {
-        if let Some(cap) = cap {
-            self.token_budget = Some(self.token_budget.map_or(cap, |b| b.min(cap)));
-        }
-        self
-    }
-
-    /// The agent file's `loop`, where neither a flag nor the config file set one.
-    pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
-        self.agent_loop = self.agent_loop.or(hint);
-        self
-    }
-}
-
-/// `[search]`: the search backend and its network grant. A recorded run
-/// keeps the merged table: it names the key's variable, never the key.
-#[derive(Serialize, Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SearchTable {
-    /// The backend component, relative to the config file.
-    pub backend: Option<PathBuf>,
-    /// What the backend may reach.
-    #[serde(default)]
-    pub hosts: Vec<String>,
-    /// Exact private addresses it may reach (self-hosted services).
-    #[serde(default)]
-    pub allow_private: Vec<IpAddr>,
-    /// The backend's settings.
-    #[serde(default)]
-    pub settings: BTreeMap<String, String>,
-    /// Where its API key comes from.
-    pub api_key: Option<ApiKeyTable>,
-    /// Its requests' timeout.
-    pub timeout_secs: Option<u64>,
-}
-
-/// Where the search backend's API key comes from. The key itself never sits
-/// in the config file: it is read from the environment of the host process.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ApiKeyTable {
-    /// The header the host puts the key in.
-    pub header: String,
-    /// The environment variable holding the key.
-    pub env: String,
-    /// Put before the key, for example `Bearer `.
-    #[serde(default)]
-    pub prefix: String,
-    /// The exact origins the key goes to; by default `https://<host>:443`
-    /// for each of `hosts`.
-    #[serde(default)]
-    pub origins: Vec<String>,
 }
 
 /// `[worker]`: how `nexo worker` runs jobs.

@@ -6,10 +6,62 @@ use std::sync::Arc;
 
 use nexo_model::{ModelConfig, Provider, ProviderKind};
 
-use super::ModelTable;
+use serde::{Deserialize, Serialize};
 use crate::ConfigError;
 use crate::agent_loop::LoopLimits;
 use crate::manifest::LoopKind;
+
+/// `[model]`: which model, which provider, and the loop's limits. A
+/// recorded run keeps the merged settings (no key: keys come from the
+/// environment at each resume).
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModelTable {
+    /// The model id.
+    pub model: Option<String>,
+    /// The provider.
+    pub provider: Option<ProviderKind>,
+    /// The API base URL (OpenAI-compatible servers).
+    pub base_url: Option<String>,
+    /// Use a model id the provider is not known to serve.
+    #[serde(default)]
+    pub assume_model_exists: bool,
+    /// A recorded conversation to replay instead of a model.
+    pub script: Option<PathBuf>,
+    /// The most model turns for one prompt.
+    pub max_turns: Option<u32>,
+    /// The most tokens (input + output) for one prompt.
+    pub token_budget: Option<u64>,
+    /// Stream the model's text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    /// The loop that drives each prompt.
+    #[serde(rename = "loop", default, skip_serializing_if = "Option::is_none")]
+    pub agent_loop: Option<LoopKind>,
+    /// The Claude Code CLI, for the `claude-code` loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_binary: Option<PathBuf>,
+    /// Give the Claude Code CLI its own tools too (each checked against the grant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claude_builtin_tools: bool,
+}
+
+impl ModelTable {
+    /// The same table with its token budget at most `cap` (a tenant's
+    /// tokens left this hour).
+    pub fn with_token_cap(mut self, cap: Option<u64>) -> ModelTable {
+        if let Some(cap) = cap {
+            self.token_budget = Some(self.token_budget.map_or(cap, |b| b.min(cap)));
+        }
+        self
+    }
+
+    /// The agent file's `loop`, where neither a flag nor the config file set one.
+    pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
+        self.agent_loop = self.agent_loop.or(hint);
+        self
+    }
+}
 
 /// The model and loop settings, resolved.
 pub struct ModelSetup {

@@ -1,12 +1,54 @@
 //! `[search]` resolved: the search backend a run uses, with its network
 //! grant and the API key read from the environment (never recorded).
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::SearchTable;
+use serde::{Deserialize, Serialize};
 use crate::ConfigError;
 use crate::egress::{ApiKey, EgressGrant};
+
+/// `[search]`: the search backend and its network grant. A recorded run
+/// keeps the merged table: it names the key's variable, never the key.
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SearchTable {
+    /// The backend component, relative to the config file.
+    pub backend: Option<PathBuf>,
+    /// What the backend may reach.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Exact private addresses it may reach (self-hosted services).
+    #[serde(default)]
+    pub allow_private: Vec<IpAddr>,
+    /// The backend's settings.
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// Where its API key comes from.
+    pub api_key: Option<ApiKeyTable>,
+    /// Its requests' timeout.
+    pub timeout_secs: Option<u64>,
+}
+
+/// Where the search backend's API key comes from. The key itself never sits
+/// in the config file: it is read from the environment of the host process.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ApiKeyTable {
+    /// The header the host puts the key in.
+    pub header: String,
+    /// The environment variable holding the key.
+    pub env: String,
+    /// Put before the key, for example `Bearer `.
+    #[serde(default)]
+    pub prefix: String,
+    /// The exact origins the key goes to; by default `https://<host>:443`
+    /// for each of `hosts`.
+    #[serde(default)]
+    pub origins: Vec<String>,
+}
 
 /// The search backend the operator chose, with its grant.
 #[derive(Debug, Clone)]

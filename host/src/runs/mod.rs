@@ -37,7 +37,7 @@ use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
 use crate::lease::{Keeper, Lost};
-use crate::session::thread::Thread;
+use crate::thread::Thread;
 use crate::settings::RunOptions;
 use crate::world::agent::Agent;
 pub use spec::RunSpec;

@@ -155,7 +155,7 @@ pub async fn claim_loop(
     loop {
         if settings.retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
             swept = Some(std::time::Instant::now());
-            crate::session::sweep(&*store, settings.retain).await;
+            sweep_sessions(&*store, settings.retain).await;
         }
         while tasks.try_join_next().is_some() {}
         let permit = tokio::select! {
@@ -505,6 +505,29 @@ impl Worker {
             && run.status == RunStatus::Queued
         {
             let _ = store.cancel(id, &format!("its job failed for good: {why}")).await;
+        }
+    }
+}
+
+/// Deletes the sessions idle longer than `retain`, if set; says how many.
+/// A store that fails is reported and the command goes on.
+pub async fn sweep_sessions(store: &dyn nexo_store::Store, retain: Option<Duration>) -> Option<Vec<String>> {
+    let period = retain?;
+    let cut = nexo_store::now_ms().saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX));
+    match store.expire_sessions(cut).await {
+        Ok(ids) => {
+            if !ids.is_empty() {
+                tracing::info!(
+                    "deleted {} session(s) idle for more than {}",
+                    ids.len(),
+                    humantime::format_duration(period)
+                );
+            }
+            Some(ids)
+        }
+        Err(e) => {
+            errln!("warning: cannot delete expired sessions: {e}");
+            None
         }
     }
 }

@@ -20,13 +20,11 @@ use crate::error::RunError;
 use crate::runs::{RunEnd, RunSpec, Runs, Subject};
 use crate::settings::RunOptions;
 
-pub mod thread;
+pub use crate::thread;
 
-use std::time::Duration;
 
-use nexo_store::Store;
 
-pub use thread::Thread;
+pub use crate::thread::Thread;
 
 /// An open session: its address, and what its prompts share until it is
 /// closed (the run options, with their MCP connections and sandbox).
@@ -152,29 +150,6 @@ pub fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{text}` is shorter than a minute: a retention period is at least 1m"));
     }
     Ok(period)
-}
-
-/// Deletes the sessions idle longer than `retain`, if set; says how many.
-/// A store that fails is reported and the command goes on.
-pub async fn sweep(store: &dyn Store, retain: Option<Duration>) -> Option<Vec<String>> {
-    let period = retain?;
-    let cut = nexo_store::now_ms().saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX));
-    match store.expire_sessions(cut).await {
-        Ok(ids) => {
-            if !ids.is_empty() {
-                tracing::info!(
-                    "deleted {} session(s) idle for more than {}",
-                    ids.len(),
-                    humantime::format_duration(period)
-                );
-            }
-            Some(ids)
-        }
-        Err(e) => {
-            errln!("warning: cannot delete expired sessions: {e}");
-            None
-        }
-    }
 }
 
 #[cfg(test)]

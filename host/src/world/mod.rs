@@ -61,8 +61,7 @@ pub(crate) enum LinkFailure {
     Exports(wasmtime::Error),
 }
 
-/// The linker of one world, built once per engine.
-pub(crate) struct WorldLinker<T: 'static>(pub(crate) wasmtime::component::Linker<T>);
+pub(crate) use crate::instance::WorldLinker;
 
 /// Links `component` with the world's linker (or reports why the linker
 /// could not be built), then types it as the world's `InstancePre`.

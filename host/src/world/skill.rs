@@ -107,3 +107,17 @@ impl Skill {
         settle(&store, "read-resource", timeout, result)
     }
 }
+
+impl crate::settings::SkillComponent for Skill {
+    fn name(&self) -> &str {
+        Skill::name(self)
+    }
+
+    fn metadata(&self) -> &SkillMetadata {
+        Skill::metadata(self)
+    }
+
+    fn instructions(&self) -> nexo_model::BoxFuture<'_, Result<String, RunError>> {
+        Box::pin(Skill::instructions(self))
+    }
+}
