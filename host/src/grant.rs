@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
 use crate::authority::{Grant, Permissions};
-use crate::config::{ConfigFile, ConfinementSetting, ModeSetting, RuntimeSetting, SandboxSetting};
-use crate::manifest::{Capability, PermissionMode};
+use crate::config::{ConfigFile, ConfinementSetting, RuntimeSetting};
+use crate::manifest::{Capability, PermissionMode, SandboxKind};
 use crate::settings::RunOptions;
 
 /// What [`OperatorGrant::for_tenant`] builds a served run's grant from.
@@ -49,9 +49,9 @@ pub struct GrantFlags {
     /// Capabilities beyond `read` and `glob`.
     pub allow: Vec<Capability>,
     /// The permission mode.
-    pub mode: Option<ModeSetting>,
+    pub mode: Option<PermissionMode>,
     /// The sandbox.
-    pub sandbox: Option<SandboxSetting>,
+    pub sandbox: Option<SandboxKind>,
     /// The container sandbox's image.
     pub image: Option<String>,
     /// The container CLI.
@@ -78,8 +78,8 @@ impl Default for OperatorGrant {
             mcp_allow: None,
             fetch_hosts: None,
             allow: Vec::new(),
-            mode: ModeSetting::ReadOnly,
-            sandbox: SandboxSetting::Virtual,
+            mode: PermissionMode::ReadOnly,
+            sandbox: SandboxKind::Virtual,
             sandbox_chosen: false,
             cwd: None,
             image: None,
@@ -119,8 +119,8 @@ impl OperatorGrant {
             mcp_allow,
             fetch_hosts,
             allow,
-            mode: flags.mode.or(t.mode).unwrap_or(ModeSetting::ReadOnly),
-            sandbox: flags.sandbox.or(t.sandbox).unwrap_or(SandboxSetting::Virtual),
+            mode: flags.mode.or(t.mode).unwrap_or(PermissionMode::ReadOnly),
+            sandbox: flags.sandbox.or(t.sandbox).unwrap_or(SandboxKind::Virtual),
             sandbox_chosen: flags.sandbox.or(t.sandbox).is_some(),
             cwd: flags.cwd.clone().or(t.cwd),
             image: flags.image.clone().or(t.image),
@@ -152,8 +152,8 @@ pub struct OperatorGrant {
     mcp_allow: Option<Vec<String>>,
     fetch_hosts: Option<Vec<String>>,
     allow: Vec<Capability>,
-    mode: ModeSetting,
-    sandbox: SandboxSetting,
+    mode: PermissionMode,
+    sandbox: SandboxKind,
     /// Whether the operator chose the sandbox (a flag or the config file),
     /// rather than getting the default: an agent's own request for a
     /// sandbox is refused without that choice.
@@ -191,12 +191,11 @@ impl OperatorGrant {
             fetch_hosts: Some(t.fetch_hosts),
             allow: t.allow,
             mode: match t.mode {
-                PermissionMode::ReadOnly => ModeSetting::ReadOnly,
-                PermissionMode::Auto => ModeSetting::Auto,
                 // No terminal to ask on: a served run waits for a durable approval.
-                PermissionMode::Ask | PermissionMode::Approve => ModeSetting::Approve,
+                PermissionMode::Ask => PermissionMode::Approve,
+                mode => mode,
             },
-            sandbox: if t.local.is_some() { SandboxSetting::Local } else { SandboxSetting::Virtual },
+            sandbox: if t.local.is_some() { SandboxKind::Local } else { SandboxKind::Virtual },
             sandbox_chosen: true,
             cwd: t.local,
             image: None,
@@ -210,7 +209,7 @@ impl OperatorGrant {
     /// absolute, so a resume elsewhere acts in the same place.
     pub fn recorded(&self) -> Result<OperatorGrant, ConfigError> {
         let mut r = self.clone();
-        if r.sandbox == SandboxSetting::Local {
+        if r.sandbox == SandboxKind::Local {
             let cwd = match &r.cwd {
                 Some(dir) => std::path::absolute(dir),
                 None => std::env::current_dir(),
@@ -225,7 +224,7 @@ impl OperatorGrant {
     /// grants hold it absolute).
     pub fn local_dir(&self) -> Option<&std::path::Path> {
         match self.sandbox {
-            SandboxSetting::Local => self.cwd.as_deref(),
+            SandboxKind::Local => self.cwd.as_deref(),
             _ => None,
         }
     }
@@ -239,12 +238,7 @@ impl OperatorGrant {
     /// A resume can only narrow what the run started with.
     pub fn narrowed(mut self, mode: Option<PermissionMode>, deny: &[Capability]) -> OperatorGrant {
         if let Some(mode) = mode {
-            self.mode = match crate::authority::stricter(self.mode(), mode) {
-                PermissionMode::ReadOnly => ModeSetting::ReadOnly,
-                PermissionMode::Auto => ModeSetting::Auto,
-                PermissionMode::Ask => ModeSetting::Ask,
-                PermissionMode::Approve => ModeSetting::Approve,
-            };
+            self.mode = crate::authority::stricter(self.mode, mode);
         }
         self.allow.retain(|c| !deny.contains(c));
         self
@@ -342,21 +336,12 @@ impl OperatorGrant {
 
     /// The permission mode.
     pub fn mode(&self) -> PermissionMode {
-        match self.mode {
-            ModeSetting::ReadOnly => PermissionMode::ReadOnly,
-            ModeSetting::Auto => PermissionMode::Auto,
-            ModeSetting::Ask => PermissionMode::Ask,
-            ModeSetting::Approve => PermissionMode::Approve,
-        }
+        self.mode
     }
 
     /// The sandbox's name.
     pub fn sandbox_name(&self) -> &'static str {
-        match self.sandbox {
-            SandboxSetting::Virtual => "virtual",
-            SandboxSetting::Local => "local",
-            SandboxSetting::Container => "container",
-        }
+        self.sandbox.as_str()
     }
 
     /// What this grant's sandbox serves, for [`crate::world::agent::authority`].
@@ -364,7 +349,7 @@ impl OperatorGrant {
         crate::world::agent::Serving {
             sandbox: self.sandbox_name(),
             // As `Sandbox::supports_shell` answers: the virtual sandbox runs no commands.
-            sandbox_has_shell: self.sandbox != SandboxSetting::Virtual,
+            sandbox_has_shell: self.sandbox != SandboxKind::Virtual,
             search,
         }
     }
@@ -384,9 +369,10 @@ impl OperatorGrant {
     /// the mechanism actually in force, not the one asked for.
     pub fn shell_summary(&self, shell_effective: bool) -> String {
         let how = match self.sandbox {
-            SandboxSetting::Virtual => return "(none: the virtual sandbox has no shell)".into(),
-            SandboxSetting::Container => "in the container".to_string(),
-            SandboxSetting::Local => self.shell_policy().describe(),
+            SandboxKind::Virtual => return "(none: the virtual sandbox has no shell)".into(),
+            SandboxKind::Container => "in the container".to_string(),
+            SandboxKind::Remote => "in the remote sandbox".to_string(),
+            SandboxKind::Local => self.shell_policy().describe(),
         };
         if shell_effective { how } else { format!("{how} (shell not granted to this agent)") }
     }
@@ -396,9 +382,9 @@ impl OperatorGrant {
         let sandbox: Option<Arc<dyn Sandbox>> = match self.sandbox {
             // Chosen, it is the operator's: an agent that asks for another
             // sandbox then runs in memory all the same (or is refused by its floor).
-            SandboxSetting::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
-            SandboxSetting::Virtual => None,
-            SandboxSetting::Local => {
+            SandboxKind::Virtual if self.sandbox_chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
+            SandboxKind::Virtual => None,
+            SandboxKind::Local => {
                 let cwd = match &self.cwd {
                     Some(dir) => dir.clone(),
                     None => std::env::current_dir().map_err(|e| {
@@ -411,7 +397,7 @@ impl OperatorGrant {
                     LocalSandbox::with_shell(&cwd, policy).map_err(|e| ConfigError::invalid("--cwd", e.to_string()))?,
                 ))
             }
-            SandboxSetting::Container => {
+            SandboxKind::Container => {
                 let Some(image) = &self.image else {
                     return Err(ConfigError::invalid(
                         "--image",
@@ -426,14 +412,21 @@ impl OperatorGrant {
                     ContainerSandbox::new(config).map_err(|e| ConfigError::invalid("--sandbox", e.to_string()))?,
                 ))
             }
+            SandboxKind::Remote => {
+                return Err(ConfigError::invalid(
+                    "sandbox",
+                    "the remote sandbox comes from a sandbox-provider component that an embedding program sets, \
+                     not from the grant: grant virtual, local or container",
+                ));
+            }
         };
-        if self.cwd.is_some() && self.sandbox != SandboxSetting::Local {
+        if self.cwd.is_some() && self.sandbox != SandboxKind::Local {
             return Err(ConfigError::invalid(
                 "--cwd",
                 "--cwd needs --sandbox local (only the local sandbox works in a host directory)",
             ));
         }
-        if self.image.is_some() && self.sandbox != SandboxSetting::Container {
+        if self.image.is_some() && self.sandbox != SandboxKind::Container {
             return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
         // No hook to ask with: a front end that can ask adds its own, and

@@ -99,8 +99,9 @@ impl FromIterator<Capability> for CapSet {
     }
 }
 
-/// Where an agent's tools act.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Where tools act: what an agent requests, the operator grants and a
+/// tenant's policy allows. The one sandbox kind every part of nexo uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxKind {
     /// In-memory files, no host access. The default.
@@ -109,7 +110,9 @@ pub enum SandboxKind {
     Local,
     /// A hardened container.
     Container,
-    /// A remote sandbox service.
+    /// A remote sandbox service (a sandbox-provider component an
+    /// embedding program sets; never granted on the command line).
+    #[value(skip)]
     Remote,
 }
 
@@ -125,8 +128,9 @@ impl SandboxKind {
     }
 }
 
-/// How the permission gate treats actions beyond reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How the permission gate treats actions beyond reading: the one
+/// permission mode every part of nexo uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum PermissionMode {
     /// Only `read` and `glob`. The default.

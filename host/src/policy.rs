@@ -14,21 +14,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::authority::{Bounds, McpAllow};
-use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind as ManifestSandbox};
+use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
 use crate::grant;
-
-/// Which sandbox a tenant's run works in.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxKind {
-    /// In memory: nothing of the host's file system.
-    Virtual,
-    /// The tenant's own workspace directory on the serving node.
-    Local,
-}
 
 /// The operator's ceiling for one tenant.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -121,6 +111,12 @@ impl Policy {
         if self.sandboxes.is_empty() {
             return Err("`sandboxes` is empty: list at least `virtual`".into());
         }
+        if let Some(kind) = self.sandboxes.iter().find(|k| !served(**k)) {
+            return Err(format!(
+                "`sandboxes` lists `{}`, which a served run cannot work in: list `virtual` and `local` only",
+                kind.as_str()
+            ));
+        }
         nexo_egress::HostList::new(self.fetch_hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
         for entry in &self.mcp_allow {
             crate::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
@@ -191,7 +187,7 @@ impl Policy {
         Bounds {
             capabilities: Some(with_always(&self.allow)),
             mode: Some(self.mode),
-            sandboxes: Some(self.sandboxes.iter().map(|s| s.kind()).collect()),
+            sandboxes: Some(self.sandboxes.clone()),
             fetch_hosts: Some(HostList::new(&self.fetch_hosts).unwrap_or_default()),
             models: Some(self.models.clone()),
             mcp_servers: Some(self.mcp_servers.iter().cloned().collect()),
@@ -219,10 +215,10 @@ impl Policy {
         // The one intersection: policy ∩ request ∩ manifest.
         let both = self.bounds().intersect(&asked).intersect(&Bounds::of_manifest(manifest));
         let sandbox =
-            both.sandboxes.as_deref().and_then(|s| s.iter().find_map(|k| SandboxKind::of(*k))).ok_or_else(|| {
+            both.sandboxes.as_deref().and_then(|s| s.iter().copied().find(|k| served(*k))).ok_or_else(|| {
                 format!(
                     "no sandbox is both in the tenant's policy ({}) and what the agent expects ({})",
-                    self.sandboxes.iter().map(|s| sandbox_name(*s)).collect::<Vec<_>>().join(", "),
+                    self.sandboxes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
                     manifest.sandbox.map_or("any", |s| s.as_str())
                 )
             })?;
@@ -254,7 +250,7 @@ impl Narrowing {
         Ok(Bounds {
             capabilities: self.allow.as_ref().map(|a| with_always(a)),
             mode: self.mode,
-            sandboxes: self.sandbox.map(|s| vec![s.kind()]),
+            sandboxes: self.sandbox.map(|s| vec![s]),
             fetch_hosts,
             models: self.model.as_ref().map(|m| vec![m.clone()]),
             mcp_servers: self.mcp_servers.as_ref().map(|s| s.iter().cloned().collect()),
@@ -293,23 +289,10 @@ fn list_or_none(items: &[String]) -> String {
     if items.is_empty() { "none".into() } else { items.join(", ") }
 }
 
-impl SandboxKind {
-    /// The manifest's name for the same sandbox.
-    fn kind(self) -> ManifestSandbox {
-        match self {
-            SandboxKind::Virtual => ManifestSandbox::Virtual,
-            SandboxKind::Local => ManifestSandbox::Local,
-        }
-    }
-
-    /// A served run's sandbox for a manifest's, if one serves it.
-    fn of(kind: ManifestSandbox) -> Option<SandboxKind> {
-        match kind {
-            ManifestSandbox::Virtual => Some(SandboxKind::Virtual),
-            ManifestSandbox::Local => Some(SandboxKind::Local),
-            ManifestSandbox::Container | ManifestSandbox::Remote => None,
-        }
-    }
+/// Whether a served run can work in `kind`: in memory or in the tenant's
+/// workspace, never in a container or a remote sandbox.
+fn served(kind: SandboxKind) -> bool {
+    matches!(kind, SandboxKind::Virtual | SandboxKind::Local)
 }
 
 impl Effective {
@@ -345,14 +328,6 @@ fn names(caps: &[Capability]) -> String {
         return "read and glob only".into();
     }
     caps.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
-}
-
-/// The sandbox's name, as policies and requests write it.
-pub fn sandbox_name(s: SandboxKind) -> &'static str {
-    match s {
-        SandboxKind::Virtual => "virtual",
-        SandboxKind::Local => "local",
-    }
 }
 
 /// A tenant's quotas, part of its policy. Unset means unlimited, except
@@ -758,7 +733,7 @@ mod tests {
                 // sandbox
                 prop_assert!(policy.sandboxes.contains(&e.sandbox));
                 prop_assert!(request.sandbox.is_none_or(|s| s == e.sandbox));
-                prop_assert!(manifest.sandbox.is_none_or(|s| s == e.sandbox.kind()));
+                prop_assert!(manifest.sandbox.is_none_or(|s| s == e.sandbox));
                 // model
                 if let Some(m) = &e.model {
                     prop_assert!(policy.models.contains(m));

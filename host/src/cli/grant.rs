@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nexo::ConfigError;
-use nexo::config::{ConfigFile, ConfinementSetting, ModeSetting, RuntimeSetting, SandboxSetting};
+use nexo::config::{ConfigFile, ConfinementSetting, RuntimeSetting};
+use nexo::manifest::{PermissionMode, SandboxKind};
 pub use nexo::grant::parse_capability;
 use nexo::grant::{GrantFlags, OperatorGrant};
 use nexo::manifest::Capability;
@@ -26,11 +27,11 @@ pub struct GrantArgs {
     allow: Vec<Capability>,
     /// Permission mode for actions beyond reading [default: read-only].
     #[arg(long, value_enum)]
-    mode: Option<ModeSetting>,
+    mode: Option<PermissionMode>,
     /// Where tools act: `virtual` (in memory, no host access), `local` (the --cwd
     /// directory) or `container` (a hardened throwaway container; needs --image).
     #[arg(long, value_enum)]
-    sandbox: Option<SandboxSetting>,
+    sandbox: Option<SandboxKind>,
     /// The image for `--sandbox container`.
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,

@@ -19,7 +19,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
-use crate::manifest::Capability;
+use crate::manifest::{Capability, PermissionMode, SandboxKind};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
 
@@ -85,9 +85,9 @@ pub struct GrantTable {
     #[serde(default)]
     pub allow: Vec<Capability>,
     /// The permission mode (`--mode`).
-    pub mode: Option<ModeSetting>,
+    pub mode: Option<PermissionMode>,
     /// Where tools act (`--sandbox`).
-    pub sandbox: Option<SandboxSetting>,
+    pub sandbox: Option<SandboxKind>,
     /// The local sandbox's directory (`--cwd`).
     pub cwd: Option<PathBuf>,
     /// The container sandbox's image (`--image`).
@@ -100,32 +100,6 @@ pub struct GrantTable {
     pub fetch_hosts: Option<Vec<String>>,
     /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
     pub mcp_allow: Option<Vec<String>>,
-}
-
-/// A permission mode, as the flag and the file spell it.
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModeSetting {
-    /// Nothing beyond reading.
-    ReadOnly,
-    /// Everything granted, unasked.
-    Auto,
-    /// A question on the terminal for each action beyond reading.
-    Ask,
-    /// Each action beyond reading suspends the run for an approval.
-    Approve,
-}
-
-/// Where tools act.
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxSetting {
-    /// In memory, no host access.
-    Virtual,
-    /// A directory of the host.
-    Local,
-    /// A throwaway container.
-    Container,
 }
 
 /// The container CLI of the container sandbox.

@@ -29,7 +29,8 @@ pub use super::error::{ApiError, ApiResult};
 pub use super::state::AppState;
 
 use super::auth::{AdminCaller, KeyedCaller, TenantCaller};
-use crate::policy::{Narrowing, Policy, SandboxKind};
+use crate::manifest::SandboxKind;
+use crate::policy::{Narrowing, Policy};
 use super::tenants::{self, TenantError};
 use crate::data_dir::{materialize, plugin_path, write_atomically};
 use crate::runs::RunSpec;
@@ -494,7 +495,7 @@ pub(crate) async fn started(
             "session": run.session,
             "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
             "mode": effective.mode.as_str(),
-            "sandbox": crate::policy::sandbox_name(effective.sandbox),
+            "sandbox": effective.sandbox.as_str(),
             "fetch_hosts": effective.fetch_hosts,
             "model": effective.model,
             "mcp_servers": effective.mcp_servers,

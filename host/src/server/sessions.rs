@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 
 use super::api::{self, ApiError, AppState, run_json};
 use super::auth::TenantCaller;
-use crate::policy::{Narrowing, SandboxKind};
+use crate::manifest::SandboxKind;
+use crate::policy::Narrowing;
 
 /// The prefix of a tenant's instance names in the store.
 fn prefix(tenant: &Tenant) -> String {
