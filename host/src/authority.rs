@@ -30,6 +30,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::hint::{Fix, Vocabulary};
 use crate::error::ToolError;
 use nexo_egress::HostList;
 
@@ -92,6 +93,7 @@ pub struct Permissions {
     on_ask: Option<AskHook>,
     ask_when: Option<AskHook>,
     on_ask_mcp: Option<McpAskHook>,
+    vocabulary: Vocabulary,
 }
 
 impl fmt::Debug for Permissions {
@@ -102,6 +104,7 @@ impl fmt::Debug for Permissions {
             .field("on_ask", &self.on_ask.is_some())
             .field("ask_when", &self.ask_when.is_some())
             .field("on_ask_mcp", &self.on_ask_mcp.is_some())
+            .field("vocabulary", &self.vocabulary)
             .finish()
     }
 }
@@ -120,7 +123,14 @@ impl Permissions {
     /// A mode with the default allow list (`read`, `glob`) and no hooks.
     /// `ask` with no hook denies everything it would ask about.
     pub fn new(mode: PermissionMode) -> Self {
-        Permissions { mode, allow: DEFAULT_ALLOW.into_iter().collect(), on_ask: None, ask_when: None, on_ask_mcp: None }
+        Permissions {
+            mode,
+            allow: DEFAULT_ALLOW.into_iter().collect(),
+            on_ask: None,
+            ask_when: None,
+            on_ask_mcp: None,
+            vocabulary: Vocabulary::default(),
+        }
     }
 
     /// Replaces the allow list, for example `read`, `glob` and `fetch` in
@@ -128,6 +138,18 @@ impl Permissions {
     pub fn with_allow(mut self, allow: impl IntoIterator<Item = Capability>) -> Self {
         self.allow = allow.into_iter().collect();
         self
+    }
+
+    /// Sets the words the gate's refusals use for a fix: the settings' by
+    /// default, a front end's flags when it has its own.
+    pub fn with_vocabulary(mut self, vocabulary: Vocabulary) -> Self {
+        self.vocabulary = vocabulary;
+        self
+    }
+
+    /// The words the gate's refusals use for a fix.
+    pub fn vocabulary(&self) -> Vocabulary {
+        self.vocabulary
     }
 
     /// Sets the `ask` decision hook.
@@ -187,10 +209,21 @@ impl Permissions {
     }
 
     /// The denial of an action [`Permissions::refuses_outright`].
-    fn outright_refusal(cap: Capability) -> String {
+    fn outright_refusal(&self, cap: Capability) -> String {
         format!(
-            "`{}` is not allowed in read-only mode; the operator can choose another mode (for example `--mode auto`)",
-            cap.as_str()
+            "`{}` is not allowed in read-only mode; the operator can choose another mode (for example {})",
+            cap.as_str(),
+            self.vocabulary.fix(Fix::Modes(&["auto"]))
+        )
+    }
+
+    /// The end of a refusal for want of anyone to ask: what the operator
+    /// can do instead.
+    fn nobody_to_ask(&self) -> String {
+        format!(
+            "run nexo on a terminal, or choose {} (decide later with `nexo runs approve`) or {}",
+            self.vocabulary.fix(Fix::Modes(&["approve"])),
+            self.vocabulary.fix(Fix::Modes(&["auto"]))
         )
     }
 
@@ -201,7 +234,7 @@ impl Permissions {
             return Verdict::Allow;
         }
         if self.refuses_outright(cap) {
-            return Verdict::Deny(Self::outright_refusal(cap));
+            return Verdict::Deny(self.outright_refusal(cap));
         }
         let name = cap.as_str();
         match self.mode {
@@ -216,8 +249,8 @@ impl Permissions {
                 match &self.on_ask {
                     None => Verdict::Deny(format!(
                         "`{name}` {detail} needs the operator's approval, and no terminal was available to ask on, \
-                         so the call was denied: run nexo on a terminal, or choose `--mode approve` (decide later \
-                         with `nexo runs approve`) or `--mode auto`"
+                         so the call was denied: {}",
+                        self.nobody_to_ask()
                     )),
                     Some(hook) if hook(cap, detail) => Verdict::Allow,
                     Some(_) => Verdict::Deny(format!("the operator declined `{name}` {detail}")),
@@ -243,13 +276,14 @@ impl Permissions {
             PermissionMode::ReadOnly => Verdict::Deny(format!(
                 "the MCP tool `{name}` is not on this agent's `mcp-allow` list, and read-only mode allows only \
                  listed MCP tools: the plugin's author adds the exact name to `mcp-allow`, or the operator chooses \
-                 another mode (`--mode ask`, `approve` or `auto`)"
+                 another mode ({})",
+                self.vocabulary.fix(Fix::Modes(&["ask", "approve", "auto"]))
             )),
             PermissionMode::Ask => match &self.on_ask_mcp {
                 None => Verdict::Deny(format!(
                     "the MCP tool `{name}` needs the operator's approval, and no terminal was available to ask on, \
-                     so the call was denied: run nexo on a terminal, or choose `--mode approve` (decide later with \
-                     `nexo runs approve`) or `--mode auto`"
+                     so the call was denied: {}",
+                    self.nobody_to_ask()
                 )),
                 Some(hook) if hook(server, tool, arguments) => Verdict::Allow,
                 Some(_) => Verdict::Deny(format!("the operator declined the MCP tool `{name}`")),
@@ -697,14 +731,15 @@ impl Authority {
         match obstacle {
             Obstacle::NotGranted => ToolError::Denied(format!(
                 "`{tool}` needs the `{name}` capability: `{agent}` requests it, but the operator did not grant \
-                 it; grant it with `--allow {name}` (or `allow = [\"{name}\"]` in the config file's `[grant]`)"
+                 it; grant it with {}",
+                self.permissions.vocabulary().fix(Fix::Allow(name))
             )),
             Obstacle::NotRequested => ToolError::Denied(format!(
                 "`{tool}` needs the `{name}` capability, which `{agent}` does not request: the plugin's author \
                  adds `{name}` to the manifest's `capabilities`; the operator cannot grant what was not requested"
             )),
             Obstacle::Unavailable(refusal) => (refusal.make)(agent, refusal.detail),
-            Obstacle::Mode => ToolError::Denied(Permissions::outright_refusal(cap)),
+            Obstacle::Mode => ToolError::Denied(self.permissions.outright_refusal(cap)),
         }
     }
 

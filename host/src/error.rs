@@ -155,7 +155,7 @@ pub enum LoadError {
     /// allows: it is valid, and would run under a higher cap.
     #[error(
         "{} needs at least {} MiB of memory (the minimum its linear memory declares), more than the cap of {} MiB: \
-         raise `--memory` to at least {}",
+         raise the run's memory cap to at least {} MiB",
         path.display(),
         mib_up(*minimum),
         *cap >> 20,
@@ -239,7 +239,7 @@ pub enum RunError {
     /// The plugin asked for more memory than its cap.
     #[error(
         "plugin `{plugin}` was stopped in `{function}`: it tried to grow its memory to {requested} bytes, \
-         past the cap of {cap} bytes. If it needs more, raise the cap (`--memory`)"
+         past the cap of {cap} bytes. If it needs more, raise the run's memory cap"
     )]
     MemoryLimit {
         /// The plugin's name.
@@ -342,7 +342,27 @@ pub enum RunError {
     Config(#[from] ConfigError),
 }
 
+impl LoadError {
+    /// The memory cap, in MiB, under which the component would load, when
+    /// the cap is why it did not.
+    pub fn memory_needed_mib(&self) -> Option<u64> {
+        match self {
+            LoadError::MemoryTooSmall { minimum, .. } => Some(mib_up(*minimum)),
+            _ => None,
+        }
+    }
+}
+
 impl RunError {
+    /// The memory cap, in MiB, under which the component would load, when
+    /// the cap is why it did not.
+    pub fn memory_needed_mib(&self) -> Option<u64> {
+        match self {
+            RunError::Load(e) => e.memory_needed_mib(),
+            _ => None,
+        }
+    }
+
     /// Whether the same run may pass if it is tried again. A trap, the
     /// memory cap, a CPU quota, a skill, plugin or setting that cannot be
     /// used will fail the same way (and cost again), and a retry after the

@@ -46,6 +46,7 @@ pub mod error;
 pub mod events;
 pub mod files;
 pub mod grant;
+pub mod hint;
 pub mod host_call;
 pub mod instance;
 pub mod journal;

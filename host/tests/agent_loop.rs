@@ -173,8 +173,11 @@ async fn a_denied_tool_is_an_error_the_model_sees_and_the_loop_goes_on() {
             _ => None,
         })
         .collect();
+    // The fix in the settings' words: these options are no command line's.
     assert!(
-        errors[0].contains("no terminal was available to ask on") && errors[0].contains("--mode approve"),
+        errors[0].contains("no terminal was available to ask on")
+            && errors[0].contains("choose the mode `approve`")
+            && !errors[0].contains("--"),
         "{errors:?}"
     );
     assert!(errors[1].contains("there is no tool `no_such_tool`"), "{errors:?}");

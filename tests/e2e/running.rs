@@ -56,9 +56,21 @@ async fn by_default_tools_act_in_memory_and_everything_beyond_reading_is_refused
     let o = outcomes(&report);
     assert!(o["read-file"].starts_with("other: ToolError::NotFound"), "{report}");
     assert_eq!(o["glob"], "ok", "{report}");
-    // Requested but not granted: the refusal names the operator's flag.
+    // Requested but not granted: the refusal names the operator's setting,
+    // in words with no flag (a tenant of `nexo serve` reads them too).
     for (tool, cap) in [("write-file", "write"), ("shell", "shell")] {
         assert!(o[tool].starts_with("denied: "), "{tool}: {report}");
+        assert!(
+            o[tool].contains(&format!("the operator did not grant it; grant it with `{cap}` in the grant's `allow`")),
+            "{tool}: {report}"
+        );
+        assert!(!o[tool].contains("--"), "{tool}: {report}");
+    }
+    // A front end with flags has its operator read the flag.
+    let permissions = nexo::authority::Permissions::default().with_vocabulary(nexo::hint::Vocabulary::Flags);
+    let report = plugin.run_agent("README.md", &RunOptions { permissions, ..RunOptions::default() }).await.unwrap();
+    let o = outcomes(&report);
+    for (tool, cap) in [("write-file", "write"), ("shell", "shell")] {
         assert!(
             o[tool].contains(&format!("the operator did not grant it; grant it with `--allow {cap}`")),
             "{tool}: {report}"

@@ -300,6 +300,17 @@ async fn fetch_needs_the_capability_the_mode_and_the_operators_host_list() {
     // Not granted: denied, whatever the mode.
     let not_granted = RunOptions { grant: Grant::default(), ..web_options(client.clone()) };
     let out = probe("fetch http://news.example/story", &not_granted).await;
+    // Said in the settings' words (a tenant reads them), or a front end's flags.
+    assert!(
+        out[0].contains("the operator did not grant it; grant it with `fetch` in the grant's `allow` list")
+            && !out[0].contains("--"),
+        "{out:?}"
+    );
+    let flags = Permissions::new(PermissionMode::ReadOnly)
+        .with_allow([Capability::Read, Capability::Glob, Capability::Fetch, Capability::Search])
+        .with_vocabulary(nexo::hint::Vocabulary::Flags);
+    let on_the_command_line = RunOptions { permissions: flags, ..not_granted };
+    let out = probe("fetch http://news.example/story", &on_the_command_line).await;
     assert!(out[0].contains("the operator did not grant it; grant it with `--allow fetch`"), "{out:?}");
     // The operator narrows the hosts: the URL must be on both lists.
     let mut narrowed = web_options(client);

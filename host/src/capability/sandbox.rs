@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use nexo_sandbox::{Sandbox, SandboxError, VirtualSandbox};
 
+use crate::hint::{Fix, Vocabulary};
 use crate::error::{ConfigError, ToolError};
 use crate::instance::Preopen;
 use crate::manifest::{Capability, SandboxKind};
@@ -46,12 +47,14 @@ impl Unit for SandboxUnit {
             let sandbox: Arc<dyn Sandbox> = match (&setup.options.sandbox, setup.manifest.sandbox) {
                 (Some(chosen), _) => chosen.clone(),
                 (None, Some(asked)) if asked != SandboxKind::Virtual => {
-                    return Err(not_granted(&setup.manifest.name, asked).into());
+                    let words = setup.options.permissions.vocabulary();
+                    return Err(not_granted(&setup.manifest.name, asked, words).into());
                 }
                 (None, _) => Arc::new(VirtualSandbox::new()),
             };
             if let Some(declared) = setup.manifest.sandbox {
-                check_floor(&setup.manifest.name, declared, sandbox.name())?;
+                let words = setup.options.permissions.vocabulary();
+                check_floor(&setup.manifest.name, declared, sandbox.name(), words)?;
             }
             if let Some(root) = sandbox.host_root() {
                 setup.preopens.push(Preopen {
@@ -80,34 +83,34 @@ fn isolation(kind: &str) -> u8 {
 
 /// The refusal of a run whose agent asks for the `asked` sandbox when the
 /// operator chose none: only the operator grants a sandbox.
-fn not_granted(agent: &str, asked: SandboxKind) -> ConfigError {
+fn not_granted(agent: &str, asked: SandboxKind, words: Vocabulary) -> ConfigError {
     let kind = asked.as_str();
     let grant = match asked {
-        SandboxKind::Remote => "the command line has no remote sandbox: an embedding program sets one".to_string(),
-        SandboxKind::Container => "pass `--sandbox container --image IMAGE` to grant it".to_string(),
-        _ => format!("pass `--sandbox {kind}` to grant it"),
+        SandboxKind::Remote => "no grant gives a remote sandbox: an embedding program sets one".to_string(),
+        _ => format!("choose {} to grant it", words.fix(Fix::Sandbox(kind))),
     };
     ConfigError::invalid(
-        "--sandbox",
+        "sandbox",
         format!(
             "`{agent}` asks for the {kind} sandbox, which only the operator can grant, and no sandbox was chosen: \
-             {grant}, or `--sandbox virtual` to run it in memory"
+             {grant}, or {} to run it in memory",
+            words.fix(Fix::Sandbox("virtual"))
         ),
     )
 }
 
 /// Refuses a run in a less isolated sandbox than the agent declared.
-fn check_floor(agent: &str, declared: SandboxKind, actual: &str) -> Result<(), ConfigError> {
+fn check_floor(agent: &str, declared: SandboxKind, actual: &str, words: Vocabulary) -> Result<(), ConfigError> {
     if isolation(actual) <= isolation(declared.as_str()) {
         return Ok(());
     }
     Err(ConfigError::invalid(
-        "--sandbox",
+        "sandbox",
         format!(
             "`{agent}` declares the {} sandbox, and the {actual} sandbox gives it more access to the host than \
-             that; run it with `--sandbox {}` (or a more isolated one), or ask its author to declare `{actual}`",
+             that; run it in {} (or a more isolated one), or ask its author to declare `{actual}`",
             declared.as_str(),
-            declared.as_str()
+            words.fix(Fix::Sandbox(declared.as_str()))
         ),
     ))
 }
@@ -134,19 +137,24 @@ mod tests {
 
     #[test]
     fn a_requested_sandbox_is_refused_with_how_to_grant_it() {
-        let err = not_granted("a", SandboxKind::Local).to_string();
+        let err = not_granted("a", SandboxKind::Local, Vocabulary::Flags).to_string();
         assert!(err.contains("asks for the local sandbox") && err.contains("`--sandbox local`"), "{err}");
         assert!(err.contains("`--sandbox virtual` to run it in memory"), "{err}");
+        // In the settings' words (a tenant's, an embedding program's): no flag.
+        let err = not_granted("a", SandboxKind::Local, Vocabulary::Settings).to_string();
+        assert!(err.contains("choose the `local` sandbox to grant it") && !err.contains("--"), "{err}");
     }
 
     #[test]
     fn a_declared_sandbox_is_a_floor_on_isolation() {
-        assert!(check_floor("a", SandboxKind::Local, "virtual").is_ok());
-        assert!(check_floor("a", SandboxKind::Local, "container").is_ok());
-        assert!(check_floor("a", SandboxKind::Container, "remote").is_ok());
-        assert!(check_floor("a", SandboxKind::Virtual, "virtual").is_ok());
-        let err = check_floor("a", SandboxKind::Virtual, "local").unwrap_err().to_string();
+        assert!(check_floor("a", SandboxKind::Local, "virtual", Vocabulary::Flags).is_ok());
+        assert!(check_floor("a", SandboxKind::Local, "container", Vocabulary::Flags).is_ok());
+        assert!(check_floor("a", SandboxKind::Container, "remote", Vocabulary::Flags).is_ok());
+        assert!(check_floor("a", SandboxKind::Virtual, "virtual", Vocabulary::Flags).is_ok());
+        let err = check_floor("a", SandboxKind::Virtual, "local", Vocabulary::Flags).unwrap_err().to_string();
         assert!(err.contains("declares the virtual sandbox") && err.contains("--sandbox virtual"), "{err}");
-        assert!(check_floor("a", SandboxKind::Container, "local").is_err());
+        let err = check_floor("a", SandboxKind::Virtual, "local", Vocabulary::Settings).unwrap_err().to_string();
+        assert!(err.contains("run it in the `virtual` sandbox") && !err.contains("--"), "{err}");
+        assert!(check_floor("a", SandboxKind::Container, "local", Vocabulary::Flags).is_err());
     }
 }

@@ -40,6 +40,12 @@ pub fn exit_code(e: &RunError) -> ExitCode {
 
 pub fn fail(e: &RunError) -> ExitCode {
     errln!("error: {e}");
+    // The library names the setting; the command line's is a flag.
+    if let Some(mib) = e.memory_needed_mib() {
+        errln!("hint: raise `--memory` to at least {mib}");
+    } else if matches!(e, RunError::MemoryLimit { .. }) {
+        errln!("hint: raise `--memory` if it needs more");
+    }
     exit_code(e)
 }
 

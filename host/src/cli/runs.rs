@@ -237,10 +237,13 @@ fn note_script(options: &RunOptions) {
     }
 }
 
-/// What the terminal adds to a run's options: `progress` shows its events
-/// and, in `ask` mode, the question is asked on the terminal.
+/// What the terminal adds to a run's options: `progress` shows its events,
+/// refusals name the flags, and in `ask` mode the question is asked on the
+/// terminal.
 fn on_terminal(options: &mut RunOptions, progress: &Arc<progress::Progress>) {
     options.events = Some(progress.clone());
+    // Refusals name this command line's flags.
+    options.permissions = options.permissions.clone().with_vocabulary(nexo::hint::Vocabulary::Flags);
     if options.permissions.mode() == PermissionMode::Ask && grant::can_ask() {
         // The spinner would redraw over the question; hide it while asking.
         let shown = progress.clone();

@@ -183,8 +183,9 @@ pub enum ResumeError {
     /// The component is not the one the run started with.
     #[error(
         "run `{run}` started with a component whose SHA-256 is {recorded}, but {source_path} now has {current}; a \
-         replay of another component is refused. Restore the original, or pass --allow-changed-component to resume \
-         it by checkpoints only (its journal is then not replayed, and work outside checkpoints runs again)"
+         replay of another component is refused. Restore the original, or resume it by checkpoints only ({}; its \
+         journal is then not replayed, and work outside checkpoints runs again)",
+        words.fix(crate::hint::Fix::ChangedComponent)
     )]
     ChangedComponent {
         /// The run.
@@ -195,6 +196,8 @@ pub enum ResumeError {
         current: String,
         /// Where.
         source_path: String,
+        /// The words the fix is said in.
+        words: crate::hint::Vocabulary,
     },
 }
 
@@ -357,6 +360,7 @@ impl Runs {
                 recorded: run.component_sha256,
                 current,
                 source_path: subject.source(),
+                words: options.permissions.vocabulary(),
             }
             .into());
         };
