@@ -221,7 +221,10 @@ async fn session(server: &MockServer, runs: &Runs, agent: &AgentFile) -> Convers
     for turn in 1..=TURNS {
         let input = prompt(turn);
         let start = Instant::now();
-        let end = runs.start_in(Some(&session), Subject::File(agent), &input, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+        let end = runs
+            .start_in(Some(&session), Subject::File(agent), &input, &nexo::runs::RunSpec::default(), &options)
+            .await
+            .unwrap();
         wall.push(start.elapsed());
         assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run.error);
     }

@@ -51,8 +51,12 @@ impl Bench {
         let mut script: Vec<String> = (0..reads).map(|_| "read notes.txt".to_string()).collect();
         script.push("suspend one".into());
         script.push("suspend two".into());
-        let end =
-            self.rt.block_on(self.runs.start(self.subject(), &script.join("; "), &nexo::runs::RunSpec::default(), &self.options));
+        let end = self.rt.block_on(self.runs.start(
+            self.subject(),
+            &script.join("; "),
+            &nexo::runs::RunSpec::default(),
+            &self.options,
+        ));
         let end = end.unwrap();
         assert_eq!(end.run.status, RunStatus::Suspended);
         end.run.id

@@ -96,7 +96,13 @@ impl Bench {
         let start = Instant::now();
         let end = self
             .rt
-            .block_on(self.runs.start_in(session, Subject::File(&self.agent), "hello", &nexo::runs::RunSpec::default(), &self.options))
+            .block_on(self.runs.start_in(
+                session,
+                Subject::File(&self.agent),
+                "hello",
+                &nexo::runs::RunSpec::default(),
+                &self.options,
+            ))
             .unwrap();
         let took = start.elapsed();
         assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run.error);

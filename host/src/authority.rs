@@ -30,8 +30,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::hint::{Fix, Vocabulary};
 use crate::error::ToolError;
+use crate::hint::{Fix, Vocabulary};
 use nexo_egress::HostList;
 
 use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode, SandboxKind};

@@ -30,8 +30,8 @@ use crate::engine::{Engine, Limits};
 use crate::error::{ConfigError, ToolError};
 use crate::events::EventSink;
 use crate::host_call::{CallContext, HostCall, LogBudget, guest};
-use crate::instance::{Host, base_linker};
 use crate::instance::WorldLinker;
+use crate::instance::{Host, base_linker};
 
 /// The most a fetched page contributes: 200 KB of its body.
 pub const FETCH_MAX_BODY: usize = 200_000;

@@ -467,4 +467,3 @@ fn log_confinement(policy: &ShellPolicy) {
         Err(e) => tracing::info!(target: "nexo::sandbox", "shell commands cannot run: {e}"),
     }
 }
-

@@ -18,7 +18,6 @@ use crate::engine::{Engine, Limits};
 use crate::error::RunError;
 use crate::stop::Stop;
 
-
 /// The linker of one world, built once per engine.
 pub(crate) struct WorldLinker<T: 'static>(pub(crate) wasmtime::component::Linker<T>);
 
@@ -52,6 +51,9 @@ pub struct Wasi {
     /// at each tick (time spent waiting on the host is not counted). Past
     /// the allowance the guest is stopped ([`RunError::CpuQuota`]).
     pub cpu_meter: Option<Arc<nexo_egress::Meter>>,
+    /// The run's own memory cap, within the engine's (`None`: the
+    /// engine's): one engine serves runs with different caps.
+    pub memory_cap: Option<usize>,
 }
 
 /// A share of the CPU that several stores' guests draw on together (a
@@ -337,7 +339,7 @@ pub fn new_store<W: Send + 'static>(
         journaled_sources(&mut wasi, journal);
     }
     let limiter = RunLimiter {
-        memory_cap: limits.memory_bytes,
+        memory_cap: wasi_setup.memory_cap.map_or(limits.memory_bytes, |cap| cap.min(limits.memory_bytes)),
         table_cap: limits.table_elements,
         instances: limits.instances_per_store,
         shared: wasi_setup.memory.clone().map(|b| (b, 0)),

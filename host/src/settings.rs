@@ -94,6 +94,9 @@ pub struct RunOptions {
     /// The wall-clock limit of the whole run. `None`: the engine's
     /// [`Limits::run_timeout`](crate::Limits::run_timeout).
     pub timeout: Option<Duration>,
+    /// The run's memory cap, within the engine's. `None`: the engine's
+    /// [`Limits::memory_bytes`](crate::Limits::memory_bytes).
+    pub memory_bytes: Option<usize>,
     /// Environment variables for the component. Empty by default: it sees
     /// only what the operator passes.
     pub env: Vec<(String, String)>,

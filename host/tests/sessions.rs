@@ -411,7 +411,9 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
         ..RunOptions::default()
     };
     let store = nexo_store::open(&nexo_store::Location::Sqlite(dir.path().join("nexo.db"))).await.unwrap();
-    let open = OpenSession::resume(Runs::new(store, false), "assistant", "u", options, nexo::runs::RunSpec::default()).await.unwrap();
+    let open = OpenSession::resume(Runs::new(store, false), "assistant", "u", options, nexo::runs::RunSpec::default())
+        .await
+        .unwrap();
 
     let end = open.prompt(Subject::File(&agent), "echo hi").await.unwrap();
     assert_eq!(end.run.result.as_deref(), Some("one"), "{:?}", end.run.error);

@@ -75,7 +75,10 @@ async fn the_document_approval_suspends_and_an_approval_finishes_it_without_a_se
     scene.server.push(Reply::text("Revenue grew."));
     let plugin = agent(built::DOCUMENT_APPROVAL).await;
     let options = scene.options(PermissionMode::Auto, &[Capability::Write]);
-    let end = scene.runs().start(subject(&plugin, built::DOCUMENT_APPROVAL), "Q3 report", &nexo::runs::RunSpec::default(), &options).await;
+    let end = scene
+        .runs()
+        .start(subject(&plugin, built::DOCUMENT_APPROVAL), "Q3 report", &nexo::runs::RunSpec::default(), &options)
+        .await;
     let end = end.unwrap();
     assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
     assert_eq!(end.run.suspend_reason.as_deref(), Some("awaiting approval"));
@@ -125,7 +128,11 @@ async fn a_gated_write_suspends_under_approve_and_the_decision_binds_to_that_cal
         let plugin = agent(built::WORKFLOW_PROBE).await;
         let options = scene.options(PermissionMode::Approve, &[Capability::Write]);
         let path = built::WORKFLOW_PROBE;
-        let end = scene.runs().start(subject(&plugin, path), "prompt write notes", &nexo::runs::RunSpec::default(), &options).await.unwrap();
+        let end = scene
+            .runs()
+            .start(subject(&plugin, path), "prompt write notes", &nexo::runs::RunSpec::default(), &options)
+            .await
+            .unwrap();
         assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
         let pending = end.approval.clone().unwrap();
         assert_eq!((pending.capability.as_str(), pending.tool.as_str()), ("write", "write-file"));
@@ -160,7 +167,11 @@ async fn a_tampered_approval_fails_closed_and_suspends_again() {
     let plugin = agent(built::WORKFLOW_PROBE).await;
     let options = scene.options(PermissionMode::Approve, &[Capability::Write]);
     let path = built::WORKFLOW_PROBE;
-    let end = scene.runs().start(subject(&plugin, path), "prompt write", &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end = scene
+        .runs()
+        .start(subject(&plugin, path), "prompt write", &nexo::runs::RunSpec::default(), &options)
+        .await
+        .unwrap();
     assert_eq!(end.run.status, RunStatus::Suspended);
     // The journaled model turn is edited so the replayed call writes elsewhere.
     let tampered = MemoryStore::new();
@@ -224,7 +235,8 @@ async fn a_different_call_on_replay_is_a_nondeterminism_failure_naming_both_call
     let path = built::WORKFLOW_PROBE;
     let mode = format!("{}/mode.txt", scene.dir.path().display());
     let script = format!("branch {mode}; suspend wait");
-    let end = scene.runs().start(subject(&plugin, path), &script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end =
+        scene.runs().start(subject(&plugin, path), &script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
     assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
     // The component reads mode.txt through its preopen, which the journal
     // does not cover: the replay now takes the other branch.
@@ -246,7 +258,8 @@ async fn checkpoint_all_keeps_the_steps_that_completed_and_a_retry_runs_only_the
     let options = scene.options(PermissionMode::Auto, &[]);
     let path = built::WORKFLOW_PROBE;
     let script = "!all a=prompt:one,b=prompt:two,c=read:missing.txt";
-    let end = scene.runs().start(subject(&plugin, path), script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end =
+        scene.runs().start(subject(&plugin, path), script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
     assert_eq!(end.run.status, RunStatus::Failed, "{:?}", end.run);
     let error = end.run.error.clone().unwrap();
     assert!(error.contains("`c`") && error.contains("missing.txt"), "{error}");
@@ -274,7 +287,8 @@ async fn reserved_names_and_suspend_inside_a_checkpoint_are_refused_with_clear_e
     let options = scene.options(PermissionMode::Auto, &[]);
     let path = built::WORKFLOW_PROBE;
     let script = "reserved __suspend__; reserved __approval__; reserved __buffer_events__; suspend-in-checkpoint";
-    let end = scene.runs().start(subject(&plugin, path), script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end =
+        scene.runs().start(subject(&plugin, path), script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
     assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
     let answer = end.run.result.unwrap();
     let lines: Vec<&str> = answer.lines().collect();
@@ -633,7 +647,10 @@ async fn buffer_events_writes_the_events_once_when_the_run_suspends_and_never_ho
         let options = scene.options(PermissionMode::Auto, &[]);
         let runs = Runs::new(scene.store.clone(), buffered);
         let script = "checkpoint a first; checkpoint b second; suspend wait";
-        let end = runs.start(subject(&plugin, built::WORKFLOW_PROBE), script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+        let end = runs
+            .start(subject(&plugin, built::WORKFLOW_PROBE), script, &nexo::runs::RunSpec::default(), &options)
+            .await
+            .unwrap();
         assert_eq!(end.run.status, RunStatus::Suspended);
         let with_events = counting.commits_with_events.load(std::sync::atomic::Ordering::Relaxed);
         let at_end = counting.final_events.load(std::sync::atomic::Ordering::Relaxed);
@@ -662,7 +679,11 @@ async fn the_dashboard_runs_its_three_steps_concurrently_and_stores_each() {
     let plugin = agent(built::DASHBOARD).await;
     let options = scene.options(PermissionMode::ReadOnly, &[]);
     let started = std::time::Instant::now();
-    let end = scene.runs().start(subject(&plugin, built::DASHBOARD), "acme", &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end = scene
+        .runs()
+        .start(subject(&plugin, built::DASHBOARD), "acme", &nexo::runs::RunSpec::default(), &options)
+        .await
+        .unwrap();
     assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
     let answer = end.run.result.unwrap();
     let lines: Vec<&str> = answer.lines().collect();

@@ -207,6 +207,30 @@ async fn a_memory_hog_is_refused_at_the_cap() {
 }
 
 #[tokio::test]
+async fn one_engine_holds_each_run_to_its_own_memory_cap() {
+    // The engine's cap is the largest; a run brings its own, below it.
+    let cap = 32 << 20;
+    let small = RunOptions { memory_bytes: Some(cap), ..RunOptions::default() };
+    let hog = Plugin::load(engine(), built::HOG).await.unwrap();
+    match hog.run_agent("eat", &small).await.unwrap_err() {
+        RunError::MemoryLimit { cap: reported, requested, .. } => {
+            assert_eq!(reported, cap);
+            assert!(requested > cap);
+        }
+        other => panic!("expected MemoryLimit, got {other:?}"),
+    }
+    // A component that declares more than the run's cap is refused before
+    // it instantiates, naming what it needs; with that, the same engine runs it.
+    let big = Plugin::load(engine(), built::BIG_MEMORY).await.unwrap();
+    let err = big.run_agent("x", &small).await.unwrap_err();
+    let need = err.memory_needed_mib().unwrap_or_else(|| panic!("{err}"));
+    assert!(need > 32, "{err}");
+    let enough = RunOptions { memory_bytes: Some((need as usize + 8) << 20), ..RunOptions::default() };
+    big.run_agent("x", &enough).await.unwrap();
+    host_still_works(engine()).await;
+}
+
+#[tokio::test]
 async fn runs_are_isolated_from_each_other() {
     // A trap in one instance leaves a second instance of the same plugin,
     // created afterwards, unaffected.

@@ -223,7 +223,10 @@ async fn approve_mode_suspends_an_mcp_call_as_a_durable_approval_with_its_argume
         path: std::path::Path::new(built::MCP_PROBE),
     };
     let options = scene.options(Permissions::new(PermissionMode::Approve));
-    let end = Runs::new(store.clone(), false).start(subject(), "prompt write", &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end = Runs::new(store.clone(), false)
+        .start(subject(), "prompt write", &nexo::runs::RunSpec::default(), &options)
+        .await
+        .unwrap();
     assert_eq!(end.run.status, RunStatus::Suspended, "{:?}", end.run);
     assert!(!scene.dir.path().join("approved.txt").exists(), "nothing runs before the decision");
     let approval = store.approval(&end.run.id).await.unwrap().unwrap();
@@ -348,7 +351,10 @@ async fn a_bearer_token_never_reaches_events_the_store_or_the_component() {
         Subject::Component { agent: plugin.agent().unwrap(), sha256: plugin.sha256(), path: std::path::Path::new("p") };
     let script = "prompt go\ncall tests echo {\"text\":\"direct\"}";
     let options = scene.options(Permissions::new(PermissionMode::Auto));
-    let end = Runs::new(store.clone(), false).start(subject, script, &nexo::runs::RunSpec::default(), &options).await.unwrap();
+    let end = Runs::new(store.clone(), false)
+        .start(subject, script, &nexo::runs::RunSpec::default(), &options)
+        .await
+        .unwrap();
     assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
     let answer = end.run.result.clone().unwrap_or_default();
     assert!(answer.contains("call tests/echo: ok direct"), "{answer}");

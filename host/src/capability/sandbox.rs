@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use nexo_sandbox::{Sandbox, SandboxError, VirtualSandbox};
 
-use crate::hint::{Fix, Vocabulary};
 use crate::error::{ConfigError, ToolError};
+use crate::hint::{Fix, Vocabulary};
 use crate::instance::Preopen;
 use crate::manifest::{Capability, SandboxKind};
 use crate::unit::{Setup, Step, Unit};

@@ -20,8 +20,8 @@ use nexo::{Engine, EngineConfig};
 use nexo_store::{Claim, RunStatus, Session};
 
 use super::runs::{Loaded, Narrow, StoreArgs};
-use nexo::runs::RunSpec;
 use super::{grant, model, progress, report, runs, sessions, web};
+use nexo::runs::RunSpec;
 
 /// The flags of `nexo chat`.
 #[derive(Args, Debug)]

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use clap::Args;
 use nexo::ConfigError;
 use nexo::config::{ConfigFile, ConfinementSetting, RuntimeSetting};
-use nexo::manifest::{PermissionMode, SandboxKind};
 pub use nexo::grant::parse_capability;
 use nexo::grant::{GrantFlags, OperatorGrant};
 use nexo::manifest::Capability;
+use nexo::manifest::{PermissionMode, SandboxKind};
 
 /// Grant flags shared by `run` and `inspect`. Each flag overrides the same
 /// setting in the operator's config file; `--allow` adds to its list.

@@ -8,8 +8,8 @@ use nexo::authority::{Authority, Grant, Permissions};
 use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo::plugin::Description;
 
-use nexo::grant::OperatorGrant as Resolved;
 use nexo::config::SearchSetup;
+use nexo::grant::OperatorGrant as Resolved;
 
 /// Prints the description of `plugin` to stdout, with what the operator's
 /// flags would grant it (and, for a search backend, the network grant of

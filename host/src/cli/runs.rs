@@ -221,7 +221,11 @@ pub fn store_error(e: &StoreError) -> ExitCode {
 
 /// The run options a run's specification gives, with `progress` showing
 /// its events and, in `ask` mode on a terminal, asking there.
-pub async fn options(engine: &Engine, spec: &RunSpec, progress: &Arc<progress::Progress>) -> Result<RunOptions, ExitCode> {
+pub async fn options(
+    engine: &Engine,
+    spec: &RunSpec,
+    progress: &Arc<progress::Progress>,
+) -> Result<RunOptions, ExitCode> {
     let mut options = nexo::runs::prepare::options(engine, spec).await.map_err(|e| report::fail(&e))?;
     note_script(&options);
     on_terminal(&mut options, progress);
@@ -558,6 +562,17 @@ async fn resume(
     }
 }
 
+/// The one engine this process's passes share (each brings its run's own
+/// limits), made on first need.
+fn pass_engine(base: &EngineConfig) -> Result<&'static Engine, nexo::RunError> {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    if let Some(engine) = ENGINE.get() {
+        return Ok(engine);
+    }
+    let engine = nexo::runs::prepare::shared_engine(base)?;
+    Ok(ENGINE.get_or_init(|| engine))
+}
+
 /// One pass of a recorded run on the terminal ([`nexo::runs::pass::pass`]):
 /// its events shown, and in `ask` mode its questions asked here.
 pub async fn resume_run(
@@ -590,7 +605,15 @@ pub async fn resume_run(
         retry_follows: false,
         front_end: Some(&front_end),
     };
-    let resumed = nexo::runs::pass::pass(runs, base, id, settings).await;
+    let engine = match pass_engine(base) {
+        Ok(e) => e,
+        Err(e) => {
+            errln!("error: {e}");
+            progress.finish();
+            return Resumed::Refused(e.to_string());
+        }
+    };
+    let resumed = nexo::runs::pass::pass(runs, engine, id, settings).await;
     progress.finish();
     resumed
 }

@@ -90,4 +90,3 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         }
     }
 }
-

@@ -87,10 +87,15 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         Ok(r) => r,
         Err(e) => return report::config_failure(&e),
     };
+    // One engine for every job: each pass brings its run's own limits.
+    let engine = match nexo::runs::prepare::shared_engine(base) {
+        Ok(e) => e,
+        Err(e) => return report::fail(&e),
+    };
     let worker = Arc::new(Worker::new(
         // Runs are leased like jobs, so a dead worker's run is free as soon as its job.
         Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
-        base.clone(),
+        engine,
         file,
         args.store.config().map(Path::to_path_buf),
         i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
@@ -117,4 +122,3 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
     errln!("worker {name}: stopped");
     ExitCode::SUCCESS
 }
-

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use nexo_model::{ModelConfig, Provider, ProviderKind};
 
-use serde::{Deserialize, Serialize};
 use crate::ConfigError;
 use crate::agent_loop::LoopLimits;
 use crate::manifest::LoopKind;
+use serde::{Deserialize, Serialize};
 
 /// `[model]`: which model, which provider, and the loop's limits. A
 /// recorded run keeps the merged settings (no key: keys come from the

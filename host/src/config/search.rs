@@ -6,9 +6,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use crate::ConfigError;
 use crate::egress::{ApiKey, EgressGrant};
+use serde::{Deserialize, Serialize};
 
 /// `[search]`: the search backend and its network grant. A recorded run
 /// keeps the merged table: it names the key's variable, never the key.
@@ -120,4 +120,3 @@ impl SearchTable {
         Ok(Some(SearchSetup { backend, grant, key_source, key_origins }))
     }
 }
-

@@ -102,6 +102,7 @@ impl Plugin {
             export,
             sha256: hex::encode(Sha256::digest(bytes)),
             size: bytes.len(),
+            memory_minimum: minimum,
             cache,
             imports,
             exports,

@@ -37,8 +37,8 @@ use crate::error::RunError;
 use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
 use crate::lease::{Keeper, Lost};
-use crate::thread::Thread;
 use crate::settings::RunOptions;
+use crate::thread::Thread;
 use crate::world::agent::Agent;
 pub use spec::RunSpec;
 

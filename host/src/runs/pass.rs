@@ -17,7 +17,7 @@ use crate::error::RunError;
 use crate::instance::{CpuBudget, MemoryBudget};
 use crate::manifest::{Capability, PermissionMode};
 use crate::settings::RunOptions;
-use crate::{Engine, EngineConfig, Plugin};
+use crate::{Engine, Plugin};
 
 /// What a pass may take away from the specification a run recorded: a
 /// pass can only narrow it.
@@ -62,8 +62,6 @@ pub struct Served {
     pub source: PathBuf,
     /// The component, loaded: every run of it on this node shares it.
     pub plugin: Plugin,
-    /// The server's one engine, whose limits every served run has.
-    pub engine: Engine,
     /// The memory total the tenant's instances share on this node.
     pub memory: Option<Arc<MemoryBudget>>,
     /// The CPU share the tenant's runs draw on, on this node.
@@ -90,9 +88,8 @@ pub enum Resumed {
 
 /// One pass of run `id`: `settings.how` claims it, its recorded
 /// specification (narrowed, and within its tenant's policy as it is now)
-/// runs it. Without `served`, the pass builds an engine with the run's own
-/// limits from `base`.
-pub async fn pass(runs: &Runs, base: &EngineConfig, id: &str, settings: PassSettings<'_>) -> Resumed {
+/// runs it on `engine`, with its own limits.
+pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings<'_>) -> Resumed {
     let how = settings.how;
     let served = settings.served;
     let refused = |why: String| {
@@ -130,17 +127,7 @@ pub async fn pass(runs: &Runs, base: &EngineConfig, id: &str, settings: PassSett
     if !unconfigured.is_empty() {
         return refused(needs_configuration(&run.id, &unconfigured, settings.config_path));
     }
-    let engine = match served {
-        Some(s) => s.engine.clone(),
-        None => match prepare::engine(base, &spec) {
-            Ok(e) => e,
-            Err(e) => {
-                errln!("error: {e}");
-                return Resumed::Refused(unusable.into());
-            }
-        },
-    };
-    let mut options = match prepare::options(&engine, &spec).await {
+    let mut options = match prepare::options(engine, &spec).await {
         Ok(o) => o,
         Err(e) => {
             errln!("error: {e}");
@@ -173,7 +160,7 @@ pub async fn pass(runs: &Runs, base: &EngineConfig, id: &str, settings: PassSett
     } else {
         let plugin = match served {
             Some(s) => Ok(s.plugin.clone()),
-            None => Plugin::load(&engine, source).await.map_err(|e| e.to_string()),
+            None => Plugin::load(engine, source).await.map_err(|e| e.to_string()),
         };
         let agent = match &plugin {
             Ok(p) => p.agent().map(|a| (p, a)).map_err(|e| e.to_string()),

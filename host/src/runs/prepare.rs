@@ -41,6 +41,7 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
         options.skill_mode = SkillMode::Progressive;
     }
     options.timeout = Some(spec.timeout());
+    options.memory_bytes = Some(spec.memory_bytes());
     Ok(options)
 }
 
@@ -55,12 +56,13 @@ pub async fn search_backend(
     Ok(Arc::new(crate::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
 }
 
-/// An engine with `spec`'s limits, for a process that runs one run (a
-/// server shares one engine instead: [`super::pass::Served`]).
-pub fn engine(base: &EngineConfig, spec: &RunSpec) -> Result<Engine, RunError> {
+/// One engine for the passes of many runs: each pass brings its own
+/// limits (its deadline and memory cap, from its specification), so the
+/// engine's memory cap is the largest a run may have, and every run shares
+/// its compiled components.
+pub fn shared_engine(base: &EngineConfig) -> Result<Engine, RunError> {
     let mut config = base.clone();
-    config.limits.run_timeout = spec.timeout();
-    config.limits.memory_bytes = spec.memory_bytes();
+    config.limits.memory_bytes = crate::engine::MAX_MEMORY_BYTES;
     Engine::new(config).map_err(|e| ConfigError::invalid("engine", format!("{e:#}")).into())
 }
 

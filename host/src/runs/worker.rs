@@ -19,10 +19,10 @@ use nexo_store::{Claim, Job, JobStatus, Retry, RunStatus};
 use super::Runs;
 use super::changes::Changes;
 use super::pass::{Narrowing, PassSettings, Resumed, Served};
+use crate::Engine;
 use crate::config::ConfigFile;
 use crate::lease::{Keeper, Lost};
 use crate::quota;
-use crate::{Engine, EngineConfig};
 
 /// How often a worker enforces session retention.
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
@@ -30,14 +30,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(300);
 /// What every job of one worker shares.
 pub struct Worker {
     runs: Runs,
-    base: EngineConfig,
+    engine: Engine,
     file: ConfigFile,
     config_path: Option<PathBuf>,
     lease_ms: i64,
-    /// `nexo serve`'s data directory and engine: a tenant's run loads its
-    /// plugin from this node's cache there, filled from the store when
-    /// missing, and every served run shares the one engine.
-    served: Option<(std::path::PathBuf, Engine)>,
+    /// `nexo serve`'s data directory: a tenant's run loads its plugin from
+    /// this node's cache there, filled from the store when missing.
+    served: Option<std::path::PathBuf>,
     /// Plugins loaded for served runs, by SHA-256.
     plugins: std::sync::Mutex<std::collections::HashMap<String, crate::Plugin>>,
     /// The tenants' memory budgets on this node.
@@ -47,15 +46,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker driving `runs`, with `lease_ms` leases on its jobs; `file`
-    /// is the operator's configuration, read from `config_path`.
-    pub fn new(
-        runs: Runs,
-        base: EngineConfig,
-        file: ConfigFile,
-        config_path: Option<PathBuf>,
-        lease_ms: i64,
-    ) -> Self {
+    /// A worker driving `runs` on `engine` (every pass brings its run's own
+    /// limits: [`super::prepare::shared_engine`]), with `lease_ms` leases on
+    /// its jobs; `file` is the operator's configuration, read from
+    /// `config_path`.
+    pub fn new(runs: Runs, engine: Engine, file: ConfigFile, config_path: Option<PathBuf>, lease_ms: i64) -> Self {
         let store = runs.store().clone();
         let length = Duration::from_millis(u64::try_from(lease_ms).unwrap_or(1000).max(1));
         let beats = Keeper::new(
@@ -73,7 +68,7 @@ impl Worker {
         Worker {
             beats,
             runs,
-            base,
+            engine,
             file,
             config_path,
             lease_ms,
@@ -89,9 +84,9 @@ impl Worker {
     }
 
     /// The same worker inside `nexo serve`, whose plugins live under
-    /// `data_dir` and whose runs all use `engine`.
-    pub fn serving(mut self, data_dir: std::path::PathBuf, engine: Engine) -> Self {
-        self.served = Some((data_dir, engine));
+    /// `data_dir`.
+    pub fn serving(mut self, data_dir: std::path::PathBuf) -> Self {
+        self.served = Some(data_dir);
         self
     }
 
@@ -407,7 +402,8 @@ impl Worker {
         // The tenant's quotas are read once for the pass: its budgets on
         // this node, and its meters.
         let served = match (&self.served, &tenant) {
-            (Some((dir, engine)), Some(tenant)) => {
+            (Some(dir), Some(tenant)) => {
+                let engine = &self.engine;
                 let source =
                     crate::data_dir::materialize(&**store, dir, tenant, &sha256, &tokio::runtime::Handle::current())
                         .await
@@ -419,7 +415,7 @@ impl Worker {
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let served = Served { source, plugin, engine: engine.clone(), memory, cpu, meters, audit };
+                let served = Served { source, plugin, memory, cpu, meters, audit };
                 Some(served)
             }
             _ => None,
@@ -438,7 +434,7 @@ impl Worker {
             retry_follows,
             front_end: None,
         };
-        let resumed = super::pass::pass(&self.runs, &self.base, &job.run, settings).await;
+        let resumed = super::pass::pass(&self.runs, &self.engine, &job.run, settings).await;
         match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok(Attempt::Ended("is done")),
@@ -448,9 +444,7 @@ impl Worker {
             },
             // A refused recovery has already marked the orphan failed for
             // good: a retry would make it running again.
-            Resumed::Refused(why) if how == Claim::Recover && self.failed(&job.run).await => {
-                Err((why, Retry::Never))
-            }
+            Resumed::Refused(why) if how == Claim::Recover && self.failed(&job.run).await => Err((why, Retry::Never)),
             Resumed::Refused(why) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
         }

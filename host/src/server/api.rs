@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::Plugin;
+use crate::manifest::{Capability, PermissionMode};
+use crate::runs::Subject;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -18,9 +21,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use crate::Plugin;
-use crate::manifest::{Capability, PermissionMode};
-use crate::runs::Subject;
 use nexo_store::{Decision, PendingCall, Run, RunStatus, StoreError, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,10 +29,10 @@ pub use super::error::{ApiError, ApiResult};
 pub use super::state::AppState;
 
 use super::auth::{AdminCaller, KeyedCaller, TenantCaller};
-use crate::manifest::SandboxKind;
-use crate::policy::{Narrowing, Policy};
 use super::tenants::{self, TenantError};
 use crate::data_dir::{materialize, plugin_path, write_atomically};
+use crate::manifest::SandboxKind;
+use crate::policy::{Narrowing, Policy};
 use crate::runs::RunSpec;
 
 /// The answer for a record the caller cannot see, whether it exists or not.

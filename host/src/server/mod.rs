@@ -41,14 +41,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::runs::Runs;
+use crate::{Engine, EngineConfig};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
-use crate::runs::Runs;
-use crate::{Engine, EngineConfig};
 use tokio::sync::Notify;
 
 use crate::runs::{changes, worker};
@@ -246,12 +246,12 @@ pub async fn serve(
     // The API's own `Runs`: a cancel taken here stops the run this node drives.
     let jobs = worker::Worker::new(
         shared.runs.clone(),
-        base.clone(),
+        engine.clone(),
         (*file).clone(),
         args.config_path.clone(),
         i64::try_from(args.lease.as_millis()).unwrap_or(i64::MAX),
     )
-    .serving(data_dir.clone(), engine);
+    .serving(data_dir.clone());
     let anchor_task = tokio::spawn(anchor::keep(store.clone(), audit_anchor, stop_rx.clone()));
     let mut stop_worker = stop_rx.clone();
     let worker_task = runs_handle.spawn(worker::claim_loop(

@@ -6,12 +6,12 @@
 //! tenants' sessions never meet, and a session id of another tenant is
 //! answered 404 like a missing one.
 
+use crate::manifest::{Capability, PermissionMode};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use crate::manifest::{Capability, PermissionMode};
 use nexo_store::{Session, Tenant};
 use serde::Deserialize;
 use serde_json::{Value, json};

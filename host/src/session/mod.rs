@@ -22,8 +22,6 @@ use crate::settings::RunOptions;
 
 pub use crate::thread;
 
-
-
 pub use crate::thread::Thread;
 
 /// An open session: its address, and what its prompts share until it is

@@ -250,6 +250,12 @@ impl Agent {
     pub async fn instantiate(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
         let engine = &self.meta.engine;
         let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
+        if let Some(cap) = options.memory_bytes
+            && self.meta.memory_minimum > u64::try_from(cap).unwrap_or(u64::MAX)
+        {
+            let (path, minimum) = (self.meta.path.clone(), self.meta.memory_minimum);
+            return Err(crate::error::LoadError::MemoryTooSmall { path, minimum, cap }.into());
+        }
         let prepared = prepare(&self.manifest, options, &[], engine.limits()).await?;
         let wasi = Wasi {
             preopens: prepared.preopens,
@@ -258,6 +264,7 @@ impl Agent {
             memory: options.memory_budget.clone(),
             cpu: options.cpu_budget.clone(),
             cpu_meter: options.cpu_meter.clone(),
+            memory_cap: options.memory_bytes,
         };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;

@@ -39,6 +39,9 @@ pub struct Meta {
     pub imports: Vec<String>,
     /// Every export, by name.
     pub exports: Vec<String>,
+    /// The least linear memory the component declares, in bytes: a run
+    /// whose memory cap is below it is refused before it instantiates.
+    pub memory_minimum: u64,
 }
 
 impl Meta {
