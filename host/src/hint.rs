@@ -45,9 +45,7 @@ impl Vocabulary {
             (Vocabulary::Settings, Fix::Modes(modes)) => {
                 format!("the mode {}", or(modes.iter().map(|m| format!("`{m}`")).collect()))
             }
-            (Vocabulary::Flags, Fix::Sandbox(kind)) if kind == "container" => {
-                "`--sandbox container --image IMAGE`".to_string()
-            }
+            (Vocabulary::Flags, Fix::Sandbox("container")) => "`--sandbox container --image IMAGE`".to_string(),
             (Vocabulary::Flags, Fix::Sandbox(kind)) => format!("`--sandbox {kind}`"),
             (Vocabulary::Settings, Fix::Sandbox(kind)) => format!("the `{kind}` sandbox"),
             (Vocabulary::Flags, Fix::ChangedComponent) => "`--allow-changed-component`".to_string(),
