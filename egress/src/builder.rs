@@ -13,16 +13,16 @@ use crate::connect::{Guard, Inner, never_exempt};
 use crate::error::EgressError;
 use crate::resolver::{Resolver, SystemResolver};
 
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Builds a [`GuardedClient`].
 pub struct GuardedClientBuilder {
     pub(crate) resolver: Arc<dyn Resolver>,
     /// Set by [`GuardedClientBuilder::resolver`]: such a client is never shared.
-    pub(crate) own_resolver: bool,
+    own_resolver: bool,
     pub(crate) exempt: Vec<IpAddr>,
     pub(crate) exempt_hosts: Vec<String>,
-    pub(crate) connect_timeout: Duration,
+    connect_timeout: Duration,
     pub(crate) routes: HashMap<IpAddr, SocketAddr>,
 }
 
@@ -150,14 +150,14 @@ impl GuardedClientBuilder {
 
 /// The settings that make two guarded clients interchangeable.
 #[derive(PartialEq, Eq, Hash)]
-pub(crate) struct SharedKey {
+struct SharedKey {
     pub(crate) exempt: Vec<IpAddr>,
     pub(crate) hosts: Vec<String>,
-    pub(crate) connect_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 /// The live shared clients; an entry goes once its last user drops it.
-pub(crate) static SHARED: LazyLock<Mutex<HashMap<SharedKey, Weak<Inner>>>> = LazyLock::new(Default::default);
+static SHARED: LazyLock<Mutex<HashMap<SharedKey, Weak<Inner>>>> = LazyLock::new(Default::default);
 
 impl GuardedClient {
     /// A client with the system resolver and no exemptions.

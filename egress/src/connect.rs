@@ -74,13 +74,13 @@ impl Guard {
         self.exempt.contains(&ip) || self.routes.contains_key(&ip) || (host_exempt && check_address(ip).is_err())
     }
 
-    pub(crate) fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
+    fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
         // Port 0: hyper fills in the URL's port.
         self.routes.get(&ip).copied().unwrap_or(SocketAddr::new(ip, 0))
     }
 }
 
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A guard refusal travelling through reqwest's error chain.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl std::error::Error for Refused {}
 /// reqwest resolves every new connection's host through this, so the guard
 /// checks exactly the addresses it connects to: a name that resolves
 /// differently at connect time (DNS rebinding) is checked again.
-pub(crate) struct ConnectGuard(Arc<Guard>);
+struct ConnectGuard(Arc<Guard>);
 
 impl reqwest::dns::Resolve for ConnectGuard {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
@@ -141,9 +141,9 @@ impl Inner {
 }
 
 /// How many idle connections a client keeps to one host.
-pub(crate) const MAX_IDLE_PER_HOST: usize = 32;
+const MAX_IDLE_PER_HOST: usize = 32;
 
-pub(crate) fn is_link_local(ip: IpAddr) -> bool {
+fn is_link_local(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,

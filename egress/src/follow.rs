@@ -19,7 +19,7 @@ use crate::scrub::scrub;
 use crate::secret::SecretHeader;
 use crate::shown::{shown, strip_query};
 
-pub(crate) enum Hop {
+enum Hop {
     Done(Box<Head>),
     Redirect(Url),
 }
@@ -71,7 +71,7 @@ pub(crate) async fn follow(
     }
 }
 
-pub(crate) async fn follow_here(
+async fn follow_here(
     inner: &Inner,
     request: &Request,
     policy: &Policy,
@@ -97,7 +97,7 @@ pub(crate) async fn follow_here(
 
 /// One request; redirects and refusals are logged here, final answers
 /// once their body is read (or, streamed, once their headers are in).
-pub(crate) async fn hop(
+async fn hop(
     inner: &Inner,
     url: &Url,
     request: &Request,
@@ -123,7 +123,7 @@ pub(crate) async fn hop(
     result
 }
 
-pub(crate) async fn hop_unlogged(
+async fn hop_unlogged(
     inner: &Inner,
     url: &Url,
     request: &Request,
@@ -236,7 +236,7 @@ pub(crate) fn log_error(host: &str, method: Method, url_shown: &str, e: &EgressE
 
 /// A redirect to follow, or the final answer with its headers scrubbed and
 /// its codings checked.
-pub(crate) fn head(
+fn head(
     url: &Url,
     response: reqwest::Response,
     policy: &Policy,
@@ -311,7 +311,7 @@ pub(crate) fn head(
 }
 
 /// Scheme, user info and host checks for one hop.
-pub(crate) fn check_url<'u>(url: &'u Url, url_shown: &str) -> Result<Host<&'u str>, EgressError> {
+fn check_url<'u>(url: &'u Url, url_shown: &str) -> Result<Host<&'u str>, EgressError> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(EgressError::BadUrl(format!(
             "{url_shown} uses the scheme `{}`; only http and https URLs can be fetched",

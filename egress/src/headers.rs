@@ -30,12 +30,11 @@ pub(crate) const POLICY_REFUSED: &[&str] =
 /// Standard headers a caller may send. Everything else standard is dropped:
 /// `Range` or `Accept-Encoding` could let a component read an echoed key in
 /// pieces or compressed, past the scrubber.
-pub(crate) const CALLER_STANDARD: &[&str] =
-    &["accept", "accept-language", "cache-control", "if-none-match", "if-modified-since"];
+const CALLER_STANDARD: &[&str] = &["accept", "accept-language", "cache-control", "if-none-match", "if-modified-since"];
 
 /// `x-` headers a caller may not send: method overrides (GET only means GET
 /// only) and client-address or URL-rewrite headers some servers trust.
-pub(crate) const CALLER_X_REFUSED: &[&str] = &[
+const CALLER_X_REFUSED: &[&str] = &[
     "x-http-method",
     "x-http-method-override",
     "x-method-override",

@@ -15,10 +15,10 @@ use crate::origin::Origin;
 use crate::scrub::Redactor;
 use crate::secret::SecretHeader;
 
-pub(crate) const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
-pub(crate) const DEFAULT_MAX_REDIRECTS: usize = 5;
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-pub(crate) const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(600);
+const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
+const DEFAULT_MAX_REDIRECTS: usize = 5;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What one request may reach: the hosts, operator narrowing, injected
 /// secrets and headers, and limits.
@@ -34,7 +34,7 @@ pub struct Policy {
     pub(crate) timeout: Duration,
     pub(crate) stream_timeout: Duration,
     /// Callers may send the MCP streamable-HTTP headers ([`Policy::mcp_headers`]).
-    pub(crate) mcp_headers: bool,
+    mcp_headers: bool,
     /// Where the bytes of its requests are counted ([`Policy::metered`]).
     pub(crate) meter: Option<Arc<Meter>>,
 }
@@ -219,7 +219,7 @@ impl Policy {
     }
 
     /// Whether a caller header named `lower` is replaced by one of the policy's.
-    pub(crate) fn sets_header(&self, lower: &str) -> bool {
+    fn sets_header(&self, lower: &str) -> bool {
         self.secrets.iter().any(|s| s.name == lower) || self.headers.iter().any(|(n, _)| n.as_str() == lower)
     }
 

@@ -209,7 +209,7 @@ impl BodyStream {
 }
 
 /// The end of the last blank line (`\n\n` or `\n\r\n`) in `bytes`.
-pub(crate) fn last_blank_line(bytes: &[u8]) -> Option<usize> {
+fn last_blank_line(bytes: &[u8]) -> Option<usize> {
     (1..bytes.len())
         .rev()
         .find(|&i| bytes[i] == b'\n' && (bytes[i - 1] == b'\n' || (i >= 2 && bytes[i - 2..i] == *b"\n\r")))

@@ -20,7 +20,7 @@ pub struct SecretHeader {
     pub(crate) name: String,
     pub(crate) value: String,
     /// The key without its prefix (`Bearer `), scrubbed as well.
-    pub(crate) bare: Option<String>,
+    bare: Option<String>,
     /// `None`: https on port 443 of the policy's host entries.
     pub(crate) origins: Option<Vec<Origin>>,
     pub(crate) scrubber: Arc<Redactor>,

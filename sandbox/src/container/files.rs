@@ -20,7 +20,7 @@ fi
 "#;
 
 /// The exit status of [`REFUSE_SPECIAL`].
-pub(crate) const SPECIAL_STATUS: i32 = 5;
+const SPECIAL_STATUS: i32 = 5;
 
 /// Creates the parent directory, then copies stdin into the file. The path
 /// arrives as `$1`, so no part of it is ever parsed by the shell.

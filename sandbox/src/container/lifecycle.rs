@@ -13,7 +13,7 @@ use crate::{MAX_OUTPUT_BYTES, SandboxError};
 pub const CONTAINER_LABEL: &str = "nexo.sandbox.id";
 
 /// The keep-alive command: present in busybox/alpine and debian-slim alike.
-pub(crate) const KEEP_ALIVE: [&str; 3] = ["tail", "-f", "/dev/null"];
+const KEEP_ALIVE: [&str; 3] = ["tail", "-f", "/dev/null"];
 
 impl ContainerSandbox {
     /// The argv (after the binary) that creates the container.

@@ -88,7 +88,7 @@ impl ContainerSandbox {
 }
 
 /// A fresh sandbox name: the process id, the time and a counter.
-pub(crate) fn unique_name() -> String {
+fn unique_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);

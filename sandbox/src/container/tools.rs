@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// The most bytes of file listing one glob reads.
-pub(crate) const MAX_LIST_BYTES: usize = 8 << 20;
+const MAX_LIST_BYTES: usize = 8 << 20;
 
 impl Sandbox for ContainerSandbox {
     fn name(&self) -> &'static str {

@@ -75,7 +75,7 @@ pub(crate) fn validate(config: &mut ContainerConfig) -> Result<(), SandboxError>
 
 /// A value passed after a flag or as the image: not empty, no whitespace or
 /// control characters, and not starting with `-` (it would read as a flag).
-pub(crate) fn flag_value(what: &str, value: &str) -> Result<(), SandboxError> {
+fn flag_value(what: &str, value: &str) -> Result<(), SandboxError> {
     if value.is_empty() || value.starts_with('-') || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(SandboxError::Config(format!(
             "`{what}` {value:?} is malformed; it may not be empty, start with `-`, or contain spaces"
@@ -86,7 +86,7 @@ pub(crate) fn flag_value(what: &str, value: &str) -> Result<(), SandboxError> {
 
 /// A container path: absolute, no `..`, nothing that would split a `-v` or
 /// `--tmpfs` spec.
-pub(crate) fn container_dir(what: &str, path: &str) -> Result<(), SandboxError> {
+fn container_dir(what: &str, path: &str) -> Result<(), SandboxError> {
     if !path.starts_with('/') || path.contains([':', ',', '\0']) || path.split('/').any(|s| s == "..") {
         return Err(SandboxError::Config(format!(
             "`{what}` {path:?} must be an absolute container path without `..`, `:` or `,`; for example /workspace"
@@ -96,7 +96,7 @@ pub(crate) fn container_dir(what: &str, path: &str) -> Result<(), SandboxError> 
 }
 
 /// A Docker object name: `[A-Za-z0-9][A-Za-z0-9_.-]*`.
-pub(crate) fn plain_name(what: &str, name: &str) -> Result<(), SandboxError> {
+fn plain_name(what: &str, name: &str) -> Result<(), SandboxError> {
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {

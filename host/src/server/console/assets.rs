@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 /// its content, so it can be cached for good.
 struct Asset {
     pub(super) name: String,
-    pub(super) bytes: &'static [u8],
-    pub(super) content_type: &'static str,
+    bytes: &'static [u8],
+    content_type: &'static str,
 }
 
 static ASSETS: LazyLock<[Asset; 2]> = LazyLock::new(|| {

@@ -9,7 +9,7 @@ pub(super) const HOUR_MS: i64 = 3_600_000;
 
 /// A round number at or above `n` for a chart's top (1, 2 or 5 times a
 /// power of ten).
-pub(super) fn nice_ceiling(n: u64) -> u64 {
+fn nice_ceiling(n: u64) -> u64 {
     if n <= 5 {
         return n.max(1);
     }

@@ -70,7 +70,7 @@ impl FromRequest<AppState> for Posted {
 
 /// Whether a request's `Origin`, if it sent one, is this host (as the
 /// `Host` header, or a proxy's `X-Forwarded-Host`, names it).
-pub(super) fn same_origin(headers: &HeaderMap) -> bool {
+fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else { return true };
     let Some(host) = origin.to_str().ok().and_then(|o| o.split_once("://")).map(|(_, h)| h.trim_end_matches('/'))
     else {

@@ -23,7 +23,7 @@ pub(super) struct LoginQuery {
 }
 
 /// Where to go after signing in: a path on this site, else the runs.
-pub(super) fn next_path(next: Option<&str>) -> &str {
+fn next_path(next: Option<&str>) -> &str {
     match next {
         Some(n)
             if n.starts_with('/')

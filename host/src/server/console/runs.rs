@@ -31,7 +31,7 @@ pub(super) struct ListQuery {
     pub(super) v: Option<String>,
 }
 
-pub(super) fn runs_table(runs: &[Run], status: Option<RunStatus>) -> String {
+fn runs_table(runs: &[Run], status: Option<RunStatus>) -> String {
     let mut rows = String::new();
     for run in runs {
         let _ = write!(
@@ -168,7 +168,7 @@ pub(super) fn approval_card(run: &Run, approval: &Approval, csrf: &str, back: Op
 
 /// The part of a run's page that changes: its status, result or error, and
 /// its pending approval.
-pub(super) fn run_state_inner(run: &Run, approval: Option<&Approval>, csrf: &str) -> String {
+fn run_state_inner(run: &Run, approval: Option<&Approval>, csrf: &str) -> String {
     let mut out = format!(
         "<dl class=\"facts\"><dt>Status</dt><dd>{}</dd><dt>Updated</dt><dd>{}</dd>",
         status_badge(run.status, Some("run-status")),
@@ -205,7 +205,7 @@ fn run_state_url(run: &Run) -> String {
 }
 
 /// One event, its data folded.
-pub(super) fn event_row(e: &StoredEvent) -> String {
+fn event_row(e: &StoredEvent) -> String {
     let data = match &e.data {
         Value::Null => String::new(),
         Value::Object(m) if m.is_empty() => String::new(),
@@ -292,7 +292,7 @@ pub(super) async fn run_state(
 /// `?after=` of a run's events fragment.
 #[derive(Deserialize, Debug, Default)]
 pub(super) struct AfterQuery {
-    pub(super) after: Option<i64>,
+    after: Option<i64>,
 }
 
 /// `GET /runs/{id}/events?after=N`: the events after N, as rows to append;
