@@ -33,6 +33,9 @@ impl GuardedClient {
     /// ([`GuardedClientBuilder::allow_private`],
     /// [`GuardedClientBuilder::allow_private_host`]). The fetch tool refuses
     /// such a client.
+    ///
+    /// [`GuardedClientBuilder::allow_private`]: crate::GuardedClientBuilder::allow_private
+    /// [`GuardedClientBuilder::allow_private_host`]: crate::GuardedClientBuilder::allow_private_host
     pub fn has_exemptions(&self) -> bool {
         !self.inner.guard.exempt.is_empty() || !self.inner.guard.exempt_hosts.is_empty()
     }

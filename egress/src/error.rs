@@ -80,6 +80,8 @@ pub enum EgressError {
     },
     /// A hop's scheme, host and port are not among the policy's origins
     /// ([`Policy::within_origins`]).
+    ///
+    /// [`Policy::within_origins`]: crate::Policy::within_origins
     #[error(
         "{origin} is not one of the origins this request may reach ({allowed}); only that exact scheme, host and \
          port can be reached"
@@ -119,6 +121,8 @@ pub enum EgressError {
     },
     /// The policy's [`Meter`] has counted its allowance: a tenant's egress
     /// quota for the hour is used up.
+    ///
+    /// [`Meter`]: crate::Meter
     #[error(
         "the egress quota is used up ({used} of {limit} bytes this hour); no more is sent or read until the quota \
          renews at the top of the hour, or the operator raises it"

@@ -48,6 +48,8 @@ const CALLER_X_REFUSED: &[&str] = &[
 
 /// The MCP streamable-HTTP headers [`Policy::mcp_headers`] lets callers
 /// send; `mcp-param-` is a prefix (`Mcp-Param-<name>`).
+///
+/// [`Policy::mcp_headers`]: crate::Policy::mcp_headers
 pub const MCP_HEADERS: &[&str] =
     &["mcp-session-id", "mcp-protocol-version", "last-event-id", "mcp-method", "mcp-name", "mcp-param-"];
 

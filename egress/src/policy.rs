@@ -64,6 +64,8 @@ impl Policy {
     /// `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name` and
     /// `Mcp-Param-*` ([`MCP_HEADERS`]). For the MCP client's policies only:
     /// none of them carries a credential or changes what the scrubber sees.
+    ///
+    /// [`MCP_HEADERS`]: crate::MCP_HEADERS
     pub fn mcp_headers(mut self) -> Self {
         self.mcp_headers = true;
         self
@@ -160,6 +162,8 @@ impl Policy {
     /// connecting, and reading the whole (capped) body. For a streamed
     /// request ([`GuardedClient::stream`]), the limit until the response
     /// headers, and then for each wait for the next piece of the body.
+    ///
+    /// [`GuardedClient::stream`]: crate::GuardedClient::stream
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

@@ -28,6 +28,10 @@ impl Method {
 /// same filter as those of [`GuardedClient::get`]; the client sets
 /// `Content-Type` itself. `Debug` shows the method, the URL without its
 /// query, and the body's length only.
+///
+/// [`GuardedClient::send`]: crate::GuardedClient::send
+/// [`GuardedClient::stream`]: crate::GuardedClient::stream
+/// [`GuardedClient::get`]: crate::GuardedClient::get
 #[derive(Clone)]
 pub struct Request {
     pub(crate) method: Method,
@@ -51,6 +55,8 @@ impl Request {
     /// GET without its body, which an API (a model provider's, say) would
     /// answer with something other than what was asked, so the caller should
     /// learn the final URL instead.
+    ///
+    /// [`EgressError::RedirectNotFollowed`]: crate::EgressError::RedirectNotFollowed
     pub fn post_json(url: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
         Request {
             method: Method::Post,

@@ -15,6 +15,9 @@ use crate::request::Method;
 use crate::scrub::{Redactor, scrub, scrub_prefix};
 
 /// A response to [`GuardedClient::get`] or [`GuardedClient::send`].
+///
+/// [`GuardedClient::get`]: crate::GuardedClient::get
+/// [`GuardedClient::send`]: crate::GuardedClient::send
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     /// The final URL, after redirects.
@@ -34,6 +37,8 @@ pub struct Response {
 /// A response to [`GuardedClient::stream`]: the head, checked and scrubbed
 /// like a [`Response`]'s, and a body read piece by piece with
 /// [`StreamingResponse::chunk`].
+///
+/// [`GuardedClient::stream`]: crate::GuardedClient::stream
 pub struct StreamingResponse {
     /// The final URL, after redirects.
     pub url: String,

@@ -74,6 +74,8 @@ impl SecretHeader {
     /// refused at request time unless the host resolves to such an address.
     /// Fails with [`EgressError::Config`] for a malformed origin or an empty
     /// list.
+    ///
+    /// [`GuardedClientBuilder::allow_private`]: crate::GuardedClientBuilder::allow_private
     pub fn for_origins<I, S>(mut self, origins: I) -> Result<Self, EgressError>
     where
         I: IntoIterator<Item = S>,

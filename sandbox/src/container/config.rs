@@ -105,6 +105,8 @@ impl Bind {
 /// How a [`ContainerSandbox`] runs its container. Plain data; every field
 /// has a safe default, and [`ContainerConfig::docker`] or
 /// [`ContainerConfig::apple`] set the one field that has none, the image.
+///
+/// [`ContainerSandbox`]: crate::ContainerSandbox
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerConfig {
     /// Which CLI to drive. Default: Docker.

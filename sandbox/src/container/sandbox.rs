@@ -17,6 +17,8 @@ use crate::SandboxError;
 /// [`Sandbox::close`] removes an ephemeral container; dropping the sandbox
 /// does not, so call it. A reconnecting sandbox reuses whatever container
 /// carries its label, whatever options that container was created with.
+///
+/// [`Sandbox::close`]: crate::Sandbox::close
 #[derive(Debug)]
 pub struct ContainerSandbox {
     pub(crate) config: ContainerConfig,

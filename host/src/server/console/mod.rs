@@ -24,7 +24,7 @@
 //!   `Referrer-Policy: same-origin` (see [`REFERRER_POLICY`](csrf::REFERRER_POLICY)).
 //!
 //! Isolation is the API's: a run or session of another tenant answers 404,
-//! and approving or denying goes through [`api::decide`], audited and
+//! and approving or denying goes through [`api::decide`](crate::server::api::decide), audited and
 //! resumed as over the API.
 
 use axum::Router;
