@@ -56,7 +56,7 @@ const CRATES: &[Layers] = &[
             // The engine and plain data beneath everything.
             &[
                 "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate", "files",
-                "search", "priority", "thread",
+                "search", "priority", "thread", "hint",
             ],
         ],
     },
