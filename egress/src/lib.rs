@@ -76,19 +76,33 @@
 
 pub mod address;
 pub mod allow;
+mod builder;
 pub mod client;
+mod connect;
+mod error;
+mod follow;
+mod headers;
 pub mod meter;
 pub mod origin;
+mod policy;
+mod request;
 pub mod resolver;
+mod response;
 mod scrub;
+mod secret;
+mod shown;
 
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList, QUOTED_CHARS};
-pub use client::{
-    EgressError, GuardedClient, GuardedClientBuilder, MCP_HEADERS, Policy, Request, Response, SecretHeader,
-    StreamingResponse, USER_AGENT,
-};
+pub use builder::GuardedClientBuilder;
+pub use client::GuardedClient;
+pub use error::EgressError;
+pub use headers::MCP_HEADERS;
 pub use meter::Meter;
 pub use origin::Origin;
+pub use policy::Policy;
+pub use request::{Request, USER_AGENT};
 pub use resolver::{Resolver, SystemResolver};
+pub use response::{Response, StreamingResponse};
 pub use scrub::Redactor;
+pub use secret::SecretHeader;

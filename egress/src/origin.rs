@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use url::{Host, Url};
 
-use crate::client::EgressError;
+use crate::error::EgressError;
 
 /// A scheme (`http` or `https`), host and port, such as
 /// `https://api.example.com` (port 443) or `https://10.0.0.5:8443`. A secret

@@ -34,7 +34,7 @@ use aho_corasick::{AhoCorasick, Input, MatchKind};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 
-use crate::client::EgressError;
+use crate::error::EgressError;
 
 /// What a scrubbed secret becomes.
 pub(crate) const REDACTED: &[u8] = b"<redacted>";

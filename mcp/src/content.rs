@@ -3,7 +3,16 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents};
 use serde_json::Value;
 
-use crate::client::CallResult;
+/// A tool call's result as text for the model.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CallResult {
+    /// Every content block rendered: text as is, images, audio and resources
+    /// summarized (`[image image/png, 5380 base64 bytes]`), structured content
+    /// as JSON when there is no text. Not truncated.
+    pub text: String,
+    /// The server marked the result as a tool error.
+    pub is_error: bool,
+}
 
 /// Every block of `result` as text, in order, one block per paragraph: text
 /// as is, an embedded text resource as a header line and its text, anything

@@ -19,8 +19,8 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Error as SseError, Sse, SseStream};
 
-use crate::client::McpError;
 use crate::config::HttpSpec;
+use crate::error::McpError;
 
 /// The longest wait for response headers or the next piece of a body. Calls
 /// have their own, shorter limits; the standalone GET stream may be quiet

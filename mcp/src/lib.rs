@@ -22,14 +22,17 @@
 mod client;
 mod config;
 mod content;
+mod error;
 mod guard;
 mod http;
 mod name;
 mod stdio;
 mod token;
 
-pub use client::{CallResult, ClientOptions, Clients, McpError, ToolInfo};
+pub use client::{ClientOptions, Clients, ToolInfo};
 pub use config::{ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Server, ServerConfig, is_server_name};
+pub use content::CallResult;
+pub use error::McpError;
 pub use guard::{GUARD_SUBCOMMAND, guard_main};
 pub use name::{MAX_TOOL_NAME, model_tool_name};
 /// The confinement mechanisms, for [`Clients::with_confinement`].

@@ -19,8 +19,8 @@ use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::client::McpError;
 use crate::config::StdioSpec;
+use crate::error::McpError;
 use crate::guard::{GUARD_SUBCOMMAND, GuardArgs, ProgramOptions, spawn_message};
 
 /// The most stderr bytes kept; older bytes are dropped.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::client::McpError;
 use crate::config::TokenSource;
+use crate::error::McpError;
 
 /// How long a `token-command` may run.
 pub(crate) const TOKEN_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
