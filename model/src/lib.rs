@@ -37,6 +37,7 @@ mod http;
 pub mod mock;
 mod openai;
 pub mod scripted;
+mod settings;
 mod wire;
 
 use std::future::Future;
@@ -44,8 +45,9 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::{ModelConfig, ProviderKind, resolve, resolve_with_env};
+pub use config::{resolve, resolve_with_env};
 pub use scripted::{Script, ScriptedCall, ScriptedProvider, ScriptedTurn};
+pub use settings::{ModelConfig, ProviderKind};
 
 /// A boxed, sendable future, so [`Provider`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
