@@ -184,7 +184,7 @@ impl Job {
     }
 
     /// Whether the job is one of the tenants `held_back` (by id), which a
-    /// claim leaves where it is ([`crate::Store::claim_job_unless`]).
+    /// claim leaves where it is ([`crate::Jobs::claim_job_unless`]).
     pub(crate) fn held_back(&self, held_back: &[String]) -> bool {
         self.tenant.as_ref().is_some_and(|t| held_back.contains(t))
     }

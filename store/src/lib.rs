@@ -1,6 +1,8 @@
 //! The store: where nexo keeps durable runs.
 //!
-//! One trait, [`Store`], with three backends: [`MemoryStore`] (ephemeral
+//! One trait per concept ([`Runs`], [`Jobs`], [`Sessions`], [`Tenants`],
+//! [`Plugins`], [`Ledger`], and the console's [`SignIns`]), all of them
+//! together [`Store`], with three backends: [`MemoryStore`] (ephemeral
 //! runs, tests), [`SqliteStore`], the embedded default, and [`PgStore`],
 //! PostgreSQL, which several processes on several machines can share. The
 //! two relational backends run the same SQL, kept in one module. All three
@@ -15,19 +17,19 @@
 //! - its journal of host calls ([`Entry`]), which a resume replays;
 //! - its pending approval ([`Approval`]), if it waits for one;
 //! - its background jobs ([`Job`]): a queue that workers claim with a
-//!   fenced lease ([`Store::claim_job`]);
+//!   fenced lease ([`Jobs::claim_job`]);
 //! - the session it is a prompt of, if any.
 //!
 //! And per session ([`Session`]), a remembering instance of an agent
 //! addressed by `(agent, instance)`: its thread, an ordered list of JSON
 //! messages that a prompt appends to only if no other prompt of the session
-//! appended first ([`Store::append_thread`]). A session has one prompt in
-//! progress at a time ([`Store::create_run`]), a failed prompt is retried
-//! only while it is the session's latest ([`Store::claim`]), and a prompt
+//! appended first ([`Sessions::append_thread`]). A session has one prompt in
+//! progress at a time ([`Runs::create_run`]), a failed prompt is retried
+//! only while it is the session's latest ([`Runs::claim`]), and a prompt
 //! appends its exchange together with its end ([`Batch::thread`]), so the
 //! thread stays one line of turns. Deleting or expiring a session deletes
 //! its thread and every run linked to it; expiry passes over a session
-//! with a prompt in progress ([`Store::expire_sessions`]).
+//! with a prompt in progress ([`Sessions::expire_sessions`]).
 //!
 //! And per tenant of `nexo serve` ([`Tenant`]), one customer of a serving
 //! node, with the operator's policy for its runs and whether it is
@@ -38,7 +40,7 @@
 //! - the plugins it uploaded ([`StoredPlugin`]), content-addressed by
 //!   `(tenant, sha256)`, bytes included, so every node sharing the store
 //!   loads them and no tenant sees another's;
-//! - the runs it started ([`Run::tenant`], [`Store::tenant_runs`]);
+//! - the runs it started ([`Run::tenant`], [`Tenants::tenant_runs`]);
 //! - its audit log ([`AuditEntry`]), append-only and hash-chained, with its
 //!   head on the tenant's row: appends are serialized per tenant, and
 //!   [`verify_audit`] finds an edited, removed, reordered or relinked entry,
@@ -48,18 +50,20 @@
 //!   up per UTC hour.
 //!
 //! Every write is one [`Batch`] committed atomically and durably: when
-//! [`Store::commit`] returns, the batch survives a crash or a power loss.
+//! [`Runs::commit`] returns, the batch survives a crash or a power loss.
 
 mod anchor;
 mod jobs;
 mod memory;
 mod postgres;
 mod refusal;
+mod relational;
 mod rows;
 mod sessions;
 mod sql;
 mod sqlite;
 mod tenants;
+mod traits;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -86,14 +90,16 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
 pub use anchor::{AnchorError, Anchored, Anchors, AuditAnchor, is_anchorable_tenant, read_anchors, verify_anchored};
 pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms};
 pub use memory::MemoryStore;
-pub use postgres::PgStore;
+pub use postgres::{PgDatabase, PgStore};
+pub use relational::SqlStore;
 pub use sessions::{Session, new_session_id};
-pub use sqlite::{ConnectionSettings, Settings, SqliteStore};
+pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
 pub use tenants::{
     AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, RunUsage, SignIn, StoredPlugin,
     Tenant, USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
     verify_audit,
 };
+pub use traits::{Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Store, Tenants};
 pub use writer::WriteCounts;
 
 /// The schema version this build writes. A database with a newer version
@@ -600,7 +606,7 @@ pub struct Batch {
     pub checkpoints: Vec<(String, Value)>,
     /// What a session prompt adds to its session's thread, in the same
     /// transaction: a prompt's exchange lands with the run's end, or not at
-    /// all. It is checked as [`Store::append_thread`] checks, and a refusal
+    /// all. It is checked as [`Sessions::append_thread`] checks, and a refusal
     /// (see [`ThreadAppend`]) refuses the whole batch.
     pub thread: Option<ThreadAppend>,
 }
@@ -618,7 +624,7 @@ impl Batch {
 /// and its thread must still hold `expected` messages: if another prompt
 /// moved it on, the whole batch is refused ([`StoreError::Conflict`]). A
 /// deleted session is [`StoreError::NoSession`]. The append touches the
-/// session's `updated_ms` as [`Store::append_thread`] does, with the
+/// session's `updated_ms` as [`Sessions::append_thread`] does, with the
 /// store's clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadAppend {
@@ -676,407 +682,6 @@ pub enum Claim {
     /// A failed run, tried again (recording `resume_input` like a resume):
     /// the calls whose failure was not journaled run again.
     Retry,
-}
-
-/// The store. Every method is one transaction.
-#[async_trait::async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Where it is, for messages (a URL without its password).
-    fn location(&self) -> String;
-
-    /// Opens now every connection the store would otherwise open on first
-    /// use. A long-lived server calls it at start, from one of its own
-    /// threads: an SQLite connection is served by a thread of its own,
-    /// which takes its priority from the thread that opened it (see
-    /// `nexo::priority`), and the store's connections serve the API.
-    /// Backends without such threads do nothing.
-    async fn connect_all(&self) -> StoreResult<()> {
-        Ok(())
-    }
-
-    /// Records a new run. A taken id is a [`StoreError::Conflict`].
-    ///
-    /// A run with a session is a prompt of it, and a session has one prompt
-    /// in progress at a time: if the session already has a run that is
-    /// `queued`, `running` or `suspended`, the new one is refused
-    /// ([`StoreError::Conflict`], naming that run and what to do about it),
-    /// since two prompts at once would race for one thread. The check and
-    /// the insert are one transaction, on PostgreSQL with the session's row
-    /// locked, so of concurrent creations in any number of processes at
-    /// most one wins. A session that is not there is
-    /// [`StoreError::NoSession`].
-    ///
-    /// A run with a tenant needs the tenant to be there
-    /// ([`StoreError::NoTenant`]). Of several refusals the first in this
-    /// order is reported: a taken id, a missing tenant, a missing session, a
-    /// prompt in progress.
-    async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
-
-    /// One run.
-    async fn run(&self, id: &str) -> StoreResult<Option<Run>>;
-
-    /// Runs, newest first (by `created_ms`, then by id), optionally of one
-    /// status, at most `limit`.
-    async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
-
-    /// Commits `batch` for the running run `id`, durably. Fails with
-    /// [`StoreError::Conflict`] if `owner` no longer holds the run's lease
-    /// (it was cancelled, or another process recovered it). A
-    /// [`Batch::thread`] append is part of the batch: if it is refused,
-    /// nothing of the batch is written.
-    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
-
-    /// Commits `batch` and moves the run out of `running`, in one
-    /// transaction; a suspension also records its pending approval
-    /// (replacing an older one), and any other transition removes an older
-    /// one. Returns the run as it now is. A [`Batch::thread`] append that is
-    /// refused refuses the transition: nothing is written and the run stays
-    /// `running`, still `owner`'s.
-    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
-
-    /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
-    /// two processes cannot both win): from `suspended` for [`Claim::Resume`]
-    /// (recording `resume_input` and a `resumed` event), from `queued` for
-    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`],
-    /// from `failed` for [`Claim::Retry`] (like a resume, and clearing the
-    /// error).
-    /// Anything else is a [`StoreError::Conflict`] that says what state the
-    /// run is in.
-    ///
-    /// A retry of a session's prompt is also refused
-    /// ([`StoreError::Conflict`]) once the session has a run created after
-    /// it (by `created_ms`, then id): that prompt has moved the thread on,
-    /// and retrying the older one would fork it. On PostgreSQL the retry
-    /// locks the session's row first, as [`Store::create_run`] does.
-    async fn claim(
-        &self,
-        id: &str,
-        how: Claim,
-        lease: Lease,
-        resume_input: Option<String>,
-        now_ms: i64,
-    ) -> StoreResult<Run>;
-
-    /// Extends to `until_ms` the leases `owner` still holds on the running
-    /// runs among `ids`, in one write, and answers the ids it extended. An id
-    /// left out is no longer this owner's (cancelled, finished, recovered
-    /// elsewhere, or deleted): stop working on it.
-    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>>;
-
-    /// Running runs whose lease ended before `now_ms`, by id.
-    async fn orphans(&self, now_ms: i64) -> StoreResult<Vec<Run>>;
-
-    /// Marks a run `cancelled` from `queued`, `suspended` or `running`
-    /// (its owner notices at its next renewal), with a `cancelled` event.
-    /// A final run is a conflict.
-    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run>;
-
-    /// The run's journal, in sequence order.
-    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>>;
-
-    /// The run's events with an id above `after`, in order, at most `limit`.
-    async fn events(&self, id: &str, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
-
-    /// The run's checkpoints, sorted by name (byte order).
-    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>>;
-
-    /// The run's pending approval, if any.
-    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>>;
-
-    /// Records the operator's decision on the suspended run's pending
-    /// approval, if it is still for `call`, the call the decider was shown.
-    /// The check and the write are one transaction (on PostgreSQL the
-    /// run's row is locked first). The same decision again is answered as
-    /// the first was; the other one is [`StoreError::AlreadyDecided`] (a
-    /// decider on a stale page cannot overturn one). No pending approval, or one for
-    /// another call, is a [`StoreError::StaleApproval`] that names the call
-    /// the run waits on now, and nothing is decided.
-    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval>;
-
-    /// Removes the pending approval once its call has used it.
-    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
-
-    /// Queues a job for its run, which must exist ([`StoreError::NoRun`]),
-    /// in the share of the queue of the run's tenant, at the turn
-    /// [`next_turn`] gives. A taken id, or `max_attempts` of 0, is a
-    /// [`StoreError::Conflict`].
-    async fn enqueue(&self, job: NewJob) -> StoreResult<Job>;
-
-    /// Takes a due job for `worker` until `now_ms + lease_ms`: first one
-    /// `running` whose lease ended before `now_ms` (its worker died), else
-    /// the `queued` one with `not_before_ms <= now_ms` that is next in the
-    /// fair order (by [`Job::turn`], then `not_before_ms`, `created_ms`
-    /// and id): tenants take turns, and a tenant's own jobs come in the
-    /// order they were queued. One indexed read finds it. Its attempts go up by one, and its
-    /// lease's token is greater than every token an earlier claim of any
-    /// job got. A lapsed job that has used all its attempts becomes
-    /// `failed`, and the claim goes on to the next due job. Concurrent
-    /// claims, in any number of processes, never take the same job (SQLite:
-    /// `BEGIN IMMEDIATE`; PostgreSQL: `FOR UPDATE SKIP LOCKED`). `None` if
-    /// nothing is due.
-    async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>> {
-        self.claim_job_unless(worker, lease_ms, now_ms, &[]).await
-    }
-
-    /// [`Store::claim_job`], unless the job next in turn is a job of one of
-    /// the tenants `held_back` (by id): then nothing is claimed and `None`
-    /// is answered. A worker keeps its last run slots for tenants other
-    /// than those already holding their share of them: a job of theirs next
-    /// in turn waits for a slot they may use, not for a reserved one.
-    async fn claim_job_unless(
-        &self,
-        worker: &str,
-        lease_ms: i64,
-        now_ms: i64,
-        held_back: &[String],
-    ) -> StoreResult<Option<Job>>;
-
-    /// Extends to `now_ms + lease_ms`, in one write, the leases of the
-    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`]),
-    /// and answers the tokens it extended. A token left out has lost its
-    /// job (another claim holds it, or it ended): stop.
-    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now_ms: i64) -> StoreResult<Vec<i64>>;
-
-    /// Marks the job `done`. A stale token is a [`StoreError::Conflict`]:
-    /// another worker has the job.
-    async fn complete_job(&self, id: &str, lease: &JobLease, now_ms: i64) -> StoreResult<Job>;
-
-    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`],
-    /// the job is `queued` again, due after [`retry_delay_ms`]; otherwise it is
-    /// `failed` with `error`. A stale token is a [`StoreError::Conflict`].
-    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now_ms: i64) -> StoreResult<Job>;
-
-    /// Puts the running job back in the queue, due at `not_before_ms`,
-    /// without counting the attempt (it was not tried: a tenant's quota is
-    /// spent, say), with `reason` as its error; and appends a `held` event
-    /// (`{"reason", "until_ms"}`) to its run, so whoever follows the run
-    /// sees why it waits; not again while it is held for the same reason
-    /// (the job's error already says it). One transaction. A stale token is a
-    /// [`StoreError::Conflict`].
-    async fn postpone_job(
-        &self,
-        id: &str,
-        lease: &JobLease,
-        reason: &str,
-        not_before_ms: i64,
-        now_ms: i64,
-    ) -> StoreResult<Job>;
-
-    /// One job.
-    async fn job(&self, id: &str) -> StoreResult<Option<Job>>;
-
-    /// Jobs, newest first (by `created_ms`, then by id), optionally of one
-    /// status, at most `limit`.
-    async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>>;
-
-    /// Finds the session `(agent, instance)` or creates it with an empty
-    /// thread, and touches its `updated_ms` (it never goes back: a process
-    /// whose clock is behind does not make a session look older). One
-    /// statement, `INSERT … ON CONFLICT (agent, instance) DO UPDATE`, so
-    /// concurrent opens in any number of processes return the same session.
-    async fn open_session(&self, agent: &str, instance: &str, now_ms: i64) -> StoreResult<Session>;
-
-    /// The session at `(agent, instance)`, if any. Reading it does not touch
-    /// it.
-    async fn session(&self, agent: &str, instance: &str) -> StoreResult<Option<Session>>;
-
-    /// One session, by id.
-    async fn session_by_id(&self, id: &str) -> StoreResult<Option<Session>>;
-
-    /// Sessions, most recently updated first (by `updated_ms`, then by id,
-    /// largest first), optionally of one agent, at most `limit`.
-    async fn sessions(&self, agent: Option<&str>, limit: usize) -> StoreResult<Vec<Session>>;
-
-    /// The sessions whose instance name starts with `prefix` (a served
-    /// tenant's, `<tenant-id>/`), most recently updated first, at most
-    /// `limit`. Read through an index of instance names: the sessions of
-    /// other prefixes are never read, however many there are. An empty
-    /// prefix is every session.
-    async fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> StoreResult<Vec<Session>>;
-
-    /// The session's thread, in order (empty for a session that is not
-    /// there).
-    async fn thread(&self, id: &str) -> StoreResult<Vec<Value>>;
-
-    /// Appends `messages` to the session's thread if it still holds exactly
-    /// `expected` messages, and touches `updated_ms` (as
-    /// [`Store::open_session`] does); returns the session as it now is. The
-    /// count is the version check: of two prompts that read the same thread,
-    /// the first to append wins and the other gets a
-    /// [`StoreError::Conflict`] and changes nothing (it should reload the
-    /// thread and retry). No such session is [`StoreError::NoSession`].
-    async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now_ms: i64) -> StoreResult<Session>;
-
-    /// The runs linked to the session, oldest first (by `created_ms`, then
-    /// by id).
-    async fn session_runs(&self, id: &str) -> StoreResult<Vec<Run>>;
-
-    /// Deletes the session, its thread, and every run linked to it with
-    /// that run's journal, events, checkpoints, approval and jobs. `false`
-    /// if there was no such session.
-    async fn delete_session(&self, id: &str) -> StoreResult<bool>;
-
-    /// Deletes, as [`Store::delete_session`] does, every session whose
-    /// `updated_ms` is before `updated_before_ms`, and returns their ids
-    /// (sorted). Nothing else changes: a session updated at or after the
-    /// cut stays, and so does every run that is not linked to a deleted
-    /// session.
-    ///
-    /// Retention never drops live work: a session with a prompt in progress
-    /// (a run `queued`, `running` or `suspended`) stays, however old its
-    /// `updated_ms`, and expires once that run has ended. On PostgreSQL the
-    /// expired sessions' rows are locked first, so a prompt created or
-    /// retried at the same moment either keeps its session or waits and
-    /// finds it gone.
-    async fn expire_sessions(&self, updated_before_ms: i64) -> StoreResult<Vec<String>>;
-
-    /// Records a new tenant, enabled. A taken id, or a name another tenant
-    /// has, is a [`StoreError::Conflict`] (the id is checked first).
-    async fn create_tenant(&self, tenant: NewTenant) -> StoreResult<Tenant>;
-
-    /// One tenant, by id.
-    async fn tenant(&self, id: &str) -> StoreResult<Option<Tenant>>;
-
-    /// One tenant, by name.
-    async fn tenant_by_name(&self, name: &str) -> StoreResult<Option<Tenant>>;
-
-    /// Every tenant, by name (byte order).
-    async fn tenants(&self) -> StoreResult<Vec<Tenant>>;
-
-    /// Replaces the tenant's policy and sets whether it is disabled, each
-    /// only if given, and touches `updated_ms` (which never goes back, as a
-    /// session's does not); returns the tenant as it now is. One statement.
-    /// No such tenant is [`StoreError::NoTenant`].
-    async fn update_tenant(
-        &self,
-        id: &str,
-        policy: Option<Value>,
-        disabled: Option<bool>,
-        now_ms: i64,
-    ) -> StoreResult<Tenant>;
-
-    /// Records a new API key. Its hash must be a SHA-256 in lowercase hex
-    /// ([`sha256_hex`]), so that a key is never stored as itself; a taken
-    /// id or a hash another key has is a [`StoreError::Conflict`] (in that
-    /// order, and before the tenant is looked at). A key of a tenant that
-    /// is not there is [`StoreError::NoTenant`].
-    async fn create_key(&self, key: NewApiKey) -> StoreResult<ApiKey>;
-
-    /// The key with this hash, revoked or not: the caller checks
-    /// [`ApiKey::revoked_ms`] (and the tenant's [`Tenant::disabled`]).
-    async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>>;
-
-    /// The keys of one tenant, or with `None` the admin keys, oldest first
-    /// (by `created_ms`, then by id), revoked ones included.
-    async fn keys(&self, tenant: Option<&str>) -> StoreResult<Vec<ApiKey>>;
-
-    /// Revokes a key at `now_ms` and returns it. Revoking a revoked key
-    /// keeps its first `revoked_ms`. No such key is [`StoreError::NoKey`].
-    async fn revoke_key(&self, id: &str, now_ms: i64) -> StoreResult<ApiKey>;
-
-    /// Records a console sign-in, and forgets those expired by its
-    /// `created_ms`. A tenant that is not there is [`StoreError::NoTenant`];
-    /// an id hash already recorded is a [`StoreError::Conflict`].
-    async fn open_sign_in(&self, sign_in: SignIn) -> StoreResult<()>;
-
-    /// The sign-in with this id hash, unless it ended or expired by `now_ms`.
-    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>>;
-
-    /// Ends a sign-in; ending one that is not there does nothing.
-    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()>;
-
-    /// Stores a tenant's plugin, bytes and all, under `(tenant, sha256)`,
-    /// unless it is there already: then the stored one is returned as it
-    /// was (its first name, world and time) with `false`; `true` means it
-    /// was stored now. Bytes that do not hash to `sha256` are a
-    /// [`StoreError::Conflict`]; a tenant that is not there is
-    /// [`StoreError::NoTenant`].
-    async fn put_plugin(&self, plugin: NewPlugin) -> StoreResult<(StoredPlugin, bool)>;
-
-    /// One of the tenant's plugins (never another tenant's, whatever the
-    /// hash).
-    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>>;
-
-    /// The bytes of one of the tenant's plugins.
-    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
-
-    /// The tenant's plugins, newest first (by `created_ms`, then by hash).
-    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>>;
-
-    /// The tenant's runs, as [`Store::runs`] lists runs: newest first,
-    /// optionally of one status, at most `limit`.
-    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
-
-    /// Appends an entry to the tenant's audit log and returns it: its
-    /// sequence number is the head's plus one, its `prev` the head's hash
-    /// and its hash [`audit_hash`] of them and the entry (`data` as
-    /// `serde_json` writes it); the tenant's row then records it as the
-    /// head. Read, insert and head are one transaction, serialized per
-    /// tenant (on PostgreSQL the tenant's row is locked first; on SQLite
-    /// the write lock is taken first), so concurrent appends in any number
-    /// of processes make one chain without gaps. A tenant that is not there
-    /// is [`StoreError::NoTenant`]. There is no way to change or delete an
-    /// entry.
-    async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry>;
-
-    /// The tenant's audit entries with a sequence number above `after_seq`,
-    /// in order, at most `limit`.
-    async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>>;
-
-    /// The last sequence number and hash of the tenant's audit log, as the
-    /// tenant's row records them (what [`verify_audit`] checks the log
-    /// against); `None` if it has no entries (or there is no such tenant).
-    async fn audit_head(&self, tenant: &str) -> StoreResult<Option<(u64, String)>>;
-
-    /// Every tenant's audit head, `(tenant, seq, hash)` (`0` and
-    /// [`AUDIT_GENESIS`] for an empty log), ordered by tenant: what an anchor
-    /// file ([`AuditAnchor`]) records.
-    async fn audit_heads(&self) -> StoreResult<Vec<(String, u64, String)>>;
-
-    /// Adds to the tenant's usage in the hour that holds `at_ms`
-    /// ([`usage_period`]), creating the hour's counters at zero if needed:
-    /// one upsert, so concurrent adds in any number of processes all count.
-    /// A tenant that is not there is [`StoreError::NoTenant`].
-    async fn add_usage(
-        &self,
-        tenant: &str,
-        at_ms: i64,
-        runs: u64,
-        tokens: u64,
-        cpu_ticks: u64,
-        egress_bytes: u64,
-    ) -> StoreResult<()>;
-
-    /// The tenant's usage per hour, from the hour that holds `since_ms` on,
-    /// oldest first. Hours with nothing added are not listed.
-    async fn usage(&self, tenant: &str, since_ms: i64) -> StoreResult<Vec<Usage>>;
-
-    /// Adds `used` to what the run has used over all its passes, creating
-    /// its counters at zero if needed: one upsert, so concurrent adds in
-    /// any number of processes all count. A run that is not there is
-    /// [`StoreError::NoRun`]; the counters go when the run does.
-    async fn add_run_usage(&self, run: &str, used: RunUsage) -> StoreResult<()>;
-
-    /// What the run has used over all its passes; zeros if nothing was
-    /// added (or there is no such run).
-    async fn run_usage(&self, run: &str) -> StoreResult<RunUsage>;
-
-    /// How many of the tenant's runs are running or may run without anyone
-    /// deciding anything: `queued` or `running` ones, and `suspended` or
-    /// `failed` ones with a queued or running job (a resume, a retry), and
-    /// any other with a running job (a cancelled run's guest holds its slot
-    /// until its pass ends).
-    async fn live_runs(&self, tenant: &str) -> StoreResult<u64>;
-
-    /// How many of the tenant's runs are running now: `running` ones, and
-    /// any other with a running job. Unlike [`Store::live_runs`], runs that
-    /// only wait in the queue are not counted: a claim is held only by runs
-    /// that hold a worker.
-    async fn running_runs(&self, tenant: &str) -> StoreResult<u64>;
-
-    /// Whether the run has a job queued or running (a start, a resume, a
-    /// retry): a second resume would only queue the same pass again.
-    async fn has_live_job(&self, run: &str) -> StoreResult<bool>;
 }
 
 /// Opens the store at `location`, creating it (and running migrations) if

@@ -17,8 +17,9 @@ use crate::sessions::{
 };
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
+    Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Tenants,
     ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, Session, SignIn, Store, StoreError,
+    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, Session, SignIn, StoreError,
     StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms,
     usage_period,
 };
@@ -143,7 +144,7 @@ impl Inner {
     }
 
     /// Appends to session `id`'s thread if it still holds `expected`
-    /// messages (see [`Store::append_thread`]).
+    /// messages (see [`Sessions::append_thread`]).
     fn append_thread(&mut self, id: &str, expected: u64, messages: Vec<Value>, now: i64) -> StoreResult<Session> {
         let session = self.sessions.get_mut(id).ok_or_else(|| StoreError::NoSession(id.to_string()))?;
         check_expected(session, expected)?;
@@ -154,7 +155,7 @@ impl Inner {
         Ok(session)
     }
 
-    /// Session `id`'s runs, oldest first (as [`Store::session_runs`]).
+    /// Session `id`'s runs, oldest first (as [`Sessions::session_runs`]).
     fn session_runs(&self, id: &str) -> Vec<&Run> {
         let mut runs: Vec<&Run> = self.runs.values().filter(|r| r.session.as_deref() == Some(id)).collect();
         runs.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
@@ -206,11 +207,14 @@ impl Inner {
 }
 
 #[async_trait::async_trait]
-impl Store for MemoryStore {
+impl Backend for MemoryStore {
     fn location(&self) -> String {
         "(memory)".into()
     }
+}
 
+#[async_trait::async_trait]
+impl Runs for MemoryStore {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
         let mut inner = self.lock();
         if inner.runs.contains_key(&new.id) {
@@ -414,7 +418,10 @@ impl Store for MemoryStore {
         inner.approvals.remove(id);
         Ok(())
     }
+}
 
+#[async_trait::async_trait]
+impl Jobs for MemoryStore {
     async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
         if let Some(reason) = check_new_job(&new) {
             return Err(StoreError::Conflict(reason));
@@ -551,6 +558,14 @@ impl Store for MemoryStore {
         Ok(jobs)
     }
 
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        let inner = self.lock();
+        Ok(inner.jobs.values().any(|j| j.run == run && matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    }
+}
+
+#[async_trait::async_trait]
+impl Sessions for MemoryStore {
     async fn open_session(&self, agent: &str, instance: &str, now: i64) -> StoreResult<Session> {
         let mut inner = self.lock();
         let address = (agent.to_string(), instance.to_string());
@@ -631,7 +646,10 @@ impl Store for MemoryStore {
         }
         Ok(expired)
     }
+}
 
+#[async_trait::async_trait]
+impl Tenants for MemoryStore {
     async fn create_tenant(&self, new: NewTenant) -> StoreResult<Tenant> {
         let mut inner = self.lock();
         if inner.tenants.contains_key(&new.id) {
@@ -719,26 +737,59 @@ impl Store for MemoryStore {
         Ok(key.clone())
     }
 
-    async fn open_sign_in(&self, new: SignIn) -> StoreResult<()> {
-        let mut inner = self.lock();
-        inner.sign_ins.retain(|_, s| s.expires_ms > new.created_ms);
-        inner.check_tenant(&new.tenant)?;
-        if inner.sign_ins.contains_key(&new.id_hash) {
-            return Err(StoreError::Conflict(sign_in_taken()));
-        }
-        inner.sign_ins.insert(new.id_hash.clone(), new);
-        Ok(())
+    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        let mut runs: Vec<Run> = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant) && status.is_none_or(|s| r.status == s))
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        runs.truncate(limit);
+        Ok(runs)
     }
 
-    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>> {
-        Ok(self.lock().sign_ins.get(id_hash).filter(|s| s.expires_ms > now_ms).cloned())
+    async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let inner = self.lock();
+        // As `sql::LIVE_RUNS`: a running job holds a slot whatever its run's
+        // status (a cancelled run's guest runs until it stops); a queued one
+        // only for a suspended or failed run (a resume, a retry).
+        let running: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
+        let queued: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Queued).map(|j| j.run.as_str()).collect();
+        let live = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant))
+            .filter(|r| match r.status {
+                RunStatus::Queued | RunStatus::Running => true,
+                RunStatus::Suspended | RunStatus::Failed => {
+                    running.contains(r.id.as_str()) || queued.contains(r.id.as_str())
+                }
+                RunStatus::Done | RunStatus::Cancelled => running.contains(r.id.as_str()),
+            })
+            .count();
+        Ok(live as u64)
     }
 
-    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
-        self.lock().sign_ins.remove(id_hash);
-        Ok(())
+    async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
+        let inner = self.lock();
+        let running: BTreeSet<&str> =
+            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
+        let n = inner
+            .runs
+            .values()
+            .filter(|r| r.tenant.as_deref() == Some(tenant))
+            .filter(|r| r.status == RunStatus::Running || running.contains(r.id.as_str()))
+            .count();
+        Ok(n as u64)
     }
+}
 
+#[async_trait::async_trait]
+impl Plugins for MemoryStore {
     async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {
         if let Some(reason) = check_new_plugin(&new) {
             return Err(StoreError::Conflict(reason));
@@ -771,20 +822,10 @@ impl Store for MemoryStore {
         plugins.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.sha256.cmp(&a.sha256)));
         Ok(plugins)
     }
+}
 
-    async fn tenant_runs(&self, tenant: &str, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
-        let inner = self.lock();
-        let mut runs: Vec<Run> = inner
-            .runs
-            .values()
-            .filter(|r| r.tenant.as_deref() == Some(tenant) && status.is_none_or(|s| r.status == s))
-            .cloned()
-            .collect();
-        runs.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
-        runs.truncate(limit);
-        Ok(runs)
-    }
-
+#[async_trait::async_trait]
+impl Ledger for MemoryStore {
     async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry> {
         // Under the one lock: appends to a tenant's log are serialized.
         let mut inner = self.lock();
@@ -866,46 +907,27 @@ impl Store for MemoryStore {
     async fn run_usage(&self, run: &str) -> StoreResult<RunUsage> {
         Ok(self.lock().run_usage.get(run).copied().unwrap_or_default())
     }
+}
 
-    async fn live_runs(&self, tenant: &str) -> StoreResult<u64> {
-        let inner = self.lock();
-        // As `sql::LIVE_RUNS`: a running job holds a slot whatever its run's
-        // status (a cancelled run's guest runs until it stops); a queued one
-        // only for a suspended or failed run (a resume, a retry).
-        let running: BTreeSet<&str> =
-            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
-        let queued: BTreeSet<&str> =
-            inner.jobs.values().filter(|j| j.status == JobStatus::Queued).map(|j| j.run.as_str()).collect();
-        let live = inner
-            .runs
-            .values()
-            .filter(|r| r.tenant.as_deref() == Some(tenant))
-            .filter(|r| match r.status {
-                RunStatus::Queued | RunStatus::Running => true,
-                RunStatus::Suspended | RunStatus::Failed => {
-                    running.contains(r.id.as_str()) || queued.contains(r.id.as_str())
-                }
-                RunStatus::Done | RunStatus::Cancelled => running.contains(r.id.as_str()),
-            })
-            .count();
-        Ok(live as u64)
+#[async_trait::async_trait]
+impl SignIns for MemoryStore {
+    async fn open_sign_in(&self, new: SignIn) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.sign_ins.retain(|_, s| s.expires_ms > new.created_ms);
+        inner.check_tenant(&new.tenant)?;
+        if inner.sign_ins.contains_key(&new.id_hash) {
+            return Err(StoreError::Conflict(sign_in_taken()));
+        }
+        inner.sign_ins.insert(new.id_hash.clone(), new);
+        Ok(())
     }
 
-    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
-        let inner = self.lock();
-        Ok(inner.jobs.values().any(|j| j.run == run && matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> StoreResult<Option<SignIn>> {
+        Ok(self.lock().sign_ins.get(id_hash).filter(|s| s.expires_ms > now_ms).cloned())
     }
 
-    async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
-        let inner = self.lock();
-        let running: BTreeSet<&str> =
-            inner.jobs.values().filter(|j| j.status == JobStatus::Running).map(|j| j.run.as_str()).collect();
-        let n = inner
-            .runs
-            .values()
-            .filter(|r| r.tenant.as_deref() == Some(tenant))
-            .filter(|r| r.status == RunStatus::Running || running.contains(r.id.as_str()))
-            .count();
-        Ok(n as u64)
+    async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
+        self.lock().sign_ins.remove(id_hash);
+        Ok(())
     }
 }

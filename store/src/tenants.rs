@@ -267,7 +267,7 @@ pub fn audit_hash(prev: &str, seq: u64, at_ms: i64, tenant: &str, kind: &str, da
 }
 
 /// The entry that follows a log whose head is `head` (`None`: an empty
-/// log): the one rule every backend's [`crate::Store::append_audit`]
+/// log): the one rule every backend's [`crate::Ledger::append_audit`]
 /// applies.
 pub(crate) fn next_audit_entry(
     tenant: &str,
@@ -386,7 +386,7 @@ pub enum AuditBreak {
 
 /// Checks a tenant's whole audit log, as [`crate::Store::audit`] returns it
 /// from the start, against the head its row records
-/// ([`crate::Store::audit_head`]): sequence numbers run 1, 2, 3… without a
+/// ([`crate::Ledger::audit_head`]): sequence numbers run 1, 2, 3… without a
 /// gap or a repeat, each `prev` is the previous entry's hash
 /// ([`AUDIT_GENESIS`] for entry 1), each hash recomputes
 /// ([`audit_hash`]), and the last entry is the head (which catches

@@ -389,7 +389,7 @@ impl Drop for Pending {
 
 /// One write's hold on the connection; [`Turn::end`] ends it.
 #[derive(Debug)]
-pub(crate) struct Turn {
+pub struct Turn {
     // Dropped first: the connection is free before `unfinished` acts.
     slot: Held,
     kind: Kind,

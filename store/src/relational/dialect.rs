@@ -1,0 +1,247 @@
+//! Where SQLite and PostgreSQL differ, as the one SQL store
+//! ([`super::SqlStore`]) sees them: how a read gets a connection, how a
+//! write is begun and ended, how a statement is run with its parameters,
+//! how an error is named, and the few statements whose text differs.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::ops::DerefMut;
+
+use serde_json::Value;
+
+use crate::rows::Columns;
+use crate::{StoreError, StoreResult};
+
+/// A value bound to one of a statement's parameters.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// Text.
+    Text(&'a str),
+    /// Text or `NULL`.
+    MaybeText(Option<&'a str>),
+    /// An integer.
+    Int(i64),
+    /// An integer or `NULL`.
+    MaybeInt(Option<i64>),
+    /// Raw bytes.
+    Bytes(&'a [u8]),
+    /// A list: an array on PostgreSQL, JSON text on SQLite.
+    List(List<'a>),
+}
+
+/// A list bound to one parameter.
+#[derive(Debug, Clone, Copy)]
+pub enum List<'a> {
+    /// Texts.
+    Texts(&'a [String]),
+    /// Integers.
+    Ints(&'a [i64]),
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(text: &'a str) -> Self {
+        Arg::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(text: &'a String) -> Self {
+        Arg::Text(text)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(text: Option<&'a str>) -> Self {
+        Arg::MaybeText(text)
+    }
+}
+
+impl<'a> From<&'a Option<String>> for Arg<'a> {
+    fn from(text: &'a Option<String>) -> Self {
+        Arg::MaybeText(text.as_deref())
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(n: i64) -> Self {
+        Arg::Int(n)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(n: Option<i64>) -> Self {
+        Arg::MaybeInt(n)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Arg<'a> {
+    fn from(bytes: &'a Vec<u8>) -> Self {
+        Arg::Bytes(bytes)
+    }
+}
+
+impl<'a> From<&'a [String]> for Arg<'a> {
+    fn from(list: &'a [String]) -> Self {
+        Arg::List(List::Texts(list))
+    }
+}
+
+impl<'a> From<&'a [i64]> for Arg<'a> {
+    fn from(list: &'a [i64]) -> Self {
+        Arg::List(List::Ints(list))
+    }
+}
+
+/// A list as JSON text, for an engine without arrays.
+pub(crate) fn json_list<T: serde::Serialize>(list: &[T]) -> String {
+    // Strings and integers always serialize.
+    serde_json::to_string(list).unwrap_or_else(|_| "[]".into())
+}
+
+/// A job queue a write places a job in, which PostgreSQL holds while it
+/// does ([`Dialect::hold_queue`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Queue<'a> {
+    /// The queue of this run's tenant.
+    OfRun(&'a str),
+    /// The queue this job is in.
+    OfJob(&'a str),
+}
+
+/// One relational database engine, and a store's connections to it.
+pub trait Dialect: Debug + Send + Sync + Sized + 'static {
+    /// A connection.
+    type Conn: Send;
+    /// A row a statement answers.
+    type Row: Columns + Send + Sync;
+    /// A connection held for reads.
+    type Read: DerefMut<Target = Self::Conn> + Send;
+    /// A connection held for one write, until [`Dialect::end`].
+    type Write: DerefMut<Target = Self::Conn> + Send;
+
+    /// Whether a transaction locks the rows it reads before it writes
+    /// (PostgreSQL), rather than holding the whole database from its first
+    /// statement (SQLite's `BEGIN IMMEDIATE`). With row locks, a write that
+    /// touches a session locks the session's row first, before any run's.
+    const LOCKS_ROWS: bool;
+    /// A run read by a write that depends on it ([`crate::sql::SELECT_RUN`]).
+    const SELECT_RUN_TO_WRITE: &'static str;
+    /// A run's status and owner read by a write that depends on them
+    /// ([`crate::sql::RUN_OWNER`]).
+    const RUN_OWNER_TO_WRITE: &'static str;
+    /// A session's id read by a write that depends on it being there
+    /// ([`crate::sql::SESSION_ID`]).
+    const SESSION_ID_TO_WRITE: &'static str;
+    /// One journal entry, inserted only if the owner holds the run
+    /// ([`crate::sql::APPEND_ENTRY_IF_OWNER`]).
+    const APPEND_ENTRY_IF_OWNER: &'static str;
+    /// Leases renewed by a list of run ids.
+    const RENEW_LEASES: &'static str;
+    /// A job read by a write that depends on it ([`crate::sql::SELECT_JOB`]).
+    const SELECT_JOB_TO_WRITE: &'static str;
+    /// The job to claim next ([`crate::sql::DUE_JOB`]).
+    const DUE_JOB: &'static str;
+    /// A new job, placed at its queue's next turn.
+    const INSERT_JOB: &'static str;
+    /// A retried job's next turn.
+    const RETRY_TURN: &'static str;
+    /// Job leases extended by a list of tokens.
+    const HEARTBEAT_JOBS: &'static str;
+    /// A tenant's audit head read by the append that advances it
+    /// ([`crate::sql::AUDIT_HEAD`]).
+    const AUDIT_HEAD_TO_WRITE: &'static str;
+
+    /// Where the store is, for messages.
+    fn location(&self) -> &str;
+
+    /// A database error as a [`StoreError`], naming the store.
+    fn error(&self, e: &sqlx::Error) -> StoreError;
+
+    /// A connection for reads that need no lock.
+    fn read(&self) -> impl Future<Output = StoreResult<Self::Read>> + Send;
+
+    /// A connection for a write of any number of statements, in a
+    /// transaction that [`Dialect::end`] commits or rolls back.
+    fn begin(&self) -> impl Future<Output = StoreResult<Self::Write>> + Send;
+
+    /// A connection for a write of one statement, which commits by itself
+    /// (or, on SQLite, with the group it joins) when [`Dialect::end`] ends
+    /// it.
+    fn single(&self) -> impl Future<Output = StoreResult<Self::Write>> + Send;
+
+    /// Ends a write with its `result`: a success is committed before it is
+    /// returned, a failure rolled back.
+    fn end<T: Send>(
+        &self,
+        write: Self::Write,
+        result: StoreResult<T>,
+    ) -> impl Future<Output = StoreResult<T>> + Send;
+
+    /// Opens every connection that would otherwise open on first use.
+    fn connect_all(&self) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Runs `sql` with `args`: its first row, if any.
+    fn fetch_optional<'a>(
+        conn: &'a mut Self::Conn,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// Runs `sql` with `args`: every row.
+    fn fetch_all<'a>(
+        conn: &'a mut Self::Conn,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// Runs `sql` with `args`: how many rows it changed.
+    fn execute<'a>(
+        conn: &'a mut Self::Conn,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    /// Inserts a session's messages numbered from `first`
+    /// ([`crate::sql::APPEND_MESSAGES`]).
+    fn append_messages<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        session: &'a str,
+        first: i64,
+        messages: &'a [Value],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+
+    /// Holds `queue` until the transaction ends, so that jobs placed in it
+    /// at once take turns one after another; nothing where the whole
+    /// database is held already.
+    fn hold_queue<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        queue: Queue<'a>,
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+}
+
+/// `query` with `args` bound in order; a list goes through `list`, each
+/// engine's own way.
+pub(crate) fn bind<'q, DB>(
+    query: sqlx::query::Query<'q, DB, DB::Arguments>,
+    args: &[Arg<'_>],
+    list: impl Fn(sqlx::query::Query<'q, DB, DB::Arguments>, List<'_>) -> sqlx::query::Query<'q, DB, DB::Arguments>,
+) -> sqlx::query::Query<'q, DB, DB::Arguments>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> &'a [u8]: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<i64>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    args.iter().fold(query, |query, arg| match *arg {
+        Arg::Text(text) => query.bind(text),
+        Arg::MaybeText(text) => query.bind(text),
+        Arg::Int(n) => query.bind(n),
+        Arg::MaybeInt(n) => query.bind(n),
+        Arg::Bytes(bytes) => query.bind(bytes),
+        Arg::List(items) => list(query, items),
+    })
+}

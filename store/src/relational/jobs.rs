@@ -1,0 +1,212 @@
+//! [`Jobs`] over SQL: the job queue.
+
+use super::{Arg, Dialect, Queue, SqlStore, limit};
+use crate::jobs::check_new_job;
+use crate::rows::Columns as _;
+use crate::refusal::job_exists;
+use crate::sql;
+use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResult};
+
+impl<D: Dialect> SqlStore<D> {
+    /// Places a new job at its queue's next turn, its queue held
+    /// ([`Dialect::hold_queue`]) until the transaction ends.
+    async fn enqueue_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
+        self.db.hold_queue(conn, Queue::OfRun(&new.run)).await?;
+        let payload = new.payload.to_string();
+        let args: &[Arg<'_>] = &[
+            (&new.id).into(),
+            (&new.run).into(),
+            new.kind.as_str().into(),
+            (&payload).into(),
+            JobStatus::Queued.as_str().into(),
+            0_i64.into(),
+            i64::from(new.max_attempts).into(),
+            new.backoff_ms.into(),
+            new.not_before_ms.into(),
+            Arg::MaybeText(None),
+            Arg::MaybeInt(None),
+            Arg::MaybeInt(None),
+            Arg::MaybeText(None),
+            new.created_ms.into(),
+            new.created_ms.into(),
+        ];
+        let placed = self.optional(conn, D::INSERT_JOB, args).await?;
+        let Some(row) = placed else {
+            // The id is taken, or the run is not there.
+            return match self.optional(conn, sql::RUN_EXISTS, &[(&new.run).into()]).await? {
+                None => Err(StoreError::NoRun(new.run)),
+                Some(_) => Err(StoreError::Conflict(job_exists(&new.id))),
+            };
+        };
+        let (queue, turn) = (row.text_at(0), row.int_at(1));
+        let (queue, turn) = queue.and_then(|q| Ok((q, turn?))).map_err(|e| self.error(&e))?;
+        Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn))
+    }
+
+    async fn fetch_job(&self, conn: &mut D::Conn, sql: &'static str, id: &str) -> StoreResult<Option<Job>> {
+        let row = self.optional(conn, sql, &[id.into()]).await?;
+        row.map(|r| self.decode_job(&r)).transpose()
+    }
+
+    /// Writes what a claim, a completion or a failure changed in `job`.
+    async fn save_job(&self, conn: &mut D::Conn, job: &Job) -> StoreResult<()> {
+        let args: &[Arg<'_>] = &[
+            (&job.id).into(),
+            job.status.as_str().into(),
+            i64::from(job.attempts).into(),
+            job.not_before_ms.into(),
+            job.lease.as_ref().map(|l| l.worker.as_str()).into(),
+            job.lease.as_ref().map(|l| l.token).into(),
+            job.lease.as_ref().map(|l| l.until_ms).into(),
+            (&job.error).into(),
+            job.updated_ms.into(),
+        ];
+        self.execute(conn, sql::UPDATE_JOB, args).await?;
+        Ok(())
+    }
+
+    async fn claim_job_in(
+        &self,
+        conn: &mut D::Conn,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+        held_back: &[String],
+    ) -> StoreResult<Option<Job>> {
+        loop {
+            let Some(row) = self.optional(conn, D::DUE_JOB, &[now.into()]).await? else { return Ok(None) };
+            let mut job = self.decode_job(&row)?;
+            if job.held_back(held_back) {
+                return Ok(None);
+            }
+            if job.exhausted() {
+                job.give_up(now);
+                self.save_job(conn, &job).await?;
+                continue;
+            }
+            let token = self.one(conn, sql::NEXT_TOKEN, &[]).await?.int_at(0).map_err(|e| self.error(&e))?;
+            self.execute(conn, sql::FORGET_TOKEN, &[token.into()]).await?;
+            job.take(worker, token, lease_ms, now);
+            self.save_job(conn, &job).await?;
+            return Ok(Some(job));
+        }
+    }
+
+    /// Applies `change` to job `id` if `lease` still holds it.
+    async fn change_job(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        lease: &JobLease,
+        change: impl FnOnce(&mut Job) + Send,
+    ) -> StoreResult<Job> {
+        let job = self.fetch_job(conn, D::SELECT_JOB_TO_WRITE, id).await?;
+        let mut job = job.ok_or_else(|| StoreError::NoJob(id.to_string()))?;
+        job.check_lease(lease)?;
+        change(&mut job);
+        self.save_job(conn, &job).await?;
+        Ok(job)
+    }
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> Jobs for SqlStore<D> {
+    async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
+        if let Some(reason) = check_new_job(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let mut tx = self.db.begin().await?;
+        let result = self.enqueue_in(&mut tx, new).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn claim_job_unless(
+        &self,
+        worker: &str,
+        lease_ms: i64,
+        now: i64,
+        held_back: &[String],
+    ) -> StoreResult<Option<Job>> {
+        let mut tx = self.db.begin().await?;
+        let result = self.claim_job_in(&mut tx, worker, lease_ms, now, held_back).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.db.single().await?;
+        let until = now.saturating_add(lease_ms);
+        let rows = self.all(&mut conn, D::HEARTBEAT_JOBS, &[until.into(), now.into(), tokens.into()]).await;
+        let result = rows.and_then(|rows| rows.iter().map(|r| r.int_at(0).map_err(|e| self.error(&e))).collect());
+        self.db.end(conn, result).await
+    }
+
+    async fn complete_job(&self, id: &str, lease: &JobLease, now: i64) -> StoreResult<Job> {
+        let mut tx = self.db.begin().await?;
+        let result = self.change_job(&mut tx, id, lease, |job| job.complete(now)).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now: i64) -> StoreResult<Job> {
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            let mut job = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await?;
+            if job.status == JobStatus::Queued {
+                self.db.hold_queue(&mut tx, Queue::OfJob(id)).await?;
+                let turn = self.one(&mut tx, D::RETRY_TURN, &[id.into()]).await?;
+                job.turn = turn.int_at(0).map_err(|e| self.error(&e))?;
+            }
+            Ok(job)
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now: i64,
+    ) -> StoreResult<Job> {
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            let mut same = false;
+            let job = self
+                .change_job(&mut tx, id, lease, |job| {
+                    same = job.error.as_deref() == Some(reason);
+                    job.postpone(reason, not_before_ms, now);
+                })
+                .await?;
+            if same {
+                return Ok(job);
+            }
+            let data = serde_json::json!({"reason": reason, "until_ms": not_before_ms}).to_string();
+            self.execute(&mut tx, sql::APPEND_EVENT, &[(&job.run).into(), "held".into(), (&data).into(), now.into()])
+                .await?;
+            Ok(job)
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
+    async fn job(&self, id: &str) -> StoreResult<Option<Job>> {
+        let mut conn = self.db.read().await?;
+        self.fetch_job(&mut conn, sql::SELECT_JOB, id).await
+    }
+
+    async fn jobs(&self, status: Option<JobStatus>, count: usize) -> StoreResult<Vec<Job>> {
+        let rows = match status {
+            Some(s) => self.read_all(sql::LIST_JOBS_BY_STATUS, &[s.as_str().into(), limit(count).into()]).await?,
+            None => self.read_all(sql::LIST_JOBS, &[limit(count).into()]).await?,
+        };
+        rows.iter().map(|r| self.decode_job(r)).collect()
+    }
+
+    async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
+        Ok(self.read_count(sql::LIVE_JOBS_OF_RUN, &[run.into()]).await? > 0)
+    }
+}

@@ -1,0 +1,63 @@
+//! [`Plugins`] over SQL: tenants' plugins, bytes included.
+
+use super::{Arg, Dialect, SqlStore, to_i64};
+use crate::rows;
+use crate::sql;
+use crate::tenants::check_new_plugin;
+use crate::{NewPlugin, Plugins, StoreError, StoreResult, StoredPlugin};
+
+#[async_trait::async_trait]
+impl<D: Dialect> Plugins for SqlStore<D> {
+    async fn put_plugin(&self, new: NewPlugin) -> StoreResult<(StoredPlugin, bool)> {
+        if let Some(reason) = check_new_plugin(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let plugin = new.to_stored();
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            // A concurrent upload of the same plugin waits for this insert,
+            // then inserts nothing and reads the row this one wrote.
+            let args: &[Arg<'_>] = &[
+                (&plugin.tenant).into(),
+                (&plugin.sha256).into(),
+                (&plugin.name).into(),
+                (&plugin.world).into(),
+                to_i64(plugin.size, "plugin size")?.into(),
+                plugin.created_ms.into(),
+            ];
+            let inserted = match D::execute(&mut tx, sql::INSERT_PLUGIN, &args).await {
+                Ok(rows) => rows,
+                // The one foreign key: the plugin's tenant.
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    return Err(StoreError::NoTenant(plugin.tenant.clone()));
+                }
+                Err(e) => return Err(self.error(&e)),
+            };
+            let key: [Arg<'_>; 2] = [(&plugin.tenant).into(), (&plugin.sha256).into()];
+            if inserted == 0 {
+                // The tenant has it: the bytes are the same, by their hash.
+                let row = self.one(&mut tx, sql::SELECT_PLUGIN, &key).await?;
+                return Ok((self.decode_plugin(&row)?, false));
+            }
+            self.execute(&mut tx, sql::INSERT_PLUGIN_BLOB, &[key[0], key[1], (&new.bytes).into()]).await?;
+            Ok((plugin, true))
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
+    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>> {
+        let row = self.read_optional(sql::SELECT_PLUGIN, &[tenant.into(), sha256.into()]).await?;
+        row.map(|r| self.decode_plugin(&r)).transpose()
+    }
+
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        let row = self.read_optional(sql::PLUGIN_BYTES, &[tenant.into(), sha256.into()]).await?;
+        row.map(|r| self.decode(|errors| rows::plugin_bytes(&r, errors))).transpose()
+    }
+
+    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>> {
+        let rows = self.read_all(sql::LIST_PLUGINS, &[tenant.into()]).await?;
+        rows.iter().map(|r| self.decode_plugin(r)).collect()
+    }
+}

@@ -1,0 +1,535 @@
+//! [`Runs`] over SQL: records, leases, journal, events, checkpoints and
+//! approvals.
+
+use serde_json::Value;
+
+use super::{Arg, Dialect, SqlStore, limit, to_i64};
+use crate::refusal::{
+    check_decision, claim_refusal, duplicate_entry, not_final, not_owned, nothing_to_cancel, run_exists,
+};
+use crate::rows::{self, Columns as _};
+use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session};
+use crate::sql;
+use crate::{
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Runs, StoreError,
+    StoreResult, StoredEvent, ThreadAppend, Transition, now_ms,
+};
+
+impl<D: Dialect> SqlStore<D> {
+    /// Succeeds if `owner` holds the running run `id`'s lease (on
+    /// PostgreSQL keeping its row locked until the transaction ends);
+    /// otherwise says why not (`NoRun`, or a conflict naming its status).
+    async fn check_owner(&self, conn: &mut D::Conn, id: &str, owner: &str) -> StoreResult<()> {
+        let row = self.optional(conn, D::RUN_OWNER_TO_WRITE, &[id.into()]).await?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode_status(&row)?;
+        let holder = self.decode(|errors| rows::lease_owner(&row, errors))?;
+        if status != RunStatus::Running || holder.as_deref() != Some(owner) {
+            return Err(StoreError::Conflict(not_owned(id, status)));
+        }
+        Ok(())
+    }
+
+    /// The run `id` if `owner` holds it, for writing a batch with `thread`:
+    /// the run must be owned and a prompt of the session the append names.
+    /// A session that is not there is named first, whatever else is wrong.
+    /// Where rows are locked, the session's is locked first (the order
+    /// every session write takes); elsewhere it is looked up only when
+    /// something is wrong.
+    async fn owned_for(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        owner: &str,
+        thread: Option<&ThreadAppend>,
+    ) -> StoreResult<Run> {
+        let session_first = thread.filter(|_| D::LOCKS_ROWS);
+        if let Some(thread) = session_first
+            && !self.session_there(conn, &thread.session).await?
+        {
+            return Err(StoreError::NoSession(thread.session.clone()));
+        }
+        let run = self.fetch_run(conn, D::SELECT_RUN_TO_WRITE, id).await?;
+        let owned = run
+            .as_ref()
+            .is_some_and(|r| r.status == RunStatus::Running && r.lease.as_ref().is_some_and(|l| l.owner == owner));
+        let own_session = match (thread, &run) {
+            (Some(t), Some(r)) => r.session.as_deref() == Some(t.session.as_str()),
+            _ => true,
+        };
+        if session_first.is_none()
+            && let Some(thread) = thread
+            && !(owned && own_session)
+            && !self.session_there(conn, &thread.session).await?
+        {
+            return Err(StoreError::NoSession(thread.session.clone()));
+        }
+        let run = run.ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        if !owned {
+            return Err(StoreError::Conflict(not_owned(id, run.status)));
+        }
+        if let Some(thread) = thread {
+            check_own_session(&run, thread)?;
+        }
+        Ok(run)
+    }
+
+    /// Writes `batch` for run `id`, which [`SqlStore::owned_for`] has
+    /// checked; an error leaves the transaction to be rolled back.
+    async fn write_batch(&self, conn: &mut D::Conn, id: &str, batch: Batch) -> StoreResult<()> {
+        for e in &batch.journal {
+            let (seq, end) = (to_i64(e.seq, "sequence number")?, to_i64(e.end, "end sequence number")?);
+            let args: &[Arg<'_>] = &[
+                id.into(),
+                seq.into(),
+                end.into(),
+                (&e.interface).into(),
+                (&e.function).into(),
+                (&e.args_hash).into(),
+                (&e.result).into(),
+            ];
+            let inserted = D::execute(conn, sql::APPEND_ENTRY, args).await;
+            self.entry_written(inserted, id, e.seq)?;
+        }
+        for e in &batch.events {
+            let data = e.data.to_string();
+            self.execute(conn, sql::APPEND_EVENT, &[id.into(), (&e.kind).into(), (&data).into(), e.at_ms.into()])
+                .await?;
+        }
+        for (name, value) in &batch.checkpoints {
+            let value = value.to_string();
+            self.execute(conn, sql::PUT_CHECKPOINT, &[id.into(), name.into(), (&value).into()]).await?;
+        }
+        if let Some(thread) = batch.thread {
+            self.append_thread_in(conn, &thread.session, thread.expected, thread.messages, now_ms()).await?;
+        }
+        Ok(())
+    }
+
+    /// How many rows a journal insert wrote; a taken sequence number is a
+    /// conflict.
+    fn entry_written(&self, inserted: Result<u64, sqlx::Error>, id: &str, seq: u64) -> StoreResult<u64> {
+        match inserted {
+            Ok(rows) => Ok(rows),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Err(StoreError::Conflict(duplicate_entry(id, seq)))
+            }
+            Err(e) => Err(self.error(&e)),
+        }
+    }
+
+    async fn transition_in(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        owner: &str,
+        batch: Batch,
+        to: Transition,
+    ) -> StoreResult<Run> {
+        let mut run = self.owned_for(conn, id, owner, batch.thread.as_ref()).await?;
+        if let Transition::Finish { status, .. } = &to
+            && !status.is_final()
+        {
+            return Err(StoreError::Conflict(not_final(id, *status)));
+        }
+        self.write_batch(conn, id, batch).await?;
+        run.lease = None;
+        run.updated_ms = now_ms();
+        let mut approval = None;
+        match to {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
+            Transition::Suspend { reason, resume_key, approval: pending } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval = pending;
+            }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+            }
+        }
+        let leave: &[Arg<'_>] = &[
+            id.into(),
+            run.status.as_str().into(),
+            (&run.result).into(),
+            (&run.error).into(),
+            (&run.suspend_reason).into(),
+            (&run.resume_key).into(),
+            run.updated_ms.into(),
+        ];
+        self.execute(conn, sql::LEAVE_RUNNING, leave).await?;
+        if let Some(a) = approval {
+            let arguments = a.arguments.to_string();
+            let put: &[Arg<'_>] = &[
+                id.into(),
+                to_i64(a.seq, "approval sequence number")?.into(),
+                (&a.capability).into(),
+                (&a.tool).into(),
+                (&arguments).into(),
+                (&a.args_hash).into(),
+                (&a.component_sha256).into(),
+                a.decision.map(Decision::as_str).into(),
+                a.created_ms.into(),
+            ];
+            self.execute(conn, sql::PUT_APPROVAL, put).await?;
+        } else {
+            // A run that ends, or pauses for another reason, waits on no older call.
+            self.execute(conn, sql::DELETE_APPROVAL, &[id.into()]).await?;
+        }
+        Ok(run)
+    }
+
+    async fn claim_in(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        if how == Claim::Retry && D::LOCKS_ROWS {
+            // A retry of a prompt takes its session's row first, as a new
+            // prompt does: neither can then slip in behind the other. A run's
+            // session never changes, so reading it unlocked is enough.
+            if let Some(session) = self.fetch_run(conn, sql::SELECT_RUN, id).await?.and_then(|r| r.session) {
+                self.session_there(conn, &session).await?;
+            }
+        }
+        // Where rows are locked, the run's lock is what makes one claimer
+        // win: a second claim waits here until the first commits, then reads
+        // the run as it left it.
+        let mut run = self.run_to_write(conn, id).await?;
+        if !how.allows(&run, now) {
+            return Err(StoreError::Conflict(claim_refusal(id, how, &run)));
+        }
+        if how == Claim::Retry
+            && let Some(session) = &run.session
+        {
+            let later = self.optional(conn, sql::LATER_SESSION_RUN, &[session.into(), run.created_ms.into(), (&run.id).into()]).await?;
+            let later = later.map(|row| row.text_at(0)).transpose().map_err(|e| self.error(&e))?;
+            check_latest(&run, later)?;
+        }
+        let resumed = matches!(how, Claim::Resume | Claim::Retry);
+        let claim: &[Arg<'_>] = &[id.into(), (&lease.owner).into(), lease.until_ms.into(), now.into(), (&resume_input).into()];
+        if resumed {
+            self.execute(conn, sql::CLAIM_RESUME, claim).await?;
+            self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), "{}".into(), now.into()]).await?;
+            run.resume_input = resume_input;
+            run.suspend_reason = None;
+            run.error = None;
+        } else {
+            self.execute(conn, sql::CLAIM, &claim[..4]).await?;
+        }
+        run.status = RunStatus::Running;
+        run.lease = Some(lease);
+        run.updated_ms = now;
+        Ok(run)
+    }
+
+    /// Records `run`. Where rows are locked, a prompt's session was locked
+    /// and checked for a prompt in progress first, so of two processes
+    /// starting a prompt of one session at once the second sees the
+    /// first's run. Elsewhere the insert itself checks the session (one
+    /// statement, as for a plain run), and why nothing was written is
+    /// worked out after.
+    async fn create_run_in(&self, conn: &mut D::Conn, run: Run) -> StoreResult<Run> {
+        if D::LOCKS_ROWS
+            && let Some(session) = &run.session
+        {
+            if !self.session_there(conn, session).await? {
+                return Err(StoreError::NoSession(session.clone()));
+            }
+            // A statement of its own after the lock: it sees every run
+            // committed before the lock was granted.
+            let blocker = self.optional(conn, sql::PROMPT_IN_PROGRESS, &[session.into()]).await?;
+            let blocker = blocker.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose()?;
+            check_no_prompt_in_progress(session, blocker)?;
+        }
+        let checked = !D::LOCKS_ROWS && run.session.is_some();
+        let statement = if checked { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
+        let grant = run.grant.to_string();
+        let args: [Arg<'_>; 19] = [
+            (&run.id).into(),
+            (&run.agent).into(),
+            (&run.kind).into(),
+            (&run.source).into(),
+            (&run.component_sha256).into(),
+            (&run.input).into(),
+            (&grant).into(),
+            run.status.as_str().into(),
+            (&run.suspend_reason).into(),
+            (&run.resume_key).into(),
+            (&run.resume_input).into(),
+            (&run.result).into(),
+            (&run.error).into(),
+            run.created_ms.into(),
+            run.updated_ms.into(),
+            run.lease.as_ref().map(|l| l.owner.as_str()).into(),
+            run.lease.as_ref().map(|l| l.until_ms).into(),
+            (&run.session).into(),
+            (&run.tenant).into(),
+        ];
+        let inserted = match D::execute(conn, statement, &args).await {
+            Ok(rows) => rows,
+            // The foreign keys a run has that a caller names: its session and
+            // its tenant, which `create_run` checked first if it had to. A
+            // taken id inserts nothing, so it is named first here too.
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(match (run.session, run.tenant) {
+                    (Some(session), _) => StoreError::NoSession(session),
+                    (None, tenant) => StoreError::NoTenant(tenant.unwrap_or_default()),
+                });
+            }
+            Err(e) => return Err(self.error(&e)),
+        };
+        match inserted {
+            0 if checked => Err(self.not_created(conn, &run).await),
+            0 => Err(StoreError::Conflict(run_exists(&run.id))),
+            _ => Ok(run),
+        }
+    }
+
+    /// Why `run` was not inserted by the checked insert: its id is taken
+    /// (whatever its session), its session is gone, or a prompt of its
+    /// session is in progress.
+    async fn not_created(&self, conn: &mut D::Conn, run: &Run) -> StoreError {
+        let taken = self.optional(conn, sql::RUN_EXISTS, &[(&run.id).into()]).await;
+        match (taken, &run.session) {
+            (Err(e), _) => return e,
+            (Ok(Some(_)), _) | (Ok(None), None) => return StoreError::Conflict(run_exists(&run.id)),
+            (Ok(None), Some(_)) => {}
+        }
+        let session = run.session.as_deref().unwrap_or_default();
+        match self.session_there(conn, session).await {
+            Err(e) => return e,
+            Ok(false) => return StoreError::NoSession(session.to_string()),
+            Ok(true) => {}
+        }
+        let blocker = match self.optional(conn, sql::PROMPT_IN_PROGRESS, &[session.into()]).await {
+            Ok(row) => row.map(|row| self.decode(|errors| rows::prompt(&row, errors))).transpose(),
+            Err(e) => Err(e),
+        };
+        match blocker.and_then(|b| check_no_prompt_in_progress(session, b)) {
+            Err(e) => e,
+            // The prompt in the way ended in between: the caller may try again.
+            Ok(()) => StoreError::Conflict(format!(
+                "session `{session}` had a prompt in progress when run `{}` was created, which has ended since; \
+                 send the prompt again",
+                run.id
+            )),
+        }
+    }
+
+    async fn cancel_in(&self, conn: &mut D::Conn, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut run = self.run_to_write(conn, id).await?;
+        if run.status.is_final() {
+            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
+        }
+        run.status = RunStatus::Cancelled;
+        run.error = Some(reason.to_string());
+        run.lease = None;
+        run.updated_ms = now_ms();
+        self.execute(conn, sql::CANCEL, &[id.into(), reason.into(), run.updated_ms.into()]).await?;
+        self.execute(conn, sql::DELETE_APPROVAL, &[id.into()]).await?;
+        let data = serde_json::json!({ "reason": reason }).to_string();
+        self.execute(conn, sql::APPEND_EVENT, &[id.into(), "cancelled".into(), (&data).into(), run.updated_ms.into()])
+            .await?;
+        Ok(run)
+    }
+
+    async fn decide_in(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+    ) -> StoreResult<Approval> {
+        let row = self.optional(conn, D::RUN_OWNER_TO_WRITE, &[id.into()]).await?;
+        let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
+        let status = self.decode_status(&row)?;
+        let current = match self.optional(conn, sql::SELECT_APPROVAL, &[id.into()]).await? {
+            Some(row) => Some(self.decode(|errors| rows::approval(id, &row, errors))?),
+            None => None,
+        };
+        let mut approval = check_decision(id, call, decision, status, current)?;
+        let seq = to_i64(call.seq, "approval sequence number")?;
+        self.execute(conn, sql::DECIDE, &[id.into(), decision.as_str().into(), seq.into(), (&call.args_hash).into()])
+            .await?;
+        approval.decision = Some(decision);
+        Ok(approval)
+    }
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> Runs for SqlStore<D> {
+    async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
+        let run = new.into_run();
+        // What is checked before the insert, in one transaction with it:
+        // where rows are locked, a prompt's session; elsewhere a tenant (the
+        // checked insert names a missing session itself). A taken id, then a
+        // missing tenant, are named before anything about a session.
+        let check_first = if D::LOCKS_ROWS { run.session.is_some() } else { run.tenant.is_some() };
+        if !check_first {
+            let mut conn = self.db.single().await?;
+            let result = self.create_run_in(&mut conn, run).await;
+            return self.db.end(conn, result).await;
+        }
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            if self.optional(&mut tx, sql::RUN_EXISTS, &[(&run.id).into()]).await?.is_some() {
+                return Err(StoreError::Conflict(run_exists(&run.id)));
+            }
+            if let Some(tenant) = &run.tenant {
+                self.check_tenant(&mut tx, tenant).await?;
+            }
+            self.create_run_in(&mut tx, run).await
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
+        let mut conn = self.db.read().await?;
+        self.fetch_run(&mut conn, sql::SELECT_RUN, id).await
+    }
+
+    async fn runs(&self, status: Option<RunStatus>, count: usize) -> StoreResult<Vec<Run>> {
+        let rows = match status {
+            Some(s) => self.read_all(sql::LIST_RUNS_BY_STATUS, &[s.as_str().into(), limit(count).into()]).await?,
+            None => self.read_all(sql::LIST_RUNS, &[limit(count).into()]).await?,
+        };
+        self.decode_runs(&rows)
+    }
+
+    async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
+        // The common case, one host call's entry and nothing else, is one
+        // autocommit statement whose lease check (on PostgreSQL with the
+        // run's row locked) rides in the insert: the same cost as a bare
+        // insert (see benches/journal.rs).
+        if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
+            let (seq, end) = (to_i64(e.seq, "sequence number")?, to_i64(e.end, "end sequence number")?);
+            let mut conn = self.db.single().await?;
+            let args: &[Arg<'_>] = &[
+                id.into(),
+                seq.into(),
+                end.into(),
+                (&e.interface).into(),
+                (&e.function).into(),
+                (&e.args_hash).into(),
+                (&e.result).into(),
+                owner.into(),
+            ];
+            let inserted = D::execute(&mut conn, D::APPEND_ENTRY_IF_OWNER, args).await;
+            let result = match self.entry_written(inserted, id, e.seq) {
+                Ok(0) => match self.check_owner(&mut conn, id, owner).await {
+                    Err(e) => Err(e),
+                    // It changed hands and back between the two statements:
+                    // say so rather than pretend the write happened.
+                    Ok(()) => Err(StoreError::Conflict(not_owned(id, RunStatus::Running))),
+                },
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            return self.db.end(conn, result).await;
+        }
+        if batch.is_empty() {
+            let mut conn = self.db.single().await?;
+            let result = self.check_owner(&mut conn, id, owner).await;
+            return self.db.end(conn, result).await;
+        }
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
+            self.write_batch(&mut tx, id, batch).await
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
+    async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
+        let mut tx = self.db.begin().await?;
+        let result = self.transition_in(&mut tx, id, owner, batch, to).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        how: Claim,
+        lease: Lease,
+        resume_input: Option<String>,
+        now: i64,
+    ) -> StoreResult<Run> {
+        let mut tx = self.db.begin().await?;
+        let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.db.single().await?;
+        let result = self.texts(&mut conn, D::RENEW_LEASES, &[owner.into(), until_ms.into(), ids.into()]).await;
+        self.db.end(conn, result).await
+    }
+
+    async fn orphans(&self, now: i64) -> StoreResult<Vec<Run>> {
+        let rows = self.read_all(sql::ORPHANS, &[now.into()]).await?;
+        self.decode_runs(&rows)
+    }
+
+    async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
+        let mut tx = self.db.begin().await?;
+        let result = self.cancel_in(&mut tx, id, reason).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {
+        let rows = self.read_all(sql::JOURNAL, &[id.into()]).await?;
+        rows.iter().map(|row| self.decode(|errors| rows::entry(id, row, errors))).collect()
+    }
+
+    async fn events(&self, id: &str, after: i64, count: usize) -> StoreResult<Vec<StoredEvent>> {
+        let rows = self.read_all(sql::EVENTS, &[id.into(), after.into(), limit(count).into()]).await?;
+        rows.iter().map(|row| self.decode(|errors| rows::event(row, errors))).collect()
+    }
+
+    async fn checkpoints(&self, id: &str) -> StoreResult<Vec<(String, Value)>> {
+        let rows = self.read_all(sql::CHECKPOINTS, &[id.into()]).await?;
+        rows.iter().map(|row| self.decode(|errors| rows::checkpoint(id, row, errors))).collect()
+    }
+
+    async fn approval(&self, id: &str) -> StoreResult<Option<Approval>> {
+        let row = self.read_optional(sql::SELECT_APPROVAL, &[id.into()]).await?;
+        row.map(|r| self.decode(|errors| rows::approval(id, &r, errors))).transpose()
+    }
+
+    async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval> {
+        let mut tx = self.db.begin().await?;
+        let result = self.decide_in(&mut tx, id, call, decision).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            self.check_owner(&mut tx, id, owner).await?;
+            self.execute(&mut tx, sql::DELETE_APPROVAL, &[id.into()]).await?;
+            Ok(())
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+}

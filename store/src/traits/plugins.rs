@@ -1,0 +1,26 @@
+//! Tenants' uploaded plugins, bytes included.
+
+use crate::{NewPlugin, StoreResult, StoredPlugin};
+
+/// The plugins tenants uploaded, content-addressed by `(tenant, sha256)`,
+/// bytes included. Every method is one transaction.
+#[async_trait::async_trait]
+pub trait Plugins: Send + Sync {
+    /// Stores a tenant's plugin, bytes and all, under `(tenant, sha256)`,
+    /// unless it is there already: then the stored one is returned as it
+    /// was (its first name, world and time) with `false`; `true` means it
+    /// was stored now. Bytes that do not hash to `sha256` are a
+    /// [`StoreError::Conflict`]; a tenant that is not there is
+    /// [`StoreError::NoTenant`].
+    async fn put_plugin(&self, plugin: NewPlugin) -> StoreResult<(StoredPlugin, bool)>;
+
+    /// One of the tenant's plugins (never another tenant's, whatever the
+    /// hash).
+    async fn plugin(&self, tenant: &str, sha256: &str) -> StoreResult<Option<StoredPlugin>>;
+
+    /// The bytes of one of the tenant's plugins.
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// The tenant's plugins, newest first (by `created_ms`, then by hash).
+    async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>>;
+}
