@@ -26,7 +26,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use nexo_store::{Batch, Entry, Lease, NewEvent, NewRun, RunStatus, SqliteStore, Store};
+use nexo_store::{Batch, Entry, Lease, NewEvent, NewRun, RunStatus, Runs, SqliteStore};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, SqliteConnection};

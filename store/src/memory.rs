@@ -17,11 +17,10 @@ use crate::sessions::{
 };
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
-    Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Tenants,
-    ApiKey, Approval, AuditEntry, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Lease, NewApiKey, NewJob,
-    NewPlugin, NewRun, NewTenant, PendingCall, Retry, Run, RunStatus, RunUsage, Session, SignIn, StoreError,
-    StoreResult, StoredEvent, StoredPlugin, Tenant, ThreadAppend, Transition, Usage, new_session_id, now_ms,
-    usage_period,
+    ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Jobs, Lease,
+    Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Plugins, Retry, Run, RunStatus, RunUsage,
+    Runs, Session, Sessions, SignIn, SignIns, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, Tenants,
+    ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.

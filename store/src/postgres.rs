@@ -137,7 +137,6 @@ impl PgStore {
     }
 }
 
-
 /// A statement with its parameters, a list as an array.
 fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArguments> {
     bind(sqlx::query(sql), args, |query, list| match list {
@@ -217,7 +216,6 @@ impl Dialect for PgDatabase {
         }
     }
 
-
     async fn read(&self) -> StoreResult<PoolConnection<Postgres>> {
         self.pool.acquire().await.map_err(|e| self.error(&e))
     }
@@ -266,7 +264,11 @@ impl Dialect for PgDatabase {
         query(sql, args).fetch_all(conn)
     }
 
-    async fn execute<'a>(conn: &'a mut PgConnection, sql: &'static str, args: &'a [Arg<'a>]) -> Result<u64, sqlx::Error> {
+    async fn execute<'a>(
+        conn: &'a mut PgConnection,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> Result<u64, sqlx::Error> {
         Ok(query(sql, args).execute(conn).await?.rows_affected())
     }
 

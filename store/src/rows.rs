@@ -131,8 +131,7 @@ fn column<T: Column>(row: &impl Columns, name: &str, errors: &Errors<'_>) -> Res
 /// A run's status column.
 pub(crate) fn run_status(row: &impl Columns, errors: &Errors<'_>) -> Result<RunStatus, StoreError> {
     let status: String = column(row, "status", errors)?;
-    RunStatus::parse(&status)
-        .ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
+    RunStatus::parse(&status).ok_or_else(|| (errors.corrupt)(format!("a run has the unknown status `{status}`")))
 }
 
 /// A session's prompt in progress, from
@@ -314,11 +313,7 @@ pub(crate) fn usage(row: &impl Columns, errors: &Errors<'_>) -> Result<Usage, St
 /// A run's counters, from [`crate::sql::RUN_USAGE`].
 pub(crate) fn run_usage(row: &impl Columns, run: &str, errors: &Errors<'_>) -> Result<RunUsage, StoreError> {
     let counter = |name: &str| -> Result<u64, StoreError> {
-        unsigned(
-            column(row, name, errors)?,
-            || format!("run `{run}`'s usage has a negative {name} count"),
-            errors,
-        )
+        unsigned(column(row, name, errors)?, || format!("run `{run}`'s usage has a negative {name} count"), errors)
     };
     Ok(RunUsage {
         tokens: counter("tokens")?,
@@ -356,9 +351,10 @@ pub(crate) fn approval(id: &str, row: &impl Columns, errors: &Errors<'_>) -> Res
     let decision: Option<String> = column(row, "decision", errors)?;
     let decision = match decision {
         None => None,
-        Some(d) => Some(Decision::parse(&d).ok_or_else(|| {
-            (errors.corrupt)(format!("run `{id}`'s approval has the unknown decision `{d}`"))
-        })?),
+        Some(d) => Some(
+            Decision::parse(&d)
+                .ok_or_else(|| (errors.corrupt)(format!("run `{id}`'s approval has the unknown decision `{d}`")))?,
+        ),
     };
     Ok(Approval {
         seq: unsigned(

@@ -27,12 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{ConnectOptions, Connection, Sqlite};
 
 use crate::relational::{Arg, Dialect, List, Queue, SqlStore, bind, json_list};
@@ -303,7 +303,11 @@ impl Dialect for SqliteFile {
         query(sql, args).fetch_all(conn)
     }
 
-    async fn execute<'a>(conn: &'a mut SqliteConnection, sql: &'static str, args: &'a [Arg<'a>]) -> Result<u64, sqlx::Error> {
+    async fn execute<'a>(
+        conn: &'a mut SqliteConnection,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> Result<u64, sqlx::Error> {
         Ok(query(sql, args).execute(conn).await?.rows_affected())
     }
 

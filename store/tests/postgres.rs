@@ -11,7 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use nexo_store::{
-    Batch, Claim, Lease, Location, NewRun, PgStore, RunStatus, SCHEMA_VERSION, Store, StoreError, Transition, open,
+    Backend, Batch, Claim, Lease, Location, NewRun, PgStore, Plugins, RunStatus, Runs, SCHEMA_VERSION, Sessions,
+    SignIns, Store, StoreError, Tenants, Transition, open,
 };
 use serde_json::json;
 use sqlx::Connection;

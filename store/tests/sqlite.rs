@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nexo_store::{
-    Approval, AuditBreak, Batch, Claim, Decision, Entry, Lease, Location, NewApiKey, NewEvent, NewPlugin, NewRun,
-    NewTenant, RunStatus, SCHEMA_VERSION, SqliteStore, Store, StoreError, Transition, open, sha256_hex, verify_audit,
+    Approval, AuditBreak, Backend, Batch, Claim, Decision, Entry, Jobs, Lease, Ledger, Location, NewApiKey, NewEvent,
+    NewPlugin, NewRun, NewTenant, Plugins, RunStatus, Runs, SCHEMA_VERSION, Sessions, SignIns, SqliteStore, Store,
+    StoreError, Tenants, Transition, open, sha256_hex, verify_audit,
 };
 use serde_json::json;
 use sqlx::{ConnectOptions, Connection};

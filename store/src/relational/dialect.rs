@@ -171,11 +171,7 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
 
     /// Ends a write with its `result`: a success is committed before it is
     /// returned, a failure rolled back.
-    fn end<T: Send>(
-        &self,
-        write: Self::Write,
-        result: StoreResult<T>,
-    ) -> impl Future<Output = StoreResult<T>> + Send;
+    fn end<T: Send>(&self, write: Self::Write, result: StoreResult<T>) -> impl Future<Output = StoreResult<T>> + Send;
 
     /// Opens every connection that would otherwise open on first use.
     fn connect_all(&self) -> impl Future<Output = StoreResult<()>> + Send;

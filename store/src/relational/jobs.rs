@@ -2,8 +2,8 @@
 
 use super::{Arg, Dialect, Queue, SqlStore, limit};
 use crate::jobs::check_new_job;
-use crate::rows::Columns as _;
 use crate::refusal::job_exists;
+use crate::rows::Columns as _;
 use crate::sql;
 use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResult};
 

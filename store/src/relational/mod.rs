@@ -19,9 +19,7 @@ pub(crate) use dialect::{bind, json_list};
 
 use crate::rows::{self, Columns as _, Errors};
 use crate::sql;
-use crate::{
-    ApiKey, Backend, Job, Run, RunStatus, Session, StoreError, StoreResult, StoredPlugin, Tenant,
-};
+use crate::{ApiKey, Backend, Job, Run, RunStatus, Session, StoreError, StoreResult, StoredPlugin, Tenant};
 
 /// A store in a relational database: SQLite's file or PostgreSQL's server,
 /// as its dialect `D` says ([`crate::SqliteStore`], [`crate::PgStore`]).

@@ -11,8 +11,8 @@ use crate::rows::{self, Columns as _};
 use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session};
 use crate::sql;
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Runs, StoreError,
-    StoreResult, StoredEvent, ThreadAppend, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Runs, StoreError, StoreResult,
+    StoredEvent, ThreadAppend, Transition, now_ms,
 };
 
 impl<D: Dialect> SqlStore<D> {
@@ -216,12 +216,15 @@ impl<D: Dialect> SqlStore<D> {
         if how == Claim::Retry
             && let Some(session) = &run.session
         {
-            let later = self.optional(conn, sql::LATER_SESSION_RUN, &[session.into(), run.created_ms.into(), (&run.id).into()]).await?;
+            let later = self
+                .optional(conn, sql::LATER_SESSION_RUN, &[session.into(), run.created_ms.into(), (&run.id).into()])
+                .await?;
             let later = later.map(|row| row.text_at(0)).transpose().map_err(|e| self.error(&e))?;
             check_latest(&run, later)?;
         }
         let resumed = matches!(how, Claim::Resume | Claim::Retry);
-        let claim: &[Arg<'_>] = &[id.into(), (&lease.owner).into(), lease.until_ms.into(), now.into(), (&resume_input).into()];
+        let claim: &[Arg<'_>] =
+            &[id.into(), (&lease.owner).into(), lease.until_ms.into(), now.into(), (&resume_input).into()];
         if resumed {
             self.execute(conn, sql::CLAIM_RESUME, claim).await?;
             self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), "{}".into(), now.into()]).await?;

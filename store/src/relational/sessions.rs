@@ -22,7 +22,8 @@ impl<D: Dialect> SqlStore<D> {
         now: i64,
     ) -> StoreResult<Session> {
         let (before, after) = counts(expected, messages.len())?;
-        let row = self.optional(conn, sql::ADVANCE_THREAD, &[id.into(), before.into(), after.into(), now.into()]).await?;
+        let row =
+            self.optional(conn, sql::ADVANCE_THREAD, &[id.into(), before.into(), after.into(), now.into()]).await?;
         let Some(row) = row else { return Err(not_appended(id, expected, self.fetch_session(conn, id).await?)) };
         let session = self.decode_session(&row)?;
         self.db.append_messages(conn, id, before, &messages).await?;
@@ -37,7 +38,8 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         // its row and then touch it, so all of them return the same session.
         let id = new_session_id();
         let mut conn = self.db.single().await?;
-        let row = self.one(&mut conn, sql::OPEN_SESSION, &[(&id).into(), agent.into(), instance.into(), now.into()]).await;
+        let row =
+            self.one(&mut conn, sql::OPEN_SESSION, &[(&id).into(), agent.into(), instance.into(), now.into()]).await;
         let result = row.and_then(|row| self.decode_session(&row));
         self.db.end(conn, result).await
     }
@@ -62,7 +64,8 @@ impl<D: Dialect> Sessions for SqlStore<D> {
 
     async fn sessions_with_prefix(&self, prefix: &str, count: usize) -> StoreResult<Vec<Session>> {
         let Some(end) = crate::prefix_end(prefix) else { return self.sessions(None, count).await };
-        let rows = self.read_all(sql::LIST_SESSIONS_IN_RANGE, &[prefix.into(), (&end).into(), limit(count).into()]).await?;
+        let rows =
+            self.read_all(sql::LIST_SESSIONS_IN_RANGE, &[prefix.into(), (&end).into(), limit(count).into()]).await?;
         rows.iter().map(|r| self.decode_session(r)).collect()
     }
 
@@ -95,7 +98,8 @@ impl<D: Dialect> Sessions for SqlStore<D> {
             // run committed before the locks were granted.
             let mut tx = self.db.begin().await?;
             let result = async {
-                let candidates = self.texts(&mut tx, sql::EXPIRY_CANDIDATES_LOCKED, &[updated_before_ms.into()]).await?;
+                let candidates =
+                    self.texts(&mut tx, sql::EXPIRY_CANDIDATES_LOCKED, &[updated_before_ms.into()]).await?;
                 if candidates.is_empty() {
                     return Ok(Vec::new());
                 }

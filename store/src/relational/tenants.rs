@@ -6,9 +6,7 @@ use super::{Arg, Dialect, SqlStore, limit};
 use crate::refusal::{key_exists, key_hash_taken, tenant_exists, tenant_name_taken};
 use crate::sql;
 use crate::tenants::check_new_key;
-use crate::{
-    AUDIT_GENESIS, ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreError, StoreResult, Tenant, Tenants,
-};
+use crate::{AUDIT_GENESIS, ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreError, StoreResult, Tenant, Tenants};
 
 #[async_trait::async_trait]
 impl<D: Dialect> Tenants for SqlStore<D> {
@@ -19,7 +17,13 @@ impl<D: Dialect> Tenants for SqlStore<D> {
         let result = async {
             // A concurrent creation of the same id or name waits for this one
             // and then inserts nothing, and finds the row it lost to.
-            let args: &[Arg<'_>] = &[(&tenant.id).into(), (&tenant.name).into(), (&policy).into(), AUDIT_GENESIS.into(), tenant.created_ms.into()];
+            let args: &[Arg<'_>] = &[
+                (&tenant.id).into(),
+                (&tenant.name).into(),
+                (&policy).into(),
+                AUDIT_GENESIS.into(),
+                tenant.created_ms.into(),
+            ];
             if self.execute(&mut tx, sql::INSERT_TENANT, &args).await? == 0 {
                 let taken = self.optional(&mut tx, sql::TENANT_ID, &[(&tenant.id).into()]).await?;
                 return Err(StoreError::Conflict(match taken {

@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 
-use crate::{Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, StoreResult, StoredEvent, Transition};
+use crate::{
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, StoreResult, StoredEvent,
+    Transition,
+};
 
 /// Runs: their records and leases, their journal of host calls, events,
 /// checkpoints and pending approvals. Every method is one transaction.
