@@ -7,16 +7,16 @@ use crate::{Job, JobLease, JobStatus, NewJob, Retry, StoreResult};
 /// one transaction.
 #[async_trait::async_trait]
 pub trait Jobs: Send + Sync {
-    /// Queues a job for its run, which must exist ([`StoreError::NoRun`]),
+    /// Queues a job for its run, which must exist ([`StoreError::NoRun`](crate::StoreError::NoRun)),
     /// in the share of the queue of the run's tenant, at the turn
-    /// [`next_turn`] gives. A taken id, or `max_attempts` of 0, is a
-    /// [`StoreError::Conflict`].
+    /// [`next_turn`](crate::next_turn) gives. A taken id, or `max_attempts` of 0, is a
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict).
     async fn enqueue(&self, job: NewJob) -> StoreResult<Job>;
 
     /// Takes a due job for `worker` until `now_ms + lease_ms`: first one
     /// `running` whose lease ended before `now_ms` (its worker died), else
     /// the `queued` one with `not_before_ms <= now_ms` that is next in the
-    /// fair order (by [`Job::turn`], then `not_before_ms`, `created_ms`
+    /// fair order (by [`Job::turn`](crate::Job::turn), then `not_before_ms`, `created_ms`
     /// and id): tenants take turns, and a tenant's own jobs come in the
     /// order they were queued. One indexed read finds it. Its attempts go up by one, and its
     /// lease's token is greater than every token an earlier claim of any
@@ -43,18 +43,18 @@ pub trait Jobs: Send + Sync {
     ) -> StoreResult<Option<Job>>;
 
     /// Extends to `now_ms + lease_ms`, in one write, the leases of the
-    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`]),
+    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`](crate::JobLease::token)),
     /// and answers the tokens it extended. A token left out has lost its
     /// job (another claim holds it, or it ended): stop.
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now_ms: i64) -> StoreResult<Vec<i64>>;
 
-    /// Marks the job `done`. A stale token is a [`StoreError::Conflict`]:
+    /// Marks the job `done`. A stale token is a [`StoreError::Conflict`](crate::StoreError::Conflict):
     /// another worker has the job.
     async fn complete_job(&self, id: &str, lease: &JobLease, now_ms: i64) -> StoreResult<Job>;
 
-    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`],
-    /// the job is `queued` again, due after [`retry_delay_ms`]; otherwise it is
-    /// `failed` with `error`. A stale token is a [`StoreError::Conflict`].
+    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`](crate::Retry::IfAttemptsLeft),
+    /// the job is `queued` again, due after [`retry_delay_ms`](crate::retry_delay_ms); otherwise it is
+    /// `failed` with `error`. A stale token is a [`StoreError::Conflict`](crate::StoreError::Conflict).
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now_ms: i64) -> StoreResult<Job>;
 
     /// Puts the running job back in the queue, due at `not_before_ms`,
@@ -63,7 +63,7 @@ pub trait Jobs: Send + Sync {
     /// (`{"reason", "until_ms"}`) to its run, so whoever follows the run
     /// sees why it waits; not again while it is held for the same reason
     /// (the job's error already says it). One transaction. A stale token is a
-    /// [`StoreError::Conflict`].
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict).
     async fn postpone_job(
         &self,
         id: &str,

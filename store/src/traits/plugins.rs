@@ -10,8 +10,8 @@ pub trait Plugins: Send + Sync {
     /// unless it is there already: then the stored one is returned as it
     /// was (its first name, world and time) with `false`; `true` means it
     /// was stored now. Bytes that do not hash to `sha256` are a
-    /// [`StoreError::Conflict`]; a tenant that is not there is
-    /// [`StoreError::NoTenant`].
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict); a tenant that is not there is
+    /// [`StoreError::NoTenant`](crate::StoreError::NoTenant).
     async fn put_plugin(&self, plugin: NewPlugin) -> StoreResult<(StoredPlugin, bool)>;
 
     /// One of the tenant's plugins (never another tenant's, whatever the

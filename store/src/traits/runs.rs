@@ -11,20 +11,20 @@ use crate::{
 /// checkpoints and pending approvals. Every method is one transaction.
 #[async_trait::async_trait]
 pub trait Runs: Send + Sync {
-    /// Records a new run. A taken id is a [`StoreError::Conflict`].
+    /// Records a new run. A taken id is a [`StoreError::Conflict`](crate::StoreError::Conflict).
     ///
     /// A run with a session is a prompt of it, and a session has one prompt
     /// in progress at a time: if the session already has a run that is
     /// `queued`, `running` or `suspended`, the new one is refused
-    /// ([`StoreError::Conflict`], naming that run and what to do about it),
+    /// ([`StoreError::Conflict`](crate::StoreError::Conflict), naming that run and what to do about it),
     /// since two prompts at once would race for one thread. The check and
     /// the insert are one transaction, on PostgreSQL with the session's row
     /// locked, so of concurrent creations in any number of processes at
     /// most one wins. A session that is not there is
-    /// [`StoreError::NoSession`].
+    /// [`StoreError::NoSession`](crate::StoreError::NoSession).
     ///
     /// A run with a tenant needs the tenant to be there
-    /// ([`StoreError::NoTenant`]). Of several refusals the first in this
+    /// ([`StoreError::NoTenant`](crate::StoreError::NoTenant)). Of several refusals the first in this
     /// order is reported: a taken id, a missing tenant, a missing session, a
     /// prompt in progress.
     async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
@@ -37,31 +37,31 @@ pub trait Runs: Send + Sync {
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
 
     /// Commits `batch` for the running run `id`, durably. Fails with
-    /// [`StoreError::Conflict`] if `owner` no longer holds the run's lease
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) if `owner` no longer holds the run's lease
     /// (it was cancelled, or another process recovered it). A
-    /// [`Batch::thread`] append is part of the batch: if it is refused,
+    /// [`Batch::thread`](crate::Batch::thread) append is part of the batch: if it is refused,
     /// nothing of the batch is written.
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
 
     /// Commits `batch` and moves the run out of `running`, in one
     /// transaction; a suspension also records its pending approval
     /// (replacing an older one), and any other transition removes an older
-    /// one. Returns the run as it now is. A [`Batch::thread`] append that is
+    /// one. Returns the run as it now is. A [`Batch::thread`](crate::Batch::thread) append that is
     /// refused refuses the transition: nothing is written and the run stays
     /// `running`, still `owner`'s.
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
 
     /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
-    /// two processes cannot both win): from `suspended` for [`Claim::Resume`]
+    /// two processes cannot both win): from `suspended` for [`Claim::Resume`](crate::Claim::Resume)
     /// (recording `resume_input` and a `resumed` event), from `queued` for
-    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`],
-    /// from `failed` for [`Claim::Retry`] (like a resume, and clearing the
+    /// [`Claim::Start`](crate::Claim::Start), from an expired `running` for [`Claim::Recover`](crate::Claim::Recover),
+    /// from `failed` for [`Claim::Retry`](crate::Claim::Retry) (like a resume, and clearing the
     /// error).
-    /// Anything else is a [`StoreError::Conflict`] that says what state the
+    /// Anything else is a [`StoreError::Conflict`](crate::StoreError::Conflict) that says what state the
     /// run is in.
     ///
     /// A retry of a session's prompt is also refused
-    /// ([`StoreError::Conflict`]) once the session has a run created after
+    /// ([`StoreError::Conflict`](crate::StoreError::Conflict)) once the session has a run created after
     /// it (by `created_ms`, then id): that prompt has moved the thread on,
     /// and retrying the older one would fork it. On PostgreSQL the retry
     /// locks the session's row first, as [`Runs::create_run`](crate::Runs::create_run) does.
@@ -104,9 +104,9 @@ pub trait Runs: Send + Sync {
     /// approval, if it is still for `call`, the call the decider was shown.
     /// The check and the write are one transaction (on PostgreSQL the
     /// run's row is locked first). The same decision again is answered as
-    /// the first was; the other one is [`StoreError::AlreadyDecided`] (a
+    /// the first was; the other one is [`StoreError::AlreadyDecided`](crate::StoreError::AlreadyDecided) (a
     /// decider on a stale page cannot overturn one). No pending approval, or one for
-    /// another call, is a [`StoreError::StaleApproval`] that names the call
+    /// another call, is a [`StoreError::StaleApproval`](crate::StoreError::StaleApproval) that names the call
     /// the run waits on now, and nothing is decided.
     async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval>;
 

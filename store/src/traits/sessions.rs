@@ -43,8 +43,8 @@ pub trait Sessions: Send + Sync {
     /// [`Sessions::open_session`](crate::Sessions::open_session) does); returns the session as it now is. The
     /// count is the version check: of two prompts that read the same thread,
     /// the first to append wins and the other gets a
-    /// [`StoreError::Conflict`] and changes nothing (it should reload the
-    /// thread and retry). No such session is [`StoreError::NoSession`].
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) and changes nothing (it should reload the
+    /// thread and retry). No such session is [`StoreError::NoSession`](crate::StoreError::NoSession).
     async fn append_thread(&self, id: &str, expected: u64, messages: Vec<Value>, now_ms: i64) -> StoreResult<Session>;
 
     /// The runs linked to the session, oldest first (by `created_ms`, then

@@ -8,8 +8,8 @@ use crate::{SignIn, StoreResult};
 #[async_trait::async_trait]
 pub trait SignIns: Send + Sync {
     /// Records a console sign-in, and forgets those expired by its
-    /// `created_ms`. A tenant that is not there is [`StoreError::NoTenant`];
-    /// an id hash already recorded is a [`StoreError::Conflict`].
+    /// `created_ms`. A tenant that is not there is [`StoreError::NoTenant`](crate::StoreError::NoTenant);
+    /// an id hash already recorded is a [`StoreError::Conflict`](crate::StoreError::Conflict).
     async fn open_sign_in(&self, sign_in: SignIn) -> StoreResult<()>;
 
     /// The sign-in with this id hash, unless it ended or expired by `now_ms`.

@@ -9,7 +9,7 @@ use crate::{ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreResult, Tenant};
 #[async_trait::async_trait]
 pub trait Tenants: Send + Sync {
     /// Records a new tenant, enabled. A taken id, or a name another tenant
-    /// has, is a [`StoreError::Conflict`] (the id is checked first).
+    /// has, is a [`StoreError::Conflict`](crate::StoreError::Conflict) (the id is checked first).
     async fn create_tenant(&self, tenant: NewTenant) -> StoreResult<Tenant>;
 
     /// One tenant, by id.
@@ -24,7 +24,7 @@ pub trait Tenants: Send + Sync {
     /// Replaces the tenant's policy and sets whether it is disabled, each
     /// only if given, and touches `updated_ms` (which never goes back, as a
     /// session's does not); returns the tenant as it now is. One statement.
-    /// No such tenant is [`StoreError::NoTenant`].
+    /// No such tenant is [`StoreError::NoTenant`](crate::StoreError::NoTenant).
     async fn update_tenant(
         &self,
         id: &str,
@@ -34,14 +34,15 @@ pub trait Tenants: Send + Sync {
     ) -> StoreResult<Tenant>;
 
     /// Records a new API key. Its hash must be a SHA-256 in lowercase hex
-    /// ([`sha256_hex`]), so that a key is never stored as itself; a taken
-    /// id or a hash another key has is a [`StoreError::Conflict`] (in that
+    /// ([`sha256_hex`](crate::sha256_hex)), so that a key is never stored as itself; a taken
+    /// id or a hash another key has is a [`StoreError::Conflict`](crate::StoreError::Conflict) (in that
     /// order, and before the tenant is looked at). A key of a tenant that
-    /// is not there is [`StoreError::NoTenant`].
+    /// is not there is [`StoreError::NoTenant`](crate::StoreError::NoTenant).
     async fn create_key(&self, key: NewApiKey) -> StoreResult<ApiKey>;
 
     /// The key with this hash, revoked or not: the caller checks
-    /// [`ApiKey::revoked_ms`] (and the tenant's [`Tenant::disabled`]).
+    /// [`ApiKey::revoked_ms`](crate::ApiKey::revoked_ms) (and the tenant's
+    /// [`Tenant::disabled`](crate::Tenant::disabled)).
     async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>>;
 
     /// The keys of one tenant, or with `None` the admin keys, oldest first
@@ -49,7 +50,7 @@ pub trait Tenants: Send + Sync {
     async fn keys(&self, tenant: Option<&str>) -> StoreResult<Vec<ApiKey>>;
 
     /// Revokes a key at `now_ms` and returns it. Revoking a revoked key
-    /// keeps its first `revoked_ms`. No such key is [`StoreError::NoKey`].
+    /// keeps its first `revoked_ms`. No such key is [`StoreError::NoKey`](crate::StoreError::NoKey).
     async fn revoke_key(&self, id: &str, now_ms: i64) -> StoreResult<ApiKey>;
 
     /// The tenant's runs, as [`Runs::runs`](crate::Runs::runs) lists runs: newest first,
