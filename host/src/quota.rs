@@ -298,7 +298,7 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, 
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use nexo_store::{MemoryStore, NewTenant};
+    use nexo_store::{Jobs, Ledger, MemoryStore, NewTenant, Runs, Tenants};
 
     use super::*;
 

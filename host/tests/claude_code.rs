@@ -542,7 +542,7 @@ fn a_components_prompt_runs_on_the_claude_code_loop_and_is_journaled() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let journal = rt.block_on(async {
         let store = nexo_store::SqliteStore::open(&store).await.unwrap();
-        nexo_store::Store::journal(&store, &run).await.unwrap()
+        nexo_store::Runs::journal(&store, &run).await.unwrap()
     });
     assert!(
         journal.iter().any(|e| e.function == "prompt" && e.interface.starts_with("nexo:plugin/model")),

@@ -411,6 +411,40 @@ impl NewRun {
     }
 }
 
+impl Transition {
+    /// Moves `run` out of `running` as this transition says, at `now_ms`:
+    /// the one rule every backend applies. Answers the approval a
+    /// suspension waits on, if any.
+    pub(crate) fn apply(self, run: &mut Run, now_ms: i64) -> Option<Approval> {
+        run.lease = None;
+        run.updated_ms = now_ms;
+        match self {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+                None
+            }
+            Transition::Suspend { reason, resume_key, approval } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval
+            }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+                None
+            }
+        }
+    }
+}
+
 impl Claim {
     /// Whether this claim may take `run` at `now_ms`: the one rule every
     /// backend applies.

@@ -263,32 +263,8 @@ impl Runs for MemoryStore {
             return Err(StoreError::Conflict(not_final(id, *status)));
         }
         inner.apply(id, batch)?;
-        let mut approval_record = None;
         let run = inner.run_mut(id)?;
-        run.lease = None;
-        run.updated_ms = now_ms();
-        match to {
-            Transition::Finish { status, result, error } => {
-                run.status = status;
-                run.result = result;
-                run.error = error;
-                run.suspend_reason = None;
-                run.resume_key = None;
-            }
-            Transition::Suspend { reason, resume_key, approval } => {
-                run.status = RunStatus::Suspended;
-                run.suspend_reason = Some(reason);
-                run.resume_key = resume_key;
-                approval_record = approval;
-            }
-            Transition::Requeue { error } => {
-                run.status = RunStatus::Queued;
-                run.result = None;
-                run.error = Some(error);
-                run.suspend_reason = None;
-                run.resume_key = None;
-            }
-        }
+        let approval_record = to.apply(run, now_ms());
         let run = run.clone();
         match approval_record {
             Some(a) => {

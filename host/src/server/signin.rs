@@ -68,7 +68,7 @@ pub(crate) fn random_token() -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use nexo_store::{MemoryStore, NewTenant};
+    use nexo_store::{MemoryStore, NewTenant, Tenants};
 
     use super::*;
 

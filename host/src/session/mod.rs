@@ -65,7 +65,7 @@ impl OpenSession {
     }
 
     /// [`OpenSession::resume`] of a session already opened in the store of
-    /// `runs` (`record`, from [`nexo_store::Store::open_session`]).
+    /// `runs` (`record`, from [`nexo_store::Sessions::open_session`]).
     pub fn new(runs: Runs, record: nexo_store::Session, options: RunOptions, spec: RunSpec) -> OpenSession {
         OpenSession { runs, record, options, spec, closed: AtomicBool::new(false) }
     }

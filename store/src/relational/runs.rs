@@ -15,6 +15,24 @@ use crate::{
     StoredEvent, ThreadAppend, Transition, now_ms,
 };
 
+/// The parameters of a journal insert of `e` for run `id`
+/// ([`sql::APPEND_ENTRY`]), and with `owner` those of one that checks the
+/// lease ([`sql::APPEND_ENTRY_IF_OWNER`]).
+fn entry_args<'a>(id: &'a str, e: &'a Entry, owner: Option<&'a str>) -> StoreResult<Vec<Arg<'a>>> {
+    let (seq, end) = (to_i64(e.seq, "sequence number")?, to_i64(e.end, "end sequence number")?);
+    let mut args: Vec<Arg<'a>> = vec![
+        id.into(),
+        seq.into(),
+        end.into(),
+        (&e.interface).into(),
+        (&e.function).into(),
+        (&e.args_hash).into(),
+        (&e.result).into(),
+    ];
+    args.extend(owner.map(Arg::Text));
+    Ok(args)
+}
+
 impl<D: Dialect> SqlStore<D> {
     /// Succeeds if `owner` holds the running run `id`'s lease (on
     /// PostgreSQL keeping its row locked until the transaction ends);
@@ -78,17 +96,7 @@ impl<D: Dialect> SqlStore<D> {
     /// checked; an error leaves the transaction to be rolled back.
     async fn write_batch(&self, conn: &mut D::Conn, id: &str, batch: Batch) -> StoreResult<()> {
         for e in &batch.journal {
-            let (seq, end) = (to_i64(e.seq, "sequence number")?, to_i64(e.end, "end sequence number")?);
-            let args: &[Arg<'_>] = &[
-                id.into(),
-                seq.into(),
-                end.into(),
-                (&e.interface).into(),
-                (&e.function).into(),
-                (&e.args_hash).into(),
-                (&e.result).into(),
-            ];
-            let inserted = D::execute(conn, sql::APPEND_ENTRY, args).await;
+            let inserted = D::execute(conn, sql::APPEND_ENTRY, &entry_args(id, e, None)?).await;
             self.entry_written(inserted, id, e.seq)?;
         }
         for e in &batch.events {
@@ -133,31 +141,7 @@ impl<D: Dialect> SqlStore<D> {
             return Err(StoreError::Conflict(not_final(id, *status)));
         }
         self.write_batch(conn, id, batch).await?;
-        run.lease = None;
-        run.updated_ms = now_ms();
-        let mut approval = None;
-        match to {
-            Transition::Finish { status, result, error } => {
-                run.status = status;
-                run.result = result;
-                run.error = error;
-                run.suspend_reason = None;
-                run.resume_key = None;
-            }
-            Transition::Suspend { reason, resume_key, approval: pending } => {
-                run.status = RunStatus::Suspended;
-                run.suspend_reason = Some(reason);
-                run.resume_key = resume_key;
-                approval = pending;
-            }
-            Transition::Requeue { error } => {
-                run.status = RunStatus::Queued;
-                run.result = None;
-                run.error = Some(error);
-                run.suspend_reason = None;
-                run.resume_key = None;
-            }
-        }
+        let approval = to.apply(&mut run, now_ms());
         let leave: &[Arg<'_>] = &[
             id.into(),
             run.status.as_str().into(),
@@ -421,19 +405,9 @@ impl<D: Dialect> Runs for SqlStore<D> {
         // run's row locked) rides in the insert: the same cost as a bare
         // insert (see benches/journal.rs).
         if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
-            let (seq, end) = (to_i64(e.seq, "sequence number")?, to_i64(e.end, "end sequence number")?);
+            let args = entry_args(id, e, Some(owner))?;
             let mut conn = self.db.single().await?;
-            let args: &[Arg<'_>] = &[
-                id.into(),
-                seq.into(),
-                end.into(),
-                (&e.interface).into(),
-                (&e.function).into(),
-                (&e.args_hash).into(),
-                (&e.result).into(),
-                owner.into(),
-            ];
-            let inserted = D::execute(&mut conn, D::APPEND_ENTRY_IF_OWNER, args).await;
+            let inserted = D::execute(&mut conn, D::APPEND_ENTRY_IF_OWNER, &args).await;
             let result = match self.entry_written(inserted, id, e.seq) {
                 Ok(0) => match self.check_owner(&mut conn, id, owner).await {
                     Err(e) => Err(e),
