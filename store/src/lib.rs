@@ -5,7 +5,10 @@
 //! together [`Store`], with three backends: [`MemoryStore`] (ephemeral
 //! runs, tests), [`SqliteStore`], the embedded default, and [`PgStore`],
 //! PostgreSQL, which several processes on several machines can share. The
-//! two relational backends run the same SQL, kept in one module. All three
+//! two relational backends are one store, [`SqlStore`], generic in its
+//! dialect: the same code runs the same SQL, and only what the engines do
+//! differently (locks, transactions, errors, a few statements) is each
+//! one's own. All three
 //! follow the same rules and refuse the same things in the same words
 //! (`tests/behaviour.rs` runs one suite against each). A store holds, per
 //! run:

@@ -29,9 +29,9 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
-use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Sqlite};
 

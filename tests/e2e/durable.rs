@@ -12,7 +12,10 @@ use nexo::settings::RunOptions;
 use nexo::{Plugin, authority::Grant, manifest::Capability};
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
-use nexo_store::{Claim, Decision, MemoryStore, RunStatus, Store};
+use nexo_store::Runs as _;
+use nexo_store::{
+    Backend, Claim, Decision, Jobs, Ledger, MemoryStore, Plugins, RunStatus, Sessions, SignIns, Store, Tenants,
+};
 use nexo_tests as built;
 use serde_json::json;
 
@@ -337,25 +340,33 @@ struct Counting {
 }
 
 #[async_trait::async_trait]
-impl Store for Counting {
+impl Backend for Counting {
     fn location(&self) -> String {
         self.inner.location()
     }
+}
+
+#[async_trait::async_trait]
+impl nexo_store::Runs for Counting {
     async fn create_run(&self, run: nexo_store::NewRun) -> nexo_store::StoreResult<nexo_store::Run> {
         self.inner.create_run(run).await
     }
+
     async fn run(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Run>> {
         self.inner.run(id).await
     }
+
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.runs(status, limit).await
     }
+
     async fn commit(&self, id: &str, owner: &str, batch: nexo_store::Batch) -> nexo_store::StoreResult<()> {
         if !batch.events.is_empty() {
             self.commits_with_events.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.inner.commit(id, owner, batch).await
     }
+
     async fn transition(
         &self,
         id: &str,
@@ -366,6 +377,7 @@ impl Store for Counting {
         self.final_events.fetch_add(batch.events.len(), std::sync::atomic::Ordering::Relaxed);
         self.inner.transition(id, owner, batch, to).await
     }
+
     async fn claim(
         &self,
         id: &str,
@@ -376,18 +388,23 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Run> {
         self.inner.claim(id, how, lease, input, now).await
     }
+
     async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> nexo_store::StoreResult<Vec<String>> {
         self.inner.renew_leases(owner, ids, until_ms).await
     }
+
     async fn orphans(&self, now: i64) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.orphans(now).await
     }
+
     async fn cancel(&self, id: &str, reason: &str) -> nexo_store::StoreResult<nexo_store::Run> {
         self.inner.cancel(id, reason).await
     }
+
     async fn journal(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Entry>> {
         self.inner.journal(id).await
     }
+
     async fn events(
         &self,
         id: &str,
@@ -396,12 +413,15 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Vec<nexo_store::StoredEvent>> {
         self.inner.events(id, after, limit).await
     }
+
     async fn checkpoints(&self, id: &str) -> nexo_store::StoreResult<Vec<(String, serde_json::Value)>> {
         self.inner.checkpoints(id).await
     }
+
     async fn approval(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Approval>> {
         self.inner.approval(id).await
     }
+
     async fn decide(
         &self,
         id: &str,
@@ -410,12 +430,18 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Approval> {
         self.inner.decide(id, call, decision).await
     }
+
     async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
         self.inner.clear_approval(id, owner).await
     }
+}
+
+#[async_trait::async_trait]
+impl Jobs for Counting {
     async fn enqueue(&self, job: nexo_store::NewJob) -> nexo_store::StoreResult<nexo_store::Job> {
         self.inner.enqueue(job).await
     }
+
     async fn claim_job_unless(
         &self,
         worker: &str,
@@ -425,9 +451,11 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
         self.inner.claim_job_unless(worker, lease_ms, now, held_back).await
     }
+
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> nexo_store::StoreResult<Vec<i64>> {
         self.inner.heartbeat_jobs(tokens, lease_ms, now).await
     }
+
     async fn complete_job(
         &self,
         id: &str,
@@ -436,6 +464,7 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Job> {
         self.inner.complete_job(id, lease, now).await
     }
+
     async fn fail_job(
         &self,
         id: &str,
@@ -446,9 +475,11 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Job> {
         self.inner.fail_job(id, lease, error, retry, now).await
     }
+
     async fn job(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Job>> {
         self.inner.job(id).await
     }
+
     async fn jobs(
         &self,
         status: Option<nexo_store::JobStatus>,
@@ -456,6 +487,25 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Vec<nexo_store::Job>> {
         self.inner.jobs(status, limit).await
     }
+
+    async fn has_live_job(&self, run: &str) -> nexo_store::StoreResult<bool> {
+        self.inner.has_live_job(run).await
+    }
+
+    async fn postpone_job(
+        &self,
+        id: &str,
+        lease: &nexo_store::JobLease,
+        reason: &str,
+        not_before_ms: i64,
+        now_ms: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Job> {
+        self.inner.postpone_job(id, lease, reason, not_before_ms, now_ms).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Sessions for Counting {
     async fn open_session(
         &self,
         agent: &str,
@@ -464,15 +514,19 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Session> {
         self.inner.open_session(agent, instance, now).await
     }
+
     async fn session(&self, agent: &str, instance: &str) -> nexo_store::StoreResult<Option<nexo_store::Session>> {
         self.inner.session(agent, instance).await
     }
+
     async fn session_by_id(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Session>> {
         self.inner.session_by_id(id).await
     }
+
     async fn sessions(&self, agent: Option<&str>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Session>> {
         self.inner.sessions(agent, limit).await
     }
+
     async fn sessions_with_prefix(
         &self,
         prefix: &str,
@@ -480,9 +534,11 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Vec<nexo_store::Session>> {
         self.inner.sessions_with_prefix(prefix, limit).await
     }
+
     async fn thread(&self, id: &str) -> nexo_store::StoreResult<Vec<serde_json::Value>> {
         self.inner.thread(id).await
     }
+
     async fn append_thread(
         &self,
         id: &str,
@@ -492,27 +548,38 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Session> {
         self.inner.append_thread(id, expected, messages, now).await
     }
+
     async fn session_runs(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.session_runs(id).await
     }
+
     async fn delete_session(&self, id: &str) -> nexo_store::StoreResult<bool> {
         self.inner.delete_session(id).await
     }
+
     async fn expire_sessions(&self, updated_before_ms: i64) -> nexo_store::StoreResult<Vec<String>> {
         self.inner.expire_sessions(updated_before_ms).await
     }
+}
+
+#[async_trait::async_trait]
+impl Tenants for Counting {
     async fn create_tenant(&self, tenant: nexo_store::NewTenant) -> nexo_store::StoreResult<nexo_store::Tenant> {
         self.inner.create_tenant(tenant).await
     }
+
     async fn tenant(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Tenant>> {
         self.inner.tenant(id).await
     }
+
     async fn tenant_by_name(&self, name: &str) -> nexo_store::StoreResult<Option<nexo_store::Tenant>> {
         self.inner.tenant_by_name(name).await
     }
+
     async fn tenants(&self) -> nexo_store::StoreResult<Vec<nexo_store::Tenant>> {
         self.inner.tenants().await
     }
+
     async fn update_tenant(
         &self,
         id: &str,
@@ -522,42 +589,23 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::Tenant> {
         self.inner.update_tenant(id, policy, disabled, now).await
     }
+
     async fn create_key(&self, key: nexo_store::NewApiKey) -> nexo_store::StoreResult<nexo_store::ApiKey> {
         self.inner.create_key(key).await
     }
+
     async fn key_by_hash(&self, hash: &str) -> nexo_store::StoreResult<Option<nexo_store::ApiKey>> {
         self.inner.key_by_hash(hash).await
     }
+
     async fn keys(&self, tenant: Option<&str>) -> nexo_store::StoreResult<Vec<nexo_store::ApiKey>> {
         self.inner.keys(tenant).await
     }
+
     async fn revoke_key(&self, id: &str, now: i64) -> nexo_store::StoreResult<nexo_store::ApiKey> {
         self.inner.revoke_key(id, now).await
     }
-    async fn open_sign_in(&self, sign_in: nexo_store::SignIn) -> nexo_store::StoreResult<()> {
-        self.inner.open_sign_in(sign_in).await
-    }
-    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> nexo_store::StoreResult<Option<nexo_store::SignIn>> {
-        self.inner.sign_in(id_hash, now_ms).await
-    }
-    async fn end_sign_in(&self, id_hash: &str) -> nexo_store::StoreResult<()> {
-        self.inner.end_sign_in(id_hash).await
-    }
-    async fn put_plugin(
-        &self,
-        plugin: nexo_store::NewPlugin,
-    ) -> nexo_store::StoreResult<(nexo_store::StoredPlugin, bool)> {
-        self.inner.put_plugin(plugin).await
-    }
-    async fn plugin(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<nexo_store::StoredPlugin>> {
-        self.inner.plugin(tenant, sha256).await
-    }
-    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<Vec<u8>>> {
-        self.inner.plugin_bytes(tenant, sha256).await
-    }
-    async fn plugins(&self, tenant: &str) -> nexo_store::StoreResult<Vec<nexo_store::StoredPlugin>> {
-        self.inner.plugins(tenant).await
-    }
+
     async fn tenant_runs(
         &self,
         tenant: &str,
@@ -566,6 +614,40 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.tenant_runs(tenant, status, limit).await
     }
+
+    async fn live_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
+        self.inner.live_runs(tenant).await
+    }
+
+    async fn running_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
+        self.inner.running_runs(tenant).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugins for Counting {
+    async fn put_plugin(
+        &self,
+        plugin: nexo_store::NewPlugin,
+    ) -> nexo_store::StoreResult<(nexo_store::StoredPlugin, bool)> {
+        self.inner.put_plugin(plugin).await
+    }
+
+    async fn plugin(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<nexo_store::StoredPlugin>> {
+        self.inner.plugin(tenant, sha256).await
+    }
+
+    async fn plugin_bytes(&self, tenant: &str, sha256: &str) -> nexo_store::StoreResult<Option<Vec<u8>>> {
+        self.inner.plugin_bytes(tenant, sha256).await
+    }
+
+    async fn plugins(&self, tenant: &str) -> nexo_store::StoreResult<Vec<nexo_store::StoredPlugin>> {
+        self.inner.plugins(tenant).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Ledger for Counting {
     async fn append_audit(
         &self,
         tenant: &str,
@@ -575,6 +657,7 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<nexo_store::AuditEntry> {
         self.inner.append_audit(tenant, kind, data, at_ms).await
     }
+
     async fn audit(
         &self,
         tenant: &str,
@@ -583,12 +666,15 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<Vec<nexo_store::AuditEntry>> {
         self.inner.audit(tenant, after_seq, limit).await
     }
+
     async fn audit_head(&self, tenant: &str) -> nexo_store::StoreResult<Option<(u64, String)>> {
         self.inner.audit_head(tenant).await
     }
+
     async fn audit_heads(&self) -> nexo_store::StoreResult<Vec<(String, u64, String)>> {
         self.inner.audit_heads().await
     }
+
     async fn add_usage(
         &self,
         tenant: &str,
@@ -600,33 +686,32 @@ impl Store for Counting {
     ) -> nexo_store::StoreResult<()> {
         self.inner.add_usage(tenant, at_ms, runs, tokens, cpu_ticks, egress_bytes).await
     }
+
     async fn usage(&self, tenant: &str, since_ms: i64) -> nexo_store::StoreResult<Vec<nexo_store::Usage>> {
         self.inner.usage(tenant, since_ms).await
     }
+
     async fn add_run_usage(&self, run: &str, used: nexo_store::RunUsage) -> nexo_store::StoreResult<()> {
         self.inner.add_run_usage(run, used).await
     }
+
     async fn run_usage(&self, run: &str) -> nexo_store::StoreResult<nexo_store::RunUsage> {
         self.inner.run_usage(run).await
     }
-    async fn live_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
-        self.inner.live_runs(tenant).await
+}
+
+#[async_trait::async_trait]
+impl SignIns for Counting {
+    async fn open_sign_in(&self, sign_in: nexo_store::SignIn) -> nexo_store::StoreResult<()> {
+        self.inner.open_sign_in(sign_in).await
     }
-    async fn has_live_job(&self, run: &str) -> nexo_store::StoreResult<bool> {
-        self.inner.has_live_job(run).await
+
+    async fn sign_in(&self, id_hash: &str, now_ms: i64) -> nexo_store::StoreResult<Option<nexo_store::SignIn>> {
+        self.inner.sign_in(id_hash, now_ms).await
     }
-    async fn running_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
-        self.inner.running_runs(tenant).await
-    }
-    async fn postpone_job(
-        &self,
-        id: &str,
-        lease: &nexo_store::JobLease,
-        reason: &str,
-        not_before_ms: i64,
-        now_ms: i64,
-    ) -> nexo_store::StoreResult<nexo_store::Job> {
-        self.inner.postpone_job(id, lease, reason, not_before_ms, now_ms).await
+
+    async fn end_sign_in(&self, id_hash: &str) -> nexo_store::StoreResult<()> {
+        self.inner.end_sign_in(id_hash).await
     }
 }
 
