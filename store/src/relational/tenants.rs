@@ -24,7 +24,7 @@ impl<D: Dialect> Tenants for SqlStore<D> {
                 AUDIT_GENESIS.into(),
                 tenant.created_ms.into(),
             ];
-            if self.execute(&mut tx, sql::INSERT_TENANT, &args).await? == 0 {
+            if self.execute(&mut tx, sql::INSERT_TENANT, args).await? == 0 {
                 let taken = self.optional(&mut tx, sql::TENANT_ID, &[(&tenant.id).into()]).await?;
                 return Err(StoreError::Conflict(match taken {
                     Some(_) => tenant_exists(&tenant.id),
@@ -62,7 +62,7 @@ impl<D: Dialect> Tenants for SqlStore<D> {
         let policy = policy.map(|p| p.to_string());
         let mut conn = self.db.single().await?;
         let args: &[Arg<'_>] = &[id.into(), (&policy).into(), disabled.map(i64::from).into(), now.into()];
-        let result = match self.optional(&mut conn, sql::UPDATE_TENANT, &args).await {
+        let result = match self.optional(&mut conn, sql::UPDATE_TENANT, args).await {
             Ok(Some(row)) => self.decode_tenant(&row),
             Ok(None) => Err(StoreError::NoTenant(id.to_string())),
             Err(e) => Err(e),
@@ -78,7 +78,7 @@ impl<D: Dialect> Tenants for SqlStore<D> {
         let mut tx = self.db.begin().await?;
         let result = async {
             let args: &[Arg<'_>] = &[(&key.id).into(), (&key.tenant).into(), (&key.hash).into(), key.created_ms.into()];
-            let inserted = match D::execute(&mut tx, sql::INSERT_KEY, &args).await {
+            let inserted = match D::execute(&mut tx, sql::INSERT_KEY, args).await {
                 Ok(rows) => rows,
                 // The one foreign key: the key's tenant.
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
@@ -126,7 +126,7 @@ impl<D: Dialect> Tenants for SqlStore<D> {
         let rows = match status {
             Some(s) => {
                 let args: &[Arg<'_>] = &[tenant.into(), s.as_str().into(), limit(count).into()];
-                self.read_all(sql::LIST_TENANT_RUNS_BY_STATUS, &args).await?
+                self.read_all(sql::LIST_TENANT_RUNS_BY_STATUS, args).await?
             }
             None => self.read_all(sql::LIST_TENANT_RUNS, &[tenant.into(), limit(count).into()]).await?,
         };
