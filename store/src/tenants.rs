@@ -384,7 +384,7 @@ pub enum AuditBreak {
     },
 }
 
-/// Checks a tenant's whole audit log, as [`crate::Store::audit`] returns it
+/// Checks a tenant's whole audit log, as [`crate::Ledger::audit`] returns it
 /// from the start, against the head its row records
 /// ([`crate::Ledger::audit_head`]): sequence numbers run 1, 2, 3… without a
 /// gap or a repeat, each `prev` is the previous entry's hash

@@ -16,7 +16,7 @@ pub trait Jobs: Send + Sync {
     /// Takes a due job for `worker` until `now_ms + lease_ms`: first one
     /// `running` whose lease ended before `now_ms` (its worker died), else
     /// the `queued` one with `not_before_ms <= now_ms` that is next in the
-    /// fair order (by [`Job::turn`](crate::Job::turn), then `not_before_ms`, `created_ms`
+    /// fair order (by [`Job::turn`], then `not_before_ms`, `created_ms`
     /// and id): tenants take turns, and a tenant's own jobs come in the
     /// order they were queued. One indexed read finds it. Its attempts go up by one, and its
     /// lease's token is greater than every token an earlier claim of any
@@ -29,7 +29,7 @@ pub trait Jobs: Send + Sync {
         self.claim_job_unless(worker, lease_ms, now_ms, &[]).await
     }
 
-    /// [`Jobs::claim_job`](crate::Jobs::claim_job), unless the job next in turn is a job of one of
+    /// [`Jobs::claim_job`], unless the job next in turn is a job of one of
     /// the tenants `held_back` (by id): then nothing is claimed and `None`
     /// is answered. A worker keeps its last run slots for tenants other
     /// than those already holding their share of them: a job of theirs next
@@ -43,7 +43,7 @@ pub trait Jobs: Send + Sync {
     ) -> StoreResult<Option<Job>>;
 
     /// Extends to `now_ms + lease_ms`, in one write, the leases of the
-    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`](crate::JobLease::token)),
+    /// running jobs whose claims hold one of `tokens` ([`JobLease::token`]),
     /// and answers the tokens it extended. A token left out has lost its
     /// job (another claim holds it, or it ended): stop.
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now_ms: i64) -> StoreResult<Vec<i64>>;
@@ -52,7 +52,7 @@ pub trait Jobs: Send + Sync {
     /// another worker has the job.
     async fn complete_job(&self, id: &str, lease: &JobLease, now_ms: i64) -> StoreResult<Job>;
 
-    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`](crate::Retry::IfAttemptsLeft),
+    /// Records a failed attempt: with attempts left, and [`Retry::IfAttemptsLeft`],
     /// the job is `queued` again, due after [`retry_delay_ms`](crate::retry_delay_ms); otherwise it is
     /// `failed` with `error`. A stale token is a [`StoreError::Conflict`](crate::StoreError::Conflict).
     async fn fail_job(&self, id: &str, lease: &JobLease, error: &str, retry: Retry, now_ms: i64) -> StoreResult<Job>;

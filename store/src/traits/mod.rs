@@ -1,4 +1,4 @@
-//! What a store does, one trait per concept, and [`Store`](crate::Store), all of them
+//! What a store does, one trait per concept, and [`Store`], all of them
 //! together: what callers hold (`Arc<dyn Store>`).
 
 mod backend;

@@ -39,23 +39,23 @@ pub trait Runs: Send + Sync {
     /// Commits `batch` for the running run `id`, durably. Fails with
     /// [`StoreError::Conflict`](crate::StoreError::Conflict) if `owner` no longer holds the run's lease
     /// (it was cancelled, or another process recovered it). A
-    /// [`Batch::thread`](crate::Batch::thread) append is part of the batch: if it is refused,
+    /// [`Batch::thread`] append is part of the batch: if it is refused,
     /// nothing of the batch is written.
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()>;
 
     /// Commits `batch` and moves the run out of `running`, in one
     /// transaction; a suspension also records its pending approval
     /// (replacing an older one), and any other transition removes an older
-    /// one. Returns the run as it now is. A [`Batch::thread`](crate::Batch::thread) append that is
+    /// one. Returns the run as it now is. A [`Batch::thread`] append that is
     /// refused refuses the transition: nothing is written and the run stays
     /// `running`, still `owner`'s.
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run>;
 
     /// Takes a run for `lease.owner` (with `BEGIN IMMEDIATE` on SQLite, so
-    /// two processes cannot both win): from `suspended` for [`Claim::Resume`](crate::Claim::Resume)
+    /// two processes cannot both win): from `suspended` for [`Claim::Resume`]
     /// (recording `resume_input` and a `resumed` event), from `queued` for
-    /// [`Claim::Start`](crate::Claim::Start), from an expired `running` for [`Claim::Recover`](crate::Claim::Recover),
-    /// from `failed` for [`Claim::Retry`](crate::Claim::Retry) (like a resume, and clearing the
+    /// [`Claim::Start`], from an expired `running` for [`Claim::Recover`],
+    /// from `failed` for [`Claim::Retry`] (like a resume, and clearing the
     /// error).
     /// Anything else is a [`StoreError::Conflict`](crate::StoreError::Conflict) that says what state the
     /// run is in.
@@ -64,7 +64,7 @@ pub trait Runs: Send + Sync {
     /// ([`StoreError::Conflict`](crate::StoreError::Conflict)) once the session has a run created after
     /// it (by `created_ms`, then id): that prompt has moved the thread on,
     /// and retrying the older one would fork it. On PostgreSQL the retry
-    /// locks the session's row first, as [`Runs::create_run`](crate::Runs::create_run) does.
+    /// locks the session's row first, as [`Runs::create_run`] does.
     async fn claim(
         &self,
         id: &str,

@@ -40,7 +40,7 @@ pub trait Sessions: Send + Sync {
 
     /// Appends `messages` to the session's thread if it still holds exactly
     /// `expected` messages, and touches `updated_ms` (as
-    /// [`Sessions::open_session`](crate::Sessions::open_session) does); returns the session as it now is. The
+    /// [`Sessions::open_session`] does); returns the session as it now is. The
     /// count is the version check: of two prompts that read the same thread,
     /// the first to append wins and the other gets a
     /// [`StoreError::Conflict`](crate::StoreError::Conflict) and changes nothing (it should reload the
@@ -56,7 +56,7 @@ pub trait Sessions: Send + Sync {
     /// if there was no such session.
     async fn delete_session(&self, id: &str) -> StoreResult<bool>;
 
-    /// Deletes, as [`Sessions::delete_session`](crate::Sessions::delete_session) does, every session whose
+    /// Deletes, as [`Sessions::delete_session`] does, every session whose
     /// `updated_ms` is before `updated_before_ms`, and returns their ids
     /// (sorted). Nothing else changes: a session updated at or after the
     /// cut stays, and so does every run that is not linked to a deleted

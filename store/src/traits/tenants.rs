@@ -41,8 +41,8 @@ pub trait Tenants: Send + Sync {
     async fn create_key(&self, key: NewApiKey) -> StoreResult<ApiKey>;
 
     /// The key with this hash, revoked or not: the caller checks
-    /// [`ApiKey::revoked_ms`](crate::ApiKey::revoked_ms) (and the tenant's
-    /// [`Tenant::disabled`](crate::Tenant::disabled)).
+    /// [`ApiKey::revoked_ms`] (and the tenant's
+    /// [`Tenant::disabled`]).
     async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>>;
 
     /// The keys of one tenant, or with `None` the admin keys, oldest first
@@ -65,7 +65,7 @@ pub trait Tenants: Send + Sync {
     async fn live_runs(&self, tenant: &str) -> StoreResult<u64>;
 
     /// How many of the tenant's runs are running now: `running` ones, and
-    /// any other with a running job. Unlike [`Tenants::live_runs`](crate::Tenants::live_runs), runs that
+    /// any other with a running job. Unlike [`Tenants::live_runs`], runs that
     /// only wait in the queue are not counted: a claim is held only by runs
     /// that hold a worker.
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64>;
