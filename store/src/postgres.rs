@@ -37,7 +37,7 @@ use sqlx::query::Query;
 use sqlx::{Connection, Postgres, Transaction};
 
 use crate::relational::{Arg, Dialect, List, Queue, SqlStore, bind};
-use crate::sql;
+use crate::sql::{self, Spelling};
 use crate::{Location, SCHEMA_VERSION, StoreError, StoreResult, now_ms};
 
 /// Connections per store: a process runs a handful of runs and workers.
@@ -185,17 +185,7 @@ impl Dialect for PgDatabase {
     type Write = PgWrite;
 
     const LOCKS_ROWS: bool = true;
-    const SELECT_RUN_TO_WRITE: &'static str = sql::SELECT_RUN_LOCKED;
-    const RUN_OWNER_TO_WRITE: &'static str = sql::RUN_OWNER_LOCKED;
-    const SESSION_ID_TO_WRITE: &'static str = sql::SESSION_ID_LOCKED;
-    const APPEND_ENTRY_IF_OWNER: &'static str = sql::APPEND_ENTRY_IF_OWNER_LOCKED;
-    const RENEW_LEASES: &'static str = sql::RENEW_LEASES_POSTGRES;
-    const SELECT_JOB_TO_WRITE: &'static str = sql::SELECT_JOB_LOCKED;
-    const DUE_JOB: &'static str = sql::DUE_JOB_SKIP_LOCKED;
-    const INSERT_JOB: &'static str = sql::INSERT_JOB_POSTGRES;
-    const RETRY_TURN: &'static str = sql::RETRY_TURN_POSTGRES;
-    const HEARTBEAT_JOBS: &'static str = sql::HEARTBEAT_JOBS_POSTGRES;
-    const AUDIT_HEAD_TO_WRITE: &'static str = sql::AUDIT_HEAD_LOCKED;
+    const SQL: &'static Spelling = &sql::POSTGRES;
 
     fn location(&self) -> &str {
         &self.location

@@ -36,7 +36,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Sqlite};
 
 use crate::relational::{Arg, Dialect, List, Queue, SqlStore, bind, json_list};
-use crate::sql;
+use crate::sql::{self, Spelling};
 use crate::writer::{Turn, WriteCounts, Writer};
 use crate::{SCHEMA_VERSION, StoreError, StoreResult, now_ms};
 
@@ -242,17 +242,7 @@ impl Dialect for SqliteFile {
     type Write = Turn;
 
     const LOCKS_ROWS: bool = false;
-    const SELECT_RUN_TO_WRITE: &'static str = sql::SELECT_RUN;
-    const RUN_OWNER_TO_WRITE: &'static str = sql::RUN_OWNER;
-    const SESSION_ID_TO_WRITE: &'static str = sql::SESSION_ID;
-    const APPEND_ENTRY_IF_OWNER: &'static str = sql::APPEND_ENTRY_IF_OWNER;
-    const RENEW_LEASES: &'static str = sql::RENEW_LEASES_SQLITE;
-    const SELECT_JOB_TO_WRITE: &'static str = sql::SELECT_JOB;
-    const DUE_JOB: &'static str = sql::DUE_JOB;
-    const INSERT_JOB: &'static str = sql::INSERT_JOB_SQLITE;
-    const RETRY_TURN: &'static str = sql::RETRY_TURN_SQLITE;
-    const HEARTBEAT_JOBS: &'static str = sql::HEARTBEAT_JOBS_SQLITE;
-    const AUDIT_HEAD_TO_WRITE: &'static str = sql::AUDIT_HEAD;
+    const SQL: &'static Spelling = &sql::SQLITE;
 
     fn location(&self) -> &str {
         &self.location

@@ -10,6 +10,7 @@ use std::ops::DerefMut;
 use serde_json::Value;
 
 use crate::rows::Columns;
+use crate::sql::Spelling;
 use crate::{StoreError, StoreResult};
 
 /// A value bound to one of a statement's parameters.
@@ -124,32 +125,8 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     /// statement (SQLite's `BEGIN IMMEDIATE`). With row locks, a write that
     /// touches a session locks the session's row first, before any run's.
     const LOCKS_ROWS: bool;
-    /// A run read by a write that depends on it ([`crate::sql::SELECT_RUN`]).
-    const SELECT_RUN_TO_WRITE: &'static str;
-    /// A run's status and owner read by a write that depends on them
-    /// ([`crate::sql::RUN_OWNER`]).
-    const RUN_OWNER_TO_WRITE: &'static str;
-    /// A session's id read by a write that depends on it being there
-    /// ([`crate::sql::SESSION_ID`]).
-    const SESSION_ID_TO_WRITE: &'static str;
-    /// One journal entry, inserted only if the owner holds the run
-    /// ([`crate::sql::APPEND_ENTRY_IF_OWNER`]).
-    const APPEND_ENTRY_IF_OWNER: &'static str;
-    /// Leases renewed by a list of run ids.
-    const RENEW_LEASES: &'static str;
-    /// A job read by a write that depends on it ([`crate::sql::SELECT_JOB`]).
-    const SELECT_JOB_TO_WRITE: &'static str;
-    /// The job to claim next ([`crate::sql::DUE_JOB`]).
-    const DUE_JOB: &'static str;
-    /// A new job, placed at its queue's next turn.
-    const INSERT_JOB: &'static str;
-    /// A retried job's next turn.
-    const RETRY_TURN: &'static str;
-    /// Job leases extended by a list of tokens.
-    const HEARTBEAT_JOBS: &'static str;
-    /// A tenant's audit head read by the append that advances it
-    /// ([`crate::sql::AUDIT_HEAD`]).
-    const AUDIT_HEAD_TO_WRITE: &'static str;
+    /// The statements whose text differs between the engines.
+    const SQL: &'static Spelling;
 
     /// Where the store is, for messages.
     fn location(&self) -> &str;

@@ -30,7 +30,7 @@ impl<D: Dialect> SqlStore<D> {
             new.created_ms.into(),
             new.created_ms.into(),
         ];
-        let placed = self.optional(conn, D::INSERT_JOB, args).await?;
+        let placed = self.optional(conn, D::SQL.insert_job, args).await?;
         let Some(row) = placed else {
             // The id is taken, or the run is not there.
             return match self.optional(conn, sql::RUN_EXISTS, &[(&new.run).into()]).await? {
@@ -74,7 +74,7 @@ impl<D: Dialect> SqlStore<D> {
         held_back: &[String],
     ) -> StoreResult<Option<Job>> {
         loop {
-            let Some(row) = self.optional(conn, D::DUE_JOB, &[now.into()]).await? else { return Ok(None) };
+            let Some(row) = self.optional(conn, D::SQL.due_job, &[now.into()]).await? else { return Ok(None) };
             let mut job = self.decode_job(&row)?;
             if job.held_back(held_back) {
                 return Ok(None);
@@ -100,7 +100,7 @@ impl<D: Dialect> SqlStore<D> {
         lease: &JobLease,
         change: impl FnOnce(&mut Job) + Send,
     ) -> StoreResult<Job> {
-        let job = self.fetch_job(conn, D::SELECT_JOB_TO_WRITE, id).await?;
+        let job = self.fetch_job(conn, D::SQL.select_job_to_write, id).await?;
         let mut job = job.ok_or_else(|| StoreError::NoJob(id.to_string()))?;
         job.check_lease(lease)?;
         change(&mut job);
@@ -138,7 +138,7 @@ impl<D: Dialect> Jobs for SqlStore<D> {
         }
         let mut conn = self.db.single().await?;
         let until = now.saturating_add(lease_ms);
-        let rows = self.all(&mut conn, D::HEARTBEAT_JOBS, &[until.into(), now.into(), tokens.into()]).await;
+        let rows = self.all(&mut conn, D::SQL.heartbeat_jobs, &[until.into(), now.into(), tokens.into()]).await;
         let result = rows.and_then(|rows| rows.iter().map(|r| r.int_at(0).map_err(|e| self.error(&e))).collect());
         self.db.end(conn, result).await
     }
@@ -155,7 +155,7 @@ impl<D: Dialect> Jobs for SqlStore<D> {
             let mut job = self.change_job(&mut tx, id, lease, |job| job.fail(error, retry, now)).await?;
             if job.status == JobStatus::Queued {
                 self.db.hold_queue(&mut tx, Queue::OfJob(id)).await?;
-                let turn = self.one(&mut tx, D::RETRY_TURN, &[id.into()]).await?;
+                let turn = self.one(&mut tx, D::SQL.retry_turn, &[id.into()]).await?;
                 job.turn = turn.int_at(0).map_err(|e| self.error(&e))?;
             }
             Ok(job)

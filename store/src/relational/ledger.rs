@@ -31,7 +31,7 @@ impl<D: Dialect> Ledger for SqlStore<D> {
         // process waits, then reads the head this one wrote.
         let mut tx = self.db.begin().await?;
         let result = async {
-            let row = self.optional(&mut tx, D::AUDIT_HEAD_TO_WRITE, &[tenant.into()]).await?;
+            let row = self.optional(&mut tx, D::SQL.audit_head_to_write, &[tenant.into()]).await?;
             let Some(row) = row else { return Err(StoreError::NoTenant(tenant.to_string())) };
             let head = self.decode(|errors| rows::audit_head(tenant, &row, errors))?;
             let entry = next_audit_entry(tenant, head, kind, data, at_ms);

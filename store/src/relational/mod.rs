@@ -167,14 +167,14 @@ impl<D: Dialect> SqlStore<D> {
 
     /// Run `id` for a write that depends on it; `NoRun` if it is not there.
     async fn run_to_write(&self, conn: &mut D::Conn, id: &str) -> StoreResult<Run> {
-        let run = self.fetch_run(conn, D::SELECT_RUN_TO_WRITE, id).await?;
+        let run = self.fetch_run(conn, D::SQL.select_run_to_write, id).await?;
         run.ok_or_else(|| StoreError::NoRun(id.to_string()))
     }
 
     /// Whether session `id` is there, for a write that depends on it (on
     /// PostgreSQL its row is locked until the transaction ends).
     async fn session_there(&self, conn: &mut D::Conn, id: &str) -> StoreResult<bool> {
-        Ok(self.optional(conn, D::SESSION_ID_TO_WRITE, &[id.into()]).await?.is_some())
+        Ok(self.optional(conn, D::SQL.session_id_to_write, &[id.into()]).await?.is_some())
     }
 
     /// Succeeds if tenant `id` is there.

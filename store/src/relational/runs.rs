@@ -38,7 +38,7 @@ impl<D: Dialect> SqlStore<D> {
     /// PostgreSQL keeping its row locked until the transaction ends);
     /// otherwise says why not (`NoRun`, or a conflict naming its status).
     async fn check_owner(&self, conn: &mut D::Conn, id: &str, owner: &str) -> StoreResult<()> {
-        let row = self.optional(conn, D::RUN_OWNER_TO_WRITE, &[id.into()]).await?;
+        let row = self.optional(conn, D::SQL.run_owner_to_write, &[id.into()]).await?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode_status(&row)?;
         let holder = self.decode(|errors| rows::lease_owner(&row, errors))?;
@@ -67,7 +67,7 @@ impl<D: Dialect> SqlStore<D> {
         {
             return Err(StoreError::NoSession(thread.session.clone()));
         }
-        let run = self.fetch_run(conn, D::SELECT_RUN_TO_WRITE, id).await?;
+        let run = self.fetch_run(conn, D::SQL.select_run_to_write, id).await?;
         let owned = run
             .as_ref()
             .is_some_and(|r| r.status == RunStatus::Running && r.lease.as_ref().is_some_and(|l| l.owner == owner));
@@ -342,7 +342,7 @@ impl<D: Dialect> SqlStore<D> {
         call: &PendingCall,
         decision: Decision,
     ) -> StoreResult<Approval> {
-        let row = self.optional(conn, D::RUN_OWNER_TO_WRITE, &[id.into()]).await?;
+        let row = self.optional(conn, D::SQL.run_owner_to_write, &[id.into()]).await?;
         let Some(row) = row else { return Err(StoreError::NoRun(id.to_string())) };
         let status = self.decode_status(&row)?;
         let current = match self.optional(conn, sql::SELECT_APPROVAL, &[id.into()]).await? {
@@ -407,7 +407,7 @@ impl<D: Dialect> Runs for SqlStore<D> {
         if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
             let args = entry_args(id, e, Some(owner))?;
             let mut conn = self.db.single().await?;
-            let inserted = D::execute(&mut conn, D::APPEND_ENTRY_IF_OWNER, &args).await;
+            let inserted = D::execute(&mut conn, D::SQL.append_entry_if_owner, &args).await;
             let result = match self.entry_written(inserted, id, e.seq) {
                 Ok(0) => match self.check_owner(&mut conn, id, owner).await {
                     Err(e) => Err(e),
@@ -458,7 +458,7 @@ impl<D: Dialect> Runs for SqlStore<D> {
             return Ok(Vec::new());
         }
         let mut conn = self.db.single().await?;
-        let result = self.texts(&mut conn, D::RENEW_LEASES, &[owner.into(), until_ms.into(), ids.into()]).await;
+        let result = self.texts(&mut conn, D::SQL.renew_leases, &[owner.into(), until_ms.into(), ids.into()]).await;
         self.db.end(conn, result).await
     }
 
