@@ -25,14 +25,13 @@
 //! `nexo_schema`, or a schema from a newer nexo. The password in the URL
 //! never appears in a message or in `Debug` output.
 
-use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::query::Query;
 use sqlx::{Connection, Postgres, Transaction};
 
@@ -137,14 +136,6 @@ impl PgStore {
     }
 }
 
-/// A statement with its parameters, a list as an array.
-fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArguments> {
-    bind(sqlx::query(sql), args, |query, list| match list {
-        List::Texts(texts) => query.bind(texts),
-        List::Ints(ints) => query.bind(ints),
-    })
-}
-
 /// A write on PostgreSQL: a transaction, or one statement that commits by
 /// itself.
 #[derive(Debug)]
@@ -179,6 +170,8 @@ impl DerefMut for PgWrite {
 /// database with. A transaction locks the rows it reads before it writes
 /// (`FOR UPDATE`), and job claims skip the rows other claims hold.
 impl Dialect for PgDatabase {
+    type Db = Postgres;
+    type Args = PgArguments;
     type Conn = PgConnection;
     type Row = PgRow;
     type Read = PoolConnection<Postgres>;
@@ -238,28 +231,16 @@ impl Dialect for PgDatabase {
         Ok(())
     }
 
-    fn fetch_optional<'a>(
-        conn: &'a mut PgConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Option<PgRow>, sqlx::Error>> + Send + 'a {
-        query(sql, args).fetch_optional(conn)
+    /// A statement with its parameters, a list as an array.
+    fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArguments> {
+        bind(sqlx::query(sql), args, |query, list| match list {
+            List::Texts(texts) => query.bind(texts),
+            List::Ints(ints) => query.bind(ints),
+        })
     }
 
-    fn fetch_all<'a>(
-        conn: &'a mut PgConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Vec<PgRow>, sqlx::Error>> + Send + 'a {
-        query(sql, args).fetch_all(conn)
-    }
-
-    async fn execute<'a>(
-        conn: &'a mut PgConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, args).execute(conn).await?.rows_affected())
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
     }
 
     async fn append_messages<'a>(
@@ -272,7 +253,7 @@ impl Dialect for PgDatabase {
         for (seq, message) in (first..).zip(messages) {
             let message = message.to_string();
             let row: &[Arg<'_>] = &[session.into(), seq.into(), (&message).into()];
-            query(sql::APPEND_MESSAGE, row).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
+            Self::query(sql::APPEND_MESSAGE, row).execute(&mut *conn).await.map_err(|e| self.error(&e))?;
         }
         Ok(())
     }

@@ -21,7 +21,6 @@
 //! code that runs them in [`crate::relational`], both shared with the
 //! PostgreSQL backend: this module is SQLite's [`Dialect`], what differs.
 
-use std::future::Future;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,8 +29,8 @@ use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteQueryResult,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Sqlite};
 
@@ -224,18 +223,12 @@ impl SqliteFile {
     }
 }
 
-/// A statement with its parameters, a list as JSON text.
-fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArguments> {
-    bind(sqlx::query(sql), args, |query, list| match list {
-        List::Texts(texts) => query.bind(json_list(texts)),
-        List::Ints(ints) => query.bind(json_list(ints)),
-    })
-}
-
 /// SQLite: one file, one writer. A write takes the store's write
 /// connection in turn ([`Writer`]) and holds the whole file from its first
 /// statement, so what PostgreSQL locks row by row needs no lock here.
 impl Dialect for SqliteFile {
+    type Db = Sqlite;
+    type Args = SqliteArguments;
     type Conn = SqliteConnection;
     type Row = SqliteRow;
     type Read = PoolConnection<Sqlite>;
@@ -277,28 +270,16 @@ impl Dialect for SqliteFile {
         Ok(())
     }
 
-    fn fetch_optional<'a>(
-        conn: &'a mut SqliteConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Option<SqliteRow>, sqlx::Error>> + Send + 'a {
-        query(sql, args).fetch_optional(conn)
+    /// A statement with its parameters, a list as JSON text.
+    fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArguments> {
+        bind(sqlx::query(sql), args, |query, list| match list {
+            List::Texts(texts) => query.bind(json_list(texts)),
+            List::Ints(ints) => query.bind(json_list(ints)),
+        })
     }
 
-    fn fetch_all<'a>(
-        conn: &'a mut SqliteConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Vec<SqliteRow>, sqlx::Error>> + Send + 'a {
-        query(sql, args).fetch_all(conn)
-    }
-
-    async fn execute<'a>(
-        conn: &'a mut SqliteConnection,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, args).execute(conn).await?.rows_affected())
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
     }
 
     async fn append_messages<'a>(

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::ops::DerefMut;
 
 use serde_json::Value;
+use sqlx::query::Query;
 
 use crate::rows::Columns;
 use crate::sql::Spelling;
@@ -109,10 +110,35 @@ pub enum Queue<'a> {
     OfJob(&'a str),
 }
 
+/// A connection that runs statements: for sqlx, a borrow of it is an
+/// executor.
+pub trait Executes<'c, DB: sqlx::Database>: Send {
+    /// The connection, borrowed for one statement.
+    type Executor: sqlx::Executor<'c, Database = DB> + Send;
+
+    /// Borrows the connection for one statement.
+    fn executor(&'c mut self) -> Self::Executor;
+}
+
+impl<'c, DB: sqlx::Database, C: Send + 'c> Executes<'c, DB> for C
+where
+    &'c mut C: sqlx::Executor<'c, Database = DB> + Send,
+{
+    type Executor = &'c mut C;
+
+    fn executor(&'c mut self) -> &'c mut C {
+        self
+    }
+}
+
 /// One relational database engine, and a store's connections to it.
 pub trait Dialect: Debug + Send + Sync + Sized + 'static {
+    /// sqlx's database.
+    type Db: sqlx::Database<Row = Self::Row>;
+    /// A statement's parameters.
+    type Args: sqlx::IntoArguments<Self::Db> + Send;
     /// A connection.
-    type Conn: Send;
+    type Conn: for<'c> Executes<'c, Self::Db>;
     /// A row a statement answers.
     type Row: Columns + Send + Sync;
     /// A connection held for reads.
@@ -153,26 +179,11 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     /// Opens every connection that would otherwise open on first use.
     fn connect_all(&self) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// Runs `sql` with `args`: its first row, if any.
-    fn fetch_optional<'a>(
-        conn: &'a mut Self::Conn,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+    /// `sql` with `args` bound, each as this engine takes it ([`bind`]).
+    fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Self::Db, Self::Args>;
 
-    /// Runs `sql` with `args`: every row.
-    fn fetch_all<'a>(
-        conn: &'a mut Self::Conn,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
-
-    /// Runs `sql` with `args`: how many rows it changed.
-    fn execute<'a>(
-        conn: &'a mut Self::Conn,
-        sql: &'static str,
-        args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+    /// How many rows a statement changed.
+    fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;
 
     /// Inserts a session's messages numbered from `first`
     /// ([`crate::sql::APPEND_MESSAGES`]).

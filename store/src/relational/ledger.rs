@@ -13,7 +13,7 @@ impl<D: Dialect> SqlStore<D> {
     /// is not there, is `missing`.
     async fn add_counts(&self, sql: &'static str, args: &[Arg<'_>], missing: StoreError) -> StoreResult<()> {
         let mut conn = self.db.single().await?;
-        let result = match D::execute(&mut conn, sql, args).await {
+        let result = match super::run::<D>(&mut conn, sql, args).await {
             Ok(_) => Ok(()),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(missing),
             Err(e) => Err(self.error(&e)),

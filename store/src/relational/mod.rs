@@ -14,7 +14,7 @@ mod sessions;
 mod sign_ins;
 mod tenants;
 
-pub use dialect::{Arg, Dialect, List, Queue};
+pub use dialect::{Arg, Dialect, Executes, List, Queue};
 pub(crate) use dialect::{bind, json_list};
 
 use crate::rows::{self, Columns as _, Errors};
@@ -51,6 +51,13 @@ impl<D: Dialect> Backend for SqlStore<D> {
     }
 }
 
+/// Runs `sql` with `args` on `conn`: how many rows it changed, or the
+/// database's error as it is (for the callers that name a refusal by it).
+async fn run<D: Dialect>(conn: &mut D::Conn, sql: &'static str, args: &[Arg<'_>]) -> Result<u64, sqlx::Error> {
+    let done = D::query(sql, args).execute(conn.executor()).await?;
+    Ok(D::rows_affected(&done))
+}
+
 /// A count of rows as a statement's limit.
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -78,7 +85,7 @@ impl<D: Dialect> SqlStore<D> {
 
     /// `sql`'s first row on `conn`, if any.
     async fn optional(&self, conn: &mut D::Conn, sql: &'static str, args: &[Arg<'_>]) -> StoreResult<Option<D::Row>> {
-        D::fetch_optional(conn, sql, args).await.map_err(|e| self.error(&e))
+        D::query(sql, args).fetch_optional(conn.executor()).await.map_err(|e| self.error(&e))
     }
 
     /// `sql`'s first row on `conn`, which must be there.
@@ -88,12 +95,12 @@ impl<D: Dialect> SqlStore<D> {
 
     /// Every row of `sql` on `conn`.
     async fn all(&self, conn: &mut D::Conn, sql: &'static str, args: &[Arg<'_>]) -> StoreResult<Vec<D::Row>> {
-        D::fetch_all(conn, sql, args).await.map_err(|e| self.error(&e))
+        D::query(sql, args).fetch_all(conn.executor()).await.map_err(|e| self.error(&e))
     }
 
     /// Runs `sql` on `conn`: how many rows it changed.
     async fn execute(&self, conn: &mut D::Conn, sql: &'static str, args: &[Arg<'_>]) -> StoreResult<u64> {
-        D::execute(conn, sql, args).await.map_err(|e| self.error(&e))
+        run::<D>(conn, sql, args).await.map_err(|e| self.error(&e))
     }
 
     /// `sql`'s first row, read without a lock.

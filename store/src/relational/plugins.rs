@@ -25,7 +25,7 @@ impl<D: Dialect> Plugins for SqlStore<D> {
                 to_i64(plugin.size, "plugin size")?.into(),
                 plugin.created_ms.into(),
             ];
-            let inserted = match D::execute(&mut tx, sql::INSERT_PLUGIN, args).await {
+            let inserted = match super::run::<D>(&mut tx, sql::INSERT_PLUGIN, args).await {
                 Ok(rows) => rows,
                 // The one foreign key: the plugin's tenant.
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {

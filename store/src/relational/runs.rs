@@ -96,7 +96,7 @@ impl<D: Dialect> SqlStore<D> {
     /// checked; an error leaves the transaction to be rolled back.
     async fn write_batch(&self, conn: &mut D::Conn, id: &str, batch: Batch) -> StoreResult<()> {
         for e in &batch.journal {
-            let inserted = D::execute(conn, sql::APPEND_ENTRY, &entry_args(id, e, None)?).await;
+            let inserted = super::run::<D>(conn, sql::APPEND_ENTRY, &entry_args(id, e, None)?).await;
             self.entry_written(inserted, id, e.seq)?;
         }
         for e in &batch.events {
@@ -267,7 +267,7 @@ impl<D: Dialect> SqlStore<D> {
             (&run.session).into(),
             (&run.tenant).into(),
         ];
-        let inserted = match D::execute(conn, statement, &args).await {
+        let inserted = match super::run::<D>(conn, statement, &args).await {
             Ok(rows) => rows,
             // The foreign keys a run has that a caller names: its session and
             // its tenant, which `create_run` checked first if it had to. A
@@ -407,7 +407,7 @@ impl<D: Dialect> Runs for SqlStore<D> {
         if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
             let args = entry_args(id, e, Some(owner))?;
             let mut conn = self.db.single().await?;
-            let inserted = D::execute(&mut conn, D::SQL.append_entry_if_owner, &args).await;
+            let inserted = super::run::<D>(&mut conn, D::SQL.append_entry_if_owner, &args).await;
             let result = match self.entry_written(inserted, id, e.seq) {
                 Ok(0) => match self.check_owner(&mut conn, id, owner).await {
                     Err(e) => Err(e),

@@ -19,7 +19,7 @@ impl<D: Dialect> SignIns for SqlStore<D> {
                 new.created_ms.into(),
                 new.expires_ms.into(),
             ];
-            match D::execute(&mut tx, sql::INSERT_SIGN_IN, args).await {
+            match super::run::<D>(&mut tx, sql::INSERT_SIGN_IN, args).await {
                 Ok(_) => Ok(()),
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
                     Err(StoreError::NoTenant(new.tenant.clone()))

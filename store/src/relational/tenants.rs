@@ -78,7 +78,7 @@ impl<D: Dialect> Tenants for SqlStore<D> {
         let mut tx = self.db.begin().await?;
         let result = async {
             let args: &[Arg<'_>] = &[(&key.id).into(), (&key.tenant).into(), (&key.hash).into(), key.created_ms.into()];
-            let inserted = match D::execute(&mut tx, sql::INSERT_KEY, args).await {
+            let inserted = match super::run::<D>(&mut tx, sql::INSERT_KEY, args).await {
                 Ok(rows) => rows,
                 // The one foreign key: the key's tenant.
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
