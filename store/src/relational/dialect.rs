@@ -1,7 +1,8 @@
 //! Where SQLite and PostgreSQL differ, as the one SQL store
 //! ([`super::SqlStore`]) sees them: how a read gets a connection, how a
-//! write is begun and ended, how a statement is run with its parameters,
-//! how an error is named, and the few statements whose text differs.
+//! write is begun and ended, whether rows are locked, how parameters are
+//! bound and changed rows counted, how an error is named, and which
+//! variant of a statement whose text differs it runs ([`Spelling`]).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -133,7 +134,7 @@ where
 
 /// One relational database engine, and a store's connections to it.
 pub trait Dialect: Debug + Send + Sync + Sized + 'static {
-    /// sqlx's database.
+    /// The engine, as sqlx names it.
     type Db: sqlx::Database<Row = Self::Row>;
     /// A statement's parameters.
     type Args: sqlx::IntoArguments<Self::Db> + Send;
@@ -151,7 +152,8 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     /// statement (SQLite's `BEGIN IMMEDIATE`). With row locks, a write that
     /// touches a session locks the session's row first, before any run's.
     const LOCKS_ROWS: bool;
-    /// The statements whose text differs between the engines.
+    /// Its variants of the statements whose text differs between the
+    /// engines.
     const SQL: &'static Spelling;
 
     /// Where the store is, for messages.
