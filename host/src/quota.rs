@@ -107,9 +107,9 @@ fn until_next_hour(now_ms: i64) -> u64 {
 /// the worker's claim of its job).
 ///
 /// - `concurrent-runs` counts every run that runs or may run
-///   ([`Store::live_runs`]): queued, running, and those whose resume or
+///   ([`Tenants::live_runs`](nexo_store::Tenants::live_runs)): queued, running, and those whose resume or
 ///   retry is queued; at the worker's claim, only the others that run
-///   ([`Store::running_runs`]);
+///   ([`Tenants::running_runs`](nexo_store::Tenants::running_runs));
 /// - `runs-per-hour` counts starts only;
 /// - the hour's tokens, CPU ticks and egress bytes must not be used up;
 /// - a run going on must not have spent its own `cpu-ticks-per-run` in
@@ -270,7 +270,7 @@ impl PassAudit {
 
 /// Meters one pass of the tenant's run: its model tokens, CPU ticks and
 /// web bytes ([`Meters::pass`]), added to the hour's usage and to the
-/// run's own ([`Store::add_run_usage`]), which its next pass starts from;
+/// run's own ([`Ledger::add_run_usage`](nexo_store::Ledger::add_run_usage)), which its next pass starts from;
 /// and each of the gate's decisions on a capability or MCP call, the
 /// guest's and the model's, in the tenant's audit log (`capability.used`).
 pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, audit: &PassAudit) {

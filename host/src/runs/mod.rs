@@ -387,7 +387,7 @@ impl Runs {
             .collect())
     }
 
-    /// Cancels the run `id` ([`Store::cancel`]) and, if this owner drives
+    /// Cancels the run `id` ([`nexo_store::Runs::cancel`]) and, if this owner drives
     /// it, stops it now: its guest is interrupted at its next epoch tick, so
     /// its pass ends and its slot is free at once. Another process driving
     /// it learns at its next lease renewal, which the store refuses.
