@@ -2,7 +2,7 @@
 //! function per situation, so every backend refuses the same thing in the
 //! same words.
 
-use crate::{Approval, Claim, Decision, JobStatus, PendingCall, Run, RunStatus, StoreError};
+use crate::{Approval, Claim, Decision, PendingCall, Run, RunStatus, StoreError};
 
 /// Why a claim cannot take a run, naming what to do instead.
 pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
@@ -116,7 +116,7 @@ pub(crate) fn job_exists(id: &str) -> String {
 
 /// A write for a job by a worker whose lease token is no longer the job's:
 /// its lease ran out and another claim took the job (or it has ended).
-pub(crate) fn job_lease_lost(id: &str, token: i64, status: JobStatus) -> String {
+pub(crate) fn job_lease_lost(id: &str, token: i64, status: impl std::fmt::Display) -> String {
     format!(
         "job `{id}` is no longer this worker's: its lease (token {token}) was lost and another worker has \
          the job, or it has ended (it is {status}); stop working on it"
