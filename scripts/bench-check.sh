@@ -29,10 +29,21 @@ else base=HEAD; fi
 base_rev=$(git rev-parse --short "$base")
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$CARGO_TARGET_DIR/bench-check
-rm -rf "$WORK/base" "$WORK/criterion" "$WORK/results"
-mkdir -p "$WORK/base" "$WORK/results"
+# The base's tree is extracted afresh, but its target/plugins stays: the
+# base's cargo target directory is kept, and a build script that does not
+# run again (nothing it watches changed) would point at plugins deleted.
+mkdir -p "$WORK/base"
+find "$WORK/base" -mindepth 1 -maxdepth 1 ! -name target -exec rm -rf {} +
+rm -rf "$WORK/criterion" "$WORK/results"
+mkdir -p "$WORK/results"
 git archive "$base" | tar -x -C "$WORK/base"
 echo "bench-check: work tree against $base ($base_rev), limit +$LIMIT%, $ROUNDS rounds each" >&2
+
+# Both trees build their example guests with the work tree's toolchains
+# (`make bench-check` installs them under target/tools): the base's tree
+# has none of its own.
+export NEXO_COMPONENTIZE_PY=${NEXO_COMPONENTIZE_PY:-$ROOT/target/tools/python/bin/componentize-py}
+export NEXO_COMPONENTIZE_JS=${NEXO_COMPONENTIZE_JS:-$ROOT/target/tools/js/node_modules/.bin/componentize-js}
 
 BENCHES=(engine agent_loop peers)
 # Prints "name<TAB>executable" for each bench the tree at $1 has; the
