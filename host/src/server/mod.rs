@@ -175,7 +175,7 @@ pub async fn serve(
         .parse()
         .map_err(|e| setup(format!("the listen address {listen:?} is not an address such as 127.0.0.1:8700: {e}")))?;
     // One engine for the uploads and every run this node drives, with the
-    // served runs' limits (the CLI makes one per run instead).
+    // served runs' limits.
     let timeout_secs = file.serve.run_timeout_secs.unwrap_or(300).max(1);
     let memory_mib = file.serve.memory_mib.unwrap_or(256).clamp(16, 4096);
     let max = args.max_in_flight.or(file.serve.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
