@@ -13,8 +13,9 @@ use nexo_model::Provider;
 use nexo_sandbox::Sandbox;
 
 use crate::agent_loop::{Loop, LoopLimits};
-use crate::authority::{Grant, Permissions};
+use crate::authority::Permissions;
 use crate::events::EventSink;
+use crate::grant::Grant;
 use crate::instance::Preopen;
 use crate::search::SearchBackend;
 use crate::truncate::Truncation;

@@ -370,7 +370,8 @@ fn processes_with(marker: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
-    use nexo::authority::{Grant, Permissions};
+    use nexo::authority::Permissions;
+    use nexo::grant::Grant;
     use nexo::manifest::PermissionMode;
     use nexo::runs::{Runs, Subject};
     use nexo::session::OpenSession;
@@ -406,7 +407,7 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
     let options = RunOptions {
         model: Some(provider),
         mcp: Some(clients),
-        grant: Grant { mcp_servers: ["tests".to_string()].into(), ..Grant::default() },
+        grant: Grant::default().with_mcp_servers(["tests"]),
         permissions: Permissions::new(PermissionMode::Auto),
         ..RunOptions::default()
     };

@@ -13,7 +13,7 @@ use crate::{ConfigError, Engine, EngineConfig, Plugin};
 
 /// The run options `spec` gives, on `engine`.
 pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunError> {
-    let mut options = spec.grant.run_options()?;
+    let mut options = super::granted::granted(&spec.grant)?;
     if let Some(table) = &spec.search
         && let Some(setup) = table.resolve(None)?
     {
@@ -23,8 +23,8 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     options.model = resolved.provider;
     options.loop_limits = resolved.limits;
     if let Some(mut claude) = resolved.agent_loop {
-        claude.cwd = spec.grant.local_dir().map(std::path::Path::to_path_buf);
-        claude.view = spec.grant.view().clone();
+        claude.cwd = spec.grant.sandbox.local_dir().map(std::path::Path::to_path_buf);
+        claude.view = spec.grant.sandbox.view.clone();
         if claude.builtin_tools && claude.cwd.is_none() {
             return Err(ConfigError::invalid(
                 "--claude-builtin-tools",
