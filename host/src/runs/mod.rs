@@ -18,7 +18,6 @@
 //! [`Runs::resume`] with [`Claim::Recover`] replays it to where it was.
 
 pub mod changes;
-pub mod granted;
 pub mod pass;
 pub mod prepare;
 pub mod spec;
