@@ -374,6 +374,13 @@ fn descriptors_inherited_by_nexo_do_not_reach_shell_commands() {
         std::fs::write(outside.join("log"), "").unwrap();
         let (_dir, dir_fd) = inheritable(std::fs::File::open(&outside).unwrap());
         let (_log, log_fd) = inheritable(std::fs::OpenOptions::new().append(true).open(outside.join("log")).unwrap());
+        // The positive control: a child of this process, not confined by
+        // nexo, does inherit both descriptors and writes through them.
+        let control = format!("echo control > /proc/self/fd/{dir_fd}/control; echo control >&{log_fd}");
+        assert!(Command::new("/bin/sh").args(["-c", &control]).status().unwrap().success());
+        assert_eq!(std::fs::read_to_string(outside.join("log")).unwrap(), "control\n", "{confinement}: control");
+        assert!(outside.join("control").exists(), "{confinement}: the directory's descriptor reached the control");
+        std::fs::write(outside.join("log"), "").unwrap();
         let command =
             format!("echo via-proc > /proc/self/fd/{dir_fd}/pwned; echo via-fd >&{log_fd}; ls /proc/self/fd; true");
         std::fs::write(scene.path("script.json"), shell_script(&command).to_string()).unwrap();
