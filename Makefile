@@ -112,6 +112,8 @@ fuzz: toolchain
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@# plugins/ (the SDK included), fuzz/ and examples/first-agent are workspaces of their own.
+	CARGO=$(CARGO) ./scripts/lint-outside.sh
 
 fmt:
 	$(CARGO) fmt --all
