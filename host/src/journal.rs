@@ -260,10 +260,11 @@ impl Journal {
     }
 
     /// How many model turns (`nexo:model` `complete`, see
-    /// `agent_loop::complete`) the journal holds: a replay answers them all
+    /// `model_turn::ModelTurn`) the journal holds: a replay answers them all
     /// before the run asks a model anything live.
     pub fn recorded_turns(&self) -> u64 {
-        self.recorded.values().filter(|e| e.interface == "nexo:model" && e.function == "complete").count() as u64
+        let turn = |e: &&Entry| e.interface == crate::manifest::interface::MODEL_TURN && e.function == "complete";
+        self.recorded.values().filter(turn).count() as u64
     }
 
     /// Decides how one call runs: from the journal, or live.
