@@ -95,6 +95,10 @@ const CRATES: &[Layers] = &[
             &["anchor"],
             &["jobs", "sessions", "tenants"],
             &["refusal"],
+            &["location", "batch"],
+            &["error"],
+            &["runs"],
+            &["approvals", "journal", "events", "ids"],
         ],
     },
     Layers {
