@@ -144,9 +144,8 @@ impl LogBudget {
 }
 
 /// One host call: its name, the capability it needs, and its handler, in
-/// the world whose context is `Cx`. A call may borrow (a model turn borrows
-/// its provider, and its arguments the conversation); a [`Tool`] is kept
-/// for the whole process.
+/// the world whose context is `Cx`. A call may borrow: a model turn borrows
+/// its provider, and its arguments the conversation.
 pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync {
     /// The decoded arguments; the journal hashes them.
     type Args: Send + serde::Serialize;

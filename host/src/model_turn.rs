@@ -171,10 +171,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use nexo_model::{StopReason, ToolCall, ToolSpec, Usage};
-    use nexo_store::{Lease, MemoryStore, NewRun, RunStatus, Store};
+    use nexo_store::{MemoryStore, RunStatus, Store};
     use serde_json::json;
 
     use super::*;
+    use crate::journal::tests::run_r1;
     use crate::journal::{Journal, Replay, hash_json};
 
     #[test]
@@ -244,25 +245,6 @@ mod tests {
         }
     }
 
-    async fn run_in(store: &Arc<dyn Store>) -> nexo_store::Run {
-        let new = NewRun {
-            id: "r1".into(),
-            agent: "a".into(),
-            kind: "component".into(),
-            source: "a.wasm".into(),
-            component_sha256: "ab".repeat(32),
-            input: String::new(),
-            grant: json!({}),
-            status: RunStatus::Running,
-            lease: Some(Lease { owner: "o".into(), until_ms: i64::MAX / 2 }),
-            created_ms: 1,
-            session: None,
-            tenant: None,
-        };
-        store.create_run(new).await.unwrap();
-        store.run("r1").await.unwrap().unwrap()
-    }
-
     fn tools(journal: Journal) -> ToolContext {
         let manifest = crate::manifest::AgentManifest::default();
         let authority = crate::authority::Authority::new(&manifest, &crate::grant::Grant::none(), &Default::default());
@@ -278,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_turn_journaled_as_before_replays_without_the_provider() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-        let run = run_in(&store).await;
+        let run = run_r1(&store, RunStatus::Running).await;
         let messages = vec![Message::User { text: "hi".into() }];
         let request = Request { model: "m".into(), messages, tools: vec![], max_tokens: 64 };
         let answer = Response {
