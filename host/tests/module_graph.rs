@@ -52,7 +52,7 @@ const CRATES: &[Layers] = &[
             // `Tool`, `Loop`), so they sit above it.
             &["capability", "unit", "egress", "claude_code", "mcp_server"],
             // The host-call path: the one path, the authority, the journal, the loop.
-            &["agent_loop", "host_call", "journal", "authority", "instance", "settings", "log"],
+            &["agent_loop", "model_turn", "host_call", "journal", "authority", "instance", "settings", "log"],
             // The engine and plain data beneath everything, the grant among it.
             &[
                 "grant", "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate",
@@ -95,6 +95,10 @@ const CRATES: &[Layers] = &[
             &["anchor"],
             &["jobs", "sessions", "tenants"],
             &["refusal"],
+            &["location", "batch"],
+            &["error"],
+            &["runs"],
+            &["approvals", "journal", "events", "ids"],
         ],
     },
     Layers {
