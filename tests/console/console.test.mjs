@@ -182,6 +182,10 @@ try {
   assert.equal(navigations, afterClick, 'the status changed in place, with no reload');
   assert.equal(await page.textContent('#run-result'), 'done writing');
   assert.equal(await page.locator('section.approval').count(), 0, 'nothing pending any more');
+  // The status and the event list follow the run on their own: the `done`
+  // event may arrive a moment after the status says so.
+  await page.waitForSelector('#events li[data-event] .kind:text-is("done")', { timeout: 30_000 });
+  assert.equal(navigations, afterClick, 'the events were appended in place, with no reload');
   const kinds = await page.locator('#events li[data-event] .kind').allTextContents();
   assert.ok(kinds.includes('tool_call') && kinds.includes('done'), `events appended live: ${kinds}`);
   assert.match(await page.textContent('#events'), /"name":"write_file","summary":"wrote 13 bytes to notes.txt"[^}]*"verdict":"allowed"/);
