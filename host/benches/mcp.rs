@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::authority::{Grant, Permissions};
 use nexo::manifest::{AgentManifest, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
 use nexo_model::ToolCall;
 use serde_json::json;
@@ -40,7 +40,7 @@ fn calls(c: &mut Criterion) {
     let options = RunOptions {
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant: Grant { mcp_servers: ["tests".to_string()].into(), ..Grant::default() },
-        mcp: Some(clients.clone()),
+        providers: Providers { mcp: Some(clients.clone()), ..Providers::default() },
         ..RunOptions::default()
     };
     let tools =

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nexo::authority::{Grant, Permissions};
 use nexo::events::{Event, EventSink};
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo::{Engine, EngineConfig, Limits, Plugin};
 use nexo_model::ToolCall;
 use nexo_sandbox::VirtualSandbox;
@@ -52,10 +52,10 @@ fn main() {
     let sandbox = Arc::new(VirtualSandbox::with_files([FILE]).unwrap());
     let events = Arc::new(Count::default());
     let options = RunOptions {
-        sandbox: Some(sandbox.clone()),
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant: Grant::of([Capability::Read]),
-        events: Some(events.clone()),
+        providers: Providers { sandbox: Some(sandbox.clone()), ..Providers::default() },
+        context: RunContext { events: Some(events.clone()), ..RunContext::default() },
         ..RunOptions::default()
     };
     for (config, pooling) in [("on-demand", false), ("pooling", true)] {

@@ -498,7 +498,7 @@ pub struct Grant {
     pub fetch_hosts: Option<Vec<String>>,
     /// The MCP servers the operator configured, by name: an agent reaches
     /// those of them it requests. Their settings are in
-    /// [`RunOptions::mcp`](crate::settings::RunOptions::mcp).
+    /// [`Providers::mcp`](crate::settings::Providers::mcp).
     pub mcp_servers: BTreeSet<String>,
     /// The operator's own `mcp-allow` list. `None`: the operator set none,
     /// and the agent's list decides. Set, a tool must be on both, so the

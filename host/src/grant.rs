@@ -15,7 +15,7 @@ use crate::ConfigError;
 use crate::authority::{Grant, Permissions};
 use crate::config::{ConfigFile, ConfinementSetting, RuntimeSetting};
 use crate::manifest::{Capability, PermissionMode, SandboxKind};
-use crate::settings::RunOptions;
+use crate::settings::{Providers, RunOptions};
 
 /// What [`OperatorGrant::for_tenant`] builds a served run's grant from.
 pub struct TenantGrant<'a> {
@@ -442,7 +442,12 @@ impl OperatorGrant {
                 .with_confinement(self.shell_policy().confinement)
                 .with_view(self.view.clone())
         });
-        Ok(RunOptions { sandbox, permissions, grant: self.grant(), mcp, ..RunOptions::default() })
+        Ok(RunOptions {
+            permissions,
+            grant: self.grant(),
+            providers: Providers { sandbox, mcp, ..Providers::default() },
+            ..RunOptions::default()
+        })
     }
 }
 

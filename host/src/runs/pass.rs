@@ -14,8 +14,8 @@ use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
 use crate::agent_file::AgentFile;
 use crate::config::ConfigFile;
 use crate::error::RunError;
-use crate::instance::{CpuBudget, MemoryBudget};
 use crate::manifest::{Capability, PermissionMode};
+use crate::quota::{CpuBudget, MemoryBudget};
 use crate::settings::RunOptions;
 use crate::{Engine, Plugin};
 
@@ -137,13 +137,13 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if let Some(front_end) = settings.front_end {
         front_end(&mut options);
     }
-    options.memory_budget = served.and_then(|s| s.memory.clone());
-    options.cpu_budget = served.and_then(|s| s.cpu.clone());
-    options.egress_meter = served.map(|s| s.meters.egress.clone());
-    options.cpu_meter = served.map(|s| s.meters.ticks.clone());
-    options.token_meter = served.map(|s| s.meters.tokens.clone());
-    options.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
-    options.retry_follows = settings.retry_follows;
+    options.budget.memory = served.and_then(|s| s.memory.clone());
+    options.budget.cpu = served.and_then(|s| s.cpu.clone());
+    options.budget.egress = served.map(|s| s.meters.egress.clone());
+    options.budget.cpu_ticks = served.map(|s| s.meters.ticks.clone());
+    options.budget.tokens = served.map(|s| s.meters.tokens.clone());
+    options.context.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
+    options.context.retry_follows = settings.retry_follows;
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(Path::new(&run.source), |s| s.source.as_path());
     let allow_changed = narrowing.allow_changed_component;
