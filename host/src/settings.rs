@@ -1,9 +1,11 @@
-//! The operator's settings for one agent run, as typed values. They flow one
-//! way: the CLI (or an embedding program) builds them once, the run turns
-//! them with the manifest into an [`Authority`](crate::authority::Authority),
-//! and each capability unit reads its own part when it prepares the
-//! instance. Search backends and sandbox providers take their own, smaller
-//! settings ([`EgressGrant`](crate::egress::EgressGrant)).
+//! The operator's settings for one agent run, as typed values, grouped by
+//! concern in [`RunOptions`]. They flow one way: the CLI (or an embedding
+//! program) builds them once, the run turns the grant and permissions with
+//! the manifest into an [`Authority`](crate::authority::Authority), and
+//! each capability unit reads its own part when it prepares the instance.
+//! The tenant's budget is [`RunBudget`], at home with the other quota
+//! logic in [`crate::quota`]. Search backends and sandbox providers take
+//! their own, smaller settings ([`EgressGrant`](crate::egress::EgressGrant)).
 
 use std::path::PathBuf;
 use std::sync::Arc;

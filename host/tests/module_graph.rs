@@ -43,16 +43,17 @@ const CRATES: &[Layers] = &[
             &["cli", "server"],
             // The run lifecycle: runs, sessions, leases, declarative agents.
             &["runs", "session", "lease", "agent_file", "data_dir"],
-            // What a run is granted: the operator's grant, the tenant's policy and quotas.
-            &["grant", "policy", "quota", "config"],
+            // What a run is granted: the operator's grant and the tenant's policy.
+            &["grant", "policy", "config"],
             // A run put together: the worlds with their instances, and plugins.
             &["world", "plugin"],
             // Capabilities (a unit each, and components' egress) and the other agent
             // runtimes. They implement the host-call path's traits (`Unit`, `HostCall`,
             // `Tool`, `Loop`), so they sit above it.
             &["capability", "unit", "egress", "claude_code", "mcp_server"],
-            // The host-call path: the one path, the authority, the journal, the loop.
-            &["agent_loop", "host_call", "journal", "authority", "instance", "settings", "log"],
+            // The host-call path: the one path, the authority, the journal, the loop, and
+            // the quotas and metering a run's instance and calls draw on.
+            &["agent_loop", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
             // The engine and plain data beneath everything.
             &[
                 "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate", "files",

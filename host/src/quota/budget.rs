@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nexo_egress::Meter;
 
-use super::Quotas;
+use super::quotas::Quotas;
 
 /// What one run draws on besides its own limits: the shares it holds with
 /// the tenant's other runs and the meters that count what it uses. `nexo

@@ -1,6 +1,12 @@
-//! Per-tenant quotas, checked wherever a run starts or goes on
-//! ([`admit`]), and the metering of what each pass of a run used,
-//! persisted in the store per tenant and hour and per run.
+//! Quotas and metering: what a tenant's runs may use and what they used.
+//!
+//! - the tenant's [`Quotas`], part of its policy;
+//! - the budgets its runs draw on together while they run ([`MemoryBudget`],
+//!   [`CpuBudget`], one per tenant and node in [`Budgets`]) and what one run
+//!   draws on ([`RunBudget`], in its [`RunOptions`](crate::settings::RunOptions));
+//! - the check wherever a run starts or goes on ([`admit`]), and the
+//!   metering of what each pass of a run used ([`pass_meters`],
+//!   [`meter_pass`]), persisted in the store per tenant and hour and per run.
 //!
 //! Usage is counted in the store, so it survives suspension, restarts and
 //! the node that drove the run; every node sees the same counts. A pass's
@@ -202,6 +208,18 @@ impl Meters {
     /// journaled it) never reaches the meter.
     pub fn pass(&self) -> Pass {
         Pass { tokens: self.tokens.used(), cpu_ticks: self.ticks.used(), egress_bytes: self.egress.used() }
+    }
+
+    /// The budget of the pass these meters count, with the tenant's
+    /// `memory` and `cpu` shares on this node ([`Budgets::budgets`]).
+    pub fn budget(&self, memory: Option<Arc<MemoryBudget>>, cpu: Option<Arc<CpuBudget>>) -> RunBudget {
+        RunBudget {
+            memory,
+            cpu,
+            egress: Some(self.egress.clone()),
+            cpu_ticks: Some(self.ticks.clone()),
+            tokens: Some(self.tokens.clone()),
+        }
     }
 }
 

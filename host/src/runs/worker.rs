@@ -415,7 +415,7 @@ impl Worker {
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let served = Served { source, plugin, memory, cpu, meters, audit };
+                let served = Served { source, plugin, budget: meters.budget(memory, cpu), audit };
                 Some(served)
             }
             _ => None,
