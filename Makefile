@@ -56,6 +56,8 @@ test: toolchain
 	./scripts/js-deps.sh
 	@# The npm reference MCP servers, for nexo-mcp's tests.
 	./scripts/mcp-deps.sh
+	@# The pinned Claude Code CLI, for the claude-code loop's live test.
+	./scripts/claude-deps.sh
 	@# Debian's chromium and playwright-core, for the web console's browser test (host/tests/console.rs).
 	./scripts/console-deps.sh
 	@# A PostgreSQL server of the tests' own (target/postgres): the store suite runs against it too.

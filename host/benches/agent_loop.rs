@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Status};
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
+use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
 use nexo::settings::{Providers, RunOptions};

@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 
 use nexo::agent_file::AgentFile;
 use nexo::agent_loop::{HostLoop, LoopLimits, Status};
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
 use nexo::capability::model::Prompting;
+use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, PermissionMode};
 use nexo::runs::{Runs, Subject};

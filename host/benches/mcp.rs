@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
+use nexo::grant::Grant;
 use nexo::manifest::{AgentManifest, PermissionMode};
 use nexo::settings::{Providers, RunOptions};
 use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
@@ -39,7 +40,7 @@ fn calls(c: &mut Criterion) {
     };
     let options = RunOptions {
         permissions: Permissions::new(PermissionMode::ReadOnly),
-        grant: Grant { mcp_servers: ["tests".to_string()].into(), ..Grant::default() },
+        grant: Grant::default().with_mcp_servers(["tests"]),
         providers: Providers { mcp: Some(clients.clone()), ..Providers::default() },
         ..RunOptions::default()
     };

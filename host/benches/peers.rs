@@ -18,8 +18,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
 use nexo::events::{Event, EventSink};
+use nexo::grant::Grant;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
 use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo::{Engine, EngineConfig, Limits, Plugin};

@@ -31,10 +31,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ToolError;
+use crate::grant::{Bounds, DEFAULT_ALLOW, Grant, McpAllow, stricter};
 use crate::hint::{Fix, Vocabulary};
-use nexo_egress::HostList;
-
-use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode, SandboxKind};
+use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
 
 /// A decision hook for `ask` mode: `(capability, detail) -> allowed?`.
 pub type AskHook = Arc<dyn Fn(Capability, &str) -> bool + Send + Sync>;
@@ -115,9 +114,6 @@ impl Default for Permissions {
         Permissions::new(PermissionMode::ReadOnly)
     }
 }
-
-/// The capabilities allowed under every mode unless the allow list is set.
-pub const DEFAULT_ALLOW: [Capability; 2] = [Capability::Read, Capability::Glob];
 
 impl Permissions {
     /// A mode with the default allow list (`read`, `glob`) and no hooks.
@@ -295,260 +291,6 @@ impl Permissions {
     }
 }
 
-/// An exact-name list of MCP tools: `tool` matches that tool on any server,
-/// `server/tool` only on that server.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct McpAllow(Vec<String>);
-
-impl McpAllow {
-    /// The list.
-    pub fn new(entries: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        McpAllow(entries.into_iter().map(Into::into).collect())
-    }
-
-    /// Whether `tool` on `server` is listed. Exact: no patterns.
-    pub fn matches(&self, server: &str, tool: &str) -> bool {
-        self.0.iter().any(|e| match e.split_once('/') {
-            Some((s, t)) => s == server && t == tool,
-            None => e == tool,
-        })
-    }
-
-    /// The entries.
-    pub fn entries(&self) -> &[String] {
-        &self.0
-    }
-
-    /// The names both lists match: `tool` and `server/tool` have
-    /// `server/tool` in common, two equal entries themselves.
-    pub fn intersection(&self, other: &McpAllow) -> McpAllow {
-        let mut both = Vec::new();
-        for mine in &self.0 {
-            for theirs in &other.0 {
-                let common = match (mine.split_once('/'), theirs.split_once('/')) {
-                    (None, None) | (Some(_), Some(_)) => (mine == theirs).then_some(mine),
-                    (Some((_, tool)), None) => (tool == theirs).then_some(mine),
-                    (None, Some((_, tool))) => (tool == mine).then_some(theirs),
-                };
-                if let Some(entry) = common
-                    && !both.contains(entry)
-                {
-                    both.push(entry.clone());
-                }
-            }
-        }
-        McpAllow(both)
-    }
-
-    /// Whether every name `other` matches, this list matches too.
-    pub fn covers(&self, other: &McpAllow) -> bool {
-        other.0.iter().all(|entry| match entry.split_once('/') {
-            Some((server, tool)) => self.matches(server, tool),
-            None => self.0.contains(entry),
-        })
-    }
-}
-
-/// One party's bounds on a run, field by field: the operator's (a tenant's
-/// policy; `[grant]` and the flags), a run request's, an agent manifest's.
-/// `None` is "this party sets no bound on the field"; a list, even an
-/// empty one, is all it allows, so an empty list allows nothing. A run's
-/// effective grant is the [`Bounds::intersect`] of all of them, and so is
-/// never wider than any.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Bounds {
-    /// The capabilities, `read` and `glob` included.
-    pub capabilities: Option<BTreeSet<Capability>>,
-    /// The least strict permission mode.
-    pub mode: Option<PermissionMode>,
-    /// The sandboxes, the preferred first.
-    pub sandboxes: Option<Vec<SandboxKind>>,
-    /// The hosts `fetch` may reach (subdomain-aware, normalized).
-    pub fetch_hosts: Option<HostList>,
-    /// The operator's models by name, the preferred first.
-    pub models: Option<Vec<String>>,
-    /// The MCP servers, by configured name.
-    pub mcp_servers: Option<BTreeSet<String>>,
-    /// The MCP tools that pass unasked (exact names).
-    pub mcp_tools: Option<McpAllow>,
-}
-
-impl Bounds {
-    /// What an agent's manifest asks for: its capabilities, declared mode
-    /// and sandbox, `fetch-allow`, MCP servers and `mcp-allow`. Its model is
-    /// a provider's hint, not one of the operator's, so it bounds no model.
-    /// A `fetch-allow` that does not parse allows nothing (validation
-    /// refuses such a plugin before it runs).
-    pub fn of_manifest(manifest: &AgentManifest) -> Bounds {
-        Bounds {
-            capabilities: Some(manifest.capabilities.iter().copied().collect()),
-            mode: manifest.permissions,
-            sandboxes: manifest.sandbox.map(|s| vec![s]),
-            fetch_hosts: Some(HostList::new(&manifest.fetch_allow).unwrap_or_default()),
-            models: None,
-            mcp_servers: Some(manifest.mcp_servers.iter().cloned().collect()),
-            mcp_tools: Some(McpAllow::new(manifest.mcp_allow.iter().cloned())),
-        }
-    }
-
-    /// What an operator's [`Grant`] allows (its mode and sandbox are the
-    /// run options', outside the grant). Hosts that do not parse allow
-    /// nothing: the CLI and the server refuse them before a run.
-    pub fn of_grant(grant: &Grant) -> Bounds {
-        Bounds {
-            capabilities: Some(grant.capabilities.clone()),
-            mode: None,
-            sandboxes: None,
-            fetch_hosts: grant.fetch_hosts.as_ref().map(|h| HostList::new(h).unwrap_or_default()),
-            models: None,
-            mcp_servers: Some(grant.mcp_servers.clone()),
-            mcp_tools: grant.mcp_allow.clone(),
-        }
-    }
-
-    /// What both allow, field by field: the common members of two lists
-    /// (in `self`'s order), the stricter mode, the hosts and MCP tools
-    /// both lists match. A field only one side bounds keeps that bound.
-    pub fn intersect(&self, other: &Bounds) -> Bounds {
-        fn both<T: Clone>(a: &Option<T>, b: &Option<T>, f: impl FnOnce(&T, &T) -> T) -> Option<T> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(f(a, b)),
-                (Some(x), None) | (None, Some(x)) => Some(x.clone()),
-                (None, None) => None,
-            }
-        }
-        fn ordered<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
-            a.iter().filter(|x| b.contains(x)).cloned().collect()
-        }
-        Bounds {
-            capabilities: both(&self.capabilities, &other.capabilities, |a, b| a.intersection(b).copied().collect()),
-            mode: both(&self.mode, &other.mode, |a, b| stricter(*a, *b)),
-            sandboxes: both(&self.sandboxes, &other.sandboxes, |a, b| ordered(a, b)),
-            fetch_hosts: both(&self.fetch_hosts, &other.fetch_hosts, HostList::intersection),
-            models: both(&self.models, &other.models, |a, b| ordered(a, b)),
-            mcp_servers: both(&self.mcp_servers, &other.mcp_servers, |a, b| a.intersection(b).cloned().collect()),
-            mcp_tools: both(&self.mcp_tools, &other.mcp_tools, McpAllow::intersection),
-        }
-    }
-
-    /// The first field `self` bounds to more than `other` allows: the
-    /// field's name and the first item beyond it; `None` when every field
-    /// `self` bounds is within `other`'s. A field `self` leaves out is not
-    /// beyond: intersected, it takes `other`'s bound (how a run request
-    /// that omits a field gets the policy's).
-    pub fn beyond(&self, other: &Bounds) -> Option<(&'static str, String)> {
-        fn list<T: PartialEq>(
-            mine: &Option<Vec<T>>,
-            theirs: &Option<Vec<T>>,
-            show: impl Fn(&T) -> String,
-        ) -> Option<String> {
-            let (Some(mine), Some(theirs)) = (mine, theirs) else { return None };
-            mine.iter().find(|x| !theirs.contains(x)).map(show)
-        }
-        fn set<T: Ord>(
-            mine: &Option<BTreeSet<T>>,
-            theirs: &Option<BTreeSet<T>>,
-            show: impl Fn(&T) -> String,
-        ) -> Option<String> {
-            let (Some(mine), Some(theirs)) = (mine, theirs) else { return None };
-            mine.difference(theirs).next().map(show)
-        }
-        if let Some(c) = set(&self.capabilities, &other.capabilities, |c| c.as_str().to_string()) {
-            return Some(("capabilities", c));
-        }
-        if let (Some(mine), Some(theirs)) = (self.mode, other.mode)
-            && stricter(mine, theirs) != mine
-        {
-            return Some(("mode", mine.as_str().into()));
-        }
-        if let Some(s) = list(&self.sandboxes, &other.sandboxes, |s| s.as_str().to_string()) {
-            return Some(("sandboxes", s));
-        }
-        if let (Some(mine), Some(theirs)) = (&self.fetch_hosts, &other.fetch_hosts)
-            && let Some(host) = mine.entries().iter().find(|h| !theirs.matches(h))
-        {
-            return Some(("fetch-hosts", host.clone()));
-        }
-        if let Some(m) = list(&self.models, &other.models, String::clone) {
-            return Some(("models", m));
-        }
-        if let Some(s) = set(&self.mcp_servers, &other.mcp_servers, String::clone) {
-            return Some(("mcp-servers", s));
-        }
-        if let (Some(mine), Some(theirs)) = (&self.mcp_tools, &other.mcp_tools)
-            && let Some(tool) = mine.entries().iter().find(|t| !theirs.covers(&McpAllow::new([t.as_str()])))
-        {
-            return Some(("mcp-allow", tool.clone()));
-        }
-        None
-    }
-}
-
-/// What the operator grants: a set of capabilities. The default grants
-/// `read` and `glob`, which act only inside the sandbox (in-memory by default).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// The granted capabilities.
-    pub capabilities: BTreeSet<Capability>,
-    /// Hosts the operator lets any agent fetch from. `None`: the operator
-    /// set no list (`nexo run` without `fetch-hosts`), and the agent's own
-    /// `fetch-allow` list decides. Set, a URL must be on both lists
-    /// (subdomain-aware), so the operator can only narrow; an empty list
-    /// allows no host. A served run's grant always sets it.
-    pub fetch_hosts: Option<Vec<String>>,
-    /// The MCP servers the operator configured, by name: an agent reaches
-    /// those of them it requests. Their settings are in
-    /// [`Providers::mcp`](crate::settings::Providers::mcp).
-    pub mcp_servers: BTreeSet<String>,
-    /// The operator's own `mcp-allow` list. `None`: the operator set none,
-    /// and the agent's list decides. Set, a tool must be on both, so the
-    /// operator can only narrow; an empty list lets no tool pass unasked. A
-    /// served run's grant always sets it.
-    pub mcp_allow: Option<McpAllow>,
-}
-
-impl Default for Grant {
-    fn default() -> Self {
-        Grant::of(DEFAULT_ALLOW)
-    }
-}
-
-impl Grant {
-    /// Grants exactly `caps`.
-    pub fn of(caps: impl IntoIterator<Item = Capability>) -> Self {
-        Grant {
-            capabilities: caps.into_iter().collect(),
-            fetch_hosts: None,
-            mcp_servers: BTreeSet::new(),
-            mcp_allow: None,
-        }
-    }
-
-    /// Grants nothing.
-    pub fn none() -> Self {
-        Grant::of([])
-    }
-
-    /// Requested ∩ granted.
-    pub fn effective(&self, requested: &[Capability]) -> BTreeSet<Capability> {
-        requested.iter().copied().filter(|c| self.capabilities.contains(c)).collect()
-    }
-}
-
-/// The stricter of two modes: a plugin may narrow the operator's mode, never
-/// widen it. From strictest: read-only, approve, ask, auto.
-pub fn stricter(a: PermissionMode, b: PermissionMode) -> PermissionMode {
-    fn rank(m: PermissionMode) -> u8 {
-        match m {
-            PermissionMode::ReadOnly => 0,
-            PermissionMode::Approve => 1,
-            PermissionMode::Ask => 2,
-            PermissionMode::Auto => 3,
-        }
-    }
-    if rank(a) <= rank(b) { a } else { b }
-}
-
 /// The authority of one run: requested ∩ granted, under the operator's mode
 /// narrowed by the plugin's own. Built once, before the instance; the
 /// capability units then note what their configuration cannot serve.
@@ -610,7 +352,7 @@ impl Authority {
         }
         let requested: CapSet = manifest.capabilities.iter().copied().collect();
         // The one intersection: the operator's grant and the agent's manifest.
-        let both = Bounds::of_grant(grant).intersect(&Bounds::of_manifest(manifest));
+        let both = grant.bounds().intersect(&Bounds::of_manifest(manifest));
         let servers = both.mcp_servers.unwrap_or_default();
         Authority {
             agent: manifest.name.clone(),
@@ -622,7 +364,7 @@ impl Authority {
                 requested: manifest.mcp_servers.clone(),
                 effective: manifest.mcp_servers.iter().filter(|s| servers.contains(*s)).cloned().collect(),
                 listed: both.mcp_tools.unwrap_or_default(),
-                ceiling: grant.mcp_allow.clone(),
+                ceiling: grant.mcp.allow.clone(),
             },
         }
     }
@@ -925,8 +667,7 @@ mod tests {
             mcp_allow: vec!["search_threads".into(), "fs/read_file".into()],
             ..AgentManifest::default()
         };
-        let grant =
-            Grant { mcp_servers: ["gmail", "fs", "other"].into_iter().map(String::from).collect(), ..Grant::default() };
+        let grant = Grant::default().with_mcp_servers(["gmail", "fs", "other"]);
         // (mode, ask hook answer, server, tool, verdict)
         let table = [
             (ReadOnly, None, "gmail", "search_threads", Want::Allow),
@@ -976,7 +717,7 @@ mod tests {
         let err = authority.gate(&Gate::Mcp { server: "drive", tool: None, arguments: &args }, "list").unwrap_err();
         assert!(err.text().contains("mcp-servers"), "{err:?}");
         let mut grant = Grant::default();
-        grant.mcp_servers.insert("gmail".into());
+        grant.mcp.servers.insert("gmail".into());
         let authority = Authority::new(&manifest, &grant, &Permissions::default());
         let err =
             authority.gate(&Gate::Mcp { server: "gmail", tool: Some("send"), arguments: &args }, "t").unwrap_err();
@@ -994,8 +735,8 @@ mod tests {
             ..AgentManifest::default()
         };
         let mut grant = Grant::default();
-        grant.mcp_servers.insert("fs".into());
-        grant.mcp_allow = Some(McpAllow::new(["fs/read_file", "delete_file"]));
+        grant.mcp.servers.insert("fs".into());
+        grant.mcp.allow = Some(McpAllow::new(["fs/read_file", "delete_file"]));
         let authority = Authority::new(&manifest, &grant, &Permissions::default());
         assert!(authority.mcp_listed("fs", "read_file"));
         assert!(!authority.mcp_listed("fs", "write_file"), "not on the operator's list");
@@ -1009,8 +750,8 @@ mod tests {
         let args = serde_json::json!({});
         for list in [vec![], vec!["fs/read_file"]] {
             let mut grant = Grant::default();
-            grant.mcp_servers.insert("fs".into());
-            grant.mcp_allow = Some(McpAllow::new(list.clone()));
+            grant.mcp.servers.insert("fs".into());
+            grant.mcp.allow = Some(McpAllow::new(list.clone()));
             for mode in [PermissionMode::Auto, PermissionMode::Approve, PermissionMode::ReadOnly] {
                 let authority = Authority::new(&manifest, &grant, &Permissions::new(mode));
                 assert!(!authority.mcp_offers("fs", "write_file"), "{mode:?} {list:?}");
@@ -1024,7 +765,7 @@ mod tests {
         }
         // No operator list (a local run without one): auto lets the tool through.
         let mut grant = Grant::default();
-        grant.mcp_servers.insert("fs".into());
+        grant.mcp.servers.insert("fs".into());
         let authority = Authority::new(&manifest, &grant, &Permissions::new(PermissionMode::Auto));
         assert!(authority.mcp_offers("fs", "write_file"));
     }

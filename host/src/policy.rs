@@ -10,15 +10,15 @@
 //! effective grant is the policy ∩ the request ∩ the agent's manifest,
 //! computed by [`Bounds::intersect`], the authority's one intersection.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::authority::{Bounds, McpAllow};
-use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
-use crate::grant;
+use crate::config::ConfigFile;
+use crate::grant::{Bounds, DEFAULT_ALLOW, Grant, McpAllow, McpGrant, SandboxGrant};
+use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 pub use crate::quota::Quotas;
 
 /// The operator's ceiling for one tenant.
@@ -81,7 +81,7 @@ impl Default for Policy {
 impl Policy {
     /// Parses a policy from JSON or TOML text (a file given to `nexo tenant
     /// policy`), and checks it against the operator's configuration.
-    pub fn parse(text: &str, config: &crate::config::ConfigFile) -> Result<Policy, String> {
+    pub fn parse(text: &str, config: &ConfigFile) -> Result<Policy, String> {
         let policy: Policy = match serde_json::from_str(text) {
             Ok(p) => p,
             Err(json) => match toml::from_str(text) {
@@ -103,7 +103,7 @@ impl Policy {
     }
 
     /// Whether the policy names only what the operator configured.
-    pub fn check(&self, config: &crate::config::ConfigFile) -> Result<(), String> {
+    pub fn check(&self, config: &ConfigFile) -> Result<(), String> {
         if self.mode == PermissionMode::Ask {
             return Err(
                 "mode `ask` needs a terminal, which a served run has not; use `approve` (durable approvals)".into()
@@ -160,24 +160,14 @@ pub struct Narrowing {
     pub mcp_allow: Option<Vec<String>>,
 }
 
-/// A run's effective settings: the policy ∩ the request ∩ the agent's
-/// manifest, field by field ([`Bounds::intersect`]).
+/// A served run as its tenant's policy lets it start: the policy ∩ the
+/// request ∩ the agent's manifest ([`Bounds::intersect`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Effective {
-    /// Capabilities beyond `read` and `glob` (those the agent requests).
-    pub allow: Vec<Capability>,
-    /// The permission mode.
-    pub mode: PermissionMode,
-    /// The sandbox.
-    pub sandbox: SandboxKind,
-    /// Hosts `fetch` may reach, normalized; empty: none.
-    pub fetch_hosts: Vec<String>,
-    /// The operator's model, by name.
+pub struct Granted {
+    /// The run's grant, as it is recorded.
+    pub grant: Grant,
+    /// The operator's model it uses, by name.
     pub model: Option<String>,
-    /// The operator's MCP servers the run reaches.
-    pub mcp_servers: Vec<String>,
-    /// The MCP tools that pass unasked; empty: none.
-    pub mcp_tools: Vec<String>,
 }
 
 impl Policy {
@@ -211,7 +201,15 @@ impl Policy {
 
     /// The policy narrowed by `request` and by what the agent's `manifest`
     /// asks for, or the first thing the request asks for beyond the policy.
-    pub fn narrow(&self, request: &Narrowing, manifest: &AgentManifest) -> Result<Effective, String> {
+    /// A local sandbox is the tenant's `workspace`, never anything else; the
+    /// MCP servers are those of the operator's `config` the run may reach.
+    pub fn narrow(
+        &self,
+        request: &Narrowing,
+        manifest: &AgentManifest,
+        workspace: &Path,
+        config: &ConfigFile,
+    ) -> Result<Granted, String> {
         let asked = self.admit(request)?;
         // The one intersection: policy ∩ request ∩ manifest.
         let both = self.bounds().intersect(&asked).intersect(&Bounds::of_manifest(manifest));
@@ -228,16 +226,34 @@ impl Policy {
             PermissionMode::Ask => PermissionMode::Approve,
             mode => mode,
         };
-        let capabilities = both.capabilities.unwrap_or_default();
-        Ok(Effective {
-            allow: capabilities.into_iter().filter(|c| !is_always(*c)).collect(),
+        let tables: BTreeMap<_, _> = config
+            .mcp
+            .iter()
+            .filter(|(name, _)| both.mcp_servers.as_ref().is_some_and(|s| s.contains(*name)))
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
+        let grant = Grant {
+            capabilities: both.capabilities.unwrap_or_default(),
             mode,
-            sandbox,
-            fetch_hosts: both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default(),
-            model: both.models.and_then(|m| m.into_iter().next()),
-            mcp_servers: both.mcp_servers.map(|s| s.into_iter().collect()).unwrap_or_default(),
-            mcp_tools: both.mcp_tools.map(|t| t.entries().to_vec()).unwrap_or_default(),
-        })
+            // Always set: an empty list is no host and no tool, never "the
+            // agent's list decides".
+            fetch_hosts: Some(both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default()),
+            sandbox: SandboxGrant {
+                kind: sandbox,
+                chosen: true,
+                cwd: (sandbox == SandboxKind::Local).then(|| workspace.to_path_buf()),
+                view: config.sandbox.view(),
+                // The operator's auto-detection confines a granted shell.
+                ..SandboxGrant::default()
+            },
+            mcp: McpGrant {
+                servers: tables.keys().cloned().collect(),
+                allow: Some(both.mcp_tools.unwrap_or_default()),
+                flags: BTreeMap::new(),
+                tables,
+            },
+        };
+        Ok(Granted { grant, model: both.models.and_then(|m| m.into_iter().next()) })
     }
 }
 
@@ -296,32 +312,31 @@ fn served(kind: SandboxKind) -> bool {
     matches!(kind, SandboxKind::Virtual | SandboxKind::Local)
 }
 
-impl Effective {
-    /// The grant a run records: the CLI's own grant type, so the worker
-    /// resumes a served run exactly as it resumes any other. A local
-    /// sandbox is the tenant's `workspace`, never anything else.
-    pub fn grant(&self, workspace: &Path, config: &crate::config::ConfigFile) -> grant::OperatorGrant {
-        let local = (self.sandbox == SandboxKind::Local).then(|| workspace.to_path_buf());
-        grant::OperatorGrant::for_tenant(grant::TenantGrant {
-            allow: self.allow.clone(),
-            mode: self.mode,
-            local,
-            fetch_hosts: self.fetch_hosts.clone(),
-            mcp_servers: self.mcp_servers.clone(),
-            mcp_allow: self.mcp_tools.clone(),
-            config,
+impl Granted {
+    /// What the run got, as the API shows it: capabilities beyond `read`
+    /// and `glob`, mode, sandbox, hosts, model, MCP servers and tools.
+    pub fn to_json(&self) -> serde_json::Value {
+        let g = &self.grant;
+        serde_json::json!({
+            "allow": g.capabilities.iter().filter(|c| !is_always(**c)).map(|c| c.as_str()).collect::<Vec<_>>(),
+            "mode": g.mode.as_str(),
+            "sandbox": g.sandbox.kind.as_str(),
+            "fetch_hosts": g.fetch_hosts.as_deref().unwrap_or_default(),
+            "model": self.model,
+            "mcp_servers": g.mcp.servers,
+            "mcp_tools": g.mcp.allow.as_ref().map(|t| t.entries()).unwrap_or_default(),
         })
     }
 }
 
 /// The capabilities `allow` grants, with `read` and `glob`.
 fn with_always(allow: &[Capability]) -> BTreeSet<Capability> {
-    allow.iter().copied().chain([Capability::Read, Capability::Glob]).collect()
+    allow.iter().copied().chain(DEFAULT_ALLOW).collect()
 }
 
 /// `read` and `glob` come with every grant.
 fn is_always(c: Capability) -> bool {
-    matches!(c, Capability::Read | Capability::Glob)
+    DEFAULT_ALLOW.contains(&c)
 }
 
 fn names(caps: &[Capability]) -> String {
@@ -337,6 +352,42 @@ mod tests {
 
     use super::*;
     use crate::quota::{DEFAULT_OPEN_STREAMS, DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_WORKSPACE_FILES};
+
+    /// What a served run got, field by field, as the API shows it.
+    #[derive(Debug)]
+    struct View {
+        allow: Vec<Capability>,
+        mode: PermissionMode,
+        sandbox: SandboxKind,
+        fetch_hosts: Vec<String>,
+        model: Option<String>,
+        mcp_servers: Vec<String>,
+        mcp_tools: Vec<String>,
+        grant: Grant,
+    }
+
+    /// The operator's configuration: the MCP servers policies name.
+    fn config() -> ConfigFile {
+        let server = nexo_mcp::ServerConfig { command: Some("true".into()), ..Default::default() };
+        let mcp: BTreeMap<String, _> = ["fs", "gmail"].iter().map(|s| (s.to_string(), server.clone())).collect();
+        ConfigFile { mcp, ..Default::default() }
+    }
+
+    fn narrow(policy: &Policy, request: &Narrowing, manifest: &AgentManifest) -> Result<View, String> {
+        let Granted { grant, model } = policy.narrow(request, manifest, Path::new("/nonexistent"), &config())?;
+        let json = Granted { grant: grant.clone(), model: model.clone() }.to_json();
+        let strings = |key: &str| -> Vec<String> { serde_json::from_value(json[key].clone()).unwrap() };
+        Ok(View {
+            allow: grant.capabilities.iter().copied().filter(|c| !is_always(*c)).collect(),
+            mode: grant.mode,
+            sandbox: grant.sandbox.kind,
+            fetch_hosts: strings("fetch_hosts"),
+            model,
+            mcp_servers: strings("mcp_servers"),
+            mcp_tools: strings("mcp_tools"),
+            grant,
+        })
+    }
 
     fn policy() -> Policy {
         Policy {
@@ -380,7 +431,7 @@ mod tests {
 
     #[test]
     fn an_empty_request_gets_the_policy_as_the_agent_narrows_it() {
-        let e = policy().narrow(&Narrowing::default(), &greedy()).unwrap();
+        let e = narrow(&policy(), &Narrowing::default(), &greedy()).unwrap();
         assert_eq!(e.allow, vec![Capability::Write, Capability::Fetch]);
         assert_eq!(e.mode, PermissionMode::Auto);
         assert_eq!(e.sandbox, SandboxKind::Virtual);
@@ -389,7 +440,7 @@ mod tests {
         assert_eq!(e.mcp_servers, ["fs"]);
         assert_eq!(e.mcp_tools, ["fs/read_file"]);
         let modest = AgentManifest { name: "modest".into(), capabilities: vec![Capability::Read], ..greedy() };
-        let e = policy().narrow(&Narrowing::default(), &modest).unwrap();
+        let e = narrow(&policy(), &Narrowing::default(), &modest).unwrap();
         assert!(e.allow.is_empty(), "the agent did not ask for write or fetch");
     }
 
@@ -404,7 +455,7 @@ mod tests {
             mcp_servers: Some(vec!["fs".into()]),
             mcp_allow: Some(vec![]),
         };
-        let e = policy().narrow(&asked, &greedy()).unwrap();
+        let e = narrow(&policy(), &asked, &greedy()).unwrap();
         assert_eq!(e.allow, vec![Capability::Write]);
         assert_eq!(e.mode, PermissionMode::Approve);
         assert_eq!(e.sandbox, SandboxKind::Local);
@@ -422,20 +473,18 @@ mod tests {
             mcp_allow: Some(vec![]),
             ..Default::default()
         };
-        let e = policy().narrow(&empty, &greedy()).unwrap();
+        let e = narrow(&policy(), &empty, &greedy()).unwrap();
         assert!(e.allow.is_empty() && e.fetch_hosts.is_empty() && e.mcp_servers.is_empty() && e.mcp_tools.is_empty());
         let bare = Policy { sandboxes: vec![SandboxKind::Virtual], ..Policy::default() };
-        let e = bare.narrow(&Narrowing::default(), &greedy()).unwrap();
+        let e = narrow(&bare, &Narrowing::default(), &greedy()).unwrap();
         assert!(e.allow.is_empty() && e.fetch_hosts.is_empty() && e.mcp_servers.is_empty() && e.mcp_tools.is_empty());
         assert_eq!((e.mode, e.model), (PermissionMode::ReadOnly, None));
         let shy = AgentManifest { fetch_allow: vec![], mcp_allow: vec![], ..greedy() };
-        let e = policy().narrow(&Narrowing::default(), &shy).unwrap();
+        let e = narrow(&policy(), &Narrowing::default(), &shy).unwrap();
         assert!(e.fetch_hosts.is_empty() && e.mcp_tools.is_empty(), "{e:?}");
         // And the grant a run records keeps it so: an empty list, not "no list".
-        let config = crate::config::ConfigFile::default();
-        let grant = e.grant(Path::new("/nonexistent"), &config).grant();
-        assert_eq!(grant.fetch_hosts, Some(vec![]));
-        assert_eq!(grant.mcp_allow, Some(McpAllow::default()));
+        assert_eq!(e.grant.fetch_hosts, Some(vec![]));
+        assert_eq!(e.grant.mcp.allow, Some(McpAllow::default()));
     }
 
     #[test]
@@ -456,7 +505,7 @@ mod tests {
             (Narrowing { mcp_allow: Some(vec!["FS/read_file".into()]), ..Default::default() }, "`FS/read_file`"),
         ];
         for (asked, needle) in cases {
-            let err = p.narrow(&asked, &greedy()).unwrap_err();
+            let err = narrow(&p, &asked, &greedy()).unwrap_err();
             assert!(err.contains(needle), "{err:?} should name {needle}");
         }
     }
@@ -464,20 +513,20 @@ mod tests {
     #[test]
     fn an_agent_that_expects_a_sandbox_the_policy_lacks_is_refused() {
         let local = AgentManifest { sandbox: Some(crate::manifest::SandboxKind::Local), ..greedy() };
-        assert_eq!(policy().narrow(&Narrowing::default(), &local).unwrap().sandbox, SandboxKind::Local);
+        assert_eq!(narrow(&policy(), &Narrowing::default(), &local).unwrap().sandbox, SandboxKind::Local);
         let p = Policy { sandboxes: vec![SandboxKind::Virtual], ..policy() };
-        assert!(p.narrow(&Narrowing::default(), &local).unwrap_err().contains("no sandbox"));
+        assert!(narrow(&p, &Narrowing::default(), &local).unwrap_err().contains("no sandbox"));
         // A stored policy with no sandbox (edited by hand) refuses, never panics.
         let p = Policy { sandboxes: vec![], ..policy() };
-        assert!(p.narrow(&Narrowing::default(), &greedy()).is_err());
+        assert!(narrow(&p, &Narrowing::default(), &greedy()).is_err());
     }
 
     #[test]
     fn read_only_is_stricter_than_every_mode() {
         let asked = Narrowing { mode: Some(PermissionMode::ReadOnly), ..Default::default() };
-        assert_eq!(policy().narrow(&asked, &greedy()).unwrap().mode, PermissionMode::ReadOnly);
+        assert_eq!(narrow(&policy(), &asked, &greedy()).unwrap().mode, PermissionMode::ReadOnly);
         let asking = AgentManifest { permissions: Some(PermissionMode::Ask), ..greedy() };
-        assert_eq!(policy().narrow(&Narrowing::default(), &asking).unwrap().mode, PermissionMode::Approve);
+        assert_eq!(narrow(&policy(), &Narrowing::default(), &asking).unwrap().mode, PermissionMode::Approve);
     }
 
     #[test]
@@ -504,8 +553,6 @@ mod tests {
     /// a host or a tool can take: the effective grant, and the grant a
     /// run records and its authority, are never wider than any of the three.
     mod never_wider {
-        use std::collections::BTreeMap;
-
         use crate::authority::{Authority, Permissions};
         use crate::manifest::SandboxKind as Kind;
         use proptest::prelude::*;
@@ -616,13 +663,7 @@ mod tests {
         }
 
         fn at_least_as_strict(mode: PermissionMode, than: PermissionMode) -> bool {
-            crate::authority::stricter(mode, than) == mode
-        }
-
-        fn config() -> crate::config::ConfigFile {
-            let server = nexo_mcp::ServerConfig { command: Some("true".into()), ..Default::default() };
-            let mcp: BTreeMap<String, _> = SERVERS.iter().map(|s| (s.to_string(), server.clone())).collect();
-            crate::config::ConfigFile { mcp, ..Default::default() }
+            crate::grant::stricter(mode, than) == mode
         }
 
         proptest! {
@@ -630,7 +671,7 @@ mod tests {
 
             #[test]
             fn the_effective_grant_is_never_wider(policy in a_policy(), request in a_request(), manifest in a_manifest()) {
-                let Ok(e) = policy.narrow(&request, &manifest) else {
+                let Ok(e) = narrow(&policy, &request, &manifest) else {
                     // Refused: the request asked beyond the policy, or no sandbox is common.
                     prop_assert!(request.mode == Some(PermissionMode::Ask)
                         || request.bounds().unwrap().beyond(&policy.bounds()).is_some()
@@ -661,8 +702,8 @@ mod tests {
                     prop_assert!(request.mcp_servers.as_ref().is_none_or(|r| r.contains(s)));
                 }
                 // The grant the run records, and the authority the worker builds from it.
-                let grant = e.grant(Path::new("/nonexistent"), &config()).grant();
-                let authority = Authority::new(&manifest, &grant, &Permissions::new(e.mode));
+                let grant = &e.grant;
+                let authority = Authority::new(&manifest, grant, &Permissions::new(e.mode));
                 for c in authority.effective() {
                     prop_assert!(with_always(&policy.allow).contains(&c) && manifest.capabilities.contains(&c));
                     prop_assert!(request.allow.as_ref().is_none_or(|a| with_always(a).contains(&c)));

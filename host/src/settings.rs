@@ -15,8 +15,9 @@ use nexo_model::Provider;
 use nexo_sandbox::Sandbox;
 
 use crate::agent_loop::{Loop, LoopLimits};
-use crate::authority::{Grant, Permissions};
+use crate::authority::Permissions;
 use crate::events::EventSink;
+use crate::grant::Grant;
 use crate::instance::Preopen;
 use crate::quota::RunBudget;
 use crate::search::SearchBackend;
@@ -114,7 +115,7 @@ pub struct Providers {
     pub http: Option<nexo_egress::GuardedClient>,
     /// The operator's MCP servers, with their live connections. An agent
     /// reaches those its manifest requests whose names are also in
-    /// [`Grant::mcp_servers`]. Whoever builds the clients closes them
+    /// [`McpGrant::servers`](crate::grant::McpGrant::servers). Whoever builds the clients closes them
     /// ([`nexo_mcp::Clients::close`]); runs and prompts that share them
     /// share their connections. `None`: no MCP servers.
     pub mcp: Option<nexo_mcp::Clients>,

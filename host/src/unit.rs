@@ -2,8 +2,10 @@
 //! skills, the model loop; later MCP and durable state) is one [`Unit`] in
 //! its own module under `capability/`. A unit owns four things:
 //!
-//! - its slice of the grant: the capabilities its calls name, which the
-//!   run's [`Authority`](crate::authority::Authority) decides, and what its
+//! - its slice of the grant: what it builds from it for the run options
+//!   ([`Unit::configure`], the configure stage: the sandbox, the MCP
+//!   clients), the capabilities its calls name, which the run's
+//!   [`Authority`](crate::authority::Authority) decides, and what its
 //!   configuration cannot serve ([`Setup::authority`]);
 //! - its linker set-up: the WIT imports it serves ([`Unit::link`]);
 //! - its per-instance state ([`Unit::prepare`], kept in [`UnitState`]);
@@ -12,7 +14,7 @@
 //!
 //! The agent world's runtime is the list of units in dependency order
 //! (`world::agent::UNITS`); adding a capability is one module there plus one
-//! line in that list.
+//! line in that list, which registers its configure stage too.
 
 use std::sync::Arc;
 
@@ -20,10 +22,12 @@ use nexo_model::BoxFuture;
 use wasmtime::component::Linker;
 
 use crate::authority::Authority;
-use crate::error::RunError;
+use crate::error::{ConfigError, RunError};
+use crate::grant::Grant;
 use crate::host_call::{DynTool, UnitState};
 use crate::instance::{Host, Preopen};
 use crate::manifest::AgentManifest;
+use crate::settings::RunOptions;
 
 /// The agent world's per-instance state: the run's host-call context, and
 /// how the guest's latest prompt ended (returned by the run, see
@@ -53,6 +57,13 @@ pub trait Unit: Send + Sync + 'static {
     /// authority allows them.
     fn tools(&self) -> &'static [&'static dyn DynTool] {
         &[]
+    }
+
+    /// The configure stage: turns this unit's slice of the operator's
+    /// [`Grant`] into what its runs use (a sandbox, MCP clients), once per
+    /// set of run options and before any instance. Default: nothing to do.
+    fn configure(&self, _grant: &Grant, _options: &mut RunOptions) -> Result<(), ConfigError> {
+        Ok(())
     }
 
     /// Prepares the unit for one run: reads its settings, checks its slice

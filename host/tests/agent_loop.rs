@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 
 use nexo::agent_loop::{Event, HostLoop, Loop, LoopContext, LoopLimits, Outcome, Status};
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
 use nexo::capability::model::Prompting;
+use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
 use nexo::settings::{Providers, RunContext, RunOptions};
@@ -246,7 +247,7 @@ async fn skills_come_last_in_the_instructions() {
     assert!(!p[1].to_lowercase().contains("shell"), "{}", p[1]);
     let shelled = nexo::manifest::AgentManifest { capabilities: vec![Capability::Shell], ..manifest.clone() };
     let granted = RunOptions {
-        grant: nexo::authority::Grant::of([Capability::Shell]),
+        grant: nexo::grant::Grant::of([Capability::Shell]),
         permissions: nexo::authority::Permissions::new(PermissionMode::Auto),
         ..options.clone()
     };

@@ -2,7 +2,8 @@
 //! `nexo-fake-claude`) that checks what it is given and replays recorded
 //! `stream-json` sessions of the real CLI (2.1.332), making their tool
 //! calls for real over the MCP server nexo gives it. The live test against
-//! the real CLI is `live_claude_code` (opt-in, `NEXO_LIVE_CLAUDE=1`).
+//! the real CLI is `live_claude_code`, which runs the pinned CLI that
+//! `scripts/claude-deps.sh` installs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::io::Read;
@@ -91,7 +92,13 @@ impl Scene {
     }
 
     fn nexo(&self, args: &[&str]) -> Output {
+        self.nexo_with(args, &[])
+    }
+
+    /// `nexo` with `env` added to the test's environment.
+    fn nexo_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut cmd = common::nexo_command(&self.path("cache"));
+        cmd.envs(env.iter().copied());
         cmd.env("ANTHROPIC_API_KEY", KEY)
             .env("OPENAI_API_KEY", "sk-openai-must-not-pass")
             .current_dir(self.dir.path())
@@ -102,6 +109,11 @@ impl Scene {
 
     /// `nexo run` of the test agent on the Claude Code loop.
     fn run(&self, claude: &str, extra: &[&str]) -> Output {
+        self.run_with(claude, extra, &[])
+    }
+
+    /// [`Scene::run`] with `env` added to nexo's environment.
+    fn run_with(&self, claude: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
         let agent = self.path("agent.toml").display().to_string();
         let ws = self.ws();
         let mut args = vec![
@@ -121,7 +133,7 @@ impl Scene {
             "--json",
         ];
         args.extend_from_slice(extra);
-        self.nexo(&args)
+        self.nexo_with(&args, env)
     }
 }
 
@@ -232,8 +244,27 @@ fn a_tool_call_reaches_nexos_gate_and_the_flags_say_so() {
     assert!(!env.contains_key("OPENAI_API_KEY") && !env.contains_key("NEXO_STORE"), "{env:?}");
     assert_ne!(env["HOME"].as_str(), std::env::var("HOME").ok().as_deref());
     assert_eq!(env["DISABLE_AUTOUPDATER"], "1");
+    // nexo's tools go to the model directly: the CLI's tool search, which
+    // can defer MCP tools behind a search tool `--tools ""` removes, is off.
+    assert_eq!(env["ENABLE_TOOL_SEARCH"], "false", "{env:?}");
+    assert!(!env.contains_key("ANTHROPIC_BASE_URL"), "no base URL was given: {env:?}");
     // And the key never reaches nexo's own output.
     assert!(!stdout(&o).contains(KEY) && !stderr(&o).contains(KEY));
+}
+
+#[test]
+fn the_base_url_in_nexos_environment_reaches_the_cli() {
+    let scene = Scene::new();
+    let claude = scene.claude(&fixture("tool-use.jsonl"));
+    let url = "http://127.0.0.1:9/anthropic";
+    let o = scene.run_with(&claude, &[], &[("ANTHROPIC_BASE_URL", url)]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(scene.log()[0]["env"]["ANTHROPIC_BASE_URL"], url);
+    // `--base-url` wins over the environment.
+    let flag = "http://127.0.0.1:9/flag";
+    let o = scene.run_with(&claude, &["--base-url", flag], &[("ANTHROPIC_BASE_URL", url)]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(scene.log().last().unwrap()["env"]["ANTHROPIC_BASE_URL"], flag);
 }
 
 #[test]
@@ -553,36 +584,33 @@ fn a_components_prompt_runs_on_the_claude_code_loop_and_is_journaled() {
 /// The real CLI, from `NEXO_CLAUDE_BINARY` or installed from npm into
 /// `target/claude-npm` (npm runs no install script; the native binary the
 /// package ships runs directly).
-fn real_claude() -> PathBuf {
+/// The pinned Claude Code CLI that `scripts/claude-deps.sh` installs (or
+/// `NEXO_CLAUDE_BINARY`); `None` when it is not installed.
+fn real_claude() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("NEXO_CLAUDE_BINARY") {
-        return PathBuf::from(path);
+        return Some(PathBuf::from(path));
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/claude-npm");
     let binary = root.join("node_modules/@anthropic-ai/claude-code-linux-x64/claude");
-    if !binary.is_file() {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix"])
-            .arg(&root)
-            .arg("@anthropic-ai/claude-code@2.1.332")
-            .status()
-            .expect("npm, to install @anthropic-ai/claude-code");
-        assert!(status.success(), "npm install @anthropic-ai/claude-code failed");
-    }
-    binary
+    binary.is_file().then_some(binary)
 }
 
 /// The real Claude Code CLI against the repo's loopback Messages server:
 /// its tool calls reach nexo's gate over MCP, a denied write leaves no
-/// file, and an allowed one happens. Opt-in: `NEXO_LIVE_CLAUDE=1`.
+/// file, and an allowed one happens. It runs when the CLI is installed
+/// (`scripts/claude-deps.sh`, which `make test` and CI call); in CI a missing
+/// CLI fails it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_claude_code() {
-    if std::env::var("NEXO_LIVE_CLAUDE").ok().as_deref() != Some("1") {
-        println!("skipped: NEXO_LIVE_CLAUDE is not 1, so the real Claude Code CLI was not run");
-        eprintln!("skipped: NEXO_LIVE_CLAUDE is not 1, so the real Claude Code CLI was not run");
+    let Some(claude) = real_claude() else {
+        let why = "the Claude Code CLI is not installed (./scripts/claude-deps.sh installs it)";
+        assert!(std::env::var_os("CI").is_none(), "CI runs the real CLI, but {why}");
+        println!("skipped: live_claude_code: {why}");
+        eprintln!("skipped: live_claude_code: {why}");
         return;
-    }
+    };
     use nexo_model::mock::{MockServer, MockToolCall, Reply};
-    let claude = tokio::task::spawn_blocking(real_claude).await.unwrap().display().to_string();
+    let claude = claude.display().to_string();
     let scene = Scene::new();
     let model = MockServer::start().await.unwrap();
     let base = model.anthropic_base_url();
@@ -624,24 +652,46 @@ async fn live_claude_code() {
         args
     };
 
-    // read-only: the write reaches nexo's gate and is denied.
-    model.push(write("denied")).push(Reply::text("I could not write it."));
+    let tools_of = |request: &nexo_model::mock::RecordedRequest| -> Vec<String> {
+        let tools = request.body["tools"].as_array().cloned().unwrap_or_default();
+        tools.iter().filter_map(|t| t["name"].as_str().map(String::from)).collect()
+    };
+
+    // read-only: nexo's tools are in the model's request, but not
+    // `write_file`, which the mode withholds as on the host loop; a call
+    // of it reaches nothing.
+    model.push(write("withheld")).push(Reply::text("I cannot write."));
     let args = run(vec![]);
     let o = {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         scene.nexo(&argv)
     };
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
-    assert!(shape(&o).contains(&"result write_file denied".to_string()), "{:?}\n{}", shape(&o), stderr(&o));
-    assert!(!scene.path("ws/out.txt").exists(), "a denied write leaves no file");
     let sent = model.requests();
     let first = sent.iter().find(|r| r.path.ends_with("/v1/messages")).expect("the CLI called the model");
-    let tools: Vec<&str> = first.body["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-    assert!(tools.contains(&"mcp__nexo__write_file") && tools.contains(&"mcp__nexo__read_file"), "{tools:?}");
-    assert!(!tools.iter().any(|t| ["Bash", "Write", "Edit", "Read"].contains(t)), "no built-in tools: {tools:?}");
+    let tools = tools_of(first);
+    assert!(tools.contains(&"mcp__nexo__read_file".to_string()), "nexo's tools are offered: {tools:?}");
+    assert!(!tools.contains(&"mcp__nexo__write_file".to_string()), "read-only withholds the write: {tools:?}");
+    assert!(!tools.iter().any(|t| ["Bash", "Write", "Edit", "Read"].contains(&t.as_str())), "no built-ins: {tools:?}");
     assert_eq!(first.header("x-api-key"), Some(KEY), "the key reached the CLI through its environment");
+    assert!(!scene.path("ws/out.txt").exists(), "a withheld write leaves no file");
+    let seen = sent.len();
+
+    // ask, with no terminal to ask on: the write is offered, reaches nexo's
+    // gate and is denied there.
+    model.push(write("denied")).push(Reply::text("I could not write it."));
+    let args = run(vec!["--mode".into(), "ask".into()]);
+    let o = {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        scene.nexo(&argv)
+    };
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let sent = model.requests();
+    assert!(tools_of(&sent[seen]).contains(&"mcp__nexo__write_file".to_string()), "{:?}", tools_of(&sent[seen]));
+    assert!(shape(&o).contains(&"result write_file denied".to_string()), "{:?}\n{}", shape(&o), stderr(&o));
+    assert!(!scene.path("ws/out.txt").exists(), "a denied write leaves no file");
     let last = sent.last().unwrap().body.to_string();
-    assert!(last.contains("not allowed in read-only mode"), "the model read nexo's refusal: {last}");
+    assert!(last.contains("no terminal was available to ask on"), "the model read nexo's refusal: {last}");
 
     // auto: the same call is allowed and happens.
     model.push(write("written")).push(Reply::text("Done."));

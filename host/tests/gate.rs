@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 mod toolbox;
 
 use nexo::ToolError;
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
+use nexo::grant::Grant;
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::search::{SearchBackend, SearchError, SearchHit};
 use nexo_sandbox::{ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, VirtualSandbox};

@@ -43,8 +43,8 @@ const CRATES: &[Layers] = &[
             &["cli", "server"],
             // The run lifecycle: runs, sessions, leases, declarative agents.
             &["runs", "session", "lease", "agent_file", "data_dir"],
-            // What a run is granted: the operator's grant and the tenant's policy.
-            &["grant", "policy", "config"],
+            // What produces a run's grant: the config file and the tenant's policy.
+            &["policy", "config"],
             // A run put together: the worlds with their instances, and plugins.
             &["world", "plugin"],
             // Capabilities (a unit each, and components' egress) and the other agent
@@ -54,10 +54,10 @@ const CRATES: &[Layers] = &[
             // The host-call path: the one path, the authority, the journal, the loop, and
             // the quotas and metering a run's instance and calls draw on.
             &["agent_loop", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
-            // The engine and plain data beneath everything.
+            // The engine and plain data beneath everything, the grant among it.
             &[
-                "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate", "files",
-                "search", "priority", "thread", "hint",
+                "grant", "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate",
+                "files", "search", "priority", "thread", "hint",
             ],
         ],
     },

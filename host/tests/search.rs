@@ -9,7 +9,8 @@ mod toolbox;
 
 use nexo::ToolError;
 use nexo::agent_loop::{Event, HostLoop, Loop, LoopContext, LoopLimits};
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
+use nexo::grant::Grant;
 use nexo::manifest::{Capability, PermissionMode};
 use nexo::search::{MAX_RESULTS, MAX_SNIPPET_CHARS, SearchBackend, SearchError, SearchHit};
 use nexo_model::BoxFuture;

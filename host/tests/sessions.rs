@@ -370,7 +370,8 @@ fn processes_with(marker: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
-    use nexo::authority::{Grant, Permissions};
+    use nexo::authority::Permissions;
+    use nexo::grant::Grant;
     use nexo::manifest::PermissionMode;
     use nexo::runs::{Runs, Subject};
     use nexo::session::OpenSession;
@@ -404,7 +405,7 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
     })
     .unwrap();
     let options = RunOptions {
-        grant: Grant { mcp_servers: ["tests".to_string()].into(), ..Grant::default() },
+        grant: Grant::default().with_mcp_servers(["tests"]),
         permissions: Permissions::new(PermissionMode::Auto),
         providers: Providers { model: Some(provider), mcp: Some(clients), ..Providers::default() },
         ..RunOptions::default()

@@ -246,14 +246,25 @@ mod tests {
             let inner = outer.path().join("inner");
             std::fs::create_dir(&inner).unwrap();
             let escape = outer.path().join("escape.txt");
-            let (_, out) = run_in(
-                &inner,
-                c,
-                false,
-                &format!("echo in > inside.txt; echo x > {}; cat inside.txt", escape.display()),
-            );
+            // The outer directory is in the program's view, so it sees the
+            // real one (not a private /tmp where a write would land unseen):
+            // it can read there, and must not write.
+            std::fs::write(outer.path().join("seen.txt"), "seen\n").unwrap();
+            let mut conf = ProgramConfinement::new(&inner);
+            conf.confinement = c;
+            let mut paths = conf.view.paths().to_vec();
+            paths.push(outer.path().to_path_buf());
+            conf.view = SystemView::new(paths).unwrap();
+            let script =
+                format!("echo in > inside.txt; cat {}/seen.txt; echo x > {}", outer.path().display(), escape.display());
+            let mut cmd = conf.command("/bin/sh", ["-c", script.as_str()]).unwrap();
+            cmd.command_mut().env_clear().env("PATH", "/usr/bin:/bin").stdout(Stdio::piped()).stderr(Stdio::piped());
+            let o = cmd.spawn().unwrap().wait_with_output().unwrap();
+            let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
             assert_eq!(std::fs::read_to_string(inner.join("inside.txt")).unwrap(), "in\n", "{c}: {out}");
+            assert!(out.contains("seen"), "{c}: the outer directory is the real one, readable: {out}");
             assert!(!escape.exists(), "{c} let the program write {}: {out}", escape.display());
+            assert!(!o.status.success(), "{c}: the write outside should have failed: {out}");
         }
     }
 

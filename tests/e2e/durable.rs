@@ -9,7 +9,7 @@ use nexo::authority::Permissions;
 use nexo::manifest::PermissionMode;
 use nexo::runs::{Runs, Subject};
 use nexo::settings::{Providers, RunOptions};
-use nexo::{Plugin, authority::Grant, manifest::Capability};
+use nexo::{Plugin, grant::Grant, manifest::Capability};
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
 use nexo_store::Runs as _;

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nexo::Plugin;
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
 use nexo::events::Event;
+use nexo::grant::Grant;
 use nexo::manifest::PermissionMode;
 use nexo::runs::{Runs, Subject};
 use nexo::settings::{Providers, RunContext, RunOptions};
@@ -91,8 +92,7 @@ impl Scene {
     }
 
     fn options(&self, permissions: Permissions) -> RunOptions {
-        let grant =
-            Grant { mcp_servers: self.clients.servers().map(|s| s.name().to_string()).collect(), ..Grant::default() };
+        let grant = Grant::default().with_mcp_servers(self.clients.servers().map(|s| s.name().to_string()));
         let events = self.events.clone();
         RunOptions {
             permissions,

@@ -136,7 +136,7 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     std::fs::write(dir.path().join("README.md"), "# hello").unwrap();
     let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
     let sandbox = std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
-    let grant = nexo::authority::Grant::of(nexo::manifest::Capability::ALL);
+    let grant = nexo::grant::Grant::of(nexo::manifest::Capability::ALL);
 
     // read-only: the grant covers write, but the mode refuses it.
     let options = RunOptions {
@@ -239,7 +239,8 @@ async fn wasi_file_access_is_confined_to_the_preopen() {
 
 #[tokio::test]
 async fn wasi_grants_follow_the_operators_grant() {
-    use nexo::authority::{Grant, Permissions};
+    use nexo::authority::Permissions;
+    use nexo::grant::Grant;
     use nexo::manifest::{Capability, PermissionMode};
 
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +307,7 @@ async fn wasi_grants_follow_the_operators_grant() {
 /// Runs a `declares-*` probe (or `cautious`) in a fresh local sandbox with
 /// `write` granted, and returns its answer and whether each write landed.
 async fn probe(plugin: &str, permissions: nexo::authority::Permissions) -> (String, bool, bool) {
-    use nexo::authority::Grant;
+    use nexo::grant::Grant;
     use nexo::manifest::Capability;
 
     let dir = tempfile::tempdir().unwrap();
@@ -381,7 +382,8 @@ async fn each_declared_mode_narrows_the_gate_and_the_preopen_alike() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_provider_component_hosts_an_agents_tools() {
-    use nexo::authority::{Grant, Permissions};
+    use nexo::authority::Permissions;
+    use nexo::grant::Grant;
     use nexo::manifest::{Capability, PermissionMode};
     use nexo_sandbox::Sandbox;
 

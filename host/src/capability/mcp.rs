@@ -22,8 +22,10 @@ use wasmtime::component::Linker;
 use crate::authority::Gate;
 use crate::bindings::agent::nexo::plugin::mcp as wit;
 use crate::error::{ConfigError, RunError, ToolError};
+use crate::grant::Grant;
 use crate::host_call::{DynTool, HostCall, MaybeTool, ModelReply, ToolContext};
 use crate::manifest::interface::MCP;
+use crate::settings::RunOptions;
 use crate::truncate::{cut_note, head_bytes};
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
@@ -94,6 +96,27 @@ impl Unit for McpUnit {
 
     fn tools(&self) -> &'static [&'static dyn DynTool] {
         &[&McpTools]
+    }
+
+    /// The operator's MCP clients from the grant's MCP slice; the run's
+    /// grant keeps only the servers whose settings are known, so the
+    /// authority reaches no other.
+    fn configure(&self, grant: &Grant, options: &mut RunOptions) -> Result<(), ConfigError> {
+        let s = &grant.sandbox;
+        let servers = grant.mcp.configs()?;
+        let mcp = (!servers.is_empty()).then(|| {
+            // stdio servers start under this binary's orphan guard, so they
+            // end with nexo however it ends.
+            let guard = std::env::current_exe().ok();
+            // Confined servers get the local shell's mechanism.
+            nexo_mcp::Clients::new(servers, nexo_mcp::ClientOptions { guard, ..Default::default() })
+                .with_confinement(s.shell_policy().confinement)
+                .with_view(s.view.clone())
+        });
+        options.providers.mcp = mcp;
+        let servers = &mut options.grant.mcp.servers;
+        servers.retain(|n| grant.mcp.configured(n));
+        Ok(())
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {

@@ -18,12 +18,16 @@
 
 use std::sync::Arc;
 
-use nexo_sandbox::{Sandbox, SandboxError, VirtualSandbox};
+use nexo_sandbox::{
+    Confinement, ContainerConfig, ContainerSandbox, LocalSandbox, Sandbox, SandboxError, ShellPolicy, VirtualSandbox,
+};
 
 use crate::error::{ConfigError, ToolError};
+use crate::grant::{Grant, RuntimeSetting};
 use crate::hint::{Fix, Vocabulary};
 use crate::instance::Preopen;
 use crate::manifest::{Capability, SandboxKind};
+use crate::settings::RunOptions;
 use crate::unit::{Setup, Step, Unit};
 
 /// The run's sandbox, shared by the units whose tools act in it.
@@ -40,6 +44,66 @@ pub struct SandboxUnit;
 impl Unit for SandboxUnit {
     fn name(&self) -> &'static str {
         "sandbox"
+    }
+
+    /// The operator's sandbox from the grant's sandbox slice: left unset
+    /// when the operator chose none (an agent that asks for one is then
+    /// refused), and a shell's confinement stated in the log.
+    fn configure(&self, grant: &Grant, options: &mut RunOptions) -> Result<(), ConfigError> {
+        let s = &grant.sandbox;
+        // Checked first: nothing is started for a grant that cannot be used.
+        if s.cwd.is_some() && s.kind != SandboxKind::Local {
+            return Err(ConfigError::invalid(
+                "--cwd",
+                "--cwd needs --sandbox local (only the local sandbox works in a host directory)",
+            ));
+        }
+        if s.image.is_some() && s.kind != SandboxKind::Container {
+            return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
+        }
+        let sandbox: Option<Arc<dyn Sandbox>> = match s.kind {
+            // Chosen, it is the operator's: an agent that asks for another
+            // sandbox then runs in memory all the same (or is refused by its floor).
+            SandboxKind::Virtual if s.chosen => Some(Arc::new(nexo_sandbox::VirtualSandbox::new())),
+            SandboxKind::Virtual => None,
+            SandboxKind::Local => {
+                let cwd = match &s.cwd {
+                    Some(dir) => dir.clone(),
+                    None => std::env::current_dir().map_err(|e| {
+                        ConfigError::invalid("--cwd", format!("cannot read the current directory: {e}"))
+                    })?,
+                };
+                let policy = s.shell_policy();
+                log_confinement(&policy);
+                Some(Arc::new(
+                    LocalSandbox::with_shell(&cwd, policy).map_err(|e| ConfigError::invalid("--cwd", e.to_string()))?,
+                ))
+            }
+            SandboxKind::Container => {
+                let Some(image) = &s.image else {
+                    return Err(ConfigError::invalid(
+                        "--image",
+                        "--sandbox container needs --image (there is no default image)",
+                    ));
+                };
+                let config = match s.container_runtime {
+                    RuntimeSetting::Docker => ContainerConfig::docker(image),
+                    RuntimeSetting::Apple => ContainerConfig::apple(image),
+                };
+                Some(Arc::new(
+                    ContainerSandbox::new(config).map_err(|e| ConfigError::invalid("--sandbox", e.to_string()))?,
+                ))
+            }
+            SandboxKind::Remote => {
+                return Err(ConfigError::invalid(
+                    "sandbox",
+                    "the remote sandbox comes from a sandbox-provider component that an embedding program sets, \
+                     not from the grant: grant virtual, local or container",
+                ));
+            }
+        };
+        options.providers.sandbox = sandbox;
+        Ok(())
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
@@ -128,6 +192,28 @@ pub(crate) async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(move || f(&*sandbox)).await {
         Ok(result) => result.map_err(ToolError::from),
         Err(e) => Err(ToolError::Failed(format!("the sandbox operation stopped unexpectedly: {e}"))),
+    }
+}
+
+/// States the confinement shell commands will run under, at info level,
+/// and warns when `auto` could not use bubblewrap.
+fn log_confinement(policy: &ShellPolicy) {
+    match policy.effective_confinement() {
+        Ok(c) => {
+            tracing::info!(target: "nexo::sandbox", "{}", policy.describe());
+            if policy.confinement == Confinement::Auto && c != Confinement::Bubblewrap {
+                let why = ShellPolicy { confinement: Confinement::Bubblewrap, ..policy.clone() }
+                    .effective_confinement()
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(
+                    target: "nexo::sandbox",
+                    "bubblewrap is not usable here, so shell commands fall back to Landlock: {why}"
+                );
+            }
+        }
+        Err(e) => tracing::info!(target: "nexo::sandbox", "shell commands cannot run: {e}"),
     }
 }
 

@@ -148,6 +148,10 @@ pub(crate) fn env(
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
         ("DISABLE_TELEMETRY".into(), "1".into()),
         ("DISABLE_ERROR_REPORTING".into(), "1".into()),
+        // nexo's tools go to the model directly, in every request: the
+        // CLI's tool search can defer MCP tools behind a search tool of its
+        // own, one of the built-ins `--tools ""` removes.
+        ("ENABLE_TOOL_SEARCH".into(), "false".into()),
     ];
     if !builtin_tools {
         // The CLI refuses `bypassPermissions` as root unless told it is

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nexo::ConfigError;
-use nexo::config::{ConfigFile, ConfinementSetting, RuntimeSetting};
+use nexo::config::{ConfigFile, GrantFlags, GrantTable};
 pub use nexo::grant::parse_capability;
-use nexo::grant::{GrantFlags, OperatorGrant};
+use nexo::grant::{ConfinementSetting, Grant, RuntimeSetting};
 use nexo::manifest::Capability;
 use nexo::manifest::{PermissionMode, SandboxKind};
 
@@ -68,15 +68,15 @@ impl GrantArgs {
     }
 
     /// The config file's `[grant]` table with the flags laid over it.
-    pub fn resolve(&self, file: &ConfigFile) -> Result<OperatorGrant, ConfigError> {
+    pub fn resolve(&self, file: &ConfigFile) -> Result<Grant, ConfigError> {
         let mut mcp = BTreeMap::new();
         for flag in &self.mcp {
             let (name, config) = parse_mcp_flag(flag)?;
             mcp.insert(name, config);
         }
-        OperatorGrant::from_config(
-            file,
-            GrantFlags {
+        let listed = |list: &Vec<String>| (!list.is_empty()).then(|| list.clone());
+        file.grant(GrantFlags {
+            table: GrantTable {
                 allow: self.allow.clone(),
                 mode: self.mode,
                 sandbox: self.sandbox,
@@ -84,11 +84,11 @@ impl GrantArgs {
                 container_runtime: self.container_runtime,
                 cwd: self.cwd.clone(),
                 shell_confinement: self.shell_confinement,
-                fetch_hosts: self.fetch_hosts.clone(),
-                mcp,
-                mcp_allow: self.mcp_allow.clone(),
+                fetch_hosts: listed(&self.fetch_hosts),
+                mcp_allow: listed(&self.mcp_allow),
             },
-        )
+            mcp,
+        })
     }
 }
 
@@ -154,7 +154,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use clap::Parser;
-    use nexo::authority::{Bounds, McpAllow};
+    use nexo::grant::{Bounds, McpAllow};
     use nexo::manifest::AgentManifest;
 
     use super::*;
@@ -165,10 +165,10 @@ mod tests {
         grant: GrantArgs,
     }
 
-    fn grant(flags: &[&str], config: &str) -> nexo::authority::Grant {
+    fn grant(flags: &[&str], config: &str) -> nexo::grant::Grant {
         let cli = Cli::try_parse_from(std::iter::once("nexo").chain(flags.iter().copied())).unwrap();
         let file = nexo::config::parse(config, std::path::Path::new("nexo.toml")).unwrap();
-        cli.grant.resolve(&file).unwrap().grant()
+        cli.grant.resolve(&file).unwrap()
     }
 
     #[test]
@@ -180,17 +180,17 @@ mod tests {
             ..AgentManifest::default()
         };
         let empty = grant(&["--allow", "fetch"], "[grant]\nfetch-hosts = []\nmcp-allow = []\n");
-        assert_eq!((empty.fetch_hosts.clone(), empty.mcp_allow.clone()), (Some(vec![]), Some(McpAllow::default())));
-        let both = Bounds::of_grant(&empty).intersect(&Bounds::of_manifest(&agent));
+        assert_eq!((empty.fetch_hosts.clone(), empty.mcp.allow.clone()), (Some(vec![]), Some(McpAllow::default())));
+        let both = empty.bounds().intersect(&Bounds::of_manifest(&agent));
         assert!(both.fetch_hosts.unwrap().is_empty() && both.mcp_tools.unwrap().entries().is_empty());
         // No list at all: the operator of a local run lets the agent's decide.
         let unset = grant(&["--allow", "fetch"], "");
-        assert_eq!((unset.fetch_hosts.clone(), unset.mcp_allow.clone()), (None, None));
-        let both = Bounds::of_grant(&unset).intersect(&Bounds::of_manifest(&agent));
+        assert_eq!((unset.fetch_hosts.clone(), unset.mcp.allow.clone()), (None, None));
+        let both = unset.bounds().intersect(&Bounds::of_manifest(&agent));
         assert!(both.fetch_hosts.unwrap().matches("docs.rs"));
         // Flags add to the file's list, even an empty one, and only narrow the agent's.
         let flagged = grant(&["--fetch-host", "DOCS.RS."], "[grant]\nfetch-hosts = []\n");
-        let both = Bounds::of_grant(&flagged).intersect(&Bounds::of_manifest(&agent));
+        let both = flagged.bounds().intersect(&Bounds::of_manifest(&agent));
         assert_eq!(both.fetch_hosts.unwrap().entries(), ["docs.rs"]);
     }
 }

@@ -4,17 +4,17 @@ use std::collections::BTreeSet;
 
 use nexo::Plugin;
 use nexo::agent_file::AgentFile;
-use nexo::authority::{Authority, Grant, Permissions};
+use nexo::authority::{Authority, Permissions};
+use nexo::grant::Grant;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use nexo::plugin::Description;
 
 use nexo::config::SearchSetup;
-use nexo::grant::OperatorGrant as Resolved;
 
 /// Prints the description of `plugin` to stdout, with what the operator's
 /// flags would grant it (and, for a search backend, the network grant of
 /// `[search]`).
-pub fn print(plugin: &Plugin, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
+pub fn print(plugin: &Plugin, grant: &Grant, search: Option<&SearchSetup>, json: bool) {
     let view = authority(grant, plugin.manifest(), search);
     if json {
         let mut value = serde_json::json!({
@@ -106,17 +106,17 @@ struct View {
     mode: PermissionMode,
 }
 
-fn authority(grant: &Resolved, manifest: Option<&AgentManifest>, search: Option<&SearchSetup>) -> View {
+fn authority(grant: &Grant, manifest: Option<&AgentManifest>, search: Option<&SearchSetup>) -> View {
     // The same computation a run makes: one authority, asked the same questions.
     let none = AgentManifest::default();
     let authority = nexo::world::agent::authority(
         manifest.unwrap_or(&none),
-        &grant.grant(),
-        &Permissions::new(grant.mode()),
-        grant.serving(search.is_some()),
+        grant,
+        &Permissions::new(grant.mode),
+        nexo::world::agent::Serving::of(grant, search.is_some()),
     );
     View {
-        granted: grant.grant(),
+        granted: grant.clone(),
         effective: authority.offered().into_iter().collect(),
         withheld: authority.withheld().into_iter().map(|(cap, e)| (cap, e.text())).collect(),
         mode: authority.mode(),
@@ -132,18 +132,18 @@ struct McpView {
     allow: Vec<String>,
 }
 
-fn mcp_view(grant: &Resolved, m: &AgentManifest) -> McpView {
-    let authority = Authority::new(m, &grant.grant(), &Permissions::new(grant.mode()));
+fn mcp_view(grant: &Grant, m: &AgentManifest) -> McpView {
+    let authority = Authority::new(m, grant, &Permissions::new(grant.mode));
     McpView {
         requested: m.mcp_servers.clone(),
-        configured: grant.mcp_summary(),
+        configured: grant.mcp.summary(),
         effective: authority.mcp_effective().to_vec(),
         allow: m.mcp_allow.clone(),
     }
 }
 
 /// Adds what was requested, granted and in force to a JSON description.
-fn authority_json(value: &mut serde_json::Value, grant: &Resolved, manifest: Option<&AgentManifest>, view: &View) {
+fn authority_json(value: &mut serde_json::Value, grant: &Grant, manifest: Option<&AgentManifest>, view: &View) {
     let View { granted, effective, withheld, mode } = view;
     let none = AgentManifest::default();
     let manifest = manifest.unwrap_or(&none);
@@ -155,15 +155,15 @@ fn authority_json(value: &mut serde_json::Value, grant: &Resolved, manifest: Opt
         "effective": effective,
         "withheld": withheld.iter().map(|(cap, why)| serde_json::json!({"capability": cap, "why": why})).collect::<Vec<_>>(),
         "mode": mode.as_str(),
-        "sandbox": grant.sandbox_name(),
-        "shell": grant.shell_summary(effective.contains(&Capability::Shell)),
+        "sandbox": grant.sandbox.kind.as_str(),
+        "shell": grant.sandbox.shell_summary(effective.contains(&Capability::Shell)),
         "fetch-hosts": granted.fetch_hosts,
         "mcp": {
             "requested": mcp.requested,
             "configured": mcp.configured.iter().map(|(name, how)| serde_json::json!({"name": name, "server": how})).collect::<Vec<_>>(),
             "effective": mcp.effective,
             "allow": mcp.allow,
-            "operator-allow": granted.mcp_allow.as_ref().map(|a| a.entries().to_vec()),
+            "operator-allow": granted.mcp.allow.as_ref().map(|a| a.entries().to_vec()),
         },
     });
     if let (Some(out), serde_json::Value::Object(fields)) = (value.as_object_mut(), fields) {
@@ -172,7 +172,7 @@ fn authority_json(value: &mut serde_json::Value, grant: &Resolved, manifest: Opt
 }
 
 /// The rows that describe an agent, from a component or a TOML file alike.
-fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>) {
+fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
     let View { granted, effective, withheld, mode } = authority(grant, Some(m), search);
     row("description", &m.description);
     row("instructions", &first_line(&m.instructions));
@@ -194,7 +194,7 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
             "{} (mode {}, {} sandbox)",
             list(effective.iter().map(|c| c.as_str())),
             mode.as_str(),
-            grant.sandbox_name()
+            grant.sandbox.kind.as_str()
         ),
     );
     for (i, (cap, why)) in withheld.iter().enumerate() {
@@ -219,7 +219,7 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
     row("mcp effective", &list(mcp.effective.iter().map(String::as_str)));
     row(
         "mcp allow",
-        &match (&m.mcp_allow[..], &granted.mcp_allow) {
+        &match (&m.mcp_allow[..], &granted.mcp.allow) {
             ([], _) if mode != PermissionMode::Auto => {
                 "(none: every MCP tool call is asked about, suspended or denied)".into()
             }
@@ -248,11 +248,11 @@ fn agent_rows(m: &AgentManifest, grant: &Resolved, search: Option<&SearchSetup>)
         "permissions",
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
     );
-    row("shell", &grant.shell_summary(effective.contains(&Capability::Shell)));
+    row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
 }
 
 /// Prints the description of a declarative (TOML) agent.
-pub fn print_agent_file(agent: &AgentFile, grant: &Resolved, search: Option<&SearchSetup>, json: bool) {
+pub fn print_agent_file(agent: &AgentFile, grant: &Grant, search: Option<&SearchSetup>, json: bool) {
     let m = agent.manifest();
     let view = authority(grant, Some(m), search);
     if json {

@@ -472,7 +472,7 @@ fn recorded(
 /// with the flags laid over it.
 struct Settings {
     file: nexo::config::ConfigFile,
-    grant: nexo::grant::OperatorGrant,
+    grant: nexo::grant::Grant,
     search: Option<nexo::config::SearchSetup>,
 }
 

@@ -9,17 +9,17 @@
 //! Each table mirrors a group of command-line flags; the CLI lays its flags
 //! over the file (flags win), and a recorded run keeps the merged settings.
 
+mod grant;
 mod model;
 mod search;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::manifest::{Capability, PermissionMode, SandboxKind};
+pub use grant::{GrantFlags, GrantTable};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
 
@@ -59,6 +59,22 @@ pub struct ConfigFile {
     pub sandbox: SandboxTable,
 }
 
+impl ConfigFile {
+    /// The grant this file's `[grant]` and `[mcp.NAME]` tables give, with
+    /// `flags` laid over them.
+    pub fn grant(&self, flags: GrantFlags) -> Result<crate::grant::Grant, ConfigError> {
+        grant::grant(self.grant.clone(), &self.mcp, self.sandbox.view(), flags)
+    }
+
+    /// `grant` with this file's `[mcp.NAME]` tables and `[sandbox]` view, as
+    /// a pass reads them now: neither is recorded with a run.
+    pub fn read_into(&self, mut grant: crate::grant::Grant) -> crate::grant::Grant {
+        grant.mcp.tables = self.mcp.clone();
+        grant.sandbox.view = self.sandbox.view();
+        grant
+    }
+}
+
 /// Reads the config file, if any. The CLI reads it once per command.
 pub fn read(path: Option<&Path>) -> Result<ConfigFile, ConfigError> {
     match path {
@@ -75,55 +91,6 @@ pub fn read(path: Option<&Path>) -> Result<ConfigFile, ConfigError> {
 pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
     toml::from_str::<ConfigFile>(text)
         .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: crate::files::toml_problem(text, &e) })
-}
-
-/// `[grant]`: the same settings as the grant flags of `nexo run`.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct GrantTable {
-    /// Capabilities beyond `read` and `glob` (`--allow` adds to them).
-    #[serde(default)]
-    pub allow: Vec<Capability>,
-    /// The permission mode (`--mode`).
-    pub mode: Option<PermissionMode>,
-    /// Where tools act (`--sandbox`).
-    pub sandbox: Option<SandboxKind>,
-    /// The local sandbox's directory (`--cwd`).
-    pub cwd: Option<PathBuf>,
-    /// The container sandbox's image (`--image`).
-    pub image: Option<String>,
-    /// The container CLI (`--container-runtime`).
-    pub container_runtime: Option<RuntimeSetting>,
-    /// How local shell commands are confined (`--shell-confinement`).
-    pub shell_confinement: Option<ConfinementSetting>,
-    /// The hosts `fetch` may reach (`--fetch-host` adds to them).
-    pub fetch_hosts: Option<Vec<String>>,
-    /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
-    pub mcp_allow: Option<Vec<String>>,
-}
-
-/// The container CLI of the container sandbox.
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum RuntimeSetting {
-    /// `docker`.
-    Docker,
-    /// Apple's `container`.
-    Apple,
-}
-
-/// How the local sandbox confines shell commands.
-#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum ConfinementSetting {
-    /// The strongest that works here.
-    Auto,
-    /// bubblewrap.
-    Bubblewrap,
-    /// Landlock.
-    Landlock,
-    /// None: only for trusted agents.
-    None,
 }
 
 /// `[worker]`: how `nexo worker` runs jobs.

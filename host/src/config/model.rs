@@ -139,7 +139,8 @@ fn claude_code(
     let mut settings = crate::claude_code::ClaudeCode::default().with_api_key(std::env::var("ANTHROPIC_API_KEY").ok());
     settings.binary = binary;
     settings.model = cfg.model.clone();
-    settings.base_url = cfg.base_url.clone();
+    // As the CLI would read it from nexo's environment, had nexo passed that on.
+    settings.base_url = cfg.base_url.clone().or_else(|| std::env::var("ANTHROPIC_BASE_URL").ok());
     settings.builtin_tools = builtin_tools;
     Ok(ModelSetup { provider: None, limits, agent_loop: Some(settings) })
 }

@@ -108,7 +108,7 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
         }
     };
     let narrowing = settings.narrowing;
-    spec.grant = spec.grant.narrowed(narrowing.mode, &narrowing.revoke).with_config_file(settings.config);
+    spec.grant = settings.config.read_into(spec.grant.narrowed(narrowing.mode, &narrowing.revoke));
     // A served run goes on within its tenant's policy as it is now: an
     // operator's narrowing reaches the runs that wait.
     if let Some(tenant) = &run.tenant {
@@ -119,7 +119,7 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     }
     // A pass without a server the run used would not behave as the run did:
     // the run is left as it is until the configuration is given.
-    let unconfigured = spec.grant.unconfigured_mcp_servers();
+    let unconfigured = spec.grant.mcp.unconfigured();
     if !unconfigured.is_empty() {
         return refused(needs_configuration(&run.id, &unconfigured, settings.config_path));
     }
@@ -179,7 +179,7 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
 }
 
 /// The bounds of `tenant`'s policy as the store holds it now.
-async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::authority::Bounds, String> {
+async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::grant::Bounds, String> {
     match store.tenant(tenant).await {
         Ok(Some(t)) => crate::policy::Policy::from_stored(&t.policy).map(|p| p.bounds()),
         Ok(None) => Err(StoreError::NoTenant(tenant.to_string()).to_string()),

@@ -6,14 +6,16 @@
 use std::sync::Arc;
 
 use super::spec::RunSpec;
+use crate::authority::Permissions;
 use crate::config::SearchSetup;
 use crate::error::RunError;
+use crate::grant::Grant;
 use crate::settings::{RunOptions, SkillMode};
 use crate::{ConfigError, Engine, EngineConfig, Plugin};
 
 /// The run options `spec` gives, on `engine`.
 pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunError> {
-    let mut options = spec.grant.run_options()?;
+    let mut options = granted(&spec.grant)?;
     if let Some(table) = &spec.search
         && let Some(setup) = table.resolve(None)?
     {
@@ -23,8 +25,8 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     options.providers.model = resolved.provider;
     options.limits.prompt = resolved.limits;
     if let Some(mut claude) = resolved.agent_loop {
-        claude.cwd = spec.grant.local_dir().map(std::path::Path::to_path_buf);
-        claude.view = spec.grant.view().clone();
+        claude.cwd = spec.grant.sandbox.local_dir().map(std::path::Path::to_path_buf);
+        claude.view = spec.grant.sandbox.view.clone();
         if claude.builtin_tools && claude.cwd.is_none() {
             return Err(ConfigError::invalid(
                 "--claude-builtin-tools",
@@ -42,6 +44,19 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     }
     options.limits.timeout = Some(spec.timeout());
     options.limits.memory_bytes = Some(spec.memory_bytes());
+    Ok(options)
+}
+
+/// Run options for `grant`: its permissions, then each unit's configure
+/// stage (the sandbox, the MCP clients). No hook to ask with: a front end
+/// that can ask adds its own, and without one the gate says that nobody
+/// could be asked.
+pub fn granted(grant: &Grant) -> Result<RunOptions, ConfigError> {
+    let mut options =
+        RunOptions { permissions: Permissions::new(grant.mode), grant: grant.clone(), ..RunOptions::default() };
+    for unit in crate::world::agent::UNITS {
+        unit.configure(grant, &mut options)?;
+    }
     Ok(options)
 }
 

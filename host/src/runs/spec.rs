@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{ModelTable, SearchTable};
-use crate::grant::OperatorGrant;
+use crate::grant::Grant;
 use crate::manifest::LoopKind;
 
 /// A run's wall-clock limit per pass when nothing says otherwise.
@@ -24,7 +24,7 @@ pub const DEFAULT_MEMORY_MIB: u64 = 256;
 #[serde(rename_all = "kebab-case")]
 pub struct RunSpec {
     /// The grant.
-    pub grant: OperatorGrant,
+    pub grant: Grant,
     /// The model settings.
     pub model: ModelTable,
     /// The search settings.
@@ -43,7 +43,7 @@ impl Default for RunSpec {
     /// Nothing granted beyond reading, in memory, with no model.
     fn default() -> Self {
         RunSpec {
-            grant: OperatorGrant::default(),
+            grant: Grant::default(),
             model: ModelTable::default(),
             search: None,
             timeout_secs: DEFAULT_TIMEOUT_SECS,

@@ -382,7 +382,7 @@ pub(crate) struct Prepared {
     path: PathBuf,
     /// The run's specification, as it is recorded.
     pub(crate) spec: RunSpec,
-    effective: crate::policy::Effective,
+    granted: crate::policy::Granted,
 }
 
 impl Prepared {
@@ -428,23 +428,24 @@ pub(crate) async fn prepare(
         .agent()
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?
         .manifest();
-    let effective =
-        policy.narrow(narrowing, manifest).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     let workspace = state.data_dir.join("tenants").join(&tenant.id).join("workspace");
-    if effective.sandbox == SandboxKind::Local {
+    let granted = policy
+        .narrow(narrowing, manifest, &workspace, &state.config)
+        .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
+    if granted.grant.sandbox.kind == SandboxKind::Local {
         std::fs::create_dir_all(&workspace).map_err(|e| {
             tracing::error!(target: "nexo::server", "cannot create {}: {e}", workspace.display());
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", "the tenant's workspace cannot be created now")
         })?;
     }
-    let model = match &effective.model {
+    let model = match &granted.model {
         Some(name) => state.config.serve.models.get(name).cloned().ok_or_else(|| {
             ApiError::new(StatusCode::CONFLICT, "policy", format!("the model `{name}` is no longer configured"))
         })?,
         None => crate::config::ModelTable::default(),
     };
     let spec = RunSpec {
-        grant: effective.grant(&workspace, &state.config),
+        grant: granted.grant.clone(),
         model,
         search: None,
         timeout_secs: state.timeout_secs,
@@ -452,7 +453,7 @@ pub(crate) async fn prepare(
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
     };
-    Ok(Prepared { plugin: loaded, path, spec, effective })
+    Ok(Prepared { plugin: loaded, path, spec, granted })
 }
 
 /// Whether the tenant's quotas let a run take `step` now ([`crate::quota::admit`]):
@@ -484,25 +485,11 @@ pub(crate) async fn started(
 ) -> ApiResult<(StatusCode, Value)> {
     let now = nexo_store::now_ms();
     let _ = state.store.add_usage(&tenant.id, now, 1, 0, 0, 0).await;
-    let effective = &prepared.effective;
-    audit(
-        state,
-        tenant,
-        "run.started",
-        json!({
-            "run": run.id,
-            "plugin": run.component_sha256,
-            "session": run.session,
-            "allow": effective.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
-            "mode": effective.mode.as_str(),
-            "sandbox": effective.sandbox.as_str(),
-            "fetch_hosts": effective.fetch_hosts,
-            "model": effective.model,
-            "mcp_servers": effective.mcp_servers,
-            "mcp_tools": effective.mcp_tools,
-        }),
-    )
-    .await?;
+    let mut detail = json!({ "run": run.id, "plugin": run.component_sha256, "session": run.session });
+    if let (Some(detail), Value::Object(granted)) = (detail.as_object_mut(), prepared.granted.to_json()) {
+        detail.extend(granted);
+    }
+    audit(state, tenant, "run.started", detail).await?;
     state.wake.notify_one();
     if wait {
         let run = wait_for(state, &run.id).await?;

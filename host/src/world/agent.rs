@@ -15,7 +15,7 @@ use wasmtime::component::Component;
 
 use super::{LinkFailure, Meta, WorldLinker};
 use crate::agent_loop::Outcome;
-use crate::authority::{Authority, Grant};
+use crate::authority::Authority;
 use crate::bindings::RunError as WitRunError;
 use crate::bindings::agent::{AgentPlugin, AgentPluginPre};
 use crate::capability::durable::DurableUnit;
@@ -29,6 +29,7 @@ use crate::capability::shell::ShellUnit;
 use crate::capability::skills::SkillsUnit;
 use crate::engine::{Engine, Limits};
 use crate::error::RunError;
+use crate::grant::Grant;
 use crate::host_call::{DynTool, ToolContext, UnitState};
 use crate::instance::{Host, Preopen, Wasi, base_linker, new_store, settle};
 use crate::manifest::AgentManifest;
@@ -64,6 +65,13 @@ pub struct Serving {
     pub sandbox_has_shell: bool,
     /// Whether a search backend is configured.
     pub search: bool,
+}
+
+impl Serving {
+    /// What `grant`'s sandbox serves, with a search backend or without.
+    pub fn of(grant: &Grant, search: bool) -> Serving {
+        Serving { sandbox: grant.sandbox.kind.as_str(), sandbox_has_shell: grant.sandbox.has_shell(), search }
+    }
 }
 
 /// The authority a run of `manifest` would have under `grant` and

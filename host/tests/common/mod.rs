@@ -19,6 +19,7 @@ pub fn nexo_command(cache: &Path) -> Command {
         .env_remove("NEXO_MODEL")
         .env_remove("NEXO_PROVIDER")
         .env_remove("NEXO_BASE_URL")
+        .env_remove("ANTHROPIC_BASE_URL")
         .env_remove("NEXO_CONFIG");
     cmd
 }

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use nexo::ToolError;
-use nexo::authority::{Grant, Permissions};
+use nexo::authority::Permissions;
 use nexo::capability::files::{Glob, ReadFile, WriteFile};
 use nexo::capability::search::WebSearch;
+use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability};
 use nexo::search::{SearchBackend, SearchHit};

@@ -1,0 +1,100 @@
+//! `[grant]`, and the grant that the config file and a front end's flags
+//! produce together.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::ConfigError;
+use crate::grant::{ConfinementSetting, Grant, McpAllow, RuntimeSetting, SandboxGrant};
+use crate::manifest::{Capability, PermissionMode, SandboxKind};
+
+/// `[grant]`: the same settings as the grant flags of `nexo run`.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GrantTable {
+    /// Capabilities beyond `read` and `glob` (`--allow` adds to them).
+    #[serde(default)]
+    pub allow: Vec<Capability>,
+    /// The permission mode (`--mode`).
+    pub mode: Option<PermissionMode>,
+    /// Where tools act (`--sandbox`).
+    pub sandbox: Option<SandboxKind>,
+    /// The local sandbox's directory (`--cwd`).
+    pub cwd: Option<PathBuf>,
+    /// The container sandbox's image (`--image`).
+    pub image: Option<String>,
+    /// The container CLI (`--container-runtime`).
+    pub container_runtime: Option<RuntimeSetting>,
+    /// How local shell commands are confined (`--shell-confinement`).
+    pub shell_confinement: Option<ConfinementSetting>,
+    /// The hosts `fetch` may reach (`--fetch-host` adds to them).
+    pub fetch_hosts: Option<Vec<String>>,
+    /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
+    pub mcp_allow: Option<Vec<String>>,
+}
+
+/// A front end's settings, laid over the config file's `[grant]` by
+/// [`ConfigFile::grant`]: each set value overrides the file's, and the
+/// lists add to the file's.
+#[derive(Debug, Clone, Default)]
+pub struct GrantFlags {
+    /// The `[grant]` settings the front end sets; its lists add to the file's.
+    pub table: GrantTable,
+    /// MCP servers by name; each replaces the file's table of that name.
+    pub mcp: BTreeMap<String, nexo_mcp::ServerConfig>,
+}
+
+/// The grant a config file's `[grant]` table `t`, `[mcp.NAME]` tables
+/// `mcp` and `[sandbox]` view give, with `flags` laid over them.
+pub(super) fn grant(
+    t: GrantTable,
+    mcp: &BTreeMap<String, nexo_mcp::ServerConfig>,
+    view: nexo_sandbox::SystemView,
+    flags: GrantFlags,
+) -> Result<Grant, ConfigError> {
+    let f = flags.table;
+    let capabilities = t.allow.into_iter().chain(f.allow).chain(crate::grant::DEFAULT_ALLOW).collect();
+    let fetch_hosts = added(t.fetch_hosts, f.fetch_hosts);
+    if let Some(hosts) = &fetch_hosts {
+        nexo_egress::HostList::new(hosts.iter())
+            .map_err(|e| ConfigError::invalid("fetch-hosts", format!("fetch-hosts: {e}")))?;
+    }
+    let mcp_allow = added(t.mcp_allow, f.mcp_allow);
+    let servers = mcp.keys().chain(flags.mcp.keys()).cloned().collect();
+    let sandbox = f.sandbox.or(t.sandbox);
+    let grant = Grant {
+        capabilities,
+        mode: f.mode.or(t.mode).unwrap_or(PermissionMode::ReadOnly),
+        fetch_hosts,
+        sandbox: SandboxGrant {
+            kind: sandbox.unwrap_or(SandboxKind::Virtual),
+            chosen: sandbox.is_some(),
+            cwd: f.cwd.or(t.cwd),
+            image: f.image.or(t.image),
+            container_runtime: f.container_runtime.or(t.container_runtime).unwrap_or(RuntimeSetting::Docker),
+            shell_confinement: f.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementSetting::Auto),
+            view,
+        },
+        mcp: crate::grant::McpGrant {
+            servers,
+            allow: mcp_allow.map(McpAllow::new),
+            flags: flags.mcp,
+            tables: mcp.clone(),
+        },
+    };
+    grant.mcp.configs()?;
+    Ok(grant)
+}
+
+/// The file's list with the flags' added; the flags' alone set a list.
+fn added(file: Option<Vec<String>>, flags: Option<Vec<String>>) -> Option<Vec<String>> {
+    match (file, flags) {
+        (Some(mut file), Some(flags)) => {
+            file.extend(flags);
+            Some(file)
+        }
+        (file, flags) => file.or(flags),
+    }
+}
