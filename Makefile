@@ -60,8 +60,9 @@ test: toolchain
 	./scripts/claude-deps.sh
 	@# Debian's chromium and playwright-core, for the web console's browser test (host/tests/console.rs).
 	./scripts/console-deps.sh
-	@# A PostgreSQL server of the tests' own (target/postgres): the store suite runs against it too.
-	url=$$(./scripts/postgres.sh) && NEXO_TEST_POSTGRES=$$url $(CARGO) test --workspace --no-fail-fast
+	@# Against a PostgreSQL server of the tests' own (target/postgres), which the store suite runs
+	@# against too; lists every skipped test, or part of one, at its end.
+	CARGO=$(CARGO) ./scripts/test-workspace.sh
 	@# The guarded client's test seam must never reach a normal build of nexo.
 	@tree=$$($(CARGO) tree -p nexo -e normal,features -i nexo-egress) || { echo "error: cargo tree failed, so the seam check cannot run"; exit 1; }; \
 	if echo "$$tree" | grep -q 'feature "testing"'; then \
@@ -112,6 +113,8 @@ fuzz: toolchain
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@# plugins/ (the SDK included), fuzz/ and examples/first-agent are workspaces of their own.
+	CARGO=$(CARGO) ./scripts/lint-outside.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,7 +1,8 @@
 //! The agent loop: one prompt, driven to completion with the agent's tools.
 //!
 //! [`HostLoop`] is the default [`Loop`]. Each turn it sends the conversation
-//! to the model, runs the tool calls it gets back through the run's
+//! to the model (a [`ModelTurn`], a host call like any other, so a recorded
+//! run journals it), runs the tool calls it gets back through the run's
 //! host-call path ([`ToolContext::call_model`], so every call passes the one
 //! gate), and feeds the results back. It stops when the model answers without tool calls, at a **hard
 //! turn cap**, at the token budget, or when an action needs approval, and
@@ -9,10 +10,11 @@
 //! `turn-started`, `text-delta` (when streaming), `tool-call`,
 //! `tool-result`, and finally `done`.
 
-use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, Usage};
+use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Usage};
 
 pub use crate::events::{Event, EventSink, Status, no_events};
 use crate::host_call::{CallContext, ToolContext};
+use crate::model_turn::{ModelTurn, Turn};
 
 /// Limits for one prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,9 +135,9 @@ impl Loop for HostLoop {
                     tools: std::mem::take(&mut tools),
                     max_tokens: ctx.limits.max_tokens_per_turn,
                 };
-                let sink: Option<&(dyn Fn(&str) + Send + Sync)> =
-                    if ctx.limits.stream { Some(&delta_sink) } else { None };
-                let response = complete(&ctx, provider, &request, sink).await;
+                let deltas: Option<DeltaSink<'_>> = if ctx.limits.stream { Some(&delta_sink) } else { None };
+                let turn = Turn { request: &request, deltas };
+                let response = ctx.tools.call(&ModelTurn(provider), turn).await;
                 (messages, tools) = (request.messages, request.tools);
                 let response = response?;
                 usage.input_tokens += response.usage.input_tokens;
@@ -199,170 +201,5 @@ pub fn no_model() -> ModelError {
     match nexo_model::resolve(&nexo_model::ModelConfig::default()) {
         Err(e) => e,
         Ok(_) => ModelError::Config("no model is configured".into()),
-    }
-}
-
-/// One model turn. In a recorded run it is journaled like any host call:
-/// a replay answers it from the journal, so no turn is paid for twice. A
-/// provider that could not be reached is not journaled: a resume tries it
-/// again.
-async fn complete(
-    ctx: &LoopContext<'_>,
-    provider: &dyn Provider,
-    request: &Request,
-    sink: Option<DeltaSink<'_>>,
-) -> Result<Response, ModelError> {
-    use crate::journal::{Begin, Effect};
-    let Some(journal) = ctx.tools.journal() else {
-        return provider.complete(request, sink).await;
-    };
-    const INTERFACE: &str = "nexo:model";
-    let hash = crate::journal::hash_json(&TurnArgs(request));
-    match journal.begin(INTERFACE, "complete", &hash) {
-        Begin::Replay(text) => serde_json::from_str::<Result<Response, ModelError>>(&text).unwrap_or_else(|e| {
-            Err(ModelError::Protocol {
-                provider: "journal".into(),
-                message: format!("a journaled turn cannot be read: {e}"),
-            })
-        }),
-        Begin::Live(seq) => {
-            let result = provider.complete(request, sink).await;
-            if !matches!(result, Err(ModelError::Unavailable { .. })) {
-                let text = serde_json::to_string(&result).unwrap_or_default();
-                journal.finish(seq, INTERFACE, "complete", &hash, text, Effect::Write).await;
-            }
-            result
-        }
-        Begin::Unjournaled => provider.complete(request, sink).await,
-        Begin::Halted(why) => Err(ModelError::Protocol { provider: "journal".into(), message: why }),
-    }
-}
-
-/// A turn's arguments as the journal hashes them: the JSON of
-/// `{"max_tokens", "messages", "model", "tools"}`, serialized from the
-/// request itself rather than from a `serde_json::Value` copy of the whole
-/// conversation. Keys go in sorted order, as a `Value` writes them, so the
-/// hash is the one journals have always recorded (a test checks).
-struct TurnArgs<'a>(&'a Request);
-
-impl serde::Serialize for TurnArgs<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let request = self.0;
-        let mut map = serializer.serialize_map(Some(4))?;
-        map.serialize_entry("max_tokens", &request.max_tokens)?;
-        map.serialize_entry("messages", &Sorted(&request.messages[..]))?;
-        map.serialize_entry("model", &request.model)?;
-        map.serialize_entry("tools", &Sorted(&request.tools[..]))?;
-        map.end()
-    }
-}
-
-/// Model types as their `serde_json::Value` form writes them: keys sorted.
-struct Sorted<T>(T);
-
-impl<'a, T> serde::Serialize for Sorted<&'a [T]>
-where
-    Sorted<&'a T>: serde::Serialize,
-{
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(Sorted))
-    }
-}
-
-impl serde::Serialize for Sorted<&Message> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        // Every field named, so a new one cannot slip past the hash.
-        match self.0 {
-            Message::System { text } => {
-                map.serialize_entry("role", "system")?;
-                map.serialize_entry("text", text)?;
-            }
-            Message::User { text } => {
-                map.serialize_entry("role", "user")?;
-                map.serialize_entry("text", text)?;
-            }
-            Message::Assistant { text, tool_calls } => {
-                map.serialize_entry("role", "assistant")?;
-                map.serialize_entry("text", text)?;
-                map.serialize_entry("tool_calls", &Sorted(&tool_calls[..]))?;
-            }
-            Message::ToolResult { call_id, name, content, is_error } => {
-                map.serialize_entry("call_id", call_id)?;
-                map.serialize_entry("content", content)?;
-                map.serialize_entry("is_error", is_error)?;
-                map.serialize_entry("name", name)?;
-                map.serialize_entry("role", "tool_result")?;
-            }
-        }
-        map.end()
-    }
-}
-
-impl serde::Serialize for Sorted<&nexo_model::ToolCall> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let nexo_model::ToolCall { id, name, arguments } = self.0;
-        let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("arguments", arguments)?;
-        map.serialize_entry("id", id)?;
-        map.serialize_entry("name", name)?;
-        map.end()
-    }
-}
-
-impl serde::Serialize for Sorted<&nexo_model::ToolSpec> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let nexo_model::ToolSpec { name, description, parameters } = self.0;
-        let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("description", description)?;
-        map.serialize_entry("name", name)?;
-        map.serialize_entry("parameters", parameters)?;
-        map.end()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use nexo_model::{ToolCall, ToolSpec};
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn a_turn_hashes_as_the_value_it_used_to_be_built_as() {
-        let call = |id: &str, arguments| ToolCall { id: id.into(), name: "glob".into(), arguments };
-        let messages = vec![
-            Message::System { text: "Be brief.".into() },
-            Message::User { text: "Quote \"this\"\n and naïve ✓".into() },
-            Message::Assistant { text: String::new(), tool_calls: vec![] },
-            Message::Assistant {
-                text: "Looking.".into(),
-                tool_calls: vec![
-                    call("c1", json!({"pattern": "*.md", "deep": {"z": 1, "a": [null]}})),
-                    call("c2", json!(null)),
-                ],
-            },
-            Message::ToolResult { call_id: "c1".into(), name: "glob".into(), content: "a.md".into(), is_error: false },
-            Message::ToolResult { call_id: "c2".into(), name: "glob".into(), content: "bad".into(), is_error: true },
-        ];
-        let tools = vec![
-            ToolSpec { name: "glob".into(), description: "Finds files.".into(), parameters: json!({"type": "object"}) },
-            ToolSpec { name: "noop".into(), description: String::new(), parameters: json!(null) },
-        ];
-        for (messages, tools) in [(messages.clone(), tools.clone()), (messages, vec![]), (vec![], tools)] {
-            let request = Request { model: "m".into(), messages, tools, max_tokens: 4096 };
-            let value = json!({
-                "model": request.model,
-                "messages": request.messages,
-                "tools": request.tools,
-                "max_tokens": request.max_tokens,
-            });
-            assert_eq!(serde_json::to_string(&TurnArgs(&request)).unwrap(), value.to_string());
-            assert_eq!(crate::journal::hash_json(&TurnArgs(&request)), crate::journal::hash_json(&value));
-        }
     }
 }

@@ -1,6 +1,7 @@
-//! The host-call path: every guest import, in every world, and every tool
-//! call the model makes enters one function ([`enter`]), which runs the same
-//! steps in the same order:
+//! The host-call path: every guest import, in every world, every tool call
+//! the model makes, and every model turn of the agent loop
+//! ([`crate::model_turn`]) enters one function ([`enter`]), which runs the
+//! same steps in the same order:
 //!
 //! ```text
 //! decode → authorize → event → execute → truncate → audit → result
@@ -143,8 +144,9 @@ impl LogBudget {
 }
 
 /// One host call: its name, the capability it needs, and its handler, in
-/// the world whose context is `Cx`.
-pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
+/// the world whose context is `Cx`. A call may borrow: a model turn borrows
+/// its provider, and its arguments the conversation.
+pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync {
     /// The decoded arguments; the journal hashes them.
     type Args: Send + serde::Serialize;
     /// What the handler returns; the journal stores it.
@@ -200,6 +202,14 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync + 'static {
         arguments
     }
 
+    /// The hash the journal records typed arguments under: by default that
+    /// of [`HostCall::journal_arguments`]. A call whose arguments are large
+    /// and serialize with their keys sorted (a model turn's conversation)
+    /// hashes them as they are, with no `Value` copy of them.
+    fn journal_hash(&self, args: &Self::Args) -> String {
+        crate::journal::hash_json(&journal_value(self, None, args))
+    }
+
     /// The bytes a guest hands over, for the size limit on host arguments.
     fn arg_bytes(&self, _args: &Self::Args) -> usize {
         0
@@ -246,7 +256,7 @@ pub fn string_arg<'a>(tool: &str, arguments: &'a Value, key: &str) -> Result<&'a
 
 /// Where a call comes from.
 enum Origin<'a, A> {
-    /// A guest import, with its typed arguments.
+    /// A guest import (or the loop's model turn), with its typed arguments.
     Guest(A),
     /// The model, in turn `turn`; the arguments are the call's JSON.
     Model { turn: u32, call: &'a ToolCall },
@@ -466,7 +476,8 @@ impl ToolContext {
         specs
     }
 
-    /// Runs a guest's call through the host-call path.
+    /// Runs a typed call through the host-call path: a guest's, or the
+    /// loop's model turn.
     pub async fn call<C: MaybeTool>(&self, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
         guest(self, call, args).await
     }
@@ -626,11 +637,10 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     // journal: a recorded call is answered from the journal
     let (mut live, mut unpositioned) = (None, None);
     if let (Some(journal), Ok(args)) = (cx.journal().filter(|_| call.effect() != Effect::Skip), &decoded) {
-        let arguments = call.journal_arguments(match model {
-            Some((_, model_call)) => model_call.arguments.clone(),
-            None => serde_json::to_value(args).unwrap_or(Value::Null),
-        });
-        let hash = crate::journal::hash_json(&arguments);
+        let hash = match model {
+            Some((_, model_call)) => crate::journal::hash_json(&journal_value(call, Some(model_call), args)),
+            None => call.journal_hash(args),
+        };
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
                 let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {
@@ -643,8 +653,8 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
                     Some(_) => Reply::Model(call.reply(result)),
                 });
             }
-            Begin::Live(seq) => live = Some((journal, seq, hash, arguments)),
-            Begin::Unjournaled => unpositioned = Some((journal, hash, arguments)),
+            Begin::Live(seq) => live = Some((journal, seq, hash)),
+            Begin::Unjournaled => unpositioned = Some((journal, hash)),
             Begin::Halted(why) => {
                 let e = C::Error::from(ToolError::Failed(why));
                 return Err(match model {
@@ -662,13 +672,15 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         let gate = call.gate(&args, &detail);
         let verdict = match cx.authorize(&gate, call.name()) {
             Err(ToolError::ApprovalRequired(message)) => match (&live, &unpositioned) {
-                (Some((journal, seq, hash, arguments)), _) => {
-                    journal.approval(*seq, gate.subject(), call.name(), arguments, hash, message)
+                (Some((journal, seq, hash)), _) => {
+                    let arguments = journal_value(call, model.map(|(_, c)| c), &args);
+                    journal.approval(*seq, gate.subject(), call.name(), &arguments, hash, message)
                 }
                 // An unjournaled call has no position: its approval binds to
                 // the call itself wherever it comes again.
-                (None, Some((journal, hash, arguments))) => {
-                    journal.approval(UNPOSITIONED, gate.subject(), call.name(), arguments, hash, message)
+                (None, Some((journal, hash))) => {
+                    let arguments = journal_value(call, model.map(|(_, c)| c), &args);
+                    journal.approval(UNPOSITIONED, gate.subject(), call.name(), &arguments, hash, message)
                 }
                 (None, None) => Err(ToolError::ApprovalRequired(message)),
             },
@@ -684,7 +696,20 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     if let Some((turn, model_call)) = model {
         call_event(cx, turn, model_call);
     }
-    Ok(Admitted { allowed, model, live: live.map(|(journal, seq, hash, _)| (journal, seq, hash)), used })
+    Ok(Admitted { allowed, model, live, used })
+}
+
+/// A call's arguments as the journal hashes them and an approval shows
+/// them: the model's JSON as it came, or the typed arguments' JSON.
+fn journal_value<Cx: CallContext, C: HostCall<Cx> + ?Sized>(
+    call: &C,
+    model: Option<&ToolCall>,
+    args: &C::Args,
+) -> Value {
+    call.journal_arguments(match model {
+        Some(model_call) => model_call.arguments.clone(),
+        None => serde_json::to_value(args).unwrap_or(Value::Null),
+    })
 }
 
 /// The gate's decision on a call, as the audit keeps it; `None` for a
@@ -815,18 +840,23 @@ fn summary(text: &str) -> String {
     crate::truncate::first_line(text, 120)
 }
 
-/// Implements [`MaybeTool`] for a host call only guests make, in context
-/// `$cx` (or, with `for<Cx: Bound>` first, in every context of that bound).
+/// Implements [`MaybeTool`] for a host call the model does not make (a
+/// guest's import, the loop's model turn), in context `$cx` (or, with
+/// `for<Cx: Bound>` first, in every context of that bound; with `for<'a>`,
+/// for a call that borrows).
 #[macro_export]
 macro_rules! guest_only {
     (for<$g:ident: $bound:path> $call:ty, $cx:ty) => {
         $crate::guest_only!(@impl [$g: $bound] $call, $cx);
     };
+    (for<$l:lifetime> $call:ty, $cx:ty) => {
+        $crate::guest_only!(@impl [$l] $call, $cx);
+    };
     ($call:ty, $cx:ty) => {
         $crate::guest_only!(@impl [] $call, $cx);
     };
-    (@impl [$($g:ident: $bound:path)?] $call:ty, $cx:ty) => {
-        impl<$($g: $bound)?> $crate::host_call::MaybeTool<$cx> for $call {
+    (@impl [$($generics:tt)*] $call:ty, $cx:ty) => {
+        impl<$($generics)*> $crate::host_call::MaybeTool<$cx> for $call {
             fn decode_json(&self, _arguments: &serde_json::Value) -> Result<Self::Args, $crate::error::ToolError> {
                 Err($crate::error::ToolError::Unsupported(format!(
                     "`{}` is not a model tool",

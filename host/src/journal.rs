@@ -260,10 +260,11 @@ impl Journal {
     }
 
     /// How many model turns (`nexo:model` `complete`, see
-    /// `agent_loop::complete`) the journal holds: a replay answers them all
+    /// `model_turn::ModelTurn`) the journal holds: a replay answers them all
     /// before the run asks a model anything live.
     pub fn recorded_turns(&self) -> u64 {
-        self.recorded.values().filter(|e| e.interface == "nexo:model" && e.function == "complete").count() as u64
+        let turn = |e: &&Entry| e.interface == crate::manifest::interface::MODEL_TURN && e.function == "complete";
+        self.recorded.values().filter(turn).count() as u64
     }
 
     /// Decides how one call runs: from the journal, or live.
@@ -527,13 +528,34 @@ impl EventSink for JournalSink {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use nexo_store::{MemoryStore, NewRun, RunStatus};
+    use nexo_store::{Lease, MemoryStore, NewRun, RunStatus};
     use serde_json::json;
 
     use super::*;
+
+    /// Records run `r1` in `store` as `status`; a running one is owned by `o`.
+    pub(crate) async fn run_r1(store: &Arc<dyn Store>, status: RunStatus) -> Run {
+        let lease = (status == RunStatus::Running).then(|| Lease { owner: "o".into(), until_ms: i64::MAX / 2 });
+        let new = NewRun {
+            id: "r1".into(),
+            agent: "a".into(),
+            kind: "component".into(),
+            source: "a.wasm".into(),
+            component_sha256: "ab".repeat(32),
+            input: String::new(),
+            grant: json!({}),
+            status,
+            lease,
+            created_ms: 1,
+            session: None,
+            tenant: None,
+        };
+        store.create_run(new).await.unwrap();
+        store.run("r1").await.unwrap().unwrap()
+    }
 
     async fn journal(store: &Arc<dyn Store>, decided: Option<Approval>) -> Journal {
         let run = store.run("r1").await.unwrap().unwrap();
@@ -548,21 +570,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_binds_to_the_tool_as_well_as_the_arguments() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-        let new = NewRun {
-            id: "r1".into(),
-            agent: "a".into(),
-            kind: "component".into(),
-            source: "a.wasm".into(),
-            component_sha256: "ab".repeat(32),
-            input: String::new(),
-            grant: json!({}),
-            status: RunStatus::Queued,
-            lease: None,
-            created_ms: 1,
-            session: None,
-            tenant: None,
-        };
-        store.create_run(new).await.unwrap();
+        run_r1(&store, RunStatus::Queued).await;
         let args = json!({"path": "x"});
         let hash = hash_json(&args);
         let asked = journal(&store, None).await;

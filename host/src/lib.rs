@@ -54,6 +54,7 @@ pub mod lease;
 pub mod log;
 pub mod manifest;
 pub mod mcp_server;
+pub mod model_turn;
 pub mod plugin;
 pub mod policy;
 pub mod priority;

@@ -250,6 +250,9 @@ pub mod interface {
     pub const MCP: &str = "nexo:plugin/mcp@0.1.2";
     /// `nexo:plugin/agent-mcp`, the export of `mcp-agent-plugin` agents.
     pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.2";
+    /// The agent loop's model turns (`complete`), which no WIT declares:
+    /// the host makes them, for the host loop.
+    pub const MODEL_TURN: &str = "nexo:model";
 }
 
 /// Which world a plugin implements.

@@ -605,8 +605,7 @@ async fn live_claude_code() {
     let Some(claude) = real_claude() else {
         let why = "the Claude Code CLI is not installed (./scripts/claude-deps.sh installs it)";
         assert!(std::env::var_os("CI").is_none(), "CI runs the real CLI, but {why}");
-        println!("skipped: live_claude_code: {why}");
-        eprintln!("skipped: live_claude_code: {why}");
+        nexo_testkit::skipped("live_claude_code", why);
         return;
     };
     use nexo_model::mock::{MockServer, MockToolCall, Reply};

@@ -454,8 +454,10 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
             std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
             "the console's browser test needs {missing}: run ./scripts/console-deps.sh (CI is set, so it may not skip)"
         );
-        println!("skipped: the console's browser test needs {missing} (./scripts/console-deps.sh installs them)");
-        eprintln!("skipped: the console's browser test needs {missing} (./scripts/console-deps.sh installs them)");
+        nexo_testkit::skipped(
+            "the console's browser test",
+            &format!("it needs {missing} (./scripts/console-deps.sh installs them)"),
+        );
         return;
     }
 

@@ -272,7 +272,7 @@ async fn every_console_snippet_prints_what_it_shows() {
             continue;
         }
         for (line, reason) in &doc.ignored {
-            eprintln!("not run: {name}:{line}: {reason}");
+            nexo_testkit::skipped(&format!("docs {name}:{line}"), &format!("not run: {reason}"));
         }
         let snippets: Vec<Snippet> = doc.snippets.iter().flatten().cloned().collect();
         if snippets.is_empty() {

@@ -374,6 +374,13 @@ fn descriptors_inherited_by_nexo_do_not_reach_shell_commands() {
         std::fs::write(outside.join("log"), "").unwrap();
         let (_dir, dir_fd) = inheritable(std::fs::File::open(&outside).unwrap());
         let (_log, log_fd) = inheritable(std::fs::OpenOptions::new().append(true).open(outside.join("log")).unwrap());
+        // The positive control: a child of this process, not confined by
+        // nexo, does inherit both descriptors and writes through them.
+        let control = format!("echo control > /proc/self/fd/{dir_fd}/control; echo control >&{log_fd}");
+        assert!(Command::new("/bin/sh").args(["-c", &control]).status().unwrap().success());
+        assert_eq!(std::fs::read_to_string(outside.join("log")).unwrap(), "control\n", "{confinement}: control");
+        assert!(outside.join("control").exists(), "{confinement}: the directory's descriptor reached the control");
+        std::fs::write(outside.join("log"), "").unwrap();
         let command =
             format!("echo via-proc > /proc/self/fd/{dir_fd}/pwned; echo via-fd >&{log_fd}; ls /proc/self/fd; true");
         std::fs::write(scene.path("script.json"), shell_script(&command).to_string()).unwrap();
@@ -393,12 +400,18 @@ fn descriptors_inherited_by_nexo_do_not_reach_shell_commands() {
 
 #[test]
 fn no_shell_process_outlives_nexo_killed_mid_command() {
-    for confinement in ["bubblewrap", "landlock"] {
-        for signal in [rustix::process::Signal::TERM, rustix::process::Signal::KILL] {
-            // A session leader of its own and a double fork: both escape a process-group kill.
-            let command = "setsid sh -c 'sleep 3; touch escaped-setsid' & \
-                           (sh -c 'sleep 3; touch escaped-daemon' &) ; sleep 60";
-            let scene = Scene::new("\"shell\"", shell_script(command));
+    for (n, confinement) in ["bubblewrap", "landlock"].into_iter().enumerate() {
+        for (m, signal) in [rustix::process::Signal::TERM, rustix::process::Signal::KILL].into_iter().enumerate() {
+            // A session leader of its own and a double fork: both escape a
+            // process-group kill. Each says it started, then waits on a
+            // `sleep` this case alone runs, so the test can see when none
+            // of them is left.
+            let nap = format!("3.{}{n}{m}", std::process::id());
+            let command = format!(
+                "setsid sh -c 'touch started-setsid; sleep {nap}; touch escaped-setsid' & \
+                 (sh -c 'touch started-daemon; sleep {nap}; touch escaped-daemon' &) ; sleep 60"
+            );
+            let scene = Scene::new("\"shell\"", shell_script(&command));
             let args = scene.args(&["--allow", "shell", "--mode", "auto", "--shell-confinement", confinement]);
             let mut child = nexo_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
                 .stdin(Stdio::null())
@@ -406,17 +419,45 @@ fn no_shell_process_outlives_nexo_killed_mid_command() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            // Long enough for the command and its children to start.
-            std::thread::sleep(Duration::from_millis(1500));
+            let started = ["started-setsid", "started-daemon"];
+            let up = until(Duration::from_secs(30), || started.iter().all(|m| scene.ws().join(m).exists()));
+            assert!(up, "{confinement}: the command's children never started");
+            // The positive control: their sleeps are seen from here while they run.
+            assert!(until(Duration::from_secs(30), || running_with_arg(&nap)), "{confinement}: no `sleep {nap}` seen");
             let pid = rustix::process::Pid::from_child(&child);
             rustix::process::kill_process(pid, signal).unwrap();
             child.wait().unwrap();
-            std::thread::sleep(Duration::from_secs(4));
+            // Had a child outlived nexo, it would touch its marker before its
+            // `sleep` ends: once no such `sleep` is left, the markers tell.
+            let gone = until(Duration::from_secs(30), || !running_with_arg(&nap));
+            assert!(gone, "{confinement}, {signal:?}: a `sleep {nap}` still runs");
             for marker in ["escaped-setsid", "escaped-daemon"] {
                 assert!(!scene.ws().join(marker).exists(), "{confinement}, {signal:?}: {marker} ran after nexo died");
             }
         }
     }
+}
+
+/// Polls `done` until it holds or `limit` passes; whether it held.
+fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process on this host has `arg` among its arguments.
+fn running_with_arg(arg: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -53,7 +53,7 @@ const CRATES: &[Layers] = &[
             &["capability", "unit", "egress", "claude_code", "mcp_server"],
             // The host-call path: the one path, the authority, the journal, the loop, and
             // the quotas and metering a run's instance and calls draw on.
-            &["agent_loop", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
+            &["agent_loop", "model_turn", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
             // The engine and plain data beneath everything, the grant among it.
             &[
                 "grant", "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate",
@@ -96,6 +96,10 @@ const CRATES: &[Layers] = &[
             &["anchor"],
             &["jobs", "sessions", "tenants"],
             &["refusal"],
+            &["location", "batch"],
+            &["error"],
+            &["runs"],
+            &["approvals", "journal", "events", "ids"],
         ],
     },
     Layers {
@@ -110,6 +114,7 @@ const CRATES: &[Layers] = &[
         ],
     },
     Layers { dir: "skills", layers: &[&["parse"], &["error"]] },
+    Layers { dir: "testkit", layers: &[] },
     Layers { dir: "text", layers: &[] },
     Layers { dir: "toolchain", layers: &[] },
     Layers { dir: "tests", layers: &[&["guests", "loopback"]] },

@@ -19,7 +19,10 @@ async fn live_openai_compatible_server() {
     let (Some("1"), Some(base_url), Some(model)) =
         (var("NEXO_LIVE").as_deref(), var("NEXO_LIVE_BASE_URL"), var("NEXO_LIVE_MODEL"))
     else {
-        println!("skipped: set NEXO_LIVE=1, NEXO_LIVE_BASE_URL and NEXO_LIVE_MODEL to run against a real server");
+        nexo_testkit::skipped(
+            "live_openai_compatible_server",
+            "set NEXO_LIVE=1, NEXO_LIVE_BASE_URL and NEXO_LIVE_MODEL to run against a real server",
+        );
         return;
     };
     let config = ModelConfig {

@@ -106,7 +106,7 @@ fn writes_inside_the_root(c: Confinement) {
 /// no `set_var` in a threaded process) and has it check the command cannot see it.
 fn env_is_narrowed(c: Confinement) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "env_probe_helper", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &itself(c, "env_is_narrowed"), "--nocapture", "--test-threads=1"])
         .env("NEXO_ENV_PROBE", format!("{c:?}"))
         .env("NEXO_TEST_SECRET", "hunter2")
         .output()
@@ -116,12 +116,10 @@ fn env_is_narrowed(c: Confinement) {
     assert!(out.status.success() && stdout.contains("env-probe-ok"), "{stdout}\n{stderr}");
 }
 
-/// Runs only when re-executed by `env_is_narrowed`.
-#[test]
-fn env_probe_helper() {
-    let Ok(name) = std::env::var("NEXO_ENV_PROBE") else { return };
+/// The probe `env_is_narrowed` re-runs this binary for.
+fn env_probe(name: &str) {
     assert_eq!(std::env::var("NEXO_TEST_SECRET").as_deref(), Ok("hunter2"), "the secret must be set in this process");
-    let f = Fixture::new(confinement_named(&name));
+    let f = Fixture::new(confinement_named(name));
     let out = f.exec("echo \"secret=[$NEXO_TEST_SECRET]\"; env");
     assert_eq!(out.status, 0, "{out:?}");
     assert!(out.stdout.starts_with("secret=[]\n"), "{out:?}");
@@ -265,9 +263,10 @@ fn network_is_refused(c: Confinement) {
     );
 }
 
-/// Runs this test binary inside the sandbox as a socket probe (see
-/// `socket_probe_helper`): it prints what it got, or exits 3 when refused.
-fn socket_probe(f: &Fixture, kind: &str, arg: &str) -> ExecOutput {
+/// Runs this test binary inside the sandbox as a socket probe, re-running
+/// `test` (which calls [`probe_if_asked`] first): it prints what it got, or
+/// exits 3 when refused.
+fn socket_probe(f: &Fixture, test: &str, kind: &str, arg: &str) -> ExecOutput {
     // The probe runs from a link in the root: the sandbox may hide the target
     // directory (bubblewrap's private /tmp hides a checkout under /tmp).
     let probe = f.root.join(".socket-probe");
@@ -278,21 +277,19 @@ fn socket_probe(f: &Fixture, kind: &str, arg: &str) -> ExecOutput {
         }
     }
     f.exec(&format!(
-        "NEXO_SOCKET_PROBE='{kind}' NEXO_SOCKET_ARG='{arg}' {} --exact socket_probe_helper --nocapture --test-threads=1",
+        "NEXO_SOCKET_PROBE='{kind}' NEXO_SOCKET_ARG='{arg}' {} --exact {test} --nocapture --test-threads=1",
         quote(&probe)
     ))
 }
 
-/// Runs only when started by `socket_probe`, inside the sandbox.
-#[test]
-fn socket_probe_helper() {
-    let Ok(kind) = std::env::var("NEXO_SOCKET_PROBE") else { return };
+/// The probe `socket_probe` runs inside the sandbox; ends the process.
+fn socket_probe_run(kind: &str) -> ! {
     let arg = std::env::var("NEXO_SOCKET_ARG").unwrap_or_default();
     let refused = |what: &str, e: std::io::Error| -> ! {
         eprintln!("refused: {what}: {e}");
         std::process::exit(3)
     };
-    match kind.as_str() {
+    match kind {
         "mptcp" => {
             // std has no MPTCP: make the socket by hand, then let std drive it.
             #[allow(unsafe_code)]
@@ -369,6 +366,7 @@ fn socket_probe_helper() {
         }
         other => panic!("unknown probe {other}"),
     }
+    std::process::exit(0)
 }
 
 /// A loopback HTTP server answering `200 OK`; `hit` turns true once someone connects.
@@ -419,23 +417,24 @@ fn received(socket: &UdpSocket) -> bool {
 /// refused, while a connected Unix socket pair still works.
 fn sockets_are_refused(c: Confinement) {
     let f = Fixture::new(c);
+    let test = itself(c, "sockets_are_refused");
     let server = HttpServer::start();
-    let out = socket_probe(&f, "mptcp", &server.port.to_string());
+    let out = socket_probe(&f, &test, "mptcp", &server.port.to_string());
     assert!(out.status != 0 && !out.stdout.contains("200"), "MPTCP reached the host under {c:?}: {out:?}");
     assert!(!server.hit.load(Ordering::SeqCst), "MPTCP connected to the host under {c:?}");
 
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let out = socket_probe(&f, "udp", &udp.local_addr().unwrap().port().to_string());
+    let out = socket_probe(&f, &test, "udp", &udp.local_addr().unwrap().port().to_string());
     assert!(out.status != 0 && !received(&udp), "a UDP datagram reached the host under {c:?}: {out:?}");
     if let Ok(udp6) = UdpSocket::bind("[::1]:0") {
-        let out = socket_probe(&f, "udp6", &udp6.local_addr().unwrap().port().to_string());
+        let out = socket_probe(&f, &test, "udp6", &udp6.local_addr().unwrap().port().to_string());
         assert!(out.status != 0 && !received(&udp6), "a UDP6 datagram reached the host under {c:?}: {out:?}");
     }
 
     let path = f.outside.join("daemon.sock");
     let listener = UnixListener::bind(&path).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let out = socket_probe(&f, "unix", path.to_str().unwrap());
+    let out = socket_probe(&f, &test, "unix", path.to_str().unwrap());
     assert!(
         out.status != 0 && listener.accept().is_err(),
         "a Unix socket outside the root was reached under {c:?}: {out:?}"
@@ -443,20 +442,20 @@ fn sockets_are_refused(c: Confinement) {
     let dgram_path = f.outside.join("log.sock");
     let dgram = UnixDatagram::bind(&dgram_path).unwrap();
     dgram.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let out = socket_probe(&f, "unix-dgram-pair", dgram_path.to_str().unwrap());
+    let out = socket_probe(&f, &test, "unix-dgram-pair", dgram_path.to_str().unwrap());
     assert!(
         out.status != 0 && dgram.recv(&mut [0u8; 16]).is_err(),
         "a datagram reached a Unix socket outside the root under {c:?}: {out:?}"
     );
-    let out = socket_probe(&f, "unix-raw-pair", dgram_path.to_str().unwrap());
+    let out = socket_probe(&f, &test, "unix-raw-pair", dgram_path.to_str().unwrap());
     assert!(
         out.status != 0 && dgram.recv(&mut [0u8; 16]).is_err(),
         "a raw Unix pair sent a datagram outside the root under {c:?}: {out:?}"
     );
-    let out = socket_probe(&f, "netlink", "");
+    let out = socket_probe(&f, &test, "netlink", "");
     assert!(out.status != 0, "a netlink socket was opened under {c:?}: {out:?}");
 
-    let out = socket_probe(&f, "pair", "");
+    let out = socket_probe(&f, &test, "pair", "");
     assert!(out.status == 0 && out.stdout.contains("pair x\n"), "socket pairs must keep working: {out:?}");
 }
 
@@ -493,7 +492,12 @@ fn supervisor_death_ends_the_command(c: Confinement, signal: &str) {
     std::fs::create_dir_all(&root).unwrap();
     let root = root.canonicalize().unwrap();
     let mut helper = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "orphan_probe_helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &itself(c, &format!("supervisor_sig{}_ends_the_command", signal.to_lowercase())),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("NEXO_ORPHAN_PROBE", format!("{c:?}"))
         .env("NEXO_ORPHAN_ROOT", &root)
         .stdout(std::process::Stdio::null())
@@ -535,13 +539,10 @@ fn processes_in(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Runs only when re-executed by `supervisor_death_ends_the_command`.
-#[test]
-fn orphan_probe_helper() {
-    let (Ok(name), Some(root)) = (std::env::var("NEXO_ORPHAN_PROBE"), std::env::var_os("NEXO_ORPHAN_ROOT")) else {
-        return;
-    };
-    let policy = require(ShellPolicy { confinement: confinement_named(&name), ..ShellPolicy::default() });
+/// The probe `supervisor_death_ends_the_command` re-runs this binary for:
+/// a long command in `root`, which the test kills this process during.
+fn orphan_probe(name: &str, root: &std::ffi::OsStr) {
+    let policy = require(ShellPolicy { confinement: confinement_named(name), ..ShellPolicy::default() });
     let s = LocalSandbox::with_shell(Path::new(&root), policy).unwrap();
     let _ = s.exec(
         "setsid sh -c 'sleep 3; touch marker-setsid' </dev/null >/dev/null 2>&1 & \
@@ -563,7 +564,7 @@ fn supervisor_sigkill_ends_the_command(c: Confinement) {
 /// way a parent shell's `exec 7<dir` would), isolated from other tests.
 fn inherited_descriptors_are_closed(c: Confinement) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fd_probe_helper", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &itself(c, "inherited_descriptors_are_closed"), "--nocapture", "--test-threads=1"])
         .env("NEXO_FD_PROBE", format!("{c:?}"))
         .output()
         .unwrap();
@@ -572,11 +573,9 @@ fn inherited_descriptors_are_closed(c: Confinement) {
     assert!(out.status.success() && stdout.contains("fd-probe-ok"), "{stdout}\n{stderr}");
 }
 
-/// Runs only when re-executed by `inherited_descriptors_are_closed`.
-#[test]
-fn fd_probe_helper() {
-    let Ok(name) = std::env::var("NEXO_FD_PROBE") else { return };
-    let f = Fixture::with_proc(confinement_named(&name));
+/// The probe `inherited_descriptors_are_closed` re-runs this binary for.
+fn fd_probe(name: &str) {
+    let f = Fixture::with_proc(confinement_named(name));
     let dir = std::fs::File::open(&f.outside).unwrap();
     let log_path = f.outside.join("log.txt");
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
@@ -642,6 +641,7 @@ fn cpu_time_is_limited(c: Confinement) {
 
 #[test]
 fn unconfined_commands_reach_outside_and_the_network() {
+    probe_if_asked();
     let f = Fixture::new(Confinement::Unconfined);
     let planted = f.outside.join("planted.txt");
     let out = f.exec(&format!("echo x > {}", quote(&planted)));
@@ -651,17 +651,47 @@ fn unconfined_commands_reach_outside_and_the_network() {
     assert!(out.status == 0 && out.stdout == "connected\n" && connected, "{out:?}");
     // The probes the confined mechanisms must refuse do work here.
     let server = HttpServer::start();
-    let out = socket_probe(&f, "mptcp", &server.port.to_string());
+    let out = socket_probe(&f, "unconfined_commands_reach_outside_and_the_network", "mptcp", &server.port.to_string());
     assert!(out.stdout.contains("HTTP/1.0 200 OK\n"), "{out:?}");
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let out = socket_probe(&f, "udp", &udp.local_addr().unwrap().port().to_string());
+    let out = socket_probe(
+        &f,
+        "unconfined_commands_reach_outside_and_the_network",
+        "udp",
+        &udp.local_addr().unwrap().port().to_string(),
+    );
     assert!(out.status == 0 && received(&udp), "{out:?}");
     let path = f.outside.join("daemon.sock");
     let listener = UnixListener::bind(&path).unwrap();
-    let out = socket_probe(&f, "unix", path.to_str().unwrap());
+    let out = socket_probe(&f, "unconfined_commands_reach_outside_and_the_network", "unix", path.to_str().unwrap());
     assert!(out.stdout.contains("connected\n"), "{out:?}");
     listener.set_nonblocking(true).unwrap();
     assert!(listener.accept().is_ok());
+}
+
+/// The name a test of the `mechanism_tests!` module for `c` runs under, for
+/// re-running this binary as that test alone.
+fn itself(c: Confinement, test: &str) -> String {
+    format!("{}::{test}", format!("{c:?}").to_lowercase())
+}
+
+/// In a copy of this binary that a test re-ran as itself (to set an
+/// environment at birth, to be killed, or to run inside the sandbox), does
+/// the probe its environment asks for and ends the process. Otherwise (the
+/// test itself) returns at once.
+fn probe_if_asked() {
+    if let Ok(name) = std::env::var("NEXO_ENV_PROBE") {
+        env_probe(&name);
+    } else if let Ok(kind) = std::env::var("NEXO_SOCKET_PROBE") {
+        socket_probe_run(&kind);
+    } else if let (Ok(name), Some(root)) = (std::env::var("NEXO_ORPHAN_PROBE"), std::env::var_os("NEXO_ORPHAN_ROOT")) {
+        orphan_probe(&name, &root);
+    } else if let Ok(name) = std::env::var("NEXO_FD_PROBE") {
+        fd_probe(&name);
+    } else {
+        return;
+    }
+    std::process::exit(0)
 }
 
 macro_rules! mechanism_tests {
@@ -671,62 +701,77 @@ macro_rules! mechanism_tests {
 
             #[test]
             fn writes_inside_the_root() {
+                super::probe_if_asked();
                 super::writes_inside_the_root($confinement);
             }
             #[test]
             fn env_is_narrowed() {
+                super::probe_if_asked();
                 super::env_is_narrowed($confinement);
             }
             #[test]
             fn policy_env_is_added() {
+                super::probe_if_asked();
                 super::policy_env_is_added($confinement);
             }
             #[test]
             fn timeout_kills_the_command() {
+                super::probe_if_asked();
                 super::timeout_kills_the_command($confinement);
             }
             #[test]
             fn timeout_kills_grandchildren() {
+                super::probe_if_asked();
                 super::timeout_kills_grandchildren($confinement);
             }
             #[test]
             fn background_jobs_end_with_the_shell() {
+                super::probe_if_asked();
                 super::background_jobs_end_with_the_shell($confinement);
             }
             #[test]
             fn exit_status_and_stderr_pass_through() {
+                super::probe_if_asked();
                 super::exit_status_and_stderr_pass_through($confinement);
             }
             #[test]
             fn output_is_capped_without_deadlock() {
+                super::probe_if_asked();
                 super::output_is_capped_without_deadlock($confinement);
             }
             #[test]
             fn detached_processes_end_with_the_command() {
+                super::probe_if_asked();
                 super::detached_processes_end_with_the_command($confinement);
             }
             #[test]
             fn supervisor_sigterm_ends_the_command() {
+                super::probe_if_asked();
                 super::supervisor_sigterm_ends_the_command($confinement);
             }
             #[test]
             fn supervisor_sigkill_ends_the_command() {
+                super::probe_if_asked();
                 super::supervisor_sigkill_ends_the_command($confinement);
             }
             #[test]
             fn inherited_descriptors_are_closed() {
+                super::probe_if_asked();
                 super::inherited_descriptors_are_closed($confinement);
             }
             #[test]
             fn file_size_is_limited() {
+                super::probe_if_asked();
                 super::file_size_is_limited($confinement);
             }
             #[test]
             fn memory_is_limited() {
+                super::probe_if_asked();
                 super::memory_is_limited($confinement);
             }
             #[test]
             fn cpu_time_is_limited() {
+                super::probe_if_asked();
                 super::cpu_time_is_limited($confinement);
             }
             mechanism_tests!(@confined $confinement, $confined);
@@ -735,14 +780,17 @@ macro_rules! mechanism_tests {
     (@confined $confinement:expr, true) => {
         #[test]
         fn writes_outside_the_root_fail() {
+            super::probe_if_asked();
             super::writes_outside_the_root_fail($confinement);
         }
         #[test]
         fn network_is_refused() {
+            super::probe_if_asked();
             super::network_is_refused($confinement);
         }
         #[test]
         fn sockets_are_refused() {
+            super::probe_if_asked();
             super::sockets_are_refused($confinement);
         }
     };

@@ -336,7 +336,7 @@ async fn inspect(conn: &mut PgConnection, location: &str) -> Result<Found, Inspe
         )));
     }
     let version: Option<i64> =
-        sqlx::query_scalar(sql::SCHEMA_VERSION).fetch_one(&mut *conn).await.map_err(InspectError::Sql)?;
+        sqlx::query_scalar(sql::SELECT_SCHEMA_VERSION).fetch_one(&mut *conn).await.map_err(InspectError::Sql)?;
     match version {
         Some(v) if v >= 1 => Ok(Found::Nexo(v)),
         _ => Err(corrupt(format!("its `{}` table records no schema version", sql::SCHEMA_TABLE))),

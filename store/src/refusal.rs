@@ -54,31 +54,6 @@ pub(crate) fn nothing_to_cancel(id: &str, status: RunStatus) -> String {
     format!("run `{id}` is already {status}; there is nothing to cancel")
 }
 
-/// A decision for a call that is not the run's pending one.
-pub(crate) fn stale_approval(id: &str, given: &PendingCall, status: RunStatus, pending: Option<&Approval>) -> String {
-    let named = format!("call {} (args-hash {})", given.seq, short(&given.args_hash));
-    let now = match pending {
-        None => format!("run `{id}` has no pending approval (it is {status})"),
-        Some(a) => {
-            let decided = match a.decision {
-                None => String::new(),
-                Some(d) => format!(", already {}", d.as_str()),
-            };
-            format!(
-                "run `{id}` now waits on call {} (args-hash {}), `{}` ({}){decided}",
-                a.seq,
-                short(&a.args_hash),
-                a.tool,
-                a.capability
-            )
-        }
-    };
-    format!(
-        "the decision was for {named}, which is not the call the run waits on: {now}; nothing was decided. \
-         `nexo runs show {id}` (or GET /v1/runs/{id}) shows the call it waits on: decide that one"
-    )
-}
-
 /// The approval a decision for `call` may be recorded on, of run `id`,
 /// which is `status` and waits on `current` (if any): the one rule every
 /// backend applies.
@@ -103,10 +78,6 @@ pub(crate) fn check_decision(
             pending: pending.map(Box::new),
         }),
     }
-}
-
-fn short(hash: &str) -> &str {
-    hash.get(..12).unwrap_or(hash)
 }
 
 /// A new job whose id is taken.

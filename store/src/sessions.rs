@@ -37,7 +37,7 @@ pub struct Session {
 
 /// A new session id: `s` then 26 characters, sortable by creation time.
 pub fn new_session_id() -> String {
-    crate::new_id('s')
+    crate::ids::new_id('s')
 }
 
 /// Succeeds if `session`'s thread still holds `expected` messages;

@@ -145,8 +145,12 @@ pub(crate) const TABLES: &[&str] = &[
     "run_usage",
 ];
 
+/// The schema version this build writes. A database with a newer version
+/// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
+pub const SCHEMA_VERSION: i64 = 7;
+
 /// Every migration, oldest first. The last one's version is
-/// [`crate::SCHEMA_VERSION`] (a unit test checks).
+/// [`SCHEMA_VERSION`] (a unit test checks).
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -430,7 +434,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
-pub(crate) const SCHEMA_VERSION: &str = "SELECT MAX(version) FROM nexo_schema";
+pub(crate) const SELECT_SCHEMA_VERSION: &str = "SELECT MAX(version) FROM nexo_schema";
 
 /// Records an applied migration: `$1` version, `$2` when.
 pub(crate) const RECORD_MIGRATION: &str = "INSERT INTO nexo_schema (version, applied_ms) VALUES ($1, $2)";
@@ -1091,7 +1095,7 @@ pub(crate) const LIVE_JOBS_OF_RUN: &str =
 mod tests {
     #[test]
     fn the_last_migration_is_the_schema_version() {
-        assert_eq!(super::MIGRATIONS.last().map(|m| m.version), Some(crate::SCHEMA_VERSION));
+        assert_eq!(super::MIGRATIONS.last().map(|m| m.version), Some(super::SCHEMA_VERSION));
         for pair in super::MIGRATIONS.windows(2) {
             assert_eq!(pair[1].version, pair[0].version + 1, "versions go up by one");
         }

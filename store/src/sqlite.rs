@@ -477,8 +477,10 @@ async fn inspect(conn: &mut SqliteConnection, location: &str) -> StoreResult<Fou
             sql::SCHEMA_TABLE
         )));
     }
-    let version: Option<i64> =
-        sqlx::query_scalar(sql::SCHEMA_VERSION).fetch_one(&mut *conn).await.map_err(|e| open_error(location, &e))?;
+    let version: Option<i64> = sqlx::query_scalar(sql::SELECT_SCHEMA_VERSION)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| open_error(location, &e))?;
     match version {
         Some(v) if v >= 1 => Ok(Found::Nexo(v)),
         _ => Err(corrupt(format!("its `{}` table records no schema version", sql::SCHEMA_TABLE))),

@@ -232,12 +232,12 @@ pub struct RunUsage {
 
 /// A new tenant id: `t` then 26 characters, sortable by creation time.
 pub fn new_tenant_id() -> String {
-    crate::new_id('t')
+    crate::ids::new_id('t')
 }
 
 /// A new API key id: `k` then 26 characters, sortable by creation time.
 pub fn new_key_id() -> String {
-    crate::new_id('k')
+    crate::ids::new_id('k')
 }
 
 /// The SHA-256 of `bytes`, as lowercase hex: how API keys are stored and

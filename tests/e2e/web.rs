@@ -545,7 +545,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
 #[tokio::test]
 async fn live_fetch_over_tls() {
     if std::env::var("NEXO_LIVE").as_deref() != Ok("1") {
-        println!("skipped: set NEXO_LIVE=1 to fetch https://example.com/ for real");
+        nexo_testkit::skipped("live_fetch_over_tls", "set NEXO_LIVE=1 to fetch https://example.com/ for real");
         return;
     }
     let fetcher = nexo::capability::fetch::Fetcher::new(&["example.com".to_string()], None, None).unwrap().unwrap();
@@ -560,7 +560,7 @@ async fn live_fetch_over_tls() {
 #[tokio::test]
 async fn live_brave_search() {
     let (Ok("1"), Ok(key)) = (std::env::var("NEXO_LIVE").as_deref(), std::env::var("BRAVE_API_KEY")) else {
-        println!("skipped: set NEXO_LIVE=1 and BRAVE_API_KEY to query Brave Search for real");
+        nexo_testkit::skipped("live_brave_search", "set NEXO_LIVE=1 and BRAVE_API_KEY to query Brave Search for real");
         return;
     };
     let grant = EgressGrant {

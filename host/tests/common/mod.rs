@@ -42,8 +42,7 @@ pub async fn postgres_database(test: &str) -> Option<String> {
             std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
             "{test}: CI is set but NEXO_TEST_POSTGRES is not: PostgreSQL is required in CI (scripts/postgres.sh)"
         );
-        println!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
-        eprintln!("skipped: NEXO_TEST_POSTGRES is unset, so the PostgreSQL half of {test} did not run");
+        nexo_testkit::skipped(test, "NEXO_TEST_POSTGRES is unset, so its PostgreSQL half did not run");
         return None;
     };
     use sqlx::Connection;

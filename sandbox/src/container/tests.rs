@@ -673,7 +673,7 @@ fn a_removed_container_is_forgotten() {
 #[test]
 fn live_docker_round_trip() {
     if std::env::var("NEXO_LIVE_DOCKER").as_deref() != Ok("1") {
-        eprintln!("live_docker_round_trip skipped: set NEXO_LIVE_DOCKER=1 with a running Docker engine");
+        nexo_testkit::skipped("live_docker_round_trip", "set NEXO_LIVE_DOCKER=1 with a running Docker engine");
         return;
     }
     let s = ContainerSandbox::new(ContainerConfig::docker("alpine:3.20")).unwrap();

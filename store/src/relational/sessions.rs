@@ -63,7 +63,7 @@ impl<D: Dialect> Sessions for SqlStore<D> {
     }
 
     async fn sessions_with_prefix(&self, prefix: &str, count: usize) -> StoreResult<Vec<Session>> {
-        let Some(end) = crate::prefix_end(prefix) else { return self.sessions(None, count).await };
+        let Some(end) = prefix_end(prefix) else { return self.sessions(None, count).await };
         let rows =
             self.read_all(sql::LIST_SESSIONS_IN_RANGE, &[prefix.into(), (&end).into(), limit(count).into()]).await?;
         rows.iter().map(|r| self.decode_session(r)).collect()
@@ -116,5 +116,34 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         };
         ids.sort();
         Ok(ids)
+    }
+}
+
+/// The first string after every string that starts with `prefix`, in byte
+/// order (`"t1/"` gives `"t10"`): the end of a prefix's range in an index.
+/// `None` if there is none (an empty prefix, or one of `char::MAX`s).
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // The next scalar value, past the surrogates.
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_prefix_range_ends_at_the_next_string() {
+        assert_eq!(super::prefix_end("t1/").as_deref(), Some("t10"));
+        assert_eq!(super::prefix_end("a✓").as_deref(), Some("a✔"));
+        assert_eq!(super::prefix_end("a\u{d7ff}").as_deref(), Some("a\u{e000}"), "past the surrogates");
+        assert_eq!(super::prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(super::prefix_end(""), None);
+        assert_eq!(super::prefix_end("\u{10ffff}"), None);
     }
 }

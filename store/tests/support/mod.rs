@@ -27,12 +27,13 @@ pub fn server(test: &str) -> Option<String> {
                      export {ENV} with the URL it prints (`make test` does)"
                 );
             }
-            let line = format!(
-                "{test}: skipped: {ENV} is unset, so the PostgreSQL half of this test did not run \
-                 (NEXO_TEST_POSTGRES=$(./scripts/postgres.sh) runs it)"
+            nexo_testkit::skipped(
+                test,
+                &format!(
+                    "{ENV} is unset, so the PostgreSQL half of this test did not run \
+                     (NEXO_TEST_POSTGRES=$(./scripts/postgres.sh) runs it)"
+                ),
             );
-            eprintln!("{line}");
-            println!("{line}");
             None
         }
     }

@@ -21,10 +21,7 @@ impl Agent for TextStats {
         let chars = input.chars().count();
         let longest = words.iter().copied().max_by_key(|w| w.chars().count()).unwrap_or("");
         info(&format!("measured {chars} characters"));
-        Ok(format!(
-            "lines: {lines}\nwords: {}\ncharacters: {chars}\nlongest word: {longest}",
-            words.len()
-        ))
+        Ok(format!("lines: {lines}\nwords: {}\ncharacters: {chars}\nlongest word: {longest}", words.len()))
     }
 }
 

@@ -17,7 +17,8 @@ fn count(n: &str) -> Result<u32, RunError> {
 
 impl Agent for BenchGuest {
     fn manifest() -> Manifest {
-        Manifest::new("bench-guest", "The peer harness's guest work (a benchmark plugin)").capabilities([Capability::Read])
+        Manifest::new("bench-guest", "The peer harness's guest work (a benchmark plugin)")
+            .capabilities([Capability::Read])
     }
 
     fn run(input: String) -> Result<String, RunError> {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use nexo_sdk::provider::{ExecOutput, ProviderInfo, SandboxError, SandboxProvider};
 
 thread_local! {
-    static FILES: RefCell<BTreeMap<String, String>> = RefCell::new(BTreeMap::new());
+    static FILES: RefCell<BTreeMap<String, String>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 const WORKDIR: &str = "/workspace";

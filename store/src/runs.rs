@@ -1,0 +1,281 @@
+//! Runs: a run's record, its status and owner's lease, and the rules every
+//! backend applies when a run is claimed and when it leaves `running`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Approval;
+
+/// A run's status. There is no `resumed` status: a resumed run is
+/// `running` again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Owned by a process, which holds its lease.
+    Running,
+    /// Paused on purpose: a `suspend`, or an approval to decide.
+    Suspended,
+    /// Finished.
+    Done,
+    /// Ended with an error.
+    Failed,
+    /// Stopped by the operator.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Suspended,
+        RunStatus::Done,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Suspended => "suspended",
+            RunStatus::Done => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(name: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether the run has ended for good.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Done | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who owns a running run, and until when (milliseconds since the Unix
+/// epoch). An owner renews its lease while it works; a lease that ran out
+/// marks an orphan, which the start-up sweep recovers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// `host:pid:nonce` of the owning process.
+    pub owner: String,
+    /// When the lease ends.
+    pub until_ms: i64,
+}
+
+/// A run to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// Its id (see [`new_run_id`]).
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// `component` or `toml`.
+    pub kind: String,
+    /// Where the agent came from: the component's path, or the TOML file's.
+    pub source: String,
+    /// The SHA-256 of the component's bytes (of the TOML text for a TOML
+    /// agent), as lowercase hex.
+    pub component_sha256: String,
+    /// The run's input.
+    pub input: String,
+    /// The operator's grant the run started with, as the host records it.
+    /// It never holds a secret.
+    pub grant: Value,
+    /// `running` (with `lease`) or `queued`.
+    pub status: RunStatus,
+    /// The owner's lease, for a run that starts `running`.
+    pub lease: Option<Lease>,
+    /// When it was created.
+    pub created_ms: i64,
+    /// The session this run is a prompt of, which must exist
+    /// ([`StoreError::NoSession`](crate::StoreError::NoSession)); `None` for a plain run.
+    pub session: Option<String>,
+    /// The tenant that started the run through `nexo serve`, which must
+    /// exist ([`StoreError::NoTenant`](crate::StoreError::NoTenant)); `None` for a run of the CLI.
+    pub tenant: Option<String>,
+}
+
+impl NewRun {
+    /// The run as it is first recorded.
+    pub fn into_run(self) -> Run {
+        Run {
+            id: self.id,
+            agent: self.agent,
+            kind: self.kind,
+            source: self.source,
+            component_sha256: self.component_sha256,
+            input: self.input,
+            grant: self.grant,
+            status: self.status,
+            suspend_reason: None,
+            resume_key: None,
+            resume_input: None,
+            result: None,
+            error: None,
+            created_ms: self.created_ms,
+            updated_ms: self.created_ms,
+            lease: self.lease,
+            session: self.session,
+            tenant: self.tenant,
+        }
+    }
+}
+
+/// A recorded run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    /// Its id.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// `component` or `toml`.
+    pub kind: String,
+    /// The component's path, or the TOML file's.
+    pub source: String,
+    /// The SHA-256 the run started with.
+    pub component_sha256: String,
+    /// The input.
+    pub input: String,
+    /// The operator's grant.
+    pub grant: Value,
+    /// Its status.
+    pub status: RunStatus,
+    /// Why it is suspended.
+    pub suspend_reason: Option<String>,
+    /// The key the guest passed to `suspend`, for the application resuming it.
+    pub resume_key: Option<String>,
+    /// The JSON given at the latest resume.
+    pub resume_input: Option<String>,
+    /// The answer, once `done`.
+    pub result: Option<String>,
+    /// The error, once `failed` (or why it was cancelled, or why its last
+    /// attempt failed while it is `queued` for a retry).
+    pub error: Option<String>,
+    /// When it was created.
+    pub created_ms: i64,
+    /// When it last changed.
+    pub updated_ms: i64,
+    /// The owner's lease, while `running`.
+    pub lease: Option<Lease>,
+    /// The session this run is a prompt of, if any.
+    pub session: Option<String>,
+    /// The tenant that started it through `nexo serve`; `None` for a run
+    /// of the CLI.
+    pub tenant: Option<String>,
+}
+
+/// How a run leaves `running`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// It finished: `done` with its answer, or `failed` with its error. A
+    /// status that is not final is a [`StoreError::Conflict`](crate::StoreError::Conflict). A finished
+    /// run's pending approval, if any, is removed.
+    Finish {
+        /// `done`, `failed` or `cancelled`.
+        status: RunStatus,
+        /// The answer.
+        result: Option<String>,
+        /// The error.
+        error: Option<String>,
+    },
+    /// It paused: the guest called `suspend`, or a gate needs a decision.
+    Suspend {
+        /// Why.
+        reason: String,
+        /// The guest's resume key.
+        resume_key: Option<String>,
+        /// The pending approval, when a gate suspended it.
+        approval: Option<Approval>,
+    },
+    /// It failed in a way that may pass the next time, and its job will try
+    /// it again: it is `queued` for that retry, not finished (a final
+    /// status is reported only once true). A pending approval, if any, is
+    /// removed.
+    Requeue {
+        /// Why this attempt failed.
+        error: String,
+    },
+}
+
+impl Transition {
+    /// Moves `run` out of `running` as this transition says, at `now_ms`:
+    /// the one rule every backend applies. Answers the approval a
+    /// suspension waits on, if any.
+    pub(crate) fn apply(self, run: &mut Run, now_ms: i64) -> Option<Approval> {
+        run.lease = None;
+        run.updated_ms = now_ms;
+        match self {
+            Transition::Finish { status, result, error } => {
+                run.status = status;
+                run.result = result;
+                run.error = error;
+                run.suspend_reason = None;
+                run.resume_key = None;
+                None
+            }
+            Transition::Suspend { reason, resume_key, approval } => {
+                run.status = RunStatus::Suspended;
+                run.suspend_reason = Some(reason);
+                run.resume_key = resume_key;
+                approval
+            }
+            Transition::Requeue { error } => {
+                run.status = RunStatus::Queued;
+                run.result = None;
+                run.error = Some(error);
+                run.suspend_reason = None;
+                run.resume_key = None;
+                None
+            }
+        }
+    }
+}
+
+/// From which states a claim may take a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// A suspended run, resumed by the operator.
+    Resume,
+    /// A queued run, started by a worker.
+    Start,
+    /// A running run whose lease ran out before `now_ms`, recovered after a
+    /// crash.
+    Recover,
+    /// A failed run, tried again (recording `resume_input` like a resume):
+    /// the calls whose failure was not journaled run again.
+    Retry,
+}
+
+impl Claim {
+    /// Whether this claim may take `run` at `now_ms`: the one rule every
+    /// backend applies.
+    pub fn allows(self, run: &Run, now_ms: i64) -> bool {
+        match self {
+            Claim::Resume => run.status == RunStatus::Suspended,
+            Claim::Start => run.status == RunStatus::Queued,
+            Claim::Recover => {
+                run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
+            }
+            Claim::Retry => run.status == RunStatus::Failed,
+        }
+    }
+}
+
+/// A new run id: `r` then 26 characters, sortable by creation time.
+pub fn new_run_id() -> String {
+    crate::ids::new_id('r')
+}
