@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigFile;
 use crate::grant::{Bounds, DEFAULT_ALLOW, Grant, McpAllow, McpGrant, SandboxGrant};
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
-pub use crate::quota::Quotas;
+use crate::quota::Quotas;
 
 /// The operator's ceiling for one tenant.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
