@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunLimits, RunOptions};
 use nexo::{Engine, EngineConfig, Plugin, RunError};
 use nexo_tests as built;
 
@@ -72,7 +72,10 @@ fn scripted() -> Arc<dyn nexo_model::Provider> {
 async fn run(plugins: &Plugins, kind: Kind, i: usize, probe_port: u16) {
     match kind {
         Kind::Spin => {
-            let options = RunOptions { timeout: Some(SPIN_DEADLINE), ..RunOptions::default() };
+            let options = RunOptions {
+                limits: RunLimits { timeout: Some(SPIN_DEADLINE), ..RunLimits::default() },
+                ..RunOptions::default()
+            };
             match plugins.spin.run_agent("go", &options).await {
                 Err(RunError::Deadline { plugin, .. }) => assert_eq!(plugin, "spin"),
                 other => panic!("run {i}: spin got {other:?}"),
@@ -94,7 +97,10 @@ async fn run(plugins: &Plugins, kind: Kind, i: usize, probe_port: u16) {
             assert_eq!(refused, 4, "run {i}: escape was not refused everything: {report}");
         }
         Kind::Hello => {
-            let options = RunOptions { model: Some(scripted()), ..RunOptions::default() };
+            let options = RunOptions {
+                providers: Providers { model: Some(scripted()), ..Providers::default() },
+                ..RunOptions::default()
+            };
             let answer = plugins.hello.run_agent("hi", &options).await.unwrap();
             assert_eq!(answer, "Hello from the script.", "run {i}");
         }

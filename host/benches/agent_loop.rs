@@ -12,7 +12,7 @@ use nexo::authority::Permissions;
 use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo_model::ScriptedProvider;
 use nexo_model::scripted::Script;
 use nexo_sandbox::VirtualSandbox;
@@ -32,9 +32,9 @@ fn provider() -> ScriptedProvider {
 fn tools(rt: &tokio::runtime::Runtime, sandbox: Arc<VirtualSandbox>, caps: &[Capability]) -> Arc<ToolContext> {
     let manifest = AgentManifest { name: "bench".into(), capabilities: caps.to_vec(), ..AgentManifest::default() };
     let options = RunOptions {
-        sandbox: Some(sandbox),
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant: Grant::default(),
+        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
         ..RunOptions::default()
     };
     rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default())).unwrap().tools

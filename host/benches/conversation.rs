@@ -40,7 +40,7 @@ use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, PermissionMode};
 use nexo::runs::{Runs, Subject};
 use nexo::session::Thread;
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo_model::mock::{MockServer, RecordedRequest, Reply};
 use nexo_model::{ModelConfig, Provider, ProviderKind};
 use nexo_store::RunStatus;
@@ -215,7 +215,10 @@ async fn model_loop(server: &MockServer, tools: &ToolContext) -> Conversation {
 /// nexo's sessions: each prompt a recorded run in a SQLite store.
 async fn session(server: &MockServer, runs: &Runs, agent: &AgentFile) -> Conversation {
     queue(server, 1);
-    let options = RunOptions { model: Some(provider(server)), ..RunOptions::default() };
+    let options = RunOptions {
+        providers: Providers { model: Some(provider(server)), ..Providers::default() },
+        ..RunOptions::default()
+    };
     let instance = nexo_store::new_run_id();
     let session = runs.store().open_session("bench", &instance, nexo_store::now_ms()).await.unwrap().id;
     let mut wall = Vec::with_capacity(TURNS);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::runs::{Runs, Subject};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo::{Engine, EngineConfig, Plugin};
 use nexo_store::{Claim, RunStatus, Store};
 use nexo_tests as built;
@@ -35,7 +35,8 @@ fn setup() -> Bench {
         (plugin, store)
     });
     let sandbox = Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap());
-    let options = RunOptions { sandbox: Some(sandbox), ..RunOptions::default() };
+    let options =
+        RunOptions { providers: Providers { sandbox: Some(sandbox), ..Providers::default() }, ..RunOptions::default() };
     let runs = Runs::new(store as Arc<dyn Store>, false);
     Bench { rt, plugin, runs, options, _dir: dir }
 }

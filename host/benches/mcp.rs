@@ -15,7 +15,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::authority::Permissions;
 use nexo::grant::Grant;
 use nexo::manifest::{AgentManifest, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
 use nexo_model::ToolCall;
 use serde_json::json;
@@ -41,7 +41,7 @@ fn calls(c: &mut Criterion) {
     let options = RunOptions {
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant: Grant::default().with_mcp_servers(["tests"]),
-        mcp: Some(clients.clone()),
+        providers: Providers { mcp: Some(clients.clone()), ..Providers::default() },
         ..RunOptions::default()
     };
     let tools =

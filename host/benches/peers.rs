@@ -22,7 +22,7 @@ use nexo::authority::Permissions;
 use nexo::events::{Event, EventSink};
 use nexo::grant::Grant;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo::{Engine, EngineConfig, Limits, Plugin};
 use nexo_model::ToolCall;
 use nexo_sandbox::VirtualSandbox;
@@ -53,10 +53,10 @@ fn main() {
     let sandbox = Arc::new(VirtualSandbox::with_files([FILE]).unwrap());
     let events = Arc::new(Count::default());
     let options = RunOptions {
-        sandbox: Some(sandbox.clone()),
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant: Grant::of([Capability::Read]),
-        events: Some(events.clone()),
+        providers: Providers { sandbox: Some(sandbox.clone()), ..Providers::default() },
+        context: RunContext { events: Some(events.clone()), ..RunContext::default() },
         ..RunOptions::default()
     };
     for (config, pooling) in [("on-demand", false), ("pooling", true)] {

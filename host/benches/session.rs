@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use nexo::agent_file::AgentFile;
 use nexo::runs::{Runs, Subject};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo_model::{BoxFuture, DeltaSink, ModelError, Provider, Request, Response, StopReason, Usage};
 use nexo_store::{RunStatus, Store};
 use serde_json::json;
@@ -63,7 +63,10 @@ fn setup() -> Bench {
     )
     .unwrap();
     let store = rt.block_on(nexo_store::open(&nexo_store::Location::Sqlite(dir.path().join("nexo.db")))).unwrap();
-    let options = RunOptions { model: Some(Arc::new(Answers)), ..RunOptions::default() };
+    let options = RunOptions {
+        providers: Providers { model: Some(Arc::new(Answers)), ..Providers::default() },
+        ..RunOptions::default()
+    };
     let runs = Runs::new(store.clone(), false);
     Bench { rt, store, runs, agent, options, _dir: dir }
 }

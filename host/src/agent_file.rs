@@ -80,7 +80,7 @@ impl AgentFile {
     /// the same units and host-call path as a component agent, with
     /// `options.timeout` (default 300 s) bounding the whole run.
     pub async fn run(&self, input: &str, options: &RunOptions) -> Result<Outcome, RunError> {
-        let limit = options.timeout.unwrap_or(crate::Limits::default().run_timeout);
+        let limit = options.limits.timeout.unwrap_or(crate::Limits::default().run_timeout);
         let name = &self.manifest.name;
         let run = async {
             let limits = crate::Limits::default();

@@ -16,6 +16,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use crate::bindings::agent::nexo::plugin::types;
 use crate::engine::{Engine, Limits};
 use crate::error::RunError;
+use crate::quota::{CpuBudget, MemoryBudget};
 use crate::stop::Stop;
 
 /// The linker of one world, built once per engine.
@@ -54,84 +55,6 @@ pub struct Wasi {
     /// The run's own memory cap, within the engine's (`None`: the
     /// engine's): one engine serves runs with different caps.
     pub memory_cap: Option<usize>,
-}
-
-/// A share of the CPU that several stores' guests draw on together (a
-/// tenant's runs in `nexo serve`): a token bucket of epoch ticks, refilled
-/// at `cores` ticks per tick period. A guest that finds it empty at an
-/// epoch tick sleeps until its next tick is earned, so a busy loop gets its
-/// share and no more, however many runs it has.
-#[derive(Debug)]
-pub struct CpuBudget {
-    cores: f64,
-    burst: f64,
-    tick: Duration,
-    state: std::sync::Mutex<(f64, std::time::Instant)>,
-}
-
-impl CpuBudget {
-    /// A budget of `cores` CPU cores (at least 0.01), with `tick` the
-    /// engine's epoch period and a burst of one second's worth.
-    pub fn new(cores: f64, tick: Duration) -> Arc<CpuBudget> {
-        let cores = cores.max(0.01);
-        let burst = (cores / tick.as_secs_f64().max(1e-6)).max(1.0);
-        Arc::new(CpuBudget { cores, burst, tick, state: std::sync::Mutex::new((burst, std::time::Instant::now())) })
-    }
-
-    /// The share, in cores.
-    pub fn cores(&self) -> f64 {
-        self.cores
-    }
-
-    /// Takes one tick of CPU: `None` if it was there, else how long to
-    /// sleep until it is earned.
-    fn take(&self) -> Option<Duration> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        let per_sec = self.cores / self.tick.as_secs_f64().max(1e-6);
-        let (tokens, last) = *state;
-        let tokens = (tokens + now.duration_since(last).as_secs_f64() * per_sec).min(self.burst) - 1.0;
-        *state = (tokens, now);
-        (tokens < 0.0).then(|| Duration::from_secs_f64(-tokens / per_sec))
-    }
-}
-
-/// Linear memory that several stores draw on together, up to one total:
-/// a tenant's instances in `nexo serve`. Wasmtime's own limits are per
-/// store; each store's limiter reserves its growth here and gives it back
-/// when the store is dropped.
-#[derive(Debug)]
-pub struct MemoryBudget {
-    cap: usize,
-    used: std::sync::atomic::AtomicUsize,
-}
-
-impl MemoryBudget {
-    /// A budget of `cap` bytes, none of it used.
-    pub fn new(cap: usize) -> Arc<MemoryBudget> {
-        Arc::new(MemoryBudget { cap, used: 0.into() })
-    }
-
-    /// The total.
-    pub fn cap(&self) -> usize {
-        self.cap
-    }
-
-    /// What the stores hold now.
-    pub fn used(&self) -> usize {
-        self.used.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn reserve(&self, bytes: usize) -> Result<(), usize> {
-        use std::sync::atomic::Ordering;
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(bytes).filter(|n| *n <= self.cap))
-            .map(|_| ())
-    }
-
-    fn release(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// A limit a plugin ran into, recorded by the limiter so the host can
@@ -532,36 +455,5 @@ impl wasmtime_wasi::HostMonotonicClock for JournaledMonotonicClock {
         });
         self.last.fetch_max(now, Ordering::Relaxed);
         now
-    }
-}
-
-#[cfg(test)]
-mod budget_tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn a_cpu_budget_lends_its_burst_then_makes_guests_wait_for_their_share() {
-        let tick = Duration::from_millis(10);
-        // Half a core: 50 ticks a second, a burst of one second's worth.
-        let budget = CpuBudget::new(0.5, tick);
-        for _ in 0..50 {
-            assert_eq!(budget.take(), None);
-        }
-        let wait = budget.take().unwrap();
-        assert!(wait > Duration::from_millis(10) && wait <= Duration::from_millis(25), "{wait:?}");
-        // Debt adds up: the next tick waits longer.
-        assert!(budget.take().unwrap() > wait);
-    }
-
-    #[test]
-    fn a_memory_budget_reserves_up_to_its_total_and_takes_back_what_is_released() {
-        let budget = MemoryBudget::new(100);
-        assert!(budget.reserve(60).is_ok());
-        assert_eq!(budget.reserve(50), Err(60), "it says what was in use");
-        budget.release(60);
-        assert!(budget.reserve(100).is_ok());
-        assert_eq!(budget.used(), 100);
     }
 }

@@ -1,9 +1,11 @@
-//! The operator's settings for one agent run, as typed values. They flow one
-//! way: the CLI (or an embedding program) builds them once, the run turns
-//! them with the manifest into an [`Authority`](crate::authority::Authority),
-//! and each capability unit reads its own part when it prepares the
-//! instance. Search backends and sandbox providers take their own, smaller
-//! settings ([`EgressGrant`](crate::egress::EgressGrant)).
+//! The operator's settings for one agent run, as typed values, grouped by
+//! concern in [`RunOptions`]. They flow one way: the CLI (or an embedding
+//! program) builds them once, the run turns the grant and permissions with
+//! the manifest into an [`Authority`](crate::authority::Authority), and
+//! each capability unit reads its own part when it prepares the instance.
+//! The tenant's budget is [`RunBudget`], at home with the other quota
+//! logic in [`crate::quota`]. Search backends and sandbox providers take
+//! their own, smaller settings ([`EgressGrant`](crate::egress::EgressGrant)).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use crate::authority::Permissions;
 use crate::events::EventSink;
 use crate::grant::Grant;
 use crate::instance::Preopen;
+use crate::quota::RunBudget;
 use crate::search::SearchBackend;
 use crate::truncate::Truncation;
 
@@ -58,49 +61,51 @@ pub enum SkillMode {
     Progressive,
 }
 
-/// Per-run settings chosen by the operator. The defaults are the safe ones:
-/// the in-memory sandbox, `read-only`, and a grant of `read` and `glob`.
+/// Per-run settings chosen by the operator, by concern: what the authority
+/// is built from (at the top), the providers the run uses, its limits, the
+/// tenant's budget it draws on, and the context the run lifecycle builds
+/// for each pass. The defaults are the safe ones: the in-memory sandbox,
+/// `read-only`, and a grant of `read` and `glob`.
 #[derive(Clone, Default)]
 pub struct RunOptions {
-    /// Where the agent's tools act. `None`: a fresh in-memory sandbox.
-    pub sandbox: Option<Arc<dyn Sandbox>>,
     /// The permission mode and its hooks.
     pub permissions: Permissions,
     /// What the operator grants; the agent gets this ∩ what it requested.
     pub grant: Grant,
-    /// Tool limits.
-    pub tool_limits: ToolLimits,
-    /// The model. `None`: `prompt` answers `not-configured`.
-    pub model: Option<Arc<dyn Provider>>,
-    /// The loop that runs each prompt. `None`: the host loop.
-    pub agent_loop: Option<Arc<dyn Loop>>,
-    /// Turn cap, token budget, streaming. The agent's own `max-turns` can
-    /// only lower the cap.
-    pub loop_limits: LoopLimits,
-    /// Where events go. `None`: nowhere.
-    pub events: Option<Arc<dyn EventSink>>,
+    /// Extra directories preopened into the component. A local sandbox's
+    /// directory is preopened on its own; otherwise the component sees no
+    /// filesystem at all.
+    pub preopens: Vec<Preopen>,
+    /// Environment variables for the component. Empty by default: it sees
+    /// only what the operator passes.
+    pub env: Vec<(String, String)>,
     /// The directory holding skill packages an agent names in its manifest.
     /// `None`: `skills` in the current directory.
     pub skills_path: Option<PathBuf>,
     /// How named skills reach the model. Default: eagerly, in the system
     /// instructions.
     pub skill_mode: SkillMode,
-    /// Skill components an agent may name; they are looked up before the
-    /// skills path. Each runs with zero capabilities.
-    pub skill_components: Vec<Arc<dyn SkillComponent>>,
-    /// Extra directories preopened into the component. A local sandbox's
-    /// directory is preopened on its own; otherwise the component sees no
-    /// filesystem at all.
-    pub preopens: Vec<Preopen>,
-    /// The wall-clock limit of the whole run. `None`: the engine's
-    /// [`Limits::run_timeout`](crate::Limits::run_timeout).
-    pub timeout: Option<Duration>,
-    /// The run's memory cap, within the engine's. `None`: the engine's
-    /// [`Limits::memory_bytes`](crate::Limits::memory_bytes).
-    pub memory_bytes: Option<usize>,
-    /// Environment variables for the component. Empty by default: it sees
-    /// only what the operator passes.
-    pub env: Vec<(String, String)>,
+    /// What the run's capabilities act through: its sandbox, model, loop,
+    /// search backend, web client, MCP servers and skill components.
+    pub providers: Providers,
+    /// How far the run may go: its tools, each prompt, its time and memory.
+    pub limits: RunLimits,
+    /// The tenant's shares and meters the run draws on.
+    pub budget: RunBudget,
+    /// What the run lifecycle sets for each pass.
+    pub context: RunContext,
+}
+
+/// What a run's capabilities act through. Whoever builds them closes those
+/// that hold live resources ([`RunOptions::close`]).
+#[derive(Clone, Default)]
+pub struct Providers {
+    /// Where the agent's tools act. `None`: a fresh in-memory sandbox.
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// The model. `None`: `prompt` answers `not-configured`.
+    pub model: Option<Arc<dyn Provider>>,
+    /// The loop that runs each prompt. `None`: the host loop.
+    pub agent_loop: Option<Arc<dyn Loop>>,
     /// The backend behind the `web_search` tool. `None`: agents get no
     /// search tool, even with `search` granted.
     pub search: Option<Arc<dyn SearchBackend>>,
@@ -108,45 +113,50 @@ pub struct RunOptions {
     /// A client that exempts private addresses is refused: the fetch tool
     /// never reaches one.
     pub http: Option<nexo_egress::GuardedClient>,
+    /// The operator's MCP servers, with their live connections. An agent
+    /// reaches those its manifest requests whose names are also in
+    /// [`McpGrant::servers`](crate::grant::McpGrant::servers). Whoever builds the clients closes them
+    /// ([`nexo_mcp::Clients::close`]); runs and prompts that share them
+    /// share their connections. `None`: no MCP servers.
+    pub mcp: Option<nexo_mcp::Clients>,
+    /// Skill components an agent may name; they are looked up before the
+    /// skills path. Each runs with zero capabilities.
+    pub skill_components: Vec<Arc<dyn SkillComponent>>,
+}
+
+/// How far one run may go.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunLimits {
+    /// The agent's tools: a shell command's time and output.
+    pub tools: ToolLimits,
+    /// Each prompt: turn cap, token budget, streaming. The agent's own
+    /// `max-turns` can only lower the cap.
+    pub prompt: LoopLimits,
+    /// The wall-clock limit of the whole run. `None`: the engine's
+    /// [`Limits::run_timeout`](crate::Limits::run_timeout).
+    pub timeout: Option<Duration>,
+    /// The run's memory cap, within the engine's. `None`: the engine's
+    /// [`Limits::memory_bytes`](crate::Limits::memory_bytes).
+    pub memory_bytes: Option<usize>,
+}
+
+/// What the run lifecycle ([`Runs`](crate::runs::Runs)) sets for each pass
+/// of a run: where it is recorded and seen, and how a failure ends it. A
+/// program that runs an agent without the lifecycle may leave it empty.
+#[derive(Clone, Default)]
+pub struct RunContext {
     /// The journal of a recorded run (see [`crate::runs`]): every host
     /// call, the WASI clocks and the random seed are journaled, and a
     /// resume replays them. `None`: nothing is recorded.
     pub journal: Option<Arc<crate::journal::Journal>>,
-    /// The operator's MCP servers, with their live connections. An agent
-    /// reaches those its manifest requests whose names are also in
-    /// [`Grant::mcp_servers`]. Whoever builds the clients closes them
-    /// ([`nexo_mcp::Clients::close`]); runs and prompts that share them
-    /// share their connections. `None`: no MCP servers.
-    pub mcp: Option<nexo_mcp::Clients>,
     /// The thread of the session this run is a prompt of: every prompt
     /// sees it after the instructions and adds its exchange to it. Set by
     /// [`Runs`](crate::runs::Runs) for a session's run. `None`: each prompt
     /// starts a new conversation.
     pub thread: Option<Arc<crate::thread::Thread>>,
-    /// A memory total the run's instance shares with others: `nexo serve`
-    /// gives every run of one tenant the same budget. `None`: only the
-    /// engine's per-instance cap applies.
-    pub memory_budget: Option<Arc<crate::instance::MemoryBudget>>,
-    /// A CPU share the run's guest draws on with others: `nexo serve` gives
-    /// every run of one tenant the same one. `None`: no share applies.
-    pub cpu_budget: Option<Arc<crate::instance::CpuBudget>>,
-    /// Where the run's web bytes are counted: the bodies the `fetch` tool
-    /// sends and receives. With a limit, fetches past it are refused
-    /// ([`nexo_egress::EgressError::QuotaExhausted`]): `nexo serve` gives
-    /// each pass of a tenant's run a meter holding the bytes left of the
-    /// tenant's hourly quota. `None`: nothing is counted.
-    pub egress_meter: Option<Arc<nexo_egress::Meter>>,
-    /// Where the agent's CPU ticks are counted
-    /// ([`crate::instance::Wasi::cpu_meter`]); with a limit, the guest is
-    /// stopped past it. `nexo serve` gives each
-    /// pass of a tenant's run one. `None`: nothing is counted.
-    pub cpu_meter: Option<Arc<nexo_egress::Meter>>,
-    /// Where the model tokens of the run's live turns are counted, one
-    /// counter for every prompt of the run; with a limit, a prompt ends
-    /// with `token-budget` once it is reached (the turn under way may pass
-    /// it), and later prompts call no model. `nexo serve` gives each pass
-    /// of a tenant's run one. `None`: nothing is counted.
-    pub token_meter: Option<Arc<nexo_egress::Meter>>,
+    /// Where events go. `None`: nowhere. The lifecycle journals them on
+    /// their way here.
+    pub events: Option<Arc<dyn EventSink>>,
     /// Where the gate's decisions on the agent's capability and MCP calls
     /// are recorded, the guest's and the model's alike
     /// ([`crate::host_call::AuditSink`]). `nexo serve` keeps them in the
@@ -165,10 +175,10 @@ impl RunOptions {
     /// built the options calls it once its runs are over. Idempotent; a
     /// sandbox that fails to close is reported, after the rest is closed.
     pub async fn close(&self) -> Result<(), String> {
-        if let Some(mcp) = &self.mcp {
+        if let Some(mcp) = &self.providers.mcp {
             mcp.close().await;
         }
-        if let Some(sandbox) = self.sandbox.clone() {
+        if let Some(sandbox) = self.providers.sandbox.clone() {
             match tokio::task::spawn_blocking(move || sandbox.close()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(format!("closing the sandbox failed: {e}")),
@@ -182,16 +192,19 @@ impl RunOptions {
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunOptions")
-            .field("sandbox", &self.sandbox.as_ref().map(|s| s.name()))
+            .field("sandbox", &self.providers.sandbox.as_ref().map(|s| s.name()))
             .field("permissions", &self.permissions)
             .field("grant", &self.grant)
             .field("preopens", &self.preopens)
-            .field("timeout", &self.timeout)
-            .field("model", &self.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
-            .field("loop_limits", &self.loop_limits)
-            .field("search", &self.search.as_ref().map(|s| s.name().to_string()))
-            .field("mcp", &self.mcp.as_ref().map(|c| c.servers().map(|s| s.name().to_string()).collect::<Vec<_>>()))
-            .field("session", &self.thread.as_ref().map(|t| t.session().to_string()))
+            .field("timeout", &self.limits.timeout)
+            .field("model", &self.providers.model.as_ref().map(|m| format!("{}:{}", m.name(), m.model())))
+            .field("loop_limits", &self.limits.prompt)
+            .field("search", &self.providers.search.as_ref().map(|s| s.name().to_string()))
+            .field(
+                "mcp",
+                &self.providers.mcp.as_ref().map(|c| c.servers().map(|s| s.name().to_string()).collect::<Vec<_>>()),
+            )
+            .field("session", &self.context.thread.as_ref().map(|t| t.session().to_string()))
             .finish_non_exhaustive()
     }
 }

@@ -10,7 +10,7 @@ use nexo::capability::model::Prompting;
 use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability, PermissionMode};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo_model::scripted::Script;
 use nexo_model::{Message, ScriptedProvider};
 use nexo_sandbox::{LocalSandbox, Sandbox, VirtualSandbox};
@@ -33,7 +33,8 @@ async fn prepared(manifest: &AgentManifest, options: RunOptions) -> Toolbox {
         let events = events.clone();
         move |e: &Event| events.lock().unwrap().push(e.clone())
     };
-    let options = RunOptions { events: Some(Arc::new(sink)), ..options };
+    let mut options = options;
+    options.context.events = Some(Arc::new(sink));
     let tools = nexo::world::agent::prepare(manifest, &options, &[], &nexo::Limits::default()).await.unwrap().tools;
     Toolbox { tools, events }
 }
@@ -41,9 +42,9 @@ async fn prepared(manifest: &AgentManifest, options: RunOptions) -> Toolbox {
 async fn toolbox(sandbox: Arc<dyn Sandbox>, mode: PermissionMode, caps: &[Capability]) -> Toolbox {
     let manifest = AgentManifest { name: "test-agent".into(), capabilities: caps.to_vec(), ..AgentManifest::default() };
     let options = RunOptions {
-        sandbox: Some(sandbox),
         permissions: Permissions::new(mode),
         grant: Grant::of(Capability::ALL),
+        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
         ..RunOptions::default()
     };
     prepared(&manifest, options).await
@@ -234,8 +235,11 @@ async fn skills_come_last_in_the_instructions() {
         ..Default::default()
     };
     let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::open(dir.path()).unwrap());
-    let options =
-        RunOptions { skills_path: Some(dir.path().join("skills")), sandbox: Some(local.clone()), ..Default::default() };
+    let options = RunOptions {
+        skills_path: Some(dir.path().join("skills")),
+        providers: Providers { sandbox: Some(local.clone()), ..Providers::default() },
+        ..Default::default()
+    };
     let p = instructions(&prepared(&manifest, options.clone()).await);
     assert_eq!(p.len(), 3);
     // The agent requests no shell: the sandbox's description speaks of none.
@@ -439,10 +443,10 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
     let unit: Arc<dyn nexo::unit::Unit> = Arc::new(echo_unit::EchoUnit);
     let run = |permissions: Permissions| {
         let options = RunOptions {
-            sandbox: Some(Arc::new(VirtualSandbox::new())),
             permissions,
             grant: Grant::default(),
-            events: Some(Arc::new(sink.clone())),
+            providers: Providers { sandbox: Some(Arc::new(VirtualSandbox::new())), ..Providers::default() },
+            context: RunContext { events: Some(Arc::new(sink.clone())), ..RunContext::default() },
             ..RunOptions::default()
         };
         let (manifest, unit) = (manifest.clone(), unit.clone());

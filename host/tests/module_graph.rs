@@ -43,16 +43,17 @@ const CRATES: &[Layers] = &[
             &["cli", "server"],
             // The run lifecycle: runs, sessions, leases, declarative agents.
             &["runs", "session", "lease", "agent_file", "data_dir"],
-            // What produces a run's grant: the config file and the tenant's policy and quotas.
-            &["policy", "quota", "config"],
+            // What produces a run's grant: the config file and the tenant's policy.
+            &["policy", "config"],
             // A run put together: the worlds with their instances, and plugins.
             &["world", "plugin"],
             // Capabilities (a unit each, and components' egress) and the other agent
             // runtimes. They implement the host-call path's traits (`Unit`, `HostCall`,
             // `Tool`, `Loop`), so they sit above it.
             &["capability", "unit", "egress", "claude_code", "mcp_server"],
-            // The host-call path: the one path, the authority, the journal, the loop.
-            &["agent_loop", "model_turn", "host_call", "journal", "authority", "instance", "settings", "log"],
+            // The host-call path: the one path, the authority, the journal, the loop, and
+            // the quotas and metering a run's instance and calls draw on.
+            &["agent_loop", "model_turn", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
             // The engine and plain data beneath everything, the grant among it.
             &[
                 "grant", "engine", "bindings", "manifest", "error", "events", "stop", "task", "terminal", "truncate",

@@ -375,7 +375,7 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
     use nexo::manifest::PermissionMode;
     use nexo::runs::{Runs, Subject};
     use nexo::session::OpenSession;
-    use nexo::settings::RunOptions;
+    use nexo::settings::{Providers, RunOptions};
     use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
 
     let model = MockServer::start().await.unwrap();
@@ -405,10 +405,9 @@ async fn an_open_session_closes_what_it_holds_once_and_then_refuses_prompts() {
     })
     .unwrap();
     let options = RunOptions {
-        model: Some(provider),
-        mcp: Some(clients),
         grant: Grant::default().with_mcp_servers(["tests"]),
         permissions: Permissions::new(PermissionMode::Auto),
+        providers: Providers { model: Some(provider), mcp: Some(clients), ..Providers::default() },
         ..RunOptions::default()
     };
     let store = nexo_store::open(&nexo_store::Location::Sqlite(dir.path().join("nexo.db"))).await.unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use nexo::authority::Permissions;
 use nexo::manifest::PermissionMode;
 use nexo::runs::{Runs, Subject};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo::{Plugin, grant::Grant, manifest::Capability};
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
@@ -50,10 +50,13 @@ impl Scene {
         let mut grant = Grant::default();
         grant.capabilities.extend(caps.iter().copied());
         RunOptions {
-            model: Some(provider(&self.server)),
-            sandbox: Some(sandbox),
             permissions: Permissions::new(mode),
             grant,
+            providers: Providers {
+                model: Some(provider(&self.server)),
+                sandbox: Some(sandbox),
+                ..Providers::default()
+            },
             ..RunOptions::default()
         }
     }

@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use nexo::settings::RunOptions;
+use nexo::quota::RunBudget;
+use nexo::settings::{RunLimits, RunOptions};
 use nexo::{LoadError, Plugin, PluginKind, RunError};
 use nexo_tests as built;
 
@@ -129,7 +130,8 @@ async fn a_trap_is_reported_with_the_plugin_name() {
 async fn an_endless_loop_is_stopped_at_the_deadline() {
     let plugin = Plugin::load(engine(), built::SPIN).await.unwrap();
     let started = Instant::now();
-    let options = RunOptions { timeout: Some(SHORT), ..RunOptions::default() };
+    let options =
+        RunOptions { limits: RunLimits { timeout: Some(SHORT), ..RunLimits::default() }, ..RunOptions::default() };
     let err = plugin.run_agent("go", &options).await.unwrap_err();
     let took = started.elapsed();
     match &err {
@@ -150,8 +152,11 @@ async fn an_endless_loop_is_stopped_at_the_deadline() {
 async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
     let plugin = Plugin::load(engine(), built::SPIN).await.unwrap();
     let meter = std::sync::Arc::new(nexo_egress::Meter::new(Some(5)));
-    let options =
-        RunOptions { timeout: Some(Duration::from_secs(30)), cpu_meter: Some(meter.clone()), ..RunOptions::default() };
+    let options = RunOptions {
+        limits: RunLimits { timeout: Some(Duration::from_secs(30)), ..RunLimits::default() },
+        budget: RunBudget { cpu_ticks: Some(meter.clone()), ..RunBudget::default() },
+        ..RunOptions::default()
+    };
     let started = Instant::now();
     let err = plugin.run_agent("go", &options).await.unwrap_err();
     match &err {
@@ -166,7 +171,10 @@ async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
     // (a loaded machine can stretch it over several).
     let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
     let counting = std::sync::Arc::new(nexo_egress::Meter::new(None));
-    let options = RunOptions { cpu_meter: Some(counting.clone()), ..RunOptions::default() };
+    let options = RunOptions {
+        budget: RunBudget { cpu_ticks: Some(counting.clone()), ..RunBudget::default() },
+        ..RunOptions::default()
+    };
     stats.run_agent("a b c", &options).await.unwrap();
     assert!(counting.used() < 50, "{} ticks", counting.used());
     host_still_works(engine()).await;
@@ -176,7 +184,10 @@ async fn a_guest_past_its_cpu_allowance_is_stopped_with_its_own_error() {
 async fn a_spinning_plugin_does_not_block_other_runs() {
     let spin = Plugin::load(engine(), built::SPIN).await.unwrap();
     let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
-    let options = RunOptions { timeout: Some(Duration::from_secs(2)), ..RunOptions::default() };
+    let options = RunOptions {
+        limits: RunLimits { timeout: Some(Duration::from_secs(2)), ..RunLimits::default() },
+        ..RunOptions::default()
+    };
     let spinning = tokio::spawn({
         let options = options.clone();
         async move { spin.run_agent("x", &options).await }
@@ -210,7 +221,8 @@ async fn a_memory_hog_is_refused_at_the_cap() {
 async fn one_engine_holds_each_run_to_its_own_memory_cap() {
     // The engine's cap is the largest; a run brings its own, below it.
     let cap = 32 << 20;
-    let small = RunOptions { memory_bytes: Some(cap), ..RunOptions::default() };
+    let small =
+        RunOptions { limits: RunLimits { memory_bytes: Some(cap), ..RunLimits::default() }, ..RunOptions::default() };
     let hog = Plugin::load(engine(), built::HOG).await.unwrap();
     match hog.run_agent("eat", &small).await.unwrap_err() {
         RunError::MemoryLimit { cap: reported, requested, .. } => {
@@ -225,7 +237,10 @@ async fn one_engine_holds_each_run_to_its_own_memory_cap() {
     let err = big.run_agent("x", &small).await.unwrap_err();
     let need = err.memory_needed_mib().unwrap_or_else(|| panic!("{err}"));
     assert!(need > 32, "{err}");
-    let enough = RunOptions { memory_bytes: Some((need as usize + 8) << 20), ..RunOptions::default() };
+    let enough = RunOptions {
+        limits: RunLimits { memory_bytes: Some((need as usize + 8) << 20), ..RunLimits::default() },
+        ..RunOptions::default()
+    };
     big.run_agent("x", &enough).await.unwrap();
     host_still_works(engine()).await;
 }

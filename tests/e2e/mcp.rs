@@ -14,7 +14,7 @@ use nexo::events::Event;
 use nexo::grant::Grant;
 use nexo::manifest::PermissionMode;
 use nexo::runs::{Runs, Subject};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo_mcp::{ClientOptions, Clients, Server, ServerConfig};
 use nexo_model::mock::{MockServer, MockToolCall, Reply};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
@@ -95,11 +95,17 @@ impl Scene {
         let grant = Grant::default().with_mcp_servers(self.clients.servers().map(|s| s.name().to_string()));
         let events = self.events.clone();
         RunOptions {
-            model: Some(provider(&self.model)),
             permissions,
             grant,
-            mcp: Some(self.clients.clone()),
-            events: Some(Arc::new(move |e: &Event| events.lock().unwrap().push(e.clone()))),
+            providers: Providers {
+                model: Some(provider(&self.model)),
+                mcp: Some(self.clients.clone()),
+                ..Providers::default()
+            },
+            context: RunContext {
+                events: Some(Arc::new(move |e: &Event| events.lock().unwrap().push(e.clone()))),
+                ..RunContext::default()
+            },
             ..RunOptions::default()
         }
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use nexo::agent_loop::{LoopLimits, Status};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunLimits, RunOptions};
 use nexo::{Plugin, RunError};
 use nexo_model::mock::{MockServer, MockToolCall, Reply, long_text};
 use nexo_model::{ModelConfig, ProviderKind, resolve};
@@ -55,10 +55,9 @@ async fn full_run(kind: ProviderKind, stream: bool) {
         }
     };
     let options = RunOptions {
-        sandbox: Some(sandbox),
-        model: Some(provider(&server, kind)),
-        loop_limits: LoopLimits { stream, ..LoopLimits::default() },
-        events: Some(Arc::new(sink)),
+        providers: Providers { sandbox: Some(sandbox), model: Some(provider(&server, kind)), ..Providers::default() },
+        limits: RunLimits { prompt: LoopLimits { stream, ..LoopLimits::default() }, ..RunLimits::default() },
+        context: RunContext { events: Some(Arc::new(sink)), ..RunContext::default() },
         ..RunOptions::default()
     };
     let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();
@@ -134,8 +133,14 @@ async fn provider_failures_end_the_run_with_a_clear_error_and_the_host_goes_on()
             server.push(reply.clone());
         }
         let options = RunOptions {
-            model: Some(provider(&server, ProviderKind::OpenaiCompatible)),
-            loop_limits: LoopLimits { stream: matches!(expect, "cut"), ..LoopLimits::default() },
+            providers: Providers {
+                model: Some(provider(&server, ProviderKind::OpenaiCompatible)),
+                ..Providers::default()
+            },
+            limits: RunLimits {
+                prompt: LoopLimits { stream: matches!(expect, "cut"), ..LoopLimits::default() },
+                ..RunLimits::default()
+            },
             ..RunOptions::default()
         };
         match plugin.run_agent("hi", &options).await {
@@ -155,7 +160,10 @@ async fn provider_failures_end_the_run_with_a_clear_error_and_the_host_goes_on()
         max_retries: Some(0),
         ..ModelConfig::default()
     };
-    let options = RunOptions { model: Some(resolve(&config).unwrap()), ..RunOptions::default() };
+    let options = RunOptions {
+        providers: Providers { model: Some(resolve(&config).unwrap()), ..Providers::default() },
+        ..RunOptions::default()
+    };
     match plugin.run_agent("hi", &options).await {
         Err(RunError::AgentFailed { reason, .. }) => assert!(reason.contains("unavailable"), "{reason}"),
         other => panic!("{other:?}"),
@@ -168,8 +176,8 @@ async fn long_outputs_arrive_whole() {
     let text = long_text(60_000);
     server.push(Reply::text(text.clone()));
     let options = RunOptions {
-        model: Some(provider(&server, ProviderKind::Anthropic)),
-        loop_limits: LoopLimits { stream: true, ..LoopLimits::default() },
+        providers: Providers { model: Some(provider(&server, ProviderKind::Anthropic)), ..Providers::default() },
+        limits: RunLimits { prompt: LoopLimits { stream: true, ..LoopLimits::default() }, ..RunLimits::default() },
         ..RunOptions::default()
     };
     let plugin = Plugin::load(engine(), built::HELLO).await.unwrap();

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use nexo::egress::EgressGrant;
 use nexo::instance::Preopen;
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunLimits, RunOptions};
 use nexo::{Plugin, RunError};
 use nexo_tests as built;
 
@@ -89,12 +89,15 @@ async fn a_custom_run_prompts_several_times_and_calls_tools_through_the_same_gat
     let plugin = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
     let audit = std::sync::Arc::new(Audit::default());
     let options = RunOptions {
-        model: Some(scripted(serde_json::json!([
-            { "tool_calls": [{ "name": "write_file", "arguments": { "path": "x", "content": "y" } }] },
-            { "text": "first" },
-            { "text": "second" }
-        ]))),
-        audit: Some(audit.clone()),
+        providers: Providers {
+            model: Some(scripted(serde_json::json!([
+                { "tool_calls": [{ "name": "write_file", "arguments": { "path": "x", "content": "y" } }] },
+                { "text": "first" },
+                { "text": "second" }
+            ]))),
+            ..Providers::default()
+        },
+        context: RunContext { audit: Some(audit.clone()), ..RunContext::default() },
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
@@ -136,7 +139,11 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
     let grant = nexo::grant::Grant::of(nexo::manifest::Capability::ALL);
 
     // read-only: the grant covers write, but the mode refuses it.
-    let options = RunOptions { sandbox: Some(sandbox.clone()), grant: grant.clone(), ..RunOptions::default() };
+    let options = RunOptions {
+        grant: grant.clone(),
+        providers: Providers { sandbox: Some(sandbox.clone()), ..Providers::default() },
+        ..RunOptions::default()
+    };
     let o = outcomes(&plugin.run_agent("README.md", &options).await.unwrap());
     assert_eq!(o["read-file"], "ok");
     assert!(o["write-file"].contains("read-only mode"), "{o:?}");
@@ -144,9 +151,9 @@ async fn granted_tools_act_in_a_local_sandbox_and_the_mode_still_applies() {
 
     // auto: the write lands in the sandbox directory.
     let options = RunOptions {
-        sandbox: Some(sandbox),
         grant,
         permissions: nexo::authority::Permissions::new(nexo::manifest::PermissionMode::Auto),
+        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
         ..RunOptions::default()
     };
     let o = outcomes(&plugin.run_agent("README.md", &options).await.unwrap());
@@ -260,9 +267,9 @@ async fn wasi_grants_follow_the_operators_grant() {
         }
     };
     let local = |grant: Grant, mode: PermissionMode| RunOptions {
-        sandbox: Some(sandbox.clone()),
         grant,
         permissions: Permissions::new(mode),
+        providers: Providers { sandbox: Some(sandbox.clone()), ..Providers::default() },
         ..RunOptions::default()
     };
 
@@ -308,9 +315,9 @@ async fn probe(plugin: &str, permissions: nexo::authority::Permissions) -> (Stri
     let root = sandbox.root().to_path_buf();
     let plugin = Plugin::load(engine(), plugin).await.unwrap();
     let options = RunOptions {
-        sandbox: Some(sandbox),
         grant: Grant::of([Capability::Read, Capability::Write]),
         permissions,
+        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
         ..RunOptions::default()
     };
     let answer = plugin.run_agent(&root.display().to_string(), &options).await.unwrap();
@@ -393,9 +400,9 @@ async fn a_sandbox_provider_component_hosts_an_agents_tools() {
 
     let probe = Plugin::load(engine(), built::TOOL_PROBE).await.unwrap();
     let options = RunOptions {
-        sandbox: Some(sandbox.clone()),
         grant: Grant::of(Capability::ALL),
         permissions: Permissions::new(PermissionMode::Auto),
+        providers: Providers { sandbox: Some(sandbox.clone()), ..Providers::default() },
         ..RunOptions::default()
     };
     let o = outcomes(&probe.run_agent("README.md", &options).await.unwrap());
@@ -433,12 +440,15 @@ async fn an_agent_component_prompts_the_model_loop_with_its_tools() {
         move |e: &nexo::agent_loop::Event| events.lock().unwrap().push(serde_json::to_value(e).unwrap())
     };
     let options = RunOptions {
-        sandbox: Some(std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap())),
-        model: Some(scripted(serde_json::json!([
-            { "tool_calls": [{ "name": "read_file", "arguments": { "path": "README.md" } }] },
-            { "text": "The readme is a heading." }
-        ]))),
-        events: Some(std::sync::Arc::new(sink)),
+        providers: Providers {
+            sandbox: Some(std::sync::Arc::new(nexo_sandbox::LocalSandbox::open(dir.path()).unwrap())),
+            model: Some(scripted(serde_json::json!([
+                { "tool_calls": [{ "name": "read_file", "arguments": { "path": "README.md" } }] },
+                { "text": "The readme is a heading." }
+            ]))),
+            ..Providers::default()
+        },
+        context: RunContext { events: Some(std::sync::Arc::new(sink)), ..RunContext::default() },
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
@@ -461,14 +471,20 @@ async fn the_agents_turn_cap_and_the_operators_cap_both_hold() {
     let forever: Vec<_> = (0..30)
         .map(|_| serde_json::json!({ "tool_calls": [{ "name": "glob", "arguments": { "pattern": "*" } }] }))
         .collect();
-    let options = RunOptions { model: Some(scripted(serde_json::json!(forever))), ..RunOptions::default() };
+    let options = RunOptions {
+        providers: Providers { model: Some(scripted(serde_json::json!(forever))), ..Providers::default() },
+        ..RunOptions::default()
+    };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
     let outcome = instance.run("loop").await.unwrap().last_prompt.unwrap();
     assert_eq!((outcome.status.clone(), outcome.turns), (nexo::agent_loop::Status::TurnLimit, 8));
     // An operator cap below the agent's wins.
     let options = RunOptions {
-        model: Some(scripted(serde_json::json!(forever))),
-        loop_limits: nexo::agent_loop::LoopLimits { max_turns: 3, ..Default::default() },
+        providers: Providers { model: Some(scripted(serde_json::json!(forever))), ..Providers::default() },
+        limits: RunLimits {
+            prompt: nexo::agent_loop::LoopLimits { max_turns: 3, ..Default::default() },
+            ..RunLimits::default()
+        },
         ..RunOptions::default()
     };
     let mut instance = plugin.instantiate_agent(&options).await.unwrap();
@@ -499,9 +515,12 @@ async fn a_skill_component_matches_its_skill_directory_and_serves_an_agent() {
     .unwrap();
     let agent = nexo::agent_file::AgentFile::load(&file).unwrap();
     let options = RunOptions {
-        model: Some(scripted(serde_json::json!([{ "text": "reviewed" }]))),
-        skill_components: vec![std::sync::Arc::new(component)],
         skills_path: Some(work.path().join("no-such-dir")),
+        providers: Providers {
+            model: Some(scripted(serde_json::json!([{ "text": "reviewed" }]))),
+            skill_components: vec![std::sync::Arc::new(component)],
+            ..Providers::default()
+        },
         ..RunOptions::default()
     };
     let outcome = agent.run("review", &options).await.unwrap();

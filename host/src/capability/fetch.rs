@@ -140,9 +140,9 @@ impl Unit for FetchUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let (allow, within) = (&setup.manifest.fetch_allow, setup.options.grant.fetch_hosts.as_deref());
-        match Fetcher::new(allow, within, setup.options.http.clone()) {
+        match Fetcher::new(allow, within, setup.options.providers.http.clone()) {
             Ok(Some(fetcher)) => {
-                let fetcher = match &setup.options.egress_meter {
+                let fetcher = match &setup.options.budget.egress {
                     Some(meter) => fetcher.metered(meter.clone()),
                     None => fetcher,
                 };

@@ -5,7 +5,7 @@
 //! [`crate::authority::Gate::Mcp`]) and the journal, like every host call.
 //!
 //! The live connections are a [`nexo_mcp::Clients`], which the operator
-//! hands to the run ([`RunOptions::mcp`](crate::settings::RunOptions::mcp)):
+//! hands to the run ([`Providers::mcp`](crate::settings::Providers::mcp)):
 //! it connects to a server at its first use and keeps the connection for
 //! the runs and prompts that share it, until [`nexo_mcp::Clients::close`].
 //! Listing a server's tools is itself a journaled call, so a replayed run
@@ -113,14 +113,14 @@ impl Unit for McpUnit {
                 .with_confinement(s.shell_policy().confinement)
                 .with_view(s.view.clone())
         });
-        options.mcp = mcp;
+        options.providers.mcp = mcp;
         let servers = &mut options.grant.mcp.servers;
         servers.retain(|n| grant.mcp.configured(n));
         Ok(())
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        let clients = setup.options.mcp.clone();
+        let clients = setup.options.providers.mcp.clone();
         let effective = setup.authority.mcp_effective();
         for server in effective {
             if !clients.as_ref().is_some_and(|c| c.servers().any(|s| s.name() == server)) {
@@ -128,7 +128,7 @@ impl Unit for McpUnit {
                     "mcp",
                     format!(
                         "the grant names the MCP server `{server}`, but the run has no settings for it: give its \
-                         `[mcp.{server}]` settings in RunOptions::mcp"
+                         `[mcp.{server}]` settings in RunOptions.providers.mcp"
                     ),
                 ))));
             }

@@ -39,7 +39,7 @@ pub struct Prompting {
     /// The session's thread, if the run is a session's prompt.
     pub thread: Option<Arc<crate::thread::Thread>>,
     /// The run's token counter, shared by all its prompts
-    /// ([`crate::settings::RunOptions::token_meter`]).
+    /// ([`crate::quota::RunBudget::tokens`]).
     pub tokens: Option<Arc<nexo_egress::Meter>>,
 }
 
@@ -198,11 +198,11 @@ impl Unit for ModelUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let options = setup.options;
-        let mut limits = options.loop_limits;
+        let mut limits = options.limits.prompt;
         if let Some(cap) = setup.manifest.max_turns {
             limits.max_turns = limits.max_turns.min(cap);
         }
-        let model = match (&options.model, &setup.manifest.model) {
+        let model = match (&options.providers.model, &setup.manifest.model) {
             (Some(model), Some(hint)) => {
                 tracing::info!(target: "nexo::model", agent = %setup.manifest.name,
                     "using the operator's model `{}` ({}), not the agent's hint `{hint}`", model.model(), model.name());
@@ -213,12 +213,12 @@ impl Unit for ModelUnit {
         };
         setup.state.insert(Prompting {
             model,
-            agent_loop: options.agent_loop.clone().unwrap_or_else(host_loop),
+            agent_loop: options.providers.agent_loop.clone().unwrap_or_else(host_loop),
             limits,
             // The model unit is last: nobody reads the list after it.
             instructions: std::mem::take(setup.instructions),
-            thread: options.thread.clone(),
-            tokens: options.token_meter.clone(),
+            thread: options.context.thread.clone(),
+            tokens: options.budget.tokens.clone(),
         });
         Step::ready(Ok(()))
     }

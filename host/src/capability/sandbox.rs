@@ -8,7 +8,7 @@
 //! plugin's own declaration narrows it.
 //!
 //! An agent's declared `sandbox` is a request, never a grant: without the
-//! operator's choice of sandbox ([`RunOptions::sandbox`](crate::settings::RunOptions::sandbox)
+//! operator's choice of sandbox ([`Providers::sandbox`](crate::settings::Providers::sandbox)
 //! unset) a run of an agent that asks for anything but the virtual sandbox
 //! is refused, saying how to grant it; it does not run in memory behind the
 //! agent's back. It is also a floor on isolation, as its declared mode is a
@@ -102,13 +102,13 @@ impl Unit for SandboxUnit {
                 ));
             }
         };
-        options.sandbox = sandbox;
+        options.providers.sandbox = sandbox;
         Ok(())
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         Step::ready((|| {
-            let sandbox: Arc<dyn Sandbox> = match (&setup.options.sandbox, setup.manifest.sandbox) {
+            let sandbox: Arc<dyn Sandbox> = match (&setup.options.providers.sandbox, setup.manifest.sandbox) {
                 (Some(chosen), _) => chosen.clone(),
                 (None, Some(asked)) if asked != SandboxKind::Virtual => {
                     let words = setup.options.permissions.vocabulary();

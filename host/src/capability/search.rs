@@ -41,7 +41,7 @@ impl Unit for SearchUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        match &setup.options.search {
+        match &setup.options.providers.search {
             Some(backend) => setup.state.insert(Backend(backend.clone())),
             None => {
                 if let Some(why) = refusal(false) {

@@ -62,7 +62,7 @@ impl Unit for ShellUnit {
         if let Some(why) = sandbox.and_then(|s| refusal(s.name(), s.supports_shell())) {
             setup.authority.set_unavailable(Capability::Shell, why);
         }
-        setup.state.insert(ShellState { limits: setup.options.tool_limits });
+        setup.state.insert(ShellState { limits: setup.options.limits.tools });
         Step::ready(Ok(()))
     }
 }

@@ -76,7 +76,7 @@ pub async fn resolve(manifest: &AgentManifest, options: &RunOptions) -> Result<V
     let fail = |reason: String| RunError::Skill { agent: manifest.name.clone(), reason };
     let mut found = Vec::new();
     for name in &manifest.skills {
-        if let Some(component) = options.skill_components.iter().find(|c| c.name() == name) {
+        if let Some(component) = options.providers.skill_components.iter().find(|c| c.name() == name) {
             let body = component.instructions().await.map_err(|e| fail(e.to_string()))?;
             let metadata = component.metadata();
             found.push(SkillDoc { name: metadata.name.clone(), description: metadata.description.clone(), body });

@@ -141,7 +141,7 @@ impl Chat<'_> {
     /// Sends one prompt, showing its events on `progress`; how it ended.
     async fn prompt(&self, input: &str, progress: Arc<progress::Progress>) -> ExitCode {
         let mut options = self.session.options().clone();
-        options.events = Some(progress.clone());
+        options.context.events = Some(progress.clone());
         let end = self.session.prompt_with(self.loaded.subject(), input, &options).await;
         progress.finish();
         match end {

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use nexo::agent_loop::Status;
 use nexo::plugin::Description;
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunOptions};
 use nexo::{Plugin, PluginKind};
 
 /// One check's outcome: what was checked, and the problem if it failed.
@@ -78,7 +78,8 @@ async fn agent(plugin: &Plugin, tests: &Path) -> Check {
         Ok(p) => p,
         Err(e) => return check(what, Err(e.to_string())),
     };
-    let options = RunOptions { model: Some(provider), ..RunOptions::default() };
+    let options =
+        RunOptions { providers: Providers { model: Some(provider), ..Providers::default() }, ..RunOptions::default() };
     let result = async {
         let outcome = plugin.agent()?.run(input_text.trim_end_matches('\n'), &options).await?;
         Ok::<_, nexo::RunError>((outcome.answer, outcome.last_prompt.map(|o| o.status)))

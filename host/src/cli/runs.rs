@@ -234,7 +234,7 @@ pub async fn options(
 
 /// Says that a scripted provider stands in for the model.
 fn note_script(options: &RunOptions) {
-    if let Some(provider) = &options.model
+    if let Some(provider) = &options.providers.model
         && provider.name() == "scripted"
     {
         errln!("note: scripted provider: replaying {}; no model is called", provider.model());
@@ -245,7 +245,7 @@ fn note_script(options: &RunOptions) {
 /// refusals name the flags, and in `ask` mode the question is asked on the
 /// terminal.
 fn on_terminal(options: &mut RunOptions, progress: &Arc<progress::Progress>) {
-    options.events = Some(progress.clone());
+    options.context.events = Some(progress.clone());
     // Refusals name this command line's flags.
     options.permissions = options.permissions.clone().with_vocabulary(nexo::hint::Vocabulary::Flags);
     if options.permissions.mode() == PermissionMode::Ask && grant::can_ask() {

@@ -47,15 +47,6 @@ pub struct ModelTable {
 }
 
 impl ModelTable {
-    /// The same table with its token budget at most `cap` (a tenant's
-    /// tokens left this hour).
-    pub fn with_token_cap(mut self, cap: Option<u64>) -> ModelTable {
-        if let Some(cap) = cap {
-            self.token_budget = Some(self.token_budget.map_or(cap, |b| b.min(cap)));
-        }
-        self
-    }
-
     /// The agent file's `loop`, where neither a flag nor the config file set one.
     pub fn or_agent_loop(mut self, hint: Option<LoopKind>) -> ModelTable {
         self.agent_loop = self.agent_loop.or(hint);

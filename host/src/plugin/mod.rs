@@ -248,7 +248,7 @@ impl Plugin {
         let hint = match self.meta.kind {
             PluginKind::Skill => ": skills are loaded by agents, not run on their own",
             PluginKind::SearchBackend => ": search backends serve an agent's web_search tool",
-            PluginKind::SandboxProvider => ": sandbox providers host an agent's tools (RunOptions::sandbox)",
+            PluginKind::SandboxProvider => ": sandbox providers host an agent's tools (RunOptions.providers.sandbox)",
             PluginKind::Agent => "",
         };
         LoadError::WrongKind { path: self.meta.path.clone(), expected, found: self.meta.kind, hint }

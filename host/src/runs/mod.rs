@@ -453,14 +453,14 @@ impl Runs {
         // Only a replay moves the model: a new run (the next prompt of a
         // `nexo chat` sharing one scripted provider) goes on where it is.
         let recorded = journal.recorded_turns();
-        if let Some(model) = options.model.as_ref().filter(|_| recorded > 0) {
+        if let Some(model) = options.providers.model.as_ref().filter(|_| recorded > 0) {
             model.resume_at(recorded);
         }
         let mut options = options.clone();
-        options.thread = thread.clone();
-        let display = options.events.clone().unwrap_or_else(crate::events::no_events);
-        options.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
-        options.journal = Some(journal.clone());
+        options.context.thread = thread.clone();
+        let display = options.context.events.clone().unwrap_or_else(crate::events::no_events);
+        options.context.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
+        options.context.journal = Some(journal.clone());
         // Dropped with this future too: a worker that lost the job drops the
         // run, and its lease must then lapse for the next owner.
         let until_ms = run.lease.as_ref().map_or_else(nexo_store::now_ms, |l| l.until_ms);
@@ -490,14 +490,16 @@ impl Runs {
                 pending = approval.clone();
                 (Transition::Suspend { reason, resume_key, approval }, None)
             }
-            (Some(Halt::Failed(why)), _) => (failure(&mut batch, why, retryable && options.retry_follows, at_ms), None),
+            (Some(Halt::Failed(why)), _) => {
+                (failure(&mut batch, why, retryable && options.context.retry_follows, at_ms), None)
+            }
             (None, Ok((answer, status))) => {
                 batch.thread = thread.as_ref().and_then(|t| t.append());
                 (Transition::Finish { status: RunStatus::Done, result: Some(answer), error: None }, status)
             }
             (None, Err(e)) => {
                 retryable = e.may_pass_on_retry();
-                (failure(&mut batch, e.to_string(), retryable && options.retry_follows, at_ms), None)
+                (failure(&mut batch, e.to_string(), retryable && options.context.retry_follows, at_ms), None)
             }
         };
         let fallback = batch.thread.is_some().then(|| Batch { thread: None, ..batch.clone() });

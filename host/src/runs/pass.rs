@@ -14,7 +14,6 @@ use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
 use crate::agent_file::AgentFile;
 use crate::config::ConfigFile;
 use crate::error::RunError;
-use crate::instance::{CpuBudget, MemoryBudget};
 use crate::manifest::{Capability, PermissionMode};
 use crate::settings::RunOptions;
 use crate::{Engine, Plugin};
@@ -62,14 +61,11 @@ pub struct Served {
     pub source: PathBuf,
     /// The component, loaded: every run of it on this node shares it.
     pub plugin: Plugin,
-    /// The memory total the tenant's instances share on this node.
-    pub memory: Option<Arc<MemoryBudget>>,
-    /// The CPU share the tenant's runs draw on, on this node.
-    pub cpu: Option<Arc<CpuBudget>>,
-    /// Where this pass's web bytes, CPU ticks and model tokens are
-    /// counted, each with what is left of the tenant's hour and of the
-    /// run's own budget.
-    pub meters: crate::quota::Meters,
+    /// What the pass draws on: the memory total and CPU share the
+    /// tenant's runs hold together on this node, and the meters of its web
+    /// bytes, CPU ticks and model tokens, each with what is left of the
+    /// tenant's hour and of the run's own budget ([`crate::quota::Meters::budget`]).
+    pub budget: crate::quota::RunBudget,
     /// Where the gate's decisions during this pass are held for the
     /// tenant's audit log.
     pub audit: Arc<crate::quota::PassAudit>,
@@ -137,13 +133,9 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if let Some(front_end) = settings.front_end {
         front_end(&mut options);
     }
-    options.memory_budget = served.and_then(|s| s.memory.clone());
-    options.cpu_budget = served.and_then(|s| s.cpu.clone());
-    options.egress_meter = served.map(|s| s.meters.egress.clone());
-    options.cpu_meter = served.map(|s| s.meters.ticks.clone());
-    options.token_meter = served.map(|s| s.meters.tokens.clone());
-    options.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
-    options.retry_follows = settings.retry_follows;
+    options.budget = served.map(|s| s.budget.clone()).unwrap_or_default();
+    options.context.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
+    options.context.retry_follows = settings.retry_follows;
     // `nexo serve` loads a tenant's plugin from its own node's cache.
     let source = served.map_or(Path::new(&run.source), |s| s.source.as_path());
     let allow_changed = narrowing.allow_changed_component;

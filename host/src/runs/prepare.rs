@@ -19,11 +19,11 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     if let Some(table) = &spec.search
         && let Some(setup) = table.resolve(None)?
     {
-        options.search = Some(search_backend(engine, &setup).await?);
+        options.providers.search = Some(search_backend(engine, &setup).await?);
     }
     let resolved = spec.model.resolve()?;
-    options.model = resolved.provider;
-    options.loop_limits = resolved.limits;
+    options.providers.model = resolved.provider;
+    options.limits.prompt = resolved.limits;
     if let Some(mut claude) = resolved.agent_loop {
         claude.cwd = spec.grant.sandbox.local_dir().map(std::path::Path::to_path_buf);
         claude.view = spec.grant.sandbox.view.clone();
@@ -36,14 +36,14 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
             .into());
         }
         claude.check().map_err(|e| ConfigError::invalid("--loop", e.to_string()))?;
-        options.agent_loop = Some(Arc::new(claude));
+        options.providers.agent_loop = Some(Arc::new(claude));
     }
     options.skills_path = Some(spec.skills_path.clone());
     if spec.progressive_skills {
         options.skill_mode = SkillMode::Progressive;
     }
-    options.timeout = Some(spec.timeout());
-    options.memory_bytes = Some(spec.memory_bytes());
+    options.limits.timeout = Some(spec.timeout());
+    options.limits.memory_bytes = Some(spec.memory_bytes());
     Ok(options)
 }
 

@@ -379,7 +379,7 @@ impl Worker {
         };
         let quotas = match (&self.served, &tenant) {
             (Some(_), Some(tenant)) => {
-                let quotas = quota::quotas(&**store, tenant).await;
+                let quotas = tenant_quotas(&**store, tenant).await;
                 let refusal = match &quotas {
                     Some(q) => {
                         let step = quota::Step::Claim { run: &job.run };
@@ -415,7 +415,7 @@ impl Worker {
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let served = Served { source, plugin, memory, cpu, meters, audit };
+                let served = Served { source, plugin, budget: meters.budget(memory, cpu), audit };
                 Some(served)
             }
             _ => None,
@@ -524,4 +524,11 @@ pub async fn sweep_sessions(store: &dyn nexo_store::Store, retain: Option<Durati
             None
         }
     }
+}
+
+/// The tenant's quotas now, from its stored policy; `None` if the tenant
+/// or its policy cannot be read. A pass reads them once.
+async fn tenant_quotas(store: &dyn nexo_store::Store, tenant: &str) -> Option<quota::Quotas> {
+    let stored = store.tenant(tenant).await.ok().flatten()?;
+    crate::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
 }

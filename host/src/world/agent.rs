@@ -135,11 +135,11 @@ pub async fn prepare(
     } else {
         std::borrow::Cow::Owned(units().flat_map(|u| u.tools().iter().copied()).collect())
     };
-    let events = options.events.clone().unwrap_or_else(crate::events::no_events);
+    let events = options.context.events.clone().unwrap_or_else(crate::events::no_events);
     let tools = Arc::new(
         ToolContext::new(authority, events, limits, tools, state)
-            .with_journal(options.journal.clone())
-            .with_audit(options.audit.clone()),
+            .with_journal(options.context.journal.clone())
+            .with_audit(options.context.audit.clone()),
     );
     Ok(Prepared { tools, preopens })
 }
@@ -257,8 +257,8 @@ impl Agent {
     /// run deadline, and the run prepared from `options`.
     pub async fn instantiate(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
         let engine = &self.meta.engine;
-        let timeout = options.timeout.unwrap_or(engine.limits().run_timeout);
-        if let Some(cap) = options.memory_bytes
+        let timeout = options.limits.timeout.unwrap_or(engine.limits().run_timeout);
+        if let Some(cap) = options.limits.memory_bytes
             && self.meta.memory_minimum > u64::try_from(cap).unwrap_or(u64::MAX)
         {
             let (path, minimum) = (self.meta.path.clone(), self.meta.memory_minimum);
@@ -268,11 +268,11 @@ impl Agent {
         let wasi = Wasi {
             preopens: prepared.preopens,
             env: options.env.clone(),
-            journal: options.journal.clone(),
-            memory: options.memory_budget.clone(),
-            cpu: options.cpu_budget.clone(),
-            cpu_meter: options.cpu_meter.clone(),
-            memory_cap: options.memory_bytes,
+            journal: options.context.journal.clone(),
+            memory: options.budget.memory.clone(),
+            cpu: options.budget.cpu.clone(),
+            cpu_meter: options.budget.cpu_ticks.clone(),
+            memory_cap: options.limits.memory_bytes,
         };
         let state = AgentState { tools: prepared.tools, last_prompt: None };
         let mut store = new_store(engine, self.meta.name.clone(), &wasi, timeout, state)?;
@@ -285,7 +285,7 @@ impl Agent {
     /// for both (on top of the per-call ones), so `options.timeout` bounds
     /// the run as a whole.
     pub async fn run(&self, input: &str, options: &RunOptions) -> Result<AgentOutcome, RunError> {
-        let limit = options.timeout.unwrap_or(self.meta.engine.limits().run_timeout);
+        let limit = options.limits.timeout.unwrap_or(self.meta.engine.limits().run_timeout);
         let run = async { self.instantiate(options).await?.run(input).await };
         match tokio::time::timeout(limit, run).await {
             Ok(done) => done,

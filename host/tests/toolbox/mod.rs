@@ -12,7 +12,7 @@ use nexo::grant::Grant;
 use nexo::host_call::ToolContext;
 use nexo::manifest::{AgentManifest, Capability};
 use nexo::search::{SearchBackend, SearchHit};
-use nexo::settings::RunOptions;
+use nexo::settings::{Providers, RunContext, RunOptions};
 use nexo_sandbox::{GlobMatches, Sandbox};
 
 /// One run's tools.
@@ -68,11 +68,10 @@ impl Setup {
             ..AgentManifest::default()
         };
         let options = RunOptions {
-            sandbox: Some(self.sandbox),
             permissions: self.permissions,
             grant: self.grant,
-            search: self.search,
-            events,
+            providers: Providers { sandbox: Some(self.sandbox), search: self.search, ..Providers::default() },
+            context: RunContext { events, ..RunContext::default() },
             ..RunOptions::default()
         };
         Toolbox(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default()).await.unwrap().tools)

@@ -1,6 +1,12 @@
-//! Per-tenant quotas, checked wherever a run starts or goes on
-//! ([`admit`]), and the metering of what each pass of a run used,
-//! persisted in the store per tenant and hour and per run.
+//! Quotas and metering: what a tenant's runs may use and what they used.
+//!
+//! - the tenant's [`Quotas`], part of its policy;
+//! - the budgets its runs draw on together while they run ([`MemoryBudget`],
+//!   [`CpuBudget`], one per tenant and node in [`Budgets`]) and what one run
+//!   draws on ([`RunBudget`], in its [`RunOptions`](crate::settings::RunOptions));
+//! - the check wherever a run starts or goes on ([`admit`]), and the
+//!   metering of what each pass of a run used ([`pass_meters`],
+//!   [`meter_pass`]), persisted in the store per tenant and hour and per run.
 //!
 //! Usage is counted in the store, so it survives suspension, restarts and
 //! the node that drove the run; every node sees the same counts. A pass's
@@ -11,61 +17,17 @@
 //! that spent its own budget is refused for good (409).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use nexo_egress::Meter;
 use nexo_store::{RunUsage, Store, StoreResult};
 
-pub use crate::policy::Quotas;
 use serde_json::json;
 
-/// Each tenant's memory and CPU budgets on this node, shared by its runs.
-#[derive(Debug, Default)]
-pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, TenantBudgets>>);
+mod budget;
+mod quotas;
 
-#[derive(Debug, Default)]
-struct TenantBudgets {
-    memory: Option<std::sync::Arc<crate::instance::MemoryBudget>>,
-    cpu: Option<std::sync::Arc<crate::instance::CpuBudget>>,
-}
-
-type Shared<T> = Option<std::sync::Arc<T>>;
-
-impl Budgets {
-    /// The tenant's budgets under its current `quotas` (`memory-mib`,
-    /// `cpu-cores`); `None` where it has no such quota, or its policy could
-    /// not be read. A changed quota starts a new budget; runs of the old
-    /// one give theirs back to it.
-    pub fn budgets(
-        &self,
-        tenant: &str,
-        quotas: Option<&Quotas>,
-        tick: Duration,
-    ) -> (Shared<crate::instance::MemoryBudget>, Shared<crate::instance::CpuBudget>) {
-        let Some(quotas) = quotas else { return (None, None) };
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(tenant.to_string()).or_default();
-        let memory = quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
-        entry.memory = match (memory, entry.memory.take()) {
-            (Some(cap), Some(b)) if b.cap() == cap => Some(b),
-            (Some(cap), _) => Some(crate::instance::MemoryBudget::new(cap)),
-            (None, _) => None,
-        };
-        entry.cpu = match (quotas.cpu_cores, entry.cpu.take()) {
-            (Some(cores), Some(b)) if b.cores() == cores.max(0.01) => Some(b),
-            (Some(cores), _) => Some(crate::instance::CpuBudget::new(cores, tick)),
-            (None, _) => None,
-        };
-        (entry.memory.clone(), entry.cpu.clone())
-    }
-}
-
-/// The tenant's quotas now, from its stored policy; `None` if the tenant
-/// or its policy cannot be read. A pass reads them once.
-pub async fn quotas(store: &dyn Store, tenant: &str) -> Option<Quotas> {
-    let stored = store.tenant(tenant).await.ok().flatten()?;
-    crate::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
-}
+pub use budget::{Budgets, CpuBudget, MemoryBudget, RunBudget};
+pub use quotas::{DEFAULT_OPEN_STREAMS, DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_WORKSPACE_FILES, Quotas};
 
 /// Why a run may not start or go on now.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,6 +208,18 @@ impl Meters {
     /// journaled it) never reaches the meter.
     pub fn pass(&self) -> Pass {
         Pass { tokens: self.tokens.used(), cpu_ticks: self.ticks.used(), egress_bytes: self.egress.used() }
+    }
+
+    /// The budget of the pass these meters count, with the tenant's
+    /// `memory` and `cpu` shares on this node ([`Budgets::budgets`]).
+    pub fn budget(&self, memory: Option<Arc<MemoryBudget>>, cpu: Option<Arc<CpuBudget>>) -> RunBudget {
+        RunBudget {
+            memory,
+            cpu,
+            egress: Some(self.egress.clone()),
+            cpu_ticks: Some(self.ticks.clone()),
+            tokens: Some(self.tokens.clone()),
+        }
     }
 }
 
