@@ -1,5 +1,6 @@
-//! A run's specification made ready to run: its sandbox, permissions and
-//! MCP clients from the grant, its search backend, model and loop. What a
+//! A run's specification made ready to run: its permissions, and what each
+//! capability unit's configure stage makes of the grant (the sandbox, the
+//! MCP clients); its search backend, model and loop. What a
 //! front end adds (an event sink, a way to ask the user) it sets on the
 //! options it gets back.
 
