@@ -304,6 +304,31 @@ async fn a_session_remembers_and_is_the_tenants_own() {
     assert_eq!(status, StatusCode::NOT_FOUND, "deleted");
 }
 
+/// `[serve] max-plugin-bytes` end to end: a larger upload is refused with the
+/// API's own error (413, a code, the limit and the fix), and nothing is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_over_max_plugin_bytes_is_refused_with_the_limit_and_the_fix() {
+    let scene = Scene::new(None).await;
+    let size = std::fs::metadata(built::TEXT_STATS).unwrap().len();
+    let small = std::fs::metadata(built::SPIN).unwrap().len();
+    assert!(small < size, "the test needs a plugin smaller than text-stats ({small} >= {size} bytes)");
+    let limit = size - 1;
+    scene.configure(&format!("[serve]\nmax-plugin-bytes = {limit}\n"));
+    let key = scene.tenant("erin", None);
+    let node = scene.node("a");
+    let (status, refused) = scene.upload(&node, &key, built::TEXT_STATS).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{refused}");
+    assert_eq!(refused["error"]["code"], "plugin_too_large", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&limit.to_string()) && message.contains("max-plugin-bytes"), "{message}");
+    let (status, plugins) = scene.get(&node.url("/v1/plugins"), &key).await;
+    assert_eq!(status, StatusCode::OK, "{plugins}");
+    assert_eq!(plugins["plugins"], json!([]), "nothing was stored: {plugins}");
+    // Within the limit, the same server takes a plugin.
+    let (status, plugin) = scene.upload(&node, &key, built::SPIN).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_refuse_with_429_and_retry_after() {
     let scene = Scene::new(None).await;

@@ -219,8 +219,20 @@ async fn check_plugin_quota(state: &AppState, tenant: &Tenant, sha: &str, size: 
 pub async fn upload_plugin(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Response> {
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "plugin_too_large",
+            format!(
+                "the component is larger than this server takes ({} bytes, the operator's `[serve] \
+                 max-plugin-bytes`): send a smaller build (release, stripped), or ask the operator to raise it",
+                state.max_plugin_bytes
+            ),
+        ),
+        status => ApiError::new(status, "bad_body", format!("the body could not be read: {rejection}")),
+    })?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty: send the component's bytes (`--data-binary @agent.wasm`)",
