@@ -107,15 +107,21 @@ fn writes_inside_the_root(c: Confinement) {
 /// Re-runs this test binary with a secret in its environment (set at birth, so
 /// no `set_var` in a threaded process) and has it check the command cannot see it.
 fn env_is_narrowed(c: Confinement) {
+    let env = [("NEXO_ENV_PROBE", format!("{c:?}")), ("NEXO_TEST_SECRET", "hunter2".into())];
+    run_probe(c, "env_is_narrowed", &env, "env-probe-ok");
+}
+
+/// Re-runs this binary as `c`'s test `test` alone, with `env` set at birth,
+/// and checks that the probe the environment asks for passed (printed `ok`).
+fn run_probe(c: Confinement, test: &str, env: &[(&str, String)], ok: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &itself(c, "env_is_narrowed"), "--nocapture", "--test-threads=1"])
-        .env("NEXO_ENV_PROBE", format!("{c:?}"))
-        .env("NEXO_TEST_SECRET", "hunter2")
+        .args(["--exact", &itself(c, test), "--nocapture", "--test-threads=1"])
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("env-probe-ok"), "{stdout}\n{stderr}");
+    assert!(out.status.success() && stdout.contains(ok), "{stdout}\n{stderr}");
 }
 
 /// The probe `env_is_narrowed` re-runs this binary for.
@@ -565,14 +571,7 @@ fn supervisor_sigkill_ends_the_command(c: Confinement) {
 /// Re-runs this test binary to open descriptors without close-on-exec (the
 /// way a parent shell's `exec 7<dir` would), isolated from other tests.
 fn inherited_descriptors_are_closed(c: Confinement) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &itself(c, "inherited_descriptors_are_closed"), "--nocapture", "--test-threads=1"])
-        .env("NEXO_FD_PROBE", format!("{c:?}"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("fd-probe-ok"), "{stdout}\n{stderr}");
+    run_probe(c, "inherited_descriptors_are_closed", &[("NEXO_FD_PROBE", format!("{c:?}"))], "fd-probe-ok");
 }
 
 /// The probe `inherited_descriptors_are_closed` re-runs this binary for.
@@ -742,14 +741,7 @@ fn nproc_probe(name: &str, dir: &Path) {
 /// Re-runs this binary to raise its own soft core limit (so a crash would
 /// dump, as the control shows) without touching the other tests.
 fn core_dumps_are_off(c: Confinement) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &itself(c, "core_dumps_are_off"), "--nocapture", "--test-threads=1"])
-        .env("NEXO_CORE_PROBE", format!("{c:?}"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("core-probe-ok"), "{stdout}\n{stderr}");
+    run_probe(c, "core_dumps_are_off", &[("NEXO_CORE_PROBE", format!("{c:?}"))], "core-probe-ok");
 }
 
 /// The probe `core_dumps_are_off` re-runs this binary for.
