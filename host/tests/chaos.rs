@@ -153,6 +153,89 @@ impl Drop for Postgres {
     }
 }
 
+/// A small filesystem of the test's own: a tmpfs mounted in a private
+/// mount namespace (a user namespace's, so no privilege is needed), kept
+/// alive by a holder process. Commands run inside it through `nsenter`;
+/// the test reaches its files through the holder's `/proc/PID/root`.
+struct Volume {
+    holder: Killed,
+    /// Where it is mounted, inside the namespace.
+    dir: PathBuf,
+}
+
+impl Volume {
+    /// Mounts `mib` MiB at `dir`, or `None` (skipped, visibly) where this
+    /// machine cannot make one outside CI.
+    fn make(test: &str, dir: PathBuf, mib: u64) -> Option<Volume> {
+        use std::io::BufRead;
+        std::fs::create_dir_all(&dir).unwrap();
+        let script =
+            format!("mount -t tmpfs -o size={mib}m nexo-chaos '{}' && echo ready && exec sleep 100000", dir.display());
+        let mut child = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true),
+                "{test}: cannot mount a small filesystem in a private namespace in CI: {}",
+                stderr(&out)
+            );
+            nexo_testkit::skipped(test, &format!("no private mount namespace here: {}", stderr(&out).trim()));
+            return None;
+        }
+        Some(Volume { holder: Killed(child), dir })
+    }
+
+    fn pid(&self) -> String {
+        self.holder.0.id().to_string()
+    }
+
+    /// `cmd`, run inside the volume's namespace.
+    fn inside(&self, cmd: Command) -> Command {
+        let mut out = Command::new("nsenter");
+        out.args(["--target", &self.pid(), "--user", "--mount", "--preserve-credentials", "--"]);
+        out.arg(cmd.get_program()).args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => out.env(k, v),
+                None => out.env_remove(k),
+            };
+        }
+        out
+    }
+
+    /// A path on the volume, as the test reaches it.
+    fn outside(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{}", self.pid(), self.dir.join(name).display()))
+    }
+
+    /// Fills what is left of it with one file; answers how many bytes it took.
+    fn fill(&self) -> u64 {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.outside("filler")).unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        let mut written = 0;
+        while let Ok(n) = file.write(&chunk) {
+            if n == 0 {
+                break;
+            }
+            written += n as u64;
+        }
+        written
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.outside("filler")).unwrap();
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -220,6 +303,9 @@ struct Chaos {
     live: Arc<Mutex<Vec<String>>>,
     faults: Vec<Fault>,
     http: reqwest::Client,
+    /// The volume the store and the data directories are on, if they are
+    /// on one: every `nexo` runs in its namespace.
+    volume: Option<Arc<Volume>>,
 }
 
 /// A tenant of the test: its name, key and whether its calls wait for approvals.
@@ -282,14 +368,15 @@ impl Chaos {
             live: Arc::new(Mutex::new(Vec::new())),
             faults: Vec::new(),
             http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap(),
+            volume: None,
         }
     }
 
     fn nexo(&self, args: &[&str]) -> std::process::Output {
         let mut cmd = common::nexo_command(&self.dir.join("cache"));
         cmd.env("NEXO_STORE", &self.store).env("NEXO_CONFIG", self.dir.join("nexo.toml"));
-        let mut cmd = rebinned(cmd);
-        cmd.args(args).stdin(Stdio::null()).output().unwrap()
+        let mut cmd = self.placed(rebinned(cmd).args(args));
+        cmd.stdin(Stdio::null()).output().unwrap()
     }
 
     fn tenant(&self, name: &str, approves: bool) -> Tenant {
@@ -308,24 +395,63 @@ impl Chaos {
     /// Starts slot `i`'s next incarnation (in a blocking task: a node takes
     /// a moment to announce itself).
     async fn start(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        slot.generation += 1;
-        let mut cmd = common::nexo_command(&self.dir.join(format!("cache-{}", slot.name)));
+        self.slots[i].generation += 1;
+        let (name, incarnation) = (self.slots[i].name.clone(), self.slots[i].incarnation());
+        let mut cmd = common::nexo_command(&self.dir.join(format!("cache-{name}")));
         cmd.env("NEXO_STORE", &self.store)
             .env("OPENAI_API_KEY", PROVIDER_KEY)
-            .env("CHAOS_WITNESS_TOKEN", slot.incarnation())
+            .env("CHAOS_WITNESS_TOKEN", incarnation)
             .env("NEXO_LOG", "info")
             .args(["serve", "--listen", "127.0.0.1:0", "--grace-secs", "1", "--lease-secs"])
             .arg(LEASE_SECS.to_string())
             .arg("--config")
             .arg(self.dir.join("nexo.toml"))
             .arg("--data-dir")
-            .arg(self.dir.join(format!("data-{}", slot.name)));
-        let cmd = rebinned(cmd);
+            .arg(self.data(&name));
+        let cmd = self.placed(&mut rebinned(cmd));
         let node = tokio::task::spawn_blocking(move || Node::start(cmd)).await.unwrap();
-        slot.node = Some(node);
-        slot.paused = false;
+        self.slots[i].node = Some(node);
+        self.slots[i].paused = false;
         self.publish();
+    }
+
+    /// `cmd`, inside the volume's namespace if there is a volume.
+    fn placed(&self, cmd: &mut Command) -> Command {
+        let mut copy = Command::new(cmd.get_program());
+        copy.args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => copy.env(k, v),
+                None => copy.env_remove(k),
+            };
+        }
+        match &self.volume {
+            Some(volume) => volume.inside(copy),
+            None => copy,
+        }
+    }
+
+    /// A copy of the store's files on the volume, as they are now (what a
+    /// crash would leave), in `name` under the scene's directory: the volume
+    /// goes with its namespace, so a failed test keeps this one.
+    fn copy_store(&self, name: &str) -> Option<PathBuf> {
+        let volume = self.volume.as_ref()?;
+        let copy = self.dir.join(name);
+        std::fs::create_dir_all(&copy).unwrap();
+        for file in ["nexo.db", "nexo.db-wal"] {
+            if volume.outside(file).exists() {
+                std::fs::copy(volume.outside(file), copy.join(file)).unwrap();
+            }
+        }
+        Some(copy.join("nexo.db"))
+    }
+
+    /// Where slot `name`'s data directory is.
+    fn data(&self, name: &str) -> PathBuf {
+        match &self.volume {
+            Some(volume) => volume.dir.join(format!("data-{name}")),
+            None => self.dir.join(format!("data-{name}")),
+        }
     }
 
     fn publish(&self) {
@@ -514,8 +640,17 @@ fn witnessed(path: &Path) -> BTreeMap<String, Vec<Call>> {
 /// paused: the node that made it first never made another call of the run
 /// before the second, and was killed or paused. A node that made calls of
 /// the run, lost it and made more (beyond that one in-flight call) drove it
-/// at the same time as another: a fencing violation.
-fn check_calls(tag: &str, steps: usize, calls: &[Call], faulted: &BTreeSet<String>, violations: &mut Vec<String>) {
+/// at the same time as another: a fencing violation. A node whose writes
+/// failed for want of space (`starved`) may make a call again itself: its
+/// result could not be made durable, so the resumed run makes it again.
+fn check_calls(
+    tag: &str,
+    steps: usize,
+    calls: &[Call],
+    faulted: &BTreeSet<String>,
+    starved: &BTreeSet<String>,
+    violations: &mut Vec<String>,
+) {
     let mut by_step: BTreeMap<usize, Vec<&Call>> = BTreeMap::new();
     for call in calls {
         by_step.entry(call.step).or_default().push(call);
@@ -534,7 +669,7 @@ fn check_calls(tag: &str, steps: usize, calls: &[Call], faulted: &BTreeSet<Strin
         }
         if made.len() == 2 {
             let (first, second) = (made[0], made[1]);
-            if first.caller == second.caller {
+            if first.caller == second.caller && !starved.contains(&first.caller) {
                 violations.push(format!("{tag}: step {step} happened twice on one node ({})", first.caller));
             } else if !faulted.contains(&first.caller) && !faulted.contains(&second.caller) {
                 violations.push(format!(
@@ -565,9 +700,18 @@ fn check_calls(tag: &str, steps: usize, calls: &[Call], faulted: &BTreeSet<Strin
     }
 }
 
+/// What goes wrong in a scene.
+enum Faults<'a> {
+    /// Nodes are killed and paused; PostgreSQL, if given, restarts once.
+    Nodes(Option<&'a Postgres>),
+    /// The store's volume fills up for a third of the time (the node is
+    /// killed once meanwhile), then space returns.
+    DiskFull,
+}
+
 /// Runs the scene's faults for `settings.secs`, then lets every run end,
 /// and checks. Answers the report.
-async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres>) -> String {
+async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> String {
     let started = Instant::now();
     for i in 0..scene.slots.len() {
         scene.start(i).await;
@@ -582,6 +726,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
         ids.push(resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
     }
     let plugins = (ids[0].clone(), ids[2].clone());
+    let disk_plugin = plugins.0.clone();
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loader = tokio::spawn(load(scene.live.clone(), tenants.clone(), plugins, stop.clone(), settings.seed));
@@ -590,7 +735,31 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
 
     let mut rng = Rng(settings.seed);
     let (mut kills, mut pauses, mut pg_restarts) = (0, 0, 0);
-    let faults_end = Instant::now() + Duration::from_secs(settings.secs);
+    let mut violations = Vec::new();
+    // Nodes whose writes failed for want of space: a call whose result could
+    // not be made durable runs again on the same node when the run resumes.
+    let mut starved = BTreeSet::new();
+    let mut refused_full = 0;
+    let postgres = match faults {
+        Faults::Nodes(postgres) => postgres,
+        Faults::DiskFull => {
+            disk_full(
+                &mut scene,
+                settings.secs,
+                &tenants[0],
+                &disk_plugin,
+                &mut starved,
+                &mut refused_full,
+                &mut violations,
+            )
+            .await;
+            kills += 1;
+            None
+        }
+    };
+    // The node faults, for as long as the disk faults did not take.
+    let faults_end =
+        if starved.is_empty() { Instant::now() + Duration::from_secs(settings.secs) } else { Instant::now() };
     let pg_at = Instant::now() + Duration::from_secs(settings.secs / 2);
     let nodes = scene.slots.len();
     while Instant::now() < faults_end {
@@ -622,9 +791,11 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let launched = loader.await.unwrap();
 
-    // Every run ends, on nodes left alone.
+    // Every run ends, on nodes left alone. A run that failed for want of
+    // space is resumed once: nothing it did may be lost.
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut runs: Vec<(Tenant, Value)>;
+    let mut resumed = BTreeSet::new();
     loop {
         runs = Vec::new();
         let base = scene.any_node(0).unwrap();
@@ -633,12 +804,25 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
             assert_eq!(status, StatusCode::OK, "{list}");
             runs.extend(list["runs"].as_array().unwrap().iter().map(|r| (t.clone(), r.clone())));
         }
-        let open = runs
+        let mut open = runs
             .iter()
             .filter(|(_, r)| !["done", "failed", "cancelled"].contains(&r["status"].as_str().unwrap()))
             .count();
+        for (t, r) in &runs {
+            let id = r["id"].as_str().unwrap().to_string();
+            if r["status"] == "failed" && !starved.is_empty() && !resumed.contains(&id) {
+                let url = format!("{base}/v1/runs/{id}/resume");
+                let resp = scene.http.post(url).bearer_auth(&t.key).json(&json!({})).send().await.unwrap();
+                assert!(resp.status().is_success(), "resuming {id} ({r}): {:?}", resp.text().await);
+                resumed.insert(id);
+                open += 1;
+            }
+        }
         if open == 0 {
             break;
+        }
+        if Instant::now() >= deadline {
+            scene.copy_store("evidence");
         }
         assert!(
             Instant::now() < deadline,
@@ -654,7 +838,6 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
     approver_stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let approved = approver.await.unwrap();
 
-    let mut violations = Vec::new();
     let faulted: BTreeSet<String> = scene.faults.iter().map(|f| f.incarnation.clone()).collect();
     let by_tag = witnessed(&scene.witness_file);
     let ids: HashMap<&str, &Value> = runs.iter().map(|(_, r)| (r["id"].as_str().unwrap(), r)).collect();
@@ -712,7 +895,10 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
                 violations.push(format!("{tag}: the writes' results are {lines:?}"));
             }
             let events = sse(&scene.http, &scene.any_node(0).unwrap(), &tenant.key, id).await;
-            let asked = events.iter().filter(|(_, kind, data)| kind == "suspended" && !data["data"]["approval"].is_null()).count();
+            let asked = events
+                .iter()
+                .filter(|(_, kind, data)| kind == "suspended" && !data["data"]["approval"].is_null())
+                .count();
             approvals_asked += asked;
             if asked < steps {
                 violations.push(format!("{tag}: {asked} approvals asked for {steps} writes"));
@@ -724,7 +910,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
             continue;
         }
         let calls = by_tag.get(&tag).cloned().unwrap_or_default();
-        check_calls(&tag, steps, &calls, &faulted, &mut violations);
+        check_calls(&tag, steps, &calls, &faulted, &starved, &mut violations);
         repeated_calls += calls.len().saturating_sub(steps);
         let drivers = calls.iter().map(|c| c.caller.as_str()).collect::<BTreeSet<_>>().len().max(1);
         for step in 0..=steps {
@@ -767,6 +953,15 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
             violations.push(format!("{tag}: calls reached the witness for a run that is not listed"));
         }
     }
+    // Nothing in the store is damaged.
+    if let Some(path) = scene.copy_store("integrity") {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        let (check,): (String,) = sqlx::query_as("PRAGMA integrity_check").fetch_one(&mut conn).await.unwrap();
+        if check != "ok" {
+            violations.push(format!("the store's integrity check says: {check}"));
+        }
+    }
     // The audit chains verify.
     let out = scene.nexo(&["audit", "verify"]);
     if !out.status.success() {
@@ -774,7 +969,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
     }
     let report = format!(
         "{} nodes, {} s of faults ({} s in all): {} runs started ({} acknowledged, {} listed and checked), {} calls at the witness, \
-         {approvals_asked} approvals asked, {} given; {kills} kills, {pauses} pauses, {pg_restarts} PostgreSQL restarts; {repeated_calls} calls and \
+         {approvals_asked} approvals asked, {} given; {refused_full} requests refused on a full disk; {} runs resumed; {kills} kills, {pauses} pauses, {pg_restarts} PostgreSQL restarts; {repeated_calls} calls and \
          {repeated_turns} model turns repeated (each a faulted node's call in flight); {} violations",
         scene.slots.len(),
         settings.secs,
@@ -784,6 +979,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
         checked,
         by_tag.values().map(Vec::len).sum::<usize>(),
         approved,
+        resumed.len(),
         violations.len()
     );
     eprintln!("chaos: {report}");
@@ -799,6 +995,51 @@ async fn chaos(mut scene: Chaos, settings: &Settings, postgres: Option<&Postgres
             .collect::<Vec<_>>()
     );
     report
+}
+
+/// The disk-full faults on slot 0's node: a third of the time as usual;
+/// then the volume is full: a run request is stored or refused with the
+/// typed error (507 `store_full`), never anything else, and the node is
+/// killed (kill -9) half-way; then space returns and the node starts again.
+async fn disk_full(
+    scene: &mut Chaos,
+    secs: u64,
+    tenant: &Tenant,
+    plugin: &str,
+    starved: &mut BTreeSet<String>,
+    refused: &mut usize,
+    violations: &mut Vec<String>,
+) {
+    let third = Duration::from_secs(secs.max(3) / 3);
+    tokio::time::sleep(third).await;
+    let volume = scene.volume.clone().unwrap();
+    let took = volume.fill();
+    eprintln!("disk full: the filler took the last {took} bytes");
+    starved.insert(scene.slots[0].incarnation());
+    let full_until = Instant::now() + third / 2;
+    while Instant::now() < full_until {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let base = scene.any_node(0).unwrap();
+        let body = json!({"plugin": plugin, "input": "prompt chaos full 1"});
+        let resp =
+            scene.http.post(format!("{base}/v1/runs")).bearer_auth(&tenant.key).json(&body).send().await.unwrap();
+        let status = resp.status();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        match status {
+            StatusCode::ACCEPTED => {}
+            StatusCode::INSUFFICIENT_STORAGE
+                if answer["error"]["code"] == "store_full"
+                    && answer["error"]["message"].as_str().is_some_and(|m| m.contains("space")) =>
+            {
+                *refused += 1
+            }
+            other => violations.push(format!("a run request on a full disk got {other}: {answer}")),
+        }
+    }
+    scene.kill(0);
+    volume.free();
+    scene.start(0).await;
+    tokio::time::sleep(third).await;
 }
 
 /// The run's SSE stream, read to its end: (id, event, data) of each event.
@@ -842,8 +1083,22 @@ async fn three_nodes_over_postgres_survive_kills_pauses_and_a_database_restart()
     let dir = scene_dir("chaos-pg");
     let Some(pg) = Postgres::start(test, dir.join("postgres")) else { return };
     let scene = Chaos::new(dir.clone(), pg.url.clone(), 3).await;
-    chaos(scene, &settings, Some(&pg)).await;
+    chaos(scene, &settings, Faults::Nodes(Some(&pg))).await;
     drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_over_sqlite_on_a_disk_that_fills_up_refuses_then_recovers_intact() {
+    let test = "one_node_over_sqlite_on_a_disk_that_fills_up_refuses_then_recovers_intact";
+    let settings = Settings::from_env(test);
+    let dir = scene_dir("chaos-full");
+    let Some(volume) = Volume::make(test, dir.join("volume"), 48) else { return };
+    let volume = Arc::new(volume);
+    let store = volume.dir.join("nexo.db").display().to_string();
+    let mut scene = Chaos::new(dir.clone(), store, 1).await;
+    scene.volume = Some(volume);
+    chaos(scene, &settings, Faults::DiskFull).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -852,6 +1107,6 @@ async fn one_node_over_sqlite_survives_kill_9() {
     let settings = Settings::from_env("one_node_over_sqlite_survives_kill_9");
     let dir = scene_dir("chaos-sqlite");
     let scene = Chaos::new(dir.clone(), dir.join("nexo.db").display().to_string(), 1).await;
-    chaos(scene, &settings, None).await;
+    chaos(scene, &settings, Faults::Nodes(None)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
