@@ -306,6 +306,8 @@ struct Chaos {
     /// The volume the store and the data directories are on, if they are
     /// on one: every `nexo` runs in its namespace.
     volume: Option<Arc<Volume>>,
+    /// What killed nodes logged, for the report.
+    dead_logs: Vec<String>,
 }
 
 /// A tenant of the test: its name, key and whether its calls wait for approvals.
@@ -369,6 +371,7 @@ impl Chaos {
             faults: Vec::new(),
             http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap(),
             volume: None,
+            dead_logs: Vec::new(),
         }
     }
 
@@ -446,6 +449,17 @@ impl Chaos {
         Some(copy.join("nexo.db"))
     }
 
+    /// What the live nodes logged as warnings and errors (the first 40 lines of each).
+    fn warnings(&self) -> String {
+        // The agent asks for a second MCP server the scene does not configure.
+        let noted = |log: String| {
+            let worth = |l: &&str| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("not configured");
+            log.lines().filter(worth).take(40).collect::<Vec<_>>().join("\n")
+        };
+        let live = self.slots.iter().filter_map(|s| s.node.as_ref()).map(Node::log);
+        self.dead_logs.iter().cloned().chain(live).map(noted).collect::<Vec<_>>().join("\n---\n")
+    }
+
     /// Where slot `name`'s data directory is.
     fn data(&self, name: &str) -> PathBuf {
         match &self.volume {
@@ -469,6 +483,7 @@ impl Chaos {
         if let Some(mut node) = self.slots[i].node.take() {
             node.child.kill().unwrap();
             node.child.wait().unwrap();
+            self.dead_logs.push(node.log());
         }
         self.slots[i].paused = false;
         self.publish();
@@ -985,14 +1000,15 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
     eprintln!("chaos: {report}");
     assert!(
         violations.is_empty(),
-        "chaos (seed {}): {report}\n{}\nfaults: {:?}",
+        "chaos (seed {}): {report}\n{}\nfaults: {:?}\nthe nodes' warnings and errors:\n{}",
         settings.seed,
         violations.join("\n"),
         scene
             .faults
             .iter()
             .map(|f| (f.at.duration_since(started).as_millis(), f.what, &f.incarnation))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>(),
+        scene.warnings()
     );
     report
 }

@@ -49,6 +49,18 @@ pub enum StoreError {
         /// The newest this build understands.
         supported: i64,
     },
+    /// The store's disk (or its database server's) has no space left for
+    /// the write. What was written before stays intact.
+    #[error(
+        "the store at {location} is out of disk space, so nothing more could be written ({reason}); what was \
+         written before is intact: free space on its volume, or grow it, then try again"
+    )]
+    Full {
+        /// Where.
+        location: String,
+        /// What the database engine said.
+        reason: String,
+    },
     /// No such run.
     #[error("there is no run `{0}` in this store (`nexo runs list` shows the runs there are)")]
     NoRun(String),

@@ -63,6 +63,8 @@ const TOO_MANY_CONNECTIONS: &str = "53300";
 const SERIALIZATION_FAILURE: &str = "40001";
 const DEADLOCK: &str = "40P01";
 const DATA_CORRUPTED: &str = "XX001";
+/// The database server's disk is full (`disk_full`).
+const DISK_FULL: &str = "53100";
 const INDEX_CORRUPTED: &str = "XX002";
 
 /// A store in a PostgreSQL database.
@@ -191,6 +193,7 @@ impl Dialect for PgDatabase {
             Some(DATA_CORRUPTED | INDEX_CORRUPTED) => {
                 StoreError::Corrupt { location: self.location.clone(), reason: text }
             }
+            Some(DISK_FULL) => StoreError::Full { location: self.location.clone(), reason: text },
             Some(SERIALIZATION_FAILURE | DEADLOCK) => StoreError::Backend(format!(
                 "{}: {text} (another process changed the same rows at the same moment; try again)",
                 self.location

@@ -154,9 +154,9 @@ impl SqliteStore {
             .idle_timeout(None)
             .max_lifetime(None)
             .test_before_acquire(false)
-            .connect_lazy_with(options.read_only(true));
+            .connect_lazy_with(options.clone().read_only(true));
         restrict_side_files(&path);
-        let writer = Writer::new(writer, location.clone(), db_error);
+        let writer = Writer::new(writer, options, location.clone(), db_error);
         Ok(SqlStore::new(SqliteFile { path, location, writer, reader }))
     }
 
@@ -535,6 +535,9 @@ fn open_error(location: &str, e: &sqlx::Error) -> StoreError {
 fn db_error(location: &str, e: &sqlx::Error) -> StoreError {
     match sqlite_code(e) {
         Some(code) if is_corrupt(code) => StoreError::Corrupt { location: location.to_string(), reason: e.to_string() },
+        Some(code) if code & 0xff == SQLITE_FULL => {
+            StoreError::Full { location: location.to_string(), reason: e.to_string() }
+        }
         Some(code) => StoreError::Backend(format!("{location}: {e}{}", hint(code))),
         None => StoreError::Backend(format!("{location}: {e}")),
     }

@@ -13,6 +13,12 @@
 //! error. A write with nobody queued behind it commits at once, alone, as
 //! it would without groups.
 //!
+//! A failed statement may end the transaction by itself: on a full disk
+//! (and on some I/O errors) SQLite rolls it back, the ROLLBACK that follows
+//! fails, and sqlx goes on counting a transaction that is gone, refusing
+//! every later `BEGIN`. A rollback that fails therefore replaces the
+//! connection with a new one ([`Inner::reconnect`]).
+//!
 //! A write dropped half-way (its future cancelled) marks the connection:
 //! the next holder waits for what is in flight on it, then rolls back
 //! what the write began, going by sqlx's own count of open transactions
@@ -24,7 +30,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use sqlx::sqlite::{SqliteConnection, SqliteTransactionManager};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteTransactionManager};
 use sqlx::{Connection, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard, watch};
@@ -61,6 +67,8 @@ struct Inner {
     counts: [AtomicU64; 2],
     location: String,
     error: ErrorFn,
+    /// How to open the connection again.
+    options: SqliteConnectOptions,
 }
 
 #[derive(Debug)]
@@ -96,6 +104,7 @@ struct Group {
 #[derive(Debug, Clone)]
 enum Failure {
     Corrupt { location: String, reason: String },
+    Full { location: String, reason: String },
     Other(String),
 }
 
@@ -105,6 +114,9 @@ impl Failure {
             StoreError::Corrupt { location, reason } => {
                 Failure::Corrupt { location: location.clone(), reason: reason.clone() }
             }
+            StoreError::Full { location, reason } => {
+                Failure::Full { location: location.clone(), reason: reason.clone() }
+            }
             other => Failure::Other(other.to_string()),
         }
     }
@@ -112,6 +124,7 @@ impl Failure {
     fn error(self) -> StoreError {
         match self {
             Failure::Corrupt { location, reason } => StoreError::Corrupt { location, reason },
+            Failure::Full { location, reason } => StoreError::Full { location, reason },
             Failure::Other(message) => StoreError::Backend(message),
         }
     }
@@ -161,8 +174,14 @@ fn depth(conn: &SqliteConnection) -> usize {
 }
 
 impl Writer {
-    /// The writer over `conn`, a connection to the store at `location`.
-    pub(crate) fn new(conn: SqliteConnection, location: String, error: ErrorFn) -> Writer {
+    /// The writer over `conn`, a connection to the store at `location`
+    /// made with `options`.
+    pub(crate) fn new(
+        conn: SqliteConnection,
+        options: SqliteConnectOptions,
+        location: String,
+        error: ErrorFn,
+    ) -> Writer {
         let slot = Slot { conn, group: None, dirty: false };
         let inner = Inner {
             slot: Arc::new(Mutex::new(Some(slot))),
@@ -170,6 +189,7 @@ impl Writer {
             counts: Default::default(),
             location,
             error,
+            options,
         };
         Writer { inner: Arc::new(inner) }
     }
@@ -233,6 +253,36 @@ impl Inner {
         self.held(guard)
     }
 
+    /// Rolls back the innermost transaction or savepoint. If SQLite ended
+    /// the transaction already (a full disk), the ROLLBACK fails and sqlx's
+    /// count of open transactions stays wrong: the connection is replaced,
+    /// which leaves nothing open. `false` if even that failed.
+    async fn roll_back(&self, slot: &mut Slot) -> bool {
+        if SqliteTransactionManager::rollback(&mut slot.conn).await.is_ok() {
+            return true;
+        }
+        self.reconnect(slot).await
+    }
+
+    /// Replaces the slot's connection with a new one (nothing open on it).
+    async fn reconnect(&self, slot: &mut Slot) -> bool {
+        use sqlx::ConnectOptions;
+        match self.options.connect().await {
+            Ok(fresh) => {
+                let stale = std::mem::replace(&mut slot.conn, fresh);
+                stale.close().await.ok();
+                // The group's transaction went with the old connection's.
+                if let Some(group) = slot.group.take() {
+                    let why = format!("{}: the transaction was rolled back by the database", self.location);
+                    group.finish(Err(Failure::Other(why)));
+                }
+                true
+            }
+            // The next write tries again, and fails as the store does.
+            Err(_) => false,
+        }
+    }
+
     fn counted(&self, writes: u64, commits: u64) {
         self.counts[0].fetch_add(writes, Ordering::Relaxed);
         self.counts[1].fetch_add(commits, Ordering::Relaxed);
@@ -275,7 +325,7 @@ impl Inner {
         slot.conn.ping().await.ok();
         let open = usize::from(slot.group.is_some());
         while depth(&slot.conn) > open {
-            if SqliteTransactionManager::rollback(&mut slot.conn).await.is_err() {
+            if !self.roll_back(slot).await {
                 break;
             }
         }
@@ -297,7 +347,7 @@ impl Inner {
             group.finish(Err(Failure::of(why)));
         }
         while depth(&slot.conn) > 0 {
-            if SqliteTransactionManager::rollback(&mut slot.conn).await.is_err() {
+            if !self.roll_back(slot).await {
                 break;
             }
         }
@@ -316,7 +366,7 @@ impl Inner {
             }
             Err(ref e) => {
                 group.finish(Err(Failure::of(e)));
-                SqliteTransactionManager::rollback(&mut slot.conn).await.ok();
+                self.roll_back(slot).await;
             }
         }
         slot.dirty = false;
@@ -432,12 +482,12 @@ impl Turn {
         let group = match kind {
             Kind::Plain => None,
             Kind::Own if result.is_err() => {
-                SqliteTransactionManager::rollback(&mut slot.conn).await.ok();
+                inner.roll_back(&mut slot).await;
                 None
             }
             Kind::Own if inner.nobody_queued() => {
                 if let Err(e) = SqliteTransactionManager::commit(&mut slot.conn).await {
-                    SqliteTransactionManager::rollback(&mut slot.conn).await.ok();
+                    inner.roll_back(&mut slot).await;
                     slot.dirty = false;
                     unfinished.armed = false;
                     return (Err(inner.error(&e)), true);

@@ -64,7 +64,8 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    /// A store failure: conflicts are the caller's (409), the rest the server's.
+    /// A store failure: conflicts are the caller's (409), a full disk is 507,
+    /// the rest the server's.
     pub fn store(e: StoreError) -> ApiError {
         match e {
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
@@ -75,6 +76,16 @@ impl ApiError {
                 ApiError::new(StatusCode::CONFLICT, "already_decided", e.to_string())
             }
             StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
+            e @ StoreError::Full { .. } => {
+                // Where the store is (a path, a server) is the operator's, in the log.
+                tracing::error!(target: "nexo::server", "store: {e}");
+                ApiError::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "store_full",
+                    "the server's store is out of disk space, so nothing was written; what was written before is \
+                     intact: try again once its operator has freed space",
+                )
+            }
             other => {
                 // The details (a path, a server's address) are the operator's, in the log.
                 tracing::error!(target: "nexo::server", "store: {other}");
