@@ -221,10 +221,12 @@ pub enum RunError {
         stderr: String,
     },
 
-    /// The plugin ran past its deadline and was stopped.
+    /// The plugin ran past its deadline and was stopped. The fix is named
+    /// as the settings name it (the command line adds its flag): a served
+    /// run's tenant never reads a flag it cannot pass.
     #[error(
         "plugin `{plugin}` was stopped in `{function}` after its {} s deadline. \
-         If the work is legitimate, raise the limit (`--timeout`)",
+         If the work is legitimate, raise the run's time limit (on a server, `[serve] run-timeout-secs`)",
         limit.as_secs_f64()
     )]
     Deadline {

@@ -69,6 +69,7 @@ fn run_json_reports_the_outcome() {
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(v["status"], "error");
     assert!(v["error"].as_str().unwrap().contains("deadline"));
+    assert!(stderr(&out).contains("hint: raise `--timeout`"), "the command line names its flag: {}", stderr(&out));
 }
 
 #[test]
