@@ -266,6 +266,55 @@ async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_check
     assert!(text.contains("Revenue grew."), "{text}");
 }
 
+/// A decision binds to the component that made the call: approved for one
+/// component, the same call from a changed one (a resume that allows it,
+/// by checkpoints only) asks again, for the new component, and writes
+/// nothing until that is decided; decided, it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_does_not_carry_over_to_a_changed_component() {
+    let scene = Scene::new().await;
+    let copy = scene.dir.path().join("probe.wasm");
+    std::fs::copy(built::WORKFLOW_PROBE, &copy).unwrap();
+    let copy = copy.display().to_string();
+    let args = scene.run_args(&copy, "!write notes.txt hi", &["--allow", "write", "--mode", "approve"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let first = last_json(&out)["approval"].clone();
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+
+    // The component changes; call 1 is approved as shown, and the run goes on with the new one.
+    rebuilt(built::WORKFLOW_PROBE, Path::new(&copy));
+    let (seq, hash) = (first["seq"].to_string(), first["args_hash"].as_str().unwrap().to_string());
+    let decide = ["runs", "approve", &id, "--seq", &seq, "--args-hash", &hash, "--allow-changed-component", "--json"];
+    let out = scene.nexo(&decide);
+    assert_eq!(out.status.code(), Some(4), "it asks again: {}{}", stdout(&out), stderr(&out));
+    let again = last_json(&out)["approval"].clone();
+    assert_eq!((&again["tool"], &again["arguments"]), (&first["tool"], &first["arguments"]), "the same call: {again}");
+    assert_ne!(again["component_sha256"], first["component_sha256"], "for the new component: {again}");
+    assert_eq!(again["decision"], Value::Null, "{again}");
+    assert!(!scene.ws().join("notes.txt").exists(), "the decision for the old component wrote nothing");
+
+    // Once more, at the same position: each pass by checkpoints numbers its calls alike, so
+    // only the component tells the decision for the second component from the third's call.
+    rebuilt(&copy, Path::new(&copy));
+    let (seq, hash) = (again["seq"].to_string(), again["args_hash"].as_str().unwrap().to_string());
+    let decide = ["runs", "approve", &id, "--seq", &seq, "--args-hash", &hash, "--allow-changed-component", "--json"];
+    let out = scene.nexo(&decide);
+    assert_eq!(out.status.code(), Some(4), "it asks again: {}{}", stdout(&out), stderr(&out));
+    let third = last_json(&out)["approval"].clone();
+    assert_eq!((&third["seq"], &third["args_hash"]), (&again["seq"], &again["args_hash"]), "{third}");
+    assert_ne!(third["component_sha256"], again["component_sha256"], "for the third component: {third}");
+    assert!(!scene.ws().join("notes.txt").exists(), "the decision for the second component wrote nothing");
+
+    // Decided for the component that runs, it goes through.
+    let (seq, hash) = (third["seq"].to_string(), third["args_hash"].as_str().unwrap().to_string());
+    let decide = ["runs", "approve", &id, "--seq", &seq, "--args-hash", &hash, "--allow-changed-component", "--json"];
+    let out = scene.nexo(&decide);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "wrote notes.txt");
+    assert_eq!(std::fs::read_to_string(scene.ws().join("notes.txt")).unwrap(), "hi");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_provider_or_search_key_reaches_the_store_and_ephemeral_runs_leave_no_record() {
     const SEARCH_KEY: &str = "search-key-durable-7777";
