@@ -804,15 +804,7 @@ async fn a_run_whose_node_is_killed_is_finished_by_another_with_no_effect_twice(
     }
     assert!(!answer.contains("never delivered"), "{answer}");
     // Model turns: each step's once, but the one in flight at the kill (asked again by node two).
-    let prompts: Vec<String> = scene
-        .model
-        .requests()
-        .iter()
-        .filter_map(|r| {
-            let messages = r.body["messages"].as_array()?;
-            messages.iter().rev().find(|m| m["role"] == "user")?["content"].as_str().map(String::from)
-        })
-        .collect();
+    let prompts = common::prompts(&scene.model);
     let asked = |i: usize| prompts.iter().filter(|p| **p == format!("step {i}")).count();
     for i in 0..STEPS {
         assert_eq!(asked(i), if i == HELD { 2 } else { 1 }, "step {i}: {prompts:?}");

@@ -97,17 +97,24 @@ async fn post_form(
     (resp.status(), resp.text().await.unwrap())
 }
 
+/// A scene whose tenant `alice` writes with approval, on one node, with the
+/// workflow probe uploaded: the scene, her key, the node and the upload.
+async fn writer() -> (Scene, String, Node, Value) {
+    let scene = Scene::new(None).await;
+    let alice = scene.tenant("alice", Some(writer_policy()));
+    let node = scene.node("a");
+    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    (scene, alice, node, plugin)
+}
+
 fn shown(run: &Value) -> Value {
     json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing() {
-    let scene = Scene::new(None).await;
-    let alice = scene.tenant("alice", Some(writer_policy()));
-    let node = scene.node("a");
-    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
-    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let (scene, alice, node, plugin) = writer().await;
     let sha = plugin["id"].as_str().unwrap();
     let write = |id: &str, path: &str, content: &str| {
         Reply::tool_calls(vec![MockToolCall::new(id, "write_file", json!({"path": path, "content": content}))])
@@ -201,11 +208,7 @@ async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing(
 /// tool error the model is told of, and the run ends `done`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_binds_to_the_calls_position_and_a_denial_tells_the_model() {
-    let scene = Scene::new(None).await;
-    let alice = scene.tenant("alice", Some(writer_policy()));
-    let node = scene.node("a");
-    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
-    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let (scene, alice, node, plugin) = writer().await;
     // The model makes the same call twice, then answers.
     let write = |id: &str| {
         Reply::tool_calls(vec![MockToolCall::new(id, "write_file", json!({"path": "notes.txt", "content": "hi"}))])
