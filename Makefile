@@ -12,7 +12,9 @@ PLUGIN_OUT := target/plugins
 NEXO := target/release/nexo
 CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 
-.PHONY: demo test toolchain plugins install bench bench-peers bench-check bench-startup bench-conversation bench-serve lint fmt fuzz
+# `make test` runs the chaos harness for 30 s of faults per scene; `make chaos` for five
+# minutes, then checks that the harness catches nexo with fencing or leases broken.
+.PHONY: chaos demo test toolchain plugins install bench bench-peers bench-check bench-startup bench-conversation bench-serve lint fmt fuzz
 
 toolchain:
 	./scripts/wasm-toolchain.sh
@@ -107,6 +109,11 @@ bench-serve: toolchain
 # Every cargo-fuzz target for FUZZ_SECS seconds each (default 600); see CONTRIBUTING.md, "Fuzzing".
 # `cargo test` runs the same targets briefly (fuzz-targets/tests/smoke.rs).
 FUZZ_SECS ?= 600
+chaos: toolchain
+	./scripts/postgres.sh >/dev/null
+	NEXO_CHAOS_SECS=$${NEXO_CHAOS_SECS:-300} $(CARGO) test -p nexo --test chaos -- --nocapture
+	NEXO_CHAOS_SECS=$${NEXO_CHAOS_SECS:-60} ./scripts/chaos-mutants.sh
+
 fuzz: toolchain
 	FUZZ_SECS=$(FUZZ_SECS) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 

@@ -8,10 +8,14 @@
 # target/postgres/url); everything else goes to stderr:
 #
 #   NEXO_TEST_POSTGRES=$(./scripts/postgres.sh) cargo test -p nexo-store
+#
+# NEXO_PG_DIR puts a cluster elsewhere (the chaos test makes its own, to
+# restart it); `postgres.sh stop` stops the cluster at once, as a crash
+# would (pg_ctl's immediate mode: the next start recovers from its WAL).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="$root/target/postgres"
+dir="${NEXO_PG_DIR:-$root/target/postgres}"
 data="$dir/data"
 port="${NEXO_PG_PORT:-55432}"
 # A test password, not a secret: the server listens on loopback only.
@@ -49,6 +53,13 @@ as_owner() { "$@"; }
 if [ "$(id -u)" -eq 0 ]; then
   id postgres >/dev/null 2>&1 || { say "error: running as root needs a 'postgres' user to own the server (the postgresql package creates it)"; exit 1; }
   as_owner() { runuser -u postgres -- "$@"; }
+fi
+
+if [ "${1:-}" = "stop" ]; then
+  if [ -s "$data/PG_VERSION" ] && as_owner "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_owner "$bin/pg_ctl" -D "$data" -m immediate -w stop >&2
+  fi
+  exit 0
 fi
 
 mkdir -p "$dir"

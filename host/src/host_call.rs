@@ -587,14 +587,18 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
         Err(refusal) => Err(C::Error::from(refusal)),
     };
     audited.finish(&result);
-    // journal: the result is recorded before anyone sees it
-    if let Some((journal, seq, hash)) = live
-        && result.as_ref().err().is_none_or(|e| call.journal_error(e))
-    {
-        let text = serde_json::to_string(&result).unwrap_or_default();
+    let record = live
+        .filter(|_| result.as_ref().err().is_none_or(|e| call.journal_error(e)))
+        .map(|(journal, seq, hash)| (journal, seq, hash, serde_json::to_string(&result).unwrap_or_default()));
+    // The result's event is pending before the entry commits, so it commits
+    // with it: a replay answers the call without an event, and a process
+    // that died after the entry but before the next commit lost it.
+    let reply = conclude(cx, call, model, result);
+    // journal: the result is recorded before the caller sees it
+    if let Some((journal, seq, hash, text)) = record {
         journal.finish(seq, call.interface(), call.name(), &hash, text, call.effect()).await;
     }
-    conclude(cx, call, model, result)
+    reply
 }
 
 /// What the path's first steps let through to the handler.

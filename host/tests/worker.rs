@@ -239,6 +239,10 @@ async fn a_killed_workers_run_is_reclaimed_and_finishes_without_repeating_a_paid
     let events = scene.nexo(&["runs", "events", &id]);
     let writes = stdout(&events).lines().filter(|l| l.contains("tool_call") && l.contains("write_file")).count();
     assert_eq!(writes, 1, "the write ran once:\n{}", stdout(&events));
+    // Its result's event committed with its entry: the kill, after the
+    // entry and before the next turn's commit, did not lose it.
+    let results = stdout(&events).lines().filter(|l| l.contains("tool_result") && l.contains("write_file")).count();
+    assert_eq!(results, 1, "the write's result was reported once:\n{}", stdout(&events));
 }
 
 /// Two `nexo runs resume` of one suspended run at once: exactly one goes on.

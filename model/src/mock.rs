@@ -48,7 +48,10 @@
 //! deltas, tool-call arguments split into several fragments (the fragments of
 //! several calls interleaved, to exercise assembly by index), and the event
 //! stream itself cut into small, unaligned network chunks. A request that
-//! finds the queue empty gets HTTP 400 naming the problem.
+//! finds the queue empty goes to the responder, if one is set
+//! ([`MockServer::respond_with`]: a model that answers from the conversation,
+//! for tests that cannot know the order of their requests), and otherwise
+//! gets HTTP 400 naming the problem.
 //!
 //! Each [`RecordedRequest`] also carries its body's size and when the server
 //! received it and replied, so a benchmark can subtract the server's own
@@ -307,11 +310,21 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug, Default)]
+/// Answers a request's body when no reply is queued.
+pub type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
+#[derive(Default)]
 struct Shared {
     replies: Mutex<VecDeque<Reply>>,
+    responder: Mutex<Option<Responder>>,
     requests: Mutex<Vec<RecordedRequest>>,
     next_seq: AtomicU64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("next_seq", &self.next_seq).finish_non_exhaustive()
+    }
 }
 
 /// A running mock server on `127.0.0.1`. Dropping it stops the server.
@@ -374,6 +387,14 @@ impl MockServer {
         self
     }
 
+    /// Answers every request that finds the queue empty with `responder`'s
+    /// reply to its body: a deterministic function of the conversation
+    /// answers a replayed or repeated turn the way it answered the first.
+    pub fn respond_with(&self, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> &Self {
+        *lock(&self.shared.responder) = Some(Arc::new(responder));
+        self
+    }
+
     /// Every request received so far, in order (retries included).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests).clone()
@@ -429,6 +450,9 @@ async fn reply_to(
     // Read before the body moves into the record, so a long conversation is not copied.
     let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let model = parsed.get("model").and_then(Value::as_str).unwrap_or("mock-model").to_string();
+    // The responder's copy of the body, taken only when there is one to ask.
+    let responder = lock(&shared.responder).clone();
+    let asked = responder.as_ref().map(|_| parsed.clone());
     let recorded = RecordedRequest {
         method: method.to_string(),
         path: uri.path().to_string(),
@@ -453,7 +477,8 @@ async fn reply_to(
     } else {
         return json_response(404, &json!({"error": {"message": format!("nexo mock: no API at {path}")}}), None);
     };
-    let Some(reply) = lock(&shared.replies).pop_front() else {
+    let queued = lock(&shared.replies).pop_front();
+    let Some(reply) = queued.or_else(|| responder.zip(asked).map(|(r, body)| r(&body))) else {
         return error_response(api, 400, &format!("nexo mock: no reply queued for this request to {path}"), None);
     };
     if let Some(delay) = reply.delay {

@@ -24,6 +24,7 @@
 
 mod confine;
 mod container;
+mod landlock_abi;
 mod local;
 mod path;
 pub mod process;

@@ -41,6 +41,7 @@ use rustix::io::Errno;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED, Sockets};
+use crate::landlock_abi::{KernelLandlock, LandlockUnusable, required_abi};
 use crate::process::{AfterExit, Job, OnTimeout, Outcome, cloexec_all_but};
 use crate::view::{LANDLOCK_DEVICES, SystemView};
 use crate::{ExecOutput, SandboxError};
@@ -289,10 +290,7 @@ impl ShellPolicy {
             },
             Confinement::Landlock => match landlock_usable() {
                 Ok(_) => Ok(Confinement::Landlock),
-                Err(why) => Err(SandboxError::Config(format!(
-                    "shell confinement Landlock was requested, but {why}. Run on Linux 6.12+ (Landlock ABI 6) with \
-                     Landlock enabled (the `lsm=` boot parameter must include `landlock`), or choose Bubblewrap"
-                ))),
+                Err(why) => Err(SandboxError::Config(format!("shell confinement Landlock was requested, but {why}"))),
             },
             Confinement::Auto => {
                 let bwrap = match self.bwrap_binary().and_then(|b| probe_bwrap(&b)) {
@@ -620,28 +618,21 @@ fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
 // ---------------------------------------------------------------------------
 // Landlock.
 
-/// The Landlock ABIs this module uses, newest first. ABI 6 is the oldest that
-/// scopes signals, which keeps the command from killing its shepherd, so older
-/// kernels are refused. Newer kernels are used at ABI 6 (ABI 9 adds pathname
-/// Unix sockets and ABI 10 UDP; the seccomp filter already refuses both).
-const LANDLOCK_ABIS: [ABI; 1] = [ABI::V6];
-
-/// The newest ABI in [`LANDLOCK_ABIS`] the kernel fully supports; probed once.
-fn landlock_abi() -> Result<ABI, String> {
-    static ABI_FOUND: OnceLock<Result<ABI, String>> = OnceLock::new();
+/// The Landlock ABI the kernel supports as [`required_abi`] decides, and
+/// fully enforces; probed once.
+fn landlock_abi() -> Result<ABI, LandlockUnusable> {
+    static ABI_FOUND: OnceLock<Result<ABI, LandlockUnusable>> = OnceLock::new();
     ABI_FOUND
         .get_or_init(|| {
-            let mut last = None;
-            for abi in LANDLOCK_ABIS {
-                match landlock_ruleset(abi, false, &[]) {
-                    Ok(_) => return Ok(abi),
-                    Err(e) => last = Some(e),
+            let kernel = KernelLandlock::probe();
+            let abi = required_abi(kernel)?;
+            match landlock_ruleset(abi, false, &[]) {
+                Ok(_) => Ok(abi),
+                Err(e) => {
+                    let found = if let KernelLandlock::Abi(n) = kernel { n } else { 0 };
+                    Err(LandlockUnusable::Refused { found, why: e.to_string() })
                 }
             }
-            Err(match last {
-                Some(e) => format!("the kernel does not support Landlock ABI 6 ({e})"),
-                None => "the kernel does not support Landlock ABI 6".into(),
-            })
         })
         .clone()
 }
@@ -649,9 +640,10 @@ fn landlock_abi() -> Result<ABI, String> {
 /// Whether Landlock confinement as a whole works here: the ABI, the seccomp
 /// filter and the shepherd.
 fn landlock_usable() -> Result<ABI, String> {
-    let abi = landlock_abi()?;
-    confine::socket_filter()?;
-    confine::shepherd_supported()?;
+    let abi = landlock_abi().map_err(|e| e.to_string())?;
+    let or_bubblewrap = |why: String| format!("{why}. Use bubblewrap (Confinement::Bubblewrap)");
+    confine::socket_filter().map_err(or_bubblewrap)?;
+    confine::shepherd_supported().map_err(or_bubblewrap)?;
     Ok(abi)
 }
 
@@ -698,7 +690,7 @@ pub(crate) fn confine_with_landlock(
     how: Landlocked<'_>,
     view: &SystemView,
 ) -> Result<(), SandboxError> {
-    let abi = landlock_abi().map_err(SandboxError::Config)?;
+    let abi = landlock_abi().map_err(|e| SandboxError::Config(e.to_string()))?;
     let network = how.sockets != Sockets::None;
     if network && !how.connect_ports.is_empty() && abi < ABI::V4 {
         return Err(SandboxError::Config(

@@ -6,7 +6,9 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -105,15 +107,21 @@ fn writes_inside_the_root(c: Confinement) {
 /// Re-runs this test binary with a secret in its environment (set at birth, so
 /// no `set_var` in a threaded process) and has it check the command cannot see it.
 fn env_is_narrowed(c: Confinement) {
+    let env = [("NEXO_ENV_PROBE", format!("{c:?}")), ("NEXO_TEST_SECRET", "hunter2".into())];
+    run_probe(c, "env_is_narrowed", &env, "env-probe-ok");
+}
+
+/// Re-runs this binary as `c`'s test `test` alone, with `env` set at birth,
+/// and checks that the probe the environment asks for passed (printed `ok`).
+fn run_probe(c: Confinement, test: &str, env: &[(&str, String)], ok: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &itself(c, "env_is_narrowed"), "--nocapture", "--test-threads=1"])
-        .env("NEXO_ENV_PROBE", format!("{c:?}"))
-        .env("NEXO_TEST_SECRET", "hunter2")
+        .args(["--exact", &itself(c, test), "--nocapture", "--test-threads=1"])
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("env-probe-ok"), "{stdout}\n{stderr}");
+    assert!(out.status.success() && stdout.contains(ok), "{stdout}\n{stderr}");
 }
 
 /// The probe `env_is_narrowed` re-runs this binary for.
@@ -563,14 +571,7 @@ fn supervisor_sigkill_ends_the_command(c: Confinement) {
 /// Re-runs this test binary to open descriptors without close-on-exec (the
 /// way a parent shell's `exec 7<dir` would), isolated from other tests.
 fn inherited_descriptors_are_closed(c: Confinement) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &itself(c, "inherited_descriptors_are_closed"), "--nocapture", "--test-threads=1"])
-        .env("NEXO_FD_PROBE", format!("{c:?}"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("fd-probe-ok"), "{stdout}\n{stderr}");
+    run_probe(c, "inherited_descriptors_are_closed", &[("NEXO_FD_PROBE", format!("{c:?}"))], "fd-probe-ok");
 }
 
 /// The probe `inherited_descriptors_are_closed` re-runs this binary for.
@@ -639,6 +640,142 @@ fn cpu_time_is_limited(c: Confinement) {
     assert!(out.stdout.starts_with("status=") && !out.stdout.contains("status=0"), "{out:?}");
 }
 
+/// The uid the process-limit probe runs as: one per mechanism and unused on
+/// the machine, so no other process counts against its limit.
+fn probe_uid(c: Confinement) -> u32 {
+    64_000
+        + match c {
+            Confinement::Auto => 0,
+            Confinement::Bubblewrap => 1,
+            Confinement::Landlock => 2,
+            Confinement::Unconfined => 3,
+        }
+}
+
+/// The kernel does not apply RLIMIT_NPROC to root, so as root this runs the
+/// probe in a copy of this binary (somewhere any user can read) as an
+/// unprivileged uid; it says it was skipped if that cannot be done here.
+fn processes_are_limited(c: Confinement) {
+    let test = itself(c, "processes_are_limited");
+    if !rustix::process::getuid().is_root() {
+        let dir = tempfile::Builder::new().prefix("shell-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        return nproc_probe(&format!("{c:?}"), dir.path());
+    }
+    let uid = probe_uid(c);
+    let copy = tempfile::Builder::new().prefix("nexo-nproc-").tempdir().unwrap();
+    let (exe, work) = (copy.path().join("shell-test"), copy.path().join("work"));
+    let setup = (|| {
+        std::fs::set_permissions(copy.path(), std::fs::Permissions::from_mode(0o755))?;
+        std::fs::copy(std::env::current_exe()?, &exe)?;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::create_dir(&work)?;
+        std::os::unix::fs::chown(&work, Some(uid), Some(uid))
+    })();
+    let run = setup.and_then(|()| {
+        Command::new(&exe)
+            .args(["--exact", &test, "--nocapture", "--test-threads=1"])
+            .env("NEXO_NPROC_PROBE", format!("{c:?}"))
+            .env("NEXO_NPROC_DIR", &work)
+            .current_dir(&work)
+            .uid(uid)
+            .gid(uid)
+            .output()
+    });
+    let out = match run {
+        Ok(out) => out,
+        Err(e) => {
+            return nexo_testkit::skipped(&test, &format!("cannot run this test's probe as uid {uid} here: {e}"));
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("nproc-probe-ok"), "as uid {uid}:\n{stdout}\n{stderr}");
+}
+
+/// Tasks (threads included) whose real uid is this process's: what
+/// RLIMIT_NPROC counts.
+fn tasks_of_this_user() -> usize {
+    let uid = rustix::process::getuid().as_raw();
+    let mine = |status: &str| {
+        status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().next())
+            == Some(uid.to_string().as_str())
+    };
+    let tasks = |pid: &str| std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().filter(|n| n.parse::<u32>().is_ok()).map(String::from))
+        .flat_map(|pid| tasks(&pid).map(move |t| format!("/proc/{pid}/task/{}/status", t.file_name().display())))
+        .filter(|path| std::fs::read_to_string(path).is_ok_and(|s| mine(&s)))
+        .count()
+}
+
+/// The probe `processes_are_limited` runs as an unprivileged user: 64
+/// background forks fail under a limit a few processes above what this user
+/// already runs, and all succeed without it.
+fn nproc_probe(name: &str, dir: &Path) {
+    assert!(!rustix::process::getuid().is_root(), "the process limit cannot be tested as root");
+    let c = confinement_named(name);
+    let forks = "i=0; while [ $i -lt 64 ]; do sleep 30 & i=$((i+1)); echo $i; done; echo all";
+    let sandbox = |processes: Option<u64>| {
+        let root = tempfile::Builder::new().prefix("root-").tempdir_in(dir).unwrap();
+        let limits = ShellLimits { processes, ..ShellLimits::default() };
+        let policy = require(ShellPolicy { confinement: c, limits, ..ShellPolicy::default() });
+        (LocalSandbox::with_shell(root.path(), policy).unwrap(), root)
+    };
+    // Room for the supervisor's threads, bwrap or the shepherd, and the shell.
+    let limit = tasks_of_this_user() as u64 + 12;
+    let (limited, _root) = sandbox(Some(limit));
+    let out = limited.exec(forks, LIMIT).unwrap();
+    let started = out.stdout.lines().filter(|l| l.parse::<u32>().is_ok()).count();
+    assert!(
+        (1..64).contains(&started) && !out.stdout.contains("all") && out.stderr.to_lowercase().contains("fork"),
+        "{started} forks under a limit of {limit} processes under {c:?}: {out:?}"
+    );
+    let (unlimited, _root) = sandbox(None);
+    let out = unlimited.exec(forks, LIMIT).unwrap();
+    assert!(out.status == 0 && out.stdout.ends_with("64\nall\n"), "without the limit under {c:?}: {out:?}");
+    println!("nproc-probe-ok");
+}
+
+/// Re-runs this binary to raise its own soft core limit (so a crash would
+/// dump, as the control shows) without touching the other tests.
+fn core_dumps_are_off(c: Confinement) {
+    run_probe(c, "core_dumps_are_off", &[("NEXO_CORE_PROBE", format!("{c:?}"))], "core-probe-ok");
+}
+
+/// The probe `core_dumps_are_off` re-runs this binary for.
+fn core_probe(name: &str) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let test = itself(confinement_named(name), "core_dumps_are_off");
+    let hard = getrlimit(Resource::Core).maximum;
+    setrlimit(Resource::Core, Rlimit { current: hard, maximum: hard }).unwrap();
+    let f = Fixture::with_proc(confinement_named(name));
+    let out = f.exec("grep 'Max core file size' /proc/self/limits");
+    let fields: Vec<&str> = out.stdout.split_whitespace().skip(4).collect();
+    assert_eq!(fields, ["0", "0", "bytes"], "core dumps are not off inside: {out:?}");
+    let out = f.exec("sh -c 'kill -SEGV $$'; sh -c 'kill -ABRT $$'; echo crashed");
+    assert_eq!(out.stdout, "crashed\n", "{out:?}");
+    // A core pattern that is a pipe or an absolute path would not write to the command's directory.
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    if pattern.starts_with(['|', '/']) || hard == Some(0) {
+        nexo_testkit::skipped(
+            &test,
+            &format!(
+                "no core file would be written to the working directory (core_pattern {pattern:?}, hard limit {hard:?}), so only the limit was checked"
+            ),
+        );
+        return println!("core-probe-ok");
+    }
+    // The control: outside the sandbox, the same crash does leave a core file.
+    let status = Command::new("/bin/sh").args(["-c", "kill -SEGV $$"]).current_dir(&f.outside).status().unwrap();
+    assert!(!status.success());
+    let entries = |dir: &Path| std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>();
+    assert!(!entries(&f.outside).is_empty(), "the control crash left no core file (core_pattern {pattern:?})");
+    assert!(entries(&f.root).is_empty(), "a crash in the sandbox left {:?} under {name}", entries(&f.root));
+    println!("core-probe-ok");
+}
+
 #[test]
 fn unconfined_commands_reach_outside_and_the_network() {
     probe_if_asked();
@@ -688,6 +825,10 @@ fn probe_if_asked() {
         orphan_probe(&name, &root);
     } else if let Ok(name) = std::env::var("NEXO_FD_PROBE") {
         fd_probe(&name);
+    } else if let (Ok(name), Some(dir)) = (std::env::var("NEXO_NPROC_PROBE"), std::env::var_os("NEXO_NPROC_DIR")) {
+        nproc_probe(&name, Path::new(&dir));
+    } else if let Ok(name) = std::env::var("NEXO_CORE_PROBE") {
+        core_probe(&name);
     } else {
         return;
     }
@@ -773,6 +914,16 @@ macro_rules! mechanism_tests {
             fn cpu_time_is_limited() {
                 super::probe_if_asked();
                 super::cpu_time_is_limited($confinement);
+            }
+            #[test]
+            fn processes_are_limited() {
+                super::probe_if_asked();
+                super::processes_are_limited($confinement);
+            }
+            #[test]
+            fn core_dumps_are_off() {
+                super::probe_if_asked();
+                super::core_dumps_are_off($confinement);
             }
             mechanism_tests!(@confined $confinement, $confined);
         }

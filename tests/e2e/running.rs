@@ -528,3 +528,25 @@ async fn a_skill_component_matches_its_skill_directory_and_serves_an_agent() {
     assert!(text.starts_with("AGENT"), "{text}");
     assert!(text.contains("# Skill: code-review") && text.contains("Read the changed files"), "{text}");
 }
+
+/// A guest's stdout (and stderr, the same kind of pipe) is held in memory up
+/// to the engine's `stdio_bytes`: a write past it is refused to the guest, so
+/// the host never holds more than the cap whatever the guest prints.
+#[tokio::test]
+async fn a_guests_stdout_stops_at_the_cap() {
+    let cap = engine().limits().stdio_bytes;
+    let plugin = Plugin::load(engine(), built::ESCAPE).await.unwrap();
+    let mut quiet = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
+    let report = quiet.run("print:under the cap").await.unwrap();
+    assert_eq!((report.answer.as_str(), quiet.stdout().as_str()), ("print:under the cap\tok\n", "under the cap"));
+
+    let mut flood = plugin.instantiate_agent(&RunOptions::default()).await.unwrap();
+    let result = flood.run(&format!("print:{}", "x".repeat(16 * cap))).await;
+    let kept = flood.stdout();
+    // The pipe fills to the cap; the write past it fails, and the guest's `println!` panics on that.
+    assert!(kept.len() == cap && kept.bytes().all(|b| b == b'x'), "{} bytes of stdout kept", kept.len());
+    match result {
+        Err(RunError::Trap { stderr, .. }) => assert!(stderr.contains("failed printing to stdout"), "{stderr}"),
+        other => panic!("printing past the cap was not refused: {:?}", other.map(|o| o.answer.len())),
+    }
+}

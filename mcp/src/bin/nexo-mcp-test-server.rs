@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! nexo-mcp-test-server [stdio]                       MCP over stdin/stdout
-//! nexo-mcp-test-server http --port N [--token T | --token-file F]
+//! nexo-mcp-test-server http --port N [--token T | --token-file F] [--witness FILE]
 //!     streamable HTTP on 127.0.0.1:N (0: any free port) at /mcp, printing the bound address
 //!     (`127.0.0.1:PORT`) as its first line; with a token, every request needs
 //!     `Authorization: Bearer T` (with --token-file, T is read from F at each request, so a test
-//!     can rotate it)
+//!     can rotate it); with a witness file, every `echo` and `write` call appends a line to it:
+//!     `NANOS CALLER TEXT`, the time since the epoch, the caller's bearer token (`-`
+//!     without one) and the text. A fault test counts each effect there, by who made it.
 //! ```
 //!
 //! Tools: `echo{text}`, `fail{message}` (a tool error), `hang{seconds}`,
@@ -64,8 +66,32 @@ fn tools() -> Vec<Tool> {
 }
 
 /// The test server's handler.
-#[derive(Clone)]
-struct TestServer;
+#[derive(Clone, Default)]
+struct TestServer {
+    /// Where `echo` and `write` calls are witnessed, if anywhere.
+    witness: Option<Arc<std::sync::Mutex<std::fs::File>>>,
+}
+
+impl TestServer {
+    /// Appends the call to the witness file: one `write` per line, so
+    /// concurrent calls never interleave within a line.
+    fn witness(&self, context: &RequestContext<RoleServer>, text: &str) -> Result<(), ErrorData> {
+        use std::io::Write as _;
+        let Some(file) = &self.witness else { return Ok(()) };
+        let caller = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get("authorization"))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("-")
+            .to_string();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let line = format!("{nanos} {caller} {}\n", text.replace('\n', " "));
+        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(line.as_bytes()).map_err(|e| ErrorData::internal_error(format!("witness: {e}"), None))
+    }
+}
 
 fn text_arg(args: &JsonObject, name: &str) -> Result<String, ErrorData> {
     args.get(name)
@@ -98,12 +124,16 @@ impl ServerHandler for TestServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         let ok = |text: String| CallToolResult::success(vec![ContentBlock::text(text)]);
         let result = match request.name.as_ref() {
-            "echo" => ok(text_arg(&args, "text")?),
+            "echo" => {
+                let text = text_arg(&args, "text")?;
+                self.witness(&context, &text)?;
+                ok(text)
+            }
             "fail" => CallToolResult::error(vec![ContentBlock::text(text_arg(&args, "message")?)]),
             "hang" => {
                 tokio::time::sleep(Duration::from_secs_f64(number_arg(&args, "seconds")?)).await;
@@ -118,8 +148,9 @@ impl ServerHandler for TestServer {
                 std::process::exit(3)
             }
             "write" => {
-                let path = text_arg(&args, "path")?;
-                match std::fs::write(&path, text_arg(&args, "text")?) {
+                let (path, text) = (text_arg(&args, "path")?, text_arg(&args, "text")?);
+                self.witness(&context, &text)?;
+                match std::fs::write(&path, text) {
                     Ok(()) => ok(format!("wrote {path}")),
                     Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("cannot write {path}: {e}"))]),
                 }
@@ -140,7 +171,7 @@ impl ServerHandler for TestServer {
 }
 
 async fn serve_stdio() -> Result<(), String> {
-    let service = TestServer.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+    let service = TestServer::default().serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
     service.waiting().await.map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -164,10 +195,21 @@ impl Expected {
     }
 }
 
-async fn serve_http(port: u16, expected: Expected) -> Result<(), String> {
+async fn serve_http(port: u16, expected: Expected, witness: Option<std::path::PathBuf>) -> Result<(), String> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
+    let witness = match witness {
+        Some(path) => Some(Arc::new(std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| format!("cannot open the witness file {}: {e}", path.display()))?,
+        ))),
+        None => None,
+    };
+    let server = TestServer { witness };
     let mcp = StreamableHttpService::new(
-        || Ok(TestServer),
+        move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
@@ -201,7 +243,7 @@ async fn serve_http(port: u16, expected: Expected) -> Result<(), String> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F]");
+    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F] [--witness FILE]");
     std::process::exit(2)
 }
 
@@ -213,16 +255,18 @@ async fn main() {
         Some("http") => {
             let mut port = None;
             let mut expected = Expected::None;
+            let mut witness = None;
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
                     "--port" => port = rest.next().and_then(|p| p.parse::<u16>().ok()),
                     "--token" => expected = Expected::Token(rest.next().cloned().unwrap_or_else(|| usage())),
                     "--token-file" => expected = Expected::File(rest.next().unwrap_or_else(|| usage()).into()),
+                    "--witness" => witness = Some(rest.next().unwrap_or_else(|| usage()).into()),
                     _ => usage(),
                 }
             }
-            serve_http(port.unwrap_or_else(|| usage()), expected).await
+            serve_http(port.unwrap_or_else(|| usage()), expected, witness).await
         }
         Some(_) => usage(),
     };
