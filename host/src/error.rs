@@ -221,10 +221,12 @@ pub enum RunError {
         stderr: String,
     },
 
-    /// The plugin ran past its deadline and was stopped.
+    /// The plugin ran past its deadline and was stopped. A recorded run
+    /// names the setting to raise in its front end's words
+    /// ([`crate::hint::Fix::TimeLimit`]); the command line adds its flag.
     #[error(
         "plugin `{plugin}` was stopped in `{function}` after its {} s deadline. \
-         If the work is legitimate, raise the limit (`--timeout`)",
+         If the work is legitimate, raise the run's time limit",
         limit.as_secs_f64()
     )]
     Deadline {

@@ -27,6 +27,8 @@ pub enum Fix<'a> {
     Sandbox(&'a str),
     /// Go on though the component changed: by checkpoints only.
     ChangedComponent,
+    /// Give the run more time.
+    TimeLimit,
 }
 
 impl Vocabulary {
@@ -50,6 +52,8 @@ impl Vocabulary {
             (Vocabulary::Settings, Fix::Sandbox(kind)) => format!("the `{kind}` sandbox"),
             (Vocabulary::Flags, Fix::ChangedComponent) => "`--allow-changed-component`".to_string(),
             (Vocabulary::Settings, Fix::ChangedComponent) => "allowing a changed component".to_string(),
+            (Vocabulary::Flags, Fix::TimeLimit) => "`--timeout SECS`".to_string(),
+            (Vocabulary::Settings, Fix::TimeLimit) => "on a server, `[serve] run-timeout-secs`".to_string(),
         }
     }
 }
@@ -66,6 +70,7 @@ mod tests {
             Fix::Sandbox("local"),
             Fix::Sandbox("container"),
             Fix::ChangedComponent,
+            Fix::TimeLimit,
         ];
         for fix in fixes {
             let said = Vocabulary::Settings.fix(fix);

@@ -589,4 +589,40 @@ pub(crate) mod tests {
         let same = journal(&store, Some(shown)).await;
         assert!(same.approval(UNPOSITIONED, "files", "read_file", &args, &hash, "ask".into()).is_ok());
     }
+
+    /// A decision binds to the call's position, its capability and the
+    /// component that made it: the same arguments at another position,
+    /// under another capability, or from another component (a resume that
+    /// allows a changed component) ask again, and only the call shown goes
+    /// through.
+    #[tokio::test]
+    async fn a_decision_binds_to_the_position_the_capability_and_the_component() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        run_r1(&store, RunStatus::Queued).await;
+        let args = json!({"path": "notes.txt", "content": "hi"});
+        let hash = hash_json(&args);
+        let asked = journal(&store, None).await;
+        let err = asked.approval(7, "write", "write_file", &args, &hash, "ask".into());
+        assert!(matches!(err, Err(ToolError::ApprovalRequired(_))), "{err:?}");
+        let Some(Halt::Suspend { approval: Some(mut shown), .. }) = asked.halted() else { panic!("no approval") };
+        assert_eq!((shown.seq, shown.component_sha256.as_str()), (7, "ab".repeat(32).as_str()));
+        shown.decision = Some(Decision::Approved);
+
+        let changed = "cd".repeat(32);
+        for (seq, capability, component) in [(8, "write", None), (7, "shell", None), (7, "write", Some(&changed))] {
+            let mut other = journal(&store, Some(shown.clone())).await;
+            if let Some(sha) = component {
+                // As a resume that allows a changed component opens it.
+                other.component = sha.clone();
+            }
+            let err = other.approval(seq, capability, "write_file", &args, &hash, "ask".into());
+            assert!(matches!(err, Err(ToolError::ApprovalRequired(_))), "{seq} {capability} {component:?}: {err:?}");
+            let Some(Halt::Suspend { approval: Some(pending), .. }) = other.halted() else { panic!("no approval") };
+            assert_eq!((pending.seq, pending.decision), (seq, None), "a new pending call, undecided");
+            assert_eq!(pending.component_sha256, component.unwrap_or(&shown.component_sha256).as_str());
+        }
+
+        let same = journal(&store, Some(shown)).await;
+        assert!(same.approval(7, "write", "write_file", &args, &hash, "ask".into()).is_ok(), "the call shown");
+    }
 }

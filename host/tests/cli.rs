@@ -68,7 +68,17 @@ fn run_json_reports_the_outcome() {
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(v["status"], "error");
-    assert!(v["error"].as_str().unwrap().contains("deadline"));
+    // The command line names its own flag as the fix, recorded or not.
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("deadline. If the work is legitimate, raise the run's time limit (`--timeout SECS`)"),
+        "{v}"
+    );
+    let out = nexo(&["run", "--ephemeral", "--timeout", "1", built::SPIN, "a"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("hint: raise `--timeout`"), "{}", stderr(&out));
 }
 
 #[test]

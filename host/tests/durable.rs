@@ -69,6 +69,13 @@ impl Scene {
         args
     }
 
+    /// A copy of the component `wasm` in the scene, named `name`, to be changed under a run.
+    fn copy_of(&self, wasm: &str, name: &str) -> String {
+        let copy = self.dir.path().join(name);
+        std::fs::copy(wasm, &copy).unwrap();
+        copy.display().to_string()
+    }
+
     fn runs(&self) -> Vec<Value> {
         let out = self.nexo(&["runs", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -188,15 +195,7 @@ async fn kill_9_mid_workflow_then_recover_repeats_no_paid_call_except_the_one_in
 
         // Model turns: each step's prompt reached the server once, except at
         // most the one in flight at the kill.
-        let prompts: Vec<String> = scene
-            .server
-            .requests()
-            .iter()
-            .filter_map(|r| {
-                let messages = r.body["messages"].as_array()?;
-                messages.iter().rev().find(|m| m["role"] == "user")?["content"].as_str().map(String::from)
-            })
-            .collect();
+        let prompts = common::prompts(&scene.server);
         for i in 0..STEPS {
             let n = prompts.iter().filter(|p| **p == format!("step {i}")).count();
             assert!(n >= 1, "step {i} never ran: {prompts:?}");
@@ -241,9 +240,7 @@ fn rebuilt(wasm: &str, to: &Path) {
 async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_checkpoints() {
     let scene = Scene::new().await;
     scene.server.push(Reply::text("Revenue grew."));
-    let copy = scene.dir.path().join("approval.wasm");
-    std::fs::copy(built::DOCUMENT_APPROVAL, &copy).unwrap();
-    let copy = copy.display().to_string();
+    let copy = scene.copy_of(built::DOCUMENT_APPROVAL, "approval.wasm");
     let args = scene.run_args(&copy, "Q3 report", &["--allow", "write", "--mode", "auto"]);
     let out = scene.nexo(&refs(&args));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -264,6 +261,62 @@ async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_check
     assert_eq!(scene.server.requests().len(), 1, "the draft came from its checkpoint");
     let text = std::fs::read_to_string(scene.ws().join("published/q3-report.md")).unwrap();
     assert!(text.contains("Revenue grew."), "{text}");
+}
+
+/// A decision binds to the component that made the call: approved for one
+/// component, the same call from a changed one (a resume that allows it,
+/// by checkpoints only) asks again, for the new component, and writes
+/// nothing until that is decided; decided, it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_does_not_carry_over_to_a_changed_component() {
+    let scene = Scene::new().await;
+    let copy = scene.copy_of(built::WORKFLOW_PROBE, "probe.wasm");
+    let args = scene.run_args(&copy, "!write notes.txt hi", &["--allow", "write", "--mode", "approve"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let first = last_json(&out)["approval"].clone();
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    // Approves the call shown, letting the run go on with whatever component is there now.
+    let approve = |shown: &Value| {
+        let (seq, hash) = (shown["seq"].to_string(), shown["args_hash"].as_str().unwrap().to_string());
+        scene.nexo(&[
+            "runs",
+            "approve",
+            &id,
+            "--seq",
+            &seq,
+            "--args-hash",
+            &hash,
+            "--allow-changed-component",
+            "--json",
+        ])
+    };
+
+    // The component changes; call 1 is approved as shown, and the run goes on with the new one.
+    rebuilt(built::WORKFLOW_PROBE, Path::new(&copy));
+    let out = approve(&first);
+    assert_eq!(out.status.code(), Some(4), "it asks again: {}{}", stdout(&out), stderr(&out));
+    let again = last_json(&out)["approval"].clone();
+    assert_eq!((&again["tool"], &again["arguments"]), (&first["tool"], &first["arguments"]), "the same call: {again}");
+    assert_ne!(again["component_sha256"], first["component_sha256"], "for the new component: {again}");
+    assert_eq!(again["decision"], Value::Null, "{again}");
+    assert!(!scene.ws().join("notes.txt").exists(), "the decision for the old component wrote nothing");
+
+    // Once more, at the same position: each pass by checkpoints numbers its calls alike, so
+    // only the component tells the decision for the second component from the third's call.
+    rebuilt(&copy, Path::new(&copy));
+    let out = approve(&again);
+    assert_eq!(out.status.code(), Some(4), "it asks again: {}{}", stdout(&out), stderr(&out));
+    let third = last_json(&out)["approval"].clone();
+    assert_eq!((&third["seq"], &third["args_hash"]), (&again["seq"], &again["args_hash"]), "{third}");
+    assert_ne!(third["component_sha256"], again["component_sha256"], "for the third component: {third}");
+    assert!(!scene.ws().join("notes.txt").exists(), "the decision for the second component wrote nothing");
+
+    // Decided for the component that runs, it goes through.
+    let out = approve(&third);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(last_json(&out)["answer"], "wrote notes.txt");
+    assert_eq!(std::fs::read_to_string(scene.ws().join("notes.txt")).unwrap(), "hi");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,12 @@
 //! - a request never widens the policy;
 //! - the audit log verifies, and `nexo audit verify` catches an edit;
 //! - SIGTERM stops the server cleanly;
-//! - a plugin uploaded to one node runs on another.
+//! - a plugin uploaded to one node runs on another;
+//! - the admin API's every success path, each with its effect in force;
+//! - a tenant resumes and cancels its runs over the API;
+//! - `[serve] run-timeout-secs` stops a run with the typed error;
+//! - a node killed mid-run is replaced by another that finishes the run,
+//!   with no journaled effect twice and no event lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::path::{Path, PathBuf};
@@ -491,4 +496,346 @@ async fn two_nodes_over_one_postgres_share_tenants_plugins_and_runs() {
     assert!(done["result"].as_str().unwrap().contains('3'), "{done}");
     let (_, listed) = scene.get(&one.url("/v1/runs"), &key).await;
     assert_eq!(listed["runs"][0]["id"], id, "either node answers for the tenant");
+}
+
+/// The workspace of tenant `tenant` (its id) under node `node`'s data directory.
+fn workspace(scene: &Scene, node: &str, tenant: &str) -> PathBuf {
+    scene.data(node).join("tenants").join(tenant).join("workspace")
+}
+
+/// The admin API's success paths, each checked by its effect: the key a
+/// new tenant is answered with works, a new key works and a revoked one is
+/// refused, a disabled tenant is refused until it is enabled, and a
+/// narrower policy binds the next run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_creates_and_governs_a_tenant_each_change_in_force() {
+    let scene = Scene::new(None).await;
+    let out = scene.nexo(&["tenant", "admin-key"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let admin = stdout(&out).trim().to_string();
+    let node = scene.node("a");
+    let writer = json!({"allow": ["write"], "mode": "auto", "sandboxes": ["local"]});
+    let (status, created) =
+        scene.post(&node.url("/v1/tenants"), &admin, json!({"name": "zoe", "policy": writer})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!((&created["tenant"]["name"], &created["tenant"]["disabled"]), (&json!("zoe"), &json!(false)));
+    let tenant = created["tenant"]["id"].as_str().unwrap().to_string();
+    let first = created["key"]["key"].as_str().unwrap().to_string();
+    assert!(first.starts_with("nexo_sk_"), "{created}");
+    let (status, listed) = scene.get(&node.url("/v1/tenants"), &admin).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["tenants"].as_array().unwrap().iter().filter(|t| t["id"] == tenant.as_str()).count(), 1);
+
+    // The first key works: the tenant uploads and runs within its policy, which lets it write.
+    let (status, plugin) = scene.upload(&node, &first, built::WORKFLOW_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let run = |key: String, input: &str| {
+        let body = json!({"plugin": plugin["id"], "input": input, "wait": true});
+        let url = node.url("/v1/runs");
+        let scene = &scene;
+        async move { scene.post(&url, &key, body).await }
+    };
+    let (status, wrote) = run(first.clone(), "write a.txt one").await;
+    assert_eq!((status, &wrote["status"]), (StatusCode::OK, &json!("done")), "{wrote}\n{}", node.log());
+    assert_eq!(std::fs::read_to_string(workspace(&scene, "a", &tenant).join("a.txt")).unwrap(), "one");
+
+    // A new key works; revoked, it is refused at once, and the first key still works.
+    let (status, issued) = scene.post(&node.url("/v1/tenants/zoe/keys"), &admin, json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let second = issued["key"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    let (status, runs) = scene.get(&node.url("/v1/runs"), &second).await;
+    assert_eq!((status, &runs["runs"][0]["id"]), (StatusCode::OK, &wrote["id"]), "the tenant's own runs: {runs}");
+    let key_id = issued["id"].as_str().unwrap();
+    let (status, revoked) =
+        scene.call(reqwest::Method::DELETE, &node.url(&format!("/v1/keys/{key_id}")), Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    assert!(revoked["revoked_ms"].as_i64().unwrap() > 0, "{revoked}");
+    assert_eq!(scene.get(&node.url("/v1/runs"), &second).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(run(second.clone(), "write x.txt x").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(scene.get(&node.url("/v1/runs"), &first).await.0, StatusCode::OK);
+
+    // Disabled, every key of the tenant is refused; enabled, it works again.
+    let (status, disabled) = scene.post(&node.url("/v1/tenants/zoe/disable"), &admin, json!({})).await;
+    assert_eq!((status, &disabled["disabled"]), (StatusCode::OK, &json!(true)), "{disabled}");
+    assert_eq!(scene.get(&node.url("/v1/runs"), &first).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(run(first.clone(), "write b.txt b").await.0, StatusCode::FORBIDDEN);
+    let (status, enabled) = scene.post(&node.url("/v1/tenants/zoe/enable"), &admin, json!({})).await;
+    assert_eq!((status, &enabled["disabled"]), (StatusCode::OK, &json!(false)), "{enabled}");
+    let (status, again) = run(first.clone(), "write b.txt b").await;
+    assert_eq!((status, &again["status"]), (StatusCode::OK, &json!("done")), "{again}");
+    assert!(workspace(&scene, "a", &tenant).join("b.txt").exists(), "enabled, it runs and writes again");
+
+    // A policy without `write`: the next run may not write, nor ask to.
+    let (status, narrowed) = scene
+        .call(
+            reqwest::Method::PUT,
+            &node.url("/v1/tenants/zoe/policy"),
+            Some(&admin),
+            Some(json!({"sandboxes": ["local"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{narrowed}");
+    assert_eq!(narrowed["policy"]["allow"], json!([]), "{narrowed}");
+    let (status, refused) = scene
+        .post(
+            &node.url("/v1/runs"),
+            &first,
+            json!({"plugin": plugin["id"], "input": "write c.txt c", "allow": ["write"]}),
+        )
+        .await;
+    assert_eq!((status, &refused["error"]["code"]), (StatusCode::FORBIDDEN, &json!("beyond_policy")), "{refused}");
+    let (status, denied) = run(first.clone(), "write c.txt c").await;
+    assert_eq!((status, &denied["status"]), (StatusCode::OK, &json!("done")), "{denied}");
+    assert!(denied["result"].as_str().unwrap().starts_with("error:"), "the write was refused: {denied}");
+    assert!(!workspace(&scene, "a", &tenant).join("c.txt").exists(), "nothing was written");
+    let started = scene.audit(&node, &first, "run.started").await;
+    assert_eq!(started.last().unwrap()["allow"], json!([]), "{started:?}");
+
+    // Each change is in the tenant's audit log.
+    let (_, log) = scene.get(&node.url("/v1/audit"), &first).await;
+    let kinds: Vec<&str> = log["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for kind in ["tenant.created", "key.created", "key.revoked", "tenant.disabled", "tenant.enabled", "policy.changed"]
+    {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+}
+
+/// A tenant goes on with its runs over the API: a run suspended for an
+/// input is resumed with one and finishes; a run waiting on its model is
+/// cancelled, ends `cancelled` (its stream says so) and its slot serves the
+/// next run at once. Another tenant can do none of it (404), and a run that
+/// has ended is not resumed or cancelled again (409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_resumes_and_cancels_its_runs_over_the_api() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("hal", Some(json!({"models": ["test"]})));
+    let other = scene.tenant("ida", None);
+    // One run slot: a cancelled run that held on to it would hold up the next.
+    let node = scene.node_with("a", &["--max-in-flight", "1"]);
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let start = |input: &str, wait: bool| json!({"plugin": plugin["id"], "input": input, "wait": wait});
+    let verb = |id: &str, verb: &str| node.url(&format!("/v1/runs/{id}/{verb}"));
+
+    let (status, waiting) = scene.post(&node.url("/v1/runs"), &key, start("suspend a number please", true)).await;
+    assert_eq!((status, &waiting["status"]), (StatusCode::OK, &json!("suspended")), "{waiting}\n{}", node.log());
+    let id = waiting["id"].as_str().unwrap().to_string();
+    for action in ["resume", "cancel"] {
+        let (status, answer) = scene.post(&verb(&id, action), &other, json!({})).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's {action}: {answer}");
+    }
+    assert_eq!(scene.settle(&node, &key, &id).await["status"], "suspended", "the other tenant changed nothing");
+    let (status, resumed) = scene.post(&verb(&id, "resume"), &key, json!({"input": 42})).await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    let done = scene.finish(&node, &key, &id).await;
+    assert_eq!((&done["status"], &done["result"]), (&json!("done"), &json!("resumed with 42")), "{done}");
+    for action in ["resume", "cancel"] {
+        let (status, answer) = scene.post(&verb(&id, action), &key, json!({})).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action} of a run that is done: {answer}");
+    }
+
+    // A run waiting on its model, cancelled.
+    scene.model.push(Reply::text("too late").with_delay(Duration::from_secs(60)));
+    let (status, held) = scene.post(&node.url("/v1/runs"), &key, start("prompt take your time", false)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held}");
+    let held = held["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scene.model.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the run never asked its model\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, answer) = scene.post(&verb(&held, "cancel"), &other, json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's cancel: {answer}");
+    assert_eq!(scene.get(&node.url(&format!("/v1/runs/{held}")), &key).await.1["status"], "running");
+    let (status, cancelled) = scene.post(&verb(&held, "cancel"), &key, json!({})).await;
+    assert_eq!((status, &cancelled["status"]), (StatusCode::OK, &json!("cancelled")), "{cancelled}");
+    let events = scene.events(&node, &key, &held, None).await;
+    let kinds: Vec<&str> = events.iter().map(|(_, kind, _)| kind.as_str()).collect();
+    assert!(kinds.contains(&"cancelled"), "{kinds:?}");
+    assert_eq!(events.last().unwrap().2["status"], "cancelled", "{events:?}");
+    // Its one slot is free: the next run is served at once.
+    let at = Instant::now();
+    let (status, next) = scene.post(&node.url("/v1/runs"), &key, start("suspend again", true)).await;
+    assert_eq!((status, &next["status"]), (StatusCode::OK, &json!("suspended")), "{next}");
+    assert!(at.elapsed() < Duration::from_secs(10), "the cancelled run held its slot for {:?}", at.elapsed());
+    for action in ["resume", "cancel"] {
+        let (status, answer) = scene.post(&verb(&held, action), &key, json!({})).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action} of a cancelled run: {answer}");
+    }
+    let resumed = scene.audit(&node, &key, "run.resumed").await;
+    let cancelled = scene.audit(&node, &key, "run.cancelled").await;
+    assert_eq!((resumed.len(), cancelled.len()), (1, 1), "only what was done is audited");
+}
+
+/// `[serve] run-timeout-secs` end to end: a spinning guest, and one
+/// waiting on a model turn that does not come in time, are stopped at the
+/// deadline and fail with its typed error; the failed run, resumed, asks
+/// its model again and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_run_timeout_secs_fails_with_the_deadline_and_a_resume_finishes_it() {
+    let scene = Scene::new(None).await;
+    scene.configure("[serve]\nrun-timeout-secs = 2\n");
+    let key = scene.tenant("kai", Some(json!({"models": ["test"]})));
+    let node = scene.node("a");
+    let (_, spin) = scene.upload(&node, &key, built::SPIN).await;
+    let at = Instant::now();
+    let (status, run) =
+        scene.post(&node.url("/v1/runs"), &key, json!({"plugin": spin["id"], "input": "go", "wait": true})).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let failed = scene.finish(&node, &key, run["id"].as_str().unwrap()).await;
+    let took = at.elapsed();
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("was stopped in `run` after its 2 s deadline"), "{error}");
+    assert!(error.contains("run-timeout-secs"), "the fix a tenant's operator can make: {error}");
+    assert!(!error.contains("--timeout"), "no flag a tenant cannot pass: {error}");
+    assert!(took >= Duration::from_secs(2), "stopped before its deadline: {took:?}");
+
+    let (_, probe) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    scene.model.push(Reply::text("too late").with_delay(Duration::from_secs(30)));
+    scene.model.push(Reply::text("in time"));
+    let body = json!({"plugin": probe["id"], "input": "!prompt answer me", "wait": true});
+    let (status, run) = scene.post(&node.url("/v1/runs"), &key, body).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let failed = scene.finish(&node, &key, id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(failed["error"].as_str().unwrap().contains("after its 2 s deadline"), "{failed}");
+    assert_eq!(scene.model.requests().len(), 1, "a run stopped at its deadline is not retried");
+    let (status, resumed) = scene.post(&node.url(&format!("/v1/runs/{id}/resume")), &key, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    // The queued retry leaves it failed a moment: wait for it to end again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+        if run["status"] == "done" || run["status"] == "failed" && run["updated_ms"] != failed["updated_ms"] {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "the resumed run did not end: {run}\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((&done["status"], &done["result"]), (&json!("done"), &json!("in time")), "{done}\n{}", node.log());
+    assert_eq!(scene.model.requests().len(), 2, "the turn cut off was asked again, once");
+}
+
+/// The run's SSE stream on `node`, read in the background until the node
+/// goes away: the text it delivered.
+fn follow(scene: &Scene, node: &Node, key: &str, id: &str) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let request = scene.http.get(node.url(&format!("/v1/runs/{id}/events"))).bearer_auth(key);
+    let text = seen.clone();
+    tokio::spawn(async move {
+        let Ok(mut resp) = request.send().await else { return };
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            text.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk));
+        }
+    });
+    seen
+}
+
+/// The (id, kind) of each whole event in a stream's text.
+fn whole_events(text: &str) -> Vec<(String, String)> {
+    let whole = &text[..text.rfind("\n\n").map_or(0, |at| at + 2)];
+    whole
+        .split("\n\n")
+        .filter(|block| !block.trim().is_empty() && !block.starts_with(':'))
+        .map(|block| {
+            let field = |name: &str| {
+                block.lines().find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string)).unwrap_or_default()
+            };
+            (field("id"), field("event"))
+        })
+        .collect()
+}
+
+/// A node killed mid-run is replaced: two nodes over one PostgreSQL, the
+/// run's node killed (SIGKILL) while it waits on a model turn, and the other
+/// takes the run over once its lease lapses and finishes it. Each step's
+/// shell append happened once across both nodes' workspaces, each model
+/// turn was asked once but the one in flight at the kill, and a client that
+/// followed the events on the dead node goes on from its last event on the
+/// other, with nothing missing and nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_node_is_killed_is_finished_by_another_with_no_effect_twice() {
+    const STEPS: usize = 4;
+    const HELD: usize = 2;
+    let Some(url) = common::postgres_database("a_run_whose_node_is_killed_is_finished_by_another").await else {
+        return;
+    };
+    let scene = Scene::new(Some(url)).await;
+    let policy = json!({"allow": ["shell"], "mode": "auto", "sandboxes": ["local"], "models": ["test"]});
+    let key = scene.tenant("lea", Some(policy));
+    // Step HELD's first asking outlasts the test: node one dies waiting on it,
+    // and node two, asking it again, gets the next reply.
+    for i in 0..STEPS {
+        if i == HELD {
+            scene.model.push(Reply::text("never delivered").with_delay(Duration::from_secs(600)));
+        }
+        scene.model.push(Reply::text(format!("answer {i}")).with_delay(Duration::from_millis(50)));
+    }
+    let script: Vec<String> =
+        (0..STEPS).map(|i| format!("checkpoint c{i} step {i}; shell echo {i} >> ledger.txt")).collect();
+    let mut one = scene.node_with("one", &["--lease-secs", "2"]);
+    let (_, plugin) = scene.upload(&one, &key, built::WORKFLOW_PROBE).await;
+    let (status, run) =
+        scene.post(&one.url("/v1/runs"), &key, json!({"plugin": plugin["id"], "input": script.join("; ")})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let followed = follow(&scene, &one, &key, &id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scene.model.requests().len() <= HELD {
+        assert!(Instant::now() < deadline, "the run never reached step {HELD}\n{}", one.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A client following on node one has seen the first steps (its stream reads the store
+    // at most 2 s apart).
+    while !whole_events(&followed.lock().unwrap()).iter().any(|(_, kind)| kind == "checkpoint") {
+        assert!(Instant::now() < deadline, "node one's stream showed no step\n{}", one.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The other node is up before the kill; the run is node one's until its lease lapses.
+    let two = scene.node_with("two", &["--lease-secs", "2"]);
+    let (_, before) = scene.get(&two.url(&format!("/v1/runs/{id}")), &key).await;
+    assert_eq!(before["status"], "running", "{before}");
+    one.child.kill().unwrap(); // SIGKILL
+    one.child.wait().unwrap();
+    let killed = Instant::now();
+
+    let done = scene.finish(&two, &key, &id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}", two.log());
+    eprintln!("node two finished the run {:?} after the kill", killed.elapsed());
+    let answer = done["result"].as_str().unwrap();
+    for i in 0..STEPS {
+        assert!(answer.contains(&format!("answer {i}")), "{answer}");
+    }
+    assert!(!answer.contains("never delivered"), "{answer}");
+    // Model turns: each step's once, but the one in flight at the kill (asked again by node two).
+    let prompts = common::prompts(&scene.model);
+    let asked = |i: usize| prompts.iter().filter(|p| **p == format!("step {i}")).count();
+    for i in 0..STEPS {
+        assert_eq!(asked(i), if i == HELD { 2 } else { 1 }, "step {i}: {prompts:?}");
+    }
+    // Shell effects: steps before the kill on node one, the rest on node two, each once.
+    let tenant = std::fs::read_dir(scene.data("two").join("tenants")).unwrap().next().unwrap().unwrap().file_name();
+    let ledger = |node: &str| {
+        let path = workspace(&scene, node, &tenant.to_string_lossy()).join("ledger.txt");
+        std::fs::read_to_string(path).unwrap_or_default()
+    };
+    let (first, second) = (ledger("one"), ledger("two"));
+    let lines: Vec<&str> = first.lines().chain(second.lines()).collect();
+    let expected: Vec<String> = (0..STEPS).map(|i| i.to_string()).collect();
+    assert_eq!(lines, expected, "each append once: node one {first:?}, node two {second:?}");
+    assert_eq!(first.lines().count(), HELD, "node one did the steps before its turn was held");
+
+    // Events: what the dead node delivered, then the rest from the other.
+    let delivered = whole_events(&followed.lock().unwrap());
+    let last = delivered.last().unwrap().0.clone();
+    let rest = scene.events(&two, &key, &id, Some(&last)).await;
+    let all = scene.events(&two, &key, &id, None).await;
+    let joined: Vec<(String, String)> =
+        delivered.into_iter().chain(rest.into_iter().map(|(i, kind, _)| (i, kind))).collect();
+    let whole: Vec<(String, String)> = all.iter().map(|(i, kind, _)| (i.clone(), kind.clone())).collect();
+    assert_eq!(joined, whole, "nothing missing, nothing twice");
+    let checkpoints: Vec<&Value> = all.iter().filter(|(_, kind, _)| kind == "checkpoint").map(|(_, _, d)| d).collect();
+    assert_eq!(checkpoints.len(), STEPS, "each checkpoint once: {checkpoints:?}");
 }

@@ -4,6 +4,9 @@
 //!
 //! - a decision names the call it decides: a second approver's decision for
 //!   a call the run no longer waits on is refused (409) and decides nothing;
+//!   so is one that names the call's hash at another position, and an
+//!   approval never lets the same call through again; a denial tells the
+//!   model and cannot be overturned (409);
 //! - the workspace API keeps each tenant to its own files, whatever the
 //!   path (`..`, absolute, encoded), a symlink or hard link planted in the
 //!   workspace, or the quota;
@@ -94,17 +97,24 @@ async fn post_form(
     (resp.status(), resp.text().await.unwrap())
 }
 
+/// A scene whose tenant `alice` writes with approval, on one node, with the
+/// workflow probe uploaded: the scene, her key, the node and the upload.
+async fn writer() -> (Scene, String, Node, Value) {
+    let scene = Scene::new(None).await;
+    let alice = scene.tenant("alice", Some(writer_policy()));
+    let node = scene.node("a");
+    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    (scene, alice, node, plugin)
+}
+
 fn shown(run: &Value) -> Value {
     json!({"seq": run["approval"]["seq"], "args-hash": run["approval"]["args_hash"]})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing() {
-    let scene = Scene::new(None).await;
-    let alice = scene.tenant("alice", Some(writer_policy()));
-    let node = scene.node("a");
-    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
-    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let (scene, alice, node, plugin) = writer().await;
     let sha = plugin["id"].as_str().unwrap();
     let write = |id: &str, path: &str, content: &str| {
         Reply::tool_calls(vec![MockToolCall::new(id, "write_file", json!({"path": path, "content": content}))])
@@ -190,6 +200,79 @@ async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing(
     let decided: Vec<&Value> =
         audit["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "approval.decided").collect();
     assert_eq!(decided.len(), 2, "only the two decisions that were made: {audit}");
+}
+
+/// A decision binds to the call's position as well as its hash: the hash
+/// shown at another `seq` decides nothing, and the same call made again
+/// later waits for a decision of its own. Denied, that call fails with a
+/// tool error the model is told of, and the run ends `done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_binds_to_the_calls_position_and_a_denial_tells_the_model() {
+    let (scene, alice, node, plugin) = writer().await;
+    // The model makes the same call twice, then answers.
+    let write = |id: &str| {
+        Reply::tool_calls(vec![MockToolCall::new(id, "write_file", json!({"path": "notes.txt", "content": "hi"}))])
+    };
+    scene.model.push(write("c1"));
+    scene.model.push(write("c2"));
+    scene.model.push(Reply::text("it was refused, so I stopped"));
+    let body = json!({"plugin": plugin["id"], "input": "prompt write notes", "sandbox": "local", "wait": true});
+    let (status, first) = scene.post(&node.url("/v1/runs"), &alice, body).await;
+    assert_eq!((status, &first["status"]), (StatusCode::OK, &json!("suspended")), "{first}\n{}", node.log());
+    let id = first["id"].as_str().unwrap().to_string();
+    let seq = first["approval"]["seq"].as_u64().unwrap();
+
+    // The hash shown, at the positions either side: nothing is decided.
+    for other in [seq.saturating_sub(1), seq + 1] {
+        let misplaced = json!({"seq": other, "args-hash": first["approval"]["args_hash"]});
+        for verb in ["approve", "deny"] {
+            let (status, refused) =
+                scene.post(&node.url(&format!("/v1/runs/{id}/{verb}")), &alice, misplaced.clone()).await;
+            assert_eq!(
+                (status, &refused["error"]["code"]),
+                (StatusCode::CONFLICT, &json!("stale_approval")),
+                "{refused}"
+            );
+            let message = refused["error"]["message"].as_str().unwrap();
+            assert!(message.contains(&format!("now waits on call {seq} ")), "{message}");
+        }
+    }
+    let (_, still) = scene.get(&node.url(&format!("/v1/runs/{id}")), &alice).await;
+    assert_eq!((&still["status"], &still["approval"]["decision"]), (&json!("suspended"), &Value::Null), "{still}");
+
+    // Approved as shown, the write happens; the same call made again waits for its own decision.
+    let (status, decided) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, shown(&first)).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let second = waits_on_another_call(&scene, &node, &alice, &id, &first["approval"]["seq"]).await;
+    assert_eq!(second["approval"]["args_hash"], first["approval"]["args_hash"], "the same call: {second}");
+    assert_eq!(second["approval"]["arguments"], first["approval"]["arguments"]);
+    let workspace = tenant_workspace(&scene, "a");
+    assert_eq!(std::fs::read_to_string(workspace.join("notes.txt")).unwrap(), "hi");
+    std::fs::remove_file(workspace.join("notes.txt")).unwrap();
+
+    // Denied; the other decision, a moment later, is refused and overturns nothing
+    // (`already_decided` while the run still waits, `stale_approval` once it goes on).
+    let deny = node.url(&format!("/v1/runs/{id}/deny"));
+    let (status, denied) = scene.post(&deny, &alice, shown(&second)).await;
+    assert_eq!(status, StatusCode::OK, "{denied}");
+    let approve = node.url(&format!("/v1/runs/{id}/approve"));
+    let (status, refused) = scene.post(&approve, &alice, shown(&second)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(["already_decided", "stale_approval"].contains(&refused["error"]["code"].as_str().unwrap()), "{refused}");
+    let done = scene.finish(&node, &alice, &id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}", node.log());
+    assert_eq!(done["result"], "it was refused, so I stopped", "{done}");
+    assert!(!workspace.join("notes.txt").exists(), "the denied call wrote nothing");
+    // The model's last turn carried the denial as the call's result.
+    let requests = scene.model.requests();
+    assert_eq!(requests.len(), 3, "no turn was asked twice");
+    assert!(requests[2].raw_body.contains("the operator denied `write-file`"), "{}", requests[2].raw_body);
+    let verdicts: Vec<Value> =
+        scene.audit(&node, &alice, "capability.used").await.into_iter().map(|d| d["verdict"].clone()).collect();
+    assert_eq!(verdicts, ["approval-required", "allowed", "approval-required", "denied"], "{verdicts:?}");
+    let decisions: Vec<Value> =
+        scene.audit(&node, &alice, "approval.decided").await.into_iter().map(|d| d["decision"].clone()).collect();
+    assert_eq!(decisions, ["approved", "denied"], "one entry per decision made");
 }
 
 /// The only tenant workspace under node `name`'s data directory.

@@ -10,7 +10,8 @@
 //! - resuming suspended runs cannot pass `concurrent-runs`;
 //! - a job queued before the hour was spent waits, and says why;
 //! - a cancelled spinning guest stops at once, and another tenant's run is
-//!   not held up by cancelled spinners.
+//!   not held up by cancelled spinners;
+//! - a tenant's `cpu-cores` share slows its spinning guest to that share.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::time::{Duration, Instant};
@@ -402,4 +403,40 @@ async fn a_cancel_taken_by_another_node_stops_the_guest_at_the_next_lease_renewa
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     eprintln!("the driver stopped its guest {:?} after the other node's cancel", at.elapsed());
+}
+
+/// A spinning run of `plugin` to its per-run CPU allowance: its wall time,
+/// from the request to its end, and the tenant's CPU ticks metered so far.
+async fn spin_to_the_allowance(scene: &Scene, node: &Node, key: &str, plugin: &Value) -> (Duration, u64) {
+    let at = Instant::now();
+    let body = json!({"plugin": plugin, "input": "go", "wait": true});
+    let (status, run) = scene.post(&node.url("/v1/runs"), key, body).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let failed = scene.finish(node, key, run["id"].as_str().unwrap()).await;
+    let wall = at.elapsed();
+    assert!(failed["error"].as_str().unwrap().contains("its allowance of 40"), "{failed}");
+    let (_, usage) = scene.get(&node.url("/v1/usage"), key).await;
+    (wall, usage["total"]["cpu_ticks"].as_u64().unwrap())
+}
+
+/// `cpu-cores` end to end: the same spinning run, stopped at the same
+/// metered CPU (its 40-tick allowance), takes far longer in wall time for a
+/// tenant whose share is a tenth of a core: 10 ticks a second after a
+/// one-second burst, so about 3.1 s (asserted: over 2.5 s), while waiting
+/// for its share costs no CPU ticks. Load can only lengthen the throttled run, so that bound
+/// cannot flake; the unthrottled run is the positive control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_cpu_cores_share_slows_its_guest_to_that_share() {
+    let scene = Scene::new(None).await;
+    let slow = scene.tenant("una", Some(json!({"quotas": {"cpu-cores": 0.1, "cpu-ticks-per-run": 40}})));
+    let fast = scene.tenant("vic", Some(json!({"quotas": {"cpu-ticks-per-run": 40}})));
+    let node = scene.node("a");
+    let (_, spin) = scene.upload(&node, &fast, built::SPIN).await;
+    let (fast_wall, fast_ticks) = spin_to_the_allowance(&scene, &node, &fast, &spin["id"]).await;
+    let (_, spin) = scene.upload(&node, &slow, built::SPIN).await;
+    let (slow_wall, slow_ticks) = spin_to_the_allowance(&scene, &node, &slow, &spin["id"]).await;
+    eprintln!("41 CPU ticks: {fast_wall:?} without a share, {slow_wall:?} at a tenth of a core");
+    assert_eq!((fast_ticks, slow_ticks), (41, 41), "the same CPU, metered alike");
+    assert!(slow_wall >= Duration::from_millis(2500), "a tenth of a core ran 41 ticks in {slow_wall:?}");
+    assert!(fast_wall * 2 < slow_wall, "without a share: {fast_wall:?}, with one: {slow_wall:?}");
 }

@@ -615,6 +615,13 @@ async fn a_decision_binds_to_the_call_it_was_shown(store: Arc<dyn Store>) {
     let other_args = PendingCall { seq: 4, args_hash: "cd".repeat(32) };
     stale(store.decide("r1", &other_args, Decision::Approved).await, "`shell` (shell)");
     assert_eq!(store.approval("r1").await.unwrap().unwrap().decision, None);
+    // So are the same arguments at another position: the same command asked
+    // again later (or earlier) is another call.
+    for seq in [3, 5] {
+        let elsewhere = PendingCall { seq, ..dangerous.call() };
+        stale(store.decide("r1", &elsewhere, Decision::Approved).await, "now waits on call 4");
+        assert_eq!(store.approval("r1").await.unwrap().unwrap().decision, None);
+    }
     // Named exactly, call 4 is decided.
     let decided = store.decide("r1", &dangerous.call(), Decision::Denied).await.unwrap();
     assert_eq!(decided, Approval { decision: Some(Decision::Denied), ..dangerous.clone() });

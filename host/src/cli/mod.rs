@@ -607,7 +607,10 @@ fn report(result: Result<RunResult, RunError>, json: bool) -> ExitCode {
                 _ => {}
             }
         }
-        Err(e) => errln!("error: {e}"),
+        // With the command line's own fix (`--memory`, `--timeout`).
+        Err(e) => {
+            fail(e);
+        }
     }
     code
 }

@@ -45,6 +45,8 @@ pub fn fail(e: &RunError) -> ExitCode {
         errln!("hint: raise `--memory` to at least {mib}");
     } else if matches!(e, RunError::MemoryLimit { .. }) {
         errln!("hint: raise `--memory` if it needs more");
+    } else if matches!(e, RunError::Deadline { .. }) {
+        errln!("hint: raise `--timeout` if the work is legitimate");
     }
     exit_code(e)
 }

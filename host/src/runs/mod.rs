@@ -499,7 +499,14 @@ impl Runs {
             }
             (None, Err(e)) => {
                 retryable = e.may_pass_on_retry();
-                (failure(&mut batch, e.to_string(), retryable && options.context.retry_follows, at_ms), None)
+                let why = match &e {
+                    // The setting to raise, in the words of whoever reads the run.
+                    RunError::Deadline { .. } => {
+                        format!("{e} ({})", options.permissions.vocabulary().fix(crate::hint::Fix::TimeLimit))
+                    }
+                    _ => e.to_string(),
+                };
+                (failure(&mut batch, why, retryable && options.context.retry_follows, at_ms), None)
             }
         };
         let fallback = batch.thread.is_some().then(|| Batch { thread: None, ..batch.clone() });

@@ -14,7 +14,7 @@ use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
 use crate::agent_file::AgentFile;
 use crate::config::ConfigFile;
 use crate::error::RunError;
-use crate::manifest::{Capability, PermissionMode};
+use crate::manifest::{Capability, PermissionMode, SandboxKind};
 use crate::settings::RunOptions;
 use crate::{Engine, Plugin};
 
@@ -69,6 +69,9 @@ pub struct Served {
     /// Where the gate's decisions during this pass are held for the
     /// tenant's audit log.
     pub audit: Arc<crate::quota::PassAudit>,
+    /// The tenant's workspace on this node: a local sandbox works here,
+    /// whichever node recorded the run (workspaces are per node).
+    pub workspace: PathBuf,
 }
 
 /// How a pass of a recorded run ended.
@@ -116,6 +119,13 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
             Ok(bounds) => spec.grant = spec.grant.within(&bounds),
             Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
         }
+    }
+    // The recorded grant names the workspace of the node that started the
+    // run; this pass works in this node's.
+    if let Some(served) = served
+        && spec.grant.sandbox.kind == SandboxKind::Local
+    {
+        spec.grant.sandbox.cwd = Some(served.workspace.clone());
     }
     // A pass without a server the run used would not behave as the run did:
     // the run is left as it is until the configuration is given.

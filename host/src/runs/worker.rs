@@ -409,13 +409,14 @@ impl Worker {
                         .await
                         .map_err(again)?;
                 // On every path, not only a new run's: the workspace is made on first need.
-                crate::data_dir::ensure_workspace(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
+                let workspace =
+                    crate::data_dir::ensure_workspace(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
                 let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let served = Served { source, plugin, budget: meters.budget(memory, cpu), audit };
+                let served = Served { source, plugin, budget: meters.budget(memory, cpu), audit, workspace };
                 Some(served)
             }
             _ => None,

@@ -24,6 +24,19 @@ pub fn nexo_command(cache: &Path) -> Command {
     cmd
 }
 
+/// The last user message of each request the mock model received, in order:
+/// the prompt each model turn answered.
+pub fn prompts(model: &nexo_model::mock::MockServer) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .filter_map(|r| {
+            let messages = r.body["messages"].as_array()?;
+            messages.iter().rev().find(|m| m["role"] == "user")?["content"].as_str().map(String::from)
+        })
+        .collect()
+}
+
 /// A process's stdout, decoded lossily.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
