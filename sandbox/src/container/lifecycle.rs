@@ -19,8 +19,15 @@ impl ContainerSandbox {
     /// The argv (after the binary) that creates the container.
     pub fn run_args(&self) -> Vec<String> {
         let c = &self.config;
-        let mut args: Vec<String> =
-            vec!["run".into(), "-d".into(), "--label".into(), format!("{CONTAINER_LABEL}={}", self.name)];
+        // `--init`: the engine's init is PID 1 and reaps what commands leave in
+        // the background; under the keep-alive their zombies would fill the pids limit.
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "-d".into(),
+            "--init".into(),
+            "--label".into(),
+            format!("{CONTAINER_LABEL}={}", self.name),
+        ];
         let mut flag = |name: &str, value: &str| {
             args.push(name.to_string());
             args.push(value.to_string());
@@ -31,6 +38,8 @@ impl ContainerSandbox {
             flag("--cap-add", cap);
         }
         flag("--security-opt", "no-new-privileges");
+        // podman's `rm -f` would wait 10 seconds for a SIGTERM nothing handles.
+        flag("--stop-signal", "KILL");
         if let Some(limit) = c.pids_limit {
             flag("--pids-limit", &limit.to_string());
         }
@@ -84,6 +93,7 @@ impl ContainerSandbox {
             ))
         })?;
         if !out.ok() {
+            self.remove_failed_start();
             return Err(SandboxError::Failed(format!(
                 "cannot start a container from {image}: {}; check that the {} engine runs and the image exists",
                 out.stderr_text(),
@@ -98,6 +108,25 @@ impl ContainerSandbox {
                 self.config.runtime.binary_name(),
                 stdout.trim()
             ))),
+        }
+    }
+
+    /// Removes what a failed `run` left: podman creates the container before
+    /// starting it, and a start that fails leaves it behind. Best effort: the
+    /// start's error is the one to report.
+    fn remove_failed_start(&self) {
+        if self.config.runtime == Runtime::Apple {
+            // Its label filter is unverified: it might match other containers.
+            return;
+        }
+        let filter = format!("label={CONTAINER_LABEL}={}", self.name);
+        let Ok(Some(out)) =
+            self.cli(&strings(&["ps", "-aq", "--filter", &filter]), None, self.config.op_timeout, 1 << 20)
+        else {
+            return;
+        };
+        for id in String::from_utf8_lossy(&out.stdout.bytes).split_whitespace().filter(|id| is_plain_id(id)) {
+            let _ = self.op(&strings(&["rm", "-f", id]), None, 1 << 20);
         }
     }
 
@@ -149,11 +178,17 @@ impl ContainerSandbox {
     /// Forgets a container removed behind our back, so the next tool call
     /// starts afresh. Not called while starting: the slot is locked then.
     pub(crate) fn forget_if_gone(&self, id: &str, out: &CliOutput) {
-        if !out.ok() && String::from_utf8_lossy(&out.stderr.bytes).contains("No such container") {
+        if !out.ok() && is_gone(&String::from_utf8_lossy(&out.stderr.bytes)) {
             let mut slot = self.slot();
             if slot.as_deref() == Some(id) {
                 *slot = None;
             }
         }
     }
+}
+
+/// Whether the CLI said the container does not exist: Docker writes "No such
+/// container", podman "no such container".
+pub(crate) fn is_gone(stderr: &str) -> bool {
+    stderr.to_lowercase().contains("no such container")
 }

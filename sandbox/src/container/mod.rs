@@ -1,5 +1,7 @@
 //! The container sandbox: an agent's tools run inside a throwaway OCI
-//! container, driven through the `docker` CLI (or Apple's `container` CLI).
+//! container, driven through the `docker` or `podman` CLI (or Apple's
+//! `container` CLI). Podman is tested against a real engine
+//! (`sandbox/tests/podman.rs`); Docker and Apple's CLI against a fake.
 //!
 //! Every call is a separate CLI process built from an argv array; no shell
 //! ever sees a string assembled from a tool's arguments. Paths are checked

@@ -1,5 +1,5 @@
 use super::cli::strings;
-use super::files::{READ_SCRIPT, REFUSE_SPECIAL, STAT_SCRIPT, WRITE_SCRIPT};
+use super::files::{DRAIN_STDIN, READ_SCRIPT, REFUSE_SPECIAL, STAT_SCRIPT, WRITE_SCRIPT};
 use super::*;
 use crate::{ExecOutput, MAX_FILE_BYTES, MAX_OUTPUT_BYTES, Sandbox, SandboxError};
 use std::fs;
@@ -133,6 +133,7 @@ fn hardened() -> Vec<String> {
     v(&[
         "run",
         "-d",
+        "--init",
         "--label",
         "nexo.sandbox.id=test-box",
         "--network",
@@ -141,6 +142,8 @@ fn hardened() -> Vec<String> {
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        "--stop-signal",
+        "KILL",
         "--pids-limit",
         "512",
         "--read-only",
@@ -278,7 +281,7 @@ fn tool_argv_shapes() {
     let stat = script(STAT_SCRIPT);
     assert_eq!(calls[2], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
     assert_eq!(calls[3], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
-    let write = script(WRITE_SCRIPT);
+    let write = format!("{DRAIN_STDIN}{}", script(WRITE_SCRIPT));
     assert_eq!(calls[4], v(&["exec", "-i", "c0ffee1", "sh", "-c", &write, "sh", "/workspace/dir/b.txt"]));
     assert_eq!(calls[5], v(&["exec", "-w", "/workspace", "c0ffee1", "find", ".", "-type", "f", "-print0"]));
     assert_eq!(calls[6], v(&["exec", "-w", "/workspace", "c0ffee1", "sh", "-c", "ls -la"]));
@@ -546,12 +549,18 @@ fn apple_reconnect_is_a_config_error_when_it_would_run() {
 fn start_failure_carries_the_cli_message() {
     let fake = Fake::new();
     fake.set("run_fail", "Unable to find image 'nope:latest' locally");
+    // What the failed start left (podman creates before it starts).
+    fake.set("ps_ids", "left1\n");
     let s = fake.sandbox();
     match s.read("a.txt") {
         Err(SandboxError::Failed(m)) => assert!(m.contains("Unable to find image 'nope:latest'"), "{m}"),
         other => panic!("expected a start failure, got {other:?}"),
     }
     assert_eq!(s.container_id(), None);
+    let calls = fake.calls();
+    assert_eq!(calls[1], v(&["ps", "-aq", "--filter", "label=nexo.sandbox.id=test-box"]));
+    assert_eq!(calls[2], v(&["rm", "-f", "left1"]));
+    assert_eq!(calls.len(), 3);
 }
 
 #[test]
