@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the container sandbox's real-engine tests (sandbox/tests/podman.rs)
-# need: Debian's podman (and runc), and the image they run, built here with no
+# need: Debian's podman (with runc and catatonit), and the image they run, built here with no
 # registry: a root filesystem made of Debian's busybox-static package (unpacked
 # with dpkg-deb, not installed) and given to `podman import`. Installs the
 # packages with apt-get if they are missing (as root, or with sudo); otherwise
@@ -21,6 +21,8 @@ IMAGE="localhost/nexo-sandbox-test:1"
 missing=()
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
+# The init `--init` runs as PID 1 (podman recommends it; a minimal install may lack it).
+command -v catatonit >/dev/null 2>&1 || missing+=(catatonit)
 if [ ${#missing[@]} -gt 0 ]; then
   . scripts/apt-install.sh
   apt_install "the container sandbox's podman tests" "${missing[@]}"
