@@ -352,6 +352,21 @@ fn a_missing_image_or_cli_is_an_error_that_says_what_to_do() {
     assert_eq!(s.0.container_id(), None);
     assert_eq!(labeled(&name), Vec::<String>::new());
 
+    // A start that fails after podman created the container (a working
+    // directory the image lacks) leaves nothing behind either.
+    let name = format!("{name}-cwd");
+    let s = Boxed::new(ContainerConfig {
+        name: Some(name.clone()),
+        readonly_rootfs: false,
+        cwd: "/absent".into(),
+        ..config()
+    });
+    match s.0.exec("true", LIMIT) {
+        Err(SandboxError::Failed(m)) => assert!(m.contains("/absent"), "{m}"),
+        other => panic!("expected a start failure, got {other:?}"),
+    }
+    assert_eq!(labeled(&name), Vec::<String>::new(), "the failed start left its container");
+
     let empty = tempfile::tempdir().unwrap();
     match ContainerSandbox::with_search_path(config(), empty.path().as_os_str()) {
         Err(SandboxError::Config(m)) => {

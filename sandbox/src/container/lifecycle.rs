@@ -19,8 +19,10 @@ impl ContainerSandbox {
     /// The argv (after the binary) that creates the container.
     pub fn run_args(&self) -> Vec<String> {
         let c = &self.config;
-        // `--init`: the engine's init is PID 1 and reaps what commands leave in
-        // the background; under the keep-alive their zombies would fill the pids limit.
+        // `--init`: the engine's init is PID 1. It reaps what commands leave in
+        // the background (under the keep-alive their zombies would fill the pids
+        // limit) and passes SIGTERM on (the keep-alive as PID 1 ignores it, so
+        // podman's `rm -f` waited 10 seconds on every close).
         let mut args: Vec<String> = vec![
             "run".into(),
             "-d".into(),
@@ -38,8 +40,6 @@ impl ContainerSandbox {
             flag("--cap-add", cap);
         }
         flag("--security-opt", "no-new-privileges");
-        // podman's `rm -f` would wait 10 seconds for a SIGTERM nothing handles.
-        flag("--stop-signal", "KILL");
         if let Some(limit) = c.pids_limit {
             flag("--pids-limit", &limit.to_string());
         }

@@ -142,8 +142,6 @@ fn hardened() -> Vec<String> {
         "ALL",
         "--security-opt",
         "no-new-privileges",
-        "--stop-signal",
-        "KILL",
         "--pids-limit",
         "512",
         "--read-only",
