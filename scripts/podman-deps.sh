@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The tests name this image too (sandbox/tests/podman.rs); change both together.
+# The tests name this image too (testkit/src/podman.rs); change both together.
 IMAGE="localhost/nexo-sandbox-test:1"
 
 missing=()

@@ -18,29 +18,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nexo_sandbox::{Bind, ContainerConfig, ContainerSandbox, Network, Runtime, Sandbox, SandboxError, find_on_path};
-
-/// The image scripts/podman-deps.sh builds; change both together.
-const IMAGE: &str = "localhost/nexo-sandbox-test:1";
+use nexo_sandbox::{Bind, ContainerConfig, ContainerSandbox, Network, Runtime, Sandbox, SandboxError};
+use nexo_testkit::podman::IMAGE;
 
 /// A generous limit on one command: the engine is real and the machine shared.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Whether podman and the image are here. Without them the test skips (or,
-/// in CI, fails), naming the script that installs them.
+/// Whether podman and the image are here; without them the test skips (in CI, fails).
 fn engine(test: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let why = if find_on_path("podman", &path).is_none() {
-        "podman is not on PATH".to_string()
-    } else if !podman(&["image", "exists", IMAGE]).status.success() {
-        format!("podman has no image {IMAGE}")
-    } else {
-        return true;
-    };
-    let fix = "run scripts/podman-deps.sh";
-    assert!(std::env::var("CI").map(|v| v.is_empty()).unwrap_or(true), "CI runs the real engine, but {why}; {fix}");
-    nexo_testkit::skipped(test, &format!("{why}; {fix}"));
-    false
+    nexo_testkit::podman::image(test).is_some()
 }
 
 fn podman(args: &[&str]) -> std::process::Output {

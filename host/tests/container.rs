@@ -1,0 +1,72 @@
+//! `nexo run --sandbox container --container-runtime podman`: an agent's
+//! file and shell tools act in a real podman container, on the image
+//! scripts/podman-deps.sh builds from Debian packages, and the container is
+//! gone when the run ends. The sandbox's own tests (sandbox/tests/podman.rs)
+//! prove the hardening; this one proves nexo's grant reaches it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{nexo_command, stderr, stdout};
+
+#[test]
+fn nexo_run_acts_in_a_podman_container_and_removes_it() {
+    let Some(image) = nexo_testkit::podman::image("nexo_run_acts_in_a_podman_container_and_removes_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    // One line, read back with read_file: a tool result's summary is its first line.
+    let shell = "echo \"$(cat notes/a.txt)|$(readlink /bin/sh)|$(tr '\\0' ' ' < /proc/1/cmdline)|\
+                 $(touch /etc/x 2>/dev/null || echo root-is-read-only)\" > seen.txt";
+    let turns = serde_json::json!({ "turns": [
+        { "tool_calls": [{ "name": "write_file", "arguments": { "path": "notes/a.txt", "content": "from the agent" } }] },
+        { "tool_calls": [{ "name": "shell", "arguments": { "command": shell } }] },
+        { "tool_calls": [{ "name": "read_file", "arguments": { "path": "seen.txt" } }] },
+        { "text": "Tidied." }
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/offline/tidier.toml");
+
+    let child = nexo_command(&dir.path().join("cache"))
+        .args(["run", agent.to_str().unwrap(), "Tidy the notes", "--script", script.to_str().unwrap()])
+        .args(["--sandbox", "container", "--container-runtime", "podman", "--image", image])
+        .args(["--allow", "write,shell", "--mode", "auto", "--json", "--ephemeral"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let events: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let results: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "tool-result").collect();
+    let verdicts: Vec<(&str, &str)> =
+        results.iter().map(|r| (r["name"].as_str().unwrap(), r["verdict"].as_str().unwrap())).collect();
+    assert_eq!(
+        verdicts,
+        [("write_file", "allowed"), ("shell", "allowed"), ("read_file", "allowed")],
+        "{}",
+        stdout(&out)
+    );
+    // The shell saw the file the write tool made, in the image's busybox
+    // root, under the engine's init, with the root read-only.
+    let summary = results[2]["summary"].as_str().unwrap();
+    for part in ["from the agent", "busybox", "-- tail -f /dev/null", "root-is-read-only"] {
+        assert!(summary.contains(part), "{part:?} is not in the shell's result: {summary}");
+    }
+
+    // The run closed its sandbox: no container named for this nexo process is left.
+    let names = Command::new("podman")
+        .args(["ps", "-a", "--filter", "label=nexo.sandbox.id", "--format", "{{index .Labels \"nexo.sandbox.id\"}}"])
+        .output()
+        .unwrap();
+    assert!(names.status.success(), "{}", stderr(&names));
+    let ours = format!("nexo-{pid:x}-");
+    let left: Vec<&str> =
+        std::str::from_utf8(&names.stdout).unwrap().lines().filter(|n| n.starts_with(&ours)).collect();
+    assert!(left.is_empty(), "the run left its containers: {left:?}");
+}
