@@ -12,7 +12,9 @@
 //! The container starts lazily on the first tool call and is hardened by
 //! default: no network, every capability dropped, a read-only root with a
 //! tmpfs scratch at the working directory, `no-new-privileges`, and a pids
-//! limit. Each default is loosened by one field of [`ContainerConfig`].
+//! limit. Each default is loosened by one field of [`ContainerConfig`]. The
+//! engine's init runs as PID 1 (`--init`), so what a command leaves in the
+//! background is reaped.
 //!
 //! Apple's `container` CLI is driven with the same Docker-shaped flags; that
 //! mapping is unverified, and reconnecting (which needs an exact label
