@@ -8,6 +8,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{nexo_command, stderr, stdout};
 
@@ -60,13 +61,76 @@ fn nexo_run_acts_in_a_podman_container_and_removes_it() {
     }
 
     // The run closed its sandbox: no container named for this nexo process is left.
+    let left = containers_of(pid);
+    assert!(left.is_empty(), "the run left its containers: {left:?}");
+}
+
+#[test]
+fn a_nexo_killed_mid_command_leaves_no_container() {
+    let Some(image) = nexo_testkit::podman::image("a_nexo_killed_mid_command_leaves_no_container") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let turns = serde_json::json!({ "turns": [
+        { "tool_calls": [{ "name": "shell", "arguments": { "command": "sleep 300" } }] },
+        { "text": "Slept." }
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/offline/tidier.toml");
+    let mut child = nexo_command(&dir.path().join("cache"))
+        .args(["run", agent.to_str().unwrap(), "Sleep", "--script", script.to_str().unwrap()])
+        .args(["--sandbox", "container", "--container-runtime", "podman", "--image", image])
+        .args(["--allow", "shell", "--mode", "auto", "--ephemeral"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+
+    // SIGKILL while the command runs in the container: nexo closes nothing,
+    // and the container still goes.
+    let sleeping = || {
+        containers_of(pid).into_iter().find(|name| {
+            let top = Command::new("podman").args(["top", &running_id(name), "args"]).output().unwrap();
+            String::from_utf8_lossy(&top.stdout).contains("sleep 300")
+        })
+    };
+    eventually(sleeping);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    eventually(|| containers_of(pid).is_empty().then_some(()));
+}
+
+/// The sandbox names of the containers the nexo process `pid` started
+/// (its sandboxes are named `nexo-<pid in hex>-…`).
+fn containers_of(pid: u32) -> Vec<String> {
     let names = Command::new("podman")
         .args(["ps", "-a", "--filter", "label=nexo.sandbox.id", "--format", "{{index .Labels \"nexo.sandbox.id\"}}"])
         .output()
         .unwrap();
     assert!(names.status.success(), "{}", stderr(&names));
     let ours = format!("nexo-{pid:x}-");
-    let left: Vec<&str> =
-        std::str::from_utf8(&names.stdout).unwrap().lines().filter(|n| n.starts_with(&ours)).collect();
-    assert!(left.is_empty(), "the run left its containers: {left:?}");
+    std::str::from_utf8(&names.stdout).unwrap().lines().filter(|n| n.starts_with(&ours)).map(str::to_string).collect()
+}
+
+/// The id of the container labeled `name`, or "" when there is none.
+fn running_id(name: &str) -> String {
+    let out = Command::new("podman")
+        .args(["ps", "-q", "--filter", &format!("label=nexo.sandbox.id={name}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Polls `check` until it gives a value, for up to a minute.
+fn eventually<T>(check: impl Fn() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within a minute");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -220,9 +220,9 @@ fn what_commands_leave_in_the_background_is_reaped() {
         return;
     }
     // Each round leaves ten orphans that end a moment later: zombies, unless
-    // PID 1 reaps them, and three rounds' worth would fill a pids limit of 16.
-    let s = Boxed::new(ContainerConfig { pids_limit: Some(16), ..config() });
-    for round in 0..3 {
+    // PID 1 reaps them, and four rounds' worth would fill a pids limit of 24.
+    let s = Boxed::new(ContainerConfig { pids_limit: Some(24), ..config() });
+    for round in 0..4 {
         let (status, _, stderr) = s.sh("for i in $(seq 10); do sleep 0.2 >/dev/null 2>&1 & done");
         assert_eq!(status, 0, "round {round}: {stderr}");
         eventually(|| s.0.exec("ps -o comm | grep -c '^sleep'", LIMIT).ok().filter(|o| o.stdout == "0\n"));
@@ -272,6 +272,21 @@ fn the_container_goes_on_close_with_a_command_that_outran_its_limit() {
     assert!(!podman(&["container", "exists", &id]).status.success());
     assert_eq!(s.0.container_id(), None);
     s.0.close().unwrap();
+}
+
+#[test]
+fn a_container_never_closed_goes_when_its_sandbox_does() {
+    if !engine("a_container_never_closed_goes_when_its_sandbox_does") {
+        return;
+    }
+    // Dropping the sandbox closes the tether's pipe as a process's death
+    // would (host/tests/container.rs kills nexo itself).
+    let s = ContainerSandbox::new(config()).unwrap();
+    let name = s.container_name().to_string();
+    assert_eq!(s.exec("true", LIMIT).unwrap().status, 0);
+    assert_eq!(labeled(&name).len(), 1);
+    drop(s);
+    eventually(|| labeled(&name).is_empty().then_some(()));
 }
 
 #[test]

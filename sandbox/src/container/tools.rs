@@ -185,6 +185,9 @@ impl Sandbox for ContainerSandbox {
             }
         };
         if out.ok() || is_gone(&out.stderr_text()) {
+            if let Some(tether) = self.tether_slot().take() {
+                self.untie(tether);
+            }
             return Ok(());
         }
         let message = out.stderr_text();
