@@ -14,7 +14,9 @@
 //! tmpfs scratch at the working directory, `no-new-privileges`, and a pids
 //! limit. Each default is loosened by one field of [`ContainerConfig`]. The
 //! engine's init runs as PID 1 (`--init`), so what a command leaves in the
-//! background is reaped.
+//! background is reaped. An ephemeral container is tied to this process
+//! (`lifecycle.rs`): when it ends without closing the sandbox, the container
+//! stops and the engine removes it.
 //!
 //! Apple's `container` CLI is driven with the same Docker-shaped flags; that
 //! mapping is unverified, and reconnecting (which needs an exact label
