@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,6 @@ fn nexo_run_acts_in_a_podman_container_and_removes_it() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.json");
     // One line, read back with read_file: a tool result's summary is its first line.
     let shell = "echo \"$(cat notes/a.txt)|$(readlink /bin/sh)|$(tr '\\0' ' ' < /proc/1/cmdline)|\
                  $(touch /etc/x 2>/dev/null || echo root-is-read-only)\" > seen.txt";
@@ -28,13 +28,8 @@ fn nexo_run_acts_in_a_podman_container_and_removes_it() {
         { "tool_calls": [{ "name": "read_file", "arguments": { "path": "seen.txt" } }] },
         { "text": "Tidied." }
     ]});
-    std::fs::write(&script, turns.to_string()).unwrap();
-    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/offline/tidier.toml");
-
-    let child = nexo_command(&dir.path().join("cache"))
-        .args(["run", agent.to_str().unwrap(), "Tidy the notes", "--script", script.to_str().unwrap()])
-        .args(["--sandbox", "container", "--container-runtime", "podman", "--image", image])
-        .args(["--allow", "write,shell", "--mode", "auto", "--json", "--ephemeral"])
+    let child = tidier(dir.path(), image, "write,shell", &turns)
+        .arg("--json")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -71,21 +66,12 @@ fn a_nexo_killed_mid_command_leaves_no_container() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.json");
     let turns = serde_json::json!({ "turns": [
         { "tool_calls": [{ "name": "shell", "arguments": { "command": "sleep 300" } }] },
         { "text": "Slept." }
     ]});
-    std::fs::write(&script, turns.to_string()).unwrap();
-    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/offline/tidier.toml");
-    let mut child = nexo_command(&dir.path().join("cache"))
-        .args(["run", agent.to_str().unwrap(), "Sleep", "--script", script.to_str().unwrap()])
-        .args(["--sandbox", "container", "--container-runtime", "podman", "--image", image])
-        .args(["--allow", "shell", "--mode", "auto", "--ephemeral"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        tidier(dir.path(), image, "shell", &turns).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let pid = child.id();
 
     // SIGKILL while the command runs in the container: nexo closes nothing,
@@ -100,6 +86,20 @@ fn a_nexo_killed_mid_command_leaves_no_container() {
     child.kill().unwrap();
     child.wait().unwrap();
     eventually(|| containers_of(pid).is_empty().then_some(()));
+}
+
+/// `nexo run` of the offline tidier agent, its model replaced by `turns`,
+/// with `allow` granted and its tools in a podman container of `image`.
+fn tidier(dir: &Path, image: &str, allow: &str, turns: &serde_json::Value) -> Command {
+    let script = dir.join("script.json");
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/offline/tidier.toml");
+    let mut command = nexo_command(&dir.join("cache"));
+    command
+        .args(["run", agent.to_str().unwrap(), "Tidy the notes", "--script", script.to_str().unwrap()])
+        .args(["--sandbox", "container", "--container-runtime", "podman", "--image", image])
+        .args(["--allow", allow, "--mode", "auto", "--ephemeral"]);
+    command
 }
 
 /// The sandbox names of the containers the nexo process `pid` started
