@@ -88,6 +88,7 @@ impl Unit for SandboxUnit {
                 };
                 let config = match s.container_runtime {
                     RuntimeSetting::Docker => ContainerConfig::docker(image),
+                    RuntimeSetting::Podman => ContainerConfig::podman(image),
                     RuntimeSetting::Apple => ContainerConfig::apple(image),
                 };
                 Some(Arc::new(

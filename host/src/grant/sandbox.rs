@@ -53,6 +53,8 @@ impl Default for SandboxGrant {
 pub enum RuntimeSetting {
     /// `docker`.
     Docker,
+    /// `podman`.
+    Podman,
     /// Apple's `container`.
     Apple,
 }

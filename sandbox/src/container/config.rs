@@ -14,20 +14,23 @@ pub const DEFAULT_PIDS_LIMIT: u32 = 512;
 /// Which container CLI drives the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Runtime {
-    /// The `docker` CLI (or anything argv-compatible with it, such as
-    /// `podman` through [`ContainerConfig::binary`]).
+    /// The `docker` CLI (or anything argv-compatible with it, through
+    /// [`ContainerConfig::binary`]).
     #[default]
     Docker,
+    /// The `podman` CLI, driven with the same flags as Docker's.
+    Podman,
     /// Apple's `container` CLI. It is driven with Docker-shaped flags, which
     /// is unverified; reconnecting is refused.
     Apple,
 }
 
 impl Runtime {
-    /// The executable searched for on `PATH`: `docker` or `container`.
+    /// The executable searched for on `PATH`: `docker`, `podman` or `container`.
     pub fn binary_name(self) -> &'static str {
         match self {
             Runtime::Docker => "docker",
+            Runtime::Podman => "podman",
             Runtime::Apple => "container",
         }
     }
@@ -35,6 +38,7 @@ impl Runtime {
     pub(crate) fn title(self) -> &'static str {
         match self {
             Runtime::Docker => "Docker",
+            Runtime::Podman => "Podman",
             Runtime::Apple => "Apple container",
         }
     }
@@ -42,6 +46,7 @@ impl Runtime {
     pub(crate) fn with_article(self) -> &'static str {
         match self {
             Runtime::Docker => "a Docker",
+            Runtime::Podman => "a Podman",
             Runtime::Apple => "an Apple",
         }
     }
@@ -49,6 +54,7 @@ impl Runtime {
     pub(crate) fn install_hint(self) -> &'static str {
         match self {
             Runtime::Docker => "install Docker (https://docs.docker.com/engine/install/)",
+            Runtime::Podman => "install Podman (on Debian or Ubuntu: apt-get install podman)",
             Runtime::Apple => "install Apple's container tool (https://github.com/apple/container)",
         }
     }
@@ -103,15 +109,16 @@ impl Bind {
 }
 
 /// How a [`ContainerSandbox`] runs its container. Plain data; every field
-/// has a safe default, and [`ContainerConfig::docker`] or
-/// [`ContainerConfig::apple`] set the one field that has none, the image.
+/// has a safe default, and [`ContainerConfig::docker`],
+/// [`ContainerConfig::podman`] or [`ContainerConfig::apple`] set the one
+/// field that has none, the image.
 ///
 /// [`ContainerSandbox`]: crate::ContainerSandbox
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerConfig {
     /// Which CLI to drive. Default: Docker.
     pub runtime: Runtime,
-    /// The CLI executable. Default: `docker` or `container` found on `PATH`.
+    /// The CLI executable. Default: the runtime's CLI found on `PATH`.
     pub binary: Option<PathBuf>,
     /// The image to run. Required: there is no default image.
     pub image: String,
@@ -177,6 +184,11 @@ impl ContainerConfig {
     /// The hardened defaults with the Docker CLI and `image`.
     pub fn docker(image: impl Into<String>) -> Self {
         ContainerConfig { image: image.into(), ..Self::default() }
+    }
+
+    /// The hardened defaults with the Podman CLI and `image`.
+    pub fn podman(image: impl Into<String>) -> Self {
+        ContainerConfig { runtime: Runtime::Podman, image: image.into(), ..Self::default() }
     }
 
     /// The hardened defaults with Apple's `container` CLI and `image`.

@@ -22,6 +22,11 @@ fi
 /// The exit status of [`REFUSE_SPECIAL`].
 const SPECIAL_STATUS: i32 = 5;
 
+/// Reads the rest of stdin on the way out of a script that takes it: podman
+/// loses the output of an `exec -i` that exits before its input ends (the
+/// write's error message, the special-file refusal's kind).
+pub(crate) const DRAIN_STDIN: &str = "trap 'cat > /dev/null' EXIT\n";
+
 /// Creates the parent directory, then copies stdin into the file. The path
 /// arrives as `$1`, so no part of it is ever parsed by the shell.
 pub(crate) const WRITE_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;

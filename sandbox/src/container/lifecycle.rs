@@ -1,12 +1,16 @@
 //! The container's lifecycle: its hardened `run` flags, starting it on
-//! first use, reconnecting to a labeled one, and forgetting one removed
-//! behind the sandbox's back.
+//! first use, tying an ephemeral one to this process, reconnecting to a
+//! labeled one, and forgetting one removed behind the sandbox's back.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use super::cli::strings;
 use super::config::Runtime;
 use super::sandbox::ContainerSandbox;
 use super::validate::is_plain_id;
-use crate::process::Output as CliOutput;
+use crate::process::{Output as CliOutput, close_inherited_fds};
 use crate::{MAX_OUTPUT_BYTES, SandboxError};
 
 /// The label that marks nexo's containers; its value is the sandbox name.
@@ -15,12 +19,24 @@ pub const CONTAINER_LABEL: &str = "nexo.sandbox.id";
 /// The keep-alive command: present in busybox/alpine and debian-slim alike.
 const KEEP_ALIVE: [&str; 3] = ["tail", "-f", "/dev/null"];
 
+/// The tether's command: waits for its stdin to close, then stops the
+/// container (the engine's init passes SIGTERM on to the keep-alive).
+const TETHER: &str = "cat > /dev/null; kill -TERM 1";
+
 impl ContainerSandbox {
     /// The argv (after the binary) that creates the container.
     pub fn run_args(&self) -> Vec<String> {
         let c = &self.config;
-        let mut args: Vec<String> =
-            vec!["run".into(), "-d".into(), "--label".into(), format!("{CONTAINER_LABEL}={}", self.name)];
+        // `--init`: the engine's init is PID 1. It reaps what commands leave in
+        // the background (under the keep-alive their zombies would fill the pids
+        // limit) and passes SIGTERM on (the keep-alive as PID 1 ignores it, so
+        // podman's `rm -f` waited 10 seconds on every close).
+        let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--init".into()];
+        if !c.reconnect {
+            // Stopped, it goes: what stops it when nexo cannot close it is the tether.
+            args.push("--rm".into());
+        }
+        args.extend(["--label".into(), format!("{CONTAINER_LABEL}={}", self.name)]);
         let mut flag = |name: &str, value: &str| {
             args.push(name.to_string());
             args.push(value.to_string());
@@ -69,8 +85,55 @@ impl ContainerSandbox {
             return Ok(id.clone());
         }
         let id = if self.config.reconnect { self.reconnect()? } else { self.create()? };
+        if !self.config.reconnect
+            && let Err(e) = self.tie(&id)
+        {
+            let _ = self.op(&strings(&["rm", "-f", &id]), None, 1 << 20);
+            return Err(e);
+        }
         *slot = Some(id.clone());
         Ok(id)
+    }
+
+    /// Ties an ephemeral container to this process: an `exec` whose stdin is a
+    /// pipe only this process holds (close-on-exec, so no child inherits it).
+    /// However the process ends, even SIGKILL, the pipe closes, the command
+    /// inside stops the container, and `--rm` removes it. Not for Apple's CLI,
+    /// whose `exec -i` and init are unverified.
+    fn tie(&self, id: &str) -> Result<(), SandboxError> {
+        if self.config.runtime == Runtime::Apple {
+            return Ok(());
+        }
+        let mut command = Command::new(&self.binary);
+        command.args(["exec", "-i", id, "sh", "-c", TETHER]);
+        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        // Its own group: a terminal's Ctrl-C reaches nexo, and the pipe does the rest.
+        command.process_group(0);
+        close_inherited_fds(&mut command);
+        let child = command
+            .spawn()
+            .map_err(|e| SandboxError::Failed(format!("cannot run {}: {e}; check `binary`", self.binary.display())))?;
+        if let Some(old) = self.tether_slot().replace(child) {
+            self.untie(old);
+        }
+        Ok(())
+    }
+
+    /// Ends a tether and reaps it: its stdin closes, and a container already
+    /// removed has ended its `exec`; one that lingers past `op_timeout` is killed.
+    pub(crate) fn untie(&self, mut tether: Child) {
+        drop(tether.stdin.take());
+        let deadline = Instant::now() + self.config.op_timeout;
+        while matches!(tether.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = tether.kill();
+        let _ = tether.wait();
+    }
+
+    pub(crate) fn tether_slot(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        // The slot holds a child handle; a panic elsewhere cannot leave it half-written.
+        self.tether.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn create(&self) -> Result<String, SandboxError> {
@@ -84,6 +147,7 @@ impl ContainerSandbox {
             ))
         })?;
         if !out.ok() {
+            self.remove_failed_start();
             return Err(SandboxError::Failed(format!(
                 "cannot start a container from {image}: {}; check that the {} engine runs and the image exists",
                 out.stderr_text(),
@@ -98,6 +162,25 @@ impl ContainerSandbox {
                 self.config.runtime.binary_name(),
                 stdout.trim()
             ))),
+        }
+    }
+
+    /// Removes what a failed `run` left: podman creates the container before
+    /// starting it, and a start that fails leaves it behind. Best effort: the
+    /// start's error is the one to report.
+    fn remove_failed_start(&self) {
+        if self.config.runtime == Runtime::Apple {
+            // Its label filter is unverified: it might match other containers.
+            return;
+        }
+        let filter = format!("label={CONTAINER_LABEL}={}", self.name);
+        let Ok(Some(out)) =
+            self.cli(&strings(&["ps", "-aq", "--filter", &filter]), None, self.config.op_timeout, 1 << 20)
+        else {
+            return;
+        };
+        for id in String::from_utf8_lossy(&out.stdout.bytes).split_whitespace().filter(|id| is_plain_id(id)) {
+            let _ = self.op(&strings(&["rm", "-f", id]), None, 1 << 20);
         }
     }
 
@@ -149,11 +232,20 @@ impl ContainerSandbox {
     /// Forgets a container removed behind our back, so the next tool call
     /// starts afresh. Not called while starting: the slot is locked then.
     pub(crate) fn forget_if_gone(&self, id: &str, out: &CliOutput) {
-        if !out.ok() && String::from_utf8_lossy(&out.stderr.bytes).contains("No such container") {
+        if !out.ok() && is_gone(&String::from_utf8_lossy(&out.stderr.bytes)) {
             let mut slot = self.slot();
             if slot.as_deref() == Some(id) {
                 *slot = None;
+                if let Some(tether) = self.tether_slot().take() {
+                    self.untie(tether);
+                }
             }
         }
     }
+}
+
+/// Whether the CLI said the container does not exist: Docker writes "No such
+/// container", podman "no such container".
+pub(crate) fn is_gone(stderr: &str) -> bool {
+    stderr.to_lowercase().contains("no such container")
 }

@@ -1,5 +1,7 @@
 //! The container sandbox: an agent's tools run inside a throwaway OCI
-//! container, driven through the `docker` CLI (or Apple's `container` CLI).
+//! container, driven through the `docker` or `podman` CLI (or Apple's
+//! `container` CLI). Podman is tested against a real engine
+//! (`sandbox/tests/podman.rs`); Docker and Apple's CLI against a fake.
 //!
 //! Every call is a separate CLI process built from an argv array; no shell
 //! ever sees a string assembled from a tool's arguments. Paths are checked
@@ -10,7 +12,11 @@
 //! The container starts lazily on the first tool call and is hardened by
 //! default: no network, every capability dropped, a read-only root with a
 //! tmpfs scratch at the working directory, `no-new-privileges`, and a pids
-//! limit. Each default is loosened by one field of [`ContainerConfig`].
+//! limit. Each default is loosened by one field of [`ContainerConfig`]. The
+//! engine's init runs as PID 1 (`--init`), so what a command leaves in the
+//! background is reaped. An ephemeral container is tied to this process
+//! (`lifecycle.rs`): when it ends without closing the sandbox, the container
+//! stops and the engine removes it.
 //!
 //! Apple's `container` CLI is driven with the same Docker-shaped flags; that
 //! mapping is unverified, and reconnecting (which needs an exact label

@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,9 +15,11 @@ use crate::SandboxError;
 
 /// A sandbox inside a container, started on the first tool call.
 ///
-/// [`Sandbox::close`] removes an ephemeral container; dropping the sandbox
-/// does not, so call it. A reconnecting sandbox reuses whatever container
-/// carries its label, whatever options that container was created with.
+/// [`Sandbox::close`] removes an ephemeral container. Call it: dropping the
+/// sandbox, or the process ending however it ends, only lets the container
+/// stop, after which the engine removes it (`--rm`). A reconnecting sandbox
+/// reuses whatever container carries its label, whatever options that
+/// container was created with.
 ///
 /// [`Sandbox::close`]: crate::Sandbox::close
 #[derive(Debug)]
@@ -26,6 +29,8 @@ pub struct ContainerSandbox {
     pub(crate) name: String,
     /// The running container's id, once started.
     pub(crate) id: Mutex<Option<String>>,
+    /// The tether of an ephemeral container (see `lifecycle.rs`).
+    pub(crate) tether: Mutex<Option<Child>>,
 }
 
 impl ContainerSandbox {
@@ -59,7 +64,7 @@ impl ContainerSandbox {
             })?,
         };
         let name = config.name.clone().unwrap_or_else(unique_name);
-        Ok(ContainerSandbox { config, binary, name, id: Mutex::new(None) })
+        Ok(ContainerSandbox { config, binary, name, id: Mutex::new(None), tether: Mutex::new(None) })
     }
 
     /// The configuration, with `cwd` normalized.

@@ -1,5 +1,5 @@
 use super::cli::strings;
-use super::files::{READ_SCRIPT, REFUSE_SPECIAL, STAT_SCRIPT, WRITE_SCRIPT};
+use super::files::{DRAIN_STDIN, READ_SCRIPT, REFUSE_SPECIAL, STAT_SCRIPT, WRITE_SCRIPT};
 use super::*;
 use crate::{ExecOutput, MAX_FILE_BYTES, MAX_OUTPUT_BYTES, Sandbox, SandboxError};
 use std::fs;
@@ -46,6 +46,8 @@ exec)
     if [ -f "$dir/gone" ]; then echo "Error response from daemon: No such container: $1" >&2; exit 1; fi
     shift
     fs="$dir/fs"
+    # The tether: hold until stdin closes, and never signal the host's PID 1.
+    case "$3" in *'kill -TERM 1'*) cat > /dev/null; echo closed >> "$dir/tether"; exit 0 ;; esac
     case "$1" in
     find) cd "$fs$wd" && exec "$@" ;;
     sh)
@@ -105,8 +107,18 @@ impl Fake {
         fs::write(self.path(file), contents).unwrap();
     }
 
-    /// Every argv the fake saw, in order.
+    /// Every argv the fake saw, in order, but the tether's (which starts
+    /// beside the next call, in either order).
     fn calls(&self) -> Vec<Vec<String>> {
+        self.all_calls().into_iter().filter(|c| !is_tether(c)).collect()
+    }
+
+    /// The tethers' argvs.
+    fn tethers(&self) -> Vec<Vec<String>> {
+        self.all_calls().into_iter().filter(|c| is_tether(c)).collect()
+    }
+
+    fn all_calls(&self) -> Vec<Vec<String>> {
         let Ok(log) = fs::read(self.path("log")) else { return Vec::new() };
         let mut calls = vec![];
         let mut current = vec![];
@@ -125,6 +137,10 @@ impl Fake {
     }
 }
 
+fn is_tether(call: &[String]) -> bool {
+    call.last().is_some_and(|a| a.contains("kill -TERM 1"))
+}
+
 fn v(args: &[&str]) -> Vec<String> {
     strings(args)
 }
@@ -133,6 +149,8 @@ fn hardened() -> Vec<String> {
     v(&[
         "run",
         "-d",
+        "--init",
+        "--rm",
         "--label",
         "nexo.sandbox.id=test-box",
         "--network",
@@ -240,7 +258,15 @@ fn starts_lazily_once_and_removes_on_close() {
     s.exec("true", Duration::from_secs(10)).unwrap();
     assert_eq!(s.container_id().as_deref(), Some("c0ffee1"));
     assert_eq!(fake.subcommands().iter().filter(|c| *c == "run").count(), 1);
+    // The tether starts beside the calls after it; wait for its argv.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fake.tethers().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fake.tethers(), [v(&["exec", "-i", "c0ffee1", "sh", "-c", "cat > /dev/null; kill -TERM 1"])]);
+    assert!(!fake.path("tether").exists(), "the tether holds while the container runs");
     s.close().unwrap();
+    assert_eq!(fs::read_to_string(fake.path("tether")).unwrap(), "closed\n", "close ends the tether");
     s.close().unwrap();
     let calls = fake.calls();
     assert_eq!(calls.last().unwrap(), &v(&["rm", "-f", "c0ffee1"]));
@@ -278,7 +304,7 @@ fn tool_argv_shapes() {
     let stat = script(STAT_SCRIPT);
     assert_eq!(calls[2], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
     assert_eq!(calls[3], v(&["exec", "c0ffee1", "sh", "-c", &stat, "sh", "/workspace/a.txt"]));
-    let write = script(WRITE_SCRIPT);
+    let write = format!("{DRAIN_STDIN}{}", script(WRITE_SCRIPT));
     assert_eq!(calls[4], v(&["exec", "-i", "c0ffee1", "sh", "-c", &write, "sh", "/workspace/dir/b.txt"]));
     assert_eq!(calls[5], v(&["exec", "-w", "/workspace", "c0ffee1", "find", ".", "-type", "f", "-print0"]));
     assert_eq!(calls[6], v(&["exec", "-w", "/workspace", "c0ffee1", "sh", "-c", "ls -la"]));
@@ -507,7 +533,9 @@ fn reconnect_creates_on_zero_and_on_a_failed_lookup() {
         let s = ContainerSandbox::new(config).unwrap();
         s.exec("true", Duration::from_secs(10)).unwrap();
         assert_eq!(fake.subcommands(), v(&["ps", "run", "exec"]), "failing lookup: {failing}");
-        assert_eq!(fake.calls()[1], hardened());
+        // Kept: no --rm, and no tether.
+        assert_eq!(fake.calls()[1], hardened().into_iter().filter(|a| a != "--rm").collect::<Vec<_>>());
+        assert!(fake.tethers().is_empty());
     }
 }
 
@@ -546,12 +574,18 @@ fn apple_reconnect_is_a_config_error_when_it_would_run() {
 fn start_failure_carries_the_cli_message() {
     let fake = Fake::new();
     fake.set("run_fail", "Unable to find image 'nope:latest' locally");
+    // What the failed start left (podman creates before it starts).
+    fake.set("ps_ids", "left1\n");
     let s = fake.sandbox();
     match s.read("a.txt") {
         Err(SandboxError::Failed(m)) => assert!(m.contains("Unable to find image 'nope:latest'"), "{m}"),
         other => panic!("expected a start failure, got {other:?}"),
     }
     assert_eq!(s.container_id(), None);
+    let calls = fake.calls();
+    assert_eq!(calls[1], v(&["ps", "-aq", "--filter", "label=nexo.sandbox.id=test-box"]));
+    assert_eq!(calls[2], v(&["rm", "-f", "left1"]));
+    assert_eq!(calls.len(), 3);
 }
 
 #[test]

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::cli::strings;
 use super::config::Network;
-use super::files::{READ_SCRIPT, REFUSE_SPECIAL, WRITE_SCRIPT, special_refusal};
+use super::files::{DRAIN_STDIN, READ_SCRIPT, REFUSE_SPECIAL, WRITE_SCRIPT, special_refusal};
+use super::lifecycle::is_gone;
 use super::sandbox::ContainerSandbox;
 use crate::{
     ExecOutput, FileStat, FileText, GlobMatches, MAX_FILE_BYTES, MAX_OUTPUT_BYTES, Sandbox, SandboxError, glob_matcher,
@@ -111,7 +112,7 @@ impl Sandbox for ContainerSandbox {
             )));
         }
         let id = self.container()?;
-        let script = format!("{REFUSE_SPECIAL}{WRITE_SCRIPT}");
+        let script = format!("{DRAIN_STDIN}{REFUSE_SPECIAL}{WRITE_SCRIPT}");
         let args = strings(&["exec", "-i", &id, "sh", "-c", &script, "sh", &abs]);
         let out = self.op(&args, Some(contents.as_bytes()), 1 << 20)?;
         self.forget_if_gone(&id, &out);
@@ -183,7 +184,10 @@ impl Sandbox for ContainerSandbox {
                 return Err(e);
             }
         };
-        if out.ok() || out.stderr_text().contains("No such container") {
+        if out.ok() || is_gone(&out.stderr_text()) {
+            if let Some(tether) = self.tether_slot().take() {
+                self.untie(tether);
+            }
             return Ok(());
         }
         let message = out.stderr_text();
