@@ -69,12 +69,13 @@ for name in "${mutants[@]}"; do
     exit 1
   fi
   # It must fail by its checks, not for another reason.
-  if ! grep -qE "^chaos \(seed [0-9]+\): .* [1-9][0-9]* violations$" "$target.log"; then
+  # (A run that never ends is one: every run must end.)
+  if ! grep -qE "^chaos \(seed [0-9]+\): .* [1-9][0-9]* violations$|runs did not end within" "$target.log"; then
     say "$name: the harness failed, but not by finding violations: see $target.log"
     git worktree remove --force "$dir"
     exit 1
   fi
-  grep -E "^chaos \(seed|^t[0-9]+:" "$target.log" | head -12 >&2 || true
+  grep -E "^chaos \(seed|^t[0-9]+:|runs did not end within" "$target.log" | cut -c1-300 | head -12 >&2 || true
   failed_as_expected+=("$name")
   git worktree remove --force "$dir"
 done
