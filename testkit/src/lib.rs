@@ -1,9 +1,12 @@
 //! What the workspace's tests share: saying that a test, or a part of one,
 //! did not run. libtest hides a passing test's output, so a skip printed
 //! alone goes unseen; [`skipped`] also appends it to the file `NEXO_SKIPPED`
-//! names, which `make test` sets and lists at its end.
+//! names, which `make test` sets and lists at its end. [`llama`] runs a
+//! real llama.cpp server for the OpenAI-compatible provider's live tests.
 
 use std::io::Write;
+
+pub mod llama;
 
 /// Says that `test` (or a part of it) did not run, and `why`: on stderr,
 /// and as a line appended to the file `NEXO_SKIPPED` names, when it is set.
