@@ -89,69 +89,98 @@ async fn llama_server_chats_plain_and_streamed_with_usage() {
     assert_eq!(prompt_tokens[0], prompt_tokens[1]);
 
     // A short answer ends on its own.
-    let hello = chat(vec![Message::User { text: "Say hello.".into() }], vec![], 200);
+    let hello = chat(vec![Message::User { text: "Say hello.".into() }], vec![], 100);
     for stream in MODES {
         let response = run(p.as_ref(), &hello, stream).await.0.unwrap();
         assert_eq!(response.stop, StopReason::EndTurn, "stream {stream}: {response:?}");
-        assert!(response.usage.output_tokens > 0 && response.usage.output_tokens < 200, "{response:?}");
+        assert!(response.usage.output_tokens > 0 && response.usage.output_tokens < 100, "{response:?}");
     }
 }
 
-/// Tool calls both ways: the conversation nexo sends (an earlier call with
-/// its JSON-string arguments, and its result) is one llama-server's template
-/// renders, and the call the model makes comes back as `tool_calls` that
-/// nexo parses into a name, an id and object arguments, in one answer and in
-/// streamed fragments; the call then goes back with its result.
+/// Tool calls as nexo sends them (the tools offered, an earlier call with
+/// its arguments as a JSON string, its result, an error result) reach
+/// llama-server's chat template as the canonical OpenAI body does: the prompt
+/// the server renders from nexo's request has exactly as many tokens as the
+/// one it renders from the hand-written body (its own `/apply-template` and
+/// `/tokenize`), streamed or not. The 135M model makes no tool calls
+/// reliably (not even with `tool_choice: required` on this server), so the
+/// answers' calls are not asserted; the mock's tests cover their parsing.
 #[tokio::test]
-async fn llama_server_tool_calls_round_trip() {
-    let Some(server) = LlamaServer::start("llama_server_tool_calls_round_trip", 4096) else { return };
+async fn llama_server_renders_nexos_tool_conversation_as_openais() {
+    let Some(server) = LlamaServer::start("llama_server_renders_nexos_tool_conversation_as_openais", 4096) else {
+        return;
+    };
     let p = llama_provider(&server);
-    let earlier = ToolCall { id: "call_paris".into(), name: "get_weather".into(), arguments: json!({"city": "Paris"}) };
-    let mut messages = vec![
+    let calls = vec![
+        ToolCall { id: "call_paris".into(), name: "get_weather".into(), arguments: json!({"city": "Paris"}) },
+        ToolCall { id: "call_oslo".into(), name: "get_weather".into(), arguments: json!({"city": "Oslo"}) },
+    ];
+    let messages = vec![
         Message::System { text: "You answer questions about the weather by calling get_weather.".into() },
-        Message::User { text: "What is the weather in Paris?".into() },
-        Message::Assistant { text: String::new(), tool_calls: vec![earlier] },
+        Message::User { text: "What is the weather in Paris and Oslo?".into() },
+        Message::Assistant { text: String::new(), tool_calls: calls },
         Message::ToolResult {
             call_id: "call_paris".into(),
             name: "get_weather".into(),
             content: "sunny, 21 C".into(),
             is_error: false,
         },
-        Message::Assistant { text: "It is sunny in Paris, 21 C.".into(), tool_calls: vec![] },
-        Message::User { text: "What is the weather in Rome?".into() },
+        Message::ToolResult {
+            call_id: "call_oslo".into(),
+            name: "get_weather".into(),
+            content: "no station in Oslo".into(),
+            is_error: true,
+        },
+        Message::Assistant { text: "It is sunny in Paris; Oslo has no station.".into(), tool_calls: vec![] },
+        Message::User { text: "And in Rome?".into() },
     ];
-    let request = chat(messages.clone(), vec![weather_tool()], 64);
-    let mut calls = Vec::new();
+    let canonical = json!({
+        "model": "smollm2",
+        "messages": [
+            {"role": "system", "content": "You answer questions about the weather by calling get_weather."},
+            {"role": "user", "content": "What is the weather in Paris and Oslo?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_paris", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+                {"id": "call_oslo", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_paris", "content": "sunny, 21 C"},
+            {"role": "tool", "tool_call_id": "call_oslo", "content": "Error: no station in Oslo"},
+            {"role": "assistant", "content": "It is sunny in Paris; Oslo has no station."},
+            {"role": "user", "content": "And in Rome?"},
+        ],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Gets the current weather in a city.",
+            "parameters": weather_tool().parameters,
+        }}],
+    });
+    let with_tools = prompt_tokens(&server, &canonical);
+    let mut bare = canonical.clone();
+    bare.as_object_mut().unwrap().remove("tools");
+    // The control: the template renders the tools, so leaving them out shows.
+    assert!(with_tools > prompt_tokens(&server, &bare) + 20, "the tools are not in the prompt");
+
+    let request = chat(messages, vec![weather_tool()], 1);
     for stream in MODES {
         let (result, _) = run(p.as_ref(), &request, stream).await;
         let response = result.unwrap_or_else(|e| panic!("stream {stream}: {e}\n{}", server.log()));
-        assert_eq!(response.stop, StopReason::ToolUse, "stream {stream}: {response:?}");
-        assert_eq!(response.tool_calls.len(), 1, "stream {stream}: {response:?}");
-        let call = &response.tool_calls[0];
-        assert_eq!(call.name, "get_weather");
-        assert!(!call.id.is_empty());
-        // The schema's one required field, a string: the server's grammar holds the model to it.
-        assert!(call.arguments["city"].is_string(), "stream {stream}: {call:?}");
-        assert!(response.usage.input_tokens > 0 && response.usage.output_tokens > 0, "{response:?}");
-        calls.push(call.clone());
+        assert_eq!(response.usage.input_tokens, with_tools, "stream {stream}: {response:?}");
+        assert_eq!(response.usage.output_tokens, 1, "stream {stream}: {response:?}");
     }
-    // Streamed fragments assemble into the same call (ids are the server's own).
-    assert_eq!((&calls[0].name, &calls[0].arguments), (&calls[1].name, &calls[1].arguments));
+}
 
-    // The call goes back as nexo sends it, with its result; the server takes it.
-    let call = calls.remove(1);
-    messages.push(Message::Assistant { text: String::new(), tool_calls: vec![call.clone()] });
-    messages.push(Message::ToolResult {
-        call_id: call.id,
-        name: call.name,
-        content: "rain, 14 C".into(),
-        is_error: false,
-    });
-    let request = chat(messages, vec![weather_tool()], 32);
-    for stream in MODES {
-        let response = run(p.as_ref(), &request, stream).await.0.unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
-        assert!(response.usage.input_tokens > 0, "{response:?}");
-    }
+/// How many tokens the prompt llama-server renders from `body` has.
+fn prompt_tokens(server: &LlamaServer, body: &serde_json::Value) -> u64 {
+    let (status, rendered) = server.post("/apply-template", &body.to_string());
+    assert_eq!(status, 200, "{rendered}");
+    let prompt: serde_json::Value = serde_json::from_str(&rendered).unwrap();
+    let request = json!({"content": prompt["prompt"], "add_special": true});
+    let (status, tokens) = server.post("/tokenize", &request.to_string());
+    assert_eq!(status, 200, "{tokens}");
+    let tokens: serde_json::Value = serde_json::from_str(&tokens).unwrap();
+    tokens["tokens"].as_array().unwrap().len() as u64
 }
 
 /// A prompt longer than the server's context is a typed error at once (a
@@ -171,7 +200,7 @@ async fn llama_server_context_overflow_is_a_typed_error() {
         };
         assert_eq!((provider.as_str(), *status), ("openai-compatible", 400), "{error}");
         assert!(message.contains("context size (256 tokens)"), "stream {stream}: {error}");
-        assert!(message.contains("-c"), "the fix is named: {error}");
+        assert!(message.contains("restart llama-server with a larger one (`-c`"), "the fix is named: {error}");
         assert!(pieces.is_empty());
         assert!(started.elapsed() < Duration::from_secs(30), "not retried: {:?}", started.elapsed());
     }

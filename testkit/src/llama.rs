@@ -80,6 +80,17 @@ impl LlamaServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// POSTs `json` to the server's own `path` (`/apply-template`,
+    /// `/tokenize`): its status and body.
+    pub fn post(&self, path: &str, json: &str) -> (u16, String) {
+        exchange(self.port, &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{json}",
+            json.len()
+        ))
+        .unwrap_or_else(|| panic!("POST {path} to llama-server failed:\n{}", self.log()))
+    }
+
     /// Polls `/health` until it answers 200 (503 while the model loads).
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + READY_WITHIN;
@@ -112,10 +123,18 @@ fn free_port() -> u16 {
 
 /// The status `GET /health` answers with, if anything answers.
 fn health(port: u16) -> Option<u16> {
+    exchange(port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").map(|(status, _)| status)
+}
+
+/// Sends one HTTP/1.1 request (which asks to close the connection) and
+/// reads the status and the body (llama-server sends a length, not chunks).
+fn exchange(port: u16, request: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.get(9..12)?.parse().ok()?;
+    let (_, body) = answer.split_once("\r\n\r\n")?;
+    Some((status, body.to_string()))
 }
