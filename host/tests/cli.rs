@@ -937,7 +937,8 @@ fn nexo_run_one_turn_against_llama_server() {
     let dir = tempfile::tempdir().unwrap();
     // No capabilities: no tools to call, so the first answer ends the prompt.
     let agent = dir.path().join("greeter.toml");
-    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\ninstructions = \"Answer briefly.\"\n").unwrap();
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\ninstructions = \"Answer briefly.\"\n")
+        .unwrap();
     let base = server.base_url();
     let out = nexo(&[
         "run",

@@ -83,12 +83,11 @@ impl LlamaServer {
     /// POSTs `json` to the server's own `path` (`/apply-template`,
     /// `/tokenize`): its status and body.
     pub fn post(&self, path: &str, json: &str) -> (u16, String) {
-        exchange(self.port, &format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{json}",
-            json.len()
-        ))
-        .unwrap_or_else(|| panic!("POST {path} to llama-server failed:\n{}", self.log()))
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        );
+        let request = format!("{head}Content-Length: {}\r\n\r\n{json}", json.len());
+        exchange(self.port, &request).unwrap_or_else(|| panic!("POST {path} to llama-server failed:\n{}", self.log()))
     }
 
     /// Polls `/health` until it answers 200 (503 while the model loads).
