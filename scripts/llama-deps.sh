@@ -9,8 +9,8 @@
 # Installs python3 and its venv module, and g++, with apt-get first if they
 # are missing (as root, or with sudo); otherwise says exactly what to install.
 #
-# Idempotent and quick once built; the build takes about 30 minutes on two busy
-# cores, 11 minutes of CPU (NEXO_LLAMA_JOBS sets its parallelism, default 2).
+# Idempotent and quick once built; the build takes about 22 minutes on two busy
+# cores, 10 minutes of CPU (NEXO_LLAMA_JOBS sets its parallelism, default 2).
 # The tests never touch the network: they look for the two files above and
 # skip (fail with NEXO_LIVE_LLAMA=1), naming this script, when one is missing.
 set -euo pipefail
