@@ -933,3 +933,48 @@ fn a_scripted_chat_goes_on_through_the_script_prompt_after_prompt() {
     assert_eq!(said.matches("answer-one").count(), 1, "{said}");
     assert!(said.contains("answer-two"), "the second prompt got the script's second turn: {said}");
 }
+
+/// `nexo run` against a real llama.cpp `llama-server` with a small real
+/// model (`scripts/llama-deps.sh` builds both; skipped without them, failed
+/// with `NEXO_LIVE_LLAMA=1`): one streamed turn over
+/// `--provider openai-compatible --base-url`, its text in deltas and its
+/// tokens counted in the done event.
+#[test]
+fn nexo_run_one_turn_against_llama_server() {
+    let Some(server) = nexo_testkit::llama::LlamaServer::start("nexo_run_one_turn_against_llama_server", 2048) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // No capabilities: no tools to call, so the first answer ends the prompt.
+    let agent = dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\ninstructions = \"Answer briefly.\"\n")
+        .unwrap();
+    let base = server.base_url();
+    let out = nexo(&[
+        "run",
+        agent.to_str().unwrap(),
+        "Say hello.",
+        "--provider",
+        "openai-compatible",
+        "--base-url",
+        &base,
+        "--model",
+        "smollm2",
+        "--stream",
+        "--json",
+        "--ephemeral",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}\n{}", stdout(&out), stderr(&out), server.log());
+    let lines: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().filter_map(|v| v["event"].as_str()).collect();
+    assert_eq!(events.first(), Some(&"turn-started"), "{events:?}");
+    assert_eq!(events.last(), Some(&"done"), "{events:?}");
+    assert!(events[1..events.len() - 1].iter().all(|e| *e == "text-delta"), "{events:?}");
+    assert!(events.len() > 3, "the answer streams in several deltas: {events:?}");
+    let streamed: String = lines.iter().filter_map(|v| v["text"].as_str()).collect();
+    assert!(!streamed.trim().is_empty());
+    let done = lines.iter().find(|v| v["event"] == "done").unwrap();
+    assert_eq!((done["status"].as_str(), done["turns"].as_u64()), (Some("done"), Some(1)), "{done}");
+    assert!(done["input_tokens"].as_u64().unwrap() > 0, "{done}");
+    assert!(done["output_tokens"].as_u64().unwrap() > 0, "{done}");
+}

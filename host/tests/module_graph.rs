@@ -114,7 +114,7 @@ const CRATES: &[Layers] = &[
         ],
     },
     Layers { dir: "skills", layers: &[&["parse"], &["error"]] },
-    Layers { dir: "testkit", layers: &[] },
+    Layers { dir: "testkit", layers: &[&["llama"]] },
     Layers { dir: "text", layers: &[] },
     Layers { dir: "toolchain", layers: &[] },
     Layers { dir: "tests", layers: &[&["guests", "loopback"]] },

@@ -242,7 +242,7 @@ impl Http {
                             .and_then(|s| s.canonical_reason())
                             .unwrap_or("no error message")
                             .to_string()
-                    });
+                    }) + overflow_hint(&body);
                     if !RETRY_STATUSES.contains(&code) {
                         return Err(self.status_error(code, message));
                     }
@@ -367,7 +367,6 @@ fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
     number("retry-after").map(|s| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
-/// The message in an error body: `error.message` (OpenAI and Anthropic),
 /// What to add when nothing listens at a model server's address: the
 /// server on the operator's side is not running, or the base URL is wrong.
 /// Empty for any other failure, and for the hosted providers' own APIs.
@@ -391,6 +390,7 @@ fn refused_hint(provider: &str, endpoint: &Endpoint, cause: &str) -> String {
     }
 }
 
+/// The message in an error body: `error.message` (OpenAI and Anthropic),
 /// `error` as a string (Ollama), a top-level `message`, or the text itself.
 pub(crate) fn error_message(body: &[u8]) -> Option<String> {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
@@ -406,6 +406,23 @@ pub(crate) fn error_message(body: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     (!text.is_empty()).then(|| quote(text.as_bytes()))
+}
+
+/// The fix to add when an error body says the conversation is longer than
+/// the model's context: llama.cpp's `exceed_context_size_error` says only
+/// "try increasing it", OpenAI's `context_length_exceeded` not even that.
+fn overflow_hint(body: &[u8]) -> &'static str {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else { return "" };
+    let field = |name: &str| value.pointer(&format!("/error/{name}")).and_then(|v| v.as_str());
+    if field("type") == Some("exceed_context_size_error") {
+        "; the conversation does not fit the server's context: restart llama-server with a larger one \
+         (`-c`/`--ctx-size`, up to the model's training context), or shorten the conversation"
+    } else if field("code") == Some("context_length_exceeded") {
+        "; the conversation does not fit the model's context window: use a model with a longer one, or \
+         shorten the conversation"
+    } else {
+        ""
+    }
 }
 
 /// The start of `bytes` as text, for messages.
@@ -615,6 +632,17 @@ mod tests {
         assert_eq!(error_message(br#"{"error":"model not found"}"#).as_deref(), Some("model not found"));
         assert_eq!(error_message(b"  upstream down \n").as_deref(), Some("upstream down"));
         assert_eq!(error_message(b""), None);
+    }
+
+    #[test]
+    fn context_overflows_name_the_fix() {
+        // As llama-server answers a prompt longer than its `-c`.
+        let llama = br#"{"error":{"code":400,"message":"request (721 tokens) exceeds the available context size (256 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":721,"n_ctx":256}}"#;
+        assert!(overflow_hint(llama).contains("`-c`/`--ctx-size`"), "{}", overflow_hint(llama));
+        let openai = br#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        assert!(overflow_hint(openai).contains("a model with a longer one"), "{}", overflow_hint(openai));
+        assert_eq!(overflow_hint(br#"{"error":{"message":"bad key","type":"x"}}"#), "");
+        assert_eq!(overflow_hint(b"not json"), "");
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! did not run. libtest hides a passing test's output, so a skip printed
 //! alone goes unseen; [`skipped`] also appends it to the file `NEXO_SKIPPED`
 //! names, which `make test` sets and lists at its end. [`podman::image`]
-//! finds the real container engine the container sandbox's tests run on.
+//! finds the real container engine the container sandbox's tests run on;
+//! [`llama`] runs a real llama.cpp server for the OpenAI-compatible
+//! provider's live tests.
 
 use std::io::Write;
 
+pub mod llama;
 pub mod podman;
 
 /// Says that `test` (or a part of it) did not run, and `why`: on stderr,
