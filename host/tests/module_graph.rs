@@ -82,7 +82,7 @@ const CRATES: &[Layers] = &[
         layers: &[
             &["local", "container", "remote", "virtual_fs"],
             &["shell", "program"],
-            &["confine", "view"],
+            &["confine", "view", "landlock_abi"],
             &["process", "path"],
         ],
     },
@@ -114,7 +114,7 @@ const CRATES: &[Layers] = &[
         ],
     },
     Layers { dir: "skills", layers: &[&["parse"], &["error"]] },
-    Layers { dir: "testkit", layers: &[&["llama"]] },
+    Layers { dir: "testkit", layers: &[&["llama", "podman"]] },
     Layers { dir: "text", layers: &[] },
     Layers { dir: "toolchain", layers: &[] },
     Layers { dir: "tests", layers: &[&["guests", "loopback"]] },
