@@ -316,7 +316,9 @@ async fn a_newer_schema_is_too_new_and_untouched() {
     }
     let before = snapshot(&path);
     match SqliteStore::open(&path).await {
-        Err(StoreError::TooNew { location, found, supported }) => {
+        Err(e @ StoreError::TooNew { .. }) => {
+            assert!(e.to_string().contains("upgrade nexo"), "the error names the fix: {e}");
+            let StoreError::TooNew { location, found, supported } = e else { unreachable!() };
             assert_eq!(location, path.display().to_string());
             assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
         }
@@ -720,6 +722,50 @@ async fn a_version_3_file_is_migrated_in_place() {
         sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
     assert_eq!(SCHEMA_VERSION, 7);
+}
+
+/// The file's `nexo_schema` rows: each version and when it was applied.
+async fn schema_rows(path: &Path) -> Vec<(i64, i64)> {
+    let mut conn = raw(path).await;
+    let rows = sqlx::query_as("SELECT version, applied_ms FROM nexo_schema ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    rows
+}
+
+/// Every file a real older nexo wrote (store/tests/fixtures/sqlite, one per
+/// older schema version, each from the last commit that wrote that version)
+/// is migrated in place with everything that nexo reported writing, which
+/// goes on working; a second open changes nothing.
+#[tokio::test]
+async fn files_older_nexos_wrote_are_migrated_with_everything_in_them() {
+    let fixtures = support::fixtures::fixtures("sqlite");
+    for fixture in &fixtures {
+        let name = format!("{} (nexo {})", fixture.data.display(), fixture.commit);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nexo.db");
+        std::fs::copy(&fixture.data, &path).unwrap();
+        let written = schema_rows(&path).await;
+        assert_eq!(written.last().map(|r| r.0), Some(fixture.schema_version), "{name}");
+
+        let store = SqliteStore::open(&path).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        support::fixtures::check_migrated(&store, fixture).await;
+        let runs = store.runs(None, 1_000).await.unwrap();
+        store.close().await;
+        let migrated = schema_rows(&path).await;
+        let now: Vec<i64> = migrated.iter().map(|r| r.0).collect();
+        assert_eq!(now, (1..=SCHEMA_VERSION).collect::<Vec<_>>(), "{name}");
+        assert_eq!(migrated[..written.len()], written[..], "{name}: the old versions' rows are kept");
+
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.runs(None, 1_000).await.unwrap(), runs, "{name}: a second open changes no run");
+        store.close().await;
+        assert_eq!(schema_rows(&path).await, migrated, "{name}: a second open migrates nothing");
+    }
+    let versions: Vec<i64> = fixtures.iter().map(|f| f.schema_version).collect();
+    assert_eq!(versions, (1..SCHEMA_VERSION).collect::<Vec<_>>(), "a file from every older schema version");
 }
 
 #[tokio::test]
