@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use nexo_store::{
-    Batch, Claim, Decision, Entry, JobStatus, Lease, NewEvent, RunStatus, Store, StoreError, Transition, sha256_hex,
-    verify_audit,
+    Batch, Claim, Decision, Entry, JobKind, JobStatus, Lease, NewApiKey, NewEvent, NewJob, NewRun, NewTenant,
+    RunStatus, SignIn, Store, StoreError, Transition, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -89,6 +89,60 @@ pub async fn check_migrated(store: &dyn Store, fixture: &Fixture) {
     if fixture.fact("acme-key").is_some() {
         tenants_go_on(store, fixture, &name).await;
     }
+    later_tables_work(store, &name).await;
+}
+
+/// What the migrations added after the fixture's version works: a session
+/// with a prompt, a tenant with a key, a run of it with a job in its queue,
+/// a console sign-in.
+async fn later_tables_work(store: &dyn Store, name: &str) {
+    let now = nexo_store::now_ms();
+    let session = store.open_session("hello", "after-upgrade", now).await.unwrap();
+    store.append_thread(&session.id, 0, vec![json!({"role": "user", "content": "hi"})], now).await.unwrap();
+    let tenant = NewTenant { id: "t-after".into(), name: "after-upgrade".into(), policy: json!({}), created_ms: now };
+    store.create_tenant(tenant).await.unwrap();
+    let key =
+        NewApiKey { id: "k-after".into(), tenant: Some("t-after".into()), hash: sha256_hex("k"), created_ms: now };
+    store.create_key(key).await.unwrap();
+    assert_eq!(store.key_by_hash(&sha256_hex("k")).await.unwrap().unwrap().tenant.as_deref(), Some("t-after"));
+    let run = NewRun {
+        id: "r-after-upgrade".into(),
+        agent: "hello".into(),
+        kind: "component".into(),
+        source: "/agents/hello.wasm".into(),
+        component_sha256: "ab".repeat(32),
+        input: "hi".into(),
+        grant: json!({}),
+        status: RunStatus::Queued,
+        lease: None,
+        created_ms: now,
+        session: Some(session.id.clone()),
+        tenant: Some("t-after".into()),
+    };
+    store.create_run(run).await.unwrap();
+    let job = NewJob {
+        id: "j-after-upgrade".into(),
+        run: "r-after-upgrade".into(),
+        kind: JobKind::Start,
+        payload: json!({"run": "r-after-upgrade"}),
+        max_attempts: 1,
+        backoff_ms: 0,
+        not_before_ms: 0,
+        created_ms: now,
+    };
+    store.enqueue(job).await.unwrap();
+    let claimed = store.claim_job("w:fixture", 60_000, now).await.unwrap().unwrap();
+    assert_eq!((claimed.id.as_str(), claimed.tenant.as_deref()), ("j-after-upgrade", Some("t-after")), "{name}");
+    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1, "{name}");
+    let sign_in = SignIn {
+        id_hash: sha256_hex("c"),
+        tenant: "t-after".into(),
+        key_hash: sha256_hex("k"),
+        created_ms: now,
+        expires_ms: now + 1_000,
+    };
+    store.open_sign_in(sign_in.clone()).await.unwrap();
+    assert_eq!(store.sign_in(&sign_in.id_hash, now).await.unwrap(), Some(sign_in), "{name}");
 }
 
 async fn runs_are_kept(store: &dyn Store, fixture: &Fixture, name: &str) {
@@ -97,8 +151,7 @@ async fn runs_are_kept(store: &dyn Store, fixture: &Fixture, name: &str) {
     let reported: BTreeMap<String, RunStatus> = fixture.runs.values().cloned().collect();
     assert_eq!(listed, reported, "{name}: the runs list, with the statuses the old nexo reported");
     for status in [RunStatus::Done, RunStatus::Suspended, RunStatus::Failed, RunStatus::Cancelled] {
-        let ids: BTreeSet<String> =
-            store.runs(Some(status), 1_000).await.unwrap().into_iter().map(|r| r.id).collect();
+        let ids: BTreeSet<String> = store.runs(Some(status), 1_000).await.unwrap().into_iter().map(|r| r.id).collect();
         let want: BTreeSet<String> = reported.iter().filter(|(_, s)| **s == status).map(|(id, _)| id.clone()).collect();
         assert_eq!(ids, want, "{name}: the runs listed as {status:?}");
     }
@@ -156,6 +209,9 @@ async fn resume_and_finish(store: &dyn Store, id: &str, how: Claim, input: Optio
     let batch = Batch { journal: vec![entry.clone()], events: vec![event], ..Batch::default() };
     store.commit(id, OWNER, batch).await.unwrap();
     let done = Transition::Finish { status: RunStatus::Done, result: Some("resumed".into()), error: None };
+    let used = nexo_store::RunUsage { tokens: 15, cpu_ticks: 2, egress_bytes: 0 };
+    store.add_run_usage(id, used).await.unwrap();
+    assert_eq!(store.run_usage(id).await.unwrap(), used, "{name}: {id}'s usage over its passes");
     let finished = store.transition(id, OWNER, Batch::default(), done).await.unwrap();
     assert_eq!(finished.status, RunStatus::Done, "{name}: {id}");
     assert_eq!(store.journal(id).await.unwrap().last(), Some(&entry), "{name}: {id}'s journal goes on");
@@ -206,8 +262,12 @@ async fn sessions_go_on(store: &dyn Store, fixture: &Fixture, name: &str) {
 }
 
 async fn queued_jobs_are_claimed(store: &dyn Store, fixture: &Fixture, name: &str) {
-    let queued: BTreeSet<String> =
-        store.jobs(Some(JobStatus::Queued), 1_000).await.unwrap().into_iter().map(|j| j.run).collect();
+    let jobs = store.jobs(Some(JobStatus::Queued), 1_000).await.unwrap();
+    for job in &jobs {
+        let run = store.run(&job.run).await.unwrap().unwrap();
+        assert_eq!(job.tenant, run.tenant, "{name}: job {} is in its run's tenant's queue", job.id);
+    }
+    let queued: BTreeSet<String> = jobs.into_iter().map(|j| j.run).collect();
     let mut claimed = BTreeSet::new();
     while let Some(job) = store.claim_job("w:fixture", 60_000, i64::MAX / 4).await.unwrap() {
         claimed.insert(job.run);
@@ -238,7 +298,8 @@ async fn tenants_go_on(store: &dyn Store, fixture: &Fixture, name: &str) {
     }
     assert!(store.key_by_hash(&sha256_hex("nexo_sk_never_made")).await.unwrap().is_none(), "{name}");
 
-    let served: BTreeSet<String> = fixture.runs.iter().filter(|(l, _)| l.starts_with("serve-")).map(|(_, r)| r.0.clone()).collect();
+    let served: BTreeSet<String> =
+        fixture.runs.iter().filter(|(l, _)| l.starts_with("serve-")).map(|(_, r)| r.0.clone()).collect();
     let listed: BTreeSet<String> =
         store.tenant_runs(&acme.id, None, 1_000).await.unwrap().into_iter().map(|r| r.id).collect();
     assert_eq!(listed, served, "{name}: acme's runs");
