@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use nexo_store::{
-    Batch, Claim, Decision, Entry, JobKind, JobStatus, Lease, NewApiKey, NewEvent, NewJob, NewRun, NewTenant,
-    RunStatus, SignIn, Store, StoreError, Transition, sha256_hex, verify_audit,
+    Batch, Claim, Decision, Entry, JobKind, JobStatus, Lease, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun,
+    NewTenant, RunStatus, SignIn, Store, StoreError, Transition, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -93,8 +93,9 @@ pub async fn check_migrated(store: &dyn Store, fixture: &Fixture) {
 }
 
 /// What the migrations added after the fixture's version works: a session
-/// with a prompt, a tenant with a key, a run of it with a job in its queue,
-/// a console sign-in.
+/// with a prompt, a tenant with a key, a plugin, usage and an audit log, a
+/// run of both with a job in the tenant's queue, a console sign-in; and
+/// deleting the session deletes its run.
 async fn later_tables_work(store: &dyn Store, name: &str) {
     let now = nexo_store::now_ms();
     let session = store.open_session("hello", "after-upgrade", now).await.unwrap();
@@ -134,6 +135,23 @@ async fn later_tables_work(store: &dyn Store, name: &str) {
     let claimed = store.claim_job("w:fixture", 60_000, now).await.unwrap().unwrap();
     assert_eq!((claimed.id.as_str(), claimed.tenant.as_deref()), ("j-after-upgrade", Some("t-after")), "{name}");
     assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1, "{name}");
+    let bytes = b"\0asm after the upgrade".to_vec();
+    let plugin = NewPlugin {
+        tenant: "t-after".into(),
+        sha256: sha256_hex(&bytes),
+        name: "p".into(),
+        world: "agent".into(),
+        bytes: bytes.clone(),
+        created_ms: now,
+    };
+    store.put_plugin(plugin).await.unwrap();
+    assert_eq!(store.plugin_bytes("t-after", &sha256_hex(&bytes)).await.unwrap(), Some(bytes), "{name}");
+    store.add_usage("t-after", now, 1, 10, 2, 0).await.unwrap();
+    assert_eq!(store.usage("t-after", 0).await.unwrap().len(), 1, "{name}");
+    store.append_audit("t-after", "tenant.created", &json!({}), now).await.unwrap();
+    let entries = store.audit("t-after", 0, 10).await.unwrap();
+    let head = store.audit_head("t-after").await.unwrap();
+    assert_eq!(verify_audit(&entries, head.as_ref().map(|(s, h)| (*s, h.as_str()))), Ok(1), "{name}");
     let sign_in = SignIn {
         id_hash: sha256_hex("c"),
         tenant: "t-after".into(),
@@ -143,6 +161,8 @@ async fn later_tables_work(store: &dyn Store, name: &str) {
     };
     store.open_sign_in(sign_in.clone()).await.unwrap();
     assert_eq!(store.sign_in(&sign_in.id_hash, now).await.unwrap(), Some(sign_in), "{name}");
+    assert!(store.delete_session(&session.id).await.unwrap(), "{name}");
+    assert_eq!(store.run("r-after-upgrade").await.unwrap(), None, "{name}: the session's run goes with it");
 }
 
 async fn runs_are_kept(store: &dyn Store, fixture: &Fixture, name: &str) {
