@@ -229,9 +229,10 @@ async fn resume_and_finish(store: &dyn Store, id: &str, how: Claim, input: Optio
     let batch = Batch { journal: vec![entry.clone()], events: vec![event], ..Batch::default() };
     store.commit(id, OWNER, batch).await.unwrap();
     let done = Transition::Finish { status: RunStatus::Done, result: Some("resumed".into()), error: None };
-    let used = nexo_store::RunUsage { tokens: 15, cpu_ticks: 2, egress_bytes: 0 };
-    store.add_run_usage(id, used).await.unwrap();
-    assert_eq!(store.run_usage(id).await.unwrap(), used, "{name}: {id}'s usage over its passes");
+    let before = store.run_usage(id).await.unwrap();
+    store.add_run_usage(id, nexo_store::RunUsage { tokens: 15, cpu_ticks: 2, egress_bytes: 0 }).await.unwrap();
+    let after = nexo_store::RunUsage { tokens: before.tokens + 15, cpu_ticks: before.cpu_ticks + 2, ..before };
+    assert_eq!(store.run_usage(id).await.unwrap(), after, "{name}: {id}'s usage over its passes");
     let finished = store.transition(id, OWNER, Batch::default(), done).await.unwrap();
     assert_eq!(finished.status, RunStatus::Done, "{name}: {id}");
     assert_eq!(store.journal(id).await.unwrap().last(), Some(&entry), "{name}: {id}'s journal goes on");
