@@ -464,13 +464,16 @@ impl Journal {
         // The hash a decision names covers the whole call, not its arguments
         // alone: two tools given the same arguments at one position (an
         // unjournaled call, or a checkpoints-only pass) are two calls.
-        let args_hash = hash_json(&(subject, tool, args_hash));
+        let call_hash = hash_json(&(subject, tool, args_hash));
         let mut state = self.lock();
+        // An approval an older nexo recorded names the arguments' hash alone;
+        // its capability and tool, compared here too, bind it to the call
+        // all the same, so a decision made on it after an upgrade applies.
         let matches = state.decided.as_ref().is_some_and(|a| {
             a.seq == seq
                 && a.capability == subject
                 && a.tool == tool
-                && a.args_hash == args_hash
+                && (a.args_hash == call_hash || a.args_hash == args_hash)
                 && a.component_sha256 == self.component
         });
         if matches && let Some(decided) = state.decided.take() {
@@ -484,7 +487,7 @@ impl Journal {
             capability: subject.to_string(),
             tool: tool.to_string(),
             arguments: arguments.clone(),
-            args_hash,
+            args_hash: call_hash,
             component_sha256: self.component.clone(),
             decision: None,
             created_ms: nexo_store::now_ms(),
@@ -624,5 +627,36 @@ pub(crate) mod tests {
 
         let same = journal(&store, Some(shown)).await;
         assert!(same.approval(7, "write", "write_file", &args, &hash, "ask".into()).is_ok(), "the call shown");
+    }
+
+    /// A pending approval that nexo at fb8ca2c recorded (in
+    /// store/tests/fixtures/sqlite/v6-fb8ca2c.db, before the hash named the
+    /// whole call) names the arguments' hash alone: approved after an
+    /// upgrade, it lets exactly its call through, and still no other tool's.
+    #[tokio::test]
+    async fn a_decision_on_an_approval_an_older_nexo_recorded_applies_to_its_call() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        run_r1(&store, RunStatus::Queued).await;
+        let args = json!(["notes.txt", "hello"]);
+        let hash = hash_json(&args);
+        assert_eq!(hash, "cc61668d8a4d14c1b8d21506971746566f64f53bd272eaaba8c088c8d742e493", "the fixture's args_hash");
+        let recorded = Approval {
+            seq: 5,
+            capability: "write".into(),
+            tool: "write-file".into(),
+            arguments: args.clone(),
+            args_hash: hash.clone(),
+            component_sha256: "ab".repeat(32),
+            decision: Some(Decision::Approved),
+            created_ms: 1,
+        };
+        let upgraded = journal(&store, Some(recorded.clone())).await;
+        let passed = upgraded.approval(5, "write", "write-file", &args, &hash, "write".into());
+        assert!(passed.is_ok(), "the decision applies after the upgrade: {passed:?}");
+        assert!(upgraded.halted().is_none(), "no new approval is asked for");
+
+        let other = journal(&store, Some(recorded)).await;
+        let err = other.approval(5, "write", "delete-file", &args, &hash, "delete".into());
+        assert!(matches!(err, Err(ToolError::ApprovalRequired(_))), "another tool is not approved: {err:?}");
     }
 }

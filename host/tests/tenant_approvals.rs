@@ -10,7 +10,9 @@
 //! - the workspace API keeps each tenant to its own files, whatever the
 //!   path (`..`, absolute, encoded), a symlink or hard link planted in the
 //!   workspace, or the quota;
-//! - a tenant is onboarded as docs/serve.md shows it.
+//! - a tenant is onboarded as docs/serve.md shows it;
+//! - a run an older nexo suspended for an approval (a real database it
+//!   wrote, store/tests/fixtures) is approved after the upgrade and goes on.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::time::{Duration, Instant};
@@ -273,6 +275,84 @@ async fn a_decision_binds_to_the_calls_position_and_a_denial_tells_the_model() {
     let decisions: Vec<Value> =
         scene.audit(&node, &alice, "approval.decided").await.into_iter().map(|d| d["decision"].clone()).collect();
     assert_eq!(decisions, ["approved", "denied"], "one entry per decision made");
+}
+
+/// A directory the test made outside its own, removed however the test ends.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The databases older nexo binaries wrote (store/tests/fixtures/sqlite)
+/// with a tenant's run suspended for an approval: each manifest and file.
+fn fixtures_with_a_served_approval() -> Vec<(Value, std::path::PathBuf)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../store/tests/fixtures/sqlite");
+    let mut out: Vec<(Value, std::path::PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| (serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(), p.with_extension("db")))
+        .filter(|(m, _): &(Value, _)| !m["runs"]["serve-approval"].is_null())
+        .collect();
+    out.sort_by_key(|(m, _)| m["schema_version"].as_i64());
+    out
+}
+
+/// Polls an approved run until it ends, or fails the test as soon as it
+/// waits on an undecided approval again.
+async fn approved_run_ends(scene: &Scene, node: &Node, key: &str, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), key).await;
+        if ["done", "failed", "cancelled"].contains(&run["status"].as_str().unwrap_or("")) {
+            return run;
+        }
+        let asked_again = run["status"] == "suspended" && run["approval"]["decision"].is_null();
+        assert!(!asked_again, "the approved call is asked for again: {run}\n{}", node.log());
+        assert!(Instant::now() < deadline, "the run did not end: {run}\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A tenant's run that an older nexo suspended for an approval, approved
+/// through today's API after the upgrade, goes on and makes its write
+/// (approvals recorded before the hash named the whole call were asked
+/// for again, and the decision was lost). The run's component comes from
+/// the old store; its recorded workspace is made again where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_an_older_nexo_suspended_for_approval_is_approved_after_the_upgrade() {
+    let fixtures = fixtures_with_a_served_approval();
+    assert!(fixtures.len() >= 4, "the fixtures of schema 4 on: {}", fixtures.len());
+    for (manifest, file) in fixtures {
+        let scene = Scene::new(None).await;
+        std::fs::copy(&file, &scene.store).unwrap();
+        let id = manifest["runs"]["serve-approval"]["id"].as_str().unwrap();
+        let key = manifest["facts"]["acme-key"].as_str().unwrap();
+        let workspace = {
+            let store = nexo_store::SqliteStore::open(std::path::Path::new(&scene.store)).await.unwrap();
+            let run = nexo_store::Runs::run(&store, id).await.unwrap().unwrap();
+            store.close().await;
+            std::path::PathBuf::from(run.grant["grant"]["cwd"].as_str().unwrap())
+        };
+        let recorded = workspace.ancestors().find(|p| p.parent() == Some(std::path::Path::new("/tmp"))).unwrap();
+        assert!(recorded.display().to_string().starts_with("/tmp/nexo-fixture."), "{}", workspace.display());
+        std::fs::create_dir_all(&workspace).unwrap();
+        let _made = RemovedOnDrop(recorded.to_path_buf());
+
+        let node = scene.node("a");
+        let (status, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), key).await;
+        assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("suspended")), "{}: {run}", file.display());
+        assert_eq!(run["approval"]["arguments"], json!(["notes.txt", "hello"]), "{}: {run}", file.display());
+        let (status, decided) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), key, shown(&run)).await;
+        assert_eq!(status, StatusCode::OK, "{}: {decided}", file.display());
+        let done = approved_run_ends(&scene, &node, key, id).await;
+        assert_eq!(done["status"], "done", "{}: {done}\n{}", file.display(), node.log());
+        let written = std::fs::read_to_string(workspace.join("notes.txt")).unwrap();
+        assert_eq!(written, "hello", "{}: the approved write", file.display());
+    }
 }
 
 /// The only tenant workspace under node `name`'s data directory.

@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use nexo_store::{
-    Backend, Batch, Claim, Lease, Location, NewRun, PgStore, Plugins, RunStatus, Runs, SCHEMA_VERSION, Sessions,
-    SignIns, Store, StoreError, Tenants, Transition, open,
+    Backend, Batch, Claim, Lease, Location, NewRun, PgStore, RunStatus, Runs, SCHEMA_VERSION, Store, StoreError,
+    Transition, open,
 };
 use serde_json::json;
 use sqlx::Connection;
@@ -62,7 +62,9 @@ async fn a_newer_schema_is_too_new_and_untouched() {
         .unwrap();
     let before = tables(&mut conn).await;
     match PgStore::open(&db.url).await {
-        Err(StoreError::TooNew { location, found, supported }) => {
+        Err(e @ StoreError::TooNew { .. }) => {
+            assert!(e.to_string().contains("upgrade nexo"), "the error names the fix: {e}");
+            let StoreError::TooNew { location, found, supported } = e else { unreachable!() };
             assert!(location.starts_with("postgres://nexo@") || !location.contains(':'), "{location}");
             assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
         }
@@ -251,138 +253,49 @@ async fn two_stores_give_one_tenants_jobs_distinct_turns() {
     db.drop().await;
 }
 
-#[tokio::test]
-async fn a_version_2_database_is_migrated_in_place() {
-    let Some(db) = support::fresh("postgres::a_version_2_database_is_migrated_in_place").await else { return };
-    let store = PgStore::open(&db.url).await.unwrap();
-    let run = store.create_run(new_run("r1")).await.unwrap();
-    store.close().await;
-    // Back to what version 2 wrote: dropping a column drops its index.
-    let mut conn = db.raw().await;
-    for undo in UNDO_VERSION_4.iter().copied().chain([
-        "DROP TABLE thread_messages",
-        "ALTER TABLE runs DROP COLUMN session",
-        "DROP TABLE sessions",
-        "DELETE FROM nexo_schema WHERE version = 3",
-    ]) {
-        sqlx::query(undo).execute(&mut conn).await.unwrap();
-    }
-    let store = PgStore::open(&db.url).await.unwrap();
-    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, linked to no session");
-    let session = store.open_session("hello", "alice", 5).await.unwrap();
-    store.create_run(NewRun { id: "r2".into(), session: Some(session.id.clone()), ..new_run("r2") }).await.unwrap();
-    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
-    store.close().await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    conn.close().await.ok();
-    db.drop().await;
+/// The database's `nexo_schema` rows: each version and when it was applied.
+async fn schema_rows(conn: &mut sqlx::PgConnection) -> Vec<(i64, i64)> {
+    sqlx::query_as("SELECT version, applied_ms FROM nexo_schema ORDER BY version").fetch_all(conn).await.unwrap()
 }
 
-/// Takes a database back from version 7 to what version 4 wrote: version 6
-/// only added the jobs' queue and turn and the sessions' index by instance
-/// (dropping a column drops its indexes), version 5 the console's sign-ins.
-const UNDO_VERSION_5: &[&str] = &[
-    "DROP INDEX runs_by_tenant_status",
-    "DROP TABLE run_usage",
-    "DELETE FROM nexo_schema WHERE version = 7",
-    "DROP INDEX sessions_by_instance",
-    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
-    "ALTER TABLE jobs DROP COLUMN turn",
-    "ALTER TABLE jobs DROP COLUMN queue",
-    "DELETE FROM nexo_schema WHERE version = 6",
-    "DROP TABLE console_sign_ins",
-    "DELETE FROM nexo_schema WHERE version = 5",
-];
-
+/// Every database a real older nexo wrote (store/tests/fixtures/postgres,
+/// `pg_dump`s, one per older schema version that had PostgreSQL, each from
+/// the last commit that wrote that version), restored into a fresh
+/// database, is migrated in place with everything that nexo reported
+/// writing, which goes on working; a second open changes nothing.
 #[tokio::test]
-async fn a_version_4_database_is_migrated_in_place() {
-    let Some(db) = support::fresh("postgres::a_version_4_database_is_migrated_in_place").await else { return };
-    let store = PgStore::open(&db.url).await.unwrap();
-    let tenant = nexo_store::NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
-    let tenant = store.create_tenant(tenant).await.unwrap();
-    store.close().await;
-    let mut conn = db.raw().await;
-    for undo in UNDO_VERSION_5 {
-        sqlx::query(*undo).execute(&mut conn).await.unwrap();
-    }
-    let store = PgStore::open(&db.url).await.unwrap();
-    assert_eq!(store.tenant("t1").await.unwrap(), Some(tenant), "the tenant is kept");
-    let sign_in = nexo_store::SignIn {
-        id_hash: nexo_store::sha256_hex("session"),
-        tenant: "t1".into(),
-        key_hash: nexo_store::sha256_hex("key"),
-        created_ms: 1,
-        expires_ms: 10,
-    };
-    store.open_sign_in(sign_in.clone()).await.unwrap();
-    assert_eq!(store.sign_in(&sign_in.id_hash, 2).await.unwrap(), Some(sign_in));
-    store.close().await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    conn.close().await.ok();
-    db.drop().await;
-}
+async fn databases_older_nexos_wrote_are_migrated_with_everything_in_them() {
+    let test = "postgres::databases_older_nexos_wrote_are_migrated_with_everything_in_them";
+    let fixtures = support::fixtures::fixtures("postgres");
+    for fixture in &fixtures {
+        let name = format!("{} (nexo {})", fixture.data.display(), fixture.commit);
+        let Some(db) = support::fresh(test).await else { return };
+        let mut conn = db.raw().await;
+        let dump = std::fs::read_to_string(&fixture.data).unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(dump)).execute(&mut conn).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        conn.close().await.ok();
+        let mut conn = db.raw().await;
+        let written = schema_rows(&mut conn).await;
+        assert_eq!(written.last().map(|r| r.0), Some(fixture.schema_version), "{name}");
 
-/// Takes a database back from version 5 to what version 3 wrote: version 4
-/// only added the tenants' tables and the `tenant` column on `runs`
-/// (dropping it drops its index).
-const UNDO_VERSION_4: &[&str] = &[
-    "DROP INDEX runs_by_tenant_status",
-    "DROP TABLE run_usage",
-    "DELETE FROM nexo_schema WHERE version = 7",
-    "DROP INDEX sessions_by_instance",
-    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
-    "ALTER TABLE jobs DROP COLUMN turn",
-    "ALTER TABLE jobs DROP COLUMN queue",
-    "DELETE FROM nexo_schema WHERE version = 6",
-    "DROP TABLE console_sign_ins",
-    "DELETE FROM nexo_schema WHERE version = 5",
-    "DROP TABLE tenant_usage",
-    "DROP TABLE audit_log",
-    "DROP TABLE plugin_blobs",
-    "DROP TABLE plugins",
-    "DROP TABLE api_keys",
-    "ALTER TABLE runs DROP COLUMN tenant",
-    "DROP TABLE tenants",
-    "DELETE FROM nexo_schema WHERE version = 4",
-];
+        let store = PgStore::open(&db.url).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        support::fixtures::check_migrated(&store, fixture).await;
+        let runs = store.runs(None, 1_000).await.unwrap();
+        store.close().await;
+        let migrated = schema_rows(&mut conn).await;
+        let now: Vec<i64> = migrated.iter().map(|r| r.0).collect();
+        assert_eq!(now, (1..=SCHEMA_VERSION).collect::<Vec<_>>(), "{name}");
+        assert_eq!(migrated[..written.len()], written[..], "{name}: the old versions' rows are kept");
 
-#[tokio::test]
-async fn a_version_3_database_is_migrated_in_place() {
-    let Some(db) = support::fresh("postgres::a_version_3_database_is_migrated_in_place").await else { return };
-    let store = PgStore::open(&db.url).await.unwrap();
-    let run = store.create_run(new_run("r1")).await.unwrap();
-    store.close().await;
-    let mut conn = db.raw().await;
-    for undo in UNDO_VERSION_4 {
-        sqlx::query(*undo).execute(&mut conn).await.unwrap();
+        let store = PgStore::open(&db.url).await.unwrap();
+        assert_eq!(store.runs(None, 1_000).await.unwrap(), runs, "{name}: a second open changes no run");
+        store.close().await;
+        assert_eq!(schema_rows(&mut conn).await, migrated, "{name}: a second open migrates nothing");
+        conn.close().await.ok();
+        db.drop().await;
     }
-    let store = PgStore::open(&db.url).await.unwrap();
-    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, of no tenant");
-    let tenant = nexo_store::NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
-    store.create_tenant(tenant).await.unwrap();
-    store.create_run(NewRun { id: "r2".into(), tenant: Some("t1".into()), ..new_run("r2") }).await.unwrap();
-    assert_eq!(store.tenant_runs("t1", None, 10).await.unwrap().len(), 1);
-    let bytes = vec![0u8, 0xff, 0xfe];
-    let plugin = nexo_store::NewPlugin {
-        tenant: "t1".into(),
-        sha256: nexo_store::sha256_hex(&bytes),
-        name: "p".into(),
-        world: "w".into(),
-        bytes: bytes.clone(),
-        created_ms: 2,
-    };
-    store.put_plugin(plugin).await.unwrap();
-    assert_eq!(store.plugin_bytes("t1", &nexo_store::sha256_hex(&bytes)).await.unwrap(), Some(bytes));
-    store.close().await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    conn.close().await.ok();
-    db.drop().await;
+    let versions: Vec<i64> = fixtures.iter().map(|f| f.schema_version).collect();
+    assert!((2..SCHEMA_VERSION).all(|v| versions.contains(&v)), "a dump from every older schema version: {versions:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

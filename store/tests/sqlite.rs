@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nexo_store::{
-    Approval, AuditBreak, Backend, Batch, Claim, Decision, Entry, Jobs, Lease, Ledger, Location, NewApiKey, NewEvent,
-    NewPlugin, NewRun, NewTenant, Plugins, RunStatus, Runs, SCHEMA_VERSION, Sessions, SignIns, SqliteStore, Store,
-    StoreError, Tenants, Transition, open, sha256_hex, verify_audit,
+    Approval, AuditBreak, Backend, Batch, Claim, Decision, Entry, Jobs, Lease, Ledger, Location, NewEvent, NewRun,
+    NewTenant, RunStatus, Runs, SCHEMA_VERSION, SqliteStore, Store, StoreError, Tenants, Transition, open,
+    verify_audit,
 };
 use serde_json::json;
 use sqlx::{ConnectOptions, Connection};
@@ -316,7 +316,9 @@ async fn a_newer_schema_is_too_new_and_untouched() {
     }
     let before = snapshot(&path);
     match SqliteStore::open(&path).await {
-        Err(StoreError::TooNew { location, found, supported }) => {
+        Err(e @ StoreError::TooNew { .. }) => {
+            assert!(e.to_string().contains("upgrade nexo"), "the error names the fix: {e}");
+            let StoreError::TooNew { location, found, supported } = e else { unreachable!() };
             assert_eq!(location, path.display().to_string());
             assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
         }
@@ -410,45 +412,6 @@ async fn open_by_location() {
     }
 }
 
-#[tokio::test]
-async fn a_version_1_file_is_migrated_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nexo.db");
-    {
-        let store = SqliteStore::open(&path).await.unwrap();
-        store.create_run(new_run("r1")).await.unwrap();
-        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
-        store.close().await;
-        // Back to what version 1 wrote: versions 2 to 4 only added these.
-        let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_4.iter().chain(UNDO_VERSION_3).chain(&["DROP TABLE jobs", "DROP TABLE job_tokens"]) {
-            sqlx::query(*undo).execute(&mut conn).await.unwrap();
-        }
-        sqlx::query("DELETE FROM nexo_schema WHERE version = 2").execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    }
-    let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.run("r1").await.unwrap().unwrap().status, RunStatus::Running, "the run is kept");
-    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
-    let job = nexo_store::NewJob {
-        id: "j1".into(),
-        run: "r1".into(),
-        kind: nexo_store::JobKind::Resume,
-        payload: json!({"run": "r1"}),
-        max_attempts: 1,
-        backoff_ms: 0,
-        not_before_ms: 0,
-        created_ms: 1,
-    };
-    store.enqueue(job).await.unwrap();
-    assert_eq!(store.claim_job("w", 1_000, 1).await.unwrap().unwrap().id, "j1", "the new tables work");
-    store.close().await;
-    let mut conn = raw(&path).await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-}
-
 /// Takes a file back from version 7 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
@@ -463,24 +426,6 @@ const UNDO_VERSION_6: &[&str] = &[
     "ALTER TABLE jobs DROP COLUMN turn",
     "ALTER TABLE jobs DROP COLUMN queue",
     "DELETE FROM nexo_schema WHERE version = 6",
-];
-
-/// Takes a file back from version 7 to what version 4 wrote: version 5
-/// only added the console's sign-ins.
-const UNDO_VERSION_5: &[&str] = &[
-    "DROP INDEX runs_by_tenant_status",
-    "DROP TABLE run_usage",
-    "DELETE FROM nexo_schema WHERE version = 7",
-    "DROP INDEX sessions_by_instance",
-    "DROP INDEX jobs_by_queue",
-    "DROP INDEX jobs_by_turn",
-    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
-    "ALTER TABLE jobs DROP COLUMN turn",
-    "ALTER TABLE jobs DROP COLUMN queue",
-    "DELETE FROM nexo_schema WHERE version = 6",
-    "DROP INDEX console_sign_ins_by_expiry",
-    "DROP TABLE console_sign_ins",
-    "DELETE FROM nexo_schema WHERE version = 5",
 ];
 
 #[tokio::test]
@@ -534,192 +479,48 @@ async fn a_version_5_file_is_migrated_in_place_its_queued_jobs_in_their_tenants_
     store.close().await;
 }
 
-#[tokio::test]
-async fn a_version_4_file_is_migrated_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nexo.db");
-    let tenant = {
-        let store = SqliteStore::open(&path).await.unwrap();
-        let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 1 };
-        let tenant = store.create_tenant(tenant).await.unwrap();
-        store.close().await;
-        let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_5 {
-            sqlx::query(*undo).execute(&mut conn).await.unwrap();
-        }
-        let newest: i64 =
-            sqlx::query_scalar("SELECT MAX(version) FROM nexo_schema").fetch_one(&mut conn).await.unwrap();
-        assert_eq!(newest, 4);
-        conn.close().await.unwrap();
-        tenant
-    };
-    let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.tenant("t1").await.unwrap(), Some(tenant), "the tenant is kept");
-    let sign_in = nexo_store::SignIn {
-        id_hash: sha256_hex("session"),
-        tenant: "t1".into(),
-        key_hash: sha256_hex("key"),
-        created_ms: 1,
-        expires_ms: 10,
-    };
-    store.open_sign_in(sign_in.clone()).await.unwrap();
-    assert_eq!(store.sign_in(&sign_in.id_hash, 2).await.unwrap(), Some(sign_in));
-    store.close().await;
+/// The file's `nexo_schema` rows: each version and when it was applied.
+async fn schema_rows(path: &Path) -> Vec<(i64, i64)> {
+    let mut conn = raw(path).await;
+    let rows = sqlx::query_as("SELECT version, applied_ms FROM nexo_schema ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    rows
 }
 
-/// Takes a file back from version 7 to what version 3 wrote: version 4
-/// only added the tenants' tables, and the `tenant` column and its index
-/// on `runs`.
-const UNDO_VERSION_4: &[&str] = &[
-    "DROP INDEX runs_by_tenant_status",
-    "DROP TABLE run_usage",
-    "DELETE FROM nexo_schema WHERE version = 7",
-    "DROP INDEX sessions_by_instance",
-    "DROP INDEX jobs_by_queue",
-    "DROP INDEX jobs_by_turn",
-    "CREATE INDEX jobs_by_due ON jobs (status, not_before_ms, created_ms, id)",
-    "ALTER TABLE jobs DROP COLUMN turn",
-    "ALTER TABLE jobs DROP COLUMN queue",
-    "DELETE FROM nexo_schema WHERE version = 6",
-    "DROP INDEX console_sign_ins_by_expiry",
-    "DROP TABLE console_sign_ins",
-    "DELETE FROM nexo_schema WHERE version = 5",
-    "DROP TABLE tenant_usage",
-    "DROP TABLE audit_log",
-    "DROP TABLE plugin_blobs",
-    "DROP TABLE plugins",
-    "DROP TABLE api_keys",
-    "DROP INDEX runs_by_tenant",
-    "ALTER TABLE runs DROP COLUMN tenant",
-    "DROP TABLE tenants",
-    "DELETE FROM nexo_schema WHERE version = 4",
-];
-
-/// Takes a file back from version 3 to what version 2 wrote: version 3
-/// only added the sessions tables, and the `session` column and its index
-/// on `runs`.
-const UNDO_VERSION_3: &[&str] = &[
-    "DROP TABLE thread_messages",
-    "DROP INDEX runs_by_session",
-    "ALTER TABLE runs DROP COLUMN session",
-    "DROP TABLE sessions",
-    "DELETE FROM nexo_schema WHERE version = 3",
-];
-
+/// Every file a real older nexo wrote (store/tests/fixtures/sqlite, one per
+/// older schema version, each from the last commit that wrote that version)
+/// is migrated in place with everything that nexo reported writing, which
+/// goes on working; a second open changes nothing.
 #[tokio::test]
-async fn a_version_2_file_is_migrated_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nexo.db");
-    let job = |id: &str| nexo_store::NewJob {
-        id: id.into(),
-        run: "r1".into(),
-        kind: nexo_store::JobKind::Resume,
-        payload: json!({"run": "r1"}),
-        max_attempts: 1,
-        backoff_ms: 0,
-        not_before_ms: 0,
-        created_ms: 1,
-    };
-    let (run, queued) = {
-        let store = SqliteStore::open(&path).await.unwrap();
-        let run = store.create_run(new_run("r1")).await.unwrap();
-        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
-        let queued = store.enqueue(job("j1")).await.unwrap();
+async fn files_older_nexos_wrote_are_migrated_with_everything_in_them() {
+    let fixtures = support::fixtures::fixtures("sqlite");
+    for fixture in &fixtures {
+        let name = format!("{} (nexo {})", fixture.data.display(), fixture.commit);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nexo.db");
+        std::fs::copy(&fixture.data, &path).unwrap();
+        let written = schema_rows(&path).await;
+        assert_eq!(written.last().map(|r| r.0), Some(fixture.schema_version), "{name}");
+
+        let store = SqliteStore::open(&path).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        support::fixtures::check_migrated(&store, fixture).await;
+        let runs = store.runs(None, 1_000).await.unwrap();
         store.close().await;
-        let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_4.iter().chain(UNDO_VERSION_3) {
-            sqlx::query(*undo).execute(&mut conn).await.unwrap();
-        }
-        let columns: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM pragma_table_info('runs')").fetch_all(&mut conn).await.unwrap();
-        assert!(!columns.iter().any(|c| c == "session"), "{columns:?}");
-        conn.close().await.unwrap();
-        (run, queued)
-    };
-    let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.run("r1").await.unwrap(), Some(run), "the run is kept, linked to no session");
-    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
-    assert_eq!(store.job("j1").await.unwrap(), Some(queued), "the job is kept");
-    assert_eq!(store.claim_job("w", 1_000, 1).await.unwrap().unwrap().id, "j1");
+        let migrated = schema_rows(&path).await;
+        let now: Vec<i64> = migrated.iter().map(|r| r.0).collect();
+        assert_eq!(now, (1..=SCHEMA_VERSION).collect::<Vec<_>>(), "{name}");
+        assert_eq!(migrated[..written.len()], written[..], "{name}: the old versions' rows are kept");
 
-    // The new tables and column work.
-    let session = store.open_session("hello", "alice", 5).await.unwrap();
-    store.append_thread(&session.id, 0, vec![json!({"role": "user"})], 6).await.unwrap();
-    let linked = NewRun { id: "r2".into(), session: Some(session.id.clone()), ..new_run("r2") };
-    store.create_run(linked).await.unwrap();
-    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
-    assert!(store.delete_session(&session.id).await.unwrap());
-    assert_eq!(store.run("r2").await.unwrap(), None);
-    assert!(store.run("r1").await.unwrap().is_some());
-    store.close().await;
-    let mut conn = raw(&path).await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-}
-
-#[tokio::test]
-async fn a_version_3_file_is_migrated_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nexo.db");
-    let (run, prompt, session) = {
         let store = SqliteStore::open(&path).await.unwrap();
-        let run = store.create_run(new_run("r1")).await.unwrap();
-        store.commit("r1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
-        let session = store.open_session("hello", "alice", 5).await.unwrap();
-        let prompt =
-            NewRun { session: Some(session.id.clone()), status: RunStatus::Queued, lease: None, ..new_run("p1") };
-        let prompt = store.create_run(prompt).await.unwrap();
+        assert_eq!(store.runs(None, 1_000).await.unwrap(), runs, "{name}: a second open changes no run");
         store.close().await;
-        let mut conn = raw(&path).await;
-        for undo in UNDO_VERSION_4 {
-            sqlx::query(*undo).execute(&mut conn).await.unwrap();
-        }
-        let columns: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM pragma_table_info('runs')").fetch_all(&mut conn).await.unwrap();
-        assert!(!columns.iter().any(|c| c == "tenant"), "{columns:?}");
-        let newest: i64 =
-            sqlx::query_scalar("SELECT MAX(version) FROM nexo_schema").fetch_one(&mut conn).await.unwrap();
-        assert_eq!(newest, 3);
-        conn.close().await.unwrap();
-        (run, prompt, session)
-    };
-    let store = SqliteStore::open(&path).await.unwrap();
-    // The runs are kept, of no tenant.
-    assert_eq!(store.run("r1").await.unwrap(), Some(run.clone()));
-    assert_eq!(run.tenant, None);
-    assert_eq!(store.run("p1").await.unwrap(), Some(prompt));
-    assert_eq!(store.journal("r1").await.unwrap(), vec![entry(0)]);
-    assert_eq!(store.session_runs(&session.id).await.unwrap().len(), 1);
-    assert_eq!(store.runs(None, 10).await.unwrap().len(), 2);
-
-    // The new tables and column work.
-    let tenant = NewTenant { id: "t1".into(), name: "acme".into(), policy: json!({}), created_ms: 10 };
-    store.create_tenant(tenant).await.unwrap();
-    let key = NewApiKey { id: "k1".into(), tenant: Some("t1".into()), hash: sha256_hex("key"), created_ms: 11 };
-    store.create_key(key).await.unwrap();
-    let bytes = vec![0u8, 0x61, 0x73, 0x6d, 0xff];
-    let plugin = NewPlugin {
-        tenant: "t1".into(),
-        sha256: sha256_hex(&bytes),
-        name: "p".into(),
-        world: "w".into(),
-        bytes: bytes.clone(),
-        created_ms: 12,
-    };
-    assert!(store.put_plugin(plugin).await.unwrap().1);
-    assert_eq!(store.plugin_bytes("t1", &sha256_hex(&bytes)).await.unwrap(), Some(bytes));
-    store.create_run(NewRun { id: "r2".into(), tenant: Some("t1".into()), ..new_run("r2") }).await.unwrap();
-    assert_eq!(store.tenant_runs("t1", None, 10).await.unwrap().len(), 1);
-    store.append_audit("t1", "tenant.create", &json!({}), 13).await.unwrap();
-    store.add_usage("t1", 14, 1, 0, 0, 0).await.unwrap();
-    assert_eq!(store.usage("t1", 0).await.unwrap().len(), 1);
-    store.close().await;
-    let mut conn = raw(&path).await;
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM nexo_schema ORDER BY version").fetch_all(&mut conn).await.unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    assert_eq!(SCHEMA_VERSION, 7);
+        assert_eq!(schema_rows(&path).await, migrated, "{name}: a second open migrates nothing");
+    }
+    let versions: Vec<i64> = fixtures.iter().map(|f| f.schema_version).collect();
+    assert!((1..SCHEMA_VERSION).all(|v| versions.contains(&v)), "a file from every older schema version: {versions:?}");
 }
 
 #[tokio::test]

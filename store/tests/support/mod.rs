@@ -3,6 +3,8 @@
 //! SQLite and PostgreSQL both run.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test file uses part of it
 
+pub mod fixtures;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
