@@ -660,8 +660,9 @@ fn witnessed(path: &Path) -> BTreeMap<String, Vec<Call>> {
 /// before the second, and was killed or paused. A node that made calls of
 /// the run, lost it and made more (beyond that one in-flight call) drove it
 /// at the same time as another: a fencing violation. A node whose writes
-/// failed for want of space (`starved`) may make a call again itself: its
-/// result could not be made durable, so the resumed run makes it again.
+/// failed for want of space or of its database (`starved`) may make a call
+/// again itself: its result could not be made durable, so the run, tried
+/// again, makes the call again.
 fn check_calls(
     tag: &str,
     steps: usize,
@@ -760,6 +761,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
     // not be made durable runs again on the same node when the run resumes.
     let mut starved = BTreeSet::new();
     let mut refused_full = 0;
+    let disk = matches!(faults, Faults::DiskFull);
     let postgres = match faults {
         Faults::Nodes(postgres) => postgres,
         Faults::DiskFull => {
@@ -778,8 +780,7 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
         }
     };
     // The node faults, for as long as the disk faults did not take.
-    let faults_end =
-        if starved.is_empty() { Instant::now() + Duration::from_secs(settings.secs) } else { Instant::now() };
+    let faults_end = if disk { Instant::now() } else { Instant::now() + Duration::from_secs(settings.secs) };
     let pg_at = Instant::now() + Duration::from_secs(settings.secs / 2);
     let nodes = scene.slots.len();
     while Instant::now() < faults_end {
@@ -788,6 +789,9 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
             && pg_restarts == 0
             && Instant::now() >= pg_at
         {
+            // Every node's writes fail while it is down: as on a full disk,
+            // a call whose result could not be journaled runs again.
+            starved.extend(scene.slots.iter().filter(|s| s.node.is_some()).map(Slot::incarnation));
             pg.crash();
             tokio::time::sleep(rng.millis(500, 2_000)).await;
             pg.restart();

@@ -387,6 +387,25 @@ impl Runs for MemoryStore {
         Ok(approval)
     }
 
+    async fn decide_and_resume(
+        &self,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+        resume: NewJob,
+    ) -> StoreResult<Approval> {
+        if let Some(reason) = check_new_job(&resume) {
+            return Err(StoreError::Conflict(reason));
+        }
+        // Nothing in memory outlives the process: two steps lose nothing.
+        let approval = self.decide(id, call, decision).await?;
+        let live = Jobs::has_live_job(self, id).await?;
+        if !live {
+            self.enqueue(resume).await?;
+        }
+        Ok(approval)
+    }
+
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
         let mut inner = self.lock();
         inner.owned(id, owner)?;

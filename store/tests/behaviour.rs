@@ -91,6 +91,7 @@ suite!(
     claims_of_a_missing_run,
     renew_only_while_owned,
     suspend_with_approval_decide_and_clear,
+    a_decision_and_its_resume_are_one_write,
     a_newer_suspension_replaces_the_approval,
     a_decision_binds_to_the_call_it_was_shown,
     a_retried_failure_is_queued_not_final,
@@ -582,6 +583,43 @@ async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
     store.transition("r1", OWNER, Batch::default(), suspend("input", None)).await.unwrap();
     stale(store.decide("r1", &call(1), Decision::Approved).await, "run `r1` has no pending approval (it is suspended)");
     no_run(store.decide("missing", &call(1), Decision::Approved).await, "missing");
+}
+
+/// A decision and the job that resumes its run are written together; the
+/// same decision again queues a resume only if none is live (it heals a run
+/// left decided with nothing to take it on), and a refused decision queues
+/// nothing.
+async fn a_decision_and_its_resume_are_one_write(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.transition("r1", OWNER, Batch::default(), suspend("approval", Some(approval(1, "shell")))).await.unwrap();
+    let jobs = |store: Arc<dyn Store>| async move { store.jobs(None, 10).await.unwrap() };
+
+    let decided = store.decide_and_resume("r1", &call(1), Decision::Approved, new_job("j1", 0, 1)).await.unwrap();
+    assert_eq!(decided.decision, Some(Decision::Approved));
+    let queued = jobs(store.clone()).await;
+    assert_eq!(queued.iter().map(|j| (j.id.as_str(), j.status)).collect::<Vec<_>>(), [("j1", JobStatus::Queued)]);
+    // Again, with its resume still queued: no second one.
+    store.decide_and_resume("r1", &call(1), Decision::Approved, new_job("j2", 0, 2)).await.unwrap();
+    assert_eq!(jobs(store.clone()).await.len(), 1, "one resume for one decision");
+    // The other decision is refused, and queues nothing.
+    match store.decide_and_resume("r1", &call(1), Decision::Denied, new_job("j3", 0, 3)).await {
+        Err(StoreError::AlreadyDecided { .. }) => {}
+        other => panic!("expected already decided, got {other:?}"),
+    }
+    assert_eq!(jobs(store.clone()).await.len(), 1);
+    // Its resume gone (it failed for good) while the run still waits: the
+    // same decision again queues another.
+    let (job, lease) = claim(&store, "w1", 10_000, 5).await;
+    store.fail_job(&job.id, &lease, "gone", Retry::Never, 6).await.unwrap();
+    store.decide_and_resume("r1", &call(1), Decision::Approved, new_job("j4", 0, 7)).await.unwrap();
+    let live: Vec<_> = jobs(store.clone()).await.into_iter().filter(|j| j.status == JobStatus::Queued).collect();
+    assert_eq!(live.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j4"]);
+    // A stale call decides nothing and queues nothing.
+    stale(
+        store.decide_and_resume("r1", &call(2), Decision::Approved, new_job("j5", 0, 8)).await,
+        "run `r1` now waits on call 1",
+    );
+    assert!(!jobs(store.clone()).await.iter().any(|j| j.id == "j5"));
 }
 
 async fn a_newer_suspension_replaces_the_approval(store: Arc<dyn Store>) {

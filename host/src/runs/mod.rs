@@ -318,19 +318,20 @@ impl Runs {
     }
 
     async fn enqueue(&self, run: &str, kind: JobKind, payload: Value) -> Result<Job, StoreError> {
-        let now = nexo_store::now_ms();
-        self.store
-            .enqueue(NewJob {
-                id: nexo_store::new_run_id(),
-                run: run.to_string(),
-                kind,
-                payload,
-                max_attempts: JOB_ATTEMPTS,
-                backoff_ms: JOB_BACKOFF.as_millis() as i64,
-                not_before_ms: now,
-                created_ms: now,
-            })
-            .await
+        self.store.enqueue(new_job(run, kind, payload)).await
+    }
+
+    /// Records the decision on run `id`'s pending approval, if it is still
+    /// for `call` (as [`Runs::decide`]), and queues the run's resume in the
+    /// same write: a decision is never left without the job that acts on it.
+    pub async fn decide_and_resume(
+        &self,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+    ) -> Result<nexo_store::Approval, StoreError> {
+        let resume = new_job(id, JobKind::Resume, json!({"run": id, "input": Value::Null}));
+        self.store.decide_and_resume(id, call, decision, resume).await
     }
 
     /// Claims the run `id` (`how`: a resume of a suspended run, a queued
@@ -589,6 +590,21 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
             Box::pin(async move { store.renew_leases(&owner, &ids, until_ms).await })
         }),
     )
+}
+
+/// A job of `kind` for `run`, due now, with the worker's attempts and backoff.
+fn new_job(run: &str, kind: JobKind, payload: Value) -> NewJob {
+    let now = nexo_store::now_ms();
+    NewJob {
+        id: nexo_store::new_run_id(),
+        run: run.to_string(),
+        kind,
+        payload,
+        max_attempts: JOB_ATTEMPTS,
+        backoff_ms: JOB_BACKOFF.as_millis() as i64,
+        not_before_ms: now,
+        created_ms: now,
+    }
 }
 
 /// `host:pid:nonce`.

@@ -655,8 +655,12 @@ pub(crate) async fn decide(
 ) -> ApiResult<Json<Value>> {
     may_go_on(&state, &tenant, &id).await?;
     let before = state.store.approval(&id).await.map_err(ApiError::store)?;
-    let approval = state.store.decide(&id, &call, decision).await.map_err(ApiError::store)?;
-    // The same decision again: answered as the first was, with no second resume.
+    // The decision and its resume are one write: a node that dies after it
+    // leaves a queued resume, never a decided run that nothing takes on.
+    let approval = state.runs.decide_and_resume(&id, &call, decision).await.map_err(ApiError::store)?;
+    state.wake.notify_one();
+    // The same decision again: answered as the first was (its resume is
+    // queued again only if none is live).
     if before.is_some_and(|a| a.decision == Some(decision) && a.call() == call) {
         let run = own_run(&state, &tenant, &id).await?;
         return Ok(Json(run_json(&run, None)));
@@ -675,8 +679,6 @@ pub(crate) async fn decide(
         }),
     )
     .await?;
-    state.runs.queue_resume(&id, None).await.map_err(ApiError::store)?;
-    state.wake.notify_one();
     let run = own_run(&state, &tenant, &id).await?;
     Ok(Json(run_json(&run, None)))
 }

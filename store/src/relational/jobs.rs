@@ -10,7 +10,7 @@ use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResu
 impl<D: Dialect> SqlStore<D> {
     /// Places a new job at its queue's next turn, its queue held
     /// ([`Dialect::hold_queue`]) until the transaction ends.
-    async fn enqueue_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
+    pub(super) async fn enqueue_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
         self.db.hold_queue(conn, Queue::OfRun(&new.run)).await?;
         let payload = new.payload.to_string();
         let args: &[Arg<'_>] = &[

@@ -499,6 +499,29 @@ impl<D: Dialect> Runs for SqlStore<D> {
         self.db.end(tx, result).await
     }
 
+    async fn decide_and_resume(
+        &self,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+        resume: crate::NewJob,
+    ) -> StoreResult<Approval> {
+        if let Some(reason) = crate::jobs::check_new_job(&resume) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            let approval = self.decide_in(&mut tx, id, call, decision).await?;
+            let live = self.one(&mut tx, sql::LIVE_JOBS_OF_RUN, &[id.into()]).await?;
+            if live.int_at(0).map_err(|e| self.error(&e))? == 0 {
+                self.enqueue_in(&mut tx, resume).await?;
+            }
+            Ok(approval)
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()> {
         let mut tx = self.db.begin().await?;
         let result = async {

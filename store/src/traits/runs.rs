@@ -110,6 +110,20 @@ pub trait Runs: Send + Sync {
     /// the run waits on now, and nothing is decided.
     async fn decide(&self, id: &str, call: &PendingCall, decision: Decision) -> StoreResult<Approval>;
 
+    /// [`Runs::decide`], and in the same transaction queues `resume`, the
+    /// job that goes on with the run, unless the run has a queued or running
+    /// job already. A decision is so never left without its resume: a
+    /// process that died between two writes would leave the run suspended
+    /// on a decided call, with nothing to take it on. The same decision
+    /// again queues the resume if none is live (it heals such a run).
+    async fn decide_and_resume(
+        &self,
+        id: &str,
+        call: &PendingCall,
+        decision: Decision,
+        resume: crate::NewJob,
+    ) -> StoreResult<Approval>;
+
     /// Removes the pending approval once its call has used it.
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
 }
