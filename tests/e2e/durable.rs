@@ -434,6 +434,16 @@ impl nexo_store::Runs for Counting {
         self.inner.decide(id, call, decision).await
     }
 
+    async fn decide_and_resume(
+        &self,
+        id: &str,
+        call: &nexo_store::PendingCall,
+        decision: Decision,
+        resume: nexo_store::NewJob,
+    ) -> nexo_store::StoreResult<nexo_store::Approval> {
+        self.inner.decide_and_resume(id, call, decision, resume).await
+    }
+
     async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
         self.inner.clear_approval(id, owner).await
     }
