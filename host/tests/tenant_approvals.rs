@@ -277,15 +277,6 @@ async fn a_decision_binds_to_the_calls_position_and_a_denial_tells_the_model() {
     assert_eq!(decisions, ["approved", "denied"], "one entry per decision made");
 }
 
-/// A directory the test made outside its own, removed however the test ends.
-struct RemovedOnDrop(std::path::PathBuf);
-
-impl Drop for RemovedOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The databases older nexo binaries wrote (store/tests/fixtures/sqlite)
 /// with a tenant's run suspended for an approval: each manifest and file.
 fn fixtures_with_a_served_approval() -> Vec<(Value, std::path::PathBuf)> {
@@ -337,10 +328,10 @@ async fn a_run_an_older_nexo_suspended_for_approval_is_approved_after_the_upgrad
             store.close().await;
             std::path::PathBuf::from(run.grant["grant"]["cwd"].as_str().unwrap())
         };
-        let recorded = workspace.ancestors().find(|p| p.parent() == Some(std::path::Path::new("/tmp"))).unwrap();
-        assert!(recorded.display().to_string().starts_with("/tmp/nexo-fixture."), "{}", workspace.display());
-        std::fs::create_dir_all(&workspace).unwrap();
-        let _made = RemovedOnDrop(recorded.to_path_buf());
+        // The old node's workspace, which this machine does not have: a pass
+        // works in its own node's workspace, never the recorded one.
+        assert!(workspace.display().to_string().starts_with("/tmp/nexo-fixture."), "{}", workspace.display());
+        assert!(!workspace.exists(), "{}", workspace.display());
 
         let node = scene.node("a");
         let (status, run) = scene.get(&node.url(&format!("/v1/runs/{id}")), key).await;
@@ -350,8 +341,9 @@ async fn a_run_an_older_nexo_suspended_for_approval_is_approved_after_the_upgrad
         assert_eq!(status, StatusCode::OK, "{}: {decided}", file.display());
         let done = approved_run_ends(&scene, &node, key, id).await;
         assert_eq!(done["status"], "done", "{}: {done}\n{}", file.display(), node.log());
-        let written = std::fs::read_to_string(workspace.join("notes.txt")).unwrap();
-        assert_eq!(written, "hello", "{}: the approved write", file.display());
+        let written = std::fs::read_to_string(tenant_workspace(&scene, "a").join("notes.txt")).unwrap();
+        assert_eq!(written, "hello", "{}: the approved write, in this node's workspace", file.display());
+        assert!(!workspace.exists(), "nothing was written at the old node's path");
     }
 }
 
