@@ -63,6 +63,7 @@ mod events;
 mod ids;
 mod jobs;
 mod journal;
+mod latency;
 mod location;
 mod memory;
 mod postgres;
@@ -95,8 +96,8 @@ pub use sql::SCHEMA_VERSION;
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
 pub use tenants::{
     AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, RunUsage, SignIn, StoredPlugin,
-    Tenant, USAGE_PERIOD_MS, Usage, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex, usage_period,
-    verify_audit,
+    Tenant, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex,
+    usage_period, verify_audit,
 };
 pub use traits::{Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Store, Tenants};
 pub use writer::WriteCounts;

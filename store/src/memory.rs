@@ -20,7 +20,7 @@ use crate::{
     ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Jobs, Lease,
     Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Plugins, Retry, Run, RunStatus, RunUsage,
     Runs, Session, Sessions, SignIn, SignIns, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, Tenants,
-    ThreadAppend, Transition, Usage, new_session_id, now_ms, usage_period,
+    ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -779,6 +779,26 @@ impl Tenants for MemoryStore {
             .filter(|r| r.status == RunStatus::Running || running.contains(r.id.as_str()))
             .count();
         Ok(n as u64)
+    }
+
+    async fn waiting(&self) -> StoreResult<Vec<Waiting>> {
+        let inner = self.lock();
+        let mut by_tenant = BTreeMap::<String, Waiting>::new();
+        fn entry<'a>(by_tenant: &'a mut BTreeMap<String, Waiting>, tenant: Option<&str>) -> &'a mut Waiting {
+            let tenant = tenant.unwrap_or("");
+            by_tenant
+                .entry(tenant.to_string())
+                .or_insert_with(|| Waiting { tenant: tenant.to_string(), ..Waiting::default() })
+        }
+        for job in inner.jobs.values().filter(|j| j.status == JobStatus::Queued) {
+            entry(&mut by_tenant, job.tenant.as_deref()).queued_jobs += 1;
+        }
+        for (run, _) in inner.approvals.iter().filter(|(_, a)| a.decision.is_none()) {
+            if let Some(run) = inner.runs.get(run).filter(|r| r.status == RunStatus::Suspended) {
+                entry(&mut by_tenant, run.tenant.as_deref()).pending_approvals += 1;
+            }
+        }
+        Ok(by_tenant.into_values().collect())
     }
 }
 

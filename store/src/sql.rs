@@ -1087,6 +1087,17 @@ pub(crate) const RUNNING_RUNS: &str = "SELECT (SELECT COUNT(*) FROM runs WHERE t
      + (SELECT COUNT(DISTINCT jobs.run) FROM jobs JOIN runs ON runs.id = jobs.run \
      WHERE jobs.queue = $1 AND jobs.status = 'running' AND runs.tenant = $1 AND runs.status <> 'running')";
 
+/// Queued jobs per queue (a tenant's id, `''` for no tenant's), by the
+/// `jobs_by_turn` index's leading status.
+pub(crate) const QUEUED_JOBS_BY_QUEUE: &str =
+    "SELECT queue, COUNT(*) FROM jobs WHERE status = 'queued' GROUP BY queue ORDER BY queue";
+
+/// Runs suspended on an undecided approval, per tenant (`''` for none):
+/// the approvals table holds only the latest of each suspended run.
+pub(crate) const PENDING_APPROVALS_BY_TENANT: &str = "SELECT COALESCE(runs.tenant, ''), COUNT(*) FROM approvals \
+     JOIN runs ON runs.id = approvals.run WHERE runs.status = 'suspended' AND approvals.decision IS NULL \
+     GROUP BY COALESCE(runs.tenant, '') ORDER BY COALESCE(runs.tenant, '')";
+
 /// How many queued or running jobs the run has (`jobs_by_run`): `$1` run.
 pub(crate) const LIVE_JOBS_OF_RUN: &str =
     "SELECT COUNT(*) FROM jobs WHERE run = $1 AND status IN ('queued', 'running')";
@@ -1135,6 +1146,8 @@ mod tests {
             super::LIVE_RUNS,
             super::RUNNING_RUNS,
             super::LIVE_JOBS_OF_RUN,
+            super::QUEUED_JOBS_BY_QUEUE,
+            super::PENDING_APPROVALS_BY_TENANT,
             super::LIST_TENANT_RUNS_BY_STATUS,
         ] {
             assert!(!sql.contains('?'), "{sql}");

@@ -200,6 +200,18 @@ pub struct AuditEntry {
     pub hash: String,
 }
 
+/// What waits on one tenant's side now ([`Tenants::waiting`](crate::Tenants::waiting)):
+/// the operator's gauges of queue depth and pending approvals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// The tenant's id; `""` for the runs of no tenant.
+    pub tenant: String,
+    /// Its jobs queued (due or not) and not yet claimed.
+    pub queued_jobs: u64,
+    /// Its runs suspended on an approval no one has decided yet.
+    pub pending_approvals: u64,
+}
+
 /// Usage counters of one tenant in one period: a UTC hour, starting at
 /// `period_ms` (see [`usage_period`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
     MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, Retry, RunStatus,
     RunUsage, Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition,
-    USAGE_PERIOD_MS, Usage, audit_hash, sha256_hex, verify_audit,
+    USAGE_PERIOD_MS, Usage, Waiting, audit_hash, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -142,6 +142,7 @@ suite!(
     a_runs_usage_adds_up_over_its_passes_and_goes_with_it,
     live_runs_are_those_that_run_or_may_run,
     running_runs_are_those_that_hold_a_worker,
+    what_waits_is_counted_per_tenant,
     a_postponed_job_waits_without_using_an_attempt,
 );
 
@@ -2229,4 +2230,42 @@ async fn running_runs_are_those_that_hold_a_worker(store: Arc<dyn Store>) {
     assert_eq!(store.running_runs("t-acme").await.unwrap(), 3, "claimed, a queued or cancelled run runs");
     assert!(store.has_live_job("cancelled").await.unwrap(), "running");
     assert_eq!(store.running_runs("t-missing").await.unwrap(), 0);
+}
+
+/// The operator's gauges: queued jobs per queue (`""` for no tenant's),
+/// and runs suspended on an approval no one has decided, per tenant.
+async fn what_waits_is_counted_per_tenant(store: Arc<dyn Store>) {
+    assert_eq!(store.waiting().await.unwrap(), vec![]);
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    for (id, of) in [("a1", "t-acme"), ("a2", "t-acme"), ("b1", "t-beta")] {
+        store.create_run(tenant_run(id, of, RunStatus::Queued, 1)).await.unwrap();
+        store
+            .enqueue(NewJob { run: id.into(), kind: JobKind::Start, ..new_job(&format!("j-{id}"), 0, 1) })
+            .await
+            .unwrap();
+    }
+    store.create_run(new_run("cli", RunStatus::Queued, 1)).await.unwrap();
+    store.enqueue(NewJob { run: "cli".into(), kind: JobKind::Start, ..new_job("j-cli", 0, 2) }).await.unwrap();
+    // Two of acme's runs wait on approvals: one undecided, one decided.
+    for (id, seq) in [("a3", 1), ("a4", 2)] {
+        store
+            .create_run(NewRun { lease: Some(lease(OWNER, FAR)), ..tenant_run(id, "t-acme", RunStatus::Running, 1) })
+            .await
+            .unwrap();
+        store.transition(id, OWNER, Batch::default(), suspend("approval", Some(approval(seq, "shell")))).await.unwrap();
+    }
+    store.decide("a4", &call(2), Decision::Approved).await.unwrap();
+    let waiting = |tenant: &str, queued_jobs, pending_approvals| Waiting {
+        tenant: tenant.into(),
+        queued_jobs,
+        pending_approvals,
+    };
+    let expected = vec![waiting("", 1, 0), waiting("t-acme", 2, 1), waiting("t-beta", 1, 0)];
+    assert_eq!(store.waiting().await.unwrap(), expected);
+    // A claimed job no longer waits.
+    let (job, _) = claim(&store, "w1", 30_000, 10).await;
+    let after = store.waiting().await.unwrap();
+    let queued: u64 = after.iter().map(|w| w.queued_jobs).sum();
+    assert_eq!(queued, 3, "{job:?} was claimed: {after:?}");
 }

@@ -635,6 +635,10 @@ impl Tenants for Counting {
     async fn running_runs(&self, tenant: &str) -> nexo_store::StoreResult<u64> {
         self.inner.running_runs(tenant).await
     }
+
+    async fn waiting(&self) -> nexo_store::StoreResult<Vec<nexo_store::Waiting>> {
+        self.inner.waiting().await
+    }
 }
 
 #[async_trait::async_trait]

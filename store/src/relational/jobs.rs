@@ -112,12 +112,15 @@ impl<D: Dialect> SqlStore<D> {
 #[async_trait::async_trait]
 impl<D: Dialect> Jobs for SqlStore<D> {
     async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
-        if let Some(reason) = check_new_job(&new) {
-            return Err(StoreError::Conflict(reason));
-        }
-        let mut tx = self.db.begin().await?;
-        let result = self.enqueue_in(&mut tx, new).await;
-        self.db.end(tx, result).await
+        crate::latency::timed("enqueue", async move {
+            if let Some(reason) = check_new_job(&new) {
+                return Err(StoreError::Conflict(reason));
+            }
+            let mut tx = self.db.begin().await?;
+            let result = self.enqueue_in(&mut tx, new).await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn claim_job_unless(
@@ -127,9 +130,12 @@ impl<D: Dialect> Jobs for SqlStore<D> {
         now: i64,
         held_back: &[String],
     ) -> StoreResult<Option<Job>> {
-        let mut tx = self.db.begin().await?;
-        let result = self.claim_job_in(&mut tx, worker, lease_ms, now, held_back).await;
-        self.db.end(tx, result).await
+        crate::latency::timed("claim_job", async move {
+            let mut tx = self.db.begin().await?;
+            let result = self.claim_job_in(&mut tx, worker, lease_ms, now, held_back).await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn heartbeat_jobs(&self, tokens: &[i64], lease_ms: i64, now: i64) -> StoreResult<Vec<i64>> {

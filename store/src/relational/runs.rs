@@ -361,29 +361,32 @@ impl<D: Dialect> SqlStore<D> {
 #[async_trait::async_trait]
 impl<D: Dialect> Runs for SqlStore<D> {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
-        let run = new.into_run();
-        // What is checked before the insert, in one transaction with it:
-        // where rows are locked, a prompt's session; elsewhere a tenant (the
-        // checked insert names a missing session itself). A taken id, then a
-        // missing tenant, are named before anything about a session.
-        let check_first = if D::LOCKS_ROWS { run.session.is_some() } else { run.tenant.is_some() };
-        if !check_first {
-            let mut conn = self.db.single().await?;
-            let result = self.create_run_in(&mut conn, run).await;
-            return self.db.end(conn, result).await;
-        }
-        let mut tx = self.db.begin().await?;
-        let result = async {
-            if self.optional(&mut tx, sql::RUN_EXISTS, &[(&run.id).into()]).await?.is_some() {
-                return Err(StoreError::Conflict(run_exists(&run.id)));
+        crate::latency::timed("create_run", async move {
+            let run = new.into_run();
+            // What is checked before the insert, in one transaction with it:
+            // where rows are locked, a prompt's session; elsewhere a tenant (the
+            // checked insert names a missing session itself). A taken id, then a
+            // missing tenant, are named before anything about a session.
+            let check_first = if D::LOCKS_ROWS { run.session.is_some() } else { run.tenant.is_some() };
+            if !check_first {
+                let mut conn = self.db.single().await?;
+                let result = self.create_run_in(&mut conn, run).await;
+                return self.db.end(conn, result).await;
             }
-            if let Some(tenant) = &run.tenant {
-                self.check_tenant(&mut tx, tenant).await?;
+            let mut tx = self.db.begin().await?;
+            let result = async {
+                if self.optional(&mut tx, sql::RUN_EXISTS, &[(&run.id).into()]).await?.is_some() {
+                    return Err(StoreError::Conflict(run_exists(&run.id)));
+                }
+                if let Some(tenant) = &run.tenant {
+                    self.check_tenant(&mut tx, tenant).await?;
+                }
+                self.create_run_in(&mut tx, run).await
             }
-            self.create_run_in(&mut tx, run).await
-        }
-        .await;
-        self.db.end(tx, result).await
+            .await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
@@ -400,44 +403,51 @@ impl<D: Dialect> Runs for SqlStore<D> {
     }
 
     async fn commit(&self, id: &str, owner: &str, batch: Batch) -> StoreResult<()> {
-        // The common case, one host call's entry and nothing else, is one
-        // autocommit statement whose lease check (on PostgreSQL with the
-        // run's row locked) rides in the insert: the same cost as a bare
-        // insert (see benches/journal.rs).
-        if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread) {
-            let args = entry_args(id, e, Some(owner))?;
-            let mut conn = self.db.single().await?;
-            let inserted = super::run::<D>(&mut conn, D::SQL.append_entry_if_owner, &args).await;
-            let result = match self.entry_written(inserted, id, e.seq) {
-                Ok(0) => match self.check_owner(&mut conn, id, owner).await {
+        crate::latency::timed("commit", async move {
+            // The common case, one host call's entry and nothing else, is one
+            // autocommit statement whose lease check (on PostgreSQL with the
+            // run's row locked) rides in the insert: the same cost as a bare
+            // insert (see benches/journal.rs).
+            if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread)
+            {
+                let args = entry_args(id, e, Some(owner))?;
+                let mut conn = self.db.single().await?;
+                let inserted = super::run::<D>(&mut conn, D::SQL.append_entry_if_owner, &args).await;
+                let result = match self.entry_written(inserted, id, e.seq) {
+                    Ok(0) => match self.check_owner(&mut conn, id, owner).await {
+                        Err(e) => Err(e),
+                        // It changed hands and back between the two statements:
+                        // say so rather than pretend the write happened.
+                        Ok(()) => Err(StoreError::Conflict(not_owned(id, RunStatus::Running))),
+                    },
+                    Ok(_) => Ok(()),
                     Err(e) => Err(e),
-                    // It changed hands and back between the two statements:
-                    // say so rather than pretend the write happened.
-                    Ok(()) => Err(StoreError::Conflict(not_owned(id, RunStatus::Running))),
-                },
-                Ok(_) => Ok(()),
-                Err(e) => Err(e),
-            };
-            return self.db.end(conn, result).await;
-        }
-        if batch.is_empty() {
-            let mut conn = self.db.single().await?;
-            let result = self.check_owner(&mut conn, id, owner).await;
-            return self.db.end(conn, result).await;
-        }
-        let mut tx = self.db.begin().await?;
-        let result = async {
-            self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
-            self.write_batch(&mut tx, id, batch).await
-        }
-        .await;
-        self.db.end(tx, result).await
+                };
+                return self.db.end(conn, result).await;
+            }
+            if batch.is_empty() {
+                let mut conn = self.db.single().await?;
+                let result = self.check_owner(&mut conn, id, owner).await;
+                return self.db.end(conn, result).await;
+            }
+            let mut tx = self.db.begin().await?;
+            let result = async {
+                self.owned_for(&mut tx, id, owner, batch.thread.as_ref()).await?;
+                self.write_batch(&mut tx, id, batch).await
+            }
+            .await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn transition(&self, id: &str, owner: &str, batch: Batch, to: Transition) -> StoreResult<Run> {
-        let mut tx = self.db.begin().await?;
-        let result = self.transition_in(&mut tx, id, owner, batch, to).await;
-        self.db.end(tx, result).await
+        crate::latency::timed("transition", async move {
+            let mut tx = self.db.begin().await?;
+            let result = self.transition_in(&mut tx, id, owner, batch, to).await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn claim(
@@ -448,9 +458,12 @@ impl<D: Dialect> Runs for SqlStore<D> {
         resume_input: Option<String>,
         now: i64,
     ) -> StoreResult<Run> {
-        let mut tx = self.db.begin().await?;
-        let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
-        self.db.end(tx, result).await
+        crate::latency::timed("claim", async move {
+            let mut tx = self.db.begin().await?;
+            let result = self.claim_in(&mut tx, id, how, lease, resume_input, now).await;
+            self.db.end(tx, result).await
+        })
+        .await
     }
 
     async fn renew_leases(&self, owner: &str, ids: &[String], until_ms: i64) -> StoreResult<Vec<String>> {

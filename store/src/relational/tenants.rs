@@ -4,9 +4,12 @@ use serde_json::Value;
 
 use super::{Arg, Dialect, SqlStore, limit};
 use crate::refusal::{key_exists, key_hash_taken, tenant_exists, tenant_name_taken};
+use crate::rows::Columns as _;
 use crate::sql;
 use crate::tenants::check_new_key;
-use crate::{AUDIT_GENESIS, ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreError, StoreResult, Tenant, Tenants};
+use crate::{
+    AUDIT_GENESIS, ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreError, StoreResult, Tenant, Tenants, Waiting,
+};
 
 #[async_trait::async_trait]
 impl<D: Dialect> Tenants for SqlStore<D> {
@@ -139,5 +142,24 @@ impl<D: Dialect> Tenants for SqlStore<D> {
 
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64> {
         Ok(u64::try_from(self.read_count(sql::RUNNING_RUNS, &[tenant.into()]).await?).unwrap_or(0))
+    }
+
+    async fn waiting(&self) -> StoreResult<Vec<Waiting>> {
+        let mut by_tenant = std::collections::BTreeMap::<String, Waiting>::new();
+        let queued = self.read_all(sql::QUEUED_JOBS_BY_QUEUE, &[]).await?;
+        let pending = self.read_all(sql::PENDING_APPROVALS_BY_TENANT, &[]).await?;
+        for (rows, pending) in [(queued, false), (pending, true)] {
+            for row in rows {
+                let tenant = row.text_at(0).map_err(|e| self.error(&e))?;
+                let n = u64::try_from(row.int_at(1).map_err(|e| self.error(&e))?).unwrap_or(0);
+                let entry = by_tenant.entry(tenant.clone()).or_insert_with(|| Waiting { tenant, ..Waiting::default() });
+                if pending {
+                    entry.pending_approvals = n;
+                } else {
+                    entry.queued_jobs = n;
+                }
+            }
+        }
+        Ok(by_tenant.into_values().collect())
     }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreResult, Tenant};
+use crate::{ApiKey, NewApiKey, NewTenant, Run, RunStatus, StoreResult, Tenant, Waiting};
 
 /// The tenants of `nexo serve`, with their API keys and the runs they
 /// started. Every method is one transaction.
@@ -69,4 +69,10 @@ pub trait Tenants: Send + Sync {
     /// only wait in the queue are not counted: a claim is held only by runs
     /// that hold a worker.
     async fn running_runs(&self, tenant: &str) -> StoreResult<u64>;
+
+    /// Per tenant with anything waiting, its queued jobs and its runs
+    /// suspended on an undecided approval, in tenant order: two grouped
+    /// counts (an indexed scan of the queued jobs, and one of the pending
+    /// approvals), whatever the number of finished runs.
+    async fn waiting(&self) -> StoreResult<Vec<Waiting>>;
 }
