@@ -55,7 +55,20 @@ impl<'p> HostCall for ModelTurn<'p> {
     }
 
     fn execute<'a>(&'a self, _cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
-        self.0.complete(turn.request, turn.deltas)
+        // Only a call that reaches the provider is measured: a replay never
+        // executes.
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let result = self.0.complete(turn.request, turn.deltas).await;
+            let outcome = result.as_ref().map(|r| &r.usage);
+            crate::telemetry::metrics::instruments::model_call(
+                self.0.name(),
+                &turn.request.model,
+                started.elapsed(),
+                outcome,
+            );
+            result
+        })
     }
 }
 

@@ -77,6 +77,7 @@ fn until_next_hour(now_ms: i64) -> u64 {
 /// - a run going on must not have spent its own `cpu-ticks-per-run` in
 ///   its earlier passes (waiting does not renew that: it is refused for
 ///   good).
+/// Each refusal is counted, by quota and step, in `nexo.quota.refusals`.
 pub async fn admit(
     store: &dyn Store,
     tenant: &str,
@@ -84,6 +85,24 @@ pub async fn admit(
     step: Step<'_>,
     now_ms: i64,
 ) -> StoreResult<Result<(), Refusal>> {
+    let Some((quota, refusal)) = refusal(store, tenant, quotas, step, now_ms).await? else { return Ok(Ok(())) };
+    let step_name = match step {
+        Step::Start => "start",
+        Step::GoOn { .. } => "go-on",
+        Step::Claim { .. } => "claim",
+    };
+    crate::telemetry::metrics::instruments::quota_refused(tenant, quota, step_name);
+    Ok(Err(refusal))
+}
+
+/// [`admit`]'s check: the quota (its policy key) that refuses, and why.
+async fn refusal(
+    store: &dyn Store,
+    tenant: &str,
+    quotas: &Quotas,
+    step: Step<'_>,
+    now_ms: i64,
+) -> StoreResult<Option<(&'static str, Refusal)>> {
     if let Some(limit) = quotas.concurrent_runs {
         // At a claim only the runs that hold a worker count: the tenant's
         // other queued runs wait as this one does, and counting them would
@@ -95,13 +114,16 @@ pub async fn admit(
             _ => (store.live_runs(tenant).await?, "queued, running or about to resume"),
         };
         if others >= limit {
-            return Ok(Err(Refusal {
-                message: format!(
-                    "the tenant has {others} runs {what}, its quota of concurrent runs ({limit}); wait for one to \
+            return Ok(Some((
+                "concurrent-runs",
+                Refusal {
+                    message: format!(
+                        "the tenant has {others} runs {what}, its quota of concurrent runs ({limit}); wait for one to \
                      end, cancel one, or ask the operator for a higher quota"
-                ),
-                retry_after: Some(1),
-            }));
+                    ),
+                    retry_after: Some(1),
+                },
+            )));
         }
     }
     let used = this_hour(store, tenant, now_ms).await?;
@@ -116,32 +138,35 @@ pub async fn admit(
         && let Some(limit) = quotas.runs_per_hour
         && runs >= limit
     {
-        return Ok(Err(over("runs", runs, limit)));
+        return Ok(Some(("runs-per-hour", over("runs", runs, limit))));
     }
-    for (what, used, limit) in [
-        ("model tokens", tokens, quotas.tokens_per_hour),
-        ("CPU ticks", ticks, quotas.cpu_ticks_per_hour),
-        ("egress bytes", egress, quotas.egress_bytes_per_hour),
+    for (quota, what, used, limit) in [
+        ("tokens-per-hour", "model tokens", tokens, quotas.tokens_per_hour),
+        ("cpu-ticks-per-hour", "CPU ticks", ticks, quotas.cpu_ticks_per_hour),
+        ("egress-bytes-per-hour", "egress bytes", egress, quotas.egress_bytes_per_hour),
     ] {
         if let Some(limit) = limit
             && used >= limit
         {
-            return Ok(Err(over(what, used, limit)));
+            return Ok(Some((quota, over(what, used, limit))));
         }
     }
     if let (Step::GoOn { run } | Step::Claim { run }, Some(limit)) = (step, quotas.cpu_ticks_per_run) {
         let spent = store.run_usage(run).await?.cpu_ticks;
         if spent >= limit {
-            return Ok(Err(Refusal {
-                message: format!(
-                    "run {run} used {spent} CPU ticks in its passes so far, its quota per run ({limit}); it cannot \
+            return Ok(Some((
+                "cpu-ticks-per-run",
+                Refusal {
+                    message: format!(
+                        "run {run} used {spent} CPU ticks in its passes so far, its quota per run ({limit}); it cannot \
                      go on: start a new run"
-                ),
-                retry_after: None,
-            }));
+                    ),
+                    retry_after: None,
+                },
+            )));
         }
     }
-    Ok(Ok(()))
+    Ok(None)
 }
 
 /// The tenant's usage in the hour of `now_ms`, if it used anything.

@@ -38,6 +38,7 @@ use crate::events::Status;
 use crate::journal::{Halt, Journal, JournalSink, Replay};
 use crate::lease::{Keeper, Lost};
 use crate::settings::RunOptions;
+use crate::telemetry::metrics::instruments;
 use crate::thread::Thread;
 use crate::world::agent::Agent;
 pub use spec::RunSpec;
@@ -395,6 +396,7 @@ impl Runs {
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<Run, StoreError> {
         let run = self.store.cancel(id, reason).await?;
         self.keeper.lose(&run.id, Lost::Taken);
+        instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
         Ok(run)
     }
 
@@ -433,6 +435,7 @@ impl Runs {
         options: &RunOptions,
         replay: Replay,
     ) -> Result<RunEnd, RunError> {
+        let started = std::time::Instant::now();
         // The grant was read into `options` before the pass; the record's
         // copy would only take memory while the run waits.
         run.grant = Value::Null;
@@ -474,7 +477,9 @@ impl Runs {
                 halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
             }),
         );
+        let running = instruments::pass_started(run.tenant.as_deref());
         let result = subject.run(&run.input, &options).await;
+        drop(running);
         drop(renewal);
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
@@ -521,7 +526,12 @@ impl Runs {
             ended => ended,
         };
         let run = match ended {
-            Ok(run) => run,
+            Ok(run) => {
+                if run.status.is_final() {
+                    instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
+                }
+                run
+            }
             // Cancelled (or taken over) while it ran: the store's record stands.
             Err(StoreError::Conflict(_)) => self
                 .store
@@ -531,6 +541,7 @@ impl Runs {
                 .ok_or_else(|| RunError::from(StoreError::NoRun(run.id.clone())))?,
             Err(e) => return Err(e.into()),
         };
+        instruments::pass_ended(run.tenant.as_deref(), run.status, started.elapsed());
         Ok(RunEnd { run, prompt_status, replayed: journal.replayed(), approval: pending, retryable, nothing_ran })
     }
 
@@ -546,7 +557,9 @@ impl Runs {
             at_ms: nexo_store::now_ms(),
         });
         let to = Transition::Finish { status: RunStatus::Failed, result: None, error: Some(why.to_string()) };
-        self.store.transition(id, &self.owner, batch, to).await.map(|_| ())
+        let run = self.store.transition(id, &self.owner, batch, to).await?;
+        instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
+        Ok(())
     }
 }
 

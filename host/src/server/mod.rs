@@ -42,6 +42,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::runs::Runs;
+use crate::telemetry;
 use crate::{Engine, EngineConfig};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -155,6 +156,9 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     raise_open_files();
     let setup = |why: String| ServeError::Setup(why);
+    // First: the store's instruments are made at its first write.
+    let resource = telemetry::metrics::resource(&file.telemetry);
+    let metrics = telemetry::metrics::Metrics::install(&file.telemetry, resource).map_err(|e| setup(e.to_string()))?;
     // From this (an API) thread, so that the store's threads are weighted as
     // the API's, not as the runs' that would otherwise open some of them.
     store.connect_all().await.map_err(|e| setup(e.to_string()))?;
@@ -264,6 +268,19 @@ pub async fn serve(
         Some(changes),
     ));
 
+    // Metrics on the operator's own address, never on the tenants' router.
+    if let Some(scrape) = metrics.as_ref().and_then(|m| m.scrape()) {
+        let mut stop = stop_rx.clone();
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let at = telemetry::scrape::serve(scrape.clone(), stopped).await.map_err(|e| setup(e.to_string()))?;
+        errln!("nexo serve: metrics on http://{at}/metrics");
+    }
+    let mut stop_gauges = stop_rx.clone();
+    tokio::spawn(telemetry::metrics::gauges::keep(store.clone(), async move {
+        let _ = stop_gauges.wait_for(|s| *s).await;
+    }));
     errln!("nexo serve: listening on http://{bound} (store {}, data {})", store.location(), data_dir.display());
     tracing::info!(target: "nexo::server", %bound, "listening");
     let mut stop_http = stop_rx.clone();
@@ -291,6 +308,10 @@ pub async fn serve(
     // The heads the last passes wrote, anchored before the process ends.
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), anchor_task).await;
+    // The last export waits on the runtime's own threads: off them.
+    if let Some(metrics) = metrics {
+        let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
+    }
     match stopped {
         Ok(_) => errln!("nexo serve: stopped"),
         Err(_) => errln!(

@@ -1,2 +1,157 @@
 //! The GenAI client metrics and nexo's own, exported over OTLP and served
 //! for Prometheus.
+//!
+//! [`Metrics::install`] makes one meter provider with up to two readers: a
+//! periodic reader pushing OTLP/HTTP (protobuf) when an endpoint is
+//! configured, and the Prometheus exporter when `[telemetry.prometheus]
+//! listen` is set ([`super::scrape`] serves it). With neither, nothing is
+//! installed: the instruments stay the OpenTelemetry API's no-op, and the
+//! recording functions ([`instruments`]) return before building a single
+//! attribute.
+//!
+//! - `instruments`: the instruments, and the one function each place that
+//!   measures something calls.
+//! - `gauges`: what waits per tenant (queue depth, pending approvals), read
+//!   from the store on a timer, not per scrape.
+
+pub(crate) mod gauges;
+pub(crate) mod instruments;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+
+use super::TelemetryError;
+use crate::config::TelemetryTable;
+
+/// The metrics this process exports, installed as the global meter
+/// provider. Dropping it does not stop them; [`Metrics::shutdown`] flushes
+/// the last OTLP export.
+#[derive(Debug)]
+pub struct Metrics {
+    provider: SdkMeterProvider,
+    scrape: Option<Scrape>,
+}
+
+/// What `/metrics` serves, and where and to whom ([`super::scrape`]).
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    /// The registry the Prometheus exporter fills at each scrape.
+    pub registry: prometheus::Registry,
+    /// The operator's address for it, never the tenants' API's.
+    pub listen: SocketAddr,
+    /// The bearer token a scraper must send, if the operator set one.
+    pub token: Option<String>,
+}
+
+impl Metrics {
+    /// The meter provider `table` and the `OTEL_*` variables ask for, set
+    /// as the global one; `None` when they ask for none. An OTLP endpoint
+    /// comes from `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (as is),
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` or `[telemetry] endpoint` (each with
+    /// `/v1/metrics`), in that order; `OTEL_METRICS_EXPORTER=none` turns it
+    /// off, and `OTEL_METRIC_EXPORT_INTERVAL` (ms) paces it (60 s).
+    pub fn install(table: &TelemetryTable, resource: Resource) -> Result<Option<Metrics>, TelemetryError> {
+        let otlp = otlp_wanted(table);
+        let scrape_table = table.prometheus.as_ref().filter(|p| p.listen.is_some());
+        if !otlp && scrape_table.is_none() {
+            return Ok(None);
+        }
+        let mut builder = SdkMeterProvider::builder().with_resource(resource);
+        if otlp {
+            let mut exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_http_client(super::http::ExportClient::new()?);
+            if !env_set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+                && !env_set("OTEL_EXPORTER_OTLP_ENDPOINT")
+                && let Some(base) = &table.endpoint
+            {
+                exporter = exporter.with_endpoint(format!("{}/v1/metrics", base.trim_end_matches('/')));
+            }
+            let exporter =
+                exporter.build().map_err(|e| TelemetryError::Exporter { signal: "metrics", problem: e.to_string() })?;
+            builder = builder.with_reader(PeriodicReader::builder(exporter).build());
+        }
+        let scrape = match scrape_table {
+            Some(p) => {
+                let registry = prometheus::Registry::new();
+                let exporter = opentelemetry_prometheus::exporter()
+                    .with_registry(registry.clone())
+                    .build()
+                    .map_err(|e| TelemetryError::Scrape(format!("cannot set up the Prometheus exporter: {e}")))?;
+                builder = builder.with_reader(exporter);
+                Some(Scrape { registry, listen: listen(p.listen.as_deref())?, token: token(p.token_env.as_deref())? })
+            }
+            None => None,
+        };
+        let provider = builder.build();
+        opentelemetry::global::set_meter_provider(provider.clone());
+        instruments::enable();
+        Ok(Some(Metrics { provider, scrape }))
+    }
+
+    /// What `/metrics` serves, if the operator asked for it.
+    pub fn scrape(&self) -> Option<&Scrape> {
+        self.scrape.as_ref()
+    }
+
+    /// Exports what is left and stops the readers, waiting at most a few
+    /// seconds for a slow receiver.
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown_with_timeout(Duration::from_secs(5)) {
+            tracing::warn!(target: "nexo::telemetry", "metrics did not flush at shutdown: {e}");
+        }
+    }
+}
+
+/// The resource every exported metric names: `service.name` from
+/// `OTEL_SERVICE_NAME`, else `[telemetry] service-name`, else `nexo`, with
+/// `OTEL_RESOURCE_ATTRIBUTES`.
+pub fn resource(table: &TelemetryTable) -> Resource {
+    let builder = Resource::builder();
+    if env_set("OTEL_SERVICE_NAME") {
+        return builder.build();
+    }
+    builder.with_service_name(table.service_name.clone().unwrap_or_else(|| "nexo".into())).build()
+}
+
+/// Whether an OTLP metric exporter is asked for.
+fn otlp_wanted(table: &TelemetryTable) -> bool {
+    if std::env::var("OTEL_METRICS_EXPORTER").is_ok_and(|v| v.trim() == "none") {
+        return false;
+    }
+    env_set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        || env_set("OTEL_EXPORTER_OTLP_ENDPOINT")
+        || table.endpoint.as_deref().is_some_and(|e| !e.trim().is_empty())
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// `[telemetry.prometheus] listen`, as an address.
+fn listen(listen: Option<&str>) -> Result<SocketAddr, TelemetryError> {
+    let listen = listen.unwrap_or_default();
+    listen.parse().map_err(|e| {
+        TelemetryError::Scrape(format!(
+            "[telemetry.prometheus] listen {listen:?} is not an address such as 127.0.0.1:9464: {e}"
+        ))
+    })
+}
+
+/// The token in the variable `[telemetry.prometheus] token-env` names: a
+/// name given for a variable that is unset or empty is an error, never an
+/// endpoint left open.
+fn token(variable: Option<&str>) -> Result<Option<String>, TelemetryError> {
+    let Some(variable) = variable else { return Ok(None) };
+    match std::env::var(variable) {
+        Ok(token) if !token.trim().is_empty() => Ok(Some(token.trim().to_string())),
+        _ => Err(TelemetryError::Scrape(format!(
+            "[telemetry.prometheus] token-env names {variable}, which is not set: set it to the token Prometheus \
+             sends, or remove token-env"
+        ))),
+    }
+}

@@ -10,6 +10,7 @@
 
 mod http;
 pub mod metrics;
+pub mod scrape;
 pub mod traces;
 
 pub use crate::config::TelemetryTable;
@@ -31,4 +32,7 @@ pub enum TelemetryError {
         /// The exporter's error.
         problem: String,
     },
+    /// `[telemetry.prometheus]` cannot be served as it says.
+    #[error("{0}")]
+    Scrape(String),
 }

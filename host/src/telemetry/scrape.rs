@@ -1,0 +1,71 @@
+//! `/metrics` for Prometheus, on the operator's own address
+//! (`[telemetry.prometheus] listen`) and never on the tenants' API: its own
+//! listener and router, with the bearer token `token-env` names when set
+//! (compared in constant time; 401 otherwise). Bind it to a private
+//! address: the metrics name every tenant.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::Encoder;
+use sha2::{Digest, Sha256};
+
+use super::metrics::Scrape;
+
+/// The routes: `/metrics` only.
+pub fn router(scrape: Scrape) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(Arc::new(scrape))
+}
+
+/// Binds `scrape.listen` now (so a taken address fails start-up) and
+/// serves `/metrics` there until `stop` completes.
+pub async fn serve(
+    scrape: Scrape,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<std::net::SocketAddr, super::TelemetryError> {
+    let addr = scrape.listen;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        super::TelemetryError::Scrape(format!(
+            "cannot listen on {addr} for /metrics: {e} (set another address: [telemetry.prometheus] listen)"
+        ))
+    })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let app = router(scrape);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            tracing::warn!(target: "nexo::telemetry", "the /metrics server failed: {e}");
+        }
+    });
+    Ok(bound)
+}
+
+async fn metrics(State(scrape): State<Arc<Scrape>>, headers: HeaderMap) -> Response {
+    if let Some(token) = &scrape.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if !same_secret(given.trim(), token) {
+            let challenge = [(header::WWW_AUTHENTICATE, "Bearer")];
+            return (StatusCode::UNAUTHORIZED, challenge, "a bearer token is needed for /metrics\n").into_response();
+        }
+    }
+    let encoder = prometheus::TextEncoder::new();
+    let mut body = Vec::new();
+    if let Err(e) = encoder.encode(&scrape.registry.gather(), &mut body) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}\n")).into_response();
+    }
+    ([(header::CONTENT_TYPE, encoder.format_type().to_string())], body).into_response()
+}
+
+/// Whether the token given is the one expected, in time that depends on
+/// neither where they differ nor their lengths (both are hashed first).
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (Sha256::digest(given.as_bytes()), Sha256::digest(expected.as_bytes()));
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
