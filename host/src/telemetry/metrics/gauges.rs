@@ -3,9 +3,9 @@
 //! `nexo.approvals.pending` (runs suspended on an approval no one has
 //! decided). Both are the store's, shared by every node, so they are read
 //! from it: by one task, every [`REFRESH`], with two grouped counts
-//! ([`nexo_store::Tenants::waiting`]); a scrape or an export reads the last
-//! counts and never queries the store. A tenant that had something waiting
-//! and has nothing now reads 0, not a series that vanished.
+//! ([`nexo_store::Tenants::waiting`]) and the list of tenants; a scrape or
+//! an export reads the last counts and never queries the store. Every
+//! tenant has a series, 0 when nothing of its waits.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,11 +27,14 @@ pub async fn keep(store: Arc<dyn nexo_store::Store>, stop: impl std::future::Fut
     let Some(counts) = registered() else { return };
     tokio::pin!(stop);
     loop {
-        match store.waiting().await {
-            Ok(waiting) => {
+        match tokio::try_join!(store.waiting(), store.tenants()) {
+            Ok((waiting, tenants)) => {
                 let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
                 for seen in counts.values_mut() {
                     *seen = (0, 0);
+                }
+                for tenant in tenants {
+                    counts.entry(tenant.id).or_default();
                 }
                 for w in waiting {
                     counts.insert(w.tenant, (w.queued_jobs, w.pending_approvals));
