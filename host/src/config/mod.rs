@@ -12,7 +12,6 @@
 mod grant;
 mod model;
 mod search;
-mod telemetry;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,10 +19,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::ConfigError;
+pub use crate::telemetry::{PrometheusTable, TelemetryTable};
 pub use grant::{GrantFlags, GrantTable};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
-pub use telemetry::{PrometheusTable, TelemetryTable};
 
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default, Clone)]

@@ -24,8 +24,7 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
-use super::TelemetryError;
-use crate::config::TelemetryTable;
+use super::{TelemetryError, TelemetryTable};
 
 /// The metrics this process exports, installed as the global meter
 /// provider. Dropping it does not stop them; [`Metrics::shutdown`] flushes

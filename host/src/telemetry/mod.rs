@@ -11,9 +11,12 @@
 mod http;
 pub mod metrics;
 pub mod scrape;
+mod table;
 pub mod traces;
 
-pub use crate::config::TelemetryTable;
+// The `[telemetry]` table lives here, beneath `config`, which reads it:
+// the runs' layers record metrics, and `config` sits above them.
+pub use table::{PrometheusTable, TelemetryTable};
 
 /// Why telemetry could not be set up. Each names the setting to fix.
 #[derive(Debug, thiserror::Error)]
