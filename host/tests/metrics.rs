@@ -200,3 +200,63 @@ async fn prometheus_scrapes_what_the_runs_did_on_the_operators_address_only() {
     let writes = "sum(nexo_store_duration_seconds_count{nexo_store_operation=\"transition\"}) >= bool 3";
     prometheus.until(&scene.http, writes, 1.0).await;
 }
+
+/// A metric's points of `name` whose attributes include `with`.
+fn points<'a>(all: &'a [Value], name: &str, with: &[(&str, &str)]) -> Vec<&'a Value> {
+    all.iter().filter(|p| p["name"] == name && with.iter().all(|(k, v)| p["attributes"][*k] == *v)).collect()
+}
+
+/// The largest `field` of `points` (cumulative: the latest export's).
+fn largest(points: &[&Value], field: &str) -> f64 {
+    points.iter().filter_map(|p| p[field].as_f64()).fold(0.0, f64::max)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_genai_metrics_arrive_over_otlp_without_a_secret_or_content() {
+    let test = "the_genai_metrics_arrive_over_otlp_without_a_secret_or_content";
+    let Some(receiver) = nexo_testkit::otlp::Receiver::start(test) else { return };
+    let scene = Scene::new(None).await;
+    scene.configure(&format!("[telemetry]\nendpoint = \"{}\"\n", receiver.endpoint()));
+    let key = scene.tenant("ivy", Some(json!({"models": ["test"], "sandboxes": ["local"]})));
+    let node = scene.node_with_env("a", &[("OTEL_METRIC_EXPORT_INTERVAL", "300")]);
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    for _ in 0..2 {
+        scene.model.push(Reply::text(ANSWER).with_usage(23, 7));
+        let (status, started) = run(&scene, &node, &key, sha).await;
+        assert_eq!(status, StatusCode::OK, "{started}\n{}", node.log());
+        let ended = scene.finish(&node, &key, started["id"].as_str().unwrap()).await;
+        assert_eq!(ended["status"], "done", "{ended}");
+    }
+
+    let usage = "gen_ai.client.token.usage";
+    let input = [("gen_ai.token.type", "input")];
+    let all = receiver.wait_for_metric_points(Duration::from_secs(30), |all| {
+        largest(&points(all, usage, &input), "sum") == 46.0
+            && largest(&points(all, "nexo.runs.ended", &[("nexo.run.status", "done")]), "value") == 2.0
+    });
+    let tokens = points(&all, usage, &[]);
+    let last = tokens.last().unwrap();
+    assert_eq!((&last["type"], &last["unit"]), (&json!("histogram"), &json!("{token}")), "{last}");
+    assert_eq!(last["resource"]["service.name"], "nexo", "{last}");
+    for point in &tokens {
+        let attributes = &point["attributes"];
+        assert_eq!(attributes["gen_ai.operation.name"], "chat", "{point}");
+        assert_eq!(attributes["gen_ai.request.model"], "test-model", "{point}");
+        // The served model's provider, as its table names it.
+        assert_eq!(attributes["gen_ai.provider.name"], "openai-compatible", "{point}");
+    }
+    let output = points(&all, usage, &[("gen_ai.token.type", "output")]);
+    assert_eq!((largest(&output, "sum"), largest(&output, "count")), (14.0, 2.0));
+    let duration = points(&all, "gen_ai.client.operation.duration", &[("gen_ai.operation.name", "chat")]);
+    assert_eq!(largest(&duration, "count"), 2.0, "{duration:?}");
+    assert!(duration.iter().all(|p| p["unit"] == "s" && p["attributes"].get("error.type").is_none()), "{duration:?}");
+
+    // Byte for byte: no secret and no content in what was exported.
+    let raw = receiver.raw_bytes();
+    assert!(!raw.is_empty());
+    for secret in [PROVIDER_KEY, key.as_str(), INPUT, ANSWER, "confidential"] {
+        let found = raw.windows(secret.len()).any(|w| w == secret.as_bytes());
+        assert!(!found, "the OTLP export holds {secret:?}");
+    }
+}
