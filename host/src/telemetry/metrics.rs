@@ -154,3 +154,35 @@ fn token(variable: Option<&str>) -> Result<Option<String>, TelemetryError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::config::PrometheusTable;
+
+    #[tokio::test]
+    async fn nothing_configured_installs_nothing() {
+        if ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"].iter().any(|v| env_set(v)) {
+            return;
+        }
+        let table = TelemetryTable { prometheus: Some(PrometheusTable::default()), ..TelemetryTable::default() };
+        assert!(Metrics::install(&table, Resource::builder_empty().build()).unwrap().is_none());
+        assert!(instruments::enabled().is_none(), "the instruments stay off");
+    }
+
+    #[test]
+    fn a_token_variable_that_is_not_set_is_refused_not_left_open() {
+        let e = token(Some("NEXO_TEST_METRICS_TOKEN_NEVER_SET")).unwrap_err().to_string();
+        assert!(e.contains("NEXO_TEST_METRICS_TOKEN_NEVER_SET, which is not set"), "{e}");
+        assert_eq!(token(None).unwrap(), None);
+    }
+
+    #[test]
+    fn a_listen_address_must_be_an_address() {
+        let e = listen(Some("localhost:metrics")).unwrap_err().to_string();
+        assert!(e.contains("[telemetry.prometheus] listen \"localhost:metrics\""), "{e}");
+        assert_eq!(listen(Some("127.0.0.1:0")).unwrap().ip().to_string(), "127.0.0.1");
+    }
+}
