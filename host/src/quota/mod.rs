@@ -77,6 +77,7 @@ fn until_next_hour(now_ms: i64) -> u64 {
 /// - a run going on must not have spent its own `cpu-ticks-per-run` in
 ///   its earlier passes (waiting does not renew that: it is refused for
 ///   good).
+///
 /// Each refusal is counted, by quota and step, in `nexo.quota.refusals`.
 pub async fn admit(
     store: &dyn Store,

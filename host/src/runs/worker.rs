@@ -498,10 +498,9 @@ impl Worker {
         let store = self.runs.store();
         if let Ok(Some(run)) = store.run(id).await
             && run.status == RunStatus::Queued
+            && let Ok(run) = store.cancel(id, &format!("its job failed for good: {why}")).await
         {
-            if let Ok(run) = store.cancel(id, &format!("its job failed for good: {why}")).await {
-                crate::telemetry::metrics::instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
-            }
+            crate::telemetry::metrics::instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
         }
     }
 }

@@ -125,7 +125,7 @@ pub(crate) fn model_call(provider: &str, model: &str, elapsed: Duration, outcome
         Ok(usage) => {
             for (kind, tokens) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
                 attributes.push(KeyValue::new("gen_ai.token.type", kind));
-                m.token_usage.record(u64::from(tokens), &attributes);
+                m.token_usage.record(tokens, &attributes);
                 attributes.pop();
             }
         }
