@@ -128,7 +128,7 @@ const CRATES: &[Layers] = &[
         ],
     },
     Layers { dir: "skills", layers: &[&["parse"], &["error"]] },
-    Layers { dir: "testkit", layers: &[&["llama", "podman"]] },
+    Layers { dir: "testkit", layers: &[&["llama", "podman", "otlp"]] },
     Layers { dir: "text", layers: &[] },
     Layers { dir: "toolchain", layers: &[] },
     Layers { dir: "tests", layers: &[&["guests", "loopback"]] },
