@@ -156,9 +156,15 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     raise_open_files();
     let setup = |why: String| ServeError::Setup(why);
-    // First: the store's instruments are made at its first write.
-    let resource = telemetry::metrics::resource(&file.telemetry);
-    let metrics = telemetry::metrics::Metrics::install(&file.telemetry, resource).map_err(|e| setup(e.to_string()))?;
+    // First: the store's instruments are made at its first write. Unless
+    // the front end installed them with the rest of telemetry.
+    let metrics = match telemetry::metrics::Metrics::installed() {
+        true => None,
+        false => {
+            let resource = telemetry::metrics::resource(&file.telemetry);
+            telemetry::metrics::Metrics::install(&file.telemetry, resource).map_err(|e| setup(e.to_string()))?
+        }
+    };
     // From this (an API) thread, so that the store's threads are weighted as
     // the API's, not as the runs' that would otherwise open some of them.
     store.connect_all().await.map_err(|e| setup(e.to_string()))?;
@@ -269,12 +275,12 @@ pub async fn serve(
     ));
 
     // Metrics on the operator's own address, never on the tenants' router.
-    if let Some(scrape) = metrics.as_ref().and_then(|m| m.scrape()) {
+    if let Some(scrape) = telemetry::metrics::scrape() {
         let mut stop = stop_rx.clone();
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        let at = telemetry::scrape::serve(scrape.clone(), stopped).await.map_err(|e| setup(e.to_string()))?;
+        let at = telemetry::scrape::serve(scrape, stopped).await.map_err(|e| setup(e.to_string()))?;
         errln!("nexo serve: metrics on http://{at}/metrics");
     }
     let mut stop_gauges = stop_rx.clone();

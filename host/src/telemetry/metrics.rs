@@ -32,7 +32,16 @@ use super::{TelemetryError, TelemetryTable};
 #[derive(Debug)]
 pub struct Metrics {
     provider: SdkMeterProvider,
-    scrape: Option<Scrape>,
+}
+
+/// The Prometheus endpoint of the metrics installed in this process, for
+/// the front end that serves it (`nexo serve`), whoever installed them.
+static SCRAPE: std::sync::OnceLock<Scrape> = std::sync::OnceLock::new();
+
+/// What `/metrics` should serve in this process, if the operator asked for
+/// it and metrics are installed.
+pub fn scrape() -> Option<Scrape> {
+    SCRAPE.get().cloned()
 }
 
 /// What `/metrics` serves, and where and to whom ([`super::scrape`]).
@@ -88,13 +97,16 @@ impl Metrics {
         };
         let provider = builder.build();
         opentelemetry::global::set_meter_provider(provider.clone());
+        if let Some(scrape) = &scrape {
+            let _ = SCRAPE.set(scrape.clone());
+        }
         instruments::enable();
-        Ok(Some(Metrics { provider, scrape }))
+        Ok(Some(Metrics { provider }))
     }
 
-    /// What `/metrics` serves, if the operator asked for it.
-    pub fn scrape(&self) -> Option<&Scrape> {
-        self.scrape.as_ref()
+    /// Whether a meter provider is installed in this process.
+    pub fn installed() -> bool {
+        instruments::enabled().is_some()
     }
 
     /// Exports what is left and stops the readers, waiting at most a few
