@@ -518,11 +518,15 @@ impl EventSink for JournalSink {
         }
         self.inner.emit(event);
         let kind = match event {
+            // Kept, so a stream of the run (the server's, `nexo runs events
+            // --follow`) shows that the model works; a replayed turn's start
+            // was recorded the first time and is not recorded again.
+            Event::TurnStarted { .. } => "turn_started",
             Event::ToolCall { .. } => "tool_call",
             Event::ToolResult { .. } => "tool_result",
             Event::Done { .. } => "done",
-            // Turn starts and streamed text are for the display only.
-            Event::TurnStarted { .. } | Event::TextDelta { .. } => return,
+            // Streamed text is for the display only.
+            Event::TextDelta { .. } => return,
         };
         if let Ok(data) = serde_json::to_value(event) {
             self.journal.record_event(kind, data);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nexo_model::mock::{MockServer, MockToolCall, Reply};
+use nexo_model::mock::{Gate, MockServer, MockToolCall, Reply};
 use nexo_tests as built;
 use serde_json::{Value, json};
 
@@ -395,6 +395,67 @@ async fn a_toml_agent_replays_its_host_loop_and_a_second_gate_suspends_again() {
     assert_eq!(last_json(&out)["answer"], "both written");
     assert!(scene.ws().join("two.txt").exists());
     assert_eq!(scene.server.requests().len(), 3, "each model turn was paid for once");
+    // Each turn's start is recorded once: the turns a resume replays add none.
+    assert_eq!(turns_started(&scene, &id), [1, 2, 3]);
+}
+
+/// The turn numbers of run `id`'s recorded `turn_started` events, in order.
+fn turns_started(scene: &Scene, id: &str) -> Vec<u64> {
+    let out = scene.nexo(&["runs", "events", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "turn_started")
+        .map(|e| e["data"]["turn"].as_u64().unwrap())
+        .collect()
+}
+
+/// While the model works, `nexo run --json` off a terminal has said so
+/// (a `turn-started` line), and the run's recorded events (what `nexo runs
+/// events --follow` and the server's stream read) hold the turn's start:
+/// the model's answer is held until both are seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_start_is_shown_and_recorded_before_the_model_answers() {
+    let scene = Scene::new().await;
+    let gate = Gate::new();
+    scene.server.push(Reply::text("hello there").held_by(&gate));
+    let agent = scene.dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
+    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
+    let mut child = scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = lines.recv_timeout(Duration::from_secs(60)).expect("no JSON line while the model works");
+    assert_eq!(serde_json::from_str::<Value>(&first).unwrap(), json!({"event": "turn-started", "turn": 1}));
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never showed up");
+        if let Some(r) = scene.runs().first() {
+            break r["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(turns_started(&scene, &id), [1], "recorded while the model is held");
+    assert_eq!(scene.runs()[0]["status"], "running");
+    gate.open();
+    let rest: Vec<Value> = lines.iter().map(|l| serde_json::from_str(&l).unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    let events: Vec<&str> = rest.iter().filter_map(|v| v["event"].as_str()).collect();
+    assert_eq!(events, ["done"], "{rest:?}");
+    assert_eq!(rest.last().unwrap()["answer"], "hello there");
+}
+
+/// The lines `pipe` gives, as they come, read on a thread of their own.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -636,9 +636,21 @@ async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: 
     if runs.is_empty() {
         errln!("no runs in {}", store.location());
     }
+    // Each column as wide as its widest cell, so the headers stay over their values.
+    let widest = |cell: fn(&nexo_store::Run) -> &str, header: &str| {
+        runs.iter().map(|r| cell(r).chars().count()).chain([header.chars().count()]).max().unwrap_or(0)
+    };
+    let (id_width, agent_width) = (widest(|r| &r.id, "RUN"), widest(|r| &r.agent, "AGENT"));
+    let row = |id: &str, status: &str, agent: &str, created: &str, note: &str| {
+        let line = format!("{id:<id_width$}  {status:<9}  {agent:<agent_width$}  {created:<20}  {note}");
+        line.trim_end().to_string()
+    };
+    if !runs.is_empty() {
+        outln!("{}", row("RUN", "STATUS", "AGENT", "CREATED", "NOTE"));
+    }
     for r in &runs {
         let note = r.suspend_reason.as_deref().or(r.error.as_deref()).unwrap_or("");
-        outln!("{}  {:<9}  {:<20}  {}  {}", r.id, r.status.as_str(), r.agent, time(r.created_ms), first_line(note));
+        outln!("{}", row(&r.id, r.status.as_str(), &r.agent, &time(r.created_ms), &first_line(note)));
     }
     ExitCode::SUCCESS
 }
