@@ -445,6 +445,38 @@ async fn a_turns_start_is_shown_and_recorded_before_the_model_answers() {
     assert_eq!(rest.last().unwrap()["answer"], "hello there");
 }
 
+/// `nexo runs list` heads its columns, each header over its values
+/// whatever the agents' names; `--json` and `-q` print no header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_heads_its_columns_and_keeps_them_aligned() {
+    let scene = Scene::new().await;
+    for name in ["a", "an-agent-with-a-name-longer-than-twenty"] {
+        scene.server.push(Reply::text("hi"));
+        let agent = scene.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&agent, format!("name = \"{name}\"\ndescription = \"Greets\"\n")).unwrap();
+        let out = scene.nexo(&refs(&scene.run_args(agent.to_str().unwrap(), "hello", &[])));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = scene.nexo(&["runs", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two runs: {text}");
+    let header = lines[0];
+    let columns = ["RUN", "STATUS", "AGENT", "CREATED"].map(|h| header.find(h).unwrap_or_else(|| panic!("{h}: {text}")));
+    for (row, run) in lines[1..].iter().zip(scene.runs()) {
+        let cells = [&run["id"], &run["status"], &run["agent"]].map(|v| v.as_str().unwrap().to_string());
+        for (cell, at) in cells.iter().zip(columns) {
+            assert_eq!(row.get(at..at + cell.len()), Some(cell.as_str()), "`{cell}` under its header:\n{text}");
+        }
+        assert!(row[columns[3]..].starts_with("20"), "the time under CREATED:\n{text}");
+    }
+    for quiet in ["--json", "-q"] {
+        let out = stdout(&scene.nexo(&["runs", "list", quiet]));
+        assert!(!out.contains("STATUS"), "{quiet}: {out}");
+    }
+}
+
 /// The lines `pipe` gives, as they come, read on a thread of their own.
 fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
