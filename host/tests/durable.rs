@@ -477,6 +477,48 @@ async fn runs_list_heads_its_columns_and_keeps_them_aligned() {
     }
 }
 
+/// Ctrl-C during `nexo run` cancels the run cleanly while its model works:
+/// the run is recorded `cancelled` (not left `running`), the process says
+/// so and what to do next, and exits with 130 without waiting for the
+/// model's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_running_run_and_says_so() {
+    let scene = Scene::new().await;
+    let gate = Gate::new();
+    scene.server.push(Reply::text("never shown").held_by(&gate));
+    let agent = scene.dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
+    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
+    let mut child = scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never waited on its model");
+        let running = scene.runs().first().filter(|r| r["status"] == "running").cloned();
+        if let Some(run) = running.filter(|_| !scene.server.requests().is_empty()) {
+            break run["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "Ctrl-C did not end the run while its model worked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    gate.open();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains(&format!("cancelling run {id}")), "{err}");
+    assert!(err.contains(&format!("run {id} was cancelled: interrupted with Ctrl-C")), "{err}");
+    assert!(err.contains(&format!("`nexo runs show {id}`")), "what to do next: {err}");
+    assert_eq!(last_json(&out)["status"], "cancelled", "{}", stdout(&out));
+    let run = &scene.runs()[0];
+    assert_eq!((&run["status"], &run["error"]), (&json!("cancelled"), &json!("interrupted with Ctrl-C")), "{run}");
+}
+
 /// The lines `pipe` gives, as they come, read on a thread of their own.
 fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();

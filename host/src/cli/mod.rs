@@ -408,7 +408,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(code) => return code,
                 };
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
-                let code = runs::start(&engine, &recorder, file, input, &recorded, &options, *json).await;
+                let pass = runs::start(&engine, &recorder, file, input, &recorded, &options, *json);
+                let code = runs::cancel_on_ctrl_c(&recorder, pass).await;
                 progress.finish();
                 code
             };

@@ -316,6 +316,44 @@ pub async fn start(
     }
 }
 
+/// The exit code of a run interrupted with Ctrl-C (128 + SIGINT, as a shell's).
+const INTERRUPTED: u8 = 130;
+
+/// Awaits `pass`, a pass this process drives for `runs`, with Ctrl-C
+/// cancelling it cleanly: the first cancels the runs it drives, as the
+/// server's cancel does ([`Runs::cancel`]), and the pass ends as a
+/// cancelled run does, saying so; a second exits at once. The exit code
+/// is then 130.
+pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let watch = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            // No handler: Ctrl-C kills the process as it would without one.
+            return std::future::pending().await;
+        }
+        interrupted.store(true, std::sync::atomic::Ordering::Relaxed);
+        let driven = runs.driven();
+        if driven.is_empty() {
+            errln!("interrupted before the run started");
+            return ExitCode::from(INTERRUPTED);
+        }
+        for id in &driven {
+            match runs.cancel(id, "interrupted with Ctrl-C").await {
+                Ok(_) => errln!("cancelling run {id} (Ctrl-C again exits at once)"),
+                Err(e) => errln!("warning: cannot cancel run {id}: {e}"),
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        errln!("exiting at once; `nexo runs show {}` shows the run", driven.join(" "));
+        std::process::exit(i32::from(INTERRUPTED));
+    };
+    let code = tokio::select! {
+        code = pass => code,
+        code = watch => code,
+    };
+    if interrupted.load(std::sync::atomic::Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }
+}
+
 /// Prints how a pass ended; the exit code says it: 0 done, 1 failed or
 /// cancelled, 3 done but cut short, 4 suspended.
 pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
@@ -379,6 +417,7 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
         }
         RunStatus::Cancelled => {
             errln!("run {id} was cancelled: {}", run.error.as_deref().unwrap_or_default());
+            errln!("a cancelled run is not resumed; `nexo runs show {id}` shows what it did");
             ExitCode::from(1)
         }
         _ => {
@@ -555,11 +594,14 @@ async fn resume(
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
 ) -> ExitCode {
-    match resume_run(runs, base, id, how, input, narrow, file).await {
-        Resumed::End(end) => report_end(&end, narrow.json),
-        Resumed::Refused(_) => ExitCode::from(2),
-        Resumed::Failed(e) => report::report_error(&e, narrow.json),
-    }
+    let pass = async {
+        match resume_run(runs, base, id, how, input, narrow, file).await {
+            Resumed::End(end) => report_end(&end, narrow.json),
+            Resumed::Refused(_) => ExitCode::from(2),
+            Resumed::Failed(e) => report::report_error(&e, narrow.json),
+        }
+    };
+    cancel_on_ctrl_c(runs, pass).await
 }
 
 /// The one engine this process's passes share (each brings its run's own
