@@ -519,6 +519,38 @@ async fn ctrl_c_cancels_a_running_run_and_says_so() {
     assert_eq!((&run["status"], &run["error"]), (&json!("cancelled"), &json!("interrupted with Ctrl-C")), "{run}");
 }
 
+/// `--allow write` under the default read-only mode: `nexo run` warns
+/// before the run that `write` is withheld and names the mode that would
+/// let it through, and a model that calls `write_file` anyway is told that
+/// the operator's settings withhold it. Under `--mode auto` nothing is said
+/// and the write happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_capability_the_mode_withholds_is_named_before_the_run_and_to_the_model() {
+    let scene = Scene::new().await;
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let agent = agent.display().to_string();
+    let write = || Reply::tool_calls(vec![MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}))]);
+    scene.server.push(write());
+    scene.server.push(Reply::text("tried"));
+    let out = scene.nexo(&refs(&scene.run_args(&agent, "write a file", &["--allow", "write"])));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let warning = err.lines().find(|l| l.starts_with("warning: `write` is granted")).unwrap_or_else(|| panic!("{err}"));
+    assert!(warning.contains("read-only mode") && warning.contains("`--mode auto`"), "the fix: {warning}");
+    assert!(!scene.ws().join("a.txt").exists());
+    let told = scene.server.requests()[1].body["messages"].to_string();
+    assert!(told.contains("there is no tool `write_file`"), "{told}");
+    assert!(told.contains("withheld from this run by the operator's settings: the tools of `write`"), "{told}");
+
+    scene.server.push(write());
+    scene.server.push(Reply::text("written"));
+    let out = scene.nexo(&refs(&scene.run_args(&agent, "write a file", &["--allow", "write", "--mode", "auto"])));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(scene.ws().join("a.txt").exists());
+}
+
 /// The lines `pipe` gives, as they come, read on a thread of their own.
 fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();

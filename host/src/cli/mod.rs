@@ -542,6 +542,7 @@ async fn run_agent(
 ) -> Result<RunResult, RunError> {
     if is_toml(file) {
         let agent = AgentFile::load(file)?;
+        runs::warn_withheld(agent.manifest(), options);
         let name = agent.manifest().name.clone();
         return Ok(match agent.run(input, options).await {
             Ok(outcome) => RunResult { agent: name, answer: Ok(outcome.text), status: Some(outcome.status) },
@@ -550,6 +551,7 @@ async fn run_agent(
     }
     let plugin = Plugin::load(engine, file).await?;
     let agent = plugin.agent()?;
+    runs::warn_withheld(agent.manifest(), options);
     Ok(match agent.run(input, options).await {
         Ok(outcome) => RunResult {
             agent: agent.name().to_string(),

@@ -260,6 +260,18 @@ fn on_terminal(options: &mut RunOptions, progress: &Arc<progress::Progress>) {
     }
 }
 
+/// Warns, before a run, of each capability the agent requests and the
+/// operator grants (`--allow`, the config file) whose tools the run will
+/// not offer: the mode refuses it, or the configuration cannot serve it.
+/// The words are the authority's own refusal, which names the fix.
+pub fn warn_withheld(manifest: &nexo::manifest::AgentManifest, options: &RunOptions) {
+    let serving = nexo::world::agent::Serving::of(&options.grant, options.providers.search.is_some());
+    let authority = nexo::world::agent::authority(manifest, &options.grant, &options.permissions, serving);
+    for (cap, why) in authority.withheld() {
+        errln!("warning: `{}` is granted, but this run withholds its tools: {}", cap.as_str(), why.message());
+    }
+}
+
 /// An agent loaded for a run: a declarative file, or an agent component.
 pub enum Loaded {
     /// A TOML agent.
@@ -277,6 +289,14 @@ impl Loaded {
         let plugin = Plugin::load(engine, file).await.map_err(|e| report::fail(&e.into()))?;
         let agent = plugin.agent().map_err(|e| report::fail(&e.into()))?.clone();
         Ok(Loaded::Component(agent, plugin.sha256().to_string(), file.to_path_buf()))
+    }
+
+    /// The agent's manifest.
+    pub fn manifest(&self) -> &nexo::manifest::AgentManifest {
+        match self {
+            Loaded::File(agent) => agent.manifest(),
+            Loaded::Component(agent, ..) => agent.manifest(),
+        }
     }
 
     /// What a run runs.
@@ -310,6 +330,7 @@ pub async fn start(
         Ok(l) => l,
         Err(code) => return code,
     };
+    warn_withheld(loaded.manifest(), options);
     match runs.start(loaded.subject(), input, spec, options).await {
         Ok(end) => report_end(&end, json),
         Err(e) => report::report_error(&e, json),
