@@ -274,6 +274,10 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     // win back; the long-lived commands keep it.
     let pooling = matches!(cli.command, Command::Worker(_) | Command::Mcp(_) | Command::Serve(_));
     let mut config = EngineConfig { pooling, ..EngineConfig::default() };
+    // The long-lived commands log instead.
+    if !matches!(cli.command, Command::Worker(_) | Command::Serve(_)) {
+        config.on_compile = progress::compile_notice(cli.verbose);
+    }
     if cli.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = &cli.cache_dir {
@@ -643,6 +647,12 @@ async fn build(
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| path.join("target"));
     errln!("building `{package}` for {} with the {toolchain:?} toolchain", nexo_toolchain::TARGET);
+    if toolchain.builds_std_in(&target_dir) && progress::tells_long_steps(cli.verbose) {
+        errln!(
+            "first build in {}: the standard library is built from source too (minutes, once; later builds reuse it)",
+            target_dir.display()
+        );
+    }
     let artifact = nexo_toolchain::build_package(&toolchain, &manifest, Some(&package), &target_dir).map_err(|e| {
         errln!("error: {e}");
         ExitCode::from(2)
