@@ -463,7 +463,8 @@ async fn runs_list_heads_its_columns_and_keeps_them_aligned() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "a header and two runs: {text}");
     let header = lines[0];
-    let columns = ["RUN", "STATUS", "AGENT", "CREATED"].map(|h| header.find(h).unwrap_or_else(|| panic!("{h}: {text}")));
+    let columns =
+        ["RUN", "STATUS", "AGENT", "CREATED"].map(|h| header.find(h).unwrap_or_else(|| panic!("{h}: {text}")));
     for (row, run) in lines[1..].iter().zip(scene.runs()) {
         let cells = [&run["id"], &run["status"], &run["agent"]].map(|v| v.as_str().unwrap().to_string());
         for (cell, at) in cells.iter().zip(columns) {
@@ -530,7 +531,8 @@ async fn a_granted_capability_the_mode_withholds_is_named_before_the_run_and_to_
     let agent = scene.dir.path().join("writer.toml");
     std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
     let agent = agent.display().to_string();
-    let write = || Reply::tool_calls(vec![MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}))]);
+    let write =
+        || Reply::tool_calls(vec![MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}))]);
     scene.server.push(write());
     scene.server.push(Reply::text("tried"));
     let out = scene.nexo(&refs(&scene.run_args(&agent, "write a file", &["--allow", "write"])));
