@@ -411,6 +411,16 @@ fn turns_started(scene: &Scene, id: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `nexo run --json` of a greeter agent, started: its model answers
+/// `answer` once `gate` opens, and not before.
+fn held_greeter(scene: &Scene, gate: &Gate, answer: &str) -> std::process::Child {
+    scene.server.push(Reply::text(answer).held_by(gate));
+    let agent = scene.dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
+    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
+    scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 /// While the model works, `nexo run --json` off a terminal has said so
 /// (a `turn-started` line), and the run's recorded events (what `nexo runs
 /// events --follow` and the server's stream read) hold the turn's start:
@@ -419,11 +429,7 @@ fn turns_started(scene: &Scene, id: &str) -> Vec<u64> {
 async fn a_turns_start_is_shown_and_recorded_before_the_model_answers() {
     let scene = Scene::new().await;
     let gate = Gate::new();
-    scene.server.push(Reply::text("hello there").held_by(&gate));
-    let agent = scene.dir.path().join("greeter.toml");
-    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
-    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
-    let mut child = scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = held_greeter(&scene, &gate, "hello there");
     let lines = lines_of(child.stdout.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(60);
     let first = lines.recv_timeout(Duration::from_secs(60)).expect("no JSON line while the model works");
@@ -486,11 +492,7 @@ async fn runs_list_heads_its_columns_and_keeps_them_aligned() {
 async fn ctrl_c_cancels_a_running_run_and_says_so() {
     let scene = Scene::new().await;
     let gate = Gate::new();
-    scene.server.push(Reply::text("never shown").held_by(&gate));
-    let agent = scene.dir.path().join("greeter.toml");
-    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
-    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
-    let mut child = scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = held_greeter(&scene, &gate, "never shown");
     let deadline = Instant::now() + Duration::from_secs(60);
     let id = loop {
         assert!(Instant::now() < deadline, "the run never waited on its model");
