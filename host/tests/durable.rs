@@ -522,6 +522,46 @@ async fn ctrl_c_cancels_a_running_run_and_says_so() {
     assert_eq!((&run["status"], &run["error"]), (&json!("cancelled"), &json!("interrupted with Ctrl-C")), "{run}");
 }
 
+/// Ctrl-C while `ask` mode waits on the terminal for an answer: the first
+/// cancels the run (the question still waits on the terminal), the second
+/// exits at once, and the run stays cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_exits_at_once_while_a_question_waits() {
+    let scene = Scene::new().await;
+    let call = MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}));
+    scene.server.push(Reply::tool_calls(vec![call]));
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let mut args = scene.run_args(agent.to_str().unwrap(), "write a file", &["--allow", "write", "--mode", "ask"]);
+    args.retain(|a| a != "--json");
+    let mut terminal = common::Terminal::open();
+    let slave = terminal.slave.try_clone().unwrap();
+    let mut child = scene
+        .command(&refs(&args))
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let interrupt = |child: &std::process::Child| {
+        let pid = rustix::process::Pid::from_child(child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    };
+    terminal.wait_for("[y/N]", 1);
+    interrupt(&child);
+    terminal.wait_for("(Ctrl-C again exits at once)", 1);
+    let run = &scene.runs()[0];
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(child.try_wait().unwrap().is_none(), "the question still waits on the terminal");
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    let screen = terminal.drain();
+    assert_eq!(status.code(), Some(130), "{screen}");
+    assert!(screen.contains(&format!("exiting at once; `nexo runs show {}`", run["id"].as_str().unwrap())), "{screen}");
+    assert_eq!(scene.runs()[0]["status"], "cancelled");
+    assert!(!scene.ws().join("a.txt").exists());
+}
+
 /// `--allow write` under the default read-only mode: `nexo run` warns
 /// before the run that `write` is withheld and names the mode that would
 /// let it through, and a model that calls `write_file` anyway is told that

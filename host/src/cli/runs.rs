@@ -346,17 +346,21 @@ const INTERRUPTED: u8 = 130;
 /// cancelled run does, saying so; a second exits at once. The exit code
 /// is then 130.
 pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    let interrupted = std::sync::atomic::AtomicBool::new(false);
-    let watch = async {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (runs, heard) = (runs.clone(), interrupted.clone());
+    // A task of its own: a pass blocked on the terminal (an `ask` question)
+    // must not keep Ctrl-C from being heard.
+    let watch = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_err() {
             // No handler: Ctrl-C kills the process as it would without one.
-            return std::future::pending().await;
+            return;
         }
-        interrupted.store(true, std::sync::atomic::Ordering::Relaxed);
+        heard.store(true, Ordering::Relaxed);
         let driven = runs.driven();
         if driven.is_empty() {
             errln!("interrupted before the run started");
-            return ExitCode::from(INTERRUPTED);
+            std::process::exit(i32::from(INTERRUPTED));
         }
         for id in &driven {
             match runs.cancel(id, "interrupted with Ctrl-C").await {
@@ -367,12 +371,10 @@ pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output
         let _ = tokio::signal::ctrl_c().await;
         errln!("exiting at once; `nexo runs show {}` shows the run", driven.join(" "));
         std::process::exit(i32::from(INTERRUPTED));
-    };
-    let code = tokio::select! {
-        code = pass => code,
-        code = watch => code,
-    };
-    if interrupted.load(std::sync::atomic::Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }
+    });
+    let code = pass.await;
+    watch.abort();
+    if interrupted.load(Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }
 }
 
 /// Prints how a pass ended; the exit code says it: 0 done, 1 failed or
