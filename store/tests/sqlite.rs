@@ -49,6 +49,8 @@ fn entry(seq: u64) -> Entry {
         function: "read-file".into(),
         args_hash: "00".repeat(32),
         result: "\"ok\"".into(),
+        started_ms: None,
+        ended_ms: None,
     }
 }
 
