@@ -157,7 +157,7 @@ struct State {
     /// When each live call in flight started, for its entry's timing.
     started: BTreeMap<u64, i64>,
     /// The entry of each model's tool call in flight, by turn and call id,
-    /// which its stored events name (`seq`) for the run's timeline.
+    /// which its stored events name (`entry`) for the run's timeline.
     linked: BTreeMap<(u32, String), u64>,
 }
 
@@ -437,18 +437,28 @@ impl Journal {
 
     /// Marks the start of a pass by `owner` in the run's log (a `pass`
     /// event), replaying or not: the run's timeline begins each pass here.
+    /// It names the decision the pass goes on with, if any, which the
+    /// store forgets once the run ends.
     pub fn record_pass(&self, owner: &str) {
+        let mut state = self.lock();
+        let decided = state.decided.as_ref().map(|a| {
+            serde_json::json!({
+                "seq": a.seq,
+                "args_hash": a.args_hash,
+                "tool": a.tool,
+                "decision": a.decision.map(Decision::as_str),
+            })
+        });
         let event = NewEvent {
             kind: "pass".into(),
-            data: serde_json::json!({ "owner": owner }),
+            data: serde_json::json!({ "owner": owner, "decided": decided }),
             at_ms: nexo_store::now_ms(),
         };
-        let mut state = self.lock();
         if self.buffer_events { state.held.push(event) } else { state.pending.events.push(event) }
     }
 
     /// Links the model's tool call `id` of `turn` to its live entry `seq`:
-    /// its `tool_call` and `tool_result` events name the entry, whose
+    /// its `tool_call` and `tool_result` events name the entry (`entry`), whose
     /// result the run's timeline shows in full.
     pub fn link_call(&self, turn: u32, id: &str, seq: u64) {
         self.lock().linked.insert((turn, id.to_string()), seq);
@@ -570,7 +580,7 @@ impl EventSink for JournalSink {
         if let Ok(mut data) = serde_json::to_value(event) {
             // The entry holding the call's full result, for the timeline.
             if let (Some(seq), Some(fields)) = (seq, data.as_object_mut()) {
-                fields.insert("seq".into(), seq.into());
+                fields.insert("entry".into(), seq.into());
             }
             self.journal.record_event(kind, data);
         }

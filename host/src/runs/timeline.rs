@@ -340,7 +340,7 @@ fn pass_bounds(run: &Run, events: &[StoredEvent]) -> Vec<Pass> {
 fn linked_events(events: &[StoredEvent]) -> (BTreeMap<u64, &StoredEvent>, BTreeMap<u64, &StoredEvent>) {
     let (mut calls, mut results) = (BTreeMap::new(), BTreeMap::new());
     for e in events {
-        let Some(seq) = e.data.get("seq").and_then(Value::as_u64) else { continue };
+        let Some(seq) = e.data.get("entry").and_then(Value::as_u64) else { continue };
         match e.kind.as_str() {
             "tool_call" => calls.insert(seq, e),
             "tool_result" => results.insert(seq, e),
@@ -353,7 +353,7 @@ fn linked_events(events: &[StoredEvent]) -> (BTreeMap<u64, &StoredEvent>, BTreeM
 /// The model's calls no journal entry holds, paired call to result by
 /// turn and id.
 fn unlinked_calls(events: &[StoredEvent], linked: &std::collections::BTreeSet<u64>) -> Vec<Step> {
-    let unlinked = |e: &&StoredEvent| e.data.get("seq").and_then(Value::as_u64).is_none_or(|s| !linked.contains(&s));
+    let unlinked = |e: &&StoredEvent| e.data.get("entry").and_then(Value::as_u64).is_none_or(|s| !linked.contains(&s));
     let mut steps = Vec::new();
     for (i, event) in events.iter().enumerate().filter(|(_, e)| e.kind == "tool_call").filter(|(_, e)| unlinked(e)) {
         let key = (event.data.get("turn").cloned(), event.data.get("id").cloned());
@@ -513,12 +513,22 @@ fn waits(run: &Run, events: &[StoredEvent], passes: &[Pass], approval: Option<&A
             w.tool = text(asked, "tool");
             w.capability = text(asked, "capability");
             w.arguments = asked.get("arguments").cloned().map(cap_value);
-            // The store keeps the latest approval: its decision is this
-            // wait's when it names the same call.
-            let same = |a: &&Approval| {
-                asked.get("seq").and_then(Value::as_u64) == Some(a.seq) && text(asked, "args_hash").as_deref() == Some(&a.args_hash)
+            // The next pass names the decision it went on with; while it
+            // waits, the store's approval has it.
+            let same = |seq: Option<u64>, hash: Option<&str>| {
+                asked.get("seq").and_then(Value::as_u64) == seq && text(asked, "args_hash").as_deref() == hash
             };
-            w.decision = approval.filter(same).and_then(|a| a.decision).map(|d| d.as_str().to_string());
+            let carried = events
+                .iter()
+                .find(|e| e.kind == "pass" && e.at_ms >= ended)
+                .and_then(|e| e.data.get("decided").filter(|d| !d.is_null()))
+                .filter(|d| same(d.get("seq").and_then(Value::as_u64), d.get("args_hash").and_then(Value::as_str)))
+                .and_then(|d| text(d, "decision"));
+            let stored = approval
+                .filter(|a| same(Some(a.seq), Some(&a.args_hash)))
+                .and_then(|a| a.decision)
+                .map(|d| d.as_str().to_string());
+            w.decision = carried.or(stored);
         }
         waits.push(w);
     }
