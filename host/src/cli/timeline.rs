@@ -106,7 +106,7 @@ fn block(out: &mut String, label: &str, text: &str) {
 
 fn wait_text(out: &mut String, wait: &Wait) {
     let kind = match wait.kind {
-        nexo::runs::timeline::WaitKind::Queue => "queued",
+        nexo::runs::timeline::WaitKind::Start => "to start",
         nexo::runs::timeline::WaitKind::Approval => "approval",
         nexo::runs::timeline::WaitKind::Suspended => "suspended",
     };

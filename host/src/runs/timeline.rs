@@ -4,7 +4,7 @@
 //! them its model turns (tokens, how each ended), its tool calls with
 //! their full arguments and their full result as the journal keeps it, its
 //! MCP and other host calls; and the waits between passes (an approval,
-//! a suspension, the queue).
+//! a suspension, the start).
 //!
 //! It shows only what the store already holds: secrets never reach the
 //! journal or the events, so they never reach a timeline either. A
@@ -164,8 +164,9 @@ pub struct Call {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitKind {
-    /// Queued for a worker.
-    Queue,
+    /// From the run's record to its first pass: in the queue for a
+    /// worker, or while the host prepared it.
+    Start,
     /// Suspended until an operator decides a call.
     Approval,
     /// Suspended by the guest, or until a retry.
@@ -485,9 +486,9 @@ fn waits(run: &Run, events: &[StoredEvent], passes: &[Pass], approval: Option<&A
     };
     match passes.first() {
         Some(first) if first.started_ms > run.created_ms => {
-            waits.push(wait(WaitKind::Queue, run.created_ms, Some(first.started_ms)))
+            waits.push(wait(WaitKind::Start, run.created_ms, Some(first.started_ms)))
         }
-        None if run.status == RunStatus::Queued => waits.push(wait(WaitKind::Queue, run.created_ms, None)),
+        None if run.status == RunStatus::Queued => waits.push(wait(WaitKind::Start, run.created_ms, None)),
         _ => {}
     }
     for (n, pass) in passes.iter().enumerate() {
@@ -546,4 +547,126 @@ pub fn human_duration(ms: i64) -> String {
 
 fn text(value: &Value, key: &str) -> Option<String> {
     value.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use nexo_store::Decision;
+    use serde_json::json;
+
+    use super::*;
+
+    fn run(status: RunStatus, created_ms: i64, updated_ms: i64) -> Run {
+        Run {
+            id: "r1".into(),
+            agent: "a".into(),
+            kind: "component".into(),
+            source: String::new(),
+            component_sha256: String::new(),
+            input: String::new(),
+            grant: Value::Null,
+            status,
+            suspend_reason: None,
+            resume_key: None,
+            resume_input: None,
+            result: None,
+            error: None,
+            created_ms,
+            updated_ms,
+            lease: None,
+            session: None,
+            tenant: None,
+        }
+    }
+
+    fn event(id: i64, kind: &str, data: Value, at_ms: i64) -> StoredEvent {
+        StoredEvent { id, run: "r1".into(), kind: kind.into(), data, at_ms }
+    }
+
+    fn entry(seq: u64, interface: &str, result: Value, times: Option<(i64, i64)>) -> Entry {
+        Entry {
+            seq,
+            end: seq + 1,
+            interface: interface.into(),
+            function: "f".into(),
+            args_hash: String::new(),
+            result: result.to_string(),
+            started_ms: times.map(|t| t.0),
+            ended_ms: times.map(|t| t.1),
+        }
+    }
+
+    /// A run an older nexo recorded has no `pass` events and no times on
+    /// its entries: its passes come from its creation and `resumed`
+    /// events, its calls are listed in the first pass without durations,
+    /// and its approval's decision is the store's.
+    #[test]
+    fn a_run_an_older_nexo_recorded_reads_from_its_resumed_events() {
+        let asked = json!({"seq": 3, "args_hash": "h", "tool": "write-file", "capability": "write", "arguments": {"p": 1}});
+        let events = [
+            event(1, "suspended", json!({"reason": "approval: write", "approval": asked}), 2_000),
+            event(2, "resumed", json!({}), 3_000),
+        ];
+        let turn = json!({"Ok": {"text": "", "tool_calls": [], "stop": "end_turn", "usage": {"input_tokens": 7, "output_tokens": 2}}});
+        let journal = [entry(0, interface::MODEL_TURN, turn, None), entry(1, "wasi:clocks", json!(1), None)];
+        let approval = Approval {
+            seq: 3,
+            capability: "write".into(),
+            tool: "write-file".into(),
+            arguments: json!({"p": 1}),
+            args_hash: "h".into(),
+            component_sha256: String::new(),
+            decision: Some(Decision::Approved),
+            created_ms: 2_000,
+        };
+        let timeline = Timeline::build(&run(RunStatus::Done, 1_000, 4_000), &events, &journal, Some(&approval));
+        let bounds: Vec<_> = timeline.passes.iter().map(|p| (p.started_ms, p.ended_ms, p.outcome.as_str())).collect();
+        assert_eq!(bounds, [(1_000, Some(2_000), "suspended"), (3_000, Some(4_000), "done")]);
+        let Step::Turn(turn) = &timeline.passes[0].steps[0] else { panic!("{timeline:?}") };
+        assert_eq!((turn.input_tokens, turn.output_tokens, turn.duration_ms), (7, 2, None));
+        assert_eq!(turn.finish.as_deref(), Some("end_turn"));
+        assert_eq!(timeline.passes[0].steps.len(), 1, "clocks are left out");
+        let [wait] = timeline.waits.as_slice() else { panic!("{timeline:?}") };
+        assert_eq!((wait.kind.clone(), wait.started_ms, wait.ended_ms), (WaitKind::Approval, 2_000, Some(3_000)));
+        assert_eq!((wait.tool.as_deref(), wait.decision.as_deref()), (Some("write-file"), Some("approved")));
+    }
+
+    /// A model's call that no entry holds (refused before it ran) is listed
+    /// from its events; a tool's error result is marked an error.
+    #[test]
+    fn calls_come_from_their_entries_and_events() {
+        let events = [
+            event(1, "pass", json!({"owner": "h:1:n", "decided": null}), 1_000),
+            event(2, "tool_call", json!({"turn": 1, "id": "a", "name": "nope", "arguments": {}}), 1_100),
+            event(3, "tool_result", json!({"turn": 1, "id": "a", "verdict": "invalid-input", "summary": "no tool"}), 1_101),
+            event(4, "tool_call", json!({"turn": 1, "id": "b", "name": "read_file", "arguments": {"path": "x"}, "entry": 2}), 1_200),
+            event(5, "tool_result", json!({"turn": 1, "id": "b", "verdict": "not-found", "entry": 2}), 1_300),
+        ];
+        let journal = [entry(2, interface::TOOLS, json!({"Err": {"NotFound": "x is not there"}}), Some((1_200, 1_300)))];
+        let timeline = Timeline::build(&run(RunStatus::Done, 1_000, 2_000), &events, &journal, None);
+        let calls: Vec<&Call> = timeline.passes[0]
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::ToolCall(c) => c,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(calls.len(), 2, "{timeline:?}");
+        assert_eq!((calls[0].name.as_str(), calls[0].result.as_deref(), calls[0].error), ("nope", Some("no tool"), true));
+        assert_eq!((calls[1].name.as_str(), calls[1].duration_ms, calls[1].error), ("read_file", Some(100), true));
+        assert!(calls[1].result.as_deref().unwrap().contains("x is not there"), "{:?}", calls[1]);
+        assert_eq!(calls[1].arguments, Some(json!({"path": "x"})));
+        assert_eq!(timeline.passes[0].owner.as_deref(), Some("h:1:n"));
+    }
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(
+            [0, 999, 1_000, 4_240, 59_900, 185_000].map(human_duration),
+            ["0 ms", "999 ms", "1.0 s", "4.2 s", "59.9 s", "3 min 5 s"]
+        );
+    }
 }

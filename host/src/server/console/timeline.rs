@@ -153,7 +153,7 @@ fn call_row(out: &mut String, scale: &Scale, kind: &str, class: &str, call: &Cal
 
 fn wait_row(out: &mut String, scale: &Scale, wait: &Wait) {
     let kind = match wait.kind {
-        WaitKind::Queue => "Queued",
+        WaitKind::Start => "Waiting to start",
         WaitKind::Approval => "Waiting for approval",
         WaitKind::Suspended => "Suspended",
     };
