@@ -415,7 +415,8 @@ async fn runs_show_full_and_json_give_the_timeline_with_each_calls_full_result()
     scene.server.push(Reply::tool_calls(vec![MockToolCall::new("r1", "read_file", json!({ "path": "one.txt" }))]));
     scene.server.push(Reply::text("read it back"));
     let agent = scene.dir.path().join("writer.toml");
-    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"read\", \"write\"]\n").unwrap();
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"read\", \"write\"]\n")
+        .unwrap();
     let config = scene.dir.path().join("nexo.toml");
     std::fs::write(
         &config,

@@ -189,7 +189,10 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     assert!(turns.iter().all(|t| t["duration_ms"].as_i64().is_some_and(|d| d >= 0)), "{timeline}");
     assert_eq!((&timeline["input_tokens"], &timeline["output_tokens"]), (&json!(20), &json!(10)));
     let write = steps.iter().find(|s| s["kind"] == "tool_call").expect("the write");
-    assert_eq!((&write["name"], &write["id"], &write["verdict"]), (&json!("write_file"), &json!("c1"), &json!("allowed")));
+    assert_eq!(
+        (&write["name"], &write["id"], &write["verdict"]),
+        (&json!("write_file"), &json!("c1"), &json!("allowed"))
+    );
     assert_eq!(write["arguments"], json!({"path": "notes.txt", "content": "hi from alice"}), "{write}");
     assert!(write["result"].as_str().is_some_and(|r| r.contains("notes.txt")), "the journal's result: {write}");
     let waits = timeline["waits"].as_array().unwrap();

@@ -593,8 +593,7 @@ pub(crate) const CANCEL: &str = "UPDATE runs SET status = 'cancelled', error = $
      lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
 
 /// A run's journal in sequence order: `$1` run.
-pub(crate) const JOURNAL: &str =
-    "SELECT seq, end_seq, interface, function, args_hash, result, started_ms, ended_ms FROM journal WHERE run = $1 \
+pub(crate) const JOURNAL: &str = "SELECT seq, end_seq, interface, function, args_hash, result, started_ms, ended_ms FROM journal WHERE run = $1 \
      ORDER BY seq";
 
 /// A run's events after an id, in order: `$1` run, `$2` after, `$3` limit.

@@ -81,12 +81,8 @@ fn pass_text(out: &mut String, pass: &Pass) {
 fn call_text(out: &mut String, what: &str, call: &Call) {
     let id = call.id.as_deref().map(|id| format!(" ({})", escape(id, Lines::Flatten))).unwrap_or_default();
     let verdict = call.verdict.as_deref().unwrap_or(if call.error { "error" } else { "ok" });
-    let _ = writeln!(
-        out,
-        "    {what} {}{id}  {}  {verdict}",
-        escape(&call.name, Lines::Flatten),
-        took(call.duration_ms)
-    );
+    let _ =
+        writeln!(out, "    {what} {}{id}  {}  {verdict}", escape(&call.name, Lines::Flatten), took(call.duration_ms));
     if let Some(arguments) = &call.arguments {
         let text = serde_json::to_string_pretty(arguments).unwrap_or_default();
         block(out, "arguments", &text);

@@ -64,7 +64,9 @@ pub struct Pass {
     /// `ended_ms - started_ms`.
     pub duration_ms: Option<i64>,
     /// How it ended: `done`, `suspended`, `failed`, `retrying`,
-    /// `cancelled`, or `running` while it runs.
+    /// `cancelled`; `stopped` when another pass followed with no word of
+    /// its end (its process died, and the run was recovered); `running`
+    /// while it runs.
     pub outcome: String,
     /// Its model turns and calls, in the order they started.
     pub steps: Vec<Step>,
@@ -431,7 +433,11 @@ fn shown(value: &Value) -> String {
 /// Arguments too large to show whole become their cut text.
 fn cap_value(value: Value) -> Value {
     let text = value.to_string();
-    if text.chars().count() <= SHOWN_CHARS { value } else { Value::String(crate::truncate::head_chars(&text, SHOWN_CHARS)) }
+    if text.chars().count() <= SHOWN_CHARS {
+        value
+    } else {
+        Value::String(crate::truncate::head_chars(&text, SHOWN_CHARS))
+    }
 }
 
 fn duration(entry: &Entry) -> Option<i64> {
@@ -460,7 +466,9 @@ fn turn(number: u32, entry: &Entry) -> Turn {
             turn.tool_calls = response.tool_calls.len();
             turn.finish = Some(match response.stop {
                 nexo_model::StopReason::Other(why) => why,
-                stop => serde_json::to_value(&stop).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                stop => {
+                    serde_json::to_value(&stop).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                }
             });
         }
         Ok(Err(e)) => turn.error = Some(e.to_string()),
@@ -604,7 +612,8 @@ mod tests {
     /// and its approval's decision is the store's.
     #[test]
     fn a_run_an_older_nexo_recorded_reads_from_its_resumed_events() {
-        let asked = json!({"seq": 3, "args_hash": "h", "tool": "write-file", "capability": "write", "arguments": {"p": 1}});
+        let asked =
+            json!({"seq": 3, "args_hash": "h", "tool": "write-file", "capability": "write", "arguments": {"p": 1}});
         let events = [
             event(1, "suspended", json!({"reason": "approval: write", "approval": asked}), 2_000),
             event(2, "resumed", json!({}), 3_000),
@@ -640,11 +649,22 @@ mod tests {
         let events = [
             event(1, "pass", json!({"owner": "h:1:n", "decided": null}), 1_000),
             event(2, "tool_call", json!({"turn": 1, "id": "a", "name": "nope", "arguments": {}}), 1_100),
-            event(3, "tool_result", json!({"turn": 1, "id": "a", "verdict": "invalid-input", "summary": "no tool"}), 1_101),
-            event(4, "tool_call", json!({"turn": 1, "id": "b", "name": "read_file", "arguments": {"path": "x"}, "entry": 2}), 1_200),
+            event(
+                3,
+                "tool_result",
+                json!({"turn": 1, "id": "a", "verdict": "invalid-input", "summary": "no tool"}),
+                1_101,
+            ),
+            event(
+                4,
+                "tool_call",
+                json!({"turn": 1, "id": "b", "name": "read_file", "arguments": {"path": "x"}, "entry": 2}),
+                1_200,
+            ),
             event(5, "tool_result", json!({"turn": 1, "id": "b", "verdict": "not-found", "entry": 2}), 1_300),
         ];
-        let journal = [entry(2, interface::TOOLS, json!({"Err": {"NotFound": "x is not there"}}), Some((1_200, 1_300)))];
+        let journal =
+            [entry(2, interface::TOOLS, json!({"Err": {"NotFound": "x is not there"}}), Some((1_200, 1_300)))];
         let timeline = Timeline::build(&run(RunStatus::Done, 1_000, 2_000), &events, &journal, None);
         let calls: Vec<&Call> = timeline.passes[0]
             .steps
@@ -655,7 +675,10 @@ mod tests {
             })
             .collect();
         assert_eq!(calls.len(), 2, "{timeline:?}");
-        assert_eq!((calls[0].name.as_str(), calls[0].result.as_deref(), calls[0].error), ("nope", Some("no tool"), true));
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].result.as_deref(), calls[0].error),
+            ("nope", Some("no tool"), true)
+        );
         assert_eq!((calls[1].name.as_str(), calls[1].duration_ms, calls[1].error), ("read_file", Some(100), true));
         assert!(calls[1].result.as_deref().unwrap().contains("x is not there"), "{:?}", calls[1]);
         assert_eq!(calls[1].arguments, Some(json!({"path": "x"})));

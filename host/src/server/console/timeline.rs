@@ -21,7 +21,8 @@ pub(super) fn timeline_section(timeline: &Timeline) -> String {
     let turns = timeline.passes.iter().flat_map(|p| &p.steps).filter(|s| matches!(s, Step::Turn(_))).count();
     let mut rows = String::new();
     // Passes and waits in the order they began; a pass's steps under it.
-    let mut items: Vec<(i64, bool, usize)> = timeline.passes.iter().enumerate().map(|(i, p)| (p.started_ms, true, i)).collect();
+    let mut items: Vec<(i64, bool, usize)> =
+        timeline.passes.iter().enumerate().map(|(i, p)| (p.started_ms, true, i)).collect();
     items.extend(timeline.waits.iter().enumerate().map(|(i, w)| (w.started_ms, false, i)));
     items.sort();
     for (_, is_pass, i) in items {
@@ -211,8 +212,18 @@ mod tests {
         };
         let events = [
             event(1, "pass", json!({"owner": "h:1:n"}), 1_000),
-            event(2, "tool_call", json!({"turn": 1, "id": evil, "name": evil, "arguments": {"p": evil}, "entry": 0}), 1_500),
-            event(3, "tool_result", json!({"turn": 1, "id": evil, "name": evil, "verdict": "allowed", "entry": 0}), 1_750),
+            event(
+                2,
+                "tool_call",
+                json!({"turn": 1, "id": evil, "name": evil, "arguments": {"p": evil}, "entry": 0}),
+                1_500,
+            ),
+            event(
+                3,
+                "tool_result",
+                json!({"turn": 1, "id": evil, "name": evil, "verdict": "allowed", "entry": 0}),
+                1_750,
+            ),
         ];
         let entry = Entry {
             seq: 0,
