@@ -76,6 +76,22 @@ impl Scene {
         copy.display().to_string()
     }
 
+    /// A config file whose search backend's key is read from
+    /// `NEXO_TEST_SEARCH_KEY`: a secret the run is granted by name.
+    fn search_config(&self) -> String {
+        let config = self.dir.path().join("nexo.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
+                 api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
+                built::SEARXNG
+            ),
+        )
+        .unwrap();
+        config.display().to_string()
+    }
+
     fn runs(&self) -> Vec<Value> {
         let out = self.nexo(&["runs", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -325,17 +341,7 @@ async fn no_provider_or_search_key_reaches_the_store_and_ephemeral_runs_leave_no
     let scene = Scene::new().await;
     scene.server.push(Reply::text("first"));
     scene.server.push(Reply::text("second"));
-    let config = scene.dir.path().join("nexo.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
-             api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
-            built::SEARXNG
-        ),
-    )
-    .unwrap();
-    let config = config.display().to_string();
+    let config = scene.search_config();
     let args = scene.run_args(built::WORKFLOW_PROBE, "prompt hello; suspend wait", &["--config", &config]);
     let out = scene.command(&refs(&args)).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output().unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -417,17 +423,8 @@ async fn runs_show_full_and_json_give_the_timeline_with_each_calls_full_result()
     let agent = scene.dir.path().join("writer.toml");
     std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"read\", \"write\"]\n")
         .unwrap();
-    let config = scene.dir.path().join("nexo.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
-             api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
-            built::SEARXNG
-        ),
-    )
-    .unwrap();
-    let (agent, config) = (agent.display().to_string(), config.display().to_string());
+    let config = scene.search_config();
+    let agent = agent.display().to_string();
     let extra = ["--allow", "read", "--allow", "write", "--mode", "approve", "--config", &config];
     let args = scene.run_args(&agent, "write then read", &extra);
     let out = scene.command(&refs(&args)).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output().unwrap();

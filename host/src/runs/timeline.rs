@@ -558,7 +558,7 @@ fn text(value: &Value, key: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use nexo_store::Decision;
@@ -566,7 +566,8 @@ mod tests {
 
     use super::*;
 
-    fn run(status: RunStatus, created_ms: i64, updated_ms: i64) -> Run {
+    /// Run `r1`, of `status`, created and last changed then.
+    pub(crate) fn run(status: RunStatus, created_ms: i64, updated_ms: i64) -> Run {
         Run {
             id: "r1".into(),
             agent: "a".into(),
@@ -589,7 +590,8 @@ mod tests {
         }
     }
 
-    fn event(id: i64, kind: &str, data: Value, at_ms: i64) -> StoredEvent {
+    /// Event `id` of run `r1`.
+    pub(crate) fn event(id: i64, kind: &str, data: Value, at_ms: i64) -> StoredEvent {
         StoredEvent { id, run: "r1".into(), kind: kind.into(), data, at_ms }
     }
 

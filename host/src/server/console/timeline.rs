@@ -176,40 +176,18 @@ fn wait_row(out: &mut String, scale: &Scale, wait: &Wait) {
 
 #[cfg(test)]
 mod tests {
-    use nexo_store::{Entry, Run, RunStatus, StoredEvent};
-    use serde_json::{Value, json};
+    use nexo_store::{Entry, RunStatus};
+    use serde_json::json;
 
     use super::*;
-
-    fn event(id: i64, kind: &str, data: Value, at_ms: i64) -> StoredEvent {
-        StoredEvent { id, run: "r1".into(), kind: kind.into(), data, at_ms }
-    }
+    use crate::runs::timeline::tests::{event, run};
 
     /// A tool's result is the attacker's text: on the page it is text, and
     /// the bars sit where their times say.
     #[test]
     fn a_result_with_markup_renders_inert_and_bars_follow_the_clock() {
         let evil = "<script>alert(1)</script>";
-        let run = Run {
-            id: "r1".into(),
-            agent: "a".into(),
-            kind: "component".into(),
-            source: String::new(),
-            component_sha256: String::new(),
-            input: String::new(),
-            grant: Value::Null,
-            status: RunStatus::Done,
-            suspend_reason: None,
-            resume_key: None,
-            resume_input: None,
-            result: None,
-            error: None,
-            created_ms: 1_000,
-            updated_ms: 2_000,
-            lease: None,
-            session: None,
-            tenant: Some("t".into()),
-        };
+        let run = run(RunStatus::Done, 1_000, 2_000);
         let events = [
             event(1, "pass", json!({"owner": "h:1:n"}), 1_000),
             event(
