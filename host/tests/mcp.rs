@@ -421,11 +421,8 @@ async fn a_resume_without_the_config_that_defined_its_mcp_server_leaves_the_run_
         serde_json::from_str(&stdout(&scene.nexo(&["runs", "show", &run, "--json"]))).unwrap();
     let steps: Vec<&serde_json::Value> =
         shown["timeline"]["passes"].as_array().unwrap().iter().flat_map(|p| p["steps"].as_array().unwrap()).collect();
-    let call = steps.iter().find(|s| s["kind"] == "mcp_call").unwrap_or_else(|| panic!("an MCP call in {shown}"));
-    assert_eq!(
-        (&call["name"], &call["id"], &call["verdict"]),
-        (&json!("mcp__tests__write"), &json!("w"), &json!("allowed"))
-    );
+    let call = steps.iter().find(|s| s["name"] == "mcp__tests__write").unwrap_or_else(|| panic!("the call in {shown}"));
+    assert_eq!((&call["kind"], &call["id"], &call["verdict"]), (&json!("mcp_call"), &json!("w"), &json!("allowed")));
     assert_eq!(call["arguments"], json!({"path": "approved.txt", "text": "written after approval"}), "{call}");
     assert!(call["result"].as_str().is_some_and(|r| !r.is_empty()) && call["duration_ms"].is_i64(), "{call}");
 }
