@@ -389,7 +389,7 @@ fn from_call_event(call: &mut Call, event: &StoredEvent) {
     }
     call.id = text(&event.data, "id");
     call.turn = event.data.get("turn").and_then(Value::as_u64).map(|t| t as u32);
-    call.arguments = event.data.get("arguments").cloned().map(|a| cap_value(a));
+    call.arguments = event.data.get("arguments").cloned().map(cap_value);
 }
 
 /// A journal entry as a call: its result in full, as JSON text (the
