@@ -194,7 +194,14 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
         (&json!("write_file"), &json!("c1"), &json!("allowed"))
     );
     assert_eq!(write["arguments"], json!({"path": "notes.txt", "content": "hi from alice"}), "{write}");
-    assert!(write["result"].as_str().is_some_and(|r| r.contains("notes.txt")), "the journal's result: {write}");
+    // Its result is the journal's entry (the tool's value), not the event's one-line summary.
+    assert!(write["seq"].is_u64(), "linked to its journal entry: {write}");
+    assert_eq!(
+        write["result"].as_str().map(|r| r.split_whitespace().collect::<String>()),
+        Some(r#"["notes.txt",13]"#.into())
+    );
+    let writes = steps.iter().filter(|s| s["name"] == "write_file" || s["name"] == "write-file").count();
+    assert_eq!(writes, 1, "the write is listed once: {timeline}");
     let waits = timeline["waits"].as_array().unwrap();
     let approval = waits.iter().find(|w| w["kind"] == "approval").expect("the approval wait");
     assert_eq!((&approval["tool"], &approval["decision"]), (&json!("write-file"), &json!("approved")), "{timeline}");
