@@ -66,6 +66,7 @@ pub mod session;
 pub mod settings;
 pub mod stop;
 mod task;
+pub mod telemetry;
 pub mod terminal;
 pub mod thread;
 pub mod truncate;

@@ -12,6 +12,7 @@
 mod grant;
 mod model;
 mod search;
+mod telemetry;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::ConfigError;
 pub use grant::{GrantFlags, GrantTable};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
+pub use telemetry::{PrometheusTable, TelemetryTable};
 
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -57,6 +59,9 @@ pub struct ConfigFile {
     /// The `[sandbox]` table: what confined processes see of the host.
     #[serde(default)]
     pub sandbox: SandboxTable,
+    /// The `[telemetry]` table: traces and metrics for the operator.
+    #[serde(default)]
+    pub telemetry: TelemetryTable,
 }
 
 impl ConfigFile {
