@@ -21,6 +21,7 @@ pub mod changes;
 pub mod pass;
 pub mod prepare;
 pub mod spec;
+pub mod timeline;
 pub mod worker;
 
 use std::sync::Arc;
@@ -389,6 +390,12 @@ impl Runs {
             .collect())
     }
 
+    /// The ids of the runs this owner drives now (a pass of each is under
+    /// way here): what an interrupted front end cancels.
+    pub fn driven(&self) -> Vec<String> {
+        self.keeper.keys()
+    }
+
     /// Cancels the run `id` ([`nexo_store::Runs::cancel`]) and, if this owner drives
     /// it, stops it now: its guest is interrupted at its next epoch tick, so
     /// its pass ends and its slot is free at once. Another process driving
@@ -452,6 +459,7 @@ impl Runs {
         let (journal, thread) =
             tokio::join!(Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events), load_thread);
         let journal = Arc::new(journal.map_err(RunError::from)?);
+        journal.record_pass(&self.owner);
         let thread = thread.map_err(RunError::from)?;
         // A recorded conversation goes on after the turns the replay answers.
         // Only a replay moves the model: a new run (the next prompt of a
