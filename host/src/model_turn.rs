@@ -14,9 +14,11 @@
 //! journals recorded before turns took this path replay on it.
 
 use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response};
+use tracing::Instrument;
 
 use crate::error::ToolError;
 use crate::host_call::{HostCall, Refusal, ToolContext};
+use crate::telemetry::traces;
 
 /// `complete`: one turn of `provider`'s model.
 #[derive(Clone, Copy)]
@@ -55,7 +57,15 @@ impl<'p> HostCall for ModelTurn<'p> {
     }
 
     fn execute<'a>(&'a self, _cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
-        self.0.complete(turn.request, turn.deltas)
+        let span = traces::chat_span(self.0.name(), &turn.request.model, turn.request);
+        if span.is_disabled() {
+            return self.0.complete(turn.request, turn.deltas);
+        }
+        Box::pin(async move {
+            let result = self.0.complete(turn.request, turn.deltas).instrument(span.clone()).await;
+            traces::chat_result(&span, &turn.request.model, &result);
+            result
+        })
     }
 }
 

@@ -52,8 +52,8 @@ pub const NEXO_TOOL_VERDICT: &str = "nexo.tool.verdict";
 pub const NEXO_MCP_SERVER: &str = "nexo.mcp.server";
 /// `nexo.approval.decision`: `approved` or `denied`.
 pub const NEXO_APPROVAL_DECISION: &str = "nexo.approval.decision";
-/// `nexo.pass.claim`: how the pass claimed its run (`start`, `resume`…).
-pub const NEXO_PASS_CLAIM: &str = "nexo.pass.claim";
+/// `nexo.replayed`: the call was answered from the run's journal, not run.
+pub const NEXO_REPLAYED: &str = "nexo.replayed";
 
 /// The conventions' attribute names, from opentelemetry-semantic-conventions.
 /// The crate marks the GenAI ones deprecated since they moved to their own
@@ -335,6 +335,15 @@ impl TraceParent {
         Some(TraceParent { traceparent: carrier.remove("traceparent")?, tracestate: carrier.remove("tracestate") })
     }
 
+    /// The OpenTelemetry context whose parent this names: a pass run under
+    /// it continues the trace (`opentelemetry::trace::FutureExt::with_context`).
+    pub fn context(&self) -> Context {
+        match self.span_context() {
+            Some(remote) => Context::new().with_remote_span_context(remote),
+            None => Context::new(),
+        }
+    }
+
     /// The context the current span would hand on, when tracing is on: what
     /// a request that starts or continues a run records for its pass.
     pub fn current() -> Option<TraceParent> {
@@ -343,26 +352,21 @@ impl TraceParent {
 }
 
 /// The span of one pass of a run: `invoke_agent {agent}`. Its parent is
-/// `parent` (the request that started or continued the run), its links
-/// the run's earlier passes, and its [`RunLabels`] go on every span under
-/// it.
-pub fn pass_span(agent: &str, claim: &str, labels: RunLabels, parent: Option<&TraceParent>, earlier: &[TraceParent]) -> Span {
+/// the current context: the request that started or continued the run,
+/// which the caller attached ([`TraceParent::context`]); its links are the
+/// run's earlier passes, and its [`RunLabels`] go on every span under it.
+pub fn pass_span(agent: &str, labels: RunLabels, earlier: &[TraceParent]) -> Span {
     let span = tracing::info_span!(target: TARGET, "invoke_agent", otel.name = tracing::field::Empty);
     if span.is_disabled() {
         return span;
     }
     span.record("otel.name", format!("invoke_agent {agent}"));
-    let parent_cx = match parent.and_then(TraceParent::span_context) {
-        Some(remote) => Context::new().with_remote_span_context(remote),
-        None => Context::new(),
-    };
-    let _ = span.set_parent(parent_cx.with_value(labels));
+    let _ = span.set_parent(Context::current().with_value(labels));
     for link in earlier.iter().filter_map(TraceParent::span_context) {
         span.add_link(link);
     }
     span.set_attribute(semconv::GEN_AI_OPERATION_NAME, "invoke_agent");
     span.set_attribute(semconv::GEN_AI_AGENT_NAME, agent.to_string());
-    span.set_attribute(NEXO_PASS_CLAIM, claim.to_string());
     span
 }
 
@@ -436,6 +440,14 @@ pub fn tool_result(span: &Span, verdict: &str, failed_as: Option<&str>, result: 
     }
     if let Some(result) = result.filter(|_| capture_content()) {
         span.set_attribute(semconv::GEN_AI_TOOL_CALL_RESULT, result.to_string());
+    }
+}
+
+/// Marks the current (tool) span as answered from the journal: a replay
+/// ran nothing.
+pub fn replayed() {
+    if enabled() {
+        Span::current().set_attribute(NEXO_REPLAYED, true);
     }
 }
 
