@@ -416,6 +416,8 @@ async fn open_by_location() {
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "DROP TABLE run_traces",
+    "DELETE FROM nexo_schema WHERE version = 8",
     "DROP INDEX runs_by_tenant_status",
     "DROP TABLE run_usage",
     "DELETE FROM nexo_schema WHERE version = 7",

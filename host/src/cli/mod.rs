@@ -402,6 +402,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
                 return worker::queue(&engine, &recorder, file, input, &recorded, *json).await;
             }
+            let telemetry = match report::telemetry(&settings.file) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             let options = match runs::options(&engine, &recorded, &progress).await {
                 Ok(o) => o,
@@ -423,6 +427,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             };
             // The CLI started the MCP servers and the sandbox, so it ends them.
             nexo::runs::prepare::close(&options).await;
+            telemetry.shutdown().await;
             code
         }
         Command::Chat(args) => {

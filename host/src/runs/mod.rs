@@ -21,6 +21,7 @@ pub mod changes;
 pub mod pass;
 pub mod prepare;
 pub mod spec;
+mod trace;
 pub mod worker;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use nexo_store::{
     StoreError, Transition,
 };
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::agent_file::AgentFile;
 use crate::error::RunError;
@@ -474,7 +476,11 @@ impl Runs {
                 halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
             }),
         );
-        let result = subject.run(&run.input, &options).await;
+        let span = trace::pass_span(&self.store, &run, subject.name(), replay).await;
+        let result = match span.is_disabled() {
+            true => subject.run(&run.input, &options).await,
+            false => subject.run(&run.input, &options).instrument(span).await,
+        };
         drop(renewal);
         let mut batch = journal.take_final_batch();
         let at_ms = nexo_store::now_ms();
@@ -592,8 +598,13 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
     )
 }
 
-/// A job of `kind` for `run`, due now, with the worker's attempts and backoff.
-fn new_job(run: &str, kind: JobKind, payload: Value) -> NewJob {
+/// A job of `kind` for `run`, due now, with the worker's attempts and
+/// backoff, and the caller's trace context when tracing is on (the pass
+/// continues the trace of the request that queued it).
+fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
+    if let (Some(parent), Some(fields)) = (trace::TraceParent::current(), payload.as_object_mut()) {
+        fields.insert("trace".into(), json!(parent));
+    }
     let now = nexo_store::now_ms();
     NewJob {
         id: nexo_store::new_run_id(),

@@ -346,7 +346,25 @@ pub fn router(state: AppState) -> Router {
         .merge(console::routes())
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(request_id))
+        .layer(axum::middleware::from_fn(trace_context))
         .with_state(state)
+}
+
+/// Continues the caller's trace (W3C `traceparent`, `tracestate`) when
+/// tracing is on: a run this request starts or continues records it with
+/// its job, and the pass that takes the job up is its child.
+async fn trace_context(request: Request, next: Next) -> Response {
+    use opentelemetry::trace::FutureExt;
+    let parent = crate::telemetry::traces::enabled()
+        .then(|| {
+            let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+            crate::telemetry::traces::TraceParent::from_headers(header("traceparent"), header("tracestate"))
+        })
+        .flatten();
+    match parent {
+        Some(parent) => next.run(request).with_context(parent.context()).await,
+        None => next.run(request).await,
+    }
 }
 
 /// Gives every request an id (the caller's `x-request-id` if it is a short

@@ -126,15 +126,6 @@ impl Telemetry {
         Ok(Telemetry { tracer })
     }
 
-    /// [`Telemetry::install`], or a warning that names the setting to fix:
-    /// telemetry never stops a command.
-    pub fn install_or_warn(table: &TelemetryTable) -> Telemetry {
-        Telemetry::install(table).unwrap_or_else(|e| {
-            tracing::warn!("telemetry is off: {e}");
-            Telemetry::default()
-        })
-    }
-
     /// Whether anything is exported.
     pub fn is_on(&self) -> bool {
         self.tracer.is_some()

@@ -325,18 +325,9 @@ impl TraceParent {
         span.is_valid().then_some(span)
     }
 
-    /// The context of `span`, when it is exported.
-    pub fn of(span: &Span) -> Option<TraceParent> {
-        if span.is_disabled() {
-            return None;
-        }
-        let mut carrier = HashMap::new();
-        TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
-        Some(TraceParent { traceparent: carrier.remove("traceparent")?, tracestate: carrier.remove("tracestate") })
-    }
-
     /// The OpenTelemetry context whose parent this names: a pass run under
-    /// it continues the trace (`opentelemetry::trace::FutureExt::with_context`).
+    /// it (`opentelemetry::trace::FutureExt::with_context`) continues the
+    /// trace.
     pub fn context(&self) -> Context {
         match self.span_context() {
             Some(remote) => Context::new().with_remote_span_context(remote),
@@ -344,10 +335,29 @@ impl TraceParent {
         }
     }
 
-    /// The context the current span would hand on, when tracing is on: what
-    /// a request that starts or continues a run records for its pass.
+    /// The span `cx` names, when it is a valid one.
+    pub fn of(cx: &Context) -> Option<TraceParent> {
+        if !cx.has_active_span() {
+            return None;
+        }
+        let mut carrier = HashMap::new();
+        TraceContextPropagator::new().inject_context(cx, &mut carrier);
+        Some(TraceParent { traceparent: carrier.remove("traceparent")?, tracestate: carrier.remove("tracestate") })
+    }
+
+    /// The current context's, when tracing is on: what a request that
+    /// starts or continues a run records with its job, so that the pass
+    /// continues the caller's trace.
     pub fn current() -> Option<TraceParent> {
-        TraceParent::of(&Span::current())
+        if !enabled() {
+            return None;
+        }
+        TraceParent::of(&Context::current())
+    }
+
+    /// The context a job recorded (`"trace"` in its payload).
+    pub fn from_job(payload: &serde_json::Value) -> Option<TraceParent> {
+        serde_json::from_value(payload.get("trace")?.clone()).ok()
     }
 }
 
