@@ -3,7 +3,8 @@
 #   make test   every test (builds the plugins itself)
 # Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh);
 # `make test` also installs bubblewrap, componentize-py, ComponentizeJS, the MCP servers and the
-# console test's chromium and playwright-core, and podman with its test image (scripts/*-deps.sh),
+# console test's chromium and playwright-core, podman with its test image, and the OTLP receiver's
+# opentelemetry-proto (scripts/*-deps.sh),
 # and starts a PostgreSQL server in target/postgres (scripts/postgres.sh).
 
 CARGO ?= cargo
@@ -64,6 +65,8 @@ test: toolchain
 	./scripts/console-deps.sh
 	@# Debian's podman and its test image, for the container sandbox's real-engine tests (sandbox/tests/podman.rs).
 	./scripts/podman-deps.sh
+	@# PyPI's opentelemetry-proto, for the OTLP receiver the telemetry tests export to.
+	./scripts/otel-deps.sh
 	@# Against a PostgreSQL server of the tests' own (target/postgres), which the store suite runs
 	@# against too; lists every skipped test, or part of one, at its end.
 	CARGO=$(CARGO) ./scripts/test-workspace.sh

@@ -4,11 +4,13 @@
 //! names, which `make test` sets and lists at its end. [`podman::image`]
 //! finds the real container engine the container sandbox's tests run on;
 //! [`llama`] runs a real llama.cpp server for the OpenAI-compatible
-//! provider's live tests.
+//! provider's live tests; [`otlp::Receiver`] is a real OTLP/HTTP receiver
+//! for the telemetry tests.
 
 use std::io::Write;
 
 pub mod llama;
+pub mod otlp;
 pub mod podman;
 
 /// Says that `test` (or a part of it) did not run, and `why`: on stderr,
