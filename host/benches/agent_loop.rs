@@ -51,24 +51,27 @@ fn per_turn(c: &mut Criterion, tracing: &str) {
     let toolbox = tools(&rt, sandbox, &[Capability::Read, Capability::Glob]);
     let instructions = vec!["You are a benchmark.".to_string()];
     let mut group = c.benchmark_group("agent-loop");
-    group.bench_function(format!("one prompt, {TOOL_TURNS} tool turns + 1 final (scripted model), tracing {tracing}"), |b| {
-        b.iter_batched(
-            provider,
-            |p| {
-                let ctx = LoopContext {
-                    provider: Some(&p),
-                    tools: &toolbox,
-                    instructions: &instructions,
-                    history: &[],
-                    limits: LoopLimits::default(),
-                };
-                let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
-                assert_eq!(outcome.status, Status::Completed);
-                black_box(outcome)
-            },
-            criterion::BatchSize::SmallInput,
-        )
-    });
+    group.bench_function(
+        format!("one prompt, {TOOL_TURNS} tool turns + 1 final (scripted model), tracing {tracing}"),
+        |b| {
+            b.iter_batched(
+                provider,
+                |p| {
+                    let ctx = LoopContext {
+                        provider: Some(&p),
+                        tools: &toolbox,
+                        instructions: &instructions,
+                        history: &[],
+                        limits: LoopLimits::default(),
+                    };
+                    let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
+                    assert_eq!(outcome.status, Status::Completed);
+                    black_box(outcome)
+                },
+                criterion::BatchSize::SmallInput,
+            )
+        },
+    );
     group.finish();
     let mut group = c.benchmark_group("host-call");
     let call = nexo_model::ToolCall {

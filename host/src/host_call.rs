@@ -45,7 +45,7 @@ use crate::error::ToolError;
 use crate::events::{Event, EventSink};
 use crate::journal::{Begin, Effect, Journal, UNPOSITIONED};
 use crate::manifest::Capability;
-use crate::telemetry::traces;
+use crate::telemetry::{spans, traces};
 
 /// What the path consults for one instance's calls.
 pub trait CallContext: Send + Sync + 'static {
@@ -584,14 +584,14 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     }
     let reply = steps(cx, call, origin).instrument(span.clone()).await;
     match &reply {
-        Reply::Model(r) => traces::tool_result(&span, r.verdict, r.is_error.then_some(r.verdict), Some(&r.content)),
+        Reply::Model(r) => spans::tool_result(&span, r.verdict, r.is_error.then_some(r.verdict), Some(&r.content)),
         Reply::Guest(Ok(out)) => {
             let shown = traces::capture_content().then(|| serde_json::to_string(out).unwrap_or_default());
-            traces::tool_result(&span, "allowed", None, shown.as_deref());
+            spans::tool_result(&span, "allowed", None, shown.as_deref());
         }
         Reply::Guest(Err(e)) => {
             let kind = e.refusal().unwrap_or("failed");
-            traces::tool_result(&span, kind, Some(kind), None);
+            spans::tool_result(&span, kind, Some(kind), None);
         }
     }
     reply
@@ -601,11 +601,11 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
 fn tool_span<Cx: CallContext, C: HostCall<Cx>>(call: &C, origin: &Origin<'_, C::Args>) -> tracing::Span {
     match origin {
         Origin::Model { call: model_call, .. } => {
-            traces::tool_span(&model_call.name, Some(&model_call.id), "function", Some(&model_call.arguments))
+            spans::tool_span(&model_call.name, Some(&model_call.id), "function", Some(&model_call.arguments))
         }
         Origin::Guest(args) if call.capability().is_some() || call.interface() == crate::manifest::interface::MCP => {
             let shown = traces::capture_content().then(|| serde_json::to_value(args).unwrap_or(Value::Null));
-            traces::tool_span(call.name(), None, "function", shown.as_ref())
+            spans::tool_span(call.name(), None, "function", shown.as_ref())
         }
         Origin::Guest(_) => tracing::Span::none(),
     }
@@ -689,7 +689,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         };
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
-                traces::replayed();
+                spans::replayed();
                 let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {
                     let why = format!("the journal's entry for `{}` cannot be read: {e}", call.name());
                     journal.halt(crate::journal::Halt::Failed(why.clone()));

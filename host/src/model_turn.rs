@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::error::ToolError;
 use crate::host_call::{HostCall, Refusal, ToolContext};
-use crate::telemetry::traces;
+use crate::telemetry::spans;
 
 /// `complete`: one turn of `provider`'s model.
 #[derive(Clone, Copy)]
@@ -57,13 +57,13 @@ impl<'p> HostCall for ModelTurn<'p> {
     }
 
     fn execute<'a>(&'a self, _cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
-        let span = traces::chat_span(self.0.name(), &turn.request.model, turn.request);
+        let span = spans::chat_span(self.0.name(), &turn.request.model, turn.request);
         if span.is_disabled() {
             return self.0.complete(turn.request, turn.deltas);
         }
         Box::pin(async move {
             let result = self.0.complete(turn.request, turn.deltas).instrument(span.clone()).await;
-            traces::chat_result(&span, &turn.request.model, &result);
+            spans::chat_result(&span, &turn.request.model, &result);
             result
         })
     }

@@ -16,8 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nexo_model::mock::{MockToolCall, Reply};
-use nexo_tests as built;
 use nexo_testkit::otlp::Receiver;
+use nexo_tests as built;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -87,7 +87,11 @@ fn answer(body: &Value) -> Reply {
     let made = body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
     match made {
         0 => Reply::tool_calls(vec![MockToolCall::new("c0", "mcp__tests__echo", json!({"text": TOOL_RESULT}))]),
-        1 => Reply::tool_calls(vec![MockToolCall::new("c1", "write_file", json!({"path": "notes.txt", "content": TOOL_ARG}))]),
+        1 => Reply::tool_calls(vec![MockToolCall::new(
+            "c1",
+            "write_file",
+            json!({"path": "notes.txt", "content": TOOL_ARG}),
+        )]),
         _ => Reply::text("all done"),
     }
     .with_usage(10, 5)
@@ -189,7 +193,8 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
     let run = scene.settle(&first, &key, &id).await;
     assert_eq!(run["status"], "suspended", "{run}\n{}", first.log());
     stop(&mut first);
-    let first_pass = receiver.wait_for_spans(Duration::from_secs(10), |s| !named(s, "invoke_agent mcp-probe").is_empty());
+    let first_pass =
+        receiver.wait_for_spans(Duration::from_secs(10), |s| !named(s, "invoke_agent mcp-probe").is_empty());
     assert_eq!(named(&first_pass, "invoke_agent mcp-probe").len(), 1, "{first_pass:#?}");
 
     // Another process approves it and runs the rest.
@@ -207,7 +212,8 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
     assert!(spans.iter().all(|s| s["trace_id"] == TRACE), "{spans:#?}");
     let passes = named(&spans, "invoke_agent mcp-probe");
     let (pass1, pass2) = (passes[0], passes[1]);
-    let (pass1, pass2) = if pass1["start_ns"].as_u64() < pass2["start_ns"].as_u64() { (pass1, pass2) } else { (pass2, pass1) };
+    let (pass1, pass2) =
+        if pass1["start_ns"].as_u64() < pass2["start_ns"].as_u64() { (pass1, pass2) } else { (pass2, pass1) };
     assert_eq!(pass1["parent_span_id"], STARTED_FROM, "{pass1:#}");
     assert_eq!(pass2["parent_span_id"], APPROVED_FROM, "{pass2:#}");
     assert_eq!(attr(pass1, "gen_ai.operation.name"), "invoke_agent");
@@ -275,7 +281,8 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
 
     // The wait: from the suspension to the resumed pass, under it, linked
     // to the pass that asked.
-    let waits: Vec<&Value> = spans.iter().filter(|s| s["name"].as_str().unwrap().starts_with("await_approval ")).collect();
+    let waits: Vec<&Value> =
+        spans.iter().filter(|s| s["name"].as_str().unwrap().starts_with("await_approval ")).collect();
     assert_eq!(waits.len(), 1, "{spans:#?}");
     let wait = waits[0];
     assert!(under(wait, pass2), "{wait:#}");

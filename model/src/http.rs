@@ -230,8 +230,8 @@ impl Http {
         let mut retry = 0u32;
         loop {
             // The model call's span goes on at the provider, when tracing is on.
-            let mut request =
-                nexo_egress::Request::post_json(endpoint.url.as_str(), body.clone()).headers(&nexo_egress::trace_headers());
+            let mut request = nexo_egress::Request::post_json(endpoint.url.as_str(), body.clone())
+                .headers(&nexo_egress::trace_headers());
             if stream {
                 request = request.header("accept", "text/event-stream");
             }

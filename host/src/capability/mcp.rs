@@ -25,11 +25,11 @@ use crate::error::{ConfigError, RunError, ToolError};
 use crate::grant::Grant;
 use crate::host_call::{DynTool, HostCall, MaybeTool, ModelReply, ToolContext};
 use crate::manifest::interface::MCP;
-use crate::telemetry::traces;
-use tracing::Instrument;
 use crate::settings::RunOptions;
+use crate::telemetry::spans;
 use crate::truncate::{cut_note, head_bytes};
 use crate::unit::{AgentHost, Setup, Step, Unit};
+use tracing::Instrument;
 
 /// The most bytes of one MCP result a model or component reads.
 pub const MCP_MAX_OUTPUT: usize = 64 * 1024;
@@ -273,10 +273,10 @@ impl HostCall for CallTool {
             };
             let clients = state.clients()?;
             let stdio = clients.servers().any(|s| s.name() == self.server && s.is_stdio());
-            let span = traces::mcp_span("tools/call", &self.server, &self.tool, if stdio { "pipe" } else { "tcp" });
+            let span = spans::mcp_span("tools/call", &self.server, &self.tool, if stdio { "pipe" } else { "tcp" });
             let result = clients.call_tool(&self.server, &self.tool, args).instrument(span.clone()).await;
             if let Err(e) = &result {
-                traces::mcp_failed(&span, mcp_error_type(e));
+                spans::mcp_failed(&span, mcp_error_type(e));
             }
             result.map_err(tool_error)
         })

@@ -237,9 +237,9 @@ pub fn main() -> ExitCode {
 }
 
 fn init_tracing(verbose: u8) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
     let default = match verbose {
         0 => "warn,nexo::plugin=info,nexo::model=info",
         1 => "info",

@@ -10,7 +10,8 @@ use nexo_store::{Run, Store};
 use tracing::Span;
 
 use crate::journal::Replay;
-pub(super) use crate::telemetry::traces::TraceParent;
+pub(super) use crate::telemetry::context::TraceParent;
+use crate::telemetry::spans;
 use crate::telemetry::traces::{self, RunLabels};
 
 /// How many earlier passes a pass links to: the latest ones.
@@ -29,15 +30,14 @@ pub(super) async fn pass_span(store: &Arc<dyn Store>, run: &Run, agent: &str, re
             Vec::new()
         }
     };
-    let labels =
-        RunLabels { tenant: run.tenant.clone(), run: run.id.clone(), digest: run.component_sha256.clone() };
-    let span = traces::pass_span(agent, labels, &earlier);
+    let labels = RunLabels { tenant: run.tenant.clone(), run: run.id.clone(), digest: run.component_sha256.clone() };
+    let span = spans::pass_span(agent, labels, &earlier);
     if replay != Replay::New
         && let Ok(Some(approval)) = store.approval(&run.id).await
         && let Some(decision) = approval.decision
     {
         let now = nexo_store::now_ms();
-        traces::approval_wait(&span, &approval.tool, decision.as_str(), approval.created_ms, now, earlier.last());
+        spans::approval_wait(&span, &approval.tool, decision.as_str(), approval.created_ms, now, earlier.last());
     }
     let own = TraceParent::of(&tracing_opentelemetry::OpenTelemetrySpanExt::context(&span));
     if let Some(text) = own.and_then(|o| serde_json::to_string(&o).ok())

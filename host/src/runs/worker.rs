@@ -23,7 +23,7 @@ use crate::Engine;
 use crate::config::ConfigFile;
 use crate::lease::{Keeper, Lost};
 use crate::quota;
-use crate::telemetry::traces::TraceParent;
+use crate::telemetry::context::TraceParent;
 
 /// How often a worker enforces session retention.
 const SWEEP_EVERY: Duration = Duration::from_secs(300);

@@ -358,7 +358,7 @@ async fn trace_context(request: Request, next: Next) -> Response {
     let parent = crate::telemetry::traces::enabled()
         .then(|| {
             let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-            crate::telemetry::traces::TraceParent::from_headers(header("traceparent"), header("tracestate"))
+            crate::telemetry::context::TraceParent::from_headers(header("traceparent"), header("tracestate"))
         })
         .flatten();
     match parent {

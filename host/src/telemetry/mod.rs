@@ -5,7 +5,7 @@
 //! file, or the standard `OTEL_*` variables): with none configured no
 //! exporter, provider or layer is installed, so a run pays nothing.
 //! Spans follow the OpenTelemetry semantic conventions for generative AI
-//! ([`traces`]); message and tool contents are exported only when the
+//! ([`spans`]), W3C trace context comes in and goes on ([`context`]); message and tool contents are exported only when the
 //! operator opts in, and secrets never (they never reach a span's fields).
 //!
 //! A front end installs telemetry once, after it has read its config file
@@ -14,8 +14,10 @@
 //! logging subscriber it set up before carries [`traces::layer`], the slot
 //! the exporting layer is put into.
 
+pub mod context;
 mod http;
 pub mod metrics;
+pub mod spans;
 pub mod traces;
 
 use opentelemetry_sdk::Resource;

@@ -534,7 +534,8 @@ impl<D: Dialect> Runs for SqlStore<D> {
     }
     async fn add_pass_trace(&self, id: &str, context: &str, at_ms: i64) -> StoreResult<()> {
         let mut conn = self.db.single().await?;
-        let result = match super::run::<D>(&mut conn, sql::ADD_PASS_TRACE, &[id.into(), context.into(), at_ms.into()]).await
+        let result = match super::run::<D>(&mut conn, sql::ADD_PASS_TRACE, &[id.into(), context.into(), at_ms.into()])
+            .await
         {
             Ok(_) => Ok(()),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(id.to_string())),
@@ -545,7 +546,8 @@ impl<D: Dialect> Runs for SqlStore<D> {
 
     async fn pass_traces(&self, id: &str, limit: usize) -> StoreResult<Vec<String>> {
         let rows = self.read_all(sql::PASS_TRACES, &[id.into(), super::limit(limit).into()]).await?;
-        let mut contexts = rows.iter().map(|row| row.text_at(0).map_err(|e| self.error(&e))).collect::<StoreResult<Vec<_>>>()?;
+        let mut contexts =
+            rows.iter().map(|row| row.text_at(0).map_err(|e| self.error(&e))).collect::<StoreResult<Vec<_>>>()?;
         contexts.reverse();
         Ok(contexts)
     }
