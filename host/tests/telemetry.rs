@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nexo_model::mock::{MockToolCall, Reply};
@@ -55,22 +55,9 @@ impl Drop for McpServer {
 
 impl McpServer {
     fn start(dir: &Path) -> McpServer {
-        let server = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-        assert!(server.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", server.display());
         let traces = dir.join("mcp-traceparents.log");
-        let mut child = Command::new(server)
-            .args(["http", "--port", "0", "--token", MCP_TOKEN, "--trace-log"])
-            .arg(&traces)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let addr = {
-            use std::io::BufRead;
-            let mut line = String::new();
-            std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-            line.trim().to_string()
-        };
+        let args = ["--token".as_ref(), MCP_TOKEN.as_ref(), "--trace-log".as_ref(), traces.as_os_str()];
+        let (child, addr) = common::mcp_http_server(&args);
         McpServer { child, addr, traces }
     }
 
