@@ -741,6 +741,9 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     });
     // event
     if let Some((turn, model_call)) = model {
+        if let Some((journal, seq, _)) = &live {
+            journal.link_call(turn, &model_call.id, *seq);
+        }
         call_event(cx, turn, model_call);
     }
     Ok(Admitted { allowed, model, live, used })

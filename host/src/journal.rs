@@ -154,14 +154,29 @@ struct State {
     checkpoints: BTreeMap<String, Value>,
     decided: Option<Approval>,
     replayed: u64,
+    /// When each live call in flight started, for its entry's timing.
+    started: BTreeMap<u64, i64>,
+    /// The entry of each model's tool call in flight, by turn and call id,
+    /// which its stored events name (`entry`) for the run's timeline.
+    linked: BTreeMap<(u32, String), u64>,
 }
 
 impl State {
     /// Appends the entry of call `seq`, which ends where numbering is now.
     fn record(&mut self, seq: u64, interface: &str, function: &str, args_hash: String, result: String) {
         let end = self.next;
-        let entry =
-            Entry { seq, end, interface: interface.to_string(), function: function.to_string(), args_hash, result };
+        let ended_ms = nexo_store::now_ms();
+        let started_ms = self.started.remove(&seq).unwrap_or(ended_ms);
+        let entry = Entry {
+            seq,
+            end,
+            interface: interface.to_string(),
+            function: function.to_string(),
+            args_hash,
+            result,
+            started_ms: Some(started_ms),
+            ended_ms: Some(ended_ms),
+        };
         self.pending.journal.push(entry);
     }
 }
@@ -279,6 +294,7 @@ impl Journal {
         let seq = state.next;
         state.next += 1;
         let Some(entry) = self.recorded.get(&seq) else {
+            state.started.insert(seq, nexo_store::now_ms());
             return Begin::Live(seq);
         };
         if entry.interface != interface || entry.function != function || entry.args_hash != args_hash {
@@ -419,6 +435,43 @@ impl Journal {
         if self.buffer_events { state.held.push(event) } else { state.pending.events.push(event) }
     }
 
+    /// Marks the start of a pass by `owner` in the run's log (a `pass`
+    /// event), replaying or not: the run's timeline begins each pass here.
+    /// It names the decision the pass goes on with, if any, which the
+    /// store forgets once the run ends.
+    pub fn record_pass(&self, owner: &str) {
+        let mut state = self.lock();
+        let decided = state.decided.as_ref().map(|a| {
+            serde_json::json!({
+                "seq": a.seq,
+                "args_hash": a.args_hash,
+                "tool": a.tool,
+                "decision": a.decision.map(Decision::as_str),
+            })
+        });
+        let event = NewEvent {
+            kind: "pass".into(),
+            data: serde_json::json!({ "owner": owner, "decided": decided }),
+            at_ms: nexo_store::now_ms(),
+        };
+        if self.buffer_events { state.held.push(event) } else { state.pending.events.push(event) }
+    }
+
+    /// Links the model's tool call `id` of `turn` to its live entry `seq`:
+    /// its `tool_call` and `tool_result` events name the entry (`entry`), whose
+    /// result the run's timeline shows in full.
+    pub fn link_call(&self, turn: u32, id: &str, seq: u64) {
+        self.lock().linked.insert((turn, id.to_string()), seq);
+    }
+
+    /// The entry linked to the model's tool call `id` of `turn`; `done`
+    /// forgets the link (the call's result is out).
+    fn linked(&self, turn: u32, id: &str, done: bool) -> Option<u64> {
+        let mut state = self.lock();
+        let key = (turn, id.to_string());
+        if done { state.linked.remove(&key) } else { state.linked.get(&key).copied() }
+    }
+
     /// The JSON given at the latest resume.
     pub fn resume_input(&self) -> Option<String> {
         self.resume_input.clone()
@@ -517,14 +570,18 @@ impl EventSink for JournalSink {
             return;
         }
         self.inner.emit(event);
-        let kind = match event {
-            Event::ToolCall { .. } => "tool_call",
-            Event::ToolResult { .. } => "tool_result",
-            Event::Done { .. } => "done",
+        let (kind, seq) = match event {
+            Event::ToolCall { turn, id, .. } => ("tool_call", self.journal.linked(*turn, id, false)),
+            Event::ToolResult { turn, id, .. } => ("tool_result", self.journal.linked(*turn, id, true)),
+            Event::Done { .. } => ("done", None),
             // Turn starts and streamed text are for the display only.
             Event::TurnStarted { .. } | Event::TextDelta { .. } => return,
         };
-        if let Ok(data) = serde_json::to_value(event) {
+        if let Ok(mut data) = serde_json::to_value(event) {
+            // The entry holding the call's full result, for the timeline.
+            if let (Some(seq), Some(fields)) = (seq, data.as_object_mut()) {
+                fields.insert("entry".into(), seq.into());
+            }
             self.journal.record_event(kind, data);
         }
     }

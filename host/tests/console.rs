@@ -399,13 +399,14 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
     let node = scene.node();
 
     // Alice's run suspends at its write; the model's last answer comes late, so a
-    // page open at the approval sees the run under way before it is done.
+    // page open at the approval sees the run under way before it is done. Its
+    // model first calls a tool with markup for a name, whose call and error
+    // the run's timeline must show as text.
     let plugin = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
-    scene.model.push(Reply::tool_calls(vec![MockToolCall::new(
-        "c1",
-        "write_file",
-        json!({"path": "notes.txt", "content": "hi from alice"}),
-    )]));
+    scene.model.push(Reply::tool_calls(vec![
+        MockToolCall::new("c0", "<script>alert(1)</script>", json!({"x": "<script>alert(2)</script>"})),
+        MockToolCall::new("c1", "write_file", json!({"path": "notes.txt", "content": "hi from alice"})),
+    ]));
     scene.model.push(Reply::text("done writing").with_delay(Duration::from_secs(3)));
     let (status, run) = scene
         .api(
@@ -524,6 +525,7 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
         "2-alice-run-suspended",
         "2b-alice-approvals",
         "3-alice-run-done",
+        "3c-alice-run-timeline",
         "4-alice-usage",
         "5-bob-runs",
         "5b-bob-session",
@@ -531,6 +533,7 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
     ] {
         assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png in {}", shots.display());
     }
+    println!("the run's timeline, as the browser drew it: {}", shots.join("3c-alice-run-timeline.png").display());
     let log = node.log();
     assert!(!log.contains(&alice) && !log.contains(&bob) && !log.contains(&carol), "no key in the server's log");
 }

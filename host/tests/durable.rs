@@ -76,6 +76,22 @@ impl Scene {
         copy.display().to_string()
     }
 
+    /// A config file whose search backend's key is read from
+    /// `NEXO_TEST_SEARCH_KEY`: a secret the run is granted by name.
+    fn search_config(&self) -> String {
+        let config = self.dir.path().join("nexo.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
+                 api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
+                built::SEARXNG
+            ),
+        )
+        .unwrap();
+        config.display().to_string()
+    }
+
     fn runs(&self) -> Vec<Value> {
         let out = self.nexo(&["runs", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -325,17 +341,7 @@ async fn no_provider_or_search_key_reaches_the_store_and_ephemeral_runs_leave_no
     let scene = Scene::new().await;
     scene.server.push(Reply::text("first"));
     scene.server.push(Reply::text("second"));
-    let config = scene.dir.path().join("nexo.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[search]\nbackend = \"{}\"\nhosts = [\"search.example.com\"]\n\
-             api-key = {{ header = \"X-Token\", env = \"NEXO_TEST_SEARCH_KEY\" }}\n",
-            built::SEARXNG
-        ),
-    )
-    .unwrap();
-    let config = config.display().to_string();
+    let config = scene.search_config();
     let args = scene.run_args(built::WORKFLOW_PROBE, "prompt hello; suspend wait", &["--config", &config]);
     let out = scene.command(&refs(&args)).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output().unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -395,6 +401,76 @@ async fn a_toml_agent_replays_its_host_loop_and_a_second_gate_suspends_again() {
     assert_eq!(last_json(&out)["answer"], "both written");
     assert!(scene.ws().join("two.txt").exists());
     assert_eq!(scene.server.requests().len(), 3, "each model turn was paid for once");
+}
+
+/// `nexo runs show --full` and `--json` give the run's timeline: both
+/// passes with the approval wait between them, each model turn's tokens,
+/// and each tool call's full arguments and result (a summary cuts the
+/// read file's text; the timeline does not). No key the run was given is
+/// in either, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_show_full_and_json_give_the_timeline_with_each_calls_full_result() {
+    const SEARCH_KEY: &str = "search-key-timeline-5151";
+    let scene = Scene::new().await;
+    let long = format!("{}END-OF-THE-FILE", "all of the text; ".repeat(20));
+    scene.server.push(Reply::tool_calls(vec![MockToolCall::new(
+        "w1",
+        "write_file",
+        json!({ "path": "one.txt", "content": long }),
+    )]));
+    scene.server.push(Reply::tool_calls(vec![MockToolCall::new("r1", "read_file", json!({ "path": "one.txt" }))]));
+    scene.server.push(Reply::text("read it back"));
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"read\", \"write\"]\n")
+        .unwrap();
+    let config = scene.search_config();
+    let agent = agent.display().to_string();
+    let extra = ["--allow", "read", "--allow", "write", "--mode", "approve", "--config", &config];
+    let args = scene.run_args(&agent, "write then read", &extra);
+    let out = scene.command(&refs(&args)).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let out = scene.command(&["runs", "approve", &id, "--json"]).env("NEXO_TEST_SEARCH_KEY", SEARCH_KEY).output();
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let full = scene.nexo(&["runs", "show", &id, "--full"]);
+    assert!(full.status.success(), "{}", stderr(&full));
+    let text = stdout(&full);
+    println!("{text}");
+    assert!(text.contains("timeline:  2 passes, 3 model turns, 30 input / 15 output tokens"), "{text}");
+    for line in ["  pass 1  ", "  wait approval  ", "  pass 2  ", "    turn 3  ", "    tool read_file (r1)  "] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    let (pass1, wait, pass2) =
+        (text.find("  pass 1  ").unwrap(), text.find("  wait approval").unwrap(), text.find("  pass 2  ").unwrap());
+    assert!(pass1 < wait && wait < pass2, "in the order they happened:\n{text}");
+    assert!(text.contains("`write-file` (write) approved") || text.contains("`write_file` (write) approved"), "{text}");
+    // The events' one-line summary cuts the text; the timeline shows it whole.
+    let events = &text[..text.find("timeline:").unwrap()];
+    assert!(!events.contains("END-OF-THE-FILE"), "the events are summaries:\n{events}");
+    let read = &text[text.find("    tool read_file").unwrap()..];
+    assert!(read.contains("END-OF-THE-FILE") && read.contains(&"all of the text; ".repeat(20)), "{read}");
+
+    let json = last_json(&scene.nexo(&["runs", "show", &id, "--json"]));
+    assert_eq!(json["run"]["id"], id.as_str(), "what --json printed before is still there");
+    assert!(json["events"].as_array().is_some_and(|e| !e.is_empty()) && json["checkpoints"].is_array());
+    let timeline = &json["timeline"];
+    assert_eq!(timeline["passes"].as_array().unwrap().len(), 2, "{timeline}");
+    let steps: Vec<&Value> =
+        timeline["passes"].as_array().unwrap().iter().flat_map(|p| p["steps"].as_array().unwrap()).collect();
+    let read = steps.iter().find(|s| s["kind"] == "tool_call" && s["name"] == "read_file").expect("the read");
+    assert_eq!((&read["arguments"], &read["verdict"]), (&json!({"path": "one.txt"}), &json!("allowed")), "{read}");
+    assert!(read["result"].as_str().unwrap().contains(&long), "the full result: {read}");
+    assert!(read["duration_ms"].as_i64().is_some_and(|d| d >= 0), "{read}");
+    let write = steps.iter().find(|s| s["kind"] == "tool_call" && s["name"] == "write_file").expect("the write");
+    assert_eq!(write["arguments"]["content"], long.as_str(), "{write}");
+
+    for (what, bytes) in [("--full", full.stdout.as_slice()), ("--json", json.to_string().as_bytes())] {
+        for key in [PROVIDER_KEY, SEARCH_KEY] {
+            assert!(!contains(bytes, key.as_bytes()), "{what} holds {key}");
+        }
+    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -416,4 +416,13 @@ async fn a_resume_without_the_config_that_defined_its_mcp_server_leaves_the_run_
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(scene.path("ws/approved.txt")).unwrap(), "written after approval");
     assert_eq!(scene.model.requests().len(), 2, "the first model turn was replayed, not paid again");
+    // The run's timeline has the MCP call, with the model's arguments and the server's whole answer.
+    let shown: serde_json::Value =
+        serde_json::from_str(&stdout(&scene.nexo(&["runs", "show", &run, "--json"]))).unwrap();
+    let steps: Vec<&serde_json::Value> =
+        shown["timeline"]["passes"].as_array().unwrap().iter().flat_map(|p| p["steps"].as_array().unwrap()).collect();
+    let call = steps.iter().find(|s| s["name"] == "mcp__tests__write").unwrap_or_else(|| panic!("the call in {shown}"));
+    assert_eq!((&call["kind"], &call["id"], &call["verdict"]), (&json!("mcp_call"), &json!("w"), &json!("allowed")));
+    assert_eq!(call["arguments"], json!({"path": "approved.txt", "text": "written after approval"}), "{call}");
+    assert!(call["result"].as_str().is_some_and(|r| !r.is_empty()) && call["duration_ms"].is_i64(), "{call}");
 }

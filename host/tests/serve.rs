@@ -47,6 +47,7 @@ fn routes(run: &str, plugin: &str) -> Vec<(reqwest::Method, String, Option<Value
         (Method::GET, "/v1/runs".into(), None),
         (Method::GET, format!("/v1/runs/{run}"), None),
         (Method::GET, format!("/v1/runs/{run}/events"), None),
+        (Method::GET, format!("/v1/runs/{run}/timeline"), None),
         (Method::POST, format!("/v1/runs/{run}/approve"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/deny"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/resume"), Some(json!({}))),
@@ -170,6 +171,42 @@ async fn tenants_are_isolated_and_an_approved_run_finishes() {
     let (status, again) = scene.post(&node.url(&format!("/v1/runs/{id}/approve")), &alice, shown).await;
     assert_eq!(status, StatusCode::CONFLICT, "nothing is pending any more: {again}");
     assert_eq!(again["error"]["code"], "stale_approval", "{again}");
+
+    // Its timeline: the pass that suspended, the approval wait, the pass
+    // that finished; each turn's tokens, the write with its full arguments
+    // and result; no key.
+    let (status, timeline) = scene.get(&node.url(&format!("/v1/runs/{id}/timeline")), &alice).await;
+    assert_eq!(status, StatusCode::OK, "{timeline}");
+    let passes = timeline["passes"].as_array().unwrap();
+    let outcomes: Vec<&str> = passes.iter().map(|p| p["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["suspended", "done"], "{timeline}");
+    assert!(passes.iter().all(|p| p["owner"].as_str().is_some_and(|o| o.contains(':'))), "{timeline}");
+    let steps: Vec<&Value> = passes.iter().flat_map(|p| p["steps"].as_array().unwrap()).collect();
+    let turns: Vec<&&Value> = steps.iter().filter(|s| s["kind"] == "turn").collect();
+    assert_eq!(turns.len(), 2, "each turn once, in the pass that paid for it: {timeline}");
+    assert_eq!((&turns[0]["finish"], &turns[1]["finish"]), (&json!("tool_use"), &json!("end_turn")), "{timeline}");
+    assert!(turns.iter().all(|t| t["input_tokens"] == 10 && t["output_tokens"] == 5), "{timeline}");
+    assert!(turns.iter().all(|t| t["duration_ms"].as_i64().is_some_and(|d| d >= 0)), "{timeline}");
+    assert_eq!((&timeline["input_tokens"], &timeline["output_tokens"]), (&json!(20), &json!(10)));
+    let write = steps.iter().find(|s| s["kind"] == "tool_call").expect("the write");
+    assert_eq!(
+        (&write["name"], &write["id"], &write["verdict"]),
+        (&json!("write_file"), &json!("c1"), &json!("allowed"))
+    );
+    assert_eq!(write["arguments"], json!({"path": "notes.txt", "content": "hi from alice"}), "{write}");
+    // Its result is the journal's entry (the tool's value), not the event's one-line summary.
+    assert!(write["seq"].is_u64(), "linked to its journal entry: {write}");
+    assert_eq!(
+        write["result"].as_str().map(|r| r.split_whitespace().collect::<String>()),
+        Some(r#"["notes.txt",13]"#.into())
+    );
+    let writes = steps.iter().filter(|s| s["name"] == "write_file" || s["name"] == "write-file").count();
+    assert_eq!(writes, 1, "the write is listed once: {timeline}");
+    let waits = timeline["waits"].as_array().unwrap();
+    let approval = waits.iter().find(|w| w["kind"] == "approval").expect("the approval wait");
+    assert_eq!((&approval["tool"], &approval["decision"]), (&json!("write-file"), &json!("approved")), "{timeline}");
+    assert!(approval["duration_ms"].as_i64().is_some(), "{approval}");
+    assert!(!timeline.to_string().contains(PROVIDER_KEY) && !timeline.to_string().contains(&alice));
 
     // Its events, as SSE, end with the run; Last-Event-ID resumes after an event.
     let all = scene.events(&node, &alice, &id, None).await;

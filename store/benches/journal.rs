@@ -36,7 +36,7 @@ const WARMUP: usize = 200;
 const OWNER: &str = "bench-host:1:nonce";
 const RUN: &str = "r0000000000bench0000000000";
 
-/// A journal entry of about 300 bytes: the run id (27), two integers, the
+/// A journal entry of about 300 bytes: the run id (27), four integers, the
 /// interface and function, the 64-hex argument hash and a JSON result.
 fn entry(seq: u64) -> Entry {
     Entry {
@@ -46,12 +46,14 @@ fn entry(seq: u64) -> Entry {
         function: "read-file".into(),
         args_hash: "5f".repeat(32),
         result: format!(r#"{{"ok":"{}"}}"#, "x".repeat(170)),
+        started_ms: Some(1_700_000_000_000),
+        ended_ms: Some(1_700_000_000_001),
     }
 }
 
 fn entry_bytes() -> usize {
     let e = entry(0);
-    RUN.len() + 16 + e.interface.len() + e.function.len() + e.args_hash.len() + e.result.len()
+    RUN.len() + 32 + e.interface.len() + e.function.len() + e.args_hash.len() + e.result.len()
 }
 
 /// A row of the same size for the bare insert.

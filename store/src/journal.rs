@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// starts; a call that makes calls of its own (a prompt runs the model and
 /// tools) ends after them, so `end` is the next sequence number after its
 /// last inner call. A replay that answers the call skips to `end`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The call's sequence number, from 0.
     pub seq: u64,
@@ -21,4 +21,11 @@ pub struct Entry {
     pub args_hash: String,
     /// The call's result, as JSON text.
     pub result: String,
+    /// When the call started (milliseconds since the Unix epoch); `None`
+    /// in a journal written before schema version 8.
+    #[serde(default)]
+    pub started_ms: Option<i64>,
+    /// When its result was recorded; `None` before schema version 8.
+    #[serde(default)]
+    pub ended_ms: Option<i64>,
 }

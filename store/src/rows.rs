@@ -382,6 +382,8 @@ pub(crate) fn entry(id: &str, row: &impl Columns, errors: &Errors<'_>) -> Result
         function: column(row, "function", errors)?,
         args_hash: column(row, "args_hash", errors)?,
         result: column(row, "result", errors)?,
+        started_ms: column(row, "started_ms", errors)?,
+        ended_ms: column(row, "ended_ms", errors)?,
     })
 }
 

@@ -435,6 +435,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 8,
         statements: &[
+            // When each call started and ended, for a run's timeline. NULL in
+            // the entries older versions wrote.
+            "ALTER TABLE journal ADD COLUMN started_ms BIGINT",
+            "ALTER TABLE journal ADD COLUMN ended_ms BIGINT",
             // The trace context of each pass of a run (W3C `traceparent`
             // and `tracestate`, as JSON), kept while tracing is on: a later
             // pass, in any process or on any node, links to the earlier ones.
@@ -513,14 +517,15 @@ pub(crate) const RUN_OWNER_LOCKED: &str = concat!(run_owner!(), " FOR UPDATE");
 
 macro_rules! append_entry_if_owner {
     () => {
-        "INSERT INTO journal (run, seq, end_seq, interface, function, args_hash, result) \
-         SELECT id, $2, $3, $4, $5, $6, $7 FROM runs WHERE id = $1 AND status = 'running' AND lease_owner = $8"
+        "INSERT INTO journal (run, seq, end_seq, interface, function, args_hash, result, started_ms, ended_ms) \
+         SELECT id, $2, $3, $4, $5, $6, $7, $8, $9 FROM runs WHERE id = $1 AND status = 'running' AND lease_owner = $10"
     };
 }
 
-/// Appends one journal entry if `$8` still holds the running run `$1`'s
+/// Appends one journal entry if `$10` still holds the running run `$1`'s
 /// lease, in the same statement (0 rows affected: it does not): `$2` seq,
-/// `$3` end, `$4` interface, `$5` function, `$6` args hash, `$7` result.
+/// `$3` end, `$4` interface, `$5` function, `$6` args hash, `$7` result,
+/// `$8` and `$9` when it started and ended.
 /// The check rides in the insert so a one-entry commit, the common case, is
 /// one autocommit statement, like a bare insert.
 pub(crate) const APPEND_ENTRY_IF_OWNER: &str = append_entry_if_owner!();
@@ -531,9 +536,10 @@ pub(crate) const APPEND_ENTRY_IF_OWNER: &str = append_entry_if_owner!();
 pub(crate) const APPEND_ENTRY_IF_OWNER_LOCKED: &str = concat!(append_entry_if_owner!(), " FOR UPDATE");
 
 /// Appends one journal entry: `$1` run, `$2` seq, `$3` end, `$4`
-/// interface, `$5` function, `$6` args hash, `$7` result.
-pub(crate) const APPEND_ENTRY: &str = "INSERT INTO journal (run, seq, end_seq, interface, function, args_hash, result) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+/// interface, `$5` function, `$6` args hash, `$7` result, `$8` and `$9`
+/// when it started and ended.
+pub(crate) const APPEND_ENTRY: &str = "INSERT INTO journal (run, seq, end_seq, interface, function, args_hash, result, \
+     started_ms, ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// Appends one event: `$1` run, `$2` kind, `$3` data (JSON), `$4` when.
 pub(crate) const APPEND_EVENT: &str = "INSERT INTO events (run, kind, data, at_ms) VALUES ($1, $2, $3, $4)";
@@ -597,8 +603,8 @@ pub(crate) const CANCEL: &str = "UPDATE runs SET status = 'cancelled', error = $
      lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
 
 /// A run's journal in sequence order: `$1` run.
-pub(crate) const JOURNAL: &str =
-    "SELECT seq, end_seq, interface, function, args_hash, result FROM journal WHERE run = $1 ORDER BY seq";
+pub(crate) const JOURNAL: &str = "SELECT seq, end_seq, interface, function, args_hash, result, started_ms, ended_ms FROM journal WHERE run = $1 \
+     ORDER BY seq";
 
 /// A run's events after an id, in order: `$1` run, `$2` after, `$3` limit.
 pub(crate) const EVENTS: &str =

@@ -183,6 +183,9 @@ fn entry(seq: u64) -> Entry {
         function: "read-file".into(),
         args_hash: format!("{seq:064x}"),
         result: format!(r#"{{"ok":"contents of file {seq}"}}"#),
+        // When it ran, which the timeline reads back.
+        started_ms: Some(1_000 + seq as i64),
+        ended_ms: seq.is_multiple_of(2).then_some(1_001 + seq as i64),
     }
 }
 

@@ -49,6 +49,8 @@ fn entry(seq: u64) -> Entry {
         function: "read-file".into(),
         args_hash: "00".repeat(32),
         result: "\"ok\"".into(),
+        started_ms: None,
+        ended_ms: None,
     }
 }
 
@@ -412,11 +414,13 @@ async fn open_by_location() {
     }
 }
 
-/// Takes a file back from version 7 to what version 5 wrote: version 6
+/// Takes a file back from version 8 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
     "DROP TABLE run_traces",
+    "ALTER TABLE journal DROP COLUMN ended_ms",
+    "ALTER TABLE journal DROP COLUMN started_ms",
     "DELETE FROM nexo_schema WHERE version = 8",
     "DROP INDEX runs_by_tenant_status",
     "DROP TABLE run_usage",

@@ -192,6 +192,42 @@ try {
   await shot(page, '3-alice-run-done');
   step(`approved: the page went ${shownFirst} → done by itself (${kinds.length} events)`);
 
+  // The timeline, drawn as the page loads: both passes with the approval
+  // wait between them, each turn, and each call opening to its full
+  // arguments and result; the bars placed by time.
+  await page.reload();
+  const timeline = page.locator('#timeline');
+  await timeline.waitFor();
+  assert.equal(await timeline.locator('li[data-kind="pass"]').count(), 2, 'two passes');
+  assert.equal(await timeline.locator('li[data-kind="turn"]').count(), 2, 'two model turns');
+  assert.match(await timeline.locator('li[data-kind="turn"]').first().textContent(), /10 in \/ 5 out tokens · tool_use/);
+  const wait = timeline.locator('li[data-kind="wait"]', { hasText: 'Waiting for approval' });
+  assert.match(await wait.textContent(), /write-file · approved/);
+  const passBars = await timeline.locator('li[data-kind="pass"] rect').evaluateAll((rs) =>
+    rs.map((r) => r.getBoundingClientRect()).map((b) => ({ x: b.x, width: b.width })),
+  );
+  const waitBar = await wait.locator('rect').evaluate((r) => r.getBoundingClientRect().x);
+  assert.ok(passBars.every((b) => b.width > 0), `bars with a width: ${JSON.stringify(passBars)}`);
+  assert.ok(passBars[0].x < waitBar && waitBar < passBars[1].x, `pass, wait, pass from left to right: ${JSON.stringify(passBars)} ${waitBar}`);
+  const call = (name) =>
+    timeline.locator('li[data-kind="tool_call"]').filter({ has: page.locator('summary .tl-label', { hasText: name }) });
+  const write = call(/^write_file · /);
+  assert.equal(await write.count(), 1, 'the write, once: the pass that ran it');
+  assert.equal(await write.locator('.tl-arguments').isVisible(), false, 'folded until opened');
+  await write.locator('summary').click();
+  assert.deepEqual(JSON.parse(await write.locator('.tl-arguments').textContent()), { content: 'hi from alice', path: 'notes.txt' });
+  assert.match(await write.locator('.tl-result').textContent(), /notes\.txt/);
+  // The tool named with markup: text on the page, and nothing ran.
+  const evil = call(/^<script>alert\(1\)<\/script> · /);
+  assert.ok((await evil.count()) >= 1, 'the call with markup for a name is listed');
+  await evil.first().locator('summary').click();
+  assert.match(await evil.first().locator('.tl-arguments').textContent(), /<script>alert\(2\)<\/script>/);
+  assert.match(await evil.first().locator('.tl-result').textContent(), /no tool/);
+  assert.equal(await page.locator('#timeline script').count(), 0, 'no element made of a tool call');
+  assert.deepEqual(page.problems, [], 'nothing ran: no dialog, no error');
+  await shot(page, '3c-alice-run-timeline');
+  step('the timeline: two passes, the approval wait between them, each call opening to its arguments and result');
+
   // Usage: a chart and the totals.
   await page.goto(`${base}/usage`);
   assert.equal(await page.textContent('#total-runs'), '1');

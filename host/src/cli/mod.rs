@@ -33,6 +33,7 @@ mod sdk;
 mod serve;
 mod sessions;
 mod tenant;
+mod timeline;
 pub(crate) mod web;
 mod wit;
 pub(crate) mod worker;

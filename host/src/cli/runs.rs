@@ -42,9 +42,14 @@ pub enum RunsCommand {
     Show {
         /// The run's id.
         run: String,
-        /// Print JSON instead of text.
+        /// Print JSON instead of text, with the run's timeline.
         #[arg(long)]
         json: bool,
+        /// Add the run's timeline: its passes, model turns, tool calls and
+        /// waits with their durations and tokens, and each tool call's full
+        /// arguments and result.
+        #[arg(long)]
+        full: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -415,9 +420,9 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             note_orphans(&runs).await;
             list(&*store, *status, *limit, *json, *quiet).await
         }
-        RunsCommand::Show { run, json, .. } => {
+        RunsCommand::Show { run, json, full, .. } => {
             note_orphans(&runs).await;
-            show(&*store, run, *json).await
+            show(&*store, run, *json, *full).await
         }
         RunsCommand::Events { run, follow, .. } => events(&*store, run, *follow).await,
         RunsCommand::Cancel { run, .. } => match store.cancel(run, "cancelled by the operator").await {
@@ -649,7 +654,7 @@ async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: 
     ExitCode::SUCCESS
 }
 
-async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
+async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
     let run = match store.run(id).await {
         Ok(Some(r)) => r,
         Ok(None) => return store_error(&StoreError::NoRun(id.to_string())),
@@ -661,6 +666,14 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return store_error(&e),
         };
     let names: Vec<&str> = checkpoints.iter().map(|(n, _)| n.as_str()).collect();
+    let timeline = if json || full {
+        match nexo::runs::timeline::Timeline::load(store, &run).await {
+            Ok(t) => Some(t),
+            Err(e) => return store_error(&e),
+        }
+    } else {
+        None
+    };
     if json {
         let state: serde_json::Map<String, serde_json::Value> = checkpoints.iter().cloned().collect();
         let value = serde_json::json!({
@@ -669,6 +682,7 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
             "checkpoints": names,
             "state": state,
             "events": events,
+            "timeline": timeline,
         });
         nexo::terminal::print_json(&value);
         return ExitCode::SUCCESS;
@@ -716,6 +730,9 @@ async fn show(store: &dyn Store, id: &str, json: bool) -> ExitCode {
             }
             outln!("  {role:<9}  {}", first_line(&body.to_string()));
         }
+    }
+    if let Some(timeline) = &timeline {
+        outln!("{}", super::timeline::text(timeline).trim_end());
     }
     ExitCode::SUCCESS
 }

@@ -21,6 +21,7 @@ pub mod changes;
 pub mod pass;
 pub mod prepare;
 pub mod spec;
+pub mod timeline;
 mod trace;
 pub mod worker;
 
@@ -451,6 +452,7 @@ impl Runs {
         let (journal, thread) =
             tokio::join!(Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events), load_thread);
         let journal = Arc::new(journal.map_err(RunError::from)?);
+        journal.record_pass(&self.owner);
         let thread = thread.map_err(RunError::from)?;
         // A recorded conversation goes on after the turns the replay answers.
         // Only a replay moves the model: a new run (the next prompt of a

@@ -583,6 +583,19 @@ pub async fn get_run(
     Ok(Json(shown(&state, &run).await?))
 }
 
+/// `GET /v1/runs/{id}/timeline`: the tenant's run as a timeline of its
+/// passes, turns, tool calls (with their full arguments and results) and
+/// waits.
+pub async fn timeline(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<crate::runs::timeline::Timeline>> {
+    let run = own_run(&state, &tenant, &id).await?;
+    let timeline = crate::runs::timeline::Timeline::load(&*state.store, &run).await.map_err(ApiError::store)?;
+    Ok(Json(timeline))
+}
+
 /// The body of `POST /v1/runs/{id}/approve` and `/deny`: the call decided,
 /// as the run's `approval` showed it. A decision that names no call is
 /// refused, so that it can never decide one nobody was shown.

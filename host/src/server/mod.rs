@@ -326,6 +326,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs", post(api::start_run).get(api::list_runs))
         .route("/v1/runs/{id}", get(api::get_run))
         .route("/v1/runs/{id}/events", get(api::events))
+        .route("/v1/runs/{id}/timeline", get(api::timeline))
         .route("/v1/runs/{id}/approve", post(api::approve))
         .route("/v1/runs/{id}/deny", post(api::deny))
         .route("/v1/runs/{id}/resume", post(api::resume))

@@ -28,6 +28,8 @@ fn entry_args<'a>(id: &'a str, e: &'a Entry, owner: Option<&'a str>) -> StoreRes
         (&e.function).into(),
         (&e.args_hash).into(),
         (&e.result).into(),
+        e.started_ms.into(),
+        e.ended_ms.into(),
     ];
     args.extend(owner.map(Arg::Text));
     Ok(args)

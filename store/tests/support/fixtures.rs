@@ -224,6 +224,8 @@ async fn resume_and_finish(store: &dyn Store, id: &str, how: Claim, input: Optio
         function: "write-file".into(),
         args_hash: sha256_hex("after the upgrade"),
         result: "\"ok\"".into(),
+        started_ms: Some(nexo_store::now_ms()),
+        ended_ms: Some(nexo_store::now_ms()),
     };
     let event = NewEvent { kind: "tool_result".into(), data: json!({"ok": true}), at_ms: nexo_store::now_ms() };
     let batch = Batch { journal: vec![entry.clone()], events: vec![event], ..Batch::default() };

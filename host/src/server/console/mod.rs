@@ -52,6 +52,7 @@ mod login;
 mod runs;
 mod session;
 mod sessions;
+mod timeline;
 mod usage;
 mod who;
 

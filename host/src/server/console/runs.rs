@@ -250,6 +250,9 @@ pub(super) async fn run_page(State(state): State<AppState>, console: Console, Pa
     let run = own_run(&state, &console, &id).await?;
     let approval = pending(&state, &console, &run).await?;
     let events = state.store.events(&run.id, 0, EVENT_BATCH).await.map_err(|e| Failure::store(e, Some(&console)))?;
+    let timeline = crate::runs::timeline::Timeline::load(&*state.store, &run)
+        .await
+        .map_err(|e| Failure::store(e, Some(&console)))?;
     let inner = run_state_inner(&run, approval.as_ref(), &console.csrf);
     let live_state = live("section", "run-state", "panel", &run_state_url(&run), "1s", !run.status.is_final(), &inner);
     let body = format!(
@@ -257,7 +260,7 @@ pub(super) async fn run_page(State(state): State<AppState>, console: Console, Pa
          <div class=\"panel\"><dl class=\"facts\"><dt>Agent</dt><dd id=\"run-agent\">{agent}</dd>\
          <dt>Plugin</dt><dd><code title=\"{plugin}\">{plugin_short}</code></dd>\
          <dt>Created</dt><dd>{created}</dd><dt>Input</dt><dd><pre id=\"run-input\">{input}</pre></dd></dl></div>\
-         {live_state}<h2>Events</h2><div class=\"panel\"><ol id=\"events\" class=\"events\">{events}</ol></div>",
+         {live_state}<h2>Timeline</h2>{timeline}<h2>Events</h2><div class=\"panel\"><ol id=\"events\" class=\"events\">{events}</ol></div>",
         id = escape(&run.id),
         agent = escape(&run.agent),
         plugin = escape(&run.component_sha256),
@@ -265,6 +268,7 @@ pub(super) async fn run_page(State(state): State<AppState>, console: Console, Pa
         created = time_tag(run.created_ms),
         input = escape(&clip(&run.input, 64 * 1024)),
         events = event_rows(&run, &events, 0, run.status.is_final()),
+        timeline = super::timeline::timeline_section(&timeline),
     );
     Ok(html(StatusCode::OK, page(&format!("Run {}", run.id), Some(&console.who()), Nav::Runs, &body)))
 }
