@@ -5,7 +5,7 @@
 //! nexo's spans ([`super::spans`]) are `tracing` spans of one target,
 //! [`TARGET`]; the exporting layer (tracing-opentelemetry) sees only that
 //! target, through a per-layer filter, so no log line, a plugin's or the
-//! host's, is ever exported. Until [`install`] runs the filter enables
+//! host's, is ever exported. Until telemetry is installed the filter enables
 //! nothing, so each span macro is a disabled callsite: tracing off costs a
 //! run nothing.
 //!
@@ -45,7 +45,7 @@ struct Installed {
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
 /// The layer a front end's subscriber carries, first on the registry: the
-/// slot [`install`] fills. Empty, it enables nothing.
+/// slot installing telemetry fills ([`super::Telemetry::install`]). Empty, it enables nothing.
 pub fn layer() -> impl Layer<Registry> + Send + Sync + 'static {
     Slot.with_filter(Exported)
 }
