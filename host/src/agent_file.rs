@@ -90,9 +90,22 @@ impl AgentFile {
             remember(&prepared.tools, &outcome);
             Ok(outcome)
         };
-        match tokio::time::timeout(limit, run).await {
-            Ok(result) => result,
-            Err(_) => Err(RunError::Deadline { plugin: name.clone(), function: "prompt".into(), limit }),
+        // A halted run (cancelled, its lease lost) may be waiting on a model
+        // turn: race it against the stop, as a component's run is, so the
+        // pass ends at once rather than when the model answers.
+        let stop = options.context.journal.as_ref().map(|j| j.stop_signal().clone());
+        let stopped = async move {
+            match stop {
+                Some(stop) => stop.stopped().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            timed = tokio::time::timeout(limit, run) => match timed {
+                Ok(result) => result,
+                Err(_) => Err(RunError::Deadline { plugin: name.clone(), function: "prompt".into(), limit }),
+            },
+            () = stopped => Err(RunError::AgentFailed { plugin: name.clone(), reason: "the run was stopped".into() }),
         }
     }
 }

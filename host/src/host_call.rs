@@ -512,8 +512,15 @@ impl ToolContext {
             return tool.call_model(self, turn, call).await;
         }
         let names: Vec<String> = self.tools.iter().flat_map(|t| t.names(self)).collect();
-        let e =
-            ToolError::InvalidInput(format!("there is no tool `{}`; the tools are: {}", call.name, names.join(", ")));
+        let mut text = format!("there is no tool `{}`; the tools are: {}", call.name, names.join(", "));
+        // A tool the model expected may be one the operator's settings
+        // withhold: say so, in the authority's words, rather than leave it
+        // guessing.
+        for (i, (cap, why)) in self.authority.withheld().into_iter().enumerate() {
+            let lead = if i == 0 { "; withheld from this run by the operator's settings:" } else { ";" };
+            text.push_str(&format!("{lead} the tools of `{}` ({})", cap.as_str(), why.message()));
+        }
+        let e = ToolError::InvalidInput(text);
         call_event(self, turn, call);
         let reply = ModelReply { content: format!("error: {}", e.message()), ..ModelReply::error(&e) };
         result_event(self, turn, call, &reply);

@@ -571,11 +571,15 @@ impl EventSink for JournalSink {
         }
         self.inner.emit(event);
         let (kind, seq) = match event {
+            // Kept, so a stream of the run (the server's, `nexo runs events
+            // --follow`) shows that the model works; a replayed turn's start
+            // was recorded the first time and is not recorded again.
+            Event::TurnStarted { .. } => ("turn_started", None),
             Event::ToolCall { turn, id, .. } => ("tool_call", self.journal.linked(*turn, id, false)),
             Event::ToolResult { turn, id, .. } => ("tool_result", self.journal.linked(*turn, id, true)),
             Event::Done { .. } => ("done", None),
-            // Turn starts and streamed text are for the display only.
-            Event::TurnStarted { .. } | Event::TextDelta { .. } => return,
+            // Streamed text is for the display only.
+            Event::TextDelta { .. } => return,
         };
         if let Ok(mut data) = serde_json::to_value(event) {
             // The entry holding the call's full result, for the timeline.

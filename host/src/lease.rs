@@ -142,6 +142,11 @@ where
     pub fn held(&self) -> usize {
         lock(&self.state).held.len()
     }
+
+    /// The keys whose leases are held now.
+    pub fn keys(&self) -> Vec<K> {
+        lock(&self.state).held.keys().cloned().collect()
+    }
 }
 
 fn lock<K>(state: &Mutex<State<K>>) -> std::sync::MutexGuard<'_, State<K>> {

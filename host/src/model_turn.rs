@@ -5,7 +5,9 @@
 //! nothing, so a resume tries it again. A turn needs no capability
 //! ([`Gate::Open`](crate::authority::Gate::Open)): the gate lets it through
 //! and the audit does not see it; its events are the loop's
-//! (`turn-started`, `text-delta`), not a tool call's.
+//! (`turn-started`, `text-delta`), not a tool call's. A live turn commits
+//! what the journal holds before it asks the model, so the run's recorded
+//! `turn_started` is there to read while the model works.
 //!
 //! The turn borrows the conversation: its arguments are the request itself,
 //! never a copy, and the journal hashes them as they serialize
@@ -17,7 +19,7 @@ use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, R
 use tracing::Instrument;
 
 use crate::error::ToolError;
-use crate::host_call::{HostCall, Refusal, ToolContext};
+use crate::host_call::{CallContext as _, HostCall, Refusal, ToolContext};
 use crate::telemetry::spans;
 
 /// `complete`: one turn of `provider`'s model.
@@ -56,12 +58,17 @@ impl<'p> HostCall for ModelTurn<'p> {
         crate::journal::hash_json(turn)
     }
 
-    fn execute<'a>(&'a self, _cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
-        let span = spans::chat_span(self.0.name(), &turn.request.model, turn.request);
-        if span.is_disabled() {
-            return self.0.complete(turn.request, turn.deltas);
-        }
+    fn execute<'a>(&'a self, cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
+            // The turn's `turn_started` event reaches the store before the
+            // model is asked: a stream of the run shows it while the model works.
+            if let Some(journal) = cx.journal() {
+                journal.flush().await;
+            }
+            let span = spans::chat_span(self.0.name(), &turn.request.model, turn.request);
+            if span.is_disabled() {
+                return self.0.complete(turn.request, turn.deltas).await;
+            }
             let result = self.0.complete(turn.request, turn.deltas).instrument(span.clone()).await;
             spans::chat_result(&span, &turn.request.model, &result);
             result

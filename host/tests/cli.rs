@@ -978,3 +978,31 @@ fn nexo_run_one_turn_against_llama_server() {
     assert!(done["input_tokens"].as_u64().unwrap() > 0, "{done}");
     assert!(done["output_tokens"].as_u64().unwrap() > 0, "{done}");
 }
+
+/// A compile is announced where a person waits for it, and only then: with
+/// `-v`, a compile-cache miss says the component compiles once and is cached
+/// after, and the hit that follows says nothing; with the cache off each load
+/// says it compiles every time; off a terminal without `-v`, and on stdout
+/// (`--json`) ever, nothing is said.
+#[test]
+fn a_compile_is_announced_on_a_cache_miss_and_not_on_a_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let inspect = |cache: &str, flags: &[&str]| {
+        let out = common::nexo_command(&dir.path().join(cache))
+            .args(flags)
+            .args(["inspect", "--json", built::HELLO])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(serde_json::from_str::<serde_json::Value>(&stdout(&out)).is_ok(), "stdout is the JSON alone");
+        stderr(&out)
+    };
+    let said = |err: &str| err.lines().filter(|l| l.starts_with("compiling component (")).map(String::from).collect();
+    let miss: Vec<String> = said(&inspect("a", &["-v"]));
+    assert_eq!(miss.len(), 1, "{miss:?}");
+    assert!(miss[0].ends_with("kB) — first load only, cached after"), "{miss:?}");
+    assert_eq!(said(&inspect("a", &["-v"])), Vec::<String>::new(), "a cache hit compiles nothing");
+    let off: Vec<String> = said(&inspect("b", &["-v", "--no-cache"]));
+    assert!(off.len() == 1 && off[0].contains("at every load"), "{off:?}");
+    assert_eq!(said(&inspect("c", &[])), Vec::<String>::new(), "off a terminal, without -v");
+}

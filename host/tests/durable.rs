@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nexo_model::mock::{MockServer, MockToolCall, Reply};
+use nexo_model::mock::{Gate, MockServer, MockToolCall, Reply};
 use nexo_tests as built;
 use serde_json::{Value, json};
 
@@ -401,6 +401,217 @@ async fn a_toml_agent_replays_its_host_loop_and_a_second_gate_suspends_again() {
     assert_eq!(last_json(&out)["answer"], "both written");
     assert!(scene.ws().join("two.txt").exists());
     assert_eq!(scene.server.requests().len(), 3, "each model turn was paid for once");
+    // Each turn's start is recorded once: the turns a resume replays add none.
+    assert_eq!(turns_started(&scene, &id), [1, 2, 3]);
+}
+
+/// The turn numbers of run `id`'s recorded `turn_started` events, in order.
+fn turns_started(scene: &Scene, id: &str) -> Vec<u64> {
+    let out = scene.nexo(&["runs", "events", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "turn_started")
+        .map(|e| e["data"]["turn"].as_u64().unwrap())
+        .collect()
+}
+
+/// `nexo run --json` of a greeter agent, started: its model answers
+/// `answer` once `gate` opens, and not before.
+fn held_greeter(scene: &Scene, gate: &Gate, answer: &str) -> std::process::Child {
+    scene.server.push(Reply::text(answer).held_by(gate));
+    let agent = scene.dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
+    let args = scene.run_args(agent.to_str().unwrap(), "say hello", &[]);
+    scene.command(&refs(&args)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+/// While the model works, `nexo run --json` off a terminal has said so
+/// (a `turn-started` line), and the run's recorded events (what `nexo runs
+/// events --follow` and the server's stream read) hold the turn's start:
+/// the model's answer is held until both are seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_start_is_shown_and_recorded_before_the_model_answers() {
+    let scene = Scene::new().await;
+    let gate = Gate::new();
+    let mut child = held_greeter(&scene, &gate, "hello there");
+    let lines = lines_of(child.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = lines.recv_timeout(Duration::from_secs(60)).expect("no JSON line while the model works");
+    assert_eq!(serde_json::from_str::<Value>(&first).unwrap(), json!({"event": "turn-started", "turn": 1}));
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never showed up");
+        if let Some(r) = scene.runs().first() {
+            break r["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(turns_started(&scene, &id), [1], "recorded while the model is held");
+    assert_eq!(scene.runs()[0]["status"], "running");
+    gate.open();
+    let rest: Vec<Value> = lines.iter().map(|l| serde_json::from_str(&l).unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    let events: Vec<&str> = rest.iter().filter_map(|v| v["event"].as_str()).collect();
+    assert_eq!(events, ["done"], "{rest:?}");
+    assert_eq!(rest.last().unwrap()["answer"], "hello there");
+}
+
+/// `nexo runs list` heads its columns, each header over its values
+/// whatever the agents' names; `--json` and `-q` print no header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_heads_its_columns_and_keeps_them_aligned() {
+    let scene = Scene::new().await;
+    for name in ["a", "an-agent-with-a-name-longer-than-twenty"] {
+        scene.server.push(Reply::text("hi"));
+        let agent = scene.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&agent, format!("name = \"{name}\"\ndescription = \"Greets\"\n")).unwrap();
+        let out = scene.nexo(&refs(&scene.run_args(agent.to_str().unwrap(), "hello", &[])));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = scene.nexo(&["runs", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two runs: {text}");
+    let header = lines[0];
+    let columns =
+        ["RUN", "STATUS", "AGENT", "CREATED"].map(|h| header.find(h).unwrap_or_else(|| panic!("{h}: {text}")));
+    for (row, run) in lines[1..].iter().zip(scene.runs()) {
+        let cells = [&run["id"], &run["status"], &run["agent"]].map(|v| v.as_str().unwrap().to_string());
+        for (cell, at) in cells.iter().zip(columns) {
+            assert_eq!(row.get(at..at + cell.len()), Some(cell.as_str()), "`{cell}` under its header:\n{text}");
+        }
+        assert!(row[columns[3]..].starts_with("20"), "the time under CREATED:\n{text}");
+    }
+    for quiet in ["--json", "-q"] {
+        let out = stdout(&scene.nexo(&["runs", "list", quiet]));
+        assert!(!out.contains("STATUS"), "{quiet}: {out}");
+    }
+}
+
+/// Ctrl-C during `nexo run` cancels the run cleanly while its model works:
+/// the run is recorded `cancelled` (not left `running`), the process says
+/// so and what to do next, and exits with 130 without waiting for the
+/// model's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_running_run_and_says_so() {
+    let scene = Scene::new().await;
+    let gate = Gate::new();
+    let mut child = held_greeter(&scene, &gate, "never shown");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never waited on its model");
+        let running = scene.runs().first().filter(|r| r["status"] == "running").cloned();
+        if let Some(run) = running.filter(|_| !scene.server.requests().is_empty()) {
+            break run["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "Ctrl-C did not end the run while its model worked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    gate.open();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains(&format!("cancelling run {id}")), "{err}");
+    assert!(err.contains(&format!("run {id} was cancelled: interrupted with Ctrl-C")), "{err}");
+    assert!(err.contains(&format!("`nexo runs show {id}`")), "what to do next: {err}");
+    assert_eq!(last_json(&out)["status"], "cancelled", "{}", stdout(&out));
+    let run = &scene.runs()[0];
+    assert_eq!((&run["status"], &run["error"]), (&json!("cancelled"), &json!("interrupted with Ctrl-C")), "{run}");
+}
+
+/// Ctrl-C while `ask` mode waits on the terminal for an answer: the first
+/// cancels the run (the question still waits on the terminal), the second
+/// exits at once, and the run stays cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_exits_at_once_while_a_question_waits() {
+    let scene = Scene::new().await;
+    let call = MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}));
+    scene.server.push(Reply::tool_calls(vec![call]));
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let mut args = scene.run_args(agent.to_str().unwrap(), "write a file", &["--allow", "write", "--mode", "ask"]);
+    args.retain(|a| a != "--json");
+    let mut terminal = common::Terminal::open();
+    let slave = terminal.slave.try_clone().unwrap();
+    let mut child = scene
+        .command(&refs(&args))
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let interrupt = |child: &std::process::Child| {
+        let pid = rustix::process::Pid::from_child(child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    };
+    terminal.wait_for("[y/N]", 1);
+    interrupt(&child);
+    terminal.wait_for("(Ctrl-C again exits at once)", 1);
+    let run = &scene.runs()[0];
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(child.try_wait().unwrap().is_none(), "the question still waits on the terminal");
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    let screen = terminal.drain();
+    assert_eq!(status.code(), Some(130), "{screen}");
+    assert!(screen.contains(&format!("exiting at once; `nexo runs show {}`", run["id"].as_str().unwrap())), "{screen}");
+    assert_eq!(scene.runs()[0]["status"], "cancelled");
+    assert!(!scene.ws().join("a.txt").exists());
+}
+
+/// `--allow write` under the default read-only mode: `nexo run` warns
+/// before the run that `write` is withheld and names the mode that would
+/// let it through, and a model that calls `write_file` anyway is told that
+/// the operator's settings withhold it. Under `--mode auto` nothing is said
+/// and the write happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_capability_the_mode_withholds_is_named_before_the_run_and_to_the_model() {
+    let scene = Scene::new().await;
+    let agent = scene.dir.path().join("writer.toml");
+    std::fs::write(&agent, "name = \"writer\"\ndescription = \"Writes\"\ncapabilities = [\"write\"]\n").unwrap();
+    let agent = agent.display().to_string();
+    let write =
+        || Reply::tool_calls(vec![MockToolCall::new("w1", "write_file", json!({"path": "a.txt", "content": "x"}))]);
+    scene.server.push(write());
+    scene.server.push(Reply::text("tried"));
+    let out = scene.nexo(&refs(&scene.run_args(&agent, "write a file", &["--allow", "write"])));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let warning = err.lines().find(|l| l.starts_with("warning: `write` is granted")).unwrap_or_else(|| panic!("{err}"));
+    assert!(warning.contains("read-only mode") && warning.contains("`--mode auto`"), "the fix: {warning}");
+    assert!(!scene.ws().join("a.txt").exists());
+    let told = scene.server.requests()[1].body["messages"].to_string();
+    assert!(told.contains("there is no tool `write_file`"), "{told}");
+    assert!(told.contains("withheld from this run by the operator's settings: the tools of `write`"), "{told}");
+
+    scene.server.push(write());
+    scene.server.push(Reply::text("written"));
+    let out = scene.nexo(&refs(&scene.run_args(&agent, "write a file", &["--allow", "write", "--mode", "auto"])));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(scene.ws().join("a.txt").exists());
+}
+
+/// The lines `pipe` gives, as they come, read on a thread of their own.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// `nexo runs show --full` and `--json` give the run's timeline: both

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nexo_model::mock::{MockToolCall, Reply};
+use nexo_model::mock::{Gate, MockToolCall, Reply};
 use nexo_tests as built;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -702,6 +702,41 @@ async fn a_tenant_resumes_and_cancels_its_runs_over_the_api() {
     let resumed = scene.audit(&node, &key, "run.resumed").await;
     let cancelled = scene.audit(&node, &key, "run.cancelled").await;
     assert_eq!((resumed.len(), cancelled.len()), (1, 1), "only what was done is audited");
+}
+
+/// A run's event stream says a model turn has started while the model
+/// works: the turn's answer is held until the stream has shown
+/// `turn_started`, and the run is still running then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_shows_a_turn_start_while_the_model_works() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("ned", Some(json!({"models": ["test"]})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let gate = Gate::new();
+    scene.model.push(Reply::text("worth the wait").held_by(&gate));
+    let body = json!({"plugin": plugin["id"], "input": "prompt take your time", "wait": false});
+    let (status, run) = scene.post(&node.url("/v1/runs"), &key, body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let followed = follow(&scene, &node, &key, &id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = followed.lock().unwrap().clone();
+        if whole_events(&text).iter().any(|(_, kind)| kind == "turn_started") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the stream showed no turn start: {text}\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(text.contains(r#""data":{"event":"turn-started","turn":1}"#), "{text}");
+    assert_eq!(scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await.1["status"], "running");
+    gate.open();
+    let done = scene.finish(&node, &key, &id).await;
+    assert_eq!((&done["status"], &done["result"]), (&json!("done"), &json!("worth the wait")), "{done}");
+    let kinds: Vec<String> = scene.events(&node, &key, &id, None).await.into_iter().map(|(_, kind, _)| kind).collect();
+    let at = |kind: &str| kinds.iter().position(|k| k == kind);
+    assert!(matches!((at("turn_started"), at("done")), (Some(a), Some(b)) if a < b), "{kinds:?}");
 }
 
 /// `[serve] run-timeout-secs` end to end: a spinning guest, and one

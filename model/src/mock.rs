@@ -89,6 +89,35 @@ pub struct Reply {
     usage: (u64, u64),
     stop: Option<String>,
     delay: Option<Duration>,
+    gate: Option<Gate>,
+}
+
+/// A condition a held reply waits for ([`Reply::held_by`]): the test opens
+/// it once it has seen what it waits for while the model "works".
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Gate::default()
+    }
+
+    /// Opens the gate: every reply held by it is answered, now and later.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        // The sender lives in `self`, so the wait ends only when it opens.
+        let _ = self.0.subscribe().wait_for(|open| *open).await;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -105,7 +134,7 @@ enum Kind {
 
 impl Reply {
     fn new(kind: Kind) -> Self {
-        Reply { kind, usage: (10, 5), stop: None, delay: None }
+        Reply { kind, usage: (10, 5), stop: None, delay: None, gate: None }
     }
 
     /// A text answer (`stop` / `end_turn`).
@@ -196,6 +225,13 @@ impl Reply {
     /// Waits this long before answering (to exercise timeouts).
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Waits until `gate` is opened before answering: the model works for
+    /// as long as the test says.
+    pub fn held_by(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 }
@@ -483,6 +519,9 @@ async fn reply_to(
     };
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
+    }
+    if let Some(gate) = &reply.gate {
+        gate.passed().await;
     }
     let answer = Answer { model: &model, usage: reply.usage, stop: reply.stop.as_deref() };
     match &reply.kind {

@@ -208,6 +208,24 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
+impl Toolchain {
+    /// Whether a build into `target_dir` first builds the standard library
+    /// from source (Debian's toolchain, where `target_dir` holds none yet):
+    /// minutes, once per target directory.
+    pub fn builds_std_in(&self, target_dir: &Path) -> bool {
+        if *self != Toolchain::Debian {
+            return false;
+        }
+        let deps = target_dir.join(TARGET).join("release").join("deps");
+        let built = std::fs::read_dir(deps).into_iter().flatten().filter_map(Result::ok).any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libstd-") && name.ends_with(".rlib")
+        });
+        !built
+    }
+}
+
 /// Where cargo puts the component of package `name`.
 pub fn artifact_path(target_dir: &Path, name: &str) -> PathBuf {
     target_dir.join(TARGET).join("release").join(format!("{}.wasm", name.replace('-', "_")))
@@ -285,6 +303,28 @@ fn scrub_env(cmd: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_debians_first_build_in_a_target_directory_builds_the_standard_library() {
+        let dir = tempfile_dir();
+        assert!(Toolchain::Debian.builds_std_in(&dir), "an empty target directory");
+        assert!(!Toolchain::Rustup.builds_std_in(&dir), "rustup ships it built");
+        let deps = dir.join(TARGET).join("release").join("deps");
+        std::fs::create_dir_all(&deps).unwrap();
+        std::fs::write(deps.join("libcore-0123.rlib"), b"").unwrap();
+        assert!(Toolchain::Debian.builds_std_in(&dir), "core alone is not std");
+        std::fs::write(deps.join("libstd-0123.rlib"), b"").unwrap();
+        assert!(!Toolchain::Debian.builds_std_in(&dir), "built once, not again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh directory of this test's own (the crate is plain `std`).
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nexo-toolchain-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 
     #[test]
     fn the_first_error_is_quoted_with_its_location() {

@@ -133,9 +133,13 @@ fn ask_on_terminal_text(action: &str) -> bool {
         return false;
     }
     let action = nexo::terminal::escape(action, nexo::terminal::Lines::Flatten);
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "Allow {action}? [y/N] ");
-    let _ = err.flush();
+    {
+        // Not held while the answer is awaited: another thread's line (a
+        // log, what Ctrl-C says) must not wait for the person.
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "Allow {action}? [y/N] ");
+        let _ = err.flush();
+    }
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {
         return false;

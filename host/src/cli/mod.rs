@@ -284,6 +284,10 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     // win back; the long-lived commands keep it.
     let pooling = matches!(cli.command, Command::Worker(_) | Command::Mcp(_) | Command::Serve(_));
     let mut config = EngineConfig { pooling, ..EngineConfig::default() };
+    // The long-lived commands log instead.
+    if !matches!(cli.command, Command::Worker(_) | Command::Serve(_)) {
+        config.on_compile = progress::compile_notice(cli.verbose);
+    }
     if cli.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = &cli.cache_dir {
@@ -422,7 +426,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(code) => return code,
                 };
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
-                let code = runs::start(&engine, &recorder, file, input, &recorded, &options, *json).await;
+                let pass = runs::start(&engine, &recorder, file, input, &recorded, &options, *json);
+                let code = runs::cancel_on_ctrl_c(&recorder, pass).await;
                 progress.finish();
                 code
             };
@@ -556,6 +561,7 @@ async fn run_agent(
 ) -> Result<RunResult, RunError> {
     if is_toml(file) {
         let agent = AgentFile::load(file)?;
+        runs::warn_withheld(agent.manifest(), options);
         let name = agent.manifest().name.clone();
         return Ok(match agent.run(input, options).await {
             Ok(outcome) => RunResult { agent: name, answer: Ok(outcome.text), status: Some(outcome.status) },
@@ -564,6 +570,7 @@ async fn run_agent(
     }
     let plugin = Plugin::load(engine, file).await?;
     let agent = plugin.agent()?;
+    runs::warn_withheld(agent.manifest(), options);
     Ok(match agent.run(input, options).await {
         Ok(outcome) => RunResult {
             agent: agent.name().to_string(),
@@ -655,6 +662,12 @@ async fn build(
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| path.join("target"));
     errln!("building `{package}` for {} with the {toolchain:?} toolchain", nexo_toolchain::TARGET);
+    if toolchain.builds_std_in(&target_dir) && progress::tells_long_steps(cli.verbose) {
+        errln!(
+            "first build in {}: the standard library is built from source too (minutes, once; later builds reuse it)",
+            target_dir.display()
+        );
+    }
     let artifact = nexo_toolchain::build_package(&toolchain, &manifest, Some(&package), &target_dir).map_err(|e| {
         errln!("error: {e}");
         ExitCode::from(2)

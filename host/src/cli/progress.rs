@@ -1,6 +1,8 @@
 //! What `nexo run` shows while an agent works: a spinner while the model
 //! thinks and one line per tool call on a terminal; plain lines otherwise;
-//! JSON lines with `--json`.
+//! JSON lines with `--json`. And a word on the long first steps (compiling
+//! a large component, building the standard library), on a terminal or
+//! with `-v`, on stderr only.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -107,5 +109,53 @@ impl EventSink for Progress {
             Event::TextDelta { .. } => {}
             Event::Done { .. } => self.finish(),
         }
+    }
+}
+
+/// A component at least this large takes seconds to compile: on a terminal
+/// its compile is announced even without `-v`.
+const LARGE_COMPONENT: usize = 4 << 20;
+
+/// Whether a long step is worth a word on stderr: on a terminal, or with
+/// `-v` (stdout, and `--json` with it, never carries it).
+pub fn tells_long_steps(verbose: u8) -> bool {
+    verbose > 0 || std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// What the engine says before it compiles a component rather than load
+/// it from the cache: every compile with `-v`, a large one on a terminal.
+pub fn compile_notice(verbose: u8) -> Option<nexo::engine::CompileNotice> {
+    if !tells_long_steps(verbose) {
+        return None;
+    }
+    Some(nexo::engine::CompileNotice::new(move |bytes, cached| {
+        if verbose > 0 || bytes >= LARGE_COMPONENT {
+            nexo::terminal::eprint_line(&compiling(bytes, cached));
+        }
+    }))
+}
+
+/// The line that announces a compile of `bytes`.
+fn compiling(bytes: usize, cached: bool) -> String {
+    let size = if bytes >= 1_000_000 {
+        format!("{} MB", bytes.div_ceil(1_000_000))
+    } else {
+        format!("{} kB", bytes.div_ceil(1_000))
+    };
+    if cached {
+        format!("compiling component ({size}) — first load only, cached after")
+    } else {
+        format!("compiling component ({size}) — at every load, as the compile cache is off (--no-cache)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compile_says_its_size_and_whether_it_is_once_only() {
+        assert_eq!(compiling(18_000_000, true), "compiling component (18 MB) — first load only, cached after");
+        assert!(compiling(240_001, false).starts_with("compiling component (241 kB) — at every load"));
     }
 }

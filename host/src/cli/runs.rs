@@ -265,6 +265,18 @@ fn on_terminal(options: &mut RunOptions, progress: &Arc<progress::Progress>) {
     }
 }
 
+/// Warns, before a run, of each capability the agent requests and the
+/// operator grants (`--allow`, the config file) whose tools the run will
+/// not offer: the mode refuses it, or the configuration cannot serve it.
+/// The words are the authority's own refusal, which names the fix.
+pub fn warn_withheld(manifest: &nexo::manifest::AgentManifest, options: &RunOptions) {
+    let serving = nexo::world::agent::Serving::of(&options.grant, options.providers.search.is_some());
+    let authority = nexo::world::agent::authority(manifest, &options.grant, &options.permissions, serving);
+    for (cap, why) in authority.withheld() {
+        errln!("warning: `{}` is granted, but this run withholds its tools: {}", cap.as_str(), why.message());
+    }
+}
+
 /// An agent loaded for a run: a declarative file, or an agent component.
 pub enum Loaded {
     /// A TOML agent.
@@ -282,6 +294,14 @@ impl Loaded {
         let plugin = Plugin::load(engine, file).await.map_err(|e| report::fail(&e.into()))?;
         let agent = plugin.agent().map_err(|e| report::fail(&e.into()))?.clone();
         Ok(Loaded::Component(agent, plugin.sha256().to_string(), file.to_path_buf()))
+    }
+
+    /// The agent's manifest.
+    pub fn manifest(&self) -> &nexo::manifest::AgentManifest {
+        match self {
+            Loaded::File(agent) => agent.manifest(),
+            Loaded::Component(agent, ..) => agent.manifest(),
+        }
     }
 
     /// What a run runs.
@@ -315,10 +335,51 @@ pub async fn start(
         Ok(l) => l,
         Err(code) => return code,
     };
+    warn_withheld(loaded.manifest(), options);
     match runs.start(loaded.subject(), input, spec, options).await {
         Ok(end) => report_end(&end, json),
         Err(e) => report::report_error(&e, json),
     }
+}
+
+/// The exit code of a run interrupted with Ctrl-C (128 + SIGINT, as a shell's).
+const INTERRUPTED: u8 = 130;
+
+/// Awaits `pass`, a pass this process drives for `runs`, with Ctrl-C
+/// cancelling it cleanly: the first cancels the runs it drives, as the
+/// server's cancel does ([`Runs::cancel`]), and the pass ends as a
+/// cancelled run does, saying so; a second exits at once. The exit code
+/// is then 130.
+pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (runs, heard) = (runs.clone(), interrupted.clone());
+    // A task of its own: a pass blocked on the terminal (an `ask` question)
+    // must not keep Ctrl-C from being heard.
+    let watch = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            // No handler: Ctrl-C kills the process as it would without one.
+            return;
+        }
+        heard.store(true, Ordering::Relaxed);
+        let driven = runs.driven();
+        if driven.is_empty() {
+            errln!("interrupted before the run started");
+            std::process::exit(i32::from(INTERRUPTED));
+        }
+        for id in &driven {
+            match runs.cancel(id, "interrupted with Ctrl-C").await {
+                Ok(_) => errln!("cancelling run {id} (Ctrl-C again exits at once)"),
+                Err(e) => errln!("warning: cannot cancel run {id}: {e}"),
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        errln!("exiting at once; `nexo runs show {}` shows the run", driven.join(" "));
+        std::process::exit(i32::from(INTERRUPTED));
+    });
+    let code = pass.await;
+    watch.abort();
+    if interrupted.load(Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }
 }
 
 /// Prints how a pass ended; the exit code says it: 0 done, 1 failed or
@@ -384,6 +445,7 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
         }
         RunStatus::Cancelled => {
             errln!("run {id} was cancelled: {}", run.error.as_deref().unwrap_or_default());
+            errln!("a cancelled run is not resumed; `nexo runs show {id}` shows what it did");
             ExitCode::from(1)
         }
         _ => {
@@ -566,11 +628,14 @@ async fn resume(
     narrow: &Narrow,
     file: &nexo::config::ConfigFile,
 ) -> ExitCode {
-    match resume_run(runs, base, id, how, input, narrow, file).await {
-        Resumed::End(end) => report_end(&end, narrow.json),
-        Resumed::Refused(_) => ExitCode::from(2),
-        Resumed::Failed(e) => report::report_error(&e, narrow.json),
-    }
+    let pass = async {
+        match resume_run(runs, base, id, how, input, narrow, file).await {
+            Resumed::End(end) => report_end(&end, narrow.json),
+            Resumed::Refused(_) => ExitCode::from(2),
+            Resumed::Failed(e) => report::report_error(&e, narrow.json),
+        }
+    };
+    cancel_on_ctrl_c(runs, pass).await
 }
 
 /// The one engine this process's passes share (each brings its run's own
@@ -647,9 +712,21 @@ async fn list(store: &dyn Store, status: Option<RunStatus>, limit: usize, json: 
     if runs.is_empty() {
         errln!("no runs in {}", store.location());
     }
+    // Each column as wide as its widest cell, so the headers stay over their values.
+    let widest = |cell: fn(&nexo_store::Run) -> &str, header: &str| {
+        runs.iter().map(|r| cell(r).chars().count()).chain([header.chars().count()]).max().unwrap_or(0)
+    };
+    let (id_width, agent_width) = (widest(|r| &r.id, "RUN"), widest(|r| &r.agent, "AGENT"));
+    let row = |id: &str, status: &str, agent: &str, created: &str, note: &str| {
+        let line = format!("{id:<id_width$}  {status:<9}  {agent:<agent_width$}  {created:<20}  {note}");
+        line.trim_end().to_string()
+    };
+    if !runs.is_empty() {
+        outln!("{}", row("RUN", "STATUS", "AGENT", "CREATED", "NOTE"));
+    }
     for r in &runs {
         let note = r.suspend_reason.as_deref().or(r.error.as_deref()).unwrap_or("");
-        outln!("{}  {:<9}  {:<20}  {}  {}", r.id, r.status.as_str(), r.agent, time(r.created_ms), first_line(note));
+        outln!("{}", row(&r.id, r.status.as_str(), &r.agent, &time(r.created_ms), &first_line(note)));
     }
     ExitCode::SUCCESS
 }

@@ -79,12 +79,14 @@ impl ComponentCache {
         self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
     }
 
-    /// Loads the cached artifact for `bytes`, or compiles and stores it.
-    /// A damaged or incompatible artifact is replaced.
+    /// Loads the cached artifact for `bytes`, or compiles and stores it
+    /// (calling `compiling` first). A damaged or incompatible artifact is
+    /// replaced.
     pub fn load_or_compile(
         &self,
         engine: &wasmtime::Engine,
         bytes: &[u8],
+        compiling: impl FnOnce(),
     ) -> anyhow::Result<(Component, CacheOutcome)> {
         let path = self.path_for(bytes);
         if path.is_file() {
@@ -96,6 +98,7 @@ impl ComponentCache {
                 }
             }
         }
+        compiling();
         let component = Component::new(engine, bytes)?;
         if let Err(e) = store_artifact(&component, &path) {
             // A read-only or full cache must not fail the load.

@@ -127,6 +127,29 @@ pub struct EngineConfig {
     /// compile runs on the thread that asked for it, at that thread's
     /// priority, and a tenant's upload cannot take every core from the API.
     pub parallel_compilation: bool,
+    /// Told before a component is compiled rather than loaded from the
+    /// cache: a large one takes seconds, which a front end says. Default:
+    /// none.
+    pub on_compile: Option<CompileNotice>,
+}
+
+/// What [`EngineConfig::on_compile`] is told: the component's size in
+/// bytes, and whether the compiled code will be cached (so later loads are
+/// quick).
+#[derive(Clone)]
+pub struct CompileNotice(Arc<dyn Fn(usize, bool) + Send + Sync>);
+
+impl CompileNotice {
+    /// A notice that calls `tell`.
+    pub fn new(tell: impl Fn(usize, bool) + Send + Sync + 'static) -> Self {
+        CompileNotice(Arc::new(tell))
+    }
+}
+
+impl std::fmt::Debug for CompileNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompileNotice")
+    }
 }
 
 impl Default for EngineConfig {
@@ -138,6 +161,7 @@ impl Default for EngineConfig {
             cache_dir: cache::default_dir(),
             epoch_tick: Duration::from_millis(10),
             parallel_compilation: true,
+            on_compile: None,
         }
     }
 }
@@ -217,9 +241,17 @@ impl Engine {
 
     /// Compiles a component, or loads it from the compile cache.
     pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<(Component, CacheOutcome)> {
+        let tell = |cached: bool| {
+            if let Some(notice) = &self.inner.config.on_compile {
+                (notice.0)(bytes.len(), cached);
+            }
+        };
         match &self.inner.cache {
-            Some(cache) => cache.load_or_compile(&self.inner.wasmtime, bytes),
-            None => Ok((Component::new(&self.inner.wasmtime, bytes)?, CacheOutcome::Disabled)),
+            Some(cache) => cache.load_or_compile(&self.inner.wasmtime, bytes, || tell(true)),
+            None => {
+                tell(false);
+                Ok((Component::new(&self.inner.wasmtime, bytes)?, CacheOutcome::Disabled))
+            }
         }
     }
 

@@ -391,6 +391,12 @@ impl Runs {
             .collect())
     }
 
+    /// The ids of the runs this owner drives now (a pass of each is under
+    /// way here): what an interrupted front end cancels.
+    pub fn driven(&self) -> Vec<String> {
+        self.keeper.keys()
+    }
+
     /// Cancels the run `id` ([`nexo_store::Runs::cancel`]) and, if this owner drives
     /// it, stops it now: its guest is interrupted at its next epoch tick, so
     /// its pass ends and its slot is free at once. Another process driving
