@@ -285,6 +285,7 @@ mod tests {
             tool_calls: vec![],
             stop: StopReason::EndTurn,
             usage: Usage { input_tokens: 3, output_tokens: 1 },
+            answered: Default::default(),
         };
         let turn = Turn { request: &request, deltas: None };
 

@@ -231,6 +231,7 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
         assert_eq!(attr(chat, "gen_ai.operation.name"), "chat");
         assert_eq!(attr(chat, "gen_ai.request.model"), "test-model");
         assert_eq!(attr(chat, "gen_ai.response.model"), "test-model");
+        assert_eq!(attr(chat, "gen_ai.response.id"), "chatcmpl-mock", "the provider's id: {chat:#}");
         assert!(attr(chat, "gen_ai.provider.name").as_str().is_some_and(|p| !p.is_empty()), "{chat:#}");
         assert_eq!(attr(chat, "gen_ai.usage.input_tokens"), 10);
         assert_eq!(attr(chat, "gen_ai.usage.output_tokens"), 5);

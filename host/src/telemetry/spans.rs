@@ -49,6 +49,7 @@ mod semconv {
     pub(super) const GEN_AI_REQUEST_MAX_TOKENS: &str = names::GEN_AI_REQUEST_MAX_TOKENS;
     pub(super) const GEN_AI_REQUEST_MODEL: &str = names::GEN_AI_REQUEST_MODEL;
     pub(super) const GEN_AI_RESPONSE_FINISH_REASONS: &str = names::GEN_AI_RESPONSE_FINISH_REASONS;
+    pub(super) const GEN_AI_RESPONSE_ID: &str = names::GEN_AI_RESPONSE_ID;
     pub(super) const GEN_AI_RESPONSE_MODEL: &str = names::GEN_AI_RESPONSE_MODEL;
     pub(super) const GEN_AI_TOOL_CALL_ARGUMENTS: &str = names::GEN_AI_TOOL_CALL_ARGUMENTS;
     pub(super) const GEN_AI_TOOL_CALL_ID: &str = names::GEN_AI_TOOL_CALL_ID;
@@ -104,7 +105,14 @@ pub fn chat_result(span: &Span, model: &str, result: &Result<nexo_model::Respons
     }
     match result {
         Ok(response) => {
-            span.set_attribute(semconv::GEN_AI_RESPONSE_MODEL, model.to_string());
+            let answered = &response.answered;
+            span.set_attribute(
+                semconv::GEN_AI_RESPONSE_MODEL,
+                answered.model.clone().unwrap_or_else(|| model.to_string()),
+            );
+            if let Some(id) = &answered.id {
+                span.set_attribute(semconv::GEN_AI_RESPONSE_ID, id.clone());
+            }
             span.set_attribute(semconv::GEN_AI_USAGE_INPUT_TOKENS, saturate(response.usage.input_tokens));
             span.set_attribute(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, saturate(response.usage.output_tokens));
             span.set_attribute(
