@@ -91,6 +91,7 @@ mod response;
 mod scrub;
 mod secret;
 mod shown;
+mod trace;
 
 pub use address::{NonPublic, check_address};
 pub use allow::{BadHost, HostList, QUOTED_CHARS};
@@ -106,3 +107,4 @@ pub use resolver::{Resolver, SystemResolver};
 pub use response::{Response, StreamingResponse};
 pub use scrub::Redactor;
 pub use secret::SecretHeader;
+pub use trace::{TRACE_HEADERS, trace_headers};

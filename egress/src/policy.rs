@@ -35,6 +35,8 @@ pub struct Policy {
     pub(crate) stream_timeout: Duration,
     /// Callers may send the MCP streamable-HTTP headers ([`Policy::mcp_headers`]).
     mcp_headers: bool,
+    /// Callers may send the W3C trace-context headers ([`Policy::trace_context`]).
+    trace_context: bool,
     /// Where the bytes of its requests are counted ([`Policy::metered`]).
     pub(crate) meter: Option<Arc<Meter>>,
 }
@@ -55,6 +57,7 @@ impl Policy {
             timeout: DEFAULT_TIMEOUT,
             stream_timeout: DEFAULT_STREAM_TIMEOUT,
             mcp_headers: false,
+            trace_context: false,
             meter: None,
         }
     }
@@ -68,6 +71,16 @@ impl Policy {
     /// [`MCP_HEADERS`]: crate::MCP_HEADERS
     pub fn mcp_headers(mut self) -> Self {
         self.mcp_headers = true;
+        self
+    }
+
+    /// Lets callers send `traceparent` and `tracestate` ([`TRACE_HEADERS`]):
+    /// for the host's own requests to a model provider or an MCP server,
+    /// never a component's (which could forge another trace's context).
+    ///
+    /// [`TRACE_HEADERS`]: crate::TRACE_HEADERS
+    pub fn trace_context(mut self) -> Self {
+        self.trace_context = true;
         self
     }
 
@@ -256,7 +269,9 @@ pub(crate) fn caller_headers(headers: &[(String, String)], policy: &Policy) -> R
         let header = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| EgressError::BadRequest(format!("`{name}` is not a valid header name")))?;
         let lower = header.as_str();
-        let allowed = caller_may_send(lower) || (policy.mcp_headers && is_mcp_header(lower));
+        let allowed = caller_may_send(lower)
+            || (policy.mcp_headers && is_mcp_header(lower))
+            || (policy.trace_context && crate::TRACE_HEADERS.contains(&lower));
         if !allowed || policy.sets_header(lower) {
             tracing::debug!(target: "nexo::egress", header = %lower, "dropped a caller header");
             continue;
@@ -329,5 +344,16 @@ mod tests {
         let policy = Policy::new(HostList::default()).mcp_headers().header("mcp-name", "ours").unwrap();
         let map = caller_headers(&given, &policy).unwrap();
         assert!(!map.contains_key("mcp-name"));
+    }
+
+    #[test]
+    fn trace_context_passes_only_when_the_policy_allows_it() {
+        let given: Vec<(String, String)> =
+            ["traceparent", "TraceState", "baggage"].iter().map(|n| (n.to_string(), "v".to_string())).collect();
+        let plain = caller_headers(&given, &Policy::new(HostList::default()).mcp_headers()).unwrap();
+        assert!(plain.is_empty(), "{plain:?}");
+        let traced = caller_headers(&given, &Policy::new(HostList::default()).trace_context()).unwrap();
+        let names: Vec<&str> = traced.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["traceparent", "tracestate"]);
     }
 }

@@ -1,6 +1,10 @@
 //! The agent loop's own overhead per turn, model time excluded: the scripted
 //! provider answers instantly, with one tool call per turn, and the tool runs
-//! in the in-memory sandbox. Run with `cargo bench -p nexo --bench agent_loop`.
+//! in the in-memory sandbox; and one model tool call on the host-call path.
+//! Each in one run with tracing off (nothing installed: the CLI's subscriber
+//! with its empty telemetry slot) and then on, exporting every span over
+//! OTLP/HTTP to a loopback sink that accepts and discards them. Run with
+//! `cargo bench -p nexo --bench agent_loop`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;
@@ -40,31 +44,85 @@ fn tools(rt: &tokio::runtime::Runtime, sandbox: Arc<VirtualSandbox>, caps: &[Cap
     rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default())).unwrap().tools
 }
 
-fn per_turn(c: &mut Criterion) {
+/// The loop and the host-call path, under `tracing` (`off` or `exporter on`).
+fn per_turn(c: &mut Criterion, tracing: &str) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi"), ("docs/a.md", "a")]).unwrap());
     let toolbox = tools(&rt, sandbox, &[Capability::Read, Capability::Glob]);
     let instructions = vec!["You are a benchmark.".to_string()];
     let mut group = c.benchmark_group("agent-loop");
-    group.bench_function(format!("one prompt, {TOOL_TURNS} tool turns + 1 final (scripted model)"), |b| {
-        b.iter_batched(
-            provider,
-            |p| {
-                let ctx = LoopContext {
-                    provider: Some(&p),
-                    tools: &toolbox,
-                    instructions: &instructions,
-                    history: &[],
-                    limits: LoopLimits::default(),
-                };
-                let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
-                assert_eq!(outcome.status, Status::Completed);
-                black_box(outcome)
-            },
-            criterion::BatchSize::SmallInput,
-        )
+    group.bench_function(
+        format!("one prompt, {TOOL_TURNS} tool turns + 1 final (scripted model), tracing {tracing}"),
+        |b| {
+            b.iter_batched(
+                provider,
+                |p| {
+                    let ctx = LoopContext {
+                        provider: Some(&p),
+                        tools: &toolbox,
+                        instructions: &instructions,
+                        history: &[],
+                        limits: LoopLimits::default(),
+                    };
+                    let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
+                    assert_eq!(outcome.status, Status::Completed);
+                    black_box(outcome)
+                },
+                criterion::BatchSize::SmallInput,
+            )
+        },
+    );
+    group.finish();
+    let mut group = c.benchmark_group("host-call");
+    let call = nexo_model::ToolCall {
+        id: "c1".into(),
+        name: "glob".into(),
+        arguments: serde_json::json!({ "pattern": "**/*.md" }),
+    };
+    group.bench_function(format!("glob, the model's call through the host-call path, tracing {tracing}"), |b| {
+        b.iter(|| {
+            let reply = rt.block_on(toolbox.call_model(1, &call));
+            assert!(!reply.is_error, "{}", reply.content);
+            black_box(reply)
+        })
     });
     group.finish();
+}
+
+/// Tracing off: the subscriber the CLI installs, its telemetry slot empty.
+fn tracing_off(c: &mut Criterion) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::registry().with(nexo::telemetry::traces::layer()).init();
+    per_turn(c, "off");
+}
+
+/// Tracing on: telemetry installed as `nexo serve` installs it, exporting to
+/// a loopback OTLP sink on a runtime of its own (as the server's API runtime
+/// carries its exports), which answers 200 and drops the body.
+fn tracing_on(c: &mut Criterion) {
+    let sink = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let listener = sink.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let exported = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = exported.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            count.fetch_add(body.len(), std::sync::atomic::Ordering::Relaxed);
+            async { axum::http::StatusCode::OK }
+        }),
+    );
+    sink.spawn(async move { axum::serve(listener, app).await });
+    let table = nexo::telemetry::TelemetryTable { endpoint: Some(endpoint), ..Default::default() };
+    let telemetry = {
+        let _entered = sink.enter();
+        nexo::telemetry::Telemetry::install(&table).unwrap()
+    };
+    assert!(telemetry.is_on());
+    per_turn(c, "on, exporting to a loopback sink");
+    sink.block_on(telemetry.shutdown());
+    assert!(exported.load(std::sync::atomic::Ordering::Relaxed) > 0, "the spans reached the sink");
 }
 
 /// The same loop against an OpenAI-compatible server given by
@@ -119,5 +177,6 @@ fn per_turn_http(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_turn, per_turn_http);
+// Off first: installing is once per process.
+criterion_group!(benches, tracing_off, per_turn_http, tracing_on);
 criterion_main!(benches);

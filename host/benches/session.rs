@@ -40,6 +40,7 @@ impl Provider for Answers {
                 tool_calls: Vec::new(),
                 stop: StopReason::EndTurn,
                 usage: Usage { input_tokens: 1, output_tokens: 1 },
+                answered: Default::default(),
             })
         })
     }

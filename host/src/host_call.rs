@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::authority::{Authority, Gate};
 use crate::engine::Limits;
@@ -44,6 +45,7 @@ use crate::error::ToolError;
 use crate::events::{Event, EventSink};
 use crate::journal::{Begin, Effect, Journal, UNPOSITIONED};
 use crate::manifest::Capability;
+use crate::telemetry::{spans, traces};
 
 /// What the path consults for one instance's calls.
 pub trait CallContext: Send + Sync + 'static {
@@ -576,9 +578,49 @@ pub fn guest_now<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::
     }
 }
 
+/// The path, in an `execute_tool` span when tracing is on and the call is
+/// a tool's: the model's, or a guest's call that needs a capability.
+async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    call: &C,
+    origin: Origin<'_, C::Args>,
+) -> Reply<C::Output, C::Error> {
+    let span = tool_span(call, &origin);
+    if span.is_disabled() {
+        return steps(cx, call, origin).await;
+    }
+    let reply = steps(cx, call, origin).instrument(span.clone()).await;
+    match &reply {
+        Reply::Model(r) => spans::tool_result(&span, r.verdict, r.is_error.then_some(r.verdict), Some(&r.content)),
+        Reply::Guest(Ok(out)) => {
+            let shown = traces::capture_content().then(|| serde_json::to_string(out).unwrap_or_default());
+            spans::tool_result(&span, "allowed", None, shown.as_deref());
+        }
+        Reply::Guest(Err(e)) => {
+            let kind = e.refusal().unwrap_or("failed");
+            spans::tool_result(&span, kind, Some(kind), None);
+        }
+    }
+    reply
+}
+
+/// The `execute_tool` span of a call, or a disabled one.
+fn tool_span<Cx: CallContext, C: HostCall<Cx>>(call: &C, origin: &Origin<'_, C::Args>) -> tracing::Span {
+    match origin {
+        Origin::Model { call: model_call, .. } => {
+            spans::tool_span(&model_call.name, Some(&model_call.id), "function", Some(&model_call.arguments))
+        }
+        Origin::Guest(args) if call.capability().is_some() || call.interface() == crate::manifest::interface::MCP => {
+            let shown = traces::capture_content().then(|| serde_json::to_value(args).unwrap_or(Value::Null));
+            spans::tool_span(call.name(), None, "function", shown.as_ref())
+        }
+        Origin::Guest(_) => tracing::Span::none(),
+    }
+}
+
 /// The path itself: [`admit`], the handler, the journal's record, then
 /// [`conclude`]. The two sync steps are shared with [`guest_now`].
-async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
+async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     cx: &Cx,
     call: &C,
     origin: Origin<'_, C::Args>,
@@ -654,6 +696,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         };
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
+                spans::replayed();
                 let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {
                     let why = format!("the journal's entry for `{}` cannot be read: {e}", call.name());
                     journal.halt(crate::journal::Halt::Failed(why.clone()));

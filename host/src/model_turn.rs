@@ -16,9 +16,11 @@
 //! journals recorded before turns took this path replay on it.
 
 use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response};
+use tracing::Instrument;
 
 use crate::error::ToolError;
 use crate::host_call::{CallContext as _, HostCall, Refusal, ToolContext};
+use crate::telemetry::spans;
 
 /// `complete`: one turn of `provider`'s model.
 #[derive(Clone, Copy)]
@@ -63,17 +65,19 @@ impl<'p> HostCall for ModelTurn<'p> {
             if let Some(journal) = cx.journal() {
                 journal.flush().await;
             }
-            // Only a call that reaches the provider is measured: a replay never
-            // executes.
+            let span = spans::chat_span(self.0.name(), &turn.request.model, turn.request);
+            // Only a call that reaches the provider is measured: a replay
+            // never executes.
             let started = std::time::Instant::now();
-            let result = self.0.complete(turn.request, turn.deltas).await;
-            let outcome = result.as_ref().map(|r| &r.usage);
-            crate::telemetry::metrics::instruments::model_call(
-                self.0.name(),
-                &turn.request.model,
-                started.elapsed(),
-                outcome,
-            );
+            let result = if span.is_disabled() {
+                self.0.complete(turn.request, turn.deltas).await
+            } else {
+                let result = self.0.complete(turn.request, turn.deltas).instrument(span.clone()).await;
+                spans::chat_result(&span, &turn.request.model, &result);
+                result
+            };
+            let elapsed = started.elapsed();
+            crate::telemetry::metrics::instruments::model_call(self.0.name(), &turn.request.model, elapsed, &result);
             result
         })
     }
@@ -288,6 +292,7 @@ mod tests {
             tool_calls: vec![],
             stop: StopReason::EndTurn,
             usage: Usage { input_tokens: 3, output_tokens: 1 },
+            answered: Default::default(),
         };
         let turn = Turn { request: &request, deltas: None };
 

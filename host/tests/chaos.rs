@@ -341,21 +341,7 @@ impl Chaos {
         let model = MockServer::start().await.unwrap();
         model.respond_with(answer);
         let witness_file = dir.join("witness.log");
-        let server = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-        assert!(server.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", server.display());
-        let mut child = Command::new(server)
-            .args(["http", "--port", "0", "--witness"])
-            .arg(&witness_file)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let addr = {
-            use std::io::BufRead;
-            let mut line = String::new();
-            std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-            line.trim().to_string()
-        };
+        let (child, addr) = common::mcp_http_server(&["--witness".as_ref(), witness_file.as_os_str()]);
         let config = format!(
             "[serve.models.test]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"test-model\"\n\n\
              [mcp.tests]\nurl = \"http://{addr}/mcp\"\nallow-private = true\ntoken-env = \"CHAOS_WITNESS_TOKEN\"\ntimeout = 20\n",

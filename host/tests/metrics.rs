@@ -243,6 +243,7 @@ async fn the_genai_metrics_arrive_over_otlp_without_a_secret_or_content() {
         let attributes = &point["attributes"];
         assert_eq!(attributes["gen_ai.operation.name"], "chat", "{point}");
         assert_eq!(attributes["gen_ai.request.model"], "test-model", "{point}");
+        assert_eq!(attributes["gen_ai.response.model"], "test-model", "the model that answered: {point}");
         // The served model's provider, as its table names it.
         assert_eq!(attributes["gen_ai.provider.name"], "openai-compatible", "{point}");
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nexo_sandbox::{Confinement, SystemView};
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, RequestParamsMeta};
 use rmcp::service::{ClientInitializeError, Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -319,7 +319,15 @@ impl Clients {
         let index = self.index(server)?;
         let conn = self.connection(index).await?;
         let limit = self.inner.servers[index].call_timeout;
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        // The caller's span goes on at the server, when tracing is on (SEP-414).
+        for (name, value) in nexo_egress::trace_headers() {
+            match name.as_str() {
+                "traceparent" => params.set_traceparent(&value),
+                "tracestate" => params.set_tracestate(&value),
+                _ => {}
+            }
+        }
         let error = match tokio::time::timeout(limit, conn.peer.call_tool(params)).await {
             Ok(Ok(result)) => return Ok(render(&result)),
             // Dropping the request future sent `notifications/cancelled`.

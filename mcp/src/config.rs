@@ -286,7 +286,9 @@ impl Server {
         }
     }
 
-    pub(crate) fn is_stdio(&self) -> bool {
+    /// Whether the server is a local process speaking over its stdio (not
+    /// a streamable-HTTP server).
+    pub fn is_stdio(&self) -> bool {
         matches!(self.transport, Transport::Stdio(_))
     }
 }

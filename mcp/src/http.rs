@@ -50,6 +50,7 @@ pub(crate) fn policy(server: &str, spec: &HttpSpec, token: Option<String>) -> Re
     let mut policy = Policy::new(hosts)
         .within_origins([origin])
         .mcp_headers()
+        .trace_context()
         .timeout(WAIT)
         .stream_timeout(STREAM)
         .max_body(MAX_BODY);
@@ -184,6 +185,19 @@ fn request_headers(
     headers
 }
 
+/// A call's trace context, which the call put in its `_meta` (SEP-414), as
+/// headers too: an HTTP server's own tracing reads those.
+fn trace_headers(message: &ClientJsonRpcMessage) -> Vec<(String, String)> {
+    use rmcp::model::{ClientRequest, RequestParamsMeta};
+    let JsonRpcMessage::Request(request) = message else { return Vec::new() };
+    let ClientRequest::CallToolRequest(call) = &request.request else { return Vec::new() };
+    let params = &call.params;
+    [("traceparent", params.traceparent()), ("tracestate", params.tracestate())]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_string(), value?.to_string())))
+        .collect()
+}
+
 /// A non-success answer as rmcp's error, with the status and the start of the body.
 fn status_error(status: u16, body: &[u8], content_type: Option<&str>) -> StreamableHttpError<EgressError> {
     if status == 429 || (500..600).contains(&status) {
@@ -235,7 +249,8 @@ impl StreamableHttpClient for EgressHttp {
         limits: StreamableHttpResponseLimits,
     ) -> HttpResult<StreamableHttpPostResponse> {
         let body = serde_json::to_vec(&message)?;
-        let headers = request_headers("application/json, text/event-stream", session_id.as_deref(), custom_headers);
+        let mut headers = request_headers("application/json, text/event-stream", session_id.as_deref(), custom_headers);
+        headers.extend(trace_headers(&message));
         let mut response = self.send(Request::post_json(uri.as_ref(), body).headers(&headers)).await?;
         let status = response.status;
         if status == 202 || status == 204 {

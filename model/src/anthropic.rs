@@ -14,7 +14,8 @@ use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, SseEvent, is_event_stream, quote};
 use crate::wire::{Each, Empty, Schema};
 use crate::{
-    BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolSpec, Usage,
+    Answered, BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolSpec,
+    Usage,
 };
 
 /// The API version the request and event formats follow.
@@ -334,6 +335,7 @@ fn parse_response(http: &Http, value: &Value) -> Result<Response, ModelError> {
         tool_calls,
         stop,
         usage: Usage { input_tokens: input_tokens(&usage), output_tokens: output_tokens(&usage) },
+        answered: Answered::from_json(Some(value)),
     })
 }
 
@@ -352,6 +354,7 @@ struct StreamState {
     blocks: BTreeMap<u64, Block>,
     stop: Option<String>,
     usage: Usage,
+    answered: Answered,
     stopped: bool,
 }
 
@@ -378,6 +381,7 @@ impl StreamState {
         }
         match kind {
             "message_start" => {
+                self.answered = Answered::from_json(data.get("message"));
                 if let Some(usage) = data.pointer("/message/usage") {
                     self.usage = Usage { input_tokens: input_tokens(usage), output_tokens: output_tokens(usage) };
                 }
@@ -483,7 +487,7 @@ impl StreamState {
             }
         }
         let stop = stop_reason(self.stop.as_deref(), !tool_calls.is_empty());
-        Ok(Response { text, tool_calls, stop, usage: self.usage })
+        Ok(Response { text, tool_calls, stop, usage: self.usage, answered: self.answered })
     }
 }
 
@@ -686,7 +690,7 @@ mod tests {
         state
             .on_event(
                 &p.http,
-                &event(json!({"type": "message_start", "message": {"usage": {"input_tokens": 5}}})),
+                &event(json!({"type": "message_start", "message": {"id": "msg_1", "model": "c-4", "usage": {"input_tokens": 5}}})),
                 &sink,
             )
             .unwrap();
@@ -703,5 +707,6 @@ mod tests {
         let response = state.finish(&p.http).unwrap();
         assert_eq!(response.usage, Usage { input_tokens: 5, output_tokens: 3 });
         assert_eq!(response.stop, StopReason::EndTurn);
+        assert_eq!(response.answered, Answered { id: Some("msg_1".into()), model: Some("c-4".into()) });
     }
 }

@@ -141,8 +141,11 @@ impl Http {
             builder = builder.allow_private_host(host);
         }
         let client = builder.build().map_err(|e| config(e.to_string()))?;
-        let mut policy =
-            Policy::new(hosts).within_origins([origin.clone()]).max_body(limits.max_body).timeout(limits.timeout);
+        let mut policy = Policy::new(hosts)
+            .within_origins([origin.clone()])
+            .max_body(limits.max_body)
+            .timeout(limits.timeout)
+            .trace_context();
         for (name, value) in headers {
             policy = policy.header(name, value).map_err(|e| config(e.to_string()))?;
         }
@@ -226,7 +229,9 @@ impl Http {
         let policy = if stream { &self.stream_policy } else { &self.policy };
         let mut retry = 0u32;
         loop {
-            let mut request = nexo_egress::Request::post_json(endpoint.url.as_str(), body.clone());
+            // The model call's span goes on at the provider, when tracing is on.
+            let mut request = nexo_egress::Request::post_json(endpoint.url.as_str(), body.clone())
+                .headers(&nexo_egress::trace_headers());
             if stream {
                 request = request.header("accept", "text/event-stream");
             }

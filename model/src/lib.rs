@@ -156,6 +156,40 @@ pub struct Response {
     pub stop: StopReason,
     /// Token usage.
     pub usage: Usage,
+    /// Who answered, when the provider said: for telemetry, never part of
+    /// the conversation.
+    #[serde(default, skip_serializing_if = "Answered::is_unknown")]
+    pub answered: Answered,
+}
+
+/// The provider's own names for an answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answered {
+    /// The answer's id, such as `chatcmpl-…` or `msg_…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The model that answered, which may name a version of the one asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl Answered {
+    /// From an answer's (or its first event's) `id` and `model` fields.
+    pub fn from_json(value: Option<&serde_json::Value>) -> Answered {
+        let field = |name: &str| {
+            value
+                .and_then(|v| v.get(name))
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        Answered { id: field("id"), model: field("model") }
+    }
+
+    /// Whether the provider said nothing.
+    pub fn is_unknown(&self) -> bool {
+        self.id.is_none() && self.model.is_none()
+    }
 }
 
 /// Receives streamed text as it arrives.

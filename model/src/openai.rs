@@ -15,8 +15,8 @@ use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, is_event_stream, quote};
 use crate::wire::{Display, Each, Schema};
 use crate::{
-    BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason, ToolCall,
-    ToolSpec, Usage,
+    Answered, BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason,
+    ToolCall, ToolSpec, Usage,
 };
 
 /// A provider speaking the chat completions API.
@@ -329,6 +329,7 @@ fn parse_response(http: &Http, value: &Value) -> Result<Response, ModelError> {
         tool_calls,
         stop,
         usage: parse_usage(value.get("usage")),
+        answered: Answered::from_json(Some(value)),
     })
 }
 
@@ -349,6 +350,7 @@ struct StreamState {
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<String>,
     usage: Usage,
+    answered: Answered,
     done: bool,
 }
 
@@ -371,6 +373,9 @@ impl StreamState {
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = parse_usage(Some(usage));
+        }
+        if self.answered.is_unknown() {
+            self.answered = Answered::from_json(Some(&chunk));
         }
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
             // Only one choice is asked for; others would interleave with it.
@@ -427,7 +432,7 @@ impl StreamState {
             tool_calls.push(ToolCall { id, name: call.name, arguments });
         }
         let stop = stop_reason(self.finish.as_deref(), !tool_calls.is_empty());
-        Ok(Response { text: self.text, tool_calls, stop, usage: self.usage })
+        Ok(Response { text: self.text, tool_calls, stop, usage: self.usage, answered: self.answered })
     }
 }
 
@@ -586,7 +591,7 @@ mod tests {
     #[test]
     fn stream_interleaved_calls_and_clean_eof() {
         let (response, seen) = run(&[
-            r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#,
+            r#"{"id":"chatcmpl-7","model":"m-2024","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"two","arguments":""}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"one","arguments":"{\"x\""}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{}"}},{"index":0,"function":{"arguments":":1}"}}]}}]}"#,
@@ -599,6 +604,8 @@ mod tests {
         assert_eq!(response.tool_calls.len(), 2);
         assert_eq!(response.tool_calls[0], ToolCall { id: "a".into(), name: "one".into(), arguments: json!({"x": 1}) });
         assert_eq!(response.tool_calls[1], ToolCall { id: "b".into(), name: "two".into(), arguments: json!({}) });
+        // Who answered, from the first chunk that says.
+        assert_eq!(response.answered, Answered { id: Some("chatcmpl-7".into()), model: Some("m-2024".into()) });
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl Provider for ScriptedProvider {
             let input: usize =
                 request.messages.iter().map(|m| serde_json::to_string(m).map(|s| s.len()).unwrap_or(0)).sum();
             let usage = Usage { input_tokens: (input / 4) as u64, output_tokens: (turn.text.len() / 4 + 1) as u64 };
-            Ok(Response { text: turn.text.clone(), tool_calls, stop, usage })
+            Ok(Response { text: turn.text.clone(), tool_calls, stop, usage, answered: Default::default() })
         })
     }
 }

@@ -68,6 +68,8 @@ struct Inner {
     usage: BTreeMap<(String, i64), Usage>,
     /// Per run that used anything.
     run_usage: BTreeMap<String, RunUsage>,
+    /// Per run: its passes' trace contexts, with when, in the order added.
+    pass_traces: BTreeMap<String, Vec<(String, i64)>>,
 }
 
 impl MemoryStore {
@@ -193,6 +195,7 @@ impl Inner {
             self.checkpoints.remove(run);
             self.approvals.remove(run);
             self.run_usage.remove(run);
+            self.pass_traces.remove(run);
         }
         self.events.retain(|e| !runs.contains(&e.run));
         self.jobs.retain(|_, j| !runs.contains(&j.run));
@@ -411,6 +414,27 @@ impl Runs for MemoryStore {
         inner.owned(id, owner)?;
         inner.approvals.remove(id);
         Ok(())
+    }
+
+    async fn add_pass_trace(&self, id: &str, context: &str, at_ms: i64) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if !inner.runs.contains_key(id) {
+            return Err(StoreError::NoRun(id.to_string()));
+        }
+        let traces = inner.pass_traces.entry(id.to_string()).or_default();
+        if !traces.iter().any(|(c, _)| c == context) {
+            traces.push((context.to_string(), at_ms));
+        }
+        Ok(())
+    }
+
+    async fn pass_traces(&self, id: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let inner = self.lock();
+        let Some(traces) = inner.pass_traces.get(id) else { return Ok(Vec::new()) };
+        let mut sorted: Vec<&(String, i64)> = traces.iter().collect();
+        sorted.sort_by_key(|(_, at)| *at);
+        let skip = sorted.len().saturating_sub(limit);
+        Ok(sorted.into_iter().skip(skip).map(|(c, _)| c.clone()).collect())
     }
 }
 

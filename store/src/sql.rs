@@ -143,6 +143,7 @@ pub(crate) const TABLES: &[&str] = &[
     "tenant_usage",
     "console_sign_ins",
     "run_usage",
+    "run_traces",
 ];
 
 /// The schema version this build writes. A database with a newer version
@@ -438,6 +439,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // the entries older versions wrote.
             "ALTER TABLE journal ADD COLUMN started_ms BIGINT",
             "ALTER TABLE journal ADD COLUMN ended_ms BIGINT",
+            // The trace context of each pass of a run (W3C `traceparent`
+            // and `tracestate`, as JSON), kept while tracing is on: a later
+            // pass, in any process or on any node, links to the earlier ones.
+            "CREATE TABLE run_traces (
+            run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            context TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            PRIMARY KEY (run, context)
+        )",
         ],
     },
 ];
@@ -1076,6 +1086,14 @@ pub(crate) const ADD_RUN_USAGE: &str = "INSERT INTO run_usage (run, tokens, cpu_
      ON CONFLICT (run) DO UPDATE SET tokens = run_usage.tokens + excluded.tokens, \
      cpu_ticks = run_usage.cpu_ticks + excluded.cpu_ticks, \
      egress_bytes = run_usage.egress_bytes + excluded.egress_bytes";
+
+/// Records a pass's trace context: `$1` run, `$2` context, `$3` when. A
+/// run that is not there fails the schema's foreign key.
+pub(crate) const ADD_PASS_TRACE: &str =
+    "INSERT INTO run_traces (run, context, at_ms) VALUES ($1, $2, $3) ON CONFLICT (run, context) DO NOTHING";
+
+/// A run's latest passes' trace contexts, newest first: `$1` run, `$2` how many.
+pub(crate) const PASS_TRACES: &str = "SELECT context FROM run_traces WHERE run = $1 ORDER BY at_ms DESC LIMIT $2";
 
 /// A run's counters: `$1` run.
 pub(crate) const RUN_USAGE: &str = "SELECT tokens, cpu_ticks, egress_bytes FROM run_usage WHERE run = $1";

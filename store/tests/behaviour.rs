@@ -140,6 +140,7 @@ suite!(
     every_tenants_audit_head_is_listed,
     usage_adds_up_per_hour,
     a_runs_usage_adds_up_over_its_passes_and_goes_with_it,
+    a_runs_pass_traces_are_kept_once_in_order_and_go_with_it,
     live_runs_are_those_that_run_or_may_run,
     running_runs_are_those_that_hold_a_worker,
     what_waits_is_counted_per_tenant,
@@ -2138,6 +2139,26 @@ async fn a_runs_usage_adds_up_over_its_passes_and_goes_with_it(store: Arc<dyn St
     assert!(store.delete_session(&session.id).await.unwrap());
     assert_eq!(store.run_usage("r2").await.unwrap(), RunUsage::default());
     assert_eq!(store.run_usage("r1").await.unwrap(), used(75, 43, 1_084), "another run's are kept");
+}
+
+async fn a_runs_pass_traces_are_kept_once_in_order_and_go_with_it(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    assert!(store.pass_traces("r1", 8).await.unwrap().is_empty(), "nothing yet");
+    store.add_pass_trace("r1", "second", 2_000).await.unwrap();
+    store.add_pass_trace("r1", "first", 1_000).await.unwrap();
+    store.add_pass_trace("r1", "third", 3_000).await.unwrap();
+    store.add_pass_trace("r1", "first", 4_000).await.unwrap();
+    assert_eq!(store.pass_traces("r1", 8).await.unwrap(), ["first", "second", "third"], "oldest first, each once");
+    assert_eq!(store.pass_traces("r1", 2).await.unwrap(), ["second", "third"], "the latest ones");
+    no_run(store.add_pass_trace("missing", "x", 1).await, "missing");
+
+    // They go with their run.
+    let session = store.open_session("hello", "alice", 1_000).await.unwrap();
+    store.create_run(session_run("r2", Some(&session.id), RunStatus::Done, 1_000)).await.unwrap();
+    store.add_pass_trace("r2", "gone", 1_000).await.unwrap();
+    assert!(store.delete_session(&session.id).await.unwrap());
+    assert!(store.pass_traces("r2", 8).await.unwrap().is_empty());
+    assert_eq!(store.pass_traces("r1", 8).await.unwrap().len(), 3, "another run's are kept");
 }
 
 async fn live_runs_are_those_that_run_or_may_run(store: Arc<dyn Store>) {

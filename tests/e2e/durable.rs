@@ -447,6 +447,14 @@ impl nexo_store::Runs for Counting {
     async fn clear_approval(&self, id: &str, owner: &str) -> nexo_store::StoreResult<()> {
         self.inner.clear_approval(id, owner).await
     }
+
+    async fn add_pass_trace(&self, id: &str, context: &str, at_ms: i64) -> nexo_store::StoreResult<()> {
+        self.inner.add_pass_trace(id, context, at_ms).await
+    }
+
+    async fn pass_traces(&self, id: &str, limit: usize) -> nexo_store::StoreResult<Vec<String>> {
+        self.inner.pass_traces(id, limit).await
+    }
 }
 
 #[async_trait::async_trait]

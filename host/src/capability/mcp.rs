@@ -26,8 +26,10 @@ use crate::grant::Grant;
 use crate::host_call::{DynTool, HostCall, MaybeTool, ModelReply, ToolContext};
 use crate::manifest::interface::MCP;
 use crate::settings::RunOptions;
+use crate::telemetry::spans;
 use crate::truncate::{cut_note, head_bytes};
 use crate::unit::{AgentHost, Setup, Step, Unit};
+use tracing::Instrument;
 
 /// The most bytes of one MCP result a model or component reads.
 pub const MCP_MAX_OUTPUT: usize = 64 * 1024;
@@ -157,6 +159,19 @@ fn parse_arguments(tool: &str, text: &str) -> Result<Value, ToolError> {
 }
 
 /// An MCP client failure as the guest and the model see it.
+/// `error.type` for a failed MCP call: its kind, never its message.
+fn mcp_error_type(e: &McpError) -> &'static str {
+    match e {
+        McpError::Timeout { .. } => "timeout",
+        McpError::Server { .. } => "tool_error",
+        McpError::Closed { .. } => "closed",
+        McpError::Egress { .. } => "refused",
+        McpError::UnknownServer { .. } => "unknown_server",
+        McpError::Spawn { .. } | McpError::Connect { .. } => "connect",
+        McpError::Token { .. } => "token",
+    }
+}
+
 fn tool_error(e: McpError) -> ToolError {
     match e {
         McpError::Timeout { .. } => ToolError::Timeout(e.to_string()),
@@ -256,7 +271,14 @@ impl HostCall for CallTool {
             let Value::Object(args) = args else {
                 return Err(ToolError::InvalidInput("MCP tool arguments must be a JSON object".into()));
             };
-            state.clients()?.call_tool(&self.server, &self.tool, args).await.map_err(tool_error)
+            let clients = state.clients()?;
+            let stdio = clients.servers().any(|s| s.name() == self.server && s.is_stdio());
+            let span = spans::mcp_span("tools/call", &self.server, &self.tool, if stdio { "pipe" } else { "tcp" });
+            let result = clients.call_tool(&self.server, &self.tool, args).instrument(span.clone()).await;
+            if let Err(e) = &result {
+                spans::mcp_failed(&span, mcp_error_type(e));
+            }
+            result.map_err(tool_error)
         })
     }
 

@@ -238,19 +238,28 @@ pub fn main() -> ExitCode {
 }
 
 fn init_tracing(verbose: u8) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
         0 => "warn,nexo::plugin=info,nexo::model=info",
         1 => "info",
         _ => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Exported spans are not log lines.
+    if let Ok(quiet) = format!("{}=off", nexo::telemetry::traces::TARGET).parse() {
+        filter = filter.add_directive(quiet);
+    }
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(|| LogWriter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
-        .init();
+        .with_filter(filter);
+    // The telemetry slot first, on the registry: `Telemetry::install` fills
+    // it once the command has read its config file.
+    tracing_subscriber::registry().with(nexo::telemetry::traces::layer()).with(log).init();
 }
 
 /// stderr for log records, each escaped by [`nexo::terminal::escape_log_record`];
@@ -398,6 +407,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
                 return worker::queue(&engine, &recorder, file, input, &recorded, *json).await;
             }
+            let telemetry = match report::telemetry(&settings.file) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
             let progress = std::sync::Arc::new(progress::Progress::new(*json));
             let options = match runs::options(&engine, &recorded, &progress).await {
                 Ok(o) => o,
@@ -420,6 +433,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             };
             // The CLI started the MCP servers and the sandbox, so it ends them.
             nexo::runs::prepare::close(&options).await;
+            telemetry.shutdown().await;
             code
         }
         Command::Chat(args) => {

@@ -64,3 +64,24 @@ pub fn cut_short(status: &nexo::agent_loop::Status, answer: &str) -> String {
         format!("stopped: {why}; the answer above is partial")
     }
 }
+
+/// Installs the telemetry the config file and the `OTEL_*` variables ask
+/// for, or prints why it cannot be: a receiver the operator named must work.
+pub fn telemetry(file: &nexo::config::ConfigFile) -> Result<nexo::telemetry::Telemetry, ExitCode> {
+    nexo::telemetry::Telemetry::install(&file.telemetry).map_err(|e| {
+        errln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// Runs `work` with telemetry installed ([`telemetry`]), and shuts it down
+/// after, sending what is buffered.
+pub async fn with_telemetry(file: &nexo::config::ConfigFile, work: impl Future<Output = ExitCode>) -> ExitCode {
+    let telemetry = match telemetry(file) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let code = work.await;
+    telemetry.shutdown().await;
+    code
+}

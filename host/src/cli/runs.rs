@@ -508,8 +508,11 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
                 Ok(Some(r)) if r.status == RunStatus::Failed => Claim::Retry,
                 _ => Claim::Resume,
             };
-            recover_orphans(&runs, base, narrow, &file).await;
-            resume(&runs, base, run, how, input.clone(), narrow, &file).await
+            report::with_telemetry(&file, async {
+                recover_orphans(&runs, base, narrow, &file).await;
+                resume(&runs, base, run, how, input.clone(), narrow, &file).await
+            })
+            .await
         }
         RunsCommand::Approve { run, call, later, narrow } | RunsCommand::Deny { run, call, later, narrow } => {
             let decision =
@@ -525,8 +528,11 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             if *later {
                 return queued_resume(&runs, run, None, narrow).await;
             }
-            recover_orphans(&runs, base, narrow, &file).await;
-            resume(&runs, base, run, Claim::Resume, None, narrow, &file).await
+            report::with_telemetry(&file, async {
+                recover_orphans(&runs, base, narrow, &file).await;
+                resume(&runs, base, run, Claim::Resume, None, narrow, &file).await
+            })
+            .await
         }
         RunsCommand::Recover { narrow } => {
             let n = recover_orphans(&runs, base, narrow, &file).await;

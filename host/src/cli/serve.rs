@@ -8,7 +8,7 @@ use clap::Args;
 use nexo::EngineConfig;
 use nexo::server::{ServeError, ServeOptions};
 
-use super::runs;
+use super::{report, runs};
 
 /// The flags of `nexo serve`.
 #[derive(Args, Debug)]
@@ -49,6 +49,10 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    let telemetry = match report::telemetry(&file) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let options = ServeOptions {
         listen: args.listen.clone(),
         data_dir: args.data_dir.clone(),
@@ -58,7 +62,10 @@ pub async fn command(args: &ServeArgs, base: &EngineConfig, store_flag: Option<&
         lease: Duration::from_secs(args.lease_secs),
         config_path: args.store.config().map(std::path::Path::to_path_buf),
     };
-    match nexo::server::serve(options, base, file, store, stop).await {
+    let served = nexo::server::serve(options, base, file, store, stop).await;
+    // After the graceful shutdown: the last passes' spans go out too.
+    telemetry.shutdown().await;
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("error: {e}");

@@ -82,6 +82,10 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    let telemetry = match report::telemetry(&file) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let max = args.max_in_flight.or(file.worker.max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1);
     let retain = match sessions::retention(args.retain, &file) {
         Ok(r) => r,
@@ -119,6 +123,7 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         None,
     )
     .await;
+    telemetry.shutdown().await;
     errln!("worker {name}: stopped");
     ExitCode::SUCCESS
 }

@@ -22,6 +22,7 @@ pub mod pass;
 pub mod prepare;
 pub mod spec;
 pub mod timeline;
+mod trace;
 pub mod worker;
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use nexo_store::{
     StoreError, Transition,
 };
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::agent_file::AgentFile;
 use crate::error::RunError;
@@ -485,8 +487,12 @@ impl Runs {
                 halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
             }),
         );
+        let span = trace::pass_span(&self.store, &run, subject.name(), replay).await;
         let running = instruments::pass_started(run.tenant.as_deref());
-        let result = subject.run(&run.input, &options).await;
+        let result = match span.is_disabled() {
+            true => subject.run(&run.input, &options).await,
+            false => subject.run(&run.input, &options).instrument(span).await,
+        };
         drop(running);
         drop(renewal);
         let mut batch = journal.take_final_batch();
@@ -613,8 +619,13 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
     )
 }
 
-/// A job of `kind` for `run`, due now, with the worker's attempts and backoff.
-fn new_job(run: &str, kind: JobKind, payload: Value) -> NewJob {
+/// A job of `kind` for `run`, due now, with the worker's attempts and
+/// backoff, and the caller's trace context when tracing is on (the pass
+/// continues the trace of the request that queued it).
+fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
+    if let (Some(parent), Some(fields)) = (trace::TraceParent::current(), payload.as_object_mut()) {
+        fields.insert("trace".into(), json!(parent));
+    }
     let now = nexo_store::now_ms();
     NewJob {
         id: nexo_store::new_run_id(),

@@ -23,6 +23,7 @@ use crate::Engine;
 use crate::config::ConfigFile;
 use crate::lease::{Keeper, Lost};
 use crate::quota;
+use crate::telemetry::context::TraceParent;
 
 /// How often a worker enforces session retention.
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
@@ -435,7 +436,12 @@ impl Worker {
             retry_follows,
             front_end: None,
         };
-        let resumed = super::pass::pass(&self.runs, &self.engine, &job.run, settings).await;
+        let pass = super::pass::pass(&self.runs, &self.engine, &job.run, settings);
+        // The pass continues the trace of the request that queued the job.
+        let resumed = match TraceParent::from_job(&job.payload).filter(|_| crate::telemetry::traces::enabled()) {
+            Some(parent) => opentelemetry::trace::FutureExt::with_context(pass, parent.context()).await,
+            None => pass.await,
+        };
         match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok(Attempt::Ended("is done")),

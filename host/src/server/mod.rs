@@ -156,15 +156,6 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     raise_open_files();
     let setup = |why: String| ServeError::Setup(why);
-    // First: the store's instruments are made at its first write. Unless
-    // the front end installed them with the rest of telemetry.
-    let metrics = match telemetry::metrics::Metrics::installed() {
-        true => None,
-        false => {
-            let resource = telemetry::metrics::resource(&file.telemetry);
-            telemetry::metrics::Metrics::install(&file.telemetry, resource).map_err(|e| setup(e.to_string()))?
-        }
-    };
     // From this (an API) thread, so that the store's threads are weighted as
     // the API's, not as the runs' that would otherwise open some of them.
     store.connect_all().await.map_err(|e| setup(e.to_string()))?;
@@ -274,7 +265,8 @@ pub async fn serve(
         Some(changes),
     ));
 
-    // Metrics on the operator's own address, never on the tenants' router.
+    // Metrics, when the front end installed them ([`telemetry::Telemetry`]),
+    // on the operator's own address, never on the tenants' router.
     if let Some(scrape) = telemetry::metrics::scrape() {
         let mut stop = stop_rx.clone();
         let stopped = async move {
@@ -314,10 +306,6 @@ pub async fn serve(
     // The heads the last passes wrote, anchored before the process ends.
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), anchor_task).await;
-    // The last export waits on the runtime's own threads: off them.
-    if let Some(metrics) = metrics {
-        let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
-    }
     match stopped {
         Ok(_) => errln!("nexo serve: stopped"),
         Err(_) => errln!(
@@ -374,7 +362,25 @@ pub fn router(state: AppState) -> Router {
         .merge(console::routes())
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(request_id))
+        .layer(axum::middleware::from_fn(trace_context))
         .with_state(state)
+}
+
+/// Continues the caller's trace (W3C `traceparent`, `tracestate`) when
+/// tracing is on: a run this request starts or continues records it with
+/// its job, and the pass that takes the job up is its child.
+async fn trace_context(request: Request, next: Next) -> Response {
+    use opentelemetry::trace::FutureExt;
+    let parent = crate::telemetry::traces::enabled()
+        .then(|| {
+            let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+            crate::telemetry::context::TraceParent::from_headers(header("traceparent"), header("tracestate"))
+        })
+        .flatten();
+    match parent {
+        Some(parent) => next.run(request).with_context(parent.context()).await,
+        None => next.run(request).await,
+    }
 }
 
 /// Gives every request an id (the caller's `x-request-id` if it is a short

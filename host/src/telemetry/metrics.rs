@@ -118,17 +118,6 @@ impl Metrics {
     }
 }
 
-/// The resource every exported metric names: `service.name` from
-/// `OTEL_SERVICE_NAME`, else `[telemetry] service-name`, else `nexo`, with
-/// `OTEL_RESOURCE_ATTRIBUTES`.
-pub fn resource(table: &TelemetryTable) -> Resource {
-    let builder = Resource::builder();
-    if env_set("OTEL_SERVICE_NAME") {
-        return builder.build();
-    }
-    builder.with_service_name(table.service_name.clone().unwrap_or_else(|| "nexo".into())).build()
-}
-
 /// Whether an OTLP metric exporter is asked for.
 fn otlp_wanted(table: &TelemetryTable) -> bool {
     if std::env::var("OTEL_METRICS_EXPORTER").is_ok_and(|v| v.trim() == "none") {

@@ -37,6 +37,25 @@ pub fn prompts(model: &nexo_model::mock::MockServer) -> Vec<String> {
         .collect()
 }
 
+/// nexo's MCP test server over streamable HTTP on a free loopback port,
+/// with `args` after `http --port 0`: the process and the address it
+/// announced (`127.0.0.1:PORT`).
+pub fn mcp_http_server(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let server = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
+    assert!(server.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", server.display());
+    let mut child = Command::new(server)
+        .args(["http", "--port", "0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (child, line.trim().to_string())
+}
+
 /// A process's stdout, decoded lossily.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

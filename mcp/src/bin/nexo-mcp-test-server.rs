@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! nexo-mcp-test-server [stdio]                       MCP over stdin/stdout
-//! nexo-mcp-test-server http --port N [--token T | --token-file F] [--witness FILE]
+//! nexo-mcp-test-server http --port N [--token T | --token-file F] [--witness FILE] [--trace-log FILE]
 //!     streamable HTTP on 127.0.0.1:N (0: any free port) at /mcp, printing the bound address
 //!     (`127.0.0.1:PORT`) as its first line; with a token, every request needs
 //!     `Authorization: Bearer T` (with --token-file, T is read from F at each request, so a test
 //!     can rotate it); with a witness file, every `echo` and `write` call appends a line to it:
 //!     `NANOS CALLER TEXT`, the time since the epoch, the caller's bearer token (`-`
 //!     without one) and the text. A fault test counts each effect there, by who made it.
+//!     With --trace-log FILE, each request's `traceparent` header (if any) is appended to
+//!     FILE, one per line: the telemetry test checks that calls continue the caller's trace.
 //! ```
 //!
 //! Tools: `echo{text}`, `fail{message}` (a tool error), `hang{seconds}`,
@@ -69,7 +71,7 @@ fn tools() -> Vec<Tool> {
 #[derive(Clone, Default)]
 struct TestServer {
     /// Where `echo` and `write` calls are witnessed, if anywhere.
-    witness: Option<Arc<std::sync::Mutex<std::fs::File>>>,
+    witness: Log,
 }
 
 impl TestServer {
@@ -195,18 +197,28 @@ impl Expected {
     }
 }
 
-async fn serve_http(port: u16, expected: Expected, witness: Option<std::path::PathBuf>) -> Result<(), String> {
+/// A file opened for appending, shared by the connections.
+type Log = Option<Arc<std::sync::Mutex<std::fs::File>>>;
+
+fn append_to(path: Option<std::path::PathBuf>, what: &str) -> Result<Log, String> {
+    let Some(path) = path else { return Ok(None) };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open the {what} {}: {e}", path.display()))?;
+    Ok(Some(Arc::new(std::sync::Mutex::new(file))))
+}
+
+async fn serve_http(
+    port: u16,
+    expected: Expected,
+    witness: Option<std::path::PathBuf>,
+    trace_log: Option<std::path::PathBuf>,
+) -> Result<(), String> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    let witness = match witness {
-        Some(path) => Some(Arc::new(std::sync::Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| format!("cannot open the witness file {}: {e}", path.display()))?,
-        ))),
-        None => None,
-    };
+    let witness = append_to(witness, "witness file")?;
+    let trace_log = append_to(trace_log, "trace log")?;
     let server = TestServer { witness };
     let mcp = StreamableHttpService::new(
         move || Ok(server.clone()),
@@ -219,10 +231,16 @@ async fn serve_http(port: u16, expected: Expected, witness: Option<std::path::Pa
         let (socket, _) = listener.accept().await.map_err(|e| e.to_string())?;
         let mcp = mcp.clone();
         let expected = expected.clone();
+        let trace_log = trace_log.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let mut mcp = mcp.clone();
                 let expected = expected.clone();
+                if let (Some(log), Some(parent)) = (&trace_log, req.headers().get("traceparent")) {
+                    use std::io::Write as _;
+                    let line = format!("{}\n", String::from_utf8_lossy(parent.as_bytes()));
+                    let _ = log.lock().unwrap_or_else(|p| p.into_inner()).write_all(line.as_bytes());
+                }
                 async move {
                     if !expected.allows(req.headers().get("authorization")) {
                         let body = http_body_util::Full::new(bytes::Bytes::from_static(b"bad or missing bearer token"));
@@ -243,7 +261,9 @@ async fn serve_http(port: u16, expected: Expected, witness: Option<std::path::Pa
 }
 
 fn usage() -> ! {
-    eprintln!("usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F] [--witness FILE]");
+    eprintln!(
+        "usage: nexo-mcp-test-server [stdio] | http --port N [--token T | --token-file F] [--witness FILE] [--trace-log FILE]"
+    );
     std::process::exit(2)
 }
 
@@ -256,6 +276,7 @@ async fn main() {
             let mut port = None;
             let mut expected = Expected::None;
             let mut witness = None;
+            let mut trace_log = None;
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
@@ -263,10 +284,11 @@ async fn main() {
                     "--token" => expected = Expected::Token(rest.next().cloned().unwrap_or_else(|| usage())),
                     "--token-file" => expected = Expected::File(rest.next().unwrap_or_else(|| usage()).into()),
                     "--witness" => witness = Some(rest.next().unwrap_or_else(|| usage()).into()),
+                    "--trace-log" => trace_log = Some(rest.next().unwrap_or_else(|| usage()).into()),
                     _ => usage(),
                 }
             }
-            serve_http(port.unwrap_or_else(|| usage()), expected, witness).await
+            serve_http(port.unwrap_or_else(|| usage()), expected, witness, trace_log).await
         }
         Some(_) => usage(),
     };

@@ -547,4 +547,23 @@ impl<D: Dialect> Runs for SqlStore<D> {
         .await;
         self.db.end(tx, result).await
     }
+    async fn add_pass_trace(&self, id: &str, context: &str, at_ms: i64) -> StoreResult<()> {
+        let mut conn = self.db.single().await?;
+        let result = match super::run::<D>(&mut conn, sql::ADD_PASS_TRACE, &[id.into(), context.into(), at_ms.into()])
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Err(StoreError::NoRun(id.to_string())),
+            Err(e) => Err(self.error(&e)),
+        };
+        self.db.end(conn, result).await
+    }
+
+    async fn pass_traces(&self, id: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let rows = self.read_all(sql::PASS_TRACES, &[id.into(), super::limit(limit).into()]).await?;
+        let mut contexts =
+            rows.iter().map(|row| row.text_at(0).map_err(|e| self.error(&e))).collect::<StoreResult<Vec<_>>>()?;
+        contexts.reverse();
+        Ok(contexts)
+    }
 }

@@ -126,4 +126,12 @@ pub trait Runs: Send + Sync {
 
     /// Removes the pending approval once its call has used it.
     async fn clear_approval(&self, id: &str, owner: &str) -> StoreResult<()>;
+
+    /// Records the trace context of a pass of run `id` (opaque text, the
+    /// tracer's), once: a later pass links to it. A run that is not there
+    /// is [`StoreError::NoRun`](crate::StoreError::NoRun); the contexts go when the run does.
+    async fn add_pass_trace(&self, id: &str, context: &str, at_ms: i64) -> StoreResult<()>;
+
+    /// The trace contexts of run `id`'s latest `limit` passes, oldest first.
+    async fn pass_traces(&self, id: &str, limit: usize) -> StoreResult<Vec<String>>;
 }

@@ -5,7 +5,7 @@
 //! instrument is made.
 //!
 //! The GenAI ones follow the OpenTelemetry semantic conventions for
-//! generative AI (v1.37: `gen_ai.client.token.usage`,
+//! generative AI (1.42.0, as the spans: `gen_ai.client.token.usage`,
 //! `gen_ai.client.operation.duration`, with their recommended buckets);
 //! nexo's own are named `nexo.*`. Attributes carry names, ids, counts and
 //! outcomes only: never a message, a tool's arguments or a secret.
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use nexo_model::{ModelError, Usage};
+use nexo_model::{ModelError, Response};
 use nexo_store::RunStatus;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, UpDownCounter};
@@ -113,16 +113,20 @@ fn tenant(attributes: &mut Vec<KeyValue>, tenant: Option<&str>) {
 }
 
 /// One call to a model provider, as it returned after `elapsed`: its
-/// duration, and on success its tokens.
-pub(crate) fn model_call(provider: &str, model: &str, elapsed: Duration, outcome: Result<&Usage, &ModelError>) {
+/// duration, and on success its tokens and the model that answered.
+pub(crate) fn model_call(provider: &str, model: &str, elapsed: Duration, result: &Result<Response, ModelError>) {
     let Some(m) = get() else { return };
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),
         KeyValue::new("gen_ai.provider.name", provider.to_string()),
         KeyValue::new("gen_ai.request.model", model.to_string()),
     ];
-    match outcome {
-        Ok(usage) => {
+    match result {
+        Ok(response) => {
+            if let Some(answered) = &response.answered.model {
+                attributes.push(KeyValue::new("gen_ai.response.model", answered.clone()));
+            }
+            let usage = &response.usage;
             for (kind, tokens) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
                 attributes.push(KeyValue::new("gen_ai.token.type", kind));
                 m.token_usage.record(tokens, &attributes);

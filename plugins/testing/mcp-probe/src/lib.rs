@@ -5,9 +5,10 @@
 //! - `list SERVER`: the server's tool names;
 //! - `call SERVER TOOL JSON`: one tool call;
 //! - `prompt TEXT`: one prompt through the host's model loop (which offers
-//!   the servers' tools as `mcp__SERVER__TOOL`).
+//!   the servers' tools as `mcp__SERVER__TOOL`, and `write_file` when the
+//!   grant gives `write`).
 
-use nexo_sdk::agent::{mcp, model, Agent, Manifest, RunError, ToolError};
+use nexo_sdk::agent::{mcp, model, Agent, Capability, Manifest, RunError, ToolError};
 
 struct McpProbe;
 
@@ -28,6 +29,9 @@ impl Agent for McpProbe {
         Manifest::new("mcp-probe", "Calls MCP servers directly and reports the outcome (a test plugin)")
             .instructions("Use the MCP tools when asked.")
             .mcp_servers(["tests", "everything"])
+            // The model's `write_file`, for a prompt that waits for an
+            // approval of a write (the telemetry test).
+            .capabilities([Capability::Write])
     }
 
     fn mcp_allow() -> Vec<String> {
