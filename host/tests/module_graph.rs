@@ -83,7 +83,7 @@ const CRATES: &[Layers] = &[
             &["follow", "response"],
             &["connect", "policy"],
             &["secret", "request"],
-            &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter"],
+            &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "trace"],
             &["error"],
         ],
     },

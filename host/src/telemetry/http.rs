@@ -18,15 +18,15 @@ pub(crate) struct ExportClient {
 
 impl ExportClient {
     /// A client whose requests run on the current tokio runtime.
-    pub(crate) fn new() -> Result<Self, super::TelemetryError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| super::TelemetryError::NoRuntime)?;
+    pub(crate) fn new() -> Result<Self, super::error::TelemetryError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| super::error::TelemetryError::NoRuntime)?;
         // The receiver is the operator's, named in their config: no redirects
         // to anywhere else.
         let client = reqwest::Client::builder()
             .timeout(EXPORT_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| super::TelemetryError::Client(e.to_string()))?;
+            .map_err(|e| super::error::TelemetryError::Client(e.to_string()))?;
         Ok(Self { client, runtime })
     }
 }

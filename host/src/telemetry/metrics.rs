@@ -24,7 +24,8 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
-use super::{TelemetryError, TelemetryTable};
+use super::error::TelemetryError;
+use super::table::TelemetryTable;
 
 /// The metrics this process exports, installed as the global meter
 /// provider. Dropping it does not stop them; [`Metrics::shutdown`] flushes

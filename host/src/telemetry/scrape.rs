@@ -26,10 +26,10 @@ pub fn router(scrape: Scrape) -> Router {
 pub async fn serve(
     scrape: Scrape,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<std::net::SocketAddr, super::TelemetryError> {
+) -> Result<std::net::SocketAddr, super::error::TelemetryError> {
     let addr = scrape.listen;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        super::TelemetryError::Scrape(format!(
+        super::error::TelemetryError::Scrape(format!(
             "cannot listen on {addr} for /metrics: {e} (set another address: [telemetry.prometheus] listen)"
         ))
     })?;

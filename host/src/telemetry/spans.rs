@@ -282,7 +282,7 @@ mod content {
     pub(super) fn answer(response: &Response) -> String {
         let message = Message::Assistant { text: response.text.clone(), tool_calls: response.tool_calls.clone() };
         let mut value = message_value(&message);
-        value["finish_reason"] = json!(super::finish_reason(&response.stop));
+        value["finish_reason"] = json!(crate::telemetry::spans::finish_reason(&response.stop));
         Value::Array(vec![value]).to_string()
     }
 

@@ -29,8 +29,9 @@ use tracing_subscriber::Registry;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context as LayerContext, Filter, Layer};
 
+use super::error::TelemetryError;
+use super::settings::Settings;
 use super::spans::{NEXO_COMPONENT_DIGEST, NEXO_RUN_ID, NEXO_TENANT};
-use super::{Settings, TelemetryError};
 
 /// The target of nexo's exported spans; nothing else is exported.
 pub const TARGET: &str = "nexo::telemetry";
