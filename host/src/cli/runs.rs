@@ -16,6 +16,7 @@ use nexo::settings::RunOptions;
 use nexo::{Engine, EngineConfig, Plugin};
 use nexo_store::{Claim, Decision, Location, PendingCall, RunStatus, Store, StoreError};
 
+use super::timeline::time;
 use super::{grant, progress, report};
 
 /// `nexo runs …`.
@@ -842,12 +843,6 @@ async fn events(store: &dyn Store, id: &str, follow: bool) -> ExitCode {
 
 fn first_line(text: &str) -> String {
     nexo::truncate::first_line(text, 100)
-}
-
-/// A timestamp as UTC, to the second.
-pub fn time(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 #[cfg(test)]

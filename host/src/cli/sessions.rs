@@ -15,7 +15,7 @@ use nexo::ConfigError;
 use nexo_store::{RunStatus, Session, Store, StoreError};
 
 use super::runs::{StoreArgs, store_error};
-use super::{report, runs};
+use super::{report, runs, timeline};
 
 /// `nexo sessions …`.
 #[derive(Subcommand, Debug)]
@@ -147,7 +147,14 @@ async fn list(store: &dyn Store, agent: Option<&str>, limit: usize, json: bool) 
         errln!("no sessions in {}", store.location());
     }
     for s in &sessions {
-        outln!("{}  {:<20}  {:<24}  {:>5} msgs  {}", s.id, s.agent, s.instance, s.messages, runs::time(s.updated_ms));
+        outln!(
+            "{}  {:<20}  {:<24}  {:>5} msgs  {}",
+            s.id,
+            s.agent,
+            s.instance,
+            s.messages,
+            timeline::time(s.updated_ms)
+        );
     }
     ExitCode::SUCCESS
 }
@@ -169,8 +176,8 @@ async fn show(store: &dyn Store, name: &str, json: bool) -> ExitCode {
     outln!("session:   {}", session.id);
     outln!("agent:     {}", session.agent);
     outln!("instance:  {}", session.instance);
-    outln!("created:   {}", runs::time(session.created_ms));
-    outln!("updated:   {}", runs::time(session.updated_ms));
+    outln!("created:   {}", timeline::time(session.created_ms));
+    outln!("updated:   {}", timeline::time(session.updated_ms));
     outln!("prompts:   {}", prompts.len());
     for r in &prompts {
         outln!("  {}  {:<9}  {}", r.id, r.status.as_str(), nexo::truncate::first_line(&r.input, 80));

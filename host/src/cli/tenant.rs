@@ -8,6 +8,7 @@ use clap::Subcommand;
 use nexo_store::Store;
 
 use super::runs::{self, StoreArgs};
+use super::timeline;
 use nexo::policy::Policy;
 use nexo::server::tenants::{self, TenantError};
 
@@ -261,10 +262,10 @@ pub async fn command(command: &TenantCommand, flag: Option<&str>) -> ExitCode {
                 Ok(keys) => {
                     for k in keys {
                         let state = match k.revoked_ms {
-                            Some(at) => format!("revoked {}", runs::time(at)),
+                            Some(at) => format!("revoked {}", timeline::time(at)),
                             None => "active".into(),
                         };
-                        outln!("{}\t{}\t{state}", k.id, runs::time(k.created_ms));
+                        outln!("{}\t{}\t{state}", k.id, timeline::time(k.created_ms));
                     }
                     ExitCode::SUCCESS
                 }
@@ -304,7 +305,7 @@ pub async fn audit(command: &AuditCommand, flag: Option<&str>) -> ExitCode {
                         if *json {
                             nexo::terminal::print_json(&serde_json::to_value(&e).unwrap_or_default());
                         } else {
-                            outln!("{}\t{}\t{}\t{}", e.seq, runs::time(e.at_ms), e.kind, e.data);
+                            outln!("{}\t{}\t{}\t{}", e.seq, timeline::time(e.at_ms), e.kind, e.data);
                         }
                     }
                     ExitCode::SUCCESS

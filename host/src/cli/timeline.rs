@@ -49,7 +49,7 @@ fn pass_text(out: &mut String, pass: &Pass) {
         out,
         "  pass {}  {}  {}  {}{owner}",
         pass.number,
-        super::runs::time(pass.started_ms),
+        time(pass.started_ms),
         took(pass.duration_ms),
         pass.outcome
     );
@@ -121,8 +121,14 @@ fn wait_text(out: &mut String, wait: &Wait) {
     {
         let _ = write!(what, "  {}", escape(reason, Lines::Flatten));
     }
-    let _ = writeln!(out, "  wait {kind}  {}  {}{what}", super::runs::time(wait.started_ms), took(wait.duration_ms));
+    let _ = writeln!(out, "  wait {kind}  {}  {}{what}", time(wait.started_ms), took(wait.duration_ms));
     if let Some(arguments) = &wait.arguments {
         block(out, "arguments", &serde_json::to_string_pretty(arguments).unwrap_or_default());
     }
+}
+
+/// A timestamp as UTC, to the second.
+pub fn time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -623,7 +623,7 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
 /// backoff, and the caller's trace context when tracing is on (the pass
 /// continues the trace of the request that queued it).
 fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
-    if let (Some(parent), Some(fields)) = (trace::TraceParent::current(), payload.as_object_mut()) {
+    if let (Some(parent), Some(fields)) = (trace::caller(), payload.as_object_mut()) {
         fields.insert("trace".into(), json!(parent));
     }
     let now = nexo_store::now_ms();

@@ -17,6 +17,11 @@ use crate::telemetry::traces::{self, RunLabels};
 /// How many earlier passes a pass links to: the latest ones.
 const LINKED_PASSES: usize = 32;
 
+/// The caller's trace context, when tracing is on, for the job to carry.
+pub(super) fn caller() -> Option<TraceParent> {
+    if traces::enabled() { TraceParent::current() } else { None }
+}
+
 /// The span of a pass of `run`, recorded with the run for the passes after
 /// it; a disabled span when tracing is off (nothing is read or written).
 pub(super) async fn pass_span(store: &Arc<dyn Store>, run: &Run, agent: &str, replay: Replay) -> Span {

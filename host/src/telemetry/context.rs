@@ -9,8 +9,6 @@ use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-use super::traces::enabled;
-
 /// A W3C trace context as it travels with a run's job and its record:
 /// `traceparent`, and `tracestate` when there is one.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,13 +63,10 @@ impl TraceParent {
         Some(TraceParent { traceparent: carrier.remove("traceparent")?, tracestate: carrier.remove("tracestate") })
     }
 
-    /// The current context's, when tracing is on: what a request that
-    /// starts or continues a run records with its job, so that the pass
-    /// continues the caller's trace.
+    /// The current context's: what a request that starts or continues a
+    /// run records with its job, so that the pass continues the caller's
+    /// trace. The caller asks only when tracing is on.
     pub fn current() -> Option<TraceParent> {
-        if !enabled() {
-            return None;
-        }
         TraceParent::of(&Context::current())
     }
 

@@ -18,6 +18,7 @@ pub mod context;
 mod error;
 mod http;
 pub mod metrics;
+mod names;
 pub mod scrape;
 mod settings;
 pub mod spans;

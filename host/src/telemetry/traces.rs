@@ -30,8 +30,8 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context as LayerContext, Filter, Layer};
 
 use super::error::TelemetryError;
+use super::names::{NEXO_COMPONENT_DIGEST, NEXO_RUN_ID, NEXO_TENANT};
 use super::settings::Settings;
-use super::spans::{NEXO_COMPONENT_DIGEST, NEXO_RUN_ID, NEXO_TENANT};
 
 /// The target of nexo's exported spans; nothing else is exported.
 pub const TARGET: &str = "nexo::telemetry";
