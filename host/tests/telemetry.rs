@@ -115,6 +115,16 @@ async fn upload(scene: &Scene, node: &Node, key: &str) -> String {
     plugin["id"].as_str().unwrap().to_string()
 }
 
+/// A member of `tracestate` 248 bytes long.
+fn long_member(n: usize) -> String {
+    format!("k{n}={}", "v".repeat(245))
+}
+
+/// The caller's `tracestate`: more than the 512 bytes W3C lets travel.
+fn tracestate_given() -> String {
+    format!("vendor=kept,{},{},{}", long_member(0), long_member(1), long_member(2))
+}
+
 /// A POST with the caller's trace context.
 async fn traced_post(scene: &Scene, url: &str, key: &str, parent: &str, body: Value) -> (StatusCode, Value) {
     let response = scene
@@ -122,7 +132,7 @@ async fn traced_post(scene: &Scene, url: &str, key: &str, parent: &str, body: Va
         .post(url)
         .bearer_auth(key)
         .header("traceparent", format!("00-{TRACE}-{parent}-01"))
-        .header("tracestate", "vendor=kept")
+        .header("tracestate", tracestate_given())
         .json(&body)
         .send()
         .await
@@ -289,6 +299,15 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
     assert!(model_parents.iter().all(|p| p.starts_with(&format!("00-{TRACE}-"))), "{model_parents:?}");
     let chat_ids: Vec<&str> = chats.iter().map(|c| c["span_id"].as_str().unwrap()).collect();
     assert!(model_parents.iter().all(|p| chat_ids.iter().any(|id| p.contains(id))), "{model_parents:?} {chat_ids:?}");
+    // The tenant's tracestate went on cut to 512 bytes, as W3C says.
+    let states: Vec<String> = scene
+        .model
+        .requests()
+        .iter()
+        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("tracestate")).map(|(_, v)| v.clone()))
+        .collect();
+    let bounded = format!("vendor=kept,{},{}", long_member(0), long_member(1));
+    assert_eq!(states, vec![bounded; 3], "the model server got the caller's tracestate, bounded");
     let mcp_parents = mcp.traceparents();
     assert_eq!(mcp_parents.len(), 1, "the tool call carried the trace: {mcp_parents:?}");
     let mcp_span = mcp_calls[0]["span_id"].as_str().unwrap();

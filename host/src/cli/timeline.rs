@@ -21,6 +21,14 @@ pub fn text(timeline: &Timeline) -> String {
         timeline.input_tokens,
         timeline.output_tokens
     );
+    if timeline.left_out > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} more steps not listed: a timeline lists its first {}; `nexo runs events` has every event)",
+            timeline.left_out,
+            nexo::runs::timeline::MAX_STEPS
+        );
+    }
     // Passes and waits, in the order they began.
     let mut items: Vec<(i64, Item<'_>)> = timeline.passes.iter().map(|p| (p.started_ms, Item::Pass(p))).collect();
     items.extend(timeline.waits.iter().map(|w| (w.started_ms, Item::Wait(w))));
