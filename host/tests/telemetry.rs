@@ -5,7 +5,8 @@
 //!   trace under the caller's `traceparent`: it suspends on one `nexo serve`
 //!   and resumes on another over the same store, the resumed pass links to
 //!   the first, and the model server and the MCP server got the trace's
-//!   context; every span carries the tenant, the run and the component;
+//!   context; every span carries the tenant, the run and the component; a
+//!   caller's "not sampled" flag does not hide the run from the operator;
 //! - no secret (the provider's key, the MCP server's token) and no content
 //!   (the prompt, a tool's arguments and result) is in any exported byte,
 //!   unless the operator opts in to contents, and then they are there.
@@ -125,13 +126,15 @@ fn tracestate_given() -> String {
     format!("vendor=kept,{},{},{}", long_member(0), long_member(1), long_member(2))
 }
 
-/// A POST with the caller's trace context.
+/// A POST with the caller's trace context. The caller's flags say "not
+/// sampled": a tenant's header must not turn the operator's tracing of its
+/// runs off.
 async fn traced_post(scene: &Scene, url: &str, key: &str, parent: &str, body: Value) -> (StatusCode, Value) {
     let response = scene
         .http
         .post(url)
         .bearer_auth(key)
-        .header("traceparent", format!("00-{TRACE}-{parent}-01"))
+        .header("traceparent", format!("00-{TRACE}-{parent}-00"))
         .header("tracestate", tracestate_given())
         .json(&body)
         .send()
