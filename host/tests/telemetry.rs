@@ -116,6 +116,16 @@ async fn upload(scene: &Scene, node: &Node, key: &str) -> String {
     plugin["id"].as_str().unwrap().to_string()
 }
 
+/// The header `name` of each request the model server got that had one.
+fn model_headers(scene: &Scene, name: &str) -> Vec<String> {
+    scene
+        .model
+        .requests()
+        .iter()
+        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()))
+        .collect()
+}
+
 /// A member of `tracestate` 248 bytes long.
 fn long_member(n: usize) -> String {
     format!("k{n}={}", "v".repeat(245))
@@ -292,23 +302,13 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
     assert!(wait["links"].as_array().unwrap().iter().any(|l| l["span_id"] == pass1["span_id"]), "{wait:#}");
 
     // The model server and the MCP server were called in the trace.
-    let model_parents: Vec<String> = scene
-        .model
-        .requests()
-        .iter()
-        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("traceparent")).map(|(_, v)| v.clone()))
-        .collect();
+    let model_parents = model_headers(&scene, "traceparent");
     assert_eq!(model_parents.len(), 3, "each model call carried the trace: {model_parents:?}");
     assert!(model_parents.iter().all(|p| p.starts_with(&format!("00-{TRACE}-"))), "{model_parents:?}");
     let chat_ids: Vec<&str> = chats.iter().map(|c| c["span_id"].as_str().unwrap()).collect();
     assert!(model_parents.iter().all(|p| chat_ids.iter().any(|id| p.contains(id))), "{model_parents:?} {chat_ids:?}");
     // The tenant's tracestate went on cut to 512 bytes, as W3C says.
-    let states: Vec<String> = scene
-        .model
-        .requests()
-        .iter()
-        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("tracestate")).map(|(_, v)| v.clone()))
-        .collect();
+    let states = model_headers(&scene, "tracestate");
     let bounded = format!("vendor=kept,{},{}", long_member(0), long_member(1));
     assert_eq!(states, vec![bounded; 3], "the model server got the caller's tracestate, bounded");
     let mcp_parents = mcp.traceparents();

@@ -21,13 +21,8 @@ pub fn text(timeline: &Timeline) -> String {
         timeline.input_tokens,
         timeline.output_tokens
     );
-    if timeline.left_out > 0 {
-        let _ = writeln!(
-            out,
-            "  ({} more steps not listed: a timeline lists its first {}; `nexo runs events` has every event)",
-            timeline.left_out,
-            nexo::runs::timeline::MAX_STEPS
-        );
+    if let Some(note) = timeline.left_out_note() {
+        let _ = writeln!(out, "  ({note}; `nexo runs events` has every event)");
     }
     // Passes and waits, in the order they began.
     let mut items: Vec<(i64, Item<'_>)> = timeline.passes.iter().map(|p| (p.started_ms, Item::Pass(p))).collect();

@@ -331,6 +331,12 @@ impl Timeline {
         }
     }
 
+    /// What a reader is told of the steps it leaves out, if any.
+    pub fn left_out_note(&self) -> Option<String> {
+        (self.left_out > 0)
+            .then(|| format!("{} more steps not listed: a timeline lists its first {MAX_STEPS}", self.left_out))
+    }
+
     /// When the timeline begins and ends: the run's creation to its last
     /// change (or the latest thing in it), for drawing it to scale.
     pub fn span(&self) -> (i64, i64) {

@@ -37,13 +37,8 @@ pub(super) fn timeline_section(timeline: &Timeline) -> String {
     if timeline.passes.is_empty() && timeline.waits.is_empty() {
         rows.push_str("<li class=\"muted\">Nothing ran yet.</li>");
     }
-    if timeline.left_out > 0 {
-        let _ = write!(
-            rows,
-            "<li class=\"muted\">{} more steps not listed: a timeline lists its first {}.</li>",
-            timeline.left_out,
-            crate::runs::timeline::MAX_STEPS
-        );
+    if let Some(note) = timeline.left_out_note() {
+        let _ = write!(rows, "<li class=\"muted\">{}.</li>", escape(&note));
     }
     let live = if timeline.status.is_final() {
         ""
