@@ -5,7 +5,8 @@
 //!   trace under the caller's `traceparent`: it suspends on one `nexo serve`
 //!   and resumes on another over the same store, the resumed pass links to
 //!   the first, and the model server and the MCP server got the trace's
-//!   context; every span carries the tenant, the run and the component;
+//!   context; every span carries the tenant, the run and the component; a
+//!   caller's "not sampled" flag does not hide the run from the operator;
 //! - no secret (the provider's key, the MCP server's token) and no content
 //!   (the prompt, a tool's arguments and result) is in any exported byte,
 //!   unless the operator opts in to contents, and then they are there.
@@ -115,14 +116,36 @@ async fn upload(scene: &Scene, node: &Node, key: &str) -> String {
     plugin["id"].as_str().unwrap().to_string()
 }
 
-/// A POST with the caller's trace context.
+/// The header `name` of each request the model server got that had one.
+fn model_headers(scene: &Scene, name: &str) -> Vec<String> {
+    scene
+        .model
+        .requests()
+        .iter()
+        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()))
+        .collect()
+}
+
+/// A member of `tracestate` 248 bytes long.
+fn long_member(n: usize) -> String {
+    format!("k{n}={}", "v".repeat(245))
+}
+
+/// The caller's `tracestate`: more than the 512 bytes W3C lets travel.
+fn tracestate_given() -> String {
+    format!("vendor=kept,{},{},{}", long_member(0), long_member(1), long_member(2))
+}
+
+/// A POST with the caller's trace context. The caller's flags say "not
+/// sampled": a tenant's header must not turn the operator's tracing of its
+/// runs off.
 async fn traced_post(scene: &Scene, url: &str, key: &str, parent: &str, body: Value) -> (StatusCode, Value) {
     let response = scene
         .http
         .post(url)
         .bearer_auth(key)
-        .header("traceparent", format!("00-{TRACE}-{parent}-01"))
-        .header("tracestate", "vendor=kept")
+        .header("traceparent", format!("00-{TRACE}-{parent}-00"))
+        .header("tracestate", tracestate_given())
         .json(&body)
         .send()
         .await
@@ -279,16 +302,15 @@ async fn a_served_run_is_one_trace_across_processes_with_the_genai_spans_and_not
     assert!(wait["links"].as_array().unwrap().iter().any(|l| l["span_id"] == pass1["span_id"]), "{wait:#}");
 
     // The model server and the MCP server were called in the trace.
-    let model_parents: Vec<String> = scene
-        .model
-        .requests()
-        .iter()
-        .filter_map(|r| r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("traceparent")).map(|(_, v)| v.clone()))
-        .collect();
+    let model_parents = model_headers(&scene, "traceparent");
     assert_eq!(model_parents.len(), 3, "each model call carried the trace: {model_parents:?}");
     assert!(model_parents.iter().all(|p| p.starts_with(&format!("00-{TRACE}-"))), "{model_parents:?}");
     let chat_ids: Vec<&str> = chats.iter().map(|c| c["span_id"].as_str().unwrap()).collect();
     assert!(model_parents.iter().all(|p| chat_ids.iter().any(|id| p.contains(id))), "{model_parents:?} {chat_ids:?}");
+    // The tenant's tracestate went on cut to 512 bytes, as W3C says.
+    let states = model_headers(&scene, "tracestate");
+    let bounded = format!("vendor=kept,{},{}", long_member(0), long_member(1));
+    assert_eq!(states, vec![bounded; 3], "the model server got the caller's tracestate, bounded");
     let mcp_parents = mcp.traceparents();
     assert_eq!(mcp_parents.len(), 1, "the tool call carried the trace: {mcp_parents:?}");
     let mcp_span = mcp_calls[0]["span_id"].as_str().unwrap();

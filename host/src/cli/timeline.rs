@@ -21,6 +21,9 @@ pub fn text(timeline: &Timeline) -> String {
         timeline.input_tokens,
         timeline.output_tokens
     );
+    if let Some(note) = timeline.left_out_note() {
+        let _ = writeln!(out, "  ({note}; `nexo runs events` has every event)");
+    }
     // Passes and waits, in the order they began.
     let mut items: Vec<(i64, Item<'_>)> = timeline.passes.iter().map(|p| (p.started_ms, Item::Pass(p))).collect();
     items.extend(timeline.waits.iter().map(|w| (w.started_ms, Item::Wait(w))));

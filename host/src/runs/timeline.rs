@@ -25,6 +25,16 @@ use crate::manifest::interface;
 /// recorded today.
 pub const SHOWN_CHARS: usize = 1 << 20;
 
+/// The most steps (turns and calls) a timeline lists: the first ones;
+/// the rest are counted in [`Timeline::left_out`]. A run's journal has
+/// no cap, and one request must not make the server build (and a browser
+/// draw) a page of every one of a hundred thousand calls.
+pub const MAX_STEPS: usize = 5_000;
+
+/// The most characters of arguments and results a timeline shows over all
+/// its calls; past it a call's are cut to the truncation marker.
+pub const SHOWN_TOTAL_CHARS: usize = 4 << 20;
+
 /// Events read per store query while building a timeline.
 const EVENT_PAGE: usize = 1000;
 
@@ -47,6 +57,8 @@ pub struct Timeline {
     pub input_tokens: u64,
     /// Output tokens over all its turns.
     pub output_tokens: u64,
+    /// How many of its steps are not listed (past [`MAX_STEPS`]).
+    pub left_out: usize,
 }
 
 /// One pass: a process ran the run from a start or resume until it
@@ -162,6 +174,36 @@ pub struct Call {
     pub error: bool,
 }
 
+impl Call {
+    /// Cuts its arguments and result to what is left of `budget`
+    /// characters, and takes what they use from it.
+    fn fit(&mut self, budget: &mut usize) {
+        if let Some(arguments) = self.arguments.take() {
+            let text = arguments.to_string();
+            let chars = text.chars().count();
+            self.arguments = Some(if chars <= *budget {
+                *budget -= chars;
+                arguments
+            } else {
+                let cut = crate::truncate::head_chars(&text, *budget);
+                *budget = 0;
+                Value::String(cut)
+            });
+        }
+        if let Some(result) = self.result.take() {
+            let chars = result.chars().count();
+            self.result = Some(if chars <= *budget {
+                *budget -= chars;
+                result
+            } else {
+                let cut = crate::truncate::head_chars(&result, *budget);
+                *budget = 0;
+                cut
+            });
+        }
+    }
+}
+
 /// Why a run waited between passes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -252,6 +294,18 @@ impl Timeline {
         // unjournaled; their events are all there is.
         steps.extend(unlinked_calls(events, &linked));
         steps.sort_by_key(|s| s.started_ms().unwrap_or(i64::MIN));
+        let (input_tokens, output_tokens) = steps.iter().fold((0, 0), |(i, o), s| match s {
+            Step::Turn(t) => (i + t.input_tokens, o + t.output_tokens),
+            _ => (i, o),
+        });
+        let left_out = steps.len().saturating_sub(MAX_STEPS);
+        steps.truncate(MAX_STEPS);
+        let mut budget = SHOWN_TOTAL_CHARS;
+        for step in &mut steps {
+            if let Step::ToolCall(c) | Step::McpCall(c) | Step::HostCall(c) = step {
+                c.fit(&mut budget);
+            }
+        }
         for step in steps {
             let at = step.started_ms();
             let pass = match at {
@@ -264,10 +318,6 @@ impl Timeline {
             }
         }
         let waits = waits(run, events, &passes, approval);
-        let (input_tokens, output_tokens) = passes.iter().flat_map(|p| &p.steps).fold((0, 0), |(i, o), s| match s {
-            Step::Turn(t) => (i + t.input_tokens, o + t.output_tokens),
-            _ => (i, o),
-        });
         Timeline {
             run: run.id.clone(),
             status: run.status,
@@ -277,7 +327,14 @@ impl Timeline {
             waits,
             input_tokens,
             output_tokens,
+            left_out,
         }
+    }
+
+    /// What a reader is told of the steps it leaves out, if any.
+    pub fn left_out_note(&self) -> Option<String> {
+        (self.left_out > 0)
+            .then(|| format!("{} more steps not listed: a timeline lists its first {MAX_STEPS}", self.left_out))
     }
 
     /// When the timeline begins and ends: the run's creation to its last
@@ -357,12 +414,17 @@ fn linked_events(events: &[StoredEvent]) -> (BTreeMap<u64, &StoredEvent>, BTreeM
 /// turn and id.
 fn unlinked_calls(events: &[StoredEvent], linked: &std::collections::BTreeSet<u64>) -> Vec<Step> {
     let unlinked = |e: &&StoredEvent| e.data.get("entry").and_then(Value::as_u64).is_none_or(|s| !linked.contains(&s));
+    let key = |e: &StoredEvent| json_key(&e.data);
+    // Where each call's results are, so that pairing is one lookup a call,
+    // not a scan of the events after it.
+    let mut results: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+    for (i, e) in events.iter().enumerate().filter(|(_, e)| e.kind == "tool_result") {
+        results.entry(key(e)).or_default().push(i);
+    }
     let mut steps = Vec::new();
     for (i, event) in events.iter().enumerate().filter(|(_, e)| e.kind == "tool_call").filter(|(_, e)| unlinked(e)) {
-        let key = (event.data.get("turn").cloned(), event.data.get("id").cloned());
-        let result = events[i..]
-            .iter()
-            .find(|e| e.kind == "tool_result" && (e.data.get("turn").cloned(), e.data.get("id").cloned()) == key);
+        let result =
+            results.get(&key(event)).and_then(|at| at.get(at.partition_point(|&r| r < i))).map(|&r| &events[r]);
         let mut call = Call {
             name: String::new(),
             interface: None,
@@ -381,6 +443,12 @@ fn unlinked_calls(events: &[StoredEvent], linked: &std::collections::BTreeSet<u6
         steps.push(Step::ToolCall(call));
     }
     steps
+}
+
+/// What pairs a call's events with its result's: its turn and id.
+fn json_key(data: &Value) -> String {
+    Value::Array(vec![data.get("turn").cloned().unwrap_or(Value::Null), data.get("id").cloned().unwrap_or(Value::Null)])
+        .to_string()
 }
 
 fn from_call_event(call: &mut Call, event: &StoredEvent) {
@@ -685,6 +753,40 @@ pub(crate) mod tests {
         assert!(calls[1].result.as_deref().unwrap().contains("x is not there"), "{:?}", calls[1]);
         assert_eq!(calls[1].arguments, Some(json!({"path": "x"})));
         assert_eq!(timeline.passes[0].owner.as_deref(), Some("h:1:n"));
+    }
+
+    /// A run of a hundred thousand host calls with large results (its
+    /// journal has no cap) lists its first [`MAX_STEPS`] steps, says how
+    /// many more there are, and shows at most [`SHOWN_TOTAL_CHARS`] of
+    /// results: one request cannot make the server build, or a browser
+    /// draw, a page of every call. Its tokens still count every turn.
+    #[test]
+    fn a_huge_run_lists_its_first_steps_within_a_bound() {
+        let events = [event(1, "pass", json!({"owner": "h:1:n", "decided": null}), 1_000)];
+        let result = json!({"Ok": "x".repeat(4096)});
+        let calls = 100_000u64;
+        let mut journal: Vec<Entry> = (0..calls)
+            .map(|seq| entry(seq, "nexo:agent/files", result.clone(), Some((2_000 + seq as i64, 2_001 + seq as i64))))
+            .collect();
+        let turn = json!({"Ok": {"text": "", "tool_calls": [], "stop": "end_turn", "usage": {"input_tokens": 7, "output_tokens": 2}}});
+        journal.push(entry(calls, interface::MODEL_TURN, turn, Some((500_000, 500_001))));
+        let timeline = Timeline::build(&run(RunStatus::Done, 1_000, 600_000), &events, &journal, None);
+        let steps = &timeline.passes[0].steps;
+        assert_eq!(steps.len(), MAX_STEPS);
+        assert_eq!(timeline.left_out, calls as usize + 1 - MAX_STEPS);
+        assert_eq!((timeline.input_tokens, timeline.output_tokens), (7, 2), "the turn left out still counts");
+        let Step::HostCall(first) = &steps[0] else { panic!("{:?}", steps[0]) };
+        assert_eq!(first.result.as_deref().map(str::len), Some(4096), "the first calls are shown whole");
+        let shown: usize = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::HostCall(c) => c.result.as_ref().map(|r| r.chars().count()),
+                _ => None,
+            })
+            .sum();
+        assert!(shown <= SHOWN_TOTAL_CHARS + MAX_STEPS * 128, "{shown} characters of results shown");
+        let bytes = serde_json::to_vec(&timeline).unwrap().len();
+        assert!(bytes < SHOWN_TOTAL_CHARS + MAX_STEPS * 512, "a timeline of {bytes} bytes");
     }
 
     #[test]

@@ -67,6 +67,18 @@ pub(super) fn tracer() -> Option<&'static SdkTracer> {
     INSTALLED.get().map(|i| &i.tracer)
 }
 
+/// The variable naming the operator's sampler, which the SDK reads itself.
+const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+
+/// The sampler when the operator names none: every span, and a remote
+/// parent's "not sampled" flag does not change that. The parent is a
+/// caller's `traceparent`, a tenant's text: it may join a run to its
+/// trace, but not hide the run from the operator's monitoring.
+fn sampler() -> opentelemetry_sdk::trace::ParentBasedSampler {
+    use opentelemetry_sdk::trace::Sampler;
+    Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn)
+}
+
 /// Installs the tracer provider (a batch processor and the OTLP/HTTP
 /// protobuf exporter) and fills the slot. `None` when a provider is
 /// installed already: the first one stays.
@@ -88,11 +100,14 @@ pub(super) fn install(
     }
     let exporter =
         exporter.build().map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
-    let provider = SdkTracerProvider::builder()
+    let mut provider = SdkTracerProvider::builder()
         .with_span_processor(Labeller)
         .with_batch_exporter(exporter)
-        .with_resource(resource)
-        .build();
+        .with_resource(resource);
+    if std::env::var_os(SAMPLER).is_none() {
+        provider = provider.with_sampler(sampler());
+    }
+    let provider = provider.build();
     let scope = opentelemetry::InstrumentationScope::builder("nexo")
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_schema_url(opentelemetry_semantic_conventions::SCHEMA_URL)

@@ -37,6 +37,9 @@ pub(super) fn timeline_section(timeline: &Timeline) -> String {
     if timeline.passes.is_empty() && timeline.waits.is_empty() {
         rows.push_str("<li class=\"muted\">Nothing ran yet.</li>");
     }
+    if let Some(note) = timeline.left_out_note() {
+        let _ = write!(rows, "<li class=\"muted\">{}.</li>", escape(&note));
+    }
     let live = if timeline.status.is_final() {
         ""
     } else {
@@ -221,5 +224,9 @@ mod tests {
         // 500 ms into a run of 1000 ms, for 250 ms.
         assert!(html.contains("class=\"tl-bar tl-tool\" x=\"500.0\" y=\"0\" width=\"250.0\""), "{html}");
         assert!(html.contains("Pass 1 · done · 1.0 s"), "{html}");
+        assert!(!html.contains("more steps not listed"), "{html}");
+        // A timeline past its cap says how many steps it leaves out.
+        let cut = Timeline { left_out: 3, ..timeline };
+        assert!(timeline_section(&cut).contains("3 more steps not listed"));
     }
 }
