@@ -28,6 +28,9 @@ use crate::telemetry::context::TraceParent;
 /// How often a worker enforces session retention.
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
+/// How an attempt that left its run suspended ends.
+const SUSPENDED: &str = "is suspended";
+
 /// What every job of one worker shares.
 pub struct Worker {
     runs: Runs,
@@ -334,7 +337,12 @@ impl Worker {
         };
         match outcome {
             Ok(how) => match store.complete_job(&job.id, &lease, now).await {
-                Ok(_) => errln!("job {}: run {} {how}", job.id, job.run),
+                Ok(_) => {
+                    errln!("job {}: run {} {how}", job.id, job.run);
+                    if how == SUSPENDED {
+                        self.resume_if_decided(&job.run).await;
+                    }
+                }
                 Err(e) => errln!("warning: job {}: {e}", job.id),
             },
             Err((why, retry)) => match store.fail_job(&job.id, &lease, &why, retry, now).await {
@@ -374,7 +382,7 @@ impl Worker {
             (RunStatus::Running, _) => Claim::Recover,
             (RunStatus::Failed, _) => Claim::Retry,
             // Started before and now waits for a decision or an input.
-            (RunStatus::Suspended, nexo_store::JobKind::Start) => return Ok(Attempt::Ended("is suspended")),
+            (RunStatus::Suspended, nexo_store::JobKind::Start) => return Ok(Attempt::Ended(SUSPENDED)),
             (RunStatus::Done, _) => return Ok(Attempt::Ended("is done")),
             (RunStatus::Cancelled, _) => return Ok(Attempt::Ended("is cancelled")),
         };
@@ -445,7 +453,7 @@ impl Worker {
         match resumed {
             Resumed::End(end) => match end.run.status {
                 RunStatus::Done => Ok(Attempt::Ended("is done")),
-                RunStatus::Suspended => Ok(Attempt::Ended("is suspended")),
+                RunStatus::Suspended => Ok(Attempt::Ended(SUSPENDED)),
                 RunStatus::Cancelled => Ok(Attempt::Ended("is cancelled")),
                 _ => Err((end.run.error.unwrap_or_else(|| "the run failed".into()), retry(end.retryable))),
             },
@@ -454,6 +462,18 @@ impl Worker {
             Resumed::Refused(why) if how == Claim::Recover && self.failed(&job.run).await => Err((why, Retry::Never)),
             Resumed::Refused(why) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
+        }
+    }
+
+    /// Queues the resume of a suspended run whose approval is decided. A
+    /// decision made while this job's pass was ending found the job still
+    /// live, so it queued none (a run has one live job at a time); deciding
+    /// again, the same way, queues it now unless another job is live.
+    async fn resume_if_decided(&self, id: &str) {
+        let Ok(Some(approval)) = self.runs.store().approval(id).await else { return };
+        let Some(decision) = approval.decision else { return };
+        if let Err(e) = self.runs.decide_and_resume(id, &approval.call(), decision).await {
+            errln!("warning: run {id}: its approval is decided, but its resume could not be queued: {e}");
         }
     }
 
