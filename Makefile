@@ -4,7 +4,7 @@
 # Both install the wasm toolchain first if it is missing (scripts/wasm-toolchain.sh);
 # `make test` also installs bubblewrap, componentize-py, ComponentizeJS, the MCP servers and the
 # console test's chromium and playwright-core, podman with its test image, the OTLP receiver's
-# opentelemetry-proto and prometheus (scripts/*-deps.sh),
+# opentelemetry-proto, prometheus and wkg (scripts/*-deps.sh),
 # and starts a PostgreSQL server in target/postgres (scripts/postgres.sh).
 
 CARGO ?= cargo
@@ -69,6 +69,9 @@ test: toolchain
 	./scripts/otel-deps.sh
 	@# Debian's prometheus, which scrapes a real `nexo serve` in the metrics test (host/tests/metrics.rs).
 	./scripts/prometheus-deps.sh
+	@# wkg (crates.io), the other side of the registry tests (host/tests/registry.rs); they start
+	@# their own registries on loopback (scripts/registry.sh).
+	./scripts/wkg-deps.sh
 	@# Against a PostgreSQL server of the tests' own (target/postgres), which the store suite runs
 	@# against too; lists every skipped test, or part of one, at its end.
 	CARGO=$(CARGO) ./scripts/test-workspace.sh

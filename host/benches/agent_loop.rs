@@ -1,8 +1,7 @@
 //! The agent loop's own overhead per turn, model time excluded: the scripted
 //! provider answers instantly, with one tool call per turn, and the tool runs
 //! in the in-memory sandbox; and one model tool call on the host-call path.
-//! Each in one run with tracing off (nothing installed: the CLI's subscriber
-//! with its empty telemetry slot) and then on, exporting every span over
+//! Each in one run with tracing off (nothing installed) and then on, exporting every span over
 //! OTLP/HTTP to a loopback sink that accepts and discards them. Run with
 //! `cargo bench -p nexo --bench agent_loop`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -89,19 +88,27 @@ fn per_turn(c: &mut Criterion, tracing: &str) {
     group.finish();
 }
 
-/// Tracing off: the subscriber the CLI installs, its telemetry slot empty.
+/// The loopback OTLP sink's runtime, which answers 200 and drops the body.
+/// It is up for both measurements, so both run in a process with other
+/// threads, as every nexo process is (a multi-threaded tokio runtime): a
+/// single-threaded process's malloc takes no locks, which would charge
+/// exporting with glibc's multi-threaded allocation (about 4 µs per call).
+fn sink() -> &'static tokio::runtime::Runtime {
+    static SINK: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    SINK.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
+}
+
+/// Tracing off: nothing installed.
 fn tracing_off(c: &mut Criterion) {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    tracing_subscriber::registry().with(nexo::telemetry::traces::layer()).init();
+    sink();
     per_turn(c, "off");
 }
 
 /// Tracing on: telemetry installed as `nexo serve` installs it, exporting to
-/// a loopback OTLP sink on a runtime of its own (as the server's API runtime
-/// carries its exports), which answers 200 and drops the body.
+/// the loopback sink on its own runtime (as the server's API runtime
+/// carries its exports).
 fn tracing_on(c: &mut Criterion) {
-    let sink = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let sink = sink();
     let listener = sink.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let exported = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::authority::{Authority, Gate};
 use crate::engine::Limits;
@@ -586,10 +585,10 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
     origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
     let span = tool_span(call, &origin);
-    if span.is_disabled() {
+    if span.is_off() {
         return steps(cx, call, origin).await;
     }
-    let reply = steps(cx, call, origin).instrument(span.clone()).await;
+    let reply = span.under(steps(cx, call, origin)).await;
     match &reply {
         Reply::Model(r) => spans::tool_result(&span, r.verdict, r.is_error.then_some(r.verdict), Some(&r.content)),
         Reply::Guest(Ok(out)) => {
@@ -605,7 +604,7 @@ async fn enter<Cx: CallContext, C: MaybeTool<Cx>>(
 }
 
 /// The `execute_tool` span of a call, or a disabled one.
-fn tool_span<Cx: CallContext, C: HostCall<Cx>>(call: &C, origin: &Origin<'_, C::Args>) -> tracing::Span {
+fn tool_span<Cx: CallContext, C: HostCall<Cx>>(call: &C, origin: &Origin<'_, C::Args>) -> spans::Span {
     match origin {
         Origin::Model { call: model_call, .. } => {
             spans::tool_span(&model_call.name, Some(&model_call.id), "function", Some(&model_call.arguments))
@@ -614,7 +613,7 @@ fn tool_span<Cx: CallContext, C: HostCall<Cx>>(call: &C, origin: &Origin<'_, C::
             let shown = traces::capture_content().then(|| serde_json::to_value(args).unwrap_or(Value::Null));
             spans::tool_span(call.name(), None, "function", shown.as_ref())
         }
-        Origin::Guest(_) => tracing::Span::none(),
+        Origin::Guest(_) => spans::Span::off(),
     }
 }
 

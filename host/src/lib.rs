@@ -32,6 +32,7 @@ macro_rules! errln {
     ($($arg:tt)*) => { $crate::terminal::eprint_line(&format!($($arg)*)) };
 }
 
+pub mod acceptance;
 pub mod agent_file;
 pub mod agent_loop;
 pub mod authority;
@@ -59,6 +60,7 @@ pub mod plugin;
 pub mod policy;
 pub mod priority;
 pub mod quota;
+pub mod registry;
 pub mod runs;
 pub mod search;
 pub mod server;

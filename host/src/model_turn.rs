@@ -16,7 +16,6 @@
 //! journals recorded before turns took this path replay on it.
 
 use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response};
-use tracing::Instrument;
 
 use crate::error::ToolError;
 use crate::host_call::{CallContext as _, HostCall, Refusal, ToolContext};
@@ -69,10 +68,10 @@ impl<'p> HostCall for ModelTurn<'p> {
             // Only a call that reaches the provider is measured: a replay
             // never executes.
             let started = std::time::Instant::now();
-            let result = if span.is_disabled() {
+            let result = if span.is_off() {
                 self.0.complete(turn.request, turn.deltas).await
             } else {
-                let result = self.0.complete(turn.request, turn.deltas).instrument(span.clone()).await;
+                let result = span.under(self.0.complete(turn.request, turn.deltas)).await;
                 spans::chat_result(&span, &turn.request.model, &result);
                 result
             };

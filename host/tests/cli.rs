@@ -420,6 +420,7 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     let out = Command::new(env!("CARGO_BIN_EXE_nexo"))
         .args(["run", built::HELLO, "hi"])
         .env("NEXO_CACHE_DIR", dir.path().join("cache"))
+        .env("NEXO_ACCEPTED_PLUGINS", dir.path().join("accepted.json"))
         .env_remove("NEXO_MODEL")
         .env_remove("NEXO_PROVIDER")
         .output()
@@ -456,6 +457,7 @@ fn run_exit_codes_tell_turn_limits_approvals_and_missing_models_apart() {
     let out = Command::new(env!("CARGO_BIN_EXE_nexo"))
         .args(["run", built::HELLO, "hi", "--provider", "openai", "--model", "llama3", "--ephemeral"])
         .env("NEXO_CACHE_DIR", dir.path().join("cache"))
+        .env("NEXO_ACCEPTED_PLUGINS", dir.path().join("accepted.json"))
         .env("OPENAI_API_KEY", "sk-test")
         .env_remove("NEXO_MODEL")
         .output()
@@ -531,7 +533,8 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
     assert!(stdout(&out).contains(r#""name":"shell","verdict":"invalid-input""#), "{}", stdout(&out));
     assert!(!ws.join("pwned").exists());
 
-    // A missing skill names the path it looked for.
+    // A missing skill names the path it looked for (another agent: a new skill would be a new ask of this one).
+    let agent = dir.path().join("missing.toml");
     std::fs::write(&agent, "name = \"triager\"\ndescription = \"Triages\"\nskills = [\"nope\"]\n").unwrap();
     let out = nexo(&[
         "run",

@@ -41,12 +41,13 @@ const CRATES: &[Layers] = &[
         layers: &[
             // Front ends: the `nexo` binary's commands (`cli/`, `main.rs`) and `nexo serve`.
             &["cli", "server"],
-            // The run lifecycle: runs, sessions, leases, declarative agents.
-            &["runs", "session", "lease", "agent_file", "data_dir"],
+            // The run lifecycle: runs, sessions, leases, declarative agents, accepted plugins.
+            &["runs", "session", "lease", "agent_file", "data_dir", "acceptance"],
             // What produces a run's grant: the config file and the tenant's policy.
             &["policy", "config"],
-            // A run put together: the worlds with their instances, and plugins.
-            &["world", "plugin"],
+            // A run put together: the worlds with their instances, and plugins (from files
+            // or from registries).
+            &["world", "plugin", "registry"],
             // Capabilities (a unit each, and components' egress) and the other agent
             // runtimes. They implement the host-call path's traits (`Unit`, `HostCall`,
             // `Tool`, `Loop`), so they sit above it.
@@ -128,7 +129,7 @@ const CRATES: &[Layers] = &[
         ],
     },
     Layers { dir: "skills", layers: &[&["parse"], &["error"]] },
-    Layers { dir: "testkit", layers: &[&["llama", "podman", "otlp"]] },
+    Layers { dir: "testkit", layers: &[&["llama", "podman", "otlp", "registry"]] },
     Layers { dir: "text", layers: &[] },
     Layers { dir: "toolchain", layers: &[] },
     Layers { dir: "tests", layers: &[&["guests", "loopback"]] },

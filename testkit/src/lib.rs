@@ -12,6 +12,7 @@ use std::io::Write;
 pub mod llama;
 pub mod otlp;
 pub mod podman;
+pub mod registry;
 
 /// Says that `test` (or a part of it) did not run, and `why`: on stderr,
 /// and as a line appended to the file `NEXO_SKIPPED` names, when it is set.

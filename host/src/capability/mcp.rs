@@ -29,7 +29,6 @@ use crate::settings::RunOptions;
 use crate::telemetry::spans;
 use crate::truncate::{cut_note, head_bytes};
 use crate::unit::{AgentHost, Setup, Step, Unit};
-use tracing::Instrument;
 
 /// The most bytes of one MCP result a model or component reads.
 pub const MCP_MAX_OUTPUT: usize = 64 * 1024;
@@ -274,7 +273,7 @@ impl HostCall for CallTool {
             let clients = state.clients()?;
             let stdio = clients.servers().any(|s| s.name() == self.server && s.is_stdio());
             let span = spans::mcp_span("tools/call", &self.server, &self.tool, if stdio { "pipe" } else { "tcp" });
-            let result = clients.call_tool(&self.server, &self.tool, args).instrument(span.clone()).await;
+            let result = span.under(clients.call_tool(&self.server, &self.tool, args)).await;
             if let Err(e) = &result {
                 spans::mcp_failed(&span, mcp_error_type(e));
             }

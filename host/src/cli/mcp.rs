@@ -26,7 +26,7 @@ pub enum McpCommand {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The agent: a `.wasm` component, or a declarative `.toml` manifest.
-    file: PathBuf,
+    pub(super) file: PathBuf,
     /// Offer the agent itself as one `run` tool (it needs a model) instead of its tools.
     #[arg(long)]
     agent: bool,
@@ -44,9 +44,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=4096))]
     memory: u64,
     #[command(flatten)]
-    grant: grant::GrantArgs,
+    pub(super) grant: grant::GrantArgs,
     #[command(flatten)]
-    search: web::SearchArgs,
+    pub(super) search: web::SearchArgs,
     #[command(flatten)]
     model: model::ModelArgs,
 }

@@ -25,7 +25,9 @@ mod inspect;
 mod mcp;
 pub(crate) mod model;
 mod plugin_test;
+mod plugins;
 mod progress;
+mod registry;
 pub(crate) mod report;
 pub(crate) mod runs;
 mod scaffold;
@@ -38,13 +40,14 @@ pub(crate) mod web;
 mod wit;
 pub(crate) mod worker;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nexo::agent_file::AgentFile;
 use nexo::agent_loop::Status;
+use nexo::registry::PluginReference;
 use nexo::settings::RunOptions;
 use nexo::{ConfigError, Engine, EngineConfig, Plugin, RunError};
 use report::{config_failure, exit_code, fail, is_toml, report_error};
@@ -66,6 +69,8 @@ struct Cli {
     /// file's `store`, else nexo.db in $XDG_DATA_HOME/nexo or ~/.local/share/nexo).
     #[arg(long, global = true, value_name = "PATH|URL", env = "NEXO_STORE")]
     store: Option<String>,
+    #[command(flatten)]
+    registries: registry::RegistryArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,7 +79,8 @@ struct Cli {
 enum Command {
     /// Describe a plugin or a TOML agent: its kind, name, requested and granted capabilities.
     Inspect {
-        /// The `.wasm` component, or a declarative `.toml` agent.
+        /// The `.wasm` component, a registry reference (HOST[:PORT]/REPO:TAG or @sha256:…), or a
+        /// declarative `.toml` agent.
         file: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -86,7 +92,8 @@ enum Command {
     },
     /// Run an agent on one input and print its answer.
     Run {
-        /// The agent: a `.wasm` component, or a declarative `.toml` manifest.
+        /// The agent: a `.wasm` component, a registry reference (HOST[:PORT]/REPO:TAG or
+        /// @sha256:…), or a declarative `.toml` manifest.
         file: PathBuf,
         /// The input (prompt) for the agent.
         input: String,
@@ -102,6 +109,10 @@ enum Command {
         /// Record nothing: no run, events, checkpoints or journal (the run cannot suspend or be resumed).
         #[arg(long, conflicts_with = "later")]
         ephemeral: bool,
+        /// Accept the authority this version of the plugin asks for, though it asks for more than
+        /// the version accepted before, and record it (as `nexo plugins accept FILE` does).
+        #[arg(long)]
+        accept_authority: bool,
         /// Record the run as queued for a worker (`nexo worker`) and print its id, instead of running it here.
         #[arg(long)]
         later: bool,
@@ -143,6 +154,9 @@ enum Command {
         #[command(flatten)]
         store: runs::StoreArgs,
     },
+    /// The plugin versions, and the authority each asks for, that the operator accepted.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
     /// Serve an agent's gated tools, or the agent itself, to MCP clients.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -187,6 +201,22 @@ enum Command {
     /// Work with skill packages (SKILL.md directories).
     #[command(subcommand)]
     Skill(SkillCommand),
+    /// Pull a component from a registry into the local cache; print its manifest digest and file.
+    Pull {
+        /// HOST[:PORT]/REPOSITORY:TAG, or HOST[:PORT]/REPOSITORY@sha256:HEX.
+        reference: String,
+        #[command(flatten)]
+        config: registry::ConfigArgs,
+    },
+    /// Push a component to a registry (the wasm OCI layout wkg reads); print its manifest digest.
+    Push {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// HOST[:PORT]/REPOSITORY:TAG.
+        reference: String,
+        #[command(flatten)]
+        config: registry::ConfigArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -246,20 +276,14 @@ fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
     };
-    let mut filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Exported spans are not log lines.
-    if let Ok(quiet) = format!("{}=off", nexo::telemetry::traces::TARGET).parse() {
-        filter = filter.add_directive(quiet);
-    }
     let log = tracing_subscriber::fmt::layer()
         .with_writer(|| LogWriter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_filter(filter);
-    // The telemetry slot first, on the registry: `Telemetry::install` fills
-    // it once the command has read its config file.
-    tracing_subscriber::registry().with(nexo::telemetry::traces::layer()).with(log).init();
+    tracing_subscriber::registry().with(log).init();
 }
 
 /// stderr for log records, each escaped by [`nexo::terminal::escape_log_record`];
@@ -365,6 +389,21 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Usage { name, json, store } = &cli.command {
         return tenant::usage(name.as_deref(), *json, store, cli.store.as_deref()).await;
     }
+    if let Command::Pull { reference, config } | Command::Push { reference, config, .. } = &cli.command {
+        let insecure = match nexo::config::read(config.config()) {
+            Ok(file) => cli.registries.insecure(&file),
+            Err(e) => return config_failure(&e),
+        };
+        return match &cli.command {
+            Command::Push { file, .. } => registry::push(file, reference, &insecure).await,
+            _ => registry::pull(reference, &insecure).await,
+        };
+    }
+    let mut cli = cli;
+    let pulled_as = match plugin_from_registry(&mut cli).await {
+        Ok(reference) => reference,
+        Err(code) => return code,
+    };
     let engine = match Engine::new(engine_config(&cli)) {
         Ok(e) => e,
         Err(e) => {
@@ -394,11 +433,26 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run { file, input, json, grant, search, model, timeout, memory, ephemeral, later } => {
+        Command::Run {
+            file,
+            input,
+            json,
+            grant,
+            search,
+            model,
+            timeout,
+            memory,
+            ephemeral,
+            later,
+            accept_authority,
+        } => {
             let (settings, recorded) = match recorded(&cli, file, grant, search, model, *timeout, *memory) {
                 Ok(both) => both,
                 Err(code) => return code,
             };
+            if let Err(code) = plugins::check_run(&engine, file, pulled_as.as_ref(), *accept_authority, *json).await {
+                return code;
+            }
             if *later {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
                     Ok(s) => s,
@@ -442,9 +496,19 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Ok(both) => both,
                     Err(code) => return code,
                 };
+            if let Err(code) = plugins::check_run(&engine, &args.file, pulled_as.as_ref(), false, false).await {
+                return code;
+            }
             chat::command(args, &engine, &engine_config(&cli), cli.store.as_deref(), &settings.file, &recorded).await
         }
         Command::Mcp(command) => mcp::command(command, &engine).await,
+        Command::Plugins(command) => {
+            let insecure = match nexo::config::read(None) {
+                Ok(file) => cli.registries.insecure(&file),
+                Err(e) => return config_failure(&e),
+            };
+            plugins::command(command, &engine, &insecure).await
+        }
         Command::Build { .. }
         | Command::Test { .. }
         | Command::New { .. }
@@ -457,8 +521,41 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Tenant(_)
         | Command::Audit(_)
         | Command::Usage { .. }
+        | Command::Pull { .. }
+        | Command::Push { .. }
         | Command::Skill(_) => unreachable!("handled above"),
     }
+}
+
+/// The one place a command's plugin arguments (its component, and the
+/// search backend of its flags or config file) become local files: a
+/// registry reference is pulled into the cache, or found there, and the
+/// command goes on with the cached file, whose path names its digest.
+/// Returns the registry reference the command's plugin was given as.
+async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<PluginReference>, ExitCode> {
+    let (file, grant, search) = match &mut cli.command {
+        Command::Inspect { file, grant, search, .. } | Command::Run { file, grant, search, .. } => {
+            (file, grant, search)
+        }
+        Command::Chat(args) => (&mut args.file, &mut args.grant, &mut args.search),
+        Command::Mcp(mcp::McpCommand::Serve(args)) => (&mut args.file, &mut args.grant, &mut args.search),
+        _ => return Ok(None),
+    };
+    // A bad config file is reported by the command itself, as before.
+    let Ok(config) = nexo::config::read(grant.config_path()) else { return Ok(None) };
+    let backend = search.backend().map(Path::to_path_buf).or_else(|| config.search.as_ref()?.backend.clone());
+    let backend = backend.filter(|b| nexo::registry::is_reference(b));
+    if !nexo::registry::is_reference(file) && backend.is_none() {
+        return Ok(None);
+    }
+    let insecure = cli.registries.insecure(&config);
+    let reference = registry::resolve(file, &insecure).await?;
+    if let Some(mut backend) = backend {
+        registry::resolve(&mut backend, &insecure).await?;
+        // The flag wins over `[search] backend`: the cached file stands in for both.
+        search.set_backend(backend);
+    }
+    Ok(reference)
 }
 
 /// The settings a run records: the grant, model, search and limits from

@@ -251,6 +251,7 @@ mod tests {
             "token-file",
             "token-command",
             "token",
+            "insecure",
         ];
         for key in keys {
             assert!(all.lines().any(|l| l.starts_with(&format!("{key} = "))), "missing `{key}`");

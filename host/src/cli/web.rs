@@ -30,6 +30,16 @@ pub struct SearchArgs {
 }
 
 impl SearchArgs {
+    /// The `--search-backend` flag.
+    pub fn backend(&self) -> Option<&Path> {
+        self.search_backend.as_deref()
+    }
+
+    /// Sets the `--search-backend` flag: a registry reference's cached file.
+    pub fn set_backend(&mut self, file: PathBuf) {
+        self.search_backend = Some(file);
+    }
+
     /// The flags laid over `[search]`, with the backend's path made
     /// absolute: what a recorded run keeps. `None` without a backend.
     pub fn merged(&self, table: Option<&SearchTable>, config: Option<&Path>) -> Option<SearchTable> {

@@ -61,6 +61,9 @@ pub struct ConfigFile {
     /// The `[telemetry]` table: traces and metrics for the operator.
     #[serde(default)]
     pub telemetry: TelemetryTable,
+    /// The `[registries]` table: which registries are reached over plain HTTP.
+    #[serde(default)]
+    pub registries: crate::registry::RegistriesTable,
 }
 
 impl ConfigFile {

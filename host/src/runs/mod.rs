@@ -33,7 +33,6 @@ use nexo_store::{
     StoreError, Transition,
 };
 use serde_json::{Value, json};
-use tracing::Instrument;
 
 use crate::agent_file::AgentFile;
 use crate::error::RunError;
@@ -489,10 +488,8 @@ impl Runs {
         );
         let span = trace::pass_span(&self.store, &run, subject.name(), replay).await;
         let running = instruments::pass_started(run.tenant.as_deref());
-        let result = match span.is_disabled() {
-            true => subject.run(&run.input, &options).await,
-            false => subject.run(&run.input, &options).instrument(span).await,
-        };
+        let result = span.under(subject.run(&run.input, &options)).await;
+        drop(span);
         drop(running);
         drop(renewal);
         let mut batch = journal.take_final_batch();

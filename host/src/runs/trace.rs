@@ -7,11 +7,10 @@
 use std::sync::Arc;
 
 use nexo_store::{Run, Store};
-use tracing::Span;
 
 use crate::journal::Replay;
 pub(super) use crate::telemetry::context::TraceParent;
-use crate::telemetry::spans;
+use crate::telemetry::spans::{self, Span};
 use crate::telemetry::traces::{self, RunLabels};
 
 /// How many earlier passes a pass links to: the latest ones.
@@ -26,7 +25,7 @@ pub(super) fn caller() -> Option<TraceParent> {
 /// it; a disabled span when tracing is off (nothing is read or written).
 pub(super) async fn pass_span(store: &Arc<dyn Store>, run: &Run, agent: &str, replay: Replay) -> Span {
     if !traces::enabled() {
-        return Span::none();
+        return Span::off();
     }
     let earlier: Vec<TraceParent> = match store.pass_traces(&run.id, LINKED_PASSES).await {
         Ok(texts) => texts.iter().filter_map(|t| serde_json::from_str(t).ok()).collect(),
@@ -35,7 +34,7 @@ pub(super) async fn pass_span(store: &Arc<dyn Store>, run: &Run, agent: &str, re
             Vec::new()
         }
     };
-    let labels = RunLabels { tenant: run.tenant.clone(), run: run.id.clone(), digest: run.component_sha256.clone() };
+    let labels = RunLabels::new(run.tenant.as_deref(), &run.id, &run.component_sha256);
     let span = spans::pass_span(agent, labels, &earlier);
     if replay != Replay::New
         && let Ok(Some(approval)) = store.approval(&run.id).await
@@ -44,7 +43,7 @@ pub(super) async fn pass_span(store: &Arc<dyn Store>, run: &Run, agent: &str, re
         let now = nexo_store::now_ms();
         spans::approval_wait(&span, &approval.tool, decision.as_str(), approval.created_ms, now, earlier.last());
     }
-    let own = TraceParent::of(&tracing_opentelemetry::OpenTelemetrySpanExt::context(&span));
+    let own = span.context().and_then(TraceParent::of);
     if let Some(text) = own.and_then(|o| serde_json::to_string(&o).ok())
         && let Err(e) = store.add_pass_trace(&run.id, &text, nexo_store::now_ms()).await
     {

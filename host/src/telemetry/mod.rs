@@ -10,9 +10,8 @@
 //!
 //! A front end installs telemetry once, after it has read its config file
 //! ([`Telemetry::install`]), and shuts it down on its way out
-//! ([`Telemetry::shutdown`]), which sends what is still buffered. The
-//! logging subscriber it set up before carries [`traces::layer`], the slot
-//! the exporting layer is put into.
+//! ([`Telemetry::shutdown`]), which sends what is still buffered. Spans
+//! are OpenTelemetry's own, not the logging subscriber's ([`traces`]).
 
 pub mod context;
 mod error;

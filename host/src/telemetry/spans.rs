@@ -1,20 +1,20 @@
 //! nexo's spans, with the OpenTelemetry semantic conventions for generative
 //! AI (version [`SEMCONV_VERSION`](super::names::SEMCONV_VERSION)): a pass of a run (`invoke_agent`), a
 //! model call (`chat`), a tool call (`execute_tool`), an MCP request, and
-//! the wait for an approval. Each constructor returns a disabled span when
+//! the wait for an approval. Each constructor returns [`Span::off`] when
 //! tracing is off, and builds no attribute then. Message and tool contents
 //! go on spans only when the operator opted in ([`capture_content`]).
 
+use std::borrow::Cow;
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::Tracer as _;
-use opentelemetry::{Context, KeyValue};
-use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+use opentelemetry::trace::{FutureExt as _, SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue, Value};
 
 use super::context::TraceParent;
 pub use super::names::*;
-use super::traces::{RunLabels, TARGET, capture_content, enabled};
+use super::traces::{RunLabels, capture_content, enabled, tracer};
 
 /// The conventions' attribute names, from opentelemetry-semantic-conventions.
 /// The crate marks the GenAI ones deprecated since they moved to their own
@@ -44,70 +44,140 @@ mod semconv {
     pub(super) const NETWORK_TRANSPORT: &str = names::NETWORK_TRANSPORT;
 }
 
+/// One of nexo's spans, open until it is dropped; or nothing, when tracing
+/// is off. Work done under it ([`Span::under`]) has it as the current
+/// context, so the spans that work starts are its children and the
+/// requests it makes carry it as their `traceparent`.
+#[derive(Debug, Default)]
+#[must_use = "a span ends when it is dropped"]
+pub struct Span(Option<Context>);
+
+impl Span {
+    /// No span: what every constructor returns when tracing is off.
+    pub fn off() -> Span {
+        Span(None)
+    }
+
+    /// Whether this is no span.
+    pub fn is_off(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The context this span is the active span of.
+    pub fn context(&self) -> Option<&Context> {
+        self.0.as_ref()
+    }
+
+    /// Runs `work` under this span; with no span, just `work`.
+    pub async fn under<F: Future>(&self, work: F) -> F::Output {
+        match &self.0 {
+            Some(cx) => work.with_context(cx.clone()).await,
+            None => work.await,
+        }
+    }
+
+    fn set(&self, key: &'static str, value: impl Into<Value>) {
+        if let Some(cx) = &self.0 {
+            cx.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// Marks the span failed with `error.type` (and an error status).
+    fn failed(&self, kind: String) {
+        if let Some(cx) = &self.0 {
+            cx.span().set_status(opentelemetry::trace::Status::error(kind.clone()));
+            cx.span().set_attribute(KeyValue::new(semconv::ERROR_TYPE, kind));
+        }
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        // Ends it now, even while a context that names it lives on.
+        if let Some(cx) = &self.0 {
+            cx.span().end();
+        }
+    }
+}
+
+/// Room for a span's attributes: its own and the run's labels.
+const ATTRIBUTES: usize = 10;
+
+/// Starts a span under `parent`, with its attributes and the run's labels
+/// given at once.
+fn start(name: impl Into<Cow<'static, str>>, kind: SpanKind, parent: &Context, mut attributes: Vec<KeyValue>) -> Span {
+    let Some(tracer) = tracer() else { return Span::off() };
+    if let Some(labels) = parent.get::<RunLabels>() {
+        attributes.extend(labels.attributes());
+    }
+    let span = tracer.span_builder(name).with_kind(kind).with_attributes(attributes).start_with_context(tracer, parent);
+    Span(Some(parent.with_span(span)))
+}
+
 /// The span of one pass of a run: `invoke_agent {agent}`. Its parent is
 /// the current context: the request that started or continued the run,
 /// which the caller attached ([`TraceParent::context`]); its links are the
 /// run's earlier passes, and its [`RunLabels`] go on every span under it.
 pub fn pass_span(agent: &str, labels: RunLabels, earlier: &[TraceParent]) -> Span {
-    let span = tracing::info_span!(target: TARGET, "invoke_agent", otel.name = tracing::field::Empty);
-    if span.is_disabled() {
-        return span;
-    }
-    span.record("otel.name", format!("invoke_agent {agent}"));
-    let _ = span.set_parent(Context::current().with_value(labels));
-    for link in earlier.iter().filter_map(TraceParent::span_context) {
-        span.add_link(link);
-    }
-    span.set_attribute(semconv::GEN_AI_OPERATION_NAME, "invoke_agent");
-    span.set_attribute(semconv::GEN_AI_AGENT_NAME, agent.to_string());
-    span
+    let Some(tracer) = tracer() else { return Span::off() };
+    let mut attributes = Vec::with_capacity(ATTRIBUTES);
+    attributes.extend([
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
+        KeyValue::new(semconv::GEN_AI_AGENT_NAME, agent.to_string()),
+    ]);
+    attributes.extend(labels.attributes());
+    let parent = Context::current().with_value(labels);
+    let links = earlier.iter().filter_map(TraceParent::span_context).map(opentelemetry::trace::Link::with_context);
+    let span = tracer
+        .span_builder(format!("invoke_agent {agent}"))
+        .with_kind(SpanKind::Internal)
+        .with_links(links.collect())
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent);
+    Span(Some(parent.with_span(span)))
 }
 
 /// The span of one model call: `chat {model}`, a client span.
 pub fn chat_span(provider: &str, model: &str, request: &nexo_model::Request) -> Span {
-    let span = tracing::info_span!(target: TARGET, "chat", otel.name = tracing::field::Empty, otel.kind = "client");
-    if span.is_disabled() {
-        return span;
+    if !enabled() {
+        return Span::off();
     }
-    span.record("otel.name", format!("chat {model}"));
-    span.set_attribute(semconv::GEN_AI_OPERATION_NAME, "chat");
-    span.set_attribute(semconv::GEN_AI_PROVIDER_NAME, provider.to_string());
-    span.set_attribute(semconv::GEN_AI_REQUEST_MODEL, model.to_string());
-    span.set_attribute(semconv::GEN_AI_REQUEST_MAX_TOKENS, i64::from(request.max_tokens));
+    let mut attributes = Vec::with_capacity(ATTRIBUTES);
+    attributes.extend([
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
+        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
+        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
+        KeyValue::new(semconv::GEN_AI_REQUEST_MAX_TOKENS, i64::from(request.max_tokens)),
+    ]);
     if capture_content() {
-        span.set_attribute(semconv::GEN_AI_INPUT_MESSAGES, content::messages(&request.messages));
+        attributes.push(KeyValue::new(semconv::GEN_AI_INPUT_MESSAGES, content::messages(&request.messages)));
     }
-    span
+    start(format!("chat {model}"), SpanKind::Client, &Context::current(), attributes)
 }
 
 /// What a model call answered, on its span.
 pub fn chat_result(span: &Span, model: &str, result: &Result<nexo_model::Response, nexo_model::ModelError>) {
-    if span.is_disabled() {
+    if span.is_off() {
         return;
     }
     match result {
         Ok(response) => {
             let answered = &response.answered;
-            span.set_attribute(
-                semconv::GEN_AI_RESPONSE_MODEL,
-                answered.model.clone().unwrap_or_else(|| model.to_string()),
-            );
+            span.set(semconv::GEN_AI_RESPONSE_MODEL, answered.model.clone().unwrap_or_else(|| model.to_string()));
             if let Some(id) = &answered.id {
-                span.set_attribute(semconv::GEN_AI_RESPONSE_ID, id.clone());
+                span.set(semconv::GEN_AI_RESPONSE_ID, id.clone());
             }
-            span.set_attribute(semconv::GEN_AI_USAGE_INPUT_TOKENS, saturate(response.usage.input_tokens));
-            span.set_attribute(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, saturate(response.usage.output_tokens));
-            span.set_attribute(
+            span.set(semconv::GEN_AI_USAGE_INPUT_TOKENS, saturate(response.usage.input_tokens));
+            span.set(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, saturate(response.usage.output_tokens));
+            span.set(
                 semconv::GEN_AI_RESPONSE_FINISH_REASONS,
-                opentelemetry::Value::Array(
-                    vec![opentelemetry::StringValue::from(finish_reason(&response.stop))].into(),
-                ),
+                Value::Array(vec![opentelemetry::StringValue::from(finish_reason(&response.stop))].into()),
             );
             if capture_content() {
-                span.set_attribute(semconv::GEN_AI_OUTPUT_MESSAGES, content::answer(response));
+                span.set(semconv::GEN_AI_OUTPUT_MESSAGES, content::answer(response));
             }
         }
-        Err(e) => failed(span, model_error_type(e)),
+        Err(e) => span.failed(model_error_type(e)),
     }
 }
 
@@ -119,34 +189,35 @@ pub fn tool_span(
     tool_type: &'static str,
     arguments: Option<&serde_json::Value>,
 ) -> Span {
-    let span = tracing::info_span!(target: TARGET, "execute_tool", otel.name = tracing::field::Empty);
-    if span.is_disabled() {
-        return span;
+    if !enabled() {
+        return Span::off();
     }
-    span.record("otel.name", format!("execute_tool {tool}"));
-    span.set_attribute(semconv::GEN_AI_OPERATION_NAME, "execute_tool");
-    span.set_attribute(semconv::GEN_AI_TOOL_NAME, tool.to_string());
-    span.set_attribute(semconv::GEN_AI_TOOL_TYPE, tool_type);
+    let mut attributes = Vec::with_capacity(ATTRIBUTES);
+    attributes.extend([
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
+        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, tool_type),
+    ]);
     if let Some(id) = call_id {
-        span.set_attribute(semconv::GEN_AI_TOOL_CALL_ID, id.to_string());
+        attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, id.to_string()));
     }
     if let Some(arguments) = arguments.filter(|_| capture_content()) {
-        span.set_attribute(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, arguments.to_string());
+        attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, arguments.to_string()));
     }
-    span
+    start(format!("execute_tool {tool}"), SpanKind::Internal, &Context::current(), attributes)
 }
 
 /// A tool call's verdict (and its result, with content capture on).
-pub fn tool_result(span: &Span, verdict: &str, failed_as: Option<&str>, result: Option<&str>) {
-    if span.is_disabled() {
+pub fn tool_result(span: &Span, verdict: &'static str, failed_as: Option<&str>, result: Option<&str>) {
+    if span.is_off() {
         return;
     }
-    span.set_attribute(NEXO_TOOL_VERDICT, verdict.to_string());
+    span.set(NEXO_TOOL_VERDICT, verdict);
     if let Some(kind) = failed_as {
-        failed(span, kind.to_string());
+        span.failed(kind.to_string());
     }
     if let Some(result) = result.filter(|_| capture_content()) {
-        span.set_attribute(semconv::GEN_AI_TOOL_CALL_RESULT, result.to_string());
+        span.set(semconv::GEN_AI_TOOL_CALL_RESULT, result.to_string());
     }
 }
 
@@ -154,31 +225,30 @@ pub fn tool_result(span: &Span, verdict: &str, failed_as: Option<&str>, result: 
 /// ran nothing.
 pub fn replayed() {
     if enabled() {
-        Span::current().set_attribute(NEXO_REPLAYED, true);
+        Context::current().span().set_attribute(KeyValue::new(NEXO_REPLAYED, true));
     }
 }
 
 /// The span of one MCP request: `{method} {tool}`, a client span, with
 /// the MCP semantic conventions' names.
 pub fn mcp_span(method: &'static str, server: &str, tool: &str, transport: &'static str) -> Span {
-    let span = tracing::info_span!(target: TARGET, "mcp", otel.name = tracing::field::Empty, otel.kind = "client");
-    if span.is_disabled() {
-        return span;
+    if !enabled() {
+        return Span::off();
     }
-    span.record("otel.name", format!("{method} {tool}"));
-    span.set_attribute(semconv::MCP_METHOD_NAME, method);
-    span.set_attribute(semconv::GEN_AI_TOOL_NAME, tool.to_string());
-    span.set_attribute(semconv::GEN_AI_OPERATION_NAME, "execute_tool");
-    span.set_attribute(semconv::NETWORK_TRANSPORT, transport);
-    span.set_attribute(NEXO_MCP_SERVER, server.to_string());
-    span
+    let mut attributes = Vec::with_capacity(ATTRIBUTES);
+    attributes.extend([
+        KeyValue::new(semconv::MCP_METHOD_NAME, method),
+        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        KeyValue::new(semconv::NETWORK_TRANSPORT, transport),
+        KeyValue::new(NEXO_MCP_SERVER, server.to_string()),
+    ]);
+    start(format!("{method} {tool}"), SpanKind::Client, &Context::current(), attributes)
 }
 
 /// An MCP request's failure, on its span.
 pub fn mcp_failed(span: &Span, kind: &str) {
-    if !span.is_disabled() {
-        failed(span, kind.to_string());
-    }
+    span.failed(kind.to_string());
 }
 
 /// The wait for an operator's decision, recorded when the pass the
@@ -194,10 +264,7 @@ pub fn approval_wait(
     decided_ms: i64,
     asked_in: Option<&TraceParent>,
 ) {
-    let Some(tracer) = super::traces::tracer() else { return };
-    if pass.is_disabled() {
-        return;
-    }
+    let (Some(tracer), Some(parent)) = (tracer(), pass.context()) else { return };
     use opentelemetry::trace::Span as _;
     let at = |ms: i64| SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     let links = asked_in
@@ -208,18 +275,16 @@ pub fn approval_wait(
         .span_builder(format!("await_approval {tool}"))
         .with_start_time(at(asked_ms))
         .with_links(links)
-        .with_attributes([
-            KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
-            KeyValue::new(NEXO_APPROVAL_DECISION, decision.to_string()),
-        ])
-        .start_with_context(tracer, &pass.context());
+        .with_attributes(
+            [
+                KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
+                KeyValue::new(NEXO_APPROVAL_DECISION, decision.to_string()),
+            ]
+            .into_iter()
+            .chain(parent.get::<RunLabels>().into_iter().flat_map(RunLabels::attributes)),
+        )
+        .start_with_context(tracer, parent);
     span.end_with_timestamp(at(decided_ms.max(asked_ms)));
-}
-
-/// Marks a span failed with `error.type` (and an error status).
-fn failed(span: &Span, kind: String) {
-    span.set_status(opentelemetry::trace::Status::error(kind.clone()));
-    span.set_attribute(semconv::ERROR_TYPE, kind);
 }
 
 fn saturate(n: u64) -> i64 {

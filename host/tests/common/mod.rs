@@ -9,12 +9,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The `nexo` binary with its compile cache in `cache`, runs recorded in a
-/// store beside it (never the user's), and no model, provider, base URL,
+/// store beside it and plugins accepted in a file beside it (never the
+/// user's), and no model, provider, base URL,
 /// config file or log filter from the environment.
 pub fn nexo_command(cache: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nexo"));
     cmd.env("NEXO_CACHE_DIR", cache)
         .env("NEXO_STORE", cache.with_extension("store.db"))
+        .env("NEXO_ACCEPTED_PLUGINS", cache.with_extension("accepted.json"))
         .env_remove("NEXO_LOG")
         .env_remove("NEXO_MODEL")
         .env_remove("NEXO_PROVIDER")

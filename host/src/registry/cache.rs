@@ -1,0 +1,169 @@
+//! The local content-addressed cache of pulled components.
+//!
+//! `blobs/sha256/HEX` holds a component whose SHA-256 is HEX (the layer's
+//! digest, and the `component_sha256` a run records); `manifests/sha256/HEX`
+//! maps a manifest digest to its layer. A blob is written to a temporary
+//! file and renamed into place only after its digest checked out, and a
+//! manifest is indexed only after its blob is in place, so a refused or
+//! tampered download leaves nothing behind.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::error::RegistryError;
+
+/// The cache directory: `$NEXO_CACHE_DIR/registry` when the compile cache
+/// is moved with `NEXO_CACHE_DIR`, else `$XDG_CACHE_HOME/nexo/registry`,
+/// else `~/.cache/nexo/registry`.
+pub fn default_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("NEXO_CACHE_DIR") {
+        return Some(PathBuf::from(dir).join("registry"));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("nexo").join("registry"))
+}
+
+/// The hex of a `sha256:HEX` digest, if it is one (64 lowercase hex digits:
+/// it becomes a file name).
+pub fn sha256_hex(digest: &str) -> Option<&str> {
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then_some(hex)
+}
+
+/// What the index keeps of a pulled manifest.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The component layer's digest (`sha256:…`).
+    pub layer: String,
+    /// The reference it was pulled as, for people reading the cache.
+    pub reference: String,
+}
+
+/// A cache directory.
+#[derive(Debug, Clone)]
+pub struct BlobCache {
+    dir: PathBuf,
+}
+
+impl BlobCache {
+    /// Opens (creating if needed) the cache at `dir`.
+    pub fn open(dir: &Path) -> Result<BlobCache, RegistryError> {
+        let cache = BlobCache { dir: dir.to_path_buf() };
+        for sub in [cache.dir.join("blobs/sha256"), cache.dir.join("manifests/sha256"), cache.dir.join("tmp")] {
+            std::fs::create_dir_all(&sub).map_err(|source| cache.io(source))?;
+        }
+        Ok(cache)
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the blob of `digest` lives (whether or not it is there).
+    pub fn blob_path(&self, hex: &str) -> PathBuf {
+        self.dir.join("blobs/sha256").join(hex)
+    }
+
+    /// The cached blob of layer `digest`, if present.
+    pub fn blob(&self, digest: &str) -> Option<PathBuf> {
+        let path = self.blob_path(sha256_hex(digest)?);
+        path.is_file().then_some(path)
+    }
+
+    /// A temporary file inside the cache, for a download in progress (on
+    /// the same file system, so the rename is atomic).
+    pub fn temp_file(&self) -> Result<tempfile::NamedTempFile, RegistryError> {
+        tempfile::NamedTempFile::new_in(self.dir.join("tmp")).map_err(|source| self.io(source))
+    }
+
+    /// Moves `file` into place as the blob of `digest`, if its content has
+    /// that digest; otherwise deletes it and says whose digest it had.
+    pub fn commit_blob(
+        &self,
+        file: tempfile::NamedTempFile,
+        digest: &str,
+        reference: &str,
+    ) -> Result<PathBuf, RegistryError> {
+        let actual = file_sha256(file.path()).map_err(|source| self.io(source))?;
+        let expected = sha256_hex(digest).unwrap_or_default();
+        if actual != expected {
+            return Err(RegistryError::DigestMismatch {
+                what: "the component layer",
+                reference: reference.to_string(),
+                expected: digest.to_string(),
+                actual: format!("sha256:{actual}"),
+            });
+        }
+        let path = self.blob_path(expected);
+        file.persist(&path).map_err(|e| self.io(e.error))?;
+        Ok(path)
+    }
+
+    /// Indexes manifest `digest` as holding `entry`'s layer.
+    pub fn record(&self, digest: &str, entry: &Entry) -> Result<(), RegistryError> {
+        let Some(hex) = sha256_hex(digest) else { return Ok(()) };
+        let mut file = self.temp_file()?;
+        serde_json::to_writer(&mut file, entry).map_err(|e| self.io(e.into()))?;
+        file.persist(self.dir.join("manifests/sha256").join(hex)).map_err(|e| self.io(e.error))?;
+        Ok(())
+    }
+
+    /// The indexed layer of manifest `digest`, if its blob is still cached.
+    pub fn lookup(&self, digest: &str) -> Option<(Entry, PathBuf)> {
+        let hex = sha256_hex(digest)?;
+        let text = std::fs::read(self.dir.join("manifests/sha256").join(hex)).ok()?;
+        let entry: Entry = serde_json::from_slice(&text).ok()?;
+        let blob = self.blob(&entry.layer)?;
+        Some((entry, blob))
+    }
+
+    fn io(&self, source: std::io::Error) -> RegistryError {
+        RegistryError::Cache { dir: self.dir.clone(), source }
+    }
+}
+
+/// The SHA-256 of a file's content, in hex.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_is_kept_only_under_its_own_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlobCache::open(dir.path()).unwrap();
+        let bytes = b"component bytes";
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        let other = format!("sha256:{}", hex::encode(Sha256::digest(b"something else")));
+        let mut wrong = cache.temp_file().unwrap();
+        std::io::Write::write_all(&mut wrong, bytes).unwrap();
+        let refused = cache.commit_blob(wrong, &other, "r").unwrap_err();
+        assert!(matches!(refused, RegistryError::DigestMismatch { .. }), "{refused}");
+        assert!(cache.blob(&other).is_none() && cache.blob(&digest).is_none());
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0, "the refused file is deleted");
+        let mut right = cache.temp_file().unwrap();
+        std::io::Write::write_all(&mut right, bytes).unwrap();
+        let path = cache.commit_blob(right, &digest, "r").unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), bytes);
+        assert!(sha256_hex("sha256:../../etc").is_none());
+    }
+}

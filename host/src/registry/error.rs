@@ -1,0 +1,128 @@
+//! Why a plugin could not come from, or go to, a registry: each message
+//! names the cause and the fix.
+
+use std::path::PathBuf;
+
+/// A registry operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The argument looked like a reference but does not parse as one.
+    #[error(
+        "`{reference}` is not a registry reference ({reason}): write HOST[:PORT]/REPOSITORY:TAG or \
+         HOST[:PORT]/REPOSITORY@sha256:HEX"
+    )]
+    BadReference {
+        /// The argument as given.
+        reference: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The registry could not be reached, or spoke something other than the registry API.
+    #[error(
+        "cannot reach the registry {registry} over {scheme} ({reason}): check the address; a registry that \
+         serves plain HTTP must be listed as insecure (`[registries] insecure = [\"{registry}\"]` or \
+         --insecure-registry {registry})"
+    )]
+    Unreachable {
+        /// The registry's host and port.
+        registry: String,
+        /// `https` or `http`.
+        scheme: &'static str,
+        /// The transport's error.
+        reason: String,
+    },
+    /// The registry refused the credentials, or asked for some and got none.
+    #[error(
+        "the registry {registry} refused access to {reference} ({how}): log in (`docker login {registry}`, \
+         which writes $DOCKER_CONFIG/config.json) or set NEXO_REGISTRY_USERNAME and NEXO_REGISTRY_PASSWORD"
+    )]
+    Unauthorized {
+        /// The registry's host and port.
+        registry: String,
+        /// The reference.
+        reference: String,
+        /// `anonymously` or `as USER`.
+        how: String,
+    },
+    /// The Docker config file names credentials nexo cannot use.
+    #[error("cannot read the credentials for {registry} from the Docker config ({reason}): {fix}")]
+    Credentials {
+        /// The registry's host and port.
+        registry: String,
+        /// What went wrong.
+        reason: String,
+        /// What to do about it.
+        fix: &'static str,
+    },
+    /// No manifest under this tag or digest.
+    #[error("{reference} is not in the registry ({reason}): check the repository and the tag or digest")]
+    NotFound {
+        /// The reference.
+        reference: String,
+        /// The registry's answer.
+        reason: String,
+    },
+    /// Content whose digest is not the one asked for: a tampered or corrupted blob or manifest.
+    #[error(
+        "{what} of {reference} does not match its digest (expected {expected}, got {actual}): the registry \
+         served altered content, so nothing was cached; push the component again, or pull it from a \
+         registry you trust"
+    )]
+    DigestMismatch {
+        /// The manifest or the layer.
+        what: &'static str,
+        /// The reference.
+        reference: String,
+        /// The digest it should have.
+        expected: String,
+        /// The digest it has.
+        actual: String,
+    },
+    /// The artifact is not a wasm component in the wasm OCI layout.
+    #[error(
+        "{reference} is not a wasm component artifact ({reason}): push it with `nexo push FILE REF` or \
+         `wkg oci push`, which write one `application/wasm` layer"
+    )]
+    NotWasm {
+        /// The reference.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The layer is larger than nexo loads.
+    #[error("{reference}'s component is {size} bytes, over the {cap}-byte cap on plugins")]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// The layer's declared size.
+        size: i64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The file to push is not a component.
+    #[error("cannot push {path}: {reason}")]
+    NotAComponent {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The local cache could not be read or written.
+    #[error("the registry cache at {dir} cannot be used ({source}): set NEXO_CACHE_DIR to a writable directory")]
+    Cache {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Any other answer of the registry.
+    #[error("the registry {registry} failed on {reference}: {reason}")]
+    Registry {
+        /// The registry's host and port.
+        registry: String,
+        /// The reference.
+        reference: String,
+        /// The registry's answer.
+        reason: String,
+    },
+}

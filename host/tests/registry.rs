@@ -1,0 +1,353 @@
+//! Plugins from an OCI registry: a real registry on loopback (Debian's
+//! docker-registry, scripts/registry.sh), the `nexo` binary, wkg on the
+//! other side, and real components. Each test pushes a component made
+//! unique by a custom section, so the registry's shared blob store holds
+//! nothing another test reads.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use nexo_model::mock::{MockServer, Reply};
+use nexo_tests as built;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+mod common;
+
+use common::{stderr, stdout};
+
+struct Scene {
+    dir: tempfile::TempDir,
+    registry: String,
+    repo: String,
+}
+
+impl Scene {
+    /// A scene on the tests' registry (`auth`: the one with a password), or
+    /// `None` when it is missing (the test is then skipped).
+    fn new(test: &str, auth: bool) -> Option<(Scene, Option<String>)> {
+        let (registry, password) = nexo_testkit::registry::registry(test, auth)?;
+        // Under the target directory: bubblewrap gives commands a private /tmp.
+        let dir = tempfile::Builder::new().prefix("registry-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir_all(dir.path().join("docker")).unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let unique = dir.path().file_name().unwrap().to_string_lossy().to_lowercase().replace(['_', '.'], "-");
+        let repo = format!("{registry}/nexo-test/{test}-{}", unique.trim_start_matches("registry-"));
+        Some((Scene { dir, registry, repo }, password))
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// The cached components.
+    fn blobs(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.cache().join("registry/blobs/sha256")) {
+            Ok(dir) => dir.map(|e| e.unwrap().path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// `nexo` with its own caches and store, an empty Docker config and no
+    /// proxy for the loopback registry.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = common::nexo_command(&self.cache());
+        cmd.env("NEXO_STORE", self.dir.path().join("nexo.db"))
+            .env("DOCKER_CONFIG", self.dir.path().join("docker"))
+            .env("NO_PROXY", "127.0.0.1")
+            .env_remove("NEXO_REGISTRY_USERNAME")
+            .env_remove("NEXO_REGISTRY_PASSWORD")
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn nexo(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run nexo")
+    }
+
+    /// A copy of `wasm` with a custom section naming `label`: the same
+    /// component, with a digest of its own.
+    fn unique(&self, wasm: &str, label: &str) -> PathBuf {
+        let mut bytes = std::fs::read(wasm).unwrap();
+        let name = format!("nexo-test-{label}-{}", self.repo);
+        let mut payload = leb(name.len());
+        payload.extend_from_slice(name.as_bytes());
+        bytes.push(0);
+        bytes.extend(leb(payload.len()));
+        bytes.extend(payload);
+        let path = self.dir.path().join(format!("{label}.wasm"));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// `wkg oci ARGS`, with the scene's Docker config and no proxy.
+    fn wkg(&self, wkg: &Path, args: &[&str]) -> Output {
+        let mut cmd = Command::new(wkg);
+        cmd.arg("oci").args(args).env("DOCKER_CONFIG", self.dir.path().join("docker")).env("NO_PROXY", "127.0.0.1");
+        cmd.output().unwrap()
+    }
+
+    /// `nexo push`, which must succeed; the manifest digest it printed.
+    fn push(&self, file: &Path, reference: &str) -> String {
+        let out = self.nexo(&["push", file.to_str().unwrap(), reference, "--insecure-registry", &self.registry]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).trim().to_string()
+    }
+}
+
+fn leb(mut n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn sha256_file(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+#[test]
+fn a_component_nexo_pushes_is_pulled_by_wkg_byte_for_byte() {
+    let test = "a_component_nexo_pushes_is_pulled_by_wkg_byte_for_byte";
+    let Some((scene, _)) = Scene::new("nexo-to-wkg", false) else { return };
+    let Some(wkg) = nexo_testkit::registry::wkg(test) else { return };
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    let reference = format!("{}:1", scene.repo);
+    let digest = scene.push(&wasm, &reference);
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
+    // The same bytes give the same manifest: the config's time is fixed.
+    assert_eq!(scene.push(&wasm, &format!("{}:2", scene.repo)), digest);
+    let pulled = scene.dir.path().join("by-wkg.wasm");
+    let out = scene.wkg(&wkg, &["pull", "--insecure", &scene.registry, &reference, "-o", pulled.to_str().unwrap()]);
+    assert!(out.status.success(), "wkg: {}", stderr(&out));
+    assert_eq!(std::fs::read(&pulled).unwrap(), std::fs::read(&wasm).unwrap());
+}
+
+#[test]
+fn a_component_wkg_pushes_is_pulled_and_run_by_nexo() {
+    let test = "a_component_wkg_pushes_is_pulled_and_run_by_nexo";
+    let Some((scene, _)) = Scene::new("wkg-to-nexo", false) else { return };
+    let Some(wkg) = nexo_testkit::registry::wkg(test) else { return };
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    let reference = format!("{}:1.0.0", scene.repo);
+    let out = scene.wkg(&wkg, &["push", "--insecure", &scene.registry, &reference, wasm.to_str().unwrap()]);
+    assert!(out.status.success(), "wkg: {}", stderr(&out));
+    let out = scene.nexo(&["run", &reference, "one two three", "--ephemeral", "--insecure-registry", &scene.registry]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("words: 3"), "{}", stdout(&out));
+    assert!(stderr(&out).contains(&format!("pulled {reference}")), "{}", stderr(&out));
+    // It ran the cached component, kept under its own digest.
+    let blobs = scene.blobs();
+    assert_eq!(blobs.len(), 1, "{blobs:?}");
+    assert_eq!(blobs[0].file_name().unwrap().to_string_lossy(), sha256_file(&wasm));
+    // A second run needs no download.
+    let out = scene.nexo(&["run", &reference, "four five", "--ephemeral", "--insecure-registry", &scene.registry]);
+    assert!(stdout(&out).contains("words: 2") && !stderr(&out).contains("pulled"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_tampered_layer_is_refused_and_nothing_is_cached() {
+    let Some((scene, _)) = Scene::new("tampered", false) else { return };
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    let reference = format!("{}:1", scene.repo);
+    scene.push(&wasm, &reference);
+    // The registry serves a blob edited on its disk under its old digest.
+    let hex = sha256_file(&wasm);
+    let data = nexo_testkit::registry::storage(false)
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2])
+        .join(&hex)
+        .join("data");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&data, bytes).unwrap();
+    let out = scene.nexo(&["pull", &reference, "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("does not match its digest") && err.contains(&hex), "{err}");
+    assert!(err.contains("nothing was cached") && err.contains("push the component again"), "{err}");
+    assert!(scene.blobs().is_empty(), "{:?}", scene.blobs());
+    let out = scene.nexo(&["run", &reference, "x", "--ephemeral", "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "a run refuses it too: {}", stderr(&out));
+    assert!(scene.blobs().is_empty());
+}
+
+#[test]
+fn a_digest_that_is_not_the_components_is_refused() {
+    let Some((scene, _)) = Scene::new("wrong-digest", false) else { return };
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    scene.push(&wasm, &format!("{}:1", scene.repo));
+    // A digest of something else.
+    let elsewhere = hex::encode(Sha256::digest(format!("not a manifest of {}", scene.repo)));
+    let reference = format!("{}@sha256:{elsewhere}", scene.repo);
+    let out = scene.nexo(&["pull", &reference, "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("is not in the registry") && err.contains("check the repository and the tag or digest"),
+        "{err}"
+    );
+    assert!(scene.blobs().is_empty());
+}
+
+#[test]
+fn credentials_come_from_the_docker_config_and_anonymous_is_refused() {
+    let Some((scene, password)) = Scene::new("auth", true) else { return };
+    let password = password.unwrap();
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    let reference = format!("{}:1", scene.repo);
+    let out = scene.nexo(&["push", wasm.to_str().unwrap(), &reference, "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("refused access") && err.contains("anonymously") && err.contains("docker login"), "{err}");
+    let auth = base64(&format!("nexo:{password}"));
+    let config = serde_json::json!({ "auths": { scene.registry.clone(): { "auth": auth } } });
+    std::fs::write(scene.dir.path().join("docker/config.json"), config.to_string()).unwrap();
+    let digest = scene.push(&wasm, &reference);
+    let out = scene.nexo(&["pull", &reference, "--insecure-registry", &scene.registry, "-v"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().next(), Some(digest.as_str()));
+    assert!(!stderr(&out).contains(&password), "the password stays out of the log");
+    // A wrong password is refused by name.
+    let config = serde_json::json!({ "auths": { scene.registry.clone(): { "auth": base64("nexo:wrong") } } });
+    std::fs::write(scene.dir.path().join("docker/config.json"), config.to_string()).unwrap();
+    std::fs::remove_dir_all(scene.cache()).unwrap();
+    let out = scene.nexo(&["pull", &reference, "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("refused access") && stderr(&out).contains("as nexo"), "{}", stderr(&out));
+}
+
+fn base64(text: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn plain_http_is_refused_for_a_registry_not_marked_insecure() {
+    let Some((scene, _)) = Scene::new("https-only", false) else { return };
+    let wasm = scene.unique(built::TEXT_STATS, "stats");
+    let reference = format!("{}:1", scene.repo);
+    scene.push(&wasm, &reference);
+    let out = scene.nexo(&["pull", &reference]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("over https") && err.contains(&format!("--insecure-registry {}", scene.registry)), "{err}");
+    assert!(scene.blobs().is_empty());
+    // The config file's list works as the flag does.
+    let config = scene.dir.path().join("nexo.toml");
+    std::fs::write(&config, format!("[registries]\ninsecure = [\"{}\"]\n", scene.registry)).unwrap();
+    let out = scene.nexo(&["pull", &reference, "--config", config.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_runs_the_recorded_digest_after_the_tag_moved() {
+    let Some((scene, _)) = Scene::new("resume", false) else { return };
+    let server = MockServer::start().await.unwrap();
+    server.push(Reply::text("Revenue grew."));
+    let first = scene.unique(built::DOCUMENT_APPROVAL, "approval");
+    let reference = format!("{}:1", scene.repo);
+    scene.push(&first, &reference);
+    let ws = scene.dir.path().join("ws");
+    let base_url = server.openai_base_url();
+    let run = [
+        "run",
+        &reference,
+        "Q3 report",
+        "--provider",
+        "openai-compatible",
+        "--base-url",
+        &base_url,
+        "--model",
+        "test-model",
+        "--sandbox",
+        "local",
+        "--cwd",
+        ws.to_str().unwrap(),
+        "--allow",
+        "write",
+        "--mode",
+        "auto",
+        "--json",
+        "--insecure-registry",
+        &scene.registry,
+    ];
+    let out = scene.command(&run).env("OPENAI_API_KEY", "sk-registry-test").output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "suspended: {}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    let id = v["run"].as_str().unwrap().to_string();
+    // The tag moves to another agent.
+    let other = scene.unique(built::HELLO, "hello");
+    let moved = scene.push(&other, &reference);
+    let out = scene.nexo(&["pull", &reference, "--insecure-registry", &scene.registry]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().next(), Some(moved.as_str()), "the tag names the other agent now");
+    let out = scene
+        .command(&["runs", "resume", &id, "--input", r#"{"approved": true}"#, "--json"])
+        .env("OPENAI_API_KEY", "sk-registry-test")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(v["answer"], "published published/q3-report.md");
+    let out = scene.nexo(&["runs", "show", &id, "--json"]);
+    let shown: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|_| panic!("{}", stdout(&out)));
+    let text = shown.to_string();
+    assert!(text.contains(&sha256_file(&first)) && !text.contains(&sha256_file(&other)), "{text}");
+}
+
+/// Acceptance is remembered by the repository a reference names, not by
+/// the cached file: a new version behind the same tag that asks for more
+/// is refused with its new asks named until the operator accepts it, by
+/// the same reference.
+#[test]
+fn a_new_version_behind_a_tag_that_asks_for_more_is_refused_until_accepted() {
+    let Some((scene, _)) = Scene::new("accept", false) else { return };
+    let reference = format!("{}:1", scene.repo);
+    let run = ["run", &reference, "one two", "--ephemeral", "--insecure-registry", &scene.registry];
+    scene.push(&scene.unique(built::TEXT_STATS, "stats"), &reference);
+    let out = scene.nexo(&run);
+    assert!(stdout(&out).contains("words: 2"), "first use: {}", stderr(&out));
+    let probe = scene.unique(built::TOOL_PROBE, "probe");
+    let manifest = scene.push(&probe, &reference);
+    let out = scene.nexo(&run);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("capability `shell`") && err.contains("fetch host `example.com`"), "{err}");
+    // The fix names the refused version exactly, not the tag (which may
+    // have moved on by the time the operator accepts).
+    let exact = format!("{}@{manifest}", scene.repo);
+    assert!(err.contains(&format!("`nexo plugins accept {exact}`")), "{err}");
+    assert!(!stdout(&out).contains("shell:"), "it ran: {}", stdout(&out));
+
+    let out = scene.nexo(&["plugins", "accept", &exact, "--insecure-registry", &scene.registry]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = scene.nexo(&run);
+    assert!(out.status.success() && stdout(&out).contains("shell:"), "{}", stderr(&out));
+    let out = scene.nexo(&["plugins", "list", "--json"]);
+    let listed: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|_| panic!("{}", stdout(&out)));
+    assert_eq!(listed.as_object().map(|o| o.len()), Some(1), "one reference, the repository: {listed}");
+    assert_eq!(listed[&scene.repo]["digest"], format!("sha256:{}", sha256_file(&probe)), "{listed}");
+}
