@@ -351,3 +351,171 @@ fn a_new_version_behind_a_tag_that_asks_for_more_is_refused_until_accepted() {
     assert_eq!(listed.as_object().map(|o| o.len()), Some(1), "one reference, the repository: {listed}");
     assert_eq!(listed[&scene.repo]["digest"], format!("sha256:{}", sha256_file(&probe)), "{listed}");
 }
+
+/// A loopback HTTP server answering each request with `answer(request head)`
+/// (status line, headers and body), one connection per request; it keeps
+/// every request head it was sent.
+struct FakeServer {
+    address: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FakeServer {
+    fn start(answer: impl Fn(&str) -> Vec<u8> + Send + 'static) -> FakeServer {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                kept.lock().unwrap().push(head.clone());
+                // The client may hang up once it has had enough (an oversent blob).
+                let _ = stream.write_all(&answer(&head));
+            }
+        });
+        FakeServer { address, seen }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn http_answer(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// `nexo` with its own caches, logging in to `registry` as alice.
+fn logged_in(dir: &Path, registry: &str, args: &[&str]) -> Output {
+    common::nexo_command(&dir.join("cache"))
+        .env("DOCKER_CONFIG", dir.join("docker"))
+        .env("NO_PROXY", "127.0.0.1")
+        .env("NEXO_REGISTRY_USERNAME", "alice")
+        .env("NEXO_REGISTRY_PASSWORD", "alice-s3cret")
+        .env("NEXO_REGISTRY_HOST", registry)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nexo")
+}
+
+/// A registry whose challenge names a token service over plain HTTP on a
+/// host the operator did not list is not sent the password: the pull is
+/// refused by the realm's name, and the service hears nothing.
+#[test]
+fn a_password_is_not_sent_to_a_plain_http_token_service() {
+    let trap = FakeServer::start(|_| http_answer("200 OK", &[], br#"{"token":"stolen"}"#));
+    let realm = format!("http://{}/token", trap.address);
+    let challenge = format!(r#"Bearer realm="{realm}",service="evil""#);
+    let registry = FakeServer::start(move |_| http_answer("401 Unauthorized", &[("WWW-Authenticate", &challenge)], b""));
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("{}/evil/plugin:1", registry.address);
+    let out = logged_in(dir.path(), &registry.address, &["pull", &reference, "--insecure-registry", &registry.address]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&realm) && err.contains("refused") && err.contains("insecure"), "{err}");
+    assert!(!err.contains("alice-s3cret"), "{err}");
+    assert!(trap.seen().is_empty(), "the token service was sent {:?}", trap.seen());
+}
+
+/// A token service the rules allow gets the password, and the registry gets
+/// only the token it gave.
+#[test]
+fn the_password_goes_to_the_token_service_and_the_token_to_the_registry() {
+    let registry = FakeServer::start(move |head| {
+        let lower = head.to_ascii_lowercase();
+        if head.starts_with("GET /token") {
+            let expected = format!("authorization: basic {}", base64("alice:alice-s3cret").to_ascii_lowercase());
+            return if lower.contains(&expected) && head.contains("scope=repository%3Aevil%2Fplugin%3Apull") {
+                http_answer("200 OK", &[("Content-Type", "application/json")], br#"{"token":"tok-123"}"#)
+            } else {
+                http_answer("401 Unauthorized", &[], b"")
+            };
+        }
+        if lower.contains("authorization: bearer tok-123") {
+            let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
+            return http_answer("404 Not Found", &[("Content-Type", "application/json")], body);
+        }
+        // The token service is the registry itself, which the operator listed.
+        let host = lower.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("").trim().to_string();
+        let challenge = format!(r#"Bearer realm="http://{host}/token",service="fake""#);
+        http_answer("401 Unauthorized", &[("WWW-Authenticate", &challenge)], b"")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("{}/evil/plugin:1", registry.address);
+    let out = logged_in(dir.path(), &registry.address, &["pull", &reference, "--insecure-registry", &registry.address]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not in the registry"), "{}", stderr(&out));
+    let seen = registry.seen();
+    let with_password: Vec<_> = seen.iter().filter(|h| h.to_ascii_lowercase().contains("authorization: basic")).collect();
+    assert!(
+        !with_password.is_empty() && with_password.iter().all(|h| h.starts_with("GET /token")),
+        "the password went only to the token service: {seen:#?}"
+    );
+    assert!(seen.iter().any(|h| h.contains("/manifests/1") && h.to_ascii_lowercase().contains("bearer tok-123")), "{seen:#?}");
+}
+
+/// A registry that streams more of a component than its manifest declared is
+/// cut off at the declared size, and nothing is cached.
+#[test]
+fn a_blob_longer_than_its_manifest_declares_is_cut_off() {
+    let declared = b"\0asm tiny";
+    let layer = format!("sha256:{}", hex_sha256(declared));
+    let config = br#"{}"#;
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.wasm.config.v0+json",
+            "digest": format!("sha256:{}", hex_sha256(config)),
+            "size": config.len(),
+        },
+        "layers": [{ "mediaType": "application/wasm", "digest": layer, "size": declared.len() }],
+    })
+    .to_string();
+    let registry = FakeServer::start(move |head| {
+        if head.contains("/manifests/") {
+            http_answer("200 OK", &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], manifest.as_bytes())
+        } else if head.contains("/blobs/sha256:") && head.contains(&layer[7..]) {
+            // Eight MiB where nine bytes were declared.
+            let mut out = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
+            out.extend(std::iter::repeat_n(b'x', 8 << 20));
+            out
+        } else if head.contains("/blobs/sha256:") {
+            http_answer("200 OK", &[], config)
+        } else {
+            http_answer("200 OK", &[], b"{}")
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("{}/big/plugin:1", registry.address);
+    let out = logged_in(dir.path(), "elsewhere.example", &["pull", &reference, "--insecure-registry", &registry.address]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("more than the {} bytes", declared.len())), "{}", stderr(&out));
+    let blobs = dir.path().join("cache/registry/blobs/sha256");
+    assert_eq!(std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0), 0, "nothing cached");
+    let tmp = dir.path().join("cache/registry/tmp");
+    assert_eq!(std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0), 0, "no partial download left");
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}

@@ -58,15 +58,33 @@ pub struct ChatArgs {
     pub model: model::ModelArgs,
 }
 
+/// Where `nexo chat` keeps what it records, and where its agent came from.
+pub struct Place<'a> {
+    /// The `--store` flag.
+    pub store: Option<&'a str>,
+    /// The operator's configuration.
+    pub file: &'a nexo::config::ConfigFile,
+    /// The registry reference the agent was pulled as, if it was.
+    pub origin: Option<&'a nexo::registry::PluginReference>,
+}
+
 /// `nexo chat`.
 pub async fn command(
     args: &ChatArgs,
     engine: &Engine,
     base: &EngineConfig,
-    store_flag: Option<&str>,
-    file: &nexo::config::ConfigFile,
+    place: &Place<'_>,
     rec: &RunSpec,
 ) -> ExitCode {
+    let (store_flag, file) = (place.store, place.file);
+    // Loaded once, before anything is recorded: what acceptance checks is what runs.
+    let loaded = match Loaded::load(engine, &args.file).await {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::plugins::check_run(&loaded, &args.file, place.origin, false, false) {
+        return code;
+    }
     let store = match runs::open(store_flag, file).await {
         Ok(s) => s,
         Err(code) => return code,
@@ -76,10 +94,6 @@ pub async fn command(
         Err(e) => return report::config_failure(&e),
     };
     nexo::runs::worker::sweep_sessions(&*store, retain).await;
-    let loaded = match Loaded::load(engine, &args.file).await {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
     let fresh = args.session.is_none();
     let instance = args.session.clone().unwrap_or_else(|| nexo_store::new_session_id()[1..].to_lowercase());
     if let Err(why) = nexo::session::check_instance(&instance) {

@@ -450,7 +450,12 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Ok(both) => both,
                 Err(code) => return code,
             };
-            if let Err(code) = plugins::check_run(&engine, file, pulled_as.as_ref(), *accept_authority, *json).await {
+            // Loaded once: what acceptance checks is what runs.
+            let loaded = match runs::Loaded::load(&engine, file).await {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
+            if let Err(code) = plugins::check_run(&loaded, file, pulled_as.as_ref(), *accept_authority, *json) {
                 return code;
             }
             if *later {
@@ -459,7 +464,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(code) => return code,
                 };
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
-                return worker::queue(&engine, &recorder, file, input, &recorded, *json).await;
+                return worker::queue(&recorder, &loaded, input, &recorded, *json).await;
             }
             let telemetry = match report::telemetry(&settings.file) {
                 Ok(t) => t,
@@ -471,7 +476,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Err(code) => return code,
             };
             let code = if *ephemeral {
-                let result = run_agent(&engine, file, input, &options).await;
+                let result = Ok(run_agent(&loaded, input, &options).await);
                 progress.finish();
                 report(result, *json)
             } else {
@@ -480,7 +485,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(code) => return code,
                 };
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
-                let pass = runs::start(&engine, &recorder, file, input, &recorded, &options, *json);
+                let pass = runs::start(&recorder, &loaded, input, &recorded, &options, *json);
                 let code = runs::cancel_on_ctrl_c(&recorder, pass).await;
                 progress.finish();
                 code
@@ -496,10 +501,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Ok(both) => both,
                     Err(code) => return code,
                 };
-            if let Err(code) = plugins::check_run(&engine, &args.file, pulled_as.as_ref(), false, false).await {
-                return code;
-            }
-            chat::command(args, &engine, &engine_config(&cli), cli.store.as_deref(), &settings.file, &recorded).await
+            let place = chat::Place { store: cli.store.as_deref(), file: &settings.file, origin: pulled_as.as_ref() };
+            chat::command(args, &engine, &engine_config(&cli), &place, &recorded).await
         }
         Command::Mcp(command) => mcp::command(command, &engine).await,
         Command::Plugins(command) => {
@@ -650,32 +653,21 @@ struct RunResult {
     status: Option<Status>,
 }
 
-async fn run_agent(
-    engine: &Engine,
-    file: &std::path::Path,
-    input: &str,
-    options: &RunOptions,
-) -> Result<RunResult, RunError> {
-    if is_toml(file) {
-        let agent = AgentFile::load(file)?;
-        runs::warn_withheld(agent.manifest(), options);
-        let name = agent.manifest().name.clone();
-        return Ok(match agent.run(input, options).await {
+async fn run_agent(loaded: &runs::Loaded, input: &str, options: &RunOptions) -> RunResult {
+    runs::warn_withheld(loaded.manifest(), options);
+    let name = loaded.name().to_string();
+    match loaded {
+        runs::Loaded::File(agent) => match agent.run(input, options).await {
             Ok(outcome) => RunResult { agent: name, answer: Ok(outcome.text), status: Some(outcome.status) },
             Err(e) => RunResult { agent: name, answer: Err(e), status: None },
-        });
-    }
-    let plugin = Plugin::load(engine, file).await?;
-    let agent = plugin.agent()?;
-    runs::warn_withheld(agent.manifest(), options);
-    Ok(match agent.run(input, options).await {
-        Ok(outcome) => RunResult {
-            agent: agent.name().to_string(),
-            answer: Ok(outcome.answer),
-            status: outcome.last_prompt.map(|o| o.status),
         },
-        Err(e) => RunResult { agent: agent.name().to_string(), answer: Err(e), status: None },
-    })
+        runs::Loaded::Component(agent, ..) => match agent.run(input, options).await {
+            Ok(outcome) => {
+                RunResult { agent: name, answer: Ok(outcome.answer), status: outcome.last_prompt.map(|o| o.status) }
+            }
+            Err(e) => RunResult { agent: name, answer: Err(e), status: None },
+        },
+    }
 }
 
 /// The config file `nexo run` was given, if any.

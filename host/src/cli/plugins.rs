@@ -11,6 +11,8 @@ use nexo::agent_file::AgentFile;
 use nexo::registry::PluginReference;
 use nexo::{Engine, Plugin};
 
+use super::runs::Loaded;
+
 /// `nexo plugins …`.
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
@@ -59,6 +61,9 @@ pub async fn command(command: &PluginsCommand, engine: &Engine, insecure: &[Stri
                         errln!("{note}");
                     }
                     outln!("accepted {} {}", resolved.reference, resolved.digest);
+                    // What was accepted, so the operator sees it rather than takes it on trust.
+                    let asks = serde_json::to_string(&resolved.requested).unwrap_or_default();
+                    errln!("it asks for: {asks}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => refused(&e, false),
@@ -84,32 +89,37 @@ pub async fn command(command: &PluginsCommand, engine: &Engine, insecure: &[Stri
     }
 }
 
-/// The check `nexo run` and `nexo chat` make before
-/// anything of the run starts: a plugin
-/// that asks for more than its accepted version did is refused (exit 2),
-/// unless `accept` (`--accept-authority`) accepts it for good.
-/// `origin` is the registry reference the plugin was pulled as (at the
-/// digest it resolved to): the plugin is remembered by its repository
+/// The check `nexo run` and `nexo chat` make before anything of the run
+/// starts, on the very agent the run will run (loaded once, so the file
+/// cannot change between the check and the run): a plugin that asks for
+/// more than its accepted version did is refused (exit 2), unless `accept`
+/// (`--accept-authority`) accepts it for good. `file` is where it was
+/// loaded from; `origin` is the registry reference it was pulled as (at the
+/// digest it resolved to): the plugin is then remembered by its repository
 /// instead of its cached file.
-pub async fn check_run(
-    engine: &Engine,
+pub fn check_run(
+    loaded: &Loaded,
     file: &Path,
     origin: Option<&PluginReference>,
     accept: bool,
     json: bool,
 ) -> Result<(), ExitCode> {
-    let resolved = match resolve_file(engine, file).await {
-        Ok(r) => Resolved { reference: origin.map_or(r.reference, PluginReference::repository), ..r },
-        // It cannot load, so it cannot run: the run's own load says why.
-        Err(Unresolved::Load(_)) => return Ok(()),
-        Err(Unresolved::Refused(e)) => return Err(refused(&e, json)),
+    let reference = match origin {
+        Some(pinned) => pinned.repository(),
+        None => nexo::acceptance::file_reference(file).map_err(|e| refused(&e, json))?,
     };
+    let sha256 = match loaded {
+        Loaded::File(agent) => agent.sha256(),
+        Loaded::Component(_, sha256, _) => sha256.as_str(),
+    };
+    let digest = nexo::acceptance::file_digest(sha256);
+    let requested = Requested::of_agent(loaded.manifest());
     let book = book().map_err(|e| refused(&e, json))?;
     let consent = if accept { Consent::Given } else { Consent::Standing };
-    match book.check(&resolved.reference, &resolved.digest, &resolved.requested, consent) {
+    match book.check(&reference, &digest, &requested, consent) {
         Ok(accepted) => {
             // A first use is the operator's own choice of the plugin: said at -v, not to every run.
-            match accepted.note(&resolved.reference, &resolved.digest) {
+            match accepted.note(&reference, &digest) {
                 Some(note) if accepted == Accepted::First => tracing::info!("{note}"),
                 Some(note) => errln!("note: {note}"),
                 None => {}

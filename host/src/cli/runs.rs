@@ -324,18 +324,13 @@ impl Loaded {
 
 /// `nexo run` of a recorded run: records it, runs it, reports how it ended.
 pub async fn start(
-    engine: &Engine,
     runs: &Runs,
-    file: &std::path::Path,
+    loaded: &Loaded,
     input: &str,
     spec: &RunSpec,
     options: &RunOptions,
     json: bool,
 ) -> ExitCode {
-    let loaded = match Loaded::load(engine, file).await {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
     warn_withheld(loaded.manifest(), options);
     match runs.start(loaded.subject(), input, spec, options).await {
         Ok(end) => report_end(&end, json),

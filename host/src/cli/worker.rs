@@ -52,11 +52,7 @@ pub struct WorkerArgs {
 }
 
 /// `nexo run --later`: records the run as queued, with its start job.
-pub async fn queue(engine: &Engine, runs: &Runs, file: &Path, input: &str, spec: &RunSpec, json: bool) -> ExitCode {
-    let loaded = match runs::Loaded::load(engine, file).await {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
+pub async fn queue(runs: &Runs, loaded: &runs::Loaded, input: &str, spec: &RunSpec, json: bool) -> ExitCode {
     match runs.queue(loaded.subject(), input, spec).await {
         Ok((run, job)) => {
             if json {

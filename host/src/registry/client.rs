@@ -6,6 +6,8 @@
 //! through the guarded egress client, whose address guard refuses loopback
 //! and private registries the operator may well use.
 
+use std::time::Duration;
+
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 
@@ -13,10 +15,17 @@ use super::credentials::Credentials;
 use super::error::RegistryError;
 use super::reference::PluginReference;
 
+/// How long connecting to a registry may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a registry may go silent mid-answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A client for the registries, with the operator's insecure list.
 #[derive(Clone)]
 pub struct RegistryClient {
     oci: oci_client::Client,
+    /// nexo's own requests (logging in): no redirects, the same timeouts.
+    http: reqwest013::Client,
     insecure: Vec<String>,
 }
 
@@ -31,15 +40,35 @@ impl RegistryClient {
             protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
             // An image index is an error, not "pick linux/amd64".
             platform_resolver: None,
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
             ..ClientConfig::default()
         };
-        // Never `Client::new`: on a bad config it falls back to a default one.
-        let oci = oci_client::Client::try_from(config).map_err(|e| RegistryError::Registry {
+        let cannot = |e: &dyn std::fmt::Display| RegistryError::Registry {
             registry: String::new(),
             reference: String::new(),
             reason: format!("cannot build the registry client: {e}"),
-        })?;
-        Ok(RegistryClient { oci, insecure: insecure.to_vec() })
+        };
+        // Never `Client::new`: on a bad config it falls back to a default one.
+        let oci = oci_client::Client::try_from(config).map_err(|e| cannot(&e))?;
+        let http = reqwest013::Client::builder()
+            .redirect(reqwest013::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(concat!("nexo/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| cannot(&e))?;
+        Ok(RegistryClient { oci, http, insecure: insecure.to_vec() })
+    }
+
+    /// The HTTP client for nexo's own requests to registries.
+    pub(super) fn http(&self) -> &reqwest013::Client {
+        &self.http
+    }
+
+    /// `http` for a registry listed as insecure, else `https`.
+    pub(super) fn scheme(&self, registry: &str) -> &'static str {
+        if self.is_insecure(registry) { "http" } else { "https" }
     }
 
     /// The oci-client underneath.
@@ -100,7 +129,7 @@ impl RegistryClient {
                 RegistryError::NotFound { reference: text, reason: message }
             }
             OciDistributionError::RequestError(e) => RegistryError::Unreachable {
-                scheme: if self.is_insecure(&registry) { "http" } else { "https" },
+                scheme: self.scheme(&registry),
                 registry,
                 reason: chain(&e),
             },
@@ -110,7 +139,7 @@ impl RegistryClient {
 }
 
 /// An error with its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

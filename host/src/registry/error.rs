@@ -44,6 +44,20 @@ pub enum RegistryError {
         /// `anonymously` or `as USER`.
         how: String,
     },
+    /// The registry asked for the password to be sent where nexo does not send it.
+    #[error(
+        "the registry {registry} asked for its password to be sent to the token service {realm}, and nexo \
+         refused ({reason}): a password goes over HTTPS, or over plain HTTP only to a host listed as \
+         insecure; if that service is really yours, list its host:port as insecure, else pull anonymously"
+    )]
+    UnsafeRealm {
+        /// The registry's host and port.
+        registry: String,
+        /// The realm it named.
+        realm: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// The Docker config file names credentials nexo cannot use.
     #[error("cannot read the credentials for {registry} from the Docker config ({reason}): {fix}")]
     Credentials {
@@ -90,7 +104,9 @@ pub enum RegistryError {
         reason: String,
     },
     /// The layer is larger than nexo loads.
-    #[error("{reference}'s component is {size} bytes, over the {cap}-byte cap on plugins")]
+    #[error(
+        "{reference}'s component is {size} bytes, over the {cap}-byte cap on plugins: nothing was cached"
+    )]
     TooLarge {
         /// The reference.
         reference: String,
@@ -106,6 +122,19 @@ pub enum RegistryError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// The registry sent more of a blob than its manifest declared.
+    #[error(
+        "the registry {registry} sent more than the {declared} bytes the manifest of {reference} declares \
+         for its component: the download was stopped and nothing was cached; pull it from a registry you trust"
+    )]
+    Oversent {
+        /// The registry's host and port.
+        registry: String,
+        /// The reference.
+        reference: String,
+        /// The size the manifest declared.
+        declared: u64,
     },
     /// The local cache could not be read or written.
     #[error("the registry cache at {dir} cannot be used ({source}): set NEXO_CACHE_DIR to a writable directory")]

@@ -9,7 +9,9 @@
 //! SHA-256, so a resume loads the very digest it started with, whatever the
 //! tag names by then.
 
+mod auth;
 mod cache;
+mod capped;
 mod client;
 mod credentials;
 mod error;

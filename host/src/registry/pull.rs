@@ -6,7 +6,11 @@
 use oci_client::manifest::OciImageManifest;
 use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WASM_MANIFEST_CONFIG_MEDIA_TYPE, WASM_MANIFEST_MEDIA_TYPE};
 
+use oci_client::RegistryOperation;
+
+use super::auth::authorize;
 use super::cache::{BlobCache, Entry, sha256_hex};
+use super::capped::Capped;
 use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
@@ -45,9 +49,10 @@ pub async fn pull(
         return Ok(pulled);
     }
     let credentials = Credentials::for_registry(reference.registry())?;
+    let auth = authorize(client, reference, &credentials, RegistryOperation::Pull).await?;
     let oci = client.oci();
     let (manifest, digest, _config) = oci
-        .pull_manifest_and_config(reference.oci(), credentials.auth())
+        .pull_manifest_and_config(reference.oci(), &auth)
         .await
         .map_err(|e| client.error(e, reference, &credentials))?;
     if let Some(asked) = reference.digest()
@@ -74,7 +79,18 @@ pub async fn pull(
             let writer = tokio::fs::File::from_std(
                 file.reopen().map_err(|source| RegistryError::Cache { dir: cache.dir().to_path_buf(), source })?,
             );
-            oci.pull_blob(pinned.oci(), layer, writer).await.map_err(|e| client.error(e, reference, &credentials))?;
+            // wasm_layer checked the declared size; this holds the registry to it.
+            let declared = u64::try_from(layer.size).unwrap_or(0);
+            let mut writer = Capped::new(writer, declared);
+            let pulled = oci.pull_blob(pinned.oci(), layer, &mut writer).await;
+            if writer.overflowed() {
+                return Err(RegistryError::Oversent {
+                    registry: reference.registry().to_string(),
+                    reference: reference.to_string(),
+                    declared,
+                });
+            }
+            pulled.map_err(|e| client.error(e, reference, &credentials))?;
             cache.commit_blob(file, &layer.digest, &reference.to_string())?
         }
     };

@@ -3,10 +3,12 @@
 
 use std::path::Path;
 
+use oci_client::RegistryOperation;
 use oci_client::manifest::OciImageManifest;
 use oci_wasm::{ToConfig, WASM_MANIFEST_MEDIA_TYPE, WasmConfig};
 use sha2::{Digest, Sha256};
 
+use super::auth::authorize;
 use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
@@ -35,9 +37,10 @@ pub async fn push(client: &RegistryClient, file: &Path, reference: &PluginRefere
     let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
     manifest.media_type = Some(WASM_MANIFEST_MEDIA_TYPE.to_string());
     let credentials = Credentials::for_registry(reference.registry())?;
+    let auth = authorize(client, reference, &credentials, RegistryOperation::Push).await?;
     let oci = client.oci();
     let failed = |e| client.error(e, reference, &credentials);
-    oci.store_auth_if_needed(reference.oci().resolve_registry(), credentials.auth()).await;
+    oci.store_auth_if_needed(reference.oci().resolve_registry(), &auth).await;
     let layer_digest = layer.sha256_digest();
     oci.push_blob(reference.oci(), layer.data.clone(), &layer_digest).await.map_err(failed)?;
     oci.push_blob(reference.oci(), config.data.clone(), &manifest.config.digest).await.map_err(failed)?;

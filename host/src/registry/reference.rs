@@ -77,7 +77,8 @@ impl PluginReference {
     /// operator's acceptance of a plugin is remembered by, whichever
     /// version a tag names.
     pub fn repository(&self) -> String {
-        format!("{}/{}", self.inner.resolve_registry(), self.inner.repository())
+        // Host names are case-insensitive (a repository is lowercase by the spec): one plugin, one key.
+        format!("{}/{}", self.inner.resolve_registry().to_ascii_lowercase(), self.inner.repository())
     }
 
     /// The digest the reference pins, if it pins one.
@@ -149,5 +150,14 @@ mod tests {
         let tagged = PluginReference::parse("oci://127.0.0.1:5000/nexo/echo:1").unwrap();
         assert_eq!(tagged.at_digest(&digest).to_string(), format!("127.0.0.1:5000/nexo/echo@{digest}"));
         assert!(matches!(PluginReference::parse("oci://echo"), Err(RegistryError::BadReference { .. })));
+    }
+
+    /// One plugin is remembered under one key, however its host is spelled.
+    #[test]
+    fn the_repository_key_ignores_the_hosts_case() {
+        let upper = PluginReference::parse("Registry.Example:5000/acme/echo:1").unwrap();
+        let lower = PluginReference::parse("registry.example:5000/acme/echo:2").unwrap();
+        assert_eq!(upper.repository(), "registry.example:5000/acme/echo");
+        assert_eq!(upper.repository(), lower.repository());
     }
 }
