@@ -425,7 +425,8 @@ fn a_password_is_not_sent_to_a_plain_http_token_service() {
     let trap = FakeServer::start(|_| http_answer("200 OK", &[], br#"{"token":"stolen"}"#));
     let realm = format!("http://{}/token", trap.address);
     let challenge = format!(r#"Bearer realm="{realm}",service="evil""#);
-    let registry = FakeServer::start(move |_| http_answer("401 Unauthorized", &[("WWW-Authenticate", &challenge)], b""));
+    let registry =
+        FakeServer::start(move |_| http_answer("401 Unauthorized", &[("WWW-Authenticate", &challenge)], b""));
     let dir = tempfile::tempdir().unwrap();
     let reference = format!("{}/evil/plugin:1", registry.address);
     let out = logged_in(dir.path(), &registry.address, &["pull", &reference, "--insecure-registry", &registry.address]);
@@ -465,12 +466,16 @@ fn the_password_goes_to_the_token_service_and_the_token_to_the_registry() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("is not in the registry"), "{}", stderr(&out));
     let seen = registry.seen();
-    let with_password: Vec<_> = seen.iter().filter(|h| h.to_ascii_lowercase().contains("authorization: basic")).collect();
+    let with_password: Vec<_> =
+        seen.iter().filter(|h| h.to_ascii_lowercase().contains("authorization: basic")).collect();
     assert!(
         !with_password.is_empty() && with_password.iter().all(|h| h.starts_with("GET /token")),
         "the password went only to the token service: {seen:#?}"
     );
-    assert!(seen.iter().any(|h| h.contains("/manifests/1") && h.to_ascii_lowercase().contains("bearer tok-123")), "{seen:#?}");
+    assert!(
+        seen.iter().any(|h| h.contains("/manifests/1") && h.to_ascii_lowercase().contains("bearer tok-123")),
+        "{seen:#?}"
+    );
 }
 
 /// A registry that streams more of a component than its manifest declared is
@@ -493,7 +498,11 @@ fn a_blob_longer_than_its_manifest_declares_is_cut_off() {
     .to_string();
     let registry = FakeServer::start(move |head| {
         if head.contains("/manifests/") {
-            http_answer("200 OK", &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], manifest.as_bytes())
+            http_answer(
+                "200 OK",
+                &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                manifest.as_bytes(),
+            )
         } else if head.contains("/blobs/sha256:") && head.contains(&layer[7..]) {
             // Eight MiB where nine bytes were declared.
             let mut out = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
@@ -507,7 +516,8 @@ fn a_blob_longer_than_its_manifest_declares_is_cut_off() {
     });
     let dir = tempfile::tempdir().unwrap();
     let reference = format!("{}/big/plugin:1", registry.address);
-    let out = logged_in(dir.path(), "elsewhere.example", &["pull", &reference, "--insecure-registry", &registry.address]);
+    let out =
+        logged_in(dir.path(), "elsewhere.example", &["pull", &reference, "--insecure-registry", &registry.address]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains(&format!("more than the {} bytes", declared.len())), "{}", stderr(&out));
     let blobs = dir.path().join("cache/registry/blobs/sha256");

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use nexo::EngineConfig;
 use nexo::runs::worker::{LoopSettings, Worker, claim_loop, default_reserved};
 use nexo::runs::{RunSpec, Runs};
-use nexo::{Engine, EngineConfig};
 
 use super::runs::StoreArgs;
 use super::{report, runs, sessions};

@@ -77,14 +77,8 @@ pub(super) async fn authorize(
     };
     let mut query = vec![("scope", scope)];
     query.extend(service.map(|s| ("service", s)));
-    let answer = client
-        .http()
-        .get(url)
-        .query(&query)
-        .basic_auth(user, Some(password))
-        .send()
-        .await
-        .map_err(unreachable)?;
+    let answer =
+        client.http().get(url).query(&query).basic_auth(user, Some(password)).send().await.map_err(unreachable)?;
     let status = answer.status();
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         return Err(RegistryError::Unauthorized {
@@ -180,10 +174,7 @@ mod tests {
         let both = r#"Basic realm="r", Bearer realm="https://auth.example/token",service="registry.example""#;
         assert_eq!(
             challenge(Some(both)),
-            Challenge::Bearer {
-                realm: "https://auth.example/token".into(),
-                service: Some("registry.example".into())
-            }
+            Challenge::Bearer { realm: "https://auth.example/token".into(), service: Some("registry.example".into()) }
         );
         assert_eq!(challenge(Some(r#"Basic realm="Registry Realm""#)), Challenge::Basic);
         assert_eq!(challenge(None), Challenge::None);

@@ -128,11 +128,9 @@ impl RegistryClient {
             OciDistributionError::ServerError { code: 404, message, .. } => {
                 RegistryError::NotFound { reference: text, reason: message }
             }
-            OciDistributionError::RequestError(e) => RegistryError::Unreachable {
-                scheme: self.scheme(&registry),
-                registry,
-                reason: chain(&e),
-            },
+            OciDistributionError::RequestError(e) => {
+                RegistryError::Unreachable { scheme: self.scheme(&registry), registry, reason: chain(&e) }
+            }
             other => RegistryError::Registry { registry, reference: text, reason: chain(&other) },
         }
     }

@@ -104,9 +104,7 @@ pub enum RegistryError {
         reason: String,
     },
     /// The layer is larger than nexo loads.
-    #[error(
-        "{reference}'s component is {size} bytes, over the {cap}-byte cap on plugins: nothing was cached"
-    )]
+    #[error("{reference}'s component is {size} bytes, over the {cap}-byte cap on plugins: nothing was cached")]
     TooLarge {
         /// The reference.
         reference: String,
