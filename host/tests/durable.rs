@@ -279,6 +279,40 @@ async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_check
     assert!(text.contains("Revenue grew."), "{text}");
 }
 
+/// A changed component that asks for more than the accepted version did is
+/// refused on resume as it would be by `nexo run`, even under
+/// `--allow-changed-component`, until the operator accepts it; the run
+/// waits as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_component_that_asks_for_more_is_refused_on_resume_until_accepted() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("Revenue grew."));
+    let copy = scene.copy_of(built::DOCUMENT_APPROVAL, "approval.wasm");
+    let args = scene.run_args(&copy, "Q3 report", &["--allow", "write", "--mode", "auto"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+
+    // The file now holds an agent that asks for `shell` and more.
+    std::fs::copy(built::TOOL_PROBE, &copy).unwrap();
+    let input = r#"{"approved": true}"#;
+    let out = scene.nexo(&["runs", "resume", &id, "--input", input, "--allow-changed-component"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("asks for more authority than the one accepted") && err.contains("capability `shell`"),
+        "{err}"
+    );
+    assert!(err.contains("nexo plugins accept"), "{err}");
+    assert_eq!(scene.runs()[0]["status"], "suspended", "a refused resume leaves the run as it was");
+
+    // Accepted, the changed component is let through to the resume's own checks.
+    let out = scene.nexo(&["plugins", "accept", &copy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = scene.nexo(&["runs", "resume", &id, "--input", input, "--allow-changed-component"]);
+    assert!(!stderr(&out).contains("asks for more authority"), "{}", stderr(&out));
+}
+
 /// A decision binds to the component that made the call: approved for one
 /// component, the same call from a changed one (a resume that allows it,
 /// by checkpoints only) asks again, for the new component, and writes

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use nexo::acceptance::{Acceptances, Accepted, Consent, FirstUse, Refused, Requested};
 use nexo::agent_file::AgentFile;
+use nexo::manifest::AgentManifest;
 use nexo::registry::PluginReference;
 use nexo::{Engine, Plugin};
 
@@ -104,19 +105,31 @@ pub fn check_run(
     accept: bool,
     json: bool,
 ) -> Result<(), ExitCode> {
-    let reference = match origin {
-        Some(pinned) => pinned.repository(),
-        None => nexo::acceptance::file_reference(file).map_err(|e| refused(&e, json))?,
-    };
     let sha256 = match loaded {
         Loaded::File(agent) => agent.sha256(),
         Loaded::Component(_, sha256, _) => sha256.as_str(),
     };
-    let digest = nexo::acceptance::file_digest(sha256);
-    let requested = Requested::of_agent(loaded.manifest());
-    let book = book().map_err(|e| refused(&e, json))?;
     let consent = if accept { Consent::Given } else { Consent::Standing };
-    match book.check(&reference, &digest, &requested, consent) {
+    admit(loaded.manifest(), sha256, file, origin, consent).map_err(|e| refused(&e, json))
+}
+
+/// The acceptance decision on the agent `manifest` describes, whose
+/// SHA-256 is `sha256`, loaded from `file` (pulled as `origin`): `Ok` if it
+/// may run, with a note on stderr when a new version was accepted.
+pub fn admit(
+    manifest: &AgentManifest,
+    sha256: &str,
+    file: &Path,
+    origin: Option<&PluginReference>,
+    consent: Consent,
+) -> Result<(), Refused> {
+    let reference = match origin {
+        Some(pinned) => pinned.repository(),
+        None => nexo::acceptance::file_reference(file)?,
+    };
+    let digest = nexo::acceptance::file_digest(sha256);
+    let requested = Requested::of_agent(manifest);
+    match book()?.check(&reference, &digest, &requested, consent) {
         Ok(accepted) => {
             // A first use is the operator's own choice of the plugin: said at -v, not to every run.
             match accepted.note(&reference, &digest) {
@@ -126,13 +139,10 @@ pub fn check_run(
             }
             Ok(())
         }
-        Err(e) => {
-            let e = match origin {
-                Some(pinned) => e.accept_as(pinned.to_string()),
-                None => e,
-            };
-            Err(refused(&e, json))
-        }
+        Err(e) => Err(match origin {
+            Some(pinned) => e.accept_as(pinned.to_string()),
+            None => e,
+        }),
     }
 }
 

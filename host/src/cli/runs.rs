@@ -667,6 +667,13 @@ pub async fn resume_run(
         revoke: narrow.revoke.clone(),
         allow_changed_component: narrow.allow_changed_component,
     };
+    // A changed component (under --allow-changed-component) runs only as
+    // far as the operator accepted what it asks for, as a new version
+    // given to `nexo run` does.
+    let admit_changed = |manifest: &nexo::manifest::AgentManifest, sha256: &str, source: &std::path::Path| {
+        super::plugins::admit(manifest, sha256, source, None, nexo::acceptance::Consent::Standing)
+            .map_err(|e| e.to_string())
+    };
     let settings = PassSettings {
         how,
         input,
@@ -676,6 +683,7 @@ pub async fn resume_run(
         served: None,
         retry_follows: false,
         front_end: Some(&front_end),
+        admit_changed: Some(&admit_changed),
     };
     let engine = match pass_engine(base) {
         Ok(e) => e,

@@ -14,7 +14,7 @@ use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
 use crate::agent_file::AgentFile;
 use crate::config::ConfigFile;
 use crate::error::RunError;
-use crate::manifest::{Capability, PermissionMode, SandboxKind};
+use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use crate::settings::RunOptions;
 use crate::{Engine, Plugin};
 
@@ -53,7 +53,17 @@ pub struct PassSettings<'a> {
     /// What the front end adds to the prepared options: an event sink, a
     /// way to ask the user.
     pub front_end: Option<&'a (dyn Fn(&mut RunOptions) + Send + Sync)>,
+    /// What the front end decides of a component that changed since the
+    /// run recorded it (a pass goes on with one only under
+    /// [`Narrowing::allow_changed_component`]), before it runs: the
+    /// operator's acceptance of what the new version asks for. `Err` says
+    /// why not, and the run is left as it is.
+    pub admit_changed: Option<&'a AdmitChanged>,
 }
+
+/// A front end's decision on a changed component: its manifest, its
+/// SHA-256 and where it was loaded from.
+pub type AdmitChanged = dyn Fn(&AgentManifest, &str, &Path) -> Result<(), String> + Send + Sync;
 
 /// What `nexo serve` adds to a pass of a tenant's run.
 pub struct Served {
@@ -150,9 +160,19 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     let source = served.map_or(Path::new(&run.source), |s| s.source.as_path());
     let allow_changed = narrowing.allow_changed_component;
     let input = settings.input;
+    let admit = |manifest: &AgentManifest, sha256: &str| match settings.admit_changed {
+        Some(admit) if sha256 != run.component_sha256 => admit(manifest, sha256, source),
+        _ => Ok(()),
+    };
     let result = if run.kind == "toml" {
         match AgentFile::load(source) {
-            Ok(agent) => runs.resume(id, how, input, Subject::File(&agent), &options, allow_changed).await,
+            Ok(agent) => {
+                if let Err(why) = admit(agent.manifest(), agent.sha256()) {
+                    prepare::close(&options).await;
+                    return refused(why);
+                }
+                runs.resume(id, how, input, Subject::File(&agent), &options, allow_changed).await
+            }
             Err(e) => {
                 prepare::close(&options).await;
                 unrecoverable(runs, &run, how, &e.to_string()).await;
@@ -170,6 +190,10 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
         };
         match agent {
             Ok((plugin, agent)) => {
+                if let Err(why) = admit(agent.manifest(), plugin.sha256()) {
+                    prepare::close(&options).await;
+                    return refused(why);
+                }
                 let subject = Subject::Component { agent, sha256: plugin.sha256(), path: source };
                 runs.resume(id, how, input, subject, &options, allow_changed).await
             }

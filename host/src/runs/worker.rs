@@ -443,6 +443,8 @@ impl Worker {
             served: pass,
             retry_follows,
             front_end: None,
+            // A worker's passes never take a changed component.
+            admit_changed: None,
         };
         let pass = super::pass::pass(&self.runs, &self.engine, &job.run, settings);
         // The pass continues the trace of the request that queued the job.
