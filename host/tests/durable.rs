@@ -252,8 +252,9 @@ fn rebuilt(wasm: &str, to: &Path) {
     std::fs::write(to, bytes).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_checkpoints() {
+/// A run of a copy of document-approval, suspended on its approval: the
+/// scene, the copy's path and the run's id.
+async fn suspended_report() -> (Scene, String, String) {
     let scene = Scene::new().await;
     scene.server.push(Reply::text("Revenue grew."));
     let copy = scene.copy_of(built::DOCUMENT_APPROVAL, "approval.wasm");
@@ -261,6 +262,12 @@ async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_check
     let out = scene.nexo(&refs(&args));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    (scene, copy, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_checkpoints() {
+    let (scene, copy, id) = suspended_report().await;
 
     rebuilt(built::DOCUMENT_APPROVAL, Path::new(&copy));
     let input = r#"{"approved": true}"#;
@@ -285,13 +292,7 @@ async fn a_changed_component_is_refused_unless_allowed_and_then_resumes_by_check
 /// waits as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_component_that_asks_for_more_is_refused_on_resume_until_accepted() {
-    let scene = Scene::new().await;
-    scene.server.push(Reply::text("Revenue grew."));
-    let copy = scene.copy_of(built::DOCUMENT_APPROVAL, "approval.wasm");
-    let args = scene.run_args(&copy, "Q3 report", &["--allow", "write", "--mode", "auto"]);
-    let out = scene.nexo(&refs(&args));
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let (scene, copy, id) = suspended_report().await;
 
     // The file now holds an agent that asks for `shell` and more.
     std::fs::copy(built::TOOL_PROBE, &copy).unwrap();
