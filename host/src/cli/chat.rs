@@ -82,7 +82,9 @@ pub async fn command(
         Ok(l) => l,
         Err(code) => return code,
     };
-    if let Err(code) = super::plugins::check_run(&loaded, &args.file, place.origin, false, false) {
+    if let Err(code) =
+        super::plugins::check_run(loaded.manifest(), loaded.sha256(), &args.file, place.origin, false, false)
+    {
         return code;
     }
     let store = match runs::open(store_flag, file).await {

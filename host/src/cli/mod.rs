@@ -455,7 +455,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Ok(l) => l,
                 Err(code) => return code,
             };
-            if let Err(code) = plugins::check_run(&loaded, file, pulled_as.as_ref(), *accept_authority, *json) {
+            if let Err(code) = plugins::check_run(
+                loaded.manifest(),
+                loaded.sha256(),
+                file,
+                pulled_as.as_ref(),
+                *accept_authority,
+                *json,
+            ) {
                 return code;
             }
             if *later {

@@ -12,8 +12,6 @@ use nexo::manifest::AgentManifest;
 use nexo::registry::PluginReference;
 use nexo::{Engine, Plugin};
 
-use super::runs::Loaded;
-
 /// `nexo plugins …`.
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
@@ -91,26 +89,24 @@ pub async fn command(command: &PluginsCommand, engine: &Engine, insecure: &[Stri
 }
 
 /// The check `nexo run` and `nexo chat` make before anything of the run
-/// starts, on the very agent the run will run (loaded once, so the file
-/// cannot change between the check and the run): a plugin that asks for
+/// starts, on the very agent the run will run (its manifest and SHA-256,
+/// from the one load the run uses, so the file cannot change between the
+/// check and the run): a plugin that asks for
 /// more than its accepted version did is refused (exit 2), unless `accept`
 /// (`--accept-authority`) accepts it for good. `file` is where it was
 /// loaded from; `origin` is the registry reference it was pulled as (at the
 /// digest it resolved to): the plugin is then remembered by its repository
 /// instead of its cached file.
 pub fn check_run(
-    loaded: &Loaded,
+    manifest: &AgentManifest,
+    sha256: &str,
     file: &Path,
     origin: Option<&PluginReference>,
     accept: bool,
     json: bool,
 ) -> Result<(), ExitCode> {
-    let sha256 = match loaded {
-        Loaded::File(agent) => agent.sha256(),
-        Loaded::Component(_, sha256, _) => sha256.as_str(),
-    };
     let consent = if accept { Consent::Given } else { Consent::Standing };
-    admit(loaded.manifest(), sha256, file, origin, consent).map_err(|e| refused(&e, json))
+    admit(manifest, sha256, file, origin, consent).map_err(|e| refused(&e, json))
 }
 
 /// The acceptance decision on the agent `manifest` describes, whose

@@ -305,6 +305,14 @@ impl Loaded {
         }
     }
 
+    /// The SHA-256 of what was loaded.
+    pub fn sha256(&self) -> &str {
+        match self {
+            Loaded::File(agent) => agent.sha256(),
+            Loaded::Component(_, sha256, _) => sha256,
+        }
+    }
+
     /// What a run runs.
     pub fn subject(&self) -> Subject<'_> {
         match self {
