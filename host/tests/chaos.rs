@@ -613,6 +613,21 @@ async fn approve(live: Arc<Mutex<Vec<String>>>, tenant: Tenant, stop: Arc<std::s
     approved
 }
 
+/// Incarnations whose writes failed, with the window (wall-clock
+/// nanoseconds, as the witness records) in which a call of theirs may have
+/// gone unjournaled.
+type Starved = BTreeMap<String, (u128, u128)>;
+
+/// How far around a fault's window a call may still have lost its result:
+/// the call in flight when the writes began to fail, and the writes that
+/// fail until the node's connections recover.
+const STARVED_SLACK: Duration = Duration::from_secs(3);
+
+/// The wall clock as the witness records it.
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
 /// One call at the witness.
 #[derive(Debug, Clone)]
 struct Call {
@@ -645,18 +660,21 @@ fn witnessed(path: &Path) -> BTreeMap<String, Vec<Call>> {
 /// paused: the node that made it first never made another call of the run
 /// before the second, and was killed or paused. A node that made calls of
 /// the run, lost it and made more (beyond that one in-flight call) drove it
-/// at the same time as another: a fencing violation. A node whose writes
-/// failed for want of space or of its database (`starved`) may make a call
-/// again itself: its result could not be made durable, so the run, tried
-/// again, makes the call again.
+/// at the same time as another: a fencing violation. A call a node made
+/// while its writes failed for want of space or of its database (`starved`)
+/// may be made again, by that node or by the one that took the run over once
+/// its lease ran out: its result could not be made durable, so the run,
+/// tried again, makes the call again.
 fn check_calls(
     tag: &str,
     steps: usize,
     calls: &[Call],
     faulted: &BTreeSet<String>,
-    starved: &BTreeSet<String>,
+    starved: &Starved,
     violations: &mut Vec<String>,
 ) {
+    let unjournaled =
+        |call: &Call| starved.get(&call.caller).is_some_and(|(from, to)| (*from..=*to).contains(&call.nanos));
     let mut by_step: BTreeMap<usize, Vec<&Call>> = BTreeMap::new();
     for call in calls {
         by_step.entry(call.step).or_default().push(call);
@@ -675,9 +693,9 @@ fn check_calls(
         }
         if made.len() == 2 {
             let (first, second) = (made[0], made[1]);
-            if first.caller == second.caller && !starved.contains(&first.caller) {
+            if first.caller == second.caller && !unjournaled(first) {
                 violations.push(format!("{tag}: step {step} happened twice on one node ({})", first.caller));
-            } else if !faulted.contains(&first.caller) && !faulted.contains(&second.caller) {
+            } else if !faulted.contains(&first.caller) && !faulted.contains(&second.caller) && !unjournaled(first) {
                 violations.push(format!(
                     "{tag}: step {step} happened on {} and on {} and neither was killed or paused",
                     first.caller, second.caller
@@ -743,9 +761,9 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
     let mut rng = Rng(settings.seed);
     let (mut kills, mut pauses, mut pg_restarts) = (0, 0, 0);
     let mut violations = Vec::new();
-    // Nodes whose writes failed for want of space: a call whose result could
-    // not be made durable runs again on the same node when the run resumes.
-    let mut starved = BTreeSet::new();
+    // Nodes whose writes failed for want of space or of their database, and
+    // when: a call whose result could not be made durable runs again.
+    let mut starved = Starved::new();
     let mut refused_full = 0;
     let disk = matches!(faults, Faults::DiskFull);
     let postgres = match faults {
@@ -777,10 +795,12 @@ async fn chaos(mut scene: Chaos, settings: &Settings, faults: Faults<'_>) -> Str
         {
             // Every node's writes fail while it is down: as on a full disk,
             // a call whose result could not be journaled runs again.
-            starved.extend(scene.slots.iter().filter(|s| s.node.is_some()).map(Slot::incarnation));
+            let from = unix_nanos() - STARVED_SLACK.as_nanos();
             pg.crash();
             tokio::time::sleep(rng.millis(500, 2_000)).await;
             pg.restart();
+            let to = unix_nanos() + STARVED_SLACK.as_nanos();
+            starved.extend(scene.slots.iter().filter(|s| s.node.is_some()).map(|s| (s.incarnation(), (from, to))));
             pg_restarts += 1;
             continue;
         }
@@ -1017,7 +1037,7 @@ async fn disk_full(
     secs: u64,
     tenant: &Tenant,
     plugin: &str,
-    starved: &mut BTreeSet<String>,
+    starved: &mut Starved,
     refused: &mut usize,
     violations: &mut Vec<String>,
 ) {
@@ -1026,7 +1046,7 @@ async fn disk_full(
     let volume = scene.volume.clone().unwrap();
     let took = volume.fill();
     eprintln!("disk full: the filler took the last {took} bytes");
-    starved.insert(scene.slots[0].incarnation());
+    let starved_from = unix_nanos() - STARVED_SLACK.as_nanos();
     let full_until = Instant::now() + third / 2;
     while Instant::now() < full_until {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1047,6 +1067,7 @@ async fn disk_full(
             other => violations.push(format!("a run request on a full disk got {other}: {answer}")),
         }
     }
+    starved.insert(scene.slots[0].incarnation(), (starved_from, unix_nanos() + STARVED_SLACK.as_nanos()));
     scene.kill(0);
     volume.free();
     scene.start(0).await;
