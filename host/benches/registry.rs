@@ -20,7 +20,8 @@ use nexo_tests as built;
 
 /// Resolves `arg`, loads and runs it; the answer.
 async fn first_run(engine: &Engine, arg: &Path, insecure: &[String], cache: &Path) -> String {
-    let resolved = registry::resolve(arg, insecure, Some(cache)).await.unwrap();
+    let registries = registry::Registries { insecure: insecure.to_vec(), ..Default::default() };
+    let resolved = registry::resolve(arg, &registries, Some(cache)).await.unwrap();
     let plugin = Plugin::load(engine, &resolved.path).await.unwrap();
     let outcome = plugin.agent().unwrap().run("one two three", &RunOptions::default()).await.unwrap();
     outcome.answer

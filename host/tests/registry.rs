@@ -529,3 +529,146 @@ fn a_blob_longer_than_its_manifest_declares_is_cut_off() {
 fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
+
+/// `nexo ARGS` with COSIGN_PASSWORD set, which must succeed; its stderr.
+fn signing(scene: &Scene, args: &[&str]) -> String {
+    let out = scene.command(args).env("COSIGN_PASSWORD", "correct horse").output().unwrap();
+    assert!(out.status.success(), "nexo {args:?}: {}", stderr(&out));
+    stderr(&out)
+}
+
+/// A config file trusting `keys` (key files in the scene's directory) for
+/// `scope`, with `require`.
+fn trusting(scene: &Scene, scope: &str, keys: &[&str], require: bool) -> String {
+    let config = scene.dir.path().join("trust.toml");
+    let keys: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "[registries]\ninsecure = [{:?}]\n\n[[registries.trust]]\nscope = {scope:?}\nkeys = [{}]\nrequire = {require}\n",
+            scene.registry,
+            keys.join(", ")
+        ),
+    )
+    .unwrap();
+    config.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_plugin_in_a_scope_that_requires_signatures_runs_only_when_a_trusted_key_signed_it() {
+    let Some((scene, _)) = Scene::new("signed", false) else { return };
+    let dir = scene.dir.path();
+    for who in ["alice", "mallory"] {
+        let prefix = dir.join(who);
+        signing(&scene, &["sign", "--generate-key", prefix.to_str().unwrap()]);
+        assert!(dir.join(format!("{who}.key")).exists() && dir.join(format!("{who}.pub")).exists());
+    }
+    // The private key is the author's alone; nexo never overwrites a key.
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join("alice.key")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let again = scene
+        .command(&["sign", "--generate-key", dir.join("alice").to_str().unwrap()])
+        .env("COSIGN_PASSWORD", "x")
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    let key = |who: &str| dir.join(format!("{who}.key")).to_str().unwrap().to_string();
+
+    let reference = format!("{}:1", scene.repo);
+    let digest = scene.push(&scene.unique(built::TEXT_STATS, "stats"), &reference);
+    let config = trusting(&scene, &scene.repo, &["alice.pub"], true);
+    let pull = || scene.nexo(&["pull", &reference, "--config", &config]);
+
+    // Unsigned: refused, nothing cached, and the error says what to do.
+    let out = pull();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not signed by a key trusted for") && err.contains("0 signature(s) found"), "{err}");
+    assert!(err.contains("nexo sign --key") && err.contains("require = false"), "{err}");
+    assert!(scene.blobs().is_empty(), "{:?}", scene.blobs());
+    let out = scene.nexo(&["run", &reference, "one two", "--ephemeral", "--config", &config]);
+    assert_eq!(out.status.code(), Some(2), "a run refuses it too: {}", stderr(&out));
+    assert!(!stdout(&out).contains("words"), "it ran: {}", stdout(&out));
+
+    // Signed by a key nobody trusts: still refused.
+    let insecure = ["--insecure-registry", scene.registry.as_str()];
+    signing(&scene, &[&["sign", "--key", &key("mallory"), &reference][..], &insecure].concat());
+    let err = stderr(&pull());
+    assert!(err.contains("1 signature(s) found, none by alice.pub"), "{err}");
+    assert!(scene.blobs().is_empty());
+    // A wrong password is named as such.
+    let out = scene
+        .command(&[&["sign", "--key", &key("alice"), &reference][..], &insecure].concat())
+        .env("COSIGN_PASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is COSIGN_PASSWORD its password?"), "{}", stderr(&out));
+
+    // Signed by the trusted key (beside mallory's signature): it runs, and
+    // says who signed it.
+    let err = signing(&scene, &[&["sign", "--key", &key("alice"), &reference][..], &insecure].concat());
+    assert!(err.contains("signed by alice.pub (sha256:") && err.contains("2 signature(s) in all"), "{err}");
+    let err = signing(&scene, &[&["sign", "--key", &key("alice"), &reference][..], &insecure].concat());
+    assert!(err.contains("was already signed"), "{err}");
+    let out = pull();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("signed by alice.pub (sha256:"), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().next(), Some(digest.as_str()));
+    let out = scene.nexo(&["run", &format!("{}@{digest}", scene.repo), "one two", "--ephemeral", "--config", &config]);
+    assert!(stdout(&out).contains("words: 2"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("signed by alice.pub"), "{}", stderr(&out));
+
+    // A scope that only checks: an unsigned plugin runs and is reported unsigned.
+    let other = format!("{}-other:1", scene.repo);
+    scene.push(&scene.unique(built::TEXT_STATS, "other"), &other);
+    let lenient = trusting(&scene, &format!("{}-other", scene.repo), &["alice.pub"], false);
+    let out = scene.nexo(&["pull", &other, "--config", &lenient]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unsigned (allowed"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_signature_copied_from_another_component_does_not_count() {
+    let Some((scene, _)) = Scene::new("replayed", false) else { return };
+    let dir = scene.dir.path();
+    signing(&scene, &["sign", "--generate-key", dir.join("alice").to_str().unwrap()]);
+    let insecure = ["--insecure-registry", scene.registry.as_str()];
+    let signed = format!("{}:signed", scene.repo);
+    let signed_digest = scene.push(&scene.unique(built::TEXT_STATS, "signed"), &signed);
+    let key = dir.join("alice.key");
+    signing(&scene, &[&["sign", "--key", key.to_str().unwrap(), &signed][..], &insecure].concat());
+    let probe = format!("{}:probe", scene.repo);
+    let probe_digest = scene.push(&scene.unique(built::TOOL_PROBE, "probe"), &probe);
+    // Whoever controls the registry points the probe's signature tag at the
+    // signed component's signatures (valid ones, by a trusted key).
+    let repository = scene.repo.split_once('/').unwrap().1;
+    let tags = nexo_testkit::registry::storage(false)
+        .join("docker/registry/v2/repositories")
+        .join(repository)
+        .join("_manifests/tags");
+    let tag = |digest: &str| tags.join(format!("{}.sig", digest.replace(':', "-")));
+    copy_dir(&tag(&signed_digest), &tag(&probe_digest));
+    let config = trusting(&scene, &scene.repo, &["alice.pub"], true);
+    let out = scene.nexo(&["pull", &probe, "--config", &config]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not signed by a key trusted for") && err.contains("0 signature(s) found"), "{err}");
+    assert!(scene.blobs().is_empty(), "{:?}", scene.blobs());
+    let out = scene.nexo(&["pull", &signed, "--config", &config]);
+    assert!(out.status.success(), "the signed one still pulls: {}", stderr(&out));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

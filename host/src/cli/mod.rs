@@ -217,6 +217,8 @@ enum Command {
         #[command(flatten)]
         config: registry::ConfigArgs,
     },
+    /// Sign a component in a registry with your key, as cosign does (or make a key pair).
+    Sign(registry::SignArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -389,14 +391,22 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Usage { name, json, store } = &cli.command {
         return tenant::usage(name.as_deref(), *json, store, cli.store.as_deref()).await;
     }
-    if let Command::Pull { reference, config } | Command::Push { reference, config, .. } = &cli.command {
-        let insecure = match nexo::config::read(config.config()) {
-            Ok(file) => cli.registries.insecure(&file),
+    if let Command::Pull { config, .. }
+    | Command::Push { config, .. }
+    | Command::Sign(registry::SignArgs { config, .. }) = &cli.command
+    {
+        let registries = match nexo::config::read(config.config()) {
+            Ok(file) => match cli.registries.registries(&file, config.config()) {
+                Ok(r) => r,
+                Err(code) => return code,
+            },
             Err(e) => return config_failure(&e),
         };
         return match &cli.command {
-            Command::Push { file, .. } => registry::push(file, reference, &insecure).await,
-            _ => registry::pull(reference, &insecure).await,
+            Command::Push { file, reference, .. } => registry::push(file, reference, &registries.insecure).await,
+            Command::Sign(args) => registry::sign(args, &registries).await,
+            Command::Pull { reference, .. } => registry::pull(reference, &registries).await,
+            _ => unreachable!("matched above"),
         };
     }
     let mut cli = cli;
@@ -513,11 +523,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
         Command::Mcp(command) => mcp::command(command, &engine).await,
         Command::Plugins(command) => {
-            let insecure = match nexo::config::read(None) {
-                Ok(file) => cli.registries.insecure(&file),
+            let registries = match nexo::config::read(None) {
+                Ok(file) => match cli.registries.registries(&file, None) {
+                    Ok(r) => r,
+                    Err(code) => return code,
+                },
                 Err(e) => return config_failure(&e),
             };
-            plugins::command(command, &engine, &insecure).await
+            plugins::command(command, &engine, &registries).await
         }
         Command::Build { .. }
         | Command::Test { .. }
@@ -533,6 +546,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Usage { .. }
         | Command::Pull { .. }
         | Command::Push { .. }
+        | Command::Sign(_)
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }
@@ -558,10 +572,10 @@ async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<PluginReference>, 
     if !nexo::registry::is_reference(file) && backend.is_none() {
         return Ok(None);
     }
-    let insecure = cli.registries.insecure(&config);
-    let reference = registry::resolve(file, &insecure).await?;
+    let registries = cli.registries.registries(&config, grant.config_path())?;
+    let reference = registry::resolve(file, &registries).await?;
     if let Some(mut backend) = backend {
-        registry::resolve(&mut backend, &insecure).await?;
+        registry::resolve(&mut backend, &registries).await?;
         // The flag wins over `[search] backend`: the cached file stands in for both.
         search.set_backend(backend);
     }

@@ -40,15 +40,15 @@ struct Resolved {
 }
 
 /// `nexo plugins`.
-/// `insecure` lists the registries a reference may reach over plain HTTP.
-pub async fn command(command: &PluginsCommand, engine: &Engine, insecure: &[String]) -> ExitCode {
+/// `registries` are the operator's registry settings.
+pub async fn command(command: &PluginsCommand, engine: &Engine, registries: &nexo::registry::Registries) -> ExitCode {
     let book = match book() {
         Ok(b) => b,
         Err(e) => return refused(&e, false),
     };
     match command {
         PluginsCommand::Accept { reference } => {
-            let resolved = match resolve(engine, reference, insecure).await {
+            let resolved = match resolve(engine, reference, registries).await {
                 Ok(r) => r,
                 Err(code) => return code,
             };
@@ -149,9 +149,13 @@ fn book() -> Result<Acceptances, Refused> {
 /// Resolves a reference the operator typed: a file, or a registry
 /// reference (pulled into the cache if needed), remembered by its
 /// repository.
-async fn resolve(engine: &Engine, reference: &str, insecure: &[String]) -> Result<Resolved, ExitCode> {
+async fn resolve(
+    engine: &Engine,
+    reference: &str,
+    registries: &nexo::registry::Registries,
+) -> Result<Resolved, ExitCode> {
     let mut path = std::path::PathBuf::from(reference);
-    let origin = super::registry::resolve(&mut path, insecure).await?;
+    let origin = super::registry::resolve(&mut path, registries).await?;
     let resolved = resolve_file(engine, &path).await.map_err(|e| match e {
         Unresolved::Load(e) => super::report::fail(&e.into()),
         Unresolved::Refused(e) => refused(&e, false),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use nexo::registry::{self, PluginReference, RegistryClient, RegistryError};
+use nexo::registry::{self, PluginReference, Registries, RegistryClient, RegistryError};
 
 /// The registry flags every command takes.
 #[derive(Args, Debug, Clone, Default)]
@@ -18,9 +18,10 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    /// The insecure registries: the config file's, then the flags'.
-    pub fn insecure(&self, file: &nexo::config::ConfigFile) -> Vec<String> {
-        file.registries.insecure.iter().chain(&self.insecure).cloned().collect()
+    /// The config file's `[registries]` with the flags' insecure registries
+    /// added; `config` is the file's path (relative key paths start there).
+    pub fn registries(&self, file: &nexo::config::ConfigFile, config: Option<&Path>) -> Result<Registries, ExitCode> {
+        Registries::new(&file.registries, &self.insecure, &registry::trust_base_dir(config)).map_err(|e| failed(&e))
     }
 }
 
@@ -42,16 +43,19 @@ impl ConfigArgs {
 /// Makes `arg` a local file if it is a registry reference (pulled into the
 /// cache, or found there), and says so on stderr; a path is left alone.
 /// Returns the reference it was, at the manifest digest it resolved to.
-pub async fn resolve(arg: &mut PathBuf, insecure: &[String]) -> Result<Option<PluginReference>, ExitCode> {
+pub async fn resolve(arg: &mut PathBuf, registries: &Registries) -> Result<Option<PluginReference>, ExitCode> {
     if !registry::is_reference(arg) {
         return Ok(None);
     }
-    match registry::resolve(arg, insecure, None).await {
+    match registry::resolve(arg, registries, None).await {
         Ok(resolved) => {
-            if let Some((reference, pulled)) = &resolved.pulled
-                && !pulled.cached
-            {
-                errln!("pulled {reference} ({})", pulled.manifest_digest);
+            if let Some((reference, pulled)) = &resolved.pulled {
+                if !pulled.cached {
+                    errln!("pulled {reference} ({})", pulled.manifest_digest);
+                }
+                if pulled.signature != registry::Signature::NotChecked {
+                    errln!("{reference}: {}", pulled.signature);
+                }
             }
             *arg = resolved.path;
             // At the digest it resolved to: what names this very version.
@@ -62,16 +66,16 @@ pub async fn resolve(arg: &mut PathBuf, insecure: &[String]) -> Result<Option<Pl
 }
 
 /// `nexo pull REF`: prints the manifest digest and the cached file.
-pub async fn pull(text: &str, insecure: &[String]) -> ExitCode {
+pub async fn pull(text: &str, registries: &Registries) -> ExitCode {
     let prefix = registry::reference::OCI_PREFIX;
     // Any argument is a reference here, even one that is also a path.
     let arg = PathBuf::from(format!("{prefix}{}", text.strip_prefix(prefix).unwrap_or(text)));
-    match registry::resolve(&arg, insecure, None).await {
+    match registry::resolve(&arg, registries, None).await {
         Ok(registry::Resolved { path, pulled: Some((reference, pulled)) }) => {
             outln!("{}", pulled.manifest_digest);
             outln!("{}", path.display());
             let how = if pulled.cached { "already cached" } else { "pulled" };
-            errln!("{how} {reference}: component {}", pulled.layer_digest);
+            errln!("{how} {reference}: component {}; {}", pulled.layer_digest, pulled.signature);
             ExitCode::SUCCESS
         }
         Ok(registry::Resolved { pulled: None, .. }) => {
@@ -100,6 +104,68 @@ pub async fn push(file: &Path, text: &str, insecure: &[String]) -> ExitCode {
         }
         Err(e) => failed(&e),
     }
+}
+
+/// `nexo sign --key KEY REF`, or `nexo sign --generate-key PREFIX`.
+pub async fn sign(args: &SignArgs, registries: &Registries) -> ExitCode {
+    let password = std::env::var(registry::SIGNING_PASSWORD_VAR).ok().map(zeroize::Zeroizing::new);
+    if let Some(prefix) = &args.generate_key {
+        let Some(password) = password.filter(|p| !p.is_empty()) else {
+            errln!(
+                "error: set {} to the password that will encrypt the new private key",
+                registry::SIGNING_PASSWORD_VAR
+            );
+            return ExitCode::from(2);
+        };
+        return match registry::SigningKey::generate(prefix, password.as_bytes()) {
+            Ok((private, public)) => {
+                outln!("{}", public.display());
+                errln!(
+                    "wrote {} (the private key, encrypted; keep it secret) and {} (the public key operators trust)",
+                    private.display(),
+                    public.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => failed(&e),
+        };
+    }
+    let (Some(key), Some(text)) = (&args.key, &args.reference) else {
+        errln!("error: give the key and the reference: `nexo sign --key KEY REF` (or `--generate-key PREFIX`)");
+        return ExitCode::from(2);
+    };
+    let signed = async {
+        let key = registry::SigningKey::load(key, password.as_ref().map(|p| p.as_bytes()))?;
+        let reference = PluginReference::parse(text)?;
+        let client = RegistryClient::new(&registries.insecure)?;
+        let signed = registry::sign(&client, &reference, &key).await?;
+        Ok::<_, RegistryError>((key, reference, signed))
+    };
+    match signed.await {
+        Ok((key, reference, signed)) => {
+            outln!("{}", signed.digest);
+            let what = if signed.already { "was already signed" } else { "signed" };
+            errln!("{reference} ({}) {what} by {}; {} signature(s) in all", signed.digest, key.id, signed.signatures);
+            ExitCode::SUCCESS
+        }
+        Err(e) => failed(&e),
+    }
+}
+
+/// The arguments of `nexo sign`.
+#[derive(Args, Debug, Clone)]
+pub struct SignArgs {
+    /// The private key (cosign's `cosign.key`, password in COSIGN_PASSWORD, or a plain PKCS#8 PEM).
+    #[arg(long, value_name = "KEY", required_unless_present = "generate_key")]
+    pub key: Option<PathBuf>,
+    /// HOST[:PORT]/REPOSITORY:TAG or @sha256:HEX: a tag is resolved once, and its digest is signed.
+    #[arg(required_unless_present = "generate_key")]
+    pub reference: Option<String>,
+    /// Make a new key pair instead: PREFIX.key (encrypted with COSIGN_PASSWORD) and PREFIX.pub.
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["key", "reference"])]
+    pub generate_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 fn failed(e: &RegistryError) -> ExitCode {

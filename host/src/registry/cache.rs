@@ -42,6 +42,10 @@ pub struct Entry {
     pub layer: String,
     /// The reference it was pulled as, for people reading the cache.
     pub reference: String,
+    /// The trusted keys whose signatures of it verified when it was pulled:
+    /// a run from the cache under the same keys needs no registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signed_by: Vec<super::trust::KeyId>,
 }
 
 /// A cache directory.

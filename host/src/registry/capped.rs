@@ -21,6 +21,11 @@ impl<W> Capped<W> {
         Capped { inner, left: limit, overflowed: false }
     }
 
+    /// The writer underneath.
+    pub(super) fn into_inner(self) -> W {
+        self.inner
+    }
+
     /// Whether a write past the limit was refused.
     pub(super) fn overflowed(&self) -> bool {
         self.overflowed

@@ -142,6 +142,61 @@ pub enum RegistryError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A trust rule requires a signature by its keys, and none verified.
+    #[error(
+        "{reference} ({digest}) is not signed by a key trusted for {scope} ({found} signature(s) found, none \
+         by {keys}): nothing was run; ask its author to sign it (`nexo sign --key KEY REF` or `cosign sign \
+         --key KEY REF`), add their public key to the `[[registries.trust]]` rule for {scope}, or set \
+         `require = false` there to run unsigned plugins from it"
+    )]
+    Unsigned {
+        /// The reference.
+        reference: String,
+        /// The manifest digest checked.
+        digest: String,
+        /// The rule's scope.
+        scope: String,
+        /// How many signatures naming the digest were found.
+        found: usize,
+        /// The rule's keys.
+        keys: String,
+    },
+    /// The signatures stored for a component could not be read.
+    #[error("the signatures of {reference} cannot be used ({reason}): nothing was run")]
+    BadSignatures {
+        /// The reference.
+        reference: String,
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// A `[[registries.trust]]` rule is malformed.
+    #[error("the `[[registries.trust]]` rule for `{scope}` is not valid: {reason}")]
+    BadTrust {
+        /// The rule's scope as written.
+        scope: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A trusted key cannot be read.
+    #[error(
+        "the key {path} of the `[[registries.trust]]` rule for `{scope}` cannot be used ({reason}): give the          path of a PEM public key (cosign's cosign.pub), relative to the config file"
+    )]
+    BadKey {
+        /// The key's path.
+        path: PathBuf,
+        /// The rule's scope.
+        scope: String,
+        /// Why.
+        reason: String,
+    },
+    /// A signing key cannot be read or made.
+    #[error("the signing key {path} cannot be used: {reason}")]
+    SigningKey {
+        /// The key's path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// Any other answer of the registry.
     #[error("the registry {registry} failed on {reference}: {reason}")]
     Registry {

@@ -18,6 +18,9 @@ mod error;
 mod pull;
 mod push;
 pub mod reference;
+mod sign;
+mod signatures;
+mod trust;
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +33,9 @@ pub use error::RegistryError;
 pub use pull::{Pulled, pull};
 pub use push::{Pushed, push};
 pub use reference::{PluginReference, Source, classify, is_reference};
+pub use sign::{PASSWORD_VAR as SIGNING_PASSWORD_VAR, Signed, SigningKey, sign};
+pub use signatures::Signature;
+pub use trust::{KeyId, Trust, TrustRule, Trusted, base_dir as trust_base_dir};
 
 /// `[registries]` in the config file.
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -39,6 +45,31 @@ pub struct RegistriesTable {
     /// HTTP; every other registry is reached over HTTPS.
     #[serde(default)]
     pub insecure: Vec<String>,
+    /// `[[registries.trust]]`: whose signatures are trusted where, and
+    /// whether one is required.
+    #[serde(default)]
+    pub trust: Vec<TrustRule>,
+}
+
+/// What the operator set for registries: which are reached over plain
+/// HTTP, and whose signatures are trusted where.
+#[derive(Default)]
+pub struct Registries {
+    /// Registries (`host:port`) reached over plain HTTP.
+    pub insecure: Vec<String>,
+    /// The trust rules, their keys loaded.
+    pub trust: Trust,
+}
+
+impl Registries {
+    /// The config file's table with `insecure` added; relative key paths
+    /// are taken from `base`.
+    pub fn new(table: &RegistriesTable, insecure: &[String], base: &Path) -> Result<Registries, RegistryError> {
+        Ok(Registries {
+            insecure: table.insecure.iter().chain(insecure).cloned().collect(),
+            trust: Trust::load(&table.trust, base)?,
+        })
+    }
 }
 
 /// A plugin argument made a local file.
@@ -52,9 +83,9 @@ pub struct Resolved {
 
 /// The file `arg` names: itself if it is a path; if it is a registry
 /// reference, the cached component it resolves to (pulled into the cache
-/// at `cache_dir`, else the default one, if needed). `insecure` lists the
-/// registries reached over plain HTTP.
-pub async fn resolve(arg: &Path, insecure: &[String], cache_dir: Option<&Path>) -> Result<Resolved, RegistryError> {
+/// at `cache_dir`, else the default one, if needed), its signature checked
+/// under the trust rule that covers it.
+pub async fn resolve(arg: &Path, registries: &Registries, cache_dir: Option<&Path>) -> Result<Resolved, RegistryError> {
     let reference = match classify(arg)? {
         Source::Path(path) => return Ok(Resolved { path, pulled: None }),
         Source::Registry(reference) => reference,
@@ -69,16 +100,18 @@ pub async fn resolve(arg: &Path, insecure: &[String], cache_dir: Option<&Path>) 
         }
     };
     let cache = BlobCache::open(&dir)?;
+    let rule = registries.trust.rule_for(&reference);
     // A cached digest needs no client: building one loads the system's
     // certificates, which costs a run from the cache milliseconds.
-    let pulled = match pull::cached(&cache, &reference) {
+    let pulled = match pull::cached(&cache, &reference, rule) {
         Some(pulled) => pulled,
-        None => pull(&RegistryClient::new(insecure)?, &cache, &reference).await?,
+        None => pull(&RegistryClient::new(&registries.insecure)?, &cache, &reference, rule).await?,
     };
     tracing::info!(
         reference = %reference,
         digest = %pulled.manifest_digest,
         cached = pulled.cached,
+        signature = %pulled.signature,
         "plugin from a registry"
     );
     Ok(Resolved { path: pulled.path.clone(), pulled: Some((reference, pulled)) })

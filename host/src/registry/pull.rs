@@ -15,6 +15,8 @@ use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
 use super::reference::PluginReference;
+use super::signatures::{Signature, check};
+use super::trust::{KeyId, Trusted};
 
 /// A component in the cache, and where it came from.
 #[derive(Debug, Clone)]
@@ -27,25 +29,41 @@ pub struct Pulled {
     pub layer_digest: String,
     /// Whether it was already cached (nothing was downloaded).
     pub cached: bool,
+    /// What its signature check found.
+    pub signature: Signature,
 }
 
-/// A reference by digest that is already in `cache`: what it names, with
+/// A reference by digest that is already in `cache`, and already found
+/// signed by one of `rule`'s keys if a rule covers it: what it names, with
 /// no request made (and no client needed).
-pub fn cached(cache: &BlobCache, reference: &PluginReference) -> Option<Pulled> {
+pub fn cached(cache: &BlobCache, reference: &PluginReference, rule: Option<&Trusted>) -> Option<Pulled> {
     let digest = reference.digest()?;
     let (entry, path) = cache.lookup(digest)?;
-    Some(Pulled { path, manifest_digest: digest.to_string(), layer_digest: entry.layer, cached: true })
+    let signature = match rule {
+        None => Signature::NotChecked,
+        Some(rule) => {
+            let by: Vec<KeyId> =
+                rule.keys.iter().filter(|k| entry.signed_by.contains(&k.id)).map(|k| k.id.clone()).collect();
+            if by.is_empty() {
+                return None;
+            }
+            Signature::Signed { scope: rule.scope.clone(), by }
+        }
+    };
+    Some(Pulled { path, manifest_digest: digest.to_string(), layer_digest: entry.layer, cached: true, signature })
 }
 
-/// Pulls `reference` into `cache`. A reference by digest that is already
-/// cached is not fetched again; one by tag always asks the registry what the
-/// tag names now.
+/// Pulls `reference` into `cache`, its signature checked under `rule` (if
+/// a rule covers it) before its component is downloaded. A reference by
+/// digest that is already cached (and signed, under a rule) is not fetched
+/// again; one by tag always asks the registry what the tag names now.
 pub async fn pull(
     client: &RegistryClient,
     cache: &BlobCache,
     reference: &PluginReference,
+    rule: Option<&Trusted>,
 ) -> Result<Pulled, RegistryError> {
-    if let Some(pulled) = cached(cache, reference) {
+    if let Some(pulled) = cached(cache, reference, rule) {
         return Ok(pulled);
     }
     let credentials = Credentials::for_registry(reference.registry())?;
@@ -66,10 +84,22 @@ pub async fn pull(
         });
     }
     let layer = wasm_layer(&manifest, reference)?;
-    if let Some((entry, path)) = cache.lookup(&digest)
+    let signature = match rule {
+        None => Signature::NotChecked,
+        Some(rule) => check(client, reference, &digest, &auth, &credentials, rule).await?,
+    };
+    let signed_by = match &signature {
+        Signature::Signed { by, .. } => by.clone(),
+        _ => Vec::new(),
+    };
+    if let Some((mut entry, path)) = cache.lookup(&digest)
         && entry.layer == layer.digest
     {
-        return Ok(Pulled { path, manifest_digest: digest, layer_digest: entry.layer, cached: true });
+        if signed_by.iter().any(|k| !entry.signed_by.contains(k)) {
+            entry.signed_by.extend(signed_by.into_iter().filter(|k| !entry.signed_by.contains(k)).collect::<Vec<_>>());
+            cache.record(&digest, &entry)?;
+        }
+        return Ok(Pulled { path, manifest_digest: digest, layer_digest: entry.layer, cached: true, signature });
     }
     let pinned = reference.at_digest(&digest);
     let path = match cache.blob(&layer.digest) {
@@ -94,13 +124,13 @@ pub async fn pull(
             cache.commit_blob(file, &layer.digest, &reference.to_string())?
         }
     };
-    cache.record(&digest, &Entry { layer: layer.digest.clone(), reference: reference.to_string() })?;
-    Ok(Pulled { path, manifest_digest: digest, layer_digest: layer.digest.clone(), cached: false })
+    cache.record(&digest, &Entry { layer: layer.digest.clone(), reference: reference.to_string(), signed_by })?;
+    Ok(Pulled { path, manifest_digest: digest, layer_digest: layer.digest.clone(), cached: false, signature })
 }
 
 /// The manifest's one component layer, if it is a wasm component artifact
 /// within the size cap.
-fn wasm_layer<'m>(
+pub(super) fn wasm_layer<'m>(
     manifest: &'m OciImageManifest,
     reference: &PluginReference,
 ) -> Result<&'m oci_client::manifest::OciDescriptor, RegistryError> {

@@ -1,0 +1,207 @@
+//! Whose signatures the operator trusts, and where: `[[registries.trust]]`
+//! rules, each a scope (a registry, or a registry and a repository prefix),
+//! the public keys that may sign there, and whether a signature is required.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use sigstore::cosign::verification_constraint::{PublicKeyVerifier, VerificationConstraint};
+
+use super::error::RegistryError;
+use super::reference::PluginReference;
+
+/// One `[[registries.trust]]` rule, as written.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TrustRule {
+    /// `HOST[:PORT]` or `HOST[:PORT]/REPOSITORY-PREFIX`: the references it
+    /// covers (a prefix ends at a `/`).
+    pub scope: String,
+    /// PEM public keys (cosign's `cosign.pub`); relative paths are taken
+    /// from the config file's directory.
+    pub keys: Vec<PathBuf>,
+    /// Whether a plugin in scope must carry a valid signature by one of the
+    /// keys (the default), or is only checked and reported.
+    #[serde(default = "required")]
+    pub require: bool,
+}
+
+fn required() -> bool {
+    true
+}
+
+/// A trusted public key, loaded.
+pub struct TrustedKey {
+    /// Its file name and fingerprint, as reports show it.
+    pub id: KeyId,
+    verifier: Box<dyn VerificationConstraint>,
+}
+
+impl TrustedKey {
+    /// The sigstore constraint "signed by this key".
+    #[allow(clippy::borrowed_box)] // sigstore's `verify_constraints` iterates over `&Box<dyn …>`
+    pub(super) fn verifier(&self) -> &Box<dyn VerificationConstraint> {
+        &self.verifier
+    }
+}
+
+/// A key as people read it: where it came from and what it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyId {
+    /// The key file's name (`team.pub`).
+    pub name: String,
+    /// `sha256:` and the hex SHA-256 of the key's DER encoding.
+    pub fingerprint: String,
+}
+
+impl std::fmt::Display for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.fingerprint)
+    }
+}
+
+/// A rule with its keys loaded.
+pub struct Trusted {
+    /// The rule's scope, normalized (host lowercased).
+    pub scope: String,
+    /// Its keys.
+    pub keys: Vec<TrustedKey>,
+    /// Whether a valid signature is required.
+    pub require: bool,
+}
+
+/// Every rule of the config file, loaded.
+#[derive(Default)]
+pub struct Trust {
+    rules: Vec<Trusted>,
+}
+
+impl Trust {
+    /// Loads `rules`' keys, relative paths from `base` (the config file's
+    /// directory). A key that cannot be read or parsed is an error here,
+    /// before anything is pulled: a typo must not turn into "nothing trusted".
+    pub fn load(rules: &[TrustRule], base: &Path) -> Result<Trust, RegistryError> {
+        let mut loaded = Vec::new();
+        for rule in rules {
+            let scope = normalize(&rule.scope);
+            if !valid_scope(&scope) {
+                return Err(RegistryError::BadTrust {
+                    scope: rule.scope.clone(),
+                    reason: "a scope is HOST[:PORT] or HOST[:PORT]/REPOSITORY-PREFIX, with no tag or digest".into(),
+                });
+            }
+            if rule.keys.is_empty() {
+                return Err(RegistryError::BadTrust { scope: rule.scope.clone(), reason: "it lists no keys".into() });
+            }
+            let keys = rule.keys.iter().map(|k| load_key(&base.join(k), &rule.scope)).collect::<Result<_, _>>()?;
+            loaded.push(Trusted { scope, keys, require: rule.require });
+        }
+        Ok(Trust { rules: loaded })
+    }
+
+    /// The most specific rule covering `reference`, if any.
+    pub fn rule_for(&self, reference: &PluginReference) -> Option<&Trusted> {
+        let registry = reference.registry().to_ascii_lowercase();
+        let full = reference.repository();
+        self.rules
+            .iter()
+            .filter(|r| r.scope == registry || full == r.scope || full.starts_with(&format!("{}/", r.scope)))
+            .max_by_key(|r| r.scope.len())
+    }
+
+    /// Whether any rule is configured.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// `HOST[:PORT][/PREFIX]`: a colon only before a port, no `@` anywhere.
+fn valid_scope(scope: &str) -> bool {
+    let (host, rest) = scope.split_once('/').unwrap_or((scope, ""));
+    let host_ok = match host.split_once(':') {
+        Some((name, port)) => !name.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()),
+        None => !host.is_empty(),
+    };
+    host_ok && !scope.contains('@') && !rest.contains(':')
+}
+
+/// A scope as references are compared: no scheme prefix, no trailing `/`,
+/// the host lowercased.
+fn normalize(scope: &str) -> String {
+    let scope = scope.trim().trim_start_matches(super::reference::OCI_PREFIX).trim_end_matches('/');
+    match scope.split_once('/') {
+        Some((host, rest)) => format!("{}/{rest}", host.to_ascii_lowercase()),
+        None => scope.to_ascii_lowercase(),
+    }
+}
+
+/// A PEM public key file as a trusted key.
+fn load_key(path: &Path, scope: &str) -> Result<TrustedKey, RegistryError> {
+    let bad = |reason: String| RegistryError::BadKey { path: path.to_path_buf(), scope: scope.to_string(), reason };
+    let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let pem = pem::parse(&text).map_err(|e| bad(format!("not a PEM file: {e}")))?;
+    if pem.tag() != "PUBLIC KEY" {
+        return Err(bad(format!(
+            "it holds a {}, not a PUBLIC KEY (give the .pub file, never the private key)",
+            pem.tag()
+        )));
+    }
+    let verifier = PublicKeyVerifier::try_from(&text).map_err(|e| bad(e.to_string()))?;
+    Ok(TrustedKey { id: key_id(path, pem.contents()), verifier: Box::new(verifier) })
+}
+
+/// The id of the key whose DER encoding is `der`, read from `path`.
+pub(super) fn key_id(path: &Path, der: &[u8]) -> KeyId {
+    KeyId {
+        name: path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+        fingerprint: format!("sha256:{}", hex::encode(Sha256::digest(der))),
+    }
+}
+
+/// Where a relative key path in the config file at `config` is taken from.
+pub fn base_dir(config: Option<&Path>) -> PathBuf {
+    config.and_then(Path::parent).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trust(scopes: &[&str]) -> Trust {
+        Trust {
+            rules: scopes.iter().map(|s| Trusted { scope: normalize(s), keys: Vec::new(), require: true }).collect(),
+        }
+    }
+
+    fn scope_for(trust: &Trust, reference: &str) -> Option<String> {
+        trust.rule_for(&PluginReference::parse(reference).unwrap()).map(|r| r.scope.clone())
+    }
+
+    #[test]
+    fn the_most_specific_scope_covers_a_reference_and_prefixes_end_at_a_slash() {
+        let t = trust(&["Reg.example:5000", "reg.example:5000/team", "reg.example:5000/team/agents/"]);
+        assert_eq!(scope_for(&t, "reg.example:5000/other:1").as_deref(), Some("reg.example:5000"));
+        assert_eq!(scope_for(&t, "reg.example:5000/team/x:1").as_deref(), Some("reg.example:5000/team"));
+        assert_eq!(scope_for(&t, "reg.example:5000/team/agents/a:1").as_deref(), Some("reg.example:5000/team/agents"));
+        // `team` does not cover `teammate`.
+        assert_eq!(scope_for(&t, "reg.example:5000/teammate/x:1").as_deref(), Some("reg.example:5000"));
+        assert_eq!(scope_for(&t, "other.example/team/x:1"), None);
+    }
+
+    #[test]
+    fn a_bad_rule_is_refused_naming_its_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let rule = |scope: &str, keys: Vec<PathBuf>| TrustRule { scope: scope.into(), keys, require: true };
+        let err = Trust::load(&[rule("reg.example/team", vec![])], dir.path()).err().unwrap();
+        assert!(err.to_string().contains("lists no keys"), "{err}");
+        let err = Trust::load(&[rule("reg.example/team:1", vec!["k.pub".into()])], dir.path()).err().unwrap();
+        assert!(err.to_string().contains("no tag or digest"), "{err}");
+        let err = Trust::load(&[rule("reg.example/team", vec!["missing.pub".into()])], dir.path()).err().unwrap();
+        assert!(err.to_string().contains("missing.pub"), "{err}");
+        std::fs::write(dir.path().join("k.key"), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+            .unwrap();
+        let err = Trust::load(&[rule("reg.example/team", vec!["k.key".into()])], dir.path()).err().unwrap();
+        assert!(err.to_string().contains("never the private key"), "{err}");
+    }
+}
