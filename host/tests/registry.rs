@@ -616,9 +616,30 @@ fn a_plugin_in_a_scope_that_requires_signatures_runs_only_when_a_trusted_key_sig
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("signed by alice.pub (sha256:"), "{}", stderr(&out));
     assert_eq!(stdout(&out).lines().next(), Some(digest.as_str()));
-    let out = scene.nexo(&["run", &format!("{}@{digest}", scene.repo), "one two", "--ephemeral", "--config", &config]);
+    let pinned = format!("{}@{digest}", scene.repo);
+    let out = scene.nexo(&["run", &pinned, "one two", "--config", &config]);
     assert!(stdout(&out).contains("words: 2"), "{}", stderr(&out));
     assert!(stderr(&out).contains("signed by alice.pub"), "{}", stderr(&out));
+    // The run records who signed what it ran; inspect shows it.
+    let out = scene.nexo(&["runs", "list", "--json"]);
+    let runs: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let id = runs[0]["id"].as_str().unwrap();
+    let out = scene.nexo(&["runs", "show", id]);
+    let shown = stdout(&out);
+    assert!(shown.contains(&format!("from:      {pinned}")), "{shown}");
+    assert!(shown.contains("signature: signed by alice.pub (sha256:"), "{shown}");
+    let out = scene.nexo(&["inspect", &pinned, "--json", "--config", &config]);
+    let inspected: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|_| panic!("{}", stderr(&out)));
+    assert_eq!(inspected["origin"]["reference"], pinned.as_str());
+    assert_eq!(inspected["origin"]["signature"]["status"], "signed");
+    assert_eq!(inspected["origin"]["signature"]["by"][0]["name"], "alice.pub");
+    // The cache remembers alice's signature, not that the digest is "fine":
+    // trusting another key instead checks the registry again, and refuses.
+    signing(&scene, &["sign", "--generate-key", dir.join("carol").to_str().unwrap()]);
+    let carol = trusting(&scene, &scene.repo, &["carol.pub"], true);
+    let out = scene.nexo(&["run", &pinned, "one two", "--ephemeral", "--config", &carol]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("2 signature(s) found, none by carol.pub"), "{}", stderr(&out));
 
     // A scope that only checks: an unsigned plugin runs and is reported unsigned.
     let other = format!("{}-other:1", scene.repo);

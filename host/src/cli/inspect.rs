@@ -14,7 +14,13 @@ use nexo::config::SearchSetup;
 /// Prints the description of `plugin` to stdout, with what the operator's
 /// flags would grant it (and, for a search backend, the network grant of
 /// `[search]`).
-pub fn print(plugin: &Plugin, grant: &Grant, search: Option<&SearchSetup>, json: bool) {
+pub fn print(
+    plugin: &Plugin,
+    origin: Option<&nexo::runs::Origin>,
+    grant: &Grant,
+    search: Option<&SearchSetup>,
+    json: bool,
+) {
     let view = authority(grant, plugin.manifest(), search);
     if json {
         let mut value = serde_json::json!({
@@ -29,6 +35,7 @@ pub fn print(plugin: &Plugin, grant: &Grant, search: Option<&SearchSetup>, json:
             "size": plugin.size(),
             "sha256": plugin.sha256(),
             "cache": plugin.cache_outcome(),
+            "origin": origin,
             "search": search.map(|s| serde_json::json!({
                 "backend": s.backend,
                 "granted-hosts": s.grant.hosts,
@@ -44,6 +51,10 @@ pub fn print(plugin: &Plugin, grant: &Grant, search: Option<&SearchSetup>, json:
     }
     outln!("{}  ({}, {})", plugin.name(), plugin.kind(), plugin.export());
     row("file", &format!("{} ({} bytes, sha256 {})", plugin.path().display(), plugin.size(), &plugin.sha256()[..16]));
+    if let Some(origin) = origin {
+        row("from", &origin.reference);
+        row("signature", &origin.signature.to_string());
+    }
     match plugin.description() {
         Description::Agent(m) => agent_rows(m, grant, search),
         Description::Skill(s) => {

@@ -74,6 +74,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
             memory_mib: args.memory,
             skills_path: std::path::absolute(&args.model.skills_path).unwrap_or(args.model.skills_path.clone()),
             progressive_skills: args.model.progressive_skills,
+            origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return report::config_failure(&e),
     };

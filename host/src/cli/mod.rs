@@ -438,7 +438,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 (Err(e), _) => fail(&e.into()),
                 (Ok(_), Err(e)) => config_failure(&e),
                 (Ok(plugin), Ok(settings)) => {
-                    inspect::print(&plugin, &settings.grant, settings.search.as_ref(), *json);
+                    let origin = origin(pulled_as.as_ref());
+                    inspect::print(&plugin, origin.as_ref(), &settings.grant, settings.search.as_ref(), *json);
                     ExitCode::SUCCESS
                 }
             }
@@ -456,7 +457,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             later,
             accept_authority,
         } => {
-            let (settings, recorded) = match recorded(&cli, file, grant, search, model, *timeout, *memory) {
+            let (settings, mut recorded) = match recorded(&cli, file, grant, search, model, *timeout, *memory) {
                 Ok(both) => both,
                 Err(code) => return code,
             };
@@ -469,12 +470,13 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 loaded.manifest(),
                 loaded.sha256(),
                 file,
-                pulled_as.as_ref(),
+                pulled_as.as_ref().map(|(r, _)| r),
                 *accept_authority,
                 *json,
             ) {
                 return code;
             }
+            recorded.origin = origin(pulled_as.as_ref());
             if *later {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
                     Ok(s) => s,
@@ -513,12 +515,17 @@ async fn dispatch(cli: Cli) -> ExitCode {
             code
         }
         Command::Chat(args) => {
-            let (settings, recorded) =
+            let (settings, mut recorded) =
                 match recorded(&cli, &args.file, &args.grant, &args.search, &args.model, args.timeout, args.memory) {
                     Ok(both) => both,
                     Err(code) => return code,
                 };
-            let place = chat::Place { store: cli.store.as_deref(), file: &settings.file, origin: pulled_as.as_ref() };
+            recorded.origin = origin(pulled_as.as_ref());
+            let place = chat::Place {
+                store: cli.store.as_deref(),
+                file: &settings.file,
+                origin: pulled_as.as_ref().map(|(r, _)| r),
+            };
             chat::command(args, &engine, &engine_config(&cli), &place, &recorded).await
         }
         Command::Mcp(command) => mcp::command(command, &engine).await,
@@ -555,8 +562,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
 /// search backend of its flags or config file) become local files: a
 /// registry reference is pulled into the cache, or found there, and the
 /// command goes on with the cached file, whose path names its digest.
-/// Returns the registry reference the command's plugin was given as.
-async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<PluginReference>, ExitCode> {
+/// Returns the registry reference the command's plugin was given as, at
+/// its digest, and what its signature check found.
+async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<(PluginReference, nexo::registry::Signature)>, ExitCode> {
     let (file, grant, search) = match &mut cli.command {
         Command::Inspect { file, grant, search, .. } | Command::Run { file, grant, search, .. } => {
             (file, grant, search)
@@ -582,6 +590,14 @@ async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<PluginReference>, 
     Ok(reference)
 }
 
+/// What a run records of its plugin's registry origin.
+fn origin(pulled_as: Option<&(PluginReference, nexo::registry::Signature)>) -> Option<nexo::runs::Origin> {
+    pulled_as.map(|(reference, signature)| nexo::runs::Origin {
+        reference: reference.to_string(),
+        signature: signature.clone(),
+    })
+}
+
 /// The settings a run records: the grant, model, search and limits from
 /// the flags over the config file.
 fn recorded(
@@ -603,6 +619,7 @@ fn recorded(
             memory_mib: memory,
             skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
             progressive_skills: model.progressive_skills,
+            origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return Err(config_failure(&e)),
     };

@@ -160,10 +160,7 @@ async fn resolve(
         Unresolved::Load(e) => super::report::fail(&e.into()),
         Unresolved::Refused(e) => refused(&e, false),
     })?;
-    Ok(Resolved {
-        reference: origin.as_ref().map_or(resolved.reference.clone(), PluginReference::repository),
-        ..resolved
-    })
+    Ok(Resolved { reference: origin.as_ref().map_or(resolved.reference.clone(), |(r, _)| r.repository()), ..resolved })
 }
 
 /// Why a file could not be resolved.

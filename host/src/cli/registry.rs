@@ -42,8 +42,12 @@ impl ConfigArgs {
 
 /// Makes `arg` a local file if it is a registry reference (pulled into the
 /// cache, or found there), and says so on stderr; a path is left alone.
-/// Returns the reference it was, at the manifest digest it resolved to.
-pub async fn resolve(arg: &mut PathBuf, registries: &Registries) -> Result<Option<PluginReference>, ExitCode> {
+/// Returns the reference it was, at the manifest digest it resolved to,
+/// and what its signature check found.
+pub async fn resolve(
+    arg: &mut PathBuf,
+    registries: &Registries,
+) -> Result<Option<(PluginReference, registry::Signature)>, ExitCode> {
     if !registry::is_reference(arg) {
         return Ok(None);
     }
@@ -59,7 +63,9 @@ pub async fn resolve(arg: &mut PathBuf, registries: &Registries) -> Result<Optio
             }
             *arg = resolved.path;
             // At the digest it resolved to: what names this very version.
-            Ok(resolved.pulled.map(|(reference, pulled)| reference.at_digest(&pulled.manifest_digest)))
+            Ok(resolved
+                .pulled
+                .map(|(reference, pulled)| (reference.at_digest(&pulled.manifest_digest), pulled.signature)))
         }
         Err(e) => Err(failed(&e)),
     }

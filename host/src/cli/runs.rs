@@ -779,6 +779,10 @@ async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
     outln!("run:       {}", run.id);
     outln!("agent:     {} ({}, {})", run.agent, run.kind, run.source);
     outln!("sha256:    {}", run.component_sha256);
+    if let Ok(nexo::runs::RunSpec { origin: Some(origin), .. }) = nexo::runs::RunSpec::from_record(run.grant.clone()) {
+        outln!("from:      {}", origin.reference);
+        outln!("signature: {}", origin.signature);
+    }
     outln!("status:    {}", run.status);
     if let Some(reason) = &run.suspend_reason {
         outln!("reason:    {reason}");

@@ -37,6 +37,21 @@ pub struct RunSpec {
     pub skills_path: PathBuf,
     /// Progressive skills.
     pub progressive_skills: bool,
+    /// Where the plugin came from, when it came from a registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// A plugin's registry origin, as a run records it: which version it was
+/// and who signed it, kept for the run's whole life (a resume loads the
+/// same digest from the cache).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct Origin {
+    /// The reference at the manifest digest it resolved to.
+    pub reference: String,
+    /// What its signature check found when it was pulled.
+    pub signature: crate::registry::Signature,
 }
 
 impl Default for RunSpec {
@@ -50,6 +65,7 @@ impl Default for RunSpec {
             memory_mib: DEFAULT_MEMORY_MIB,
             skills_path: PathBuf::from("skills"),
             progressive_skills: false,
+            origin: None,
         }
     }
 }

@@ -464,6 +464,7 @@ pub(crate) async fn prepare(
         memory_mib: state.memory_mib,
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
+        origin: None,
     };
     Ok(Prepared { plugin: loaded, path, spec, granted })
 }
