@@ -590,6 +590,24 @@ fn a_plugin_in_a_scope_that_requires_signatures_runs_only_when_a_trusted_key_sig
     let out = scene.nexo(&["run", &reference, "one two", "--ephemeral", "--config", &config]);
     assert_eq!(out.status.code(), Some(2), "a run refuses it too: {}", stderr(&out));
     assert!(!stdout(&out).contains("words"), "it ran: {}", stdout(&out));
+    // Accepting its authority pulls it, so it is checked there too.
+    let out = scene.nexo(&["plugins", "accept", &reference, "--config", &config]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not signed by a key trusted for"), "{}", stderr(&out));
+    // A file named like the reference, in a directory someone else prepared,
+    // does not stand in for it.
+    let planted = dir.join("planted");
+    let decoy = planted.join(&reference);
+    std::fs::create_dir_all(decoy.parent().unwrap()).unwrap();
+    std::fs::copy(built::TEXT_STATS, &decoy).unwrap();
+    let out = scene
+        .command(&["run", &reference, "one two", "--ephemeral", "--config", &config])
+        .current_dir(&planted)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is both a file here") && stderr(&out).contains("./"), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("words"), "the decoy ran: {}", stdout(&out));
 
     // Signed by a key nobody trusts: still refused.
     let insecure = ["--insecure-registry", scene.registry.as_str()];
@@ -633,6 +651,14 @@ fn a_plugin_in_a_scope_that_requires_signatures_runs_only_when_a_trusted_key_sig
     assert_eq!(inspected["origin"]["reference"], pinned.as_str());
     assert_eq!(inspected["origin"]["signature"]["status"], "signed");
     assert_eq!(inspected["origin"]["signature"]["by"][0]["name"], "alice.pub");
+    // A cached component edited on disk is not run on the cache's word: it
+    // is fetched again, and what runs is what alice signed.
+    let blob = scene.blobs().into_iter().find(|b| std::fs::read(b).unwrap().len() > 1000).unwrap();
+    let signed_bytes = std::fs::read(&blob).unwrap();
+    std::fs::copy(built::TOOL_PROBE, &blob).unwrap();
+    let out = scene.nexo(&["run", &pinned, "one two", "--ephemeral", "--config", &config]);
+    assert!(stdout(&out).contains("words: 2"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&blob).unwrap(), signed_bytes, "the cache holds the signed component again");
     // The cache remembers alice's signature, not that the digest is "fine":
     // trusting another key instead checks the registry again, and refuses.
     signing(&scene, &["sign", "--generate-key", dir.join("carol").to_str().unwrap()]);

@@ -530,8 +530,13 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
         Command::Mcp(command) => mcp::command(command, &engine).await,
         Command::Plugins(command) => {
-            let registries = match nexo::config::read(None) {
-                Ok(file) => match cli.registries.registries(&file, None) {
+            // Accepting pulls what it accepts: under the same trust rules as a run.
+            let config = match command {
+                plugins::PluginsCommand::Accept { config, .. } => config.config(),
+                plugins::PluginsCommand::List { .. } => None,
+            };
+            let registries = match nexo::config::read(config) {
+                Ok(file) => match cli.registries.registries(&file, config) {
                     Ok(r) => r,
                     Err(code) => return code,
                 },
@@ -577,7 +582,7 @@ async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<(PluginReference, 
     let Ok(config) = nexo::config::read(grant.config_path()) else { return Ok(None) };
     let backend = search.backend().map(Path::to_path_buf).or_else(|| config.search.as_ref()?.backend.clone());
     let backend = backend.filter(|b| nexo::registry::is_reference(b));
-    if !nexo::registry::is_reference(file) && backend.is_none() {
+    if !nexo::registry::is_reference(file) && backend.is_none() && config.registries.trust.is_empty() {
         return Ok(None);
     }
     let registries = cli.registries.registries(&config, grant.config_path())?;

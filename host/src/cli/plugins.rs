@@ -20,6 +20,8 @@ pub enum PluginsCommand {
     Accept {
         /// The plugin: a `.wasm` component or a declarative `.toml` agent.
         reference: String,
+        #[command(flatten)]
+        config: super::registry::ConfigArgs,
     },
     /// List the accepted plugins: reference, digest, when, and what each asks for.
     List {
@@ -47,7 +49,7 @@ pub async fn command(command: &PluginsCommand, engine: &Engine, registries: &nex
         Err(e) => return refused(&e, false),
     };
     match command {
-        PluginsCommand::Accept { reference } => {
+        PluginsCommand::Accept { reference, .. } => {
             let resolved = match resolve(engine, reference, registries).await {
                 Ok(r) => r,
                 Err(code) => return code,

@@ -49,7 +49,7 @@ pub async fn resolve(
     registries: &Registries,
 ) -> Result<Option<(PluginReference, registry::Signature)>, ExitCode> {
     if !registry::is_reference(arg) {
-        return Ok(None);
+        return registry::refuse_shadow(arg, registries).map(|()| None).map_err(|e| failed(&e));
     }
     match registry::resolve(arg, registries, None).await {
         Ok(resolved) => {
@@ -57,7 +57,8 @@ pub async fn resolve(
                 if !pulled.cached {
                     errln!("pulled {reference} ({})", pulled.manifest_digest);
                 }
-                if pulled.signature != registry::Signature::NotChecked {
+                // Where the operator has trust rules, "not checked" is news too.
+                if pulled.signature != registry::Signature::NotChecked || !registries.trust.is_empty() {
                     errln!("{reference}: {}", pulled.signature);
                 }
             }

@@ -42,10 +42,14 @@ pub struct Entry {
     pub layer: String,
     /// The reference it was pulled as, for people reading the cache.
     pub reference: String,
-    /// The trusted keys whose signatures of it verified when it was pulled:
-    /// a run from the cache under the same keys needs no registry.
+    /// The manifest as the registry served it (its SHA-256 is the digest):
+    /// what ties the digest to the layer when the cache is checked offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
+    /// The signatures naming the digest found when it was pulled under a
+    /// trust rule: a run from the cache verifies them again, with no registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub signed_by: Vec<super::trust::KeyId>,
+    pub signatures: Vec<super::signatures::StoredSignature>,
 }
 
 /// A cache directory.

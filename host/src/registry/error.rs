@@ -169,6 +169,18 @@ pub enum RegistryError {
         /// What is wrong with them.
         reason: String,
     },
+    /// A file is named like a reference a trust rule covers.
+    #[error(
+        "`{path}` is both a file here and a registry reference that a `[[registries.trust]]` rule covers \
+         ({reference}): nothing was run; write `./{path}` to run the file, or `oci://{reference}` to pull \
+         the signed plugin"
+    )]
+    Shadowed {
+        /// The path as given.
+        path: PathBuf,
+        /// The reference it also reads as.
+        reference: String,
+    },
     /// A `[[registries.trust]]` rule is malformed.
     #[error("the `[[registries.trust]]` rule for `{scope}` is not valid: {reason}")]
     BadTrust {

@@ -72,6 +72,18 @@ impl Registries {
     }
 }
 
+/// Refuses a file that is named like a reference a trust rule covers: in a
+/// directory someone else prepared, `ghcr.io/acme/agent:1` could be their
+/// file rather than the signed plugin the operator meant.
+pub fn refuse_shadow(path: &Path, registries: &Registries) -> Result<(), RegistryError> {
+    match reference::shadowed(path) {
+        Some(reference) if registries.trust.rule_for(&reference).is_some() => {
+            Err(RegistryError::Shadowed { path: path.to_path_buf(), reference: reference.to_string() })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A plugin argument made a local file.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -87,7 +99,10 @@ pub struct Resolved {
 /// under the trust rule that covers it.
 pub async fn resolve(arg: &Path, registries: &Registries, cache_dir: Option<&Path>) -> Result<Resolved, RegistryError> {
     let reference = match classify(arg)? {
-        Source::Path(path) => return Ok(Resolved { path, pulled: None }),
+        Source::Path(path) => {
+            refuse_shadow(&path, registries)?;
+            return Ok(Resolved { path, pulled: None });
+        }
         Source::Registry(reference) => reference,
     };
     let dir = match cache_dir.map(Path::to_path_buf).or_else(default_cache_dir) {

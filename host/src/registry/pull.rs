@@ -1,7 +1,10 @@
 //! Pulling a component: the manifest (its digest checked by oci-client
-//! against the registry's header and any `@sha256:` in the reference), then
-//! its one layer, fetched by the manifest's digest, never the tag again, and
-//! cached only once its own digest checked out.
+//! against the registry's header and any `@sha256:` in the reference), its
+//! signatures under a trust rule, then its one layer, fetched by the
+//! manifest's digest, never the tag again, and cached only once its own
+//! digest checked out.
+
+use std::time::Duration;
 
 use oci_client::manifest::OciImageManifest;
 use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WASM_MANIFEST_CONFIG_MEDIA_TYPE, WASM_MANIFEST_MEDIA_TYPE};
@@ -9,14 +12,18 @@ use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WASM_MANIFEST_CONFIG_MEDIA_TYPE, WASM_MANI
 use oci_client::RegistryOperation;
 
 use super::auth::authorize;
-use super::cache::{BlobCache, Entry, sha256_hex};
+use super::cache::{BlobCache, Entry, file_sha256, sha256_hex};
 use super::capped::Capped;
 use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
 use super::reference::PluginReference;
-use super::signatures::{Signature, check};
-use super::trust::{KeyId, Trusted};
+use super::signatures::{Signature, check, verify};
+use super::trust::Trusted;
+
+/// How long the manifest and the signatures may take in all: the read
+/// timeout bounds silence, this bounds a registry that trickles.
+const METADATA_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A component in the cache, and where it came from.
 #[derive(Debug, Clone)]
@@ -33,21 +40,32 @@ pub struct Pulled {
     pub signature: Signature,
 }
 
-/// A reference by digest that is already in `cache`, and already found
-/// signed by one of `rule`'s keys if a rule covers it: what it names, with
-/// no request made (and no client needed).
+/// A reference by digest that is already in `cache`: what it names, with
+/// no request made (and no client needed). Under a trust rule the cache is
+/// not taken on its word: the manifest it kept must hash to the digest and
+/// name the cached layer, the layer's file must hash to its digest, and the
+/// signatures it kept must verify with one of the rule's keys; else `None`,
+/// and the registry is asked.
 pub fn cached(cache: &BlobCache, reference: &PluginReference, rule: Option<&Trusted>) -> Option<Pulled> {
     let digest = reference.digest()?;
     let (entry, path) = cache.lookup(digest)?;
     let signature = match rule {
         None => Signature::NotChecked,
         Some(rule) => {
-            let by: Vec<KeyId> =
-                rule.keys.iter().filter(|k| entry.signed_by.contains(&k.id)).map(|k| k.id.clone()).collect();
-            if by.is_empty() {
+            let raw = entry.manifest.as_deref()?;
+            if sha256_hex(digest)? != hex::encode(<sha2::Sha256 as sha2::Digest>::digest(raw.as_bytes())) {
                 return None;
             }
-            Signature::Signed { scope: rule.scope.clone(), by }
+            let manifest: OciImageManifest = serde_json::from_str(raw).ok()?;
+            let layer = wasm_layer(&manifest, reference).ok()?;
+            if layer.digest != entry.layer || file_sha256(&path).ok()? != sha256_hex(&layer.digest)? {
+                return None;
+            }
+            let layers: Vec<_> = entry.signatures.iter().filter_map(|s| s.layer(digest)).collect();
+            match verify(&layers, reference, digest, rule) {
+                Ok(signed @ Signature::Signed { .. }) => signed,
+                _ => return None,
+            }
         }
     };
     Some(Pulled { path, manifest_digest: digest.to_string(), layer_digest: entry.layer, cached: true, signature })
@@ -55,8 +73,8 @@ pub fn cached(cache: &BlobCache, reference: &PluginReference, rule: Option<&Trus
 
 /// Pulls `reference` into `cache`, its signature checked under `rule` (if
 /// a rule covers it) before its component is downloaded. A reference by
-/// digest that is already cached (and signed, under a rule) is not fetched
-/// again; one by tag always asks the registry what the tag names now.
+/// digest that is already cached (and verifies, under a rule) is not
+/// fetched again; one by tag always asks the registry what the tag names now.
 pub async fn pull(
     client: &RegistryClient,
     cache: &BlobCache,
@@ -68,11 +86,28 @@ pub async fn pull(
     }
     let credentials = Credentials::for_registry(reference.registry())?;
     let auth = authorize(client, reference, &credentials, RegistryOperation::Pull).await?;
-    let oci = client.oci();
-    let (manifest, digest, _config) = oci
-        .pull_manifest_and_config(reference.oci(), &auth)
-        .await
-        .map_err(|e| client.error(e, reference, &credentials))?;
+    let metadata = async {
+        let oci = client.oci();
+        let (raw, digest) = oci
+            .pull_manifest_raw(reference.oci(), &auth, &[WASM_MANIFEST_MEDIA_TYPE])
+            .await
+            .map_err(|e| client.error(e, reference, &credentials))?;
+        let signatures = match rule {
+            None => (Signature::NotChecked, Vec::new()),
+            Some(rule) => check(client, reference, &digest, &auth, &credentials, rule).await?,
+        };
+        Ok::<_, RegistryError>((raw, digest, signatures))
+    };
+    let (raw, digest, (signature, signatures)) =
+        tokio::time::timeout(METADATA_DEADLINE, metadata).await.map_err(|_| RegistryError::Registry {
+            registry: reference.registry().to_string(),
+            reference: reference.to_string(),
+            reason: format!(
+                "its manifest and signatures took more than {} s in all; try again, or pull from a registry \
+                 that answers",
+                METADATA_DEADLINE.as_secs()
+            ),
+        })??;
     if let Some(asked) = reference.digest()
         && asked != digest
     {
@@ -83,26 +118,26 @@ pub async fn pull(
             actual: digest,
         });
     }
+    let not_wasm = |reason: String| RegistryError::NotWasm { reference: reference.to_string(), reason };
+    let text = String::from_utf8(raw.to_vec()).map_err(|_| not_wasm("its manifest is not UTF-8 JSON".into()))?;
+    let manifest: OciImageManifest =
+        serde_json::from_str(&text).map_err(|e| not_wasm(format!("its manifest is not an image manifest ({e})")))?;
     let layer = wasm_layer(&manifest, reference)?;
-    let signature = match rule {
-        None => Signature::NotChecked,
-        Some(rule) => check(client, reference, &digest, &auth, &credentials, rule).await?,
+    let entry = Entry {
+        layer: layer.digest.clone(),
+        reference: reference.to_string(),
+        manifest: Some(text),
+        signatures: signatures.clone(),
     };
-    let signed_by = match &signature {
-        Signature::Signed { by, .. } => by.clone(),
-        _ => Vec::new(),
-    };
-    if let Some((mut entry, path)) = cache.lookup(&digest)
-        && entry.layer == layer.digest
-    {
-        if signed_by.iter().any(|k| !entry.signed_by.contains(k)) {
-            entry.signed_by.extend(signed_by.into_iter().filter(|k| !entry.signed_by.contains(k)).collect::<Vec<_>>());
-            cache.record(&digest, &entry)?;
-        }
+    // Under a rule, a cached file is used only if it still hashes to its digest.
+    let intact =
+        |path: &std::path::Path| rule.is_none() || file_sha256(path).ok().as_deref() == sha256_hex(&layer.digest);
+    if let Some((_, path)) = cache.lookup(&digest).filter(|(e, p)| e.layer == layer.digest && intact(p)) {
+        cache.record(&digest, &entry)?;
         return Ok(Pulled { path, manifest_digest: digest, layer_digest: entry.layer, cached: true, signature });
     }
     let pinned = reference.at_digest(&digest);
-    let path = match cache.blob(&layer.digest) {
+    let path = match cache.blob(&layer.digest).filter(|p| intact(p)) {
         Some(path) => path,
         None => {
             let file = cache.temp_file()?;
@@ -112,7 +147,7 @@ pub async fn pull(
             // wasm_layer checked the declared size; this holds the registry to it.
             let declared = u64::try_from(layer.size).unwrap_or(0);
             let mut writer = Capped::new(writer, declared);
-            let pulled = oci.pull_blob(pinned.oci(), layer, &mut writer).await;
+            let pulled = client.oci().pull_blob(pinned.oci(), layer, &mut writer).await;
             if writer.overflowed() {
                 return Err(RegistryError::Oversent {
                     registry: reference.registry().to_string(),
@@ -124,7 +159,7 @@ pub async fn pull(
             cache.commit_blob(file, &layer.digest, &reference.to_string())?
         }
     };
-    cache.record(&digest, &Entry { layer: layer.digest.clone(), reference: reference.to_string(), signed_by })?;
+    cache.record(&digest, &entry)?;
     Ok(Pulled { path, manifest_digest: digest, layer_digest: layer.digest.clone(), cached: false, signature })
 }
 

@@ -116,6 +116,18 @@ pub fn is_reference(arg: &Path) -> bool {
     names_registry(text)
 }
 
+/// The reference a path that exists would be, had it not existed: a file
+/// named `ghcr.io/acme/agent:1` in the working directory shadows that
+/// reference. `None` for paths that cannot be read as one (`./x`, `/x`,
+/// `x.wasm`, …).
+pub fn shadowed(arg: &Path) -> Option<PluginReference> {
+    let text = arg.to_str()?;
+    if text.starts_with(OCI_PREFIX) || text.ends_with(".wasm") || text.ends_with(".toml") || !names_registry(text) {
+        return None;
+    }
+    PluginReference::parse(text).ok()
+}
+
 /// What `arg` names, by the module's rule.
 pub fn classify(arg: &Path) -> Result<Source, RegistryError> {
     if !is_reference(arg) {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use oci_client::RegistryOperation;
 use oci_client::client::{Config, ImageLayer};
-use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
+use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest, OciManifest};
 use sigstore::cosign::verification_constraint::{PublicKeyVerifier, VerificationConstraint};
 use sigstore::crypto::SigStoreSigner;
 use sigstore::crypto::signing_key::SigStoreKeyPair;
@@ -138,9 +138,19 @@ pub async fn sign(
     }
     super::pull::wasm_layer(&manifest, reference)?;
     let existing = fetch(client, reference, &digest, &auth, &credentials).await?;
-    let mut layers: Vec<ImageLayer> = existing.iter().map(|l| layer(l.raw_data.clone(), l.signature.clone())).collect();
+    let target = signature_reference(reference, &digest);
+    // The signature image as it is, every layer and annotation kept (other
+    // signers' certificates and bundles too): ours is appended.
+    let image = match oci.pull_image_manifest(&target, &auth).await {
+        Ok((image, _)) => Some(image),
+        Err(e) => match client.error(e, reference, &credentials) {
+            RegistryError::NotFound { .. } => None,
+            other => return Err(other),
+        },
+    };
+    let count = image.as_ref().map_or(0, |i| i.layers.len());
     if sigstore::cosign::verify_constraints(&existing, std::iter::once(&key.verifier)).is_ok() {
-        return Ok(Signed { digest, already: true, signatures: layers.len() });
+        return Ok(Signed { digest, already: true, signatures: count });
     }
     let payload = serde_json::to_vec(&serde_json::json!({
         "critical": {
@@ -152,13 +162,29 @@ pub async fn sign(
     }))
     .map_err(|e| signing(reference, &e))?;
     let signature = key.signer.sign(&payload).map_err(|e| signing(reference, &e))?;
-    layers.push(layer(payload, Some(base64::engine::general_purpose::STANDARD.encode(signature))));
-    let config = Config::oci_v1(b"{}".to_vec(), None);
-    let mut image = OciImageManifest::build(&layers, &config, None);
-    image.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_string());
-    let target = signature_reference(reference, &digest);
-    oci.push(&target, &layers, config, &auth, Some(image)).await.map_err(failed)?;
-    Ok(Signed { digest, already: false, signatures: layers.len() })
+    let layer = layer(payload, Some(base64::engine::general_purpose::STANDARD.encode(signature)));
+    oci.store_auth_if_needed(target.resolve_registry(), &auth).await;
+    let mut image = match image {
+        Some(image) => image,
+        None => {
+            let config = Config::oci_v1(b"{}".to_vec(), None);
+            oci.push_blob(&target, config.data.clone(), &config.sha256_digest()).await.map_err(failed)?;
+            let mut image = OciImageManifest::build(&[], &config, None);
+            image.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_string());
+            image
+        }
+    };
+    let layer_digest = layer.sha256_digest();
+    oci.push_blob(&target, layer.data.clone(), &layer_digest).await.map_err(failed)?;
+    image.layers.push(OciDescriptor {
+        media_type: layer.media_type.clone(),
+        digest: layer_digest,
+        size: i64::try_from(layer.data.len()).unwrap_or(i64::MAX),
+        annotations: layer.annotations.clone(),
+        ..OciDescriptor::default()
+    });
+    oci.push_manifest(&target, &OciManifest::Image(image)).await.map_err(failed)?;
+    Ok(Signed { digest, already: false, signatures: count + 1 })
 }
 
 fn layer(payload: Vec<u8>, signature: Option<String>) -> ImageLayer {

@@ -9,6 +9,8 @@
 //! consulted: no transparency log, no certificate authority (see
 //! docs/plugins.md, "What is verified offline").
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use oci_client::manifest::OciManifest;
 use oci_client::secrets::RegistryAuth;
 use serde::{Deserialize, Serialize};
@@ -78,8 +80,32 @@ pub(super) fn signature_reference(reference: &PluginReference, digest: &str) -> 
     oci_client::Reference::with_tag(oci.registry().to_string(), oci.repository().to_string(), signature_tag(digest))
 }
 
+/// A signature payload and its signature, as the cache keeps them so that a
+/// run from the cache can verify them again without the registry.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StoredSignature {
+    /// The payload, base64.
+    pub payload: String,
+    /// Its signature, base64, as the layer's annotation holds it.
+    pub signature: String,
+}
+
+impl StoredSignature {
+    /// The layer's payload and signature.
+    pub(super) fn of(layer: &SignatureLayer) -> Option<StoredSignature> {
+        Some(StoredSignature { payload: BASE64.encode(&layer.raw_data), signature: layer.signature.clone()? })
+    }
+
+    /// The signature layer again, if its payload names `digest`.
+    pub(super) fn layer(&self, digest: &str) -> Option<SignatureLayer> {
+        let data = BASE64.decode(&self.payload).ok()?;
+        signature_layer(data, digest, self.signature.clone())
+    }
+}
+
 /// Checks manifest `digest` of `reference` against `rule`: its trusted keys
-/// that signed it, or `Unsigned` if none did and the rule allows that.
+/// that signed it, or `Unsigned` if none did and the rule allows that; with
+/// the signatures found, for the cache.
 pub(super) async fn check(
     client: &RegistryClient,
     reference: &PluginReference,
@@ -87,12 +113,25 @@ pub(super) async fn check(
     auth: &RegistryAuth,
     credentials: &Credentials,
     rule: &Trusted,
-) -> Result<Signature, RegistryError> {
+) -> Result<(Signature, Vec<StoredSignature>), RegistryError> {
     let layers = fetch(client, reference, digest, auth, credentials).await?;
+    let signature = verify(&layers, reference, digest, rule)?;
+    Ok((signature, layers.iter().filter_map(StoredSignature::of).collect()))
+}
+
+/// Which of `rule`'s keys signed `digest` among `layers` (each already
+/// found to name `digest`): `Signed` by them, else `Unsigned` where the
+/// rule allows it, else the refusal.
+pub(super) fn verify(
+    layers: &[SignatureLayer],
+    reference: &PluginReference,
+    digest: &str,
+    rule: &Trusted,
+) -> Result<Signature, RegistryError> {
     let by: Vec<KeyId> = rule
         .keys
         .iter()
-        .filter(|key| sigstore::cosign::verify_constraints(&layers, std::iter::once(key.verifier())).is_ok())
+        .filter(|key| sigstore::cosign::verify_constraints(layers, std::iter::once(key.verifier())).is_ok())
         .map(|key| key.id.clone())
         .collect();
     match (by.is_empty(), rule.require) {
@@ -106,6 +145,24 @@ pub(super) async fn check(
             keys: rule.keys.iter().map(|k| k.id.to_string()).collect::<Vec<_>>().join(", "),
         }),
     }
+}
+
+/// A payload as a sigstore signature layer, if it is a simple-signing
+/// payload naming `digest` (a payload for another digest signs something
+/// else).
+fn signature_layer(data: Vec<u8>, digest: &str, signature: String) -> Option<SignatureLayer> {
+    let simple_signing = serde_json::from_slice::<SimpleSigning>(&data).ok()?;
+    if !simple_signing.satisfies_manifest_digest(digest) {
+        return None;
+    }
+    Some(SignatureLayer {
+        simple_signing,
+        oci_digest: format!("sha256:{}", hex::encode(Sha256::digest(&data))),
+        certificate_signature: None,
+        bundle: None,
+        signature: Some(signature),
+        raw_data: data,
+    })
 }
 
 /// The signature payloads stored for manifest `digest` that name it, with
@@ -139,13 +196,14 @@ pub(super) async fn fetch(
     }
     let mut layers = Vec::new();
     for descriptor in &manifest.layers {
-        if descriptor.media_type != SIMPLE_SIGNING || u64::try_from(descriptor.size).map_or(true, |s| s > MAX_PAYLOAD) {
+        let Some(declared) = u64::try_from(descriptor.size).ok().filter(|s| *s <= MAX_PAYLOAD) else { continue };
+        if descriptor.media_type != SIMPLE_SIGNING {
             continue;
         }
         let Some(signature) = descriptor.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)) else {
             continue;
         };
-        let mut writer = Capped::new(Vec::new(), MAX_PAYLOAD);
+        let mut writer = Capped::new(Vec::new(), declared);
         let pulled = oci.pull_blob(&signatures, descriptor, &mut writer).await;
         if writer.overflowed() {
             return Err(bad_signatures(reference, "a signature payload is longer than its manifest declares"));
@@ -156,19 +214,9 @@ pub(super) async fn fetch(
         if format!("sha256:{}", hex::encode(Sha256::digest(&data))) != descriptor.digest {
             return Err(bad_signatures(reference, "a signature payload does not match its digest"));
         }
-        let Ok(simple_signing) = serde_json::from_slice::<SimpleSigning>(&data) else { continue };
-        // A payload for another digest signs something else.
-        if !simple_signing.satisfies_manifest_digest(digest) {
-            continue;
+        if let Some(layer) = signature_layer(data, digest, signature.clone()) {
+            layers.push(layer);
         }
-        layers.push(SignatureLayer {
-            simple_signing,
-            oci_digest: descriptor.digest.clone(),
-            certificate_signature: None,
-            bundle: None,
-            signature: Some(signature.clone()),
-            raw_data: data,
-        });
     }
     Ok(layers)
 }

@@ -82,13 +82,22 @@ impl Trust {
     /// directory). A key that cannot be read or parsed is an error here,
     /// before anything is pulled: a typo must not turn into "nothing trusted".
     pub fn load(rules: &[TrustRule], base: &Path) -> Result<Trust, RegistryError> {
-        let mut loaded = Vec::new();
+        let mut loaded: Vec<Trusted> = Vec::new();
         for rule in rules {
             let scope = normalize(&rule.scope);
             if !valid_scope(&scope) {
                 return Err(RegistryError::BadTrust {
                     scope: rule.scope.clone(),
-                    reason: "a scope is HOST[:PORT] or HOST[:PORT]/REPOSITORY-PREFIX, with no tag or digest".into(),
+                    reason: "a scope is `*` (every registry), HOST[:PORT] or HOST[:PORT]/REPOSITORY-PREFIX, in \
+                             lowercase letters, digits and `._-/`, with no tag or digest"
+                        .into(),
+                });
+            }
+            // Two rules for one scope: which decides would depend on their order.
+            if loaded.iter().any(|r| r.scope == scope) {
+                return Err(RegistryError::BadTrust {
+                    scope: rule.scope.clone(),
+                    reason: "another rule has the same scope: merge their keys into one rule".into(),
                 });
             }
             if rule.keys.is_empty() {
@@ -100,14 +109,21 @@ impl Trust {
         Ok(Trust { rules: loaded })
     }
 
-    /// The most specific rule covering `reference`, if any.
+    /// The most specific rule covering `reference`, if any: `*` covers
+    /// every reference, a registry its repositories, a prefix the
+    /// repositories under it.
     pub fn rule_for(&self, reference: &PluginReference) -> Option<&Trusted> {
-        let registry = reference.registry().to_ascii_lowercase();
-        let full = reference.repository();
+        let full = normalize(&reference.repository());
+        let registry = full.split('/').next().unwrap_or_default();
         self.rules
             .iter()
-            .filter(|r| r.scope == registry || full == r.scope || full.starts_with(&format!("{}/", r.scope)))
-            .max_by_key(|r| r.scope.len())
+            .filter(|r| {
+                r.scope == EVERYWHERE
+                    || r.scope == registry
+                    || full == r.scope
+                    || full.starts_with(&format!("{}/", r.scope))
+            })
+            .max_by_key(|r| if r.scope == EVERYWHERE { 0 } else { r.scope.len() })
     }
 
     /// Whether any rule is configured.
@@ -116,23 +132,43 @@ impl Trust {
     }
 }
 
-/// `HOST[:PORT][/PREFIX]`: a colon only before a port, no `@` anywhere.
+/// The scope that covers every reference.
+const EVERYWHERE: &str = "*";
+
+/// `*`, or `HOST[:PORT][/PREFIX]` in a reference's own characters: a colon
+/// only before a port, no `@`, no empty segment.
 fn valid_scope(scope: &str) -> bool {
+    if scope == EVERYWHERE {
+        return true;
+    }
     let (host, rest) = scope.split_once('/').unwrap_or((scope, ""));
     let host_ok = match host.split_once(':') {
         Some((name, port)) => !name.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()),
         None => !host.is_empty(),
     };
-    host_ok && !scope.contains('@') && !rest.contains(':')
+    let chars_ok = scope.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b));
+    host_ok && chars_ok && !rest.contains(':') && !scope.split('/').any(str::is_empty)
 }
 
-/// A scope as references are compared: no scheme prefix, no trailing `/`,
-/// the host lowercased.
+/// A scope or a reference's repository as they are compared: no scheme
+/// prefix, no trailing `/`, lowercase (repositories are lowercase by the
+/// spec), one name for Docker Hub and no default HTTPS port, so two
+/// spellings of one place are one scope.
 fn normalize(scope: &str) -> String {
-    let scope = scope.trim().trim_start_matches(super::reference::OCI_PREFIX).trim_end_matches('/');
-    match scope.split_once('/') {
-        Some((host, rest)) => format!("{}/{rest}", host.to_ascii_lowercase()),
-        None => scope.to_ascii_lowercase(),
+    let scope =
+        scope.trim().trim_start_matches(super::reference::OCI_PREFIX).trim_end_matches('/').to_ascii_lowercase();
+    let (host, rest) = match scope.split_once('/') {
+        Some((host, rest)) => (host, Some(rest)),
+        None => (scope.as_str(), None),
+    };
+    let host = host.strip_suffix(":443").unwrap_or(host);
+    let host = match host {
+        "docker.io" | "registry-1.docker.io" | "index.docker.io" => "index.docker.io",
+        other => other,
+    };
+    match rest {
+        Some(rest) => format!("{host}/{rest}"),
+        None => host.to_string(),
     }
 }
 
@@ -190,13 +226,30 @@ mod tests {
     }
 
     #[test]
+    fn two_spellings_of_one_place_are_one_scope_and_star_covers_the_rest() {
+        let t = trust(&["docker.io/acme", "REG.example:443/team", "*"]);
+        assert_eq!(scope_for(&t, "docker.io/acme/agent:1").as_deref(), Some("index.docker.io/acme"));
+        assert_eq!(scope_for(&t, "index.docker.io/acme/agent:1").as_deref(), Some("index.docker.io/acme"));
+        assert_eq!(scope_for(&t, "reg.example/team/agent:1").as_deref(), Some("reg.example/team"));
+        assert_eq!(scope_for(&t, "reg.example:443/team/agent:1").as_deref(), Some("reg.example/team"));
+        assert_eq!(scope_for(&t, "elsewhere.example/x:1").as_deref(), Some("*"));
+    }
+
+    #[test]
     fn a_bad_rule_is_refused_naming_its_scope() {
         let dir = tempfile::tempdir().unwrap();
         let rule = |scope: &str, keys: Vec<PathBuf>| TrustRule { scope: scope.into(), keys, require: true };
         let err = Trust::load(&[rule("reg.example/team", vec![])], dir.path()).err().unwrap();
         assert!(err.to_string().contains("lists no keys"), "{err}");
-        let err = Trust::load(&[rule("reg.example/team:1", vec!["k.pub".into()])], dir.path()).err().unwrap();
-        assert!(err.to_string().contains("no tag or digest"), "{err}");
+        for bad in ["reg.example/team:1", "reg.example/te am", "reg.example//team", "reg.example/t@sha256:ab", ""] {
+            let err = Trust::load(&[rule(bad, vec!["k.pub".into()])], dir.path()).err().unwrap();
+            assert!(err.to_string().contains("no tag or digest"), "{bad}: {err}");
+        }
+        super::super::SigningKey::generate(&dir.path().join("k"), b"pw").unwrap();
+        assert!(Trust::load(&[rule("reg.example/team", vec!["k.pub".into()])], dir.path()).is_ok());
+        let twice = [rule("reg.example/team", vec!["k.pub".into()]), rule("REG.example/team/", vec!["k.pub".into()])];
+        let err = Trust::load(&twice, dir.path()).err().unwrap();
+        assert!(err.to_string().contains("same scope"), "{err}");
         let err = Trust::load(&[rule("reg.example/team", vec!["missing.pub".into()])], dir.path()).err().unwrap();
         assert!(err.to_string().contains("missing.pub"), "{err}");
         std::fs::write(dir.path().join("k.key"), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
