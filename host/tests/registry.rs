@@ -476,6 +476,12 @@ fn the_password_goes_to_the_token_service_and_the_token_to_the_registry() {
         seen.iter().any(|h| h.contains("/manifests/1") && h.to_ascii_lowercase().contains("bearer tok-123")),
         "{seen:#?}"
     );
+    // Neither the password nor the token reaches the log, at any verbosity.
+    let args = ["-vv", "pull", &reference, "--insecure-registry", &registry.address];
+    let out = logged_in(dir.path(), &registry.address, &args);
+    let log = stderr(&out);
+    assert!(log.contains("DEBUG"), "-vv logs at debug: {log}");
+    assert!(!log.contains("tok-123") && !log.contains("alice-s3cret"), "{log}");
 }
 
 /// A registry that streams more of a component than its manifest declared is
@@ -718,4 +724,43 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// An anonymous pull's token, which the OCI client fetches itself (and logs
+/// at debug), stays out of nexo's log even at `-vv`.
+#[test]
+fn an_anonymous_token_stays_out_of_the_log() {
+    let registry = FakeServer::start(move |head| {
+        let lower = head.to_ascii_lowercase();
+        if head.starts_with("GET /token") {
+            return http_answer("200 OK", &[("Content-Type", "application/json")], br#"{"token":"anon-tok-456"}"#);
+        }
+        if lower.contains("authorization: bearer anon-tok-456") {
+            let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
+            return http_answer("404 Not Found", &[("Content-Type", "application/json")], body);
+        }
+        let host = lower.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("").trim().to_string();
+        let challenge = format!(r#"Bearer realm="http://{host}/token",service="fake""#);
+        http_answer("401 Unauthorized", &[("WWW-Authenticate", &challenge)], b"")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("docker")).unwrap();
+    let reference = format!("{}/open/plugin:1", registry.address);
+    let out = common::nexo_command(&dir.path().join("cache"))
+        .env("DOCKER_CONFIG", dir.path().join("docker"))
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("NEXO_REGISTRY_USERNAME")
+        .env_remove("NEXO_REGISTRY_PASSWORD")
+        .args(["-vv", "pull", &reference, "--insecure-registry", &registry.address])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = stderr(&out);
+    assert!(log.contains("is not in the registry"), "{log}");
+    assert!(
+        registry.seen().iter().any(|h| h.to_ascii_lowercase().contains("bearer anon-tok-456")),
+        "the token was used: {:#?}",
+        registry.seen()
+    );
+    assert!(!log.contains("anon-tok-456"), "{log}");
 }

@@ -278,8 +278,12 @@ fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("NEXO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // oci-client logs registry token responses at debug: never below info, whatever was asked.
+    if let Ok(cap) = "oci_client=info".parse() {
+        filter = filter.add_directive(cap);
+    }
     let log = tracing_subscriber::fmt::layer()
         .with_writer(|| LogWriter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
