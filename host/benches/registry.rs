@@ -33,12 +33,15 @@ fn registry_bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let insecure = vec![address.clone()];
-    let tagged = format!("{address}/nexo-bench/text-stats:1");
+    // A repository of this run's own: signatures of earlier runs would pile up in a shared one.
+    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let repository = format!("{address}/nexo-bench/text-stats-{unique}");
+    let tagged = format!("{repository}:1");
     let pushed = rt.block_on(async {
         let client = RegistryClient::new(&insecure).unwrap();
         registry::push(&client, Path::new(built::TEXT_STATS), &PluginReference::parse(&tagged).unwrap()).await.unwrap()
     });
-    let by_digest = format!("{address}/nexo-bench/text-stats@{}", pushed.manifest_digest);
+    let by_digest = format!("{repository}@{}", pushed.manifest_digest);
     let (key, public) = SigningKey::generate(&dir.path().join("bench"), b"bench").unwrap();
     let key = SigningKey::load(&key, Some(b"bench")).unwrap();
     rt.block_on(async {
@@ -78,6 +81,9 @@ fn registry_bench(c: &mut Criterion) {
     });
     group.bench_function("cached reference by digest, signer cached", |b| {
         b.iter(|| rt.block_on(first_run(&engine, Path::new(&by_digest), &trusted, &warm)))
+    });
+    group.bench_function("cached reference by digest, no trust rule", |b| {
+        b.iter(|| rt.block_on(first_run(&engine, Path::new(&by_digest), &untrusted, &warm)))
     });
     group.bench_function("file path", |b| {
         b.iter(|| rt.block_on(first_run(&engine, Path::new(built::TEXT_STATS), &trusted, &warm)))
