@@ -53,6 +53,12 @@ pub struct Policy {
     /// Limits on what the tenant's runs use (`[quotas]`).
     #[serde(default)]
     pub quotas: Quotas,
+    /// Where the tenant may pull plugins from (`POST /v1/plugins` with a
+    /// `reference`): scopes as `[[registries.trust]]` writes them (a
+    /// registry, or a registry and a repository prefix); empty: nowhere.
+    /// The operator's `[registries]` (insecure list, trust rules) apply.
+    #[serde(default)]
+    pub registries: Vec<String>,
 }
 
 fn read_only() -> PermissionMode {
@@ -74,6 +80,7 @@ impl Default for Policy {
             mcp_servers: Vec::new(),
             mcp_allow: Vec::new(),
             quotas: Default::default(),
+            registries: Vec::new(),
         }
     }
 }
@@ -121,6 +128,9 @@ impl Policy {
         nexo_egress::HostList::new(self.fetch_hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
         for entry in &self.mcp_allow {
             crate::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
+        }
+        for scope in &self.registries {
+            crate::registry::check_scope(scope).map_err(|e| format!("registries: `{scope}`: {e}"))?;
         }
         for model in &self.models {
             if !config.serve.models.contains_key(model) {

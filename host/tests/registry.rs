@@ -764,3 +764,60 @@ fn an_anonymous_token_stays_out_of_the_log() {
     );
     assert!(!log.contains("anon-tok-456"), "{log}");
 }
+
+/// `nexo serve`: a tenant pulls a plugin by reference from a registry its
+/// policy lists (and from no other), under the operator's trust rules; the
+/// answer says where it came from, and it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_pulls_a_plugin_from_the_registries_its_policy_lists_under_the_operators_rules() {
+    let Some((registry, _)) = Scene::new("served", false) else { return };
+    let reference = format!("{}:1", registry.repo);
+    let digest = registry.push(&registry.unique(built::TEXT_STATS, "stats"), &reference);
+    signing(&registry, &["sign", "--generate-key", registry.dir.path().join("op").to_str().unwrap()]);
+    let serve = common::scene::Scene::new(None).await;
+    let key = registry.dir.path().join("op.pub");
+    serve.configure(&format!(
+        "[registries]\ninsecure = [{:?}]\n\n[[registries.trust]]\nscope = {:?}\nkeys = [{:?}]\n",
+        registry.registry,
+        registry.repo,
+        key.to_str().unwrap()
+    ));
+    let alice = serve.tenant("alice", Some(serde_json::json!({"registries": [registry.repo]})));
+    let bob = serve.tenant("bob", None);
+    let node = serve.node("n1");
+    let post = |key: &str, body: Value| {
+        let (url, key) = (node.url("/v1/plugins"), key.to_string());
+        let serve = &serve;
+        async move { serve.call(reqwest::Method::POST, &url, Some(&key), Some(body)).await }
+    };
+
+    // A policy without registries pulls from none; a repository outside the
+    // policy's scopes is refused before anything is fetched.
+    let (status, answer) = post(&bob, serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{answer}");
+    assert_eq!(answer["error"]["code"], "registry_not_allowed", "{answer}");
+    let elsewhere = format!("{}/nexo-test/elsewhere:1", registry.registry);
+    let (status, answer) = post(&alice, serde_json::json!({"reference": elsewhere})).await;
+    assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{answer}");
+    // Within the policy but unsigned, under the operator's rule: refused, with the cause.
+    let (status, answer) = post(&alice, serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("is not signed by a key trusted"), "{answer}");
+
+    // Signed by the operator's key: pulled, validated, stored, and it runs.
+    let insecure = ["--insecure-registry", registry.registry.as_str()];
+    let op_key = registry.dir.path().join("op.key");
+    signing(&registry, &[&["sign", "--key", op_key.to_str().unwrap(), &reference][..], &insecure].concat());
+    let (status, answer) = post(&alice, serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}\n{}", node.log());
+    assert_eq!(answer["origin"]["reference"], format!("{}@{digest}", registry.repo), "{answer}");
+    assert_eq!(answer["origin"]["signature"]["status"], "signed", "{answer}");
+    let id = answer["id"].as_str().unwrap().to_string();
+    let run = serde_json::json!({"plugin": id, "input": "one two", "wait": true});
+    let (status, run) = serve.call(reqwest::Method::POST, &node.url("/v1/runs"), Some(&alice), Some(run)).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{run}\n{}", node.log());
+    assert!(run["result"].as_str().unwrap_or_default().contains("words: 2"), "{run}");
+    // Bob cannot use Alice's pull.
+    let (status, _) = serve.call(reqwest::Method::GET, &node.url(&format!("/v1/plugins/{id}")), Some(&bob), None).await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+}

@@ -35,7 +35,7 @@ pub use push::{Pushed, push};
 pub use reference::{PluginReference, Source, classify, is_reference};
 pub use sign::{PASSWORD_VAR as SIGNING_PASSWORD_VAR, Signed, SigningKey, sign};
 pub use signatures::Signature;
-pub use trust::{KeyId, Trust, TrustRule, Trusted, base_dir as trust_base_dir};
+pub use trust::{KeyId, Trust, TrustRule, Trusted, base_dir as trust_base_dir, check_scope, covers};
 
 /// `[registries]` in the config file.
 #[derive(Deserialize, Debug, Default, Clone)]

@@ -131,7 +131,9 @@ pub(super) fn verify(
     let by: Vec<KeyId> = rule
         .keys
         .iter()
-        .filter(|key| sigstore::cosign::verify_constraints(layers, std::iter::once(key.verifier())).is_ok())
+        .filter(|key| {
+            key.verifier().is_some_and(|v| sigstore::cosign::verify_constraints(layers, std::iter::once(&v)).is_ok())
+        })
         .map(|key| key.id.clone())
         .collect();
     match (by.is_empty(), rule.require) {

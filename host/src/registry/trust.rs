@@ -35,14 +35,15 @@ fn required() -> bool {
 pub struct TrustedKey {
     /// Its file name and fingerprint, as reports show it.
     pub id: KeyId,
-    verifier: Box<dyn VerificationConstraint>,
+    /// The PEM, checked to parse when loaded (sigstore's verifiers are not
+    /// `Send`, and a server shares its keys across threads).
+    pem: Vec<u8>,
 }
 
 impl TrustedKey {
     /// The sigstore constraint "signed by this key".
-    #[allow(clippy::borrowed_box)] // sigstore's `verify_constraints` iterates over `&Box<dyn …>`
-    pub(super) fn verifier(&self) -> &Box<dyn VerificationConstraint> {
-        &self.verifier
+    pub(super) fn verifier(&self) -> Option<Box<dyn VerificationConstraint>> {
+        PublicKeyVerifier::try_from(&self.pem).ok().map(|v| Box::new(v) as Box<dyn VerificationConstraint>)
     }
 }
 
@@ -86,12 +87,7 @@ impl Trust {
         for rule in rules {
             let scope = normalize(&rule.scope);
             if !valid_scope(&scope) {
-                return Err(RegistryError::BadTrust {
-                    scope: rule.scope.clone(),
-                    reason: "a scope is `*` (every registry), HOST[:PORT] or HOST[:PORT]/REPOSITORY-PREFIX, in \
-                             lowercase letters, digits and `._-/`, with no tag or digest"
-                        .into(),
-                });
+                return Err(RegistryError::BadTrust { scope: rule.scope.clone(), reason: SCOPE_FORM.into() });
             }
             // Two rules for one scope: which decides would depend on their order.
             if loaded.iter().any(|r| r.scope == scope) {
@@ -113,16 +109,9 @@ impl Trust {
     /// every reference, a registry its repositories, a prefix the
     /// repositories under it.
     pub fn rule_for(&self, reference: &PluginReference) -> Option<&Trusted> {
-        let full = normalize(&reference.repository());
-        let registry = full.split('/').next().unwrap_or_default();
         self.rules
             .iter()
-            .filter(|r| {
-                r.scope == EVERYWHERE
-                    || r.scope == registry
-                    || full == r.scope
-                    || full.starts_with(&format!("{}/", r.scope))
-            })
+            .filter(|r| covers(&r.scope, reference))
             .max_by_key(|r| if r.scope == EVERYWHERE { 0 } else { r.scope.len() })
     }
 
@@ -131,6 +120,24 @@ impl Trust {
         self.rules.is_empty()
     }
 }
+
+/// Whether `scope` (as a rule or a tenant's policy writes it) is one.
+pub fn check_scope(scope: &str) -> Result<(), String> {
+    if valid_scope(&normalize(scope)) { Ok(()) } else { Err(SCOPE_FORM.to_string()) }
+}
+
+/// Whether `scope` covers `reference`: it is `*`, its registry, its
+/// repository, or a prefix of it that ends at a `/`.
+pub fn covers(scope: &str, reference: &PluginReference) -> bool {
+    let scope = normalize(scope);
+    let full = normalize(&reference.repository());
+    let registry = full.split('/').next().unwrap_or_default();
+    scope == EVERYWHERE || scope == registry || full == scope || full.starts_with(&format!("{scope}/"))
+}
+
+/// What a scope looks like, for errors.
+const SCOPE_FORM: &str = "a scope is `*` (every registry), HOST[:PORT] or HOST[:PORT]/REPOSITORY-PREFIX, in \
+                          lowercase letters, digits and `._-/`, with no tag or digest";
 
 /// The scope that covers every reference.
 const EVERYWHERE: &str = "*";
@@ -183,8 +190,8 @@ fn load_key(path: &Path, scope: &str) -> Result<TrustedKey, RegistryError> {
             pem.tag()
         )));
     }
-    let verifier = PublicKeyVerifier::try_from(&text).map_err(|e| bad(e.to_string()))?;
-    Ok(TrustedKey { id: key_id(path, pem.contents()), verifier: Box::new(verifier) })
+    PublicKeyVerifier::try_from(&text).map_err(|e| bad(e.to_string()))?;
+    Ok(TrustedKey { id: key_id(path, pem.contents()), pem: text })
 }
 
 /// The id of the key whose DER encoding is `der`, read from `path`.

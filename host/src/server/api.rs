@@ -216,9 +216,15 @@ async fn check_plugin_quota(state: &AppState, tenant: &Tenant, sha: &str, size: 
 /// requests against the tenant's policy. It counts against the tenant's
 /// `plugins` and `plugin-bytes` quotas (507 past them), checked before it
 /// compiles and again as it is stored.
+///
+/// With `Content-Type: application/json` the body is `{"reference":
+/// "HOST/REPO:TAG"}` instead: a registry reference within the policy's
+/// `registries`, pulled under the operator's `[registries]` (its trust
+/// rules included) and then handled as an upload of its bytes.
 pub async fn upload_plugin(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Response> {
     let body = body.map_err(|rejection| match rejection.status() {
@@ -239,6 +245,11 @@ pub async fn upload_plugin(
         ));
     }
     let policy = policy_of(&tenant)?;
+    let json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    let (body, origin) = if json { pulled(&state, &policy, &body).await? } else { (body, None) };
     let hashed = body.clone();
     let sha = blocking(&state, move || nexo_store::sha256_hex(&hashed)).await?;
     let path = plugin_path(&state.data_dir, &sha);
@@ -305,7 +316,8 @@ pub async fn upload_plugin(
         }
     };
     if created {
-        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name})).await?;
+        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name, "origin": origin}))
+            .await?;
     }
     let requested: Vec<Capability> = manifest.capabilities.clone();
     let granted: Vec<&str> = requested
@@ -324,8 +336,62 @@ pub async fn upload_plugin(
         "requested": requested.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
         "granted": granted,
         "policy": {"allow": policy.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(), "mode": policy.mode.as_str()},
+        "origin": origin,
     });
     Ok((status, Json(body)).into_response())
+}
+
+/// `POST /v1/plugins`'s JSON body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginReferenceBody {
+    /// The registry reference.
+    reference: String,
+}
+
+/// The component a JSON upload names, pulled (or found in this node's
+/// cache), and where it came from.
+async fn pulled(state: &AppState, policy: &Policy, body: &Bytes) -> ApiResult<(Bytes, Option<crate::runs::Origin>)> {
+    let asked: PluginReferenceBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the JSON body is not {{\"reference\": \"HOST/REPOSITORY:TAG\"}} ({e}); to upload a component, \
+             send its bytes as application/octet-stream"
+        ))
+    })?;
+    let text = asked.reference.strip_prefix(crate::registry::reference::OCI_PREFIX).unwrap_or(&asked.reference);
+    let reference = crate::registry::PluginReference::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if !policy.registries.iter().any(|scope| crate::registry::covers(scope, &reference)) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "registry_not_allowed",
+            format!(
+                "your policy lets you pull from {}, not {}: ask the operator to add it to your policy's `registries`",
+                if policy.registries.is_empty() { "no registry".to_string() } else { policy.registries.join(", ") },
+                reference.repository()
+            ),
+        ));
+    }
+    let arg = PathBuf::from(format!("{}{text}", crate::registry::reference::OCI_PREFIX));
+    let cache = state.data_dir.join("registry");
+    let resolved = crate::registry::resolve(&arg, &state.registries, Some(&cache)).await.map_err(|e| {
+        let status = match e {
+            crate::registry::RegistryError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        ApiError::new(status, "registry", e.to_string())
+    })?;
+    let Some((reference, pulled)) = resolved.pulled else {
+        return Err(ApiError::bad_request("the reference names no registry"));
+    };
+    let (path, cap) = (resolved.path.clone(), state.max_plugin_bytes as u64);
+    let bytes = blocking(state, move || crate::files::read_regular(&path, cap)).await?.map_err(|e| {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "plugin_too_large", format!("the pulled component: {e}"))
+    })?;
+    let origin = crate::runs::Origin {
+        reference: reference.at_digest(&pulled.manifest_digest).to_string(),
+        signature: pulled.signature,
+    };
+    Ok((Bytes::from(bytes), Some(origin)))
 }
 
 /// `GET /v1/plugins`.

@@ -205,6 +205,9 @@ pub async fn serve(
         Ok(rt) => (rt.handle().clone(), Background(Some(rt))),
         Err(e) => return Err(ServeError::Failed(format!("cannot start the runs' runtime: {e}"))),
     };
+    let base = crate::registry::trust_base_dir(args.config_path.as_deref());
+    let registries =
+        crate::registry::Registries::new(&file.registries, &[], &base).map_err(|e| setup(e.to_string()))?;
     let file = Arc::new(file);
     let lease = args.lease;
     let wake = Arc::new(Notify::new());
@@ -222,6 +225,7 @@ pub async fn serve(
         engine: engine.clone(),
         config: file.clone(),
         data_dir: data_dir.clone(),
+        registries: Arc::new(registries),
         max_plugin_bytes: usize::try_from(file.serve.max_plugin_bytes.unwrap_or(DEFAULT_MAX_PLUGIN_BYTES))
             .unwrap_or(usize::MAX),
         timeout_secs,

@@ -22,6 +22,23 @@ fn with_body(mut operation: Value, content_type: &str, schema: Value) -> Value {
     operation
 }
 
+/// `POST /v1/plugins`: the component's bytes, or a registry reference.
+fn plugin_upload() -> Value {
+    let mut upload = with_body(
+        op(
+            "Upload an agent component (content-addressed, validated), or pull one by its registry reference \
+             within the policy's `registries`",
+            "plugins",
+            "201",
+        ),
+        "application/wasm",
+        json!({"type": "string", "format": "binary"}),
+    );
+    upload["requestBody"]["content"]["application/json"] = json!({"schema": {"type": "object",
+        "required": ["reference"], "properties": {"reference": {"type": "string"}}}});
+    upload
+}
+
 fn id_param(mut operation: Value, name: &str) -> Value {
     operation["parameters"] = json!([{"name": name, "in": "path", "required": true, "schema": {"type": "string"}}]);
     operation
@@ -86,8 +103,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub fn document() -> Value {
     let paths = json!({
         "/v1/plugins": {
-            "post": with_body(op("Upload an agent component (content-addressed, validated)", "plugins", "201"),
-                "application/wasm", json!({"type": "string", "format": "binary"})),
+            "post": plugin_upload(),
             "get": op("The tenant's plugins", "plugins", "200"),
         },
         "/v1/plugins/{id}": {"get": id_param(op("One plugin", "plugins", "200"), "id")},

@@ -32,6 +32,9 @@ pub struct Shared {
     pub config: Arc<crate::config::ConfigFile>,
     /// Workspaces and the plugin cache.
     pub data_dir: PathBuf,
+    /// The operator's registries (`[registries]`: insecure ones, trust
+    /// rules), for tenants' pulls.
+    pub registries: Arc<crate::registry::Registries>,
     /// The largest upload.
     pub max_plugin_bytes: usize,
     /// Each run's wall-clock limit per pass.
