@@ -108,16 +108,7 @@ pub async fn pull(
                 METADATA_DEADLINE.as_secs()
             ),
         })??;
-    if let Some(asked) = reference.digest()
-        && asked != digest
-    {
-        return Err(RegistryError::DigestMismatch {
-            what: "the manifest",
-            reference: reference.to_string(),
-            expected: asked.to_string(),
-            actual: digest,
-        });
-    }
+    same_digest(reference, &digest)?;
     let not_wasm = |reason: String| RegistryError::NotWasm { reference: reference.to_string(), reason };
     let text = String::from_utf8(raw.to_vec()).map_err(|_| not_wasm("its manifest is not UTF-8 JSON".into()))?;
     let manifest: OciImageManifest =
@@ -161,6 +152,19 @@ pub async fn pull(
     };
     cache.record(&digest, &entry)?;
     Ok(Pulled { path, manifest_digest: digest, layer_digest: layer.digest.clone(), cached: false, signature })
+}
+
+/// The registry's manifest `digest` is the one `reference` pins, if it pins one.
+pub(super) fn same_digest(reference: &PluginReference, digest: &str) -> Result<(), RegistryError> {
+    match reference.digest() {
+        Some(asked) if asked != digest => Err(RegistryError::DigestMismatch {
+            what: "the manifest",
+            reference: reference.to_string(),
+            expected: asked.to_string(),
+            actual: digest.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The manifest's one component layer, if it is a wasm component artifact

@@ -126,16 +126,7 @@ pub async fn sign(
     let oci = client.oci();
     let failed = |e| client.error(e, reference, &credentials);
     let (manifest, digest) = oci.pull_image_manifest(reference.oci(), &auth).await.map_err(failed)?;
-    if let Some(asked) = reference.digest()
-        && asked != digest
-    {
-        return Err(RegistryError::DigestMismatch {
-            what: "the manifest",
-            reference: reference.to_string(),
-            expected: asked.to_string(),
-            actual: digest,
-        });
-    }
+    super::pull::same_digest(reference, &digest)?;
     super::pull::wasm_layer(&manifest, reference)?;
     let existing = fetch(client, reference, &digest, &auth, &credentials).await?;
     let target = signature_reference(reference, &digest);
