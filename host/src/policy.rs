@@ -131,6 +131,12 @@ impl Policy {
         }
         for scope in &self.registries {
             crate::registry::check_scope(scope).map_err(|e| format!("registries: `{scope}`: {e}"))?;
+            // A tenant's pull is this node's request, with its credentials, to any host `*` names.
+            if scope.trim() == "*" {
+                return Err("registries: `*` would let the tenant have this node reach any host, with the \
+                            node's registry credentials: list the registries (or repository prefixes) instead"
+                    .into());
+            }
         }
         for model in &self.models {
             if !config.serve.models.contains_key(model) {

@@ -782,6 +782,12 @@ async fn a_tenant_pulls_a_plugin_from_the_registries_its_policy_lists_under_the_
         registry.repo,
         key.to_str().unwrap()
     ));
+    // `*` would let a tenant have the node reach any host, with its credentials.
+    let path = registry.dir.path().join("star.json");
+    std::fs::write(&path, serde_json::json!({"registries": ["*"]}).to_string()).unwrap();
+    let out = serve.nexo(&["tenant", "create", "mallory", "--policy", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("would let the tenant have this node reach any host"), "{}", stderr(&out));
     let alice = serve.tenant("alice", Some(serde_json::json!({"registries": [registry.repo]})));
     let bob = serve.tenant("bob", None);
     let node = serve.node("n1");

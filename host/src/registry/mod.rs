@@ -18,13 +18,12 @@ mod error;
 mod pull;
 mod push;
 pub mod reference;
+mod settings;
 mod sign;
 mod signatures;
 mod trust;
 
 use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
 
 pub use cache::{BlobCache, Entry, default_dir as default_cache_dir, file_sha256, sha256_hex};
 pub use client::RegistryClient;
@@ -33,44 +32,10 @@ pub use error::RegistryError;
 pub use pull::{Pulled, pull};
 pub use push::{Pushed, push};
 pub use reference::{PluginReference, Source, classify, is_reference};
+pub use settings::{Registries, RegistriesTable};
 pub use sign::{PASSWORD_VAR as SIGNING_PASSWORD_VAR, Signed, SigningKey, sign};
 pub use signatures::Signature;
 pub use trust::{KeyId, Trust, TrustRule, Trusted, base_dir as trust_base_dir, check_scope, covers};
-
-/// `[registries]` in the config file.
-#[derive(Deserialize, Debug, Default, Clone)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RegistriesTable {
-    /// Registries (`host:port`, as references name them) reached over plain
-    /// HTTP; every other registry is reached over HTTPS.
-    #[serde(default)]
-    pub insecure: Vec<String>,
-    /// `[[registries.trust]]`: whose signatures are trusted where, and
-    /// whether one is required.
-    #[serde(default)]
-    pub trust: Vec<TrustRule>,
-}
-
-/// What the operator set for registries: which are reached over plain
-/// HTTP, and whose signatures are trusted where.
-#[derive(Default)]
-pub struct Registries {
-    /// Registries (`host:port`) reached over plain HTTP.
-    pub insecure: Vec<String>,
-    /// The trust rules, their keys loaded.
-    pub trust: Trust,
-}
-
-impl Registries {
-    /// The config file's table with `insecure` added; relative key paths
-    /// are taken from `base`.
-    pub fn new(table: &RegistriesTable, insecure: &[String], base: &Path) -> Result<Registries, RegistryError> {
-        Ok(Registries {
-            insecure: table.insecure.iter().chain(insecure).cloned().collect(),
-            trust: Trust::load(&table.trust, base)?,
-        })
-    }
-}
 
 /// Refuses a file that is named like a reference a trust rule covers: in a
 /// directory someone else prepared, `ghcr.io/acme/agent:1` could be their
@@ -115,12 +80,11 @@ pub async fn resolve(arg: &Path, registries: &Registries, cache_dir: Option<&Pat
         }
     };
     let cache = BlobCache::open(&dir)?;
-    let rule = registries.trust.rule_for(&reference);
     // A cached digest needs no client: building one loads the system's
     // certificates, which costs a run from the cache milliseconds.
-    let pulled = match pull::cached(&cache, &reference, rule) {
+    let pulled = match pull::cached(&cache, &reference, registries) {
         Some(pulled) => pulled,
-        None => pull(&RegistryClient::new(&registries.insecure)?, &cache, &reference, rule).await?,
+        None => pull(&RegistryClient::new(&registries.insecure)?, &cache, &reference, registries).await?,
     };
     tracing::info!(
         reference = %reference,

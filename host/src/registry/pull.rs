@@ -18,8 +18,8 @@ use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
 use super::reference::PluginReference;
+use super::settings::Registries;
 use super::signatures::{Signature, check, verify};
-use super::trust::Trusted;
 
 /// How long the manifest and the signatures may take in all: the read
 /// timeout bounds silence, this bounds a registry that trickles.
@@ -46,10 +46,10 @@ pub struct Pulled {
 /// name the cached layer, the layer's file must hash to its digest, and the
 /// signatures it kept must verify with one of the rule's keys; else `None`,
 /// and the registry is asked.
-pub fn cached(cache: &BlobCache, reference: &PluginReference, rule: Option<&Trusted>) -> Option<Pulled> {
+pub fn cached(cache: &BlobCache, reference: &PluginReference, registries: &Registries) -> Option<Pulled> {
     let digest = reference.digest()?;
     let (entry, path) = cache.lookup(digest)?;
-    let signature = match rule {
+    let signature = match registries.trust.rule_for(reference) {
         None => Signature::NotChecked,
         Some(rule) => {
             let raw = entry.manifest.as_deref()?;
@@ -57,7 +57,7 @@ pub fn cached(cache: &BlobCache, reference: &PluginReference, rule: Option<&Trus
                 return None;
             }
             let manifest: OciImageManifest = serde_json::from_str(raw).ok()?;
-            let layer = wasm_layer(&manifest, reference).ok()?;
+            let layer = wasm_layer(&manifest, reference, registries.max_component_bytes).ok()?;
             if layer.digest != entry.layer || file_sha256(&path).ok()? != sha256_hex(&layer.digest)? {
                 return None;
             }
@@ -79,11 +79,12 @@ pub async fn pull(
     client: &RegistryClient,
     cache: &BlobCache,
     reference: &PluginReference,
-    rule: Option<&Trusted>,
+    registries: &Registries,
 ) -> Result<Pulled, RegistryError> {
-    if let Some(pulled) = cached(cache, reference, rule) {
+    if let Some(pulled) = cached(cache, reference, registries) {
         return Ok(pulled);
     }
+    let rule = registries.trust.rule_for(reference);
     let credentials = Credentials::for_registry(reference.registry())?;
     let auth = authorize(client, reference, &credentials, RegistryOperation::Pull).await?;
     let metadata = async {
@@ -113,7 +114,7 @@ pub async fn pull(
     let text = String::from_utf8(raw.to_vec()).map_err(|_| not_wasm("its manifest is not UTF-8 JSON".into()))?;
     let manifest: OciImageManifest =
         serde_json::from_str(&text).map_err(|e| not_wasm(format!("its manifest is not an image manifest ({e})")))?;
-    let layer = wasm_layer(&manifest, reference)?;
+    let layer = wasm_layer(&manifest, reference, registries.max_component_bytes)?;
     let entry = Entry {
         layer: layer.digest.clone(),
         reference: reference.to_string(),
@@ -168,10 +169,11 @@ pub(super) fn same_digest(reference: &PluginReference, digest: &str) -> Result<(
 }
 
 /// The manifest's one component layer, if it is a wasm component artifact
-/// within the size cap.
+/// within `cap` bytes.
 pub(super) fn wasm_layer<'m>(
     manifest: &'m OciImageManifest,
     reference: &PluginReference,
+    cap: u64,
 ) -> Result<&'m oci_client::manifest::OciDescriptor, RegistryError> {
     let not_wasm = |reason: String| RegistryError::NotWasm { reference: reference.to_string(), reason };
     if manifest.media_type.as_deref().is_some_and(|t| t != WASM_MANIFEST_MEDIA_TYPE) {
@@ -192,9 +194,27 @@ pub(super) fn wasm_layer<'m>(
     if sha256_hex(&layer.digest).is_none() {
         return Err(not_wasm(format!("its layer's digest {} is not a sha256 digest", layer.digest)));
     }
-    let cap = crate::files::MAX_COMPONENT_BYTES;
     if u64::try_from(layer.size).map_or(true, |size| size > cap) {
         return Err(RegistryError::TooLarge { reference: reference.to_string(), size: layer.size, cap });
     }
     Ok(layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use oci_client::client::{Config, ImageLayer};
+
+    use super::*;
+
+    #[test]
+    fn a_layer_over_the_cap_is_refused_by_its_declared_size() {
+        let layer = ImageLayer::new(vec![0; 100], WASM_LAYER_MEDIA_TYPE.to_string(), None);
+        let config = Config::new(b"{}".to_vec(), WASM_MANIFEST_CONFIG_MEDIA_TYPE.to_string(), None);
+        let mut manifest = OciImageManifest::build(&[layer], &config, None);
+        manifest.media_type = Some(WASM_MANIFEST_MEDIA_TYPE.to_string());
+        let reference = PluginReference::parse("reg.example/acme/agent:1").unwrap();
+        assert!(wasm_layer(&manifest, &reference, 100).is_ok());
+        let refused = wasm_layer(&manifest, &reference, 99);
+        assert!(matches!(refused, Err(RegistryError::TooLarge { size: 100, cap: 99, .. })), "{refused:?}");
+    }
 }

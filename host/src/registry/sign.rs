@@ -127,7 +127,7 @@ pub async fn sign(
     let failed = |e| client.error(e, reference, &credentials);
     let (manifest, digest) = oci.pull_image_manifest(reference.oci(), &auth).await.map_err(failed)?;
     super::pull::same_digest(reference, &digest)?;
-    super::pull::wasm_layer(&manifest, reference)?;
+    super::pull::wasm_layer(&manifest, reference, crate::files::MAX_COMPONENT_BYTES)?;
     let existing = fetch(client, reference, &digest, &auth, &credentials).await?;
     let target = signature_reference(reference, &digest);
     // The signature image as it is, every layer and annotation kept (other

@@ -206,8 +206,10 @@ pub async fn serve(
         Err(e) => return Err(ServeError::Failed(format!("cannot start the runs' runtime: {e}"))),
     };
     let base = crate::registry::trust_base_dir(args.config_path.as_deref());
-    let registries =
+    let mut registries =
         crate::registry::Registries::new(&file.registries, &[], &base).map_err(|e| setup(e.to_string()))?;
+    // A tenant's pull is an upload: the same limit, checked before the download.
+    registries.max_component_bytes = file.serve.max_plugin_bytes.unwrap_or(DEFAULT_MAX_PLUGIN_BYTES);
     let file = Arc::new(file);
     let lease = args.lease;
     let wake = Arc::new(Notify::new());

@@ -12,11 +12,16 @@ use std::time::Instant;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// A stand-in for the docker CLI: it logs each argv (every argument as
-/// `A<arg>\0`, then `E\0`), keeps a fake filesystem under `fs/`, and
+/// `A<arg>\0`, then `E\0`, under a lock), keeps a fake filesystem under `fs/`, and
 /// reads its canned answers from files beside it.
 const FAKE: &str = r#"#!/bin/sh
 dir='@DIR@'
-{ for a in "$@"; do printf 'A%s\0' "$a"; done; printf 'E\0'; } >> "$dir/log"
+# One record at a time: the tether runs beside other calls, and its
+# arguments must not land between theirs.
+{
+    flock 9
+    { for a in "$@"; do printf 'A%s\0' "$a"; done; printf 'E\0'; } >> "$dir/log"
+} 9>> "$dir/log.lock"
 sub=$1
 shift
 case "$sub" in
