@@ -419,6 +419,11 @@ async fn the_workspace_api_keeps_each_tenant_to_its_own_files_within_its_quota()
     assert_eq!(status, StatusCode::CREATED, "exactly what is left fits");
     let (status, _) = put(&scene, &node, &alice, "c.bin", vec![0; 1]).await;
     assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
+    // Streamed with no declared size: refused where it passes what is left.
+    let chunks = futures::stream::iter([Ok::<_, std::io::Error>(vec![0u8; 1]), Ok(vec![0u8; 1])]);
+    let body = reqwest::Body::wrap_stream(chunks);
+    let resp = scene.http.put(node.url("/v1/workspace/d.bin")).bearer_auth(&alice).body(body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::INSUFFICIENT_STORAGE);
     let alice_ws = workspace_of_alice(&scene);
     let names: Vec<String> = walk(&alice_ws);
     assert_eq!(names, ["b.bin", "docs", "docs/a.txt"], "no partial upload is left behind");

@@ -253,6 +253,17 @@ struct Partial {
     kept: bool,
 }
 
+impl Partial {
+    /// Removes the file before a refusal is answered: a client told that
+    /// nothing was kept finds nothing. (Drop only covers a dropped request.)
+    async fn discard(mut self) {
+        if let Some(dir) = self.dir.take() {
+            let name = std::mem::take(&mut self.name);
+            let _ = tokio::task::spawn_blocking(move || dir.remove_file(&name)).await;
+        }
+    }
+}
+
 impl Drop for Partial {
     fn drop(&mut self) {
         if let Some(dir) = self.dir.take().filter(|_| !self.kept) {
@@ -372,38 +383,51 @@ pub async fn put(
             }
             None => root,
         };
+        let used = found.bytes.saturating_sub(existing.unwrap_or(0));
+        if let Some(size) = declared.filter(|&n| n > quota.saturating_sub(used)) {
+            return Err(no_room(&shown, quota, used, Some(size)));
+        }
         let mut options = OpenOptions::new();
         options.write(true).create_new(true).mode(0o644);
         let file = parent.open_with(&aside, &options).map_err(|e| io_error(&shown, e))?;
-        Ok((found.bytes.saturating_sub(existing.unwrap_or(0)), parent, existing.is_some(), file))
+        Ok((used, parent, existing.is_some(), file))
     })
     .await?;
     drop(permit);
     let keeper = parent.try_clone().map_err(|e| storage("clone", e))?;
     let mut partial = Partial { dir: Some(keeper), name: partial_name.clone(), kept: false };
     let room = quota.saturating_sub(used);
-    if let Some(size) = declared.filter(|&n| n > room) {
-        return Err(no_room(&path, quota, used, Some(size)));
-    }
     let name = rel.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    let mut file = tokio::fs::File::from_std(file.into_std());
-    let mut stream = body.into_data_stream();
-    let mut written: u64 = 0;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("the upload of `{path}` was cut short: {e}")))?;
-        written = written.saturating_add(chunk.len() as u64);
-        if written > quota {
-            return Err(too_large(&path, quota, None));
+    let stored = async {
+        let mut file = tokio::fs::File::from_std(file.into_std());
+        let mut stream = body.into_data_stream();
+        let mut written: u64 = 0;
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("the upload of `{path}` was cut short: {e}")))?;
+            written = written.saturating_add(chunk.len() as u64);
+            if written > quota {
+                return Err(too_large(&path, quota, None));
+            }
+            if written > room {
+                return Err(no_room(&path, quota, used, None));
+            }
+            file.write_all(&chunk).await.map_err(|e| storage(&path, e))?;
         }
-        if written > room {
-            return Err(no_room(&path, quota, used, None));
-        }
-        file.write_all(&chunk).await.map_err(|e| storage(&path, e))?;
+        file.sync_all().await.map_err(|e| storage(&path, e))?;
+        drop(file);
+        let shown = path.clone();
+        blocking(move || parent.rename(&partial_name, &parent, &name).map_err(|e| io_error(&shown, e))).await?;
+        Ok(written)
     }
-    file.sync_all().await.map_err(|e| storage(&path, e))?;
-    drop(file);
-    let shown = path.clone();
-    blocking(move || parent.rename(&partial_name, &parent, &name).map_err(|e| io_error(&shown, e))).await?;
+    .await;
+    let written = match stored {
+        Ok(written) => written,
+        Err(refused) => {
+            partial.discard().await;
+            return Err(refused);
+        }
+    };
     partial.kept = true;
     audit(&state, &tenant, "workspace.uploaded", json!({"path": path, "size": written})).await?;
     let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
