@@ -59,6 +59,22 @@ pub struct Policy {
     /// The operator's `[registries]` (insecure list, trust rules) apply.
     #[serde(default)]
     pub registries: Vec<String>,
+    /// Who may accept a new version of a plugin the tenant pulls by
+    /// reference when it asks for more authority than the version accepted
+    /// before: the operator (the default), or the tenant itself.
+    #[serde(default)]
+    pub wider_authority: WiderAuthority,
+}
+
+/// Who accepts a pulled plugin's wider authority ([`Policy::wider_authority`]).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum WiderAuthority {
+    /// The operator (`POST /v1/tenants/{name}/accepted-plugins`).
+    #[default]
+    Operator,
+    /// The tenant, by asking for it (`"accept_authority": true`).
+    Tenant,
 }
 
 fn read_only() -> PermissionMode {
@@ -81,6 +97,7 @@ impl Default for Policy {
             mcp_allow: Vec::new(),
             quotas: Default::default(),
             registries: Vec::new(),
+            wider_authority: WiderAuthority::Operator,
         }
     }
 }

@@ -827,3 +827,102 @@ async fn a_tenant_pulls_a_plugin_from_the_registries_its_policy_lists_under_the_
     let (status, _) = serve.call(reqwest::Method::GET, &node.url(&format!("/v1/plugins/{id}")), Some(&bob), None).await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
 }
+
+/// `nexo serve`: each tenant's acceptance of a pulled plugin is its own and
+/// in the shared store. A new version behind the tag that asks for more is
+/// refused, named ask by ask, and nothing of it is stored, until whoever
+/// the tenant's policy names accepts it: the operator (the default) or the
+/// tenant itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_new_version_that_asks_for_more_waits_for_whoever_its_policy_names() {
+    let Some((registry, _)) = Scene::new("widened", false) else { return };
+    let reference = format!("{}:1", registry.repo);
+    registry.push(&registry.unique(built::TEXT_STATS, "stats"), &reference);
+    let serve = common::scene::Scene::new(None).await;
+    serve.configure(&format!("[registries]\ninsecure = [{:?}]\n", registry.registry));
+    let alice = serve.tenant("alice", Some(serde_json::json!({"registries": [registry.repo]})));
+    let carol =
+        serve.tenant("carol", Some(serde_json::json!({"registries": [registry.repo], "wider-authority": "tenant"})));
+    let out = serve.nexo(&["tenant", "admin-key"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let admin = stdout(&out).trim().to_string();
+    let node = serve.node("n1");
+    let post = |key: &str, body: Value| {
+        let (url, key) = (node.url("/v1/plugins"), key.to_string());
+        let serve = &serve;
+        async move { serve.call(reqwest::Method::POST, &url, Some(&key), Some(body)).await }
+    };
+    let plugins = |key: &str| {
+        let (url, key) = (node.url("/v1/plugins"), key.to_string());
+        let serve = &serve;
+        async move { serve.get(&url, &key).await.1["plugins"].as_array().unwrap().len() }
+    };
+
+    // First use: accepted, for each tenant on its own.
+    for key in [&alice, &carol] {
+        let (status, answer) = post(key, serde_json::json!({"reference": reference})).await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}\n{}", node.log());
+        assert_eq!(answer["acceptance"]["accepted"], "first-use", "{answer}");
+    }
+
+    // A new version behind the same tag asks for a shell and a fetch host.
+    let probe = registry.push(&registry.unique(built::TOOL_PROBE, "probe"), &reference);
+    let exact = format!("{}@{probe}", registry.repo);
+    for body in [
+        serde_json::json!({"reference": reference}),
+        serde_json::json!({"reference": reference, "accept_authority": true}),
+    ] {
+        let (status, answer) = post(&alice, body).await;
+        assert_eq!(
+            (status, &answer["error"]["code"]),
+            (reqwest::StatusCode::CONFLICT, &serde_json::json!("authority_widened")),
+            "{answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("capability `shell`") && message.contains("fetch host `example.com`"), "{message}");
+        assert!(message.contains("leaves accepting wider authority to the operator"), "{message}");
+        assert!(
+            message.contains(&format!("accept {exact} for tenant `alice` (POST /v1/tenants/alice/accepted-plugins)")),
+            "{message}"
+        );
+    }
+    assert_eq!(plugins(&alice).await, 1, "nothing of the refused version is stored");
+
+    // A tenant may not accept for itself through the admin route.
+    let accept = |key: &str, tenant: &str, body: Value| {
+        let (url, key) = (node.url(&format!("/v1/tenants/{tenant}/accepted-plugins")), key.to_string());
+        let serve = &serve;
+        async move { serve.call(reqwest::Method::POST, &url, Some(&key), Some(body)).await }
+    };
+    let (status, answer) = accept(&alice, "alice", serde_json::json!({"reference": exact})).await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "a tenant's key sees no admin route: {answer}");
+    // The operator accepts the exact version for Alice; then it is hers to pull.
+    let (status, answer) = accept(&admin, "alice", serde_json::json!({"reference": exact})).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}\n{}", node.log());
+    assert!(
+        answer["note"].as_str().unwrap().contains("accepted its new asks: ")
+            && answer["note"].as_str().unwrap().contains("capability `shell`"),
+        "{answer}"
+    );
+    let (status, answer) = post(&alice, serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["acceptance"]["accepted"], "before", "{answer}");
+    let accepted = serve.audit(&node, &alice, "plugin.accepted").await;
+    assert_eq!(accepted.len(), 2, "{accepted:?}");
+    assert_eq!(accepted[1]["by"], "operator", "{accepted:?}");
+    assert!(
+        accepted[1]["wider"].as_array().unwrap().contains(&serde_json::json!("capability `shell`")),
+        "{accepted:?}"
+    );
+
+    // Alice's acceptance is not Carol's: Carol is refused too, and her policy lets her accept it herself.
+    let (status, answer) = post(&carol, serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::CONFLICT, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("send the request again with \"accept_authority\": true"), "{message}");
+    assert_eq!(plugins(&carol).await, 1);
+    let (status, answer) = post(&carol, serde_json::json!({"reference": reference, "accept_authority": true})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["acceptance"]["accepted"], "now", "{answer}");
+    assert_eq!(serve.audit(&node, &carol, "plugin.accepted").await[1]["by"], "tenant");
+}

@@ -95,9 +95,9 @@ pub use sessions::{Session, new_session_id};
 pub use sql::SCHEMA_VERSION;
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
 pub use tenants::{
-    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, RunUsage, SignIn, StoredPlugin,
-    Tenant, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, is_sha256_hex, new_key_id, new_tenant_id, sha256_hex,
-    usage_period, verify_audit,
+    AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, PluginAcceptance, RunUsage, SignIn,
+    StoredPlugin, Tenant, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, is_sha256_hex, new_key_id, new_tenant_id,
+    sha256_hex, usage_period, verify_audit,
 };
 pub use traits::{Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Store, Tenants};
 pub use writer::WriteCounts;

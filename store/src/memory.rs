@@ -18,9 +18,9 @@ use crate::sessions::{
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Jobs, Lease,
-    Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, Plugins, Retry, Run, RunStatus, RunUsage,
-    Runs, Session, Sessions, SignIn, SignIns, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, Tenants,
-    ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
+    Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PluginAcceptance, Plugins, Retry, Run,
+    RunStatus, RunUsage, Runs, Session, Sessions, SignIn, SignIns, StoreError, StoreResult, StoredEvent, StoredPlugin,
+    Tenant, Tenants, ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -64,6 +64,7 @@ struct Inner {
     sign_ins: BTreeMap<String, SignIn>,
     /// By `(tenant, sha256)`, with the bytes.
     plugins: BTreeMap<(String, String), (StoredPlugin, Vec<u8>)>,
+    plugin_acceptances: BTreeMap<(String, String), PluginAcceptance>,
     /// By `(tenant, period_ms)`.
     usage: BTreeMap<(String, i64), Usage>,
     /// Per run that used anything.
@@ -859,6 +860,21 @@ impl Plugins for MemoryStore {
             inner.plugins.values().filter(|(p, _)| p.tenant == tenant).map(|(p, _)| p.clone()).collect();
         plugins.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.sha256.cmp(&a.sha256)));
         Ok(plugins)
+    }
+
+    async fn plugin_acceptance(&self, tenant: &str, reference: &str) -> StoreResult<Option<PluginAcceptance>> {
+        Ok(self.lock().plugin_acceptances.get(&(tenant.to_string(), reference.to_string())).cloned())
+    }
+
+    async fn record_plugin_acceptance(&self, new: PluginAcceptance, was: Option<&str>) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        inner.check_tenant(&new.tenant)?;
+        let key = (new.tenant.clone(), new.reference.clone());
+        if inner.plugin_acceptances.get(&key).map(|a| a.digest.as_str()) != was {
+            return Ok(false);
+        }
+        inner.plugin_acceptances.insert(key, new);
+        Ok(true)
     }
 }
 

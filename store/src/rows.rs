@@ -6,8 +6,8 @@
 use serde_json::Value;
 
 use crate::{
-    ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Run, RunStatus, RunUsage,
-    Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
+    ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, PluginAcceptance, Run,
+    RunStatus, RunUsage, Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
 };
 
 /// How a backend reports a failed read ([`StoreError::Backend`] with its
@@ -281,6 +281,19 @@ pub(crate) fn plugin(row: &impl Columns, errors: &Errors<'_>) -> Result<StoredPl
         created_ms: column(row, "created_ms", errors)?,
         tenant,
         sha256,
+    })
+}
+
+/// A tenant's acceptance of a plugin, from
+/// [`crate::sql::SELECT_PLUGIN_ACCEPTANCE`].
+pub(crate) fn plugin_acceptance(row: &impl Columns, errors: &Errors<'_>) -> Result<PluginAcceptance, StoreError> {
+    Ok(PluginAcceptance {
+        tenant: column(row, "tenant", errors)?,
+        reference: column(row, "reference", errors)?,
+        digest: column(row, "digest", errors)?,
+        authority: column(row, "authority", errors)?,
+        accepted_ms: column(row, "accepted_ms", errors)?,
+        accepted_by: column(row, "accepted_by", errors)?,
     })
 }
 

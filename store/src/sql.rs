@@ -144,11 +144,12 @@ pub(crate) const TABLES: &[&str] = &[
     "console_sign_ins",
     "run_usage",
     "run_traces",
+    "plugin_acceptances",
 ];
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Every migration, oldest first. The last one's version is
 /// [`SCHEMA_VERSION`] (a unit test checks).
@@ -447,6 +448,23 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             context TEXT NOT NULL,
             at_ms BIGINT NOT NULL,
             PRIMARY KEY (run, context)
+        )",
+        ],
+    },
+    Migration {
+        version: 9,
+        statements: &[
+            // Which version of each plugin a tenant pulls by reference it
+            // accepted, and the authority that version asks for
+            // (`authority`, JSON): a newer version may not widen it unseen.
+            "CREATE TABLE plugin_acceptances (
+            tenant {KEY} NOT NULL REFERENCES tenants (id),
+            reference {KEY} NOT NULL,
+            digest TEXT NOT NULL,
+            authority TEXT NOT NULL,
+            accepted_ms BIGINT NOT NULL,
+            accepted_by TEXT NOT NULL,
+            PRIMARY KEY (tenant, reference)
         )",
         ],
     },
@@ -1062,6 +1080,29 @@ pub(crate) const PLUGIN_BYTES: &str = "SELECT bytes FROM plugin_blobs WHERE tena
 /// A tenant's plugins, newest first: `$1` tenant.
 pub(crate) const LIST_PLUGINS: &str =
     concat!("SELECT ", plugin_columns!(), " FROM plugins WHERE tenant = $1 ORDER BY created_ms DESC, sha256 DESC");
+
+macro_rules! acceptance_columns {
+    () => {
+        "tenant, reference, digest, authority, accepted_ms, accepted_by"
+    };
+}
+
+/// A tenant's acceptance of a plugin: `$1` tenant, `$2` reference.
+pub(crate) const SELECT_PLUGIN_ACCEPTANCE: &str =
+    concat!("SELECT ", acceptance_columns!(), " FROM plugin_acceptances WHERE tenant = $1 AND reference = $2");
+
+/// A first acceptance: `$1…$6` its columns in [`acceptance_columns!`]
+/// order. No row is written (0 rows affected) if the reference has one.
+pub(crate) const INSERT_PLUGIN_ACCEPTANCE: &str = concat!(
+    "INSERT INTO plugin_acceptances (",
+    acceptance_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, reference) DO NOTHING"
+);
+
+/// A later acceptance, `$1…$6` as [`INSERT_PLUGIN_ACCEPTANCE`]'s, written
+/// only over digest `$7` (0 rows affected if another came first).
+pub(crate) const UPDATE_PLUGIN_ACCEPTANCE: &str = "UPDATE plugin_acceptances SET digest = $3, authority = $4, \
+     accepted_ms = $5, accepted_by = $6 WHERE tenant = $1 AND reference = $2 AND digest = $7";
 
 /// Adds to a tenant's counters for one hour, creating them if needed, in
 /// one statement: `$1` tenant, `$2` the hour's start, `$3` runs, `$4`

@@ -150,6 +150,26 @@ pub struct StoredPlugin {
     pub created_ms: i64,
 }
 
+/// A tenant's acceptance of one version of a plugin it pulls by
+/// reference: the digest and the authority that version asks for, which a
+/// newer version may not widen without a new acceptance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginAcceptance {
+    /// The tenant.
+    pub tenant: String,
+    /// The plugin's repository, without tag or digest.
+    pub reference: String,
+    /// The accepted version's digest (`sha256:HEX`).
+    pub digest: String,
+    /// What that version asks for: JSON text the host writes and reads.
+    pub authority: String,
+    /// When it was accepted.
+    pub accepted_ms: i64,
+    /// Who accepted it, as the host names it (`first-use`, `tenant`,
+    /// `operator`, `no-wider`).
+    pub accepted_by: String,
+}
+
 /// A plugin to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPlugin {

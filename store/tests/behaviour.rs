@@ -10,9 +10,9 @@ mod support;
 
 use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
-    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, Retry, RunStatus,
-    RunUsage, Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend, Transition,
-    USAGE_PERIOD_MS, Usage, Waiting, audit_hash, sha256_hex, verify_audit,
+    MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, PluginAcceptance,
+    Retry, RunStatus, RunUsage, Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend,
+    Transition, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, sha256_hex, verify_audit,
 };
 use serde_json::{Value, json};
 
@@ -133,6 +133,7 @@ suite!(
     console_sign_ins_open_expire_and_end,
     plugins_are_stored_once_and_listed_newest_first,
     plugins_are_private_to_their_tenant,
+    a_plugin_acceptance_is_written_over_only_the_digest_it_was_decided_on,
     tenant_runs_are_only_the_tenants,
     a_run_of_a_missing_tenant_is_refused,
     the_audit_log_is_a_chain_that_verifies,
@@ -1913,6 +1914,42 @@ async fn plugins_are_private_to_their_tenant(store: Arc<dyn Store>) {
     assert_eq!(store.plugin_bytes("t-beta", &sha).await.unwrap(), Some(bytes));
     assert_eq!(store.plugins("t-acme").await.unwrap(), vec![acme]);
     assert_eq!(store.plugins("t-beta").await.unwrap(), vec![beta]);
+}
+
+fn acceptance(tenant: &str, digest: &str, by: &str) -> PluginAcceptance {
+    PluginAcceptance {
+        tenant: tenant.into(),
+        reference: "registry.test/acme/agent".into(),
+        digest: digest.into(),
+        authority: format!("{{\"asks\":\"{digest}\"}}"),
+        accepted_ms: 1_000,
+        accepted_by: by.into(),
+    }
+}
+
+async fn a_plugin_acceptance_is_written_over_only_the_digest_it_was_decided_on(store: Arc<dyn Store>) {
+    tenant(&store, "t-acme", "acme").await;
+    tenant(&store, "t-beta", "beta").await;
+    let reference = "registry.test/acme/agent";
+    assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), None);
+    let first = acceptance("t-acme", "sha256:aa", "first-use");
+    assert!(store.record_plugin_acceptance(first.clone(), None).await.unwrap());
+    assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), Some(first.clone()));
+    // A second "first" decision, taken on the same empty record, loses.
+    assert!(!store.record_plugin_acceptance(acceptance("t-acme", "sha256:bb", "first-use"), None).await.unwrap());
+    // A decision taken on a record another one replaced loses too.
+    let next = acceptance("t-acme", "sha256:cc", "operator");
+    assert!(store.record_plugin_acceptance(next.clone(), Some("sha256:aa")).await.unwrap());
+    assert!(
+        !store.record_plugin_acceptance(acceptance("t-acme", "sha256:dd", "tenant"), Some("sha256:aa")).await.unwrap()
+    );
+    assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), Some(next));
+    // Another tenant's record is its own.
+    assert_eq!(store.plugin_acceptance("t-beta", reference).await.unwrap(), None);
+    assert!(
+        !store.record_plugin_acceptance(acceptance("t-beta", "sha256:ee", "tenant"), Some("sha256:cc")).await.unwrap()
+    );
+    no_tenant(store.record_plugin_acceptance(acceptance("t-missing", "sha256:aa", "tenant"), None).await, "t-missing");
 }
 
 fn tenant_run(id: &str, tenant: &str, status: RunStatus, created_ms: i64) -> NewRun {

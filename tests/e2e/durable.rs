@@ -669,6 +669,22 @@ impl Plugins for Counting {
     async fn plugins(&self, tenant: &str) -> nexo_store::StoreResult<Vec<nexo_store::StoredPlugin>> {
         self.inner.plugins(tenant).await
     }
+
+    async fn plugin_acceptance(
+        &self,
+        tenant: &str,
+        reference: &str,
+    ) -> nexo_store::StoreResult<Option<nexo_store::PluginAcceptance>> {
+        self.inner.plugin_acceptance(tenant, reference).await
+    }
+
+    async fn record_plugin_acceptance(
+        &self,
+        acceptance: nexo_store::PluginAcceptance,
+        was: Option<&str>,
+    ) -> nexo_store::StoreResult<bool> {
+        self.inner.record_plugin_acceptance(acceptance, was).await
+    }
 }
 
 #[async_trait::async_trait]

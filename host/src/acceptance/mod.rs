@@ -214,6 +214,42 @@ impl Refused {
     }
 }
 
+/// The one decision, wherever the record is kept: whether `digest` of
+/// `reference`, asking for `requested`, may run, given the version accepted
+/// before (`previous`: its digest and asks). Anything but
+/// [`Accepted::Same`] is to be recorded as the accepted version.
+pub fn decide(
+    previous: Option<(&str, &Requested)>,
+    reference: &str,
+    digest: &str,
+    requested: &Requested,
+    consent: Consent,
+    first_use: FirstUse,
+) -> Result<Accepted, Refused> {
+    match previous {
+        Some((was, authority)) if was == digest && authority == requested => Ok(Accepted::Same),
+        None if consent == Consent::Standing && first_use == FirstUse::Refuse => Err(Refused::NotAccepted {
+            reference: reference.into(),
+            accept_as: reference.into(),
+            digest: digest.into(),
+        }),
+        None => Ok(Accepted::First),
+        Some((was, authority)) => {
+            let diff = requested.diff(authority);
+            if !diff.wider.is_empty() && consent == Consent::Standing {
+                return Err(Refused::Wider {
+                    reference: reference.into(),
+                    accept_as: reference.into(),
+                    digest: digest.into(),
+                    accepted: was.into(),
+                    asks: diff.wider,
+                });
+            }
+            Ok(Accepted::Changed { was: was.into(), diff })
+        }
+    }
+}
+
 /// The operator's acceptance file.
 #[derive(Debug, Clone)]
 pub struct Acceptances {
@@ -248,30 +284,11 @@ impl Acceptances {
     ) -> Result<Accepted, Refused> {
         let _lock = self.lock()?;
         let mut book = self.read()?;
-        let accepted = match book.plugins.get(reference) {
-            Some(entry) if entry.digest == digest && entry.authority == *requested => return Ok(Accepted::Same),
-            None if consent == Consent::Standing && self.first_use == FirstUse::Refuse => {
-                return Err(Refused::NotAccepted {
-                    reference: reference.into(),
-                    accept_as: reference.into(),
-                    digest: digest.into(),
-                });
-            }
-            None => Accepted::First,
-            Some(entry) => {
-                let diff = requested.diff(&entry.authority);
-                if !diff.wider.is_empty() && consent == Consent::Standing {
-                    return Err(Refused::Wider {
-                        reference: reference.into(),
-                        accept_as: reference.into(),
-                        digest: digest.into(),
-                        accepted: entry.digest.clone(),
-                        asks: diff.wider,
-                    });
-                }
-                Accepted::Changed { was: entry.digest.clone(), diff }
-            }
-        };
+        let previous = book.plugins.get(reference).map(|e| (e.digest.as_str(), &e.authority));
+        let accepted = decide(previous, reference, digest, requested, consent, self.first_use)?;
+        if accepted == Accepted::Same {
+            return Ok(accepted);
+        }
         let entry = Entry {
             digest: digest.into(),
             authority: requested.clone(),
@@ -333,7 +350,7 @@ impl Acceptances {
 }
 
 /// A digest cut to what a person compares: `sha256:` and 12 hex digits.
-fn short(digest: &str) -> &str {
+pub fn short(digest: &str) -> &str {
     let end = digest.find(':').map_or(0, |i| i + 1) + 12;
     digest.get(..end).unwrap_or(digest)
 }

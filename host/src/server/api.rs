@@ -30,7 +30,7 @@ pub use super::state::AppState;
 
 use super::auth::{AdminCaller, KeyedCaller, TenantCaller};
 use super::tenants::{self, TenantError};
-use crate::data_dir::{materialize, plugin_path, write_atomically};
+use crate::data_dir::materialize;
 use crate::manifest::SandboxKind;
 use crate::policy::{Narrowing, Policy};
 use crate::runs::RunSpec;
@@ -110,7 +110,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 /// How long a request waits for a turn to compile before it is told to
 /// come back.
-const COMPILE_WAIT: Duration = Duration::from_secs(60);
+pub(super) const COMPILE_WAIT: Duration = Duration::from_secs(60);
 
 /// Compiles (or loads from the compile cache) a component off the API's
 /// threads: on a blocking thread of the runs' runtime, which the OS puts
@@ -118,7 +118,7 @@ const COMPILE_WAIT: Duration = Duration::from_secs(60);
 /// many, cannot take the cores that answer requests. The permit and `held`
 /// (a tenant's lock) move into the compile: a client that leaves frees
 /// neither before the compile ends.
-async fn off_api<F, Fut, H>(
+pub(super) async fn off_api<F, Fut, H>(
     state: &AppState,
     permits: &std::sync::Arc<tokio::sync::Semaphore>,
     held: H,
@@ -155,7 +155,7 @@ where
 
 /// The answer to a request that waited [`COMPILE_WAIT`] for a turn to
 /// compile.
-fn busy() -> ApiError {
+pub(super) fn busy() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "busy",
@@ -165,257 +165,20 @@ fn busy() -> ApiError {
 
 /// The tenant's stored policy, or 409 if it cannot be read: a policy that
 /// does not parse grants nothing, not the defaults.
-fn policy_of(tenant: &Tenant) -> ApiResult<Policy> {
+pub(super) fn policy_of(tenant: &Tenant) -> ApiResult<Policy> {
     Policy::from_stored(&tenant.policy).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))
 }
 
 /// Runs `work` on a blocking thread of the runs' runtime: hashing, copying
 /// and writing a large upload must not hold an API thread either.
-async fn blocking<T: Send + 'static>(state: &AppState, work: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+pub(super) async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> ApiResult<T> {
     state.runs_handle.spawn_blocking(work).await.map_err(|e| {
         tracing::error!(target: "nexo::server", "a blocking task failed: {e}");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the upload could not be handled; try again")
     })
-}
-
-/// The refusal of an upload past the tenant's plugin storage: 507, naming
-/// the quota.
-fn over_plugin_quota(message: String) -> ApiError {
-    ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "plugin_quota", message)
-}
-
-/// Whether the tenant may store one more plugin of `size` bytes (one it
-/// has already, by `sha`, costs nothing).
-async fn check_plugin_quota(state: &AppState, tenant: &Tenant, sha: &str, size: usize) -> ApiResult<()> {
-    let quotas = policy_of(tenant)?.quotas;
-    let stored = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
-    if stored.iter().any(|p| p.sha256 == sha) {
-        return Ok(());
-    }
-    let (count, cap) = (u64::try_from(stored.len()).unwrap_or(u64::MAX), quotas.plugins_cap());
-    if count.saturating_add(1) > cap {
-        return Err(over_plugin_quota(format!(
-            "the tenant stores {count} plugins, its quota `plugins` ({cap}); ask the operator for a higher quota"
-        )));
-    }
-    let used: u64 = stored.iter().map(|p| p.size).sum();
-    let size = u64::try_from(size).unwrap_or(u64::MAX);
-    let cap = quotas.plugin_bytes_cap();
-    if used.saturating_add(size) > cap {
-        return Err(over_plugin_quota(format!(
-            "this plugin ({size} bytes) would take the tenant's plugins to {} bytes, past its quota `plugin-bytes` \
-             ({cap}); ask the operator for a higher quota",
-            used.saturating_add(size)
-        )));
-    }
-    Ok(())
-}
-
-/// `POST /v1/plugins`: the body is the `.wasm`. It is validated as
-/// `nexo inspect` validates it, stored by content, and shown with what it
-/// requests against the tenant's policy. It counts against the tenant's
-/// `plugins` and `plugin-bytes` quotas (507 past them), checked before it
-/// compiles and again as it is stored.
-///
-/// With `Content-Type: application/json` the body is `{"reference":
-/// "HOST/REPO:TAG"}` instead: a registry reference within the policy's
-/// `registries`, pulled under the operator's `[registries]` (its trust
-/// rules included) and then handled as an upload of its bytes.
-pub async fn upload_plugin(
-    State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> ApiResult<Response> {
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "plugin_too_large",
-            format!(
-                "the component is larger than this server takes ({} bytes, the operator's `[serve] \
-                 max-plugin-bytes`): send a smaller build (release, stripped), or ask the operator to raise it",
-                state.max_plugin_bytes
-            ),
-        ),
-        status => ApiError::new(status, "bad_body", format!("the body could not be read: {rejection}")),
-    })?;
-    if body.is_empty() {
-        return Err(ApiError::bad_request(
-            "the body is empty: send the component's bytes (`--data-binary @agent.wasm`)",
-        ));
-    }
-    let policy = policy_of(&tenant)?;
-    let json = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/json"));
-    let (body, origin) = if json { pulled(&state, &policy, &body).await? } else { (body, None) };
-    let hashed = body.clone();
-    let sha = blocking(&state, move || nexo_store::sha256_hex(&hashed)).await?;
-    let path = plugin_path(&state.data_dir, &sha);
-    // One upload of a tenant in flight: its flood waits behind itself.
-    let turn = tokio::time::timeout(COMPILE_WAIT, state.compiling.lock(&tenant.id)).await.map_err(|_| busy())?;
-    // Content the tenant stored already, with its file here, is loaded
-    // through the compile cache as a run's start loads it, not compiled,
-    // checked against no quota and written again.
-    let held = state.store.plugin(&tenant.id, &sha).await.map_err(ApiError::store)?;
-    let probe = path.clone();
-    let on_disk = blocking(&state, move || probe.is_file()).await?;
-    let plugin =
-        if held.is_some() && on_disk {
-            let from = path.clone();
-            off_api(&state, &state.loads, turn, move |engine| async move { Plugin::load(&engine, &from).await }).await?
-        } else {
-            // Refused before the costly compile if it cannot be stored anyway.
-            check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
-            // Validation compiles the component: a typed error for bytes that are not one.
-            let label = PathBuf::from(format!("{sha}.wasm"));
-            let bytes = body.clone();
-            off_api(&state, &state.compiles, turn, move |engine| async move {
-                Plugin::from_bytes(&engine, label, &bytes).await
-            })
-            .await?
-        }
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
-    let agent = plugin.agent().map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "not_an_agent",
-            format!("{e}; `nexo serve` runs agent components (the `agent` world)"),
-        )
-    })?;
-    let manifest = agent.manifest().clone();
-    // Checked again with the tenant's other uploads on this node held off.
-    let _admitted = state.plugin_admission.lock(&tenant.id).await;
-    let (stored, created) = match state.store.plugin(&tenant.id, &sha).await.map_err(ApiError::store)? {
-        Some(stored) => (stored, false),
-        None => {
-            check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
-            let (to, written) = (path.clone(), body.clone());
-            let copy = blocking(&state, move || write_atomically(&to, &written).map(|()| written.to_vec())).await?;
-            let bytes = copy.map_err(|e| {
-                tracing::error!(target: "nexo::server", "cannot write {}: {e}", path.display());
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "storage",
-                    "the server cannot store the plugin now; try again",
-                )
-            })?;
-            state
-                .store
-                .put_plugin(nexo_store::NewPlugin {
-                    tenant: tenant.id.clone(),
-                    sha256: sha.clone(),
-                    name: manifest.name.clone(),
-                    world: plugin.export().to_string(),
-                    bytes,
-                    created_ms: nexo_store::now_ms(),
-                })
-                .await
-                .map_err(ApiError::store)?
-        }
-    };
-    if created {
-        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name, "origin": origin}))
-            .await?;
-    }
-    let requested: Vec<Capability> = manifest.capabilities.clone();
-    let granted: Vec<&str> = requested
-        .iter()
-        .filter(|c| matches!(c, Capability::Read | Capability::Glob) || policy.allow.contains(c))
-        .map(|c| c.as_str())
-        .collect();
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    let body = json!({
-        "id": stored.sha256,
-        "name": stored.name,
-        "world": stored.world,
-        "size": stored.size,
-        "created": created,
-        "description": manifest.description,
-        "requested": requested.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
-        "granted": granted,
-        "policy": {"allow": policy.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(), "mode": policy.mode.as_str()},
-        "origin": origin,
-    });
-    Ok((status, Json(body)).into_response())
-}
-
-/// `POST /v1/plugins`'s JSON body.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PluginReferenceBody {
-    /// The registry reference.
-    reference: String,
-}
-
-/// The component a JSON upload names, pulled (or found in this node's
-/// cache), and where it came from.
-async fn pulled(state: &AppState, policy: &Policy, body: &Bytes) -> ApiResult<(Bytes, Option<crate::runs::Origin>)> {
-    let asked: PluginReferenceBody = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "the JSON body is not {{\"reference\": \"HOST/REPOSITORY:TAG\"}} ({e}); to upload a component, \
-             send its bytes as application/octet-stream"
-        ))
-    })?;
-    let text = asked.reference.strip_prefix(crate::registry::reference::OCI_PREFIX).unwrap_or(&asked.reference);
-    let reference = crate::registry::PluginReference::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if !policy.registries.iter().any(|scope| crate::registry::covers(scope, &reference)) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "registry_not_allowed",
-            format!(
-                "your policy lets you pull from {}, not {}: ask the operator to add it to your policy's `registries`",
-                if policy.registries.is_empty() { "no registry".to_string() } else { policy.registries.join(", ") },
-                reference.repository()
-            ),
-        ));
-    }
-    let arg = PathBuf::from(format!("{}{text}", crate::registry::reference::OCI_PREFIX));
-    let cache = state.data_dir.join("registry");
-    let resolved = crate::registry::resolve(&arg, &state.registries, Some(&cache)).await.map_err(|e| {
-        let status = match e {
-            crate::registry::RegistryError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::UNPROCESSABLE_ENTITY,
-        };
-        ApiError::new(status, "registry", e.to_string())
-    })?;
-    let Some((reference, pulled)) = resolved.pulled else {
-        return Err(ApiError::bad_request("the reference names no registry"));
-    };
-    let (path, cap) = (resolved.path.clone(), state.max_plugin_bytes as u64);
-    let bytes = blocking(state, move || crate::files::read_regular(&path, cap)).await?.map_err(|e| {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "plugin_too_large", format!("the pulled component: {e}"))
-    })?;
-    let origin = crate::runs::Origin {
-        reference: reference.at_digest(&pulled.manifest_digest).to_string(),
-        signature: pulled.signature,
-    };
-    Ok((Bytes::from(bytes), Some(origin)))
-}
-
-/// `GET /v1/plugins`.
-pub async fn list_plugins(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> ApiResult<Json<Value>> {
-    let plugins = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
-    let list: Vec<Value> = plugins
-        .iter()
-        .map(|p| json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}))
-        .collect();
-    Ok(Json(json!({"plugins": list})))
-}
-
-/// `GET /v1/plugins/{id}`.
-pub async fn get_plugin(
-    State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    match state.store.plugin(&tenant.id, &id).await.map_err(ApiError::store)? {
-        Some(p) => Ok(Json(
-            json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}),
-        )),
-        None => Err(ApiError::not_found("there is no such plugin for this tenant")),
-    }
 }
 
 // ---- runs ----

@@ -26,6 +26,7 @@ pub mod auth;
 pub mod console;
 pub mod error;
 pub mod openapi;
+pub mod plugins;
 pub mod sessions;
 pub mod signin;
 pub mod state;
@@ -342,8 +343,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .route("/v1/openapi.json", get(|| async { axum::Json(openapi::document()) }))
-        .route("/v1/plugins", post(api::upload_plugin).get(api::list_plugins))
-        .route("/v1/plugins/{id}", get(api::get_plugin))
+        .route("/v1/plugins", post(plugins::upload_plugin).get(plugins::list_plugins))
+        .route("/v1/plugins/{id}", get(plugins::get_plugin))
         .route("/v1/runs", post(api::start_run).get(api::list_runs))
         .route("/v1/runs/{id}", get(api::get_run))
         .route("/v1/runs/{id}/events", get(api::events))
@@ -362,6 +363,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants", post(api::create_tenant).get(api::list_tenants))
         .route("/v1/tenants/{name}/policy", put(api::put_policy))
         .route("/v1/tenants/{name}/keys", post(api::create_key))
+        .route("/v1/tenants/{name}/accepted-plugins", post(plugins::accept_plugin))
         .route("/v1/tenants/{name}/disable", post(api::disable_tenant))
         .route("/v1/tenants/{name}/enable", post(api::enable_tenant))
         .route("/v1/keys/{id}", delete(api::revoke_key))

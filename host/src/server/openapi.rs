@@ -35,7 +35,10 @@ fn plugin_upload() -> Value {
         json!({"type": "string", "format": "binary"}),
     );
     upload["requestBody"]["content"]["application/json"] = json!({"schema": {"type": "object",
-        "required": ["reference"], "properties": {"reference": {"type": "string"}}}});
+        "required": ["reference"], "additionalProperties": false, "properties": {"reference": {"type": "string"},
+            "accept_authority": {"type": "boolean", "description": "accept a new version's wider authority (where the policy's `wider-authority` is `tenant`)"}}}});
+    upload["responses"]["409"] =
+        json!({"description": "`authority_widened`: the pulled version asks for more authority than the accepted one"});
     upload
 }
 
@@ -94,6 +97,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/tenants"),
     ("put", "/v1/tenants/{name}/policy"),
     ("post", "/v1/tenants/{name}/keys"),
+    ("post", "/v1/tenants/{name}/accepted-plugins"),
     ("post", "/v1/tenants/{name}/disable"),
     ("post", "/v1/tenants/{name}/enable"),
     ("delete", "/v1/keys/{id}"),
@@ -145,6 +149,9 @@ pub fn document() -> Value {
         "/v1/tenants/{name}/policy": {"put": with_body(id_param(op("Replace a tenant's policy (admin)", "admin", "200"), "name"),
             "application/json", json!({"$ref": "#/components/schemas/Policy"}))},
         "/v1/tenants/{name}/keys": {"post": id_param(op("A new key for the tenant, shown once (admin)", "admin", "201"), "name")},
+        "/v1/tenants/{name}/accepted-plugins": {"post": with_body(id_param(op("Accept, for the tenant, the version a registry reference names and the authority it asks for (admin)", "admin", "200"), "name"),
+            "application/json", json!({"type": "object", "required": ["reference"], "additionalProperties": false,
+                "properties": {"reference": {"type": "string", "description": "best at its digest: HOST/REPO@sha256:…"}}}))},
         "/v1/tenants/{name}/disable": {"post": id_param(op("Disable a tenant (admin)", "admin", "200"), "name")},
         "/v1/tenants/{name}/enable": {"post": id_param(op("Enable a tenant (admin)", "admin", "200"), "name")},
         "/v1/keys/{id}": {"delete": id_param(op("Revoke a key (admin)", "admin", "200"), "id")},
@@ -201,7 +208,10 @@ pub fn document() -> Value {
                     "fetch-hosts": {"type": "array", "items": {"type": "string"}},
                     "models": {"type": "array", "items": {"type": "string"}},
                     "mcp-servers": {"type": "array", "items": {"type": "string"}},
-                    "mcp-allow": {"type": "array", "items": {"type": "string"}}}},
+                    "mcp-allow": {"type": "array", "items": {"type": "string"}},
+                    "quotas": {"type": "object"},
+                    "registries": {"type": "array", "items": {"type": "string"}},
+                    "wider-authority": {"type": "string", "enum": ["operator", "tenant"]}}},
             },
         },
     })

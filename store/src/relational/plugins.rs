@@ -4,7 +4,7 @@ use super::{Arg, Dialect, SqlStore, to_i64};
 use crate::rows;
 use crate::sql;
 use crate::tenants::check_new_plugin;
-use crate::{NewPlugin, Plugins, StoreError, StoreResult, StoredPlugin};
+use crate::{NewPlugin, PluginAcceptance, Plugins, StoreError, StoreResult, StoredPlugin};
 
 #[async_trait::async_trait]
 impl<D: Dialect> Plugins for SqlStore<D> {
@@ -59,5 +59,40 @@ impl<D: Dialect> Plugins for SqlStore<D> {
     async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>> {
         let rows = self.read_all(sql::LIST_PLUGINS, &[tenant.into()]).await?;
         rows.iter().map(|r| self.decode_plugin(r)).collect()
+    }
+
+    async fn plugin_acceptance(&self, tenant: &str, reference: &str) -> StoreResult<Option<PluginAcceptance>> {
+        let row = self.read_optional(sql::SELECT_PLUGIN_ACCEPTANCE, &[tenant.into(), reference.into()]).await?;
+        row.map(|r| self.decode(|errors| rows::plugin_acceptance(&r, errors))).transpose()
+    }
+
+    async fn record_plugin_acceptance(&self, new: PluginAcceptance, was: Option<&str>) -> StoreResult<bool> {
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            let mut args: Vec<Arg<'_>> = vec![
+                (&new.tenant).into(),
+                (&new.reference).into(),
+                (&new.digest).into(),
+                (&new.authority).into(),
+                new.accepted_ms.into(),
+                (&new.accepted_by).into(),
+            ];
+            let statement = match was {
+                None => sql::INSERT_PLUGIN_ACCEPTANCE,
+                Some(digest) => {
+                    args.push(digest.into());
+                    sql::UPDATE_PLUGIN_ACCEPTANCE
+                }
+            };
+            match super::run::<D>(&mut tx, statement, &args).await {
+                Ok(rows) => Ok(rows == 1),
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    Err(StoreError::NoTenant(new.tenant.clone()))
+                }
+                Err(e) => Err(self.error(&e)),
+            }
+        }
+        .await;
+        self.db.end(tx, result).await
     }
 }

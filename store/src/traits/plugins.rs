@@ -1,6 +1,6 @@
 //! Tenants' uploaded plugins, bytes included.
 
-use crate::{NewPlugin, StoreResult, StoredPlugin};
+use crate::{NewPlugin, PluginAcceptance, StoreResult, StoredPlugin};
 
 /// The plugins tenants uploaded, content-addressed by `(tenant, sha256)`,
 /// bytes included. Every method is one transaction.
@@ -23,4 +23,14 @@ pub trait Plugins: Send + Sync {
 
     /// The tenant's plugins, newest first (by `created_ms`, then by hash).
     async fn plugins(&self, tenant: &str) -> StoreResult<Vec<StoredPlugin>>;
+
+    /// The tenant's acceptance of `reference`, if it has one.
+    async fn plugin_acceptance(&self, tenant: &str, reference: &str) -> StoreResult<Option<PluginAcceptance>>;
+
+    /// Records `acceptance` if the tenant's acceptance of its reference is
+    /// still of digest `was` (`None`: there is none yet), and answers
+    /// whether it did: `false` means another decision came first, and the
+    /// caller decides again on what that one recorded. A tenant that is
+    /// not there is [`StoreError::NoTenant`](crate::StoreError::NoTenant).
+    async fn record_plugin_acceptance(&self, acceptance: PluginAcceptance, was: Option<&str>) -> StoreResult<bool>;
 }
