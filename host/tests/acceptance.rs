@@ -51,7 +51,7 @@ fn a_version_asking_for_shell_is_refused_until_accepted_and_a_narrower_one_passe
         assert!(err.contains(ask), "{ask}: {err}");
     }
     assert!(err.contains(&format!("`nexo plugins accept {reference}`")), "{err}");
-    assert!(err.contains("`nexo run --accept-authority`"), "{err}");
+    assert!(err.contains("with `--accept-authority` on the `nexo run` or `nexo mcp serve`"), "{err}");
     assert!(!stdout(&out).contains("read-file:"), "it ran: {}", stdout(&out));
     // Refused again: a refusal records nothing.
     assert_eq!(run(&[]).status.code(), Some(2));

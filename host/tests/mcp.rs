@@ -246,6 +246,8 @@ fn serve_client(scene: &Scene, args: &[&str]) -> Clients {
     let mut env = std::collections::BTreeMap::new();
     env.insert("NEXO_CACHE_DIR".to_string(), scene.path("cache").display().to_string());
     env.insert("NEXO_STORE".to_string(), scene.path("serve.db").display().to_string());
+    // The client gives the server only this environment: no HOME to find the acceptance file by.
+    env.insert("NEXO_ACCEPTED_PLUGINS".to_string(), scene.path("accepted-plugins.json").display().to_string());
     let config = ServerConfig {
         command: Some(env!("CARGO_BIN_EXE_nexo").to_string()),
         args: all,

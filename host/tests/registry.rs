@@ -341,6 +341,10 @@ fn a_new_version_behind_a_tag_that_asks_for_more_is_refused_until_accepted() {
     let exact = format!("{}@{manifest}", scene.repo);
     assert!(err.contains(&format!("`nexo plugins accept {exact}`")), "{err}");
     assert!(!stdout(&out).contains("shell:"), "it ran: {}", stdout(&out));
+    // `nexo mcp serve` would offer its tools: refused the same way, before it serves.
+    let out = scene.nexo(&["mcp", "serve", &reference, "--insecure-registry", &scene.registry]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("`nexo plugins accept {exact}`")), "{}", stderr(&out));
 
     let out = scene.nexo(&["plugins", "accept", &exact, "--insecure-registry", &scene.registry]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -887,6 +891,14 @@ async fn a_tenants_new_version_that_asks_for_more_waits_for_whoever_its_policy_n
         );
     }
     assert_eq!(plugins(&alice).await, 1, "nothing of the refused version is stored");
+    // The refused digest is in this node's cache now: under another
+    // repository name (one the policy's scope covers, no acceptance has
+    // seen) it is asked of the registry, which has no such thing.
+    let elsewhere = format!("{}/sub@{probe}", registry.repo);
+    let (status, answer) = post(&alice, serde_json::json!({"reference": elsewhere})).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("is not in the registry"), "{answer}");
+    assert_eq!(plugins(&alice).await, 1);
 
     // A tenant may not accept for itself through the admin route.
     let accept = |key: &str, tenant: &str, body: Value| {
@@ -897,6 +909,10 @@ async fn a_tenants_new_version_that_asks_for_more_waits_for_whoever_its_policy_n
     let (status, answer) = accept(&alice, "alice", serde_json::json!({"reference": exact})).await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "a tenant's key sees no admin route: {answer}");
     // The operator accepts the exact version for Alice; then it is hers to pull.
+    // The operator names the version reviewed by its digest, not by a tag.
+    let (status, answer) = accept(&admin, "alice", serde_json::json!({"reference": reference})).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("by its digest"), "{answer}");
     let (status, answer) = accept(&admin, "alice", serde_json::json!({"reference": exact})).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}\n{}", node.log());
     assert!(
@@ -919,10 +935,58 @@ async fn a_tenants_new_version_that_asks_for_more_waits_for_whoever_its_policy_n
     let (status, answer) = post(&carol, serde_json::json!({"reference": reference})).await;
     assert_eq!(status, reqwest::StatusCode::CONFLICT, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("send the request again with \"accept_authority\": true"), "{message}");
+    let fix = format!("naming this version by its digest, {{\"reference\": \"{exact}\", \"accept_authority\": true}}");
+    assert!(message.contains(&fix), "{message}");
     assert_eq!(plugins(&carol).await, 1);
+    // Consent goes to the version named: a tag may name another by now.
     let (status, answer) = post(&carol, serde_json::json!({"reference": reference, "accept_authority": true})).await;
+    assert_eq!(status, reqwest::StatusCode::CONFLICT, "{answer}");
+    let (status, answer) = post(&carol, serde_json::json!({"reference": exact, "accept_authority": true})).await;
     assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
     assert_eq!(answer["acceptance"]["accepted"], "now", "{answer}");
     assert_eq!(serve.audit(&node, &carol, "plugin.accepted").await[1]["by"], "tenant");
+}
+
+/// A search backend from a registry is accepted as an agent is: a new
+/// version behind its tag that asks for another host is refused before the
+/// run starts, until the operator accepts it.
+#[test]
+fn a_search_backends_new_version_that_asks_for_another_host_is_refused_until_accepted() {
+    let Some((scene, _)) = Scene::new("backend", false) else { return };
+    let reference = format!("{}:1", scene.repo);
+    let run = [
+        "run",
+        built::TEXT_STATS,
+        "one two",
+        "--ephemeral",
+        "--search-backend",
+        &reference,
+        "--insecure-registry",
+        &scene.registry,
+    ];
+    scene.push(&scene.unique(built::SEARXNG, "searxng"), &reference);
+    let out = scene.nexo(&run);
+    assert!(out.status.success() && stdout(&out).contains("words: 2"), "first use: {}", stderr(&out));
+    let manifest = scene.push(&scene.unique(built::BRAVE, "brave"), &reference);
+    let out = scene.nexo(&run);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("host `api.search.brave.com`"), "{err}");
+    let exact = format!("{}@{manifest}", scene.repo);
+    assert!(err.contains(&format!("`nexo plugins accept {exact}`")), "{err}");
+    assert!(!stdout(&out).contains("words:"), "it ran: {}", stdout(&out));
+    // Inspecting it is how the operator reviews it: no acceptance needed.
+    let out = scene.nexo(&[
+        "inspect",
+        built::TEXT_STATS,
+        "--search-backend",
+        &reference,
+        "--insecure-registry",
+        &scene.registry,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = scene.nexo(&["plugins", "accept", &exact, "--insecure-registry", &scene.registry]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = scene.nexo(&run);
+    assert!(out.status.success() && stdout(&out).contains("words: 2"), "{}", stderr(&out));
 }

@@ -157,7 +157,7 @@ pub enum Refused {
     #[error(
         "{reference} changed from {} to {}, and the new version asks for more authority than the one accepted: \
          {}. Review it (`nexo inspect`), then accept it with `nexo plugins accept {accept_as}` \
-         (or for one run, `nexo run --accept-authority`)",
+         (or with `--accept-authority` on the `nexo run` or `nexo mcp serve` that uses it)",
         short(.accepted), short(.digest), requested::list(.asks)
     )]
     Wider {
@@ -175,7 +175,7 @@ pub enum Refused {
     /// The reference was never accepted, and first use needs acceptance.
     #[error(
         "{reference} ({}) has not been accepted: review it (`nexo inspect`), then accept it with \
-         `nexo plugins accept {accept_as}` (or for one run, `nexo run --accept-authority`)",
+         `nexo plugins accept {accept_as}` (or with `--accept-authority` on the `nexo run` or `nexo mcp serve` that uses it)",
         short(.digest)
     )]
     NotAccepted {

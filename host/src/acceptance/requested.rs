@@ -251,12 +251,14 @@ fn covered(host: &str, accepted: &BTreeSet<String>) -> bool {
 }
 
 /// How much a sandbox request reaches: the operator's working directory
-/// most, a container or a remote service less, none or virtual least.
+/// most, a container or a remote service less, virtual least. Asking for
+/// none leaves the operator's choice, which may be the working directory
+/// (a tenant policy's first sandbox can be `local`): ranked with it.
 fn sandbox_rank(kind: Option<SandboxKind>) -> u8 {
     match kind {
-        None | Some(SandboxKind::Virtual) => 0,
+        Some(SandboxKind::Virtual) => 0,
         Some(SandboxKind::Container | SandboxKind::Remote) => 1,
-        Some(SandboxKind::Local) => 2,
+        None | Some(SandboxKind::Local) => 2,
     }
 }
 
@@ -303,6 +305,9 @@ mod tests {
         assert_eq!(wider("permissions = \"auto\"", "permissions = \"ask\""), ["declared mode `auto` (was `ask`)"]);
         assert_eq!(wider("", "permissions = \"read-only\""), ["declared mode `none` (was `read-only`)"]);
         assert_eq!(wider("sandbox = \"local\"", "sandbox = \"container\""), ["sandbox `local` (was `container`)"]);
+        // Asking for no sandbox leaves the operator's choice, which may be `local`.
+        assert_eq!(wider("", "sandbox = \"container\""), ["sandbox `the operator's choice` (was `container`)"]);
+        assert!(wider("sandbox = \"virtual\"", "").is_empty(), "virtual is the least reach");
         let backend = |hosts: &[&str]| {
             Requested::of(&Description::SearchBackend(crate::manifest::BackendInfo {
                 name: "b".into(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use nexo::agent_file::AgentFile;
 use nexo::mcp_server::{AgentRun, McpServer};
+use nexo::registry::PluginReference;
 use nexo::{Engine, Plugin};
 
 use super::{grant, model, progress, report, runs, web};
@@ -30,6 +31,10 @@ pub struct ServeArgs {
     /// Offer the agent itself as one `run` tool (it needs a model) instead of its tools.
     #[arg(long)]
     agent: bool,
+    /// Accept the authority a new version of the agent asks for, and record it (as
+    /// `nexo plugins accept` does).
+    #[arg(long)]
+    accept_authority: bool,
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. A non-loopback
     /// address needs --token-env.
     #[arg(long, value_name = "ADDR")]
@@ -51,8 +56,9 @@ pub struct ServeArgs {
     model: model::ModelArgs,
 }
 
-/// Runs `nexo mcp …`.
-pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
+/// Runs `nexo mcp …`. `origin` is the registry reference (at its digest)
+/// the served plugin was pulled as.
+pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&PluginReference>) -> ExitCode {
     let McpCommand::Serve(args) = command;
     let token = match http_token(args) {
         Ok(t) => t,
@@ -84,7 +90,7 @@ pub async fn command(command: &McpCommand, engine: &Engine) -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
-    let server = match server(engine, args, &options).await {
+    let server = match server(engine, args, &options, origin).await {
         Ok(s) => s,
         Err(code) => {
             nexo::runs::prepare::close(&options).await;
@@ -133,14 +139,18 @@ fn http_token(args: &ServeArgs) -> Result<Option<String>, String> {
     }
 }
 
+/// The MCP server for the agent in `args.file`, once the operator's
+/// acceptance of its version passes (as for `nexo run`).
 async fn server(
     engine: &Engine,
     args: &ServeArgs,
     options: &nexo::settings::RunOptions,
+    origin: Option<&PluginReference>,
 ) -> Result<McpServer, ExitCode> {
     let toml = args.file.extension().is_some_and(|e| e == "toml");
     if toml {
         let agent = AgentFile::load(&args.file).map_err(|e| report::fail(&e.into()))?;
+        super::plugins::check_run(agent.manifest(), agent.sha256(), &args.file, origin, args.accept_authority, false)?;
         if args.agent {
             let (agent, options) = (Arc::new(agent), Arc::new(options.clone()));
             let m = agent.manifest().clone();
@@ -154,6 +164,7 @@ async fn server(
     }
     let plugin = Plugin::load(engine, &args.file).await.map_err(|e| report::fail(&e.into()))?;
     let agent = plugin.agent().map_err(|e| report::fail(&e.into()))?.clone();
+    super::plugins::check_run(agent.manifest(), plugin.sha256(), &args.file, origin, args.accept_authority, false)?;
     if args.agent {
         let m = agent.manifest().clone();
         let options = Arc::new(options.clone());

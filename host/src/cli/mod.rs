@@ -414,8 +414,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
         };
     }
     let mut cli = cli;
-    let pulled_as = match plugin_from_registry(&mut cli).await {
-        Ok(reference) => reference,
+    let (pulled_as, backend_pulled) = match plugin_from_registry(&mut cli).await {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let engine = match Engine::new(engine_config(&cli)) {
@@ -425,6 +425,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A search backend from a registry is accepted as an agent is, by what
+    // it asks for; `inspect` shows what is to be accepted, so it checks nothing.
+    if let Some((file, reference)) = backend_pulled.filter(|_| !matches!(cli.command, Command::Inspect { .. })) {
+        let accept = matches!(cli.command, Command::Run { accept_authority: true, .. });
+        if let Err(code) = plugins::admit_backend(&engine, &file, &reference, accept).await {
+            return code;
+        }
+    }
     match &cli.command {
         Command::Inspect { file, json, grant, search } => {
             let setup = settings(grant, search);
@@ -532,7 +540,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             };
             chat::command(args, &engine, &engine_config(&cli), &place, &recorded).await
         }
-        Command::Mcp(command) => mcp::command(command, &engine).await,
+        Command::Mcp(command) => mcp::command(command, &engine, pulled_as.as_ref().map(|(r, _)| r)).await,
         Command::Plugins(command) => {
             // Accepting pulls what it accepts: under the same trust rules as a run.
             let config = match command {
@@ -572,32 +580,39 @@ async fn dispatch(cli: Cli) -> ExitCode {
 /// registry reference is pulled into the cache, or found there, and the
 /// command goes on with the cached file, whose path names its digest.
 /// Returns the registry reference the command's plugin was given as, at
-/// its digest, and what its signature check found.
-async fn plugin_from_registry(cli: &mut Cli) -> Result<Option<(PluginReference, nexo::registry::Signature)>, ExitCode> {
+/// its digest, and what its signature check found; and the search
+/// backend's cached file with its reference, if it came from a registry.
+async fn plugin_from_registry(cli: &mut Cli) -> Result<(Pulled, Option<(PathBuf, PluginReference)>), ExitCode> {
     let (file, grant, search) = match &mut cli.command {
         Command::Inspect { file, grant, search, .. } | Command::Run { file, grant, search, .. } => {
             (file, grant, search)
         }
         Command::Chat(args) => (&mut args.file, &mut args.grant, &mut args.search),
         Command::Mcp(mcp::McpCommand::Serve(args)) => (&mut args.file, &mut args.grant, &mut args.search),
-        _ => return Ok(None),
+        _ => return Ok((None, None)),
     };
     // A bad config file is reported by the command itself, as before.
-    let Ok(config) = nexo::config::read(grant.config_path()) else { return Ok(None) };
+    let Ok(config) = nexo::config::read(grant.config_path()) else { return Ok((None, None)) };
     let backend = search.backend().map(Path::to_path_buf).or_else(|| config.search.as_ref()?.backend.clone());
     let backend = backend.filter(|b| nexo::registry::is_reference(b));
     if !nexo::registry::is_reference(file) && backend.is_none() && config.registries.trust.is_empty() {
-        return Ok(None);
+        return Ok((None, None));
     }
     let registries = cli.registries.registries(&config, grant.config_path())?;
     let reference = registry::resolve(file, &registries).await?;
+    let mut backend_pulled = None;
     if let Some(mut backend) = backend {
-        registry::resolve(&mut backend, &registries).await?;
+        let pulled = registry::resolve(&mut backend, &registries).await?;
+        backend_pulled = pulled.map(|(reference, _)| (backend.clone(), reference));
         // The flag wins over `[search] backend`: the cached file stands in for both.
         search.set_backend(backend);
     }
-    Ok(reference)
+    Ok((reference, backend_pulled))
 }
+
+/// The registry reference a command's plugin was pulled as, at its
+/// digest, and its signature check.
+type Pulled = Option<(PluginReference, nexo::registry::Signature)>;
 
 /// What a run records of its plugin's registry origin.
 fn origin(pulled_as: Option<&(PluginReference, nexo::registry::Signature)>) -> Option<nexo::runs::Origin> {

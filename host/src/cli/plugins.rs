@@ -129,18 +129,49 @@ pub fn admit(
     let requested = Requested::of_agent(manifest);
     match book()?.check(&reference, &digest, &requested, consent) {
         Ok(accepted) => {
-            // A first use is the operator's own choice of the plugin: said at -v, not to every run.
-            match accepted.note(&reference, &digest) {
-                Some(note) if accepted == Accepted::First => tracing::info!("{note}"),
-                Some(note) => errln!("note: {note}"),
-                None => {}
-            }
+            say(&accepted, &reference, &digest);
             Ok(())
         }
         Err(e) => Err(match origin {
             Some(pinned) => e.accept_as(pinned.to_string()),
             None => e,
         }),
+    }
+}
+
+/// What the operator is told of a version that passed. A first use is the
+/// operator's own choice of the plugin: said at -v, not to every run.
+fn say(accepted: &Accepted, reference: &str, digest: &str) {
+    match accepted.note(reference, digest) {
+        Some(note) if *accepted == Accepted::First => tracing::info!("{note}"),
+        Some(note) => errln!("note: {note}"),
+        None => {}
+    }
+}
+
+/// The acceptance decision on a search backend pulled as `reference` (at
+/// its digest) and cached at `file`: remembered by its repository, as an
+/// agent from a registry is, by what its manifest asks for (its hosts).
+/// `accept`: the operator consents (`nexo run --accept-authority`).
+pub async fn admit_backend(
+    engine: &Engine,
+    file: &Path,
+    reference: &PluginReference,
+    accept: bool,
+) -> Result<(), ExitCode> {
+    let resolved = resolve_file(engine, file).await.map_err(|e| match e {
+        Unresolved::Load(e) => super::report::fail(&e.into()),
+        Unresolved::Refused(e) => refused(&e, false),
+    })?;
+    let repository = reference.repository();
+    let consent = if accept { Consent::Given } else { Consent::Standing };
+    let decided = book().and_then(|b| b.check(&repository, &resolved.digest, &resolved.requested, consent));
+    match decided {
+        Ok(accepted) => {
+            say(&accepted, &repository, &resolved.digest);
+            Ok(())
+        }
+        Err(e) => Err(refused(&e.accept_as(reference.to_string()), false)),
     }
 }
 

@@ -50,6 +50,12 @@ pub struct Entry {
     /// trust rule: a run from the cache verifies them again, with no registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<super::signatures::StoredSignature>,
+    /// The repositories that served this manifest
+    /// ([`PluginReference::repository`](super::PluginReference::repository)):
+    /// the cache answers a reference by digest only for one of them, so a
+    /// digest is no way into a repository nobody pulled it from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<String>,
 }
 
 /// A cache directory.

@@ -49,6 +49,9 @@ pub struct Pulled {
 pub fn cached(cache: &BlobCache, reference: &PluginReference, registries: &Registries) -> Option<Pulled> {
     let digest = reference.digest()?;
     let (entry, path) = cache.lookup(digest)?;
+    if !entry.repositories.contains(&reference.repository()) {
+        return None;
+    }
     let signature = match registries.trust.rule_for(reference) {
         None => Signature::NotChecked,
         Some(rule) => {
@@ -115,11 +118,16 @@ pub async fn pull(
     let manifest: OciImageManifest =
         serde_json::from_str(&text).map_err(|e| not_wasm(format!("its manifest is not an image manifest ({e})")))?;
     let layer = wasm_layer(&manifest, reference, registries.max_component_bytes)?;
+    let mut repositories = cache.lookup(&digest).map(|(e, _)| e.repositories).unwrap_or_default();
+    if !repositories.contains(&reference.repository()) {
+        repositories.push(reference.repository());
+    }
     let entry = Entry {
         layer: layer.digest.clone(),
         reference: reference.to_string(),
         manifest: Some(text),
         signatures: signatures.clone(),
+        repositories,
     };
     // Under a rule, a cached file is used only if it still hashes to its digest.
     let intact =
@@ -216,5 +224,32 @@ mod tests {
         assert!(wasm_layer(&manifest, &reference, 100).is_ok());
         let refused = wasm_layer(&manifest, &reference, 99);
         assert!(matches!(refused, Err(RegistryError::TooLarge { size: 100, cap: 99, .. })), "{refused:?}");
+    }
+
+    /// A digest pulled from one repository is no way into another: the
+    /// cache answers it only for a repository that served it.
+    #[test]
+    fn the_cache_answers_a_digest_only_for_the_repositories_that_served_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlobCache::open(dir.path()).unwrap();
+        let blob = b"\0asm component";
+        let layer = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(blob)));
+        std::fs::write(cache.blob_path(sha256_hex(&layer).unwrap()), blob).unwrap();
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let entry = Entry {
+            layer,
+            reference: "Reg.Example:443/acme/agent:1".into(),
+            manifest: None,
+            signatures: Vec::new(),
+            repositories: vec!["reg.example/acme/agent".into()],
+        };
+        cache.record(&digest, &entry).unwrap();
+        let registries = Registries::default();
+        let pinned = |repo: &str| PluginReference::parse(&format!("{repo}@{digest}")).unwrap();
+        assert!(cached(&cache, &pinned("reg.example/acme/agent"), &registries).is_some());
+        assert!(cached(&cache, &pinned("REG.example:443/acme/agent"), &registries).is_some(), "one repository");
+        for other in ["reg.example/acme/agent/sub", "reg.example/acme/other", "other.example/acme/agent"] {
+            assert!(cached(&cache, &pinned(other), &registries).is_none(), "{other}");
+        }
     }
 }

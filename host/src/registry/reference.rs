@@ -34,6 +34,18 @@ pub enum Source {
     Registry(PluginReference),
 }
 
+/// A registry host as nexo compares it: lowercase (host names are
+/// case-insensitive), without the default HTTPS port, and one name for
+/// Docker Hub.
+pub fn canonical_host(host: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    let host = host.strip_suffix(":443").unwrap_or(&host);
+    match host {
+        "docker.io" | "registry-1.docker.io" | "index.docker.io" => "index.docker.io".to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// A registry reference: registry, repository, and a tag or a digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginReference {
@@ -44,6 +56,13 @@ impl PluginReference {
     /// Parses `text` (with or without the `oci://` prefix).
     pub fn parse(text: &str) -> Result<PluginReference, RegistryError> {
         let bare = text.strip_prefix(OCI_PREFIX).unwrap_or(text);
+        // Host names are case-insensitive, and oci-client's Docker Hub rule
+        // (`library/`) reads the lowercase name: one spelling for all.
+        let bare = match bare.split_once('/') {
+            Some((host, rest)) => format!("{}/{rest}", host.to_ascii_lowercase()),
+            None => bare.to_string(),
+        };
+        let bare = bare.as_str();
         let inner: Reference = bare.parse().map_err(|e: oci_client::ParseError| RegistryError::BadReference {
             reference: text.to_string(),
             reason: e.to_string(),
@@ -77,8 +96,9 @@ impl PluginReference {
     /// operator's acceptance of a plugin is remembered by, whichever
     /// version a tag names.
     pub fn repository(&self) -> String {
-        // Host names are case-insensitive (a repository is lowercase by the spec): one plugin, one key.
-        format!("{}/{}", self.inner.resolve_registry().to_ascii_lowercase(), self.inner.repository())
+        // One plugin, one key, however its host is spelled: a tenant's
+        // acceptance must not be sidestepped by writing `HOST:443`.
+        format!("{}/{}", canonical_host(self.inner.resolve_registry()), self.inner.repository())
     }
 
     /// The digest the reference pins, if it pins one.
@@ -171,5 +191,10 @@ mod tests {
         let lower = PluginReference::parse("registry.example:5000/acme/echo:2").unwrap();
         assert_eq!(upper.repository(), "registry.example:5000/acme/echo");
         assert_eq!(upper.repository(), lower.repository());
+        let hub = PluginReference::parse("Docker.IO/nginx:1").unwrap();
+        assert_eq!(hub.repository(), PluginReference::parse("docker.io/nginx:1").unwrap().repository());
+        assert_eq!(hub.repository(), "index.docker.io/library/nginx");
+        let port = PluginReference::parse("Registry.Example:443/acme/echo:2").unwrap();
+        assert_eq!(port.repository(), "registry.example/acme/echo", "the default port is no other plugin");
     }
 }

@@ -168,11 +168,7 @@ fn normalize(scope: &str) -> String {
         Some((host, rest)) => (host, Some(rest)),
         None => (scope.as_str(), None),
     };
-    let host = host.strip_suffix(":443").unwrap_or(host);
-    let host = match host {
-        "docker.io" | "registry-1.docker.io" | "index.docker.io" => "index.docker.io",
-        other => other,
-    };
+    let host = super::reference::canonical_host(host);
     match rest {
         Some(rest) => format!("{host}/{rest}"),
         None => host.to_string(),

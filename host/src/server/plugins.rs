@@ -27,6 +27,7 @@ use crate::acceptance::{self, Accepted, Consent, FirstUse, Refused, Requested};
 use crate::data_dir::{plugin_path, write_atomically};
 use crate::manifest::Capability;
 use crate::policy::{Policy, WiderAuthority};
+use crate::registry::RegistryError;
 
 /// The refusal of an upload past the tenant's plugin storage: 507, naming
 /// the quota.
@@ -140,14 +141,21 @@ pub async fn upload_plugin(
     // A pulled plugin's version is decided on before anything is stored.
     let acceptance = match &pull {
         Some(pull) => {
-            let consent = if pull.accept_authority && policy.wider_authority == WiderAuthority::Tenant {
+            // Consent is to the version reviewed: named by its digest, not
+            // by a tag that may name another by the time it is pulled.
+            let consent = if pull.accept_authority && pull.pinned && policy.wider_authority == WiderAuthority::Tenant {
                 Consent::Given
             } else {
                 Consent::Standing
             };
             let digest = acceptance::file_digest(&sha);
-            let decided =
-                Decision { reference: &pull.repository, digest: &digest, exact: &pull.origin.reference, consent };
+            let decided = Decision {
+                reference: &pull.repository,
+                digest: &digest,
+                exact: &pull.origin.reference,
+                consent,
+                asked: pull.accept_authority,
+            };
             let requested = Requested::of_agent(&manifest);
             let accepted = admit(&state, &tenant, &policy, &decided, &requested, By::Tenant).await?;
             Some(json!({
@@ -237,6 +245,8 @@ struct Pull {
     repository: String,
     /// Whether the request accepts wider authority.
     accept_authority: bool,
+    /// Whether the request named the version by its digest.
+    pinned: bool,
 }
 
 /// The component a JSON upload names, pulled (or found in this node's
@@ -260,8 +270,9 @@ async fn pulled(state: &AppState, policy: &Policy, body: &Bytes) -> ApiResult<(B
             ),
         ));
     }
-    let (bytes, origin, repository) = pull(state, &reference).await?;
-    Ok((bytes, Pull { origin, repository, accept_authority: asked.accept_authority }))
+    let (bytes, origin, repository) = pull(state, &reference, Audience::Tenant).await?;
+    let pinned = reference.digest().is_some();
+    Ok((bytes, Pull { origin, repository, accept_authority: asked.accept_authority, pinned }))
 }
 
 /// A reference as a request gives it (`oci://` optional).
@@ -270,22 +281,59 @@ fn parse_reference(text: &str) -> ApiResult<crate::registry::PluginReference> {
     crate::registry::PluginReference::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
+/// Who a registry failure is told to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Audience {
+    /// A tenant: what concerns the reference, not the node's set-up.
+    Tenant,
+    /// The operator: everything.
+    Operator,
+}
+
+/// A registry failure as `audience` is told it. The node's credentials
+/// (a user name, a credential helper's output) and set-up (cache, trust
+/// keys) are the operator's: a tenant is told the pull failed on the
+/// node's side, and the node's log has the cause.
+fn registry_failure(e: RegistryError, reference: &str, audience: Audience) -> ApiError {
+    let operators = matches!(
+        e,
+        RegistryError::Unauthorized { .. }
+            | RegistryError::UnsafeRealm { .. }
+            | RegistryError::Credentials { .. }
+            | RegistryError::Cache { .. }
+            | RegistryError::BadTrust { .. }
+            | RegistryError::BadKey { .. }
+            | RegistryError::SigningKey { .. }
+    );
+    let status = match e {
+        RegistryError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
+        _ if operators => StatusCode::BAD_GATEWAY,
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    if operators && audience == Audience::Tenant {
+        tracing::warn!(target: "nexo::server", "a tenant's pull of {reference} failed: {e}");
+        let message = format!(
+            "this node could not pull {reference}: its registry set-up (credentials, cache or trust keys) failed; \
+             ask the operator, whose node log has the cause"
+        );
+        return ApiError::new(status, "registry", message);
+    }
+    ApiError::new(status, "registry", e.to_string())
+}
+
 /// Pulls `reference` into this node's cache under the operator's
 /// `[registries]` (or finds it there), capped at `[serve]
 /// max-plugin-bytes`: its bytes, its origin and its repository.
 async fn pull(
     state: &AppState,
     reference: &crate::registry::PluginReference,
+    audience: Audience,
 ) -> ApiResult<(Bytes, crate::runs::Origin, String)> {
     let arg = PathBuf::from(format!("{}{reference}", crate::registry::reference::OCI_PREFIX));
     let cache = state.data_dir.join("registry");
-    let resolved = crate::registry::resolve(&arg, &state.registries, Some(&cache)).await.map_err(|e| {
-        let status = match e {
-            crate::registry::RegistryError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::UNPROCESSABLE_ENTITY,
-        };
-        ApiError::new(status, "registry", e.to_string())
-    })?;
+    let resolved = crate::registry::resolve(&arg, &state.registries, Some(&cache))
+        .await
+        .map_err(|e| registry_failure(e, &reference.to_string(), audience))?;
     let Some((reference, pulled)) = resolved.pulled else {
         return Err(ApiError::bad_request("the reference names no registry"));
     };
@@ -314,10 +362,11 @@ enum By {
 struct Decision<'a> {
     reference: &'a str,
     digest: &'a str,
-    /// What names this very version to the operator: the reference at its
-    /// manifest's digest.
+    /// What names this very version: the reference at its manifest's digest.
     exact: &'a str,
     consent: Consent,
+    /// Whether the request asked to accept wider authority.
+    asked: bool,
 }
 
 /// How many times a decision is taken again when another node's decision
@@ -341,7 +390,12 @@ async fn admit(
     for _ in 0..DECISION_TRIES {
         let previous = state.store.plugin_acceptance(&tenant.id, decision.reference).await.map_err(ApiError::store)?;
         let before = match &previous {
-            Some(p) => Some((p.digest.as_str(), stored_authority(p)?)),
+            Some(p) => match stored_authority(p) {
+                Ok(asks) => Some((p.digest.as_str(), asks)),
+                // The operator's acceptance replaces a record that cannot be read.
+                Err(_) if by == By::Operator => None,
+                Err(e) => return Err(e),
+            },
             None => None,
         };
         let accepted = acceptance::decide(
@@ -412,7 +466,11 @@ fn labels(asks: &[acceptance::Ask]) -> Vec<String> {
 fn stored_authority(record: &PluginAcceptance) -> ApiResult<Requested> {
     serde_json::from_str(&record.authority).map_err(|e| {
         tracing::error!(target: "nexo::server", "tenant {}'s acceptance of {} does not parse: {e}", record.tenant, record.reference);
-        internal(format!("the record of what was accepted for {} cannot be read", record.reference))
+        internal(format!(
+            "the record of what was accepted for {} cannot be read; the operator's acceptance of a version \
+             (POST /v1/tenants/{{name}}/accepted-plugins) replaces it",
+            record.reference
+        ))
     })
 }
 
@@ -421,20 +479,26 @@ fn widened(refused: &Refused, tenant: &Tenant, policy: &Policy, decision: &Decis
     let Refused::Wider { reference, digest, accepted, asks, .. } = refused else {
         return internal(refused.to_string());
     };
+    let exact = decision.exact;
     let how = match policy.wider_authority {
-        WiderAuthority::Tenant => "review it, then send the request again with \"accept_authority\": true".to_string(),
+        WiderAuthority::Tenant => format!(
+            "review it, then send the request again naming this version by its digest, {{\"reference\": \"{exact}\", \
+             \"accept_authority\": true}}"
+        ),
         WiderAuthority::Operator => format!(
-            "your policy leaves accepting wider authority to the operator: ask them to accept {} for tenant \
+            "your policy leaves accepting wider authority to the operator{}: ask them to accept {exact} for tenant \
              `{}` (POST /v1/tenants/{}/accepted-plugins)",
-            decision.exact, tenant.name, tenant.name
+            if decision.asked { ", so \"accept_authority\" accepts nothing here" } else { "" },
+            tenant.name,
+            tenant.name
         ),
     };
     ApiError::new(
         StatusCode::CONFLICT,
         "authority_widened",
         format!(
-            "{reference} changed from {} to {}, and the new version asks for more authority than the one accepted: \
-             {}; {how}",
+            "{reference} changed from the component {} to {} ({exact}), and the new version asks for more authority \
+             than the one accepted: {}; {how}",
             acceptance::short(accepted),
             acceptance::short(digest),
             acceptance::requested::list(asks)
@@ -463,7 +527,14 @@ pub async fn accept_plugin(
     let tenant = tenants::find(&*state.store, &name).await?;
     let policy = policy_of(&tenant)?;
     let reference = parse_reference(&body.reference)?;
-    let (bytes, origin, repository) = pull(&state, &reference).await?;
+    if reference.digest().is_none() {
+        return Err(ApiError::bad_request(format!(
+            "name the version to accept by its digest ({}@sha256:…, as the tenant's refusal names it): a tag may \
+             name another version by the time it is pulled",
+            reference.repository()
+        )));
+    }
+    let (bytes, origin, repository) = pull(&state, &reference, Audience::Operator).await?;
     let hashed = bytes.clone();
     let sha = blocking(&state, move || nexo_store::sha256_hex(&hashed)).await?;
     let label = PathBuf::from(format!("{sha}.wasm"));
@@ -478,13 +549,24 @@ pub async fn accept_plugin(
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
     let manifest = plugin
         .agent()
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not_an_agent",
+                format!("{e}; `nexo serve` runs agent components (the `agent` world), so only they are accepted"),
+            )
+        })?
         .manifest()
         .clone();
     let requested = Requested::of_agent(&manifest);
     let digest = acceptance::file_digest(&sha);
-    let decision =
-        Decision { reference: &repository, digest: &digest, exact: &origin.reference, consent: Consent::Given };
+    let decision = Decision {
+        reference: &repository,
+        digest: &digest,
+        exact: &origin.reference,
+        consent: Consent::Given,
+        asked: true,
+    };
     let accepted = admit(&state, &tenant, &policy, &decision, &requested, By::Operator).await?;
     Ok(Json(json!({
         "tenant": tenant.name,
