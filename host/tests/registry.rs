@@ -827,6 +827,11 @@ async fn a_tenant_pulls_a_plugin_from_the_registries_its_policy_lists_under_the_
     let (status, run) = serve.call(reqwest::Method::POST, &node.url("/v1/runs"), Some(&alice), Some(run)).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{run}\n{}", node.log());
     assert!(run["result"].as_str().unwrap_or_default().contains("words: 2"), "{run}");
+    // The run and the stored plugin say where it came from and who signed it.
+    assert_eq!(run["origin"]["reference"], format!("{}@{digest}", registry.repo), "{run}");
+    assert_eq!(run["origin"]["signature"]["status"], "signed", "{run}");
+    let (_, stored) = serve.get(&node.url(&format!("/v1/plugins/{id}")), &alice).await;
+    assert_eq!(stored["origin"], answer["origin"], "{stored}");
     // Bob cannot use Alice's pull.
     let (status, _) = serve.call(reqwest::Method::GET, &node.url(&format!("/v1/plugins/{id}")), Some(&bob), None).await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
@@ -989,4 +994,41 @@ fn a_search_backends_new_version_that_asks_for_another_host_is_refused_until_acc
     assert!(out.status.success(), "{}", stderr(&out));
     let out = scene.nexo(&run);
     assert!(out.status.success() && stdout(&out).contains("words: 2"), "{}", stderr(&out));
+}
+
+/// `nexo cache prune` removes the components nothing has used for a while,
+/// and keeps what a run that may still go on was started from (a resume
+/// loads that very file).
+#[test]
+fn cache_prune_keeps_what_a_run_that_may_go_on_needs() {
+    let Some((scene, _)) = Scene::new("prune", false) else { return };
+    let insecure = ["--insecure-registry", scene.registry.as_str()];
+    let stats = scene.unique(built::TEXT_STATS, "stats");
+    let queued_ref = format!("{}:queued", scene.repo);
+    scene.push(&stats, &queued_ref);
+    let probe = scene.unique(built::TOOL_PROBE, "probe");
+    let other_ref = format!("{}:other", scene.repo);
+    scene.push(&probe, &other_ref);
+    let out = scene.nexo(&[&["run", &queued_ref, "one two", "--later"][..], &insecure].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = scene.nexo(&[&["pull", &other_ref][..], &insecure].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (stats_sha, probe_sha) = (sha256_file(&stats), sha256_file(&probe));
+    let blob = |sha: &str| scene.cache().join("registry/blobs/sha256").join(sha);
+    assert!(blob(&stats_sha).is_file() && blob(&probe_sha).is_file());
+
+    let prune = |extra: &[&str]| scene.nexo(&[&["cache", "prune", "--unused-for", "0s"][..], extra].concat());
+    let out = prune(&["--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), probe_sha, "{}", stderr(&out));
+    assert!(stderr(&out).contains("would remove 1 components"), "{}", stderr(&out));
+    assert!(blob(&probe_sha).is_file(), "a dry run removes nothing");
+    let out = prune(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), probe_sha);
+    assert!(!blob(&probe_sha).exists(), "unused: removed");
+    assert!(blob(&stats_sha).is_file(), "the queued run's component stays");
+    // Pulled again, it is fetched again.
+    let out = scene.nexo(&[&["pull", &other_ref][..], &insecure].concat());
+    assert!(out.status.success() && blob(&probe_sha).is_file(), "{}", stderr(&out));
 }

@@ -836,7 +836,10 @@ impl Plugins for MemoryStore {
         let mut inner = self.lock();
         inner.check_tenant(&new.tenant)?;
         let address = (new.tenant.clone(), new.sha256.clone());
-        if let Some((stored, _)) = inner.plugins.get(&address) {
+        if let Some((stored, _)) = inner.plugins.get_mut(&address) {
+            if stored.origin.is_none() {
+                stored.origin = new.origin;
+            }
             return Ok((stored.clone(), false));
         }
         let stored = new.to_stored();

@@ -279,6 +279,7 @@ pub(crate) fn plugin(row: &impl Columns, errors: &Errors<'_>) -> Result<StoredPl
         name: column(row, "name", errors)?,
         world: column(row, "world", errors)?,
         created_ms: column(row, "created_ms", errors)?,
+        origin: column(row, "origin", errors)?,
         tenant,
         sha256,
     })

@@ -466,6 +466,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             accepted_by TEXT NOT NULL,
             PRIMARY KEY (tenant, reference)
         )",
+            // Where a tenant's plugin was pulled from (the reference at its
+            // digest and its signature check, JSON); NULL for an upload.
+            "ALTER TABLE plugins ADD COLUMN origin TEXT",
         ],
     },
 ];
@@ -1054,18 +1057,23 @@ pub(crate) const REVOKE_KEY: &str =
 /// The columns of a plugin, in the order the backends read them.
 macro_rules! plugin_columns {
     () => {
-        "tenant, sha256, name, world, size, created_ms"
+        "tenant, sha256, name, world, size, created_ms, origin"
     };
 }
 
-/// Records a plugin: `$1…$6` its columns in [`plugin_columns!`] order. No
+/// Records a plugin: `$1…$7` its columns in [`plugin_columns!`] order. No
 /// row is written (0 rows affected) if the tenant has it already; a tenant
 /// that is not there fails the schema's foreign key.
 pub(crate) const INSERT_PLUGIN: &str = concat!(
     "INSERT INTO plugins (",
     plugin_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, sha256) DO NOTHING"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant, sha256) DO NOTHING"
 );
+
+/// Records where a plugin the tenant has came from, if nothing says so
+/// yet: `$1` tenant, `$2` sha256, `$3` origin.
+pub(crate) const SET_PLUGIN_ORIGIN: &str =
+    "UPDATE plugins SET origin = $3 WHERE tenant = $1 AND sha256 = $2 AND origin IS NULL";
 
 /// Stores a new plugin's bytes: `$1` tenant, `$2` sha256, `$3` bytes.
 pub(crate) const INSERT_PLUGIN_BLOB: &str = "INSERT INTO plugin_blobs (tenant, sha256, bytes) VALUES ($1, $2, $3)";

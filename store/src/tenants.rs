@@ -148,6 +148,9 @@ pub struct StoredPlugin {
     pub size: u64,
     /// When it was first uploaded.
     pub created_ms: i64,
+    /// Where it was pulled from, as the host writes it (JSON); `None` for
+    /// bytes uploaded as they are. The first pull's stands.
+    pub origin: Option<String>,
 }
 
 /// A tenant's acceptance of one version of a plugin it pulls by
@@ -185,6 +188,8 @@ pub struct NewPlugin {
     pub bytes: Vec<u8>,
     /// When it is uploaded.
     pub created_ms: i64,
+    /// Where it was pulled from (JSON), if it was.
+    pub origin: Option<String>,
 }
 
 impl NewPlugin {
@@ -197,6 +202,7 @@ impl NewPlugin {
             world: self.world.clone(),
             size: self.bytes.len() as u64,
             created_ms: self.created_ms,
+            origin: self.origin.clone(),
         }
     }
 }

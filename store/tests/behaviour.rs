@@ -1838,6 +1838,7 @@ fn new_plugin(tenant: &str, name: &str, bytes: Vec<u8>, created_ms: i64) -> NewP
         world: "nexo:plugin/agent".into(),
         bytes,
         created_ms,
+        origin: None,
     }
 }
 
@@ -1866,12 +1867,22 @@ async fn plugins_are_stored_once_and_listed_newest_first(store: Arc<dyn Store>) 
             world: "nexo:plugin/agent".into(),
             size: bytes.len() as u64,
             created_ms: 1_000,
+            origin: None,
         }
     );
     // Again, under another name and later: the first upload stands.
     let renamed = NewPlugin { name: "renamed".into(), world: "other".into(), created_ms: 2_000, ..first.clone() };
     assert_eq!(store.put_plugin(renamed).await.unwrap(), (stored.clone(), false));
     assert_eq!(store.put_plugin(first.clone()).await.unwrap(), (stored.clone(), false));
+    // A pull of the same bytes says where they came from; the first pull's stands.
+    let pulled = NewPlugin { origin: Some("{\"reference\":\"a\"}".into()), ..first.clone() };
+    let (with_origin, new) = store.put_plugin(pulled).await.unwrap();
+    assert!(!new);
+    assert_eq!(with_origin, StoredPlugin { origin: Some("{\"reference\":\"a\"}".into()), ..stored.clone() });
+    let again = NewPlugin { origin: Some("{\"reference\":\"b\"}".into()), ..first.clone() };
+    assert_eq!(store.put_plugin(again).await.unwrap().0.origin, with_origin.origin);
+    assert_eq!(store.put_plugin(first.clone()).await.unwrap().0, with_origin, "an upload does not clear it");
+    let stored = with_origin;
     assert_eq!(store.plugins("t-acme").await.unwrap(), vec![stored.clone()], "stored once");
     assert_eq!(store.plugin("t-acme", &sha).await.unwrap(), Some(stored.clone()));
     assert_eq!(store.plugin_bytes("t-acme", &sha).await.unwrap(), Some(bytes.clone()), "byte for byte");

@@ -418,6 +418,7 @@ async fn open_by_location() {
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "ALTER TABLE plugins DROP COLUMN origin",
     "DROP TABLE plugin_acceptances",
     "DELETE FROM nexo_schema WHERE version = 9",
     "DROP TABLE run_traces",

@@ -19,6 +19,7 @@ macro_rules! errln {
     ($($arg:tt)*) => { nexo::terminal::eprint_line(&format!($($arg)*)) };
 }
 
+mod cache;
 mod chat;
 pub(crate) mod grant;
 mod inspect;
@@ -201,6 +202,9 @@ enum Command {
     /// Work with skill packages (SKILL.md directories).
     #[command(subcommand)]
     Skill(SkillCommand),
+    /// The local cache of components pulled from registries.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Pull a component from a registry into the local cache; print its manifest digest and file.
     Pull {
         /// HOST[:PORT]/REPOSITORY:TAG, or HOST[:PORT]/REPOSITORY@sha256:HEX.
@@ -395,6 +399,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
     if let Command::Usage { name, json, store } = &cli.command {
         return tenant::usage(name.as_deref(), *json, store, cli.store.as_deref()).await;
     }
+    if let Command::Cache(command) = &cli.command {
+        return cache::command(command, cli.store.as_deref()).await;
+    }
     if let Command::Pull { config, .. }
     | Command::Push { config, .. }
     | Command::Sign(registry::SignArgs { config, .. }) = &cli.command
@@ -569,6 +576,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Audit(_)
         | Command::Usage { .. }
         | Command::Pull { .. }
+        | Command::Cache(_)
         | Command::Push { .. }
         | Command::Sign(_)
         | Command::Skill(_) => unreachable!("handled above"),

@@ -7,8 +7,10 @@
 //! manifest is indexed only after its blob is in place, so a refused or
 //! tampered download leaves nothing behind.
 
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -56,6 +58,17 @@ pub struct Entry {
     /// digest is no way into a repository nobody pulled it from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repositories: Vec<String>,
+}
+
+/// What [`BlobCache::prune`] removed (or, in a dry run, would remove).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    /// The SHA-256 of each component removed.
+    pub components: Vec<String>,
+    /// Their bytes in all.
+    pub bytes: u64,
+    /// The components kept.
+    pub kept: usize,
 }
 
 /// A cache directory.
@@ -137,6 +150,76 @@ impl BlobCache {
         Some((entry, blob))
     }
 
+    /// Marks manifest `digest` as used now (its index entry's time), so
+    /// that [`prune`](Self::prune) keeps what runs still use.
+    pub fn touch(&self, digest: &str) {
+        let Some(hex) = sha256_hex(digest) else { return };
+        let entry = self.dir.join("manifests/sha256").join(hex);
+        if let Ok(file) = std::fs::File::options().append(true).open(entry) {
+            let _ = file.set_modified(SystemTime::now());
+        }
+    }
+
+    /// Removes what has not been used for `unused_for`: manifests' index
+    /// entries, the components no remaining entry names, and downloads
+    /// left unfinished. A component whose SHA-256 is in `keep` (the runs
+    /// that may still go on name theirs) stays, with its entries. With
+    /// `dry_run`, nothing is removed, and the answer says what would be.
+    pub fn prune(&self, keep: &BTreeSet<String>, unused_for: Duration, dry_run: bool) -> Result<Pruned, RegistryError> {
+        let cutoff = SystemTime::now().checked_sub(unused_for).unwrap_or(SystemTime::UNIX_EPOCH);
+        let old = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
+        let remove = |path: &Path| if dry_run { Ok(()) } else { std::fs::remove_file(path) };
+        let mut named = BTreeSet::new();
+        for path in self.files("manifests/sha256")? {
+            let layer = std::fs::read(&path)
+                .ok()
+                .and_then(|text| serde_json::from_slice::<Entry>(&text).ok())
+                .and_then(|entry| sha256_hex(&entry.layer).map(str::to_string));
+            match layer {
+                Some(hex) if keep.contains(&hex) || !old(&path) => {
+                    named.insert(hex);
+                }
+                _ if old(&path) => remove(&path).map_err(|e| self.io(e))?,
+                _ => {}
+            }
+        }
+        let mut pruned = Pruned::default();
+        for path in self.files("blobs/sha256")? {
+            let hex = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if keep.contains(&hex) || named.contains(&hex) || !old(&path) {
+                pruned.kept += 1;
+                continue;
+            }
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            remove(&path).map_err(|e| self.io(e))?;
+            pruned.components.push(hex);
+            pruned.bytes += size;
+        }
+        for path in self.files("tmp")?.iter().filter(|p| old(p)) {
+            remove(path).map_err(|e| self.io(e))?;
+        }
+        Ok(pruned)
+    }
+
+    /// The files directly in `sub`.
+    fn files(&self, sub: &str) -> Result<Vec<PathBuf>, RegistryError> {
+        let dir = self.dir.join(sub);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(e)),
+        };
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| self.io(e))?;
+            if entry.file_type().map_err(|e| self.io(e))?.is_file() {
+                files.push(entry.path());
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
     fn io(&self, source: std::io::Error) -> RegistryError {
         RegistryError::Cache { dir: self.dir.clone(), source }
     }
@@ -179,5 +262,69 @@ mod tests {
         let path = cache.commit_blob(right, &digest, "r").unwrap();
         assert_eq!(std::fs::read(path).unwrap(), bytes);
         assert!(sha256_hex("sha256:../../etc").is_none());
+    }
+
+    /// Prune removes what is unused, and never what a run may still need or
+    /// a recent pull named.
+    #[test]
+    fn prune_removes_only_the_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlobCache::open(dir.path()).unwrap();
+        let long_ago = SystemTime::now() - Duration::from_secs(7200);
+        let aged = |path: &Path| {
+            std::fs::File::options().append(true).open(path).unwrap().set_modified(long_ago).unwrap();
+        };
+        let blob = |bytes: &[u8]| {
+            let hex = hex::encode(Sha256::digest(bytes));
+            let path = cache.blob_path(&hex);
+            std::fs::write(&path, bytes).unwrap();
+            aged(&path);
+            hex
+        };
+        let entry = |layer: &str, digest: &str, old: bool| {
+            let layer = format!("sha256:{layer}");
+            let entry = Entry {
+                layer,
+                reference: "r".into(),
+                manifest: None,
+                signatures: Vec::new(),
+                repositories: Vec::new(),
+            };
+            cache.record(digest, &entry).unwrap();
+            if old {
+                aged(&dir.path().join("manifests/sha256").join(sha256_hex(digest).unwrap()));
+            }
+        };
+        let (kept_by_run, recently_pulled, orphan, stale) =
+            (blob(b"a run's"), blob(b"recent"), blob(b"orphan"), blob(b"stale"));
+        let (recent, old) = (format!("sha256:{}", "1".repeat(64)), format!("sha256:{}", "2".repeat(64)));
+        entry(&recently_pulled, &recent, false);
+        entry(&stale, &old, true);
+        let download = dir.path().join("tmp/left-over");
+        std::fs::write(&download, b"partial").unwrap();
+        aged(&download);
+        let keep = BTreeSet::from([kept_by_run.clone()]);
+        let hour = Duration::from_secs(3600);
+
+        let mut expected = vec![orphan.clone(), stale.clone()];
+        expected.sort();
+        let dry = cache.prune(&keep, hour, true).unwrap();
+        assert_eq!((dry.components.clone(), dry.kept), (expected.clone(), 2));
+        assert!(cache.blob_path(&orphan).exists() && download.exists(), "a dry run removes nothing");
+
+        let pruned = cache.prune(&keep, hour, false).unwrap();
+        assert_eq!(pruned, dry);
+        assert_eq!(pruned.bytes, (b"orphan".len() + b"stale".len()) as u64);
+        for hex in [&kept_by_run, &recently_pulled] {
+            assert!(cache.blob_path(hex).exists(), "{hex} is kept");
+        }
+        assert!(!cache.blob_path(&orphan).exists() && !cache.blob_path(&stale).exists());
+        assert!(cache.lookup(&recent).is_some() && cache.lookup(&old).is_none());
+        assert!(!download.exists(), "an unfinished download is removed");
+        // Used now, an old entry is no longer unused; a run that ended keeps nothing.
+        entry(&recently_pulled, &old, true);
+        cache.touch(&old);
+        std::fs::remove_file(dir.path().join("manifests/sha256").join(sha256_hex(&recent).unwrap())).unwrap();
+        assert_eq!(cache.prune(&BTreeSet::new(), hour, false).unwrap().components, vec![kept_by_run]);
     }
 }

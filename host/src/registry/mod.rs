@@ -25,7 +25,7 @@ mod trust;
 
 use std::path::{Path, PathBuf};
 
-pub use cache::{BlobCache, Entry, default_dir as default_cache_dir, file_sha256, sha256_hex};
+pub use cache::{BlobCache, Entry, Pruned, default_dir as default_cache_dir, file_sha256, sha256_hex};
 pub use client::RegistryClient;
 pub use credentials::{Credentials, PASSWORD_VAR, USERNAME_VAR};
 pub use error::RegistryError;

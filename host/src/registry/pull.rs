@@ -71,6 +71,7 @@ pub fn cached(cache: &BlobCache, reference: &PluginReference, registries: &Regis
             }
         }
     };
+    cache.touch(digest);
     Some(Pulled { path, manifest_digest: digest.to_string(), layer_digest: entry.layer, cached: true, signature })
 }
 

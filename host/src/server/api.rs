@@ -54,6 +54,9 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
         "resume_key": run.resume_key,
         "created_ms": run.created_ms,
         "updated_ms": run.updated_ms,
+        // Where its plugin was pulled from (the reference at its digest, and
+        // the signature check), as the run recorded it.
+        "origin": run.grant.get("origin"),
         "approval": approval.map(|a| json!({
             "capability": a.capability,
             "tool": a.tool,
@@ -255,9 +258,9 @@ pub(crate) async fn prepare(
     // Refused before the plugin loads; the agent's manifest narrows below.
     policy.admit(narrowing).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "beyond_policy", m))?;
     admit(state, tenant, &policy, crate::quota::Step::Start).await?;
-    if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
+    let Some(stored) = state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)? else {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
-    }
+    };
     let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin, &state.runs_handle)
         .await
         .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
@@ -293,7 +296,8 @@ pub(crate) async fn prepare(
         memory_mib: state.memory_mib,
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
-        origin: None,
+        // Where the plugin was pulled from, recorded with the run.
+        origin: stored.origin.as_deref().and_then(|o| serde_json::from_str(o).ok()),
     };
     Ok(Prepared { plugin: loaded, path, spec, granted })
 }

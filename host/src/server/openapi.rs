@@ -200,6 +200,7 @@ pub fn document() -> Value {
                     "result": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
                     "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
                     "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
+                    "origin": {"type": ["object", "null"], "description": "where its plugin was pulled from: `reference` at its digest, and `signature`"},
                     "approval": {"oneOf": [{"$ref": "#/components/schemas/Approval"}, {"type": "null"}]}}},
                 "Policy": {"type": "object", "additionalProperties": false, "properties": {
                     "allow": {"type": "array", "items": capability},

@@ -169,7 +169,21 @@ pub async fn upload_plugin(
     };
     // Checked again with the tenant's other uploads on this node held off.
     let _admitted = state.plugin_admission.lock(&tenant.id).await;
+    let recorded_origin = origin.as_ref().and_then(|o| serde_json::to_string(o).ok());
     let (stored, created) = match state.store.plugin(&tenant.id, &sha).await.map_err(ApiError::store)? {
+        // Uploaded before as bytes and pulled now: the store learns where it came from.
+        Some(stored) if stored.origin.is_none() && recorded_origin.is_some() => {
+            let new = nexo_store::NewPlugin {
+                tenant: tenant.id.clone(),
+                sha256: sha.clone(),
+                name: stored.name.clone(),
+                world: stored.world.clone(),
+                bytes: body.to_vec(),
+                created_ms: stored.created_ms,
+                origin: recorded_origin.clone(),
+            };
+            state.store.put_plugin(new).await.map_err(ApiError::store)?
+        }
         Some(stored) => (stored, false),
         None => {
             check_plugin_quota(&state, &tenant, &sha, body.len()).await?;
@@ -192,6 +206,7 @@ pub async fn upload_plugin(
                     world: plugin.export().to_string(),
                     bytes,
                     created_ms: nexo_store::now_ms(),
+                    origin: recorded_origin,
                 })
                 .await
                 .map_err(ApiError::store)?
@@ -578,13 +593,16 @@ pub async fn accept_plugin(
     })))
 }
 
+/// A stored plugin as the API shows it, with where it was pulled from.
+fn plugin_json(p: &nexo_store::StoredPlugin) -> Value {
+    let origin: Option<Value> = p.origin.as_deref().and_then(|o| serde_json::from_str(o).ok());
+    json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms, "origin": origin})
+}
+
 /// `GET /v1/plugins`.
 pub async fn list_plugins(State(state): State<AppState>, TenantCaller(tenant): TenantCaller) -> ApiResult<Json<Value>> {
     let plugins = state.store.plugins(&tenant.id).await.map_err(ApiError::store)?;
-    let list: Vec<Value> = plugins
-        .iter()
-        .map(|p| json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}))
-        .collect();
+    let list: Vec<Value> = plugins.iter().map(plugin_json).collect();
     Ok(Json(json!({"plugins": list})))
 }
 
@@ -595,9 +613,7 @@ pub async fn get_plugin(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     match state.store.plugin(&tenant.id, &id).await.map_err(ApiError::store)? {
-        Some(p) => Ok(Json(
-            json!({"id": p.sha256, "name": p.name, "world": p.world, "size": p.size, "created_ms": p.created_ms}),
-        )),
+        Some(p) => Ok(Json(plugin_json(&p))),
         None => Err(ApiError::not_found("there is no such plugin for this tenant")),
     }
 }

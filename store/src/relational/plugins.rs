@@ -24,6 +24,7 @@ impl<D: Dialect> Plugins for SqlStore<D> {
                 (&plugin.world).into(),
                 to_i64(plugin.size, "plugin size")?.into(),
                 plugin.created_ms.into(),
+                plugin.origin.as_deref().into(),
             ];
             let inserted = match super::run::<D>(&mut tx, sql::INSERT_PLUGIN, args).await {
                 Ok(rows) => rows,
@@ -36,6 +37,9 @@ impl<D: Dialect> Plugins for SqlStore<D> {
             let key: [Arg<'_>; 2] = [(&plugin.tenant).into(), (&plugin.sha256).into()];
             if inserted == 0 {
                 // The tenant has it: the bytes are the same, by their hash.
+                if let Some(origin) = &plugin.origin {
+                    self.execute(&mut tx, sql::SET_PLUGIN_ORIGIN, &[key[0], key[1], origin.into()]).await?;
+                }
                 let row = self.one(&mut tx, sql::SELECT_PLUGIN, &key).await?;
                 return Ok((self.decode_plugin(&row)?, false));
             }

@@ -143,6 +143,7 @@ async fn later_tables_work(store: &dyn Store, name: &str) {
         world: "agent".into(),
         bytes: bytes.clone(),
         created_ms: now,
+        origin: None,
     };
     store.put_plugin(plugin).await.unwrap();
     assert_eq!(store.plugin_bytes("t-after", &sha256_hex(&bytes)).await.unwrap(), Some(bytes), "{name}");
