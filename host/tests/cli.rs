@@ -549,6 +549,34 @@ fn skills_are_scaffolded_checked_and_loaded_into_an_agent_without_widening_it() 
     assert!(stderr(&out).contains("nope/SKILL.md does not exist"), "{}", stderr(&out));
 }
 
+/// `--skill-component FILE` gives a run a skill component the agent names;
+/// two components with the same skill name are refused before the run.
+#[test]
+fn a_skill_component_given_by_flag_is_found_and_a_second_of_the_same_name_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("reviewer.toml");
+    std::fs::write(&agent, "name = \"reviewer\"\ndescription = \"Reviews\"\nskills = [\"code-review\"]\n").unwrap();
+    let script = dir.path().join("s.json");
+    std::fs::write(&script, serde_json::json!({ "turns": [{ "text": "done" }] }).to_string()).unwrap();
+    let skills = dir.path().join("skills");
+    let run = |components: &[&str]| {
+        let mut args = vec!["run", agent.to_str().unwrap(), "x", "--script", script.to_str().unwrap()];
+        args.extend(["--skills-path", skills.to_str().unwrap()]);
+        for c in components {
+            args.extend(["--skill-component", c]);
+        }
+        nexo(&args)
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "no such skill: {}", stderr(&out));
+    let out = run(&[built::CODE_REVIEW]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("done"), "{}", stdout(&out));
+    let out = run(&[built::CODE_REVIEW, built::CODE_REVIEW]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("two skill components are named `code-review`"), "{}", stderr(&out));
+}
+
 /// A one-shot HTTP/1.1 server on loopback answering every request with
 /// `body` as JSON; it returns the request lines it saw.
 #[test]

@@ -996,6 +996,60 @@ fn a_search_backends_new_version_that_asks_for_another_host_is_refused_until_acc
     assert!(out.status.success() && stdout(&out).contains("words: 2"), "{}", stderr(&out));
 }
 
+/// A skill component by registry reference (`[skills] components`): its
+/// instructions reach the agent that names it, and the run records the
+/// version it read by digest; a reference to something that is not a skill
+/// stops the run before the model is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_component_from_a_registry_reaches_the_agent_and_its_run_records_the_digest() {
+    let Some((scene, _)) = Scene::new("skill", false) else { return };
+    let server = MockServer::start().await.unwrap();
+    server.push(Reply::text("Reviewed."));
+    let skill = scene.unique(built::CODE_REVIEW, "review");
+    let reference = format!("{}:1", scene.repo);
+    scene.push(&skill, &reference);
+    let agent = scene.dir.path().join("reviewer.toml");
+    std::fs::write(&agent, "name = \"reviewer\"\ndescription = \"Reviews\"\nskills = [\"code-review\"]\n").unwrap();
+    let base_url = server.openai_base_url();
+    let run = |components: &str| {
+        let config = scene.dir.path().join("nexo.toml");
+        std::fs::write(&config, format!("[skills]\ncomponents = [\"{components}\"]\n")).unwrap();
+        let args = [
+            "run",
+            agent.to_str().unwrap(),
+            "review this",
+            "--config",
+            config.to_str().unwrap(),
+            "--provider",
+            "openai-compatible",
+            "--base-url",
+            &base_url,
+            "--model",
+            "test-model",
+            "--json",
+            "--insecure-registry",
+            &scene.registry,
+        ];
+        scene.command(&args).env("OPENAI_API_KEY", "sk-registry-test").output().unwrap()
+    };
+    let out = run(&reference);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].raw_body.contains("Read the changed files and what they call"), "{}", requests[0].raw_body);
+    let v: Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    let id = v["run"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
+    let out = scene.nexo(&["runs", "show", &id, "--json"]);
+    assert!(stdout(&out).contains(&sha256_file(&skill)), "the run names the skill's digest: {}", stdout(&out));
+
+    let agent_ref = format!("{}:agent", scene.repo);
+    scene.push(&scene.unique(built::HELLO, "hello"), &agent_ref);
+    let out = run(&agent_ref);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a skill"), "{}", stderr(&out));
+    assert_eq!(server.requests().len(), 1, "no model call for a run that could not start");
+}
+
 /// `nexo cache prune` removes the components nothing has used for a while,
 /// and keeps what a run that may still go on was started from (a resume
 /// loads that very file).
@@ -1009,7 +1063,11 @@ fn cache_prune_keeps_what_a_run_that_may_go_on_needs() {
     let probe = scene.unique(built::TOOL_PROBE, "probe");
     let other_ref = format!("{}:other", scene.repo);
     scene.push(&probe, &other_ref);
-    let out = scene.nexo(&[&["run", &queued_ref, "one two", "--later"][..], &insecure].concat());
+    let skill = scene.unique(built::CODE_REVIEW, "skill");
+    let skill_ref = format!("{}:skill", scene.repo);
+    scene.push(&skill, &skill_ref);
+    let queued = ["run", &queued_ref, "one two", "--later", "--skill-component", &skill_ref];
+    let out = scene.nexo(&[&queued[..], &insecure].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let out = scene.nexo(&[&["pull", &other_ref][..], &insecure].concat());
     assert!(out.status.success(), "{}", stderr(&out));
@@ -1028,6 +1086,7 @@ fn cache_prune_keeps_what_a_run_that_may_go_on_needs() {
     assert_eq!(stdout(&out).trim(), probe_sha);
     assert!(!blob(&probe_sha).exists(), "unused: removed");
     assert!(blob(&stats_sha).is_file(), "the queued run's component stays");
+    assert!(blob(&sha256_file(&skill)).is_file(), "and so does its skill component");
     // Pulled again, it is fetched again.
     let out = scene.nexo(&[&["pull", &other_ref][..], &insecure].concat());
     assert!(out.status.success() && blob(&probe_sha).is_file(), "{}", stderr(&out));

@@ -2,7 +2,7 @@
 //! what no run that may still go on needs.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -69,16 +69,18 @@ pub async fn command(command: &CacheCommand, store_flag: Option<&str>) -> ExitCo
 
 /// The components the runs that may still go on were started from, by
 /// SHA-256 (a cached component's file name): a resume loads the very file,
-/// the agent's and its search backend's.
+/// the agent's, its search backend's and its skill components'.
 async fn needed(store: &dyn Store) -> Result<BTreeSet<String>, StoreError> {
     let mut keep = BTreeSet::new();
     for status in [RunStatus::Queued, RunStatus::Running, RunStatus::Suspended, RunStatus::Failed] {
         for run in store.runs(Some(status), usize::MAX).await? {
             keep.insert(run.component_sha256.clone());
-            let spec = nexo::runs::RunSpec::from_record(run.grant.clone()).ok();
-            let backend = spec.and_then(|s| s.search?.backend);
-            if let Some(name) = backend.as_deref().and_then(Path::file_name) {
-                keep.insert(name.to_string_lossy().into_owned());
+            let Ok(spec) = nexo::runs::RunSpec::from_record(run.grant.clone()) else { continue };
+            let backend = spec.search.and_then(|s| s.backend);
+            for file in backend.iter().chain(&spec.skill_components) {
+                if let Some(name) = file.file_name() {
+                    keep.insert(name.to_string_lossy().into_owned());
+                }
             }
         }
     }

@@ -53,7 +53,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(super) search: web::SearchArgs,
     #[command(flatten)]
-    model: model::ModelArgs,
+    pub(super) model: model::ModelArgs,
 }
 
 /// Runs `nexo mcp …`. `origin` is the registry reference (at its digest)
@@ -80,6 +80,7 @@ pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&Plug
             memory_mib: args.memory,
             skills_path: std::path::absolute(&args.model.skills_path).unwrap_or(args.model.skills_path.clone()),
             progressive_skills: args.model.progressive_skills,
+            skill_components: args.model.recorded_skill_components(&file, args.grant.config_path()),
             origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return report::config_failure(&e),

@@ -591,23 +591,39 @@ async fn dispatch(cli: Cli) -> ExitCode {
 /// its digest, and what its signature check found; and the search
 /// backend's cached file with its reference, if it came from a registry.
 async fn plugin_from_registry(cli: &mut Cli) -> Result<(Pulled, Option<(PathBuf, PluginReference)>), ExitCode> {
-    let (file, grant, search) = match &mut cli.command {
-        Command::Inspect { file, grant, search, .. } | Command::Run { file, grant, search, .. } => {
-            (file, grant, search)
+    let (file, grant, search, model) = match &mut cli.command {
+        Command::Run { file, grant, search, model, .. } => (file, grant, search, Some(model)),
+        Command::Inspect { file, grant, search, .. } => (file, grant, search, None),
+        Command::Chat(args) => (&mut args.file, &mut args.grant, &mut args.search, Some(&mut args.model)),
+        Command::Mcp(mcp::McpCommand::Serve(args)) => {
+            (&mut args.file, &mut args.grant, &mut args.search, Some(&mut args.model))
         }
-        Command::Chat(args) => (&mut args.file, &mut args.grant, &mut args.search),
-        Command::Mcp(mcp::McpCommand::Serve(args)) => (&mut args.file, &mut args.grant, &mut args.search),
         _ => return Ok((None, None)),
     };
     // A bad config file is reported by the command itself, as before.
     let Ok(config) = nexo::config::read(grant.config_path()) else { return Ok((None, None)) };
     let backend = search.backend().map(Path::to_path_buf).or_else(|| config.search.as_ref()?.backend.clone());
     let backend = backend.filter(|b| nexo::registry::is_reference(b));
-    if !nexo::registry::is_reference(file) && backend.is_none() && config.registries.trust.is_empty() {
+    let skills = model.as_ref().map(|m| m.skill_components(&config, grant.config_path())).unwrap_or_default();
+    let skills_pulled = skills.iter().any(|s| nexo::registry::is_reference(s));
+    if !nexo::registry::is_reference(file) && backend.is_none() && !skills_pulled && config.registries.trust.is_empty()
+    {
         return Ok((None, None));
     }
     let registries = cli.registries.registries(&config, grant.config_path())?;
-    let reference = registry::resolve(file, &registries).await?;
+    let reference = registry::resolve(&mut *file, &registries).await?;
+    // A skill component asks for nothing, so there is nothing to accept:
+    // its digest (the cached file's name) and signature check are all.
+    if let Some(model) = model
+        && (skills_pulled || !config.registries.trust.is_empty())
+    {
+        let mut files = Vec::with_capacity(skills.len());
+        for mut skill in skills {
+            registry::resolve(&mut skill, &registries).await?;
+            files.push(skill);
+        }
+        model.set_skill_components(files);
+    }
     let mut backend_pulled = None;
     if let Some(mut backend) = backend {
         let pulled = registry::resolve(&mut backend, &registries).await?;
@@ -642,6 +658,7 @@ fn recorded(
     memory: u64,
 ) -> Result<(Settings, nexo::runs::RunSpec), ExitCode> {
     let settings = settings(grant, search).map_err(|e| config_failure(&e))?;
+    let skill_components = model.recorded_skill_components(&settings.file, grant.config_path());
     let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
         (Ok(grant), Ok(model_table)) => nexo::runs::RunSpec {
             grant,
@@ -651,6 +668,7 @@ fn recorded(
             memory_mib: memory,
             skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
             progressive_skills: model.progressive_skills,
+            skill_components,
             origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return Err(config_failure(&e)),

@@ -1,7 +1,7 @@
 //! Model flags: which model, which provider, and the loop's limits. Flags win
 //! over `NEXO_*` variables, which win over the config file's `[model]`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use nexo::ConfigError;
@@ -40,6 +40,10 @@ pub struct ModelArgs {
     /// The directory of skill packages the agent may name, relative to the current directory (not to the agent file).
     #[arg(long, value_name = "DIR", default_value = "skills")]
     pub skills_path: PathBuf,
+    /// A skill component the agent may name: a `.wasm` file or a registry reference (repeatable;
+    /// replaces the config file's `[skills] components`).
+    #[arg(long = "skill-component", value_name = "FILE|REF")]
+    skill_components: Vec<PathBuf>,
     /// Load skills progressively: only names and descriptions up front, the
     /// model activates one with a tool (default: eagerly, in the instructions).
     #[arg(long)]
@@ -69,6 +73,24 @@ fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
 }
 
 impl ModelArgs {
+    /// The skill components: the flags', else the config file's (`config`
+    /// is its path).
+    pub fn skill_components(&self, file: &nexo::config::ConfigFile, config: Option<&Path>) -> Vec<PathBuf> {
+        if self.skill_components.is_empty() { file.skills.components(config) } else { self.skill_components.clone() }
+    }
+
+    /// The skill components as a run records them: files, absolute.
+    pub fn recorded_skill_components(&self, file: &nexo::config::ConfigFile, config: Option<&Path>) -> Vec<PathBuf> {
+        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        self.skill_components(file, config).into_iter().map(absolute).collect()
+    }
+
+    /// Sets the skill components: registry references' cached files, which
+    /// stand in for the flags and the config file's alike.
+    pub fn set_skill_components(&mut self, files: Vec<PathBuf>) {
+        self.skill_components = files;
+    }
+
     /// The flags laid over `[model]`: what a recorded run keeps.
     ///
     /// A script replaces the model: with `--script` the file's `model`,

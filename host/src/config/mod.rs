@@ -12,6 +12,7 @@
 mod grant;
 mod model;
 mod search;
+mod skills;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub use crate::telemetry::{PrometheusTable, TelemetryTable};
 pub use grant::{GrantFlags, GrantTable};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
+pub use skills::SkillsTable;
 
 /// The operator's config file.
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -36,6 +38,9 @@ pub struct ConfigFile {
     pub model: ModelTable,
     /// The `[search]` table.
     pub search: Option<SearchTable>,
+    /// The `[skills]` table: skill components given to every run.
+    #[serde(default)]
+    pub skills: SkillsTable,
     /// Where runs are recorded: a path, `sqlite://PATH` or `postgres://…`
     /// (`--store` and `NEXO_STORE` win over it).
     pub store: Option<String>,

@@ -40,6 +40,7 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
         options.providers.agent_loop = Some(Arc::new(claude));
     }
     options.skills_path = Some(spec.skills_path.clone());
+    options.providers.skill_components = skill_components(engine, &spec.skill_components).await?;
     if spec.progressive_skills {
         options.skill_mode = SkillMode::Progressive;
     }
@@ -70,6 +71,32 @@ pub async fn search_backend(
     let plugin = Plugin::load(engine, &setup.backend).await?;
     let backend = plugin.search_backend()?.clone();
     Ok(Arc::new(crate::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
+}
+
+/// The skill components at `files`, loaded; each must be a skill
+/// component, and no two may share a name (an agent names a skill by it).
+pub async fn skill_components(
+    engine: &Engine,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<Arc<dyn crate::settings::SkillComponent>>, RunError> {
+    let mut loaded: Vec<Arc<dyn crate::settings::SkillComponent>> = Vec::with_capacity(files.len());
+    for file in files {
+        let plugin = Plugin::load(engine, file).await?;
+        let skill = plugin.skill()?.clone();
+        if let Some(same) = loaded.iter().find(|s| s.name() == skill.name()) {
+            return Err(ConfigError::invalid(
+                "[skills] components",
+                format!(
+                    "two skill components are named `{}` ({} is the second): give each skill once",
+                    same.name(),
+                    file.display()
+                ),
+            )
+            .into());
+        }
+        loaded.push(Arc::new(skill));
+    }
+    Ok(loaded)
 }
 
 /// One engine for the passes of many runs: each pass brings its own

@@ -37,6 +37,11 @@ pub struct RunSpec {
     pub skills_path: PathBuf,
     /// Progressive skills.
     pub progressive_skills: bool,
+    /// The skill components given to the run: files (a registry
+    /// reference's cached file, named by its digest, so a resume reads the
+    /// same version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_components: Vec<PathBuf>,
     /// Where the plugin came from, when it came from a registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
@@ -65,6 +70,7 @@ impl Default for RunSpec {
             memory_mib: DEFAULT_MEMORY_MIB,
             skills_path: PathBuf::from("skills"),
             progressive_skills: false,
+            skill_components: Vec::new(),
             origin: None,
         }
     }
