@@ -536,6 +536,33 @@ fn a_blob_longer_than_its_manifest_declares_is_cut_off() {
     assert_eq!(std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0), 0, "no partial download left");
 }
 
+/// A registry that answers a manifest request with more than the
+/// distribution spec's 4 MiB is cut off there, and nothing is cached.
+#[test]
+fn a_manifest_longer_than_a_registry_may_send_is_cut_off() {
+    let registry = FakeServer::start(move |head| {
+        if head.contains("/manifests/") {
+            // Sixteen MiB of a manifest that never ends.
+            let mut out =
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nConnection: \
+                            close\r\n\r\n{\"schemaVersion\":2,\"x\":\""
+                    .to_vec();
+            out.extend(std::iter::repeat_n(b'x', 16 << 20));
+            out
+        } else {
+            http_answer("200 OK", &[], b"{}")
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("{}/big/manifest:1", registry.address);
+    let out =
+        logged_in(dir.path(), "elsewhere.example", &["pull", &reference, "--insecure-registry", &registry.address]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("its manifest is more than 4194304 bytes"), "{}", stderr(&out));
+    let cached = dir.path().join("cache/registry/manifests/sha256");
+    assert_eq!(std::fs::read_dir(&cached).map(|d| d.count()).unwrap_or(0), 0, "nothing cached");
+}
+
 fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }

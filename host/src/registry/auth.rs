@@ -41,19 +41,22 @@ enum Challenge {
     Bearer { realm: String, service: Option<String> },
 }
 
-/// The credentials oci-client is to use for `operation` on `reference`:
-/// anonymous ones as they are (oci-client's anonymous token requests carry
-/// no secret); a password either as it is, when the registry asks for one
-/// itself, or exchanged here for a bearer token from a realm the operator's
-/// rules allow.
+/// The credentials to use for `operation` on `reference` (nexo's own
+/// manifest requests and oci-client's blob requests alike): a password
+/// either as it is, when the registry asks for one itself, or exchanged
+/// here for a bearer token from a realm the operator's rules allow; no
+/// password, for an anonymous token from such a realm when the registry
+/// asks for one, else nothing.
 pub(super) async fn authorize(
     client: &RegistryClient,
     reference: &PluginReference,
     credentials: &Credentials,
     operation: RegistryOperation,
 ) -> Result<RegistryAuth, RegistryError> {
-    let RegistryAuth::Basic(user, password) = credentials.auth() else {
-        return Ok(credentials.auth().clone());
+    let password = match credentials.auth() {
+        RegistryAuth::Basic(user, password) => Some((user, password)),
+        RegistryAuth::Anonymous => None,
+        given @ RegistryAuth::Bearer(_) => return Ok(given.clone()),
     };
     let registry = reference.registry();
     let unreachable = |e: reqwest013::Error| RegistryError::Unreachable {
@@ -77,8 +80,11 @@ pub(super) async fn authorize(
     };
     let mut query = vec![("scope", scope)];
     query.extend(service.map(|s| ("service", s)));
-    let answer =
-        client.http().get(url).query(&query).basic_auth(user, Some(password)).send().await.map_err(unreachable)?;
+    let mut request = client.http().get(url).query(&query);
+    if let Some((user, password)) = password {
+        request = request.basic_auth(user, Some(password));
+    }
+    let answer = request.send().await.map_err(unreachable)?;
     let status = answer.status();
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         return Err(RegistryError::Unauthorized {

@@ -15,6 +15,7 @@ mod capped;
 mod client;
 mod credentials;
 mod error;
+mod manifest;
 mod pull;
 mod push;
 pub mod reference;

@@ -17,6 +17,7 @@ use super::capped::Capped;
 use super::client::RegistryClient;
 use super::credentials::Credentials;
 use super::error::RegistryError;
+use super::manifest;
 use super::reference::PluginReference;
 use super::settings::Registries;
 use super::signatures::{Signature, check, verify};
@@ -91,12 +92,12 @@ pub async fn pull(
     let rule = registries.trust.rule_for(reference);
     let credentials = Credentials::for_registry(reference.registry())?;
     let auth = authorize(client, reference, &credentials, RegistryOperation::Pull).await?;
+    // Blobs come through oci-client, which keeps what it is to send per registry.
+    client.oci().store_auth_if_needed(reference.registry(), &auth).await;
     let metadata = async {
-        let oci = client.oci();
-        let (raw, digest) = oci
-            .pull_manifest_raw(reference.oci(), &auth, &[WASM_MANIFEST_MEDIA_TYPE])
-            .await
-            .map_err(|e| client.error(e, reference, &credentials))?;
+        let (raw, digest) =
+            manifest::fetch(client, reference.oci(), reference, &auth, &credentials, &[WASM_MANIFEST_MEDIA_TYPE])
+                .await?;
         let signatures = match rule {
             None => (Signature::NotChecked, Vec::new()),
             Some(rule) => check(client, reference, &digest, &auth, &credentials, rule).await?,
@@ -115,7 +116,7 @@ pub async fn pull(
         })??;
     same_digest(reference, &digest)?;
     let not_wasm = |reason: String| RegistryError::NotWasm { reference: reference.to_string(), reason };
-    let text = String::from_utf8(raw.to_vec()).map_err(|_| not_wasm("its manifest is not UTF-8 JSON".into()))?;
+    let text = String::from_utf8(raw).map_err(|_| not_wasm("its manifest is not UTF-8 JSON".into()))?;
     let manifest: OciImageManifest =
         serde_json::from_str(&text).map_err(|e| not_wasm(format!("its manifest is not an image manifest ({e})")))?;
     let layer = wasm_layer(&manifest, reference, registries.max_component_bytes)?;

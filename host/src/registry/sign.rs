@@ -124,20 +124,21 @@ pub async fn sign(
     let credentials = Credentials::for_registry(reference.registry())?;
     let auth = authorize(client, reference, &credentials, RegistryOperation::Push).await?;
     let oci = client.oci();
+    oci.store_auth_if_needed(reference.registry(), &auth).await;
     let failed = |e| client.error(e, reference, &credentials);
-    let (manifest, digest) = oci.pull_image_manifest(reference.oci(), &auth).await.map_err(failed)?;
+    let (manifest, digest) =
+        super::manifest::image(client, reference.oci(), reference, &auth, &credentials, "its manifest").await?;
     super::pull::same_digest(reference, &digest)?;
     super::pull::wasm_layer(&manifest, reference, crate::files::MAX_COMPONENT_BYTES)?;
     let existing = fetch(client, reference, &digest, &auth, &credentials).await?;
     let target = signature_reference(reference, &digest);
     // The signature image as it is, every layer and annotation kept (other
     // signers' certificates and bundles too): ours is appended.
-    let image = match oci.pull_image_manifest(&target, &auth).await {
+    let what = "its signature image";
+    let image = match super::manifest::image(client, &target, reference, &auth, &credentials, what).await {
         Ok((image, _)) => Some(image),
-        Err(e) => match client.error(e, reference, &credentials) {
-            RegistryError::NotFound { .. } => None,
-            other => return Err(other),
-        },
+        Err(RegistryError::NotFound { .. }) => None,
+        Err(other) => return Err(other),
     };
     let count = image.as_ref().map_or(0, |i| i.layers.len());
     if sigstore::cosign::verify_constraints(&existing, std::iter::once(&key.verifier)).is_ok() {
@@ -154,7 +155,6 @@ pub async fn sign(
     .map_err(|e| signing(reference, &e))?;
     let signature = key.signer.sign(&payload).map_err(|e| signing(reference, &e))?;
     let layer = layer(payload, Some(base64::engine::general_purpose::STANDARD.encode(signature)));
-    oci.store_auth_if_needed(target.resolve_registry(), &auth).await;
     let mut image = match image {
         Some(image) => image,
         None => {

@@ -11,7 +11,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use oci_client::manifest::OciManifest;
 use oci_client::secrets::RegistryAuth;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -177,18 +176,12 @@ pub(super) async fn fetch(
     credentials: &Credentials,
 ) -> Result<Vec<SignatureLayer>, RegistryError> {
     let signatures = signature_reference(reference, digest);
-    let oci = client.oci();
-    let manifest = match oci.pull_manifest(&signatures, auth).await {
+    let what = "its signature image";
+    let manifest = match super::manifest::image(client, &signatures, reference, auth, credentials, what).await {
         Ok((manifest, _)) => manifest,
-        Err(e) => {
-            return match client.error(e, reference, credentials) {
-                RegistryError::NotFound { .. } => Ok(Vec::new()),
-                other => Err(other),
-            };
-        }
-    };
-    let OciManifest::Image(manifest) = manifest else {
-        return Err(bad_signatures(reference, "the signature tag names an image index, not an image"));
+        Err(RegistryError::NotFound { .. }) => return Ok(Vec::new()),
+        Err(RegistryError::NotWasm { reason, .. }) => return Err(bad_signatures(reference, &reason)),
+        Err(other) => return Err(other),
     };
     if manifest.layers.len() > MAX_SIGNATURES {
         return Err(bad_signatures(
@@ -206,7 +199,7 @@ pub(super) async fn fetch(
             continue;
         };
         let mut writer = Capped::new(Vec::new(), declared);
-        let pulled = oci.pull_blob(&signatures, descriptor, &mut writer).await;
+        let pulled = client.oci().pull_blob(&signatures, descriptor, &mut writer).await;
         if writer.overflowed() {
             return Err(bad_signatures(reference, "a signature payload is longer than its manifest declares"));
         }
