@@ -169,6 +169,15 @@ impl Inner {
         self.runs.values().any(|r| r.session.as_deref() == Some(id) && in_progress(r.status))
     }
 
+    /// Appends an entry to `tenant`'s audit log (a tenant that is there).
+    fn append_audit(&mut self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> AuditEntry {
+        let head = self.audit_heads.get(tenant).cloned();
+        let entry = next_audit_entry(tenant, head, kind, data, at_ms);
+        self.audit_heads.insert(tenant.to_string(), (entry.seq, entry.hash.clone()));
+        self.audit.entry(tenant.to_string()).or_default().push(entry.clone());
+        entry
+    }
+
     /// Succeeds if tenant `id` is there.
     fn check_tenant(&self, id: &str) -> StoreResult<()> {
         if !self.tenants.contains_key(id) {
@@ -869,13 +878,20 @@ impl Plugins for MemoryStore {
         Ok(self.lock().plugin_acceptances.get(&(tenant.to_string(), reference.to_string())).cloned())
     }
 
-    async fn record_plugin_acceptance(&self, new: PluginAcceptance, was: Option<&str>) -> StoreResult<bool> {
+    async fn record_plugin_acceptance(
+        &self,
+        new: PluginAcceptance,
+        was: Option<&str>,
+        audit: (&str, &Value),
+    ) -> StoreResult<bool> {
         let mut inner = self.lock();
         inner.check_tenant(&new.tenant)?;
         let key = (new.tenant.clone(), new.reference.clone());
         if inner.plugin_acceptances.get(&key).map(|a| a.digest.as_str()) != was {
             return Ok(false);
         }
+        let (kind, data) = audit;
+        inner.append_audit(&new.tenant, kind, data, new.accepted_ms);
         inner.plugin_acceptances.insert(key, new);
         Ok(true)
     }
@@ -887,11 +903,7 @@ impl Ledger for MemoryStore {
         // Under the one lock: appends to a tenant's log are serialized.
         let mut inner = self.lock();
         inner.check_tenant(tenant)?;
-        let head = inner.audit_heads.get(tenant).cloned();
-        let entry = next_audit_entry(tenant, head, kind, data, at_ms);
-        inner.audit_heads.insert(tenant.to_string(), (entry.seq, entry.hash.clone()));
-        inner.audit.entry(tenant.to_string()).or_default().push(entry.clone());
-        Ok(entry)
+        Ok(inner.append_audit(tenant, kind, data, at_ms))
     }
 
     async fn audit(&self, tenant: &str, after_seq: u64, limit: usize) -> StoreResult<Vec<AuditEntry>> {

@@ -1938,29 +1938,48 @@ fn acceptance(tenant: &str, digest: &str, by: &str) -> PluginAcceptance {
     }
 }
 
+/// What a test records with each acceptance.
+const AUDITED: (&str, &serde_json::Value) = ("plugin.accepted", &serde_json::Value::Null);
+
 async fn a_plugin_acceptance_is_written_over_only_the_digest_it_was_decided_on(store: Arc<dyn Store>) {
     tenant(&store, "t-acme", "acme").await;
     tenant(&store, "t-beta", "beta").await;
     let reference = "registry.test/acme/agent";
     assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), None);
     let first = acceptance("t-acme", "sha256:aa", "first-use");
-    assert!(store.record_plugin_acceptance(first.clone(), None).await.unwrap());
+    assert!(store.record_plugin_acceptance(first.clone(), None, AUDITED).await.unwrap());
     assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), Some(first.clone()));
     // A second "first" decision, taken on the same empty record, loses.
-    assert!(!store.record_plugin_acceptance(acceptance("t-acme", "sha256:bb", "first-use"), None).await.unwrap());
+    assert!(
+        !store.record_plugin_acceptance(acceptance("t-acme", "sha256:bb", "first-use"), None, AUDITED).await.unwrap()
+    );
     // A decision taken on a record another one replaced loses too.
     let next = acceptance("t-acme", "sha256:cc", "operator");
-    assert!(store.record_plugin_acceptance(next.clone(), Some("sha256:aa")).await.unwrap());
+    assert!(store.record_plugin_acceptance(next.clone(), Some("sha256:aa"), AUDITED).await.unwrap());
     assert!(
-        !store.record_plugin_acceptance(acceptance("t-acme", "sha256:dd", "tenant"), Some("sha256:aa")).await.unwrap()
+        !store
+            .record_plugin_acceptance(acceptance("t-acme", "sha256:dd", "tenant"), Some("sha256:aa"), AUDITED)
+            .await
+            .unwrap()
     );
     assert_eq!(store.plugin_acceptance("t-acme", reference).await.unwrap(), Some(next));
+    // Each acceptance recorded is in the audit log, written with it; a lost decision wrote nothing.
+    let audited = store.audit("t-acme", 0, 10).await.unwrap();
+    assert_eq!(audited.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), ["plugin.accepted", "plugin.accepted"]);
+    assert_eq!(audited[0].at_ms, 1_000);
     // Another tenant's record is its own.
     assert_eq!(store.plugin_acceptance("t-beta", reference).await.unwrap(), None);
     assert!(
-        !store.record_plugin_acceptance(acceptance("t-beta", "sha256:ee", "tenant"), Some("sha256:cc")).await.unwrap()
+        !store
+            .record_plugin_acceptance(acceptance("t-beta", "sha256:ee", "tenant"), Some("sha256:cc"), AUDITED)
+            .await
+            .unwrap()
     );
-    no_tenant(store.record_plugin_acceptance(acceptance("t-missing", "sha256:aa", "tenant"), None).await, "t-missing");
+    assert!(store.audit("t-beta", 0, 10).await.unwrap().is_empty());
+    no_tenant(
+        store.record_plugin_acceptance(acceptance("t-missing", "sha256:aa", "tenant"), None, AUDITED).await,
+        "t-missing",
+    );
 }
 
 fn tenant_run(id: &str, tenant: &str, status: RunStatus, created_ms: i64) -> NewRun {

@@ -682,8 +682,9 @@ impl Plugins for Counting {
         &self,
         acceptance: nexo_store::PluginAcceptance,
         was: Option<&str>,
+        audit: (&str, &serde_json::Value),
     ) -> nexo_store::StoreResult<bool> {
-        self.inner.record_plugin_acceptance(acceptance, was).await
+        self.inner.record_plugin_acceptance(acceptance, was, audit).await
     }
 }
 

@@ -434,20 +434,21 @@ async fn admit(
             accepted_by: accepted_by(by, &accepted).to_string(),
         };
         let was = previous.as_ref().map(|p| p.digest.as_str());
-        if state.store.record_plugin_acceptance(record, was).await.map_err(ApiError::store)? {
-            let (wider, narrower) = match &accepted {
-                Accepted::Changed { diff, .. } => (labels(&diff.wider), labels(&diff.narrower)),
-                _ => (Vec::new(), Vec::new()),
-            };
-            let data = json!({
-                "reference": decision.reference,
-                "digest": decision.digest,
-                "was": was,
-                "by": accepted_by(by, &accepted),
-                "wider": wider,
-                "narrower": narrower,
-            });
-            audit(state, tenant, "plugin.accepted", data).await?;
+        let (wider, narrower) = match &accepted {
+            Accepted::Changed { diff, .. } => (labels(&diff.wider), labels(&diff.narrower)),
+            _ => (Vec::new(), Vec::new()),
+        };
+        let data = json!({
+            "reference": decision.reference,
+            "digest": decision.digest,
+            "was": was,
+            "by": accepted_by(by, &accepted),
+            "wider": wider,
+            "narrower": narrower,
+        });
+        // The record and its audit entry are one write: neither stands without the other.
+        let audit = ("plugin.accepted", &data);
+        if state.store.record_plugin_acceptance(record, was, audit).await.map_err(ApiError::store)? {
             return Ok(accepted);
         }
     }

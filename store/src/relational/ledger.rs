@@ -22,6 +22,47 @@ impl<D: Dialect> SqlStore<D> {
     }
 }
 
+impl<D: Dialect> SqlStore<D> {
+    /// The head of `tenant`'s audit log, read for a write in this
+    /// transaction (see [`Ledger::append_audit`] for the lock).
+    pub(super) async fn audit_head_to_write(
+        &self,
+        conn: &mut D::Conn,
+        tenant: &str,
+    ) -> StoreResult<Option<(u64, String)>> {
+        let row = self.optional(conn, D::SQL.audit_head_to_write, &[tenant.into()]).await?;
+        let Some(row) = row else { return Err(StoreError::NoTenant(tenant.to_string())) };
+        self.decode(|errors| rows::audit_head(tenant, &row, errors))
+    }
+
+    /// Appends an entry after `head`, which this transaction read with
+    /// [`Self::audit_head_to_write`].
+    pub(super) async fn append_audit_after(
+        &self,
+        conn: &mut D::Conn,
+        tenant: &str,
+        head: Option<(u64, String)>,
+        kind: &str,
+        data: &Value,
+        at_ms: i64,
+    ) -> StoreResult<AuditEntry> {
+        let entry = next_audit_entry(tenant, head, kind, data, at_ms);
+        let seq = to_i64(entry.seq, "audit sequence number")?;
+        let args: &[Arg<'_>] = &[
+            tenant.into(),
+            seq.into(),
+            (&entry.kind).into(),
+            (&entry.data).into(),
+            entry.at_ms.into(),
+            (&entry.prev).into(),
+            (&entry.hash).into(),
+        ];
+        self.execute(conn, sql::APPEND_AUDIT, args).await?;
+        self.execute(conn, sql::ADVANCE_AUDIT, &[tenant.into(), seq.into(), (&entry.hash).into()]).await?;
+        Ok(entry)
+    }
+}
+
 #[async_trait::async_trait]
 impl<D: Dialect> Ledger for SqlStore<D> {
     async fn append_audit(&self, tenant: &str, kind: &str, data: &Value, at_ms: i64) -> StoreResult<AuditEntry> {
@@ -31,23 +72,8 @@ impl<D: Dialect> Ledger for SqlStore<D> {
         // process waits, then reads the head this one wrote.
         let mut tx = self.db.begin().await?;
         let result = async {
-            let row = self.optional(&mut tx, D::SQL.audit_head_to_write, &[tenant.into()]).await?;
-            let Some(row) = row else { return Err(StoreError::NoTenant(tenant.to_string())) };
-            let head = self.decode(|errors| rows::audit_head(tenant, &row, errors))?;
-            let entry = next_audit_entry(tenant, head, kind, data, at_ms);
-            let seq = to_i64(entry.seq, "audit sequence number")?;
-            let args: &[Arg<'_>] = &[
-                tenant.into(),
-                seq.into(),
-                (&entry.kind).into(),
-                (&entry.data).into(),
-                entry.at_ms.into(),
-                (&entry.prev).into(),
-                (&entry.hash).into(),
-            ];
-            self.execute(&mut tx, sql::APPEND_AUDIT, args).await?;
-            self.execute(&mut tx, sql::ADVANCE_AUDIT, &[tenant.into(), seq.into(), (&entry.hash).into()]).await?;
-            Ok(entry)
+            let head = self.audit_head_to_write(&mut tx, tenant).await?;
+            self.append_audit_after(&mut tx, tenant, head, kind, data, at_ms).await
         }
         .await;
         self.db.end(tx, result).await

@@ -1,5 +1,7 @@
 //! [`Plugins`] over SQL: tenants' plugins, bytes included.
 
+use serde_json::Value;
+
 use super::{Arg, Dialect, SqlStore, to_i64};
 use crate::rows;
 use crate::sql;
@@ -70,9 +72,16 @@ impl<D: Dialect> Plugins for SqlStore<D> {
         row.map(|r| self.decode(|errors| rows::plugin_acceptance(&r, errors))).transpose()
     }
 
-    async fn record_plugin_acceptance(&self, new: PluginAcceptance, was: Option<&str>) -> StoreResult<bool> {
+    async fn record_plugin_acceptance(
+        &self,
+        new: PluginAcceptance,
+        was: Option<&str>,
+        audit: (&str, &Value),
+    ) -> StoreResult<bool> {
         let mut tx = self.db.begin().await?;
         let result = async {
+            // The audit log's head first: the lock every append takes, in the same order.
+            let head = self.audit_head_to_write(&mut tx, &new.tenant).await?;
             let mut args: Vec<Arg<'_>> = vec![
                 (&new.tenant).into(),
                 (&new.reference).into(),
@@ -88,13 +97,18 @@ impl<D: Dialect> Plugins for SqlStore<D> {
                     sql::UPDATE_PLUGIN_ACCEPTANCE
                 }
             };
-            match super::run::<D>(&mut tx, statement, &args).await {
-                Ok(rows) => Ok(rows == 1),
+            let recorded = match super::run::<D>(&mut tx, statement, &args).await {
+                Ok(rows) => rows == 1,
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
-                    Err(StoreError::NoTenant(new.tenant.clone()))
+                    return Err(StoreError::NoTenant(new.tenant.clone()));
                 }
-                Err(e) => Err(self.error(&e)),
+                Err(e) => return Err(self.error(&e)),
+            };
+            if recorded {
+                let (kind, data) = audit;
+                self.append_audit_after(&mut tx, &new.tenant, head, kind, data, new.accepted_ms).await?;
             }
+            Ok(recorded)
         }
         .await;
         self.db.end(tx, result).await

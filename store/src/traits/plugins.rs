@@ -28,9 +28,16 @@ pub trait Plugins: Send + Sync {
     async fn plugin_acceptance(&self, tenant: &str, reference: &str) -> StoreResult<Option<PluginAcceptance>>;
 
     /// Records `acceptance` if the tenant's acceptance of its reference is
-    /// still of digest `was` (`None`: there is none yet), and answers
-    /// whether it did: `false` means another decision came first, and the
-    /// caller decides again on what that one recorded. A tenant that is
-    /// not there is [`StoreError::NoTenant`](crate::StoreError::NoTenant).
-    async fn record_plugin_acceptance(&self, acceptance: PluginAcceptance, was: Option<&str>) -> StoreResult<bool>;
+    /// still of digest `was` (`None`: there is none yet), with `audit` (a
+    /// kind and its data) appended to the tenant's audit log in the same
+    /// write, and answers whether it did: `false` means another decision
+    /// came first (nothing is written), and the caller decides again on
+    /// what that one recorded. A tenant that is not there is
+    /// [`StoreError::NoTenant`](crate::StoreError::NoTenant).
+    async fn record_plugin_acceptance(
+        &self,
+        acceptance: PluginAcceptance,
+        was: Option<&str>,
+        audit: (&str, &serde_json::Value),
+    ) -> StoreResult<bool>;
 }
