@@ -71,6 +71,9 @@ pub struct Pruned {
     pub kept: usize,
 }
 
+/// How old an entry's time may be before a use writes it again.
+const TOUCH_EVERY: Duration = Duration::from_secs(3600);
+
 /// A cache directory.
 #[derive(Debug, Clone)]
 pub struct BlobCache {
@@ -82,7 +85,10 @@ impl BlobCache {
     pub fn open(dir: &Path) -> Result<BlobCache, RegistryError> {
         let cache = BlobCache { dir: dir.to_path_buf() };
         for sub in [cache.dir.join("blobs/sha256"), cache.dir.join("manifests/sha256"), cache.dir.join("tmp")] {
-            std::fs::create_dir_all(&sub).map_err(|source| cache.io(source))?;
+            // A look first: a run from the cache opens it each time.
+            if !sub.is_dir() {
+                std::fs::create_dir_all(&sub).map_err(|source| cache.io(source))?;
+            }
         }
         Ok(cache)
     }
@@ -155,6 +161,12 @@ impl BlobCache {
     pub fn touch(&self, digest: &str) {
         let Some(hex) = sha256_hex(digest) else { return };
         let entry = self.dir.join("manifests/sha256").join(hex);
+        // A use within the hour says nothing new to a prune counted in days,
+        // and a look costs a run from the cache less than a write.
+        let recent = |t: SystemTime| t.elapsed().is_ok_and(|age| age < TOUCH_EVERY);
+        if std::fs::metadata(&entry).and_then(|m| m.modified()).is_ok_and(recent) {
+            return;
+        }
         if let Ok(file) = std::fs::File::options().append(true).open(entry) {
             let _ = file.set_modified(SystemTime::now());
         }
