@@ -142,6 +142,9 @@ pub struct Journal {
     commits: tokio::sync::Mutex<()>,
     /// Set by [`Journal::halt`]: the guest stops at its next epoch tick.
     stop: Arc<crate::stop::Stop>,
+    /// Told after each commit that wrote events: a watcher of the run (a
+    /// server's event stream) reads them now rather than at its next poll.
+    on_events: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 #[derive(Default)]
@@ -251,7 +254,14 @@ impl Journal {
             state: Mutex::new(State { next, checkpoints, decided, ..State::default() }),
             commits: tokio::sync::Mutex::new(()),
             stop: Arc::default(),
+            on_events: None,
         })
+    }
+
+    /// The same, calling `on_events` after each commit that wrote events.
+    pub fn with_event_watch(mut self, on_events: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.on_events = Some(on_events);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -382,8 +392,15 @@ impl Journal {
         if batch.is_empty() {
             return;
         }
-        if let Err(e) = self.store.commit(&self.run, &self.owner, batch).await {
-            self.halt(Halt::Failed(format!("the run's journal could not be written: {e}")));
+        let events = !batch.events.is_empty();
+        match self.store.commit(&self.run, &self.owner, batch).await {
+            Ok(_) if events => {
+                if let Some(told) = &self.on_events {
+                    told();
+                }
+            }
+            Ok(_) => {}
+            Err(e) => self.halt(Halt::Failed(format!("the run's journal could not be written: {e}"))),
         }
     }
 
@@ -626,6 +643,28 @@ pub(crate) mod tests {
         let journal = Journal::open(store.clone(), &run, "o", Replay::New, false).await.unwrap();
         journal.lock().decided = decided;
         journal
+    }
+
+    /// A watcher of the run hears of each commit that wrote its events, once
+    /// they are in the store, and of no other.
+    #[tokio::test]
+    async fn a_commit_of_events_tells_the_watcher_after_it_is_stored() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        run_r1(&store, RunStatus::Running).await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (seen, reader) = (told.clone(), store.clone());
+        let journal = journal(&store, None).await.with_event_watch(Arc::new(move || {
+            let stored = futures::executor::block_on(reader.events("r1", 0, 100)).unwrap().len();
+            seen.lock().unwrap().push(stored);
+        }));
+        journal.flush().await;
+        assert!(told.lock().unwrap().is_empty(), "nothing was committed");
+        journal.record_event("turn_started", json!({"turn": 1}));
+        journal.flush().await;
+        assert_eq!(*told.lock().unwrap(), [1], "told once, with the event stored");
+        let Begin::Live(seq) = journal.begin("nexo:test/x", "f", "h") else { panic!("a live call") };
+        journal.finish(seq, "nexo:test/x", "f", "h", "r".into(), crate::journal::Effect::Write).await;
+        assert_eq!(told.lock().unwrap().len(), 1, "a commit of no event tells nobody");
     }
 
     /// The call a decision names is the whole call: a decision for one

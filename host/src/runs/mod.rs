@@ -175,6 +175,8 @@ pub struct Runs {
     lease: Duration,
     /// Renews the leases of every run this owner drives.
     keeper: Arc<Keeper<String>>,
+    /// Hears of each run whose events a pass here commits.
+    changes: Option<Arc<changes::Changes>>,
 }
 
 /// Why a resume was refused.
@@ -210,7 +212,7 @@ impl Runs {
     pub fn new(store: Arc<dyn Store>, buffer_events: bool) -> Self {
         let owner = owner_id();
         let keeper = Arc::new(keeper(&store, &owner, LEASE));
-        Runs { store, owner, buffer_events, lease: LEASE, keeper }
+        Runs { store, owner, buffer_events, lease: LEASE, keeper, changes: None }
     }
 
     /// The same, holding each run's lease for `lease` (default [`LEASE`]):
@@ -218,6 +220,13 @@ impl Runs {
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_secs(1));
         self.keeper = Arc::new(keeper(&self.store, &self.owner, self.lease));
+        self
+    }
+
+    /// The same, telling `changes` of each run whose events a pass commits
+    /// (a server's event streams of the run read them at once).
+    pub fn with_changes(mut self, changes: Arc<changes::Changes>) -> Self {
+        self.changes = Some(changes);
         self
     }
 
@@ -459,7 +468,12 @@ impl Runs {
         };
         let (journal, thread) =
             tokio::join!(Journal::open(self.store.clone(), &run, &self.owner, replay, self.buffer_events), load_thread);
-        let journal = Arc::new(journal.map_err(RunError::from)?);
+        let mut journal = journal.map_err(RunError::from)?;
+        if let Some(changes) = &self.changes {
+            let (changes, id) = (changes.clone(), run.id.clone());
+            journal = journal.with_event_watch(Arc::new(move || changes.changed(&id)));
+        }
+        let journal = Arc::new(journal);
         journal.record_pass(&self.owner);
         let thread = thread.map_err(RunError::from)?;
         // A recorded conversation goes on after the turns the replay answers.

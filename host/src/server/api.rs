@@ -620,8 +620,8 @@ pub struct EventsQuery {
 const STREAM_FALLBACK_MIN: Duration = Duration::from_millis(250);
 
 /// The longest an event stream waits between reads of the store: events
-/// written by another node, or during a pass (this node wakes a stream at
-/// each pass's end), reach the stream within this.
+/// written by another node reach the stream within this (this node wakes
+/// a stream at each commit of the run's events and at each pass's end).
 const STREAM_FALLBACK_MAX: Duration = Duration::from_secs(2);
 
 /// How often an open stream checks its key and tenant again, for a
@@ -634,8 +634,8 @@ const STREAM_RECHECK: Duration = Duration::from_secs(5);
 /// does, or at once when its key is revoked or its tenant disabled (with a
 /// `closed` event that says why).
 ///
-/// A stream reads the store when this node's worker ends a pass of the run,
-/// and otherwise after a wait that starts at 250 ms and doubles up to 2 s
+/// A stream reads the store when this node commits events of the run or
+/// ends a pass of it, and otherwise after a wait that starts at 250 ms and doubles up to 2 s
 /// while nothing new comes, so an idle stream costs a read every 2 s, not
 /// four a second. A tenant holds at most its `open-streams` quota of
 /// streams on one node (429 past it).

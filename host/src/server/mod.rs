@@ -224,7 +224,7 @@ pub async fn serve(
     let load_concurrency = compile_concurrency.max(cores.saturating_mul(4));
     let shared = Arc::new(Shared {
         store: store.clone(),
-        runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease),
+        runs: Runs::new(store.clone(), file.buffer_events).with_lease(lease).with_changes(changes.clone()),
         engine: engine.clone(),
         config: file.clone(),
         data_dir: data_dir.clone(),
