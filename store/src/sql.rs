@@ -52,6 +52,8 @@ pub struct Spelling {
     pub(crate) renew_leases: &'static str,
     /// A job read by a write that depends on it.
     pub(crate) select_job_to_write: &'static str,
+    /// A run's live jobs read by a write that depends on there being none.
+    pub(crate) live_jobs_of_run_to_write: &'static str,
     /// The job to claim next.
     pub(crate) due_job: &'static str,
     /// A new job, placed at its queue's next turn.
@@ -82,6 +84,7 @@ pub(crate) const SQLITE: Spelling = Spelling {
     append_entry_if_owner: APPEND_ENTRY_IF_OWNER,
     renew_leases: RENEW_LEASES_SQLITE,
     select_job_to_write: SELECT_JOB,
+    live_jobs_of_run_to_write: LIVE_JOB_IDS_OF_RUN,
     due_job: DUE_JOB,
     insert_job: INSERT_JOB_SQLITE,
     retry_turn: RETRY_TURN_SQLITE,
@@ -101,6 +104,7 @@ pub(crate) const POSTGRES: Spelling = Spelling {
     append_entry_if_owner: APPEND_ENTRY_IF_OWNER_LOCKED,
     renew_leases: RENEW_LEASES_POSTGRES,
     select_job_to_write: SELECT_JOB_LOCKED,
+    live_jobs_of_run_to_write: LIVE_JOB_IDS_OF_RUN_LOCKED,
     due_job: DUE_JOB_SKIP_LOCKED,
     insert_job: INSERT_JOB_POSTGRES,
     retry_turn: RETRY_TURN_POSTGRES,
@@ -1180,6 +1184,14 @@ pub(crate) const PENDING_APPROVALS_BY_TENANT: &str = "SELECT COALESCE(runs.tenan
 pub(crate) const LIVE_JOBS_OF_RUN: &str =
     "SELECT COUNT(*) FROM jobs WHERE run = $1 AND status IN ('queued', 'running')";
 
+/// The ids of the run's queued or running jobs: `$1` run.
+pub(crate) const LIVE_JOB_IDS_OF_RUN: &str = "SELECT id FROM jobs WHERE run = $1 AND status IN ('queued', 'running')";
+
+/// [`LIVE_JOB_IDS_OF_RUN`], locked: a job whose change is under way (a
+/// worker completing it) is waited for, then read as that change left it.
+pub(crate) const LIVE_JOB_IDS_OF_RUN_LOCKED: &str =
+    "SELECT id FROM jobs WHERE run = $1 AND status IN ('queued', 'running') FOR UPDATE";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -1224,6 +1236,8 @@ mod tests {
             super::LIVE_RUNS,
             super::RUNNING_RUNS,
             super::LIVE_JOBS_OF_RUN,
+            super::LIVE_JOB_IDS_OF_RUN,
+            super::LIVE_JOB_IDS_OF_RUN_LOCKED,
             super::QUEUED_JOBS_BY_QUEUE,
             super::PENDING_APPROVALS_BY_TENANT,
             super::LIST_TENANT_RUNS_BY_STATUS,

@@ -390,3 +390,79 @@ async fn debug_output_has_no_password() {
     store.close().await;
     db.drop().await;
 }
+
+/// A decision made while the worker that drove the run's pass is completing
+/// its job (the completion begun, not committed) waits for that completion,
+/// then queues the resume: counted before the completion committed, the job
+/// would still be live, and with the worker's look at the approval made
+/// before the decision committed, nothing would take the run on.
+#[tokio::test]
+async fn a_decision_waits_for_a_completing_job_and_queues_the_resume() {
+    use nexo_store::{Approval, Decision, JobKind, JobStatus, Jobs, NewJob, PendingCall};
+    let test = "postgres::a_decision_waits_for_a_completing_job_and_queues_the_resume";
+    let Some(db) = support::fresh(test).await else { return };
+    let store = Arc::new(PgStore::open(&db.url).await.unwrap());
+    store.create_run(new_run("r1")).await.unwrap();
+    let job = |id: &str, kind: JobKind| NewJob {
+        id: id.into(),
+        run: "r1".into(),
+        kind,
+        payload: json!({"run": "r1"}),
+        max_attempts: 3,
+        backoff_ms: 1_000,
+        not_before_ms: 0,
+        created_ms: 1_000,
+    };
+    store.enqueue(job("j1", JobKind::Start)).await.unwrap();
+    let claimed = store.claim_job_unless("w1", 60_000, 2_000, &[]).await.unwrap().expect("j1 is due");
+    assert_eq!(claimed.id, "j1");
+    let approval = Approval {
+        seq: 1,
+        capability: "shell".into(),
+        tool: "shell".into(),
+        arguments: json!({"command": "make"}),
+        args_hash: "cd".repeat(32),
+        component_sha256: "ab".repeat(32),
+        decision: None,
+        created_ms: 3_000,
+    };
+    let suspend = Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval) };
+    store.transition("r1", OWNER, Batch::default(), suspend).await.unwrap();
+
+    // The worker's completion of j1: its row changed, not yet committed.
+    let mut worker = db.raw().await;
+    let mut completing = worker.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET status = 'done' WHERE id = 'j1'").execute(&mut *completing).await.unwrap();
+    let call = PendingCall { seq: 1, args_hash: "cd".repeat(32) };
+    let deciding = tokio::spawn({
+        let store = store.clone();
+        async move { store.decide_and_resume("r1", &call, Decision::Approved, job("j2", JobKind::Resume)).await }
+    });
+    // The decision waits on the job's row, as the server shows it.
+    let mut watch = db.raw().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(!deciding.is_finished(), "the decision went ahead without waiting for the job's completion");
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the decision neither waited nor finished");
+        tokio::task::yield_now().await;
+    }
+    completing.commit().await.unwrap();
+    let decided = deciding.await.unwrap().unwrap();
+    assert_eq!(decided.decision, Some(Decision::Approved));
+    let jobs = store.jobs(None, 10).await.unwrap();
+    let resume = jobs.iter().find(|j| j.id == "j2").expect("the resume is queued");
+    assert_eq!(resume.status, JobStatus::Queued);
+    worker.close().await.ok();
+    watch.close().await.ok();
+    store.close().await;
+    db.drop().await;
+}

@@ -527,8 +527,12 @@ impl<D: Dialect> Runs for SqlStore<D> {
         let mut tx = self.db.begin().await?;
         let result = async {
             let approval = self.decide_in(&mut tx, id, call, decision).await?;
-            let live = self.one(&mut tx, sql::LIVE_JOBS_OF_RUN, &[id.into()]).await?;
-            if live.int_at(0).map_err(|e| self.error(&e))? == 0 {
+            // Locked: a job of the run whose worker is completing it now is
+            // waited for (it is not live once that commits). A worker that
+            // completes its job after this decision commits reads the
+            // decision and queues the resume itself.
+            let live = self.all(&mut tx, D::SQL.live_jobs_of_run_to_write, &[id.into()]).await?;
+            if live.is_empty() {
                 self.enqueue_in(&mut tx, resume).await?;
             }
             Ok(approval)
