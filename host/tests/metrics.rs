@@ -261,3 +261,58 @@ async fn the_genai_metrics_arrive_over_otlp_without_a_secret_or_content() {
         assert!(!found, "the OTLP export holds {secret:?}");
     }
 }
+
+/// `nexo worker` serves `/metrics` on the operator's address as `nexo
+/// serve` does: the runs it ran are counted there, with the queue's gauges,
+/// and Ctrl-C stops it cleanly, the metrics listener with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_its_metrics_on_the_operators_address() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nexo.toml");
+    std::fs::write(&config, "[telemetry.prometheus]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let config = config.to_str().unwrap();
+    let nexo = || {
+        let mut cmd = common::nexo_command(&dir.path().join("cache"));
+        cmd.env("NO_PROXY", "127.0.0.1").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").stdin(Stdio::null());
+        cmd
+    };
+    for words in ["one two", "three four five"] {
+        let out = nexo().args(["run", built::TEXT_STATS, words, "--later", "--config", config]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut worker = nexo().args(["worker", "--config", config]).stderr(Stdio::piped()).spawn().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(worker.stderr.take().unwrap());
+    std::thread::spawn(move || stderr.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    let mut seen = Vec::new();
+    let at = loop {
+        let Ok(line) = lines.recv_timeout(Duration::from_secs(60)) else {
+            let _ = worker.kill();
+            panic!("the worker announced no metrics address:\n{}", seen.join("\n"));
+        };
+        if let Some(rest) = line.split("metrics on http://").nth(1) {
+            break rest.split("/metrics").next().unwrap().to_string();
+        }
+        seen.push(line);
+    };
+    let http = reqwest::Client::new();
+    let url = format!("http://{at}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = http.get(&url).send().await.unwrap().text().await.unwrap();
+        let done = text.lines().find(|l| l.starts_with("nexo_runs_ended_total") && l.contains("\"done\""));
+        if done.is_some_and(|l| l.ends_with(" 2")) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the worker's two runs were never counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(text.contains("nexo_pass_duration_seconds_count"), "{text}");
+    rustix::process::kill_process(rustix::process::Pid::from_child(&worker), rustix::process::Signal::INT).unwrap();
+    let status = worker.wait().unwrap();
+    let log = lines.iter().collect::<Vec<_>>().join("\n");
+    assert!(status.success(), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    assert!(http.get(&url).send().await.is_err(), "the metrics listener stopped with the worker");
+}

@@ -101,6 +101,17 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         i64::try_from(args.lease_secs).unwrap_or(3600) * 1000,
     ));
     let name = worker.runs().owner().to_string();
+    // Metrics for the operator, as `nexo serve` keeps them: `/metrics` on
+    // its own address when the config file asks, and the queue's gauges.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    match nexo::telemetry::scrape::keep_node_metrics(store.clone(), stop_rx).await {
+        Ok(Some(at)) => errln!("worker {name}: metrics on http://{at}/metrics"),
+        Ok(None) => {}
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     errln!("worker {name}: up to {max} jobs at once, from {}", store.location());
     let settings = LoopSettings {
         max,
@@ -119,6 +130,7 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         None,
     )
     .await;
+    let _ = stop_tx.send(true);
     telemetry.shutdown().await;
     errln!("worker {name}: stopped");
     ExitCode::SUCCESS

@@ -274,18 +274,10 @@ pub async fn serve(
 
     // Metrics, when the front end installed them ([`telemetry::Telemetry`]),
     // on the operator's own address, never on the tenants' router.
-    if let Some(scrape) = telemetry::metrics::scrape() {
-        let mut stop = stop_rx.clone();
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        let at = telemetry::scrape::serve(scrape, stopped).await.map_err(|e| setup(e.to_string()))?;
+    let metrics = telemetry::scrape::keep_node_metrics(store.clone(), stop_rx.clone()).await;
+    if let Some(at) = metrics.map_err(|e| setup(e.to_string()))? {
         errln!("nexo serve: metrics on http://{at}/metrics");
     }
-    let mut stop_gauges = stop_rx.clone();
-    tokio::spawn(telemetry::metrics::gauges::keep(store.clone(), async move {
-        let _ = stop_gauges.wait_for(|s| *s).await;
-    }));
     errln!("nexo serve: listening on http://{bound} (store {}, data {})", store.location(), data_dir.display());
     tracing::info!(target: "nexo::server", %bound, "listening");
     let mut stop_http = stop_rx.clone();

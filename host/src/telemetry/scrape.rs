@@ -43,6 +43,25 @@ pub async fn serve(
     Ok(bound)
 }
 
+/// What a node (`nexo serve`, `nexo worker`) keeps for the operator's
+/// metrics until `stop` says so: `/metrics` on the scrape address, when the
+/// operator set one (returned, bound), and the store's gauges (queue depth
+/// and pending approvals per tenant), when metrics are installed.
+pub async fn keep_node_metrics(
+    store: Arc<dyn nexo_store::Store>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<std::net::SocketAddr>, super::error::TelemetryError> {
+    let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let at = match super::metrics::scrape() {
+        Some(scrape) => Some(serve(scrape, stopped(stop.clone())).await?),
+        None => None,
+    };
+    tokio::spawn(super::metrics::gauges::keep(store, stopped(stop)));
+    Ok(at)
+}
+
 async fn metrics(State(scrape): State<Arc<Scrape>>, headers: HeaderMap) -> Response {
     if let Some(token) = &scrape.token {
         let given = headers
