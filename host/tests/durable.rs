@@ -603,6 +603,76 @@ async fn a_second_ctrl_c_exits_at_once_while_a_question_waits() {
     assert!(!scene.ws().join("a.txt").exists());
 }
 
+/// Ctrl-C in `nexo chat` while the model works on a prompt cancels that
+/// prompt's run and leaves the session; the chat then waits for the next
+/// prompt, and Ctrl-C there ends it with 130, naming how to go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_in_a_chat_cancels_the_prompt_then_ends_the_chat() {
+    let scene = Scene::new().await;
+    let gate = Gate::new();
+    scene.server.push(Reply::text("never shown").held_by(&gate));
+    let agent = scene.dir.path().join("greeter.toml");
+    std::fs::write(&agent, "name = \"greeter\"\ndescription = \"Greets\"\n").unwrap();
+    let mut args = scene.run_args(agent.to_str().unwrap(), "", &["--session", "ctrlc"]);
+    args[0] = "chat".into();
+    args.retain(|a| !a.is_empty() && a != "--json");
+    let mut child = scene
+        .command(&refs(&args))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"say hello\n").unwrap();
+    let err = lines_of(child.stderr.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        assert!(Instant::now() < deadline, "the prompt never waited on its model");
+        let running = scene.runs().first().filter(|r| r["status"] == "running").cloned();
+        if let Some(run) = running.filter(|_| !scene.server.requests().is_empty()) {
+            break run["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let interrupt = |child: &std::process::Child| {
+        let pid = rustix::process::Pid::from_child(child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    };
+    interrupt(&child);
+    let mut said = Vec::new();
+    let mut until = |needle: &str| loop {
+        let line = err.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {needle:?}: {said:#?}"));
+        said.push(line.clone());
+        if line.contains(needle) {
+            break;
+        }
+    };
+    until(&format!("cancelling run {id}"));
+    until(&format!("run {id} was cancelled"));
+    assert!(child.try_wait().unwrap().is_none(), "the chat goes on after a cancelled prompt");
+    assert_eq!(scene.runs()[0]["status"], "cancelled");
+    // Ctrl-C at the prompt. One pressed in the instant between the prompt's
+    // end and the wait for the next line is not heard: pressed again, it is.
+    let status = 'ended: {
+        for _ in 0..20 {
+            interrupt(&child);
+            let pressed = Instant::now();
+            while pressed.elapsed() < Duration::from_secs(3) {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break 'ended status;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        panic!("Ctrl-C at the prompt did not end the chat");
+    };
+    until("`--session ctrlc` goes on with this session");
+    gate.open();
+    assert_eq!(status.code(), Some(130));
+    drop(stdin);
+}
+
 /// `--allow write` under the default read-only mode: `nexo run` warns
 /// before the run that `write` is withheld and names the mode that would
 /// let it through, and a model that calls `write_file` anyway is told that

@@ -133,8 +133,8 @@ pub async fn command(
         Ok(o) => o,
         Err(code) => return code,
     };
-    let open = OpenSession::new(runs, session, options, rec.clone());
-    let chat = Chat { session: &open, loaded: &loaded, json: args.json };
+    let open = OpenSession::new(runs.clone(), session, options, rec.clone());
+    let chat = Chat { session: &open, runs: &runs, loaded: &loaded, json: args.json };
     let code = match &args.input {
         Some(input) => chat.prompt(input, first).await,
         None => chat.lines().await,
@@ -149,25 +149,32 @@ pub async fn command(
 /// One command's prompts to one session.
 struct Chat<'a> {
     session: &'a OpenSession,
+    /// The session's runs, as this process drives them: what Ctrl-C cancels.
+    runs: &'a Runs,
     loaded: &'a Loaded,
     json: bool,
 }
 
 impl Chat<'_> {
     /// Sends one prompt, showing its events on `progress`; how it ended.
+    /// Ctrl-C cancels the prompt's run, as it does `nexo run`'s; the session
+    /// stays, and an interactive chat asks for the next prompt.
     async fn prompt(&self, input: &str, progress: Arc<progress::Progress>) -> ExitCode {
         let mut options = self.session.options().clone();
         options.context.events = Some(progress.clone());
-        let end = self.session.prompt_with(self.loaded.subject(), input, &options).await;
-        progress.finish();
-        match end {
-            Ok(end) => runs::report_end(&end, self.json),
-            Err(e) => report::report_error(&e, self.json),
-        }
+        let pass = async {
+            let end = self.session.prompt_with(self.loaded.subject(), input, &options).await;
+            progress.finish();
+            match end {
+                Ok(end) => runs::report_end(&end, self.json),
+                Err(e) => report::report_error(&e, self.json),
+            }
+        };
+        runs::cancel_on_ctrl_c(self.runs, pass).await
     }
 
-    /// Prompts from stdin, one per line, until end of input (or `/exit`):
-    /// with a `you>` marker on a terminal.
+    /// Prompts from stdin, one per line, until end of input, `/exit` or
+    /// Ctrl-C at the prompt: with a `you>` marker on a terminal.
     async fn lines(&self) -> ExitCode {
         let terminal = std::io::stdin().is_terminal();
         if terminal {
@@ -180,7 +187,15 @@ impl Chat<'_> {
                 let _ = write!(err, "you> ");
                 let _ = err.flush();
             }
-            let read = tokio::task::spawn_blocking(read_line).await.map_err(std::io::Error::other).flatten();
+            // Ctrl-C at the prompt ends the chat (during a prompt it cancels that prompt's run).
+            let read = tokio::select! {
+                read = tokio::task::spawn_blocking(read_line) => read.map_err(std::io::Error::other).flatten(),
+                _ = tokio::signal::ctrl_c() => {
+                    let instance = &self.session.record().instance;
+                    errln!("\ninterrupted; `--session {instance}` goes on with this session");
+                    return ExitCode::from(runs::INTERRUPTED);
+                }
+            };
             let line = match read {
                 Ok(Some(line)) => line,
                 Ok(None) => break,

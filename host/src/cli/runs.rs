@@ -347,7 +347,7 @@ pub async fn start(
 }
 
 /// The exit code of a run interrupted with Ctrl-C (128 + SIGINT, as a shell's).
-const INTERRUPTED: u8 = 130;
+pub const INTERRUPTED: u8 = 130;
 
 /// Awaits `pass`, a pass this process drives for `runs`, with Ctrl-C
 /// cancelling it cleanly: the first cancels the runs it drives, as the
