@@ -829,3 +829,26 @@ async fn the_dashboard_runs_its_three_steps_concurrently_and_stores_each() {
     let took = started.elapsed();
     assert!(took < std::time::Duration::from_millis(2500), "the steps ran one after another: {took:?}");
 }
+
+/// An interrupt that found no run to cancel (Ctrl-C in the instant between
+/// a run's creation and its pass) is not lost: the run cancels itself as it
+/// starts being driven, and is never left `running`. Once the interrupt is
+/// over, the next run goes on.
+#[tokio::test]
+async fn a_run_started_after_an_interrupt_cancels_itself() {
+    let scene = Scene::new().await;
+    let plugin = agent(built::WORKFLOW_PROBE).await;
+    let options = scene.options(PermissionMode::Auto, &[]);
+    let runs = scene.runs();
+    assert!(runs.interrupt("interrupted with Ctrl-C").is_empty(), "nothing was driven");
+    let script = "checkpoint a first; checkpoint b second";
+    let spec = nexo::runs::RunSpec::default();
+    let end = runs.start(subject(&plugin, built::WORKFLOW_PROBE), script, &spec, &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Cancelled, "{:?}", end.run);
+    let stored = scene.store.run(&end.run.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.error.as_deref()), (RunStatus::Cancelled, Some("interrupted with Ctrl-C")));
+    assert!(runs.driven().is_empty());
+    runs.resume_taking();
+    let end = runs.start(subject(&plugin, built::WORKFLOW_PROBE), script, &spec, &options).await.unwrap();
+    assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
+}

@@ -357,7 +357,8 @@ pub const INTERRUPTED: u8 = 130;
 pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     use std::sync::atomic::{AtomicBool, Ordering};
     let interrupted = Arc::new(AtomicBool::new(false));
-    let (runs, heard) = (runs.clone(), interrupted.clone());
+    let (outer, heard) = (runs, interrupted.clone());
+    let runs = runs.clone();
     // A task of its own: a pass blocked on the terminal (an `ask` question)
     // must not keep Ctrl-C from being heard.
     let watch = tokio::spawn(async move {
@@ -366,10 +367,10 @@ pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output
             return;
         }
         heard.store(true, Ordering::Relaxed);
-        let driven = runs.driven();
+        let driven = runs.interrupt("interrupted with Ctrl-C");
         if driven.is_empty() {
-            errln!("interrupted before the run started");
-            std::process::exit(i32::from(INTERRUPTED));
+            // A run may be created this instant: it cancels itself as it starts.
+            errln!("interrupted: a run this command starts now is cancelled (Ctrl-C again exits at once)");
         }
         for id in &driven {
             match runs.cancel(id, "interrupted with Ctrl-C").await {
@@ -378,11 +379,18 @@ pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output
             }
         }
         let _ = tokio::signal::ctrl_c().await;
-        errln!("exiting at once; `nexo runs show {}` shows the run", driven.join(" "));
+        // The runs cancelled above, else any driven now.
+        let named = if driven.is_empty() { runs.driven() } else { driven };
+        match named.as_slice() {
+            [] => errln!("exiting at once"),
+            driven => errln!("exiting at once; `nexo runs show {}` shows the run", driven.join(" ")),
+        }
         std::process::exit(i32::from(INTERRUPTED));
     });
     let code = pass.await;
     watch.abort();
+    // The next pass of this process (a chat's next prompt) goes on.
+    outer.resume_taking();
     if interrupted.load(Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }
 }
 

@@ -177,6 +177,9 @@ pub struct Runs {
     keeper: Arc<Keeper<String>>,
     /// Hears of each run whose events a pass here commits.
     changes: Option<Arc<changes::Changes>>,
+    /// Why the front end was interrupted, while it is ([`Runs::interrupt`]):
+    /// a run that starts being driven meanwhile is cancelled at once.
+    interrupted: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// Why a resume was refused.
@@ -212,7 +215,7 @@ impl Runs {
     pub fn new(store: Arc<dyn Store>, buffer_events: bool) -> Self {
         let owner = owner_id();
         let keeper = Arc::new(keeper(&store, &owner, LEASE));
-        Runs { store, owner, buffer_events, lease: LEASE, keeper, changes: None }
+        Runs { store, owner, buffer_events, lease: LEASE, keeper, changes: None, interrupted: Arc::default() }
     }
 
     /// The same, holding each run's lease for `lease` (default [`LEASE`]):
@@ -406,6 +409,22 @@ impl Runs {
         self.keeper.keys()
     }
 
+    /// Marks this owner interrupted (Ctrl-C) for `reason` and returns the
+    /// runs it drives now, for the caller to cancel ([`Runs::cancel`]). A
+    /// run that starts being driven from now on, until [`Runs::resume_taking`],
+    /// cancels itself for `reason`: a run created in the instant before it was
+    /// driven is not left `running` by an interrupt that found nothing to cancel.
+    pub fn interrupt(&self, reason: &str) -> Vec<String> {
+        let mut interrupted = self.interrupted.lock().unwrap_or_else(|p| p.into_inner());
+        *interrupted = Some(reason.to_string());
+        self.keeper.keys()
+    }
+
+    /// Ends an interrupt ([`Runs::interrupt`]): runs started from now on go on.
+    pub fn resume_taking(&self) {
+        *self.interrupted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// Cancels the run `id` ([`nexo_store::Runs::cancel`]) and, if this owner drives
     /// it, stops it now: its guest is interrupted at its next epoch tick, so
     /// its pass ends and its slot is free at once. Another process driving
@@ -493,13 +512,24 @@ impl Runs {
         let until_ms = run.lease.as_ref().map_or_else(nexo_store::now_ms, |l| l.until_ms);
         let halt = journal.clone();
         let id = run.id.clone();
-        let renewal = self.keeper.keep(
-            run.id.clone(),
-            until_ms,
-            Box::new(move |_: Lost| {
-                halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
-            }),
-        );
+        // Kept under the interrupt's lock: an interrupt either sees this run
+        // among the driven ones or is seen here.
+        let (renewal, interrupted) = {
+            let interrupted = self.interrupted.lock().unwrap_or_else(|p| p.into_inner());
+            let renewal = self.keeper.keep(
+                run.id.clone(),
+                until_ms,
+                Box::new(move |_: Lost| {
+                    halt.halt(Halt::Failed(format!("run `{id}` was cancelled or taken over by another process")))
+                }),
+            );
+            (renewal, interrupted.clone())
+        };
+        if let Some(reason) = interrupted
+            && let Err(e) = self.cancel(&run.id, &reason).await
+        {
+            tracing::warn!(target: "nexo::runs", run = %run.id, "cannot cancel the interrupted run: {e}");
+        }
         let span = trace::pass_span(&self.store, &run, subject.name(), replay).await;
         let running = instruments::pass_started(run.tenant.as_deref());
         let result = span.under(subject.run(&run.input, &options)).await;
