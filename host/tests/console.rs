@@ -520,6 +520,8 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
     assert!(!log.to_string().contains(&alice), "the audit log holds no key");
     let decided = log["entries"].as_array().unwrap().iter().find(|e| e["kind"] == "approval.decided").unwrap();
     assert!(decided["data"].as_str().unwrap().contains("approved"), "{decided}");
+    let decided: Value = serde_json::from_str(decided["data"].as_str().unwrap()).unwrap();
+    assert!(decided["key"].as_str().is_some_and(|k| !k.is_empty()), "the key that signed in decided: {decided}");
     for shot in [
         "1-alice-runs",
         "2-alice-run-suspended",

@@ -199,9 +199,16 @@ async fn a_decision_for_a_call_no_longer_pending_is_refused_and_decides_nothing(
     assert_eq!(done["status"], "done", "{done}\n{}", node.log());
     assert!(!workspace.join("dangerous.txt").exists(), "denied");
     let (_, audit) = scene.get(&node.url("/v1/audit"), &alice).await;
-    let decided: Vec<&Value> =
-        audit["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "approval.decided").collect();
+    let entries = audit["entries"].as_array().unwrap();
+    let decided: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "approval.decided").collect();
     assert_eq!(decided.len(), 2, "only the two decisions that were made: {audit}");
+    // Each names the key that decided, by its id (alice's only key), never the key.
+    let data = |e: &Value| serde_json::from_str::<Value>(e["data"].as_str().unwrap()).unwrap();
+    let created = entries.iter().find(|e| e["kind"] == "key.created").map(data).unwrap();
+    for d in &decided {
+        assert_eq!(data(d)["key"], created["key"], "{d}");
+    }
+    assert!(!audit.to_string().contains(&alice), "the audit log holds no key");
 }
 
 /// A decision binds to the call's position as well as its hash: the hash

@@ -497,6 +497,7 @@ impl DecisionRequest {
 pub(crate) async fn decide(
     state: AppState,
     tenant: Tenant,
+    key: &str,
     id: String,
     call: PendingCall,
     decision: Decision,
@@ -524,6 +525,8 @@ pub(crate) async fn decide(
             "tool": approval.tool,
             "args_hash": approval.args_hash,
             "seq": approval.seq,
+            // Which of the tenant's keys decided (its id, never the key).
+            "key": key,
         }),
     )
     .await?;
@@ -534,25 +537,25 @@ pub(crate) async fn decide(
 /// `POST /v1/runs/{id}/approve`.
 pub async fn approve(
     State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
+    KeyedCaller { tenant, key }: KeyedCaller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     own_run(&state, &tenant, &id).await?;
     let call = DecisionRequest::parse(&body)?;
-    decide(state, tenant, id, call, Decision::Approved).await
+    decide(state, tenant, &key, id, call, Decision::Approved).await
 }
 
 /// `POST /v1/runs/{id}/deny`.
 pub async fn deny(
     State(state): State<AppState>,
-    TenantCaller(tenant): TenantCaller,
+    KeyedCaller { tenant, key }: KeyedCaller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     own_run(&state, &tenant, &id).await?;
     let call = DecisionRequest::parse(&body)?;
-    decide(state, tenant, id, call, Decision::Denied).await
+    decide(state, tenant, &key, id, call, Decision::Denied).await
 }
 
 /// The body of `POST /v1/runs/{id}/resume` (optional).

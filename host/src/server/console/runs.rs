@@ -345,7 +345,7 @@ async fn decide(state: AppState, id: String, posted: Posted, decision: Decision)
         Ok(c) => c,
         Err(e) => return Err(Failure::api(e, &console).await),
     };
-    match api::decide(state, console.tenant.clone(), id, call, decision).await {
+    match api::decide(state, console.tenant.clone(), &console.key, id, call, decision).await {
         Ok(_) => Ok(Redirect::to(&back).into_response()),
         Err(e) => Err(Failure::api(e, &console).await),
     }

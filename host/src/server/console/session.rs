@@ -52,12 +52,14 @@ impl FromRequestParts<AppState> for Console {
         // The key and the tenant, again: a revocation or a disabling ends the session now.
         let found =
             state.store.key_by_hash(&session.key_hash).await.map_err(|e| Failure::store(e, None).into_response())?;
-        if found.is_none_or(|k| k.revoked_ms.is_some()) {
+        let Some(key) = found.filter(|k| k.revoked_ms.is_none()) else {
             signin::end(&*state.store, &session.id_hash).await;
             return Err(to_login(parts, Some("revoked")));
-        }
+        };
         match state.store.tenant(&session.tenant).await.map_err(|e| Failure::store(e, None).into_response())? {
-            Some(tenant) if !tenant.disabled => Ok(Console { tenant, csrf: session.csrf, session: session.id_hash }),
+            Some(tenant) if !tenant.disabled => {
+                Ok(Console { tenant, csrf: session.csrf, session: session.id_hash, key: key.id })
+            }
             Some(_) => {
                 signin::end(&*state.store, &session.id_hash).await;
                 Err(to_login(parts, Some("disabled")))

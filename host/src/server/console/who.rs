@@ -14,6 +14,8 @@ pub struct Console {
     pub(super) csrf: String,
     /// The SHA-256 of the session id: its sign-in's key in the store.
     pub(super) session: String,
+    /// The id of the API key the session signed in with.
+    pub(super) key: String,
 }
 
 impl Console {
