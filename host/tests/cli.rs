@@ -575,6 +575,15 @@ fn a_skill_component_given_by_flag_is_found_and_a_second_of_the_same_name_refuse
     let out = run(&[built::CODE_REVIEW, built::CODE_REVIEW]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("two skill components are named `code-review`"), "{}", stderr(&out));
+    // Queued for a worker, a component that is not a skill is refused before anything is recorded.
+    let store = dir.path().join("runs.db");
+    let mut args = vec!["run", agent.to_str().unwrap(), "x", "--later", "--skill-component", built::HELLO];
+    args.extend(["--store", store.to_str().unwrap()]);
+    let out = nexo(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a skill"), "{}", stderr(&out));
+    let out = nexo(&["runs", "list", "--json", "--store", store.to_str().unwrap()]);
+    assert!(!stdout(&out).contains("queued"), "nothing was queued: {}", stdout(&out));
 }
 
 /// A one-shot HTTP/1.1 server on loopback answering every request with

@@ -263,14 +263,18 @@ async fn the_genai_metrics_arrive_over_otlp_without_a_secret_or_content() {
 }
 
 /// `nexo worker` serves `/metrics` on the operator's address as `nexo
-/// serve` does: the runs it ran are counted there, with the queue's gauges,
+/// serve` does (`--metrics-listen` when the config file's is another
+/// node's): the runs it ran are counted there, with the queue's gauges,
 /// and Ctrl-C stops it cleanly, the metrics listener with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_serves_its_metrics_on_the_operators_address() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
+    // The config file's address is taken (by a `nexo serve` on this host, say).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let config = dir.path().join("nexo.toml");
-    std::fs::write(&config, "[telemetry.prometheus]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let table = format!("[telemetry.prometheus]\nlisten = \"{}\"\n", taken.local_addr().unwrap());
+    std::fs::write(&config, table).unwrap();
     let config = config.to_str().unwrap();
     let nexo = || {
         let mut cmd = common::nexo_command(&dir.path().join("cache"));
@@ -281,7 +285,12 @@ async fn a_worker_serves_its_metrics_on_the_operators_address() {
         let out = nexo().args(["run", built::TEXT_STATS, words, "--later", "--config", config]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let mut worker = nexo().args(["worker", "--config", config]).stderr(Stdio::piped()).spawn().unwrap();
+    let out = nexo().args(["worker", "--config", config]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot listen on") && err.contains("/metrics"), "the cause and the fix: {err}");
+    let args = ["worker", "--config", config, "--metrics-listen", "127.0.0.1:0"];
+    let mut worker = nexo().args(args).stderr(Stdio::piped()).spawn().unwrap();
     let (tx, lines) = std::sync::mpsc::channel();
     let stderr = BufReader::new(worker.stderr.take().unwrap());
     std::thread::spawn(move || stderr.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));

@@ -6,8 +6,9 @@
 //! `READ COMMITTED` isolation: this module is PostgreSQL's [`Dialect`]. Where SQLite's
 //! `BEGIN IMMEDIATE` holds the whole file, a transaction here locks the one
 //! row it reads before it writes (`SELECT … FOR UPDATE`: a claim, a
-//! transition, a cancel), so of two processes claiming one run exactly one
-//! wins and the other sees the run as the winner left it. Job claims take
+//! transition, a cancel; a run's row `FOR NO KEY UPDATE`, which rows that
+//! only name the run do not wait on), so of two processes claiming one run
+//! exactly one wins and the other sees the run as the winner left it. Job claims take
 //! `FOR UPDATE SKIP LOCKED`, so concurrent workers take different jobs
 //! without waiting for each other.
 //! An append to a session's thread updates the session's row only if its

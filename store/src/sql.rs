@@ -511,7 +511,12 @@ macro_rules! select_run {
 pub(crate) const SELECT_RUN: &str = select_run!();
 
 /// [`SELECT_RUN`], locking the row until the transaction ends (PostgreSQL).
-pub(crate) const SELECT_RUN_LOCKED: &str = concat!(select_run!(), " FOR UPDATE");
+/// `NO KEY UPDATE`, as every lock of a run row here: it keeps writers of the
+/// run in turn, while a row that only names the run (an event, a job, an
+/// entry: their foreign keys take `KEY SHARE`) is not held up by it, so no
+/// transaction that holds a job waits on a run another holds while that one
+/// waits on the job.
+pub(crate) const SELECT_RUN_LOCKED: &str = concat!(select_run!(), " FOR NO KEY UPDATE");
 
 /// Runs, newest first: `$1` limit.
 pub(crate) const LIST_RUNS: &str =
@@ -538,7 +543,7 @@ macro_rules! run_owner {
 pub(crate) const RUN_OWNER: &str = run_owner!();
 
 /// [`RUN_OWNER`], locking the row until the transaction ends (PostgreSQL).
-pub(crate) const RUN_OWNER_LOCKED: &str = concat!(run_owner!(), " FOR UPDATE");
+pub(crate) const RUN_OWNER_LOCKED: &str = concat!(run_owner!(), " FOR NO KEY UPDATE");
 
 macro_rules! append_entry_if_owner {
     () => {
@@ -558,7 +563,7 @@ pub(crate) const APPEND_ENTRY_IF_OWNER: &str = append_entry_if_owner!();
 /// [`APPEND_ENTRY_IF_OWNER`], locking the run's row while it checks
 /// (PostgreSQL): a claim that takes the run waits for the insert, or the
 /// insert sees the new owner and writes nothing.
-pub(crate) const APPEND_ENTRY_IF_OWNER_LOCKED: &str = concat!(append_entry_if_owner!(), " FOR UPDATE");
+pub(crate) const APPEND_ENTRY_IF_OWNER_LOCKED: &str = concat!(append_entry_if_owner!(), " FOR NO KEY UPDATE");
 
 /// Appends one journal entry: `$1` run, `$2` seq, `$3` end, `$4`
 /// interface, `$5` function, `$6` args hash, `$7` result, `$8` and `$9`

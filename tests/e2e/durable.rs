@@ -852,3 +852,27 @@ async fn a_run_started_after_an_interrupt_cancels_itself() {
     let end = runs.start(subject(&plugin, built::WORKFLOW_PROBE), script, &spec, &options).await.unwrap();
     assert_eq!(end.run.status, RunStatus::Done, "{:?}", end.run);
 }
+
+/// A run records each skill component with its SHA-256: a pass loads that
+/// content or refuses, naming the file that changed; a file that is not a
+/// skill component is refused before anything is recorded.
+#[tokio::test]
+async fn a_skill_component_changed_since_the_run_was_recorded_is_refused() {
+    use nexo::runs::prepare;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("review.wasm");
+    std::fs::copy(built::CODE_REVIEW, &path).unwrap();
+    let files = prepare::skill_files(engine(), std::slice::from_ref(&path)).await.unwrap();
+    assert_eq!(files.len(), 1);
+    let spec = nexo::runs::RunSpec { skill_components: files, ..nexo::runs::RunSpec::default() };
+    let options = prepare::options(engine(), &spec).await.unwrap();
+    assert_eq!(options.providers.skill_components.iter().map(|s| s.name()).collect::<Vec<_>>(), ["code-review"]);
+    // The same component with a custom section more: another SHA-256.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend([0, 4, 3, b'n', b'e', b'w']);
+    std::fs::write(&path, bytes).unwrap();
+    let err = prepare::options(engine(), &spec).await.unwrap_err().to_string();
+    assert!(err.contains("changed since the run was recorded") && err.contains("review.wasm"), "{err}");
+    let err = prepare::skill_files(engine(), &[std::path::PathBuf::from(built::HELLO)]).await.unwrap_err();
+    assert!(err.to_string().contains("not a skill"), "{err}");
+}

@@ -79,7 +79,9 @@ pub async fn resolve(manifest: &AgentManifest, options: &RunOptions) -> Result<V
         if let Some(component) = options.providers.skill_components.iter().find(|c| c.name() == name) {
             let body = component.instructions().await.map_err(|e| fail(e.to_string()))?;
             let metadata = component.metadata();
-            found.push(SkillDoc { name: metadata.name.clone(), description: metadata.description.clone(), body });
+            // Cut as a package's is: a component from a registry is as untrusted.
+            let description = crate::truncate::head_chars(&metadata.description, nexo_skills::MAX_DESCRIPTION_LEN);
+            found.push(SkillDoc { name: metadata.name.clone(), description, body });
             continue;
         }
         let skill = nexo_skills::find(&skills_path, name).map_err(|e| fail(e.to_string()))?;

@@ -77,7 +77,7 @@ async fn needed(store: &dyn Store) -> Result<BTreeSet<String>, StoreError> {
             keep.insert(run.component_sha256.clone());
             let Ok(spec) = nexo::runs::RunSpec::from_record(run.grant.clone()) else { continue };
             let backend = spec.search.and_then(|s| s.backend);
-            for file in backend.iter().chain(&spec.skill_components) {
+            for file in backend.iter().chain(spec.skill_components.iter().map(|s| &s.path)) {
                 if let Some(name) = file.file_name() {
                     keep.insert(name.to_string_lossy().into_owned());
                 }

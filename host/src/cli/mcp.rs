@@ -80,11 +80,17 @@ pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&Plug
             memory_mib: args.memory,
             skills_path: std::path::absolute(&args.model.skills_path).unwrap_or(args.model.skills_path.clone()),
             progressive_skills: args.model.progressive_skills,
-            skill_components: args.model.recorded_skill_components(&file, args.grant.config_path()),
+            skill_components: Vec::new(),
             origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return report::config_failure(&e),
     };
+    let mut recorded = recorded;
+    recorded.skill_components =
+        match args.model.recorded_skill_components(engine, &file, args.grant.config_path()).await {
+            Ok(files) => files,
+            Err(e) => return report::fail(&e),
+        };
     // Events go to stderr: stdout may be the protocol.
     let progress = Arc::new(progress::Progress::new(false));
     let options = match runs::options(engine, &recorded, &progress).await {

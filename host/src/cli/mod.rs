@@ -496,6 +496,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 return code;
             }
             recorded.origin = origin(pulled_as.as_ref());
+            recorded.skill_components =
+                match model.recorded_skill_components(&engine, &settings.file, grant.config_path()).await {
+                    Ok(files) => files,
+                    Err(e) => return fail(&e),
+                };
             if *later {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
                     Ok(s) => s,
@@ -540,6 +545,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Err(code) => return code,
                 };
             recorded.origin = origin(pulled_as.as_ref());
+            let (model, config) = (&args.model, args.grant.config_path());
+            recorded.skill_components = match model.recorded_skill_components(&engine, &settings.file, config).await {
+                Ok(files) => files,
+                Err(e) => return fail(&e),
+            };
             let place = chat::Place {
                 store: cli.store.as_deref(),
                 file: &settings.file,
@@ -658,7 +668,6 @@ fn recorded(
     memory: u64,
 ) -> Result<(Settings, nexo::runs::RunSpec), ExitCode> {
     let settings = settings(grant, search).map_err(|e| config_failure(&e))?;
-    let skill_components = model.recorded_skill_components(&settings.file, grant.config_path());
     let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
         (Ok(grant), Ok(model_table)) => nexo::runs::RunSpec {
             grant,
@@ -668,7 +677,8 @@ fn recorded(
             memory_mib: memory,
             skills_path: std::path::absolute(&model.skills_path).unwrap_or(model.skills_path.clone()),
             progressive_skills: model.progressive_skills,
-            skill_components,
+            // Loaded and recorded by the caller, which has the engine.
+            skill_components: Vec::new(),
             origin: None,
         },
         (Err(e), _) | (_, Err(e)) => return Err(config_failure(&e)),

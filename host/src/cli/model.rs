@@ -79,10 +79,18 @@ impl ModelArgs {
         if self.skill_components.is_empty() { file.skills.components(config) } else { self.skill_components.clone() }
     }
 
-    /// The skill components as a run records them: files, absolute.
-    pub fn recorded_skill_components(&self, file: &nexo::config::ConfigFile, config: Option<&Path>) -> Vec<PathBuf> {
+    /// The skill components as a run records them: each file, absolute,
+    /// loaded and named by its SHA-256 (a bad one stops the command before
+    /// anything is recorded or queued).
+    pub async fn recorded_skill_components(
+        &self,
+        engine: &nexo::Engine,
+        file: &nexo::config::ConfigFile,
+        config: Option<&Path>,
+    ) -> Result<Vec<nexo::runs::SkillFile>, nexo::RunError> {
         let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
-        self.skill_components(file, config).into_iter().map(absolute).collect()
+        let paths: Vec<PathBuf> = self.skill_components(file, config).into_iter().map(absolute).collect();
+        nexo::runs::prepare::skill_files(engine, &paths).await
     }
 
     /// Sets the skill components: registry references' cached files, which

@@ -389,6 +389,9 @@ pub async fn cancel_on_ctrl_c(runs: &Runs, pass: impl std::future::Future<Output
     });
     let code = pass.await;
     watch.abort();
+    // Ended before the interrupt is cleared: a Ctrl-C heard as the pass
+    // ended must not mark the next pass interrupted.
+    let _ = watch.await;
     // The next pass of this process (a chat's next prompt) goes on.
     outer.resume_taking();
     if interrupted.load(Ordering::Relaxed) { ExitCode::from(INTERRUPTED) } else { code }

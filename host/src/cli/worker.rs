@@ -47,6 +47,10 @@ pub struct WorkerArgs {
     /// [default: the config file's `[sessions] retain`, else keep them].
     #[arg(long, value_name = "PERIOD", value_parser = nexo::session::parse_retention)]
     retain: Option<Duration>,
+    /// This worker's address for `/metrics`, instead of `[telemetry.prometheus] listen` (each
+    /// node on one host needs its own).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -104,7 +108,7 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
     // Metrics for the operator, as `nexo serve` keeps them: `/metrics` on
     // its own address when the config file asks, and the queue's gauges.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    match nexo::telemetry::scrape::keep_node_metrics(store.clone(), stop_rx).await {
+    match nexo::telemetry::scrape::keep_node_metrics(store.clone(), stop_rx, args.metrics_listen).await {
         Ok(Some(at)) => errln!("worker {name}: metrics on http://{at}/metrics"),
         Ok(None) => {}
         Err(e) => {

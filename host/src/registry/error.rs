@@ -44,11 +44,12 @@ pub enum RegistryError {
         /// `anonymously` or `as USER`.
         how: String,
     },
-    /// The registry asked for the password to be sent where nexo does not send it.
+    /// The registry named a token service nexo does not ask (with a password or without).
     #[error(
-        "the registry {registry} asked for its password to be sent to the token service {realm}, and nexo \
-         refused ({reason}): a password goes over HTTPS, or over plain HTTP only to a host listed as \
-         insecure; if that service is really yours, list its host:port as insecure, else pull anonymously"
+        "the registry {registry} named the token service {realm} to log in to, and nexo refused ({reason}): a \
+         token is asked for over HTTPS, or over plain HTTP only from a host listed as insecure (a password and \
+         the token it gets must not cross the network in the clear); if that service is really yours, list its \
+         host:port as insecure"
     )]
     UnsafeRealm {
         /// The registry's host and port.

@@ -63,6 +63,14 @@ pub(super) async fn fetch(
                 reason: format!("{url} answered {status}"),
             });
         }
+        s if s.is_redirection() => {
+            let to = answer.headers().get(reqwest013::header::LOCATION).and_then(|h| h.to_str().ok()).unwrap_or("");
+            return Err(failed(format!(
+                "its manifest at {url} answered {status}, a redirect to `{to}`, which nexo does not follow for a \
+                 manifest (credentials must not go where the operator did not name): pull from the registry the \
+                 redirect names"
+            )));
+        }
         s if !s.is_success() => return Err(failed(format!("its manifest at {url} answered {status}"))),
         _ => {}
     }

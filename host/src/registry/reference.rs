@@ -126,11 +126,19 @@ fn names_registry(text: &str) -> bool {
 
 /// Whether `arg` would be taken as a registry reference (see the module's rule).
 pub fn is_reference(arg: &Path) -> bool {
+    arg.to_str().is_some_and(|t| t.starts_with(OCI_PREFIX)) || (!arg.exists() && names_registry_text(arg))
+}
+
+/// Whether `arg`'s text names a registry reference, whatever files there
+/// are: `oci://…`, or `host[:port]/repository[:tag|@digest]` that does not
+/// end in `.wasm` or `.toml`. [`is_reference`] also lets a file of that
+/// name win.
+pub fn names_registry_text(arg: &Path) -> bool {
     let Some(text) = arg.to_str() else { return false };
     if text.starts_with(OCI_PREFIX) {
         return true;
     }
-    if arg.exists() || text.ends_with(".wasm") || text.ends_with(".toml") {
+    if text.ends_with(".wasm") || text.ends_with(".toml") {
         return false;
     }
     names_registry(text)

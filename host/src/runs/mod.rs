@@ -43,7 +43,7 @@ use crate::settings::RunOptions;
 use crate::telemetry::metrics::instruments;
 use crate::thread::Thread;
 use crate::world::agent::Agent;
-pub use spec::{Origin, RunSpec};
+pub use spec::{Origin, RunSpec, SkillFile};
 
 /// How long a lease lasts without renewal. The owner renews it every
 /// third of that.

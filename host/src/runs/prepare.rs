@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use super::spec::RunSpec;
+use std::path::{Path, PathBuf};
+
+use super::spec::{RunSpec, SkillFile};
 use crate::authority::Permissions;
 use crate::config::SearchSetup;
 use crate::error::RunError;
@@ -73,28 +75,60 @@ pub async fn search_backend(
     Ok(Arc::new(crate::world::search_backend::ComponentBackend::new(backend, &setup.grant)?))
 }
 
-/// The skill components at `files`, loaded; each must be a skill
-/// component, and no two may share a name (an agent names a skill by it).
+/// The skill components at `paths` as a run records them ([`SkillFile`]):
+/// each loaded now, so a run is refused before it is recorded (or queued)
+/// for a file that is not a skill component or a skill name given twice.
+pub async fn skill_files(engine: &Engine, paths: &[PathBuf]) -> Result<Vec<SkillFile>, RunError> {
+    let wanted: Vec<(&Path, Option<&str>)> = paths.iter().map(|p| (p.as_path(), None)).collect();
+    let loaded = load_plugins(engine, &wanted).await?;
+    Ok(paths.iter().zip(loaded).map(|(path, (_, sha256))| SkillFile { path: path.clone(), sha256 }).collect())
+}
+
+/// The skill components `files` name, loaded, each with the content the
+/// run recorded (a file changed since is refused, naming the fix).
 pub async fn skill_components(
     engine: &Engine,
-    files: &[std::path::PathBuf],
+    files: &[SkillFile],
 ) -> Result<Vec<Arc<dyn crate::settings::SkillComponent>>, RunError> {
+    let expected: Vec<(&Path, Option<&str>)> =
+        files.iter().map(|f| (f.path.as_path(), Some(f.sha256.as_str()))).collect();
     let mut loaded: Vec<Arc<dyn crate::settings::SkillComponent>> = Vec::with_capacity(files.len());
-    for file in files {
-        let plugin = Plugin::load(engine, file).await?;
-        let skill = plugin.skill()?.clone();
-        if let Some(same) = loaded.iter().find(|s| s.name() == skill.name()) {
+    for (plugin, _) in load_plugins(engine, &expected).await? {
+        loaded.push(Arc::new(plugin.skill()?.clone()));
+    }
+    Ok(loaded)
+}
+
+/// The plugins at `paths`, each a skill component (checked against the
+/// SHA-256 given with it), no two of one skill name.
+async fn load_plugins(engine: &Engine, paths: &[(&Path, Option<&str>)]) -> Result<Vec<(Plugin, String)>, RunError> {
+    let mut loaded: Vec<(Plugin, String)> = Vec::new();
+    for &(path, expected) in paths {
+        let plugin = Plugin::load(engine, path).await?;
+        let sha256 = plugin.sha256().to_string();
+        if let Some(expected) = expected.filter(|e| *e != sha256) {
             return Err(ConfigError::invalid(
                 "[skills] components",
                 format!(
-                    "two skill components are named `{}` ({} is the second): give each skill once",
-                    same.name(),
-                    file.display()
+                    "the skill component {} changed since the run was recorded (SHA-256 {expected}, now {sha256}): \
+                     restore it, or start a new run",
+                    path.display()
                 ),
             )
             .into());
         }
-        loaded.push(Arc::new(skill));
+        let name = plugin.skill()?.name().to_string();
+        if loaded.iter().any(|(p, _)| p.skill().is_ok_and(|s| s.name() == name)) {
+            return Err(ConfigError::invalid(
+                "[skills] components",
+                format!(
+                    "two skill components are named `{name}` ({} is the second): give each skill once",
+                    path.display()
+                ),
+            )
+            .into());
+        }
+        loaded.push((plugin, sha256));
     }
     Ok(loaded)
 }

@@ -37,14 +37,24 @@ pub struct RunSpec {
     pub skills_path: PathBuf,
     /// Progressive skills.
     pub progressive_skills: bool,
-    /// The skill components given to the run: files (a registry
-    /// reference's cached file, named by its digest, so a resume reads the
-    /// same version).
+    /// The skill components given to the run, each a file (a registry
+    /// reference's cached one) with the SHA-256 it had when the run was
+    /// recorded: every pass loads that very content or none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skill_components: Vec<PathBuf>,
+    pub skill_components: Vec<SkillFile>,
     /// Where the plugin came from, when it came from a registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+}
+
+/// A skill component as a run records it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct SkillFile {
+    /// The component's file.
+    pub path: PathBuf,
+    /// Its SHA-256 when the run was recorded.
+    pub sha256: String,
 }
 
 /// A plugin's registry origin, as a run records it: which version it was

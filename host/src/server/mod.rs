@@ -274,7 +274,7 @@ pub async fn serve(
 
     // Metrics, when the front end installed them ([`telemetry::Telemetry`]),
     // on the operator's own address, never on the tenants' router.
-    let metrics = telemetry::scrape::keep_node_metrics(store.clone(), stop_rx.clone()).await;
+    let metrics = telemetry::scrape::keep_node_metrics(store.clone(), stop_rx.clone(), None).await;
     if let Some(at) = metrics.map_err(|e| setup(e.to_string()))? {
         errln!("nexo serve: metrics on http://{at}/metrics");
     }

@@ -30,7 +30,8 @@ pub async fn serve(
     let addr = scrape.listen;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         super::error::TelemetryError::Scrape(format!(
-            "cannot listen on {addr} for /metrics: {e} (set another address: [telemetry.prometheus] listen)"
+            "cannot listen on {addr} for /metrics: {e} (set another address: [telemetry.prometheus] listen, or \
+             `nexo worker --metrics-listen ADDR` for a worker beside another node)"
         ))
     })?;
     let bound = listener.local_addr().unwrap_or(addr);
@@ -47,16 +48,28 @@ pub async fn serve(
 /// metrics until `stop` says so: `/metrics` on the scrape address, when the
 /// operator set one (returned, bound), and the store's gauges (queue depth
 /// and pending approvals per tenant), when metrics are installed.
+/// `listen`, when given, is this node's address for it instead of the
+/// config file's (nodes on one host that share a config file each need one).
 pub async fn keep_node_metrics(
     store: Arc<dyn nexo_store::Store>,
     stop: tokio::sync::watch::Receiver<bool>,
+    listen: Option<std::net::SocketAddr>,
 ) -> Result<Option<std::net::SocketAddr>, super::error::TelemetryError> {
     let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    let at = match super::metrics::scrape() {
-        Some(scrape) => Some(serve(scrape, stopped(stop.clone())).await?),
-        None => None,
+    let at = match (super::metrics::scrape(), listen) {
+        (Some(mut scrape), listen) => {
+            scrape.listen = listen.unwrap_or(scrape.listen);
+            Some(serve(scrape, stopped(stop.clone())).await?)
+        }
+        (None, Some(_)) => {
+            return Err(super::error::TelemetryError::Scrape(
+                "an address for /metrics was given, but the config file sets up no Prometheus metrics: add a                  `[telemetry.prometheus]` table (its `token-env` too, for a token)"
+                    .into(),
+            ));
+        }
+        (None, None) => None,
     };
     tokio::spawn(super::metrics::gauges::keep(store, stopped(stop)));
     Ok(at)
