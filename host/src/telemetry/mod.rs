@@ -11,13 +11,16 @@
 //! A front end installs telemetry once, after it has read its config file
 //! ([`Telemetry::install`]), and shuts it down on its way out
 //! ([`Telemetry::shutdown`]), which sends what is still buffered. Spans
-//! are OpenTelemetry's own, not the logging subscriber's ([`traces`]).
+//! are OpenTelemetry spans recorded by nexo, not the logging subscriber's
+//! ([`traces`]).
 
 pub mod context;
 mod error;
+mod exporter;
 mod http;
 pub mod metrics;
 mod names;
+mod recorder;
 pub mod scrape;
 mod settings;
 pub mod spans;
@@ -35,7 +38,7 @@ pub use table::{PrometheusTable, TelemetryTable};
 #[derive(Debug, Default)]
 #[must_use = "shut telemetry down on the way out, or buffered spans are lost"]
 pub struct Telemetry {
-    tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    tracer: Option<traces::Exporting>,
     metrics: Option<metrics::Metrics>,
 }
 

@@ -5,16 +5,15 @@
 //! tracing is off, and builds no attribute then. Message and tool contents
 //! go on spans only when the operator opted in ([`capture_content`]).
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{FutureExt as _, SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{FutureExt as _, SpanKind, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue, Value};
 
 use super::context::TraceParent;
 pub use super::names::*;
-use super::traces::{RunLabels, capture_content, enabled, tracer};
+use super::traces::{RunLabels, capture_content, enabled, start};
 
 /// The conventions' attribute names, from opentelemetry-semantic-conventions.
 /// The crate marks the GenAI ones deprecated since they moved to their own
@@ -100,41 +99,21 @@ impl Drop for Span {
     }
 }
 
-/// Room for a span's attributes: its own and the run's labels.
-const ATTRIBUTES: usize = 10;
-
-/// Starts a span under `parent`, with its attributes and the run's labels
-/// given at once.
-fn start(name: impl Into<Cow<'static, str>>, kind: SpanKind, parent: &Context, mut attributes: Vec<KeyValue>) -> Span {
-    let Some(tracer) = tracer() else { return Span::off() };
-    if let Some(labels) = parent.get::<RunLabels>() {
-        attributes.extend(labels.attributes());
-    }
-    let span = tracer.span_builder(name).with_kind(kind).with_attributes(attributes).start_with_context(tracer, parent);
-    Span(Some(parent.with_span(span)))
-}
-
 /// The span of one pass of a run: `invoke_agent {agent}`. Its parent is
 /// the current context: the request that started or continued the run,
 /// which the caller attached ([`TraceParent::context`]); its links are the
 /// run's earlier passes, and its [`RunLabels`] go on every span under it.
 pub fn pass_span(agent: &str, labels: RunLabels, earlier: &[TraceParent]) -> Span {
-    let Some(tracer) = tracer() else { return Span::off() };
-    let mut attributes = Vec::with_capacity(ATTRIBUTES);
-    attributes.extend([
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
-        KeyValue::new(semconv::GEN_AI_AGENT_NAME, agent.to_string()),
-    ]);
-    attributes.extend(labels.attributes());
+    if !enabled() {
+        return Span::off();
+    }
     let parent = Context::current().with_value(labels);
-    let links = earlier.iter().filter_map(TraceParent::span_context).map(opentelemetry::trace::Link::with_context);
-    let span = tracer
-        .span_builder(format!("invoke_agent {agent}"))
-        .with_kind(SpanKind::Internal)
-        .with_links(links.collect())
-        .with_attributes(attributes)
-        .start_with_context(tracer, &parent);
-    Span(Some(parent.with_span(span)))
+    let links = earlier.iter().filter_map(TraceParent::span_context).collect();
+    Span(start(SpanKind::Internal, &parent, None, links, |f| {
+        f.name(&["invoke_agent ", agent]);
+        f.text(semconv::GEN_AI_OPERATION_NAME, "invoke_agent");
+        f.text(semconv::GEN_AI_AGENT_NAME, agent);
+    }))
 }
 
 /// The span of one model call: `chat {model}`, a client span.
@@ -142,17 +121,16 @@ pub fn chat_span(provider: &str, model: &str, request: &nexo_model::Request) -> 
     if !enabled() {
         return Span::off();
     }
-    let mut attributes = Vec::with_capacity(ATTRIBUTES);
-    attributes.extend([
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
-        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
-        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
-        KeyValue::new(semconv::GEN_AI_REQUEST_MAX_TOKENS, i64::from(request.max_tokens)),
-    ]);
-    if capture_content() {
-        attributes.push(KeyValue::new(semconv::GEN_AI_INPUT_MESSAGES, content::messages(&request.messages)));
-    }
-    start(format!("chat {model}"), SpanKind::Client, &Context::current(), attributes)
+    Span(start(SpanKind::Client, &Context::current(), None, Vec::new(), |f| {
+        f.name(&["chat ", model]);
+        f.text(semconv::GEN_AI_OPERATION_NAME, "chat");
+        f.text(semconv::GEN_AI_PROVIDER_NAME, provider);
+        f.text(semconv::GEN_AI_REQUEST_MODEL, model);
+        f.int(semconv::GEN_AI_REQUEST_MAX_TOKENS, i64::from(request.max_tokens));
+        if capture_content() {
+            f.text(semconv::GEN_AI_INPUT_MESSAGES, &content::messages(&request.messages));
+        }
+    }))
 }
 
 /// What a model call answered, on its span.
@@ -192,19 +170,18 @@ pub fn tool_span(
     if !enabled() {
         return Span::off();
     }
-    let mut attributes = Vec::with_capacity(ATTRIBUTES);
-    attributes.extend([
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
-        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, tool_type),
-    ]);
-    if let Some(id) = call_id {
-        attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, id.to_string()));
-    }
-    if let Some(arguments) = arguments.filter(|_| capture_content()) {
-        attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, arguments.to_string()));
-    }
-    start(format!("execute_tool {tool}"), SpanKind::Internal, &Context::current(), attributes)
+    Span(start(SpanKind::Internal, &Context::current(), None, Vec::new(), |f| {
+        f.name(&["execute_tool ", tool]);
+        f.text(semconv::GEN_AI_OPERATION_NAME, "execute_tool");
+        f.text(semconv::GEN_AI_TOOL_NAME, tool);
+        f.text(semconv::GEN_AI_TOOL_TYPE, tool_type);
+        if let Some(id) = call_id {
+            f.text(semconv::GEN_AI_TOOL_CALL_ID, id);
+        }
+        if let Some(arguments) = arguments.filter(|_| capture_content()) {
+            f.text(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, &arguments.to_string());
+        }
+    }))
 }
 
 /// A tool call's verdict (and its result, with content capture on).
@@ -235,15 +212,14 @@ pub fn mcp_span(method: &'static str, server: &str, tool: &str, transport: &'sta
     if !enabled() {
         return Span::off();
     }
-    let mut attributes = Vec::with_capacity(ATTRIBUTES);
-    attributes.extend([
-        KeyValue::new(semconv::MCP_METHOD_NAME, method),
-        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-        KeyValue::new(semconv::NETWORK_TRANSPORT, transport),
-        KeyValue::new(NEXO_MCP_SERVER, server.to_string()),
-    ]);
-    start(format!("{method} {tool}"), SpanKind::Client, &Context::current(), attributes)
+    Span(start(SpanKind::Client, &Context::current(), None, Vec::new(), |f| {
+        f.name(&[method, " ", tool]);
+        f.text(semconv::MCP_METHOD_NAME, method);
+        f.text(semconv::GEN_AI_TOOL_NAME, tool);
+        f.text(semconv::GEN_AI_OPERATION_NAME, "execute_tool");
+        f.text(semconv::NETWORK_TRANSPORT, transport);
+        f.text(NEXO_MCP_SERVER, server);
+    }))
 }
 
 /// An MCP request's failure, on its span.
@@ -264,27 +240,17 @@ pub fn approval_wait(
     decided_ms: i64,
     asked_in: Option<&TraceParent>,
 ) {
-    let (Some(tracer), Some(parent)) = (tracer(), pass.context()) else { return };
-    use opentelemetry::trace::Span as _;
+    let Some(parent) = pass.context() else { return };
     let at = |ms: i64| SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    let links = asked_in
-        .and_then(TraceParent::span_context)
-        .map(|cx| vec![opentelemetry::trace::Link::with_context(cx)])
-        .unwrap_or_default();
-    let mut span = tracer
-        .span_builder(format!("await_approval {tool}"))
-        .with_start_time(at(asked_ms))
-        .with_links(links)
-        .with_attributes(
-            [
-                KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.to_string()),
-                KeyValue::new(NEXO_APPROVAL_DECISION, decision.to_string()),
-            ]
-            .into_iter()
-            .chain(parent.get::<RunLabels>().into_iter().flat_map(RunLabels::attributes)),
-        )
-        .start_with_context(tracer, parent);
-    span.end_with_timestamp(at(decided_ms.max(asked_ms)));
+    let links = asked_in.and_then(TraceParent::span_context).into_iter().collect();
+    let wait = start(SpanKind::Internal, parent, Some(at(asked_ms)), links, |f| {
+        f.name(&["await_approval ", tool]);
+        f.text(semconv::GEN_AI_TOOL_NAME, tool);
+        f.text(NEXO_APPROVAL_DECISION, decision);
+    });
+    if let Some(wait) = wait {
+        wait.span().end_with_timestamp(at(decided_ms.max(asked_ms)));
+    }
 }
 
 fn saturate(n: u64) -> i64 {

@@ -1,34 +1,43 @@
-//! The exporting machinery: a tracer provider with a batch processor and
-//! the OTLP/HTTP protobuf exporter, and the tracer nexo's spans
-//! ([`super::spans`]) start on.
+//! The exporting machinery: nexo's span recorder ([`super::recorder`]),
+//! the thread that exports what it records ([`super::exporter`]) through
+//! the OTLP/HTTP protobuf exporter, and [`start`], which every span of
+//! nexo's ([`super::spans`]) begins with.
 //!
-//! nexo's spans are OpenTelemetry spans, started on this tracer and carried
-//! in OpenTelemetry contexts, not `tracing` spans: no log line, a plugin's or
-//! the host's, can become one, and a span costs what the SDK costs (the
-//! tracing-opentelemetry bridge cost several times that per span, measured
-//! in `host/benches/agent_loop.rs`). Until telemetry is installed every span
-//! constructor returns at one check.
+//! nexo's spans are OpenTelemetry spans carried in OpenTelemetry contexts,
+//! not `tracing` spans: no log line, a plugin's or the host's, can become
+//! one. They are recorded by nexo rather than the SDK's tracer, which cost
+//! several times as much per span (measured in `host/benches/agent_loop.rs`);
+//! the SDK still samples them (`OTEL_TRACES_SAMPLER`), makes their ids, and
+//! exports them. Until telemetry is installed every span constructor
+//! returns at one check.
 //!
 //! Every span of a pass carries the run's tenant, id and component digest:
 //! the pass puts [`RunLabels`] in its OpenTelemetry context, and each span
-//! started under it copies them (a span processor would cost each span a
-//! copy of its whole record).
+//! started under it copies them.
 
 use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::{KeyValue, StringValue};
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt as _, TraceFlags};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    IdGenerator as _, RandomIdGenerator, SamplingDecision, ShouldSample, SpanExporter as _,
+};
 
 use super::error::TelemetryError;
+use super::exporter::Batching;
+pub use super::exporter::Exporting;
 use super::names::{NEXO_COMPONENT_DIGEST, NEXO_RUN_ID, NEXO_TENANT};
+use super::recorder::{Fields, Live, Queue};
 use super::settings::Settings;
 
-/// What is installed: the tracer and the content switch.
+/// What is installed: how spans are sampled and named, and the content
+/// switch.
 struct Installed {
-    tracer: SdkTracer,
+    sampler: Box<dyn ShouldSample>,
+    ids: RandomIdGenerator,
     capture_content: bool,
 }
 
@@ -44,31 +53,30 @@ pub fn capture_content() -> bool {
     INSTALLED.get().is_some_and(|i| i.capture_content)
 }
 
-/// The installed tracer, when spans are exported.
-pub(super) fn tracer() -> Option<&'static SdkTracer> {
-    INSTALLED.get().map(|i| &i.tracer)
-}
-
 /// The variable naming the operator's sampler, which the SDK reads itself.
 const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 
-/// The sampler when the operator names none: every span, and a remote
-/// parent's "not sampled" flag does not change that. The parent is a
-/// caller's `traceparent`, a tenant's text: it may join a run to its
-/// trace, but not hide the run from the operator's monitoring.
-fn sampler() -> opentelemetry_sdk::trace::ParentBasedSampler {
+/// The sampler: the operator's (`OTEL_TRACES_SAMPLER`, read by the SDK),
+/// or else every span, and a remote parent's "not sampled" flag does not
+/// change that. The parent is a caller's `traceparent`, a tenant's text:
+/// it may join a run to its trace, but not hide the run from the
+/// operator's monitoring.
+fn sampler() -> Box<dyn ShouldSample> {
     use opentelemetry_sdk::trace::Sampler;
-    Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn)
+    if std::env::var_os(SAMPLER).is_some() {
+        return opentelemetry_sdk::trace::Config::default().sampler;
+    }
+    Box::new(Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn))
 }
 
-/// Installs the tracer provider (a batch processor and the OTLP/HTTP
-/// protobuf exporter). `None` when a provider is
-/// installed already: the first one stays.
+/// Installs the recorder and its exporting thread (the OTLP/HTTP protobuf
+/// exporter, batched as the `OTEL_BSP_*` variables say). `None` when they
+/// are installed already: the first stay.
 pub(super) fn install(
     settings: &Settings,
     resource: Resource,
     client: super::http::ExportClient,
-) -> Result<Option<SdkTracerProvider>, TelemetryError> {
+) -> Result<Option<Exporting>, TelemetryError> {
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     if enabled() {
         return Ok(None);
@@ -80,51 +88,85 @@ pub(super) fn install(
     if let Some(url) = &settings.traces_url {
         exporter = exporter.with_endpoint(url.clone());
     }
-    let exporter =
+    let mut exporter =
         exporter.build().map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
-    let mut provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource);
-    if std::env::var_os(SAMPLER).is_none() {
-        provider = provider.with_sampler(sampler());
-    }
-    let provider = provider.build();
+    exporter.set_resource(&resource);
+    let batching = Batching::from_env();
+    let Some(queue) = Queue::install(batching.max_queue, batching.max_batch) else { return Ok(None) };
     let scope = opentelemetry::InstrumentationScope::builder("nexo")
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_schema_url(opentelemetry_semantic_conventions::SCHEMA_URL)
         .build();
-    let tracer = provider.tracer_with_scope(scope);
-    let installed = Installed { tracer, capture_content: settings.capture_content };
+    let exporting = Exporting::start(queue, exporter, scope, batching.delay)
+        .map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
+    let installed =
+        Installed { sampler: sampler(), ids: RandomIdGenerator::default(), capture_content: settings.capture_content };
     if INSTALLED.set(installed).is_err() {
         return Ok(None);
     }
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    Ok(Some(provider))
+    Ok(Some(exporting))
+}
+
+/// Starts a span under `parent`, named and described by what `describe`
+/// writes (its name first), from `start` (now when `None`), linked to
+/// `links`; the run's labels in `parent` are added. The context returned
+/// has it as its active span. `None` when tracing is off.
+pub(super) fn start(
+    kind: SpanKind,
+    parent: &Context,
+    start: Option<SystemTime>,
+    links: Vec<SpanContext>,
+    describe: impl FnOnce(&mut Fields),
+) -> Option<Context> {
+    let installed = INSTALLED.get()?;
+    let start = start.unwrap_or_else(SystemTime::now);
+    let mut fields = Fields::new();
+    describe(&mut fields);
+    let parent_span = parent.span();
+    let parent_span = parent_span.span_context();
+    let (trace_id, parent_id) = match parent_span.is_valid() {
+        true => (parent_span.trace_id(), Some((parent_span.span_id(), parent_span.is_remote()))),
+        false => (installed.ids.new_trace_id(), None),
+    };
+    let sampled = installed.sampler.should_sample(Some(parent), trace_id, fields.name_str(), &kind, &[], &[]);
+    let flags = match sampled.decision {
+        SamplingDecision::RecordAndSample => TraceFlags::SAMPLED,
+        SamplingDecision::Drop | SamplingDecision::RecordOnly => TraceFlags::default(),
+    };
+    for attribute in sampled.attributes {
+        fields.set(attribute);
+    }
+    if let Some(labels) = parent.get::<RunLabels>() {
+        labels.record(&mut fields);
+    }
+    let context = SpanContext::new(trace_id, installed.ids.new_span_id(), flags, false, sampled.trace_state);
+    Some(parent.with_span(Live::new(context, parent_id, kind, start, fields, links)))
 }
 
 /// The run a pass works on, as every span of the pass carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunLabels {
     /// The tenant, for a run of `nexo serve`.
-    tenant: Option<StringValue>,
+    tenant: Option<Arc<str>>,
     /// The run's id.
-    run: StringValue,
+    run: Arc<str>,
     /// The component's (or agent file's) SHA-256.
-    digest: StringValue,
+    digest: Arc<str>,
 }
 
 impl RunLabels {
     /// The labels of `run` of `tenant`, whose component's digest is `digest`.
     pub fn new(tenant: Option<&str>, run: &str, digest: &str) -> RunLabels {
-        // Shared, not copied, onto each span of the pass.
-        let shared = |s: &str| StringValue::from(Arc::<str>::from(s));
-        RunLabels { tenant: tenant.map(shared), run: shared(run), digest: shared(digest) }
+        RunLabels { tenant: tenant.map(Arc::from), run: Arc::from(run), digest: Arc::from(digest) }
     }
 
-    /// The labels as attributes, for each span started under them.
-    pub(super) fn attributes(&self) -> impl Iterator<Item = KeyValue> + '_ {
-        let tenant = self.tenant.as_ref().map(|t| KeyValue::new(NEXO_TENANT, t.clone()));
-        tenant.into_iter().chain([
-            KeyValue::new(NEXO_RUN_ID, self.run.clone()),
-            KeyValue::new(NEXO_COMPONENT_DIGEST, self.digest.clone()),
-        ])
+    /// Writes the labels as attributes of a span started under them.
+    pub(super) fn record(&self, fields: &mut Fields) {
+        if let Some(tenant) = &self.tenant {
+            fields.text(NEXO_TENANT, tenant);
+        }
+        fields.text(NEXO_RUN_ID, &self.run);
+        fields.text(NEXO_COMPONENT_DIGEST, &self.digest);
     }
 }

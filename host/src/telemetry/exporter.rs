@@ -1,0 +1,194 @@
+//! The thread that exports ended spans: it takes the queue's batch when it
+//! is full or every `OTEL_BSP_SCHEDULE_DELAY` (5 s), builds the SDK's
+//! `SpanData` from it, and hands that to the OTLP/HTTP exporter, which
+//! encodes it (protobuf) and sends it. What is still queued at shutdown is
+//! sent before the thread ends.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use opentelemetry::trace::{Link, SpanId, Status};
+use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
+
+use super::recorder::{Batch, Ended, Queue, Val};
+
+/// The batching the operator's `OTEL_BSP_*` variables ask for, with the
+/// specification's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Batching {
+    /// `OTEL_BSP_SCHEDULE_DELAY` (ms): how often a partial batch is sent.
+    pub(super) delay: Duration,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans held before new ones are dropped.
+    pub(super) max_queue: usize,
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans per export.
+    pub(super) max_batch: usize,
+}
+
+impl Batching {
+    /// From the environment.
+    pub(super) fn from_env() -> Batching {
+        Batching::from(|name| std::env::var(name).ok())
+    }
+
+    fn from(var: impl Fn(&str) -> Option<String>) -> Batching {
+        let number = |name: &str, default: u64| {
+            var(name).and_then(|v| v.trim().parse::<u64>().ok()).filter(|n| *n > 0).unwrap_or(default)
+        };
+        let max_queue = usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)).unwrap_or(2048);
+        let max_batch = usize::try_from(number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)).unwrap_or(512);
+        Batching {
+            delay: Duration::from_millis(number("OTEL_BSP_SCHEDULE_DELAY", 5000)),
+            max_queue,
+            // The specification: a batch is never larger than the queue.
+            max_batch: max_batch.min(max_queue),
+        }
+    }
+}
+
+/// The exporting thread, running until [`Exporting::shutdown`].
+#[derive(Debug)]
+pub struct Exporting {
+    stop: Arc<AtomicBool>,
+    queue: &'static Queue,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Exporting {
+    /// Starts the thread that drains `queue` into `exporter`.
+    pub(super) fn start<E: SpanExporter + 'static>(
+        queue: &'static Queue,
+        exporter: E,
+        scope: InstrumentationScope,
+        delay: Duration,
+    ) -> std::io::Result<Exporting> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("nexo-span-export".into())
+            .spawn(move || run(queue, exporter, &scope, delay, &stopping))?;
+        Ok(Exporting { stop, queue, thread: Some(thread) })
+    }
+
+    /// Sends what is queued and stops the thread, waiting for it (at most
+    /// the exporter's timeout per batch).
+    pub fn shutdown(mut self) -> Result<(), String> {
+        self.stop.store(true, Ordering::Release);
+        self.queue.wake();
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err("the span exporter's thread panicked".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn run<E: SpanExporter>(
+    queue: &'static Queue,
+    exporter: E,
+    scope: &InstrumentationScope,
+    delay: Duration,
+    stop: &AtomicBool,
+) {
+    let mut taken = Batch::default();
+    let mut failing = false;
+    loop {
+        let stopping = {
+            let batch = queue.lock();
+            let mut batch = queue.wait(batch, delay, || stop.load(Ordering::Acquire));
+            std::mem::swap(&mut *batch, &mut taken);
+            stop.load(Ordering::Acquire)
+        };
+        if taken.dropped > 0 {
+            tracing::warn!(
+                target: "nexo::telemetry",
+                "telemetry: {} spans were dropped, the export queue being full (OTEL_BSP_MAX_QUEUE_SIZE)",
+                taken.dropped
+            );
+        }
+        for chunk in taken.spans.chunks(queue.max_batch.max(1)) {
+            let spans = chunk.iter().map(|span| span_data(span, &taken, scope)).collect();
+            match futures::executor::block_on(exporter.export(spans)) {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!(target: "nexo::telemetry", "telemetry: spans are exported again");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(target: "nexo::telemetry", "telemetry: spans could not be exported: {e}");
+                }
+                Err(_) => {}
+            }
+        }
+        taken.clear();
+        if stopping {
+            break;
+        }
+    }
+    if let Err(e) = exporter.shutdown() {
+        tracing::warn!(target: "nexo::telemetry", "telemetry: the span exporter did not shut down cleanly: {e}");
+    }
+}
+
+/// The SDK's record of `span`, whose strings are in `batch`.
+fn span_data(span: &Ended, batch: &Batch, scope: &InstrumentationScope) -> SpanData {
+    let text = |t: super::recorder::Text| t.of(&batch.text).to_string();
+    let (first, last) = span.attributes;
+    let mut attributes: Vec<KeyValue> = batch.attributes[first..last]
+        .iter()
+        .map(|a| {
+            let value = match a.value {
+                Val::Text(t) => Value::from(text(t)),
+                Val::OneText(t) => Value::Array(vec![StringValue::from(text(t))].into()),
+                Val::Int(i) => Value::I64(i),
+                Val::Bool(b) => Value::Bool(b),
+                Val::Float(f) => Value::F64(f),
+            };
+            KeyValue::new(a.key.clone(), value)
+        })
+        .collect();
+    attributes.extend(span.other.iter().cloned());
+    let mut links = SpanLinks::default();
+    links.links = span.links.iter().map(|cx| Link::with_context(cx.clone())).collect();
+    let (parent, parent_remote) = span.parent.unwrap_or((SpanId::INVALID, false));
+    SpanData {
+        span_context: span.context.clone(),
+        parent_span_id: parent,
+        parent_span_is_remote: parent_remote,
+        span_kind: span.kind.clone(),
+        name: Cow::Owned(text(span.name)),
+        start_time: span.start,
+        end_time: span.end,
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links,
+        status: span.error.map_or(Status::Unset, |e| Status::error(text(e))),
+        instrumentation_scope: scope.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batching_follows_the_variables_within_bounds() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        let default = Batching::from(vars(&[]));
+        assert_eq!(default, Batching { delay: Duration::from_secs(5), max_queue: 2048, max_batch: 512 });
+        let set = Batching::from(vars(&[
+            ("OTEL_BSP_SCHEDULE_DELAY", "250"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
+        ]));
+        assert_eq!(set, Batching { delay: Duration::from_millis(250), max_queue: 100, max_batch: 100 });
+        let nonsense = Batching::from(vars(&[("OTEL_BSP_SCHEDULE_DELAY", "soon"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")]));
+        assert_eq!(nonsense, default);
+    }
+}
