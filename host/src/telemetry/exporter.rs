@@ -173,7 +173,106 @@ fn span_data(span: &Ended, batch: &Batch, scope: &InstrumentationScope) -> SpanD
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::SystemTime;
+
+    use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceFlags, TraceId, TraceState};
+
     use super::*;
+    use crate::telemetry::recorder::{Fields, Live};
+
+    fn context(span: u64) -> SpanContext {
+        let trace = TraceId::from_bytes([7; 16]);
+        SpanContext::new(trace, SpanId::from_bytes(span.to_be_bytes()), TraceFlags::SAMPLED, false, TraceState::NONE)
+    }
+
+    /// What a span recorded comes out as the SDK's record of it: name,
+    /// ids, parent, kind, times, every attribute in order (its strings
+    /// where they belong, however many spans share the batch), links and
+    /// an error status.
+    #[test]
+    fn a_recorded_span_is_exported_as_it_was_recorded() {
+        let queue: &'static Queue = Box::leak(Box::new(Queue::new(8, 8)));
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let end = start + Duration::from_millis(1500);
+        for (n, tool) in ["glob", "write_file"].into_iter().enumerate() {
+            let mut fields = Fields::new();
+            fields.name(&["execute_tool ", tool]);
+            fields.text("gen_ai.tool.name", tool);
+            fields.int("n", n as i64);
+            let mut span = Live::new(
+                queue,
+                context(10 + n as u64),
+                Some((SpanId::from_bytes([1; 8]), n == 1)),
+                SpanKind::Internal,
+                start,
+                fields,
+                vec![context(99)],
+            );
+            span.set_attribute(KeyValue::new("nexo.replayed", true));
+            span.set_attribute(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                Value::Array(vec![StringValue::from("stop")].into()),
+            ));
+            span.set_attribute(KeyValue::new("several", Value::Array(vec![1i64, 2].into())));
+            span.set_status(Status::error(format!("failed-{tool}")));
+            span.end_with_timestamp(end);
+            // Ended once: ending again, or setting anything after, records nothing.
+            span.set_attribute(KeyValue::new("late", 1));
+            span.end_with_timestamp(end + Duration::from_secs(1));
+        }
+        let batch = queue.lock();
+        assert_eq!(batch.spans.len(), 2);
+        let scope = InstrumentationScope::builder("nexo").build();
+        let second = span_data(&batch.spans[1], &batch, &scope);
+        assert_eq!(second.name, "execute_tool write_file");
+        assert_eq!(second.span_context, context(11));
+        assert_eq!((second.parent_span_id, second.parent_span_is_remote), (SpanId::from_bytes([1; 8]), true));
+        assert_eq!((second.start_time, second.end_time), (start, end));
+        assert_eq!(
+            second.attributes,
+            vec![
+                KeyValue::new("gen_ai.tool.name", "write_file"),
+                KeyValue::new("n", 1),
+                KeyValue::new("nexo.replayed", true),
+                KeyValue::new("gen_ai.response.finish_reasons", Value::Array(vec![StringValue::from("stop")].into())),
+                KeyValue::new("several", Value::Array(vec![1i64, 2].into())),
+            ]
+        );
+        assert_eq!(second.status, Status::error("failed-write_file"));
+        assert_eq!(second.links.links.iter().map(|l| l.span_context.clone()).collect::<Vec<_>>(), vec![context(99)]);
+        let first = span_data(&batch.spans[0], &batch, &scope);
+        assert_eq!(first.name, "execute_tool glob");
+        assert_eq!(first.attributes[0], KeyValue::new("gen_ai.tool.name", "glob"));
+        assert!(!first.parent_span_is_remote);
+    }
+
+    /// A full queue drops new spans and counts them; a span that was not
+    /// sampled is never queued.
+    #[test]
+    fn a_full_queue_drops_and_counts_and_an_unsampled_span_is_not_queued() {
+        let queue: &'static Queue = Box::leak(Box::new(Queue::new(1, 1)));
+        let now = SystemTime::now();
+        for n in 0..3 {
+            let mut span = Live::new(queue, context(n), None, SpanKind::Internal, now, Fields::new(), Vec::new());
+            span.end_with_timestamp(now);
+        }
+        let batch = queue.lock();
+        assert_eq!((batch.spans.len(), batch.dropped), (1, 2));
+        drop(batch);
+        let unsampled = SpanContext::new(
+            TraceId::from_bytes([7; 16]),
+            SpanId::from_bytes([5; 8]),
+            TraceFlags::default(),
+            false,
+            TraceState::NONE,
+        );
+        let mut span = Live::new(queue, unsampled, None, SpanKind::Internal, now, Fields::new(), Vec::new());
+        assert!(!span.is_recording());
+        span.end();
+        assert_eq!(queue.lock().spans.len(), 1);
+    }
 
     #[test]
     fn batching_follows_the_variables_within_bounds() {

@@ -12,7 +12,7 @@
 //! exporter, which encodes and sends it.
 
 use std::borrow::Cow;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
@@ -132,6 +132,7 @@ impl Fields {
 /// the queue.
 #[derive(Debug)]
 pub(super) struct Live {
+    queue: &'static Queue,
     context: SpanContext,
     parent: Option<(SpanId, bool)>,
     kind: SpanKind,
@@ -144,9 +145,11 @@ pub(super) struct Live {
 
 impl Live {
     /// A span named and described by `fields`, with `context` as its own
-    /// and `parent` (its span id, and whether it is remote) as its parent.
-    /// A span whose context is not sampled records nothing.
+    /// and `parent` (its span id, and whether it is remote) as its parent,
+    /// that goes to `queue` when it ends. A span whose context is not
+    /// sampled records nothing.
     pub(super) fn new(
+        queue: &'static Queue,
         context: SpanContext,
         parent: Option<(SpanId, bool)>,
         kind: SpanKind,
@@ -155,7 +158,7 @@ impl Live {
         links: Vec<SpanContext>,
     ) -> Live {
         let ended = !context.is_sampled();
-        Live { context, parent, kind, start, fields, links, error: None, ended }
+        Live { queue, context, parent, kind, start, fields, links, error: None, ended }
     }
 }
 
@@ -206,9 +209,7 @@ impl opentelemetry::trace::Span for Live {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
-        if let Some(queue) = QUEUE.get() {
-            queue.push(self, timestamp);
-        }
+        self.queue.push(self, timestamp);
     }
 }
 
@@ -267,14 +268,10 @@ pub(super) struct Queue {
     pub(super) max_batch: usize,
 }
 
-static QUEUE: OnceLock<Queue> = OnceLock::new();
-
 impl Queue {
-    /// Installs the process's queue; `None` if one is installed already.
-    pub(super) fn install(max_queue: usize, max_batch: usize) -> Option<&'static Queue> {
-        let queue = Queue { batch: Mutex::default(), ready: Condvar::new(), max_queue, max_batch };
-        QUEUE.set(queue).ok()?;
-        QUEUE.get()
+    /// A queue holding up to `max_queue` spans, full at `max_batch`.
+    pub(super) fn new(max_queue: usize, max_batch: usize) -> Queue {
+        Queue { batch: Mutex::default(), ready: Condvar::new(), max_queue, max_batch }
     }
 
     /// The batch, locked (a panic elsewhere while it was held left nothing
@@ -302,6 +299,8 @@ impl Queue {
         self.ready.notify_all();
     }
 
+    /// Appends `span`, ended at `end`, to the batch (or counts it dropped
+    /// when the queue is full).
     fn push(&self, span: &mut Live, end: SystemTime) {
         let fields = std::mem::take(&mut span.fields);
         let links = std::mem::take(&mut span.links);

@@ -36,6 +36,7 @@ use super::settings::Settings;
 /// What is installed: how spans are sampled and named, and the content
 /// switch.
 struct Installed {
+    queue: &'static Queue,
     sampler: Box<dyn ShouldSample>,
     ids: RandomIdGenerator,
     capture_content: bool,
@@ -92,15 +93,20 @@ pub(super) fn install(
         exporter.build().map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
     exporter.set_resource(&resource);
     let batching = Batching::from_env();
-    let Some(queue) = Queue::install(batching.max_queue, batching.max_batch) else { return Ok(None) };
+    // Installed once per process, as the spans that go to it.
+    let queue: &'static Queue = Box::leak(Box::new(Queue::new(batching.max_queue, batching.max_batch)));
     let scope = opentelemetry::InstrumentationScope::builder("nexo")
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_schema_url(opentelemetry_semantic_conventions::SCHEMA_URL)
         .build();
     let exporting = Exporting::start(queue, exporter, scope, batching.delay)
         .map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
-    let installed =
-        Installed { sampler: sampler(), ids: RandomIdGenerator::default(), capture_content: settings.capture_content };
+    let installed = Installed {
+        queue,
+        sampler: sampler(),
+        ids: RandomIdGenerator::default(),
+        capture_content: settings.capture_content,
+    };
     if INSTALLED.set(installed).is_err() {
         return Ok(None);
     }
@@ -141,7 +147,7 @@ pub(super) fn start(
         labels.record(&mut fields);
     }
     let context = SpanContext::new(trace_id, installed.ids.new_span_id(), flags, false, sampled.trace_state);
-    Some(parent.with_span(Live::new(context, parent_id, kind, start, fields, links)))
+    Some(parent.with_span(Live::new(installed.queue, context, parent_id, kind, start, fields, links)))
 }
 
 /// The run a pass works on, as every span of the pass carries it.
