@@ -75,10 +75,41 @@ pub(super) struct Fields {
 const ATTRIBUTES: usize = 12;
 const TEXT: usize = 256;
 
+/// How many spans' fields a thread keeps for reuse: as many as are open
+/// at once on it, nested, in the usual case.
+const SPARES: usize = 8;
+
+std::thread_local! {
+    /// Ended spans' fields, for the next spans on this thread: a span's
+    /// buffers are then made and freed on one thread, and rarely.
+    static SPARE: std::cell::RefCell<Vec<Fields>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Fields {
-    /// Fields with room for a span's usual size.
+    /// Fields with room for a span's usual size: an ended span's, reused
+    /// on this thread, when there is one.
     pub(super) fn new() -> Fields {
-        Fields { text: String::with_capacity(TEXT), attributes: Vec::with_capacity(ATTRIBUTES), ..Fields::default() }
+        SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| Fields {
+            text: String::with_capacity(TEXT),
+            attributes: Vec::with_capacity(ATTRIBUTES),
+            ..Fields::default()
+        })
+    }
+
+    /// Keeps these (emptied) for this thread's next span, unless enough are
+    /// kept or they grew large (contents captured).
+    fn recycle(mut self) {
+        if self.text.capacity() > 4 * TEXT {
+            return;
+        }
+        self.text.clear();
+        self.attributes.clear();
+        self.name = None;
+        SPARE.with_borrow_mut(|spare| {
+            if spare.len() < SPARES {
+                spare.push(self);
+            }
+        });
     }
 
     fn put(&mut self, parts: &[&str]) -> Text {
@@ -302,7 +333,7 @@ impl Queue {
     /// Appends `span`, ended at `end`, to the batch (or counts it dropped
     /// when the queue is full).
     fn push(&self, span: &mut Live, end: SystemTime) {
-        let fields = std::mem::take(&mut span.fields);
+        let mut fields = std::mem::take(&mut span.fields);
         let links = std::mem::take(&mut span.links);
         let mut batch = self.lock();
         if batch.spans.len() >= self.max_queue {
@@ -329,7 +360,7 @@ impl Queue {
             start: span.start,
             end,
             attributes,
-            other: fields.other,
+            other: std::mem::take(&mut fields.other),
             links,
             error: span.error.map(|e| e.shifted(base)),
         });
@@ -338,5 +369,6 @@ impl Queue {
         if full {
             self.wake();
         }
+        fields.recycle();
     }
 }
