@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{Link, SpanId, Status};
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
@@ -26,6 +26,10 @@ pub(super) struct Batching {
     pub(super) max_queue: usize,
     /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans per export.
     pub(super) max_batch: usize,
+    /// How long a shutdown keeps sending what is queued: what is left
+    /// then is dropped, so a receiver that does not answer cannot hold a
+    /// process that is stopping.
+    pub(super) shutdown: Duration,
 }
 
 impl Batching {
@@ -45,9 +49,13 @@ impl Batching {
             max_queue,
             // The specification: a batch is never larger than the queue.
             max_batch: max_batch.min(max_queue),
+            shutdown: SHUTDOWN,
         }
     }
 }
+
+/// How long a shutdown sends what is queued (as the SDK's processor did).
+const SHUTDOWN: Duration = Duration::from_secs(5);
 
 /// The exporting thread, running until [`Exporting::shutdown`].
 #[derive(Debug)]
@@ -63,20 +71,25 @@ impl Exporting {
         queue: &'static Queue,
         exporter: E,
         scope: InstrumentationScope,
-        delay: Duration,
+        batching: Batching,
     ) -> std::io::Result<Exporting> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nexo-span-export".into())
-            .spawn(move || run(queue, exporter, &scope, delay, &stopping))?;
+            .spawn(move || run(queue, exporter, &scope, batching, &stopping))?;
         Ok(Exporting { stop, queue, thread: Some(thread) })
     }
 
-    /// Sends what is queued and stops the thread, waiting for it (at most
-    /// the exporter's timeout per batch).
+    /// Sends what is queued and stops the thread, waiting for it: about
+    /// five seconds at most, and one export's timeout.
     pub fn shutdown(mut self) -> Result<(), String> {
-        self.stop.store(true, Ordering::Release);
+        {
+            // Set under the lock, so the thread cannot miss it between
+            // looking and waiting.
+            let _batch = self.queue.lock();
+            self.stop.store(true, Ordering::Release);
+        }
         self.queue.wake();
         match self.thread.take().map(JoinHandle::join) {
             Some(Err(_)) => Err("the span exporter's thread panicked".into()),
@@ -89,15 +102,16 @@ fn run<E: SpanExporter>(
     queue: &'static Queue,
     exporter: E,
     scope: &InstrumentationScope,
-    delay: Duration,
+    batching: Batching,
     stop: &AtomicBool,
 ) {
     let mut taken = Batch::default();
     let mut failing = false;
+    let mut deadline = None;
     loop {
         let stopping = {
             let batch = queue.lock();
-            let mut batch = queue.wait(batch, delay, || stop.load(Ordering::Acquire));
+            let mut batch = queue.wait(batch, batching.delay, || stop.load(Ordering::Acquire));
             std::mem::swap(&mut *batch, &mut taken);
             stop.load(Ordering::Acquire)
         };
@@ -108,7 +122,17 @@ fn run<E: SpanExporter>(
                 taken.dropped
             );
         }
-        for chunk in taken.spans.chunks(queue.max_batch.max(1)) {
+        for (n, chunk) in taken.spans.chunks(queue.max_batch.max(1)).enumerate() {
+            if stop.load(Ordering::Acquire)
+                && Instant::now() > *deadline.get_or_insert_with(|| Instant::now() + batching.shutdown)
+            {
+                let left = taken.spans.len() - n * queue.max_batch.max(1);
+                tracing::warn!(
+                    target: "nexo::telemetry",
+                    "telemetry: {left} spans were not sent: the receiver did not take them before shutdown"
+                );
+                break;
+            }
             let spans = chunk.iter().map(|span| span_data(span, &taken, scope)).collect();
             match futures::executor::block_on(exporter.export(spans)) {
                 Ok(()) if failing => {
@@ -248,6 +272,101 @@ mod tests {
         assert!(!first.parent_span_is_remote);
     }
 
+    /// An exporter that keeps what it is given, taking `pause` per export.
+    #[derive(Debug, Default, Clone)]
+    struct Collect {
+        spans: Arc<std::sync::Mutex<Vec<SpanData>>>,
+        pause: Duration,
+    }
+
+    impl SpanExporter for Collect {
+        async fn export(&self, batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+            std::thread::sleep(self.pause);
+            self.spans.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    impl Collect {
+        fn count(&self) -> usize {
+            self.spans.lock().unwrap().len()
+        }
+    }
+
+    fn end_spans(queue: &'static Queue, n: u64) {
+        for id in 0..n {
+            let mut fields = Fields::new();
+            fields.name(&["span ", &id.to_string()]);
+            let mut span =
+                Live::new(queue, context(id + 1), None, SpanKind::Internal, SystemTime::now(), fields, vec![]);
+            span.end();
+        }
+    }
+
+    /// A full batch is sent at once, without waiting for the delay; what
+    /// is left is sent at shutdown, however long the delay.
+    #[test]
+    fn a_full_batch_goes_at_once_and_the_rest_at_shutdown() {
+        let queue: &'static Queue = Box::leak(Box::new(Queue::new(16, 2)));
+        let collect = Collect::default();
+        let hour = Duration::from_secs(3600);
+        let batching = Batching { delay: hour, max_queue: 16, max_batch: 2, shutdown: SHUTDOWN };
+        let scope = InstrumentationScope::builder("nexo").build();
+        let exporting = Exporting::start(queue, collect.clone(), scope, batching).unwrap();
+        end_spans(queue, 2);
+        let waited = Instant::now();
+        while collect.count() < 2 {
+            assert!(waited.elapsed() < Duration::from_secs(30), "a full batch was not sent");
+            std::thread::yield_now();
+        }
+        end_spans(queue, 1);
+        exporting.shutdown().unwrap();
+        let names: Vec<String> = collect.spans.lock().unwrap().iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(names, ["span 0", "span 1", "span 0"]);
+    }
+
+    /// A receiver that is slow to take spans cannot hold a stopping
+    /// process: past the shutdown's time, what is left is dropped.
+    #[test]
+    fn a_slow_receiver_does_not_hold_a_shutdown() {
+        let queue: &'static Queue = Box::leak(Box::new(Queue::new(64, 1)));
+        let collect = Collect { pause: Duration::from_millis(50), ..Collect::default() };
+        let batching = Batching {
+            delay: Duration::from_secs(3600),
+            max_queue: 64,
+            max_batch: 1,
+            shutdown: Duration::from_millis(100),
+        };
+        let scope = InstrumentationScope::builder("nexo").build();
+        let exporting = Exporting::start(queue, collect.clone(), scope, batching).unwrap();
+        end_spans(queue, 40);
+        exporting.shutdown().unwrap();
+        // 40 exports of 50 ms each would take 2 s; about 3 fit in 100 ms.
+        assert!(collect.count() < 40, "every span was sent: {}", collect.count());
+        assert!(collect.count() >= 1);
+    }
+
+    /// Fields reused from an ended span start empty.
+    #[test]
+    fn reused_fields_start_empty() {
+        let queue: &'static Queue = Box::leak(Box::new(Queue::new(8, 8)));
+        let mut fields = Fields::new();
+        fields.name(&["first"]);
+        fields.text("k", "v");
+        fields.set(KeyValue::new("several", Value::Array(vec![1i64, 2].into())));
+        let mut span = Live::new(queue, context(1), None, SpanKind::Internal, SystemTime::now(), fields, vec![]);
+        span.end();
+        let mut again = Fields::new();
+        assert_eq!(again.name_str(), "");
+        again.name(&["second"]);
+        let mut span = Live::new(queue, context(2), None, SpanKind::Internal, SystemTime::now(), again, vec![]);
+        span.end();
+        let batch = queue.lock();
+        let scope = InstrumentationScope::builder("nexo").build();
+        let second = span_data(&batch.spans[1], &batch, &scope);
+        assert_eq!((second.name.as_ref(), second.attributes.len()), ("second", 0));
+    }
+
     /// A full queue drops new spans and counts them; a span that was not
     /// sampled is never queued.
     #[test]
@@ -280,13 +399,14 @@ mod tests {
             move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
         };
         let default = Batching::from(vars(&[]));
-        assert_eq!(default, Batching { delay: Duration::from_secs(5), max_queue: 2048, max_batch: 512 });
+        let shutdown = SHUTDOWN;
+        assert_eq!(default, Batching { delay: Duration::from_secs(5), max_queue: 2048, max_batch: 512, shutdown });
         let set = Batching::from(vars(&[
             ("OTEL_BSP_SCHEDULE_DELAY", "250"),
             ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
             ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
         ]));
-        assert_eq!(set, Batching { delay: Duration::from_millis(250), max_queue: 100, max_batch: 100 });
+        assert_eq!(set, Batching { delay: Duration::from_millis(250), max_queue: 100, max_batch: 100, shutdown });
         let nonsense = Batching::from(vars(&[("OTEL_BSP_SCHEDULE_DELAY", "soon"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")]));
         assert_eq!(nonsense, default);
     }

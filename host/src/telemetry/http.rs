@@ -1,6 +1,7 @@
 //! The exporters' HTTP client: the host's reqwest, driven on the tokio
-//! runtime that installed telemetry, so exporting works from the SDK's own
-//! batch threads (which have no runtime) without a second HTTP stack.
+//! runtime that installed telemetry, so exporting works from threads that
+//! have no runtime (the span exporter's, the metrics reader's) without a
+//! second HTTP stack.
 
 use bytes::Bytes;
 use opentelemetry_http::{HttpClient, HttpError};

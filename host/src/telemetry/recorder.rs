@@ -6,8 +6,10 @@
 //! thread is what glibc's allocator makes slow (measured in
 //! `host/benches/agent_loop.rs`). Here a span's text (its name and string
 //! attributes) is one buffer owned by the span; when it ends it is copied
-//! into the queue's batch, whose buffers are reused from batch to batch, and
-//! the span is freed where it was made. The exporter builds the SDK's
+//! into the queue's batch, whose buffers are reused from batch to batch,
+//! and the buffer is kept for the thread's next span. What still crosses
+//! threads is rare (links, a `tracestate`) or a span's small box, freed
+//! where its context is last dropped. The exporter builds the SDK's
 //! `SpanData` from a batch on its own thread and hands it to the OTLP
 //! exporter, which encodes and sends it.
 
@@ -89,7 +91,8 @@ impl Fields {
     /// Fields with room for a span's usual size: an ended span's, reused
     /// on this thread, when there is one.
     pub(super) fn new() -> Fields {
-        SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| Fields {
+        let spare = SPARE.try_with(|spare| spare.borrow_mut().pop()).ok().flatten();
+        spare.unwrap_or_else(|| Fields {
             text: String::with_capacity(TEXT),
             attributes: Vec::with_capacity(ATTRIBUTES),
             ..Fields::default()
@@ -104,8 +107,11 @@ impl Fields {
         }
         self.text.clear();
         self.attributes.clear();
+        self.other.clear();
         self.name = None;
-        SPARE.with_borrow_mut(|spare| {
+        // A span that ends while its thread is going away is just freed.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
             if spare.len() < SPARES {
                 spare.push(self);
             }
@@ -244,6 +250,15 @@ impl opentelemetry::trace::Span for Live {
     }
 }
 
+/// A span dropped unended (its context's last clone gone) ends then.
+impl Drop for Live {
+    fn drop(&mut self) {
+        if !self.ended {
+            opentelemetry::trace::Span::end(self);
+        }
+    }
+}
+
 /// A span that ended, its strings in its batch's text.
 #[derive(Debug)]
 pub(super) struct Ended {
@@ -285,6 +300,11 @@ impl Batch {
         }
     }
 }
+
+/// The most text (names and string attributes) a batch holds: past it,
+/// spans are dropped as when the queue is full, so captured contents
+/// cannot grow the queue without bound.
+const MAX_TEXT: usize = 64 << 20;
 
 /// The queue of ended spans, and how the exporter waits on it.
 #[derive(Debug)]
@@ -336,7 +356,7 @@ impl Queue {
         let mut fields = std::mem::take(&mut span.fields);
         let links = std::mem::take(&mut span.links);
         let mut batch = self.lock();
-        if batch.spans.len() >= self.max_queue {
+        if batch.spans.len() >= self.max_queue || batch.text.len() + fields.text.len() > MAX_TEXT {
             batch.dropped += 1;
             return;
         }

@@ -99,8 +99,6 @@ pub(super) fn install(
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_schema_url(opentelemetry_semantic_conventions::SCHEMA_URL)
         .build();
-    let exporting = Exporting::start(queue, exporter, scope, batching.delay)
-        .map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
     let installed = Installed {
         queue,
         sampler: sampler(),
@@ -110,6 +108,9 @@ pub(super) fn install(
     if INSTALLED.set(installed).is_err() {
         return Ok(None);
     }
+    // Started once installed, so a second install starts no thread.
+    let exporting = Exporting::start(queue, exporter, scope, batching)
+        .map_err(|e| TelemetryError::Exporter { signal: "traces", problem: e.to_string() })?;
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     Ok(Some(exporting))
 }
