@@ -1,8 +1,8 @@
 //! The agent loop's own overhead per turn, model time excluded: the scripted
 //! provider answers instantly, with one tool call per turn, and the tool runs
 //! in the in-memory sandbox; and one model tool call on the host-call path.
-//! Each in one run with tracing off (nothing installed) and then on, exporting every span over
-//! OTLP/HTTP to a loopback sink that accepts and discards them. Run with
+//! Each in rounds with recording paused and on, exporting every span over OTLP/HTTP to a
+//! loopback sink that accepts and discards them. Run with
 //! `cargo bench -p nexo --bench agent_loop`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
@@ -98,16 +98,15 @@ fn sink() -> &'static tokio::runtime::Runtime {
     SINK.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
 }
 
-/// Tracing off: nothing installed.
-fn tracing_off(c: &mut Criterion) {
-    sink();
-    per_turn(c, "off");
-}
+/// Rounds of tracing off and on, one after the other in one process.
+const ROUNDS: usize = 3;
 
-/// Tracing on: telemetry installed as `nexo serve` installs it, exporting to
-/// the loopback sink on its own runtime (as the server's API runtime
-/// carries its exports).
-fn tracing_on(c: &mut Criterion) {
+/// Telemetry installed as `nexo serve` installs it, exporting spans and
+/// metrics to the loopback sink on its own runtime (as the server's API
+/// runtime carries its exports); then, in each round, recording paused
+/// (the exporters installed, nothing recorded: what a process with none
+/// configured pays, see docs/telemetry.md) and recording on.
+fn tracing_off_and_on(c: &mut Criterion) {
     let sink = sink();
     let listener = sink.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -127,7 +126,12 @@ fn tracing_on(c: &mut Criterion) {
         nexo::telemetry::Telemetry::install(&table).unwrap()
     };
     assert!(telemetry.is_on());
-    per_turn(c, "on, exporting to a loopback sink");
+    for round in 1..=ROUNDS {
+        nexo::telemetry::set_paused(true);
+        per_turn(c, &format!("round {round}, off"));
+        nexo::telemetry::set_paused(false);
+        per_turn(c, &format!("round {round}, on, exporting to a loopback sink"));
+    }
     sink.block_on(telemetry.shutdown());
     assert!(exported.load(std::sync::atomic::Ordering::Relaxed) > 0, "the spans reached the sink");
 }
@@ -184,6 +188,5 @@ fn per_turn_http(c: &mut Criterion) {
     group.finish();
 }
 
-// Off first: installing is once per process.
-criterion_group!(benches, tracing_off, per_turn_http, tracing_on);
+criterion_group!(benches, per_turn_http, tracing_off_and_on);
 criterion_main!(benches);

@@ -20,6 +20,7 @@ mod exporter;
 mod http;
 pub mod metrics;
 mod names;
+mod pause;
 mod recorder;
 pub mod scrape;
 mod settings;
@@ -30,6 +31,7 @@ pub mod traces;
 // The `[telemetry]` table lives here, beneath `config`, which reads it:
 // the runs' layers record metrics, and `config` sits above them.
 pub use error::TelemetryError;
+pub use pause::set_paused;
 pub use settings::Settings;
 pub use table::{PrometheusTable, TelemetryTable};
 

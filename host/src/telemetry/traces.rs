@@ -44,9 +44,9 @@ struct Installed {
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
-/// Whether spans are exported.
+/// Whether spans are recorded (installed, and not paused).
 pub fn enabled() -> bool {
-    INSTALLED.get().is_some()
+    INSTALLED.get().is_some() && !super::pause::paused()
 }
 
 /// Whether the operator opted in to message and tool contents on spans.
@@ -79,7 +79,7 @@ pub(super) fn install(
     client: super::http::ExportClient,
 ) -> Result<Option<Exporting>, TelemetryError> {
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-    if enabled() {
+    if INSTALLED.get().is_some() {
         return Ok(None);
     }
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -126,7 +126,7 @@ pub(super) fn start(
     links: Vec<SpanContext>,
     describe: impl FnOnce(&mut Fields),
 ) -> Option<Context> {
-    let installed = INSTALLED.get()?;
+    let installed = INSTALLED.get().filter(|_| !super::pause::paused())?;
     let start = start.unwrap_or_else(SystemTime::now);
     let mut fields = Fields::new();
     describe(&mut fields);

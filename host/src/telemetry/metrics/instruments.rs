@@ -58,7 +58,7 @@ pub(crate) fn enabled() -> Option<()> {
 
 fn get() -> Option<&'static Instruments> {
     static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
-    enabled()?;
+    enabled().filter(|()| !crate::telemetry::pause::paused())?;
     Some(INSTRUMENTS.get_or_init(|| {
         let meter = opentelemetry::global::meter("nexo");
         Instruments {
