@@ -141,18 +141,28 @@ pub fn chat_result(span: &Span, model: &str, result: &Result<nexo_model::Respons
     match result {
         Ok(response) => {
             let answered = &response.answered;
-            span.set(semconv::GEN_AI_RESPONSE_MODEL, answered.model.clone().unwrap_or_else(|| model.to_string()));
+            let mut attributes = Vec::with_capacity(7);
+            attributes.extend([
+                KeyValue::new(
+                    semconv::GEN_AI_RESPONSE_MODEL,
+                    answered.model.clone().unwrap_or_else(|| model.to_string()),
+                ),
+                KeyValue::new(semconv::GEN_AI_USAGE_INPUT_TOKENS, saturate(response.usage.input_tokens)),
+                KeyValue::new(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, saturate(response.usage.output_tokens)),
+                KeyValue::new(
+                    semconv::GEN_AI_RESPONSE_FINISH_REASONS,
+                    Value::Array(vec![opentelemetry::StringValue::from(finish_reason(&response.stop))].into()),
+                ),
+            ]);
             if let Some(id) = &answered.id {
-                span.set(semconv::GEN_AI_RESPONSE_ID, id.clone());
+                attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_ID, id.clone()));
             }
-            span.set(semconv::GEN_AI_USAGE_INPUT_TOKENS, saturate(response.usage.input_tokens));
-            span.set(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, saturate(response.usage.output_tokens));
-            span.set(
-                semconv::GEN_AI_RESPONSE_FINISH_REASONS,
-                Value::Array(vec![opentelemetry::StringValue::from(finish_reason(&response.stop))].into()),
-            );
             if capture_content() {
-                span.set(semconv::GEN_AI_OUTPUT_MESSAGES, content::answer(response));
+                attributes.push(KeyValue::new(semconv::GEN_AI_OUTPUT_MESSAGES, content::answer(response)));
+            }
+            // One lock of the span for all of them.
+            if let Some(cx) = &span.0 {
+                cx.span().set_attributes(attributes);
             }
         }
         Err(e) => span.failed(model_error_type(e)),
