@@ -431,6 +431,8 @@ async fn the_workspace_api_keeps_each_tenant_to_its_own_files_within_its_quota()
     let body = reqwest::Body::wrap_stream(chunks);
     let resp = scene.http.put(node.url("/v1/workspace/d.bin")).bearer_auth(&alice).body(body).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::INSUFFICIENT_STORAGE);
+    // Answered before the body's end: the connection is not reused for the next request.
+    assert_eq!(resp.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
     let alice_ws = workspace_of_alice(&scene);
     let names: Vec<String> = walk(&alice_ws);
     assert_eq!(names, ["b.bin", "docs", "docs/a.txt"], "no partial upload is left behind");

@@ -329,7 +329,29 @@ fn no_room(path: &str, quota: u64, used: u64, size: Option<u64>) -> ApiError {
 /// (replacing it), creating its directories, if the workspace's quota has
 /// room: 413 for a file larger than the whole quota, 507 for one that does
 /// not fit in what is left. The file appears whole or not at all.
+///
+/// A refusal is answered before the body is read to its end, so it says
+/// `Connection: close`: the server drops the connection after it, and a
+/// client that reused it for its next request would see that request cut.
 pub async fn put(
+    state: State<AppState>,
+    tenant: TenantCaller,
+    path: UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match store(state, tenant, path, headers, body).await {
+        Ok(stored) => stored,
+        Err(refused) => {
+            let mut refused = refused.into_response();
+            refused.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            refused
+        }
+    }
+}
+
+/// What [`put`] does, its refusal not yet marked.
+async fn store(
     State(state): State<AppState>,
     TenantCaller(tenant): TenantCaller,
     UrlPath(path): UrlPath<String>,
