@@ -248,6 +248,20 @@ impl Runs for MemoryStore {
         Ok(run)
     }
 
+    async fn create_run_and_start(&self, new: NewRun, start: NewJob) -> StoreResult<(Run, Job)> {
+        if let Some(reason) = check_new_job(&start) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let run = self.create_run(new).await?;
+        match self.enqueue(start).await {
+            Ok(job) => Ok((run, job)),
+            Err(e) => {
+                self.lock().runs.remove(&run.id);
+                Err(e)
+            }
+        }
+    }
+
     async fn run(&self, id: &str) -> StoreResult<Option<Run>> {
         Ok(self.lock().runs.get(id).cloned())
     }

@@ -92,6 +92,7 @@ suite!(
     renew_only_while_owned,
     suspend_with_approval_decide_and_clear,
     a_decision_and_its_resume_are_one_write,
+    a_queued_run_and_its_start_are_one_write,
     a_newer_suspension_replaces_the_approval,
     a_decision_binds_to_the_call_it_was_shown,
     a_retried_failure_is_queued_not_final,
@@ -589,6 +590,42 @@ async fn suspend_with_approval_decide_and_clear(store: Arc<dyn Store>) {
     store.transition("r1", OWNER, Batch::default(), suspend("input", None)).await.unwrap();
     stale(store.decide("r1", &call(1), Decision::Approved).await, "run `r1` has no pending approval (it is suspended)");
     no_run(store.decide("missing", &call(1), Decision::Approved).await, "missing");
+}
+
+/// A queued run and the job that starts it are written together: whatever
+/// refuses either writes neither (a run left `queued` without its job would
+/// never start).
+async fn a_queued_run_and_its_start_are_one_write(store: Arc<dyn Store>) {
+    let start = |id: &str, run: &str| NewJob { run: run.into(), kind: JobKind::Start, ..new_job(id, 0, 1) };
+    let (run, job) = store.create_run_and_start(new_run("q1", RunStatus::Queued, 1), start("j1", "q1")).await.unwrap();
+    assert_eq!((run.id.as_str(), run.status), ("q1", RunStatus::Queued));
+    assert_eq!(
+        (job.id.as_str(), job.run.as_str(), job.kind, job.status),
+        ("j1", "q1", JobKind::Start, JobStatus::Queued)
+    );
+    let jobs = store.jobs(None, 10).await.unwrap();
+    assert_eq!(jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j1"]);
+
+    // The job's id is taken: the run is not written either.
+    match store.create_run_and_start(new_run("q2", RunStatus::Queued, 2), start("j1", "q2")).await {
+        Err(StoreError::Conflict(reason)) => assert!(reason.contains("j1"), "{reason}"),
+        other => panic!("expected a conflict on the job's id, got {other:?}"),
+    }
+    assert_eq!(store.run("q2").await.unwrap(), None, "no run without its start");
+    // The run is refused (a taken id, a missing tenant, a missing session): no job.
+    match store.create_run_and_start(new_run("q1", RunStatus::Queued, 3), start("j2", "q1")).await {
+        Err(StoreError::Conflict(_)) => {}
+        other => panic!("expected a conflict on the run's id, got {other:?}"),
+    }
+    let of_tenant = NewRun { tenant: Some("nobody".into()), ..new_run("q3", RunStatus::Queued, 4) };
+    assert!(matches!(store.create_run_and_start(of_tenant, start("j3", "q3")).await, Err(StoreError::NoTenant(_))));
+    let of_session = NewRun { session: Some("nowhere".into()), ..new_run("q4", RunStatus::Queued, 5) };
+    assert!(matches!(store.create_run_and_start(of_session, start("j4", "q4")).await, Err(StoreError::NoSession(_))));
+    let jobs = store.jobs(None, 10).await.unwrap();
+    assert_eq!(jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j1"], "nothing refused was queued");
+    for id in ["q3", "q4"] {
+        assert_eq!(store.run(id).await.unwrap(), None);
+    }
 }
 
 /// A decision and the job that resumes its run are written together; the

@@ -355,6 +355,14 @@ impl nexo_store::Runs for Counting {
         self.inner.create_run(run).await
     }
 
+    async fn create_run_and_start(
+        &self,
+        run: nexo_store::NewRun,
+        start: nexo_store::NewJob,
+    ) -> nexo_store::StoreResult<(nexo_store::Run, nexo_store::Job)> {
+        self.inner.create_run_and_start(run, start).await
+    }
+
     async fn run(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Run>> {
         self.inner.run(id).await
     }

@@ -308,15 +308,8 @@ impl Runs {
     }
 
     async fn queue_record(&self, record: NewRun) -> Result<(Run, Job), StoreError> {
-        let run = self.store.create_run(record).await?;
-        match self.enqueue(&run.id, JobKind::Start, json!({"run": run.id})).await {
-            Ok(job) => Ok((run, job)),
-            Err(e) => {
-                // No job would ever start it: do not leave it queued.
-                let _ = self.store.cancel(&run.id, &format!("its job could not be queued: {e}")).await;
-                Err(e)
-            }
-        }
+        let start = new_job(&record.id, JobKind::Start, json!({"run": record.id}));
+        self.store.create_run_and_start(record, start).await
     }
 
     /// Queues the resume of the suspended (or failed) run `id` with

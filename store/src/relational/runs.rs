@@ -226,6 +226,49 @@ impl<D: Dialect> SqlStore<D> {
         Ok(run)
     }
 
+    /// Records `new` and, if given, queues `start` for it, in one
+    /// transaction (a plain run is one autocommit statement where nothing
+    /// is checked before the insert).
+    async fn create_run_with(
+        &self,
+        new: NewRun,
+        start: Option<crate::NewJob>,
+    ) -> StoreResult<(Run, Option<crate::Job>)> {
+        if let Some(reason) = start.as_ref().and_then(crate::jobs::check_new_job) {
+            return Err(StoreError::Conflict(reason));
+        }
+        let run = new.into_run();
+        // What is checked before the insert, in one transaction with it:
+        // where rows are locked, a prompt's session; elsewhere a tenant (the
+        // checked insert names a missing session itself). A taken id, then a
+        // missing tenant, are named before anything about a session.
+        let check_first = if D::LOCKS_ROWS { run.session.is_some() } else { run.tenant.is_some() };
+        if !check_first && start.is_none() {
+            let mut conn = self.db.single().await?;
+            let result = self.create_run_in(&mut conn, run).await;
+            return Ok((self.db.end(conn, result).await?, None));
+        }
+        let mut tx = self.db.begin().await?;
+        let result = async {
+            if check_first {
+                if self.optional(&mut tx, sql::RUN_EXISTS, &[(&run.id).into()]).await?.is_some() {
+                    return Err(StoreError::Conflict(run_exists(&run.id)));
+                }
+                if let Some(tenant) = &run.tenant {
+                    self.check_tenant(&mut tx, tenant).await?;
+                }
+            }
+            let run = self.create_run_in(&mut tx, run).await?;
+            let job = match start {
+                Some(start) => Some(self.enqueue_in(&mut tx, start).await?),
+                None => None,
+            };
+            Ok((run, job))
+        }
+        .await;
+        self.db.end(tx, result).await
+    }
+
     /// Records `run`. Where rows are locked, a prompt's session was locked
     /// and checked for a prompt in progress first, so of two processes
     /// starting a prompt of one session at once the second sees the
@@ -363,30 +406,14 @@ impl<D: Dialect> SqlStore<D> {
 #[async_trait::async_trait]
 impl<D: Dialect> Runs for SqlStore<D> {
     async fn create_run(&self, new: NewRun) -> StoreResult<Run> {
+        crate::latency::timed("create_run", async move { Ok(self.create_run_with(new, None).await?.0) }).await
+    }
+
+    async fn create_run_and_start(&self, new: NewRun, start: crate::NewJob) -> StoreResult<(Run, crate::Job)> {
         crate::latency::timed("create_run", async move {
-            let run = new.into_run();
-            // What is checked before the insert, in one transaction with it:
-            // where rows are locked, a prompt's session; elsewhere a tenant (the
-            // checked insert names a missing session itself). A taken id, then a
-            // missing tenant, are named before anything about a session.
-            let check_first = if D::LOCKS_ROWS { run.session.is_some() } else { run.tenant.is_some() };
-            if !check_first {
-                let mut conn = self.db.single().await?;
-                let result = self.create_run_in(&mut conn, run).await;
-                return self.db.end(conn, result).await;
-            }
-            let mut tx = self.db.begin().await?;
-            let result = async {
-                if self.optional(&mut tx, sql::RUN_EXISTS, &[(&run.id).into()]).await?.is_some() {
-                    return Err(StoreError::Conflict(run_exists(&run.id)));
-                }
-                if let Some(tenant) = &run.tenant {
-                    self.check_tenant(&mut tx, tenant).await?;
-                }
-                self.create_run_in(&mut tx, run).await
-            }
-            .await;
-            self.db.end(tx, result).await
+            let (run, job) = self.create_run_with(new, Some(start)).await?;
+            let job = job.ok_or_else(|| StoreError::Conflict("the start job was not queued".into()))?;
+            Ok((run, job))
         })
         .await
     }

@@ -29,6 +29,13 @@ pub trait Runs: Send + Sync {
     /// prompt in progress.
     async fn create_run(&self, run: NewRun) -> StoreResult<Run>;
 
+    /// [`Runs::create_run`], and in the same transaction queues `start`,
+    /// the job that starts the run. A queued run is so never left without
+    /// its job: a process killed between two writes would leave it
+    /// `queued` with nothing to take it. Refused as `create_run` refuses,
+    /// or as [`Jobs::enqueue`](crate::Jobs::enqueue) refuses `start`; then nothing is written.
+    async fn create_run_and_start(&self, run: NewRun, start: crate::NewJob) -> StoreResult<(Run, crate::Job)>;
+
     /// One run.
     async fn run(&self, id: &str) -> StoreResult<Option<Run>>;
 
