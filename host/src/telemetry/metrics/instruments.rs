@@ -10,6 +10,7 @@
 //! nexo's own are named `nexo.*`. Attributes carry names, ids, counts and
 //! outcomes only: never a message, a tool's arguments or a secret.
 
+use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -116,26 +117,80 @@ fn tenant(attributes: &mut Vec<KeyValue>, tenant: Option<&str>) {
 /// duration, and on success its tokens and the model that answered.
 pub(crate) fn model_call(provider: &str, model: &str, elapsed: Duration, result: &Result<Response, ModelError>) {
     let Some(m) = get() else { return };
+    let seconds = elapsed.as_secs_f64();
+    match result {
+        Ok(response) => {
+            let usage = &response.usage;
+            let answered = response.answered.model.as_deref();
+            ANSWERED.with_borrow_mut(|last| {
+                if !last.as_ref().is_some_and(|sets| sets.names == (provider, model, answered)) {
+                    *last = Some(AnsweredSets::new(provider, model, answered));
+                }
+                let Some(sets) = last.as_ref() else { return };
+                m.token_usage.record(usage.input_tokens, &sets.input);
+                m.token_usage.record(usage.output_tokens, &sets.output);
+                m.model_duration.record(seconds, &sets.call);
+            });
+        }
+        Err(e) => {
+            let mut attributes = call_attributes(provider, model, None);
+            attributes.push(KeyValue::new("error.type", error_type(e)));
+            m.model_duration.record(seconds, &attributes);
+        }
+    }
+}
+
+thread_local! {
+    /// The attribute sets of this thread's last answered model call: a run
+    /// calls one model, so its calls after the first build none.
+    static ANSWERED: RefCell<Option<AnsweredSets>> = const { RefCell::new(None) };
+}
+
+/// The attribute sets of an answered call: its duration's, and its input
+/// and output tokens'.
+struct AnsweredSets {
+    names: Names,
+    call: Vec<KeyValue>,
+    input: Vec<KeyValue>,
+    output: Vec<KeyValue>,
+}
+
+/// Provider, requested model, answering model.
+struct Names(String, String, Option<String>);
+
+impl PartialEq<(&str, &str, Option<&str>)> for Names {
+    fn eq(&self, (provider, model, answered): &(&str, &str, Option<&str>)) -> bool {
+        self.0 == *provider && self.1 == *model && self.2.as_deref() == *answered
+    }
+}
+
+impl AnsweredSets {
+    fn new(provider: &str, model: &str, answered: Option<&str>) -> AnsweredSets {
+        let call = call_attributes(provider, model, answered);
+        let tokens = |kind: &'static str| {
+            let mut set = call.clone();
+            set.push(KeyValue::new("gen_ai.token.type", kind));
+            set
+        };
+        AnsweredSets {
+            names: Names(provider.to_string(), model.to_string(), answered.map(str::to_string)),
+            input: tokens("input"),
+            output: tokens("output"),
+            call,
+        }
+    }
+}
+
+fn call_attributes(provider: &str, model: &str, answered: Option<&str>) -> Vec<KeyValue> {
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),
         KeyValue::new("gen_ai.provider.name", provider.to_string()),
         KeyValue::new("gen_ai.request.model", model.to_string()),
     ];
-    match result {
-        Ok(response) => {
-            if let Some(answered) = &response.answered.model {
-                attributes.push(KeyValue::new("gen_ai.response.model", answered.clone()));
-            }
-            let usage = &response.usage;
-            for (kind, tokens) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
-                attributes.push(KeyValue::new("gen_ai.token.type", kind));
-                m.token_usage.record(tokens, &attributes);
-                attributes.pop();
-            }
-        }
-        Err(e) => attributes.push(KeyValue::new("error.type", error_type(e))),
+    if let Some(answered) = answered {
+        attributes.push(KeyValue::new("gen_ai.response.model", answered.to_string()));
     }
-    m.model_duration.record(elapsed.as_secs_f64(), &attributes);
+    attributes
 }
 
 /// A provider's failure as a low-cardinality `error.type`: the HTTP status
