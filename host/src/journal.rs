@@ -307,7 +307,7 @@ impl Journal {
             state.started.insert(seq, nexo_store::now_ms());
             return Begin::Live(seq);
         };
-        if entry.interface != interface || entry.function != function || entry.args_hash != args_hash {
+        if !same_interface(&entry.interface, interface) || entry.function != function || entry.args_hash != args_hash {
             let why = format!(
                 "nondeterminism: at call {seq} the journal holds `{}` {} (arguments {}), but the component now \
                  calls `{interface}` {function} (arguments {}); the component does not behave as it did when the \
@@ -568,6 +568,26 @@ impl Journal {
     }
 }
 
+/// Whether the interface a journal entry `recorded` is the one `called`
+/// now: the same name, at a version of the same compatible line. A run
+/// recorded before nexo moved to a newer minor version of its contract
+/// (`nexo:plugin/durable@0.1.2`, replayed by a host of 0.1.3) replays as it
+/// would have; another name or an incompatible version does not.
+fn same_interface(recorded: &str, called: &str) -> bool {
+    match (recorded.split_once('@'), called.split_once('@')) {
+        (Some((name, old)), Some((now_name, now))) => name == now_name && version_line(old) == version_line(now),
+        _ => recorded == called,
+    }
+}
+
+/// A version's compatible line, as semver reads it: its major number, and
+/// its minor number too before 1.0.
+fn version_line(version: &str) -> (&str, Option<&str>) {
+    let mut numbers = version.split('.');
+    let major = numbers.next().unwrap_or_default();
+    (major, if major == "0" { numbers.next() } else { None })
+}
+
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
 }
@@ -643,6 +663,51 @@ pub(crate) mod tests {
         let journal = Journal::open(store.clone(), &run, "o", Replay::New, false).await.unwrap();
         journal.lock().decided = decided;
         journal
+    }
+
+    /// A journal recorded under an older version of the same contract line
+    /// replays; another line, or another interface, is nondeterminism.
+    #[test]
+    fn a_journal_of_an_older_minor_version_replays() {
+        assert!(same_interface("nexo:plugin/durable@0.1.2", "nexo:plugin/durable@0.1.3"));
+        assert!(same_interface("nexo:plugin/durable@0.1.0", "nexo:plugin/durable@0.1.2"));
+        assert!(same_interface("wasi:clocks/wall-clock@0.2.0", "wasi:clocks/wall-clock@0.2.6"));
+        assert!(same_interface("x:y/z@1.2.0", "x:y/z@1.5.1"));
+        assert!(same_interface("nexo:model", "nexo:model"));
+        assert!(!same_interface("nexo:plugin/durable@0.1.2", "nexo:plugin/durable@0.2.0"));
+        assert!(!same_interface("x:y/z@1.2.0", "x:y/z@2.0.0"));
+        assert!(!same_interface("nexo:plugin/durable@0.1.2", "nexo:plugin/tools@0.1.2"));
+        assert!(!same_interface("nexo:plugin/durable@0.1.2", "nexo:plugin/durable"));
+        assert!(!same_interface("nexo:model", "nexo:models"));
+    }
+
+    #[tokio::test]
+    async fn begin_answers_an_older_minor_versions_entry_and_refuses_another_interface() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        run_r1(&store, RunStatus::Running).await;
+        let entry = |seq: u64, interface: &str| Entry {
+            seq,
+            end: seq + 1,
+            interface: interface.into(),
+            function: "checkpoint".into(),
+            args_hash: "00".repeat(32),
+            result: format!("{{\"ok\":{seq}}}"),
+            started_ms: None,
+            ended_ms: None,
+        };
+        let journal = vec![entry(0, "nexo:plugin/durable@0.1.0"), entry(1, "nexo:plugin/durable@0.1.0")];
+        store.commit("r1", "o", nexo_store::Batch { journal, ..Default::default() }).await.unwrap();
+        let run = store.run("r1").await.unwrap().unwrap();
+        let journal = Journal::open(store.clone(), &run, "o", Replay::Journal, false).await.unwrap();
+        let hash = "00".repeat(32);
+        match journal.begin(crate::manifest::interface::DURABLE, "checkpoint", &hash) {
+            Begin::Replay(result) => assert_eq!(result, r#"{"ok":0}"#),
+            other => panic!("expected the recorded answer, got {other:?}"),
+        }
+        match journal.begin("nexo:plugin/tools@0.1.0", "checkpoint", &hash) {
+            Begin::Halted(why) => assert!(why.contains("nondeterminism: at call 1"), "{why}"),
+            other => panic!("expected nondeterminism, got {other:?}"),
+        }
     }
 
     /// A watcher of the run hears of each commit that wrote its events, once
