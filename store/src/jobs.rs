@@ -18,6 +18,9 @@ pub enum JobKind {
     Start,
     /// Resumes a suspended run with the resume input in the payload.
     Resume,
+    /// Resumes a run sleeping on a durable timer when it is due. It is born
+    /// [`JobStatus::Sleeping`], with the run's suspension, and queued when due.
+    Wake,
 }
 
 impl JobKind {
@@ -26,12 +29,13 @@ impl JobKind {
         match self {
             JobKind::Start => "start",
             JobKind::Resume => "resume",
+            JobKind::Wake => "wake",
         }
     }
 
     /// Parses a stored or typed name.
     pub fn parse(name: &str) -> Option<JobKind> {
-        [JobKind::Start, JobKind::Resume].into_iter().find(|k| k.as_str() == name)
+        [JobKind::Start, JobKind::Resume, JobKind::Wake].into_iter().find(|k| k.as_str() == name)
     }
 }
 
@@ -39,6 +43,9 @@ impl JobKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// A timer's wake, not yet due: outside the queue's order (and its
+    /// turns) until a claim finds it due and queues it.
+    Sleeping,
     /// Waiting until it is due and a worker claims it.
     Queued,
     /// Claimed by a worker, which holds its lease.
@@ -51,11 +58,13 @@ pub enum JobStatus {
 
 impl JobStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 4] = [JobStatus::Queued, JobStatus::Running, JobStatus::Done, JobStatus::Failed];
+    pub const ALL: [JobStatus; 5] =
+        [JobStatus::Sleeping, JobStatus::Queued, JobStatus::Running, JobStatus::Done, JobStatus::Failed];
 
     /// The name stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobStatus::Sleeping => "sleeping",
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
             JobStatus::Done => "done",
@@ -99,8 +108,10 @@ pub struct NewJob {
 
 impl NewJob {
     /// The job as it is first recorded, in `tenant`'s share of the queue
-    /// at `turn` ([`next_turn`]).
+    /// at `turn` ([`next_turn`]); a [`JobKind::Wake`] is born sleeping, at
+    /// turn 0 until it is queued.
     pub fn into_job(self, tenant: Option<String>, turn: i64) -> Job {
+        let status = if self.kind == JobKind::Wake { JobStatus::Sleeping } else { JobStatus::Queued };
         Job {
             id: self.id,
             run: self.run,
@@ -108,7 +119,7 @@ impl NewJob {
             turn,
             kind: self.kind,
             payload: self.payload,
-            status: JobStatus::Queued,
+            status,
             attempts: 0,
             max_attempts: self.max_attempts,
             backoff_ms: self.backoff_ms,
@@ -179,8 +190,14 @@ impl Job {
         match self.status {
             JobStatus::Queued => self.not_before_ms <= now_ms,
             JobStatus::Running => self.lease.as_ref().is_none_or(|l| l.until_ms < now_ms),
-            JobStatus::Done | JobStatus::Failed => false,
+            JobStatus::Sleeping | JobStatus::Done | JobStatus::Failed => false,
         }
+    }
+
+    /// Whether it is a timer's wake whose time has come at `now_ms`, which
+    /// a claim queues first ([`crate::Jobs::claim_job_unless`]).
+    pub(crate) fn wakes(&self, now_ms: i64) -> bool {
+        self.status == JobStatus::Sleeping && self.not_before_ms <= now_ms
     }
 
     /// Whether the job is one of the tenants `held_back` (by id), which a

@@ -212,6 +212,39 @@ impl Inner {
         true
     }
 
+    /// Ends run `id`'s wakes not yet taken (as `sql::END_WAKES_OF_RUN`).
+    fn end_wakes(&mut self, id: &str, why: &str, now: i64) {
+        for job in self.jobs.values_mut() {
+            if job.run == id
+                && job.kind == crate::JobKind::Wake
+                && matches!(job.status, JobStatus::Sleeping | JobStatus::Queued)
+            {
+                job.status = JobStatus::Done;
+                job.error = Some(why.to_string());
+                job.updated_ms = now;
+            }
+        }
+    }
+
+    /// Queues the wakes due by `now`, the earliest first, at most 64 (as
+    /// the SQL store's claim does), each at its queue's next turn.
+    fn promote_wakes(&mut self, now: i64) {
+        let mut due: Vec<(i64, String)> =
+            self.jobs.values().filter(|j| j.wakes(now)).map(|j| (j.not_before_ms, j.id.clone())).collect();
+        due.sort();
+        for (_, id) in due.into_iter().take(64) {
+            let tenant = self.jobs.get(&id).and_then(|j| j.tenant.clone());
+            let own = self.jobs.values().filter(|j| j.tenant == tenant).map(|j| j.turn).max();
+            let claimed = self.jobs.values().filter(|j| j.status != JobStatus::Queued).map(|j| j.turn).max();
+            let turn = crate::next_turn(own, claimed);
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.status = JobStatus::Queued;
+                job.turn = turn;
+                job.updated_ms = now;
+            }
+        }
+    }
+
     fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
         let next = self.events.last().map_or(1, |e| e.id + 1);
         self.events.push(StoredEvent { id: next, run: id.to_string(), kind, data, at_ms });
@@ -291,8 +324,12 @@ impl Runs for MemoryStore {
         }
         inner.apply(id, batch)?;
         let run = inner.run_mut(id)?;
-        let approval_record = to.apply(run, now_ms());
+        let (approval_record, wake) = to.apply(run, now_ms());
         let run = run.clone();
+        if let Some(wake) = wake {
+            let job = wake.into_job(run.tenant.clone(), 0);
+            inner.jobs.insert(job.id.clone(), job);
+        }
         match approval_record {
             Some(a) => {
                 inner.approvals.insert(id.to_string(), a);
@@ -326,17 +363,24 @@ impl Runs for MemoryStore {
             check_latest(run, later.map(|r| r.id.clone()))?;
         }
         let run = inner.run_mut(id)?;
+        let slept = run.wake_ms.take();
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
+        let resumed = matches!(how, Claim::Resume | Claim::Retry | Claim::Wake { .. });
         if matches!(how, Claim::Resume | Claim::Retry) {
             run.resume_input = resume_input;
+        }
+        if resumed {
             run.suspend_reason = None;
             run.error = None;
         }
         let run = run.clone();
-        if matches!(how, Claim::Resume | Claim::Retry) {
-            inner.push_event(id, "resumed".into(), serde_json::json!({}), now);
+        if resumed {
+            inner.push_event(id, "resumed".into(), crate::runs::resumed_event(how, slept), now);
+        }
+        if slept.is_some() && matches!(how, Claim::Resume | Claim::Retry) {
+            inner.end_wakes(id, "the run was resumed before its timer was due", now);
         }
         Ok(run)
     }
@@ -377,7 +421,11 @@ impl Runs for MemoryStore {
         run.error = Some(reason.to_string());
         run.lease = None;
         run.updated_ms = now_ms();
+        let slept = run.wake_ms.take();
         let run = run.clone();
+        if slept.is_some() {
+            inner.end_wakes(id, "the run was cancelled", run.updated_ms);
+        }
         inner.approvals.remove(id);
         inner.push_event(id, "cancelled".into(), serde_json::json!({ "reason": reason }), run.updated_ms);
         Ok(run)
@@ -491,6 +539,7 @@ impl Jobs for MemoryStore {
         held_back: &[String],
     ) -> StoreResult<Option<Job>> {
         let mut inner = self.lock();
+        inner.promote_wakes(now);
         loop {
             // A lapsed job first, then the next in turn (as `sql::DUE_JOB`).
             let lapsed = inner
@@ -603,6 +652,11 @@ impl Jobs for MemoryStore {
     async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
         let inner = self.lock();
         Ok(inner.jobs.values().any(|j| j.run == run && matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    }
+
+    async fn next_wake_ms(&self) -> StoreResult<Option<i64>> {
+        let inner = self.lock();
+        Ok(inner.jobs.values().filter(|j| j.status == JobStatus::Sleeping).map(|j| j.not_before_ms).min())
     }
 }
 

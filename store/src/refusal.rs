@@ -21,6 +21,10 @@ pub(crate) fn claim_refusal(id: &str, how: Claim, run: &Run) -> String {
         }
         (Claim::Recover, s) => format!("run `{id}` is {s}, not an orphaned running run"),
         (Claim::Retry, s) => format!("run `{id}` is {s}; only a failed run can be retried"),
+        (Claim::Wake { .. }, RunStatus::Suspended) => {
+            format!("run `{id}` no longer sleeps on this timer (it was resumed early, or sleeps on another)")
+        }
+        (Claim::Wake { .. }, s) => format!("run `{id}` is {s}, no longer sleeping on this timer"),
     }
 }
 

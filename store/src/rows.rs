@@ -174,6 +174,7 @@ pub(crate) fn run(row: &impl Columns, errors: &Errors<'_>) -> Result<Run, StoreE
         lease,
         session: column(row, "session", errors)?,
         tenant: column(row, "tenant", errors)?,
+        wake_ms: column(row, "wake_ms", errors)?,
         id,
     })
 }

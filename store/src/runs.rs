@@ -122,6 +122,7 @@ impl NewRun {
             grant: self.grant,
             status: self.status,
             suspend_reason: None,
+            wake_ms: None,
             resume_key: None,
             resume_input: None,
             result: None,
@@ -156,6 +157,9 @@ pub struct Run {
     pub status: RunStatus,
     /// Why it is suspended.
     pub suspend_reason: Option<String>,
+    /// When a run suspended on a durable timer (`sleep`) is due to wake
+    /// (milliseconds since the epoch); `None` otherwise.
+    pub wake_ms: Option<i64>,
     /// The key the guest passed to `suspend`, for the application resuming it.
     pub resume_key: Option<String>,
     /// The JSON given at the latest resume.
@@ -200,6 +204,10 @@ pub enum Transition {
         resume_key: Option<String>,
         /// The pending approval, when a gate suspended it.
         approval: Option<Approval>,
+        /// The job that wakes it, when it sleeps on a durable timer: a
+        /// [`JobKind::Wake`](crate::JobKind::Wake) due at its time, written
+        /// with the suspension.
+        wake: Option<crate::NewJob>,
     },
     /// It failed in a way that may pass the next time, and its job will try
     /// it again: it is `queued` for that retry, not finished (a final
@@ -214,10 +222,11 @@ pub enum Transition {
 impl Transition {
     /// Moves `run` out of `running` as this transition says, at `now_ms`:
     /// the one rule every backend applies. Answers the approval a
-    /// suspension waits on, if any.
-    pub(crate) fn apply(self, run: &mut Run, now_ms: i64) -> Option<Approval> {
+    /// suspension waits on, and the job that wakes it, if any.
+    pub(crate) fn apply(self, run: &mut Run, now_ms: i64) -> (Option<Approval>, Option<crate::NewJob>) {
         run.lease = None;
         run.updated_ms = now_ms;
+        run.wake_ms = None;
         match self {
             Transition::Finish { status, result, error } => {
                 run.status = status;
@@ -225,13 +234,14 @@ impl Transition {
                 run.error = error;
                 run.suspend_reason = None;
                 run.resume_key = None;
-                None
+                (None, None)
             }
-            Transition::Suspend { reason, resume_key, approval } => {
+            Transition::Suspend { reason, resume_key, approval, wake } => {
                 run.status = RunStatus::Suspended;
                 run.suspend_reason = Some(reason);
                 run.resume_key = resume_key;
-                approval
+                run.wake_ms = wake.as_ref().map(|w| w.not_before_ms);
+                (approval, wake)
             }
             Transition::Requeue { error } => {
                 run.status = RunStatus::Queued;
@@ -239,7 +249,7 @@ impl Transition {
                 run.error = Some(error);
                 run.suspend_reason = None;
                 run.resume_key = None;
-                None
+                (None, None)
             }
         }
     }
@@ -258,6 +268,13 @@ pub enum Claim {
     /// A failed run, tried again (recording `resume_input` like a resume):
     /// the calls whose failure was not journaled run again.
     Retry,
+    /// A run sleeping on the durable timer due at `until_ms`, woken by its
+    /// job. Refused once the run no longer sleeps on that timer (it was
+    /// resumed early, or cancelled).
+    Wake {
+        /// The timer's due time, as the wake job holds it.
+        until_ms: i64,
+    },
 }
 
 impl Claim {
@@ -271,7 +288,19 @@ impl Claim {
                 run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
             }
             Claim::Retry => run.status == RunStatus::Failed,
+            Claim::Wake { until_ms } => run.status == RunStatus::Suspended && run.wake_ms == Some(until_ms),
         }
+    }
+}
+
+/// The data of the `resumed` event a claim `how` writes for a run that
+/// slept until `wake_ms` (if it did): a timer's wake names its time, and a
+/// resume that came first says it was early.
+pub(crate) fn resumed_event(how: Claim, wake_ms: Option<i64>) -> Value {
+    match (how, wake_ms) {
+        (Claim::Wake { until_ms }, _) => serde_json::json!({"woken": true, "wake_ms": until_ms}),
+        (_, Some(wake_ms)) => serde_json::json!({"early": true, "wake_ms": wake_ms}),
+        _ => serde_json::json!({}),
     }
 }
 

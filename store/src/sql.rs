@@ -60,6 +60,8 @@ pub struct Spelling {
     pub(crate) insert_job: &'static str,
     /// A retried job's next turn.
     pub(crate) retry_turn: &'static str,
+    /// Timers' wakes that are due.
+    pub(crate) due_wakes: &'static str,
     /// Job leases extended by a list of tokens.
     pub(crate) heartbeat_jobs: &'static str,
     /// A tenant's audit head read by the append that advances it.
@@ -88,6 +90,7 @@ pub(crate) const SQLITE: Spelling = Spelling {
     due_job: DUE_JOB,
     insert_job: INSERT_JOB_SQLITE,
     retry_turn: RETRY_TURN_SQLITE,
+    due_wakes: DUE_WAKES,
     heartbeat_jobs: HEARTBEAT_JOBS_SQLITE,
     audit_head_to_write: AUDIT_HEAD,
 };
@@ -108,6 +111,7 @@ pub(crate) const POSTGRES: Spelling = Spelling {
     due_job: DUE_JOB_SKIP_LOCKED,
     insert_job: INSERT_JOB_POSTGRES,
     retry_turn: RETRY_TURN_POSTGRES,
+    due_wakes: DUE_WAKES_SKIP_LOCKED,
     heartbeat_jobs: HEARTBEAT_JOBS_POSTGRES,
     audit_head_to_write: AUDIT_HEAD_LOCKED,
 };
@@ -153,7 +157,7 @@ pub(crate) const TABLES: &[&str] = &[
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Every migration, oldest first. The last one's version is
 /// [`SCHEMA_VERSION`] (a unit test checks).
@@ -475,6 +479,16 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE plugins ADD COLUMN origin TEXT",
         ],
     },
+    Migration {
+        version: 10,
+        statements: &[
+            // When a run sleeping on a durable timer is due; NULL otherwise.
+            "ALTER TABLE runs ADD COLUMN wake_ms BIGINT",
+            // Timers' wakes not yet due, by due time: a claim promotes the
+            // due ones, and a worker waits for the next one, each a seek.
+            "CREATE INDEX jobs_by_wake ON jobs (not_before_ms, id) WHERE status = 'sleeping'",
+        ],
+    },
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
@@ -487,17 +501,17 @@ pub(crate) const RECORD_MIGRATION: &str = "INSERT INTO nexo_schema (version, app
 macro_rules! run_columns {
     () => {
         "id, agent, kind, source, component_sha256, input, grant_json, status, suspend_reason, resume_key, \
-         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant"
+         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant, wake_ms"
     };
 }
 
-/// Records a new run; `$1…$19` are the run's columns in [`run_columns!`]
+/// Records a new run; `$1…$20` are the run's columns in [`run_columns!`]
 /// order. No row is written (0 rows affected) if the id is taken; a
 /// session or tenant that is not there fails the schema's foreign key.
 pub(crate) const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
      ON CONFLICT (id) DO NOTHING"
 );
 
@@ -580,9 +594,10 @@ pub(crate) const PUT_CHECKPOINT: &str =
     "INSERT INTO checkpoints (run, name, value) VALUES ($1, $2, $3) ON CONFLICT (run, name) DO NOTHING";
 
 /// Moves a run out of `running`: `$1` id, `$2` status, `$3` result, `$4`
-/// error, `$5` suspend reason, `$6` resume key, `$7` when. Clears the lease.
+/// error, `$5` suspend reason, `$6` resume key, `$7` when, `$8` when a
+/// timer wakes it. Clears the lease.
 pub(crate) const LEAVE_RUNNING: &str = "UPDATE runs SET status = $2, result = $3, error = $4, suspend_reason = $5, \
-     resume_key = $6, updated_ms = $7, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
+     resume_key = $6, updated_ms = $7, wake_ms = $8, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
 
 /// Records or replaces a run's pending approval: `$1` run, `$2` seq, `$3`
 /// capability, `$4` tool, `$5` arguments (JSON), `$6` args hash, `$7`
@@ -612,9 +627,9 @@ pub(crate) const CLAIM: &str = "UPDATE runs SET status = 'running', lease_owner 
 
 /// Gives a suspended (or, for a retry, failed) run to a new owner,
 /// recording its resume input: `$1` id, `$2` owner, `$3` lease end, `$4`
-/// when, `$5` resume input.
+/// when, `$5` resume input. A timer it slept on is over.
 pub(crate) const CLAIM_RESUME: &str = "UPDATE runs SET status = 'running', lease_owner = $2, lease_until_ms = $3, \
-     updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL WHERE id = $1";
+     updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL, wake_ms = NULL WHERE id = $1";
 
 /// Extends the leases that owner `$1` still holds on running runs among
 /// `$3`, to `$2`, and answers their ids. SQLite: `$3` is a JSON array.
@@ -628,9 +643,49 @@ pub(crate) const RENEW_LEASES_POSTGRES: &str = "UPDATE runs SET lease_until_ms =
 /// Whether a run exists: `$1` id.
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 
-/// Cancels a run: `$1` id, `$2` reason, `$3` when. Clears the lease.
+/// Cancels a run: `$1` id, `$2` reason, `$3` when. Clears the lease and
+/// the timer.
 pub(crate) const CANCEL: &str = "UPDATE runs SET status = 'cancelled', error = $2, updated_ms = $3, \
-     lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
+     lease_owner = NULL, lease_until_ms = NULL, wake_ms = NULL WHERE id = $1";
+
+/// Ends run `$1`'s timer wakes not yet taken (sleeping, or queued once
+/// due), `done` with `$2` as why, at `$3`: the run was resumed early or
+/// cancelled, so no wake is to come.
+pub(crate) const END_WAKES_OF_RUN: &str = "UPDATE jobs SET status = 'done', error = $2, updated_ms = $3 \
+     WHERE run = $1 AND kind = 'wake' AND status IN ('sleeping', 'queued')";
+
+/// Records a timer's wake, sleeping until it is due, outside the queue's
+/// turns (turn 0) so that sleepers move no queue's turns on: `$1…$15` as
+/// [`INSERT_JOB_SQLITE`]'s (its status `sleeping`), the queue its run's
+/// tenant's. No row if the id is taken or the run is missing.
+pub(crate) const INSERT_SLEEPING_JOB: &str = "INSERT INTO jobs (id, run, kind, payload, status, attempts, \
+     max_attempts, backoff_ms, not_before_ms, lease_worker, lease_token, lease_until_ms, error, created_ms, updated_ms, \
+     queue, turn) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, COALESCE(tenant, ''), 0 \
+     FROM runs WHERE id = $2 ON CONFLICT (id) DO NOTHING RETURNING queue, turn";
+
+macro_rules! due_wakes {
+    ($lock:literal) => {
+        concat!(
+            "SELECT id, queue FROM jobs WHERE status = 'sleeping' AND not_before_ms <= $1 \
+             ORDER BY not_before_ms, id LIMIT $2",
+            $lock
+        )
+    };
+}
+
+/// Timers' wakes due by `$1`, the earliest first, at most `$2`: `id, queue`.
+pub(crate) const DUE_WAKES: &str = due_wakes!("");
+
+/// [`DUE_WAKES`], locking the rows and passing over those another claim
+/// promotes (PostgreSQL).
+pub(crate) const DUE_WAKES_SKIP_LOCKED: &str = due_wakes!(" FOR UPDATE SKIP LOCKED");
+
+/// Queues a due wake (`$1`) at `$2`; its turn is given next
+/// ([`RETRY_TURN_SQLITE`]).
+pub(crate) const PROMOTE_WAKE: &str = "UPDATE jobs SET status = 'queued', updated_ms = $2 WHERE id = $1";
+
+/// When the next timer's wake is due (`NULL` with none).
+pub(crate) const NEXT_WAKE: &str = "SELECT MIN(not_before_ms) AS next FROM jobs WHERE status = 'sleeping'";
 
 /// A run's journal in sequence order: `$1` run.
 pub(crate) const JOURNAL: &str = "SELECT seq, end_seq, interface, function, args_hash, result, started_ms, ended_ms FROM journal WHERE run = $1 \
@@ -891,7 +946,7 @@ pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
 pub(crate) const INSERT_SESSION_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20 \
      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE session = $18 AND status IN ",
     in_progress!(),
     ") ON CONFLICT (id) DO NOTHING"
@@ -1216,6 +1271,11 @@ mod tests {
             super::EVENTS,
             super::INSERT_JOB_SQLITE,
             super::INSERT_JOB_POSTGRES,
+            super::INSERT_SLEEPING_JOB,
+            super::DUE_WAKES,
+            super::DUE_WAKES_SKIP_LOCKED,
+            super::PROMOTE_WAKE,
+            super::END_WAKES_OF_RUN,
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
             super::PROMPT_IN_PROGRESS,

@@ -93,6 +93,9 @@ suite!(
     suspend_with_approval_decide_and_clear,
     a_decision_and_its_resume_are_one_write,
     a_queued_run_and_its_start_are_one_write,
+    a_sleeping_run_is_woken_by_its_job_when_due,
+    a_resume_or_a_cancel_before_the_timer_ends_its_wake,
+    due_wakes_are_queued_earliest_first_in_turn,
     a_newer_suspension_replaces_the_approval,
     a_decision_binds_to_the_call_it_was_shown,
     a_retried_failure_is_queued_not_final,
@@ -210,7 +213,7 @@ fn approval(seq: u64, tool: &str) -> Approval {
 }
 
 fn suspend(reason: &str, approval: Option<Approval>) -> Transition {
-    Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval }
+    Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval, wake: None }
 }
 
 fn done(result: &str) -> Transition {
@@ -482,6 +485,93 @@ async fn resume_records_input_and_an_event(store: Arc<dyn Store>) {
     let run = store.claim("r1", Claim::Resume, lease(OWNER, 50_000), None, 21_000).await.unwrap();
     assert_eq!(run.resume_input, None);
     assert_eq!(store.events("r1", 0, 10).await.unwrap().len(), 2);
+}
+
+fn sleep_until(wake: &str, run: &str, until_ms: i64) -> Transition {
+    let job = NewJob { run: run.into(), kind: JobKind::Wake, ..new_job(wake, until_ms, 1_000) };
+    Transition::Suspend { reason: "sleeping".into(), resume_key: None, approval: None, wake: Some(job) }
+}
+
+/// A run that sleeps on a timer is suspended with its wake, a job that
+/// sleeps (no turn, not due, not live) until its time; then a claim queues
+/// it and takes it, and the wake's claim of the run resumes it, keeping its
+/// resume input.
+async fn a_sleeping_run_is_woken_by_its_job_when_due(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let run = store.transition("r1", OWNER, Batch::default(), sleep_until("w1", "r1", 10_000)).await.unwrap();
+    assert_eq!((run.status, run.wake_ms), (RunStatus::Suspended, Some(10_000)));
+    assert_eq!(store.run("r1").await.unwrap().unwrap().wake_ms, Some(10_000));
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert_eq!(
+        (wake.kind, wake.status, wake.turn, wake.not_before_ms),
+        (JobKind::Wake, JobStatus::Sleeping, 0, 10_000)
+    );
+    assert!(!store.has_live_job("r1").await.unwrap(), "a sleeping wake is not a live job");
+    assert_eq!(store.next_wake_ms().await.unwrap(), Some(10_000));
+    assert_eq!(store.claim_job("worker", 5_000, 9_999).await.unwrap(), None, "not yet due");
+    assert_eq!(store.job("w1").await.unwrap().unwrap().status, JobStatus::Sleeping);
+
+    let (job, lease_of_job) = claim(&store, "worker", 5_000, 10_000).await;
+    assert_eq!((job.id.as_str(), job.status, job.kind), ("w1", JobStatus::Running, JobKind::Wake));
+    assert_eq!(store.next_wake_ms().await.unwrap(), None);
+    let run = store.claim("r1", Claim::Wake { until_ms: 10_000 }, lease(OTHER, FAR), None, 10_001).await.unwrap();
+    assert_eq!((run.status, run.wake_ms, run.suspend_reason.as_deref()), (RunStatus::Running, None, None));
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    let events = store.events("r1", 0, 10).await.unwrap();
+    assert_eq!(
+        events.last().map(|e| (e.kind.as_str(), e.data.clone())),
+        Some(("resumed", json!({"woken": true, "wake_ms": 10_000})))
+    );
+    store.complete_job(&job.id, &lease_of_job, 10_002).await.unwrap();
+    // Woken once: the same timer's claim again is refused.
+    store.transition("r1", OTHER, Batch::default(), suspend("input", None)).await.unwrap();
+    conflict(
+        store.claim("r1", Claim::Wake { until_ms: 10_000 }, lease(OWNER, FAR), None, 10_003).await,
+        "run `r1` no longer sleeps on this timer",
+    );
+}
+
+/// Resumed before its timer is due, or cancelled, a sleeping run's wake is
+/// ended with why, and a wake already taken cannot claim the run.
+async fn a_resume_or_a_cancel_before_the_timer_ends_its_wake(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    store.transition("r1", OWNER, Batch::default(), sleep_until("w1", "r1", 60_000)).await.unwrap();
+    let run = store.claim("r1", Claim::Resume, lease(OTHER, FAR), Some("1".into()), 20_000).await.unwrap();
+    assert_eq!((run.status, run.wake_ms), (RunStatus::Running, None));
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert_eq!(wake.status, JobStatus::Done);
+    assert!(wake.error.as_deref().is_some_and(|e| e.contains("resumed before its timer")), "{wake:?}");
+    let events = store.events("r1", 0, 10).await.unwrap();
+    assert_eq!(events.last().map(|e| e.data.clone()), Some(json!({"early": true, "wake_ms": 60_000})));
+    assert_eq!(store.next_wake_ms().await.unwrap(), None);
+    assert_eq!(store.claim_job("worker", 5_000, 70_000).await.unwrap(), None, "no wake is left to claim");
+
+    store.transition("r1", OTHER, Batch::default(), sleep_until("w2", "r1", 80_000)).await.unwrap();
+    let cancelled = store.cancel("r1", "stop").await.unwrap();
+    assert_eq!(cancelled.wake_ms, None);
+    let wake = store.job("w2").await.unwrap().unwrap();
+    assert_eq!((wake.status, wake.error.as_deref()), (JobStatus::Done, Some("the run was cancelled")));
+    assert_eq!(store.next_wake_ms().await.unwrap(), None);
+    conflict(
+        store.claim("r1", Claim::Wake { until_ms: 80_000 }, lease(OWNER, FAR), None, 80_001).await,
+        "run `r1` is cancelled, no longer sleeping on this timer",
+    );
+}
+
+/// Wakes that fell due are queued the earliest first, each at its queue's
+/// next turn, behind what was queued before them.
+async fn due_wakes_are_queued_earliest_first_in_turn(store: Arc<dyn Store>) {
+    for (run, wake, until) in [("r1", "w1", 3_000), ("r2", "w2", 1_000), ("r3", "w3", 2_000)] {
+        running(&store, run).await;
+        store.transition(run, OWNER, Batch::default(), sleep_until(wake, run, until)).await.unwrap();
+    }
+    running(&store, "r4").await;
+    store.enqueue(NewJob { run: "r4".into(), ..new_job("j4", 0, 1) }).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(job) = store.claim_job("worker", 5_000, 3_000).await.unwrap() {
+        order.push(job.id);
+    }
+    assert_eq!(order, ["j4", "w2", "w3", "w1"]);
 }
 
 async fn resume_refusals_name_the_state(store: Arc<dyn Store>) {

@@ -98,7 +98,12 @@ async fn data_survives_close_and_reopen() {
             thread: None,
         };
         store.commit("r1", OWNER, batch).await.unwrap();
-        let to = Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval.clone()) };
+        let to = Transition::Suspend {
+            reason: "approval".into(),
+            resume_key: None,
+            approval: Some(approval.clone()),
+            wake: None,
+        };
         let run = store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
         store.decide("r1", &approval.call(), Decision::Approved).await.unwrap();
         let events = store.events("r1", 0, 10).await.unwrap();
@@ -369,7 +374,7 @@ async fn two_stores_on_one_file_never_both_claim() {
             &id,
             OWNER,
             Batch::default(),
-            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None },
+            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None, wake: None },
         )
         .await
         .unwrap();
@@ -414,10 +419,13 @@ async fn open_by_location() {
     }
 }
 
-/// Takes a file back from version 8 to what version 5 wrote: version 6
+/// Takes a file back from version 10 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "DROP INDEX jobs_by_wake",
+    "ALTER TABLE runs DROP COLUMN wake_ms",
+    "DELETE FROM nexo_schema WHERE version = 10",
     "ALTER TABLE plugins DROP COLUMN origin",
     "DROP TABLE plugin_acceptances",
     "DELETE FROM nexo_schema WHERE version = 9",
@@ -703,7 +711,7 @@ async fn a_cancelled_write_is_all_or_nothing() {
     }
     // The write connection is not left inside a transaction.
     store.commit("r1", OWNER, Batch { journal: vec![entry(1_000)], ..Batch::default() }).await.unwrap();
-    let to = Transition::Suspend { reason: "wait".into(), resume_key: None, approval: None };
+    let to = Transition::Suspend { reason: "wait".into(), resume_key: None, approval: None, wake: None };
     store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
     store.claim("r1", Claim::Resume, lease(OWNER), None, 1).await.unwrap();
 

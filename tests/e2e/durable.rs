@@ -226,7 +226,7 @@ async fn tamper_copy(
     into.create_run(new).await.unwrap();
     let batch = nexo_store::Batch { journal, ..Default::default() };
     let approval = from.approval(&run.id).await.unwrap();
-    let to = nexo_store::Transition::Suspend { reason: "approval".into(), resume_key: None, approval };
+    let to = nexo_store::Transition::Suspend { reason: "approval".into(), resume_key: None, approval, wake: None };
     into.transition(&run.id, owner, batch, to).await.unwrap();
     run.id.clone()
 }
@@ -519,6 +519,10 @@ impl Jobs for Counting {
 
     async fn has_live_job(&self, run: &str) -> nexo_store::StoreResult<bool> {
         self.inner.has_live_job(run).await
+    }
+
+    async fn next_wake_ms(&self) -> nexo_store::StoreResult<Option<i64>> {
+        self.inner.next_wake_ms().await
     }
 
     async fn postpone_job(

@@ -542,7 +542,7 @@ impl Runs {
                 let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval });
                 batch.events.push(NewEvent { kind: "suspended".into(), data, at_ms });
                 pending = approval.clone();
-                (Transition::Suspend { reason, resume_key, approval }, None)
+                (Transition::Suspend { reason, resume_key, approval, wake: None }, None)
             }
             (Some(Halt::Failed(why)), _) => {
                 (failure(&mut batch, why, retryable && options.context.retry_follows, at_ms), None)

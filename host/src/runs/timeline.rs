@@ -646,6 +646,7 @@ pub(crate) mod tests {
             grant: Value::Null,
             status,
             suspend_reason: None,
+            wake_ms: None,
             resume_key: None,
             resume_input: None,
             result: None,

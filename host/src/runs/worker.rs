@@ -31,6 +31,16 @@ const SWEEP_EVERY: Duration = Duration::from_secs(300);
 /// How an attempt that left its run suspended ends.
 const SUSPENDED: &str = "is suspended";
 
+/// How a timer's wake ends when its run no longer sleeps on that timer
+/// (it was resumed early, or cancelled).
+const NOT_SLEEPING: &str = "no longer sleeps on this timer";
+
+/// The due time a timer's wake was made for (its payload's `wake_ms`; its
+/// `not_before_ms` moves when it is held or retried).
+fn timer(job: &Job) -> Option<i64> {
+    job.payload.get("wake_ms").and_then(serde_json::Value::as_i64)
+}
+
 /// What every job of one worker shares.
 pub struct Worker {
     runs: Runs,
@@ -370,13 +380,18 @@ impl Worker {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
-        let (status, tenant, sha256) = {
+        let (status, tenant, sha256, wake_ms) = {
             let run = store.run(&job.run).await.map_err(again)?;
             let run = run.ok_or_else(|| ("the run no longer exists".to_string(), Retry::Never))?;
-            (run.status, run.tenant, run.component_sha256)
+            (run.status, run.tenant, run.component_sha256, run.wake_ms)
         };
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
         let how = match (status, job.kind) {
+            // A timer's wake goes on only with the sleep it was made for.
+            (RunStatus::Suspended, nexo_store::JobKind::Wake) if wake_ms.is_some() && wake_ms == timer(job) => {
+                Claim::Wake { until_ms: wake_ms.unwrap_or_default() }
+            }
+            (_, nexo_store::JobKind::Wake) => return Ok(Attempt::Ended(NOT_SLEEPING)),
             (RunStatus::Queued, _) => Claim::Start,
             (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
             (RunStatus::Running, _) => Claim::Recover,

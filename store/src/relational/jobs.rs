@@ -7,6 +7,10 @@ use crate::rows::Columns as _;
 use crate::sql;
 use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResult};
 
+/// The most timers' wakes one claim queues: a claim stays short however
+/// many fell due at once; the next claims queue the rest.
+const WAKES_PER_CLAIM: i64 = 64;
+
 impl<D: Dialect> SqlStore<D> {
     /// Places a new job at its queue's next turn, its queue held
     /// ([`Dialect::hold_queue`]) until the transaction ends.
@@ -43,6 +47,66 @@ impl<D: Dialect> SqlStore<D> {
         Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn))
     }
 
+    /// Records a timer's wake, sleeping until it is due (no queue's turn
+    /// is taken, so no queue is held).
+    pub(super) async fn sleep_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
+        let payload = new.payload.to_string();
+        let args: &[Arg<'_>] = &[
+            (&new.id).into(),
+            (&new.run).into(),
+            new.kind.as_str().into(),
+            (&payload).into(),
+            JobStatus::Sleeping.as_str().into(),
+            0_i64.into(),
+            i64::from(new.max_attempts).into(),
+            new.backoff_ms.into(),
+            new.not_before_ms.into(),
+            Arg::MaybeText(None),
+            Arg::MaybeInt(None),
+            Arg::MaybeInt(None),
+            Arg::MaybeText(None),
+            new.created_ms.into(),
+            new.created_ms.into(),
+        ];
+        let Some(row) = self.optional(conn, sql::INSERT_SLEEPING_JOB, args).await? else {
+            return Err(StoreError::Conflict(job_exists(&new.id)));
+        };
+        let queue = row.text_at(0).map_err(|e| self.error(&e))?;
+        Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), 0))
+    }
+
+    /// Ends run `id`'s wakes not yet taken, `done` with `why`.
+    pub(super) async fn end_wakes_in(&self, conn: &mut D::Conn, id: &str, why: &str, now: i64) -> StoreResult<()> {
+        self.execute(conn, sql::END_WAKES_OF_RUN, &[id.into(), why.into(), now.into()]).await?;
+        Ok(())
+    }
+
+    /// Queues the timers' wakes due by `now` (at most [`WAKES_PER_CLAIM`]),
+    /// each at its queue's next turn, as a retry is.
+    async fn promote_wakes_in(&self, conn: &mut D::Conn, now: i64) -> StoreResult<()> {
+        let rows = self.all(conn, D::SQL.due_wakes, &[now.into(), WAKES_PER_CLAIM.into()]).await?;
+        let mut due = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = row.text_at(0).map_err(|e| self.error(&e))?;
+            let queue = row.text_at(1).map_err(|e| self.error(&e))?;
+            due.push((queue, id));
+        }
+        // Their queues held first, in one order by every claim (two claims
+        // cannot each hold one the other waits for); then each queued, the
+        // earliest first.
+        let mut queues: Vec<&(String, String)> = due.iter().collect();
+        queues.sort();
+        queues.dedup_by(|a, b| a.0 == b.0);
+        for (_, id) in queues {
+            self.db.hold_queue(conn, Queue::OfJob(id)).await?;
+        }
+        for (_, id) in &due {
+            self.execute(conn, sql::PROMOTE_WAKE, &[id.as_str().into(), now.into()]).await?;
+            self.one(conn, D::SQL.retry_turn, &[id.as_str().into()]).await?;
+        }
+        Ok(())
+    }
+
     async fn fetch_job(&self, conn: &mut D::Conn, sql: &'static str, id: &str) -> StoreResult<Option<Job>> {
         let row = self.optional(conn, sql, &[id.into()]).await?;
         row.map(|r| self.decode_job(&r)).transpose()
@@ -73,6 +137,7 @@ impl<D: Dialect> SqlStore<D> {
         now: i64,
         held_back: &[String],
     ) -> StoreResult<Option<Job>> {
+        self.promote_wakes_in(conn, now).await?;
         loop {
             let Some(row) = self.optional(conn, D::SQL.due_job, &[now.into()]).await? else { return Ok(None) };
             let mut job = self.decode_job(&row)?;
@@ -214,5 +279,11 @@ impl<D: Dialect> Jobs for SqlStore<D> {
 
     async fn has_live_job(&self, run: &str) -> StoreResult<bool> {
         Ok(self.read_count(sql::LIVE_JOBS_OF_RUN, &[run.into()]).await? > 0)
+    }
+
+    async fn next_wake_ms(&self) -> StoreResult<Option<i64>> {
+        let mut conn = self.db.read().await?;
+        let row = self.one(&mut conn, sql::NEXT_WAKE, &[]).await?;
+        row.maybe_int("next").map_err(|e| self.error(&e))
     }
 }

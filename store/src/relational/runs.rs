@@ -143,7 +143,7 @@ impl<D: Dialect> SqlStore<D> {
             return Err(StoreError::Conflict(not_final(id, *status)));
         }
         self.write_batch(conn, id, batch).await?;
-        let approval = to.apply(&mut run, now_ms());
+        let (approval, wake) = to.apply(&mut run, now_ms());
         let leave: &[Arg<'_>] = &[
             id.into(),
             run.status.as_str().into(),
@@ -152,8 +152,12 @@ impl<D: Dialect> SqlStore<D> {
             (&run.suspend_reason).into(),
             (&run.resume_key).into(),
             run.updated_ms.into(),
+            run.wake_ms.into(),
         ];
         self.execute(conn, sql::LEAVE_RUNNING, leave).await?;
+        if let Some(wake) = wake {
+            self.sleep_in(conn, wake).await?;
+        }
         if let Some(a) = approval {
             let arguments = a.arguments.to_string();
             let put: &[Arg<'_>] = &[
@@ -208,15 +212,22 @@ impl<D: Dialect> SqlStore<D> {
             let later = later.map(|row| row.text_at(0)).transpose().map_err(|e| self.error(&e))?;
             check_latest(&run, later)?;
         }
-        let resumed = matches!(how, Claim::Resume | Claim::Retry);
+        let resumed = matches!(how, Claim::Resume | Claim::Retry | Claim::Wake { .. });
+        // A timer's wake keeps the resume input the run had.
+        let resume_input = if matches!(how, Claim::Wake { .. }) { run.resume_input.clone() } else { resume_input };
         let claim: &[Arg<'_>] =
             &[id.into(), (&lease.owner).into(), lease.until_ms.into(), now.into(), (&resume_input).into()];
         if resumed {
             self.execute(conn, sql::CLAIM_RESUME, claim).await?;
-            self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), "{}".into(), now.into()]).await?;
+            let data = crate::runs::resumed_event(how, run.wake_ms).to_string();
+            self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), (&data).into(), now.into()]).await?;
+            if run.wake_ms.is_some() && !matches!(how, Claim::Wake { .. }) {
+                self.end_wakes_in(conn, id, "the run was resumed before its timer was due", now).await?;
+            }
             run.resume_input = resume_input;
             run.suspend_reason = None;
             run.error = None;
+            run.wake_ms = None;
         } else {
             self.execute(conn, sql::CLAIM, &claim[..4]).await?;
         }
@@ -291,7 +302,7 @@ impl<D: Dialect> SqlStore<D> {
         let checked = !D::LOCKS_ROWS && run.session.is_some();
         let statement = if checked { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
         let grant = run.grant.to_string();
-        let args: [Arg<'_>; 19] = [
+        let args: [Arg<'_>; 20] = [
             (&run.id).into(),
             (&run.agent).into(),
             (&run.kind).into(),
@@ -311,6 +322,7 @@ impl<D: Dialect> SqlStore<D> {
             run.lease.as_ref().map(|l| l.until_ms).into(),
             (&run.session).into(),
             (&run.tenant).into(),
+            run.wake_ms.into(),
         ];
         let inserted = match super::run::<D>(conn, statement, &args).await {
             Ok(rows) => rows,
@@ -373,6 +385,9 @@ impl<D: Dialect> SqlStore<D> {
         run.lease = None;
         run.updated_ms = now_ms();
         self.execute(conn, sql::CANCEL, &[id.into(), reason.into(), run.updated_ms.into()]).await?;
+        if run.wake_ms.take().is_some() {
+            self.end_wakes_in(conn, id, "the run was cancelled", run.updated_ms).await?;
+        }
         self.execute(conn, sql::DELETE_APPROVAL, &[id.into()]).await?;
         let data = serde_json::json!({ "reason": reason }).to_string();
         self.execute(conn, sql::APPEND_EVENT, &[id.into(), "cancelled".into(), (&data).into(), run.updated_ms.into()])

@@ -25,6 +25,11 @@ pub trait Jobs: Send + Sync {
     /// claims, in any number of processes, never take the same job (SQLite:
     /// `BEGIN IMMEDIATE`; PostgreSQL: `FOR UPDATE SKIP LOCKED`). `None` if
     /// nothing is due.
+    ///
+    /// First it queues the timers' wakes ([`JobStatus::Sleeping`]) due by
+    /// `now_ms`, the earliest first and at most 64 a claim, each at its
+    /// queue's next turn as a retry is: a sleeper takes no turn while it
+    /// sleeps, so many sleepers hold up neither their tenant nor a claim.
     async fn claim_job(&self, worker: &str, lease_ms: i64, now_ms: i64) -> StoreResult<Option<Job>> {
         self.claim_job_unless(worker, lease_ms, now_ms, &[]).await
     }
@@ -81,6 +86,12 @@ pub trait Jobs: Send + Sync {
     async fn jobs(&self, status: Option<JobStatus>, limit: usize) -> StoreResult<Vec<Job>>;
 
     /// Whether the run has a job queued or running (a start, a resume, a
-    /// retry): a second resume would only queue the same pass again.
+    /// retry): a second resume would only queue the same pass again. A
+    /// timer's wake still sleeping is not one: a resume comes before it,
+    /// and ends it.
     async fn has_live_job(&self, run: &str) -> StoreResult<bool>;
+
+    /// When the earliest timer's wake still sleeping is due, if any: a
+    /// worker with nothing to do waits no longer than that.
+    async fn next_wake_ms(&self) -> StoreResult<Option<i64>>;
 }

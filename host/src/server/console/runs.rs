@@ -370,6 +370,7 @@ mod tests {
             grant: Value::Null,
             status: RunStatus::Suspended,
             suspend_reason: Some(evil.into()),
+            wake_ms: None,
             resume_key: None,
             resume_input: None,
             result: Some(evil.into()),
