@@ -207,7 +207,7 @@ pub enum Transition {
         /// The job that wakes it, when it sleeps on a durable timer: a
         /// [`JobKind::Wake`](crate::JobKind::Wake) due at its time, written
         /// with the suspension.
-        wake: Option<crate::NewJob>,
+        wake: Option<Box<crate::NewJob>>,
     },
     /// It failed in a way that may pass the next time, and its job will try
     /// it again: it is `queued` for that retry, not finished (a final
@@ -241,7 +241,7 @@ impl Transition {
                 run.suspend_reason = Some(reason);
                 run.resume_key = resume_key;
                 run.wake_ms = wake.as_ref().map(|w| w.not_before_ms);
-                (approval, wake)
+                (approval, wake.map(|w| *w))
             }
             Transition::Requeue { error } => {
                 run.status = RunStatus::Queued;

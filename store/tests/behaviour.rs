@@ -489,7 +489,7 @@ async fn resume_records_input_and_an_event(store: Arc<dyn Store>) {
 
 fn sleep_until(wake: &str, run: &str, until_ms: i64) -> Transition {
     let job = NewJob { run: run.into(), kind: JobKind::Wake, ..new_job(wake, until_ms, 1_000) };
-    Transition::Suspend { reason: "sleeping".into(), resume_key: None, approval: None, wake: Some(job) }
+    Transition::Suspend { reason: "sleeping".into(), resume_key: None, approval: None, wake: Some(Box::new(job)) }
 }
 
 /// A run that sleeps on a timer is suspended with its wake, a job that
