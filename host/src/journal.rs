@@ -60,6 +60,8 @@ pub enum Halt {
         resume_key: Option<String>,
         /// The pending approval.
         approval: Option<Approval>,
+        /// When it wakes, for a durable timer's sleep.
+        wake_ms: Option<i64>,
     },
     /// It cannot go on: a nondeterministic replay, or a store failure.
     Failed(String),
@@ -563,7 +565,7 @@ impl Journal {
             created_ms: nexo_store::now_ms(),
         };
         let reason = format!("approval: {message}");
-        state.halt.get_or_insert(Halt::Suspend { reason, resume_key: None, approval: Some(approval) });
+        state.halt.get_or_insert(Halt::Suspend { reason, resume_key: None, approval: Some(approval), wake_ms: None });
         Err(ToolError::ApprovalRequired(message))
     }
 }

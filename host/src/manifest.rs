@@ -229,27 +229,27 @@ pub struct AgentManifest {
 
 /// The version of the `nexo:plugin` package this host implements. Any
 /// `0.1.x` plugin is accepted.
-pub const CONTRACT_VERSION: &str = "0.1.2";
+pub const CONTRACT_VERSION: &str = "0.1.3";
 
 /// The versioned names of the `nexo:plugin` interfaces the host serves, as
 /// linkers define them. Each ends with [`CONTRACT_VERSION`] (a unit test checks).
 pub mod interface {
     /// `nexo:plugin/tools`.
-    pub const TOOLS: &str = "nexo:plugin/tools@0.1.2";
+    pub const TOOLS: &str = "nexo:plugin/tools@0.1.3";
     /// `nexo:plugin/model`.
-    pub const MODEL: &str = "nexo:plugin/model@0.1.2";
+    pub const MODEL: &str = "nexo:plugin/model@0.1.3";
     /// `nexo:plugin/log`.
-    pub const LOG: &str = "nexo:plugin/log@0.1.2";
+    pub const LOG: &str = "nexo:plugin/log@0.1.3";
     /// `nexo:plugin/outbound-http`.
-    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.2";
+    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.3";
     /// `nexo:plugin/config`.
-    pub const CONFIG: &str = "nexo:plugin/config@0.1.2";
+    pub const CONFIG: &str = "nexo:plugin/config@0.1.3";
     /// `nexo:plugin/durable`.
-    pub const DURABLE: &str = "nexo:plugin/durable@0.1.2";
+    pub const DURABLE: &str = "nexo:plugin/durable@0.1.3";
     /// `nexo:plugin/mcp`.
-    pub const MCP: &str = "nexo:plugin/mcp@0.1.2";
+    pub const MCP: &str = "nexo:plugin/mcp@0.1.3";
     /// `nexo:plugin/agent-mcp`, the export of `mcp-agent-plugin` agents.
-    pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.2";
+    pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.3";
     /// The agent loop's model turns (`complete`), which no WIT declares:
     /// the host makes them, for the host loop.
     pub const MODEL_TURN: &str = "nexo:model";

@@ -1009,3 +1009,77 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A durable sleep ends the process that ran it: the run is suspended with
+/// its due time and nothing waits for it. A worker started later wakes it
+/// when due and not before; the replayed sleep returns at once (the model
+/// is not asked again) and the run finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_sleep_ends_the_process_and_a_worker_wakes_the_run_when_due() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("before the sleep"));
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt go; sleep 1500; time", &[]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "a sleeping run is suspended: {}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "suspended");
+    assert!(v["reason"].as_str().is_some_and(|r| r.starts_with("sleeping until ")), "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let run = nexo_store::Runs::run(&store, &id).await.unwrap().unwrap();
+    let wake_ms = run.wake_ms.expect("the run records when it wakes");
+    let show = stdout(&scene.nexo(&["runs", "show", &id]));
+    assert!(show.contains("sleeping until"), "{show}");
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let _worker = KillOnDrop(worker.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        let run = nexo_store::Runs::run(&store, &id).await.unwrap().unwrap();
+        if run.status.is_final() || Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(run.status, nexo_store::RunStatus::Done, "{run:?}");
+    let answer = run.result.unwrap_or_default();
+    assert!(answer.contains("before the sleep") && answer.contains("slept 1500"), "{answer}");
+    assert_eq!(scene.server.requests().len(), 1, "the replay asked the model nothing");
+    let events = nexo_store::Runs::events(&store, &id, 0, 100).await.unwrap();
+    let resumed: Vec<_> = events.iter().filter(|e| e.kind == "resumed").collect();
+    assert_eq!(resumed.len(), 1, "woken once: {events:?}");
+    assert_eq!(resumed[0].data, json!({"woken": true, "wake_ms": wake_ms}));
+    assert!(resumed[0].at_ms >= wake_ms, "not woken before its time: {} < {wake_ms}", resumed[0].at_ms);
+    assert_eq!(run.wake_ms, None);
+    store.close().await;
+}
+
+/// An operator's resume before a sleeping run's time ends the sleep early:
+/// the replayed sleep returns, the run finishes, and its wake job is ended
+/// so no worker wakes the run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_before_the_due_time_ends_the_sleep_and_its_wake() {
+    let scene = Scene::new().await;
+    let args = scene.run_args(built::WORKFLOW_PROBE, "sleep 3600000; time", &[]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let wake_ms = nexo_store::Runs::run(&store, &id).await.unwrap().unwrap().wake_ms.unwrap();
+    let jobs = nexo_store::Jobs::jobs(&store, None, 10).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0].kind, jobs[0].status), (nexo_store::JobKind::Wake, nexo_store::JobStatus::Sleeping));
+
+    let out = scene.nexo(&["runs", "resume", &id, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(last_json(&out)["answer"].as_str().is_some_and(|a| a.contains("slept 3600000")), "{}", stdout(&out));
+    let wake = nexo_store::Jobs::job(&store, &jobs[0].id).await.unwrap().unwrap();
+    assert_eq!(wake.status, nexo_store::JobStatus::Done, "{wake:?}");
+    assert!(wake.error.as_deref().is_some_and(|e| e.contains("resumed before its timer")), "{wake:?}");
+    let events = nexo_store::Runs::events(&store, &id, 0, 100).await.unwrap();
+    let resumed: Vec<_> = events.iter().filter(|e| e.kind == "resumed").map(|e| e.data.clone()).collect();
+    assert_eq!(resumed, [json!({"early": true, "wake_ms": wake_ms})]);
+    assert_eq!(nexo_store::Jobs::next_wake_ms(&store).await.unwrap(), None);
+    store.close().await;
+}

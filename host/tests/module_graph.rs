@@ -109,6 +109,7 @@ const CRATES: &[Layers] = &[
             &["writer", "sql", "rows", "latency"],
             &["traits"],
             &["anchor"],
+            &["transition"],
             &["jobs", "sessions", "tenants"],
             &["refusal"],
             &["location", "batch"],

@@ -76,6 +76,7 @@ mod sql;
 mod sqlite;
 mod tenants;
 mod traits;
+mod transition;
 mod writer;
 
 pub use anchor::{AnchorError, Anchored, Anchors, AuditAnchor, is_anchorable_tenant, read_anchors, verify_anchored};
@@ -90,7 +91,7 @@ pub use location::Location;
 pub use memory::MemoryStore;
 pub use postgres::{PgDatabase, PgStore};
 pub use relational::SqlStore;
-pub use runs::{Claim, Lease, NewRun, Run, RunStatus, Transition, new_run_id};
+pub use runs::{Claim, Lease, NewRun, Run, RunStatus, new_run_id};
 pub use sessions::{Session, new_session_id};
 pub use sql::SCHEMA_VERSION;
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
@@ -100,6 +101,7 @@ pub use tenants::{
     sha256_hex, usage_period, verify_audit,
 };
 pub use traits::{Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Store, Tenants};
+pub use transition::Transition;
 pub use writer::WriteCounts;
 
 /// Opens the store at `location`, creating it (and running migrations) if

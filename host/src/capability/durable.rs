@@ -6,6 +6,9 @@
 //! - `suspend`: the run ends `suspended`; a resume replays the journal up
 //!   to this call, which then returns.
 //! - `resume-input`: the JSON given at the latest resume.
+//! - `sleep` / `sleep-until`: a durable timer; the run ends `suspended`
+//!   with a wake job due at its time (no instance, no process held), and
+//!   the replayed call returns at once.
 //!
 //! In a recorded run the values live in the store, beside the journal. A
 //! run without a store (an embedding program's, or `--ephemeral`) keeps
@@ -95,6 +98,12 @@ impl Unit for DurableUnit {
             let cx = store.data().world.tools.clone();
             Box::new(async move { Ok((cx.guest_call(&Suspend, (reason, key)).await?,)) })
         })?;
+        for (name, sleep) in [("sleep", Sleep::For), ("sleep-until", Sleep::Until)] {
+            durable.func_wrap_async(name, move |store, (n,): (u64,)| {
+                let cx = store.data().world.tools.clone();
+                Box::new(async move { Ok((cx.guest_call(&sleep, n).await?.map(|_| ()),)) })
+            })?;
+        }
         durable.func_wrap_async("resume-input", |store, (): ()| {
             let cx = store.data().world.tools.clone();
             Box::new(async move { Ok((cx.guest_call(&ResumeInput, ()).await?.unwrap_or(None),)) })
@@ -389,13 +398,89 @@ impl HostCall for Suspend {
                         .into(),
                 ));
             };
-            journal.halt_after_this_call(Halt::Suspend { reason, resume_key, approval: None });
+            journal.halt_after_this_call(Halt::Suspend { reason, resume_key, approval: None, wake_ms: None });
             Ok(())
         })
     }
 }
 
 crate::guest_only!(Suspend, ToolContext);
+
+/// The longest sleep: past it a due time is surely a mistake.
+const LONGEST_SLEEP_MS: i64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// `sleep` (for so many milliseconds) and `sleep-until` (a Unix time in
+/// milliseconds): a durable timer. Its journaled result is the due time,
+/// so a replay answers with it and never reckons it again.
+#[derive(Debug, Clone, Copy)]
+pub enum Sleep {
+    /// `sleep`.
+    For,
+    /// `sleep-until`.
+    Until,
+}
+
+impl HostCall for Sleep {
+    type Args = u64;
+    type Output = i64;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        match self {
+            Sleep::For => "sleep",
+            Sleep::Until => "sleep-until",
+        }
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn execute<'a>(&'a self, cx: &'a ToolContext, n: u64) -> BoxFuture<'a, Result<i64, wit::DurableError>> {
+        Box::pin(async move {
+            if let Some(open) = cx.state::<DurableState>()?.open().as_ref() {
+                return Err(wit::DurableError::InsideCheckpoint(format!(
+                    "`{}` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's work \
+                     must finish in one pass)",
+                    self.name()
+                )));
+            }
+            let now = nexo_store::now_ms();
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            let until = match self {
+                Sleep::For => now.saturating_add(n),
+                Sleep::Until => n,
+            };
+            if until.saturating_sub(now) > LONGEST_SLEEP_MS {
+                return Err(wit::DurableError::Invalid(format!(
+                    "`{}` would sleep past 100 years; give a duration in milliseconds (`sleep`) or a Unix time in \
+                     milliseconds (`sleep-until`)",
+                    self.name()
+                )));
+            }
+            if until <= now {
+                return Ok(until);
+            }
+            match cx.journal() {
+                // Not recorded: nothing could wake it later, so it waits here.
+                None => tokio::time::sleep(std::time::Duration::from_millis((until - now).unsigned_abs())).await,
+                Some(journal) => {
+                    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(until.unsigned_abs());
+                    let reason = format!("sleeping until {}", humantime::format_rfc3339_seconds(at));
+                    journal.halt_after_this_call(Halt::Suspend {
+                        reason,
+                        resume_key: None,
+                        approval: None,
+                        wake_ms: Some(until),
+                    });
+                }
+            }
+            Ok(until)
+        })
+    }
+}
+
+crate::guest_only!(Sleep, ToolContext);
 
 /// `resume-input`.
 #[derive(Debug, Clone, Copy)]

@@ -538,11 +538,13 @@ impl Runs {
             Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) | RunError::Store(_))
         );
         let (to, prompt_status) = match (journal.halted(), result) {
-            (Some(Halt::Suspend { reason, resume_key, approval }), _) => {
-                let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval });
+            (Some(Halt::Suspend { reason, resume_key, approval, wake_ms }), _) => {
+                let data =
+                    json!({ "reason": reason, "resume_key": resume_key, "approval": approval, "wake_ms": wake_ms });
                 batch.events.push(NewEvent { kind: "suspended".into(), data, at_ms });
                 pending = approval.clone();
-                (Transition::Suspend { reason, resume_key, approval, wake: None }, None)
+                let wake = wake_ms.map(|at| Box::new(new_wake(&run.id, at)));
+                (Transition::Suspend { reason, resume_key, approval, wake }, None)
             }
             (Some(Halt::Failed(why)), _) => {
                 (failure(&mut batch, why, retryable && options.context.retry_follows, at_ms), None)
@@ -656,6 +658,11 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
 /// A job of `kind` for `run`, due now, with the worker's attempts and
 /// backoff, and the caller's trace context when tracing is on (the pass
 /// continues the trace of the request that queued it).
+/// The job that wakes run `run` from its durable timer at `at_ms`.
+fn new_wake(run: &str, at_ms: i64) -> NewJob {
+    NewJob { not_before_ms: at_ms, ..new_job(run, JobKind::Wake, json!({"run": run, "wake_ms": at_ms})) }
+}
+
 fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
     if let (Some(parent), Some(fields)) = (trace::caller(), payload.as_object_mut()) {
         fields.insert("trace".into(), json!(parent));

@@ -208,8 +208,9 @@ pub async fn claim_loop(
                 None => std::future::pending().await,
             }
         };
+        let idle = idle_wait(&*store, settings.poll).await;
         tokio::select! {
-            _ = tokio::time::sleep(settings.poll) => {}
+            _ = tokio::time::sleep(idle) => {}
             _ = woken => {}
             // A job held back may be claimed once a slot is free again.
             _ = freed.notified(), if !held_back.is_empty() => {}
@@ -218,6 +219,22 @@ pub async fn claim_loop(
     }
     // Stopping: no new claims; the jobs under way finish.
     while tasks.join_next().await.is_some() {}
+}
+
+/// How long an idle worker waits before it claims again: its poll, or less
+/// when a timer's wake falls due sooner.
+async fn idle_wait(store: &dyn nexo_store::Store, poll: std::time::Duration) -> std::time::Duration {
+    match store.next_wake_ms().await {
+        Ok(Some(at)) => {
+            let until = at.saturating_sub(nexo_store::now_ms()).max(0).unsigned_abs();
+            poll.min(std::time::Duration::from_millis(until))
+        }
+        Ok(None) => poll,
+        Err(e) => {
+            errln!("warning: cannot read when the next timer is due: {e}");
+            poll
+        }
+    }
 }
 
 /// One running job counted against its tenant's share of the slots, for
@@ -388,10 +405,10 @@ impl Worker {
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
         let how = match (status, job.kind) {
             // A timer's wake goes on only with the sleep it was made for.
-            (RunStatus::Suspended, nexo_store::JobKind::Wake) if wake_ms.is_some() && wake_ms == timer(job) => {
-                Claim::Wake { until_ms: wake_ms.unwrap_or_default() }
-            }
-            (_, nexo_store::JobKind::Wake) => return Ok(Attempt::Ended(NOT_SLEEPING)),
+            (RunStatus::Suspended, nexo_store::JobKind::Wake) => match wake_ms {
+                Some(at) if Some(at) == timer(job) => Claim::Wake { until_ms: at },
+                _ => return Ok(Attempt::Ended(NOT_SLEEPING)),
+            },
             (RunStatus::Queued, _) => Claim::Start,
             (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
             (RunStatus::Running, _) => Claim::Recover,

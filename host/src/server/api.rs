@@ -52,6 +52,7 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
         "error": run.error,
         "suspend_reason": run.suspend_reason,
         "resume_key": run.resume_key,
+        "wake_ms": run.wake_ms,
         "created_ms": run.created_ms,
         "updated_ms": run.updated_ms,
         // Where its plugin was pulled from (the reference at its digest, and

@@ -199,6 +199,7 @@ pub fn document() -> Value {
                     "agent": {"type": "string"}, "plugin": {"type": "string"}, "input": {"type": "string"},
                     "result": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
                     "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
+                    "wake_ms": {"type": ["integer", "null"], "description": "when a run sleeping on a durable timer wakes (ms since the epoch)"},
                     "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
                     "origin": {"type": ["object", "null"], "description": "where its plugin was pulled from: `reference` at its digest, and `signature`"},
                     "approval": {"oneOf": [{"$ref": "#/components/schemas/Approval"}, {"type": "null"}]}}},

@@ -79,6 +79,21 @@ pub fn suspend_with_key(reason: &str, resume_key: &str) -> Result<(), RunError> 
     Ok(wit::suspend(reason, Some(resume_key))?)
 }
 
+/// Sleeps for `duration`, durably: a recorded run is suspended until then,
+/// holding no instance and no process, and any worker or `nexo serve` node
+/// wakes it when due; a replay returns at once. An operator's resume ends
+/// it early. Without a store (`--ephemeral`) it waits in place. Refused
+/// inside a checkpoint.
+pub fn sleep(duration: std::time::Duration) -> Result<(), RunError> {
+    Ok(wit::sleep(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))?)
+}
+
+/// [`sleep`] until `at`; a time not in the future returns at once.
+pub fn sleep_until(at: std::time::SystemTime) -> Result<(), RunError> {
+    let ms = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    Ok(wit::sleep_until(u64::try_from(ms).unwrap_or(u64::MAX))?)
+}
+
 /// The JSON given at the latest resume; `None` before the first.
 pub fn resume_input() -> Option<String> {
     wit::resume_input()

@@ -6,6 +6,7 @@
 //! - `checkpoint NAME TEXT`: a checkpoint whose work prompts TEXT
 //! - `all NAME=prompt:TEXT,NAME=read:PATH`: `checkpoint_all`
 //! - `suspend REASON`: suspends; the line is the resume input
+//! - `sleep MS`: a durable timer
 //! - `branch PATH`: reads PATH through the preopen (not journaled); `a`
 //!   prompts, anything else calls `read` on it
 //! - `suspend-in-checkpoint`, `reserved NAME`, `time`, `random`
@@ -56,6 +57,12 @@ fn op(line: &str) -> Result<String, String> {
         "suspend" => durable::suspend(rest)
             .map(|()| format!("resumed with {}", resume_input().unwrap_or_default()))
             .map_err(|e| format!("{e:?}")),
+        "sleep" => {
+            let ms: u64 = rest.trim().parse().map_err(|_| format!("sleep wants milliseconds, not `{rest}`"))?;
+            durable::sleep(std::time::Duration::from_millis(ms))
+                .map(|()| format!("slept {ms}"))
+                .map_err(|e| format!("{e:?}"))
+        }
         "branch" => {
             let text = std::fs::read_to_string(rest).map_err(|e| e.to_string())?;
             if text.trim() == "a" {
