@@ -1083,3 +1083,20 @@ async fn a_resume_before_the_due_time_ends_the_sleep_and_its_wake() {
     assert_eq!(nexo_store::Jobs::next_wake_ms(&store).await.unwrap(), None);
     store.close().await;
 }
+
+/// A sleep shorter than a second waits in place: the run does not end its
+/// pass for it, and no wake is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_sleep_waits_in_place_without_a_wake() {
+    let scene = Scene::new().await;
+    let args = scene.run_args(built::WORKFLOW_PROBE, "sleep 300; sleep 0; time", &[]);
+    let started = Instant::now();
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
+    let answer = last_json(&out)["answer"].as_str().unwrap_or_default().to_string();
+    assert!(answer.contains("slept 300") && answer.contains("slept 0"), "{answer}");
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    assert!(nexo_store::Jobs::jobs(&store, None, 10).await.unwrap().is_empty(), "no wake was queued");
+    store.close().await;
+}

@@ -409,6 +409,11 @@ crate::guest_only!(Suspend, ToolContext);
 /// The longest sleep: past it a due time is surely a mistake.
 const LONGEST_SLEEP_MS: i64 = 100 * 365 * 24 * 3600 * 1000;
 
+/// Sleeps shorter than this wait in place: a pass, a claim and a replay for
+/// each would cost more than the wait, and a loop of tiny sleeps would turn
+/// into a storm of passes.
+const SHORTEST_DURABLE_SLEEP_MS: i64 = 1000;
+
 /// `sleep` (for so many milliseconds) and `sleep-until` (a Unix time in
 /// milliseconds): a durable timer. Its journaled result is the due time,
 /// so a replay answers with it and never reckons it again.
@@ -434,6 +439,13 @@ impl HostCall for Sleep {
 
     fn interface(&self) -> &'static str {
         DURABLE
+    }
+
+    /// Committed with the next write: a durable sleep's entry goes with the
+    /// suspension, and a sleep that returned (its time had come, or it
+    /// waited in place) changes nothing if it runs again.
+    fn effect(&self) -> Effect {
+        Effect::Read
     }
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, n: u64) -> BoxFuture<'a, Result<i64, wit::DurableError>> {
@@ -462,8 +474,11 @@ impl HostCall for Sleep {
                 return Ok(until);
             }
             match cx.journal() {
-                // Not recorded: nothing could wake it later, so it waits here.
+                // Not recorded (nothing could wake it later), or short: it waits here.
                 None => tokio::time::sleep(std::time::Duration::from_millis((until - now).unsigned_abs())).await,
+                Some(_) if until - now < SHORTEST_DURABLE_SLEEP_MS => {
+                    tokio::time::sleep(std::time::Duration::from_millis((until - now).unsigned_abs())).await
+                }
                 Some(journal) => {
                     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(until.unsigned_abs());
                     let reason = format!("sleeping until {}", humantime::format_rfc3339_seconds(at));

@@ -221,12 +221,17 @@ pub async fn claim_loop(
     while tasks.join_next().await.is_some() {}
 }
 
+/// The shortest idle wait, in milliseconds.
+const IDLE_FLOOR_MS: i64 = 10;
+
 /// How long an idle worker waits before it claims again: its poll, or less
 /// when a timer's wake falls due sooner.
 async fn idle_wait(store: &dyn nexo_store::Store, poll: std::time::Duration) -> std::time::Duration {
     match store.next_wake_ms().await {
         Ok(Some(at)) => {
-            let until = at.saturating_sub(nexo_store::now_ms()).max(0).unsigned_abs();
+            // A floor: a due wake another claim holds, or a failing claim,
+            // does not make the loop spin.
+            let until = at.saturating_sub(nexo_store::now_ms()).max(IDLE_FLOOR_MS).unsigned_abs();
             poll.min(std::time::Duration::from_millis(until))
         }
         Ok(None) => poll,
@@ -494,6 +499,9 @@ impl Worker {
             // A refused recovery has already marked the orphan failed for
             // good: a retry would make it running again.
             Resumed::Refused(why) if how == Claim::Recover && self.failed(&job.run).await => Err((why, Retry::Never)),
+            // A wake whose claim was refused (the run was resumed or cancelled
+            // first) is over: tried again it would act on whatever the run is now.
+            Resumed::Refused(why) if matches!(how, Claim::Wake { .. }) => Err((why, Retry::Never)),
             Resumed::Refused(why) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
         }
