@@ -11,29 +11,35 @@ use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResu
 /// many fell due at once; the next claims queue the rest.
 const WAKES_PER_CLAIM: i64 = 64;
 
+/// A new job's columns (`$1…$15` of [`sql::INSERT_SLEEPING_JOB`] and the
+/// dialects' `insert_job`), unclaimed, as `status`.
+fn new_job_args<'a>(new: &'a NewJob, payload: &'a str, status: JobStatus) -> [Arg<'a>; 15] {
+    [
+        (&new.id).into(),
+        (&new.run).into(),
+        new.kind.as_str().into(),
+        payload.into(),
+        status.as_str().into(),
+        0_i64.into(),
+        i64::from(new.max_attempts).into(),
+        new.backoff_ms.into(),
+        new.not_before_ms.into(),
+        Arg::MaybeText(None),
+        Arg::MaybeInt(None),
+        Arg::MaybeInt(None),
+        Arg::MaybeText(None),
+        new.created_ms.into(),
+        new.created_ms.into(),
+    ]
+}
+
 impl<D: Dialect> SqlStore<D> {
     /// Places a new job at its queue's next turn, its queue held
     /// ([`Dialect::hold_queue`]) until the transaction ends.
     pub(super) async fn enqueue_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
         self.db.hold_queue(conn, Queue::OfRun(&new.run)).await?;
         let payload = new.payload.to_string();
-        let args: &[Arg<'_>] = &[
-            (&new.id).into(),
-            (&new.run).into(),
-            new.kind.as_str().into(),
-            (&payload).into(),
-            JobStatus::Queued.as_str().into(),
-            0_i64.into(),
-            i64::from(new.max_attempts).into(),
-            new.backoff_ms.into(),
-            new.not_before_ms.into(),
-            Arg::MaybeText(None),
-            Arg::MaybeInt(None),
-            Arg::MaybeInt(None),
-            Arg::MaybeText(None),
-            new.created_ms.into(),
-            new.created_ms.into(),
-        ];
+        let args = &new_job_args(&new, &payload, JobStatus::Queued);
         let placed = self.optional(conn, D::SQL.insert_job, args).await?;
         let Some(row) = placed else {
             // The id is taken, or the run is not there.
@@ -51,23 +57,7 @@ impl<D: Dialect> SqlStore<D> {
     /// is taken, so no queue is held).
     pub(super) async fn sleep_in(&self, conn: &mut D::Conn, new: NewJob) -> StoreResult<Job> {
         let payload = new.payload.to_string();
-        let args: &[Arg<'_>] = &[
-            (&new.id).into(),
-            (&new.run).into(),
-            new.kind.as_str().into(),
-            (&payload).into(),
-            JobStatus::Sleeping.as_str().into(),
-            0_i64.into(),
-            i64::from(new.max_attempts).into(),
-            new.backoff_ms.into(),
-            new.not_before_ms.into(),
-            Arg::MaybeText(None),
-            Arg::MaybeInt(None),
-            Arg::MaybeInt(None),
-            Arg::MaybeText(None),
-            new.created_ms.into(),
-            new.created_ms.into(),
-        ];
+        let args = &new_job_args(&new, &payload, JobStatus::Sleeping);
         let Some(row) = self.optional(conn, sql::INSERT_SLEEPING_JOB, args).await? else {
             return Err(StoreError::Conflict(job_exists(&new.id)));
         };
