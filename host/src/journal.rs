@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use nexo_store::{Approval, Batch, Decision, Entry, NewEvent, Run, Store, StoreError};
+use nexo_store::{Approval, Batch, Decision, Entry, NewEvent, Run, Signal, SignalWait, Store, StoreError};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -32,6 +32,10 @@ use crate::events::{Event, EventSink};
 
 /// Where a pass resumed by checkpoints only starts numbering its calls.
 pub const CHECKPOINTS_ONLY_BASE: u64 = 1 << 40;
+
+/// The journaled function of `wait-signal`'s second step, which takes a
+/// signal: its entries say which signals a run took.
+pub const TAKE_SIGNAL: &str = "take-signal";
 
 /// Checkpoint names the host keeps for itself.
 pub const RESERVED: [&str; 3] = ["__suspend__", "__approval__", "__buffer_events__"];
@@ -60,8 +64,10 @@ pub enum Halt {
         resume_key: Option<String>,
         /// The pending approval.
         approval: Option<Approval>,
-        /// When it wakes, for a durable timer's sleep.
+        /// When it wakes, for a durable timer's sleep or a wait's timeout.
         wake_ms: Option<i64>,
+        /// The signal it waits for, for `wait-signal`.
+        signal: Option<Box<SignalWait>>,
     },
     /// It cannot go on: a nondeterministic replay, or a store failure.
     Failed(String),
@@ -164,6 +170,8 @@ struct State {
     /// The entry of each model's tool call in flight, by turn and call id,
     /// which its stored events name (`entry`) for the run's timeline.
     linked: BTreeMap<(u32, String), u64>,
+    /// The last signal of each name a live call of this pass took.
+    taken: BTreeMap<String, i64>,
 }
 
 impl State {
@@ -491,6 +499,33 @@ impl Journal {
         if done { state.linked.remove(&key) } else { state.linked.get(&key).copied() }
     }
 
+    /// The id of the last signal of `name` the run took (0 for none): what
+    /// its journal's `take-signal` entries and this pass's live ones say,
+    /// so a replay takes the same signals and a later wait the next one.
+    pub fn last_signal_taken(&self, name: &str) -> i64 {
+        let hash = hash_json(&name);
+        let took = |e: &&Entry| e.function == TAKE_SIGNAL && e.args_hash == hash;
+        let id = |e: &Entry| serde_json::from_str::<Value>(&e.result).ok()?.get("Ok")?.get("id")?.as_i64();
+        let recorded = self.recorded.values().filter(took).filter_map(id).max().unwrap_or(0);
+        recorded.max(self.lock().taken.get(name).copied().unwrap_or(0))
+    }
+
+    /// The first signal of `name` sent to the run after the last it took.
+    pub async fn next_signal(&self, name: &str) -> Result<Option<Signal>, StoreError> {
+        self.store.next_signal(&self.run, name, self.last_signal_taken(name)).await
+    }
+
+    /// Notes that a live call took `signal`: the next wait for its name
+    /// takes a later one.
+    pub fn took_signal(&self, signal: &Signal) {
+        self.lock().taken.insert(signal.name.clone(), signal.id);
+    }
+
+    /// What a wait for `name` waits for now.
+    pub fn signal_wait(&self, name: &str) -> SignalWait {
+        SignalWait { name: name.to_string(), after: self.last_signal_taken(name) }
+    }
+
     /// The JSON given at the latest resume.
     pub fn resume_input(&self) -> Option<String> {
         self.resume_input.clone()
@@ -565,7 +600,13 @@ impl Journal {
             created_ms: nexo_store::now_ms(),
         };
         let reason = format!("approval: {message}");
-        state.halt.get_or_insert(Halt::Suspend { reason, resume_key: None, approval: Some(approval), wake_ms: None });
+        state.halt.get_or_insert(Halt::Suspend {
+            reason,
+            resume_key: None,
+            approval: Some(approval),
+            wake_ms: None,
+            signal: None,
+        });
         Err(ToolError::ApprovalRequired(message))
     }
 }

@@ -1100,3 +1100,99 @@ async fn a_short_sleep_waits_in_place_without_a_wake() {
     assert!(nexo_store::Jobs::jobs(&store, None, 10).await.unwrap().is_empty(), "no wake was queued");
     store.close().await;
 }
+
+/// Waits until run `id` in `store` is final (or a minute passed).
+async fn final_run(store: &nexo_store::SqliteStore, id: &str) -> nexo_store::Run {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = nexo_store::Runs::run(store, id).await.unwrap().unwrap();
+        if run.status.is_final() || Instant::now() > deadline {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A run waiting for a signal ends its process and waits with no instance;
+/// a signal from another process wakes it, a second signal sent while it
+/// runs is kept for its next wait, each wait takes one in the order sent,
+/// the replay asks the model nothing again, and a finished run takes no
+/// signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_wakes_a_waiting_run_and_one_sent_before_its_wait_is_kept() {
+    let scene = Scene::new().await;
+    scene.server.push(Reply::text("before the wait"));
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt go; signal approve; signal approve", &[]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "a waiting run is suspended: {}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["reason"], "waiting for signal `approve`", "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let run = nexo_store::Runs::run(&store, &id).await.unwrap().unwrap();
+    assert_eq!((run.wake_ms, run.signal_wait.as_deref()), (None, Some("approve")));
+    let list = stdout(&scene.nexo(&["runs", "list"]));
+    assert!(list.contains("waiting for signal `approve`"), "{list}");
+
+    let out = scene.nexo(&["runs", "signal", &id, "approve", "--data", r#"{"ok": 1}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the run waits for it and wakes now"), "{}", stderr(&out));
+    // Sent before the run takes the first: kept for its second wait.
+    let out = scene.nexo(&["runs", "signal", &id, "approve", "--data", "2"]);
+    assert!(stderr(&out).contains("(signal 2)"), "{}", stderr(&out));
+    let out = scene.nexo(&["runs", "signal", &id, "other"]);
+    assert!(stderr(&out).contains("kept for the run's next wait for `other`"), "{}", stderr(&out));
+    let out = scene.nexo(&["runs", "signal", &id, "approve", "--data", "not json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("must be JSON"), "{}", stderr(&out));
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let worker = KillOnDrop(worker.unwrap());
+    let run = final_run(&store, &id).await;
+    drop(worker);
+    assert_eq!(run.status, nexo_store::RunStatus::Done, "{run:?}");
+    let answer = run.result.unwrap_or_default();
+    assert!(answer.contains(r#"signal approve: {"ok": 1}"#) && answer.contains("signal approve: 2"), "{answer}");
+    assert_eq!(scene.server.requests().len(), 1, "the replay asked the model nothing");
+    let events = nexo_store::Runs::events(&store, &id, 0, 100).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "signal").count(), 3, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "suspended").count(), 1, "the kept signal did not suspend: {kinds:?}");
+
+    let out = scene.nexo(&["runs", "signal", &id, "approve"]);
+    assert_eq!(out.status.code(), Some(2), "a finished run takes no signal");
+    assert!(stderr(&out).contains("has finished (done)"), "{}", stderr(&out));
+    store.close().await;
+}
+
+/// A wait with a timeout that no signal ends returns none once its time is
+/// due, woken by whichever worker is up; without a store a wait is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_signal_times_out_with_none_and_needs_a_store() {
+    let scene = Scene::new().await;
+    let args = scene.run_args(built::WORKFLOW_PROBE, "signal go 1500; time", &[]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert!(v["reason"].as_str().is_some_and(|r| r.starts_with("waiting for signal `go` until ")), "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let wake_ms = nexo_store::Runs::run(&store, &id).await.unwrap().unwrap().wake_ms.expect("its timeout");
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let worker = KillOnDrop(worker.unwrap());
+    let run = final_run(&store, &id).await;
+    drop(worker);
+    assert_eq!(run.status, nexo_store::RunStatus::Done, "{run:?}");
+    assert!(run.result.unwrap_or_default().contains("signal go: none"));
+    let events = nexo_store::Runs::events(&store, &id, 0, 100).await.unwrap();
+    let resumed: Vec<_> = events.iter().filter(|e| e.kind == "resumed").collect();
+    assert_eq!(resumed.len(), 1, "{events:?}");
+    assert!(resumed[0].at_ms >= wake_ms, "not woken before its timeout");
+
+    let args = scene.run_args(built::WORKFLOW_PROBE, "signal go 1000", &["--ephemeral"]);
+    let out = scene.nexo(&refs(&args));
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("not durable") && text.contains("no signal can reach it"), "{text}");
+    store.close().await;
+}

@@ -110,7 +110,7 @@ const CRATES: &[Layers] = &[
             &["traits"],
             &["anchor"],
             &["transition"],
-            &["jobs", "sessions", "tenants"],
+            &["jobs", "sessions", "signals", "tenants"],
             &["refusal"],
             &["location", "batch"],
             &["error"],

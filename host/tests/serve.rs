@@ -52,6 +52,7 @@ fn routes(run: &str, plugin: &str) -> Vec<(reqwest::Method, String, Option<Value
         (Method::POST, format!("/v1/runs/{run}/deny"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/resume"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/cancel"), Some(json!({}))),
+        (Method::POST, format!("/v1/runs/{run}/signals/go"), Some(json!({}))),
         (Method::GET, "/v1/sessions".into(), None),
         (Method::POST, "/v1/sessions/prompt".into(), Some(json!({"plugin": plugin, "instance": "x", "input": "x"}))),
         (Method::GET, "/v1/sessions/snothing".into(), None),
@@ -702,6 +703,38 @@ async fn a_tenant_resumes_and_cancels_its_runs_over_the_api() {
     let resumed = scene.audit(&node, &key, "run.resumed").await;
     let cancelled = scene.audit(&node, &key, "run.cancelled").await;
     assert_eq!((resumed.len(), cancelled.len()), (1, 1), "only what was done is audited");
+}
+
+/// A tenant signals its run over the API: a run waiting for the signal
+/// (suspended, holding nothing) wakes on it and returns its data; another
+/// tenant cannot signal it (404), bad data is refused (400), a finished run
+/// takes no signal (409), and each signal sent is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_signals_its_waiting_run_over_the_api() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("sal", Some(json!({"models": ["test"]})));
+    let other = scene.tenant("tom", None);
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let body = json!({"plugin": plugin["id"], "input": "signal approve", "wait": true});
+    let (status, waiting) = scene.post(&node.url("/v1/runs"), &key, body).await;
+    assert_eq!((status, &waiting["status"]), (StatusCode::OK, &json!("suspended")), "{waiting}\n{}", node.log());
+    assert_eq!(waiting["signal_wait"], "approve", "{waiting}");
+    let id = waiting["id"].as_str().unwrap().to_string();
+    let url = node.url(&format!("/v1/runs/{id}/signals/approve"));
+
+    let (status, answer) = scene.post(&url, &other, json!({"ok": 1})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's signal: {answer}");
+    let resp = scene.http.post(&url).bearer_auth(&key).body("not json").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(scene.settle(&node, &key, &id).await["status"], "suspended", "nothing woke it");
+    let (status, sent) = scene.post(&url, &key, json!({"ok": 1})).await;
+    assert_eq!((status, &sent["name"]), (StatusCode::ACCEPTED, &json!("approve")), "{sent}");
+    let done = scene.finish(&node, &key, &id).await;
+    assert_eq!((&done["status"], &done["result"]), (&json!("done"), &json!(r#"signal approve: {"ok":1}"#)), "{done}");
+    let (status, answer) = scene.post(&url, &key, json!(2)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "a finished run takes no signal: {answer}");
+    assert_eq!(scene.audit(&node, &key, "run.signalled").await.len(), 1, "only what was sent is audited");
 }
 
 /// A run's event stream says a model turn has started while the model

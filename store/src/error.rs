@@ -112,6 +112,10 @@ pub enum StoreError {
         /// The decision that stands.
         decided: Decision,
     },
+    /// What the caller gave cannot be stored (a signal's name or data):
+    /// why, and what would do. Nothing was written.
+    #[error("{0}")]
+    Invalid(String),
     /// A backend this build cannot use yet.
     #[error("{0}")]
     Unsupported(String),

@@ -72,6 +72,7 @@ mod relational;
 mod rows;
 mod runs;
 mod sessions;
+mod signals;
 mod sql;
 mod sqlite;
 mod tenants;
@@ -93,6 +94,10 @@ pub use postgres::{PgDatabase, PgStore};
 pub use relational::SqlStore;
 pub use runs::{Claim, Lease, NewRun, Run, RunStatus, new_run_id};
 pub use sessions::{Session, new_session_id};
+pub use signals::{
+    MAX_SIGNAL_DATA_BYTES, MAX_SIGNAL_NAME_BYTES, MAX_SIGNALS_PER_RUN, NEVER_MS, Signal, SignalWait,
+    check_name_and_data,
+};
 pub use sql::SCHEMA_VERSION;
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
 pub use tenants::{

@@ -15,12 +15,13 @@ use crate::refusal::{
 use crate::sessions::{
     check_expected, check_latest, check_no_prompt_in_progress, check_own_session, in_progress, touched,
 };
+use crate::signals::{check_signal, waits_for};
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
     ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Jobs, Lease,
     Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PluginAcceptance, Plugins, Retry, Run,
-    RunStatus, RunUsage, Runs, Session, Sessions, SignIn, SignIns, StoreError, StoreResult, StoredEvent, StoredPlugin,
-    Tenant, Tenants, ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
+    RunStatus, RunUsage, Runs, Session, Sessions, SignIn, SignIns, Signal, StoreError, StoreResult, StoredEvent,
+    StoredPlugin, Tenant, Tenants, ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -38,6 +39,8 @@ struct Inner {
     /// Per run, by name (the order `checkpoints` returns).
     checkpoints: BTreeMap<String, BTreeMap<String, Value>>,
     approvals: BTreeMap<String, Approval>,
+    /// In the order sent, across runs.
+    signals: Vec<Signal>,
     jobs: BTreeMap<String, Job>,
     /// The last fencing token a job claim got.
     last_token: i64,
@@ -203,6 +206,7 @@ impl Inner {
             self.runs.remove(run);
             self.journal.remove(run);
             self.checkpoints.remove(run);
+            self.signals.retain(|s| &s.run != run);
             self.approvals.remove(run);
             self.run_usage.remove(run);
             self.pass_traces.remove(run);
@@ -243,6 +247,10 @@ impl Inner {
                 job.updated_ms = now;
             }
         }
+    }
+
+    fn next_signal(&self, id: &str, name: &str, after: i64) -> Option<&Signal> {
+        self.signals.iter().find(|s| s.run == id && s.name == name && s.id > after)
     }
 
     fn push_event(&mut self, id: &str, kind: String, data: Value, at_ms: i64) {
@@ -323,9 +331,17 @@ impl Runs for MemoryStore {
             return Err(StoreError::Conflict(not_final(id, *status)));
         }
         inner.apply(id, batch)?;
+        let came = match &to {
+            Transition::Suspend { signal: Some(wait), .. } => inner.next_signal(id, &wait.name, wait.after).is_some(),
+            _ => false,
+        };
         let run = inner.run_mut(id)?;
-        let (approval_record, wake) = to.apply(run, now_ms());
+        let (approval_record, mut wake) = to.apply(run, now_ms());
         let run = run.clone();
+        if let (true, Some(wake)) = (came, wake.as_mut()) {
+            // What it waits for came before it suspended: it wakes at once.
+            wake.not_before_ms = run.updated_ms;
+        }
         if let Some(wake) = wake {
             let job = wake.into_job(run.tenant.clone(), 0);
             inner.jobs.insert(job.id.clone(), job);
@@ -364,6 +380,7 @@ impl Runs for MemoryStore {
         }
         let run = inner.run_mut(id)?;
         let slept = run.wake_ms.take();
+        let waited = run.signal_wait.take();
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
@@ -379,7 +396,7 @@ impl Runs for MemoryStore {
         if resumed {
             inner.push_event(id, "resumed".into(), crate::runs::resumed_event(how, slept), now);
         }
-        if slept.is_some() && matches!(how, Claim::Resume | Claim::Retry) {
+        if (slept.is_some() || waited.is_some()) && matches!(how, Claim::Resume | Claim::Retry) {
             inner.end_wakes(id, "the run was resumed before its timer was due", now);
         }
         Ok(run)
@@ -422,13 +439,44 @@ impl Runs for MemoryStore {
         run.lease = None;
         run.updated_ms = now_ms();
         let slept = run.wake_ms.take();
+        let waited = run.signal_wait.take();
         let run = run.clone();
-        if slept.is_some() {
+        if slept.is_some() || waited.is_some() {
             inner.end_wakes(id, "the run was cancelled", run.updated_ms);
         }
         inner.approvals.remove(id);
         inner.push_event(id, "cancelled".into(), serde_json::json!({ "reason": reason }), run.updated_ms);
         Ok(run)
+    }
+
+    async fn send_signal(&self, id: &str, name: &str, data: &str) -> StoreResult<Signal> {
+        let mut inner = self.lock();
+        let run = inner.runs.get(id).ok_or_else(|| StoreError::NoRun(id.to_string()))?;
+        let sent = inner.signals.iter().filter(|s| s.run == id).count();
+        check_signal(run, name, data, i64::try_from(sent).unwrap_or(i64::MAX))?;
+        let waits = waits_for(run, name);
+        let at = now_ms();
+        let signal = Signal {
+            id: inner.signals.last().map_or(1, |s| s.id + 1),
+            run: id.to_string(),
+            name: name.to_string(),
+            data: data.to_string(),
+            sent_ms: at,
+        };
+        inner.signals.push(signal.clone());
+        inner.push_event(id, "signal".into(), serde_json::json!({ "name": name, "signal": signal.id }), at);
+        if waits {
+            for job in inner.jobs.values_mut() {
+                if job.run == id && job.kind == crate::JobKind::Wake && job.status == JobStatus::Sleeping {
+                    job.not_before_ms = at;
+                }
+            }
+        }
+        Ok(signal)
+    }
+
+    async fn next_signal(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>> {
+        Ok(self.lock().next_signal(id, name, after).cloned())
     }
 
     async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {

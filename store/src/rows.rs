@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::{
     ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, PluginAcceptance, Run,
-    RunStatus, RunUsage, Session, SignIn, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
+    RunStatus, RunUsage, Session, SignIn, Signal, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
 };
 
 /// How a backend reports a failed read ([`StoreError::Backend`] with its
@@ -175,7 +175,19 @@ pub(crate) fn run(row: &impl Columns, errors: &Errors<'_>) -> Result<Run, StoreE
         session: column(row, "session", errors)?,
         tenant: column(row, "tenant", errors)?,
         wake_ms: column(row, "wake_ms", errors)?,
+        signal_wait: column(row, "signal_wait", errors)?,
         id,
+    })
+}
+
+/// A signal, from [`crate::sql::NEXT_SIGNAL`]'s columns.
+pub(crate) fn signal(row: &impl Columns, errors: &Errors<'_>) -> Result<Signal, StoreError> {
+    Ok(Signal {
+        id: column(row, "id", errors)?,
+        run: column(row, "run", errors)?,
+        name: column(row, "name", errors)?,
+        data: column(row, "data", errors)?,
+        sent_ms: column(row, "sent_ms", errors)?,
     })
 }
 

@@ -122,6 +122,7 @@ impl NewRun {
             status: self.status,
             suspend_reason: None,
             wake_ms: None,
+            signal_wait: None,
             resume_key: None,
             resume_input: None,
             result: None,
@@ -159,6 +160,9 @@ pub struct Run {
     /// When a run suspended on a durable timer (`sleep`) is due to wake
     /// (milliseconds since the epoch); `None` otherwise.
     pub wake_ms: Option<i64>,
+    /// The signal a run suspended by `wait-signal` waits for; `None`
+    /// otherwise.
+    pub signal_wait: Option<String>,
     /// The key the guest passed to `suspend`, for the application resuming it.
     pub resume_key: Option<String>,
     /// The JSON given at the latest resume.
@@ -194,12 +198,14 @@ pub enum Claim {
     /// A failed run, tried again (recording `resume_input` like a resume):
     /// the calls whose failure was not journaled run again.
     Retry,
-    /// A run sleeping on the durable timer due at `until_ms`, woken by its
-    /// job. Refused once the run no longer sleeps on that timer (it was
-    /// resumed early, or cancelled).
+    /// A run sleeping on the durable timer due at `until_ms`, or waiting
+    /// for a signal (with that timeout, or none), woken by its job. Refused
+    /// once the run no longer waits on that timer (it was resumed early, or
+    /// cancelled).
     Wake {
-        /// The timer's due time, as the wake job holds it.
-        until_ms: i64,
+        /// The timer's due time, as the wake job holds it; `None` for a
+        /// wait for a signal with no timeout.
+        until_ms: Option<i64>,
     },
 }
 
@@ -214,7 +220,11 @@ impl Claim {
                 run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
             }
             Claim::Retry => run.status == RunStatus::Failed,
-            Claim::Wake { until_ms } => run.status == RunStatus::Suspended && run.wake_ms == Some(until_ms),
+            Claim::Wake { until_ms } => {
+                run.status == RunStatus::Suspended
+                    && run.wake_ms == until_ms
+                    && (until_ms.is_some() || run.signal_wait.is_some())
+            }
         }
     }
 }

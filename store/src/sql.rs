@@ -157,7 +157,7 @@ pub(crate) const TABLES: &[&str] = &[
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Every migration, oldest first. The last one's version is
 /// [`SCHEMA_VERSION`] (a unit test checks).
@@ -489,6 +489,23 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX jobs_by_wake ON jobs (not_before_ms, id) WHERE status = 'sleeping'",
         ],
     },
+    Migration {
+        version: 11,
+        statements: &[
+            // Signals sent to runs, kept while their run lives: which ones
+            // a run took is its journal's to say.
+            "CREATE TABLE signals (
+            id {SERIAL_ID},
+            run {KEY} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            name {KEY} NOT NULL,
+            data TEXT NOT NULL,
+            sent_ms BIGINT NOT NULL
+        )",
+            "CREATE INDEX signals_by_run ON signals (run, name, id)",
+            // The signal a run suspended by `wait-signal` waits for.
+            "ALTER TABLE runs ADD COLUMN signal_wait TEXT",
+        ],
+    },
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
@@ -501,17 +518,18 @@ pub(crate) const RECORD_MIGRATION: &str = "INSERT INTO nexo_schema (version, app
 macro_rules! run_columns {
     () => {
         "id, agent, kind, source, component_sha256, input, grant_json, status, suspend_reason, resume_key, \
-         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant, wake_ms"
+         resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant, wake_ms, \
+         signal_wait"
     };
 }
 
-/// Records a new run; `$1…$20` are the run's columns in [`run_columns!`]
+/// Records a new run; `$1…$21` are the run's columns in [`run_columns!`]
 /// order. No row is written (0 rows affected) if the id is taken; a
 /// session or tenant that is not there fails the schema's foreign key.
 pub(crate) const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
      ON CONFLICT (id) DO NOTHING"
 );
 
@@ -595,9 +613,10 @@ pub(crate) const PUT_CHECKPOINT: &str =
 
 /// Moves a run out of `running`: `$1` id, `$2` status, `$3` result, `$4`
 /// error, `$5` suspend reason, `$6` resume key, `$7` when, `$8` when a
-/// timer wakes it. Clears the lease.
+/// timer wakes it, `$9` the signal it waits for. Clears the lease.
 pub(crate) const LEAVE_RUNNING: &str = "UPDATE runs SET status = $2, result = $3, error = $4, suspend_reason = $5, \
-     resume_key = $6, updated_ms = $7, wake_ms = $8, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1";
+     resume_key = $6, updated_ms = $7, wake_ms = $8, signal_wait = $9, lease_owner = NULL, lease_until_ms = NULL \
+     WHERE id = $1";
 
 /// Records or replaces a run's pending approval: `$1` run, `$2` seq, `$3`
 /// capability, `$4` tool, `$5` arguments (JSON), `$6` args hash, `$7`
@@ -629,7 +648,8 @@ pub(crate) const CLAIM: &str = "UPDATE runs SET status = 'running', lease_owner 
 /// recording its resume input: `$1` id, `$2` owner, `$3` lease end, `$4`
 /// when, `$5` resume input. A timer it slept on is over.
 pub(crate) const CLAIM_RESUME: &str = "UPDATE runs SET status = 'running', lease_owner = $2, lease_until_ms = $3, \
-     updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL, wake_ms = NULL WHERE id = $1";
+     updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL, wake_ms = NULL, \
+     signal_wait = NULL WHERE id = $1";
 
 /// Extends the leases that owner `$1` still holds on running runs among
 /// `$3`, to `$2`, and answers their ids. SQLite: `$3` is a JSON array.
@@ -646,7 +666,7 @@ pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 /// Cancels a run: `$1` id, `$2` reason, `$3` when. Clears the lease and
 /// the timer.
 pub(crate) const CANCEL: &str = "UPDATE runs SET status = 'cancelled', error = $2, updated_ms = $3, \
-     lease_owner = NULL, lease_until_ms = NULL, wake_ms = NULL WHERE id = $1";
+     lease_owner = NULL, lease_until_ms = NULL, wake_ms = NULL, signal_wait = NULL WHERE id = $1";
 
 /// Ends run `$1`'s timer wakes not yet taken (sleeping, or queued once
 /// due), `done` with `$2` as why, at `$3`: the run was resumed early or
@@ -683,6 +703,23 @@ pub(crate) const DUE_WAKES_SKIP_LOCKED: &str = due_wakes!(" FOR UPDATE SKIP LOCK
 /// Queues a due wake (`$1`) at `$2`; its turn is given next
 /// ([`RETRY_TURN_SQLITE`]).
 pub(crate) const PROMOTE_WAKE: &str = "UPDATE jobs SET status = 'queued', updated_ms = $2 WHERE id = $1";
+
+/// Records a signal: `$1` run, `$2` name, `$3` data, `$4` when. Answers
+/// its id.
+pub(crate) const INSERT_SIGNAL: &str =
+    "INSERT INTO signals (run, name, data, sent_ms) VALUES ($1, $2, $3, $4) RETURNING id";
+
+/// How many signals run `$1` was sent.
+pub(crate) const COUNT_SIGNALS: &str = "SELECT COUNT(*) FROM signals WHERE run = $1";
+
+/// The first signal of name `$2` sent to run `$1` after the one with id
+/// `$3`.
+pub(crate) const NEXT_SIGNAL: &str = "SELECT id, run, name, data, sent_ms FROM signals \
+     WHERE run = $1 AND name = $2 AND id > $3 ORDER BY id LIMIT 1";
+
+/// Makes run `$1`'s sleeping wake due at `$2`: a signal it waits for came.
+pub(crate) const WAKE_NOW: &str =
+    "UPDATE jobs SET not_before_ms = $2 WHERE run = $1 AND kind = 'wake' AND status = 'sleeping'";
 
 /// When the next timer's wake is due (`NULL` with none).
 pub(crate) const NEXT_WAKE: &str = "SELECT MIN(not_before_ms) AS next FROM jobs WHERE status = 'sleeping'";
@@ -946,7 +983,7 @@ pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
 pub(crate) const INSERT_SESSION_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 \
      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE session = $18 AND status IN ",
     in_progress!(),
     ") ON CONFLICT (id) DO NOTHING"
@@ -1276,6 +1313,10 @@ mod tests {
             super::DUE_WAKES_SKIP_LOCKED,
             super::PROMOTE_WAKE,
             super::END_WAKES_OF_RUN,
+            super::INSERT_SIGNAL,
+            super::COUNT_SIGNALS,
+            super::NEXT_SIGNAL,
+            super::WAKE_NOW,
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
             super::PROMPT_IN_PROGRESS,

@@ -1,6 +1,6 @@
 //! How a run leaves `running`: the one rule every backend applies.
 
-use crate::{Approval, NewJob, Run, RunStatus};
+use crate::{Approval, NEVER_MS, NewJob, Run, RunStatus, SignalWait};
 
 /// How a run leaves `running`.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,10 @@ pub enum Transition {
         /// [`JobKind::Wake`](crate::JobKind::Wake) due at its time, written
         /// with the suspension.
         wake: Option<Box<NewJob>>,
+        /// The signal it waits for, when `wait-signal` suspended it; its
+        /// wake is then due at the wait's timeout, or at
+        /// [`NEVER_MS`] with none, and a signal sent since makes it due now.
+        signal: Option<SignalWait>,
     },
     /// It failed in a way that may pass the next time, and its job will try
     /// it again: it is `queued` for that retry, not finished (a final
@@ -47,6 +51,7 @@ impl Transition {
         run.lease = None;
         run.updated_ms = now_ms;
         run.wake_ms = None;
+        run.signal_wait = None;
         match self {
             Transition::Finish { status, result, error } => {
                 run.status = status;
@@ -56,11 +61,12 @@ impl Transition {
                 run.resume_key = None;
                 (None, None)
             }
-            Transition::Suspend { reason, resume_key, approval, wake } => {
+            Transition::Suspend { reason, resume_key, approval, wake, signal } => {
                 run.status = RunStatus::Suspended;
                 run.suspend_reason = Some(reason);
                 run.resume_key = resume_key;
-                run.wake_ms = wake.as_ref().map(|w| w.not_before_ms);
+                run.wake_ms = wake.as_ref().map(|w| w.not_before_ms).filter(|&at| at != NEVER_MS);
+                run.signal_wait = signal.map(|s| s.name);
                 (approval, wake.map(|w| *w))
             }
             Transition::Requeue { error } => {

@@ -96,6 +96,9 @@ suite!(
     a_sleeping_run_is_woken_by_its_job_when_due,
     a_resume_or_a_cancel_before_the_timer_ends_its_wake,
     due_wakes_are_queued_earliest_first_in_turn,
+    a_signal_wakes_the_run_waiting_for_it_and_not_another,
+    a_signal_sent_before_the_wait_is_kept_for_it,
+    signals_are_refused_for_a_finished_run_and_past_their_limits,
     a_newer_suspension_replaces_the_approval,
     a_decision_binds_to_the_call_it_was_shown,
     a_retried_failure_is_queued_not_final,
@@ -213,7 +216,7 @@ fn approval(seq: u64, tool: &str) -> Approval {
 }
 
 fn suspend(reason: &str, approval: Option<Approval>) -> Transition {
-    Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval, wake: None }
+    Transition::Suspend { reason: reason.into(), resume_key: Some("key-1".into()), approval, wake: None, signal: None }
 }
 
 fn done(result: &str) -> Transition {
@@ -489,7 +492,13 @@ async fn resume_records_input_and_an_event(store: Arc<dyn Store>) {
 
 fn sleep_until(wake: &str, run: &str, until_ms: i64) -> Transition {
     let job = NewJob { run: run.into(), kind: JobKind::Wake, ..new_job(wake, until_ms, 1_000) };
-    Transition::Suspend { reason: "sleeping".into(), resume_key: None, approval: None, wake: Some(Box::new(job)) }
+    Transition::Suspend {
+        reason: "sleeping".into(),
+        resume_key: None,
+        approval: None,
+        wake: Some(Box::new(job)),
+        signal: None,
+    }
 }
 
 /// A run that sleeps on a timer is suspended with its wake, a job that
@@ -514,7 +523,7 @@ async fn a_sleeping_run_is_woken_by_its_job_when_due(store: Arc<dyn Store>) {
     let (job, lease_of_job) = claim(&store, "worker", 5_000, 10_000).await;
     assert_eq!((job.id.as_str(), job.status, job.kind), ("w1", JobStatus::Running, JobKind::Wake));
     assert_eq!(store.next_wake_ms().await.unwrap(), None);
-    let run = store.claim("r1", Claim::Wake { until_ms: 10_000 }, lease(OTHER, FAR), None, 10_001).await.unwrap();
+    let run = store.claim("r1", Claim::Wake { until_ms: Some(10_000) }, lease(OTHER, FAR), None, 10_001).await.unwrap();
     assert_eq!((run.status, run.wake_ms, run.suspend_reason.as_deref()), (RunStatus::Running, None, None));
     assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
     let events = store.events("r1", 0, 10).await.unwrap();
@@ -526,7 +535,7 @@ async fn a_sleeping_run_is_woken_by_its_job_when_due(store: Arc<dyn Store>) {
     // Woken once: the same timer's claim again is refused.
     store.transition("r1", OTHER, Batch::default(), suspend("input", None)).await.unwrap();
     conflict(
-        store.claim("r1", Claim::Wake { until_ms: 10_000 }, lease(OWNER, FAR), None, 10_003).await,
+        store.claim("r1", Claim::Wake { until_ms: Some(10_000) }, lease(OWNER, FAR), None, 10_003).await,
         "run `r1` no longer sleeps on this timer",
     );
 }
@@ -553,7 +562,7 @@ async fn a_resume_or_a_cancel_before_the_timer_ends_its_wake(store: Arc<dyn Stor
     assert_eq!((wake.status, wake.error.as_deref()), (JobStatus::Done, Some("the run was cancelled")));
     assert_eq!(store.next_wake_ms().await.unwrap(), None);
     conflict(
-        store.claim("r1", Claim::Wake { until_ms: 80_000 }, lease(OWNER, FAR), None, 80_001).await,
+        store.claim("r1", Claim::Wake { until_ms: Some(80_000) }, lease(OWNER, FAR), None, 80_001).await,
         "run `r1` is cancelled, no longer sleeping on this timer",
     );
 }
@@ -572,6 +581,113 @@ async fn due_wakes_are_queued_earliest_first_in_turn(store: Arc<dyn Store>) {
         order.push(job.id);
     }
     assert_eq!(order, ["j4", "w2", "w3", "w1"]);
+}
+
+fn wait_for_signal(wake: &str, run: &str, name: &str, after: i64, until_ms: Option<i64>) -> Transition {
+    let not_before = until_ms.unwrap_or(nexo_store::NEVER_MS);
+    let job = NewJob {
+        run: run.into(),
+        kind: JobKind::Wake,
+        payload: json!({"run": run, "wake_ms": until_ms}),
+        ..new_job(wake, not_before, 1_000)
+    };
+    Transition::Suspend {
+        reason: format!("waiting for signal `{name}`"),
+        resume_key: None,
+        approval: None,
+        wake: Some(Box::new(job)),
+        signal: Some(nexo_store::SignalWait { name: name.into(), after }),
+    }
+}
+
+/// A run waiting for a signal with no timeout has a wake that is never due
+/// by itself; a signal of another name leaves it so, and one of its name
+/// makes it due now, in the same write. Signals are read in the order sent.
+async fn a_signal_wakes_the_run_waiting_for_it_and_not_another(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let run =
+        store.transition("r1", OWNER, Batch::default(), wait_for_signal("w1", "r1", "go", 0, None)).await.unwrap();
+    assert_eq!((run.status, run.wake_ms, run.signal_wait.as_deref()), (RunStatus::Suspended, None, Some("go")));
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert_eq!((wake.status, wake.not_before_ms), (JobStatus::Sleeping, nexo_store::NEVER_MS));
+    assert_eq!(store.claim_job("worker", 5_000, 1 << 60).await.unwrap(), None, "never due by itself");
+
+    let other = store.send_signal("r1", "stop", "1").await.unwrap();
+    assert_eq!(store.job("w1").await.unwrap().unwrap().not_before_ms, nexo_store::NEVER_MS, "not its signal");
+    let first = store.send_signal("r1", "go", r#"{"n":1}"#).await.unwrap();
+    let second = store.send_signal("r1", "go", "2").await.unwrap();
+    assert!(other.id < first.id && first.id < second.id, "ids follow the order sent");
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert_eq!(wake.status, JobStatus::Sleeping);
+    assert!(wake.not_before_ms <= nexo_store::now_ms(), "due now: {wake:?}");
+    let kinds: Vec<_> = store.events("r1", 0, 10).await.unwrap().into_iter().map(|e| (e.kind, e.data)).collect();
+    assert_eq!(kinds[1], ("signal".to_string(), json!({"name": "go", "signal": first.id})));
+
+    let (job, _) = claim(&store, "worker", 5_000, nexo_store::now_ms()).await;
+    assert_eq!(job.id, "w1");
+    let run = store.claim("r1", Claim::Wake { until_ms: None }, lease(OTHER, FAR), None, 20_000).await.unwrap();
+    assert_eq!((run.status, run.signal_wait), (RunStatus::Running, None));
+    let taken = store.next_signal("r1", "go", 0).await.unwrap().unwrap();
+    assert_eq!((taken.id, taken.name.as_str(), taken.data.as_str()), (first.id, "go", r#"{"n":1}"#));
+    assert_eq!(store.next_signal("r1", "go", first.id).await.unwrap().map(|s| s.data), Some("2".into()));
+    assert_eq!(store.next_signal("r1", "go", second.id).await.unwrap(), None);
+    // A wait with no timeout is woken only while it still waits.
+    conflict(
+        store.claim("r1", Claim::Wake { until_ms: None }, lease(OWNER, FAR), None, 20_001).await,
+        "run `r1` is running, no longer sleeping on this timer",
+    );
+}
+
+/// A signal sent before the run waits is kept: the suspension that waits
+/// for it finds it and is due at once; and a cancel ends the wait's wake.
+async fn a_signal_sent_before_the_wait_is_kept_for_it(store: Arc<dyn Store>) {
+    running(&store, "r1").await;
+    let sent = store.send_signal("r1", "go", "null").await.unwrap();
+    let to = wait_for_signal("w1", "r1", "go", 0, Some(90_000_000_000_000));
+    let run = store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
+    assert_eq!(run.wake_ms, Some(90_000_000_000_000), "the run keeps its timeout");
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert!(wake.not_before_ms <= nexo_store::now_ms(), "due at once: {wake:?}");
+    let (job, _) = claim(&store, "worker", 5_000, nexo_store::now_ms()).await;
+    assert_eq!(job.id, "w1");
+    store.claim("r1", Claim::Wake { until_ms: Some(90_000_000_000_000) }, lease(OTHER, FAR), None, 1).await.unwrap();
+
+    // Taken already (after its id), it wakes nothing.
+    let to = wait_for_signal("w2", "r1", "go", sent.id, None);
+    store.transition("r1", OTHER, Batch::default(), to).await.unwrap();
+    assert_eq!(store.job("w2").await.unwrap().unwrap().not_before_ms, nexo_store::NEVER_MS);
+    let cancelled = store.cancel("r1", "stop").await.unwrap();
+    assert_eq!(cancelled.signal_wait, None);
+    let wake = store.job("w2").await.unwrap().unwrap();
+    assert_eq!((wake.status, wake.error.as_deref()), (JobStatus::Done, Some("the run was cancelled")));
+}
+
+/// A finished run takes no signal; a name or data that cannot be sent is
+/// refused with why; and one run takes at most so many.
+async fn signals_are_refused_for_a_finished_run_and_past_their_limits(store: Arc<dyn Store>) {
+    assert!(matches!(store.send_signal("nope", "go", "1").await, Err(StoreError::NoRun(_))));
+    running(&store, "r1").await;
+    for (name, data, why) in
+        [("", "1", "a signal needs a name"), ("go", "not json", "must be JSON"), ("a\nb", "1", "control characters")]
+    {
+        match store.send_signal("r1", name, data).await {
+            Err(StoreError::Invalid(m)) => assert!(m.contains(why), "{m}"),
+            other => panic!("{name:?} {data:?}: {other:?}"),
+        }
+    }
+    let big = format!("\"{}\"", "x".repeat(nexo_store::MAX_SIGNAL_DATA_BYTES));
+    assert!(matches!(store.send_signal("r1", "go", &big).await, Err(StoreError::Invalid(_))));
+    for n in 0..nexo_store::MAX_SIGNALS_PER_RUN {
+        store.send_signal("r1", "go", &n.to_string()).await.unwrap();
+    }
+    conflict(store.send_signal("r1", "go", "1").await, "the most one run may be sent");
+    assert!(store.events("r1", 0, 2_000).await.unwrap().iter().filter(|e| e.kind == "signal").count() == 1_000);
+
+    running(&store, "r2").await;
+    store.transition("r2", OWNER, Batch::default(), done("ok")).await.unwrap();
+    conflict(store.send_signal("r2", "go", "1").await, "run `r2` has finished (done)");
+    assert_eq!(store.next_signal("r2", "go", 0).await.unwrap(), None, "nothing was written");
 }
 
 async fn resume_refusals_name_the_state(store: Arc<dyn Store>) {

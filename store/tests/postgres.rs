@@ -149,7 +149,7 @@ async fn two_stores_never_both_claim() {
             &id,
             OWNER,
             Batch::default(),
-            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None, wake: None },
+            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None, wake: None, signal: None },
         )
         .await
         .unwrap();
@@ -426,8 +426,13 @@ async fn a_decision_waits_for_a_completing_job_and_queues_the_resume() {
         decision: None,
         created_ms: 3_000,
     };
-    let suspend =
-        Transition::Suspend { reason: "approval".into(), resume_key: None, approval: Some(approval), wake: None };
+    let suspend = Transition::Suspend {
+        reason: "approval".into(),
+        resume_key: None,
+        approval: Some(approval),
+        wake: None,
+        signal: None,
+    };
     store.transition("r1", OWNER, Batch::default(), suspend).await.unwrap();
 
     // The worker's completion of j1: its row changed, not yet committed.

@@ -103,6 +103,7 @@ async fn data_survives_close_and_reopen() {
             resume_key: None,
             approval: Some(approval.clone()),
             wake: None,
+            signal: None,
         };
         let run = store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
         store.decide("r1", &approval.call(), Decision::Approved).await.unwrap();
@@ -374,7 +375,7 @@ async fn two_stores_on_one_file_never_both_claim() {
             &id,
             OWNER,
             Batch::default(),
-            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None, wake: None },
+            Transition::Suspend { reason: "input".into(), resume_key: None, approval: None, wake: None, signal: None },
         )
         .await
         .unwrap();
@@ -423,6 +424,10 @@ async fn open_by_location() {
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "ALTER TABLE runs DROP COLUMN signal_wait",
+    "DROP INDEX signals_by_run",
+    "DROP TABLE signals",
+    "DELETE FROM nexo_schema WHERE version = 11",
     "DROP INDEX jobs_by_wake",
     "ALTER TABLE runs DROP COLUMN wake_ms",
     "DELETE FROM nexo_schema WHERE version = 10",
@@ -711,7 +716,7 @@ async fn a_cancelled_write_is_all_or_nothing() {
     }
     // The write connection is not left inside a transaction.
     store.commit("r1", OWNER, Batch { journal: vec![entry(1_000)], ..Batch::default() }).await.unwrap();
-    let to = Transition::Suspend { reason: "wait".into(), resume_key: None, approval: None, wake: None };
+    let to = Transition::Suspend { reason: "wait".into(), resume_key: None, approval: None, wake: None, signal: None };
     store.transition("r1", OWNER, Batch::default(), to).await.unwrap();
     store.claim("r1", Claim::Resume, lease(OWNER), None, 1).await.unwrap();
 

@@ -226,7 +226,13 @@ async fn tamper_copy(
     into.create_run(new).await.unwrap();
     let batch = nexo_store::Batch { journal, ..Default::default() };
     let approval = from.approval(&run.id).await.unwrap();
-    let to = nexo_store::Transition::Suspend { reason: "approval".into(), resume_key: None, approval, wake: None };
+    let to = nexo_store::Transition::Suspend {
+        reason: "approval".into(),
+        resume_key: None,
+        approval,
+        wake: None,
+        signal: None,
+    };
     into.transition(&run.id, owner, batch, to).await.unwrap();
     run.id.clone()
 }
@@ -410,6 +416,19 @@ impl nexo_store::Runs for Counting {
 
     async fn cancel(&self, id: &str, reason: &str) -> nexo_store::StoreResult<nexo_store::Run> {
         self.inner.cancel(id, reason).await
+    }
+
+    async fn send_signal(&self, id: &str, name: &str, data: &str) -> nexo_store::StoreResult<nexo_store::Signal> {
+        self.inner.send_signal(id, name, data).await
+    }
+
+    async fn next_signal(
+        &self,
+        id: &str,
+        name: &str,
+        after: i64,
+    ) -> nexo_store::StoreResult<Option<nexo_store::Signal>> {
+        self.inner.next_signal(id, name, after).await
     }
 
     async fn journal(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Entry>> {

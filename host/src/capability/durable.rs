@@ -9,6 +9,11 @@
 //! - `sleep` / `sleep-until`: a durable timer; the run ends `suspended`
 //!   with a wake job due at its time (no instance, no process held), and
 //!   the replayed call returns at once.
+//! - `wait-signal`: two journaled steps. The first reckons the wait's
+//!   due time once and, if no signal is there yet, ends the run
+//!   `suspended` waiting for it; the second, after the wake (the signal,
+//!   the timeout, or an operator's resume), takes the next signal of the
+//!   name, if any. Which signals a run took is its journal's record.
 //!
 //! In a recorded run the values live in the store, beside the journal. A
 //! run without a store (an embedding program's, or `--ephemeral`) keeps
@@ -29,6 +34,7 @@ use crate::host_call::{CallContext, HostCall, ToolContext};
 use crate::journal::{Effect, Halt, RESERVED, unjournaled};
 use crate::manifest::interface::DURABLE;
 use crate::unit::{AgentHost, Setup, Step, Unit};
+use nexo_store::NEVER_MS;
 
 /// How many steps of one `checkpoint-all` run at once.
 pub const STEP_CONCURRENCY: usize = 4;
@@ -104,6 +110,16 @@ impl Unit for DurableUnit {
                 Box::new(async move { Ok((cx.guest_call(&sleep, n).await?.map(|_| ()),)) })
             })?;
         }
+        durable.func_wrap_async("wait-signal", |store, (name, timeout): (String, Option<u64>)| {
+            let cx = store.data().world.tools.clone();
+            Box::new(async move {
+                if let Err(e) = cx.guest_call(&WaitSignal, (name.clone(), timeout)).await? {
+                    return Ok((Err(e),));
+                }
+                let taken = cx.guest_call(&TakeSignal, name).await?;
+                Ok((taken.map(|t| t.map(|t| t.data)),))
+            })
+        })?;
         durable.func_wrap_async("resume-input", |store, (): ()| {
             let cx = store.data().world.tools.clone();
             Box::new(async move { Ok((cx.guest_call(&ResumeInput, ()).await?.unwrap_or(None),)) })
@@ -398,7 +414,13 @@ impl HostCall for Suspend {
                         .into(),
                 ));
             };
-            journal.halt_after_this_call(Halt::Suspend { reason, resume_key, approval: None, wake_ms: None });
+            journal.halt_after_this_call(Halt::Suspend {
+                reason,
+                resume_key,
+                approval: None,
+                wake_ms: None,
+                signal: None,
+            });
             Ok(())
         })
     }
@@ -450,13 +472,7 @@ impl HostCall for Sleep {
 
     fn execute<'a>(&'a self, cx: &'a ToolContext, n: u64) -> BoxFuture<'a, Result<i64, wit::DurableError>> {
         Box::pin(async move {
-            if let Some(open) = cx.state::<DurableState>()?.open().as_ref() {
-                return Err(wit::DurableError::InsideCheckpoint(format!(
-                    "`{}` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's work \
-                     must finish in one pass)",
-                    self.name()
-                )));
-            }
+            inside_checkpoint(cx, self.name())?;
             let now = nexo_store::now_ms();
             let n = i64::try_from(n).unwrap_or(i64::MAX);
             let until = match self {
@@ -480,13 +496,13 @@ impl HostCall for Sleep {
                     tokio::time::sleep(std::time::Duration::from_millis((until - now).unsigned_abs())).await
                 }
                 Some(journal) => {
-                    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(until.unsigned_abs());
-                    let reason = format!("sleeping until {}", humantime::format_rfc3339_seconds(at));
+                    let reason = format!("sleeping until {}", rfc3339(until));
                     journal.halt_after_this_call(Halt::Suspend {
                         reason,
                         resume_key: None,
                         approval: None,
                         wake_ms: Some(until),
+                        signal: None,
                     });
                 }
             }
@@ -496,6 +512,166 @@ impl HostCall for Sleep {
 }
 
 crate::guest_only!(Sleep, ToolContext);
+
+/// Why a durable call cannot run now: inside an open checkpoint.
+fn inside_checkpoint(cx: &ToolContext, call: &str) -> Result<(), wit::DurableError> {
+    match cx.state::<DurableState>()?.open().as_ref() {
+        Some(open) => Err(wit::DurableError::InsideCheckpoint(format!(
+            "`{call}` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's work must \
+             finish in one pass)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `wait-signal`'s first step: the wait's due time, reckoned once and
+/// journaled ([`NEVER_MS`] with no timeout). With no signal there yet and
+/// time left, the run ends `suspended` waiting for one.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitSignal;
+
+impl HostCall for WaitSignal {
+    type Args = (String, Option<u64>);
+    type Output = i64;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "wait-signal"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, (name, _): &(String, Option<u64>)) -> usize {
+        name.len()
+    }
+
+    /// Committed with the suspension, or with the next write.
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        (name, timeout): (String, Option<u64>),
+    ) -> BoxFuture<'a, Result<i64, wit::DurableError>> {
+        Box::pin(async move {
+            inside_checkpoint(cx, self.name())?;
+            let Some(journal) = cx.journal() else {
+                return Err(wit::DurableError::NotDurable(
+                    "this run is not recorded, so no signal can reach it; run it with a store (`nexo run` without \
+                     --ephemeral)"
+                        .into(),
+                ));
+            };
+            nexo_store::check_name_and_data(&name, "null").map_err(|e| wit::DurableError::Invalid(e.to_string()))?;
+            let now = nexo_store::now_ms();
+            let until = match timeout {
+                None => NEVER_MS,
+                Some(t) if t > LONGEST_SLEEP_MS.unsigned_abs() => {
+                    return Err(wit::DurableError::Invalid(
+                        "`wait-signal`'s timeout is past 100 years; give milliseconds, or none to wait for as long \
+                         as it takes"
+                            .into(),
+                    ));
+                }
+                Some(t) => now.saturating_add(i64::try_from(t).unwrap_or(LONGEST_SLEEP_MS)),
+            };
+            let there = journal.next_signal(&name).await.map_err(|e| unreadable(journal, &e))?;
+            if there.is_none() && until > now {
+                let wake_ms = (until != NEVER_MS).then_some(until);
+                let reason = match wake_ms {
+                    Some(at) => format!("waiting for signal `{name}` until {}", rfc3339(at)),
+                    None => format!("waiting for signal `{name}`"),
+                };
+                let signal = Some(Box::new(journal.signal_wait(&name)));
+                journal.halt_after_this_call(Halt::Suspend {
+                    reason,
+                    resume_key: None,
+                    approval: None,
+                    wake_ms,
+                    signal,
+                });
+            }
+            Ok(until)
+        })
+    }
+}
+
+crate::guest_only!(WaitSignal, ToolContext);
+
+/// A signal `wait-signal` took: its id (which the journal keeps, so a
+/// replay takes the same one) and its data.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Taken {
+    /// The signal's id.
+    pub id: i64,
+    /// Its data, JSON text.
+    pub data: String,
+}
+
+/// `wait-signal`'s second step: takes the next signal of the name, if
+/// one came; `None` when the wait ended without one.
+#[derive(Debug, Clone, Copy)]
+pub struct TakeSignal;
+
+impl HostCall for TakeSignal {
+    type Args = String;
+    type Output = Option<Taken>;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        crate::journal::TAKE_SIGNAL
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, name: &String) -> usize {
+        name.len()
+    }
+
+    /// Committed with the next write: a pass that dies before it takes the
+    /// same signal again, since no entry says it was taken.
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        name: String,
+    ) -> BoxFuture<'a, Result<Option<Taken>, wit::DurableError>> {
+        Box::pin(async move {
+            let Some(journal) = cx.journal() else { return Ok(None) };
+            let signal = journal.next_signal(&name).await.map_err(|e| unreadable(journal, &e))?;
+            Ok(signal.map(|s| {
+                journal.took_signal(&s);
+                Taken { id: s.id, data: s.data }
+            }))
+        })
+    }
+}
+
+crate::guest_only!(TakeSignal, ToolContext);
+
+/// A store that cannot say which signals came halts the run (it fails,
+/// and may be retried): an answer a replay could not give again must not
+/// reach the guest.
+fn unreadable(journal: &crate::journal::Journal, e: &nexo_store::StoreError) -> wit::DurableError {
+    let why = format!("the run's signals could not be read: {e}");
+    journal.halt(Halt::Failed(why.clone()));
+    wit::DurableError::Invalid(why)
+}
+
+/// A Unix time in milliseconds as RFC 3339, to the second.
+fn rfc3339(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.unsigned_abs());
+    humantime::format_rfc3339_seconds(at).to_string()
+}
 
 /// `resume-input`.
 #[derive(Debug, Clone, Copy)]

@@ -108,6 +108,18 @@ pub enum RunsCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Send a run a signal: kept for its next `wait-signal` of the name; a run waiting for it wakes now.
+    Signal {
+        /// The run's id.
+        run: String,
+        /// The signal's name.
+        name: String,
+        /// The signal's data, JSON (`null` if not given).
+        #[arg(long, value_name = "JSON")]
+        data: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Recover runs left running by a process that died, replaying their journals.
     Recover {
         #[command(flatten)]
@@ -454,7 +466,13 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
                     "run {id} waits for a decision on {}: `nexo runs approve {id}` or `nexo runs deny {id}`",
                     nexo::runs::describe_approval(a)
                 ),
-                None => errln!("run {id} is paused: `nexo runs resume {id} --input JSON` continues it"),
+                None => match &run.signal_wait {
+                    Some(name) => errln!(
+                        "run {id} waits for signal `{name}`: `nexo runs signal {id} {name} --data JSON` sends it, and \
+                         a worker on this store (`nexo worker`, `nexo serve`) resumes the run"
+                    ),
+                    None => errln!("run {id} is paused: `nexo runs resume {id} --input JSON` continues it"),
+                },
             }
             ExitCode::from(4)
         }
@@ -477,7 +495,8 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
         RunsCommand::List { store, .. }
         | RunsCommand::Show { store, .. }
         | RunsCommand::Events { store, .. }
-        | RunsCommand::Cancel { store, .. } => store,
+        | RunsCommand::Cancel { store, .. }
+        | RunsCommand::Signal { store, .. } => store,
         RunsCommand::Resume { narrow, .. }
         | RunsCommand::Approve { narrow, .. }
         | RunsCommand::Deny { narrow, .. }
@@ -509,6 +528,7 @@ pub async fn command(command: &RunsCommand, base: &EngineConfig, store_flag: Opt
             }
             Err(e) => store_error(&e),
         },
+        RunsCommand::Signal { run, name, data, .. } => signal(&runs, run, name, data.as_deref()).await,
         RunsCommand::Resume { run, input, later, narrow } => {
             if let Some(text) = input
                 && let Err(e) = serde_json::from_str::<serde_json::Value>(text)
@@ -576,6 +596,28 @@ fn decided_line(decision: Decision, a: &nexo_store::Approval) -> String {
         a.capability,
         shown(&a.arguments.to_string())
     )
+}
+
+/// Sends run `id` the signal `name` and says what comes of it.
+async fn signal(runs: &Runs, id: &str, name: &str, data: Option<&str>) -> ExitCode {
+    let sent = match runs.signal(id, name, data.unwrap_or("null")).await {
+        Ok(sent) => sent,
+        Err(e) => return store_error(&e),
+    };
+    let waits = matches!(runs.store().run(id).await, Ok(Some(r)) if r.signal_wait.as_deref() == Some(name));
+    if waits {
+        errln!(
+            "sent signal `{name}` to run {id} (signal {}); the run waits for it and wakes now: a worker on this store \
+             (`nexo worker`, `nexo serve`) resumes it",
+            sent.id
+        );
+    } else {
+        errln!(
+            "sent signal `{name}` to run {id} (signal {}); it is kept for the run's next wait for `{name}`",
+            sent.id
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// Queues the resume of `id` for a worker and says so.

@@ -429,6 +429,15 @@ impl Runs {
         Ok(run)
     }
 
+    /// Sends run `id` the signal `name` with `data` (JSON text)
+    /// ([`nexo_store::Runs::send_signal`]): kept for the run's next
+    /// `wait-signal` of that name, and if the run waits for it now, its wake
+    /// is due at once (a worker takes it, within the run's quotas, as any
+    /// wake). Refused for a finished run.
+    pub async fn signal(&self, id: &str, name: &str, data: &str) -> Result<nexo_store::Signal, StoreError> {
+        self.store.send_signal(id, name, data).await
+    }
+
     /// Records the operator's decision on a suspended run's pending
     /// approval, if it is still for `call`, the call the decider was shown
     /// ([`StoreError::StaleApproval`] otherwise, and nothing is decided).
@@ -538,13 +547,20 @@ impl Runs {
             Err(RunError::Skill { .. } | RunError::Load(_) | RunError::Config(_) | RunError::Store(_))
         );
         let (to, prompt_status) = match (journal.halted(), result) {
-            (Some(Halt::Suspend { reason, resume_key, approval, wake_ms }), _) => {
-                let data =
-                    json!({ "reason": reason, "resume_key": resume_key, "approval": approval, "wake_ms": wake_ms });
+            (Some(Halt::Suspend { reason, resume_key, approval, wake_ms, signal }), _) => {
+                let waits_for = signal.as_ref().map(|s| s.name.as_str());
+                let data = json!({ "reason": reason, "resume_key": resume_key, "approval": approval,
+                    "wake_ms": wake_ms, "signal": waits_for });
                 batch.events.push(NewEvent { kind: "suspended".into(), data, at_ms });
                 pending = approval.clone();
-                let wake = wake_ms.map(|at| Box::new(new_wake(&run.id, at)));
-                (Transition::Suspend { reason, resume_key, approval, wake }, None)
+                // A wait for a signal with no timeout has a wake too, due
+                // never until the signal makes it due.
+                let wake = match (wake_ms, &signal) {
+                    (Some(at), _) => Some(Box::new(new_wake(&run.id, Some(at)))),
+                    (None, Some(_)) => Some(Box::new(new_wake(&run.id, None))),
+                    (None, None) => None,
+                };
+                (Transition::Suspend { reason, resume_key, approval, wake, signal: signal.map(|s| *s) }, None)
             }
             (Some(Halt::Failed(why)), _) => {
                 (failure(&mut batch, why, retryable && options.context.retry_follows, at_ms), None)
@@ -655,14 +671,16 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
     )
 }
 
+/// The job that wakes `run` at `at_ms`: a timer's, or a wait's timeout;
+/// with none ([`nexo_store::NEVER_MS`]), only a signal makes it due.
+fn new_wake(run: &str, at_ms: Option<i64>) -> NewJob {
+    let job = new_job(run, JobKind::Wake, json!({"run": run, "wake_ms": at_ms}));
+    NewJob { not_before_ms: at_ms.unwrap_or(nexo_store::NEVER_MS), ..job }
+}
+
 /// A job of `kind` for `run`, due now, with the worker's attempts and
 /// backoff, and the caller's trace context when tracing is on (the pass
 /// continues the trace of the request that queued it).
-/// The job that wakes run `run` from its durable timer at `at_ms`.
-fn new_wake(run: &str, at_ms: i64) -> NewJob {
-    NewJob { not_before_ms: at_ms, ..new_job(run, JobKind::Wake, json!({"run": run, "wake_ms": at_ms})) }
-}
-
 fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
     if let (Some(parent), Some(fields)) = (trace::caller(), payload.as_object_mut()) {
         fields.insert("trace".into(), json!(parent));

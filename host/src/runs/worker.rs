@@ -402,18 +402,21 @@ impl Worker {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
-        let (status, tenant, sha256, wake_ms) = {
+        let (status, tenant, sha256, wake_ms, waits_for_signal) = {
             let run = store.run(&job.run).await.map_err(again)?;
             let run = run.ok_or_else(|| ("the run no longer exists".to_string(), Retry::Never))?;
-            (run.status, run.tenant, run.component_sha256, run.wake_ms)
+            (run.status, run.tenant, run.component_sha256, run.wake_ms, run.signal_wait.is_some())
         };
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
         let how = match (status, job.kind) {
-            // A timer's wake goes on only with the sleep it was made for.
-            (RunStatus::Suspended, nexo_store::JobKind::Wake) => match wake_ms {
-                Some(at) if Some(at) == timer(job) => Claim::Wake { until_ms: at },
-                _ => return Ok(Attempt::Ended(NOT_SLEEPING)),
-            },
+            // A timer's wake goes on only with the sleep (or the wait for a
+            // signal) it was made for.
+            (RunStatus::Suspended, nexo_store::JobKind::Wake)
+                if wake_ms == timer(job) && (wake_ms.is_some() || waits_for_signal) =>
+            {
+                Claim::Wake { until_ms: wake_ms }
+            }
+            (RunStatus::Suspended, nexo_store::JobKind::Wake) => return Ok(Attempt::Ended(NOT_SLEEPING)),
             (RunStatus::Queued, _) => Claim::Start,
             (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
             (RunStatus::Running, _) => Claim::Recover,

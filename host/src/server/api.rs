@@ -53,6 +53,7 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
         "suspend_reason": run.suspend_reason,
         "resume_key": run.resume_key,
         "wake_ms": run.wake_ms,
+        "signal_wait": run.signal_wait,
         "created_ms": run.created_ms,
         "updated_ms": run.updated_ms,
         // Where its plugin was pulled from (the reference at its digest, and
@@ -598,6 +599,27 @@ pub async fn resume(
     state.wake.notify_one();
     let run = own_run(&state, &tenant, &id).await?;
     Ok(Json(run_json(&run, None)))
+}
+
+/// `POST /v1/runs/{id}/signals/{name}`: the body is the signal's data,
+/// any JSON (none sends `null`). Kept for the run's next `wait-signal` of
+/// the name; a run waiting for it wakes now.
+pub async fn signal(
+    State(state): State<AppState>,
+    TenantCaller(tenant): TenantCaller,
+    Path((id, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    own_run(&state, &tenant, &id).await?;
+    let data = if body.is_empty() {
+        "null".to_string()
+    } else {
+        String::from_utf8(body.to_vec()).map_err(|_| ApiError::bad_request("a signal's data must be JSON (UTF-8)"))?
+    };
+    let signal = state.runs.signal(&id, &name, &data).await.map_err(ApiError::store)?;
+    audit(&state, &tenant, "run.signalled", json!({"run": id, "name": name, "signal": signal.id})).await?;
+    state.wake.notify_one();
+    Ok((StatusCode::ACCEPTED, Json(json!({"run": id, "name": name, "signal": signal.id, "sent_ms": signal.sent_ms}))))
 }
 
 /// `POST /v1/runs/{id}/cancel`.

@@ -345,6 +345,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/deny", post(api::deny))
         .route("/v1/runs/{id}/resume", post(api::resume))
         .route("/v1/runs/{id}/cancel", post(api::cancel))
+        .route("/v1/runs/{id}/signals/{name}", post(api::signal))
         .route("/v1/sessions", get(sessions::list))
         .route("/v1/sessions/prompt", post(sessions::prompt))
         .route("/v1/sessions/{id}", get(sessions::show).delete(sessions::delete))

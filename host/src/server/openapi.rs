@@ -47,6 +47,29 @@ fn id_param(mut operation: Value, name: &str) -> Value {
     operation
 }
 
+/// `POST /v1/runs/{id}/signals/{name}`: its body is the signal's data.
+fn signal() -> Value {
+    let mut operation = with_body(
+        op(
+            "Send the run a signal: kept for its next wait-signal of the name; a run waiting for it wakes now",
+            "runs",
+            "202",
+        ),
+        "application/json",
+        json!({"description": "the signal's data, any JSON (an empty body sends null)"}),
+    );
+    operation["requestBody"]["required"] = json!(false);
+    operation["parameters"] = json!([
+        {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+        {"name": "name", "in": "path", "required": true, "schema": {"type": "string", "maxLength": 200}},
+    ]);
+    operation["responses"]["400"] = json!({"description": "the name or the data cannot be sent (not JSON, too large)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    operation["responses"]["409"] = json!({"description": "the run has finished, or has been sent its most signals",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    operation
+}
+
 /// An approve or deny: its body names the call decided, and a call the run
 /// no longer waits on is refused.
 fn decision(operation: Value) -> Value {
@@ -83,6 +106,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/runs/{id}/deny"),
     ("post", "/v1/runs/{id}/resume"),
     ("post", "/v1/runs/{id}/cancel"),
+    ("post", "/v1/runs/{id}/signals/{name}"),
     ("get", "/v1/sessions"),
     ("post", "/v1/sessions/prompt"),
     ("get", "/v1/sessions/{id}"),
@@ -123,6 +147,7 @@ pub fn document() -> Value {
         "/v1/runs/{id}/deny": {"post": decision(op("Deny the pending call named in the body, and resume", "runs", "200"))},
         "/v1/runs/{id}/resume": {"post": id_param(op("Resume a suspended or failed run with an input", "runs", "200"), "id")},
         "/v1/runs/{id}/cancel": {"post": id_param(op("Cancel a run", "runs", "200"), "id")},
+        "/v1/runs/{id}/signals/{name}": {"post": signal()},
         "/v1/sessions": {"get": op("The tenant's sessions, most recently updated first", "sessions", "200")},
         "/v1/sessions/prompt": {"post": with_body(op("Prompt a session (opened if new): a run that continues its thread", "sessions", "202"),
             "application/json", json!({"type": "object", "required": ["plugin", "instance", "input"],
@@ -199,7 +224,8 @@ pub fn document() -> Value {
                     "agent": {"type": "string"}, "plugin": {"type": "string"}, "input": {"type": "string"},
                     "result": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
                     "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
-                    "wake_ms": {"type": ["integer", "null"], "description": "when a run sleeping on a durable timer wakes (ms since the epoch)"},
+                    "wake_ms": {"type": ["integer", "null"], "description": "when a run sleeping on a durable timer, or waiting for a signal with a timeout, wakes (ms since the epoch)"},
+                    "signal_wait": {"type": ["string", "null"], "description": "the signal a suspended run waits for (wait-signal)"},
                     "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
                     "origin": {"type": ["object", "null"], "description": "where its plugin was pulled from: `reference` at its digest, and `signature`"},
                     "approval": {"oneOf": [{"$ref": "#/components/schemas/Approval"}, {"type": "null"}]}}},

@@ -94,6 +94,19 @@ pub fn sleep_until(at: std::time::SystemTime) -> Result<(), RunError> {
     Ok(wit::sleep_until(u64::try_from(ms).unwrap_or(u64::MAX))?)
 }
 
+/// Waits for the signal `name` (`nexo runs signal RUN NAME --data JSON`,
+/// or `POST /v1/runs/{id}/signals/{name}`) and returns its data, JSON
+/// text; `None` once `timeout` passed without one (`None` waits for as long
+/// as it takes). One sent before the wait is kept for it; signals of one
+/// name are taken one per wait, in the order sent. A recorded run is
+/// suspended while it waits, holding no instance and no process; a replay
+/// returns what the first wait returned. Refused inside a checkpoint and
+/// without a store (`--ephemeral`).
+pub fn wait_signal(name: &str, timeout: Option<std::time::Duration>) -> Result<Option<String>, RunError> {
+    let timeout = timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+    Ok(wit::wait_signal(name, timeout)?)
+}
+
 /// The JSON given at the latest resume; `None` before the first.
 pub fn resume_input() -> Option<String> {
     wit::resume_input()

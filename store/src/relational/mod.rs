@@ -12,6 +12,7 @@ mod plugins;
 mod runs;
 mod sessions;
 mod sign_ins;
+mod signals;
 mod tenants;
 
 pub use dialect::{Arg, Dialect, Executes, List, Queue};

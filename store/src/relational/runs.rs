@@ -11,8 +11,8 @@ use crate::rows::{self, Columns as _};
 use crate::sessions::{check_latest, check_no_prompt_in_progress, check_own_session};
 use crate::sql;
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Runs, StoreError, StoreResult,
-    StoredEvent, ThreadAppend, Transition, now_ms,
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Runs, Signal, StoreError,
+    StoreResult, StoredEvent, ThreadAppend, Transition, now_ms,
 };
 
 /// The parameters of a journal insert of `e` for run `id`
@@ -143,7 +143,11 @@ impl<D: Dialect> SqlStore<D> {
             return Err(StoreError::Conflict(not_final(id, *status)));
         }
         self.write_batch(conn, id, batch).await?;
-        let (approval, wake) = to.apply(&mut run, now_ms());
+        let signal = match &to {
+            Transition::Suspend { signal: Some(wait), .. } => Some(self.signal_came_in(conn, id, wait).await?),
+            _ => None,
+        };
+        let (approval, mut wake) = to.apply(&mut run, now_ms());
         let leave: &[Arg<'_>] = &[
             id.into(),
             run.status.as_str().into(),
@@ -153,8 +157,13 @@ impl<D: Dialect> SqlStore<D> {
             (&run.resume_key).into(),
             run.updated_ms.into(),
             run.wake_ms.into(),
+            (&run.signal_wait).into(),
         ];
         self.execute(conn, sql::LEAVE_RUNNING, leave).await?;
+        if let (Some(true), Some(wake)) = (signal, wake.as_mut()) {
+            // What it waits for came before it suspended: it wakes at once.
+            wake.not_before_ms = run.updated_ms;
+        }
         if let Some(wake) = wake {
             self.sleep_in(conn, wake).await?;
         }
@@ -221,13 +230,14 @@ impl<D: Dialect> SqlStore<D> {
             self.execute(conn, sql::CLAIM_RESUME, claim).await?;
             let data = crate::runs::resumed_event(how, run.wake_ms).to_string();
             self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), (&data).into(), now.into()]).await?;
-            if run.wake_ms.is_some() && !matches!(how, Claim::Wake { .. }) {
+            if (run.wake_ms.is_some() || run.signal_wait.is_some()) && !matches!(how, Claim::Wake { .. }) {
                 self.end_wakes_in(conn, id, "the run was resumed before its timer was due", now).await?;
             }
             run.resume_input = resume_input;
             run.suspend_reason = None;
             run.error = None;
             run.wake_ms = None;
+            run.signal_wait = None;
         } else {
             self.execute(conn, sql::CLAIM, &claim[..4]).await?;
         }
@@ -302,7 +312,7 @@ impl<D: Dialect> SqlStore<D> {
         let checked = !D::LOCKS_ROWS && run.session.is_some();
         let statement = if checked { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
         let grant = run.grant.to_string();
-        let args: [Arg<'_>; 20] = [
+        let args: [Arg<'_>; 21] = [
             (&run.id).into(),
             (&run.agent).into(),
             (&run.kind).into(),
@@ -323,6 +333,7 @@ impl<D: Dialect> SqlStore<D> {
             (&run.session).into(),
             (&run.tenant).into(),
             run.wake_ms.into(),
+            (&run.signal_wait).into(),
         ];
         let inserted = match super::run::<D>(conn, statement, &args).await {
             Ok(rows) => rows,
@@ -385,7 +396,7 @@ impl<D: Dialect> SqlStore<D> {
         run.lease = None;
         run.updated_ms = now_ms();
         self.execute(conn, sql::CANCEL, &[id.into(), reason.into(), run.updated_ms.into()]).await?;
-        if run.wake_ms.take().is_some() {
+        if run.wake_ms.take().is_some() | run.signal_wait.take().is_some() {
             self.end_wakes_in(conn, id, "the run was cancelled", run.updated_ms).await?;
         }
         self.execute(conn, sql::DELETE_APPROVAL, &[id.into()]).await?;
@@ -528,6 +539,16 @@ impl<D: Dialect> Runs for SqlStore<D> {
         let mut tx = self.db.begin().await?;
         let result = self.cancel_in(&mut tx, id, reason).await;
         self.db.end(tx, result).await
+    }
+
+    async fn send_signal(&self, id: &str, name: &str, data: &str) -> StoreResult<Signal> {
+        let mut tx = self.db.begin().await?;
+        let result = self.send_signal_in(&mut tx, id, name, data).await;
+        self.db.end(tx, result).await
+    }
+
+    async fn next_signal(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>> {
+        self.next_signal_of(id, name, after).await
     }
 
     async fn journal(&self, id: &str) -> StoreResult<Vec<Entry>> {

@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use crate::{
-    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, StoreResult, StoredEvent,
-    Transition,
+    Approval, Batch, Claim, Decision, Entry, Lease, NewRun, PendingCall, Run, RunStatus, Signal, StoreResult,
+    StoredEvent, Transition,
 };
 
 /// Runs: their records and leases, their journal of host calls, events,
@@ -38,6 +38,20 @@ pub trait Runs: Send + Sync {
 
     /// One run.
     async fn run(&self, id: &str) -> StoreResult<Option<Run>>;
+
+    /// Sends run `id` the signal `name` with `data` (JSON text), kept until
+    /// a `wait-signal` of the run takes it. If the run is suspended waiting
+    /// for `name`, its wake is due now, in the same transaction. Refused
+    /// for a finished run and past [`MAX_SIGNALS_PER_RUN`](crate::MAX_SIGNALS_PER_RUN)
+    /// ([`StoreError::Conflict`](crate::StoreError::Conflict)), for a name or data
+    /// [`check_name_and_data`](crate::check_name_and_data) refuses
+    /// ([`StoreError::Invalid`](crate::StoreError::Invalid)), and for a run that is not there
+    /// ([`StoreError::NoRun`](crate::StoreError::NoRun)); then nothing is written.
+    async fn send_signal(&self, id: &str, name: &str, data: &str) -> StoreResult<Signal>;
+
+    /// The first signal of `name` sent to run `id` after the one with id
+    /// `after`, if any.
+    async fn next_signal(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>>;
 
     /// Runs, newest first (by `created_ms`, then by id), optionally of one
     /// status, at most `limit`.

@@ -191,6 +191,10 @@ fn run_state_inner(run: &Run, approval: Option<&Approval>, csrf: &str) -> String
     }
     match approval {
         Some(a) => out.push_str(&approval_card(run, a, csrf, None)),
+        None if run.status == RunStatus::Suspended && run.signal_wait.is_some() => out.push_str(
+            "<p class=\"muted\">The run waits for a signal; send it over the API \
+             (<code>POST /v1/runs/{id}/signals/{name}</code>), and it resumes by itself.</p>",
+        ),
         None if run.status == RunStatus::Suspended => out.push_str(
             "<p class=\"muted\">The agent suspended itself; resume it over the API \
              (<code>POST /v1/runs/{id}/resume</code>).</p>",
@@ -371,6 +375,7 @@ mod tests {
             status: RunStatus::Suspended,
             suspend_reason: Some(evil.into()),
             wake_ms: None,
+            signal_wait: None,
             resume_key: None,
             resume_input: None,
             result: Some(evil.into()),

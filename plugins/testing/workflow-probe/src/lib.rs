@@ -7,6 +7,8 @@
 //! - `all NAME=prompt:TEXT,NAME=read:PATH`: `checkpoint_all`
 //! - `suspend REASON`: suspends; the line is the resume input
 //! - `sleep MS`: a durable timer
+//! - `signal NAME [TIMEOUT_MS]`: waits for a signal; the line is its data,
+//!   or `none`
 //! - `branch PATH`: reads PATH through the preopen (not journaled); `a`
 //!   prompts, anything else calls `read` on it
 //! - `suspend-in-checkpoint`, `reserved NAME`, `time`, `random`
@@ -61,6 +63,22 @@ fn op(line: &str) -> Result<String, String> {
             let ms: u64 = rest.trim().parse().map_err(|_| format!("sleep wants milliseconds, not `{rest}`"))?;
             durable::sleep(std::time::Duration::from_millis(ms))
                 .map(|()| format!("slept {ms}"))
+                .map_err(|e| format!("{e:?}"))
+        }
+        "signal" => {
+            // `signal NAME [TIMEOUT_MS]`
+            let (signal, timeout) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+            let timeout = match timeout.trim() {
+                "" => None,
+                ms => Some(std::time::Duration::from_millis(
+                    ms.parse().map_err(|_| format!("signal wants a timeout in milliseconds, not `{ms}`"))?,
+                )),
+            };
+            durable::wait_signal(signal, timeout)
+                .map(|got| match got {
+                    Some(data) => format!("signal {signal}: {data}"),
+                    None => format!("signal {signal}: none"),
+                })
                 .map_err(|e| format!("{e:?}"))
         }
         "branch" => {

@@ -1,0 +1,47 @@
+//! Signals in SQL: sent in one transaction with the run's row (locked on
+//! PostgreSQL) and its wake, read by id.
+
+use super::{Dialect, SqlStore};
+use crate::rows::{self, Columns as _};
+use crate::signals::{check_signal, waits_for};
+use crate::{Signal, SignalWait, StoreResult, now_ms, sql};
+
+impl<D: Dialect> SqlStore<D> {
+    /// [`crate::Runs::send_signal`] in `conn`'s transaction.
+    pub(super) async fn send_signal_in(
+        &self,
+        conn: &mut D::Conn,
+        id: &str,
+        name: &str,
+        data: &str,
+    ) -> StoreResult<Signal> {
+        // The run's lock orders this send with the pass that suspends it:
+        // either the suspension sees the signal, or this sees the wait.
+        let run = self.run_to_write(conn, id).await?;
+        let sent = self.one(conn, sql::COUNT_SIGNALS, &[id.into()]).await?;
+        let sent = sent.int_at(0).map_err(|e| self.error(&e))?;
+        check_signal(&run, name, data, sent)?;
+        let at = now_ms();
+        let row = self.one(conn, sql::INSERT_SIGNAL, &[id.into(), name.into(), data.into(), at.into()]).await?;
+        let signal_id = row.int_at(0).map_err(|e| self.error(&e))?;
+        let event = serde_json::json!({ "name": name, "signal": signal_id }).to_string();
+        self.execute(conn, sql::APPEND_EVENT, &[id.into(), "signal".into(), (&event).into(), at.into()]).await?;
+        if waits_for(&run, name) {
+            self.execute(conn, sql::WAKE_NOW, &[id.into(), at.into()]).await?;
+        }
+        Ok(Signal { id: signal_id, run: id.to_string(), name: name.to_string(), data: data.to_string(), sent_ms: at })
+    }
+
+    /// Whether a signal `wait` waits for was sent already: then its wake is
+    /// due now rather than at its timeout.
+    pub(super) async fn signal_came_in(&self, conn: &mut D::Conn, id: &str, wait: &SignalWait) -> StoreResult<bool> {
+        let args = &[id.into(), (&wait.name).into(), wait.after.into()];
+        Ok(self.optional(conn, sql::NEXT_SIGNAL, args).await?.is_some())
+    }
+
+    /// [`crate::Runs::next_signal`].
+    pub(super) async fn next_signal_of(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>> {
+        let row = self.read_optional(sql::NEXT_SIGNAL, &[id.into(), name.into(), after.into()]).await?;
+        row.map(|row| self.decode(|errors| rows::signal(&row, errors))).transpose()
+    }
+}
