@@ -109,7 +109,7 @@ const CRATES: &[Layers] = &[
             &["writer", "sql", "rows", "latency"],
             &["traits"],
             &["anchor"],
-            &["transition"],
+            &["transition", "schedules"],
             &["jobs", "sessions", "signals", "tenants"],
             &["refusal"],
             &["location", "batch"],

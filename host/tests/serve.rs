@@ -53,6 +53,9 @@ fn routes(run: &str, plugin: &str) -> Vec<(reqwest::Method, String, Option<Value
         (Method::POST, format!("/v1/runs/{run}/resume"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/cancel"), Some(json!({}))),
         (Method::POST, format!("/v1/runs/{run}/signals/go"), Some(json!({}))),
+        (Method::GET, "/v1/schedules/snothing".into(), None),
+        (Method::DELETE, "/v1/schedules/snothing".into(), None),
+        (Method::POST, "/v1/schedules/snothing/pause".into(), Some(json!({}))),
         (Method::GET, "/v1/sessions".into(), None),
         (Method::POST, "/v1/sessions/prompt".into(), Some(json!({"plugin": plugin, "instance": "x", "input": "x"}))),
         (Method::GET, "/v1/sessions/snothing".into(), None),
@@ -735,6 +738,65 @@ async fn a_tenant_signals_its_waiting_run_over_the_api() {
     let (status, answer) = scene.post(&url, &key, json!(2)).await;
     assert_eq!(status, StatusCode::CONFLICT, "a finished run takes no signal: {answer}");
     assert_eq!(scene.audit(&node, &key, "run.signalled").await.len(), 1, "only what was sent is audited");
+}
+
+/// A tenant schedules a run over the API: each occurrence (every second
+/// here) starts one run of its own, audited; a request beyond its policy or
+/// with a bad expression is refused; another tenant sees nothing of it; a
+/// paused schedule starts nothing; a deleted one is gone, its runs stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_schedules_runs_over_the_api() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("una", Some(json!({"models": ["test"]})));
+    let other = scene.tenant("vic", None);
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let url = node.url("/v1/schedules");
+    let request = |cron: &str, run: Value| json!({"cron": cron, "timezone": "Europe/Paris", "run": run});
+    let run = json!({"plugin": plugin["id"], "input": "time"});
+
+    let (status, refused) = scene.post(&url, &key, request("every second", run.clone())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("five fields"), "{refused}");
+    let wider = json!({"plugin": plugin["id"], "input": "time", "allow": ["shell"]});
+    let (status, refused) = scene.post(&url, &key, request("* * * * * *", wider)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a schedule is within the policy: {refused}");
+
+    let (status, schedule) = scene.post(&url, &key, request("* * * * * *", run)).await;
+    assert_eq!(status, StatusCode::CREATED, "{schedule}");
+    assert_eq!((&schedule["timezone"], &schedule["missed"]), (&json!("Europe/Paris"), &json!("skip")));
+    let id = schedule["id"].as_str().unwrap().to_string();
+    let one = node.url(&format!("/v1/schedules/{id}"));
+    assert_eq!(scene.get(&one, &other).await.0, StatusCode::NOT_FOUND, "another tenant's schedule");
+    assert_eq!(scene.get(&url, &other).await.1["schedules"], json!([]));
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let started = loop {
+        let (_, shown) = scene.get(&one, &key).await;
+        if shown["started"].as_i64().unwrap_or(0) >= 2 || Instant::now() > deadline {
+            break shown;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(started["started"].as_i64().unwrap_or(0) >= 2, "{started}\n{}", node.log());
+    let last = started["last_run"].as_str().unwrap().to_string();
+    let (status, ran) = scene.get(&node.url(&format!("/v1/runs/{last}")), &key).await;
+    assert_eq!(status, StatusCode::OK, "the scheduled run is the tenant's: {ran}");
+    assert!(!scene.audit(&node, &key, "schedule.added").await.is_empty());
+    assert!(scene.audit(&node, &key, "run.started").await.iter().any(|e| e["schedule"] == json!(id)));
+
+    let (status, paused) = scene.post(&node.url(&format!("/v1/schedules/{id}/pause")), &key, json!({})).await;
+    assert_eq!((status, &paused["paused"]), (StatusCode::OK, &json!(true)), "{paused}");
+    let count = scene.get(&one, &key).await.1["started"].clone();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(scene.get(&one, &key).await.1["started"], count, "a paused schedule starts nothing");
+
+    let resp = scene.http.delete(&one).bearer_auth(&other).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let resp = scene.http.delete(&one).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(scene.get(&one, &key).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(scene.get(&node.url(&format!("/v1/runs/{last}")), &key).await.0, StatusCode::OK, "its runs stay");
 }
 
 /// A run's event stream says a model turn has started while the model

@@ -67,10 +67,23 @@ impl Scene {
 
     /// `nexo run … --later` of the test agent against `base_url`.
     fn queue(&self, base_url: &str, input: &str, extra: &[&str]) -> String {
+        let mut args = vec!["--later"];
+        args.extend_from_slice(extra);
+        self.record(&["run"], base_url, input, &args)
+    }
+
+    /// `nexo schedule add CRON …` of the test agent against `base_url`.
+    fn schedule(&self, cron: &str, base_url: &str, input: &str) -> String {
+        self.record(&["schedule", "add", cron], base_url, input, &[])
+    }
+
+    /// `COMMAND… AGENT INPUT` of the test agent against `base_url`, with
+    /// `extra`: what it printed.
+    fn record(&self, command: &[&str], base_url: &str, input: &str, extra: &[&str]) -> String {
         let agent = self.path("agent.toml").display().to_string();
         let ws = self.path("ws").display().to_string();
-        let mut args = vec![
-            "run",
+        let mut args = command.to_vec();
+        args.extend_from_slice(&[
             &agent,
             input,
             "--provider",
@@ -83,8 +96,7 @@ impl Scene {
             "local",
             "--cwd",
             &ws,
-            "--later",
-        ];
+        ]);
         args.extend_from_slice(extra);
         let o = self.nexo(&args);
         assert!(o.status.success(), "{}", stderr(&o));
@@ -345,6 +357,55 @@ async fn three_workers_over_one_postgres_run_300_jobs_each_exactly_once() {
     let took: Vec<usize> = logs.iter().map(|l| l.lines().filter(|l| l.ends_with("is done")).count()).collect();
     assert_eq!(took.iter().sum::<usize>(), 300, "{took:?}");
     assert!(took.iter().all(|n| *n > 0), "all three workers took jobs: {took:?}");
+}
+
+/// A schedule firing every second, with three workers over one PostgreSQL
+/// and one of them killed midway, starts exactly one run for each
+/// occurrence: at least 30 of them, none twice, none skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_over_three_workers_one_killed_starts_one_run_per_occurrence() {
+    let Some(url) = postgres_database("a_schedule_over_three_workers").await else { return };
+    let model = CountingModel::start(Duration::from_millis(5)).await;
+    let scene = Scene::new(Some(url.clone()));
+    let id = scene.schedule("* * * * * *", &model.base_url, "tick");
+    let store = nexo_store::open(&nexo_store::Location::Postgres(url.clone())).await.unwrap();
+    let mut workers: Vec<KillOnDrop> = (0..3).map(|_| KillOnDrop(scene.worker(&[]).spawn().unwrap())).collect();
+    let started = |n: i64| {
+        let store = store.clone();
+        let id = id.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let s = store.schedule(&id).await.unwrap().unwrap();
+                if s.started >= n || Instant::now() > deadline {
+                    return s.started;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(started(12).await >= 12, "the schedule never got going");
+    // `kill -9`, whatever it was doing (a tick among them).
+    drop(workers.remove(0));
+    assert!(started(32).await >= 32, "the schedule stopped after a worker died");
+    let o = scene.nexo(&["schedule", "pause", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let schedule = store.schedule(&id).await.unwrap().unwrap();
+
+    let jobs = store.jobs(None, 10_000).await.unwrap();
+    let mut occurrences: Vec<i64> = jobs
+        .iter()
+        .filter(|j| j.payload["schedule"] == json!(id))
+        .map(|j| j.payload["occurrence"].as_i64().unwrap())
+        .collect();
+    occurrences.sort_unstable();
+    assert_eq!(occurrences.len() as i64, schedule.started, "one run per occurrence fired");
+    let first = occurrences[0];
+    let expected: Vec<i64> = (0..occurrences.len() as i64).map(|n| first + n * 1000).collect();
+    assert_eq!(occurrences, expected, "each second once: none twice, none skipped");
+    assert_eq!(schedule.skipped, 0);
+    let runs = store.runs(None, 10_000).await.unwrap();
+    assert_eq!(runs.len(), occurrences.len(), "no other run was started");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,9 @@ pub enum StoreError {
     /// No such tenant.
     #[error("there is no tenant `{0}` in this store (`nexo tenant list` shows the tenants there are)")]
     NoTenant(String),
+    /// No such schedule.
+    #[error("there is no schedule `{0}` in this store (`nexo schedule list` shows the schedules there are)")]
+    NoSchedule(String),
     /// No such API key.
     #[error("there is no API key `{0}` in this store (give the key's id, which starts with `k`, not the key itself)")]
     NoKey(String),

@@ -71,6 +71,7 @@ mod refusal;
 mod relational;
 mod rows;
 mod runs;
+mod schedules;
 mod sessions;
 mod signals;
 mod sql;
@@ -92,7 +93,8 @@ pub use location::Location;
 pub use memory::MemoryStore;
 pub use postgres::{PgDatabase, PgStore};
 pub use relational::SqlStore;
-pub use runs::{Claim, Lease, NewRun, Run, RunStatus, new_run_id};
+pub use runs::{Claim, Lease, NewRun, Run, RunStatus, new_run_id, wake_token};
+pub use schedules::{Firing, Missed, NewSchedule, RunTemplate, Schedule, new_schedule_id};
 pub use sessions::{Session, new_session_id};
 pub use signals::{
     MAX_SIGNAL_DATA_BYTES, MAX_SIGNAL_NAME_BYTES, MAX_SIGNALS_PER_RUN, NEVER_MS, Signal, SignalWait,
@@ -105,7 +107,7 @@ pub use tenants::{
     StoredPlugin, Tenant, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, is_sha256_hex, new_key_id, new_tenant_id,
     sha256_hex, usage_period, verify_audit,
 };
-pub use traits::{Backend, Jobs, Ledger, Plugins, Runs, Sessions, SignIns, Store, Tenants};
+pub use traits::{Backend, FireOutcome, Jobs, Ledger, Plugins, Runs, Schedules, Sessions, SignIns, Store, Tenants};
 pub use transition::Transition;
 pub use writer::WriteCounts;
 

@@ -18,10 +18,11 @@ use crate::sessions::{
 use crate::signals::{check_signal, waits_for};
 use crate::tenants::{check_new_key, check_new_plugin, next_audit_entry};
 use crate::{
-    ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, Job, JobLease, JobStatus, Jobs, Lease,
-    Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PluginAcceptance, Plugins, Retry, Run,
-    RunStatus, RunUsage, Runs, Session, Sessions, SignIn, SignIns, Signal, StoreError, StoreResult, StoredEvent,
-    StoredPlugin, Tenant, Tenants, ThreadAppend, Transition, Usage, Waiting, new_session_id, now_ms, usage_period,
+    ApiKey, Approval, AuditEntry, Backend, Batch, Claim, Decision, Entry, FireOutcome, Firing, Job, JobLease,
+    JobStatus, Jobs, Lease, Ledger, NewApiKey, NewJob, NewPlugin, NewRun, NewSchedule, NewTenant, PendingCall,
+    PluginAcceptance, Plugins, Retry, Run, RunStatus, RunUsage, Runs, Schedule, Schedules, Session, Sessions, SignIn,
+    SignIns, Signal, StoreError, StoreResult, StoredEvent, StoredPlugin, Tenant, Tenants, ThreadAppend, Transition,
+    Usage, Waiting, new_session_id, now_ms, usage_period,
 };
 
 /// A store that lives only as long as the process.
@@ -39,6 +40,8 @@ struct Inner {
     /// Per run, by name (the order `checkpoints` returns).
     checkpoints: BTreeMap<String, BTreeMap<String, Value>>,
     approvals: BTreeMap<String, Approval>,
+    /// By id.
+    schedules: BTreeMap<String, Schedule>,
     /// In the order sent, across runs.
     signals: Vec<Signal>,
     jobs: BTreeMap<String, Job>,
@@ -182,6 +185,24 @@ impl Inner {
     }
 
     /// Succeeds if tenant `id` is there.
+    fn enqueue(&mut self, new: NewJob) -> StoreResult<Job> {
+        if let Some(reason) = check_new_job(&new) {
+            return Err(StoreError::Conflict(reason));
+        }
+        if !self.runs.contains_key(&new.run) {
+            return Err(StoreError::NoRun(new.run));
+        }
+        if self.jobs.contains_key(&new.id) {
+            return Err(StoreError::Conflict(job_exists(&new.id)));
+        }
+        let tenant = self.runs.get(&new.run).and_then(|r| r.tenant.clone());
+        let own = self.jobs.values().filter(|j| j.tenant == tenant).map(|j| j.turn).max();
+        let claimed = self.jobs.values().filter(|j| j.status != JobStatus::Queued).map(|j| j.turn).max();
+        let job = new.into_job(tenant, crate::next_turn(own, claimed));
+        self.jobs.insert(job.id.clone(), job.clone());
+        Ok(job)
+    }
+
     fn check_tenant(&self, id: &str) -> StoreResult<()> {
         if !self.tenants.contains_key(id) {
             return Err(StoreError::NoTenant(id.to_string()));
@@ -380,7 +401,8 @@ impl Runs for MemoryStore {
         }
         let run = inner.run_mut(id)?;
         let slept = run.wake_ms.take();
-        let waited = run.signal_wait.take();
+        let waited = run.wake_job.take();
+        run.signal_wait = None;
         run.status = RunStatus::Running;
         run.lease = Some(lease);
         run.updated_ms = now;
@@ -439,7 +461,8 @@ impl Runs for MemoryStore {
         run.lease = None;
         run.updated_ms = now_ms();
         let slept = run.wake_ms.take();
-        let waited = run.signal_wait.take();
+        let waited = run.wake_job.take();
+        run.signal_wait = None;
         let run = run.clone();
         if slept.is_some() || waited.is_some() {
             inner.end_wakes(id, "the run was cancelled", run.updated_ms);
@@ -561,22 +584,7 @@ impl Runs for MemoryStore {
 #[async_trait::async_trait]
 impl Jobs for MemoryStore {
     async fn enqueue(&self, new: NewJob) -> StoreResult<Job> {
-        if let Some(reason) = check_new_job(&new) {
-            return Err(StoreError::Conflict(reason));
-        }
-        let mut inner = self.lock();
-        if !inner.runs.contains_key(&new.run) {
-            return Err(StoreError::NoRun(new.run));
-        }
-        if inner.jobs.contains_key(&new.id) {
-            return Err(StoreError::Conflict(job_exists(&new.id)));
-        }
-        let tenant = inner.runs.get(&new.run).and_then(|r| r.tenant.clone());
-        let own = inner.jobs.values().filter(|j| j.tenant == tenant).map(|j| j.turn).max();
-        let claimed = inner.jobs.values().filter(|j| j.status != JobStatus::Queued).map(|j| j.turn).max();
-        let job = new.into_job(tenant, crate::next_turn(own, claimed));
-        inner.jobs.insert(job.id.clone(), job.clone());
-        Ok(job)
+        self.lock().enqueue(new)
     }
 
     async fn claim_job_unless(
@@ -1114,5 +1122,117 @@ impl SignIns for MemoryStore {
     async fn end_sign_in(&self, id_hash: &str) -> StoreResult<()> {
         self.lock().sign_ins.remove(id_hash);
         Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Schedules for MemoryStore {
+    async fn add_schedule(&self, new: NewSchedule) -> StoreResult<Schedule> {
+        let mut inner = self.lock();
+        if inner.schedules.contains_key(&new.id) {
+            return Err(StoreError::Conflict(format!("a schedule `{}` exists already", new.id)));
+        }
+        if let Some(tenant) = &new.tenant {
+            inner.check_tenant(tenant)?;
+        }
+        let schedule = Schedule {
+            id: new.id,
+            tenant: new.tenant,
+            cron: new.cron,
+            timezone: new.timezone,
+            missed: new.missed,
+            paused: false,
+            next_ms: new.next_ms,
+            template: new.template,
+            created_ms: new.created_ms,
+            updated_ms: new.created_ms,
+            started: 0,
+            skipped: 0,
+            last_run: None,
+            note: None,
+        };
+        inner.schedules.insert(schedule.id.clone(), schedule.clone());
+        Ok(schedule)
+    }
+
+    async fn schedule(&self, id: &str) -> StoreResult<Option<Schedule>> {
+        Ok(self.lock().schedules.get(id).cloned())
+    }
+
+    async fn schedules(&self, tenant: Option<&str>, limit: usize) -> StoreResult<Vec<Schedule>> {
+        let inner = self.lock();
+        let mut all: Vec<Schedule> =
+            inner.schedules.values().filter(|s| tenant.is_none() || s.tenant.as_deref() == tenant).cloned().collect();
+        all.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    async fn set_schedule_paused(&self, id: &str, paused: bool, next_ms: i64) -> StoreResult<Schedule> {
+        let mut inner = self.lock();
+        let schedule = inner.schedules.get_mut(id).ok_or_else(|| StoreError::NoSchedule(id.to_string()))?;
+        schedule.paused = paused;
+        if !paused {
+            schedule.next_ms = next_ms;
+        }
+        schedule.updated_ms = now_ms();
+        Ok(schedule.clone())
+    }
+
+    async fn delete_schedule(&self, id: &str) -> StoreResult<()> {
+        self.lock().schedules.remove(id).map(|_| ()).ok_or_else(|| StoreError::NoSchedule(id.to_string()))
+    }
+
+    async fn due_schedules(&self, now: i64, limit: usize) -> StoreResult<Vec<Schedule>> {
+        let inner = self.lock();
+        let mut due: Vec<Schedule> =
+            inner.schedules.values().filter(|s| !s.paused && s.next_ms <= now).cloned().collect();
+        due.sort_by(|a, b| (a.next_ms, &a.id).cmp(&(b.next_ms, &b.id)));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn next_schedule_ms(&self) -> StoreResult<Option<i64>> {
+        Ok(self.lock().schedules.values().filter(|s| !s.paused).map(|s| s.next_ms).min())
+    }
+
+    async fn fire_schedule(&self, id: &str, firing: Firing) -> StoreResult<FireOutcome> {
+        let mut inner = self.lock();
+        match inner.schedules.get(id) {
+            Some(s) if !s.paused && s.next_ms == firing.due_ms => {}
+            _ => return Ok(FireOutcome::Passed),
+        }
+        // Checked before anything changes: a refused run refuses the firing.
+        let run = match firing.run {
+            Some((new, start)) => {
+                if let Some(tenant) = &new.tenant {
+                    inner.check_tenant(tenant)?;
+                }
+                if inner.runs.contains_key(&new.id) {
+                    return Err(StoreError::Conflict(run_exists(&new.id)));
+                }
+                if let Some(reason) = check_new_job(&start) {
+                    return Err(StoreError::Conflict(reason));
+                }
+                if inner.jobs.contains_key(&start.id) {
+                    return Err(StoreError::Conflict(job_exists(&start.id)));
+                }
+                let run = new.into_run();
+                inner.runs.insert(run.id.clone(), run.clone());
+                inner.enqueue(start)?;
+                Some(run)
+            }
+            None => None,
+        };
+        let schedule = inner.schedules.get_mut(id).ok_or_else(|| StoreError::NoSchedule(id.to_string()))?;
+        schedule.next_ms = firing.next_ms;
+        schedule.started += i64::from(run.is_some());
+        schedule.skipped += firing.skipped;
+        if let Some(run) = &run {
+            schedule.last_run = Some(run.id.clone());
+        }
+        schedule.note = Some(firing.note);
+        schedule.updated_ms = now_ms();
+        Ok(FireOutcome::Fired(run.map(Box::new)))
     }
 }

@@ -6,8 +6,9 @@
 use serde_json::Value;
 
 use crate::{
-    ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, PluginAcceptance, Run,
-    RunStatus, RunUsage, Session, SignIn, Signal, StoreError, StoredEvent, StoredPlugin, Tenant, Usage,
+    ApiKey, Approval, AuditEntry, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease, Missed, PluginAcceptance,
+    Run, RunStatus, RunTemplate, RunUsage, Schedule, Session, SignIn, Signal, StoreError, StoredEvent, StoredPlugin,
+    Tenant, Usage,
 };
 
 /// How a backend reports a failed read ([`StoreError::Backend`] with its
@@ -176,6 +177,39 @@ pub(crate) fn run(row: &impl Columns, errors: &Errors<'_>) -> Result<Run, StoreE
         tenant: column(row, "tenant", errors)?,
         wake_ms: column(row, "wake_ms", errors)?,
         signal_wait: column(row, "signal_wait", errors)?,
+        wake_job: column(row, "wake_job", errors)?,
+        id,
+    })
+}
+
+/// A schedule, from [`crate::sql::SELECT_SCHEDULE`]'s columns.
+pub(crate) fn schedule(row: &impl Columns, errors: &Errors<'_>) -> Result<Schedule, StoreError> {
+    let id: String = column(row, "id", errors)?;
+    let missed: String = column(row, "missed", errors)?;
+    let grant: String = column(row, "grant_json", errors)?;
+    let paused: i64 = column(row, "paused", errors)?;
+    Ok(Schedule {
+        tenant: column(row, "tenant", errors)?,
+        cron: column(row, "cron", errors)?,
+        timezone: column(row, "timezone", errors)?,
+        missed: Missed::parse(&missed)
+            .ok_or_else(|| (errors.corrupt)(format!("schedule `{id}` has the unknown missed policy `{missed}`")))?,
+        paused: paused != 0,
+        next_ms: column(row, "next_ms", errors)?,
+        template: RunTemplate {
+            agent: column(row, "agent", errors)?,
+            kind: column(row, "kind", errors)?,
+            source: column(row, "source", errors)?,
+            component_sha256: column(row, "component_sha256", errors)?,
+            input: column(row, "input", errors)?,
+            grant: json(&grant, &format!("schedule `{id}`'s grant"), errors)?,
+        },
+        created_ms: column(row, "created_ms", errors)?,
+        updated_ms: column(row, "updated_ms", errors)?,
+        started: column(row, "started", errors)?,
+        skipped: column(row, "skipped", errors)?,
+        last_run: column(row, "last_run", errors)?,
+        note: column(row, "note", errors)?,
         id,
     })
 }

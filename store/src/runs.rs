@@ -123,6 +123,7 @@ impl NewRun {
             suspend_reason: None,
             wake_ms: None,
             signal_wait: None,
+            wake_job: None,
             resume_key: None,
             resume_input: None,
             result: None,
@@ -163,6 +164,9 @@ pub struct Run {
     /// The signal a run suspended by `wait-signal` waits for; `None`
     /// otherwise.
     pub signal_wait: Option<String>,
+    /// The job that wakes a suspended run (its timer's, or its wait's),
+    /// the one wake its claim is taken from; `None` otherwise.
+    pub wake_job: Option<String>,
     /// The key the guest passed to `suspend`, for the application resuming it.
     pub resume_key: Option<String>,
     /// The JSON given at the latest resume.
@@ -183,6 +187,16 @@ pub struct Run {
     /// The tenant that started it through `nexo serve`; `None` for a run
     /// of the CLI.
     pub tenant: Option<String>,
+}
+
+/// The token a wake job `id` claims its run with ([`crate::Claim::Wake`]):
+/// a hash of its id, which the run holds (`wake_job`) while that very
+/// wake is the one it waits on, so a stale wake (one the run has moved on
+/// from, even to another wait due at the same time) is refused.
+pub fn wake_token(id: &str) -> i64 {
+    // FNV-1a: stable across versions and processes, unlike std's hasher.
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
 /// From which states a claim may take a run.
@@ -206,6 +220,8 @@ pub enum Claim {
         /// The timer's due time, as the wake job holds it; `None` for a
         /// wait for a signal with no timeout.
         until_ms: Option<i64>,
+        /// The wake job's [`wake_token`](crate::wake_token).
+        token: i64,
     },
 }
 
@@ -220,10 +236,13 @@ impl Claim {
                 run.status == RunStatus::Running && run.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
             }
             Claim::Retry => run.status == RunStatus::Failed,
-            Claim::Wake { until_ms } => {
+            Claim::Wake { until_ms, token } => {
                 run.status == RunStatus::Suspended
-                    && run.wake_ms == until_ms
-                    && (until_ms.is_some() || run.signal_wait.is_some())
+                    && match &run.wake_job {
+                        Some(job) => wake_token(job) == token,
+                        // A timer's wake written before runs held their wake job.
+                        None => until_ms.is_some() && run.wake_ms == until_ms,
+                    }
             }
         }
     }
@@ -234,7 +253,7 @@ impl Claim {
 /// resume that came first says it was early.
 pub(crate) fn resumed_event(how: Claim, wake_ms: Option<i64>) -> Value {
     match (how, wake_ms) {
-        (Claim::Wake { until_ms }, _) => serde_json::json!({"woken": true, "wake_ms": until_ms}),
+        (Claim::Wake { until_ms, .. }, _) => serde_json::json!({"woken": true, "wake_ms": until_ms}),
         (_, Some(wake_ms)) => serde_json::json!({"early": true, "wake_ms": wake_ms}),
         _ => serde_json::json!({}),
     }

@@ -504,6 +504,35 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX signals_by_run ON signals (run, name, id)",
             // The signal a run suspended by `wait-signal` waits for.
             "ALTER TABLE runs ADD COLUMN signal_wait TEXT",
+            // The job that wakes a suspended run: a wake claims the run only
+            // while it is this one.
+            "ALTER TABLE runs ADD COLUMN wake_job TEXT",
+            // Run templates started at each occurrence of a cron expression;
+            // `next_ms` is the next occurrence, moved on by the one
+            // transaction that fires it.
+            "CREATE TABLE schedules (
+            id {KEY} NOT NULL PRIMARY KEY,
+            tenant {KEY} REFERENCES tenants (id),
+            cron TEXT NOT NULL,
+            timezone TEXT NOT NULL,
+            missed TEXT NOT NULL,
+            paused BIGINT NOT NULL,
+            next_ms BIGINT NOT NULL,
+            agent TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            component_sha256 TEXT NOT NULL,
+            input TEXT NOT NULL,
+            grant_json TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            updated_ms BIGINT NOT NULL,
+            started BIGINT NOT NULL,
+            skipped BIGINT NOT NULL,
+            last_run TEXT,
+            note TEXT
+        )",
+            "CREATE INDEX schedules_by_next ON schedules (next_ms) WHERE paused = 0",
+            "CREATE INDEX schedules_by_tenant ON schedules (tenant, created_ms)",
         ],
     },
 ];
@@ -519,17 +548,17 @@ macro_rules! run_columns {
     () => {
         "id, agent, kind, source, component_sha256, input, grant_json, status, suspend_reason, resume_key, \
          resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant, wake_ms, \
-         signal_wait"
+         signal_wait, wake_job"
     };
 }
 
-/// Records a new run; `$1…$21` are the run's columns in [`run_columns!`]
+/// Records a new run; `$1…$22` are the run's columns in [`run_columns!`]
 /// order. No row is written (0 rows affected) if the id is taken; a
 /// session or tenant that is not there fails the schema's foreign key.
 pub(crate) const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
      ON CONFLICT (id) DO NOTHING"
 );
 
@@ -613,9 +642,10 @@ pub(crate) const PUT_CHECKPOINT: &str =
 
 /// Moves a run out of `running`: `$1` id, `$2` status, `$3` result, `$4`
 /// error, `$5` suspend reason, `$6` resume key, `$7` when, `$8` when a
-/// timer wakes it, `$9` the signal it waits for. Clears the lease.
+/// timer wakes it, `$9` the signal it waits for, `$10` the job that wakes
+/// it. Clears the lease.
 pub(crate) const LEAVE_RUNNING: &str = "UPDATE runs SET status = $2, result = $3, error = $4, suspend_reason = $5, \
-     resume_key = $6, updated_ms = $7, wake_ms = $8, signal_wait = $9, lease_owner = NULL, lease_until_ms = NULL \
+     resume_key = $6, updated_ms = $7, wake_ms = $8, signal_wait = $9, wake_job = $10, lease_owner = NULL, lease_until_ms = NULL \
      WHERE id = $1";
 
 /// Records or replaces a run's pending approval: `$1` run, `$2` seq, `$3`
@@ -649,7 +679,7 @@ pub(crate) const CLAIM: &str = "UPDATE runs SET status = 'running', lease_owner 
 /// when, `$5` resume input. A timer it slept on is over.
 pub(crate) const CLAIM_RESUME: &str = "UPDATE runs SET status = 'running', lease_owner = $2, lease_until_ms = $3, \
      updated_ms = $4, resume_input = $5, suspend_reason = NULL, error = NULL, wake_ms = NULL, \
-     signal_wait = NULL WHERE id = $1";
+     signal_wait = NULL, wake_job = NULL WHERE id = $1";
 
 /// Extends the leases that owner `$1` still holds on running runs among
 /// `$3`, to `$2`, and answers their ids. SQLite: `$3` is a JSON array.
@@ -666,7 +696,8 @@ pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 /// Cancels a run: `$1` id, `$2` reason, `$3` when. Clears the lease and
 /// the timer.
 pub(crate) const CANCEL: &str = "UPDATE runs SET status = 'cancelled', error = $2, updated_ms = $3, \
-     lease_owner = NULL, lease_until_ms = NULL, wake_ms = NULL, signal_wait = NULL WHERE id = $1";
+     lease_owner = NULL, lease_until_ms = NULL, wake_ms = NULL, signal_wait = NULL, \
+     wake_job = NULL WHERE id = $1";
 
 /// Ends run `$1`'s timer wakes not yet taken (sleeping, or queued once
 /// due), `done` with `$2` as why, at `$3`: the run was resumed early or
@@ -720,6 +751,59 @@ pub(crate) const NEXT_SIGNAL: &str = "SELECT id, run, name, data, sent_ms FROM s
 /// Makes run `$1`'s sleeping wake due at `$2`: a signal it waits for came.
 pub(crate) const WAKE_NOW: &str =
     "UPDATE jobs SET not_before_ms = $2 WHERE run = $1 AND kind = 'wake' AND status = 'sleeping'";
+
+/// The columns of a schedule, in the order [`INSERT_SCHEDULE`] takes them.
+macro_rules! schedule_columns {
+    () => {
+        "id, tenant, cron, timezone, missed, paused, next_ms, agent, kind, source, component_sha256, input, \
+         grant_json, created_ms, updated_ms, started, skipped, last_run, note"
+    };
+}
+
+/// Records a schedule: `$1…$19` its columns in [`schedule_columns!`]
+/// order. No row if the id is taken.
+pub(crate) const INSERT_SCHEDULE: &str = concat!(
+    "INSERT INTO schedules (",
+    schedule_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+     ON CONFLICT (id) DO NOTHING"
+);
+
+/// One schedule: `$1` id.
+pub(crate) const SELECT_SCHEDULE: &str = concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE id = $1");
+
+/// Every schedule, oldest first: `$1` limit.
+pub(crate) const LIST_SCHEDULES: &str =
+    concat!("SELECT ", schedule_columns!(), " FROM schedules ORDER BY created_ms, id LIMIT $1");
+
+/// A tenant's schedules, oldest first: `$1` tenant, `$2` limit.
+pub(crate) const LIST_TENANT_SCHEDULES: &str =
+    concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE tenant = $1 ORDER BY created_ms, id LIMIT $2");
+
+/// Pauses (`$2` = 1) or resumes (0, next occurrence `$3`) a schedule, at
+/// `$4`: `$1` id.
+pub(crate) const SET_SCHEDULE_PAUSED: &str = "UPDATE schedules SET paused = $2, \
+     next_ms = CASE WHEN $2 = 0 THEN $3 ELSE next_ms END, updated_ms = $4 WHERE id = $1";
+
+/// Deletes a schedule: `$1` id.
+pub(crate) const DELETE_SCHEDULE: &str = "DELETE FROM schedules WHERE id = $1";
+
+/// Schedules due by `$1`, not paused, the earliest first: `$2` limit.
+pub(crate) const DUE_SCHEDULES: &str = concat!(
+    "SELECT ",
+    schedule_columns!(),
+    " FROM schedules WHERE paused = 0 AND next_ms <= $1 ORDER BY next_ms, id LIMIT $2"
+);
+
+/// When the next occurrence of a schedule not paused is due.
+pub(crate) const NEXT_SCHEDULE: &str = "SELECT MIN(next_ms) AS next FROM schedules WHERE paused = 0";
+
+/// Fires schedule `$1`'s occurrence `$2` if it still holds it: its next
+/// occurrence becomes `$3`, `$4` runs started, `$5` skipped, `$6` the run,
+/// `$7` the note, at `$8`.
+pub(crate) const FIRE_SCHEDULE: &str = "UPDATE schedules SET next_ms = $3, started = started + $4, \
+     skipped = skipped + $5, last_run = COALESCE($6, last_run), note = $7, updated_ms = $8 \
+     WHERE id = $1 AND next_ms = $2 AND paused = 0";
 
 /// When the next timer's wake is due (`NULL` with none).
 pub(crate) const NEXT_WAKE: &str = "SELECT MIN(not_before_ms) AS next FROM jobs WHERE status = 'sleeping'";
@@ -983,7 +1067,7 @@ pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
 pub(crate) const INSERT_SESSION_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22 \
      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE session = $18 AND status IN ",
     in_progress!(),
     ") ON CONFLICT (id) DO NOTHING"
@@ -1317,6 +1401,15 @@ mod tests {
             super::COUNT_SIGNALS,
             super::NEXT_SIGNAL,
             super::WAKE_NOW,
+            super::INSERT_SCHEDULE,
+            super::SELECT_SCHEDULE,
+            super::LIST_SCHEDULES,
+            super::LIST_TENANT_SCHEDULES,
+            super::SET_SCHEDULE_PAUSED,
+            super::DELETE_SCHEDULE,
+            super::DUE_SCHEDULES,
+            super::NEXT_SCHEDULE,
+            super::FIRE_SCHEDULE,
             super::OPEN_SESSION,
             super::ADVANCE_THREAD,
             super::PROMPT_IN_PROGRESS,

@@ -52,6 +52,7 @@ impl Transition {
         run.updated_ms = now_ms;
         run.wake_ms = None;
         run.signal_wait = None;
+        run.wake_job = None;
         match self {
             Transition::Finish { status, result, error } => {
                 run.status = status;
@@ -67,6 +68,7 @@ impl Transition {
                 run.resume_key = resume_key;
                 run.wake_ms = wake.as_ref().map(|w| w.not_before_ms).filter(|&at| at != NEVER_MS);
                 run.signal_wait = signal.map(|s| s.name);
+                run.wake_job = wake.as_ref().map(|w| w.id.clone());
                 (approval, wake.map(|w| *w))
             }
             Transition::Requeue { error } => {

@@ -12,7 +12,7 @@ use nexo_store::{
     AUDIT_GENESIS, ApiKey, Approval, Batch, Claim, Decision, Entry, Job, JobKind, JobLease, JobStatus, Lease,
     MemoryStore, NewApiKey, NewEvent, NewJob, NewPlugin, NewRun, NewTenant, PendingCall, PgStore, PluginAcceptance,
     Retry, RunStatus, RunUsage, Session, SignIn, SqliteStore, Store, StoreError, StoredPlugin, Tenant, ThreadAppend,
-    Transition, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, sha256_hex, verify_audit,
+    Transition, USAGE_PERIOD_MS, Usage, Waiting, audit_hash, sha256_hex, verify_audit, wake_token,
 };
 use serde_json::{Value, json};
 
@@ -99,6 +99,9 @@ suite!(
     a_signal_wakes_the_run_waiting_for_it_and_not_another,
     a_signal_sent_before_the_wait_is_kept_for_it,
     signals_are_refused_for_a_finished_run_and_past_their_limits,
+    a_schedule_is_added_listed_paused_and_deleted,
+    an_occurrence_fires_once_and_records_its_run_with_its_start,
+    concurrent_firings_of_one_occurrence_start_one_run,
     a_newer_suspension_replaces_the_approval,
     a_decision_binds_to_the_call_it_was_shown,
     a_retried_failure_is_queued_not_final,
@@ -523,7 +526,10 @@ async fn a_sleeping_run_is_woken_by_its_job_when_due(store: Arc<dyn Store>) {
     let (job, lease_of_job) = claim(&store, "worker", 5_000, 10_000).await;
     assert_eq!((job.id.as_str(), job.status, job.kind), ("w1", JobStatus::Running, JobKind::Wake));
     assert_eq!(store.next_wake_ms().await.unwrap(), None);
-    let run = store.claim("r1", Claim::Wake { until_ms: Some(10_000) }, lease(OTHER, FAR), None, 10_001).await.unwrap();
+    let run = store
+        .claim("r1", Claim::Wake { until_ms: Some(10_000), token: wake_token("w1") }, lease(OTHER, FAR), None, 10_001)
+        .await
+        .unwrap();
     assert_eq!((run.status, run.wake_ms, run.suspend_reason.as_deref()), (RunStatus::Running, None, None));
     assert_eq!(store.run("r1").await.unwrap().unwrap(), run);
     let events = store.events("r1", 0, 10).await.unwrap();
@@ -535,7 +541,15 @@ async fn a_sleeping_run_is_woken_by_its_job_when_due(store: Arc<dyn Store>) {
     // Woken once: the same timer's claim again is refused.
     store.transition("r1", OTHER, Batch::default(), suspend("input", None)).await.unwrap();
     conflict(
-        store.claim("r1", Claim::Wake { until_ms: Some(10_000) }, lease(OWNER, FAR), None, 10_003).await,
+        store
+            .claim(
+                "r1",
+                Claim::Wake { until_ms: Some(10_000), token: wake_token("w1") },
+                lease(OWNER, FAR),
+                None,
+                10_003,
+            )
+            .await,
         "run `r1` no longer sleeps on this timer",
     );
 }
@@ -562,7 +576,15 @@ async fn a_resume_or_a_cancel_before_the_timer_ends_its_wake(store: Arc<dyn Stor
     assert_eq!((wake.status, wake.error.as_deref()), (JobStatus::Done, Some("the run was cancelled")));
     assert_eq!(store.next_wake_ms().await.unwrap(), None);
     conflict(
-        store.claim("r1", Claim::Wake { until_ms: Some(80_000) }, lease(OWNER, FAR), None, 80_001).await,
+        store
+            .claim(
+                "r1",
+                Claim::Wake { until_ms: Some(80_000), token: wake_token("w2") },
+                lease(OWNER, FAR),
+                None,
+                80_001,
+            )
+            .await,
         "run `r1` is cancelled, no longer sleeping on this timer",
     );
 }
@@ -626,15 +648,29 @@ async fn a_signal_wakes_the_run_waiting_for_it_and_not_another(store: Arc<dyn St
 
     let (job, _) = claim(&store, "worker", 5_000, nexo_store::now_ms()).await;
     assert_eq!(job.id, "w1");
-    let run = store.claim("r1", Claim::Wake { until_ms: None }, lease(OTHER, FAR), None, 20_000).await.unwrap();
+    let run = store
+        .claim("r1", Claim::Wake { until_ms: None, token: wake_token("w1") }, lease(OTHER, FAR), None, 20_000)
+        .await
+        .unwrap();
     assert_eq!((run.status, run.signal_wait), (RunStatus::Running, None));
     let taken = store.next_signal("r1", "go", 0).await.unwrap().unwrap();
     assert_eq!((taken.id, taken.name.as_str(), taken.data.as_str()), (first.id, "go", r#"{"n":1}"#));
     assert_eq!(store.next_signal("r1", "go", first.id).await.unwrap().map(|s| s.data), Some("2".into()));
     assert_eq!(store.next_signal("r1", "go", second.id).await.unwrap(), None);
-    // A wait with no timeout is woken only while it still waits.
+    // A wait with no timeout is woken by its own wake only: after the run
+    // moved on to another such wait, the first's wake is refused.
+    let to = wait_for_signal("w2", "r1", "go", second.id, None);
+    store.transition("r1", OTHER, Batch::default(), to).await.unwrap();
+    let stale = Claim::Wake { until_ms: None, token: wake_token("w1") };
+    conflict(store.claim("r1", stale, lease(OWNER, FAR), None, 20_001).await, "no longer sleeps on this timer");
+    store
+        .claim("r1", Claim::Wake { until_ms: None, token: wake_token("w2") }, lease(OTHER, FAR), None, 20_002)
+        .await
+        .unwrap();
     conflict(
-        store.claim("r1", Claim::Wake { until_ms: None }, lease(OWNER, FAR), None, 20_001).await,
+        store
+            .claim("r1", Claim::Wake { until_ms: None, token: wake_token("w1") }, lease(OWNER, FAR), None, 20_001)
+            .await,
         "run `r1` is running, no longer sleeping on this timer",
     );
 }
@@ -651,7 +687,16 @@ async fn a_signal_sent_before_the_wait_is_kept_for_it(store: Arc<dyn Store>) {
     assert!(wake.not_before_ms <= nexo_store::now_ms(), "due at once: {wake:?}");
     let (job, _) = claim(&store, "worker", 5_000, nexo_store::now_ms()).await;
     assert_eq!(job.id, "w1");
-    store.claim("r1", Claim::Wake { until_ms: Some(90_000_000_000_000) }, lease(OTHER, FAR), None, 1).await.unwrap();
+    store
+        .claim(
+            "r1",
+            Claim::Wake { until_ms: Some(90_000_000_000_000), token: wake_token("w1") },
+            lease(OTHER, FAR),
+            None,
+            1,
+        )
+        .await
+        .unwrap();
 
     // Taken already (after its id), it wakes nothing.
     let to = wait_for_signal("w2", "r1", "go", sent.id, None);
@@ -688,6 +733,120 @@ async fn signals_are_refused_for_a_finished_run_and_past_their_limits(store: Arc
     store.transition("r2", OWNER, Batch::default(), done("ok")).await.unwrap();
     conflict(store.send_signal("r2", "go", "1").await, "run `r2` has finished (done)");
     assert_eq!(store.next_signal("r2", "go", 0).await.unwrap(), None, "nothing was written");
+}
+
+fn new_schedule(id: &str, tenant: Option<&str>, next_ms: i64, created_ms: i64) -> nexo_store::NewSchedule {
+    let run = new_run("template", RunStatus::Queued, 0);
+    nexo_store::NewSchedule {
+        id: id.into(),
+        tenant: tenant.map(str::to_string),
+        cron: "*/5 * * * *".into(),
+        timezone: "Europe/Paris".into(),
+        missed: nexo_store::Missed::RunOnce,
+        next_ms,
+        template: nexo_store::RunTemplate {
+            agent: run.agent,
+            kind: run.kind,
+            source: run.source,
+            component_sha256: run.component_sha256,
+            input: run.input,
+            grant: run.grant,
+        },
+        created_ms,
+    }
+}
+
+/// The run an occurrence of `schedule` at `due` starts, with its start job.
+fn firing(schedule: &str, run: &str, due: i64, next: i64, tenant: Option<&str>) -> nexo_store::Firing {
+    let new = NewRun { id: run.into(), tenant: tenant.map(str::to_string), ..new_run(run, RunStatus::Queued, due) };
+    let start = NewJob { run: run.into(), kind: JobKind::Start, ..new_job(&format!("j-{run}"), due, due) };
+    nexo_store::Firing {
+        due_ms: due,
+        next_ms: next,
+        run: Some((new, start)),
+        skipped: 0,
+        note: format!("{schedule} fired"),
+    }
+}
+
+async fn a_schedule_is_added_listed_paused_and_deleted(store: Arc<dyn Store>) {
+    tenant(&store, "t1", "acme").await;
+    let added = store.add_schedule(new_schedule("s1", Some("t1"), 60_000, 1_000)).await.unwrap();
+    assert_eq!((added.paused, added.next_ms, added.started, added.skipped), (false, 60_000, 0, 0));
+    assert_eq!(added.template.grant, new_run("x", RunStatus::Queued, 0).grant);
+    assert_eq!(store.schedule("s1").await.unwrap(), Some(added.clone()));
+    store.add_schedule(new_schedule("s2", None, 30_000, 2_000)).await.unwrap();
+    conflict(store.add_schedule(new_schedule("s2", None, 30_000, 2_000)).await, "exists already");
+    no_tenant(store.add_schedule(new_schedule("s3", Some("nobody"), 1, 1)).await, "nobody");
+    let ids = |v: Vec<nexo_store::Schedule>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.schedules(None, 10).await.unwrap()), ["s1", "s2"]);
+    assert_eq!(ids(store.schedules(Some("t1"), 10).await.unwrap()), ["s1"]);
+    assert_eq!(store.next_schedule_ms().await.unwrap(), Some(30_000));
+    assert_eq!(ids(store.due_schedules(60_000, 10).await.unwrap()), ["s2", "s1"], "the earliest first");
+
+    let paused = store.set_schedule_paused("s2", true, 0).await.unwrap();
+    assert!(paused.paused);
+    assert_eq!(store.next_schedule_ms().await.unwrap(), Some(60_000));
+    assert_eq!(ids(store.due_schedules(60_000, 10).await.unwrap()), ["s1"], "a paused schedule is never due");
+    let resumed = store.set_schedule_paused("s2", false, 90_000).await.unwrap();
+    assert_eq!((resumed.paused, resumed.next_ms), (false, 90_000));
+    store.delete_schedule("s2").await.unwrap();
+    assert!(matches!(store.delete_schedule("s2").await, Err(StoreError::NoSchedule(_))));
+    assert!(matches!(store.set_schedule_paused("s2", true, 0).await, Err(StoreError::NoSchedule(_))));
+    assert_eq!(store.schedule("s2").await.unwrap(), None);
+}
+
+/// Firing an occurrence moves the schedule on and records its run, queued
+/// with its start job, in one write; the same occurrence again, or one of
+/// a paused schedule, writes nothing; a firing that starts no run (missed,
+/// or refused) is counted as skipped.
+async fn an_occurrence_fires_once_and_records_its_run_with_its_start(store: Arc<dyn Store>) {
+    tenant(&store, "t1", "acme").await;
+    store.add_schedule(new_schedule("s1", Some("t1"), 60_000, 1_000)).await.unwrap();
+    let fired = store.fire_schedule("s1", firing("s1", "r1", 60_000, 120_000, Some("t1"))).await.unwrap();
+    let nexo_store::FireOutcome::Fired(Some(run)) = fired else { panic!("{fired:?}") };
+    assert_eq!((run.id.as_str(), run.status, run.tenant.as_deref()), ("r1", RunStatus::Queued, Some("t1")));
+    assert_eq!(store.job("j-r1").await.unwrap().map(|j| (j.kind, j.status)), Some((JobKind::Start, JobStatus::Queued)));
+    let s = store.schedule("s1").await.unwrap().unwrap();
+    assert_eq!(
+        (s.next_ms, s.started, s.last_run.as_deref(), s.note.as_deref()),
+        (120_000, 1, Some("r1"), Some("s1 fired"))
+    );
+
+    let again = store.fire_schedule("s1", firing("s1", "r2", 60_000, 120_000, Some("t1"))).await.unwrap();
+    assert_eq!(again, nexo_store::FireOutcome::Passed);
+    assert_eq!(store.run("r2").await.unwrap(), None, "nothing written");
+
+    let skip = nexo_store::Firing { due_ms: 120_000, next_ms: 600_000, run: None, skipped: 8, note: "missed".into() };
+    assert_eq!(store.fire_schedule("s1", skip).await.unwrap(), nexo_store::FireOutcome::Fired(None));
+    let s = store.schedule("s1").await.unwrap().unwrap();
+    assert_eq!((s.next_ms, s.started, s.skipped, s.last_run.as_deref()), (600_000, 1, 8, Some("r1")));
+
+    store.set_schedule_paused("s1", true, 0).await.unwrap();
+    let paused = store.fire_schedule("s1", firing("s1", "r3", 600_000, 660_000, Some("t1"))).await.unwrap();
+    assert_eq!(paused, nexo_store::FireOutcome::Passed);
+    assert_eq!(store.run("r3").await.unwrap(), None);
+    // A run the store refuses refuses the firing: the schedule stays on it.
+    store.set_schedule_paused("s1", false, 600_000).await.unwrap();
+    conflict(store.fire_schedule("s1", firing("s1", "r1", 600_000, 660_000, Some("t1"))).await, "r1");
+    assert_eq!(store.schedule("s1").await.unwrap().unwrap().next_ms, 600_000);
+}
+
+/// Many firings of one occurrence at once (many nodes' ticks) start one run.
+async fn concurrent_firings_of_one_occurrence_start_one_run(store: Arc<dyn Store>) {
+    store.add_schedule(new_schedule("s1", None, 60_000, 1_000)).await.unwrap();
+    let mut tries = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let store = store.clone();
+        tries.spawn(async move {
+            store.fire_schedule("s1", firing("s1", &format!("r{n}"), 60_000, 120_000, None)).await.unwrap()
+        });
+    }
+    let outcomes = tries.join_all().await;
+    let fired = outcomes.iter().filter(|o| matches!(o, nexo_store::FireOutcome::Fired(Some(_)))).count();
+    assert_eq!(fired, 1, "{outcomes:?}");
+    assert_eq!(store.runs(None, 20).await.unwrap().len(), 1);
+    assert_eq!(store.schedule("s1").await.unwrap().unwrap().started, 1);
 }
 
 async fn resume_refusals_name_the_state(store: Arc<dyn Store>) {

@@ -424,6 +424,10 @@ async fn open_by_location() {
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "DROP INDEX schedules_by_tenant",
+    "DROP INDEX schedules_by_next",
+    "DROP TABLE schedules",
+    "ALTER TABLE runs DROP COLUMN wake_job",
     "ALTER TABLE runs DROP COLUMN signal_wait",
     "DROP INDEX signals_by_run",
     "DROP TABLE signals",

@@ -788,6 +788,54 @@ impl SignIns for Counting {
     }
 }
 
+#[async_trait::async_trait]
+impl nexo_store::Schedules for Counting {
+    async fn add_schedule(&self, new: nexo_store::NewSchedule) -> nexo_store::StoreResult<nexo_store::Schedule> {
+        self.inner.add_schedule(new).await
+    }
+
+    async fn schedule(&self, id: &str) -> nexo_store::StoreResult<Option<nexo_store::Schedule>> {
+        self.inner.schedule(id).await
+    }
+
+    async fn schedules(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> nexo_store::StoreResult<Vec<nexo_store::Schedule>> {
+        self.inner.schedules(tenant, limit).await
+    }
+
+    async fn set_schedule_paused(
+        &self,
+        id: &str,
+        paused: bool,
+        next_ms: i64,
+    ) -> nexo_store::StoreResult<nexo_store::Schedule> {
+        self.inner.set_schedule_paused(id, paused, next_ms).await
+    }
+
+    async fn delete_schedule(&self, id: &str) -> nexo_store::StoreResult<()> {
+        self.inner.delete_schedule(id).await
+    }
+
+    async fn due_schedules(&self, now_ms: i64, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Schedule>> {
+        self.inner.due_schedules(now_ms, limit).await
+    }
+
+    async fn next_schedule_ms(&self) -> nexo_store::StoreResult<Option<i64>> {
+        self.inner.next_schedule_ms().await
+    }
+
+    async fn fire_schedule(
+        &self,
+        id: &str,
+        firing: nexo_store::Firing,
+    ) -> nexo_store::StoreResult<nexo_store::FireOutcome> {
+        self.inner.fire_schedule(id, firing).await
+    }
+}
+
 #[tokio::test]
 async fn buffer_events_writes_the_events_once_when_the_run_suspends_and_never_holds_back_the_journal() {
     for buffered in [false, true] {

@@ -524,6 +524,9 @@ fn inside_checkpoint(cx: &ToolContext, call: &str) -> Result<(), wit::DurableErr
     }
 }
 
+/// How often a wait for a signal shorter than a second looks for it.
+const SHORT_WAIT_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// `wait-signal`'s first step: the wait's due time, reckoned once and
 /// journaled ([`NEVER_MS`] with no timeout). With no signal there yet and
 /// time left, the run ends `suspended` waiting for one.
@@ -579,8 +582,15 @@ impl HostCall for WaitSignal {
                 }
                 Some(t) => now.saturating_add(i64::try_from(t).unwrap_or(LONGEST_SLEEP_MS)),
             };
-            let there = journal.next_signal(&name).await.map_err(|e| unreadable(journal, &e))?;
-            if there.is_none() && until > now {
+            let mut there = journal.next_signal(&name).await.map_err(|e| unreadable(journal, &e))?;
+            // A short wait waits here, looking for the signal now and then:
+            // a pass per short wait would cost more than the wait, and a
+            // loop of them would be a storm of passes (as for `sleep`).
+            while there.is_none() && until - nexo_store::now_ms() > 0 && until - now < SHORTEST_DURABLE_SLEEP_MS {
+                tokio::time::sleep(SHORT_WAIT_LOOK).await;
+                there = journal.next_signal(&name).await.map_err(|e| unreadable(journal, &e))?;
+            }
+            if there.is_none() && until > nexo_store::now_ms() {
                 let wake_ms = (until != NEVER_MS).then_some(until);
                 let reason = match wake_ms {
                     Some(at) => format!("waiting for signal `{name}` until {}", rfc3339(at)),

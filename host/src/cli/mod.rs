@@ -30,8 +30,10 @@ mod plugins;
 mod progress;
 mod registry;
 pub(crate) mod report;
+mod run;
 pub(crate) mod runs;
 mod scaffold;
+mod schedule;
 mod sdk;
 mod serve;
 mod sessions;
@@ -92,38 +94,7 @@ enum Command {
         search: web::SearchArgs,
     },
     /// Run an agent on one input and print its answer.
-    Run {
-        /// The agent: a `.wasm` component, a registry reference (HOST[:PORT]/REPO:TAG or
-        /// @sha256:…), or a declarative `.toml` manifest.
-        file: PathBuf,
-        /// The input (prompt) for the agent.
-        input: String,
-        /// Wall-clock limit for the whole run (every turn, tool call and host call), in seconds: 1 or more.
-        #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-        timeout: u64,
-        /// Memory cap for the agent's linear memory, in MiB: 16 to 4096.
-        #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=4096))]
-        memory: u64,
-        /// Print events as JSON lines, then the outcome as one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Record nothing: no run, events, checkpoints or journal (the run cannot suspend or be resumed).
-        #[arg(long, conflicts_with = "later")]
-        ephemeral: bool,
-        /// Accept the authority this version of the plugin asks for, though it asks for more than
-        /// the version accepted before, and record it (as `nexo plugins accept FILE` does).
-        #[arg(long)]
-        accept_authority: bool,
-        /// Record the run as queued for a worker (`nexo worker`) and print its id, instead of running it here.
-        #[arg(long)]
-        later: bool,
-        #[command(flatten)]
-        grant: grant::GrantArgs,
-        #[command(flatten)]
-        search: web::SearchArgs,
-        #[command(flatten)]
-        model: model::ModelArgs,
-    },
+    Run(Box<run::RunArgs>),
     /// Send a prompt to a session: a remembering instance of an agent, whose thread each prompt
     /// continues (interactive on a terminal when no prompt is given).
     Chat(chat::ChatArgs),
@@ -133,6 +104,10 @@ enum Command {
     /// Work with recorded runs: list, show, follow, resume, approve, deny, cancel, recover.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Start an agent's run at each occurrence of a cron expression: add, list, show, pause,
+    /// resume, delete (any `nexo worker` or `nexo serve` on the store starts them).
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// Run queued jobs (`nexo run --later`, `nexo runs resume --later`) from the store, with any
     /// number of other workers on this machine or others sharing it.
     Worker(worker::WorkerArgs),
@@ -328,7 +303,7 @@ fn engine_config(cli: &Cli) -> EngineConfig {
         config.cache_dir = Some(dir.clone());
     }
     let limits = match &cli.command {
-        Command::Run { timeout, memory, .. } => Some((*timeout, *memory)),
+        Command::Run(args) => Some((args.timeout, args.memory)),
         Command::Chat(args) => Some((args.timeout, args.memory)),
         _ => None,
     };
@@ -339,7 +314,26 @@ fn engine_config(cli: &Cli) -> EngineConfig {
     config
 }
 
+/// `nexo schedule add CRON …` as the `nexo run … --schedule CRON` it is.
+fn into_run(mut cli: Cli) -> Result<Cli, ExitCode> {
+    if let Command::Schedule(schedule::ScheduleCommand::Add { expression, run }) = cli.command {
+        if run.schedule.cron.is_some() {
+            errln!("error: give the cron expression once (`nexo schedule add CRON FILE INPUT`, without --schedule)");
+            return Err(ExitCode::from(2));
+        }
+        let mut run = run;
+        run.schedule.cron = Some(expression);
+        cli.command = Command::Run(run);
+    }
+    Ok(cli)
+}
+
 async fn dispatch(cli: Cli) -> ExitCode {
+    // `nexo schedule add CRON FILE INPUT …` is `nexo run FILE INPUT --schedule CRON …`.
+    let cli = match into_run(cli) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     if let Command::Wit { out } = &cli.command {
         let Some(dir) = out else {
             wit::print();
@@ -380,6 +374,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
     }
     if let Command::Runs(command) = &cli.command {
         return runs::command(command, &engine_config(&cli), cli.store.as_deref()).await;
+    }
+    if let Command::Schedule(command) = &cli.command {
+        return schedule::command(command, cli.store.as_deref()).await;
     }
     if let Command::Worker(args) = &cli.command {
         return worker::command(args, &engine_config(&cli), cli.store.as_deref()).await;
@@ -435,7 +432,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
     // A search backend from a registry is accepted as an agent is, by what
     // it asks for; `inspect` shows what is to be accepted, so it checks nothing.
     if let Some((file, reference)) = backend_pulled.filter(|_| !matches!(cli.command, Command::Inspect { .. })) {
-        let accept = matches!(cli.command, Command::Run { accept_authority: true, .. });
+        let accept = matches!(&cli.command, Command::Run(args) if args.accept_authority);
         if let Err(code) = plugins::admit_backend(&engine, &file, &reference, accept).await {
             return code;
         }
@@ -463,19 +460,21 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run {
-            file,
-            input,
-            json,
-            grant,
-            search,
-            model,
-            timeout,
-            memory,
-            ephemeral,
-            later,
-            accept_authority,
-        } => {
+        Command::Run(args) => {
+            let run::RunArgs {
+                file,
+                input,
+                json,
+                grant,
+                search,
+                model,
+                timeout,
+                memory,
+                ephemeral,
+                later,
+                accept_authority,
+                schedule,
+            } = &**args;
             let (settings, mut recorded) = match recorded(&cli, file, grant, search, model, *timeout, *memory) {
                 Ok(both) => both,
                 Err(code) => return code,
@@ -501,11 +500,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Ok(files) => files,
                     Err(e) => return fail(&e),
                 };
-            if *later {
+            if *later || schedule.cron.is_some() {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
                     Ok(s) => s,
                     Err(code) => return code,
                 };
+                if schedule.cron.is_some() {
+                    return schedule::add(&*store, schedule, (loaded.subject(), input, &recorded), *json).await;
+                }
                 let recorder = nexo::runs::Runs::new(store, settings.file.buffer_events);
                 return worker::queue(&recorder, &loaded, input, &recorded, *json).await;
             }
@@ -579,6 +581,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Init { .. }
         | Command::Wit { .. }
         | Command::Runs(_)
+        | Command::Schedule(_)
         | Command::Worker(_)
         | Command::Sessions(_)
         | Command::Serve(_)
@@ -602,7 +605,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
 /// backend's cached file with its reference, if it came from a registry.
 async fn plugin_from_registry(cli: &mut Cli) -> Result<(Pulled, Option<(PathBuf, PluginReference)>), ExitCode> {
     let (file, grant, search, model) = match &mut cli.command {
-        Command::Run { file, grant, search, model, .. } => (file, grant, search, Some(model)),
+        Command::Run(args) => (&mut args.file, &mut args.grant, &mut args.search, Some(&mut args.model)),
         Command::Inspect { file, grant, search, .. } => (file, grant, search, None),
         Command::Chat(args) => (&mut args.file, &mut args.grant, &mut args.search, Some(&mut args.model)),
         Command::Mcp(mcp::McpCommand::Serve(args)) => {
@@ -771,7 +774,8 @@ async fn run_agent(loaded: &runs::Loaded, input: &str, options: &RunOptions) -> 
 /// The config file `nexo run` was given, if any.
 fn grant_config(cli: &Cli) -> Option<&std::path::Path> {
     match &cli.command {
-        Command::Run { grant, .. } | Command::Inspect { grant, .. } => grant.config_path(),
+        Command::Run(args) => args.grant.config_path(),
+        Command::Inspect { grant, .. } => grant.config_path(),
         Command::Chat(args) => args.grant.config_path(),
         _ => None,
     }

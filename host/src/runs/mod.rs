@@ -20,6 +20,7 @@
 pub mod changes;
 pub mod pass;
 pub mod prepare;
+pub mod schedules;
 pub mod spec;
 pub mod timeline;
 mod trace;

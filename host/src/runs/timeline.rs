@@ -647,6 +647,7 @@ pub(crate) mod tests {
             status,
             suspend_reason: None,
             wake_ms: None,
+            wake_job: None,
             signal_wait: None,
             resume_key: None,
             resume_input: None,

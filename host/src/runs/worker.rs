@@ -161,7 +161,17 @@ pub async fn claim_loop(
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(stop);
     let mut swept: Option<std::time::Instant> = None;
+    let mut ticked: Option<std::time::Instant> = None;
+    let mut idled = true;
     loop {
+        // Schedules' occurrences, fired here as on every node that claims
+        // (exactly once across them): after each idle wait (which ends when
+        // one is due), and at most once per poll while busy.
+        if idled || ticked.is_none_or(|at| at.elapsed() >= settings.poll) {
+            ticked = Some(std::time::Instant::now());
+            idled = false;
+            super::schedules::tick(&*store).await;
+        }
         if settings.retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
             swept = Some(std::time::Instant::now());
             sweep_sessions(&*store, settings.retain).await;
@@ -216,6 +226,7 @@ pub async fn claim_loop(
             _ = freed.notified(), if !held_back.is_empty() => {}
             _ = &mut stop => break,
         }
+        idled = true;
     }
     // Stopping: no new claims; the jobs under way finish.
     while tasks.join_next().await.is_some() {}
@@ -225,9 +236,15 @@ pub async fn claim_loop(
 const IDLE_FLOOR_MS: i64 = 10;
 
 /// How long an idle worker waits before it claims again: its poll, or less
-/// when a timer's wake falls due sooner.
+/// when a timer's wake or a schedule's occurrence falls due sooner.
 async fn idle_wait(store: &dyn nexo_store::Store, poll: std::time::Duration) -> std::time::Duration {
-    match store.next_wake_ms().await {
+    let wake = store.next_wake_ms().await;
+    let schedule = store.next_schedule_ms().await.ok().flatten();
+    let next = wake.map(|w| match (w, schedule) {
+        (Some(w), Some(s)) => Some(w.min(s)),
+        (w, s) => w.or(s),
+    });
+    match next {
         Ok(Some(at)) => {
             // A floor: a due wake another claim holds, or a failing claim,
             // does not make the loop spin.
@@ -402,20 +419,18 @@ impl Worker {
         let store = self.runs.store();
         // Only these fields are kept: the record (its grant above all) would
         // otherwise stay in memory for as long as the run waits.
-        let (status, tenant, sha256, wake_ms, waits_for_signal) = {
+        // A wake goes on only with the sleep (or the wait for a signal) it
+        // was made for: the claim the store will take, checked on the run.
+        let wake = Claim::Wake { until_ms: timer(job), token: nexo_store::wake_token(&job.id) };
+        let (status, tenant, sha256, woken) = {
             let run = store.run(&job.run).await.map_err(again)?;
             let run = run.ok_or_else(|| ("the run no longer exists".to_string(), Retry::Never))?;
-            (run.status, run.tenant, run.component_sha256, run.wake_ms, run.signal_wait.is_some())
+            let woken = wake.allows(&run, nexo_store::now_ms());
+            (run.status, run.tenant, run.component_sha256, woken)
         };
         let input = job.payload.get("input").and_then(|v| v.as_str()).map(str::to_string);
         let how = match (status, job.kind) {
-            // A timer's wake goes on only with the sleep (or the wait for a
-            // signal) it was made for.
-            (RunStatus::Suspended, nexo_store::JobKind::Wake)
-                if wake_ms == timer(job) && (wake_ms.is_some() || waits_for_signal) =>
-            {
-                Claim::Wake { until_ms: wake_ms }
-            }
+            (RunStatus::Suspended, nexo_store::JobKind::Wake) if woken => wake,
             (RunStatus::Suspended, nexo_store::JobKind::Wake) => return Ok(Attempt::Ended(NOT_SLEEPING)),
             (RunStatus::Queued, _) => Claim::Start,
             (RunStatus::Suspended, nexo_store::JobKind::Resume) => Claim::Resume,
@@ -502,9 +517,13 @@ impl Worker {
             // A refused recovery has already marked the orphan failed for
             // good: a retry would make it running again.
             Resumed::Refused(why) if how == Claim::Recover && self.failed(&job.run).await => Err((why, Retry::Never)),
-            // A wake whose claim was refused (the run was resumed or cancelled
-            // first) is over: tried again it would act on whatever the run is now.
-            Resumed::Refused(why) if matches!(how, Claim::Wake { .. }) => Err((why, Retry::Never)),
+            // A wake the run has moved on from (it was resumed or cancelled
+            // first) is over: tried again it would act on whatever the run is
+            // now. Any other refusal (a store, a policy or a plugin that could
+            // not be read) may pass the next time.
+            Resumed::Refused(why) if matches!(how, Claim::Wake { .. }) && !self.still_allows(&job.run, how).await => {
+                Err((why, Retry::Never))
+            }
             Resumed::Refused(why) => Err(again(why)),
             Resumed::Failed(e) => Err((e.to_string(), retry(e.may_pass_on_retry()))),
         }
@@ -561,6 +580,16 @@ impl Worker {
         match store.postpone_job(&job.id, lease, why, until, now).await {
             Ok(_) => errln!("job {}: run {} waits {secs} s: {why}", job.id, job.run),
             Err(e) => errln!("warning: job {}: {e}", job.id),
+        }
+    }
+
+    /// Whether run `id` still allows claim `how` (a store that cannot say
+    /// counts as yes: the job is tried again).
+    async fn still_allows(&self, id: &str, how: Claim) -> bool {
+        match self.runs.store().run(id).await {
+            Ok(Some(run)) => how.allows(&run, nexo_store::now_ms()),
+            Ok(None) => false,
+            Err(_) => true,
         }
     }
 

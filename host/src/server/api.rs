@@ -193,12 +193,12 @@ pub(super) async fn blocking<T: Send + 'static>(
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RunRequest {
     /// The plugin's id (its SHA-256).
-    plugin: String,
+    pub(crate) plugin: String,
     /// The agent's input.
-    input: String,
+    pub(crate) input: String,
     /// Answer when the run ends or suspends, instead of at once.
     #[serde(default)]
-    wait: bool,
+    pub(crate) wait: bool,
     allow: Option<Vec<Capability>>,
     mode: Option<PermissionMode>,
     sandbox: Option<SandboxKind>,
@@ -209,7 +209,8 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
-    fn narrowing(&self) -> Narrowing {
+    /// What the request narrows the tenant's policy to.
+    pub(crate) fn narrowing(&self) -> Narrowing {
         Narrowing {
             allow: self.allow.clone(),
             mode: self.mode,

@@ -76,6 +76,7 @@ impl ApiError {
                 ApiError::new(StatusCode::CONFLICT, "already_decided", e.to_string())
             }
             StoreError::NoRun(_) => ApiError::not_found("there is no such run"),
+            StoreError::NoSchedule(_) => ApiError::not_found("there is no such schedule"),
             StoreError::Invalid(m) => ApiError::bad_request(m),
             e @ StoreError::Full { .. } => {
                 // Where the store is (a path, a server) is the operator's, in the log.

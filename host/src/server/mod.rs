@@ -27,6 +27,7 @@ pub mod console;
 pub mod error;
 pub mod openapi;
 pub mod plugins;
+pub mod schedules;
 pub mod sessions;
 pub mod signin;
 pub mod state;
@@ -346,6 +347,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/resume", post(api::resume))
         .route("/v1/runs/{id}/cancel", post(api::cancel))
         .route("/v1/runs/{id}/signals/{name}", post(api::signal))
+        .route("/v1/schedules", post(schedules::add).get(schedules::list))
+        .route("/v1/schedules/{id}", get(schedules::show).delete(schedules::delete))
+        .route("/v1/schedules/{id}/pause", post(schedules::pause))
+        .route("/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/v1/sessions", get(sessions::list))
         .route("/v1/sessions/prompt", post(sessions::prompt))
         .route("/v1/sessions/{id}", get(sessions::show).delete(sessions::delete))

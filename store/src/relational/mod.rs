@@ -10,6 +10,7 @@ mod jobs;
 mod ledger;
 mod plugins;
 mod runs;
+mod schedules;
 mod sessions;
 mod sign_ins;
 mod signals;

@@ -158,6 +158,7 @@ impl<D: Dialect> SqlStore<D> {
             run.updated_ms.into(),
             run.wake_ms.into(),
             (&run.signal_wait).into(),
+            (&run.wake_job).into(),
         ];
         self.execute(conn, sql::LEAVE_RUNNING, leave).await?;
         if let (Some(true), Some(wake)) = (signal, wake.as_mut()) {
@@ -230,7 +231,7 @@ impl<D: Dialect> SqlStore<D> {
             self.execute(conn, sql::CLAIM_RESUME, claim).await?;
             let data = crate::runs::resumed_event(how, run.wake_ms).to_string();
             self.execute(conn, sql::APPEND_EVENT, &[id.into(), "resumed".into(), (&data).into(), now.into()]).await?;
-            if (run.wake_ms.is_some() || run.signal_wait.is_some()) && !matches!(how, Claim::Wake { .. }) {
+            if (run.wake_job.is_some() || run.wake_ms.is_some()) && !matches!(how, Claim::Wake { .. }) {
                 self.end_wakes_in(conn, id, "the run was resumed before its timer was due", now).await?;
             }
             run.resume_input = resume_input;
@@ -238,6 +239,7 @@ impl<D: Dialect> SqlStore<D> {
             run.error = None;
             run.wake_ms = None;
             run.signal_wait = None;
+            run.wake_job = None;
         } else {
             self.execute(conn, sql::CLAIM, &claim[..4]).await?;
         }
@@ -296,7 +298,7 @@ impl<D: Dialect> SqlStore<D> {
     /// first's run. Elsewhere the insert itself checks the session (one
     /// statement, as for a plain run), and why nothing was written is
     /// worked out after.
-    async fn create_run_in(&self, conn: &mut D::Conn, run: Run) -> StoreResult<Run> {
+    pub(super) async fn create_run_in(&self, conn: &mut D::Conn, run: Run) -> StoreResult<Run> {
         if D::LOCKS_ROWS
             && let Some(session) = &run.session
         {
@@ -312,7 +314,7 @@ impl<D: Dialect> SqlStore<D> {
         let checked = !D::LOCKS_ROWS && run.session.is_some();
         let statement = if checked { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
         let grant = run.grant.to_string();
-        let args: [Arg<'_>; 21] = [
+        let args: [Arg<'_>; 22] = [
             (&run.id).into(),
             (&run.agent).into(),
             (&run.kind).into(),
@@ -334,6 +336,7 @@ impl<D: Dialect> SqlStore<D> {
             (&run.tenant).into(),
             run.wake_ms.into(),
             (&run.signal_wait).into(),
+            (&run.wake_job).into(),
         ];
         let inserted = match super::run::<D>(conn, statement, &args).await {
             Ok(rows) => rows,
@@ -396,7 +399,7 @@ impl<D: Dialect> SqlStore<D> {
         run.lease = None;
         run.updated_ms = now_ms();
         self.execute(conn, sql::CANCEL, &[id.into(), reason.into(), run.updated_ms.into()]).await?;
-        if run.wake_ms.take().is_some() | run.signal_wait.take().is_some() {
+        if run.wake_job.take().is_some() | run.wake_ms.take().is_some() | run.signal_wait.take().is_some() {
             self.end_wakes_in(conn, id, "the run was cancelled", run.updated_ms).await?;
         }
         self.execute(conn, sql::DELETE_APPROVAL, &[id.into()]).await?;

@@ -6,6 +6,7 @@ mod jobs;
 mod ledger;
 mod plugins;
 mod runs;
+mod schedules;
 mod sessions;
 mod sign_ins;
 mod tenants;
@@ -15,6 +16,7 @@ pub use jobs::Jobs;
 pub use ledger::Ledger;
 pub use plugins::Plugins;
 pub use runs::Runs;
+pub use schedules::{FireOutcome, Schedules};
 pub use sessions::Sessions;
 pub use sign_ins::SignIns;
 pub use tenants::Tenants;
@@ -22,6 +24,6 @@ pub use tenants::Tenants;
 /// The store: every concept's trait, as one. Every backend is one through
 /// the blanket impl below, and `dyn Store` calls any of their methods
 /// without importing them.
-pub trait Store: Backend + Runs + Jobs + Sessions + Tenants + Plugins + Ledger + SignIns {}
+pub trait Store: Backend + Runs + Jobs + Sessions + Tenants + Plugins + Ledger + SignIns + Schedules {}
 
-impl<T: Backend + Runs + Jobs + Sessions + Tenants + Plugins + Ledger + SignIns> Store for T {}
+impl<T: Backend + Runs + Jobs + Sessions + Tenants + Plugins + Ledger + SignIns + Schedules> Store for T {}

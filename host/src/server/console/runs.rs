@@ -375,6 +375,7 @@ mod tests {
             status: RunStatus::Suspended,
             suspend_reason: Some(evil.into()),
             wake_ms: None,
+            wake_job: None,
             signal_wait: None,
             resume_key: None,
             resume_input: None,
