@@ -803,7 +803,7 @@ pub(crate) const NEXT_SCHEDULE: &str = "SELECT MIN(next_ms) AS next FROM schedul
 /// `$7` the note, at `$8`.
 pub(crate) const FIRE_SCHEDULE: &str = "UPDATE schedules SET next_ms = $3, started = started + $4, \
      skipped = skipped + $5, last_run = COALESCE($6, last_run), note = $7, updated_ms = $8 \
-     WHERE id = $1 AND next_ms = $2 AND paused = 0";
+     WHERE id = $1 AND next_ms = $2 AND $3 > $2 AND paused = 0";
 
 /// When the next timer's wake is due (`NULL` with none).
 pub(crate) const NEXT_WAKE: &str = "SELECT MIN(not_before_ms) AS next FROM jobs WHERE status = 'sleeping'";

@@ -401,12 +401,7 @@ impl HostCall for Suspend {
         (reason, resume_key): (String, Option<String>),
     ) -> BoxFuture<'a, Result<(), wit::DurableError>> {
         Box::pin(async move {
-            if let Some(open) = cx.state::<DurableState>()?.open().as_ref() {
-                return Err(wit::DurableError::InsideCheckpoint(format!(
-                    "`suspend` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's \
-                     work must finish in one pass)"
-                )));
-            }
+            inside_checkpoint(cx, self.name())?;
             let Some(journal) = cx.journal() else {
                 return Err(wit::DurableError::NotDurable(
                     "this run is not recorded, so it cannot be resumed; run it with a store (`nexo run` without \

@@ -317,8 +317,11 @@ fn engine_config(cli: &Cli) -> EngineConfig {
 /// `nexo schedule add CRON …` as the `nexo run … --schedule CRON` it is.
 fn into_run(mut cli: Cli) -> Result<Cli, ExitCode> {
     if let Command::Schedule(schedule::ScheduleCommand::Add { expression, run }) = cli.command {
-        if run.schedule.cron.is_some() {
-            errln!("error: give the cron expression once (`nexo schedule add CRON FILE INPUT`, without --schedule)");
+        if run.schedule.cron.is_some() || run.later || run.ephemeral {
+            errln!(
+                "error: `nexo schedule add CRON FILE INPUT` records a schedule: give the expression once, without \
+                 --schedule, --later or --ephemeral"
+            );
             return Err(ExitCode::from(2));
         }
         let mut run = run;

@@ -192,7 +192,7 @@ fn list(all: &[Schedule], json: bool) {
         errln!("no schedules; `nexo schedule add CRON FILE INPUT` makes one");
         return;
     }
-    let state = |s: &Schedule| if s.paused { "paused".to_string() } else { time(s.next_ms) };
+    let state = next;
     let cron_width = all.iter().map(|s| s.cron.chars().count()).chain([4]).max().unwrap_or(4);
     let agent_width = all.iter().map(|s| s.template.agent.chars().count()).chain([5]).max().unwrap_or(5);
     outln!("{:<27}  {:<cron_width$}  {:<agent_width$}  {:<20}  RUNS", "SCHEDULE", "CRON", "AGENT", "NEXT");
@@ -208,6 +208,15 @@ fn list(all: &[Schedule], json: bool) {
     }
 }
 
+/// When a schedule fires next, in words.
+fn next(s: &Schedule) -> String {
+    match (s.paused, s.next_ms) {
+        (true, _) => "paused".into(),
+        (false, nexo_store::NEVER_MS) => "ended".into(),
+        (false, at) => time(at),
+    }
+}
+
 /// One schedule, in full.
 fn show(s: &Schedule, json: bool) {
     if json {
@@ -218,7 +227,7 @@ fn show(s: &Schedule, json: bool) {
     outln!("agent:     {} ({}, {})", s.template.agent, s.template.kind, s.template.source);
     outln!("input:     {}", s.template.input);
     outln!("cron:      {} ({})", s.cron, s.timezone);
-    outln!("next:      {}", if s.paused { "paused".to_string() } else { time(s.next_ms) });
+    outln!("next:      {}", next(s));
     outln!("missed:    {} (occurrences late by more than a minute, while no worker was up)", s.missed.as_str());
     outln!("started:   {} run(s); skipped {}", s.started, s.skipped);
     if let Some(run) = &s.last_run {

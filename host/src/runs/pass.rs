@@ -126,7 +126,12 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     // operator's narrowing reaches the runs that wait.
     if let Some(tenant) = &run.tenant {
         match tenant_bounds(runs.store(), tenant).await {
-            Ok(bounds) => spec.grant = spec.grant.within(&bounds),
+            Ok(bounds) => {
+                if let Err(why) = within_policy(&spec, &bounds, settings.config) {
+                    return refused(format!("run {} cannot go on: {why}", run.id));
+                }
+                spec.grant = spec.grant.within(&bounds)
+            }
             Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
         }
     }
@@ -221,6 +226,34 @@ async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::gr
     }
 }
 
+/// Whether what a grant cannot narrow is still within the tenant's policy:
+/// the run's sandbox, and its model (one of the operator's models the
+/// policy names, still configured). A run recorded (or a schedule made)
+/// under a wider policy does not outlive it.
+fn within_policy(
+    spec: &RunSpec,
+    bounds: &crate::grant::Bounds,
+    config: &crate::config::ConfigFile,
+) -> Result<(), String> {
+    let kind = spec.grant.sandbox.kind;
+    if bounds.sandboxes.as_ref().is_some_and(|kinds| !kinds.contains(&kind)) {
+        return Err(format!("its tenant's policy no longer allows the `{}` sandbox", kind.as_str()));
+    }
+    let model = |m: &crate::config::ModelTable| (m.provider, m.model.clone(), m.base_url.clone());
+    let recorded = model(&spec.model);
+    let named = |name: &String| config.serve.models.get(name).is_some_and(|m| model(m) == recorded);
+    let no_model = recorded == (None, None, None);
+    if let Some(models) = &bounds.models
+        && !no_model
+        && !models.iter().any(named)
+    {
+        return Err(
+            "its tenant's policy no longer allows its model, or the operator no longer configures it".to_string()
+        );
+    }
+    Ok(())
+}
+
 /// Why a run cannot go on here: the MCP servers it used are not defined in
 /// this process's configuration. Names them, and how to supply them.
 fn needs_configuration(id: &str, servers: &[&str], config: Option<&Path>) -> String {
@@ -246,5 +279,38 @@ async fn unrecoverable(runs: &Runs, run: &Run, how: Claim, why: &str) {
             Ok(()) => errln!("run {} is marked failed", run.id),
             Err(e) => errln!("warning: could not mark run {} failed: {e}", run.id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigFile, ModelTable};
+    use crate::grant::Bounds;
+
+    fn table(model: &str) -> ModelTable {
+        ModelTable { model: Some(model.into()), base_url: Some("http://models".into()), ..ModelTable::default() }
+    }
+
+    #[test]
+    fn a_run_goes_on_only_with_a_sandbox_and_a_model_its_tenants_policy_still_allows() {
+        let mut config = ConfigFile::default();
+        config.serve.models.insert("small".into(), table("s-1"));
+        config.serve.models.insert("big".into(), table("b-1"));
+        let mut spec = RunSpec { model: table("b-1"), ..RunSpec::default() };
+        spec.grant.sandbox.kind = SandboxKind::Local;
+        let open = Bounds::default();
+        assert_eq!(within_policy(&spec, &open, &config), Ok(()));
+        let both = Bounds { models: Some(vec!["small".into(), "big".into()]), ..Bounds::default() };
+        assert_eq!(within_policy(&spec, &both, &config), Ok(()));
+        let small = Bounds { models: Some(vec!["small".into()]), ..Bounds::default() };
+        assert!(within_policy(&spec, &small, &config).unwrap_err().contains("no longer allows its model"));
+        config.serve.models.remove("big");
+        assert!(within_policy(&spec, &both, &config).is_err(), "a model no longer configured");
+        let virtual_only = Bounds { sandboxes: Some(vec![SandboxKind::Virtual]), ..Bounds::default() };
+        assert!(within_policy(&spec, &virtual_only, &config).unwrap_err().contains("`local` sandbox"));
+        // A run with no model of the operator's (a scripted one) has none to check.
+        let unmodelled = RunSpec { model: ModelTable::default(), ..spec };
+        assert_eq!(within_policy(&unmodelled, &small, &config), Ok(()));
     }
 }

@@ -8,8 +8,10 @@
 //! with its start job, so of several nodes firing at once one wins and a
 //! node killed mid-way leaves the occurrence to the next. Occurrences
 //! late by less than [`MISSED_GRACE_MS`] (a slow tick, a node's restart)
-//! are each fired in turn; older ones were missed while every node was
-//! down, and the schedule's [`Missed`] policy says what comes of them.
+//! are each fired in turn; older ones were missed (no node fired them in
+//! time), and the schedule's [`Missed`] policy says what comes of them. A
+//! firing that fails is tried again [`RETRY_MS`] later; a schedule with no
+//! occurrence to come fires its last and ends.
 
 use std::str::FromStr as _;
 
@@ -27,6 +29,10 @@ pub const MISSED_GRACE_MS: i64 = 60_000;
 
 /// How many due schedules one tick fires at most.
 const FIRED_PER_TICK: usize = 32;
+
+/// How long after a failed firing (a store or a tenant's record that could
+/// not be read) it is tried again: well within [`MISSED_GRACE_MS`].
+pub const RETRY_MS: i64 = 10_000;
 
 /// Why a schedule cannot be made or moved on.
 #[derive(Debug, thiserror::Error)]
@@ -65,16 +71,33 @@ impl Cron {
     /// Parses `expression` (five fields, or six with seconds first) to be
     /// read in `timezone` (an IANA name).
     pub fn parse(expression: &str, timezone: &str) -> Result<Cron, ScheduleError> {
-        let cron = croner::Cron::from_str(expression)
+        // No year field: a schedule that ends is paused or deleted.
+        let parser = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Optional)
+            .year(croner::parser::Year::Disallowed)
+            .build();
+        let cron = parser
+            .parse(expression)
             .map_err(|e| ScheduleError::Cron { expression: expression.to_string(), why: e.to_string() })?;
         let zone = chrono_tz::Tz::from_str(timezone).map_err(|_| ScheduleError::TimeZone(timezone.to_string()))?;
         Ok(Cron { expression: expression.to_string(), cron, zone })
     }
 
-    /// The first occurrence strictly after `after_ms` (Unix milliseconds).
+    /// Whether it has a seconds field (six fields): it may fire every
+    /// second.
+    pub fn has_seconds(&self) -> bool {
+        self.expression.split_whitespace().count() == 6
+    }
+
+    /// The first occurrence strictly after `after_ms` (Unix milliseconds),
+    /// on a whole second.
     pub fn next_after(&self, after_ms: i64) -> Option<i64> {
-        let at = self.zone.timestamp_millis_opt(after_ms).single()?;
-        self.cron.find_next_occurrence(&at, false).ok().map(|next| next.timestamp_millis())
+        // From the whole second: the search keeps what is below it.
+        let at = self.zone.timestamp_millis_opt(after_ms - after_ms.rem_euclid(1000)).single()?;
+        // Strictly after, in instants: where a local time comes twice (the
+        // hour a clock goes back), a search in local time can answer one
+        // already past.
+        self.cron.iter_after(at).take(64).map(|next| next.timestamp_millis()).find(|&next| next > after_ms)
     }
 
     /// The first occurrence strictly after `after_ms`, or why there is none.
@@ -126,22 +149,40 @@ pub async fn resume(store: &dyn Store, schedule: &Schedule) -> Result<Schedule, 
 /// Whether a tenant's scheduled occurrence may start its run now: the
 /// tenant is there and enabled, and its quotas let a new run start, as a
 /// `POST /v1/runs` of it would be checked (its policy as it is now bounds
-/// each pass, as every run's). `Err` is why not, in words.
-async fn admitted(store: &dyn Store, schedule: &Schedule, now: i64) -> Result<(), String> {
-    let Some(tenant) = &schedule.tenant else { return Ok(()) };
-    let stored = match store.tenant(tenant).await {
-        Ok(Some(t)) => t,
-        Ok(None) => return Err("its tenant is gone".into()),
-        Err(e) => return Err(format!("its tenant cannot be read now ({e})")),
-    };
+/// each pass, as every run's). `Ok(Err(why))` skips the occurrence; a
+/// store that cannot say is an `Err`, and the firing is tried again.
+async fn admitted(store: &dyn Store, schedule: &Schedule, now: i64) -> Result<Result<(), String>, StoreError> {
+    let Some(tenant) = &schedule.tenant else { return Ok(Ok(())) };
+    let Some(stored) = store.tenant(tenant).await? else { return Ok(Err("its tenant is gone".into())) };
     if stored.disabled {
-        return Err("its tenant is disabled".into());
+        return Ok(Err("its tenant is disabled".into()));
     }
-    let policy = crate::policy::Policy::from_stored(&stored.policy).map_err(|e| format!("its tenant's policy: {e}"))?;
-    match crate::quota::admit(store, tenant, &policy.quotas, crate::quota::Step::Start, now).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(refusal)) => Err(refusal.message),
-        Err(e) => Err(format!("its tenant's quotas cannot be read now ({e})")),
+    let policy = match crate::policy::Policy::from_stored(&stored.policy) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(format!("its tenant's policy cannot be read: {e}"))),
+    };
+    let admitted = crate::quota::admit(store, tenant, &policy.quotas, crate::quota::Step::Start, now).await?;
+    Ok(admitted.map_err(|refusal| refusal.message))
+}
+
+/// Fires the occurrences due, at most once per `poll` and whenever one
+/// falls due, until the task is dropped; `fired` is told when runs were
+/// queued. Its own task: a node whose run slots are all taken still fires.
+pub async fn keep_firing(
+    store: std::sync::Arc<dyn Store>,
+    poll: std::time::Duration,
+    fired: std::sync::Arc<tokio::sync::Notify>,
+) {
+    loop {
+        if tick(&*store).await > 0 {
+            fired.notify_one();
+        }
+        let next = store.next_schedule_ms().await.ok().flatten();
+        let until = next.map_or(poll, |at| {
+            let ms = at.saturating_sub(nexo_store::now_ms()).max(10).unsigned_abs();
+            poll.min(std::time::Duration::from_millis(ms))
+        });
+        tokio::time::sleep(until).await;
     }
 }
 
@@ -160,7 +201,18 @@ pub async fn tick(store: &dyn Store) -> usize {
     };
     let mut started = 0;
     for schedule in due {
-        match fire(store, &schedule, now).await {
+        let fired = match fire(store, &schedule, now).await {
+            Err(e) => {
+                tracing::warn!(target: "nexo::schedules", schedule = %schedule.id, "cannot fire now: {e}");
+                // Moved on a little, so a failing schedule neither holds the
+                // head of the queue nor is tried at every tick.
+                let note = format!("could not fire at {}: {e}; tried again shortly", schedule.next_ms);
+                let retry = Firing { due_ms: schedule.next_ms, next_ms: now + RETRY_MS, run: None, skipped: 0, note };
+                store.fire_schedule(&schedule.id, retry).await.map_err(ScheduleError::from)
+            }
+            fired => fired,
+        };
+        match fired {
             Ok(FireOutcome::Fired(Some(run))) => {
                 started += 1;
                 tracing::info!(target: "nexo::schedules", schedule = %schedule.id, run = %run.id, "started a scheduled run");
@@ -186,13 +238,9 @@ async fn fire(store: &dyn Store, schedule: &Schedule, now: i64) -> Result<FireOu
     let due = schedule.next_ms;
     let on_time = now - due <= MISSED_GRACE_MS;
     // Late past the grace: every occurrence up to now was missed, and the
-    // next is the first to come.
-    let (next, missed) = if on_time {
-        (cron.next_or_err(due)?, 0)
-    } else {
-        let next = cron.next_or_err(now)?;
-        (next, count_between(&cron, due, now))
-    };
+    // next is the first to come. With none to come the schedule ends.
+    let (next, missed) =
+        if on_time { (cron.next_after(due), 0) } else { (cron.next_after(now), count_between(&cron, due, now)) };
     let (run, skipped, note) = match (on_time, schedule.missed) {
         (false, Missed::Skip) => (false, missed, format!("skipped {missed} occurrence(s) missed while no node was up")),
         (false, Missed::RunOnce) => {
@@ -200,9 +248,13 @@ async fn fire(store: &dyn Store, schedule: &Schedule, now: i64) -> Result<FireOu
         }
         (true, _) => (true, 0, "started its run".to_string()),
     };
-    let (run, skipped, note) = match (run, admitted(store, schedule, now).await) {
+    let (run, skipped, note) = match (run, admitted(store, schedule, now).await?) {
         (true, Err(why)) => (false, skipped + 1, format!("skipped: {why}")),
         (run, _) => (run, skipped, note),
+    };
+    let (next, note) = match next {
+        Some(next) => (next, note),
+        None => (nexo_store::NEVER_MS, format!("{note}; the expression has no occurrence to come, so it ended")),
     };
     let run = run.then(|| occurrence_run(schedule, now));
     Ok(store.fire_schedule(&schedule.id, Firing { due_ms: due, next_ms: next, run, skipped, note }).await?)
@@ -310,6 +362,20 @@ mod tests {
         let on_time = store.schedule(&on_time.id).await.unwrap().unwrap();
         assert_eq!((on_time.started, on_time.skipped), (1, 0));
         assert!(on_time.next_ms <= now + 60_000, "{on_time:?}");
+    }
+
+    #[test]
+    fn the_next_occurrence_is_strictly_later_on_a_whole_second_even_when_a_clock_goes_back() {
+        let every_ten = Cron::parse("*/10 * * * *", "Europe/Paris").unwrap();
+        // 2026-10-25 01:05 UTC is 02:05 in Paris the second time round.
+        let at = chrono::Utc.with_ymd_and_hms(2026, 10, 25, 1, 5, 0).unwrap().timestamp_millis() + 789;
+        let next = every_ten.next_after(at).unwrap();
+        assert!(next > at, "{next} is not after {at}");
+        assert_eq!(next, chrono::Utc.with_ymd_and_hms(2026, 10, 25, 1, 10, 0).unwrap().timestamp_millis());
+        let daily = Cron::parse("0 9 * * *", "UTC").unwrap();
+        assert_eq!(daily.next_after(at).unwrap() % 1000, 0, "on a whole second");
+        // A year field would let a schedule end unseen.
+        assert!(Cron::parse("0 0 9 * * * 2026", "UTC").is_err());
     }
 
     #[test]

@@ -161,17 +161,12 @@ pub async fn claim_loop(
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(stop);
     let mut swept: Option<std::time::Instant> = None;
-    let mut ticked: Option<std::time::Instant> = None;
-    let mut idled = true;
+    // Schedules' occurrences, fired here as on every node that claims
+    // (exactly once across them), in a task of their own: a node whose slots
+    // are all taken fires them all the same.
+    let fired = Arc::new(tokio::sync::Notify::new());
+    let firing = tokio::spawn(super::schedules::keep_firing(store.clone(), settings.poll, fired.clone()));
     loop {
-        // Schedules' occurrences, fired here as on every node that claims
-        // (exactly once across them): after each idle wait (which ends when
-        // one is due), and at most once per poll while busy.
-        if idled || ticked.is_none_or(|at| at.elapsed() >= settings.poll) {
-            ticked = Some(std::time::Instant::now());
-            idled = false;
-            super::schedules::tick(&*store).await;
-        }
         if settings.retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
             swept = Some(std::time::Instant::now());
             sweep_sessions(&*store, settings.retain).await;
@@ -224,10 +219,12 @@ pub async fn claim_loop(
             _ = woken => {}
             // A job held back may be claimed once a slot is free again.
             _ = freed.notified(), if !held_back.is_empty() => {}
+            // A schedule queued runs.
+            _ = fired.notified() => {}
             _ = &mut stop => break,
         }
-        idled = true;
     }
+    firing.abort();
     // Stopping: no new claims; the jobs under way finish.
     while tasks.join_next().await.is_some() {}
 }
@@ -236,15 +233,9 @@ pub async fn claim_loop(
 const IDLE_FLOOR_MS: i64 = 10;
 
 /// How long an idle worker waits before it claims again: its poll, or less
-/// when a timer's wake or a schedule's occurrence falls due sooner.
+/// when a timer's wake falls due sooner.
 async fn idle_wait(store: &dyn nexo_store::Store, poll: std::time::Duration) -> std::time::Duration {
-    let wake = store.next_wake_ms().await;
-    let schedule = store.next_schedule_ms().await.ok().flatten();
-    let next = wake.map(|w| match (w, schedule) {
-        (Some(w), Some(s)) => Some(w.min(s)),
-        (w, s) => w.or(s),
-    });
-    match next {
+    match store.next_wake_ms().await {
         Ok(Some(at)) => {
             // A floor: a due wake another claim holds, or a failing claim,
             // does not make the loop spin.

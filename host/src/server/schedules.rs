@@ -95,6 +95,12 @@ pub async fn add(
             .ok_or_else(|| ApiError::bad_request(format!("`missed` is `skip` or `run-once`, not `{m}`")))?,
     };
     let cron = Cron::parse(&request.cron, &request.timezone).map_err(schedule_error)?;
+    if cron.has_seconds() {
+        return Err(ApiError::bad_request(
+            "a tenant's schedule fires at most once a minute: give five fields (minute hour day-of-month month \
+             day-of-week), without seconds",
+        ));
+    }
     let held = state.store.schedules(Some(&tenant.id), MAX_SCHEDULES_PER_TENANT).await.map_err(ApiError::store)?;
     if held.len() >= MAX_SCHEDULES_PER_TENANT {
         return Err(ApiError::new(
