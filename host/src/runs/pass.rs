@@ -227,9 +227,10 @@ async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::gr
 }
 
 /// Whether what a grant cannot narrow is still within the tenant's policy:
-/// the run's sandbox, and its model (one of the operator's models the
-/// policy names, still configured). A run recorded (or a schedule made)
-/// under a wider policy does not outlive it.
+/// the run's sandbox, and its model (the provider and model id of one of
+/// the operator's models the policy names; where the operator serves it
+/// may change). A run recorded (or a schedule made) under a wider policy
+/// does not outlive it.
 fn within_policy(
     spec: &RunSpec,
     bounds: &crate::grant::Bounds,
@@ -239,10 +240,10 @@ fn within_policy(
     if bounds.sandboxes.as_ref().is_some_and(|kinds| !kinds.contains(&kind)) {
         return Err(format!("its tenant's policy no longer allows the `{}` sandbox", kind.as_str()));
     }
-    let model = |m: &crate::config::ModelTable| (m.provider, m.model.clone(), m.base_url.clone());
+    let model = |m: &crate::config::ModelTable| (m.provider, m.model.clone());
     let recorded = model(&spec.model);
     let named = |name: &String| config.serve.models.get(name).is_some_and(|m| model(m) == recorded);
-    let no_model = recorded == (None, None, None);
+    let no_model = recorded == (None, None);
     if let Some(models) = &bounds.models
         && !no_model
         && !models.iter().any(named)
@@ -305,6 +306,9 @@ mod tests {
         assert_eq!(within_policy(&spec, &both, &config), Ok(()));
         let small = Bounds { models: Some(vec!["small".into()]), ..Bounds::default() };
         assert!(within_policy(&spec, &small, &config).unwrap_err().contains("no longer allows its model"));
+        // Served elsewhere now: still the same model.
+        config.serve.models.insert("big".into(), ModelTable { base_url: Some("http://moved".into()), ..table("b-1") });
+        assert_eq!(within_policy(&spec, &both, &config), Ok(()));
         config.serve.models.remove("big");
         assert!(within_policy(&spec, &both, &config).is_err(), "a model no longer configured");
         let virtual_only = Bounds { sandboxes: Some(vec![SandboxKind::Virtual]), ..Bounds::default() };
