@@ -439,6 +439,12 @@ impl Journal {
         self.lock().halt.clone()
     }
 
+    /// Records the child run `child` with the next write, which carries
+    /// the entry of the call that started it.
+    pub fn start_child(&self, child: nexo_store::NewChild) {
+        self.lock().pending.children.push(child);
+    }
+
     /// What a run's end writes: everything pending, with held events.
     pub fn take_final_batch(&self) -> Batch {
         let mut state = self.lock();

@@ -38,6 +38,7 @@ pub mod agent_loop;
 pub mod authority;
 pub mod bindings;
 pub mod capability;
+pub mod children;
 pub mod claude_code;
 pub mod config;
 pub mod data_dir;

@@ -379,6 +379,13 @@ fn names(caps: &[Capability]) -> String {
     caps.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
 }
 
+/// The tenant's quotas now, from its stored policy; `None` if the tenant
+/// or its policy cannot be read. A pass reads them once.
+pub async fn tenant_quotas(store: &dyn nexo_store::Store, tenant: &str) -> Option<crate::quota::Quotas> {
+    let stored = store.tenant(tenant).await.ok().flatten()?;
+    Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

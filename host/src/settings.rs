@@ -167,6 +167,10 @@ pub struct RunContext {
     /// a recorded run `queued` for the retry, not `failed`. A worker sets it
     /// while the job has attempts left.
     pub retry_follows: bool,
+    /// Makes the records of the child runs a recorded run starts
+    /// (`run-agent`). Set by [`Runs`](crate::runs::Runs) with the journal.
+    /// `None`: no child can be started.
+    pub children: Option<Arc<dyn crate::children::ChildRuns>>,
 }
 
 impl RunOptions {

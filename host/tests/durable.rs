@@ -1196,3 +1196,108 @@ async fn a_wait_for_a_signal_times_out_with_none_and_needs_a_store() {
     assert!(text.contains("not durable") && text.contains("no signal can reach it"), "{text}");
     store.close().await;
 }
+
+/// A config file that makes the workflow probe available to `run-agent`
+/// as `probe`.
+fn agents_config(scene: &Scene) -> String {
+    let config = scene.dir.path().join("agents.toml");
+    std::fs::write(&config, format!("[agents]\nprobe = {:?}\n", built::WORKFLOW_PROBE)).unwrap();
+    config.display().to_string()
+}
+
+/// Child runs across processes: a request wider than the parent's grant
+/// and an agent the operator did not make available are refused before
+/// anything is recorded; a child is a run of its own, linked to its
+/// parent, with the parent's grant narrowed as asked; the parent is
+/// suspended while it runs and a worker resumes it by replay when the
+/// child ends, done or failed; no one can forge a child's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_run_is_narrowed_from_its_parent_and_its_end_done_or_failed_resumes_the_parent() {
+    let scene = Scene::new().await;
+    let config = agents_config(&scene);
+    let script = "child probe allow=read,fetch time; child nobody time; child probe allow=read,glob write a.txt hi; \
+                  child probe !read missing.txt; write after.txt ok";
+    let args =
+        scene.run_args(built::WORKFLOW_PROBE, script, &["--config", &config, "--allow", "write", "--mode", "auto"]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "the parent waits for its child: {}", stderr(&out));
+    let v = last_json(&out);
+    let reason = v["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.starts_with("waiting for child run `r"), "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let children = nexo_store::Runs::children(&store, &id).await.unwrap();
+    assert_eq!(children.len(), 1, "the refused requests recorded no run: {children:?}");
+    let first = children[0].clone();
+    assert_eq!((first.parent.as_deref(), first.status), (Some(id.as_str()), nexo_store::RunStatus::Queued));
+    assert!(reason.contains(&first.id), "{reason}");
+    let spec = nexo::runs::RunSpec::from_record(first.grant.clone()).unwrap();
+    let caps: Vec<&str> = spec.grant.capabilities.iter().map(|c| c.as_str()).collect();
+    assert_eq!(caps, ["read", "glob"], "narrowed as asked");
+    assert_eq!(spec.depth, 1);
+    let show = stdout(&scene.nexo(&["runs", "show", &id]));
+    assert!(show.contains("children:") && show.contains(&first.id), "{show}");
+    // Only the child's end sends this signal.
+    let forged = scene.nexo(&["runs", "signal", &id, &format!("nexo.child.{}", first.id), "--data", "{}"]);
+    assert_eq!(forged.status.code(), Some(2), "{}", stderr(&forged));
+    assert!(stderr(&forged).contains("are the host's own"), "{}", stderr(&forged));
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let worker = KillOnDrop(worker.unwrap());
+    let run = final_run(&store, &id).await;
+    drop(worker);
+    assert_eq!(run.status, nexo_store::RunStatus::Done, "{run:?}");
+    let answer = run.result.unwrap_or_default();
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines.len(), 5, "{answer}");
+    assert!(lines[0].contains("which this run's effective grant does not hold"), "{answer}");
+    assert!(lines[0].contains("capabilities `fetch`"), "{answer}");
+    assert!(lines[1].contains("no agent `nobody` was made available") && lines[1].contains("probe"), "{answer}");
+    assert!(lines[2].starts_with("child done: error:"), "the child was not granted write: {answer}");
+    assert!(lines[3].starts_with("child failed:") && lines[3].contains("missing.txt"), "{answer}");
+    assert_eq!(lines[4], "wrote after.txt");
+    assert!(!scene.ws().join("a.txt").exists(), "the narrowed child wrote nothing");
+    let children = nexo_store::Runs::children(&store, &id).await.unwrap();
+    let statuses: Vec<_> = children.iter().map(|c| c.status).collect();
+    assert_eq!(statuses, [nexo_store::RunStatus::Done, nexo_store::RunStatus::Failed]);
+    store.close().await;
+}
+
+/// Cancelling a parent cancels its child in the same write, whatever the
+/// child is doing (here, waiting for a signal that never comes), and the
+/// tree stays visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_parent_cancels_its_waiting_child() {
+    let scene = Scene::new().await;
+    let config = agents_config(&scene);
+    let args = scene.run_args(built::WORKFLOW_PROBE, "child probe signal never", &["--config", &config]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let child = nexo_store::Runs::children(&store, &id).await.unwrap().remove(0);
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let worker = KillOnDrop(worker.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let run = nexo_store::Runs::run(&store, &child.id).await.unwrap().unwrap();
+        if run.status == nexo_store::RunStatus::Suspended || Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(waiting.signal_wait.as_deref(), Some("never"), "{waiting:?}");
+    let out = scene.nexo(&["runs", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let child = nexo_store::Runs::run(&store, &child.id).await.unwrap().unwrap();
+    assert_eq!(child.status, nexo_store::RunStatus::Cancelled, "{child:?}");
+    assert!(child.error.as_deref().unwrap_or_default().contains(&format!("its parent run `{id}` was cancelled")));
+    drop(worker);
+    let show = stdout(&scene.nexo(&["runs", "show", &child.id]));
+    assert!(show.contains(&format!("parent:    {id}")), "{show}");
+    let json = last_json(&scene.nexo(&["runs", "show", &id, "--json"]));
+    assert_eq!(json["children"][0]["id"], child.id.as_str(), "{json}");
+    assert_eq!(json["children"][0]["status"], "cancelled", "{json}");
+    store.close().await;
+}

@@ -54,7 +54,18 @@ const CRATES: &[Layers] = &[
             &["capability", "unit", "egress", "claude_code", "mcp_server"],
             // The host-call path: the one path, the authority, the journal, the loop, and
             // the quotas and metering a run's instance and calls draw on.
-            &["agent_loop", "model_turn", "host_call", "journal", "authority", "instance", "settings", "quota", "log"],
+            &[
+                "agent_loop",
+                "model_turn",
+                "host_call",
+                "journal",
+                "children",
+                "authority",
+                "instance",
+                "settings",
+                "quota",
+                "log",
+            ],
             // The engine and plain data beneath everything, the grant among it.
             &[
                 "grant",
@@ -110,9 +121,9 @@ const CRATES: &[Layers] = &[
             &["traits"],
             &["anchor"],
             &["transition", "schedules"],
-            &["jobs", "sessions", "signals", "tenants"],
+            &["jobs", "sessions", "signals", "tenants", "batch"],
             &["refusal"],
-            &["location", "batch"],
+            &["location"],
             &["error"],
             &["runs"],
             &["approvals", "journal", "events", "ids"],

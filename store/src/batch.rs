@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::{Entry, NewEvent};
+use crate::{Entry, NewEvent, NewJob, NewRun};
 
 /// Writes that commit together, atomically and durably.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,12 +22,29 @@ pub struct Batch {
     /// all. It is checked as [`Sessions::append_thread`](crate::Sessions::append_thread) checks, and a refusal
     /// (see [`ThreadAppend`]) refuses the whole batch.
     pub thread: Option<ThreadAppend>,
+    /// Child runs the run starts (`run-agent`), each recorded, linked to
+    /// the run as its parent, with its start job: a child exists exactly
+    /// when the journal entry that names it does.
+    pub children: Vec<NewChild>,
+}
+
+/// A child run to record with its parent's batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewChild {
+    /// The child, queued.
+    pub run: NewRun,
+    /// The job that starts it.
+    pub start: NewJob,
 }
 
 impl Batch {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.journal.is_empty() && self.events.is_empty() && self.checkpoints.is_empty() && self.thread.is_none()
+        self.journal.is_empty()
+            && self.events.is_empty()
+            && self.checkpoints.is_empty()
+            && self.thread.is_none()
+            && self.children.is_empty()
     }
 }
 

@@ -83,7 +83,7 @@ mod writer;
 
 pub use anchor::{AnchorError, Anchored, Anchors, AuditAnchor, is_anchorable_tenant, read_anchors, verify_anchored};
 pub use approvals::{Approval, Decision, PendingCall};
-pub use batch::{Batch, ThreadAppend};
+pub use batch::{Batch, NewChild, ThreadAppend};
 pub use error::{StoreError, StoreResult};
 pub use events::{NewEvent, StoredEvent};
 pub use ids::now_ms;
@@ -97,8 +97,8 @@ pub use runs::{Claim, Lease, NewRun, Run, RunStatus, new_run_id, wake_token};
 pub use schedules::{Firing, Missed, NewSchedule, RunTemplate, Schedule, new_schedule_id};
 pub use sessions::{Session, new_session_id};
 pub use signals::{
-    MAX_SIGNAL_DATA_BYTES, MAX_SIGNAL_NAME_BYTES, MAX_SIGNALS_PER_RUN, NEVER_MS, Signal, SignalWait,
-    check_name_and_data,
+    MAX_SIGNAL_DATA_BYTES, MAX_SIGNAL_NAME_BYTES, MAX_SIGNALS_PER_RUN, NEVER_MS, RESERVED_SIGNAL_PREFIX, Signal,
+    SignalWait, check_name_and_data, child_outcome, child_signal,
 };
 pub use sql::SCHEMA_VERSION;
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};

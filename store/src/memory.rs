@@ -131,6 +131,17 @@ impl Inner {
                 return Err(StoreError::Conflict(duplicate_entry(id, e.seq)));
             }
         }
+        for child in &batch.children {
+            if self.runs.contains_key(&child.run.id) {
+                return Err(StoreError::Conflict(run_exists(&child.run.id)));
+            }
+            if let Some(tenant) = &child.run.tenant {
+                self.check_tenant(tenant)?;
+            }
+            if let Some(reason) = check_new_job(&child.start) {
+                return Err(StoreError::Conflict(reason));
+            }
+        }
         // Last of the checks, first of the writes: a refused append leaves
         // everything as it was.
         if let Some(thread) = batch.thread {
@@ -148,7 +159,80 @@ impl Inner {
         for e in batch.events {
             self.push_event(id, e.kind, e.data, e.at_ms);
         }
+        for child in batch.children {
+            let mut run = child.run.into_run();
+            run.parent = Some(id.to_string());
+            self.runs.insert(run.id.clone(), run);
+            self.enqueue(child.start)?;
+        }
         Ok(())
+    }
+
+    /// Records signal `name` with `data` for run `id` and, if the run
+    /// waits for it, makes its wake due now; unchecked.
+    fn signal(&mut self, id: &str, name: &str, data: &str) -> Signal {
+        let waits = self.runs.get(id).is_some_and(|run| waits_for(run, name));
+        let at = now_ms();
+        let signal = Signal {
+            id: self.signals.last().map_or(1, |s| s.id + 1),
+            run: id.to_string(),
+            name: name.to_string(),
+            data: data.to_string(),
+            sent_ms: at,
+        };
+        self.signals.push(signal.clone());
+        self.push_event(id, "signal".into(), serde_json::json!({ "name": name, "signal": signal.id }), at);
+        if waits {
+            for job in self.jobs.values_mut() {
+                if job.run == id && job.kind == crate::JobKind::Wake && job.status == JobStatus::Sleeping {
+                    job.not_before_ms = at;
+                }
+            }
+        }
+        signal
+    }
+
+    /// What a run's end does beyond its own row: a child's end is its
+    /// parent's signal.
+    fn ended(&mut self, run: &Run) {
+        if let Some(parent) = &run.parent
+            && self.runs.contains_key(parent)
+        {
+            self.signal(parent, &crate::signals::child_signal(&run.id), &crate::signals::child_outcome(run));
+        }
+    }
+
+    /// Cancels run `id` and, first, its unfinished children (theirs too).
+    fn cancel(&mut self, id: &str, reason: &str) -> StoreResult<Run> {
+        let run = self.run_mut(id)?;
+        if run.status.is_final() {
+            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
+        }
+        let children: Vec<String> = self
+            .runs
+            .values()
+            .filter(|r| r.parent.as_deref() == Some(id) && !r.status.is_final())
+            .map(|r| r.id.clone())
+            .collect();
+        for child in children {
+            self.cancel(&child, &crate::signals::cancelled_with_parent(id))?;
+        }
+        let run = self.run_mut(id)?;
+        run.status = RunStatus::Cancelled;
+        run.error = Some(reason.to_string());
+        run.lease = None;
+        run.updated_ms = now_ms();
+        let slept = run.wake_ms.take();
+        let waited = run.wake_job.take();
+        run.signal_wait = None;
+        let run = run.clone();
+        if slept.is_some() || waited.is_some() {
+            self.end_wakes(id, "the run was cancelled", run.updated_ms);
+        }
+        self.approvals.remove(id);
+        self.push_event(id, "cancelled".into(), serde_json::json!({ "reason": reason }), run.updated_ms);
+        self.ended(&run);
+        Ok(run)
     }
 
     /// Appends to session `id`'s thread if it still holds `expected`
@@ -328,6 +412,13 @@ impl Runs for MemoryStore {
         Ok(self.lock().runs.get(id).cloned())
     }
 
+    async fn children(&self, id: &str) -> StoreResult<Vec<Run>> {
+        let inner = self.lock();
+        let mut runs: Vec<Run> = inner.runs.values().filter(|r| r.parent.as_deref() == Some(id)).cloned().collect();
+        runs.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok(runs)
+    }
+
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>> {
         let inner = self.lock();
         let mut runs: Vec<Run> =
@@ -375,6 +466,9 @@ impl Runs for MemoryStore {
             None => {
                 inner.approvals.remove(id);
             }
+        }
+        if run.status.is_final() {
+            inner.ended(&run);
         }
         Ok(run)
     }
@@ -452,24 +546,8 @@ impl Runs for MemoryStore {
 
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run> {
         let mut inner = self.lock();
-        let run = inner.run_mut(id)?;
-        if run.status.is_final() {
-            return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
-        }
-        run.status = RunStatus::Cancelled;
-        run.error = Some(reason.to_string());
-        run.lease = None;
-        run.updated_ms = now_ms();
-        let slept = run.wake_ms.take();
-        let waited = run.wake_job.take();
-        run.signal_wait = None;
-        let run = run.clone();
-        if slept.is_some() || waited.is_some() {
-            inner.end_wakes(id, "the run was cancelled", run.updated_ms);
-        }
-        inner.approvals.remove(id);
-        inner.push_event(id, "cancelled".into(), serde_json::json!({ "reason": reason }), run.updated_ms);
-        Ok(run)
+        inner.run_mut(id)?;
+        inner.cancel(id, reason)
     }
 
     async fn send_signal(&self, id: &str, name: &str, data: &str) -> StoreResult<Signal> {
@@ -477,25 +555,7 @@ impl Runs for MemoryStore {
         let run = inner.runs.get(id).ok_or_else(|| StoreError::NoRun(id.to_string()))?;
         let sent = inner.signals.iter().filter(|s| s.run == id).count();
         check_signal(run, name, data, i64::try_from(sent).unwrap_or(i64::MAX))?;
-        let waits = waits_for(run, name);
-        let at = now_ms();
-        let signal = Signal {
-            id: inner.signals.last().map_or(1, |s| s.id + 1),
-            run: id.to_string(),
-            name: name.to_string(),
-            data: data.to_string(),
-            sent_ms: at,
-        };
-        inner.signals.push(signal.clone());
-        inner.push_event(id, "signal".into(), serde_json::json!({ "name": name, "signal": signal.id }), at);
-        if waits {
-            for job in inner.jobs.values_mut() {
-                if job.run == id && job.kind == crate::JobKind::Wake && job.status == JobStatus::Sleeping {
-                    job.not_before_ms = at;
-                }
-            }
-        }
-        Ok(signal)
+        Ok(inner.signal(id, name, data))
     }
 
     async fn next_signal(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>> {

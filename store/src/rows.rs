@@ -178,6 +178,7 @@ pub(crate) fn run(row: &impl Columns, errors: &Errors<'_>) -> Result<Run, StoreE
         wake_ms: column(row, "wake_ms", errors)?,
         signal_wait: column(row, "signal_wait", errors)?,
         wake_job: column(row, "wake_job", errors)?,
+        parent: column(row, "parent", errors)?,
         id,
     })
 }

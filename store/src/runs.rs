@@ -133,6 +133,7 @@ impl NewRun {
             lease: self.lease,
             session: self.session,
             tenant: self.tenant,
+            parent: None,
         }
     }
 }
@@ -187,6 +188,9 @@ pub struct Run {
     /// The tenant that started it through `nexo serve`; `None` for a run
     /// of the CLI.
     pub tenant: Option<String>,
+    /// The run that started it with `run-agent`, for a child run; `None`
+    /// otherwise.
+    pub parent: Option<String>,
 }
 
 /// The token a wake job `id` claims its run with ([`crate::Claim::Wake`]):

@@ -68,7 +68,39 @@ pub(crate) fn check_signal(run: &Run, name: &str, data: &str, sent: i64) -> Resu
             run.id
         )));
     }
+    if name.starts_with(RESERVED_SIGNAL_PREFIX) {
+        return Err(StoreError::Invalid(format!(
+            "signal names starting with `{RESERVED_SIGNAL_PREFIX}` are the host's own (a child run's end is one); \
+             choose another name"
+        )));
+    }
     check_name_and_data(name, data)
+}
+
+/// The prefix of the signals only the host sends: no one else can send
+/// one, so a child's end cannot be forged.
+pub const RESERVED_SIGNAL_PREFIX: &str = "nexo.";
+
+/// The name of the signal a child run's end sends its parent.
+pub fn child_signal(child: &str) -> String {
+    format!("{RESERVED_SIGNAL_PREFIX}child.{child}")
+}
+
+/// Why a child run was cancelled with its parent `parent`.
+pub(crate) fn cancelled_with_parent(parent: &str) -> String {
+    format!("its parent run `{parent}` was cancelled")
+}
+
+/// How a child run ended, as its end's signal carries it to its parent:
+/// `{"run", "status", "result", "error"}`.
+pub fn child_outcome(child: &Run) -> String {
+    serde_json::json!({
+        "run": child.id,
+        "status": child.status.as_str(),
+        "result": child.result,
+        "error": child.error,
+    })
+    .to_string()
 }
 
 /// A signal's name and data, or why they cannot be sent.

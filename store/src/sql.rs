@@ -157,7 +157,7 @@ pub(crate) const TABLES: &[&str] = &[
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// Every migration, oldest first. The last one's version is
 /// [`SCHEMA_VERSION`] (a unit test checks).
@@ -535,6 +535,14 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX schedules_by_tenant ON schedules (tenant, created_ms)",
         ],
     },
+    Migration {
+        version: 12,
+        statements: &[
+            // The run that started a child run with `run-agent`.
+            "ALTER TABLE runs ADD COLUMN parent TEXT",
+            "CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL",
+        ],
+    },
 ];
 
 /// The database's schema version (`NULL` for an empty `nexo_schema`).
@@ -548,17 +556,17 @@ macro_rules! run_columns {
     () => {
         "id, agent, kind, source, component_sha256, input, grant_json, status, suspend_reason, resume_key, \
          resume_input, result, error, created_ms, updated_ms, lease_owner, lease_until_ms, session, tenant, wake_ms, \
-         signal_wait, wake_job"
+         signal_wait, wake_job, parent"
     };
 }
 
-/// Records a new run; `$1…$22` are the run's columns in [`run_columns!`]
+/// Records a new run; `$1…$23` are the run's columns in [`run_columns!`]
 /// order. No row is written (0 rows affected) if the id is taken; a
 /// session or tenant that is not there fails the schema's foreign key.
 pub(crate) const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) \
      ON CONFLICT (id) DO NOTHING"
 );
 
@@ -751,6 +759,14 @@ pub(crate) const NEXT_SIGNAL: &str = "SELECT id, run, name, data, sent_ms FROM s
 /// Makes run `$1`'s sleeping wake due at `$2`: a signal it waits for came.
 pub(crate) const WAKE_NOW: &str =
     "UPDATE jobs SET not_before_ms = $2 WHERE run = $1 AND kind = 'wake' AND status = 'sleeping'";
+
+/// Run `$1`'s child runs, oldest first (`runs_by_parent`).
+pub(crate) const CHILD_RUNS: &str =
+    concat!("SELECT ", run_columns!(), " FROM runs WHERE parent = $1 ORDER BY created_ms, id");
+
+/// The ids of run `$1`'s unfinished child runs (`runs_by_parent`).
+pub(crate) const UNFINISHED_CHILDREN: &str =
+    "SELECT id FROM runs WHERE parent = $1 AND status NOT IN ('done', 'failed', 'cancelled') ORDER BY id";
 
 /// The columns of a schedule, in the order [`INSERT_SCHEDULE`] takes them.
 macro_rules! schedule_columns {
@@ -1067,7 +1083,7 @@ pub(crate) const PROMPT_IN_PROGRESS: &str = concat!(
 pub(crate) const INSERT_SESSION_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23 \
      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE session = $18 AND status IN ",
     in_progress!(),
     ") ON CONFLICT (id) DO NOTHING"
@@ -1401,6 +1417,8 @@ mod tests {
             super::COUNT_SIGNALS,
             super::NEXT_SIGNAL,
             super::WAKE_NOW,
+            super::CHILD_RUNS,
+            super::UNFINISHED_CHILDREN,
             super::INSERT_SCHEDULE,
             super::SELECT_SCHEDULE,
             super::LIST_SCHEDULES,

@@ -99,6 +99,8 @@ suite!(
     a_signal_wakes_the_run_waiting_for_it_and_not_another,
     a_signal_sent_before_the_wait_is_kept_for_it,
     signals_are_refused_for_a_finished_run_and_past_their_limits,
+    a_child_is_recorded_with_its_parents_batch_and_its_end_wakes_the_parent,
+    cancelling_a_run_cancels_its_unfinished_children,
     a_schedule_is_added_listed_paused_and_deleted,
     an_occurrence_fires_once_and_records_its_run_with_its_start,
     concurrent_firings_of_one_occurrence_start_one_run,
@@ -312,6 +314,7 @@ async fn commit_reads_back(store: Arc<dyn Store>) {
         events: vec![event("tool_call", 1), event("tool_result", 2)],
         checkpoints: vec![("plan".into(), json!({"steps": [1, 2, 3]})), ("draft".into(), json!("text"))],
         thread: None,
+        children: Vec::new(),
     };
     store.commit("r1", OWNER, batch).await.unwrap();
     // The one-entry fast path.
@@ -706,6 +709,73 @@ async fn a_signal_sent_before_the_wait_is_kept_for_it(store: Arc<dyn Store>) {
     assert_eq!(cancelled.signal_wait, None);
     let wake = store.job("w2").await.unwrap().unwrap();
     assert_eq!((wake.status, wake.error.as_deref()), (JobStatus::Done, Some("the run was cancelled")));
+}
+
+/// A child run `id` of whichever run records it, queued with its start job `start`.
+fn child(id: &str, start: &str) -> nexo_store::NewChild {
+    let start = NewJob { run: id.into(), kind: JobKind::Start, payload: json!({"run": id}), ..new_job(start, 0, 1) };
+    nexo_store::NewChild { run: new_run(id, RunStatus::Queued, 2_000), start }
+}
+
+/// A child exists exactly when its parent's batch does: recorded with it,
+/// linked to the parent, queued with its start job. Its end is the
+/// parent's signal (only the host sends one), which wakes the parent
+/// waiting for it in the same write.
+async fn a_child_is_recorded_with_its_parents_batch_and_its_end_wakes_the_parent(store: Arc<dyn Store>) {
+    running(&store, "p1").await;
+    // A batch refused (its entry is a duplicate) records no child.
+    store.commit("p1", OWNER, Batch { journal: vec![entry(0)], ..Batch::default() }).await.unwrap();
+    let refused = Batch { journal: vec![entry(0)], children: vec![child("c0", "s0")], ..Batch::default() };
+    conflict(store.commit("p1", OWNER, refused).await, "");
+    assert_eq!(store.run("c0").await.unwrap(), None, "no child without its entry");
+    assert_eq!(store.job("s0").await.unwrap(), None);
+
+    let name = nexo_store::child_signal("c1");
+    let wait = wait_for_signal("w1", "p1", &name, 0, None);
+    let batch = Batch { journal: vec![entry(1)], children: vec![child("c1", "s1")], ..Batch::default() };
+    store.transition("p1", OWNER, batch, wait).await.unwrap();
+    let c1 = store.run("c1").await.unwrap().unwrap();
+    assert_eq!((c1.parent.as_deref(), c1.status), (Some("p1"), RunStatus::Queued));
+    assert_eq!(store.job("s1").await.unwrap().unwrap().status, JobStatus::Queued);
+    assert_eq!(store.children("p1").await.unwrap(), vec![c1]);
+    assert_eq!(store.children("c1").await.unwrap(), vec![]);
+    match store.send_signal("p1", &name, r#"{"status":"done"}"#).await {
+        Err(StoreError::Invalid(m)) => assert!(m.contains("are the host's own"), "{m}"),
+        other => panic!("a forged end: {other:?}"),
+    }
+
+    store.claim("c1", Claim::Start, lease(OTHER, FAR), None, 3_000).await.unwrap();
+    assert_eq!(store.job("w1").await.unwrap().unwrap().not_before_ms, nexo_store::NEVER_MS, "not ended yet");
+    store.transition("c1", OTHER, Batch::default(), done("the answer")).await.unwrap();
+    let wake = store.job("w1").await.unwrap().unwrap();
+    assert!(wake.not_before_ms <= nexo_store::now_ms(), "the parent is due now: {wake:?}");
+    let end = store.next_signal("p1", &name, 0).await.unwrap().expect("the child's end");
+    let end: serde_json::Value = serde_json::from_str(&end.data).unwrap();
+    assert_eq!(end, json!({"run": "c1", "status": "done", "result": "the answer", "error": null}));
+}
+
+/// Cancelling a run cancels its unfinished children and theirs, in the
+/// same write, each with why; a finished child stays as it ended.
+async fn cancelling_a_run_cancels_its_unfinished_children(store: Arc<dyn Store>) {
+    running(&store, "p1").await;
+    let batch = Batch { children: vec![child("c1", "s1"), child("c2", "s2")], ..Batch::default() };
+    store.commit("p1", OWNER, batch).await.unwrap();
+    store.claim("c1", Claim::Start, lease(OTHER, FAR), None, 3_000).await.unwrap();
+    store.commit("c1", OTHER, Batch { children: vec![child("g1", "s3")], ..Batch::default() }).await.unwrap();
+    store.claim("c2", Claim::Start, lease(OTHER, FAR), None, 3_000).await.unwrap();
+    store.transition("c2", OTHER, Batch::default(), done("ok")).await.unwrap();
+
+    let parent = store.cancel("p1", "stop").await.unwrap();
+    assert_eq!(parent.status, RunStatus::Cancelled);
+    for (id, why) in [("c1", "its parent run `p1` was cancelled"), ("g1", "its parent run `c1` was cancelled")] {
+        let run = store.run(id).await.unwrap().unwrap();
+        assert_eq!((run.status, run.error.as_deref()), (RunStatus::Cancelled, Some(why)), "{id}");
+    }
+    assert_eq!(store.run("c2").await.unwrap().unwrap().status, RunStatus::Done);
+    let end = store.next_signal("p1", &nexo_store::child_signal("c1"), 0).await.unwrap().expect("c1's end");
+    assert!(end.data.contains(r#""status":"cancelled""#), "{}", end.data);
+    // The cancelled child's owner learns at its next renewal.
+    assert_eq!(store.renew_leases(OTHER, &["c1".into()], FAR).await.unwrap(), Vec::<String>::new());
 }
 
 /// A finished run takes no signal; a name or data that cannot be sent is
@@ -1651,6 +1721,7 @@ async fn busy_session(
         events: vec![event("tool_call", 1)],
         checkpoints: vec![("plan".into(), json!(1))],
         thread: None,
+        children: Vec::new(),
     };
     let to = if live { suspend("approval", Some(approval(1, "shell"))) } else { done("ok") };
     store.transition(&latest, OWNER, batch, to).await.unwrap();
@@ -1694,6 +1765,7 @@ async fn plain_run(store: &Arc<dyn Store>, id: &str) {
         events: vec![event("tool_call", 1)],
         checkpoints: vec![("plan".into(), json!(1))],
         thread: None,
+        children: Vec::new(),
     };
     store.transition(id, OWNER, batch, suspend("approval", Some(approval(1, "shell")))).await.unwrap();
     store.enqueue(NewJob { run: id.into(), ..new_job(&format!("{id}-job"), 0, 1) }).await.unwrap();
@@ -1838,6 +1910,7 @@ async fn a_stale_thread_append_refuses_the_whole_transition(store: Arc<dyn Store
         events: vec![event("done", 1)],
         checkpoints: vec![("plan".into(), json!(1))],
         thread,
+        children: Vec::new(),
     };
     let stale = append(&id, 2, vec![json!("late")]);
     conflict(store.transition("p1", OWNER, batch(stale.clone()), done("hi")).await, MOVED_ON);

@@ -96,6 +96,7 @@ async fn data_survives_close_and_reopen() {
             events: vec![NewEvent { kind: "tool_call".into(), data: json!({"tool": "shell"}), at_ms: 1_500 }],
             checkpoints: vec![("plan".into(), json!([1, 2]))],
             thread: None,
+            children: Vec::new(),
         };
         store.commit("r1", OWNER, batch).await.unwrap();
         let to = Transition::Suspend {
@@ -420,10 +421,13 @@ async fn open_by_location() {
     }
 }
 
-/// Takes a file back from version 10 to what version 5 wrote: version 6
+/// Takes a file back from version 12 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "DROP INDEX runs_by_parent",
+    "ALTER TABLE runs DROP COLUMN parent",
+    "DELETE FROM nexo_schema WHERE version = 12",
     "DROP INDEX schedules_by_tenant",
     "DROP INDEX schedules_by_next",
     "DROP TABLE schedules",
@@ -696,6 +700,7 @@ async fn a_cancelled_write_is_all_or_nothing() {
             events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
             checkpoints: vec![(format!("c{i:03}"), json!(i))],
             thread: None,
+            children: Vec::new(),
         };
         if i % 10 == 9 {
             store.commit("r1", OWNER, batch).await.unwrap();
@@ -790,6 +795,7 @@ async fn a_failing_write_in_a_group_fails_alone() {
                 events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
                 checkpoints: vec![(format!("c{i:03}"), json!(i))],
                 thread: None,
+                children: Vec::new(),
             };
             let committed = store.commit("taken", OWNER, batch).await;
             (i, created.is_ok(), committed.is_ok())
@@ -839,6 +845,7 @@ async fn writes_dropped_in_a_group_leave_the_file_free() {
                 events: vec![NewEvent { kind: "tool_call".into(), data: json!(i), at_ms: 1 }],
                 checkpoints: vec![(format!("c{i:03}"), json!(i))],
                 thread: None,
+                children: Vec::new(),
             };
             // Half are dropped after 0 to 950 µs, spinning on the clock.
             let deadline = std::time::Instant::now() + std::time::Duration::from_micros(i % 20 * 50);

@@ -373,6 +373,10 @@ impl nexo_store::Runs for Counting {
         self.inner.run(id).await
     }
 
+    async fn children(&self, id: &str) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
+        self.inner.children(id).await
+    }
+
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> nexo_store::StoreResult<Vec<nexo_store::Run>> {
         self.inner.runs(status, limit).await
     }

@@ -15,12 +15,19 @@
 //!   the timeout, or an operator's resume), takes the next signal of the
 //!   name, if any. Which signals a run took is its journal's record.
 //!
+//! - `run-agent`: a child run and a wait for its end. The first step
+//!   records the child (with the entry that names it: a child exists
+//!   exactly when the parent's journal says it started one), with the
+//!   parent's effective grant narrowed as asked and never wider; then the
+//!   parent waits, as `wait-signal` waits, for the signal the child's end
+//!   sends it.
+//!
 //! In a recorded run the values live in the store, beside the journal. A
 //! run without a store (an embedding program's, or `--ephemeral`) keeps
 //! checkpoints in memory for the run and cannot suspend.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use nexo_model::{BoxFuture, ToolCall};
@@ -29,7 +36,9 @@ use wasmtime::component::Linker;
 
 use crate::bindings::agent::nexo::plugin::durable as wit;
 use crate::capability::model::Prompt;
+use crate::children::{ChildRequest, ChildRuns};
 use crate::error::ToolError;
+use crate::grant::{Bounds, Grant, stricter};
 use crate::host_call::{CallContext, HostCall, ToolContext};
 use crate::journal::{Effect, Halt, RESERVED, unjournaled};
 use crate::manifest::interface::DURABLE;
@@ -42,12 +51,15 @@ pub const STEP_CONCURRENCY: usize = 4;
 /// The longest checkpoint name, in bytes.
 pub const MAX_NAME_BYTES: usize = 200;
 
-/// Per-instance state: the open checkpoint, and the values of a run
-/// without a store.
+/// Per-instance state: the open checkpoint, the values of a run without a
+/// store, and what a child run is started from.
 #[derive(Debug, Default)]
 pub struct DurableState {
     open: Mutex<Option<String>>,
     memory: Mutex<BTreeMap<String, Value>>,
+    /// The run's effective grant (what its children are narrowed from),
+    /// and who makes a child's record; `None` where no child can start.
+    children: Option<(Grant, Arc<dyn ChildRuns>)>,
 }
 
 impl DurableState {
@@ -113,6 +125,13 @@ impl Unit for DurableUnit {
         durable.func_wrap_async("wait-signal", |store, (name, timeout): (String, Option<u64>)| {
             let cx = store.data().world.tools.clone();
             Box::new(async move {
+                if name.starts_with(nexo_store::RESERVED_SIGNAL_PREFIX) {
+                    let why = format!(
+                        "signal names starting with `{}` are the host's own; wait for a child run with `run-agent`",
+                        nexo_store::RESERVED_SIGNAL_PREFIX
+                    );
+                    return Ok((Err(wit::DurableError::Invalid(why)),));
+                }
                 if let Err(e) = cx.guest_call(&WaitSignal, (name.clone(), timeout)).await? {
                     return Ok((Err(e),));
                 }
@@ -120,6 +139,31 @@ impl Unit for DurableUnit {
                 Ok((taken.map(|t| t.map(|t| t.data)),))
             })
         })?;
+        durable.func_wrap_async(
+            "run-agent",
+            |store, (agent, input, narrowing): (String, String, wit::GrantNarrowing)| {
+                let cx = store.data().world.tools.clone();
+                Box::new(async move {
+                    let child = match cx.guest_call(&StartChild, (agent, input, narrowing)).await? {
+                        Ok(child) => child,
+                        Err(e) => return Ok((Err(e),)),
+                    };
+                    // Waits as `wait-signal` does, for the signal only the
+                    // child's end sends; an operator's early resume waits again.
+                    let name = nexo_store::child_signal(&child);
+                    loop {
+                        if let Err(e) = cx.guest_call(&WaitSignal, (name.clone(), None)).await? {
+                            return Ok((Err(e),));
+                        }
+                        match cx.guest_call(&TakeSignal, name.clone()).await? {
+                            Ok(Some(taken)) => return Ok((Ok(outcome(&taken.data)),)),
+                            Ok(None) => continue,
+                            Err(e) => return Ok((Err(e),)),
+                        }
+                    }
+                })
+            },
+        )?;
         durable.func_wrap_async("resume-input", |store, (): ()| {
             let cx = store.data().world.tools.clone();
             Box::new(async move { Ok((cx.guest_call(&ResumeInput, ()).await?.unwrap_or(None),)) })
@@ -128,7 +172,14 @@ impl Unit for DurableUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        setup.state.insert(DurableState::default());
+        // The run's effective grant: the operator's (as this pass narrowed
+        // it) within what the agent asked for, under the mode in force.
+        let children = setup.options.context.children.clone().map(|starter| {
+            let mut grant = setup.options.grant.clone().narrow(&Bounds::of_manifest(setup.manifest));
+            grant.mode = stricter(grant.mode, setup.authority.mode());
+            (grant, starter)
+        });
+        setup.state.insert(DurableState { children, ..DurableState::default() });
         Step::ready(Ok(()))
     }
 }
@@ -587,9 +638,11 @@ impl HostCall for WaitSignal {
             }
             if there.is_none() && until > nexo_store::now_ms() {
                 let wake_ms = (until != NEVER_MS).then_some(until);
-                let reason = match wake_ms {
-                    Some(at) => format!("waiting for signal `{name}` until {}", rfc3339(at)),
-                    None => format!("waiting for signal `{name}`"),
+                let child = name.strip_prefix(&nexo_store::child_signal(""));
+                let reason = match (child, wake_ms) {
+                    (Some(child), _) => format!("waiting for child run `{child}`"),
+                    (None, Some(at)) => format!("waiting for signal `{name}` until {}", rfc3339(at)),
+                    (None, None) => format!("waiting for signal `{name}`"),
                 };
                 let signal = Some(Box::new(journal.signal_wait(&name)));
                 journal.halt_after_this_call(Halt::Suspend {
@@ -606,6 +659,118 @@ impl HostCall for WaitSignal {
 }
 
 crate::guest_only!(WaitSignal, ToolContext);
+
+/// `run-agent`'s first step: records the child run (with the parent's
+/// batch, which the suspension that follows writes) and answers its id,
+/// which the journal keeps, so a replay waits for the same child.
+#[derive(Debug, Clone, Copy)]
+pub struct StartChild;
+
+impl HostCall for StartChild {
+    type Args = (String, String, wit::GrantNarrowing);
+    type Output = String;
+    type Error = wit::DurableError;
+
+    fn name(&self) -> &'static str {
+        "run-agent"
+    }
+
+    fn interface(&self) -> &'static str {
+        DURABLE
+    }
+
+    fn arg_bytes(&self, (agent, input, narrowing): &Self::Args) -> usize {
+        let list = |l: &Option<Vec<String>>| l.iter().flatten().map(String::len).sum::<usize>();
+        agent.len()
+            + input.len()
+            + list(&narrowing.allow)
+            + list(&narrowing.fetch_hosts)
+            + narrowing.mode.as_ref().map_or(0, String::len)
+    }
+
+    /// Committed with the child it names: both go with the suspension
+    /// that follows, or neither does.
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: &'a ToolContext,
+        (agent, input, narrowing): Self::Args,
+    ) -> BoxFuture<'a, Result<String, wit::DurableError>> {
+        Box::pin(async move {
+            inside_checkpoint(cx, self.name())?;
+            let Some(journal) = cx.journal() else {
+                return Err(wit::DurableError::NotDurable(
+                    "this run is not recorded, so it cannot wait for a child run; run it with a store (`nexo run` \
+                     without --ephemeral)"
+                        .into(),
+                ));
+            };
+            let Some((grant, starter)) = &cx.state::<DurableState>()?.children else {
+                return Err(wit::DurableError::NotDurable(
+                    "this host starts no child runs (it drives runs without the run lifecycle)".into(),
+                ));
+            };
+            let request = requested(&narrowing)?;
+            let grant = grant.clone().narrowed_to(&request).map_err(|(field, item)| {
+                wit::DurableError::Invalid(format!(
+                    "the child's grant asks for {field} `{item}`, which this run's effective grant does not hold; a \
+                     child's authority is never wider than its parent's (narrow it, or leave the field out to keep \
+                     the parent's)"
+                ))
+            })?;
+            let child =
+                starter.prepare(ChildRequest { agent, input, grant }).await.map_err(wit::DurableError::Invalid)?;
+            let id = child.run.id.clone();
+            journal.start_child(child);
+            Ok(id)
+        })
+    }
+}
+
+crate::guest_only!(StartChild, ToolContext);
+
+/// What a `grant-narrowing` asks for, as [`Bounds`]; a name that does not
+/// parse is the guest's mistake.
+fn requested(narrowing: &wit::GrantNarrowing) -> Result<Bounds, wit::DurableError> {
+    let capabilities = match &narrowing.allow {
+        Some(names) => Some(
+            names
+                .iter()
+                .map(|n| crate::grant::parse_capability(n))
+                .collect::<Result<_, _>>()
+                .map_err(wit::DurableError::Invalid)?,
+        ),
+        None => None,
+    };
+    let mode = match &narrowing.mode {
+        Some(m) => Some(serde_json::from_value(Value::String(m.clone())).map_err(|_| {
+            wit::DurableError::Invalid(format!("unknown permission mode `{m}`: use read-only, approve, ask or auto"))
+        })?),
+        None => None,
+    };
+    let fetch_hosts = match &narrowing.fetch_hosts {
+        Some(hosts) => Some(
+            nexo_egress::HostList::new(hosts)
+                .map_err(|e| wit::DurableError::Invalid(format!("the child's fetch hosts do not parse: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Bounds { capabilities, mode, fetch_hosts, ..Bounds::default() })
+}
+
+/// A child's end, as its signal carries it ([`nexo_store::child_outcome`]).
+fn outcome(data: &str) -> wit::ChildOutcome {
+    let end: Value = serde_json::from_str(data).unwrap_or_default();
+    let text = |key: &str| end.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    match end.get("status").and_then(Value::as_str) {
+        Some("done") => wit::ChildOutcome::Done(text("result")),
+        Some("cancelled") => wit::ChildOutcome::Cancelled(text("error")),
+        _ => wit::ChildOutcome::Failed(text("error")),
+    }
+}
 
 /// A signal `wait-signal` took: its id (which the journal keeps, so a
 /// replay takes the same one) and its data.

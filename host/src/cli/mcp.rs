@@ -82,6 +82,8 @@ pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&Plug
             progressive_skills: args.model.progressive_skills,
             skill_components: Vec::new(),
             origin: None,
+            agents: Default::default(),
+            depth: 0,
         },
         (Err(e), _) | (_, Err(e)) => return report::config_failure(&e),
     };

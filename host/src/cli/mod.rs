@@ -674,6 +674,9 @@ fn recorded(
     memory: u64,
 ) -> Result<(Settings, nexo::runs::RunSpec), ExitCode> {
     let settings = settings(grant, search).map_err(|e| config_failure(&e))?;
+    let agents =
+        settings.file.agents.files(grant.config_path()).and_then(|f| nexo::runs::children::recorded_agents(&f));
+    let agents = agents.map_err(|e| config_failure(&e))?;
     let recorded = match (settings.grant.recorded(), model.merged(&settings.file.model)) {
         (Ok(grant), Ok(model_table)) => nexo::runs::RunSpec {
             grant,
@@ -686,6 +689,8 @@ fn recorded(
             // Loaded and recorded by the caller, which has the engine.
             skill_components: Vec::new(),
             origin: None,
+            agents,
+            depth: 0,
         },
         (Err(e), _) | (_, Err(e)) => return Err(config_failure(&e)),
     };

@@ -467,6 +467,11 @@ pub fn report_end(end: &RunEnd, json: bool) -> ExitCode {
                     nexo::runs::describe_approval(a)
                 ),
                 None => match &run.signal_wait {
+                    Some(name) if name.starts_with(&nexo_store::child_signal("")) => errln!(
+                        "run {id} waits for its child run {}: a worker on this store (`nexo worker`, `nexo serve`) \
+                         runs the child, then resumes this run",
+                        &name[nexo_store::child_signal("").len()..]
+                    ),
                     Some(name) => errln!(
                         "run {id} waits for signal `{name}`: `nexo runs signal {id} {name} --data JSON` sends it, and \
                          a worker on this store (`nexo worker`, `nexo serve`) resumes the run"
@@ -808,6 +813,10 @@ async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return store_error(&e),
         };
     let names: Vec<&str> = checkpoints.iter().map(|(n, _)| n.as_str()).collect();
+    let children = match nexo::runs::children::descendants(store, id).await {
+        Ok(c) => c,
+        Err(e) => return store_error(&e),
+    };
     let timeline = if json || full {
         match nexo::runs::timeline::Timeline::load(store, &run).await {
             Ok(t) => Some(t),
@@ -825,6 +834,7 @@ async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
             "state": state,
             "events": events,
             "timeline": timeline,
+            "children": children,
         });
         nexo::terminal::print_json(&value);
         return ExitCode::SUCCESS;
@@ -837,6 +847,9 @@ async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
         outln!("signature: {}", origin.signature);
     }
     outln!("status:    {}", run.status);
+    if let Some(parent) = &run.parent {
+        outln!("parent:    {parent}");
+    }
     if let Some(reason) = &run.suspend_reason {
         outln!("reason:    {reason}");
     }
@@ -856,6 +869,13 @@ async fn show(store: &dyn Store, id: &str, json: bool, full: bool) -> ExitCode {
     }
     outln!("input:     {}", first_line(&run.input));
     outln!("created:   {}", time(run.created_ms));
+    if !children.is_empty() {
+        outln!("children:");
+        for c in &children {
+            let indent = "  ".repeat(c.depth as usize);
+            outln!("{indent}{}  {}  {}", c.id, c.agent, c.status);
+        }
+    }
     outln!("checkpoints: {}", if names.is_empty() { "(none)".to_string() } else { names.join(", ") });
     for (name, value) in &checkpoints {
         outln!("  {name} = {}", first_line(&value.to_string()));

@@ -9,6 +9,7 @@
 //! Each table mirrors a group of command-line flags; the CLI lays its flags
 //! over the file (flags win), and a recorded run keeps the merged settings.
 
+mod agents;
 mod grant;
 mod model;
 mod search;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 
 use crate::ConfigError;
 pub use crate::telemetry::{PrometheusTable, TelemetryTable};
+pub use agents::AgentsTable;
 pub use grant::{GrantFlags, GrantTable};
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
@@ -41,6 +43,9 @@ pub struct ConfigFile {
     /// The `[skills]` table: skill components given to every run.
     #[serde(default)]
     pub skills: SkillsTable,
+    /// The `[agents]` table: the agents workflows may start as child runs.
+    #[serde(default)]
+    pub agents: AgentsTable,
     /// Where runs are recorded: a path, `sqlite://PATH` or `postgres://…`
     /// (`--store` and `NEXO_STORE` win over it).
     pub store: Option<String>,

@@ -128,6 +128,17 @@ impl Grant {
         self
     }
 
+    /// The same grant narrowed to `request`, which must ask for nothing
+    /// beyond it: a request wider than the grant in any field is refused,
+    /// naming the field and the first item beyond (how a child run's grant
+    /// comes from its parent's).
+    pub fn narrowed_to(self, request: &Bounds) -> Result<Grant, (&'static str, String)> {
+        if let Some(beyond) = request.beyond(&self.bounds()) {
+            return Err(beyond);
+        }
+        Ok(self.narrow(request))
+    }
+
     /// The same grant, as a pass narrows it: a stricter `mode`, and `revoke`
     /// taken out.
     pub fn narrowed(self, mode: Option<PermissionMode>, revoke: &[Capability]) -> Grant {

@@ -18,6 +18,8 @@
 //! [`Runs::resume`] with [`Claim::Recover`] replays it to where it was.
 
 pub mod changes;
+pub mod children;
+mod job;
 pub mod pass;
 pub mod prepare;
 pub mod schedules;
@@ -30,8 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexo_store::{
-    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewJob, NewRun, PendingCall, Run, RunStatus, Store,
-    StoreError, Transition,
+    Batch, Claim, Decision, Job, JobKind, Lease, NewEvent, NewRun, PendingCall, Run, RunStatus, Store, StoreError,
+    Transition,
 };
 use serde_json::{Value, json};
 
@@ -44,17 +46,13 @@ use crate::settings::RunOptions;
 use crate::telemetry::metrics::instruments;
 use crate::thread::Thread;
 use crate::world::agent::Agent;
-pub use spec::{Origin, RunSpec, SkillFile};
+pub use job::{JOB_ATTEMPTS, JOB_BACKOFF};
+use job::{new_job, new_wake};
+pub use spec::{ChildAgent, Origin, RunSpec, SkillFile};
 
 /// How long a lease lasts without renewal. The owner renews it every
 /// third of that.
 pub const LEASE: Duration = Duration::from_secs(30);
-
-/// How many times a job is tried before it stays failed.
-pub const JOB_ATTEMPTS: u32 = 5;
-
-/// The delay before a job's first retry; each further one doubles it.
-pub const JOB_BACKOFF: Duration = Duration::from_secs(2);
 
 /// What a run runs: a component, or a declarative file.
 #[derive(Clone, Copy)]
@@ -510,6 +508,11 @@ impl Runs {
         let display = options.context.events.clone().unwrap_or_else(crate::events::no_events);
         options.context.events = Some(Arc::new(JournalSink { journal: journal.clone(), inner: display }));
         options.context.journal = Some(journal.clone());
+        options.context.children = Some(Arc::new(children::Starter {
+            store: self.store.clone(),
+            parent: run.id.clone(),
+            tenant: run.tenant.clone(),
+        }));
         // Dropped with this future too: a worker that lost the job drops the
         // run, and its lease must then lapse for the next owner.
         let until_ms = run.lease.as_ref().map_or_else(nexo_store::now_ms, |l| l.until_ms);
@@ -670,33 +673,6 @@ fn keeper(store: &Arc<dyn Store>, owner: &str, lease: Duration) -> Keeper<String
             Box::pin(async move { store.renew_leases(&owner, &ids, until_ms).await })
         }),
     )
-}
-
-/// The job that wakes `run` at `at_ms`: a timer's, or a wait's timeout;
-/// with none ([`nexo_store::NEVER_MS`]), only a signal makes it due.
-fn new_wake(run: &str, at_ms: Option<i64>) -> NewJob {
-    let job = new_job(run, JobKind::Wake, json!({"run": run, "wake_ms": at_ms}));
-    NewJob { not_before_ms: at_ms.unwrap_or(nexo_store::NEVER_MS), ..job }
-}
-
-/// A job of `kind` for `run`, due now, with the worker's attempts and
-/// backoff, and the caller's trace context when tracing is on (the pass
-/// continues the trace of the request that queued it).
-fn new_job(run: &str, kind: JobKind, mut payload: Value) -> NewJob {
-    if let (Some(parent), Some(fields)) = (trace::caller(), payload.as_object_mut()) {
-        fields.insert("trace".into(), json!(parent));
-    }
-    let now = nexo_store::now_ms();
-    NewJob {
-        id: nexo_store::new_run_id(),
-        run: run.to_string(),
-        kind,
-        payload,
-        max_attempts: JOB_ATTEMPTS,
-        backoff_ms: JOB_BACKOFF.as_millis() as i64,
-        not_before_ms: now,
-        created_ms: now,
-    }
 }
 
 /// `host:pid:nonce`.

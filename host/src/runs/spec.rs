@@ -3,6 +3,7 @@
 //! secret: keys are read from the environment at each pass), so a resume,
 //! a retry or a recovery on any node needs nothing else.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +46,30 @@ pub struct RunSpec {
     /// Where the plugin came from, when it came from a registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// The agents the operator made available to `run-agent`, by the name
+    /// a workflow asks for, each a file with the SHA-256 it had when the
+    /// run was recorded: a child runs that very content or none. A child's
+    /// run holds the same.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, ChildAgent>,
+    /// How many levels below its root run this run is (0 for a run that no
+    /// run started).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// An agent made available to `run-agent`, as a run records it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct ChildAgent {
+    /// The component, or the declarative agent's TOML file.
+    pub path: PathBuf,
+    /// Its SHA-256 when the run was recorded.
+    pub sha256: String,
 }
 
 /// A skill component as a run records it.
@@ -82,6 +107,8 @@ impl Default for RunSpec {
             progressive_skills: false,
             skill_components: Vec::new(),
             origin: None,
+            agents: BTreeMap::new(),
+            depth: 0,
         }
     }
 }

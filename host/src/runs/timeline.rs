@@ -658,6 +658,7 @@ pub(crate) mod tests {
             lease: None,
             session: None,
             tenant: None,
+            parent: None,
         }
     }
 

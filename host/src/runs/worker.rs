@@ -434,7 +434,7 @@ impl Worker {
         };
         let quotas = match (&self.served, &tenant) {
             (Some(_), Some(tenant)) => {
-                let quotas = tenant_quotas(&**store, tenant).await;
+                let quotas = crate::policy::tenant_quotas(&**store, tenant).await;
                 let refusal = match &quotas {
                     Some(q) => {
                         let step = quota::Step::Claim { run: &job.run };
@@ -617,11 +617,4 @@ pub async fn sweep_sessions(store: &dyn nexo_store::Store, retain: Option<Durati
             None
         }
     }
-}
-
-/// The tenant's quotas now, from its stored policy; `None` if the tenant
-/// or its policy cannot be read. A pass reads them once.
-async fn tenant_quotas(store: &dyn nexo_store::Store, tenant: &str) -> Option<quota::Quotas> {
-    let stored = store.tenant(tenant).await.ok().flatten()?;
-    crate::policy::Policy::from_stored(&stored.policy).ok().map(|p| p.quotas)
 }

@@ -302,6 +302,8 @@ pub(crate) async fn prepare(
         skill_components: Vec::new(),
         // Where the plugin was pulled from, recorded with the run.
         origin: stored.origin.as_deref().and_then(|o| serde_json::from_str(o).ok()),
+        agents: Default::default(),
+        depth: 0,
     };
     Ok(Prepared { plugin: loaded, path, spec, granted })
 }

@@ -22,7 +22,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::agent::bindings::nexo::plugin::durable as wit;
-pub use crate::agent::bindings::nexo::plugin::durable::{DurableError, Step, StepAction, StepFailure, ToolInvocation};
+pub use crate::agent::bindings::nexo::plugin::durable::{
+    ChildOutcome, DurableError, GrantNarrowing, Step, StepAction, StepFailure, ToolInvocation,
+};
 use crate::agent::RunError;
 
 impl From<DurableError> for RunError {
@@ -105,6 +107,25 @@ pub fn sleep_until(at: std::time::SystemTime) -> Result<(), RunError> {
 pub fn wait_signal(name: &str, timeout: Option<std::time::Duration>) -> Result<Option<String>, RunError> {
     let timeout = timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
     Ok(wit::wait_signal(name, timeout)?)
+}
+
+/// Runs the agent the operator made available as `agent` on `input` as a
+/// child run and waits for it to end: `done` with its answer, `failed` or
+/// `cancelled` with why. The child's grant is this run's effective grant,
+/// narrowed by `narrowing` ([`GrantNarrowing::default`] keeps it; a wider
+/// one is refused). A recorded run is suspended while the child runs,
+/// holding no instance and no process; the child's end wakes it, and a
+/// replay returns the same outcome. Refused inside a checkpoint and
+/// without a store (`--ephemeral`).
+pub fn run_agent(agent: &str, input: &str, narrowing: &GrantNarrowing) -> Result<ChildOutcome, RunError> {
+    Ok(wit::run_agent(agent, input, narrowing)?)
+}
+
+impl Default for GrantNarrowing {
+    /// Keeps the parent's effective grant.
+    fn default() -> Self {
+        GrantNarrowing { allow: None, mode: None, fetch_hosts: None }
+    }
 }
 
 /// The JSON given at the latest resume; `None` before the first.

@@ -113,6 +113,20 @@ impl<D: Dialect> SqlStore<D> {
         if let Some(thread) = batch.thread {
             self.append_thread_in(conn, &thread.session, thread.expected, thread.messages, now_ms()).await?;
         }
+        for child in batch.children {
+            if let Some(reason) = crate::jobs::check_new_job(&child.start) {
+                return Err(StoreError::Conflict(reason));
+            }
+            let mut run = child.run.into_run();
+            run.parent = Some(id.to_string());
+            if !D::LOCKS_ROWS
+                && let Some(tenant) = &run.tenant
+            {
+                self.check_tenant(conn, tenant).await?;
+            }
+            self.create_run_in(conn, run).await?;
+            self.enqueue_in(conn, child.start).await?;
+        }
         Ok(())
     }
 
@@ -161,6 +175,9 @@ impl<D: Dialect> SqlStore<D> {
             (&run.wake_job).into(),
         ];
         self.execute(conn, sql::LEAVE_RUNNING, leave).await?;
+        if run.status.is_final() {
+            self.ended_in(conn, &run).await?;
+        }
         if let (Some(true), Some(wake)) = (signal, wake.as_mut()) {
             // What it waits for came before it suspended: it wakes at once.
             wake.not_before_ms = run.updated_ms;
@@ -314,7 +331,7 @@ impl<D: Dialect> SqlStore<D> {
         let checked = !D::LOCKS_ROWS && run.session.is_some();
         let statement = if checked { sql::INSERT_SESSION_RUN } else { sql::INSERT_RUN };
         let grant = run.grant.to_string();
-        let args: [Arg<'_>; 22] = [
+        let args: [Arg<'_>; 23] = [
             (&run.id).into(),
             (&run.agent).into(),
             (&run.kind).into(),
@@ -337,6 +354,7 @@ impl<D: Dialect> SqlStore<D> {
             run.wake_ms.into(),
             (&run.signal_wait).into(),
             (&run.wake_job).into(),
+            (&run.parent).into(),
         ];
         let inserted = match super::run::<D>(conn, statement, &args).await {
             Ok(rows) => rows,
@@ -394,6 +412,13 @@ impl<D: Dialect> SqlStore<D> {
         if run.status.is_final() {
             return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
         }
+        // Its children first, in the same transaction: a cancelled run has
+        // no child left running.
+        let children = self.all(conn, sql::UNFINISHED_CHILDREN, &[id.into()]).await?;
+        for child in children {
+            let child = child.text_at(0).map_err(|e| self.error(&e))?;
+            Box::pin(self.cancel_in(conn, &child, &crate::signals::cancelled_with_parent(id))).await?;
+        }
         run.status = RunStatus::Cancelled;
         run.error = Some(reason.to_string());
         run.lease = None;
@@ -406,6 +431,7 @@ impl<D: Dialect> SqlStore<D> {
         let data = serde_json::json!({ "reason": reason }).to_string();
         self.execute(conn, sql::APPEND_EVENT, &[id.into(), "cancelled".into(), (&data).into(), run.updated_ms.into()])
             .await?;
+        self.ended_in(conn, &run).await?;
         Ok(run)
     }
 
@@ -452,6 +478,11 @@ impl<D: Dialect> Runs for SqlStore<D> {
         self.fetch_run(&mut conn, sql::SELECT_RUN, id).await
     }
 
+    async fn children(&self, id: &str) -> StoreResult<Vec<Run>> {
+        let rows = self.read_all(sql::CHILD_RUNS, &[id.into()]).await?;
+        self.decode_runs(&rows)
+    }
+
     async fn runs(&self, status: Option<RunStatus>, count: usize) -> StoreResult<Vec<Run>> {
         let rows = match status {
             Some(s) => self.read_all(sql::LIST_RUNS_BY_STATUS, &[s.as_str().into(), limit(count).into()]).await?,
@@ -466,7 +497,8 @@ impl<D: Dialect> Runs for SqlStore<D> {
             // autocommit statement whose lease check (on PostgreSQL with the
             // run's row locked) rides in the insert: the same cost as a bare
             // insert (see benches/journal.rs).
-            if let ([e], [], [], None) = (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread)
+            if let ([e], [], [], None, []) =
+                (&batch.journal[..], &batch.events[..], &batch.checkpoints[..], &batch.thread, &batch.children[..])
             {
                 let args = entry_args(id, e, Some(owner))?;
                 let mut conn = self.db.single().await?;

@@ -3,8 +3,8 @@
 
 use super::{Dialect, SqlStore};
 use crate::rows::{self, Columns as _};
-use crate::signals::{check_signal, waits_for};
-use crate::{Signal, SignalWait, StoreResult, now_ms, sql};
+use crate::signals::{check_signal, child_outcome, child_signal, waits_for};
+use crate::{Run, Signal, SignalWait, StoreResult, now_ms, sql};
 
 impl<D: Dialect> SqlStore<D> {
     /// [`crate::Runs::send_signal`] in `conn`'s transaction.
@@ -21,15 +21,36 @@ impl<D: Dialect> SqlStore<D> {
         let sent = self.one(conn, sql::COUNT_SIGNALS, &[id.into()]).await?;
         let sent = sent.int_at(0).map_err(|e| self.error(&e))?;
         check_signal(&run, name, data, sent)?;
+        self.signal_in(conn, &run, name, data).await
+    }
+
+    /// Records signal `name` with `data` for `run` (its row locked where
+    /// rows are) and, if it waits for it, makes its wake due now; unchecked.
+    async fn signal_in(&self, conn: &mut D::Conn, run: &Run, name: &str, data: &str) -> StoreResult<Signal> {
+        let id = run.id.as_str();
         let at = now_ms();
         let row = self.one(conn, sql::INSERT_SIGNAL, &[id.into(), name.into(), data.into(), at.into()]).await?;
         let signal_id = row.int_at(0).map_err(|e| self.error(&e))?;
         let event = serde_json::json!({ "name": name, "signal": signal_id }).to_string();
         self.execute(conn, sql::APPEND_EVENT, &[id.into(), "signal".into(), (&event).into(), at.into()]).await?;
-        if waits_for(&run, name) {
+        if waits_for(run, name) {
             self.execute(conn, sql::WAKE_NOW, &[id.into(), at.into()]).await?;
         }
         Ok(Signal { id: signal_id, run: id.to_string(), name: name.to_string(), data: data.to_string(), sent_ms: at })
+    }
+
+    /// What a run's end does beyond its own row: a child's end is its
+    /// parent's signal (the parent's row locked after the child's: the
+    /// order every writer takes them in).
+    pub(super) async fn ended_in(&self, conn: &mut D::Conn, run: &Run) -> StoreResult<()> {
+        let Some(parent) = &run.parent else { return Ok(()) };
+        let parent = match self.run_to_write(conn, parent).await {
+            Ok(parent) => parent,
+            Err(crate::StoreError::NoRun(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.signal_in(conn, &parent, &child_signal(&run.id), &child_outcome(run)).await?;
+        Ok(())
     }
 
     /// Whether a signal `wait` waits for was sent already: then its wake is

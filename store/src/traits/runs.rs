@@ -53,6 +53,10 @@ pub trait Runs: Send + Sync {
     /// `after`, if any.
     async fn next_signal(&self, id: &str, name: &str, after: i64) -> StoreResult<Option<Signal>>;
 
+    /// Run `id`'s child runs (those it started with `run-agent`), oldest
+    /// first.
+    async fn children(&self, id: &str) -> StoreResult<Vec<Run>>;
+
     /// Runs, newest first (by `created_ms`, then by id), optionally of one
     /// status, at most `limit`.
     async fn runs(&self, status: Option<RunStatus>, limit: usize) -> StoreResult<Vec<Run>>;
@@ -106,7 +110,9 @@ pub trait Runs: Send + Sync {
 
     /// Marks a run `cancelled` from `queued`, `suspended` or `running`
     /// (its owner notices at its next renewal), with a `cancelled` event.
-    /// A final run is a conflict.
+    /// A final run is a conflict. Its unfinished child runs are cancelled
+    /// with it, in the same write; a child's end, cancelled or not, is a
+    /// signal to its parent ([`crate::child_signal`]).
     async fn cancel(&self, id: &str, reason: &str) -> StoreResult<Run>;
 
     /// The run's journal, in sequence order.

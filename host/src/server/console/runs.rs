@@ -386,6 +386,7 @@ mod tests {
             lease: None,
             session: None,
             tenant: Some("t".into()),
+            parent: None,
         };
         let approval = Approval {
             seq: 1,

@@ -9,6 +9,8 @@
 //! - `sleep MS`: a durable timer
 //! - `signal NAME [TIMEOUT_MS]`: waits for a signal; the line is its data,
 //!   or `none`
+//! - `child AGENT [allow=CAP,CAP] [mode=MODE] INPUT`: runs AGENT as a
+//!   child run on INPUT (`|` in it stands for `;`); the line is its outcome
 //! - `branch PATH`: reads PATH through the preopen (not journaled); `a`
 //!   prompts, anything else calls `read` on it
 //! - `suspend-in-checkpoint`, `reserved NAME`, `time`, `random`
@@ -78,6 +80,32 @@ fn op(line: &str) -> Result<String, String> {
                 .map(|got| match got {
                     Some(data) => format!("signal {signal}: {data}"),
                     None => format!("signal {signal}: none"),
+                })
+                .map_err(|e| format!("{e:?}"))
+        }
+        "child" => {
+            let (agent, mut rest) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+            let mut narrowing = durable::GrantNarrowing::default();
+            loop {
+                rest = rest.trim_start();
+                if let Some(after) = rest.strip_prefix("allow=") {
+                    let (list, more) = after.split_once(' ').unwrap_or((after, ""));
+                    narrowing.allow = Some(list.split(',').filter(|c| !c.is_empty()).map(String::from).collect());
+                    rest = more;
+                } else if let Some(after) = rest.strip_prefix("mode=") {
+                    let (mode, more) = after.split_once(' ').unwrap_or((after, ""));
+                    narrowing.mode = Some(mode.to_string());
+                    rest = more;
+                } else {
+                    break;
+                }
+            }
+            let input = rest.replace('|', ";");
+            durable::run_agent(agent, &input, &narrowing)
+                .map(|outcome| match outcome {
+                    durable::ChildOutcome::Done(answer) => format!("child done: {answer}"),
+                    durable::ChildOutcome::Failed(error) => format!("child failed: {error}"),
+                    durable::ChildOutcome::Cancelled(why) => format!("child cancelled: {why}"),
                 })
                 .map_err(|e| format!("{e:?}"))
         }
