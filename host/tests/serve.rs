@@ -740,6 +740,39 @@ async fn a_tenant_signals_its_waiting_run_over_the_api() {
     assert_eq!(scene.audit(&node, &key, "run.signalled").await.len(), 1, "only what was sent is audited");
 }
 
+/// A tenant's run starts its own plugin as a child run: the child is the
+/// tenant's, linked to its parent, shown in the parent's tree, and its end
+/// resumes the parent; another tenant's plugin cannot be named as an agent,
+/// and another tenant sees nothing of either run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_run_starts_its_own_plugin_as_a_child_run() {
+    let scene = Scene::new(None).await;
+    let key = scene.tenant("cal", Some(json!({"models": ["test"]})));
+    let other = scene.tenant("dee", None);
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let (_, theirs) = scene.upload(&node, &other, built::HELLO).await;
+    let refused = json!({"plugin": plugin["id"], "input": "time", "agents": {"helper": theirs["id"]}});
+    let (status, answer) = scene.post(&node.url("/v1/runs"), &key, refused).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's plugin: {answer}");
+    let bad = json!({"plugin": plugin["id"], "input": "time", "agents": {"no spaces": plugin["id"]}});
+    assert_eq!(scene.post(&node.url("/v1/runs"), &key, bad).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+
+    let body = json!({"plugin": plugin["id"], "input": "child helper time", "agents": {"helper": plugin["id"]}});
+    let (status, started) = scene.post(&node.url("/v1/runs"), &key, body).await;
+    assert!(status.is_success(), "{started}\n{}", node.log());
+    let id = started["id"].as_str().unwrap().to_string();
+    let done = scene.finish(&node, &key, &id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}", node.log());
+    assert!(done["result"].as_str().unwrap_or_default().starts_with("child done: "), "{done}");
+    let child = &done["children"][0];
+    assert_eq!((&child["depth"], &child["status"], &child["agent"]), (&json!(1), &json!("done"), &json!("helper")));
+    let child_url = node.url(&format!("/v1/runs/{}", child["id"].as_str().unwrap()));
+    let (status, shown) = scene.get(&child_url, &key).await;
+    assert_eq!((status, &shown["parent"]), (StatusCode::OK, &json!(id)), "{shown}");
+    assert_eq!(scene.get(&child_url, &other).await.0, StatusCode::NOT_FOUND, "another tenant's child");
+}
+
 /// A tenant schedules a run over the API: each occurrence starts one run
 /// of its own, audited; a request beyond its policy, with a bad expression
 /// or firing more than once a minute is refused; another tenant sees

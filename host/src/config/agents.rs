@@ -26,18 +26,7 @@ impl AgentsTable {
         self.0
             .iter()
             .map(|(name, path)| {
-                let good = !name.is_empty()
-                    && name.len() <= 64
-                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                if !good {
-                    return Err(ConfigError::Invalid {
-                        setting: "[agents]",
-                        problem: format!(
-                            "the agent name `{name}` in [agents] is not letters, digits, `-` and `_` (at most 64); \
-                             rename it"
-                        ),
-                    });
-                }
+                check_name(name).map_err(|problem| ConfigError::Invalid { setting: "[agents]", problem })?;
                 let placed = match dir {
                     Some(dir) if path.is_relative() => dir.join(path),
                     _ => path.clone(),
@@ -45,5 +34,18 @@ impl AgentsTable {
                 Ok((name.clone(), std::path::absolute(&placed).unwrap_or(placed)))
             })
             .collect()
+    }
+}
+
+/// Whether `name` may name an agent made available to `run-agent`:
+/// letters, digits, `-` and `_`, at most 64.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let good = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if good {
+        Ok(())
+    } else {
+        Err(format!("the agent name `{name}` is not letters, digits, `-` and `_` (at most 64); rename it"))
     }
 }

@@ -9,7 +9,7 @@
 //! Each table mirrors a group of command-line flags; the CLI lays its flags
 //! over the file (flags win), and a recorded run keeps the merged settings.
 
-mod agents;
+pub mod agents;
 mod grant;
 mod model;
 mod search;

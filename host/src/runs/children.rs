@@ -104,10 +104,26 @@ impl ChildRuns for Starter {
                     if offered.is_empty() { "none".to_string() } else { offered.join(", ") }
                 ));
             };
-            let bytes = tokio::fs::read(&agent.path)
-                .await
-                .map_err(|e| format!("the agent `{}` ({}) cannot be read: {e}", request.agent, agent.path.display()))?;
-            let sha256 = nexo_store::sha256_hex(&bytes);
+            // A tenant's agent is its plugin, by id, which every node's
+            // worker takes from the store; the operator's is a file here.
+            let sha256 = match &self.tenant {
+                Some(tenant) => match self.store.plugin(tenant, &agent.sha256).await {
+                    Ok(Some(_)) => agent.sha256.clone(),
+                    Ok(None) => {
+                        return Err(format!(
+                            "the agent `{}` (plugin {}) was deleted since this run started",
+                            request.agent, agent.sha256
+                        ));
+                    }
+                    Err(e) => return Err(unreadable(&e)),
+                },
+                None => {
+                    let bytes = tokio::fs::read(&agent.path).await.map_err(|e| {
+                        format!("the agent `{}` ({}) cannot be read: {e}", request.agent, agent.path.display())
+                    })?;
+                    nexo_store::sha256_hex(&bytes)
+                }
+            };
             if sha256 != agent.sha256 {
                 return Err(format!(
                     "the agent `{}` ({}) has changed since this run was recorded (its SHA-256 was {}, it is now {}); \

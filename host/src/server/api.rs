@@ -5,7 +5,7 @@
 //! record of another tenant is answered exactly as a missing one (404), so
 //! ids reveal nothing.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -54,6 +54,7 @@ pub fn run_json(run: &Run, approval: Option<&nexo_store::Approval>) -> Value {
         "resume_key": run.resume_key,
         "wake_ms": run.wake_ms,
         "signal_wait": run.signal_wait,
+        "parent": run.parent,
         "created_ms": run.created_ms,
         "updated_ms": run.updated_ms,
         // Where its plugin was pulled from (the reference at its digest, and
@@ -206,6 +207,10 @@ pub struct RunRequest {
     model: Option<String>,
     mcp_servers: Option<Vec<String>>,
     mcp_allow: Option<Vec<String>>,
+    /// The tenant's plugins the run may start as child runs (`run-agent`),
+    /// by the name the workflow asks for: name → plugin id.
+    #[serde(default)]
+    pub(crate) agents: BTreeMap<String, String>,
 }
 
 impl RunRequest {
@@ -308,6 +313,39 @@ pub(crate) async fn prepare(
     Ok(Prepared { plugin: loaded, path, spec, granted })
 }
 
+/// The tenant's plugins a run may start as children, by name, as the run
+/// records them (each by its id, the SHA-256 of its bytes): 422 for a name
+/// that cannot be one, 404 for a plugin the tenant does not have.
+pub(crate) async fn agents_of(
+    state: &AppState,
+    tenant: &Tenant,
+    agents: &BTreeMap<String, String>,
+) -> ApiResult<BTreeMap<String, crate::runs::ChildAgent>> {
+    const MOST: usize = 32;
+    if agents.len() > MOST {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many_agents",
+            format!("a run may be given at most {MOST} agents; it was given {}", agents.len()),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (name, plugin) in agents {
+        crate::config::agents::check_name(name)
+            .map_err(|m| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_agent_name", m))?;
+        if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("the agent `{name}` names no plugin of this tenant; upload it with POST /v1/plugins"),
+            ));
+        }
+        let path = crate::data_dir::plugin_path(&state.data_dir, plugin);
+        out.insert(name.clone(), crate::runs::ChildAgent { path, sha256: plugin.clone() });
+    }
+    Ok(out)
+}
+
 /// Whether the tenant's quotas let a run take `step` now ([`crate::quota::admit`]):
 /// a refusal is 429 with `Retry-After`, or 409 for a run that spent its own budget.
 async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: crate::quota::Step<'_>) -> ApiResult<()> {
@@ -360,7 +398,8 @@ pub async fn start_run(
     let request: RunRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a run request: {e}")))?;
     let narrowing = request.narrowing();
-    let prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
+    let mut prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
+    prepared.spec.agents = agents_of(&state, &tenant, &request.agents).await?;
     let (run, _job) = state
         .runs
         .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, &prepared.spec)
@@ -420,7 +459,11 @@ pub async fn get_run(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let run = own_run(&state, &tenant, &id).await?;
-    Ok(Json(shown(&state, &run).await?))
+    let mut body = shown(&state, &run).await?;
+    // Its tree below it: children share their parent's tenant.
+    let children = crate::runs::children::descendants(&*state.store, &id).await.map_err(ApiError::store)?;
+    body["children"] = json!(children);
+    Ok(Json(body))
 }
 
 /// `GET /v1/runs/{id}/timeline`: the tenant's run as a timeline of its

@@ -204,6 +204,9 @@ pub fn document() -> Value {
     });
     let capability = json!({"type": "string", "enum": ["read", "glob", "write", "shell", "fetch", "search"]});
     let mode = json!({"type": "string", "enum": ["read-only", "auto", "approve"]});
+    let descendant = json!({"type": "object", "properties": {
+        "id": {"type": "string"}, "parent": {"type": "string"}, "depth": {"type": "integer"},
+        "agent": {"type": "string"}, "status": {"type": "string"}}});
     json!({
         "openapi": "3.1.0",
         "info": {"title": "nexo serve", "version": env!("CARGO_PKG_VERSION"),
@@ -230,7 +233,8 @@ pub fn document() -> Value {
                     "fetch-hosts": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
                     "model": {"type": "string"},
                     "mcp-servers": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
-                    "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"}}},
+                    "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "agents": {"type": "object", "additionalProperties": {"type": "string"}, "description": "the tenant's plugins the run may start as child runs (run-agent): name → plugin id"}}},
                 "Decision": {"type": "object", "required": ["seq", "args-hash"], "additionalProperties": false, "properties": {
                     "seq": {"type": "integer", "description": "the pending call's sequence number (`approval.seq`)"},
                     "args-hash": {"type": "string", "description": "the SHA-256 of the call: its capability, tool and arguments (`approval.args_hash`)"}}},
@@ -247,6 +251,8 @@ pub fn document() -> Value {
                     "suspend_reason": {"type": ["string", "null"]}, "resume_key": {"type": ["string", "null"]},
                     "wake_ms": {"type": ["integer", "null"], "description": "when a run sleeping on a durable timer, or waiting for a signal with a timeout, wakes (ms since the epoch)"},
                     "signal_wait": {"type": ["string", "null"], "description": "the signal a suspended run waits for (wait-signal)"},
+                    "parent": {"type": ["string", "null"], "description": "the run that started this one with run-agent"},
+                    "children": {"type": "array", "description": "one run's (GET /v1/runs/{id}): the runs below it, depth first", "items": descendant},
                     "created_ms": {"type": "integer"}, "updated_ms": {"type": "integer"},
                     "origin": {"type": ["object", "null"], "description": "where its plugin was pulled from: `reference` at its digest, and `signature`"},
                     "approval": {"oneOf": [{"$ref": "#/components/schemas/Approval"}, {"type": "null"}]}}},

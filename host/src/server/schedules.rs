@@ -110,7 +110,8 @@ pub async fn add(
         ));
     }
     // Checked as the run request it is: the policy, the plugin, the quotas.
-    let prepared = api::prepare(&state, &tenant, &request.run.plugin, &request.run.narrowing()).await?;
+    let mut prepared = api::prepare(&state, &tenant, &request.run.plugin, &request.run.narrowing()).await?;
+    prepared.spec.agents = api::agents_of(&state, &tenant, &request.run.agents).await?;
     let made = (prepared.subject()?, request.run.input.as_str(), &prepared.spec);
     let schedule =
         schedules::add(&*state.store, Some(&tenant.id), made, &cron, missed).await.map_err(schedule_error)?;
