@@ -40,9 +40,8 @@ impl AgentsTable {
 /// Whether `name` may name an agent made available to `run-agent`:
 /// letters, digits, `-` and `_`, at most 64.
 pub fn check_name(name: &str) -> Result<(), String> {
-    let good = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let good =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if good {
         Ok(())
     } else {
