@@ -25,6 +25,7 @@ plugins: toolchain
 	$(NEXO) build plugins/agents/text-stats --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/agents/hello --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/agents/document-approval --target-dir $(PLUGIN_OUT)
+	$(NEXO) build plugins/agents/release-gate --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/skills/code-review --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/search-backends/searxng --target-dir $(PLUGIN_OUT)
 	$(NEXO) build plugins/search-backends/brave --target-dir $(PLUGIN_OUT)

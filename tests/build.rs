@@ -32,6 +32,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("WORKFLOW_PROBE", "workflow-probe"),
     ("DOCUMENT_APPROVAL", "document-approval"),
     ("DASHBOARD", "dashboard"),
+    ("RELEASE_GATE", "release-gate"),
     ("MCP_PROBE", "mcp-probe"),
     ("BIG_MEMORY", "big-memory"),
     ("BENCH_GUEST", "bench-guest"),
