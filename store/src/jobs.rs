@@ -357,3 +357,23 @@ mod tests {
         assert_eq!(JobStatus::parse("resumed"), None);
     }
 }
+
+/// A watch on the jobs other processes make due ([`crate::Backend::watch_jobs`]):
+/// it lasts until dropped.
+#[derive(Debug)]
+pub struct JobWatch {
+    task: tokio::task::AbortHandle,
+}
+
+impl JobWatch {
+    /// A watch kept by `task`, which is stopped when the watch drops.
+    pub(crate) fn new(task: tokio::task::AbortHandle) -> Self {
+        JobWatch { task }
+    }
+}
+
+impl Drop for JobWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

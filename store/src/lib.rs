@@ -87,7 +87,9 @@ pub use batch::{Batch, NewChild, ThreadAppend};
 pub use error::{StoreError, StoreResult};
 pub use events::{NewEvent, StoredEvent};
 pub use ids::now_ms;
-pub use jobs::{Job, JobKind, JobLease, JobStatus, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms};
+pub use jobs::{
+    Job, JobKind, JobLease, JobStatus, JobWatch, MAX_RETRY_DELAY_MS, NewJob, Retry, next_turn, retry_delay_ms,
+};
 pub use journal::Entry;
 pub use location::Location;
 pub use memory::MemoryStore;
@@ -100,7 +102,7 @@ pub use signals::{
     MAX_SIGNAL_DATA_BYTES, MAX_SIGNAL_NAME_BYTES, MAX_SIGNALS_PER_RUN, NEVER_MS, RESERVED_SIGNAL_PREFIX, Signal,
     SignalWait, check_name_and_data, child_outcome, child_signal,
 };
-pub use sql::SCHEMA_VERSION;
+pub use sql::{JOBS_CHANNEL, SCHEMA_VERSION};
 pub use sqlite::{ConnectionSettings, Settings, SqliteFile, SqliteStore};
 pub use tenants::{
     AUDIT_GENESIS, ApiKey, AuditBreak, AuditEntry, NewApiKey, NewPlugin, NewTenant, PluginAcceptance, RunUsage, SignIn,

@@ -28,11 +28,14 @@
 
 use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult, PgRow};
+use sqlx::postgres::{
+    PgArguments, PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgQueryResult, PgRow,
+};
 use sqlx::query::Query;
 use sqlx::{Connection, Postgres, Transaction};
 
@@ -233,6 +236,25 @@ impl Dialect for PgDatabase {
     /// Nothing to open ahead: the pool connects on demand.
     async fn connect_all(&self) -> StoreResult<()> {
         Ok(())
+    }
+
+    /// A connection of its own that listens on [`crate::JOBS_CHANNEL`]. A
+    /// lost connection is made again at the next wait; `on_due` is called
+    /// then too, since a notification sent meanwhile is lost.
+    async fn watch_jobs(&self, on_due: Arc<dyn Fn() + Send + Sync>) -> StoreResult<Option<crate::JobWatch>> {
+        let mut listener = PgListener::connect_with(&self.pool).await.map_err(|e| self.error(&e))?;
+        listener.listen(crate::JOBS_CHANNEL).await.map_err(|e| self.error(&e))?;
+        let task = tokio::spawn(async move {
+            loop {
+                let heard = listener.recv().await;
+                on_due();
+                if heard.is_err() {
+                    // Not a busy loop while the server is away.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        });
+        Ok(Some(crate::JobWatch::new(task.abort_handle())))
     }
 
     /// A statement with its parameters, a list as an array.

@@ -66,6 +66,9 @@ pub struct Spelling {
     pub(crate) heartbeat_jobs: &'static str,
     /// A tenant's audit head read by the append that advances it.
     pub(crate) audit_head_to_write: &'static str,
+    /// Tells listening workers, when the transaction commits, that a job
+    /// may be due ([`JOBS_CHANNEL`]); `None` where no other process listens.
+    pub(crate) notify_jobs: Option<&'static str>,
 }
 
 impl Spelling {
@@ -93,6 +96,7 @@ pub(crate) const SQLITE: Spelling = Spelling {
     due_wakes: DUE_WAKES,
     heartbeat_jobs: HEARTBEAT_JOBS_SQLITE,
     audit_head_to_write: AUDIT_HEAD,
+    notify_jobs: None,
 };
 
 /// PostgreSQL: identity values are never reused either; `COLLATE "C"`
@@ -114,7 +118,16 @@ pub(crate) const POSTGRES: Spelling = Spelling {
     due_wakes: DUE_WAKES_SKIP_LOCKED,
     heartbeat_jobs: HEARTBEAT_JOBS_POSTGRES,
     audit_head_to_write: AUDIT_HEAD_LOCKED,
+    notify_jobs: Some(NOTIFY_JOBS),
 };
+
+/// The PostgreSQL channel a write that makes a job due notifies, and
+/// workers listen on: a worker claims at once instead of at its next poll.
+pub const JOBS_CHANNEL: &str = "nexo_jobs";
+
+/// Notifies [`JOBS_CHANNEL`] (PostgreSQL delivers it when the transaction
+/// commits, once however many times it was sent in it).
+pub(crate) const NOTIFY_JOBS: &str = "SELECT pg_notify('nexo_jobs', '')";
 
 /// One schema version's statements, applied in one transaction together
 /// with its row in `nexo_schema`.

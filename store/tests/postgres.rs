@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use nexo_store::{
-    Backend, Batch, Claim, Lease, Location, NewRun, PgStore, RunStatus, Runs, SCHEMA_VERSION, Store, StoreError,
-    Transition, open,
+    Backend, Batch, Claim, Jobs, Lease, Location, NewJob, NewRun, PgStore, RunStatus, Runs, SCHEMA_VERSION, Store,
+    StoreError, Transition, open,
 };
 use serde_json::json;
 use sqlx::Connection;
@@ -470,5 +470,56 @@ async fn a_decision_waits_for_a_completing_job_and_queues_the_resume() {
     worker.close().await.ok();
     watch.close().await.ok();
     store.close().await;
+    db.drop().await;
+}
+
+/// A job queued through one store, and a signal's wake made due, reach a
+/// worker watching through another at once (PostgreSQL's `NOTIFY`, sent
+/// when the write commits); a job not yet due, or a refused write, sends
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hears_of_each_job_another_store_makes_due() {
+    let Some(db) = support::fresh("postgres::a_watch_hears_of_each_job_another_store_makes_due").await else { return };
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) =
+        (Arc::new(PgStore::open(&db.url).await.unwrap()), Arc::new(PgStore::open(&db.url).await.unwrap()));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watch = b
+        .watch_jobs(Arc::new(move || {
+            let _ = tx.send(());
+        }))
+        .await
+        .unwrap()
+        .expect("PostgreSQL notifies");
+    let heard = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>| {
+        let mut n = 0;
+        while rx.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    };
+    // Each step's notification, if any, arrives before the next write's
+    // (one connection delivers them in commit order); a marker job due
+    // now ends each step.
+    let marker = |i: u32| NewJob {
+        id: format!("m{i}"),
+        run: "r1".into(),
+        kind: nexo_store::JobKind::Start,
+        payload: json!({}),
+        max_attempts: 1,
+        backoff_ms: 1,
+        not_before_ms: 0,
+        created_ms: 0,
+    };
+    a.create_run(new_run("r1")).await.unwrap();
+    a.enqueue(marker(0)).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv()).await.expect("heard in time").unwrap();
+    // Not due for an hour: no notification, so the marker's is the next.
+    let later = NewJob { not_before_ms: nexo_store::now_ms() + 3_600_000, ..marker(1) };
+    a.enqueue(NewJob { id: "later".into(), ..later }).await.unwrap();
+    assert!(a.enqueue(marker(0)).await.is_err(), "a refused write");
+    a.enqueue(marker(2)).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv()).await.expect("heard in time").unwrap();
+    assert_eq!(heard(&mut rx), 0, "one notification for the one due job");
+    drop(watch);
     db.drop().await;
 }

@@ -43,6 +43,11 @@ pub struct WorkerArgs {
     /// waiting for more. A job another worker holds, or one waiting for its retry, keeps it going.
     #[arg(long)]
     until_idle: bool,
+    /// Find due jobs only by polling (every --poll-ms), not by the store's notification that one
+    /// is due (PostgreSQL's `LISTEN`; SQLite has none) [default: the config file's `[worker]
+    /// notify`, else on].
+    #[arg(long)]
+    no_notify: bool,
     /// Delete sessions idle longer than this, such as 30d, at start and every few minutes
     /// [default: the config file's `[sessions] retain`, else keep them].
     #[arg(long, value_name = "PERIOD", value_parser = nexo::session::parse_retention)]
@@ -96,6 +101,7 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         Ok(e) => e,
         Err(e) => return report::fail(&e),
     };
+    let notify = !args.no_notify && file.worker.notify.unwrap_or(true);
     let worker = Arc::new(Worker::new(
         // Runs are leased like jobs, so a dead worker's run is free as soon as its job.
         Runs::new(store.clone(), file.buffer_events).with_lease(Duration::from_secs(args.lease_secs)),
@@ -123,6 +129,7 @@ pub async fn command(args: &WorkerArgs, base: &EngineConfig, store_flag: Option<
         poll: Duration::from_millis(args.poll_ms),
         until_idle: args.until_idle,
         retain,
+        notify,
     };
     claim_loop(
         worker,

@@ -117,6 +117,10 @@ pub struct WorkerTable {
     /// How many jobs one worker runs at once (`--max-in-flight`,
     /// `NEXO_MAX_IN_FLIGHT` win).
     pub max_in_flight: Option<u32>,
+    /// Listen for the store's notification that a job is due (PostgreSQL's
+    /// `LISTEN`), rather than find it only at the next poll (`--no-notify`
+    /// wins). Unset: on.
+    pub notify: Option<bool>,
 }
 
 /// `[sessions]`: how long sessions are kept.

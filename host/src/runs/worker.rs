@@ -132,6 +132,9 @@ pub struct LoopSettings {
     pub until_idle: bool,
     /// Session retention.
     pub retain: Option<Duration>,
+    /// Listen for the store's notification that a job may be due (on
+    /// PostgreSQL), claiming at once rather than at the next poll.
+    pub notify: bool,
 }
 
 /// The run slots kept for other tenants when there are `max`: one in
@@ -166,6 +169,20 @@ pub async fn claim_loop(
     // are all taken fires them all the same.
     let fired = Arc::new(tokio::sync::Notify::new());
     let firing = tokio::spawn(super::schedules::keep_firing(store.clone(), settings.poll, fired.clone()));
+    // Another process's new job (or signal) cuts the idle wait short.
+    let wake = wake.unwrap_or_default();
+    let _watch = if settings.notify {
+        let poke = wake.clone();
+        match store.watch_jobs(Arc::new(move || poke.notify_one())).await {
+            Ok(watch) => watch,
+            Err(e) => {
+                errln!("worker {name}: cannot listen for due jobs ({e}); polling every {:?}", settings.poll);
+                None
+            }
+        }
+    } else {
+        None
+    };
     loop {
         if settings.retain.is_some() && swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
             swept = Some(std::time::Instant::now());
@@ -207,12 +224,7 @@ pub async fn claim_loop(
         if settings.until_idle && tasks.is_empty() && !pending(&*store).await {
             break;
         }
-        let woken = async {
-            match &wake {
-                Some(w) => w.notified().await,
-                None => std::future::pending().await,
-            }
-        };
+        let woken = wake.notified();
         let idle = idle_wait(&*store, settings.poll).await;
         tokio::select! {
             _ = tokio::time::sleep(idle) => {}

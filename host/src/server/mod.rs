@@ -265,7 +265,14 @@ pub async fn serve(
     let mut stop_worker = stop_rx.clone();
     let worker_task = runs_handle.spawn(worker::claim_loop(
         Arc::new(jobs),
-        worker::LoopSettings { max, reserved, poll: Duration::from_millis(500), until_idle: false, retain: None },
+        worker::LoopSettings {
+            max,
+            reserved,
+            poll: Duration::from_millis(500),
+            until_idle: false,
+            retain: None,
+            notify: file.worker.notify.unwrap_or(true),
+        },
         async move {
             let _ = stop_worker.wait_for(|s| *s).await;
         },

@@ -181,6 +181,16 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     /// Opens every connection that would otherwise open on first use.
     fn connect_all(&self) -> impl Future<Output = StoreResult<()>> + Send;
 
+    /// [`crate::Backend::watch_jobs`]: none unless the engine notifies
+    /// other processes.
+    fn watch_jobs(
+        &self,
+        on_due: std::sync::Arc<dyn Fn() + Send + Sync>,
+    ) -> impl Future<Output = StoreResult<Option<crate::JobWatch>>> + Send {
+        let _ = on_due;
+        async { Ok(None) }
+    }
+
     /// `sql` with `args` bound, each as this engine takes it ([`bind`]).
     fn query(sql: &'static str, args: &[Arg<'_>]) -> Query<'static, Self::Db, Self::Args>;
 

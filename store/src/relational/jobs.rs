@@ -5,7 +5,7 @@ use crate::jobs::check_new_job;
 use crate::refusal::job_exists;
 use crate::rows::Columns as _;
 use crate::sql;
-use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResult};
+use crate::{Job, JobLease, JobStatus, Jobs, NewJob, Retry, StoreError, StoreResult, now_ms};
 
 /// The most timers' wakes one claim queues: a claim stays short however
 /// many fell due at once; the next claims queue the rest.
@@ -50,7 +50,19 @@ impl<D: Dialect> SqlStore<D> {
         };
         let (queue, turn) = (row.text_at(0), row.int_at(1));
         let (queue, turn) = queue.and_then(|q| Ok((q, turn?))).map_err(|e| self.error(&e))?;
+        if new.not_before_ms <= now_ms() {
+            self.notify_jobs_in(conn).await?;
+        }
         Ok(new.into_job(Some(queue).filter(|q| !q.is_empty()), turn))
+    }
+
+    /// Tells listening workers that a job may be due, when `conn`'s
+    /// transaction commits (where the backend has listeners).
+    pub(super) async fn notify_jobs_in(&self, conn: &mut D::Conn) -> StoreResult<()> {
+        if let Some(notify) = D::SQL.notify_jobs {
+            self.execute(conn, notify, &[]).await?;
+        }
+        Ok(())
     }
 
     /// Records a timer's wake, sleeping until it is due (no queue's turn

@@ -51,6 +51,10 @@ impl<D: Dialect> Backend for SqlStore<D> {
     async fn connect_all(&self) -> StoreResult<()> {
         self.db.connect_all().await
     }
+
+    async fn watch_jobs(&self, on_due: std::sync::Arc<dyn Fn() + Send + Sync>) -> StoreResult<Option<crate::JobWatch>> {
+        self.db.watch_jobs(on_due).await
+    }
 }
 
 /// Runs `sql` with `args` on `conn`: how many rows it changed, or the

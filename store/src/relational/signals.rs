@@ -35,6 +35,7 @@ impl<D: Dialect> SqlStore<D> {
         self.execute(conn, sql::APPEND_EVENT, &[id.into(), "signal".into(), (&event).into(), at.into()]).await?;
         if waits_for(run, name) {
             self.execute(conn, sql::WAKE_NOW, &[id.into(), at.into()]).await?;
+            self.notify_jobs_in(conn).await?;
         }
         Ok(Signal { id: signal_id, run: id.to_string(), name: name.to_string(), data: data.to_string(), sent_ms: at })
     }

@@ -18,4 +18,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     async fn connect_all(&self) -> StoreResult<()> {
         Ok(())
     }
+
+    /// Calls `on_due` whenever another process may have made a job due (a
+    /// job queued, a signal's wake), until the watch drops: a worker then
+    /// claims at once rather than at its next poll, which stays the
+    /// backstop (a notification lost while the watch reconnects is found
+    /// there). `None` where the backend has no such notification (SQLite,
+    /// whose writers are this process's; the memory store).
+    async fn watch_jobs(&self, on_due: std::sync::Arc<dyn Fn() + Send + Sync>) -> StoreResult<Option<crate::JobWatch>> {
+        let _ = on_due;
+        Ok(None)
+    }
 }
