@@ -439,6 +439,12 @@ impl Journal {
         self.lock().halt.clone()
     }
 
+    /// Whether this pass journals its calls: a pass that re-enters by
+    /// checkpoints only (a changed component) records none.
+    pub fn recording(&self) -> bool {
+        self.recording
+    }
+
     /// Records the child run `child` with the next write, which carries
     /// the entry of the call that started it.
     pub fn start_child(&self, child: nexo_store::NewChild) {

@@ -553,7 +553,11 @@ impl Runs for MemoryStore {
     async fn send_signal(&self, id: &str, name: &str, data: &str) -> StoreResult<Signal> {
         let mut inner = self.lock();
         let run = inner.runs.get(id).ok_or_else(|| StoreError::NoRun(id.to_string()))?;
-        let sent = inner.signals.iter().filter(|s| s.run == id).count();
+        let sent = inner
+            .signals
+            .iter()
+            .filter(|s| s.run == id && !s.name.starts_with(crate::signals::RESERVED_SIGNAL_PREFIX))
+            .count();
         check_signal(run, name, data, i64::try_from(sent).unwrap_or(i64::MAX))?;
         Ok(inner.signal(id, name, data))
     }

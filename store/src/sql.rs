@@ -761,8 +761,9 @@ pub(crate) const PROMOTE_WAKE: &str = "UPDATE jobs SET status = 'queued', update
 pub(crate) const INSERT_SIGNAL: &str =
     "INSERT INTO signals (run, name, data, sent_ms) VALUES ($1, $2, $3, $4) RETURNING id";
 
-/// How many signals run `$1` was sent.
-pub(crate) const COUNT_SIGNALS: &str = "SELECT COUNT(*) FROM signals WHERE run = $1";
+/// How many signals run `$1` was sent by others than the host (whose
+/// names start `nexo.`: its children's ends, bounded by its quotas).
+pub(crate) const COUNT_SIGNALS: &str = "SELECT COUNT(*) FROM signals WHERE run = $1 AND name NOT LIKE 'nexo.%'";
 
 /// The first signal of name `$2` sent to run `$1` after the one with id
 /// `$3`.

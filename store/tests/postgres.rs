@@ -11,7 +11,7 @@ mod support;
 use std::sync::Arc;
 
 use nexo_store::{
-    Backend, Batch, Claim, Jobs, Lease, Location, NewJob, NewRun, PgStore, RunStatus, Runs, SCHEMA_VERSION, Store,
+    Backend, Batch, Claim, Lease, Location, NewJob, NewRun, PgStore, RunStatus, Runs, SCHEMA_VERSION, Store,
     StoreError, Transition, open,
 };
 use serde_json::json;

@@ -708,6 +708,15 @@ impl HostCall for StartChild {
                         .into(),
                 ));
             };
+            if !journal.recording() {
+                // No entry would name the child, so no later pass could find it.
+                return Err(wit::DurableError::NotDurable(
+                    "this pass re-enters a changed component by checkpoints only, and journals nothing, so a child \
+                     run it started could not be waited for; start children from a run of the component it \
+                     recorded"
+                        .into(),
+                ));
+            }
             let Some((grant, starter)) = &cx.state::<DurableState>()?.children else {
                 return Err(wit::DurableError::NotDurable(
                     "this host starts no child runs (it drives runs without the run lifecycle)".into(),

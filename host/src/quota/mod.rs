@@ -56,6 +56,14 @@ pub enum Step<'a> {
         /// The run.
         run: &'a str,
     },
+    /// A child run its running parent starts (`run-agent`): it counts
+    /// against `runs-per-hour` as a start, and takes the place of its
+    /// parent among the live runs (the parent suspends as the child is
+    /// written).
+    Child {
+        /// The parent.
+        parent: &'a str,
+    },
 }
 
 fn until_next_hour(now_ms: i64) -> u64 {
@@ -91,6 +99,7 @@ pub async fn admit(
         Step::Start => "start",
         Step::GoOn { .. } => "go-on",
         Step::Claim { .. } => "claim",
+        Step::Child { .. } => "child",
     };
     crate::telemetry::metrics::instruments::quota_refused(tenant, quota, step_name);
     Ok(Err(refusal))
@@ -112,6 +121,9 @@ async fn refusal(
         // the running ones already.
         let (others, what) = match step {
             Step::Claim { .. } => (store.running_runs(tenant).await?.saturating_sub(1), "running"),
+            Step::Child { .. } => {
+                (store.live_runs(tenant).await?.saturating_sub(1), "queued, running or about to resume")
+            }
             _ => (store.live_runs(tenant).await?, "queued, running or about to resume"),
         };
         if others >= limit {
@@ -135,7 +147,7 @@ async fn refusal(
         ),
         retry_after: Some(until_next_hour(now_ms)),
     };
-    if step == Step::Start
+    if matches!(step, Step::Start | Step::Child { .. })
         && let Some(limit) = quotas.runs_per_hour
         && runs >= limit
     {
@@ -387,6 +399,11 @@ mod tests {
         assert!(admit(&store, "t1", &quotas, Step::Start, now).await.unwrap().is_err());
         // The worker claiming `s` is one of the two.
         assert!(admit(&store, "t1", &quotas, Step::Claim { run: "s" }, now).await.unwrap().is_ok());
+        // A child of `s` takes its place as `s` suspends; a third run's
+        // child would not.
+        assert!(admit(&store, "t1", &quotas, Step::Child { parent: "s" }, now).await.unwrap().is_ok());
+        let quotas = Quotas { concurrent_runs: Some(1), ..quotas };
+        assert!(admit(&store, "t1", &quotas, Step::Child { parent: "s" }, now).await.unwrap().is_err());
     }
 
     #[tokio::test]

@@ -49,8 +49,12 @@ pub struct Descendant {
     pub status: RunStatus,
 }
 
+/// The most runs [`descendants`] lists.
+pub const MOST_SHOWN: usize = 1000;
+
 /// The runs below run `id`, depth first, each after its parent, in the
-/// order they were started (at most [`MAX_DEPTH`] levels).
+/// order they were started ([`MAX_DEPTH`] levels and [`MOST_SHOWN`] runs
+/// at most).
 pub async fn descendants(store: &dyn Store, id: &str) -> Result<Vec<Descendant>, nexo_store::StoreError> {
     let node = |parent: &str, depth: u32, c: nexo_store::Run| Descendant {
         id: c.id,
@@ -62,6 +66,9 @@ pub async fn descendants(store: &dyn Store, id: &str) -> Result<Vec<Descendant>,
     let mut out = Vec::new();
     let mut stack: Vec<Descendant> = store.children(id).await?.into_iter().rev().map(|c| node(id, 1, c)).collect();
     while let Some(next) = stack.pop() {
+        if out.len() >= MOST_SHOWN {
+            break;
+        }
         if next.depth < MAX_DEPTH {
             let below = store.children(&next.id).await?;
             stack.extend(below.into_iter().rev().map(|c| node(&next.id, next.depth + 1, c)));
@@ -97,18 +104,27 @@ impl ChildRuns for Starter {
             }
             let Some(agent) = spec.agents.get(&request.agent) else {
                 let offered: Vec<&str> = spec.agents.keys().map(String::as_str).collect();
+                let how = match self.tenant {
+                    Some(_) => "a tenant names the plugins a run may start in its run request's `agents`",
+                    None => "the operator names them in the config file's [agents] table (NAME = \"path\")",
+                };
                 return Err(format!(
-                    "no agent `{}` was made available to this run (it has {}); the operator names the agents runs \
-                     may start in the config file's [agents] table (NAME = \"path\")",
+                    "no agent `{}` was made available to this run (it has {}); {how}",
                     request.agent,
                     if offered.is_empty() { "none".to_string() } else { offered.join(", ") }
                 ));
             };
             // A tenant's agent is its plugin, by id, which every node's
             // worker takes from the store; the operator's is a file here.
+            // Where the child's own plugin came from: a tenant's plugin's
+            // registry origin, none for the operator's file.
+            let mut origin = None;
             let sha256 = match &self.tenant {
                 Some(tenant) => match self.store.plugin(tenant, &agent.sha256).await {
-                    Ok(Some(_)) => agent.sha256.clone(),
+                    Ok(Some(plugin)) => {
+                        origin = plugin.origin.as_deref().and_then(|o| serde_json::from_str(o).ok());
+                        agent.sha256.clone()
+                    }
                     Ok(None) => {
                         return Err(format!(
                             "the agent `{}` (plugin {}) was deleted since this run started",
@@ -139,7 +155,7 @@ impl ChildRuns for Starter {
                     .await
                     .ok_or_else(|| "the tenant's policy cannot be read now, so its quotas are unknown".to_string())?;
                 let now = nexo_store::now_ms();
-                quota::admit(&*self.store, tenant, &quotas, quota::Step::Start, now)
+                quota::admit(&*self.store, tenant, &quotas, quota::Step::Child { parent: &self.parent }, now)
                     .await
                     .map_err(|e| unreadable(&e))?
                     .map_err(|refusal| format!("the tenant's quotas refuse a new run now: {}", refusal.message))?;
@@ -148,7 +164,7 @@ impl ChildRuns for Starter {
                 let _ = self.store.add_usage(tenant, now, 1, 0, 0, 0).await;
             }
             let kind = if crate::agent_file::is_toml(&agent.path) { "toml" } else { "component" };
-            let child = RunSpec { grant: request.grant, depth: spec.depth + 1, ..spec.clone() };
+            let child = RunSpec { grant: request.grant, depth: spec.depth + 1, origin, ..spec.clone() };
             let run = NewRun {
                 id: nexo_store::new_run_id(),
                 agent: request.agent.clone(),

@@ -357,6 +357,17 @@ impl Runs {
     ) -> Result<RunEnd, ResumeOutcome> {
         let run = self.store.run(id).await.map_err(ResumeError::from)?.ok_or_else(|| StoreError::NoRun(id.into()));
         let run = run.map_err(ResumeError::from)?;
+        // A child goes on only while its parent may still take its end.
+        if let Some(parent) = &run.parent
+            && let Some(ended) =
+                self.store.run(parent).await.map_err(ResumeError::from)?.filter(|p| p.status.is_final())
+        {
+            let why = format!("its parent run `{parent}` has ended ({})", ended.status);
+            if let Err(e) = self.cancel(id, &why).await {
+                tracing::warn!(target: "nexo::runs", run = %id, "cannot cancel the child of an ended run: {e}");
+            }
+            return Err(ResumeError::from(StoreError::Conflict(format!("run `{id}` is cancelled: {why}"))).into());
+        }
         let current = subject.sha256();
         let replay = if current == run.component_sha256 {
             Replay::Journal
@@ -425,6 +436,15 @@ impl Runs {
         let run = self.store.cancel(id, reason).await?;
         self.keeper.lose(&run.id, Lost::Taken);
         instruments::run_ended(run.tenant.as_deref(), run.status, run.created_ms);
+        // Its children were cancelled with it: those driven here stop now too.
+        let driven = self.keeper.keys();
+        if !driven.is_empty() {
+            for child in children::descendants(&*self.store, id).await.unwrap_or_default() {
+                if driven.contains(&child.id) {
+                    self.keeper.lose(&child.id, Lost::Taken);
+                }
+            }
+        }
         Ok(run)
     }
 

@@ -408,17 +408,37 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     async fn cancel_in(&self, conn: &mut D::Conn, id: &str, reason: &str) -> StoreResult<Run> {
-        let mut run = self.run_to_write(conn, id).await?;
+        // Every writer locks a child's row before its parent's (a child's
+        // end locks its parent's): the unfinished runs below this one
+        // first, each after those below it, then this one. A cancelled run
+        // has no child left running.
+        let mut below: Vec<(String, String)> = Vec::new();
+        let mut frontier = vec![id.to_string()];
+        while let Some(parent) = frontier.pop() {
+            for row in self.all(conn, sql::UNFINISHED_CHILDREN, &[parent.as_str().into()]).await? {
+                let child = row.text_at(0).map_err(|e| self.error(&e))?;
+                frontier.push(child.clone());
+                below.push((child, parent.clone()));
+            }
+        }
+        for (child, parent) in below.iter().rev() {
+            let run = self.run_to_write(conn, child).await?;
+            // One that ended meanwhile stays as it ended.
+            if !run.status.is_final() {
+                self.cancel_one(conn, run, &crate::signals::cancelled_with_parent(parent)).await?;
+            }
+        }
+        let run = self.run_to_write(conn, id).await?;
         if run.status.is_final() {
             return Err(StoreError::Conflict(nothing_to_cancel(id, run.status)));
         }
-        // Its children first, in the same transaction: a cancelled run has
-        // no child left running.
-        let children = self.all(conn, sql::UNFINISHED_CHILDREN, &[id.into()]).await?;
-        for child in children {
-            let child = child.text_at(0).map_err(|e| self.error(&e))?;
-            Box::pin(self.cancel_in(conn, &child, &crate::signals::cancelled_with_parent(id))).await?;
-        }
+        self.cancel_one(conn, run, reason).await
+    }
+
+    /// Cancels `run`, whose row is locked and which has not ended.
+    async fn cancel_one(&self, conn: &mut D::Conn, mut run: Run, reason: &str) -> StoreResult<Run> {
+        let id = run.id.clone();
+        let id = id.as_str();
         run.status = RunStatus::Cancelled;
         run.error = Some(reason.to_string());
         run.lease = None;

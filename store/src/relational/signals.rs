@@ -41,8 +41,8 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     /// What a run's end does beyond its own row: a child's end is its
-    /// parent's signal (the parent's row locked after the child's: the
-    /// order every writer takes them in).
+    /// parent's signal (the parent's row locked after the child's, the
+    /// order every writer takes them in: see `cancel_in`).
     pub(super) async fn ended_in(&self, conn: &mut D::Conn, run: &Run) -> StoreResult<()> {
         let Some(parent) = &run.parent else { return Ok(()) };
         let parent = match self.run_to_write(conn, parent).await {
