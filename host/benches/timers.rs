@@ -291,9 +291,14 @@ fn main() {
         }
         let file = dir.path().join("sleepers.db");
         let store = file.display().to_string();
+        // The database file once its write-ahead log is folded in.
         let size = async || {
-            let wal = std::path::PathBuf::from(format!("{}-wal", file.display()));
-            std::fs::metadata(&file).map_or(0, |m| m.len()) + std::fs::metadata(&wal).map_or(0, |m| m.len())
+            use sqlx::Connection;
+            let url = format!("sqlite://{}", file.display());
+            if let Ok(mut conn) = sqlx::SqliteConnection::connect(&url).await {
+                let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut conn).await;
+            }
+            std::fs::metadata(&file).map_or(0, |m| m.len())
         };
         sleepers("sqlite", &store, n, size).await;
         if let Some(url) = &postgres {
