@@ -187,19 +187,24 @@ macro_rules! clone_sleepers {
     }};
 }
 
-/// Makes every sleeper due now, and counts the finished runs.
-macro_rules! due_and_count {
-    ($conn:expr, due) => {
+/// Makes every sleeper due now, starts two workers and waits until they
+/// finished all of them (or an hour passed): how many runs are done.
+macro_rules! resume_all {
+    ($conn:expr, $dir:expr, $store:expr, $n:expr, $started:expr) => {{
         sqlx::query("UPDATE jobs SET not_before_ms = $1 WHERE kind = 'wake' AND status = 'sleeping'")
             .bind(nexo_store::now_ms())
             .execute(&mut $conn)
             .await
-            .unwrap()
-    };
-    ($conn:expr, count) => {{
-        let (n,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetch_one(&mut $conn).await.unwrap();
-        n as usize
+            .unwrap();
+        let _workers = [worker($dir, $store, true, 16), worker($dir, $store, true, 16)];
+        loop {
+            let (done,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetch_one(&mut $conn).await.unwrap();
+            if done as usize > $n || $started.elapsed() > Duration::from_secs(3600) {
+                break done as usize;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }};
 }
 
@@ -239,27 +244,11 @@ async fn sleepers(label: &str, store: &str, n: usize, size: impl AsyncFn() -> u6
     let done = if store.starts_with("postgres") {
         use sqlx::Connection;
         let mut conn = sqlx::PgConnection::connect(store).await.unwrap();
-        due_and_count!(conn, due);
-        let _workers = [worker(dir.path(), store, true, 16), worker(dir.path(), store, true, 16)];
-        loop {
-            let done = due_and_count!(conn, count);
-            if done > n || started.elapsed() > Duration::from_secs(3600) {
-                break done;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        resume_all!(conn, dir.path(), store, n, started)
     } else {
         use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{store}")).await.unwrap();
-        due_and_count!(conn, due);
-        let _workers = [worker(dir.path(), store, true, 16), worker(dir.path(), store, true, 16)];
-        loop {
-            let done = due_and_count!(conn, count);
-            if done > n || started.elapsed() > Duration::from_secs(3600) {
-                break done;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        resume_all!(conn, dir.path(), store, n, started)
     };
     let took = started.elapsed().as_secs_f64();
     println!(
