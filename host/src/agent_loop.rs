@@ -183,6 +183,11 @@ impl Loop for HostLoop {
                             messages,
                         );
                     }
+                    // A call that suspended the run (it waits for a child
+                    // run) ends the prompt here; a later pass replays it.
+                    if let Some(why) = ctx.tools.halted() {
+                        return Err(crate::error::ToolError::Failed(why).into());
+                    }
                 }
             }
         })

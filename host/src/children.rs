@@ -1,4 +1,5 @@
-//! Child runs as the host-call path sees them: what `run-agent` asks for,
+//! Child runs as the host-call path sees them: what `run-agent` (or an
+//! agent's tool) asks for,
 //! and the one thing it needs from the run lifecycle ([`crate::runs`]),
 //! which implements [`ChildRuns`]: the child's record, ready to be written
 //! with the parent's batch.
@@ -12,7 +13,27 @@ use crate::grant::Grant;
 /// root starts no child.
 pub const MAX_DEPTH: u32 = 8;
 
-/// A child run a workflow asks for.
+/// The longest agent name: `agent__NAME`, its tool's name, then fits the
+/// 64 bytes providers allow a tool's name.
+pub const MAX_AGENT_NAME: usize = 57;
+
+/// Whether `name` may name an agent made available to child runs, or why
+/// not: letters, digits, `-` and `_`, at most [`MAX_AGENT_NAME`] bytes.
+pub fn check_agent_name(name: &str) -> Result<(), String> {
+    let good = !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if good {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agent name `{}` is not letters, digits, `-` and `_` (at most {MAX_AGENT_NAME}); rename it",
+            crate::truncate::head_chars(name, 80)
+        ))
+    }
+}
+
+/// A child run a workflow (or the model, through an agent's tool) asks for.
 #[derive(Debug, Clone)]
 pub struct ChildRequest {
     /// The name the operator made the agent available as.
@@ -30,4 +51,7 @@ pub trait ChildRuns: Send + Sync + std::fmt::Debug {
     /// cannot be started (an agent not made available, too deep a tree, the
     /// tenant's quotas), in words for the workflow's author.
     fn prepare(&self, request: ChildRequest) -> BoxFuture<'_, Result<NewChild, String>>;
+
+    /// The names of the agents the operator made available to the run.
+    fn agents(&self) -> &[String];
 }

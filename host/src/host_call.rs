@@ -498,10 +498,16 @@ impl ToolContext {
 
     /// The trap that unwinds a guest whose run halted.
     pub fn unwind_if_halted(&self) -> wasmtime::Result<()> {
-        match self.journal.as_ref().and_then(|j| j.halted()) {
-            Some(halt) => Err(wasmtime::Error::new(crate::journal::Halted(halt.summary()))),
+        match self.halted() {
+            Some(why) => Err(wasmtime::Error::new(crate::journal::Halted(why))),
             None => Ok(()),
         }
+    }
+
+    /// Why the run halted (it suspended, or its replay diverged), if it
+    /// did: no call may then run, and its caller stops.
+    pub fn halted(&self) -> Option<String> {
+        self.journal.as_ref().and_then(|j| j.halted()).map(|h| h.summary())
     }
 
     /// Runs one of the model's tool calls: the offered tool of that name, or

@@ -214,6 +214,11 @@ pub struct AgentManifest {
     /// names, `tool` or `server/tool`. The operator's grant can only narrow
     /// it (see [`crate::authority`]).
     pub mcp_allow: Vec<String>,
+    /// Agents it asks to have offered to its model as tools
+    /// (`agent__NAME`), by the names the operator makes agents available
+    /// under. Asking grants nothing: only those the run was given are
+    /// offered (see [`crate::capability::agents`]).
+    pub agents: Vec<String>,
     /// Turn cap for one prompt.
     pub max_turns: Option<u32>,
     /// Expected sandbox.
@@ -250,6 +255,9 @@ pub mod interface {
     pub const MCP: &str = "nexo:plugin/mcp@0.1.3";
     /// `nexo:plugin/agent-mcp`, the export of `mcp-agent-plugin` agents.
     pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.3";
+    /// `nexo:plugin/agent-children`, the other export of `mcp-agent-plugin`
+    /// agents (since 0.1.3).
+    pub const AGENT_CHILDREN: &str = "nexo:plugin/agent-children@0.1.3";
     /// The agent loop's model turns (`complete`), which no WIT declares:
     /// the host makes them, for the host loop.
     pub const MODEL_TURN: &str = "nexo:model";
@@ -429,6 +437,7 @@ impl From<bindings::AgentManifest> for AgentManifest {
             fetch_allow: m.fetch_allow,
             mcp_servers: m.mcp_servers,
             mcp_allow: Vec::new(),
+            agents: Vec::new(),
             max_turns: m.max_turns,
             sandbox: m.sandbox.map(SandboxKind::from),
             permissions: m.permissions.map(PermissionMode::from),
@@ -471,6 +480,7 @@ mod tests {
             interface::DURABLE,
             interface::MCP,
             interface::AGENT_MCP,
+            interface::AGENT_CHILDREN,
         ] {
             assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");
         }

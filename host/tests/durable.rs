@@ -1263,6 +1263,79 @@ async fn a_child_run_is_narrowed_from_its_parent_and_its_end_done_or_failed_resu
     store.close().await;
 }
 
+/// Agents as the model's tools: an agent that asks for `probe`, which the
+/// operator made available, is offered `agent__probe`; the model's call
+/// starts a child run (the parent's effective grant) and suspends the
+/// parent; a worker runs the child and resumes the parent by replay, which
+/// asks the model nothing again, and the model reads the child's answer as
+/// the tool's result. Without the operator's `[agents]` the tool is not
+/// offered, whatever the agent asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_ends() {
+    let scene = Scene::new().await;
+    let config = agents_config(&scene);
+    std::fs::write(scene.ws().join("notes.txt"), "forty-two\n").unwrap();
+    let script = scene.dir.path().join("lead.json");
+    let turns = json!({"turns": [
+        {"tool_calls": [{"name": "agent__probe", "arguments": {"input": "read notes.txt"}}]},
+        {"text": "the probe has answered"},
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let agent = scene.dir.path().join("lead.toml");
+    std::fs::write(&agent, "name = \"lead\"\ndescription = \"Hands work on\"\ncapabilities = [\"read\"]\nagents = [\"probe\", \"absent\"]\n")
+        .unwrap();
+    let (agent, script, ws) =
+        (agent.display().to_string(), script.display().to_string(), scene.ws().display().to_string());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", &agent, "ask the probe", "--script", &script, "--sandbox", "local"];
+        args.extend(["--cwd", &ws, "--json"]);
+        args.extend(extra);
+        scene.nexo(&args)
+    };
+    let out = run(&["--config", &config]);
+    assert_eq!(out.status.code(), Some(4), "the parent waits for its child: {}", stderr(&out));
+    let v = last_json(&out);
+    assert!(v["reason"].as_str().unwrap_or_default().starts_with("waiting for child run `r"), "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    let children = nexo_store::Runs::children(&store, &id).await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = children[0].clone();
+    let spec = nexo::runs::RunSpec::from_record(child.grant.clone()).unwrap();
+    let caps: Vec<&str> = spec.grant.capabilities.iter().map(|c| c.as_str()).collect();
+    assert!(!caps.is_empty() && caps.iter().all(|c| ["read", "glob"].contains(c)), "the parent's: {caps:?}");
+
+    let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let worker = KillOnDrop(worker.unwrap());
+    let parent = final_run(&store, &id).await;
+    drop(worker);
+    assert_eq!(parent.status, nexo_store::RunStatus::Done, "{parent:?}");
+    assert_eq!(parent.result.as_deref(), Some("the probe has answered"));
+    let child = nexo_store::Runs::run(&store, &child.id).await.unwrap().unwrap();
+    assert_eq!((child.status, child.result.as_deref()), (nexo_store::RunStatus::Done, Some("forty-two")));
+    let events = nexo_store::Runs::events(&store, &id, 0, 200).await.unwrap();
+    let results: Vec<&Value> =
+        events.iter().filter(|e| e.kind == "tool_result").map(|e| &e.data).filter(|d| d["name"] == "agent__probe").collect();
+    assert_eq!(results.len(), 1, "one result, once the child ended: {results:?}");
+    assert_eq!(results[0]["verdict"], "allowed", "{results:?}");
+    assert!(results[0]["summary"].as_str().unwrap_or_default().contains("forty-two"), "{results:?}");
+    let turns = events.iter().filter(|e| e.kind == "turn_started").count();
+    assert_eq!(turns, 2, "the replay asked the model nothing again");
+    let calls = events.iter().filter(|e| e.kind == "tool_call").count();
+    assert_eq!(calls, 1, "the call, shown once");
+
+    // Not made available: not offered, and the model is told what there is.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    assert!(nexo_store::Runs::children(&store, &id).await.unwrap().is_empty());
+    let events = nexo_store::Runs::events(&store, &id, 0, 200).await.unwrap();
+    let refused = events.iter().find(|e| e.kind == "tool_result").map(|e| e.data.clone()).unwrap_or_default();
+    assert_eq!(refused["verdict"], "invalid-input", "{refused}");
+    assert!(refused["summary"].as_str().unwrap_or_default().contains("there is no tool `agent__probe`"), "{refused}");
+    store.close().await;
+}
+
 /// Cancelling a parent cancels its child in the same write, whatever the
 /// child is doing (here, waiting for a signal that never comes), and the
 /// tree stays visible.

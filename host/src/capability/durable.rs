@@ -148,19 +148,9 @@ impl Unit for DurableUnit {
                         Ok(child) => child,
                         Err(e) => return Ok((Err(e),)),
                     };
-                    // Waits as `wait-signal` does, for the signal only the
-                    // child's end sends; an operator's early resume waits again.
-                    let name = nexo_store::child_signal(&child);
-                    loop {
-                        if let Err(e) = cx.guest_call(&WaitSignal, (name.clone(), None)).await? {
-                            return Ok((Err(e),));
-                        }
-                        match cx.guest_call(&TakeSignal, name.clone()).await? {
-                            Ok(Some(taken)) => return Ok((Ok(outcome(&taken.data)),)),
-                            Ok(None) => continue,
-                            Err(e) => return Ok((Err(e),)),
-                        }
-                    }
+                    let end = wait_for_child(&cx, &child).await;
+                    cx.unwind_if_halted()?;
+                    Ok((end.map(|taken| outcome(&taken.data)),))
                 })
             },
         )?;
@@ -741,6 +731,24 @@ impl HostCall for StartChild {
 
 crate::guest_only!(StartChild, ToolContext);
 
+/// Waits, as `wait-signal` does, for the signal only the end of child run
+/// `child` sends, and takes it; an operator's early resume waits again.
+/// Each step is a call of its own on the one path, so a replay answers
+/// them. A run that halted (it now waits, suspended) gets an error here;
+/// its caller unwinds.
+pub async fn wait_for_child(cx: &ToolContext, child: &str) -> Result<Taken, wit::DurableError> {
+    let name = nexo_store::child_signal(child);
+    loop {
+        cx.call(&WaitSignal, (name.clone(), None)).await?;
+        if let Some(why) = cx.halted() {
+            return Err(wit::DurableError::NotDurable(why));
+        }
+        if let Some(taken) = cx.call(&TakeSignal, name.clone()).await? {
+            return Ok(taken);
+        }
+    }
+}
+
 /// What a `grant-narrowing` asks for, as [`Bounds`]; a name that does not
 /// parse is the guest's mistake.
 fn requested(narrowing: &wit::GrantNarrowing) -> Result<Bounds, wit::DurableError> {
@@ -771,7 +779,7 @@ fn requested(narrowing: &wit::GrantNarrowing) -> Result<Bounds, wit::DurableErro
 }
 
 /// A child's end, as its signal carries it ([`nexo_store::child_outcome`]).
-fn outcome(data: &str) -> wit::ChildOutcome {
+pub fn outcome(data: &str) -> wit::ChildOutcome {
     let end: Value = serde_json::from_str(data).unwrap_or_default();
     let text = |key: &str| end.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
     match end.get("status").and_then(Value::as_str) {

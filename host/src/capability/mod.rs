@@ -3,6 +3,7 @@
 //! its tools; each tool's spec, argument parsing, handler and WIT adapter
 //! sit together in its unit's file.
 
+pub mod agents;
 pub mod durable;
 pub mod fetch;
 pub mod files;

@@ -88,6 +88,9 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
     for entry in &m.mcp_allow {
         mcp_allow_entry(entry).map_err(|p| ("mcp-allow", p))?;
     }
+    for name in &m.agents {
+        crate::children::check_agent_name(name).map_err(|p| ("agents", p))?;
+    }
     Ok(())
 }
 

@@ -86,9 +86,15 @@ pub(crate) struct Starter {
     pub(crate) parent: String,
     /// The parent's tenant, which its children share.
     pub(crate) tenant: Option<String>,
+    /// The names of the agents its specification makes available.
+    pub(crate) agents: Vec<String>,
 }
 
 impl ChildRuns for Starter {
+    fn agents(&self) -> &[String] {
+        &self.agents
+    }
+
     fn prepare(&self, request: ChildRequest) -> BoxFuture<'_, Result<NewChild, String>> {
         Box::pin(async move {
             let unreadable =

@@ -495,6 +495,7 @@ impl Runs {
         let started = std::time::Instant::now();
         // The grant was read into `options` before the pass; the record's
         // copy would only take memory while the run waits.
+        let agents = RunSpec::agent_names(&run.grant);
         run.grant = Value::Null;
         // A session's prompt continues its thread as the store holds it: no
         // other prompt of the session can move it on while this run is
@@ -532,6 +533,7 @@ impl Runs {
             store: self.store.clone(),
             parent: run.id.clone(),
             tenant: run.tenant.clone(),
+            agents,
         }));
         // Dropped with this future too: a worker that lost the job drops the
         // run, and its lease must then lapse for the next owner.

@@ -46,8 +46,8 @@ pub struct RunSpec {
     /// Where the plugin came from, when it came from a registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
-    /// The agents the operator made available to `run-agent`, by the name
-    /// a workflow asks for, each a file with the SHA-256 it had when the
+    /// The agents the operator made available to child runs (`run-agent`,
+    /// the model's `agent__NAME` tools), by the name asked for, each a file with the SHA-256 it had when the
     /// run was recorded: a child runs that very content or none. A child's
     /// run holds the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -128,6 +128,13 @@ impl RunSpec {
     /// A recorded specification, read back.
     pub fn from_record(value: Value) -> Result<RunSpec, UnreadableSpec> {
         Ok(serde_json::from_value(value)?)
+    }
+
+    /// The names of the agents a recorded specification makes available
+    /// ([`RunSpec::agents`]), read without the rest of it.
+    pub fn agent_names(record: &Value) -> Vec<String> {
+        let agents = record.get("agents").and_then(Value::as_object);
+        agents.map(|a| a.keys().cloned().collect()).unwrap_or_default()
     }
 
     /// The pass's wall-clock limit.

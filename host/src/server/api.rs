@@ -331,7 +331,7 @@ pub(crate) async fn agents_of(
     }
     let mut out = BTreeMap::new();
     for (name, plugin) in agents {
-        crate::config::agents::check_name(name)
+        crate::children::check_agent_name(name)
             .map_err(|m| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_agent_name", m))?;
         if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
             return Err(ApiError::new(

@@ -18,6 +18,7 @@ use crate::agent_loop::Outcome;
 use crate::authority::Authority;
 use crate::bindings::RunError as WitRunError;
 use crate::bindings::agent::{AgentPlugin, AgentPluginPre};
+use crate::capability::agents::AgentsUnit;
 use crate::capability::durable::DurableUnit;
 use crate::capability::fetch::FetchUnit;
 use crate::capability::files::FilesUnit;
@@ -41,7 +42,7 @@ use crate::unit::{AgentHost, AgentState, Setup, Unit};
 /// after these, and the model unit ([`MODEL`]) after all of them: its
 /// instructions are everyone's.
 pub static UNITS: &[&dyn Unit] =
-    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit, &DurableUnit];
+    &[&SandboxUnit, &FilesUnit, &ShellUnit, &FetchUnit, &SearchUnit, &SkillsUnit, &McpUnit, &DurableUnit, &AgentsUnit];
 
 /// The model unit, always last.
 pub static MODEL: &dyn Unit = &ModelUnit;
@@ -182,34 +183,49 @@ pub(crate) async fn describe(
         let instance = pre.instance_pre().instantiate_async(&mut store).await?;
         let bindings = AgentPlugin::new(&mut store, &instance)?;
         let manifest = bindings.nexo_plugin_agent().call_manifest(&mut store).await?;
-        let mcp_allow = match mcp_allow_export(&instance, &mut store) {
-            Some(func) => func?.call_async(&mut store, ()).await?.0,
-            None => Vec::new(),
-        };
-        wasmtime::Result::Ok((manifest, mcp_allow))
+        let mut lists = [Vec::new(), Vec::new()];
+        for (list, (interface, function)) in lists.iter_mut().zip(OPTIONAL_LISTS) {
+            if let Some(func) = list_export(&instance, &mut store, interface, function) {
+                *list = func?.call_async(&mut store, ()).await?.0;
+            }
+        }
+        wasmtime::Result::Ok((manifest, lists))
     })
     .await;
-    settle(&store, "describe", timeout, result)
-        .map(|(manifest, mcp_allow)| AgentManifest { mcp_allow, ..AgentManifest::from(manifest) })
+    settle(&store, "describe", timeout, result).map(|(manifest, [mcp_allow, agents])| AgentManifest {
+        mcp_allow,
+        agents,
+        ..AgentManifest::from(manifest)
+    })
 }
 
-/// The `mcp-allow` function of an agent of the `mcp-agent-plugin` world;
-/// `None` for an agent of the plain world, which asks for no MCP tool by
-/// name. An export of the wrong type is an error, not silence.
-fn mcp_allow_export(
+/// The lists an agent of the `mcp-agent-plugin` world exports beside its
+/// manifest, as (interface, function): the MCP tools it asks to call by
+/// name, and the agents it asks to have offered as tools.
+const OPTIONAL_LISTS: [(&str, &str); 2] = [
+    (crate::manifest::interface::AGENT_MCP, "mcp-allow"),
+    (crate::manifest::interface::AGENT_CHILDREN, "agents"),
+];
+
+/// One list function of an optional export; `None` for an agent that
+/// does not export its interface (of the plain world, or built before
+/// it existed), which asks for nothing there. An interface without its
+/// function, or a function of the wrong type, is an error, not silence.
+fn list_export(
     instance: &wasmtime::component::Instance,
     store: &mut Store<AgentHost>,
+    interface: &str,
+    function: &str,
 ) -> Option<wasmtime::Result<wasmtime::component::TypedFunc<(), (Vec<String>,)>>> {
-    let iface = instance.get_export_index(&mut *store, None, crate::manifest::interface::AGENT_MCP)?;
-    let Some(func) = instance.get_export_index(&mut *store, Some(&iface), "mcp-allow") else {
+    let iface = instance.get_export_index(&mut *store, None, interface)?;
+    let Some(func) = instance.get_export_index(&mut *store, Some(&iface), function) else {
         return Some(Err(wasmtime::format_err!(
-            "the component exports `{}` without its `mcp-allow` function; rebuild it with the current SDK",
-            crate::manifest::interface::AGENT_MCP
+            "the component exports `{interface}` without its `{function}` function; rebuild it with the current SDK"
         )));
     };
     Some(instance.get_typed_func::<(), (Vec<String>,)>(&mut *store, &func).map_err(|e| {
         wasmtime::format_err!(
-            "the component's `mcp-allow` export has the wrong type ({e:#}); rebuild it with the current SDK"
+            "the component's `{function}` export has the wrong type ({e:#}); rebuild it with the current SDK"
         )
     }))
 }

@@ -5,7 +5,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 /// Raw bindings generated from `wit/` for the `mcp-agent-plugin` world: the
-/// agent world plus the `agent-mcp` export.
+/// agent world plus the `agent-mcp` and `agent-children` exports.
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -39,6 +39,16 @@ pub trait Agent {
     /// patterns. The operator can only narrow the list. Default: none, so
     /// under `read-only` every MCP call is denied.
     fn mcp_allow() -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The agents the agent asks to have offered to its model as tools
+    /// (`agent__NAME`), by the names the operator makes agents available
+    /// under (a config file's `[agents]`, a served run's `agents`). Asking
+    /// grants nothing. The model's call runs the agent as a child run with
+    /// no more authority than this run's; this run waits, suspended, for
+    /// its end. Default: none.
+    fn agents() -> Vec<String> {
         Vec::new()
     }
 
@@ -151,6 +161,12 @@ impl Manifest {
 impl<T: Agent> bindings::exports::nexo::plugin::agent_mcp::Guest for T {
     fn mcp_allow() -> Vec<String> {
         <T as Agent>::mcp_allow()
+    }
+}
+
+impl<T: Agent> bindings::exports::nexo::plugin::agent_children::Guest for T {
+    fn agents() -> Vec<String> {
+        <T as Agent>::agents()
     }
 }
 
