@@ -849,7 +849,14 @@ fn conclude<Cx: CallContext, C: MaybeTool<Cx>>(
         None => Reply::Guest(result),
         Some((turn, model_call)) => {
             let reply = call.reply(result);
-            result_event(cx, turn, model_call, &reply);
+            // A call the run suspended in (it waits for a child run) has
+            // no result yet: the pass that resumes it gives one. An
+            // approval's wait is shown, for the operator to decide.
+            let waits = reply.approval.is_none()
+                && cx.journal().is_some_and(|j| matches!(j.halted(), Some(crate::journal::Halt::Suspend { .. })));
+            if !waits {
+                result_event(cx, turn, model_call, &reply);
+            }
             Reply::Model(reply)
         }
     }

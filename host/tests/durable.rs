@@ -1294,6 +1294,7 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     };
     let out = run(&["--config", &config]);
     assert_eq!(out.status.code(), Some(4), "the parent waits for its child: {}", stderr(&out));
+    assert!(!stdout(&out).contains("tool-result"), "no result is shown before the child ends: {}", stdout(&out));
     let v = last_json(&out);
     assert!(v["reason"].as_str().unwrap_or_default().starts_with("waiting for child run `r"), "{v}");
     let id = v["run"].as_str().unwrap().to_string();

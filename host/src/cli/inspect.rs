@@ -242,6 +242,16 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
             ),
         },
     );
+    row(
+        "agents",
+        &match &m.agents[..] {
+            [] => "(none)".into(),
+            names => format!(
+                "{} (a request: each one the operator makes available is offered as `agent__NAME`)",
+                list(names.iter().map(String::as_str))
+            ),
+        },
+    );
     row("max turns", &m.max_turns.map(|t| t.to_string()).unwrap_or_else(|| "(the host's default)".into()));
     row(
         "sandbox",

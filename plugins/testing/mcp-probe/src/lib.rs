@@ -38,6 +38,11 @@ impl Agent for McpProbe {
         vec!["echo".into(), "tests/image".into()]
     }
 
+    // Read from the `agent-children` export (the inspect test).
+    fn agents() -> Vec<String> {
+        vec!["helper".into()]
+    }
+
     fn run(input: String) -> Result<String, RunError> {
         let mut lines = Vec::new();
         for step in input.lines().map(str::trim).filter(|l| !l.is_empty()) {
