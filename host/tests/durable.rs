@@ -1315,8 +1315,12 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     let child = nexo_store::Runs::run(&store, &child.id).await.unwrap().unwrap();
     assert_eq!((child.status, child.result.as_deref()), (nexo_store::RunStatus::Done, Some("forty-two")));
     let events = nexo_store::Runs::events(&store, &id, 0, 200).await.unwrap();
-    let results: Vec<&Value> =
-        events.iter().filter(|e| e.kind == "tool_result").map(|e| &e.data).filter(|d| d["name"] == "agent__probe").collect();
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.kind == "tool_result")
+        .map(|e| &e.data)
+        .filter(|d| d["name"] == "agent__probe")
+        .collect();
     assert_eq!(results.len(), 1, "one result, once the child ended: {results:?}");
     assert_eq!(results[0]["verdict"], "allowed", "{results:?}");
     assert!(results[0]["summary"].as_str().unwrap_or_default().contains("forty-two"), "{results:?}");

@@ -2,7 +2,8 @@
 //! `agent__NAME` tool each, for the agents the agent's manifest asks for
 //! (`agents`) that the operator made available to the run (`[agents]`, a
 //! served run's `agents`). Asking grants nothing, and a run that cannot
-//! start children (one without the run lifecycle) is offered none.
+//! start children (one without the run lifecycle) or whose loop's turns
+//! are not replayed (the claude-code CLI) is offered none.
 //!
 //! A call runs the agent as a child run, as a workflow's `run-agent` does
 //! (the same two steps on the one path: the child's record with the
@@ -42,7 +43,13 @@ impl Unit for AgentsUnit {
     }
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
-        let available = setup.options.context.children.as_ref().map(|c| c.agents()).unwrap_or_default();
+        // A loop whose turns the journal does not replay (the claude-code
+        // CLI) would ask its model again after the wait: it is offered none.
+        let replayable = setup.options.providers.agent_loop.as_ref().is_none_or(|l| l.turns_through_provider());
+        let available = match &setup.options.context.children {
+            Some(children) if replayable => children.agents(),
+            _ => &[],
+        };
         let offered = setup.manifest.agents.iter().filter(|a| available.contains(a)).cloned().collect();
         setup.state.insert(Offered(offered));
         Step::ready(Ok(()))

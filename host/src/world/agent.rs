@@ -202,10 +202,8 @@ pub(crate) async fn describe(
 /// The lists an agent of the `mcp-agent-plugin` world exports beside its
 /// manifest, as (interface, function): the MCP tools it asks to call by
 /// name, and the agents it asks to have offered as tools.
-const OPTIONAL_LISTS: [(&str, &str); 2] = [
-    (crate::manifest::interface::AGENT_MCP, "mcp-allow"),
-    (crate::manifest::interface::AGENT_CHILDREN, "agents"),
-];
+const OPTIONAL_LISTS: [(&str, &str); 2] =
+    [(crate::manifest::interface::AGENT_MCP, "mcp-allow"), (crate::manifest::interface::AGENT_CHILDREN, "agents")];
 
 /// One list function of an optional export; `None` for an agent that
 /// does not export its interface (of the plain world, or built before
