@@ -539,3 +539,45 @@ async fn the_console_signs_in_follows_a_run_and_approves_it_in_a_browser() {
     let log = node.log();
     assert!(!log.contains(&alice) && !log.contains(&bob) && !log.contains(&carol), "no key in the server's log");
 }
+
+/// A run's page shows the runs below it, each linking to its own page,
+/// and a child's page links back to its parent; another tenant sees
+/// neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_its_tree_of_child_runs() {
+    use reqwest::Method;
+    let scene = Scene::new().await;
+    let dana = scene.tenant("dana", &writer_policy());
+    let eve = scene.tenant("eve", &writer_policy());
+    let node = scene.node();
+    let plugin = scene.upload(&node, &dana, built::WORKFLOW_PROBE).await;
+    let body = json!({"plugin": plugin, "input": "child helper time", "agents": {"helper": plugin}});
+    let (status, started) = scene.api(&node, Method::POST, "/v1/runs", &dana, body).await;
+    assert!(status.is_success(), "{started}\n{}", node.log());
+    let id = started["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (_, run) = scene.api(&node, Method::GET, &format!("/v1/runs/{id}"), &dana, Value::Null).await;
+        if run["status"] == "done" || Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["status"], "done", "{done}\n{}", node.log());
+    let child = done["children"][0]["id"].as_str().unwrap().to_string();
+
+    let (cookies, _) = sign_in(&scene, &node, &dana, &[]).await;
+    let (status, _, page) = scene.page(&node, Method::GET, &format!("/runs/{id}"), &cookies, None, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let tree = page.split("id=\"run-children\"").nth(1).unwrap_or_default();
+    assert!(tree.contains(&format!("href=\"/runs/{child}\"")) && tree.contains("helper"), "{page}");
+    let (_, _, page) = scene.page(&node, Method::GET, &format!("/runs/{child}"), &cookies, None, &[]).await;
+    assert!(page.contains(&format!("id=\"run-parent\" href=\"/runs/{id}\"")), "{page}");
+    assert!(!page.contains("id=\"run-children\""), "a run with no children shows no tree");
+
+    let (cookies, _) = sign_in(&scene, &node, &eve, &[]).await;
+    for run in [&id, &child] {
+        let (status, _, page) = scene.page(&node, Method::GET, &format!("/runs/{run}"), &cookies, None, &[]).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's run: {page}");
+    }
+}

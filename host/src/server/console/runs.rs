@@ -257,14 +257,24 @@ pub(super) async fn run_page(State(state): State<AppState>, console: Console, Pa
     let timeline = crate::runs::timeline::Timeline::load(&*state.store, &run)
         .await
         .map_err(|e| Failure::store(e, Some(&console)))?;
+    let below = crate::runs::children::descendants(&*state.store, &run.id)
+        .await
+        .map_err(|e| Failure::store(e, Some(&console)))?;
     let inner = run_state_inner(&run, approval.as_ref(), &console.csrf);
     let live_state = live("section", "run-state", "panel", &run_state_url(&run), "1s", !run.status.is_final(), &inner);
+    let parent = match &run.parent {
+        Some(p) => format!(
+            "<dt>Parent</dt><dd><a id=\"run-parent\" href=\"/runs/{p}\"><code>{p}</code></a></dd>",
+            p = escape(p)
+        ),
+        None => String::new(),
+    };
     let body = format!(
         "<h1>Run <code id=\"run-id\">{id}</code></h1>\
          <div class=\"panel\"><dl class=\"facts\"><dt>Agent</dt><dd id=\"run-agent\">{agent}</dd>\
          <dt>Plugin</dt><dd><code title=\"{plugin}\">{plugin_short}</code></dd>\
-         <dt>Created</dt><dd>{created}</dd><dt>Input</dt><dd><pre id=\"run-input\">{input}</pre></dd></dl></div>\
-         {live_state}<h2>Timeline</h2>{timeline}<h2>Events</h2><div class=\"panel\"><ol id=\"events\" class=\"events\">{events}</ol></div>",
+         {parent}<dt>Created</dt><dd>{created}</dd><dt>Input</dt><dd><pre id=\"run-input\">{input}</pre></dd></dl></div>\
+         {live_state}{tree}<h2>Timeline</h2>{timeline}<h2>Events</h2><div class=\"panel\"><ol id=\"events\" class=\"events\">{events}</ol></div>",
         id = escape(&run.id),
         agent = escape(&run.agent),
         plugin = escape(&run.component_sha256),
@@ -273,8 +283,38 @@ pub(super) async fn run_page(State(state): State<AppState>, console: Console, Pa
         input = escape(&clip(&run.input, 64 * 1024)),
         events = event_rows(&run, &events, 0, run.status.is_final()),
         timeline = super::timeline::timeline_section(&timeline),
+        tree = tree_section(&below),
     );
     Ok(html(StatusCode::OK, page(&format!("Run {}", run.id), Some(&console.who()), Nav::Runs, &body)))
+}
+
+/// The runs below a run, each indented under the run that started it;
+/// nothing for a run that started none.
+fn tree_section(below: &[crate::runs::children::Descendant]) -> String {
+    if below.is_empty() {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for d in below {
+        let _ = write!(
+            rows,
+            "<tr data-child=\"{id}\"><td style=\"padding-left:{indent}em\"><a href=\"/runs/{id}\"><code>{id}</code></a></td>\
+             <td>{agent}</td><td>{status}</td></tr>",
+            id = escape(&d.id),
+            indent = d.depth.saturating_sub(1) * 2,
+            agent = escape(&d.agent),
+            status = status_badge(d.status, None),
+        );
+    }
+    let more = if below.len() >= crate::runs::children::MOST_SHOWN {
+        format!("<p class=\"muted\">The first {} are shown.</p>", crate::runs::children::MOST_SHOWN)
+    } else {
+        String::new()
+    };
+    format!(
+        "<h2>Child runs</h2><div class=\"panel\"><table id=\"run-children\"><thead><tr><th>Run</th><th>Agent</th>\
+         <th>Status</th></tr></thead><tbody>{rows}</tbody></table>{more}</div>"
+    )
 }
 
 /// `?v=` of a polled fragment.
