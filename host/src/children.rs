@@ -13,9 +13,17 @@ use crate::grant::Grant;
 /// root starts no child.
 pub const MAX_DEPTH: u32 = 8;
 
-/// The longest agent name: `agent__NAME`, its tool's name, then fits the
-/// 64 bytes providers allow a tool's name.
-pub const MAX_AGENT_NAME: usize = 57;
+/// The most children one run may start: with [`MAX_DEPTH`], what bounds
+/// a tree an agent offering agents could grow (a tenant's quotas bound it
+/// further).
+pub const MAX_CHILDREN: usize = 100;
+
+/// The longest agent name, in bytes.
+pub const MAX_AGENT_NAME: usize = 64;
+
+/// The longest name of an agent offered to the model: `agent__NAME`, its
+/// tool's name, then fits the 64 bytes providers allow a tool's name.
+pub const MAX_TOOL_AGENT_NAME: usize = 57;
 
 /// Whether `name` may name an agent made available to child runs, or why
 /// not: letters, digits, `-` and `_`, at most [`MAX_AGENT_NAME`] bytes.
@@ -27,10 +35,24 @@ pub fn check_agent_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "the agent name `{}` is not letters, digits, `-` and `_` (at most {MAX_AGENT_NAME}); rename it",
+            "the agent name `{}` is not ASCII letters, digits, `-` and `_` (at most {MAX_AGENT_NAME} bytes); rename it",
             crate::truncate::head_chars(name, 80)
         ))
     }
+}
+
+/// Whether an agent's manifest may ask for the agent `name` as a tool:
+/// an agent name ([`check_agent_name`]) short enough for its tool's name.
+pub fn check_tool_agent_name(name: &str) -> Result<(), String> {
+    check_agent_name(name)?;
+    if name.len() > MAX_TOOL_AGENT_NAME {
+        return Err(format!(
+            "the agent name `{name}` is {} bytes; one offered as a tool is at most {MAX_TOOL_AGENT_NAME}, so that \
+             `agent__NAME` fits the 64 bytes providers allow a tool's name",
+            name.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A child run a workflow (or the model, through an agent's tool) asks for.
@@ -52,6 +74,9 @@ pub trait ChildRuns: Send + Sync + std::fmt::Debug {
     /// tenant's quotas), in words for the workflow's author.
     fn prepare(&self, request: ChildRequest) -> BoxFuture<'_, Result<NewChild, String>>;
 
-    /// The names of the agents the operator made available to the run.
-    fn agents(&self) -> &[String];
+    /// The names of the agents the run may start now: those the operator
+    /// made available to it, none once its tree is as deep as it may grow.
+    fn agents(&self) -> &[String] {
+        &[]
+    }
 }

@@ -263,6 +263,11 @@ enum Origin<'a, A> {
     Model { turn: u32, call: &'a ToolCall },
 }
 
+/// The verdict of a model's call the run suspended in, to wait for what
+/// it started: no result is shown for it, since the pass that resumes the
+/// run gives the call its result.
+pub const SUSPENDED: &str = "suspended";
+
 /// What a tool call produced for the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelReply {
@@ -850,11 +855,8 @@ fn conclude<Cx: CallContext, C: MaybeTool<Cx>>(
         Some((turn, model_call)) => {
             let reply = call.reply(result);
             // A call the run suspended in (it waits for a child run) has
-            // no result yet: the pass that resumes it gives one. An
-            // approval's wait is shown, for the operator to decide.
-            let waits = reply.approval.is_none()
-                && cx.journal().is_some_and(|j| matches!(j.halted(), Some(crate::journal::Halt::Suspend { .. })));
-            if !waits {
+            // no result yet: the pass that resumes it gives one.
+            if reply.verdict != SUSPENDED {
                 result_event(cx, turn, model_call, &reply);
             }
             Reply::Model(reply)

@@ -112,6 +112,12 @@ pub async fn unjournaled<F: std::future::Future>(work: F) -> F::Output {
     UNJOURNALED.scope((), work).await
 }
 
+/// Whether the calls made here run under [`unjournaled`]: a step of
+/// `checkpoint-all`, which can neither suspend nor wait.
+pub fn is_unjournaled() -> bool {
+    UNJOURNALED.try_with(|_| ()).is_ok()
+}
+
 /// The SHA-256 of a call's arguments serialized as compact JSON, as hex,
 /// written straight into the hash (no text of it is kept). A type that
 /// writes object keys in sorted order hashes as its `serde_json::Value`.
@@ -304,7 +310,7 @@ impl Journal {
 
     /// Decides how one call runs: from the journal, or live.
     pub fn begin(&self, interface: &str, function: &str, args_hash: &str) -> Begin {
-        if UNJOURNALED.try_with(|_| ()).is_ok() {
+        if is_unjournaled() {
             return Begin::Unjournaled;
         }
         let mut state = self.lock();

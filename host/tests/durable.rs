@@ -1341,6 +1341,42 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     store.close().await;
 }
 
+/// Where no child run could be waited for, no agent is offered: a step
+/// of `checkpoint-all` (concurrent, not journaled) and the work of an open
+/// checkpoint. A prompt of the same run outside them is offered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_agent_is_offered_inside_a_checkpoint_or_a_step_of_checkpoint_all() {
+    let scene = Scene::new().await;
+    let config = agents_config(&scene);
+    let call = || Reply::tool_calls(vec![MockToolCall::new("c", "agent__probe", json!({"input": "time"}))]);
+    for _ in 0..2 {
+        scene.server.push(call());
+        scene.server.push(Reply::text("went on without it"));
+    }
+    let script = "all s=prompt:step; checkpoint c inside";
+    let args = scene.run_args(built::WORKFLOW_PROBE, script, &["--config", &config]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let store = nexo_store::SqliteStore::open(scene.store()).await.unwrap();
+    assert!(nexo_store::Runs::children(&store, &id).await.unwrap().is_empty(), "no child was started");
+    let requests = scene.server.requests();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    for request in &requests {
+        let tools = request.body["tools"].to_string();
+        assert!(!tools.contains("agent__probe"), "not offered: {tools}");
+    }
+
+    // Outside them, the same run offers it.
+    scene.server.push(call());
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt go", &["--config", &config]);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let tools = scene.server.requests().last().map(|r| r.body["tools"].to_string()).unwrap_or_default();
+    assert!(tools.contains("agent__probe"), "{tools}");
+    store.close().await;
+}
+
 /// Cancelling a parent cancels its child in the same write, whatever the
 /// child is doing (here, waiting for a signal that never comes), and the
 /// tree stays visible.

@@ -14,7 +14,7 @@
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::{Value, json};
 
-use super::durable::{StartChild, outcome, wait_for_child};
+use super::durable::{StartChild, can_wait_for_child, outcome, wait_for_child};
 use crate::bindings::agent::nexo::plugin::durable as wit;
 use crate::error::ToolError;
 use crate::host_call::{DynTool, HostCall, MaybeTool, ModelReply, ToolContext, model_call, string_arg};
@@ -50,7 +50,10 @@ impl Unit for AgentsUnit {
             Some(children) if replayable => children.agents(),
             _ => &[],
         };
-        let offered = setup.manifest.agents.iter().filter(|a| available.contains(a)).cloned().collect();
+        let mut offered: Vec<String> =
+            setup.manifest.agents.iter().filter(|a| available.contains(a)).cloned().collect();
+        offered.sort();
+        offered.dedup();
         setup.state.insert(Offered(offered));
         Step::ready(Ok(()))
     }
@@ -61,8 +64,14 @@ impl Unit for AgentsUnit {
 pub struct AgentTools;
 
 impl AgentTools {
+    /// The agents offered now: none where no child could be waited for
+    /// (inside a checkpoint, in a pass that journals nothing). Which it is
+    /// follows from the component's calls, so a replay offers the same.
     fn offered(cx: &ToolContext) -> &[String] {
-        cx.state::<Offered>().map(|o| o.0.as_slice()).unwrap_or_default()
+        match cx.state::<Offered>() {
+            Ok(offered) if can_wait_for_child(cx) => &offered.0,
+            _ => &[],
+        }
     }
 
     fn route(cx: &ToolContext, name: &str) -> Option<String> {
@@ -122,12 +131,16 @@ fn spec(agent: &str) -> ToolSpec {
     }
 }
 
+/// The status of a call whose run suspended to wait for its child.
+const WAITING: &str = "waiting";
+
 /// How a child run the model started ended.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChildEnd {
     /// The child run's id.
     pub run: String,
-    /// `done`, `failed` or `cancelled`.
+    /// `done`, `failed` or `cancelled` (`waiting` while the run is
+    /// suspended for it, which is never journaled).
     pub status: String,
     /// Its answer, or why it did not finish; truncated.
     pub text: String,
@@ -179,7 +192,15 @@ impl HostCall for CallAgent {
             // ask for more, and the operator's grant of the agent is all.
             let narrowing = wit::GrantNarrowing { allow: None, mode: None, fetch_hosts: None };
             let run = cx.call(&StartChild, (self.agent.clone(), input, narrowing)).await.map_err(tool_error)?;
-            let taken = wait_for_child(cx, &run).await.map_err(tool_error)?;
+            let taken = match wait_for_child(cx, &run).await {
+                Ok(taken) => taken,
+                // The run now waits, suspended, for the child: the call has
+                // no result yet (the pass that resumes it gives one).
+                Err(_) if cx.halted().is_some() => {
+                    return Ok(ChildEnd { run, status: WAITING.into(), text: String::new() });
+                }
+                Err(e) => return Err(tool_error(e)),
+            };
             let (status, text) = match outcome(&taken.data) {
                 wit::ChildOutcome::Done(answer) => ("done", answer),
                 wit::ChildOutcome::Failed(why) => ("failed", why),
@@ -204,6 +225,12 @@ impl MaybeTool for CallAgent {
             Ok(end) if end.status == "done" => {
                 ModelReply { content: end.text, is_error: false, verdict: "allowed", approval: None }
             }
+            Ok(end) if end.status == WAITING => ModelReply {
+                content: format!("waiting for child run {}", end.run),
+                is_error: false,
+                verdict: crate::host_call::SUSPENDED,
+                approval: None,
+            },
             Ok(end) => ModelReply {
                 content: format!("error: the agent `{}` (run {}) {}: {}", self.agent, end.run, end.status, end.text),
                 is_error: true,

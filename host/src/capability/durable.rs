@@ -549,8 +549,16 @@ impl HostCall for Sleep {
 
 crate::guest_only!(Sleep, ToolContext);
 
-/// Why a durable call cannot run now: inside an open checkpoint.
+/// Why a durable call that waits cannot run now: inside an open
+/// checkpoint, or in a step of `checkpoint-all` (concurrent, and not
+/// journaled, so nothing could find the wait again).
 fn inside_checkpoint(cx: &ToolContext, call: &str) -> Result<(), wit::DurableError> {
+    if crate::journal::is_unjournaled() {
+        return Err(wit::DurableError::InsideCheckpoint(format!(
+            "`{call}` was called from a step of `checkpoint-all`, whose steps run concurrently and are not \
+             journaled, so it cannot wait there; call it outside `checkpoint-all`"
+        )));
+    }
     match cx.state::<DurableState>()?.open().as_ref() {
         Some(open) => Err(wit::DurableError::InsideCheckpoint(format!(
             "`{call}` was called inside the checkpoint `{open}`; end the checkpoint first (a checkpoint's work must \
@@ -558,6 +566,15 @@ fn inside_checkpoint(cx: &ToolContext, call: &str) -> Result<(), wit::DurableErr
         ))),
         None => Ok(()),
     }
+}
+
+/// Whether a call made here could start a child run and wait for it: the
+/// run is recorded and journals this pass, and no checkpoint (nor a step
+/// of `checkpoint-all`) is open. Where it could not, the model is offered
+/// no agent.
+pub fn can_wait_for_child(cx: &ToolContext) -> bool {
+    let recording = cx.journal().is_some_and(|j| j.recording());
+    recording && cx.state::<DurableState>().is_ok_and(|s| s.children.is_some()) && inside_checkpoint(cx, "").is_ok()
 }
 
 /// How often a wait for a signal shorter than a second looks for it.

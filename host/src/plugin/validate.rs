@@ -88,8 +88,12 @@ fn agent_rules(m: &crate::manifest::AgentManifest) -> Result<(), (&'static str, 
     for entry in &m.mcp_allow {
         mcp_allow_entry(entry).map_err(|p| ("mcp-allow", p))?;
     }
+    let mut seen = std::collections::BTreeSet::new();
     for name in &m.agents {
-        crate::children::check_agent_name(name).map_err(|p| ("agents", p))?;
+        crate::children::check_tool_agent_name(name).map_err(|p| ("agents", p))?;
+        if !seen.insert(name.as_str()) {
+            return Err(("agents", format!("`{name}` is listed twice; list each agent once")));
+        }
     }
     Ok(())
 }
@@ -211,5 +215,33 @@ mod fetch_allow_tests {
         assert!(problem.contains("single label") && problem.len() < 600, "{} bytes: {problem}", problem.len());
         let Problem { problem, .. } = name(&"A".repeat(5000)).unwrap_err();
         assert!(problem.contains('…') && problem.len() < 300, "{problem}");
+    }
+}
+
+#[cfg(test)]
+mod agents_tests {
+    use super::*;
+    use crate::manifest::AgentManifest;
+
+    fn with_agents(agents: &[&str]) -> Result<(), Problem> {
+        let agents = agents.iter().map(|a| a.to_string()).collect();
+        agent_manifest(&AgentManifest { name: "a".into(), description: "d".into(), agents, ..AgentManifest::default() })
+    }
+
+    #[test]
+    fn agents_asked_for_as_tools_are_names_that_fit_a_tool_name_each_listed_once() {
+        let longest = "w".repeat(crate::children::MAX_TOOL_AGENT_NAME);
+        assert!(with_agents(&["writer", "re_view-2", &longest]).is_ok());
+        let too_long = format!("{longest}w");
+        for (bad, why) in [
+            (vec!["writer", "writer"], "listed twice"),
+            (vec!["no spaces"], "letters, digits"),
+            (vec![""], "letters, digits"),
+            (vec![too_long.as_str()], "`agent__NAME` fits"),
+        ] {
+            let Problem { field, problem } = with_agents(&bad).unwrap_err();
+            assert_eq!(field, "agents", "{bad:?}");
+            assert!(problem.contains(why), "{bad:?}: {problem}");
+        }
     }
 }

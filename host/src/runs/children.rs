@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::job::new_job;
 use super::spec::{ChildAgent, RunSpec};
-use crate::children::{ChildRequest, ChildRuns, MAX_DEPTH};
+use crate::children::{ChildRequest, ChildRuns, MAX_CHILDREN, MAX_DEPTH};
 use crate::quota;
 
 /// The agents `files` (by name) as a run records them: each file's
@@ -106,6 +106,13 @@ impl ChildRuns for Starter {
                 return Err(format!(
                     "this run is {} levels below its root run, the deepest a run that starts children may be",
                     spec.depth
+                ));
+            }
+            let started = self.store.children(&self.parent).await.map_err(|e| unreadable(&e))?.len();
+            if started >= MAX_CHILDREN {
+                return Err(format!(
+                    "this run has started {started} child runs, the most one run may start; split the work over \
+                     runs, or have its children start the rest"
                 ));
             }
             let Some(agent) = spec.agents.get(&request.agent) else {

@@ -130,9 +130,14 @@ impl RunSpec {
         Ok(serde_json::from_value(value)?)
     }
 
-    /// The names of the agents a recorded specification makes available
-    /// ([`RunSpec::agents`]), read without the rest of it.
+    /// The names of the agents a recorded specification lets its run
+    /// start ([`RunSpec::agents`]), read without the rest of it: none for a
+    /// run as deep as a tree may grow ([`crate::children::MAX_DEPTH`]).
     pub fn agent_names(record: &Value) -> Vec<String> {
+        let depth = record.get("depth").and_then(Value::as_u64).unwrap_or(0);
+        if depth >= u64::from(crate::children::MAX_DEPTH) {
+            return Vec::new();
+        }
         let agents = record.get("agents").and_then(Value::as_object);
         agents.map(|a| a.keys().cloned().collect()).unwrap_or_default()
     }

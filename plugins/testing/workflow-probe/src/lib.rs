@@ -147,6 +147,12 @@ impl Agent for WorkflowProbe {
         ])
     }
 
+    // Offered to its model as `agent__probe` where the operator makes
+    // `probe` available (the agents-as-tools tests).
+    fn agents() -> Vec<String> {
+        vec!["probe".into()]
+    }
+
     fn run(input: String) -> Result<String, RunError> {
         let mut out = String::new();
         for line in input.split(';').filter(|l| !l.trim().is_empty()) {
