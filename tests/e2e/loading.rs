@@ -123,7 +123,7 @@ async fn a_component_built_against_contract_0_1_0_still_loads_and_runs_on_this_h
     // before them imports.
     let bytes = std::fs::read(built::TEXT_STATS).unwrap();
     let mut old = bytes.clone();
-    for name in ["agent-mcp", "agent", "model", "log", "types"] {
+    for name in ["agent-children", "agent-mcp", "agent", "model", "log", "types"] {
         let from = format!("nexo:plugin/{name}@0.1.3");
         let to = format!("nexo:plugin/{name}@0.1.0");
         old = patched(&old, from.as_bytes(), to.as_bytes());
