@@ -19,6 +19,13 @@
 //! A denial becomes a recoverable tool error, and `approval required` is its
 //! own outcome that a run can turn into a suspension.
 //!
+//! A `shell` command meets the operator's **command rules** first
+//! ([`CommandRules`]): a `deny` rule refuses it under every mode, an `ask`
+//! rule (or a command line the rules cannot read) makes someone decide even
+//! under `auto`, an `allow` rule spares the asking under `ask` and
+//! `approve`; no rule leaves it to the mode. Rules never widen a mode that
+//! refuses the shell outright.
+//!
 //! MCP tools are a second, fail-closed axis ([`Gate::Mcp`]): a server is
 //! reachable only if the agent requested it and the operator configured it,
 //! and a tool on it passes by the agent's exact `mcp-allow` names (narrowed
@@ -31,7 +38,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ToolError;
-use crate::grant::{Bounds, DEFAULT_ALLOW, Grant, McpAllow, stricter};
+use crate::grant::{Bounds, CommandRules, DEFAULT_ALLOW, Grant, McpAllow, Ruling, stricter};
 use crate::hint::{Fix, Vocabulary};
 use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
 
@@ -259,6 +266,24 @@ impl Permissions {
             },
         }
     }
+
+    /// Decides an action that someone must decide whatever the mode, for
+    /// the reason `why` (a command rule asks about it): asked on the terminal under `ask`,
+    /// a durable approval under `approve` and `auto`. Never called for an
+    /// action the mode [refuses outright](Permissions::refuses_outright).
+    pub fn ask_anyway(&self, cap: Capability, detail: &str, why: &str) -> Verdict {
+        let name = cap.as_str();
+        match (self.mode, &self.on_ask) {
+            (PermissionMode::Ask, Some(hook)) if hook(cap, detail) => Verdict::Allow,
+            (PermissionMode::Ask, Some(_)) => Verdict::Deny(format!("the operator declined `{name}` {detail}")),
+            (PermissionMode::Ask, None) => Verdict::Deny(format!(
+                "`{name}` {detail} needs the operator's decision ({why}), and no terminal was available to ask \
+                 on, so the call was denied: {}",
+                self.nobody_to_ask()
+            )),
+            _ => Verdict::ApprovalRequired(format!("`{name}` {detail} waits for an approval: {why}")),
+        }
+    }
 }
 
 impl Permissions {
@@ -303,6 +328,8 @@ pub struct Authority {
     /// Why a capability cannot run here at all (no shell in the sandbox, no
     /// `fetch-allow` list, no search backend), by [`Capability::index`].
     unavailable: [Option<Refusal>; Capability::ALL.len()],
+    /// The rules on `shell` commands.
+    commands: CommandRules,
     mcp: McpAuthority,
 }
 
@@ -360,6 +387,7 @@ impl Authority {
             effective: both.capabilities.unwrap_or_default().into_iter().collect(),
             permissions,
             unavailable: [None; Capability::ALL.len()],
+            commands: grant.commands.clone(),
             mcp: McpAuthority {
                 requested: manifest.mcp_servers.clone(),
                 effective: manifest.mcp_servers.iter().filter(|s| servers.contains(*s)).cloned().collect(),
@@ -429,6 +457,11 @@ impl Authority {
     /// The permissions in force, hooks included.
     pub fn permissions(&self) -> &Permissions {
         &self.permissions
+    }
+
+    /// The rules on `shell` commands.
+    pub fn command_rules(&self) -> &CommandRules {
+        &self.commands
     }
 
     /// Whether the model is offered `cap`'s tool: some call of it could
@@ -563,7 +596,19 @@ impl Authority {
         if let Some(obstacle) = self.obstacle(cap) {
             return Err(self.refusal(obstacle, cap, tool));
         }
-        match self.permissions.check(cap, detail) {
+        let verdict = match cap {
+            Capability::Shell => match self.commands.rule(detail) {
+                Ruling::Mode => self.permissions.check(cap, detail),
+                Ruling::Allow => Verdict::Allow,
+                Ruling::Ask(why) => self.permissions.ask_anyway(cap, detail, &why),
+                Ruling::Deny(why) => Verdict::Deny(format!(
+                    "the command `{detail}` is refused by {why}; the operator changes the `command-rules` of the \
+                     config file's `[grant]` (for a tenant, its policy's) to let it run"
+                )),
+            },
+            _ => self.permissions.check(cap, detail),
+        };
+        match verdict {
             Verdict::Allow => Ok(()),
             Verdict::Deny(m) => Err(ToolError::Denied(m)),
             Verdict::ApprovalRequired(m) => Err(ToolError::ApprovalRequired(m)),
@@ -637,6 +682,68 @@ mod tests {
             Permissions::new(PermissionMode::Approve).check(Capability::Write, "notes.txt"),
             Verdict::ApprovalRequired(_)
         ));
+    }
+
+    /// Command rules over the modes: deny refuses under every mode, ask
+    /// makes someone decide even under `auto`, allow spares the asking, and
+    /// no rule ever widens read-only.
+    #[test]
+    fn command_rules_lie_over_the_mode() {
+        use PermissionMode::*;
+        #[derive(Debug, PartialEq)]
+        enum Want {
+            Allow,
+            Deny,
+            Approval,
+        }
+        let manifest = AgentManifest {
+            name: "dev".into(),
+            capabilities: vec![Capability::Shell, Capability::Read],
+            ..AgentManifest::default()
+        };
+        let mut grant = Grant::of([Capability::Shell, Capability::Read]);
+        grant.commands = crate::grant::CommandRules::layer(
+            ["allow git status", "ask git push", "deny rm"].iter().map(|r| r.parse().unwrap()).collect(),
+        );
+        // (mode, terminal answer, command, verdict)
+        let table = [
+            (Auto, None, "git status", Want::Allow),
+            (Auto, None, "ls", Want::Allow),
+            (Auto, None, "git push", Want::Approval),
+            (Auto, None, "git status > x", Want::Approval),
+            (Auto, None, "rm -rf /", Want::Deny),
+            (Auto, None, "git status && rm x", Want::Deny),
+            (Approve, None, "git status", Want::Allow),
+            (Approve, None, "ls", Want::Approval),
+            (Approve, None, "git push", Want::Approval),
+            (Approve, None, "rm x", Want::Deny),
+            (Ask, Some(false), "git status", Want::Allow),
+            (Ask, Some(true), "git push", Want::Allow),
+            (Ask, Some(false), "git push", Want::Deny),
+            (Ask, None, "git push", Want::Deny),
+            (Ask, Some(true), "rm x", Want::Deny),
+            (ReadOnly, None, "git status", Want::Deny),
+        ];
+        for (mode, answer, command, want) in table {
+            let mut permissions = Permissions::new(mode);
+            if let Some(answer) = answer {
+                permissions = permissions.on_ask(move |_, _| answer);
+            }
+            grant.mode = mode;
+            let authority = Authority::new(&manifest, &grant, &permissions);
+            let got = match authority.authorize(Capability::Shell, "shell", command) {
+                Ok(()) => Want::Allow,
+                Err(ToolError::ApprovalRequired(_)) => Want::Approval,
+                Err(ToolError::Denied(_)) => Want::Deny,
+                Err(e) => panic!("unexpected {e:?}"),
+            };
+            assert_eq!(got, want, "{mode:?} (terminal answers {answer:?}) {command:?}");
+        }
+        let authority = Authority::new(&manifest, &grant, &Permissions::new(Auto));
+        let err = authority.authorize(Capability::Shell, "shell", "rm x").unwrap_err();
+        assert!(err.text().contains("`deny rm`") && err.text().contains("command-rules"), "{err:?}");
+        // Other capabilities are not the rules' business.
+        assert_eq!(authority.authorize(Capability::Read, "read_file", "rm"), Ok(()));
     }
 
     #[test]

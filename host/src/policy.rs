@@ -17,7 +17,7 @@ use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigFile;
-use crate::grant::{Bounds, DEFAULT_ALLOW, Grant, McpAllow, McpGrant, SandboxGrant};
+use crate::grant::{Bounds, CommandRule, CommandRules, DEFAULT_ALLOW, Grant, McpAllow, McpGrant, SandboxGrant};
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use crate::quota::Quotas;
 
@@ -50,6 +50,10 @@ pub struct Policy {
     /// the agent's own `mcp-allow` narrows them; empty or left out: none.
     #[serde(default)]
     pub mcp_allow: Vec<String>,
+    /// Ordered rules on the `shell` tool's commands (allow, ask, deny by
+    /// argv prefix), laid over the mode; empty or left out: none.
+    #[serde(default)]
+    pub command_rules: Vec<CommandRule>,
     /// Limits on what the tenant's runs use (`[quotas]`).
     #[serde(default)]
     pub quotas: Quotas,
@@ -95,6 +99,7 @@ impl Default for Policy {
             models: Vec::new(),
             mcp_servers: Vec::new(),
             mcp_allow: Vec::new(),
+            command_rules: Vec::new(),
             quotas: Default::default(),
             registries: Vec::new(),
             wider_authority: WiderAuthority::Operator,
@@ -213,6 +218,7 @@ impl Policy {
             mode: Some(self.mode),
             sandboxes: Some(self.sandboxes.clone()),
             fetch_hosts: Some(HostList::new(&self.fetch_hosts).unwrap_or_default()),
+            commands: Some(CommandRules::layer(self.command_rules.clone())),
             models: Some(self.models.clone()),
             mcp_servers: Some(self.mcp_servers.iter().cloned().collect()),
             mcp_tools: Some(McpAllow::new(self.mcp_allow.iter().cloned())),
@@ -271,6 +277,7 @@ impl Policy {
             // Always set: an empty list is no host and no tool, never "the
             // agent's list decides".
             fetch_hosts: Some(both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default()),
+            commands: both.commands.unwrap_or_default(),
             sandbox: SandboxGrant {
                 kind: sandbox,
                 chosen: true,
@@ -302,6 +309,7 @@ impl Narrowing {
             mode: self.mode,
             sandboxes: self.sandbox.map(|s| vec![s]),
             fetch_hosts,
+            commands: None,
             models: self.model.as_ref().map(|m| vec![m.clone()]),
             mcp_servers: self.mcp_servers.as_ref().map(|s| s.iter().cloned().collect()),
             mcp_tools: self.mcp_allow.as_ref().map(|t| McpAllow::new(t.iter().cloned())),
@@ -358,6 +366,7 @@ impl Granted {
             "model": self.model,
             "mcp_servers": g.mcp.servers,
             "mcp_tools": g.mcp.allow.as_ref().map(|t| t.entries()).unwrap_or_default(),
+            "command_rules": g.commands.layers().iter().flatten().map(|r| r.to_string()).collect::<Vec<_>>(),
         })
     }
 }

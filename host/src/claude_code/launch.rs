@@ -55,14 +55,18 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The CLI's permission mode for nexo's. `ask` and `approve` are never
-/// delegated: the CLI asks nexo, through the permission-prompt tool, and
-/// nexo's gate decides.
-pub(crate) fn permission_mode(mode: PermissionMode) -> &'static str {
-    match mode {
-        PermissionMode::Auto => "bypassPermissions",
-        PermissionMode::ReadOnly | PermissionMode::Ask | PermissionMode::Approve => "default",
-    }
+/// The CLI's permission mode: `default` while nexo's gate must see its own
+/// tools' calls ([`Launch::gated`]), when the CLI asks nexo through the
+/// permission-prompt tool; else `bypassPermissions`.
+pub(crate) fn permission_mode(gated: bool) -> &'static str {
+    if gated { "default" } else { "bypassPermissions" }
+}
+
+/// Whether nexo's gate must decide each call of the CLI's own tools: under
+/// every mode but `auto`, and under `auto` when the operator's command
+/// rules judge the CLI's `Bash` commands.
+pub(crate) fn gated(mode: PermissionMode, command_rules: bool) -> bool {
+    mode != PermissionMode::Auto || command_rules
 }
 
 /// What one launch needs.
@@ -71,8 +75,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) model: Option<&'a str>,
     /// The turn cap.
     pub(crate) max_turns: u32,
-    /// nexo's mode.
-    pub(crate) mode: PermissionMode,
+    /// Whether nexo's gate decides the CLI's own tools' calls ([`gated`]).
+    pub(crate) gated: bool,
     /// The system instructions, joined.
     pub(crate) instructions: &'a str,
     /// The MCP configuration file.
@@ -109,8 +113,8 @@ pub(crate) fn args(launch: &Launch<'_>) -> Vec<OsString> {
     // CLI need not ask about them first.
     args.extend(["--allowedTools".into(), format!("mcp__{SERVER}").into()]);
     args.extend(["--max-turns".into(), launch.max_turns.to_string().into()]);
-    args.extend(["--permission-mode".into(), permission_mode(launch.mode).into()]);
-    if launch.mode != PermissionMode::Auto {
+    args.extend(["--permission-mode".into(), permission_mode(launch.gated).into()]);
+    if launch.gated {
         args.extend(["--permission-prompt-tool".into(), format!("{PREFIX}{APPROVE}").into()]);
     }
     if let Some(model) = launch.model {
@@ -218,7 +222,7 @@ mod tests {
         let base = Launch {
             model: Some("claude-sonnet-4-5"),
             max_turns: 7,
-            mode: PermissionMode::ReadOnly,
+            gated: true,
             instructions: "Be brief.",
             mcp_config: Path::new("/tmp/x/mcp.json"),
             builtin_tools: false,
@@ -232,14 +236,19 @@ mod tests {
         assert_eq!(value_of(&a, "--model"), Some("claude-sonnet-4-5"));
         assert_eq!(value_of(&a, "--allowedTools"), Some("mcp__nexo"));
         assert!(a.contains(&"--strict-mcp-config".to_string()) && a.contains(&"--bare".to_string()));
-        let auto = strings(&args(&Launch { mode: PermissionMode::Auto, builtin_tools: true, ..base }));
+        let auto = strings(&args(&Launch { gated: false, builtin_tools: true, ..base }));
         assert_eq!(value_of(&auto, "--permission-mode"), Some("bypassPermissions"));
         assert_eq!(value_of(&auto, "--permission-prompt-tool"), None);
         assert_eq!(value_of(&auto, "--tools"), Some("default"));
         assert_eq!(value_of(&auto, "--append-system-prompt"), Some("Be brief."));
-        for mode in [PermissionMode::Ask, PermissionMode::Approve] {
-            assert_eq!(permission_mode(mode), "default", "{mode:?} stays in nexo's gate");
+        for mode in [PermissionMode::Ask, PermissionMode::Approve, PermissionMode::ReadOnly] {
+            assert!(gated(mode, false), "{mode:?} stays in nexo's gate");
         }
+        // Command rules keep even `auto`'s Bash in nexo's gate.
+        assert!(!gated(PermissionMode::Auto, false) && gated(PermissionMode::Auto, true));
+        let ruled = strings(&args(&Launch { gated: gated(PermissionMode::Auto, true), builtin_tools: true, ..base }));
+        assert_eq!(value_of(&ruled, "--permission-mode"), Some("default"));
+        assert_eq!(value_of(&ruled, "--permission-prompt-tool"), Some("mcp__nexo__approve"));
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::agent_loop::{Event, Loop, LoopContext, Outcome, Status};
 use crate::authority::Gate;
 use crate::error::ToolError;
 use crate::host_call::{CallContext, ModelReply, ToolContext};
-use crate::manifest::{Capability, PermissionMode};
+use crate::manifest::Capability;
 use crate::mcp_server::{Bridged, McpServer};
 use crate::task::AbortOnDrop;
 use stream::{Ending, Line};
@@ -136,6 +136,8 @@ impl ClaudeCode {
     async fn drive(&self, ctx: LoopContext<'_>, input: &str) -> Result<Outcome, ModelError> {
         let binary = launch::binary(self.binary.as_deref())?;
         let mode = ctx.tools.authority().mode();
+        // The CLI's `Bash` meets the command rules in nexo's gate, so it must ask.
+        let gated = launch::gated(mode, self.builtin_tools && !ctx.tools.authority().command_rules().is_empty());
         if self.builtin_tools && self.cwd.is_none() {
             return Err(ModelError::Config(
                 "--claude-builtin-tools needs the local sandbox (`--sandbox local --cwd DIR`): the CLI's own tools \
@@ -159,7 +161,7 @@ impl ClaudeCode {
 
         // nexo's tools, served to the CLI alone.
         let mut specs = ctx.tools.specs().await;
-        if mode != PermissionMode::Auto {
+        if gated {
             specs.push(approve_spec());
         }
         let (sender, mut calls) = tokio::sync::mpsc::channel::<Bridged>(8);
@@ -184,7 +186,7 @@ impl ClaudeCode {
         let args = launch::args(&launch::Launch {
             model: model.as_deref(),
             max_turns: ctx.limits.max_turns,
-            mode,
+            gated,
             instructions: &instructions,
             mcp_config: &mcp_config,
             builtin_tools: self.builtin_tools,

@@ -9,7 +9,7 @@ use clap::Args;
 use nexo::ConfigError;
 use nexo::config::{ConfigFile, GrantFlags, GrantTable};
 pub use nexo::grant::parse_capability;
-use nexo::grant::{ConfinementSetting, Grant, RuntimeSetting};
+use nexo::grant::{CommandRule, ConfinementSetting, Grant, RuntimeSetting};
 use nexo::manifest::Capability;
 use nexo::manifest::{PermissionMode, SandboxKind};
 
@@ -59,6 +59,11 @@ pub struct GrantArgs {
     /// and on the agent's own `mcp-allow`.
     #[arg(long = "mcp-allow", value_name = "TOOL", value_delimiter = ',')]
     mcp_allow: Vec<String>,
+    /// A rule on the shell's commands: `allow`, `ask` or `deny`, then an argv
+    /// prefix, as in `--command-rule 'deny git push'` (repeatable; after the
+    /// config file's `command-rules`). Within the rules, the first match decides.
+    #[arg(long = "command-rule", value_name = "RULE", value_parser = str::parse::<CommandRule>)]
+    command_rules: Vec<CommandRule>,
 }
 
 impl GrantArgs {
@@ -86,6 +91,7 @@ impl GrantArgs {
                 shell_confinement: self.shell_confinement,
                 fetch_hosts: listed(&self.fetch_hosts),
                 mcp_allow: listed(&self.mcp_allow),
+                command_rules: self.command_rules.clone(),
             },
             mcp,
         })

@@ -169,6 +169,7 @@ fn authority_json(value: &mut serde_json::Value, grant: &Grant, manifest: Option
         "sandbox": grant.sandbox.kind.as_str(),
         "shell": grant.sandbox.shell_summary(effective.contains(&Capability::Shell)),
         "fetch-hosts": granted.fetch_hosts,
+        "command-rules": granted.commands.layers().iter().map(|l| l.iter().map(|r| r.to_string()).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "mcp": {
             "requested": mcp.requested,
             "configured": mcp.configured.iter().map(|(name, how)| serde_json::json!({"name": name, "server": how})).collect::<Vec<_>>(),
@@ -270,6 +271,25 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
     );
     row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
+    command_rule_rows(&granted.commands);
+}
+
+/// One row per command rule, in order (`nexo policy check` judges a command).
+fn command_rule_rows(rules: &nexo::grant::CommandRules) {
+    if rules.is_empty() {
+        row("command rules", "(none: the mode decides each command)");
+        return;
+    }
+    let mut first = true;
+    for (i, layer) in rules.layers().iter().enumerate() {
+        for rule in layer {
+            let label = if first { "command rules" } else { "" };
+            let reason = rule.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+            let party = if rules.layers().len() > 1 { format!("[{}] ", i + 1) } else { String::new() };
+            row(label, &format!("{party}{rule}{reason}"));
+            first = false;
+        }
+    }
 }
 
 /// Prints the description of a declarative (TOML) agent.

@@ -27,6 +27,7 @@ mod mcp;
 pub(crate) mod model;
 mod plugin_test;
 mod plugins;
+mod policy;
 mod progress;
 mod registry;
 pub(crate) mod report;
@@ -133,6 +134,9 @@ enum Command {
     /// The plugin versions, and the authority each asks for, that the operator accepted.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
+    /// Check the operator's policy: how the command rules and the mode judge a shell command.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Serve an agent's gated tools, or the agent itself, to MCP clients.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -352,6 +356,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if let Command::Policy(command) = &cli.command {
+        return policy::command(command);
     }
     if let Command::Skill(command) = &cli.command {
         return skill(command);
@@ -595,6 +602,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         | Command::Cache(_)
         | Command::Push { .. }
         | Command::Sign(_)
+        | Command::Policy(_)
         | Command::Skill(_) => unreachable!("handled above"),
     }
 }

@@ -219,6 +219,7 @@ mod tests {
             "container-runtime",
             "shell-confinement",
             "fetch-hosts",
+            "command-rules",
             "model",
             "provider",
             "base-url",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::grant::{ConfinementSetting, Grant, McpAllow, RuntimeSetting, SandboxGrant};
+use crate::grant::{CommandRule, CommandRules, ConfinementSetting, Grant, McpAllow, RuntimeSetting, SandboxGrant};
 use crate::manifest::{Capability, PermissionMode, SandboxKind};
 
 /// `[grant]`: the same settings as the grant flags of `nexo run`.
@@ -33,6 +33,11 @@ pub struct GrantTable {
     pub fetch_hosts: Option<Vec<String>>,
     /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
     pub mcp_allow: Option<Vec<String>>,
+    /// Ordered rules on the `shell` tool's commands: allow, ask or deny by
+    /// argv prefix, the first that matches deciding (`--command-rule`
+    /// gives rules of its own, which can only narrow these).
+    #[serde(default)]
+    pub command_rules: Vec<CommandRule>,
 }
 
 /// A front end's settings, laid over the config file's `[grant]` by
@@ -62,12 +67,15 @@ pub(super) fn grant(
             .map_err(|e| ConfigError::invalid("fetch-hosts", format!("fetch-hosts: {e}")))?;
     }
     let mcp_allow = added(t.mcp_allow, f.mcp_allow);
+    // The flags' rules are a layer of their own: a file's `allow git` cannot shadow `--command-rule 'deny git push'`.
+    let commands = CommandRules::layer(t.command_rules).intersection(&CommandRules::layer(f.command_rules));
     let servers = mcp.keys().chain(flags.mcp.keys()).cloned().collect();
     let sandbox = f.sandbox.or(t.sandbox);
     let grant = Grant {
         capabilities,
         mode: f.mode.or(t.mode).unwrap_or(PermissionMode::ReadOnly),
         fetch_hosts,
+        commands,
         sandbox: SandboxGrant {
             kind: sandbox.unwrap_or(SandboxKind::Virtual),
             chosen: sandbox.is_some(),

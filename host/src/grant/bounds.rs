@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use nexo_egress::HostList;
 
+use super::commands::CommandRules;
 use super::mcp_allow::McpAllow;
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 
@@ -25,6 +26,9 @@ pub struct Bounds {
     pub sandboxes: Option<Vec<SandboxKind>>,
     /// The hosts `fetch` may reach (subdomain-aware, normalized).
     pub fetch_hosts: Option<HostList>,
+    /// The rules on the shell's commands: each party's rules only narrow,
+    /// so no party's are ever beyond another's.
+    pub commands: Option<CommandRules>,
     /// The operator's models by name, the preferred first.
     pub models: Option<Vec<String>>,
     /// The MCP servers, by configured name.
@@ -45,6 +49,7 @@ impl Bounds {
             mode: manifest.permissions,
             sandboxes: manifest.sandbox.map(|s| vec![s]),
             fetch_hosts: Some(HostList::new(&manifest.fetch_allow).unwrap_or_default()),
+            commands: None,
             models: None,
             mcp_servers: Some(manifest.mcp_servers.iter().cloned().collect()),
             mcp_tools: Some(McpAllow::new(manifest.mcp_allow.iter().cloned())),
@@ -70,6 +75,7 @@ impl Bounds {
             mode: both(&self.mode, &other.mode, |a, b| stricter(*a, *b)),
             sandboxes: both(&self.sandboxes, &other.sandboxes, |a, b| ordered(a, b)),
             fetch_hosts: both(&self.fetch_hosts, &other.fetch_hosts, HostList::intersection),
+            commands: both(&self.commands, &other.commands, CommandRules::intersection),
             models: both(&self.models, &other.models, |a, b| ordered(a, b)),
             mcp_servers: both(&self.mcp_servers, &other.mcp_servers, |a, b| a.intersection(b).cloned().collect()),
             mcp_tools: both(&self.mcp_tools, &other.mcp_tools, McpAllow::intersection),

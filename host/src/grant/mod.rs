@@ -9,9 +9,12 @@
 //! settings.
 //!
 //! Each concern has its slice: the capabilities and the permission mode,
-//! `fetch`'s hosts, the sandbox ([`SandboxGrant`]) and MCP ([`McpGrant`]).
+//! `fetch`'s hosts, the shell's command rules ([`CommandRules`]), the
+//! sandbox ([`SandboxGrant`]) and MCP ([`McpGrant`]).
 
 mod bounds;
+mod command_line;
+mod commands;
 mod mcp;
 mod mcp_allow;
 mod sandbox;
@@ -23,6 +26,8 @@ use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
 pub use bounds::{Bounds, stricter};
+pub use command_line::{Unreadable, join as join_argv, split as split_command_line};
+pub use commands::{CommandRule, CommandRules, Judgement, RuleDecision, Ruling};
 pub use mcp::McpGrant;
 pub use mcp_allow::McpAllow;
 pub use sandbox::{ConfinementSetting, RuntimeSetting, SandboxGrant};
@@ -50,6 +55,8 @@ pub struct Grant {
     /// only narrow; an empty list allows no host. A served run's grant
     /// always sets it.
     pub fetch_hosts: Option<Vec<String>>,
+    /// The rules on the `shell` tool's commands, one layer per party.
+    pub commands: CommandRules,
     /// Where tools act.
     pub sandbox: SandboxGrant,
     /// The MCP servers and tools.
@@ -75,6 +82,7 @@ impl Grant {
             capabilities: caps.into_iter().collect(),
             mode: PermissionMode::ReadOnly,
             fetch_hosts: None,
+            commands: CommandRules::default(),
             sandbox: SandboxGrant::default(),
             mcp: McpGrant::default(),
         }
@@ -105,6 +113,7 @@ impl Grant {
             mode: Some(self.mode),
             sandboxes: Some(vec![self.sandbox.kind]),
             fetch_hosts: self.fetch_hosts.as_ref().map(|h| HostList::new(h).unwrap_or_default()),
+            commands: (!self.commands.is_empty()).then(|| self.commands.clone()),
             models: None,
             mcp_servers: Some(self.mcp.servers.clone()),
             mcp_tools: self.mcp.allow.clone(),
@@ -114,13 +123,14 @@ impl Grant {
     /// The same grant within `bounds`: what both allow, field by field,
     /// through the one intersection. A grant can only be narrowed. Its
     /// sandbox was chosen when the run started and stays: a narrowing
-    /// takes capabilities, hosts, servers and tools away, and makes the
-    /// mode stricter.
+    /// takes capabilities, hosts, servers and tools away, adds command
+    /// rules, and makes the mode stricter.
     pub fn narrow(mut self, bounds: &Bounds) -> Grant {
         let both = self.bounds().intersect(bounds);
         self.capabilities = both.capabilities.unwrap_or_default();
         self.mode = both.mode.unwrap_or(self.mode);
         self.fetch_hosts = both.fetch_hosts.map(|h| h.entries().to_vec());
+        self.commands = both.commands.unwrap_or_default();
         self.mcp.servers = both.mcp_servers.unwrap_or_default();
         self.mcp.allow = both.mcp_tools;
         let servers = &self.mcp.servers;
@@ -185,6 +195,8 @@ struct Stored {
     #[serde(default)]
     mcp_allow: Option<McpAllow>,
     fetch_hosts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "CommandRules::is_empty")]
+    command_rules: CommandRules,
     mode: PermissionMode,
     sandbox: SandboxKind,
     #[serde(default)]
@@ -205,6 +217,7 @@ impl From<Stored> for Grant {
             capabilities,
             mode: s.mode,
             fetch_hosts: s.fetch_hosts,
+            commands: s.command_rules,
             sandbox: SandboxGrant {
                 kind: s.sandbox,
                 chosen: s.sandbox_chosen,
@@ -228,6 +241,7 @@ impl From<Grant> for Stored {
             mcp_flags: g.mcp.flags,
             mcp_allow: g.mcp.allow,
             fetch_hosts: g.fetch_hosts,
+            command_rules: g.commands,
             mode: g.mode,
             sandbox: g.sandbox.kind,
             sandbox_chosen: g.sandbox.chosen,

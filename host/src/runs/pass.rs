@@ -122,6 +122,12 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     };
     let narrowing = settings.narrowing;
     spec.grant = settings.config.read_into(spec.grant.narrowed(narrowing.mode, &narrowing.revoke));
+    // A local run meets the config file's command rules as they are now, as
+    // a served run meets its tenant's; rules only narrow.
+    if run.tenant.is_none() {
+        let now = crate::grant::CommandRules::layer(settings.config.grant.command_rules.clone());
+        spec.grant.commands = spec.grant.commands.intersection(&now);
+    }
     // A served run goes on within its tenant's policy as it is now: an
     // operator's narrowing reaches the runs that wait.
     if let Some(tenant) = &run.tenant {

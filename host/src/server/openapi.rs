@@ -204,6 +204,11 @@ pub fn document() -> Value {
     });
     let capability = json!({"type": "string", "enum": ["read", "glob", "write", "shell", "fetch", "search"]});
     let mode = json!({"type": "string", "enum": ["read-only", "auto", "approve"]});
+    let command_rules = json!({"type": "array", "description": "ordered rules on the shell's commands; the first whose prefix matches decides", "items": {
+        "type": "object", "required": ["prefix", "decision"], "additionalProperties": false, "properties": {
+            "prefix": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "description": "an argv prefix: one plain command, or its words"},
+            "decision": {"type": "string", "enum": ["allow", "ask", "deny"]},
+            "reason": {"type": "string"}}}});
     let descendant = json!({"type": "object", "properties": {
         "id": {"type": "string"}, "parent": {"type": "string"}, "depth": {"type": "integer"},
         "agent": {"type": "string"}, "status": {"type": "string"}}});
@@ -264,6 +269,7 @@ pub fn document() -> Value {
                     "models": {"type": "array", "items": {"type": "string"}},
                     "mcp-servers": {"type": "array", "items": {"type": "string"}},
                     "mcp-allow": {"type": "array", "items": {"type": "string"}},
+                    "command-rules": command_rules,
                     "quotas": {"type": "object"},
                     "registries": {"type": "array", "items": {"type": "string"}},
                     "wider-authority": {"type": "string", "enum": ["operator", "tenant"]}}},
