@@ -49,11 +49,8 @@ pub fn command(command: &PolicyCommand) -> ExitCode {
         Err(e) => return config_failure(&e),
     };
     // An agent that asks for the shell and declares no mode of its own.
-    let agent = AgentManifest {
-        name: "agent".into(),
-        capabilities: vec![Capability::Shell],
-        ..AgentManifest::default()
-    };
+    let agent =
+        AgentManifest { name: "agent".into(), capabilities: vec![Capability::Shell], ..AgentManifest::default() };
     let grant = match &args.policy {
         Some(path) => match tenant_grant(path, &file, &agent) {
             Ok(grant) => grant,
@@ -120,7 +117,10 @@ pub fn command(command: &PolicyCommand) -> ExitCode {
             outln!("command rules: none (the mode decides each command)");
         }
         for (i, layer) in authority.command_rules().layers().iter().enumerate() {
-            outln!("command rules{}:", if authority.command_rules().layers().len() > 1 { format!(" [{}]", i + 1) } else { String::new() });
+            outln!(
+                "command rules{}:",
+                if authority.command_rules().layers().len() > 1 { format!(" [{}]", i + 1) } else { String::new() }
+            );
             for (n, rule) in layer.iter().enumerate() {
                 let reason = rule.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
                 outln!("  {}. {rule}{reason}", n + 1);

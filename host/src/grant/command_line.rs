@@ -28,13 +28,56 @@ impl fmt::Display for Unreadable {
 /// (`/usr/bin/printf`).
 const SHELL_WORDS: &[&str] = &[
     // keywords
-    "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do", "done", "in",
-    "function", "time", "coproc", "!",
+    "if",
+    "then",
+    "else",
+    "elif",
+    "fi",
+    "case",
+    "esac",
+    "for",
+    "select",
+    "while",
+    "until",
+    "do",
+    "done",
+    "in",
+    "function",
+    "time",
+    "coproc",
+    "!",
     // builtins that run code or rename programs
-    "eval", "exec", "command", "builtin", ".", "source", "alias", "unalias", "hash", "trap", "fc", "enable",
+    "eval",
+    "exec",
+    "command",
+    "builtin",
+    ".",
+    "source",
+    "alias",
+    "unalias",
+    "hash",
+    "trap",
+    "fc",
+    "enable",
     // builtins that set variables or options, or evaluate subscripts
-    "export", "readonly", "declare", "typeset", "local", "let", "set", "shopt", "unset", "read", "mapfile",
-    "readarray", "printf", "test", "getopts", "wait", "compgen", "complete",
+    "export",
+    "readonly",
+    "declare",
+    "typeset",
+    "local",
+    "let",
+    "set",
+    "shopt",
+    "unset",
+    "read",
+    "mapfile",
+    "readarray",
+    "printf",
+    "test",
+    "getopts",
+    "wait",
+    "compgen",
+    "complete",
 ];
 
 /// The plain commands of `line`, in order, each as its argv; an empty
@@ -68,7 +111,9 @@ pub fn split(line: &str) -> Result<Vec<Vec<String>>, Unreadable> {
                 loop {
                     match chars.next() {
                         Some('"') => break,
-                        Some('$' | '`') => return Err(Unreadable("an expansion inside double quotes (`$` or `` ` ``)")),
+                        Some('$' | '`') => {
+                            return Err(Unreadable("an expansion inside double quotes (`$` or `` ` ``)"));
+                        }
                         Some('\\') => match chars.next() {
                             Some(c @ ('"' | '\\' | '$' | '`')) => reader.word.push(c),
                             Some('\n') | None => return Err(Unreadable("a line continuation")),

@@ -370,7 +370,10 @@ mod tests {
         assert_eq!(why, "the operator's command rule `deny git push --force` (history is shared)");
         let Ruling::Ask(why) = rules.rule("git push --force > x") else { panic!() };
         assert!(why.contains("a redirection"), "{why}");
-        let odd = CommandRule { prefix: vec!["my tool".into(), "it's".into()], ..CommandRule::new(RuleDecision::Ask, "x").unwrap() };
+        let odd = CommandRule {
+            prefix: vec!["my tool".into(), "it's".into()],
+            ..CommandRule::new(RuleDecision::Ask, "x").unwrap()
+        };
         assert_eq!(odd.to_string(), r#"ask 'my tool' 'it'\''s'"#);
     }
 
