@@ -534,6 +534,52 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     );
 }
 
+/// Under `auto` the CLI's own tools bypass its permissions, unless command
+/// rules are set: then its `Bash` asks nexo's gate, which applies them.
+#[test]
+fn command_rules_keep_the_clis_bash_in_nexos_gate_under_auto() {
+    let scene = Scene::new();
+    std::fs::write(
+        scene.path("agent.toml"),
+        "name = \"cc-test\"\ndescription = \"A test agent\"\ninstructions = \"You are a test agent.\"\n\
+         capabilities = [\"read\", \"glob\", \"shell\"]\nmax-turns = 5\n",
+    )
+    .unwrap();
+    let init = fixture("tool-use.jsonl").lines().next().unwrap().to_string();
+    let result = fixture("tool-use.jsonl").lines().last().unwrap().to_string();
+    let ask =
+        |command: &str| json!({"fake": "approve", "tool_name": "Bash", "input": {"command": command}}).to_string();
+    let script = [init.clone(), ask("rm -rf notes.md"), ask("ls -la"), ask("ls > listing"), result.clone()].join("\n");
+    let claude = scene.claude(&script);
+    let flags = ["--claude-builtin-tools", "--ephemeral", "--mode", "auto", "--allow", "shell"];
+    let o = scene.run(&claude, &[&flags[..], &["--command-rule", "deny rm"]].concat());
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let log = scene.log();
+    let args = log[0]["args"].as_array().unwrap();
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|at| args[at + 1].clone());
+    assert_eq!(value("--permission-mode"), Some(json!("default")), "{args:?}");
+    assert_eq!(value("--permission-prompt-tool"), Some(json!("mcp__nexo__approve")), "{args:?}");
+    let answers: Vec<String> = log[1..]
+        .iter()
+        .map(|l| {
+            let answer: Value = serde_json::from_str(l["answer"].as_str().unwrap()).unwrap();
+            answer["behavior"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // `rm` is denied by the rule; `ls` names no rule, and auto allows it; the redirection
+    // cannot be read, so it waits for a decision nobody gives in an ephemeral run.
+    assert_eq!(answers, ["deny", "allow", "deny"], "{log:?}");
+    assert!(log[1]["answer"].as_str().unwrap().contains("deny rm"), "{}", log[1]);
+    // Without rules, `auto` leaves the CLI's tools to it.
+    let claude = scene.claude(&[init, result].join("\n"));
+    let o = scene.run(&claude, &flags);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let log = scene.log();
+    let args = log.iter().rev().find_map(|l| l["args"].as_array()).unwrap();
+    let at = args.iter().position(|a| a == "--permission-mode").unwrap();
+    assert_eq!(args[at + 1], "bypassPermissions");
+}
+
 #[test]
 fn a_components_prompt_runs_on_the_claude_code_loop_and_is_journaled() {
     let scene = Scene::new();
