@@ -271,13 +271,16 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
     );
     row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
-    command_rule_rows(&granted.commands);
+    command_rule_rows(&granted.commands, effective.contains(&Capability::Shell));
 }
 
-/// One row per command rule, in order (`nexo policy check` judges a command).
-fn command_rule_rows(rules: &nexo::grant::CommandRules) {
+/// One row per command rule, in order (`nexo policy check` judges a
+/// command); none when there are none and no shell to judge.
+fn command_rule_rows(rules: &nexo::grant::CommandRules, shell: bool) {
     if rules.is_empty() {
-        row("command rules", "(none: the mode decides each command)");
+        if shell {
+            row("command rules", "(none: the mode decides each command)");
+        }
         return;
     }
     let mut first = true;
