@@ -684,18 +684,31 @@ mod tests {
         ));
     }
 
+    /// A gate's verdict, as the tables write it.
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Allow,
+        Deny,
+        Approval,
+    }
+
+    impl Want {
+        fn of(verdict: Result<(), ToolError>) -> Want {
+            match verdict {
+                Ok(()) => Want::Allow,
+                Err(ToolError::ApprovalRequired(_)) => Want::Approval,
+                Err(ToolError::Denied(_)) => Want::Deny,
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+    }
+
     /// Command rules over the modes: deny refuses under every mode, ask
     /// makes someone decide even under `auto`, allow spares the asking, and
     /// no rule ever widens read-only.
     #[test]
     fn command_rules_lie_over_the_mode() {
         use PermissionMode::*;
-        #[derive(Debug, PartialEq)]
-        enum Want {
-            Allow,
-            Deny,
-            Approval,
-        }
         let manifest = AgentManifest {
             name: "dev".into(),
             capabilities: vec![Capability::Shell, Capability::Read],
@@ -731,12 +744,7 @@ mod tests {
             }
             grant.mode = mode;
             let authority = Authority::new(&manifest, &grant, &permissions);
-            let got = match authority.authorize(Capability::Shell, "shell", command) {
-                Ok(()) => Want::Allow,
-                Err(ToolError::ApprovalRequired(_)) => Want::Approval,
-                Err(ToolError::Denied(_)) => Want::Deny,
-                Err(e) => panic!("unexpected {e:?}"),
-            };
+            let got = Want::of(authority.authorize(Capability::Shell, "shell", command));
             assert_eq!(got, want, "{mode:?} (terminal answers {answer:?}) {command:?}");
         }
         let authority = Authority::new(&manifest, &grant, &Permissions::new(Auto));
@@ -762,12 +770,6 @@ mod tests {
     #[test]
     fn the_mcp_gate_follows_the_table() {
         use PermissionMode::*;
-        #[derive(Debug, PartialEq)]
-        enum Want {
-            Allow,
-            Deny,
-            Approval,
-        }
         let manifest = AgentManifest {
             name: "inbox".into(),
             mcp_servers: vec!["gmail".into(), "fs".into(), "unconfigured".into()],
@@ -803,12 +805,7 @@ mod tests {
             }
             let authority = Authority::new(&manifest, &grant, &permissions);
             let args = serde_json::json!({"q": 1});
-            let got = match authority.gate(&Gate::Mcp { server, tool: Some(tool), arguments: &args }, "mcp") {
-                Ok(()) => Want::Allow,
-                Err(ToolError::ApprovalRequired(_)) => Want::Approval,
-                Err(ToolError::Denied(_)) => Want::Deny,
-                Err(e) => panic!("unexpected {e:?}"),
-            };
+            let got = Want::of(authority.gate(&Gate::Mcp { server, tool: Some(tool), arguments: &args }, "mcp"));
             assert_eq!(got, want, "{mode:?} (ask answers {answer:?}) {server}/{tool}");
         }
     }
