@@ -17,7 +17,7 @@ use crate::host_call::{CallContext, ToolContext};
 use crate::model_turn::{ModelTurn, Turn};
 
 /// Limits for one prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoopLimits {
     /// The most model turns. Default: 20.
     pub max_turns: u32,
@@ -28,11 +28,24 @@ pub struct LoopLimits {
     pub max_tokens_per_turn: u32,
     /// Stream text as it arrives (emits `text-delta` events). Default: off.
     pub stream: bool,
+    /// The model's price, when the operator gave one: turns are then
+    /// counted in money, and `done` reports what the prompt cost.
+    pub price: Option<crate::spend::Price>,
+    /// The run's budget in dollars (needs a price): a turn that may pass it
+    /// suspends the run for a decision ([`crate::spend`]). Default: none.
+    pub budget_usd: Option<f64>,
 }
 
 impl Default for LoopLimits {
     fn default() -> Self {
-        LoopLimits { max_turns: 20, token_budget: None, max_tokens_per_turn: 4096, stream: false }
+        LoopLimits {
+            max_turns: 20,
+            token_budget: None,
+            max_tokens_per_turn: 4096,
+            stream: false,
+            price: None,
+            budget_usd: None,
+        }
     }
 }
 
@@ -69,6 +82,8 @@ pub struct LoopContext<'a> {
     pub history: &'a [Message],
     /// Limits.
     pub limits: LoopLimits,
+    /// The run's money, when its model is priced: each turn draws on it.
+    pub spend: Option<&'a crate::spend::Spend>,
 }
 
 /// Drives one prompt to completion. Swappable: the agent does not change.
@@ -116,7 +131,7 @@ impl Loop for HostLoop {
                     turns,
                     input_tokens: usage.input_tokens,
                     output_tokens: usage.output_tokens,
-                    cost_usd: None,
+                    cost_usd: ctx.spend.map(|spend| crate::spend::usd(spend.cost(&usage))),
                     transcript: cut_short(&status).then(|| transcript.clone()),
                 });
                 Ok(Outcome { text, status, turns, usage, transcript })
@@ -137,9 +152,16 @@ impl Loop for HostLoop {
                 };
                 let deltas: Option<DeltaSink<'_>> = if ctx.limits.stream { Some(&delta_sink) } else { None };
                 let turn = Turn { request: &request, deltas };
-                let response = ctx.tools.call(&ModelTurn(provider), turn).await;
+                let response = ctx.tools.call(&ModelTurn(provider, ctx.spend), turn).await;
                 (messages, tools) = (request.messages, request.tools);
-                let response = response?;
+                let response = match response {
+                    // The operator would not pass the budget: the prompt ends
+                    // with what it has, as at a token budget.
+                    Err(ModelError::Refused(_)) => {
+                        return finish(Status::TokenBudget, turns - 1, usage, text, messages);
+                    }
+                    response => response?,
+                };
                 usage.input_tokens += response.usage.input_tokens;
                 usage.output_tokens += response.usage.output_tokens;
                 if !response.text.is_empty() {

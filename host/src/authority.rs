@@ -66,6 +66,15 @@ pub enum Gate<'a> {
         /// The call's arguments, for the `ask` hook.
         arguments: &'a serde_json::Value,
     },
+    /// A model turn that may cost `may_cost` nano-dollars of the run's
+    /// budget. Whatever the mode, a turn past the budget waits for a
+    /// decision: a budget suspends a run, it does not fail it.
+    Budget {
+        /// The run's spend and budget.
+        spend: &'a crate::spend::Spend,
+        /// What the turn may cost ([`Spend::may_cost`](crate::spend::Spend::may_cost)).
+        may_cost: u64,
+    },
 }
 
 impl Gate<'_> {
@@ -76,6 +85,7 @@ impl Gate<'_> {
             Gate::Open => "none",
             Gate::Capability(cap, _) => cap.as_str(),
             Gate::Mcp { .. } => "mcp",
+            Gate::Budget { .. } => "budget",
         }
     }
 }
@@ -539,6 +549,7 @@ impl Authority {
             Gate::Open => return Ok(()),
             Gate::Capability(cap, detail) => self.decide(cap, tool, detail),
             Gate::Mcp { server, tool: mcp_tool, arguments } => self.decide_mcp(server, mcp_tool, arguments),
+            Gate::Budget { spend, may_cost } => spend.check(may_cost).map_err(ToolError::ApprovalRequired),
         };
         // The log line is built only when someone keeps it: this runs on every call.
         if tracing::enabled!(target: "nexo::gate", tracing::Level::INFO) {
@@ -548,6 +559,7 @@ impl Authority {
                 Gate::Capability(_, detail) => std::borrow::Cow::Borrowed(detail),
                 Gate::Mcp { server, tool: mcp_tool, .. } => format!("{server}/{}", mcp_tool.unwrap_or("(list)")).into(),
                 Gate::Open => std::borrow::Cow::Borrowed(""),
+                Gate::Budget { may_cost, .. } => format!("may cost ${:.6}", crate::spend::usd(may_cost)).into(),
             };
             let verdict = match &outcome {
                 Ok(()) => "allowed",

@@ -789,7 +789,7 @@ fn capability_use(
 ) -> Option<CapabilityUse> {
     let (server, server_tool) = match gate {
         Gate::Open => return None,
-        Gate::Capability(..) => (None, None),
+        Gate::Capability(..) | Gate::Budget { .. } => (None, None),
         Gate::Mcp { server, tool, .. } => (Some(server.to_string()), tool.map(str::to_string)),
     };
     Some(CapabilityUse {

@@ -308,6 +308,25 @@ impl Journal {
         self.recorded.values().filter(turn).count() as u64
     }
 
+    /// The tokens the model turns the journal holds used, as their
+    /// providers reported them: what the run paid for before this pass.
+    pub fn recorded_usage(&self) -> nexo_model::Usage {
+        let mut usage = nexo_model::Usage::default();
+        let turns = self
+            .recorded
+            .values()
+            .filter(|e| e.interface == crate::manifest::interface::MODEL_TURN && e.function == "complete");
+        for entry in turns {
+            if let Ok(Ok(response)) =
+                serde_json::from_str::<Result<nexo_model::Response, nexo_model::ModelError>>(&entry.result)
+            {
+                usage.input_tokens = usage.input_tokens.saturating_add(response.usage.input_tokens);
+                usage.output_tokens = usage.output_tokens.saturating_add(response.usage.output_tokens);
+            }
+        }
+        usage
+    }
+
     /// Decides how one call runs: from the journal, or live.
     pub fn begin(&self, interface: &str, function: &str, args_hash: &str) -> Begin {
         if is_unjournaled() {

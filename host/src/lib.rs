@@ -67,6 +67,7 @@ pub mod search;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod spend;
 pub mod stop;
 mod task;
 pub mod telemetry;

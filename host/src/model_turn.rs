@@ -3,8 +3,10 @@
 //! recorded run the journal holds it: a replay answers it, so no turn is
 //! paid for twice, and a provider that could not be reached records
 //! nothing, so a resume tries it again. A turn needs no capability
-//! ([`Gate::Open`](crate::authority::Gate::Open)): the gate lets it through
-//! and the audit does not see it; its events are the loop's
+//! ([`Gate::Open`]): the gate lets it through and the audit does not see
+//! it, unless the run has a budget in money: then the gate decides on what
+//! the turn may cost ([`Gate::Budget`]), and one past the budget suspends
+//! the run with a `budget` approval bound to the turn. Its events are the loop's
 //! (`turn-started`, `text-delta`), not a tool call's. A live turn commits
 //! what the journal holds before it asks the model, so the run's recorded
 //! `turn_started` is there to read while the model works.
@@ -17,13 +19,18 @@
 
 use nexo_model::{BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response};
 
+use crate::authority::Gate;
 use crate::error::ToolError;
 use crate::host_call::{CallContext as _, HostCall, Refusal, ToolContext};
+use crate::spend::{Spend, usd};
 use crate::telemetry::spans;
 
-/// `complete`: one turn of `provider`'s model.
+/// `complete`: one turn of `provider`'s model, drawing on the run's
+/// [`Spend`] when its model is priced. With a budget, the gate decides on
+/// what the turn may cost before it is sent
+/// ([`Gate::Budget`]); what a live turn used is counted once it answers.
 #[derive(Clone, Copy)]
-pub struct ModelTurn<'p>(pub &'p dyn Provider);
+pub struct ModelTurn<'p>(pub &'p dyn Provider, pub Option<&'p Spend>);
 
 /// A turn's arguments: the conversation, borrowed, and where streamed text
 /// goes. The journal sees the request only.
@@ -57,6 +64,29 @@ impl<'p> HostCall for ModelTurn<'p> {
         crate::journal::hash_json(turn)
     }
 
+    fn gate<'a>(&'a self, turn: &'a Turn<'p>, _detail: &'a str) -> Gate<'a> {
+        match self.1.filter(|spend| spend.budget().is_some()) {
+            Some(spend) => Gate::Budget { spend, may_cost: spend.may_cost(turn_bytes(turn), turn.request.max_tokens) },
+            None => Gate::Open,
+        }
+    }
+
+    /// What a `budget` approval shows: the turn's size and money, not the
+    /// whole conversation (the journal's hash binds the decision to it).
+    fn journal_arguments(&self, arguments: serde_json::Value) -> serde_json::Value {
+        let Some(spend) = self.1 else { return arguments };
+        let bytes = arguments.to_string().len();
+        let max_tokens = arguments["max_tokens"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
+        serde_json::json!({
+            "model": arguments["model"],
+            "messages": arguments["messages"].as_array().map_or(0, Vec::len),
+            "max_tokens": max_tokens,
+            "may_cost_usd": usd(spend.may_cost(bytes, max_tokens)),
+            "spent_usd": usd(spend.spent()),
+            "budget_usd": spend.budget().map(usd),
+        })
+    }
+
     fn execute<'a>(&'a self, cx: &'a ToolContext, turn: Turn<'p>) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
             // The turn's `turn_started` event reaches the store before the
@@ -75,6 +105,9 @@ impl<'p> HostCall for ModelTurn<'p> {
                 spans::chat_result(&span, &turn.request.model, &result);
                 result
             };
+            if let (Some(spend), Ok(response)) = (self.1, &result) {
+                spend.add(&response.usage);
+            }
             let elapsed = started.elapsed();
             crate::telemetry::metrics::instruments::model_call(self.0.name(), &turn.request.model, elapsed, &result);
             result
@@ -97,8 +130,29 @@ impl Refusal for ModelError {
 /// size limit.
 impl From<ToolError> for ModelError {
     fn from(e: ToolError) -> Self {
-        ModelError::Protocol { provider: "journal".into(), message: e.message().to_string() }
+        match e {
+            // The only refusal a turn meets: a budget the operator would not pass.
+            ToolError::Denied(why) => ModelError::Refused(why),
+            e => ModelError::Protocol { provider: "journal".into(), message: e.message().to_string() },
+        }
     }
+}
+
+/// The bytes a turn's request serializes to, counted, not kept.
+fn turn_bytes(turn: &Turn<'_>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, turn);
+    count.0
 }
 
 /// A turn serializes as the JSON of `{"max_tokens", "messages", "model",
@@ -232,7 +286,7 @@ mod tests {
             });
             let turn = Turn { request: &request, deltas: None };
             assert_eq!(serde_json::to_string(&turn).unwrap(), value.to_string());
-            assert_eq!(ModelTurn(&Answers::new(vec![])).journal_hash(&turn), hash_json(&value));
+            assert_eq!(ModelTurn(&Answers::new(vec![]), None).journal_hash(&turn), hash_json(&value));
         }
     }
 
@@ -300,11 +354,11 @@ mod tests {
             Ok(answer.clone()),
         ]);
         let first = tools(Journal::open(store.clone(), &run, "o", Replay::New, false).await.unwrap());
-        let down = first.call(&ModelTurn(&live), turn).await;
+        let down = first.call(&ModelTurn(&live, None), turn).await;
         assert!(matches!(down, Err(ModelError::Unavailable { .. })), "{down:?}");
         assert_eq!(store.journal("r1").await.unwrap(), vec![], "an unreachable provider is not journaled");
         let second = tools(Journal::open(store.clone(), &run, "o", Replay::Journal, false).await.unwrap());
-        assert_eq!(second.call(&ModelTurn(&live), turn).await, Ok(answer.clone()), "a resume tries again");
+        assert_eq!(second.call(&ModelTurn(&live, None), turn).await, Ok(answer.clone()), "a resume tries again");
         let entries = store.journal("r1").await.unwrap();
         assert_eq!(entries.len(), 1, "{entries:?}");
         let value = json!({
@@ -322,7 +376,7 @@ mod tests {
         let journal = Journal::open(store.clone(), &run, "o", Replay::Journal, false).await.unwrap();
         assert_eq!(journal.recorded_turns(), 1);
         let resumed = tools(journal);
-        assert_eq!(resumed.call(&ModelTurn(&none), turn).await, Ok(answer));
+        assert_eq!(resumed.call(&ModelTurn(&none, None), turn).await, Ok(answer));
         assert_eq!(none.calls.load(Ordering::Relaxed), 0, "the provider is not asked again");
         assert_eq!(resumed.run_journal().unwrap().replayed(), 1);
     }

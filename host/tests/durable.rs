@@ -1415,3 +1415,72 @@ async fn cancelling_a_parent_cancels_its_waiting_child() {
     assert_eq!(json["children"][0]["status"], "cancelled", "{json}");
     store.close().await;
 }
+
+/// A run that would pass its budget in money suspends before the turn is
+/// sent, with a `budget` approval; the operator raises the budget in the
+/// config file and approves from another process, and the run finishes
+/// with the turns it had paid for answered from its journal. A denied
+/// budget ends the prompt there, with nothing more paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_budget_suspends_and_goes_on_once_the_budget_is_raised_and_approved() {
+    for verb in ["approve", "deny"] {
+        let scene = Scene::new().await;
+        // A dollar per million tokens: each tool turn reports 100,000 tokens, $0.10.
+        let glob = |n: u32| {
+            Reply::tool_calls(vec![MockToolCall::new(format!("g{n}"), "glob", json!({ "pattern": "*" }))])
+                .with_usage(90_000, 10_000)
+        };
+        for n in 1..=3 {
+            scene.server.push(glob(n));
+        }
+        scene.server.push(Reply::text("looked three times").with_usage(1_000, 0));
+        let config = scene.dir.path().join("nexo.toml");
+        let write_config = |budget: f64| {
+            let toml = format!("[model]\nprice = {{ input = 1.0, output = 1.0 }}\nbudget-usd = {budget}\n");
+            std::fs::write(&config, toml).unwrap();
+        };
+        write_config(0.2);
+        let agent = scene.dir.path().join("looker.toml");
+        std::fs::write(&agent, "name = \"looker\"\ndescription = \"Looks\"\ncapabilities = [\"glob\"]\n").unwrap();
+        let (agent, config_arg) = (agent.display().to_string(), config.display().to_string());
+        let args = scene.run_args(&agent, "look around", &["--config", &config_arg]);
+        let out = scene.nexo(&refs(&args));
+        // Turns 1 and 2 spend $0.20; turn 3 may cost more than the $0 left.
+        assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+        let v = last_json(&out);
+        let approval = &v["approval"];
+        assert_eq!(approval["capability"], "budget", "{v}");
+        assert_eq!(approval["tool"], "complete");
+        assert_eq!(approval["arguments"]["spent_usd"], 0.2, "{approval}");
+        assert_eq!(approval["arguments"]["budget_usd"], 0.2);
+        assert!(approval["arguments"]["may_cost_usd"].as_f64().unwrap() > 0.004, "the output cap at least: {approval}");
+        assert!(approval["arguments"].get("messages").is_some_and(Value::is_u64), "not the conversation: {approval}");
+        assert!(stderr(&out).contains("raise the budget"), "{}", stderr(&out));
+        assert_eq!(scene.server.requests().len(), 2, "the third turn was not sent");
+        let id = v["run"].as_str().unwrap().to_string();
+
+        if verb == "approve" {
+            write_config(1.0);
+        }
+        let out = scene.nexo(&["runs", verb, &id, "--json", "--config", &config_arg]);
+        let done = last_json(&out);
+        if verb == "approve" {
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            assert_eq!(done["answer"], "looked three times");
+            assert_eq!(scene.server.requests().len(), 4, "turns 1 and 2 were not paid again");
+            // The whole run's four turns: 301,000 tokens at a dollar a million.
+            let events = scene.nexo(&["runs", "events", &id]);
+            let cost = stdout(&events)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|e| e["kind"] == "done")
+                .map(|e| e["data"]["cost_usd"].clone())
+                .last();
+            assert_eq!(cost, Some(json!(0.301)), "{}", stdout(&events));
+        } else {
+            assert_eq!(out.status.code(), Some(3), "cut short: {}\n{}", stderr(&out), stdout(&out));
+            assert_eq!(done["status"], "token-budget", "{done}");
+            assert_eq!(scene.server.requests().len(), 2, "a denied turn is not sent");
+        }
+    }
+}

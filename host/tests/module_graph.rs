@@ -81,6 +81,7 @@ const CRATES: &[Layers] = &[
                 "files",
                 "search",
                 "priority",
+                "spend",
                 "thread",
                 "hint",
                 "telemetry",

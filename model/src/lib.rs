@@ -228,6 +228,10 @@ pub enum ModelError {
         /// What was wrong.
         message: String,
     },
+    /// The host did not send the turn: the run's budget does not cover it
+    /// and the operator denied going past it. Nothing was paid.
+    #[error("the turn was not sent: {0}")]
+    Refused(String),
 }
 
 /// A model provider.

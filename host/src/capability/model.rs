@@ -41,6 +41,9 @@ pub struct Prompting {
     /// The run's token counter, shared by all its prompts
     /// ([`crate::quota::RunBudget::tokens`]).
     pub tokens: Option<Arc<nexo_egress::Meter>>,
+    /// The run's money when its model is priced, shared by all its
+    /// prompts: made at the first, from what the journal's turns cost.
+    pub spend: Arc<std::sync::OnceLock<crate::spend::Spend>>,
 }
 
 impl Prompting {
@@ -63,6 +66,19 @@ impl Prompting {
                  or ask the operator to lift the tenant's `tokens-per-hour` quota"
             )));
         }
+        if outside && limits.budget_usd.is_some() {
+            return Err(nexo_model::ModelError::Config(
+                "this run has a budget in money (`budget-usd`), which the claude-code loop cannot keep: its CLI \
+                 calls the model itself, past the host's gate; use the host loop, or drop the budget"
+                    .into(),
+            ));
+        }
+        let spend = limits.price.map(|price| {
+            self.spend.get_or_init(|| {
+                let recorded = tools.journal().map(|j| j.recorded_usage()).unwrap_or_default();
+                crate::spend::Spend::new(price, limits.budget_usd, recorded)
+            })
+        });
         let metered;
         let provider: Option<&dyn Provider> = match (&self.tokens, self.model.as_deref()) {
             (Some(meter), Some(model)) => {
@@ -85,7 +101,7 @@ impl Prompting {
             Some(thread) => thread.history(),
             None => Arc::default(),
         };
-        let ctx = LoopContext { provider, tools, instructions: &self.instructions, history: &history, limits };
+        let ctx = LoopContext { provider, tools, instructions: &self.instructions, history: &history, limits, spend };
         let outcome = self.agent_loop.run(ctx, input).await;
         // Without a quota its usage is still the tenant's: counted once, live.
         if outside && let (Some(meter), Ok(done)) = (&self.tokens, &outcome) {
@@ -219,6 +235,7 @@ impl Unit for ModelUnit {
             instructions: std::mem::take(setup.instructions),
             thread: options.context.thread.clone(),
             tokens: options.budget.tokens.clone(),
+            spend: Arc::default(),
         });
         Step::ready(Ok(()))
     }

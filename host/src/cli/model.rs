@@ -34,6 +34,10 @@ pub struct ModelArgs {
     /// The most tokens (input + output) for one prompt.
     #[arg(long, value_name = "N")]
     token_budget: Option<u64>,
+    /// The run's budget in US dollars, over all its prompts and passes (needs `[model] price`): a
+    /// model turn that may pass it suspends the run with a `budget` approval.
+    #[arg(long, value_name = "USD")]
+    budget_usd: Option<f64>,
     /// Stream the model's text (emits text-delta events with --json).
     #[arg(long)]
     stream: bool,
@@ -146,6 +150,8 @@ impl ModelArgs {
             script,
             max_turns: self.max_turns.or(t.max_turns),
             token_budget: self.token_budget.or(t.token_budget),
+            price: t.price,
+            budget_usd: self.budget_usd.or(t.budget_usd),
             stream: self.stream || t.stream,
             agent_loop: self.agent_loop.or(t.agent_loop),
             claude_binary: self.claude_binary.clone().or(t.claude_binary).map(|p| std::path::absolute(&p).unwrap_or(p)),

@@ -32,6 +32,15 @@ pub struct ModelTable {
     pub max_turns: Option<u32>,
     /// The most tokens (input + output) for one prompt.
     pub token_budget: Option<u64>,
+    /// The model's price, in US dollars per million input and output
+    /// tokens: `{ input = 3.0, output = 15.0 }`. Turns are then counted in
+    /// money, and a budget can be kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<crate::spend::Price>,
+    /// The run's budget in US dollars, over all its prompts and passes
+    /// (needs `price`): a turn that may pass it suspends the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// Stream the model's text.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
@@ -89,6 +98,26 @@ impl ModelTable {
             limits.max_turns = n;
         }
         limits.token_budget = table.token_budget;
+        if let Some(price) = &table.price {
+            price.check("[model] price").map_err(|why| ConfigError::invalid("price", why))?;
+        }
+        if let Some(budget) = table.budget_usd {
+            if !budget.is_finite() || budget <= 0.0 {
+                return Err(ConfigError::invalid(
+                    "budget-usd",
+                    format!("the budget is {budget}: it is US dollars, more than zero (`--budget-usd 0.50`)"),
+                ));
+            }
+            if table.price.is_none() {
+                return Err(ConfigError::invalid(
+                    "budget-usd",
+                    "a budget in dollars needs the model's price: add `price = { input = …, output = … }` (dollars \
+                     per million tokens) to `[model]` (for `nexo serve`, to `[serve.models.NAME]`)",
+                ));
+            }
+        }
+        limits.price = table.price;
+        limits.budget_usd = table.budget_usd;
         limits.stream = table.stream;
         if table.agent_loop == Some(LoopKind::ClaudeCode) {
             return claude_code(&cfg, table.claude_binary.clone(), table.claude_builtin_tools, limits);

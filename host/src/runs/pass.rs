@@ -127,6 +127,11 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if run.tenant.is_none() {
         let now = crate::grant::CommandRules::layer(settings.config.grant.command_rules.clone());
         spec.grant.commands = spec.grant.commands.intersection(&now);
+        // The operator's price and budget as the config file sets them now:
+        // raising `budget-usd` there is how a run waiting on its budget goes on.
+        let model = &settings.config.model;
+        spec.model.price = model.price.or(spec.model.price);
+        spec.model.budget_usd = model.budget_usd.or(spec.model.budget_usd);
     }
     // A served run goes on within its tenant's policy as it is now: an
     // operator's narrowing reaches the runs that wait.

@@ -288,6 +288,7 @@ fn model_error_type(e: &nexo_model::ModelError) -> String {
         // The conventions name an HTTP failure by its status code.
         ModelError::Provider { status, .. } => status.to_string(),
         ModelError::Protocol { .. } => "protocol".into(),
+        ModelError::Refused(_) => "refused".into(),
     }
 }
 

@@ -201,6 +201,7 @@ fn error_type(e: &ModelError) -> String {
         ModelError::Unavailable { .. } => "unavailable".into(),
         ModelError::Protocol { .. } => "protocol".into(),
         ModelError::Config(_) => "config".into(),
+        ModelError::Refused(_) => "refused".into(),
     }
 }
 

@@ -1,0 +1,180 @@
+//! What a run's model turns cost in money, and the budget they draw on.
+//!
+//! The operator prices a model ([`Price`], US dollars per million input
+//! and output tokens) and gives a run a budget in dollars. Before each live
+//! model turn the gate reserves what the turn may cost
+//! ([`Spend::may_cost`]) against what the run has spent
+//! ([`Gate::Budget`](crate::authority::Gate::Budget)); a turn that would
+//! pass the budget suspends the run with a `budget` approval instead of
+//! failing it. What the run spent is read from its journal at each pass
+//! (every recorded turn's usage), so a replay pays nothing twice and a
+//! resumed run knows what it spent before.
+//!
+//! Amounts are whole nano-dollars (`u64`), so sums do not drift.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nexo_model::Usage;
+
+/// Nano-dollars in one dollar.
+const NANOS_PER_USD: f64 = 1e9;
+
+/// The bytes of a request taken for one input token when a turn's cost is
+/// reserved: most text is three and a half to four and a half bytes a
+/// token, so three errs high. What a turn used is counted as its provider
+/// reports it.
+const BYTES_PER_TOKEN: u64 = 3;
+
+/// A model's price, in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Dollars per million input (prompt) tokens.
+    pub input: f64,
+    /// Dollars per million output (completion) tokens.
+    pub output: f64,
+}
+
+impl Price {
+    /// Checks that both prices are finite and not negative, naming `key`
+    /// (where the price was set) in the error.
+    pub fn check(&self, key: &str) -> Result<(), String> {
+        for (what, value) in [("input", self.input), ("output", self.output)] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(format!(
+                    "`{key}` has {what} = {value}: a price is dollars per million tokens, zero or more (for \
+                     example `{{ input = 3.0, output = 15.0 }}`)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What `input` and `output` tokens cost, in nano-dollars, rounded up.
+    pub fn cost(&self, input: u64, output: u64) -> u64 {
+        // A million tokens at `p` dollars is `p * 1e9` nano-dollars: one token is `p * 1e3`.
+        let nanos = (input as f64) * self.input * 1e3 + (output as f64) * self.output * 1e3;
+        nanos.ceil().min(u64::MAX as f64) as u64
+    }
+}
+
+/// Dollars as whole nano-dollars, rounded down (a budget is never made larger).
+pub fn nanos(usd: f64) -> u64 {
+    (usd.max(0.0) * NANOS_PER_USD).floor().min(u64::MAX as f64) as u64
+}
+
+/// Nano-dollars as dollars.
+pub fn usd(nanos: u64) -> f64 {
+    nanos as f64 / NANOS_PER_USD
+}
+
+/// A run's money: the price of its model, its budget, and what it spent.
+/// Shared by every prompt of one pass of the run.
+#[derive(Debug)]
+pub struct Spend {
+    price: Price,
+    budget: Option<u64>,
+    spent: AtomicU64,
+}
+
+impl Spend {
+    /// A run's spend at `price`, within `budget_usd` (`None`: it is only
+    /// counted), having spent what `recorded` (the usage of the turns its
+    /// journal holds) cost.
+    pub fn new(price: Price, budget_usd: Option<f64>, recorded: Usage) -> Spend {
+        let spent = price.cost(recorded.input_tokens, recorded.output_tokens);
+        Spend { price, budget: budget_usd.map(nanos), spent: AtomicU64::new(spent) }
+    }
+
+    /// The model's price.
+    pub fn price(&self) -> Price {
+        self.price
+    }
+
+    /// The budget, in nano-dollars, if there is one.
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
+    }
+
+    /// What the run spent, in nano-dollars.
+    pub fn spent(&self) -> u64 {
+        self.spent.load(Ordering::Acquire)
+    }
+
+    /// What `usage` costs, in nano-dollars.
+    pub fn cost(&self, usage: &Usage) -> u64 {
+        self.price.cost(usage.input_tokens, usage.output_tokens)
+    }
+
+    /// Counts a live turn's `usage` as spent.
+    pub fn add(&self, usage: &Usage) {
+        let cost = self.cost(usage);
+        let _ = self.spent.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(s.saturating_add(cost)));
+    }
+
+    /// The most a turn may cost whose request serializes to
+    /// `request_bytes` and which may answer with `max_tokens`: the output at
+    /// its cap, the input estimated from its size.
+    pub fn may_cost(&self, request_bytes: usize, max_tokens: u32) -> u64 {
+        let input = (request_bytes as u64).div_ceil(BYTES_PER_TOKEN);
+        self.price.cost(input, u64::from(max_tokens))
+    }
+
+    /// Whether a turn that may cost `may_cost` fits what is left of the
+    /// budget; if not, why, with what was spent and what would let it go on.
+    pub fn check(&self, may_cost: u64) -> Result<(), String> {
+        let Some(budget) = self.budget else { return Ok(()) };
+        let spent = self.spent();
+        let need = spent.saturating_add(may_cost);
+        if need <= budget {
+            return Ok(());
+        }
+        Err(format!(
+            "the next model turn may cost up to ${:.6}, and the run has spent ${:.6} of its budget of ${:.6}: raise \
+             the budget to at least ${:.6} (`budget-usd`) and approve, or deny to end the prompt here",
+            usd(may_cost),
+            usd(spent),
+            usd(budget),
+            usd(need),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const PRICE: Price = Price { input: 3.0, output: 15.0 };
+
+    #[test]
+    fn costs_are_whole_nano_dollars_per_million_tokens() {
+        assert_eq!(PRICE.cost(1_000_000, 0), 3_000_000_000);
+        assert_eq!(PRICE.cost(0, 1_000_000), 15_000_000_000);
+        assert_eq!(PRICE.cost(1, 1), 18_000);
+        // A price below a nano-dollar a token still costs something.
+        assert_eq!(Price { input: 0.0001, output: 0.0 }.cost(1, 0), 1);
+        assert_eq!(nanos(0.5), 500_000_000);
+        assert!(Price { input: -1.0, output: 1.0 }.check("price").unwrap_err().contains("input = -1"));
+        assert!(Price { input: 1.0, output: f64::NAN }.check("price").is_err());
+    }
+
+    #[test]
+    fn a_turn_fits_while_what_it_may_cost_is_left_and_the_journal_counts_as_spent() {
+        let recorded = Usage { input_tokens: 100_000, output_tokens: 0 };
+        let spend = Spend::new(PRICE, Some(1.0), recorded);
+        assert_eq!(spend.spent(), 300_000_000, "$0.30 recorded before this pass");
+        // 3,000 bytes: at most 1,000 input tokens; 1,000 output tokens.
+        let may = spend.may_cost(3_000, 1_000);
+        assert_eq!(may, PRICE.cost(1_000, 1_000));
+        assert!(spend.check(may).is_ok());
+        spend.add(&Usage { input_tokens: 0, output_tokens: 46_000 });
+        assert_eq!(spend.spent(), 990_000_000);
+        let why = spend.check(may).unwrap_err();
+        assert!(why.contains("$0.990000 of its budget of $1.000000"), "{why}");
+        assert!(why.contains("at least $1.008000"), "{why}");
+        // Without a budget it only counts.
+        assert!(Spend::new(PRICE, None, recorded).check(u64::MAX).is_ok());
+    }
+}
