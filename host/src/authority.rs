@@ -85,7 +85,7 @@ impl Gate<'_> {
             Gate::Open => "none",
             Gate::Capability(cap, _) => cap.as_str(),
             Gate::Mcp { .. } => "mcp",
-            Gate::Budget { .. } => "budget",
+            Gate::Budget { .. } => crate::spend::SUBJECT,
         }
     }
 }
@@ -718,6 +718,27 @@ mod tests {
     /// Command rules over the modes: deny refuses under every mode, ask
     /// makes someone decide even under `auto`, allow spares the asking, and
     /// no rule ever widens read-only.
+    /// A turn past the run's budget waits for a decision in every mode,
+    /// even `auto` and `read-only` (a budget suspends a run, it does not
+    /// fail it), and one within it passes in every mode.
+    #[test]
+    fn a_budget_asks_in_every_mode() {
+        use PermissionMode::*;
+        let price = crate::spend::Price { input: 1.0, output: 1.0 };
+        let spend =
+            crate::spend::Spend::new(price, Some(0.001), nexo_model::Usage { input_tokens: 900, output_tokens: 0 });
+        let manifest = AgentManifest { name: "a".into(), ..AgentManifest::default() };
+        for mode in [Auto, Approve, Ask, ReadOnly] {
+            let mut grant = Grant::none();
+            grant.mode = mode;
+            let authority = Authority::new(&manifest, &grant, &Permissions::new(mode).on_ask(|_, _| true));
+            let within = authority.gate(&Gate::Budget { spend: &spend, may_cost: 100_000 }, "complete");
+            assert_eq!(Want::of(within), Want::Allow, "{mode:?}");
+            let past = authority.gate(&Gate::Budget { spend: &spend, may_cost: 100_001 }, "complete");
+            assert_eq!(Want::of(past), Want::Approval, "{mode:?}");
+        }
+    }
+
     #[test]
     fn command_rules_lie_over_the_mode() {
         use PermissionMode::*;

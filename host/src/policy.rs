@@ -160,10 +160,21 @@ impl Policy {
                     .into());
             }
         }
+        if let Some(usd) = self.quotas.usd_per_run
+            && (!usd.is_finite() || usd <= 0.0)
+        {
+            return Err(format!("quotas: usd-per-run is {usd}: it is US dollars, more than zero"));
+        }
         for model in &self.models {
-            if !config.serve.models.contains_key(model) {
+            let Some(table) = config.serve.models.get(model) else {
                 return Err(format!(
                     "the model `{model}` is not one of the operator's ([serve.models.{model}] in the config file)"
+                ));
+            };
+            if self.quotas.usd_per_run.is_some() && table.price.is_none() {
+                return Err(format!(
+                    "quotas: usd-per-run is a budget in dollars, and the model `{model}` has no price: add `price = {{ \
+                     input = …, output = … }}` (dollars per million tokens) to [serve.models.{model}]"
                 ));
             }
         }

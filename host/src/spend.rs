@@ -68,6 +68,32 @@ pub fn usd(nanos: u64) -> f64 {
     nanos as f64 / NANOS_PER_USD
 }
 
+/// What a `budget` approval is recorded under
+/// ([`Gate::subject`](crate::authority::Gate::subject)).
+pub const SUBJECT: &str = "budget";
+
+/// Whether a `budget` approval showing `shown` (its arguments: what the
+/// run had spent and what the turn may cost) may be approved by someone
+/// who cannot raise the budget, a tenant of `nexo serve`: only once
+/// `budget_usd`, the budget now, covers the turn.
+pub fn approvable(shown: &serde_json::Value, budget_usd: Option<f64>) -> Result<(), String> {
+    let amount = |key: &str| shown[key].as_f64().map(nanos).unwrap_or(u64::MAX);
+    let need = amount("spent_usd").saturating_add(amount("may_cost_usd"));
+    match budget_usd.map(nanos) {
+        None => Ok(()),
+        Some(budget) if budget >= need => Ok(()),
+        Some(budget) => Err(format!(
+            "the run waits on its budget: it has spent ${:.6} and its next turn may cost ${:.6}, past the budget \
+             of ${:.6} the operator set (the tenant's `usd-per-run` quota); the operator raises the quota to at \
+             least ${:.6}, or deny to end the prompt here",
+            usd(amount("spent_usd")),
+            usd(amount("may_cost_usd")),
+            usd(budget),
+            usd(need),
+        )),
+    }
+}
+
 /// A run's money: the price of its model, its budget, and what it spent.
 /// Shared by every prompt of one pass of the run.
 #[derive(Debug)]
@@ -131,7 +157,8 @@ impl Spend {
         }
         Err(format!(
             "the next model turn may cost up to ${:.6}, and the run has spent ${:.6} of its budget of ${:.6}: raise \
-             the budget to at least ${:.6} (`budget-usd`) and approve, or deny to end the prompt here",
+             the budget to at least ${:.6} (`[model] budget-usd`; for a tenant, its `usd-per-run` quota) and \
+             approve, or deny to end the prompt here",
             usd(may_cost),
             usd(spent),
             usd(budget),

@@ -1477,6 +1477,8 @@ async fn a_run_past_its_budget_suspends_and_goes_on_once_the_budget_is_raised_an
                 .map(|e| e["data"]["cost_usd"].clone())
                 .last();
             assert_eq!(cost, Some(json!(0.301)), "{}", stdout(&events));
+            let shown = stdout(&scene.nexo(&["runs", "show", &id, "--full"]));
+            assert!(shown.contains("271000 input / 30000 output tokens, $0.301000"), "{shown}");
         } else {
             assert_eq!(out.status.code(), Some(3), "cut short: {}\n{}", stderr(&out), stdout(&out));
             assert_eq!(done["status"], "token-budget", "{done}");

@@ -440,3 +440,58 @@ async fn a_tenants_cpu_cores_share_slows_its_guest_to_that_share() {
     assert!(slow_wall >= Duration::from_millis(2500), "a tenth of a core ran 41 ticks in {slow_wall:?}");
     assert!(fast_wall * 2 < slow_wall, "without a share: {fast_wall:?}, with one: {slow_wall:?}");
 }
+
+/// A tenant's run that would pass its `usd-per-run` quota suspends with a
+/// `budget` approval; the tenant cannot approve its way past the operator's
+/// budget (409, nothing decided, nothing paid), and once the operator
+/// raises the quota the tenant's approval takes the run on, with the turns
+/// it paid for answered from its journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_approve_past_its_operators_budget_until_the_quota_is_raised() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!(
+        "[serve.models.priced]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"priced-model\"\n\
+         price = {{ input = 1.0, output = 1.0 }}\n",
+        scene.model.openai_base_url()
+    ));
+    let policy = |usd: f64| json!({"models": ["priced"], "quotas": {"usd-per-run": usd}});
+    let key = scene.tenant("lee", Some(policy(0.15)));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    // $0.10 a turn at a dollar a million tokens.
+    for answer in ["one", "two", "three"] {
+        scene.model.push(Reply::text(answer).with_usage(90_000, 10_000));
+    }
+    let waiting = run(&scene, &node, &key, sha, "prompt a;prompt b;prompt c").await;
+    assert_eq!(waiting["status"], "suspended", "{waiting}");
+    let approval = &waiting["approval"];
+    assert_eq!(approval["capability"], "budget", "{waiting}");
+    assert_eq!(
+        (approval["arguments"]["spent_usd"].clone(), approval["arguments"]["budget_usd"].clone()),
+        (json!(0.2), json!(0.15))
+    );
+    assert_eq!(scene.model.requests().len(), 2, "the third turn was not sent");
+    let id = waiting["id"].as_str().unwrap();
+    let shown = json!({"seq": approval["seq"], "args-hash": approval["args_hash"]});
+    let approve = format!("/v1/runs/{id}/approve");
+
+    let (status, _, refused) = post(&scene, &node, &approve, &key, shown.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["code"], "budget", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("usd-per-run") && message.contains("at least $0.2"), "{message}");
+    let (_, still) = scene.get(&node.url(&format!("/v1/runs/{id}")), &key).await;
+    assert_eq!(still["status"], "suspended", "{still}");
+    assert_eq!(still["approval"]["decision"], Value::Null, "nothing decided: {still}");
+
+    let raised = scene.dir.path().join("lee-raised.json");
+    std::fs::write(&raised, policy(1.0).to_string()).unwrap();
+    let out = scene.nexo(&["tenant", "policy", "lee", &raised.display().to_string()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (status, _, decided) = post(&scene, &node, &approve, &key, shown).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let done = scene.finish(&node, &key, id).await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(scene.model.requests().len(), 3, "the first two turns were not paid again");
+}

@@ -14,12 +14,13 @@ pub fn text(timeline: &Timeline) -> String {
     let turns = timeline.passes.iter().flat_map(|p| &p.steps).filter(|s| matches!(s, Step::Turn(_))).count();
     let _ = writeln!(
         out,
-        "timeline:  {} pass{}, {turns} model turn{}, {} input / {} output tokens",
+        "timeline:  {} pass{}, {turns} model turn{}, {} input / {} output tokens{}",
         timeline.passes.len(),
         if timeline.passes.len() == 1 { "" } else { "es" },
         if turns == 1 { "" } else { "s" },
         timeline.input_tokens,
-        timeline.output_tokens
+        timeline.output_tokens,
+        timeline.cost_usd.map(|usd| format!(", ${usd:.6}")).unwrap_or_default()
     );
     if let Some(note) = timeline.left_out_note() {
         let _ = writeln!(out, "  ({note}; `nexo runs events` has every event)");

@@ -26,6 +26,12 @@ pub struct Quotas {
     /// from what its earlier passes left): past it, the guest is stopped,
     /// and the run cannot go on.
     pub cpu_ticks_per_run: Option<u64>,
+    /// US dollars one run may spend on model turns over all its passes,
+    /// at the prices of the operator's models (`[serve.models.NAME] price`,
+    /// which every model the policy names then needs). A turn that may pass
+    /// it suspends the run with a `budget` approval, which the tenant can
+    /// approve only once the operator has raised this quota to cover it.
+    pub usd_per_run: Option<f64>,
     /// Web bytes per hour: the bodies the tenant's runs send and receive
     /// with the `fetch` tool. A run also gets what is left of the hour's
     /// bytes, and its fetches are refused past it.

@@ -136,12 +136,16 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     // A served run goes on within its tenant's policy as it is now: an
     // operator's narrowing reaches the runs that wait.
     if let Some(tenant) = &run.tenant {
-        match tenant_bounds(runs.store(), tenant).await {
-            Ok(bounds) => {
+        match tenant_policy(runs.store(), tenant).await {
+            Ok(policy) => {
+                let bounds = policy.bounds();
                 if let Err(why) = within_policy(&spec, &bounds, settings.config) {
                     return refused(format!("run {} cannot go on: {why}", run.id));
                 }
-                spec.grant = spec.grant.within(&bounds)
+                spec.grant = spec.grant.within(&bounds);
+                // The budget as the operator sets it now: raising the quota
+                // is how a run waiting on its budget goes on.
+                spec.model.budget_usd = policy.quotas.usd_per_run;
             }
             Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
         }
@@ -228,10 +232,10 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     }
 }
 
-/// The bounds of `tenant`'s policy as the store holds it now.
-async fn tenant_bounds(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::grant::Bounds, String> {
+/// `tenant`'s policy as the store holds it now.
+async fn tenant_policy(store: &Arc<dyn Store>, tenant: &str) -> Result<crate::policy::Policy, String> {
     match store.tenant(tenant).await {
-        Ok(Some(t)) => crate::policy::Policy::from_stored(&t.policy).map(|p| p.bounds()),
+        Ok(Some(t)) => crate::policy::Policy::from_stored(&t.policy),
         Ok(None) => Err(StoreError::NoTenant(tenant.to_string()).to_string()),
         Err(e) => Err(e.to_string()),
     }

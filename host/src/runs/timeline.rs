@@ -57,6 +57,8 @@ pub struct Timeline {
     pub input_tokens: u64,
     /// Output tokens over all its turns.
     pub output_tokens: u64,
+    /// What its turns cost in US dollars, when its model was priced.
+    pub cost_usd: Option<f64>,
     /// How many of its steps are not listed (past [`MAX_STEPS`]).
     pub left_out: usize,
 }
@@ -298,6 +300,8 @@ impl Timeline {
             Step::Turn(t) => (i + t.input_tokens, o + t.output_tokens),
             _ => (i, o),
         });
+        let price = super::spec::RunSpec::from_record(run.grant.clone()).ok().and_then(|spec| spec.model.price);
+        let cost_usd = price.map(|p| crate::spend::usd(p.cost(input_tokens, output_tokens)));
         let left_out = steps.len().saturating_sub(MAX_STEPS);
         steps.truncate(MAX_STEPS);
         let mut budget = SHOWN_TOTAL_CHARS;
@@ -327,6 +331,7 @@ impl Timeline {
             waits,
             input_tokens,
             output_tokens,
+            cost_usd,
             left_out,
         }
     }

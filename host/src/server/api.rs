@@ -296,6 +296,8 @@ pub(crate) async fn prepare(
         })?,
         None => crate::config::ModelTable::default(),
     };
+    // A served run's budget is its tenant's quota, never the model table's.
+    let model = crate::config::ModelTable { budget_usd: policy.quotas.usd_per_run, ..model };
     let spec = RunSpec {
         grant: granted.grant.clone(),
         model,
@@ -552,6 +554,16 @@ pub(crate) async fn decide(
 ) -> ApiResult<Json<Value>> {
     may_go_on(&state, &tenant, &id).await?;
     let before = state.store.approval(&id).await.map_err(ApiError::store)?;
+    // A served run's budget is the operator's: the tenant may let a turn
+    // go on only once the budget covers it.
+    if let Some(pending) = before
+        .as_ref()
+        .filter(|a| decision == Decision::Approved && a.capability == crate::spend::SUBJECT && a.decision.is_none())
+    {
+        let budget = policy_of(&tenant)?.quotas.usd_per_run;
+        crate::spend::approvable(&pending.arguments, budget)
+            .map_err(|why| ApiError::new(StatusCode::CONFLICT, "budget", why))?;
+    }
     // The decision and its resume are one write: a node that dies after it
     // leaves a queued resume, never a decided run that nothing takes on.
     let approval = state.runs.decide_and_resume(&id, &call, decision).await.map_err(ApiError::store)?;

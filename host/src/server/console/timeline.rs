@@ -47,12 +47,13 @@ pub(super) fn timeline_section(timeline: &Timeline) -> String {
     };
     format!(
         "<section class=\"panel timeline\" id=\"timeline\"><p class=\"tl-summary\">{passes} pass{pe} · {turns} model \
-         turn{te} · {input} input / {output} output tokens · {took}{live}</p><ol class=\"tl\">{rows}</ol></section>",
+         turn{te} · {input} input / {output} output tokens{cost} · {took}{live}</p><ol class=\"tl\">{rows}</ol></section>",
         passes = timeline.passes.len(),
         pe = if timeline.passes.len() == 1 { "" } else { "es" },
         te = if turns == 1 { "" } else { "s" },
         input = timeline.input_tokens,
         output = timeline.output_tokens,
+        cost = timeline.cost_usd.map(|usd| format!(" · ${usd:.6}")).unwrap_or_default(),
         took = human_duration(end - start),
     )
 }
