@@ -65,7 +65,7 @@ impl<'p> HostCall for ModelTurn<'p> {
     }
 
     fn gate<'a>(&'a self, turn: &'a Turn<'p>, _detail: &'a str) -> Gate<'a> {
-        match self.1.filter(|spend| spend.budget().is_some()) {
+        match self.1.filter(|spend| spend.limited()) {
             Some(spend) => Gate::Budget { spend, may_cost: spend.may_cost(turn_bytes(turn), turn.request.max_tokens) },
             None => Gate::Open,
         }
@@ -84,6 +84,7 @@ impl<'p> HostCall for ModelTurn<'p> {
             "may_cost_usd": usd(spend.may_cost(bytes, max_tokens)),
             "spent_usd": usd(spend.spent()),
             "budget_usd": spend.budget().map(usd),
+            "day_left_usd": spend.pool_left().map(usd),
         })
     }
 

@@ -160,20 +160,24 @@ impl Policy {
                     .into());
             }
         }
-        if let Some(usd) = self.quotas.usd_per_run
-            && (!usd.is_finite() || usd <= 0.0)
-        {
-            return Err(format!("quotas: usd-per-run is {usd}: it is US dollars, more than zero"));
+        for (key, usd) in [("usd-per-run", self.quotas.usd_per_run), ("usd-per-day", self.quotas.usd_per_day)] {
+            if let Some(usd) = usd
+                && (!usd.is_finite() || usd <= 0.0)
+            {
+                return Err(format!("quotas: {key} is {usd}: it is US dollars, more than zero"));
+            }
         }
+        let priced = self.quotas.usd_per_run.is_some() || self.quotas.usd_per_day.is_some();
         for model in &self.models {
             let Some(table) = config.serve.models.get(model) else {
                 return Err(format!(
                     "the model `{model}` is not one of the operator's ([serve.models.{model}] in the config file)"
                 ));
             };
-            if self.quotas.usd_per_run.is_some() && table.price.is_none() {
+            if priced && table.price.is_none() {
                 return Err(format!(
-                    "quotas: usd-per-run is a budget in dollars, and the model `{model}` has no price: add `price = {{ \
+                    "quotas: a budget in dollars (usd-per-run, usd-per-day) needs prices, and the model `{model}` has \
+                     none: add `price = {{ \
                      input = …, output = … }}` (dollars per million tokens) to [serve.models.{model}]"
                 ));
             }

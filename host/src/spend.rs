@@ -12,7 +12,10 @@
 //!
 //! Amounts are whole nano-dollars (`u64`), so sums do not drift.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use nexo_egress::Meter;
 
 use nexo_model::Usage;
 
@@ -75,10 +78,22 @@ pub const SUBJECT: &str = "budget";
 /// Whether a `budget` approval showing `shown` (its arguments: what the
 /// run had spent and what the turn may cost) may be approved by someone
 /// who cannot raise the budget, a tenant of `nexo serve`: only once
-/// `budget_usd`, the budget now, covers the turn.
-pub fn approvable(shown: &serde_json::Value, budget_usd: Option<f64>) -> Result<(), String> {
+/// `budget_usd`, the run's budget now, covers the turn, and the turn fits
+/// `day_left` (nano-dollars), what is left of the tenant's day.
+pub fn approvable(shown: &serde_json::Value, budget_usd: Option<f64>, day_left: Option<u64>) -> Result<(), String> {
     let amount = |key: &str| shown[key].as_f64().map(nanos).unwrap_or(u64::MAX);
     let need = amount("spent_usd").saturating_add(amount("may_cost_usd"));
+    if let Some(left) = day_left
+        && amount("may_cost_usd") > left
+    {
+        return Err(format!(
+            "the run waits on its tenant's budget for the day: its next turn may cost ${:.6}, and ${:.6} is left of \
+             the `usd-per-day` quota; approve once the day renews (midnight UTC) or the operator raises the quota, or \
+             deny to end the prompt here",
+            usd(amount("may_cost_usd")),
+            usd(left),
+        ));
+    }
     match budget_usd.map(nanos) {
         None => Ok(()),
         Some(budget) if budget >= need => Ok(()),
@@ -101,6 +116,9 @@ pub struct Spend {
     price: Price,
     budget: Option<u64>,
     spent: AtomicU64,
+    /// What the run's tenant may still spend today, shared by its passes
+    /// on this node ([`crate::quota::RunBudget::cost`]).
+    pool: Option<Arc<Meter>>,
 }
 
 impl Spend {
@@ -109,7 +127,26 @@ impl Spend {
     /// journal holds) cost.
     pub fn new(price: Price, budget_usd: Option<f64>, recorded: Usage) -> Spend {
         let spent = price.cost(recorded.input_tokens, recorded.output_tokens);
-        Spend { price, budget: budget_usd.map(nanos), spent: AtomicU64::new(spent) }
+        Spend { price, budget: budget_usd.map(nanos), spent: AtomicU64::new(spent), pool: None }
+    }
+
+    /// The same spend, counting live turns on `pool` too, and keeping
+    /// within its limit.
+    pub fn with_pool(mut self, pool: Option<Arc<Meter>>) -> Spend {
+        self.pool = pool;
+        self
+    }
+
+    /// Whether a turn may be held back: the run has a budget, or its
+    /// tenant's day has a limit.
+    pub fn limited(&self) -> bool {
+        self.budget.is_some() || self.pool_left().is_some()
+    }
+
+    /// What is left of the tenant's day, in nano-dollars, when it has a limit.
+    pub fn pool_left(&self) -> Option<u64> {
+        let pool = self.pool.as_ref()?;
+        pool.limit().map(|limit| limit.saturating_sub(pool.used()))
     }
 
     /// The model's price.
@@ -136,6 +173,9 @@ impl Spend {
     pub fn add(&self, usage: &Usage) {
         let cost = self.cost(usage);
         let _ = self.spent.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(s.saturating_add(cost)));
+        if let Some(pool) = &self.pool {
+            pool.add(usize::try_from(cost).unwrap_or(usize::MAX));
+        }
     }
 
     /// The most a turn may cost whose request serializes to
@@ -149,6 +189,17 @@ impl Spend {
     /// Whether a turn that may cost `may_cost` fits what is left of the
     /// budget; if not, why, with what was spent and what would let it go on.
     pub fn check(&self, may_cost: u64) -> Result<(), String> {
+        if let Some(left) = self.pool_left()
+            && may_cost > left
+        {
+            return Err(format!(
+                "the next model turn may cost up to ${:.6}, and the tenant has ${:.6} left of today's budget (its \
+                 `usd-per-day` quota): approve once the operator raises the quota or the day renews (midnight UTC), \
+                 or deny to end the prompt here",
+                usd(may_cost),
+                usd(left),
+            ));
+        }
         let Some(budget) = self.budget else { return Ok(()) };
         let spent = self.spent();
         let need = spent.saturating_add(may_cost);

@@ -495,3 +495,57 @@ async fn a_tenant_cannot_approve_past_its_operators_budget_until_the_quota_is_ra
     assert_eq!(done["status"], "done", "{done}");
     assert_eq!(scene.model.requests().len(), 3, "the first two turns were not paid again");
 }
+
+/// A tenant's `usd-per-day` is shared by its runs: a turn that may pass
+/// what is left of the day suspends its run, a new run is refused (429,
+/// until midnight UTC), `/v1/usage` shows what the day cost, and a raised
+/// quota lets the waiting run be approved and finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_day_budget_holds_its_runs_and_shows_in_its_usage() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!(
+        "[serve.models.priced]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"priced-model\"\n\
+         price = {{ input = 1.0, output = 1.0 }}\n",
+        scene.model.openai_base_url()
+    ));
+    let policy = |usd: f64| json!({"models": ["priced"], "quotas": {"usd-per-day": usd}});
+    let key = scene.tenant("may", Some(policy(0.15)));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    for answer in ["one", "two", "three"] {
+        scene.model.push(Reply::text(answer).with_usage(90_000, 10_000));
+    }
+    let waiting = run(&scene, &node, &key, sha, "prompt a;prompt b;prompt c").await;
+    assert_eq!(waiting["status"], "suspended", "{waiting}");
+    assert_eq!(waiting["approval"]["capability"], "budget", "{waiting}");
+    assert_eq!(waiting["approval"]["arguments"]["day_left_usd"], 0.0, "{waiting}");
+    assert_eq!(scene.model.requests().len(), 2);
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
+    assert_eq!(usage["total"]["cost_usd"], 0.2, "{usage}");
+
+    let body = json!({"plugin": sha, "input": "prompt d"});
+    let (status, after, refused) = post(&scene, &node, "/v1/runs", &key, body).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
+    assert!(after.is_some_and(|s| (1..=86_400).contains(&s)), "Retry-After: {after:?}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("usd-per-day"), "{refused}");
+
+    let id = waiting["id"].as_str().unwrap();
+    let approval = &waiting["approval"];
+    let shown = json!({"seq": approval["seq"], "args-hash": approval["args_hash"]});
+    let approve = format!("/v1/runs/{id}/approve");
+    let (status, _, refused) = post(&scene, &node, &approve, &key, shown.clone()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the day is spent: {refused}");
+
+    let raised = scene.dir.path().join("may-raised.json");
+    std::fs::write(&raised, policy(1.0).to_string()).unwrap();
+    let out = scene.nexo(&["tenant", "policy", "may", &raised.display().to_string()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (status, _, decided) = post(&scene, &node, &approve, &key, shown).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    let done = scene.finish(&node, &key, id).await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(scene.model.requests().len(), 3, "the first two turns were not paid again");
+    let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
+    assert_eq!(usage["total"]["cost_usd"], 0.3, "{usage}");
+}

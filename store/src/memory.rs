@@ -1116,15 +1116,7 @@ impl Ledger for MemoryStore {
             .collect())
     }
 
-    async fn add_usage(
-        &self,
-        tenant: &str,
-        at_ms: i64,
-        runs: u64,
-        tokens: u64,
-        cpu_ticks: u64,
-        egress_bytes: u64,
-    ) -> StoreResult<()> {
+    async fn add_usage(&self, tenant: &str, at_ms: i64, runs: u64, used: RunUsage) -> StoreResult<()> {
         let mut inner = self.lock();
         inner.check_tenant(tenant)?;
         let period_ms = usage_period(at_ms);
@@ -1135,11 +1127,13 @@ impl Ledger for MemoryStore {
             tokens: 0,
             cpu_ticks: 0,
             egress_bytes: 0,
+            cost_nanos: 0,
         });
         usage.runs = usage.runs.saturating_add(runs);
-        usage.tokens = usage.tokens.saturating_add(tokens);
-        usage.cpu_ticks = usage.cpu_ticks.saturating_add(cpu_ticks);
-        usage.egress_bytes = usage.egress_bytes.saturating_add(egress_bytes);
+        usage.tokens = usage.tokens.saturating_add(used.tokens);
+        usage.cpu_ticks = usage.cpu_ticks.saturating_add(used.cpu_ticks);
+        usage.egress_bytes = usage.egress_bytes.saturating_add(used.egress_bytes);
+        usage.cost_nanos = usage.cost_nanos.saturating_add(used.cost_nanos);
         Ok(())
     }
 
@@ -1158,6 +1152,7 @@ impl Ledger for MemoryStore {
         counters.tokens = counters.tokens.saturating_add(used.tokens);
         counters.cpu_ticks = counters.cpu_ticks.saturating_add(used.cpu_ticks);
         counters.egress_bytes = counters.egress_bytes.saturating_add(used.egress_bytes);
+        counters.cost_nanos = counters.cost_nanos.saturating_add(used.cost_nanos);
         Ok(())
     }
 

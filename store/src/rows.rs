@@ -367,6 +367,7 @@ pub(crate) fn usage(row: &impl Columns, errors: &Errors<'_>) -> Result<Usage, St
         tokens: counter("tokens")?,
         cpu_ticks: counter("cpu_ticks")?,
         egress_bytes: counter("egress_bytes")?,
+        cost_nanos: counter("cost_nanos")?,
         period_ms,
         tenant,
     })
@@ -381,6 +382,7 @@ pub(crate) fn run_usage(row: &impl Columns, run: &str, errors: &Errors<'_>) -> R
         tokens: counter("tokens")?,
         cpu_ticks: counter("cpu_ticks")?,
         egress_bytes: counter("egress_bytes")?,
+        cost_nanos: counter("cost_nanos")?,
     })
 }
 

@@ -170,7 +170,7 @@ pub(crate) const TABLES: &[&str] = &[
 
 /// The schema version this build writes. A database with a newer version
 /// is refused ([`StoreError::TooNew`](crate::StoreError::TooNew)).
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// Every migration, oldest first. The last one's version is
 /// [`SCHEMA_VERSION`] (a unit test checks).
@@ -554,6 +554,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // The run that started a child run with `run-agent`.
             "ALTER TABLE runs ADD COLUMN parent TEXT",
             "CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL",
+        ],
+    },
+    Migration {
+        version: 13,
+        statements: &[
+            // What model turns cost, in nano-dollars at the operator's
+            // prices: per tenant and hour, and per run.
+            "ALTER TABLE tenant_usage ADD COLUMN cost_nanos BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE run_usage ADD COLUMN cost_nanos BIGINT NOT NULL DEFAULT 0",
         ],
     },
 ];
@@ -1329,27 +1338,30 @@ pub(crate) const UPDATE_PLUGIN_ACCEPTANCE: &str = "UPDATE plugin_acceptances SET
 
 /// Adds to a tenant's counters for one hour, creating them if needed, in
 /// one statement: `$1` tenant, `$2` the hour's start, `$3` runs, `$4`
-/// tokens, `$5` CPU ticks, `$6` egress bytes. A tenant that is not there
-/// fails the schema's foreign key.
+/// tokens, `$5` CPU ticks, `$6` egress bytes, `$7` nano-dollars. A tenant
+/// that is not there fails the schema's foreign key.
 pub(crate) const ADD_USAGE: &str = "INSERT INTO tenant_usage \
-     (tenant, period_ms, runs, tokens, cpu_ticks, egress_bytes) VALUES ($1, $2, $3, $4, $5, $6) \
+     (tenant, period_ms, runs, tokens, cpu_ticks, egress_bytes, cost_nanos) VALUES ($1, $2, $3, $4, $5, $6, $7) \
      ON CONFLICT (tenant, period_ms) DO UPDATE SET runs = tenant_usage.runs + excluded.runs, \
      tokens = tenant_usage.tokens + excluded.tokens, cpu_ticks = tenant_usage.cpu_ticks + excluded.cpu_ticks, \
-     egress_bytes = tenant_usage.egress_bytes + excluded.egress_bytes";
+     egress_bytes = tenant_usage.egress_bytes + excluded.egress_bytes, \
+     cost_nanos = tenant_usage.cost_nanos + excluded.cost_nanos";
 
 /// A tenant's counters from an hour on, oldest first: `$1` tenant, `$2` the
 /// first hour's start.
-pub(crate) const USAGE: &str = "SELECT tenant, period_ms, runs, tokens, cpu_ticks, egress_bytes FROM tenant_usage \
+pub(crate) const USAGE: &str = "SELECT tenant, period_ms, runs, tokens, cpu_ticks, egress_bytes, cost_nanos \
+     FROM tenant_usage \
      WHERE tenant = $1 AND period_ms >= $2 ORDER BY period_ms";
 
 /// Adds to a run's counters, creating them if needed: `$1` run, `$2`
-/// tokens, `$3` CPU ticks, `$4` egress bytes. A run that is not there
-/// fails the schema's foreign key.
-pub(crate) const ADD_RUN_USAGE: &str = "INSERT INTO run_usage (run, tokens, cpu_ticks, egress_bytes) \
-     VALUES ($1, $2, $3, $4) \
+/// tokens, `$3` CPU ticks, `$4` egress bytes, `$5` nano-dollars. A run
+/// that is not there fails the schema's foreign key.
+pub(crate) const ADD_RUN_USAGE: &str = "INSERT INTO run_usage (run, tokens, cpu_ticks, egress_bytes, cost_nanos) \
+     VALUES ($1, $2, $3, $4, $5) \
      ON CONFLICT (run) DO UPDATE SET tokens = run_usage.tokens + excluded.tokens, \
      cpu_ticks = run_usage.cpu_ticks + excluded.cpu_ticks, \
-     egress_bytes = run_usage.egress_bytes + excluded.egress_bytes";
+     egress_bytes = run_usage.egress_bytes + excluded.egress_bytes, \
+     cost_nanos = run_usage.cost_nanos + excluded.cost_nanos";
 
 /// Records a pass's trace context: `$1` run, `$2` context, `$3` when. A
 /// run that is not there fails the schema's foreign key.
@@ -1360,7 +1372,7 @@ pub(crate) const ADD_PASS_TRACE: &str =
 pub(crate) const PASS_TRACES: &str = "SELECT context FROM run_traces WHERE run = $1 ORDER BY at_ms DESC LIMIT $2";
 
 /// A run's counters: `$1` run.
-pub(crate) const RUN_USAGE: &str = "SELECT tokens, cpu_ticks, egress_bytes FROM run_usage WHERE run = $1";
+pub(crate) const RUN_USAGE: &str = "SELECT tokens, cpu_ticks, egress_bytes, cost_nanos FROM run_usage WHERE run = $1";
 
 /// How many of a tenant's runs are running or may run: `$1` tenant. Its
 /// `queued` and `running` runs (`runs_by_tenant_status`), and the others

@@ -254,10 +254,14 @@ pub struct Usage {
     pub cpu_ticks: u64,
     /// Bytes sent and received over the network.
     pub egress_bytes: u64,
+    /// What model turns cost, in nano-dollars at the operator's prices.
+    #[serde(default)]
+    pub cost_nanos: u64,
 }
 
-/// What one run has used over all its passes: the per-run budgets of
-/// `nexo serve` count from it, so a resumed pass goes on from what is left.
+/// What one run has used over all its passes (the per-run budgets of
+/// `nexo serve` count from it, so a resumed pass goes on from what is
+/// left), or what one pass adds to its tenant's hour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunUsage {
     /// Model tokens used.
@@ -266,6 +270,9 @@ pub struct RunUsage {
     pub cpu_ticks: u64,
     /// Bytes sent and received over the network.
     pub egress_bytes: u64,
+    /// What model turns cost, in nano-dollars at the operator's prices.
+    #[serde(default)]
+    pub cost_nanos: u64,
 }
 
 /// A new tenant id: `t` then 26 characters, sortable by creation time.

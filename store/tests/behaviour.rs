@@ -2615,13 +2615,53 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
         cpu_ticks,
         egress_bytes,
     };
-    store.add_usage("t-acme", base + 10, 1, 100, 5, 1_000).await.unwrap();
+    store
+        .add_usage(
+            "t-acme",
+            base + 10,
+            1,
+            nexo_store::RunUsage { tokens: 100, cpu_ticks: 5, egress_bytes: 1_000, cost_nanos: 0 },
+        )
+        .await
+        .unwrap();
     // The same hour, to its last millisecond.
-    store.add_usage("t-acme", base + HOUR - 1, 2, 50, 0, 24).await.unwrap();
-    store.add_usage("t-acme", base + HOUR, 1, 1, 1, 1).await.unwrap();
+    store
+        .add_usage(
+            "t-acme",
+            base + HOUR - 1,
+            2,
+            nexo_store::RunUsage { tokens: 50, cpu_ticks: 0, egress_bytes: 24, cost_nanos: 0 },
+        )
+        .await
+        .unwrap();
+    store
+        .add_usage(
+            "t-acme",
+            base + HOUR,
+            1,
+            nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 0 },
+        )
+        .await
+        .unwrap();
     // An hour with nothing, then one more.
-    store.add_usage("t-acme", base + 3 * HOUR + 5, 0, 7, 0, 0).await.unwrap();
-    store.add_usage("t-beta", base + 20, 9, 9, 9, 9).await.unwrap();
+    store
+        .add_usage(
+            "t-acme",
+            base + 3 * HOUR + 5,
+            0,
+            nexo_store::RunUsage { tokens: 7, cpu_ticks: 0, egress_bytes: 0, cost_nanos: 0 },
+        )
+        .await
+        .unwrap();
+    store
+        .add_usage(
+            "t-beta",
+            base + 20,
+            9,
+            nexo_store::RunUsage { tokens: 9, cpu_ticks: 9, egress_bytes: 9, cost_nanos: 0 },
+        )
+        .await
+        .unwrap();
 
     let acme = vec![
         usage("t-acme", base, [3, 150, 5, 1_024]),
@@ -2640,7 +2680,16 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
     let adds: Vec<_> = (0..20)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.add_usage("t-beta", base + 30, 1, 2, 3, 4).await })
+            tokio::spawn(async move {
+                store
+                    .add_usage(
+                        "t-beta",
+                        base + 30,
+                        1,
+                        nexo_store::RunUsage { tokens: 2, cpu_ticks: 3, egress_bytes: 4, cost_nanos: 0 },
+                    )
+                    .await
+            })
         })
         .collect();
     for add in adds {
@@ -2648,12 +2697,22 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
     }
     assert_eq!(store.usage("t-beta", base).await.unwrap(), vec![usage("t-beta", base, [29, 49, 69, 89])]);
 
-    no_tenant(store.add_usage("t-missing", base, 1, 1, 1, 1).await, "t-missing");
+    no_tenant(
+        store
+            .add_usage(
+                "t-missing",
+                base,
+                1,
+                nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 0 },
+            )
+            .await,
+        "t-missing",
+    );
     assert!(store.usage("t-missing", 0).await.unwrap().is_empty());
 }
 
 async fn a_runs_usage_adds_up_over_its_passes_and_goes_with_it(store: Arc<dyn Store>) {
-    let used = |tokens, cpu_ticks, egress_bytes| RunUsage { tokens, cpu_ticks, egress_bytes };
+    let used = |tokens, cpu_ticks, egress_bytes| RunUsage { tokens, cpu_ticks, egress_bytes, cost_nanos: 0 };
     running(&store, "r1").await;
     assert_eq!(store.run_usage("r1").await.unwrap(), RunUsage::default(), "nothing yet");
     store.add_run_usage("r1", used(40, 3, 0)).await.unwrap();

@@ -44,6 +44,9 @@ pub struct Prompting {
     /// The run's money when its model is priced, shared by all its
     /// prompts: made at the first, from what the journal's turns cost.
     pub spend: Arc<std::sync::OnceLock<crate::spend::Spend>>,
+    /// What the run's tenant may still spend today
+    /// ([`crate::quota::RunBudget::cost`]).
+    pub cost: Option<Arc<nexo_egress::Meter>>,
 }
 
 impl Prompting {
@@ -76,7 +79,7 @@ impl Prompting {
         let spend = limits.price.map(|price| {
             self.spend.get_or_init(|| {
                 let recorded = tools.journal().map(|j| j.recorded_usage()).unwrap_or_default();
-                crate::spend::Spend::new(price, limits.budget_usd, recorded)
+                crate::spend::Spend::new(price, limits.budget_usd, recorded).with_pool(self.cost.clone())
             })
         });
         let metered;
@@ -236,6 +239,7 @@ impl Unit for ModelUnit {
             thread: options.context.thread.clone(),
             tokens: options.budget.tokens.clone(),
             spend: Arc::default(),
+            cost: options.budget.cost.clone(),
         });
         Step::ready(Ok(()))
     }

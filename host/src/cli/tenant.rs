@@ -425,12 +425,13 @@ pub async fn usage(name: Option<&str>, json: bool, args: &StoreArgs, flag: Optio
         } else {
             let t = &shown["total"];
             outln!(
-                "{}\truns {}\ttokens {}\tcpu-ticks {}\tegress-bytes {}",
+                "{}\truns {}\ttokens {}\tcpu-ticks {}\tegress-bytes {}\tcost-usd {:.6}",
                 tenant.name,
                 t["runs"],
                 t["tokens"],
                 t["cpu_ticks"],
-                t["egress_bytes"]
+                t["egress_bytes"],
+                t["cost_usd"].as_f64().unwrap_or(0.0)
             );
         }
     }

@@ -41,6 +41,12 @@ pub struct RunBudget {
     /// it), and later prompts call no model. `nexo serve` gives each pass
     /// of a tenant's run one. `None`: nothing is counted.
     pub tokens: Option<Arc<Meter>>,
+    /// Where what the run's live model turns cost is counted, in
+    /// nano-dollars, at its model's price; with a limit (what is left of
+    /// the tenant's `usd-per-day`), a turn that may pass it waits for a
+    /// decision ([`crate::spend::Spend`]). `nexo serve` gives each pass of a
+    /// tenant's run one. `None`: nothing is counted.
+    pub cost: Option<Arc<Meter>>,
 }
 
 /// Each tenant's memory and CPU budgets on this node, shared by its runs.

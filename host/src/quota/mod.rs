@@ -164,6 +164,22 @@ async fn refusal(
             return Ok(Some((quota, over(what, used, limit))));
         }
     }
+    if let Some(usd) = quotas.usd_per_day {
+        let spent = spent_today(store, tenant, now_ms).await?;
+        if spent >= crate::spend::nanos(usd) {
+            return Ok(Some((
+                "usd-per-day",
+                Refusal {
+                    message: format!(
+                        "the tenant's model turns cost ${:.6} today (UTC), its quota (${usd}); the quota renews at \
+                         midnight UTC, or the operator raises `usd-per-day`",
+                        crate::spend::usd(spent)
+                    ),
+                    retry_after: Some(until_next_day(now_ms)),
+                },
+            )));
+        }
+    }
     if let (Step::GoOn { run } | Step::Claim { run }, Some(limit)) = (step, quotas.cpu_ticks_per_run) {
         let spent = store.run_usage(run).await?.cpu_ticks;
         if spent >= limit {
@@ -188,6 +204,21 @@ async fn this_hour(store: &dyn Store, tenant: &str, now_ms: i64) -> StoreResult<
     Ok(store.usage(tenant, hour).await?.into_iter().find(|u| u.period_ms == hour))
 }
 
+/// One UTC day in milliseconds: the period of `usd-per-day`.
+const DAY_MS: i64 = 24 * nexo_store::USAGE_PERIOD_MS;
+
+/// What the tenant's model turns cost so far in the UTC day that holds
+/// `now_ms`, in nano-dollars: the sum of the day's hours.
+pub async fn spent_today(store: &dyn Store, tenant: &str, now_ms: i64) -> StoreResult<u64> {
+    let day = now_ms.div_euclid(DAY_MS) * DAY_MS;
+    Ok(store.usage(tenant, day).await?.iter().fold(0u64, |sum, u| sum.saturating_add(u.cost_nanos)))
+}
+
+fn until_next_day(now_ms: i64) -> u64 {
+    let next = (now_ms.div_euclid(DAY_MS) + 1) * DAY_MS;
+    u64::try_from((next - now_ms + 999) / 1000).unwrap_or(1).max(1)
+}
+
 /// The meters of one pass of a tenant's run, each holding what is left
 /// when the pass starts: of the hour's quota, and of the run's own budget
 /// over all its passes so far. Without a quota a meter only counts.
@@ -201,6 +232,9 @@ pub struct Meters {
     /// Model tokens, one counter for every prompt of the pass: what is
     /// left of the hour's.
     pub tokens: Arc<Meter>,
+    /// What the pass's live turns cost, in nano-dollars: what is left of
+    /// the day's `usd-per-day`.
+    pub cost: Arc<Meter>,
 }
 
 /// The [`Meters`] of a pass of the tenant's `run` under its `quotas` now.
@@ -208,9 +242,12 @@ pub struct Meters {
 /// unmetered pass.
 pub async fn pass_meters(store: &dyn Store, tenant: &str, run: &str, quotas: Option<&Quotas>) -> Meters {
     let meter = |limit: Option<u64>| Arc::new(Meter::new(limit));
-    let no_room = || Meters { egress: meter(Some(0)), ticks: meter(Some(0)), tokens: meter(Some(0)) };
+    let no_room =
+        || Meters { egress: meter(Some(0)), ticks: meter(Some(0)), tokens: meter(Some(0)), cost: meter(Some(0)) };
     let Some(quotas) = quotas else { return no_room() };
-    let (Ok(used), Ok(spent)) = (this_hour(store, tenant, nexo_store::now_ms()).await, store.run_usage(run).await)
+    let now = nexo_store::now_ms();
+    let (Ok(used), Ok(spent), Ok(today)) =
+        (this_hour(store, tenant, now).await, store.run_usage(run).await, spent_today(store, tenant, now).await)
     else {
         return no_room();
     };
@@ -225,6 +262,7 @@ pub async fn pass_meters(store: &dyn Store, tenant: &str, run: &str, quotas: Opt
         egress: meter(left(quotas.egress_bytes_per_hour, bytes_used)),
         ticks: meter(ticks),
         tokens: meter(left(quotas.tokens_per_hour, tokens_used)),
+        cost: meter(left(quotas.usd_per_day.map(crate::spend::nanos), today)),
     }
 }
 
@@ -237,6 +275,8 @@ pub struct Pass {
     pub cpu_ticks: u64,
     /// The web bytes its fetches moved ([`pass_meters`]).
     pub egress_bytes: u64,
+    /// What its live turns cost, in nano-dollars ([`pass_meters`]).
+    pub cost_nanos: u64,
 }
 
 impl Meters {
@@ -245,7 +285,12 @@ impl Meters {
     /// recorded it, and a replayed turn (paid for once, by the pass that
     /// journaled it) never reaches the meter.
     pub fn pass(&self) -> Pass {
-        Pass { tokens: self.tokens.used(), cpu_ticks: self.ticks.used(), egress_bytes: self.egress.used() }
+        Pass {
+            tokens: self.tokens.used(),
+            cpu_ticks: self.ticks.used(),
+            egress_bytes: self.egress.used(),
+            cost_nanos: self.cost.used(),
+        }
     }
 
     /// The budget of the pass these meters count, with the tenant's
@@ -257,6 +302,7 @@ impl Meters {
             egress: Some(self.egress.clone()),
             cpu_ticks: Some(self.ticks.clone()),
             tokens: Some(self.tokens.clone()),
+            cost: Some(self.cost.clone()),
         }
     }
 }
@@ -295,10 +341,11 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, 
             tracing::warn!(target: "nexo::server", "cannot audit run {run}'s call `{}`: {err}", used.call);
         }
     }
-    if let Err(err) = store.add_usage(tenant, now, 0, tokens, pass.cpu_ticks, pass.egress_bytes).await {
+    let used =
+        RunUsage { tokens, cpu_ticks: pass.cpu_ticks, egress_bytes: pass.egress_bytes, cost_nanos: pass.cost_nanos };
+    if let Err(err) = store.add_usage(tenant, now, 0, used).await {
         tracing::warn!(target: "nexo::server", "cannot meter run {run}: {err}");
     }
-    let used = RunUsage { tokens, cpu_ticks: pass.cpu_ticks, egress_bytes: pass.egress_bytes };
     if used != RunUsage::default()
         && let Err(err) = store.add_run_usage(run, used).await
     {
@@ -326,7 +373,15 @@ mod tests {
         let store = store_with_tenant().await;
         let hour: i64 = 500_000 * 3_600_000;
         let now = hour + 3_600_000 - 10_500;
-        store.add_usage("t1", now, 3, 900, 50, 0).await.unwrap();
+        store
+            .add_usage(
+                "t1",
+                now,
+                3,
+                nexo_store::RunUsage { tokens: 900, cpu_ticks: 50, egress_bytes: 0, cost_nanos: 0 },
+            )
+            .await
+            .unwrap();
         let check = |quotas: Quotas, step: Step<'static>, at: i64| {
             let store = &store;
             async move { admit(store, "t1", &quotas, step, at).await.unwrap() }
@@ -348,7 +403,15 @@ mod tests {
         assert!(check(spent, Step::Start, hour + 3_600_000).await.is_ok());
         let ticks = Quotas { cpu_ticks_per_hour: Some(50), ..Quotas::default() };
         assert!(check(ticks, Step::Claim { run: "r1" }, now).await.is_err());
-        store.add_usage("t1", now, 0, 0, 0, 4096).await.unwrap();
+        store
+            .add_usage(
+                "t1",
+                now,
+                0,
+                nexo_store::RunUsage { tokens: 0, cpu_ticks: 0, egress_bytes: 4096, cost_nanos: 0 },
+            )
+            .await
+            .unwrap();
         let egress = Quotas { egress_bytes_per_hour: Some(4096), ..Quotas::default() };
         let refused = check(egress, Step::GoOn { run: "r1" }, now).await.unwrap_err();
         assert!(refused.message.contains("4096 egress bytes"), "{}", refused.message);
@@ -444,7 +507,10 @@ mod tests {
         meters.tokens.add(15);
         meters.ticks.add(7);
         meter_pass(&store, "t1", "r", meters.pass(), &PassAudit::default()).await;
-        assert_eq!(store.run_usage("r").await.unwrap(), RunUsage { tokens: 15, cpu_ticks: 7, egress_bytes: 0 });
+        assert_eq!(
+            store.run_usage("r").await.unwrap(),
+            RunUsage { tokens: 15, cpu_ticks: 7, egress_bytes: 0, cost_nanos: 0 }
+        );
         let hour = this_hour(&store, "t1", nexo_store::now_ms()).await.unwrap().unwrap();
         assert_eq!((hour.tokens, hour.cpu_ticks), (15, 7));
     }
@@ -459,13 +525,21 @@ mod tests {
             tokens_per_hour: Some(40),
             ..Quotas::default()
         };
-        store.add_run_usage("r", RunUsage { tokens: 25, cpu_ticks: 70, egress_bytes: 0 }).await.unwrap();
-        store.add_usage("t1", nexo_store::now_ms(), 1, 25, 70, 0).await.unwrap();
+        store.add_run_usage("r", RunUsage { tokens: 25, cpu_ticks: 70, egress_bytes: 0, cost_nanos: 0 }).await.unwrap();
+        store
+            .add_usage(
+                "t1",
+                nexo_store::now_ms(),
+                1,
+                nexo_store::RunUsage { tokens: 25, cpu_ticks: 70, egress_bytes: 0, cost_nanos: 0 },
+            )
+            .await
+            .unwrap();
         let meters = pass_meters(&store, "t1", "r", Some(&quotas)).await;
         assert_eq!(meters.ticks.limit(), Some(30), "the run's own ticks left");
         assert_eq!(meters.tokens.limit(), Some(15), "the hour's tokens left");
         assert_eq!(meters.egress.limit(), None, "no quota: it only counts");
-        store.add_run_usage("r", RunUsage { tokens: 0, cpu_ticks: 30, egress_bytes: 0 }).await.unwrap();
+        store.add_run_usage("r", RunUsage { tokens: 0, cpu_ticks: 30, egress_bytes: 0, cost_nanos: 0 }).await.unwrap();
         let now = nexo_store::now_ms();
         let refused = admit(&store, "t1", &quotas, Step::GoOn { run: "r" }, now).await.unwrap().unwrap_err();
         assert_eq!(refused.retry_after, None, "waiting does not help");

@@ -32,6 +32,11 @@ pub struct Quotas {
     /// it suspends the run with a `budget` approval, which the tenant can
     /// approve only once the operator has raised this quota to cover it.
     pub usd_per_run: Option<f64>,
+    /// US dollars all the tenant's runs may spend on model turns in one UTC
+    /// day (at the same prices). A start past it is refused until midnight
+    /// UTC; a turn that may pass it suspends its run with a `budget`
+    /// approval, approvable once the day's spend allows it.
+    pub usd_per_day: Option<f64>,
     /// Web bytes per hour: the bodies the tenant's runs send and receive
     /// with the `fetch` tool. A run also gets what is left of the hour's
     /// bytes, and its fetches are refused past it.

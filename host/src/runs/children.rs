@@ -174,7 +174,7 @@ impl ChildRuns for Starter {
                     .map_err(|refusal| format!("the tenant's quotas refuse a new run now: {}", refusal.message))?;
                 // Counted as the API counts a start; the count is advisory
                 // until the child is written, as there.
-                let _ = self.store.add_usage(tenant, now, 1, 0, 0, 0).await;
+                let _ = self.store.add_usage(tenant, now, 1, nexo_store::RunUsage::default()).await;
             }
             let kind = if crate::agent_file::is_toml(&agent.path) { "toml" } else { "component" };
             let child = RunSpec { grant: request.grant, depth: spec.depth + 1, origin, ..spec.clone() };

@@ -218,7 +218,7 @@ pub async fn tick(store: &dyn Store) -> usize {
                 tracing::info!(target: "nexo::schedules", schedule = %schedule.id, run = %run.id, "started a scheduled run");
                 if let Some(tenant) = &run.tenant {
                     // As a tenant's `POST /v1/runs` counts and audits its run.
-                    let _ = store.add_usage(tenant, now, 1, 0, 0, 0).await;
+                    let _ = store.add_usage(tenant, now, 1, nexo_store::RunUsage::default()).await;
                     let detail = json!({"run": run.id, "plugin": run.component_sha256, "schedule": schedule.id});
                     if let Err(e) = store.append_audit(tenant, "run.started", &detail, now).await {
                         tracing::warn!(target: "nexo::schedules", run = %run.id, "cannot audit the run's start: {e}");

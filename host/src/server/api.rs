@@ -376,7 +376,7 @@ pub(crate) async fn started(
     wait: bool,
 ) -> ApiResult<(StatusCode, Value)> {
     let now = nexo_store::now_ms();
-    let _ = state.store.add_usage(&tenant.id, now, 1, 0, 0, 0).await;
+    let _ = state.store.add_usage(&tenant.id, now, 1, nexo_store::RunUsage::default()).await;
     let mut detail = json!({ "run": run.id, "plugin": run.component_sha256, "session": run.session });
     if let (Some(detail), Value::Object(granted)) = (detail.as_object_mut(), prepared.granted.to_json()) {
         detail.extend(granted);
@@ -560,8 +560,17 @@ pub(crate) async fn decide(
         .as_ref()
         .filter(|a| decision == Decision::Approved && a.capability == crate::spend::SUBJECT && a.decision.is_none())
     {
-        let budget = policy_of(&tenant)?.quotas.usd_per_run;
-        crate::spend::approvable(&pending.arguments, budget)
+        let quotas = policy_of(&tenant)?.quotas;
+        let day_left = match quotas.usd_per_day {
+            Some(usd) => {
+                let spent = crate::quota::spent_today(&*state.store, &tenant.id, nexo_store::now_ms())
+                    .await
+                    .map_err(ApiError::store)?;
+                Some(crate::spend::nanos(usd).saturating_sub(spent))
+            }
+            None => None,
+        };
+        crate::spend::approvable(&pending.arguments, quotas.usd_per_run, day_left)
             .map_err(|why| ApiError::new(StatusCode::CONFLICT, "budget", why))?;
     }
     // The decision and its resume are one write: a node that dies after it
@@ -878,10 +887,12 @@ pub fn usage_json(periods: &[nexo_store::Usage]) -> Value {
             "tokens": total(|u| u.tokens),
             "cpu_ticks": total(|u| u.cpu_ticks),
             "egress_bytes": total(|u| u.egress_bytes),
+            "cost_usd": crate::spend::usd(total(|u| u.cost_nanos)),
         },
         "periods": periods.iter().map(|u| json!({
             "period_ms": u.period_ms, "runs": u.runs, "tokens": u.tokens,
             "cpu_ticks": u.cpu_ticks, "egress_bytes": u.egress_bytes,
+            "cost_usd": crate::spend::usd(u.cost_nanos),
         })).collect::<Vec<_>>(),
     })
 }

@@ -98,24 +98,17 @@ impl<D: Dialect> Ledger for SqlStore<D> {
         rows.iter().map(|r| self.decode(|errors| rows::audit_heads_row(r, errors))).collect()
     }
 
-    async fn add_usage(
-        &self,
-        tenant: &str,
-        at_ms: i64,
-        runs: u64,
-        tokens: u64,
-        cpu_ticks: u64,
-        egress_bytes: u64,
-    ) -> StoreResult<()> {
+    async fn add_usage(&self, tenant: &str, at_ms: i64, runs: u64, used: RunUsage) -> StoreResult<()> {
         // One upsert: of concurrent adds to a new hour one inserts, the
         // others wait for its row and add to it.
         let args: &[Arg<'_>] = &[
             tenant.into(),
             usage_period(at_ms).into(),
             to_i64(runs, "run count")?.into(),
-            to_i64(tokens, "token count")?.into(),
-            to_i64(cpu_ticks, "CPU tick count")?.into(),
-            to_i64(egress_bytes, "egress byte count")?.into(),
+            to_i64(used.tokens, "token count")?.into(),
+            to_i64(used.cpu_ticks, "CPU tick count")?.into(),
+            to_i64(used.egress_bytes, "egress byte count")?.into(),
+            to_i64(used.cost_nanos, "cost")?.into(),
         ];
         self.add_counts(sql::ADD_USAGE, args, StoreError::NoTenant(tenant.to_string())).await
     }
@@ -131,6 +124,7 @@ impl<D: Dialect> Ledger for SqlStore<D> {
             to_i64(used.tokens, "token count")?.into(),
             to_i64(used.cpu_ticks, "CPU tick count")?.into(),
             to_i64(used.egress_bytes, "egress byte count")?.into(),
+            to_i64(used.cost_nanos, "cost")?.into(),
         ];
         self.add_counts(sql::ADD_RUN_USAGE, args, StoreError::NoRun(run.to_string())).await
     }

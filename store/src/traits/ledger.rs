@@ -39,15 +39,8 @@ pub trait Ledger: Send + Sync {
     /// ([`usage_period`](crate::usage_period)), creating the hour's counters at zero if needed:
     /// one upsert, so concurrent adds in any number of processes all count.
     /// A tenant that is not there is [`StoreError::NoTenant`](crate::StoreError::NoTenant).
-    async fn add_usage(
-        &self,
-        tenant: &str,
-        at_ms: i64,
-        runs: u64,
-        tokens: u64,
-        cpu_ticks: u64,
-        egress_bytes: u64,
-    ) -> StoreResult<()>;
+    /// `runs` counts starts; `used` what passes used.
+    async fn add_usage(&self, tenant: &str, at_ms: i64, runs: u64, used: RunUsage) -> StoreResult<()>;
 
     /// The tenant's usage per hour, from the hour that holds `since_ms` on,
     /// oldest first. Hours with nothing added are not listed.

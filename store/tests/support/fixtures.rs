@@ -147,7 +147,10 @@ async fn later_tables_work(store: &dyn Store, name: &str) {
     };
     store.put_plugin(plugin).await.unwrap();
     assert_eq!(store.plugin_bytes("t-after", &sha256_hex(&bytes)).await.unwrap(), Some(bytes), "{name}");
-    store.add_usage("t-after", now, 1, 10, 2, 0).await.unwrap();
+    store
+        .add_usage("t-after", now, 1, nexo_store::RunUsage { tokens: 10, cpu_ticks: 2, egress_bytes: 0, cost_nanos: 0 })
+        .await
+        .unwrap();
     assert_eq!(store.usage("t-after", 0).await.unwrap().len(), 1, "{name}");
     store.append_audit("t-after", "tenant.created", &json!({}), now).await.unwrap();
     let entries = store.audit("t-after", 0, 10).await.unwrap();
@@ -233,7 +236,10 @@ async fn resume_and_finish(store: &dyn Store, id: &str, how: Claim, input: Optio
     store.commit(id, OWNER, batch).await.unwrap();
     let done = Transition::Finish { status: RunStatus::Done, result: Some("resumed".into()), error: None };
     let before = store.run_usage(id).await.unwrap();
-    store.add_run_usage(id, nexo_store::RunUsage { tokens: 15, cpu_ticks: 2, egress_bytes: 0 }).await.unwrap();
+    store
+        .add_run_usage(id, nexo_store::RunUsage { tokens: 15, cpu_ticks: 2, egress_bytes: 0, cost_nanos: 0 })
+        .await
+        .unwrap();
     let after = nexo_store::RunUsage { tokens: before.tokens + 15, cpu_ticks: before.cpu_ticks + 2, ..before };
     assert_eq!(store.run_usage(id).await.unwrap(), after, "{name}: {id}'s usage over its passes");
     let finished = store.transition(id, OWNER, Batch::default(), done).await.unwrap();

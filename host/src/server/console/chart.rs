@@ -106,6 +106,7 @@ mod tests {
             tokens: 0,
             cpu_ticks: 0,
             egress_bytes: 0,
+            cost_nanos: 0,
         };
         let svg = runs_chart(&[usage(0, 3), usage(5, 7), usage(30, 9)], start, 24);
         assert_eq!(svg.matches("<rect class=\"bar\"").count(), 2, "the hour outside the window is left out");

@@ -40,21 +40,29 @@ pub(super) async fn usage_page(State(state): State<AppState>, console: Console, 
             total["total"][field].as_u64().unwrap_or(0),
         );
     }
+    let _ = write!(
+        cards,
+        "<div class=\"panel\"><div class=\"muted\">Model cost</div><div class=\"value\" id=\"total-cost_usd\">\
+         ${:.4}</div><div class=\"muted\">${:.4} in all</div></div>",
+        window["total"]["cost_usd"].as_f64().unwrap_or(0.0),
+        total["total"]["cost_usd"].as_f64().unwrap_or(0.0),
+    );
     let mut rows = String::new();
     for u in recent.iter().rev() {
         let _ = write!(
             rows,
             "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">${:.4}</td></tr>",
             time_tag(u.period_ms),
             u.runs,
             u.tokens,
             u.cpu_ticks,
-            u.egress_bytes
+            u.egress_bytes,
+            crate::spend::usd(u.cost_nanos)
         );
     }
     if rows.is_empty() {
-        rows.push_str("<tr><td colspan=\"5\" class=\"muted\">Nothing used in this period.</td></tr>");
+        rows.push_str("<tr><td colspan=\"6\" class=\"muted\">Nothing used in this period.</td></tr>");
     }
     let here = |h: usize| if h == hours { " class=\"here\"" } else { "" };
     let body = format!(
@@ -62,7 +70,7 @@ pub(super) async fn usage_page(State(state): State<AppState>, console: Console, 
          <a href=\"/usage?hours=168\"{}>last 7 days</a></div>\
          <div class=\"totals\">{cards}</div><h2>Runs per hour</h2>{}\
          <h2>By hour</h2><table><thead><tr><th>Hour</th><th class=\"num\">Runs</th><th class=\"num\">Tokens</th>\
-         <th class=\"num\">CPU ticks</th><th class=\"num\">Egress bytes</th></tr></thead><tbody>{rows}</tbody></table>",
+         <th class=\"num\">CPU ticks</th><th class=\"num\">Egress bytes</th><th class=\"num\">Cost</th></tr></thead><tbody>{rows}</tbody></table>",
         here(24),
         here(168),
         runs_chart(&recent, start, hours),
