@@ -2614,13 +2614,15 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
         tokens,
         cpu_ticks,
         egress_bytes,
+        // Each add below costs a thousand nano-dollars per egress byte.
+        cost_nanos: egress_bytes * 1_000,
     };
     store
         .add_usage(
             "t-acme",
             base + 10,
             1,
-            nexo_store::RunUsage { tokens: 100, cpu_ticks: 5, egress_bytes: 1_000, cost_nanos: 0 },
+            nexo_store::RunUsage { tokens: 100, cpu_ticks: 5, egress_bytes: 1_000, cost_nanos: 1000000 },
         )
         .await
         .unwrap();
@@ -2630,7 +2632,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
             "t-acme",
             base + HOUR - 1,
             2,
-            nexo_store::RunUsage { tokens: 50, cpu_ticks: 0, egress_bytes: 24, cost_nanos: 0 },
+            nexo_store::RunUsage { tokens: 50, cpu_ticks: 0, egress_bytes: 24, cost_nanos: 24000 },
         )
         .await
         .unwrap();
@@ -2639,7 +2641,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
             "t-acme",
             base + HOUR,
             1,
-            nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 0 },
+            nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 1000 },
         )
         .await
         .unwrap();
@@ -2658,7 +2660,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
             "t-beta",
             base + 20,
             9,
-            nexo_store::RunUsage { tokens: 9, cpu_ticks: 9, egress_bytes: 9, cost_nanos: 0 },
+            nexo_store::RunUsage { tokens: 9, cpu_ticks: 9, egress_bytes: 9, cost_nanos: 9000 },
         )
         .await
         .unwrap();
@@ -2686,7 +2688,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
                         "t-beta",
                         base + 30,
                         1,
-                        nexo_store::RunUsage { tokens: 2, cpu_ticks: 3, egress_bytes: 4, cost_nanos: 0 },
+                        nexo_store::RunUsage { tokens: 2, cpu_ticks: 3, egress_bytes: 4, cost_nanos: 4000 },
                     )
                     .await
             })
@@ -2703,7 +2705,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
                 "t-missing",
                 base,
                 1,
-                nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 0 },
+                nexo_store::RunUsage { tokens: 1, cpu_ticks: 1, egress_bytes: 1, cost_nanos: 1000 },
             )
             .await,
         "t-missing",
@@ -2712,7 +2714,7 @@ async fn usage_adds_up_per_hour(store: Arc<dyn Store>) {
 }
 
 async fn a_runs_usage_adds_up_over_its_passes_and_goes_with_it(store: Arc<dyn Store>) {
-    let used = |tokens, cpu_ticks, egress_bytes| RunUsage { tokens, cpu_ticks, egress_bytes, cost_nanos: 0 };
+    let used = |tokens, cpu_ticks, egress_bytes| RunUsage { tokens, cpu_ticks, egress_bytes, cost_nanos: tokens * 10 };
     running(&store, "r1").await;
     assert_eq!(store.run_usage("r1").await.unwrap(), RunUsage::default(), "nothing yet");
     store.add_run_usage("r1", used(40, 3, 0)).await.unwrap();

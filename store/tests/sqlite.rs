@@ -421,10 +421,13 @@ async fn open_by_location() {
     }
 }
 
-/// Takes a file back from version 12 to what version 5 wrote: version 6
+/// Takes a file back from version 13 to what version 5 wrote: version 6
 /// only added the jobs' queue and turn (and their indexes, in place of
 /// `jobs_by_due`) and the sessions' index by instance.
 const UNDO_VERSION_6: &[&str] = &[
+    "ALTER TABLE run_usage DROP COLUMN cost_nanos",
+    "ALTER TABLE tenant_usage DROP COLUMN cost_nanos",
+    "DELETE FROM nexo_schema WHERE version = 13",
     "DROP INDEX runs_by_parent",
     "ALTER TABLE runs DROP COLUMN parent",
     "DELETE FROM nexo_schema WHERE version = 12",
