@@ -62,6 +62,7 @@ fn per_turn(c: &mut Criterion, tracing: &str) {
                         instructions: &instructions,
                         history: &[],
                         limits: LoopLimits::default(),
+                        spend: None,
                     };
                     let outcome = rt.block_on(HostLoop.run(ctx, "list the docs")).unwrap();
                     assert_eq!(outcome.status, Status::Completed);
@@ -170,6 +171,7 @@ fn per_turn_http(c: &mut Criterion) {
                 instructions: &instructions,
                 history: &[],
                 limits,
+                spend: None,
             };
             let outcome = rt.block_on(HostLoop.run(ctx, "list the files")).unwrap();
             assert_eq!((outcome.status.clone(), outcome.turns), (Status::Completed, turns + 1));

@@ -478,6 +478,25 @@ mod tests {
         }
     }
 
+    /// A budget in dollars needs every model the policy names to have a
+    /// price, and is more than zero.
+    #[test]
+    fn a_budget_in_dollars_needs_priced_models() {
+        let mut config = crate::config::ConfigFile::default();
+        config.serve.models.insert("m".into(), crate::config::ModelTable::default());
+        let text = r#"{"models": ["m"], "quotas": {"usd-per-day": 5}}"#;
+        let err = Policy::parse(text, &config).unwrap_err();
+        assert!(err.contains("the model `m` has none") && err.contains("[serve.models.m]"), "{err}");
+        let priced = crate::config::ModelTable {
+            price: Some(crate::spend::Price { input: 1.0, output: 2.0 }),
+            ..crate::config::ModelTable::default()
+        };
+        config.serve.models.insert("m".into(), priced);
+        assert_eq!(Policy::parse(text, &config).unwrap().quotas.usd_per_day, Some(5.0));
+        let err = Policy::parse(r#"{"quotas": {"usd-per-run": 0}}"#, &config).unwrap_err();
+        assert!(err.contains("usd-per-run is 0"), "{err}");
+    }
+
     #[test]
     fn storage_and_streams_have_a_cap_when_the_policy_sets_none() {
         let unset = Policy::parse("{}", &crate::config::ConfigFile::default()).unwrap().quotas;

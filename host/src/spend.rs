@@ -43,10 +43,12 @@ impl Price {
     /// (where the price was set) in the error.
     pub fn check(&self, key: &str) -> Result<(), String> {
         for (what, value) in [("input", self.input), ("output", self.output)] {
-            if !value.is_finite() || value < 0.0 {
+            // A million dollars a million tokens is past any model's; the
+            // bound keeps every cost well inside the store's counters.
+            if !value.is_finite() || !(0.0..=1e6).contains(&value) {
                 return Err(format!(
-                    "`{key}` has {what} = {value}: a price is dollars per million tokens, zero or more (for \
-                     example `{{ input = 3.0, output = 15.0 }}`)"
+                    "`{key}` has {what} = {value}: a price is dollars per million tokens, from 0 to \
+                     1000000 (for example `{{ input = 3.0, output = 15.0 }}`)"
                 ));
             }
         }
@@ -206,10 +208,11 @@ impl Spend {
         if need <= budget {
             return Ok(());
         }
+        // A tenant's run draws on its day (`pool`): its budget is the operator's quota.
+        let key = if self.pool.is_some() { "the operator's `usd-per-run` quota" } else { "`[model] budget-usd`" };
         Err(format!(
             "the next model turn may cost up to ${:.6}, and the run has spent ${:.6} of its budget of ${:.6}: raise \
-             the budget to at least ${:.6} (`[model] budget-usd`; for a tenant, its `usd-per-run` quota) and \
-             approve, or deny to end the prompt here",
+             the budget to at least ${:.6} ({key}) and approve, or deny to end the prompt here",
             usd(may_cost),
             usd(spent),
             usd(budget),

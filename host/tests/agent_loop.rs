@@ -56,7 +56,8 @@ async fn run(
     limits: LoopLimits,
     instructions: &[String],
 ) -> (Outcome, Vec<Event>) {
-    let ctx = LoopContext { provider: Some(provider), tools: &tb.tools, instructions, history: &[], limits };
+    let ctx =
+        LoopContext { provider: Some(provider), tools: &tb.tools, instructions, history: &[], limits, spend: None };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let events = tb.events.lock().unwrap().clone();
     (outcome, events)
@@ -300,6 +301,7 @@ async fn progressive_skills_offer_names_and_load_bodies_on_activation() {
         instructions: &p,
         history: &[],
         limits: LoopLimits::default(),
+        spend: None,
     };
     let outcome = HostLoop.run(ctx, "triage this").await.unwrap();
     let results: Vec<(&str, bool)> = outcome
@@ -467,6 +469,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         instructions: &[],
         history: &[],
         limits: LoopLimits::default(),
+        spend: None,
     };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     let Message::ToolResult { content, is_error: false, .. } = &outcome.transcript[2] else {
@@ -488,6 +491,7 @@ async fn a_unit_added_by_the_embedder_serves_tools_through_the_same_path() {
         instructions: &[],
         history: &[],
         limits: LoopLimits::default(),
+        spend: None,
     };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     // A tool every call of which the gate refuses is not offered at all.

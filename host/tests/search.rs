@@ -115,6 +115,7 @@ async fn the_model_gets_rows_as_untrusted_json() {
         instructions: &[],
         history: &[],
         limits: LoopLimits::default(),
+        spend: None,
     };
     let outcome = HostLoop.run(ctx, "go").await.unwrap();
     assert_eq!(outcome.text, "done");

@@ -757,11 +757,9 @@ impl Ledger for Counting {
         tenant: &str,
         at_ms: i64,
         runs: u64,
-        tokens: u64,
-        cpu_ticks: u64,
-        egress_bytes: u64,
+        used: nexo_store::RunUsage,
     ) -> nexo_store::StoreResult<()> {
-        self.inner.add_usage(tenant, at_ms, runs, tokens, cpu_ticks, egress_bytes).await
+        self.inner.add_usage(tenant, at_ms, runs, used).await
     }
 
     async fn usage(&self, tenant: &str, since_ms: i64) -> nexo_store::StoreResult<Vec<nexo_store::Usage>> {

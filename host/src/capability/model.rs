@@ -69,10 +69,21 @@ impl Prompting {
                  or ask the operator to lift the tenant's `tokens-per-hour` quota"
             )));
         }
-        if outside && limits.budget_usd.is_some() {
+        let day_limited = self.cost.as_ref().is_some_and(|m| m.limit().is_some());
+        if outside && (limits.budget_usd.is_some() || day_limited) {
             return Err(nexo_model::ModelError::Config(
-                "this run has a budget in money (`budget-usd`), which the claude-code loop cannot keep: its CLI \
-                 calls the model itself, past the host's gate; use the host loop, or drop the budget"
+                "this run has a budget in money (`budget-usd`, or its tenant's `usd-per-run` or `usd-per-day`), \
+                 which the claude-code loop cannot keep: its CLI calls the model itself, past the host's gate; use \
+                 the host loop, or drop the budget"
+                    .into(),
+            ));
+        }
+        // A model without a price cannot be held to a day in dollars (an
+        // agent's hinted model, or a price the operator took away).
+        if day_limited && limits.price.is_none() && !outside {
+            return Err(nexo_model::ModelError::Config(
+                "this run's tenant has a budget in dollars (`usd-per-day`), and its model has no price: the \
+                 operator adds `price` to the model's `[serve.models.NAME]` and names it in the tenant's policy"
                     .into(),
             ));
         }
@@ -110,6 +121,10 @@ impl Prompting {
         if outside && let (Some(meter), Ok(done)) = (&self.tokens, &outcome) {
             let tokens = done.usage.input_tokens.saturating_add(done.usage.output_tokens);
             meter.add(usize::try_from(tokens).unwrap_or(usize::MAX));
+            if let (Some(cost), Some(price)) = (&self.cost, limits.price) {
+                let nanos = price.cost(done.usage.input_tokens, done.usage.output_tokens);
+                cost.add(usize::try_from(nanos).unwrap_or(usize::MAX));
+            }
         }
         outcome
     }

@@ -227,6 +227,8 @@ mod tests {
             "script",
             "max-turns",
             "token-budget",
+            "price",
+            "budget-usd",
             "loop",
             "claude-binary",
             "claude-builtin-tools",

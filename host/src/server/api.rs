@@ -296,8 +296,10 @@ pub(crate) async fn prepare(
         })?,
         None => crate::config::ModelTable::default(),
     };
-    // A served run's budget is its tenant's quota, never the model table's.
-    let model = crate::config::ModelTable { budget_usd: policy.quotas.usd_per_run, ..model };
+    // A served run's budget is its tenant's quota, never the model table's
+    // (a policy with one names only priced models).
+    let budget_usd = policy.quotas.usd_per_run.filter(|_| model.price.is_some());
+    let model = crate::config::ModelTable { budget_usd, ..model };
     let spec = RunSpec {
         grant: granted.grant.clone(),
         model,
@@ -554,6 +556,13 @@ pub(crate) async fn decide(
 ) -> ApiResult<Json<Value>> {
     may_go_on(&state, &tenant, &id).await?;
     let before = state.store.approval(&id).await.map_err(ApiError::store)?;
+    // An approval decides only the call read here, which the budget check
+    // below saw: one written since (the run went on) is not decided blind.
+    if decision == Decision::Approved && before.as_ref().is_none_or(|a| a.call() != call) {
+        let status = own_run(&state, &tenant, &id).await?.status;
+        let pending = before.map(Box::new);
+        return Err(ApiError::store(nexo_store::StoreError::StaleApproval { run: id, given: call, status, pending }));
+    }
     // A served run's budget is the operator's: the tenant may let a turn
     // go on only once the budget covers it.
     if let Some(pending) = before
