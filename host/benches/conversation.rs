@@ -198,6 +198,8 @@ async fn model_loop(server: &MockServer, tools: &ToolContext) -> Conversation {
         instructions: vec![INSTRUCTIONS.to_string()],
         thread: Some(thread.clone()),
         tokens: None,
+        spend: Arc::default(),
+        cost: None,
     };
     let mut wall = Vec::with_capacity(TURNS);
     for turn in 1..=TURNS {

@@ -152,7 +152,13 @@ impl Loop for HostLoop {
                 };
                 let deltas: Option<DeltaSink<'_>> = if ctx.limits.stream { Some(&delta_sink) } else { None };
                 let turn = Turn { request: &request, deltas };
+                // Under a budget, one turn of the run at a time is checked and counted.
+                let counting = match ctx.spend {
+                    Some(spend) => spend.turn().await,
+                    None => None,
+                };
                 let response = ctx.tools.call(&ModelTurn(provider, ctx.spend), turn).await;
+                drop(counting);
                 (messages, tools) = (request.messages, request.tools);
                 let response = match response {
                     // The operator would not pass the budget: the prompt ends

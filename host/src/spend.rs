@@ -118,9 +118,12 @@ pub struct Spend {
     price: Price,
     budget: Option<u64>,
     spent: AtomicU64,
-    /// What the run's tenant may still spend today, shared by its passes
-    /// on this node ([`crate::quota::RunBudget::cost`]).
+    /// What the run's tenant may still spend today, from when this pass
+    /// started ([`crate::quota::RunBudget::cost`]).
     pool: Option<Arc<Meter>>,
+    /// Held from a turn's check until its cost is counted, so prompts the
+    /// run makes at once cannot each pass the check on the same spend.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Spend {
@@ -129,7 +132,13 @@ impl Spend {
     /// journal holds) cost.
     pub fn new(price: Price, budget_usd: Option<f64>, recorded: Usage) -> Spend {
         let spent = price.cost(recorded.input_tokens, recorded.output_tokens);
-        Spend { price, budget: budget_usd.map(nanos), spent: AtomicU64::new(spent), pool: None }
+        Spend {
+            price,
+            budget: budget_usd.map(nanos),
+            spent: AtomicU64::new(spent),
+            pool: None,
+            turn: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// The same spend, counting live turns on `pool` too, and keeping
@@ -143,6 +152,12 @@ impl Spend {
     /// tenant's day has a limit.
     pub fn limited(&self) -> bool {
         self.budget.is_some() || self.pool_left().is_some()
+    }
+
+    /// Waits for the run's other turns to be counted, when a turn may be
+    /// held back: the guard is held over the turn's check and its answer.
+    pub async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        if self.limited() { Some(self.turn.lock().await) } else { None }
     }
 
     /// What is left of the tenant's day, in nano-dollars, when it has a limit.

@@ -1475,7 +1475,7 @@ async fn a_run_past_its_budget_suspends_and_goes_on_once_the_budget_is_raised_an
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .filter(|e| e["kind"] == "done")
                 .map(|e| e["data"]["cost_usd"].clone())
-                .last();
+                .next_back();
             assert_eq!(cost, Some(json!(0.301)), "{}", stdout(&events));
             let shown = stdout(&scene.nexo(&["runs", "show", &id, "--full"]));
             assert!(shown.contains("271000 input / 30000 output tokens, $0.301000"), "{shown}");
