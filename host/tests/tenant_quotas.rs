@@ -441,6 +441,18 @@ async fn a_tenants_cpu_cores_share_slows_its_guest_to_that_share() {
     assert!(fast_wall * 2 < slow_wall, "without a share: {fast_wall:?}, with one: {slow_wall:?}");
 }
 
+/// A scene whose operator also serves `priced`, at a dollar a million
+/// tokens in and out.
+async fn priced_scene() -> Scene {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!(
+        "[serve.models.priced]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"priced-model\"\n\
+         price = {{ input = 1.0, output = 1.0 }}\n",
+        scene.model.openai_base_url()
+    ));
+    scene
+}
+
 /// A tenant's run that would pass its `usd-per-run` quota suspends with a
 /// `budget` approval; the tenant cannot approve its way past the operator's
 /// budget (409, nothing decided, nothing paid), and once the operator
@@ -448,12 +460,7 @@ async fn a_tenants_cpu_cores_share_slows_its_guest_to_that_share() {
 /// it paid for answered from its journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_approve_past_its_operators_budget_until_the_quota_is_raised() {
-    let scene = Scene::new(None).await;
-    scene.configure(&format!(
-        "[serve.models.priced]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"priced-model\"\n\
-         price = {{ input = 1.0, output = 1.0 }}\n",
-        scene.model.openai_base_url()
-    ));
+    let scene = priced_scene().await;
     let policy = |usd: f64| json!({"models": ["priced"], "quotas": {"usd-per-run": usd}});
     let key = scene.tenant("lee", Some(policy(0.15)));
     let node = scene.node("a");
@@ -502,12 +509,7 @@ async fn a_tenant_cannot_approve_past_its_operators_budget_until_the_quota_is_ra
 /// quota lets the waiting run be approved and finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_day_budget_holds_its_runs_and_shows_in_its_usage() {
-    let scene = Scene::new(None).await;
-    scene.configure(&format!(
-        "[serve.models.priced]\nprovider = \"openai-compatible\"\nbase-url = \"{}\"\nmodel = \"priced-model\"\n\
-         price = {{ input = 1.0, output = 1.0 }}\n",
-        scene.model.openai_base_url()
-    ));
+    let scene = priced_scene().await;
     let policy = |usd: f64| json!({"models": ["priced"], "quotas": {"usd-per-day": usd}});
     let key = scene.tenant("may", Some(policy(0.15)));
     let node = scene.node("a");

@@ -417,6 +417,17 @@ mod tests {
         assert!(refused.message.contains("4096 egress bytes"), "{}", refused.message);
         let egress = Quotas { egress_bytes_per_hour: Some(4097), ..Quotas::default() };
         assert!(check(egress, Step::Start, now).await.is_ok());
+        // Dollars count over the UTC day: the hours before add up.
+        let earlier = RunUsage { cost_nanos: 1_500_000_000, ..RunUsage::default() };
+        store.add_usage("t1", hour - 5 * 3_600_000, 0, earlier).await.unwrap();
+        store.add_usage("t1", now, 0, RunUsage { cost_nanos: 500_000_000, ..RunUsage::default() }).await.unwrap();
+        let day = Quotas { usd_per_day: Some(2.0), ..Quotas::default() };
+        let refused = check(day.clone(), Step::GoOn { run: "r1" }, now).await.unwrap_err();
+        assert!(refused.message.contains("cost $2.000000 today"), "{}", refused.message);
+        let midnight = (now / 86_400_000 + 1) * 86_400_000;
+        assert_eq!(refused.retry_after, Some(u64::try_from((midnight - now + 999) / 1000).unwrap()));
+        assert!(check(day, Step::Start, midnight).await.is_ok(), "a new day starts afresh");
+        assert!(check(Quotas { usd_per_day: Some(2.01), ..Quotas::default() }, Step::Start, now).await.is_ok());
     }
 
     fn run(id: &str, status: nexo_store::RunStatus) -> nexo_store::NewRun {
