@@ -160,14 +160,19 @@ impl Policy {
                     .into());
             }
         }
-        for (key, usd) in [("usd-per-run", self.quotas.usd_per_run), ("usd-per-day", self.quotas.usd_per_day)] {
+        let dollars = [
+            ("usd-per-run", self.quotas.usd_per_run),
+            ("usd-per-session", self.quotas.usd_per_session),
+            ("usd-per-day", self.quotas.usd_per_day),
+        ];
+        for (key, usd) in dollars {
             if let Some(usd) = usd
                 && (!usd.is_finite() || usd <= 0.0)
             {
                 return Err(format!("quotas: {key} is {usd}: it is US dollars, more than zero"));
             }
         }
-        let priced = self.quotas.usd_per_run.is_some() || self.quotas.usd_per_day.is_some();
+        let priced = dollars.iter().any(|(_, usd)| usd.is_some());
         for model in &self.models {
             let Some(table) = config.serve.models.get(model) else {
                 return Err(format!(
@@ -176,9 +181,9 @@ impl Policy {
             };
             if priced && table.price.is_none() {
                 return Err(format!(
-                    "quotas: a budget in dollars (usd-per-run, usd-per-day) needs prices, and the model `{model}` has \
-                     none: add `price = {{ \
-                     input = …, output = … }}` (dollars per million tokens) to [serve.models.{model}]"
+                    "quotas: a budget in dollars (usd-per-run, usd-per-session, usd-per-day) needs prices, and the \
+                     model `{model}` has none: add `price = {{ input = …, output = … }}` (dollars per million \
+                     tokens) to [serve.models.{model}]"
                 ));
             }
         }

@@ -101,8 +101,9 @@ pub fn approvable(shown: &serde_json::Value, budget_usd: Option<f64>, day_left: 
         Some(budget) if budget >= need => Ok(()),
         Some(budget) => Err(format!(
             "the run waits on its budget: it has spent ${:.6} and its next turn may cost ${:.6}, past the budget \
-             of ${:.6} the operator set (the tenant's `usd-per-run` quota); the operator raises the quota to at \
-             least ${:.6}, or deny to end the prompt here",
+             of ${:.6} the operator set (the tenant's `usd-per-run` quota, or what its session's other runs left \
+             of `usd-per-session`); the operator raises the quota to at least ${:.6}, or deny to end the prompt \
+             here",
             usd(amount("spent_usd")),
             usd(amount("may_cost_usd")),
             usd(budget),
@@ -224,7 +225,11 @@ impl Spend {
             return Ok(());
         }
         // A tenant's run draws on its day (`pool`): its budget is the operator's quota.
-        let key = if self.pool.is_some() { "the operator's `usd-per-run` quota" } else { "`[model] budget-usd`" };
+        let key = if self.pool.is_some() {
+            "the operator's `usd-per-run` or `usd-per-session` quota"
+        } else {
+            "`[model] budget-usd`"
+        };
         Err(format!(
             "the next model turn may cost up to ${:.6}, and the run has spent ${:.6} of its budget of ${:.6}: raise \
              the budget to at least ${:.6} ({key}) and approve, or deny to end the prompt here",

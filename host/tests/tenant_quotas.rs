@@ -551,3 +551,31 @@ async fn a_tenants_day_budget_holds_its_runs_and_shows_in_its_usage() {
     let (_, usage) = scene.get(&node.url("/v1/usage"), &key).await;
     assert_eq!(usage["total"]["cost_usd"], 0.3, "{usage}");
 }
+
+/// A session's prompts share its `usd-per-session`: each prompt's run gets
+/// what the others left, so the prompt that would pass it suspends with a
+/// `budget` approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_prompts_share_its_budget() {
+    let scene = priced_scene().await;
+    let key = scene.tenant("ned", Some(json!({"models": ["priced"], "quotas": {"usd-per-session": 0.15}})));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &key, built::WORKFLOW_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap();
+    for answer in ["one", "two", "three"] {
+        scene.model.push(Reply::text(answer).with_usage(90_000, 10_000));
+    }
+    let prompt = |input: &str| json!({"plugin": sha, "instance": "chat", "input": input, "wait": true});
+    for input in ["prompt a", "prompt b"] {
+        let (status, done) = scene.post(&node.url("/v1/sessions/prompt"), &key, prompt(input)).await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+        assert_eq!(done["run"]["status"], "done", "{input}: {done}");
+    }
+    let (_, third) = scene.post(&node.url("/v1/sessions/prompt"), &key, prompt("prompt c")).await;
+    let id = third["run"]["id"].as_str().unwrap();
+    let waiting = scene.settle(&node, &key, id).await;
+    assert_eq!(waiting["status"], "suspended", "the session's $0.20 left nothing: {waiting}");
+    assert_eq!(waiting["approval"]["capability"], "budget", "{waiting}");
+    assert_eq!(waiting["approval"]["arguments"]["budget_usd"], 0.0, "{waiting}");
+    assert_eq!(scene.model.requests().len(), 2, "the third prompt's turn was not sent");
+}

@@ -102,10 +102,11 @@ impl ModelTable {
             price.check("[model] price").map_err(|why| ConfigError::invalid("price", why))?;
         }
         if let Some(budget) = table.budget_usd {
-            if !budget.is_finite() || budget <= 0.0 {
+            // Zero is a budget: every turn waits for a decision.
+            if !budget.is_finite() || budget < 0.0 {
                 return Err(ConfigError::invalid(
                     "budget-usd",
-                    format!("the budget is {budget}: it is US dollars, more than zero (`--budget-usd 0.50`)"),
+                    format!("the budget is {budget}: it is US dollars, zero or more (`--budget-usd 0.50`)"),
                 ));
             }
             if table.price.is_none() {

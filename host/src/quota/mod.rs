@@ -214,6 +214,26 @@ pub async fn spent_today(store: &dyn Store, tenant: &str, now_ms: i64) -> StoreR
     Ok(store.usage(tenant, day).await?.iter().fold(0u64, |sum, u| sum.saturating_add(u.cost_nanos)))
 }
 
+/// A tenant's run's budget in dollars now: its `usd-per-run`, or what its
+/// session's other runs left of `usd-per-session` if that is less. `None`:
+/// no budget.
+pub async fn run_budget(store: &dyn Store, run: &nexo_store::Run, quotas: &Quotas) -> StoreResult<Option<f64>> {
+    let session_left = match (quotas.usd_per_session, &run.session) {
+        (Some(usd), Some(session)) => {
+            let mut others = 0u64;
+            for other in store.session_runs(session).await?.iter().filter(|r| r.id != run.id) {
+                others = others.saturating_add(store.run_usage(&other.id).await?.cost_nanos);
+            }
+            Some(crate::spend::usd(crate::spend::nanos(usd).saturating_sub(others)))
+        }
+        _ => None,
+    };
+    Ok(match (quotas.usd_per_run, session_left) {
+        (Some(run), Some(session)) => Some(run.min(session)),
+        (run, session) => run.or(session),
+    })
+}
+
 fn until_next_day(now_ms: i64) -> u64 {
     let next = (now_ms.div_euclid(DAY_MS) + 1) * DAY_MS;
     u64::try_from((next - now_ms + 999) / 1000).unwrap_or(1).max(1)

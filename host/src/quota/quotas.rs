@@ -32,6 +32,11 @@ pub struct Quotas {
     /// it suspends the run with a `budget` approval, which the tenant can
     /// approve only once the operator has raised this quota to cover it.
     pub usd_per_run: Option<f64>,
+    /// US dollars one session's prompts (each a run) may spend on model
+    /// turns together, at the same prices: a run of the session gets what
+    /// the session's other runs left as its budget, and suspends as at
+    /// `usd-per-run`.
+    pub usd_per_session: Option<f64>,
     /// US dollars all the tenant's runs may spend on model turns in one UTC
     /// day (at the same prices). A start past it is refused until midnight
     /// UTC; a turn that may pass it suspends its run with a `budget`

@@ -145,7 +145,11 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
                 spec.grant = spec.grant.within(&bounds);
                 // The budget as the operator sets it now: raising the quota
                 // is how a run waiting on its budget goes on.
-                spec.model.budget_usd = policy.quotas.usd_per_run.filter(|_| spec.model.price.is_some());
+                let budget = match crate::quota::run_budget(&**runs.store(), &run, &policy.quotas).await {
+                    Ok(budget) => budget,
+                    Err(e) => return refused(format!("run {} cannot go on: {e}", run.id)),
+                };
+                spec.model.budget_usd = budget.filter(|_| spec.model.price.is_some());
             }
             Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
         }

@@ -579,7 +579,9 @@ pub(crate) async fn decide(
             }
             None => None,
         };
-        crate::spend::approvable(&pending.arguments, quotas.usd_per_run, day_left)
+        let run = own_run(&state, &tenant, &id).await?;
+        let budget = crate::quota::run_budget(&*state.store, &run, &quotas).await.map_err(ApiError::store)?;
+        crate::spend::approvable(&pending.arguments, budget, day_left)
             .map_err(|why| ApiError::new(StatusCode::CONFLICT, "budget", why))?;
     }
     // The decision and its resume are one write: a node that dies after it
