@@ -2,7 +2,7 @@
 //!
 //! The operator prices a model ([`Price`], US dollars per million input
 //! and output tokens) and gives a run a budget in dollars. Before each live
-//! model turn the gate reserves what the turn may cost
+//! model turn the gate checks what the turn may cost
 //! ([`Spend::may_cost`]) against what the run has spent
 //! ([`Gate::Budget`](crate::authority::Gate::Budget)); a turn that would
 //! pass the budget suspends the run with a `budget` approval instead of
@@ -39,8 +39,8 @@ pub struct Price {
 }
 
 impl Price {
-    /// Checks that both prices are finite and not negative, naming `key`
-    /// (where the price was set) in the error.
+    /// Checks that both prices are from 0 to a million dollars, naming
+    /// `key` (where the price was set) in the error.
     pub fn check(&self, key: &str) -> Result<(), String> {
         for (what, value) in [("input", self.input), ("output", self.output)] {
             // A million dollars a million tokens is past any model's; the
