@@ -26,6 +26,14 @@
 //! `approve`; no rule leaves it to the mode. Rules never widen a mode that
 //! refuses the shell outright.
 //!
+//! The **data-flow guard** lies over both ([`DataFlow`]): once the run's
+//! context holds untrusted content (a fetched page, search results), a call
+//! that can send data out (a fetch, a search, an MCP tool not marked
+//! read-only, a shell with network) meets the operator's action for what
+//! the run holds: allowed as the mode decides, asked about whatever the
+//! mode, or refused. What the run holds is the host-call path's
+//! [`Taint`]; which calls bring labels in and which send is decided here.
+//!
 //! MCP tools are a second, fail-closed axis ([`Gate::Mcp`]): a server is
 //! reachable only if the agent requested it and the operator configured it,
 //! and a tool on it passes by the agent's exact `mcp-allow` names (narrowed
@@ -38,7 +46,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ToolError;
-use crate::grant::{Bounds, CommandRules, DEFAULT_ALLOW, Grant, McpAllow, Ruling, stricter};
+use crate::flow::{Labels, Taint};
+use crate::grant::{Bounds, CommandRules, DEFAULT_ALLOW, DataFlow, FlowAction, Grant, McpAllow, Ruling, stricter};
 use crate::hint::{Fix, Vocabulary};
 use crate::manifest::{AgentManifest, CapSet, Capability, PermissionMode};
 
@@ -297,6 +306,22 @@ impl Permissions {
 }
 
 impl Permissions {
+    /// [`Permissions::ask_anyway`] for an MCP tool call: the `ask` hook for
+    /// MCP tools on the terminal, a durable approval otherwise.
+    pub fn ask_anyway_mcp(&self, server: &str, tool: &str, arguments: &serde_json::Value, why: &str) -> Verdict {
+        let name = format!("{server}/{tool}");
+        match (self.mode, &self.on_ask_mcp) {
+            (PermissionMode::Ask, Some(hook)) if hook(server, tool, arguments) => Verdict::Allow,
+            (PermissionMode::Ask, Some(_)) => Verdict::Deny(format!("the operator declined the MCP tool `{name}`")),
+            (PermissionMode::Ask, None) => Verdict::Deny(format!(
+                "the MCP tool `{name}` needs the operator's decision ({why}), and no terminal was available to ask \
+                 on, so the call was denied: {}",
+                self.nobody_to_ask()
+            )),
+            _ => Verdict::ApprovalRequired(format!("the MCP tool `{name}` waits for an approval: {why}")),
+        }
+    }
+
     /// Decides one MCP tool call that is not on the agent's `mcp-allow`
     /// list (listed calls pass under every mode). `name` is how messages
     /// name the tool (`server/tool`).
@@ -340,6 +365,10 @@ pub struct Authority {
     unavailable: [Option<Refusal>; Capability::ALL.len()],
     /// The rules on `shell` commands.
     commands: CommandRules,
+    /// The data-flow guard.
+    flow: DataFlow,
+    /// Whether shell commands reach the network (a send, for the guard).
+    shell_network: bool,
     mcp: McpAuthority,
 }
 
@@ -398,6 +427,8 @@ impl Authority {
             permissions,
             unavailable: [None; Capability::ALL.len()],
             commands: grant.commands.clone(),
+            flow: grant.data_flow.clone(),
+            shell_network: true,
             mcp: McpAuthority {
                 requested: manifest.mcp_servers.clone(),
                 effective: manifest.mcp_servers.iter().filter(|s| servers.contains(*s)).cloned().collect(),
@@ -442,6 +473,93 @@ impl Authority {
     /// refuses it with `why`, and its tool is not offered.
     pub fn set_unavailable(&mut self, cap: Capability, why: Refusal) {
         self.unavailable[cap.index()] = Some(why);
+    }
+
+    /// Notes whether the sandbox's shell commands reach the network: a
+    /// shell without it sends nothing out. Until noted, they do.
+    pub fn set_shell_network(&mut self, network: bool) {
+        self.shell_network = network;
+    }
+
+    /// The data-flow guard.
+    pub fn data_flow(&self) -> &DataFlow {
+        &self.flow
+    }
+
+    /// The labels the result of the call `gate` describes brings into the
+    /// run's context: fetched pages and search results are untrusted,
+    /// workspace files (or the operator's private paths) private, a shell
+    /// command's output both (untrusted only with network), an MCP tool's
+    /// as the operator marks it.
+    pub fn source(&self, gate: &Gate<'_>) -> Labels {
+        let private = |yes: bool| if yes { Labels::PRIVATE } else { Labels::NONE };
+        match *gate {
+            Gate::Capability(Capability::Fetch | Capability::Search, _) => Labels::UNTRUSTED,
+            Gate::Capability(Capability::Read | Capability::Glob, path) => private(self.flow.private_path(path)),
+            Gate::Capability(Capability::Shell, _) => {
+                let untrusted = if self.shell_network { Labels::UNTRUSTED } else { Labels::NONE };
+                private(self.flow.any_private_path()).with(untrusted)
+            }
+            Gate::Mcp { server, tool: Some(tool), .. } => {
+                let untrusted = if self.flow.untrusted_mcp(server, tool) { Labels::UNTRUSTED } else { Labels::NONE };
+                private(self.flow.private_mcp(server, tool)).with(untrusted)
+            }
+            _ => Labels::NONE,
+        }
+    }
+
+    /// How the guard's reasons name the call `gate` describes as a source.
+    pub fn source_name(gate: &Gate<'_>) -> String {
+        match *gate {
+            Gate::Mcp { server, tool, .. } => format!("the MCP tool `{server}/{}`", tool.unwrap_or("")),
+            Gate::Capability(cap, _) => format!("`{}`", cap.as_str()),
+            _ => String::new(),
+        }
+    }
+
+    /// Whether the call `gate` describes can send data out of the run: a
+    /// fetch, a search query, an MCP tool not on the operator's
+    /// `read-only-mcp`, a shell command with network.
+    pub fn sends(&self, gate: &Gate<'_>) -> bool {
+        match *gate {
+            Gate::Capability(Capability::Fetch | Capability::Search, _) => true,
+            Gate::Capability(Capability::Shell, _) => self.shell_network,
+            Gate::Mcp { server, tool: Some(tool), .. } => !self.flow.read_only_mcp.matches(server, tool),
+            _ => false,
+        }
+    }
+
+    /// The guard's ruling on a call, given what the run's context holds:
+    /// `None` when it has nothing to say (the context holds nothing
+    /// untrusted, the call sends nothing, or the operator allows it), else
+    /// the action and its reason.
+    pub fn guard(&self, gate: &Gate<'_>, taint: &Taint) -> Option<(FlowAction, String)> {
+        let held = taint.held();
+        if !held.holds(Labels::UNTRUSTED) || !self.sends(gate) {
+            return None;
+        }
+        let private = held.holds(Labels::PRIVATE);
+        let action = self.flow.action(private);
+        if action == FlowAction::Allow {
+            return None;
+        }
+        let from = |label| taint.first(label).unwrap_or("a call");
+        let held = if private {
+            format!(
+                "untrusted content (from {}) and private content (from {})",
+                from(Labels::UNTRUSTED),
+                from(Labels::PRIVATE)
+            )
+        } else {
+            format!("untrusted content (from {})", from(Labels::UNTRUSTED))
+        };
+        Some((
+            action,
+            format!(
+                "the data-flow guard: this run's context holds {held}, and this call can send data out; the operator \
+                 sets what it does in `[grant.data-flow]` (for a tenant, its policy's `data-flow`)"
+            ),
+        ))
     }
 
     /// The agent's name.
@@ -545,10 +663,19 @@ impl Authority {
     /// mode's verdict. Every decision is logged: a URL without its query,
     /// an MCP call without its arguments.
     pub fn gate(&self, gate: &Gate<'_>, tool: &str) -> Result<(), ToolError> {
+        static CLEAN: Taint = Taint::new();
+        self.gate_in(gate, &CLEAN, tool)
+    }
+
+    /// [`Authority::gate`] in a run whose context holds `taint`: the
+    /// data-flow guard sees it.
+    pub fn gate_in(&self, gate: &Gate<'_>, taint: &Taint, tool: &str) -> Result<(), ToolError> {
         let outcome = match *gate {
             Gate::Open => return Ok(()),
-            Gate::Capability(cap, detail) => self.decide(cap, tool, detail),
-            Gate::Mcp { server, tool: mcp_tool, arguments } => self.decide_mcp(server, mcp_tool, arguments),
+            Gate::Capability(cap, detail) => self.decide(cap, tool, detail, self.guard(gate, taint)),
+            Gate::Mcp { server, tool: mcp_tool, arguments } => {
+                self.decide_mcp(server, mcp_tool, arguments, self.guard(gate, taint))
+            }
             Gate::Budget { spend, may_cost } => spend.check(may_cost).map_err(ToolError::ApprovalRequired),
         };
         // The log line is built only when someone keeps it: this runs on every call.
@@ -572,7 +699,13 @@ impl Authority {
         outcome
     }
 
-    fn decide_mcp(&self, server: &str, tool: Option<&str>, arguments: &serde_json::Value) -> Result<(), ToolError> {
+    fn decide_mcp(
+        &self,
+        server: &str,
+        tool: Option<&str>,
+        arguments: &serde_json::Value,
+        guard: Option<(FlowAction, String)>,
+    ) -> Result<(), ToolError> {
         let agent = &self.agent;
         if !self.mcp.effective.iter().any(|s| s == server) {
             return Err(ToolError::Denied(if self.mcp.requested.iter().any(|s| s == server) {
@@ -594,31 +727,47 @@ impl Authority {
                  the operator adds the exact name to it (a tenant's policy, or `[grant]` / `--mcp-allow`)"
             )));
         }
-        if self.mcp_listed(server, tool) {
-            return Ok(());
-        }
-        match self.permissions.check_mcp(server, tool, arguments) {
+        let verdict = match guard {
+            Some((FlowAction::Refuse, why)) => {
+                Verdict::Deny(format!("the MCP tool `{server}/{tool}` is refused by {why}"))
+            }
+            Some((_, why)) => self.permissions.ask_anyway_mcp(server, tool, arguments, &why),
+            None if self.mcp_listed(server, tool) => Verdict::Allow,
+            None => self.permissions.check_mcp(server, tool, arguments),
+        };
+        match verdict {
             Verdict::Allow => Ok(()),
             Verdict::Deny(m) => Err(ToolError::Denied(m)),
             Verdict::ApprovalRequired(m) => Err(ToolError::ApprovalRequired(m)),
         }
     }
 
-    fn decide(&self, cap: Capability, tool: &str, detail: &str) -> Result<(), ToolError> {
+    fn decide(
+        &self,
+        cap: Capability,
+        tool: &str,
+        detail: &str,
+        guard: Option<(FlowAction, String)>,
+    ) -> Result<(), ToolError> {
         if let Some(obstacle) = self.obstacle(cap) {
             return Err(self.refusal(obstacle, cap, tool));
         }
-        let verdict = match cap {
-            Capability::Shell => match self.commands.rule(detail) {
-                Ruling::Mode => self.permissions.check(cap, detail),
-                Ruling::Allow => Verdict::Allow,
-                Ruling::Ask(why) => self.permissions.ask_anyway(cap, detail, &why),
-                Ruling::Deny(why) => Verdict::Deny(format!(
-                    "the command `{detail}` is refused by {why}; the operator changes the `command-rules` of the \
-                     config file's `[grant]` (for a tenant, its policy's) to let it run"
-                )),
-            },
-            _ => self.permissions.check(cap, detail),
+        let rule = match cap {
+            Capability::Shell => self.commands.rule(detail),
+            _ => Ruling::Mode,
+        };
+        let verdict = match (rule, guard) {
+            (Ruling::Deny(why), _) => Verdict::Deny(format!(
+                "the command `{detail}` is refused by {why}; the operator changes the `command-rules` of the config \
+                 file's `[grant]` (for a tenant, its policy's) to let it run"
+            )),
+            (_, Some((FlowAction::Refuse, why))) => {
+                Verdict::Deny(format!("`{}` {detail} is refused by {why}", cap.as_str()))
+            }
+            (Ruling::Ask(rule), Some((_, why))) => self.permissions.ask_anyway(cap, detail, &format!("{rule}; {why}")),
+            (Ruling::Ask(why), None) | (_, Some((_, why))) => self.permissions.ask_anyway(cap, detail, &why),
+            (Ruling::Allow, None) => Verdict::Allow,
+            (Ruling::Mode, None) => self.permissions.check(cap, detail),
         };
         match verdict {
             Verdict::Allow => Ok(()),
@@ -737,6 +886,88 @@ mod tests {
             let past = authority.gate(&Gate::Budget { spend: &spend, may_cost: 100_001 }, "complete");
             assert_eq!(Want::of(past), Want::Approval, "{mode:?}");
         }
+    }
+
+    /// The data-flow guard: a send after untrusted content meets the
+    /// operator's action for what the run holds, whatever the mode; other
+    /// calls, and sends from a clean context, are the mode's.
+    #[test]
+    fn the_data_flow_guard_holds_sends_after_untrusted_content() {
+        use Capability::*;
+        use FlowAction::{Allow as Pass, Ask as Asks, Refuse};
+        use PermissionMode::*;
+        let manifest = AgentManifest {
+            name: "web".into(),
+            capabilities: vec![Read, Write, Shell, Fetch, Search],
+            mcp_servers: vec!["fs".into()],
+            mcp_allow: vec!["read_file".into(), "write_file".into()],
+            ..AgentManifest::default()
+        };
+        let (clean, untrusted, both) = (Taint::new(), Taint::new(), Taint::new());
+        untrusted.mark(Labels::UNTRUSTED, || "`fetch`".into());
+        both.mark(Labels::UNTRUSTED, || "`search`".into());
+        both.mark(Labels::PRIVATE, || "`read`".into());
+        let args = serde_json::json!({});
+        let fetch = Gate::Capability(Fetch, "https://collector.example/?d=x");
+        let write = Gate::Capability(Write, "notes.txt");
+        let read_only_tool = Gate::Mcp { server: "fs", tool: Some("read_file"), arguments: &args };
+        let sending_tool = Gate::Mcp { server: "fs", tool: Some("write_file"), arguments: &args };
+        // (mode, untrusted, private, context, call, verdict)
+        let table = [
+            (Auto, Pass, Asks, &clean, fetch, Want::Allow),
+            (Auto, Pass, Asks, &untrusted, fetch, Want::Allow),
+            (Auto, Pass, Asks, &both, fetch, Want::Approval),
+            (Auto, Pass, Refuse, &both, fetch, Want::Deny),
+            (Auto, Asks, Pass, &untrusted, fetch, Want::Approval),
+            (Auto, Refuse, Pass, &both, fetch, Want::Deny),
+            (Auto, Pass, Refuse, &both, write, Want::Allow),
+            (Auto, Pass, Asks, &both, Gate::Capability(Search, "q"), Want::Approval),
+            (Auto, Pass, Asks, &both, Gate::Capability(Shell, "curl x"), Want::Approval),
+            (Auto, Pass, Refuse, &both, read_only_tool, Want::Allow),
+            (Auto, Pass, Asks, &both, sending_tool, Want::Approval),
+            (Auto, Pass, Refuse, &both, sending_tool, Want::Deny),
+            (Approve, Pass, Asks, &untrusted, fetch, Want::Approval),
+            (Approve, Pass, Asks, &both, fetch, Want::Approval),
+            (ReadOnly, Pass, Asks, &both, fetch, Want::Deny),
+            (Ask, Pass, Asks, &both, fetch, Want::Deny),
+        ];
+        for (mode, on_untrusted, on_private, taint, gate, want) in table {
+            let mut grant = Grant::of(Capability::ALL).with_mcp_servers(["fs"]);
+            grant.mode = mode;
+            grant.data_flow = DataFlow {
+                untrusted: on_untrusted,
+                private: on_private,
+                read_only_mcp: McpAllow::new(["fs/read_file"]),
+                ..DataFlow::default()
+            };
+            let authority = Authority::new(&manifest, &grant, &Permissions::new(mode));
+            let got = authority.gate_in(&gate, taint, "t");
+            let text = got.as_ref().err().map(ToolError::text).unwrap_or_default();
+            assert_eq!(Want::of(got), want, "{mode:?} {on_untrusted:?}/{on_private:?} {:?} {gate:?}", taint.held());
+            if want != Want::Allow && mode == Auto {
+                assert!(text.contains("data-flow guard") && text.contains("untrusted content (from `"), "{text}");
+            }
+        }
+        // A shell without network sends nothing, and brings nothing untrusted in.
+        let mut grant = Grant::of(Capability::ALL);
+        grant.mode = Auto;
+        let mut authority = Authority::new(&manifest, &grant, &Permissions::new(Auto));
+        authority.set_shell_network(false);
+        assert_eq!(authority.gate_in(&Gate::Capability(Shell, "curl x"), &both, "t"), Ok(()));
+        assert_eq!(authority.source(&Gate::Capability(Shell, "cat x")), Labels::PRIVATE);
+        assert_eq!(authority.source(&Gate::Capability(Fetch, "u")), Labels::UNTRUSTED);
+        assert_eq!(authority.source(&write), Labels::NONE);
+        // Asked on a terminal, the guard's question is the one asked.
+        let asked = Arc::new(std::sync::Mutex::new(0));
+        let count = asked.clone();
+        grant.mode = Ask;
+        let permissions = Permissions::new(Ask).on_ask(move |_, _| {
+            *count.lock().unwrap() += 1;
+            true
+        });
+        let authority = Authority::new(&manifest, &grant, &permissions);
+        assert_eq!(authority.gate_in(&fetch, &both, "t"), Ok(()));
+        assert_eq!(*asked.lock().unwrap(), 1, "asked once, not by the mode and again by the guard");
     }
 
     #[test]

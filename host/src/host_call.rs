@@ -10,7 +10,8 @@
 //! - **decode**: WIT arguments arrive typed, and their size is checked; the
 //!   model's arrive as JSON and the call parses them.
 //! - **authorize**: the world's context decides: an agent run's one
-//!   [`Authority`]; a search backend's or sandbox provider's egress grant.
+//!   [`Authority`] (its data-flow guard seeing what the run's context
+//!   holds); a search backend's or sandbox provider's egress grant.
 //! - **event**: a model's call is reported to the run's [`EventSink`].
 //! - **execute**: the call's handler, with its unit's per-instance state.
 //! - **truncate**: the call's own cut, through the one truncation routine.
@@ -20,7 +21,9 @@
 //!   verdict: a refusal after the gate (a host list, the address guard, a
 //!   quota) is the verdict, not the gate's `allowed` ([`Refusal`]).
 //! - **result**: a typed value for the guest, or text (and a result event)
-//!   for the model.
+//!   for the model. A result the handler produced (not a refusal), live or
+//!   replayed, first marks what it brought into the run's context
+//!   ([`Taint`]): the same calls mark the same labels on every pass.
 //!
 //! A recorded run adds the journal around execute: a call the journal
 //! holds is answered from it (the gate, the event and the handler are not
@@ -42,6 +45,7 @@ use crate::authority::{Authority, Gate};
 use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
+use crate::flow::{Labels, Taint};
 use crate::journal::{Begin, Effect, Journal, UNPOSITIONED};
 use crate::manifest::Capability;
 use crate::telemetry::{spans, traces};
@@ -72,6 +76,22 @@ pub trait CallContext: Send + Sync + 'static {
     fn journal(&self) -> Option<&Journal> {
         None
     }
+
+    /// What the result of the call `gate` describes would bring into the
+    /// run's context that it does not hold yet: the labels and the
+    /// source's name. `None` where no guard watches.
+    fn source(&self, _gate: &Gate<'_>) -> Option<(Labels, String)> {
+        None
+    }
+
+    /// Marks what a result brought into the run's context.
+    fn mark(&self, _labels: Labels, _by: String) {}
+
+    /// Whether the data-flow guard speaks on the call `gate` describes (for
+    /// the audit's reason).
+    fn guarded(&self, _gate: &Gate<'_>) -> bool {
+        false
+    }
 }
 
 /// One decision of the gate, as an audit log keeps it: what was asked for
@@ -96,6 +116,10 @@ pub struct CapabilityUse {
     pub origin: &'static str,
     /// `allowed`, or the refusal's kind (`denied`, `approval-required`…).
     pub verdict: &'static str,
+    /// What refused or held the call beyond the capability and the mode:
+    /// `data-flow` when the data-flow guard did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard: Option<&'static str>,
 }
 
 /// Whether a call's error is a refusal: what the audit records as the
@@ -388,6 +412,7 @@ pub struct ToolContext {
     state: UnitState,
     journal: Option<Arc<Journal>>,
     audit: Option<Arc<dyn AuditSink>>,
+    taint: Taint,
 }
 
 impl CallContext for ToolContext {
@@ -396,7 +421,21 @@ impl CallContext for ToolContext {
     }
 
     fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError> {
-        self.authority.gate(gate, call)
+        self.authority.gate_in(gate, &self.taint, call)
+    }
+
+    fn source(&self, gate: &Gate<'_>) -> Option<(Labels, String)> {
+        let labels = self.authority.source(gate);
+        let held = self.taint.held();
+        (!labels.is_empty() && held.with(labels) != held).then(|| (labels, Authority::source_name(gate)))
+    }
+
+    fn mark(&self, labels: Labels, by: String) {
+        self.taint.mark(labels, || by);
+    }
+
+    fn guarded(&self, gate: &Gate<'_>) -> bool {
+        self.authority.guard(gate, &self.taint).is_some()
     }
 
     fn audit(&self) -> Option<&dyn AuditSink> {
@@ -439,7 +478,7 @@ impl ToolContext {
     ) -> Self {
         let tools = tools.into();
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
-        ToolContext { authority, events, arg_limit, log, tools, state, journal: None, audit: None }
+        ToolContext { authority, events, arg_limit, log, tools, state, journal: None, audit: None, taint: Taint::new() }
     }
 
     /// The same context, recording the gate's decisions in `audit`.
@@ -462,6 +501,11 @@ impl ToolContext {
     /// The run's authority.
     pub fn authority(&self) -> &Authority {
         &self.authority
+    }
+
+    /// What the run's context holds, for the data-flow guard.
+    pub fn taint(&self) -> &Taint {
+        &self.taint
     }
 
     /// A unit's per-instance state. Missing state is a host bug, reported
@@ -582,6 +626,7 @@ pub fn guest_now<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::
         Err(refusal) => Err(C::Error::from(refusal)),
     };
     audit(cx, admitted.used, &result);
+    mark(cx, admitted.source, &result);
     match conclude(cx, call, None, result) {
         Reply::Guest(result) => result,
         Reply::Model(_) => unreachable!("a guest call gets a typed reply"),
@@ -635,7 +680,7 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     call: &C,
     origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
-    let Admitted { allowed, model, live, used } = match admit(cx, call, origin) {
+    let Admitted { allowed, model, live, used, source } = match admit(cx, call, origin) {
         Ok(admitted) => admitted,
         Err(reply) => return reply,
     };
@@ -646,6 +691,7 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
         Err(refusal) => Err(C::Error::from(refusal)),
     };
     audited.finish(&result);
+    mark(cx, source, &result);
     let record = live
         .filter(|_| result.as_ref().err().is_none_or(|e| call.journal_error(e)))
         .map(|(journal, seq, hash)| (journal, seq, hash, serde_json::to_string(&result).unwrap_or_default()));
@@ -670,6 +716,19 @@ struct Admitted<'c, A> {
     live: Option<(&'c Journal, u64, String)>,
     /// The gate's decision, audited once the call has its final verdict.
     used: Option<CapabilityUse>,
+    /// What the call's result brings into the run's context.
+    source: Option<(Labels, String)>,
+}
+
+/// Marks what a result brought into the run's context: any result the
+/// handler produced, an error included (it may quote what it read), but
+/// not a refusal, for which nothing was read.
+fn mark<Cx: CallContext, O, E: Refusal>(cx: &Cx, source: Option<(Labels, String)>, result: &Result<O, E>) {
+    if let Some((labels, by)) = source
+        && result.as_ref().err().is_none_or(|e| e.refusal().is_none())
+    {
+        cx.mark(labels, by);
+    }
 }
 
 /// decode, journal (a recorded call is answered from it), authorize, event.
@@ -712,6 +771,9 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
                     journal.halt(crate::journal::Halt::Failed(why.clone()));
                     Err(C::Error::from(ToolError::Failed(why)))
                 });
+                // The replayed result brings in what the live one did.
+                let detail = call.detail(args);
+                mark(cx, cx.source(&call.gate(args, &detail)), &result);
                 return Err(match model {
                     None => Reply::Guest(result),
                     Some(_) => Reply::Model(call.reply(result)),
@@ -730,7 +792,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     }
     // authorize; under `approve`, a recorded run asks its journal for the
     // operator's decision on exactly this call
-    let mut used = None;
+    let (mut used, mut source) = (None, None);
     let allowed = decoded.and_then(|args| {
         let detail = call.detail(&args);
         let gate = call.gate(&args, &detail);
@@ -752,7 +814,11 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         };
         // kept for the audit, which waits for the final verdict
         if cx.audit().is_some() {
-            used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict);
+            let guard = verdict.is_err() && cx.guarded(&gate);
+            used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);
+        }
+        if verdict.is_ok() {
+            source = cx.source(&gate);
         }
         verdict.map(|()| args)
     });
@@ -763,7 +829,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         }
         call_event(cx, turn, model_call);
     }
-    Ok(Admitted { allowed, model, live, used })
+    Ok(Admitted { allowed, model, live, used, source })
 }
 
 /// A call's arguments as the journal hashes them and an approval shows
@@ -786,6 +852,7 @@ fn capability_use(
     call: &'static str,
     model: Option<&ToolCall>,
     verdict: &Result<(), ToolError>,
+    guard: bool,
 ) -> Option<CapabilityUse> {
     let (server, server_tool) = match gate {
         Gate::Open => return None,
@@ -800,6 +867,7 @@ fn capability_use(
         server_tool,
         origin: if model.is_some() { "model" } else { "guest" },
         verdict: verdict.as_ref().err().map_or("allowed", ToolError::kind),
+        guard: guard.then_some("data-flow"),
     })
 }
 

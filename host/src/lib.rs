@@ -47,6 +47,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod files;
+pub mod flow;
 pub mod grant;
 pub mod hint;
 pub mod host_call;

@@ -17,7 +17,9 @@ use nexo_egress::HostList;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigFile;
-use crate::grant::{Bounds, CommandRule, CommandRules, DEFAULT_ALLOW, Grant, McpAllow, McpGrant, SandboxGrant};
+use crate::grant::{
+    Bounds, CommandRule, CommandRules, DEFAULT_ALLOW, DataFlow, Grant, McpAllow, McpGrant, SandboxGrant,
+};
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use crate::quota::Quotas;
 
@@ -54,6 +56,11 @@ pub struct Policy {
     /// argv prefix), laid over the mode; empty or left out: none.
     #[serde(default)]
     pub command_rules: Vec<CommandRule>,
+    /// The data-flow guard: what is untrusted or private, and what a call
+    /// that can send data out meets once a run has read it; left out: the
+    /// default (ask before a send after untrusted and private content).
+    #[serde(default)]
+    pub data_flow: DataFlow,
     /// Limits on what the tenant's runs use (`[quotas]`).
     #[serde(default)]
     pub quotas: Quotas,
@@ -100,6 +107,7 @@ impl Default for Policy {
             mcp_servers: Vec::new(),
             mcp_allow: Vec::new(),
             command_rules: Vec::new(),
+            data_flow: DataFlow::default(),
             quotas: Default::default(),
             registries: Vec::new(),
             wider_authority: WiderAuthority::Operator,
@@ -239,6 +247,7 @@ impl Policy {
             sandboxes: Some(self.sandboxes.clone()),
             fetch_hosts: Some(HostList::new(&self.fetch_hosts).unwrap_or_default()),
             commands: Some(CommandRules::layer(self.command_rules.clone())),
+            data_flow: Some(self.data_flow.clone()),
             models: Some(self.models.clone()),
             mcp_servers: Some(self.mcp_servers.iter().cloned().collect()),
             mcp_tools: Some(McpAllow::new(self.mcp_allow.iter().cloned())),
@@ -298,6 +307,7 @@ impl Policy {
             // agent's list decides".
             fetch_hosts: Some(both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default()),
             commands: both.commands.unwrap_or_default(),
+            data_flow: both.data_flow.unwrap_or_default(),
             sandbox: SandboxGrant {
                 kind: sandbox,
                 chosen: true,
@@ -330,6 +340,7 @@ impl Narrowing {
             sandboxes: self.sandbox.map(|s| vec![s]),
             fetch_hosts,
             commands: None,
+            data_flow: None,
             models: self.model.as_ref().map(|m| vec![m.clone()]),
             mcp_servers: self.mcp_servers.as_ref().map(|s| s.iter().cloned().collect()),
             mcp_tools: self.mcp_allow.as_ref().map(|t| McpAllow::new(t.iter().cloned())),
@@ -387,6 +398,7 @@ impl Granted {
             "mcp_servers": g.mcp.servers,
             "mcp_tools": g.mcp.allow.as_ref().map(|t| t.entries()).unwrap_or_default(),
             "command_rules": g.commands.layers().iter().flatten().map(|r| r.to_string()).collect::<Vec<_>>(),
+            "data_flow": g.data_flow,
         })
     }
 }

@@ -82,6 +82,7 @@ const CRATES: &[Layers] = &[
                 "search",
                 "priority",
                 "spend",
+                "flow",
                 "thread",
                 "hint",
                 "telemetry",

@@ -122,6 +122,12 @@ pub trait Sandbox: Send + Sync {
     /// does not offer the shell tool at all.
     fn supports_shell(&self) -> bool;
 
+    /// Whether [`Sandbox::exec`]'s commands reach the network: what makes
+    /// the shell a way to send data out. Default: whenever it runs commands.
+    fn shell_network(&self) -> bool {
+        self.supports_shell()
+    }
+
     /// One plain-text paragraph telling the model where it runs, or `None`
     /// (the virtual sandbox says nothing). It speaks of the shell only when
     /// `shell` says the run offers the shell tool: the model is told only

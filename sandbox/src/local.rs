@@ -136,6 +136,11 @@ impl Sandbox for LocalSandbox {
         true
     }
 
+    fn shell_network(&self) -> bool {
+        // Both confinements give commands no sockets but Unix socket pairs.
+        !matches!(self.shell.effective_confinement(), Ok(shell::Confinement::Bubblewrap | shell::Confinement::Landlock))
+    }
+
     fn instructions(&self, shell: bool) -> Option<String> {
         Some(shell::instructions(&self.root, &self.shell, shell))
     }

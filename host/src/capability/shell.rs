@@ -59,6 +59,10 @@ impl Unit for ShellUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
+        if let Some(sandbox) = &sandbox {
+            // What the data-flow guard counts as a send.
+            setup.authority.set_shell_network(sandbox.shell_network());
+        }
         if let Some(why) = sandbox.and_then(|s| refusal(s.name(), s.supports_shell())) {
             setup.authority.set_unavailable(Capability::Shell, why);
         }

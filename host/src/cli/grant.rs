@@ -92,6 +92,7 @@ impl GrantArgs {
                 fetch_hosts: listed(&self.fetch_hosts),
                 mcp_allow: listed(&self.mcp_allow),
                 command_rules: self.command_rules.clone(),
+                data_flow: None,
             },
             mcp,
         })

@@ -126,6 +126,12 @@ fn wait_text(out: &mut String, wait: &Wait) {
         let _ = write!(what, "  {}", escape(reason, Lines::Flatten));
     }
     let _ = writeln!(out, "  wait {kind}  {}  {}{what}", time(wait.started_ms), took(wait.duration_ms));
+    // An approval's reason says why it was asked (a command rule, the data-flow guard).
+    if wait.tool.is_some()
+        && let Some(reason) = &wait.reason
+    {
+        block(out, "why", reason);
+    }
     if let Some(arguments) = &wait.arguments {
         block(out, "arguments", &serde_json::to_string_pretty(arguments).unwrap_or_default());
     }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::grant::{CommandRule, CommandRules, ConfinementSetting, Grant, McpAllow, RuntimeSetting, SandboxGrant};
+use crate::grant::{
+    CommandRule, CommandRules, ConfinementSetting, DataFlow, Grant, McpAllow, RuntimeSetting, SandboxGrant,
+};
 use crate::manifest::{Capability, PermissionMode, SandboxKind};
 
 /// `[grant]`: the same settings as the grant flags of `nexo run`.
@@ -38,6 +40,10 @@ pub struct GrantTable {
     /// gives rules of its own, which can only narrow these).
     #[serde(default)]
     pub command_rules: Vec<CommandRule>,
+    /// The data-flow guard (`[grant.data-flow]`): what is untrusted or
+    /// private, and what a call that can send data out meets once the run
+    /// has read it. A front end's can only make the file's stricter.
+    pub data_flow: Option<DataFlow>,
 }
 
 /// A front end's settings, laid over the config file's `[grant]` by
@@ -69,6 +75,10 @@ pub(super) fn grant(
     let mcp_allow = added(t.mcp_allow, f.mcp_allow);
     // The flags' rules are a layer of their own: a file's `allow git` cannot shadow `--command-rule 'deny git push'`.
     let commands = CommandRules::layer(t.command_rules).intersection(&CommandRules::layer(f.command_rules));
+    let data_flow = match (t.data_flow, f.data_flow) {
+        (Some(file), Some(flags)) => file.stricter(&flags),
+        (file, flags) => file.or(flags).unwrap_or_default(),
+    };
     let servers = mcp.keys().chain(flags.mcp.keys()).cloned().collect();
     let sandbox = f.sandbox.or(t.sandbox);
     let grant = Grant {
@@ -76,6 +86,7 @@ pub(super) fn grant(
         mode: f.mode.or(t.mode).unwrap_or(PermissionMode::ReadOnly),
         fetch_hosts,
         commands,
+        data_flow,
         sandbox: SandboxGrant {
             kind: sandbox.unwrap_or(SandboxKind::Virtual),
             chosen: sandbox.is_some(),

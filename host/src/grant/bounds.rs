@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use nexo_egress::HostList;
 
 use super::commands::CommandRules;
+use super::flow::DataFlow;
 use super::mcp_allow::McpAllow;
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 
@@ -29,6 +30,9 @@ pub struct Bounds {
     /// The rules on the shell's commands: each party's rules only narrow,
     /// so no party's are ever beyond another's.
     pub commands: Option<CommandRules>,
+    /// The data-flow guard: each party's only makes it stricter, so no
+    /// party's is ever beyond another's.
+    pub data_flow: Option<DataFlow>,
     /// The operator's models by name, the preferred first.
     pub models: Option<Vec<String>>,
     /// The MCP servers, by configured name.
@@ -50,6 +54,7 @@ impl Bounds {
             sandboxes: manifest.sandbox.map(|s| vec![s]),
             fetch_hosts: Some(HostList::new(&manifest.fetch_allow).unwrap_or_default()),
             commands: None,
+            data_flow: None,
             models: None,
             mcp_servers: Some(manifest.mcp_servers.iter().cloned().collect()),
             mcp_tools: Some(McpAllow::new(manifest.mcp_allow.iter().cloned())),
@@ -76,6 +81,7 @@ impl Bounds {
             sandboxes: both(&self.sandboxes, &other.sandboxes, |a, b| ordered(a, b)),
             fetch_hosts: both(&self.fetch_hosts, &other.fetch_hosts, HostList::intersection),
             commands: both(&self.commands, &other.commands, CommandRules::intersection),
+            data_flow: both(&self.data_flow, &other.data_flow, DataFlow::stricter),
             models: both(&self.models, &other.models, |a, b| ordered(a, b)),
             mcp_servers: both(&self.mcp_servers, &other.mcp_servers, |a, b| a.intersection(b).cloned().collect()),
             mcp_tools: both(&self.mcp_tools, &other.mcp_tools, McpAllow::intersection),

@@ -10,11 +10,13 @@
 //!
 //! Each concern has its slice: the capabilities and the permission mode,
 //! `fetch`'s hosts, the shell's command rules ([`CommandRules`]), the
-//! sandbox ([`SandboxGrant`]) and MCP ([`McpGrant`]).
+//! data-flow guard ([`DataFlow`]), the sandbox ([`SandboxGrant`]) and MCP
+//! ([`McpGrant`]).
 
 mod bounds;
 mod command_line;
 mod commands;
+mod flow;
 mod mcp;
 mod mcp_allow;
 mod sandbox;
@@ -28,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use bounds::{Bounds, stricter};
 pub use command_line::{Unreadable, join as join_argv, split as split_command_line};
 pub use commands::{CommandRule, CommandRules, Judgement, RuleDecision, Ruling};
+pub use flow::{DataFlow, FlowAction};
 pub use mcp::McpGrant;
 pub use mcp_allow::McpAllow;
 pub use sandbox::{ConfinementSetting, RuntimeSetting, SandboxGrant};
@@ -57,6 +60,9 @@ pub struct Grant {
     pub fetch_hosts: Option<Vec<String>>,
     /// The rules on the `shell` tool's commands, one layer per party.
     pub commands: CommandRules,
+    /// The data-flow guard: what is untrusted or private, and what a send
+    /// after it meets.
+    pub data_flow: DataFlow,
     /// Where tools act.
     pub sandbox: SandboxGrant,
     /// The MCP servers and tools.
@@ -83,6 +89,7 @@ impl Grant {
             mode: PermissionMode::ReadOnly,
             fetch_hosts: None,
             commands: CommandRules::default(),
+            data_flow: DataFlow::default(),
             sandbox: SandboxGrant::default(),
             mcp: McpGrant::default(),
         }
@@ -114,6 +121,7 @@ impl Grant {
             sandboxes: Some(vec![self.sandbox.kind]),
             fetch_hosts: self.fetch_hosts.as_ref().map(|h| HostList::new(h).unwrap_or_default()),
             commands: (!self.commands.is_empty()).then(|| self.commands.clone()),
+            data_flow: Some(self.data_flow.clone()),
             models: None,
             mcp_servers: Some(self.mcp.servers.clone()),
             mcp_tools: self.mcp.allow.clone(),
@@ -131,6 +139,7 @@ impl Grant {
         self.mode = both.mode.unwrap_or(self.mode);
         self.fetch_hosts = both.fetch_hosts.map(|h| h.entries().to_vec());
         self.commands = both.commands.unwrap_or_default();
+        self.data_flow = both.data_flow.unwrap_or_default();
         self.mcp.servers = both.mcp_servers.unwrap_or_default();
         self.mcp.allow = both.mcp_tools;
         let servers = &self.mcp.servers;
@@ -197,6 +206,8 @@ struct Stored {
     fetch_hosts: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "CommandRules::is_empty")]
     command_rules: CommandRules,
+    #[serde(default, skip_serializing_if = "DataFlow::is_default")]
+    data_flow: DataFlow,
     mode: PermissionMode,
     sandbox: SandboxKind,
     #[serde(default)]
@@ -218,6 +229,7 @@ impl From<Stored> for Grant {
             mode: s.mode,
             fetch_hosts: s.fetch_hosts,
             commands: s.command_rules,
+            data_flow: s.data_flow,
             sandbox: SandboxGrant {
                 kind: s.sandbox,
                 chosen: s.sandbox_chosen,
@@ -242,6 +254,7 @@ impl From<Grant> for Stored {
             mcp_allow: g.mcp.allow,
             fetch_hosts: g.fetch_hosts,
             command_rules: g.commands,
+            data_flow: g.data_flow,
             mode: g.mode,
             sandbox: g.sandbox.kind,
             sandbox_chosen: g.sandbox.chosen,

@@ -24,6 +24,10 @@ impl Sandbox for ContainerSandbox {
         true
     }
 
+    fn shell_network(&self) -> bool {
+        !matches!(self.config.network, Network::None)
+    }
+
     fn instructions(&self, shell: bool) -> Option<String> {
         let c = &self.config;
         let network = match &c.network {

@@ -170,6 +170,9 @@ fn wait_row(out: &mut String, scale: &Scale, wait: &Wait) {
     if let Some(decision) = &wait.decision {
         let _ = write!(label, " · {}", escape(decision));
     }
+    if let Some(reason) = &wait.reason {
+        let _ = write!(label, " · {}", escape(reason));
+    }
     let _ = write!(
         out,
         "<li class=\"tl-row\" data-kind=\"wait\"><div class=\"tl-line\"><span class=\"tl-label\"><em>{label}</em></span>{}\
