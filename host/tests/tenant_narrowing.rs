@@ -283,3 +283,40 @@ async fn mcp_allow_is_a_ceiling_in_every_mode() {
     let done = run(&scene, &node, &approve, &sha, call, json!({})).await;
     assert_eq!(lines(&done)[0], "call tests/echo: ok hi", "{done}");
 }
+
+/// A tenant's `data-flow` policy, on the guest's own calls: once an MCP
+/// tool the policy marks untrusted has answered, a tool that can send data
+/// out is refused with the guard's reason, and the audit log names the
+/// guard; the same tool, marked read-only, sends nothing and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_data_flow_policy_refuses_a_send_after_untrusted_content() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    let policy = |read_only: Value| {
+        json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"],
+               "data-flow": {"untrusted": "refuse", "untrusted-mcp": ["tests"], "read-only-mcp": read_only}})
+    };
+    let guarded = scene.tenant("guarded", Some(policy(json!([]))));
+    let reader = scene.tenant("reader", Some(policy(json!(["tests/echo"]))));
+    let node = scene.node("a");
+    let (_, plugin) = scene.upload(&node, &guarded, built::MCP_PROBE).await;
+    let sha = plugin["id"].as_str().unwrap().to_string();
+    scene.upload(&node, &reader, built::MCP_PROBE).await;
+    let calls = "call tests echo {\"text\":\"first\"}\ncall tests echo {\"text\":\"second\"}";
+
+    let done = run(&scene, &node, &guarded, &sha, calls, json!({})).await;
+    let result = lines(&done);
+    assert_eq!(result[0], "call tests/echo: ok first", "{done}");
+    assert!(
+        result[1].starts_with("call tests/echo: denied:")
+            && result[1].contains("refused by the data-flow guard")
+            && result[1].contains("untrusted content (from the MCP tool `tests/echo`)"),
+        "{done}"
+    );
+    let decided = used(&scene, &node, &guarded, &done["id"], 2).await;
+    let verdicts: Vec<(&Value, &Value)> = decided.iter().map(|d| (&d["verdict"], &d["guard"])).collect();
+    assert_eq!(verdicts, [(&json!("allowed"), &Value::Null), (&json!("denied"), &json!("data-flow"))], "{decided:?}");
+
+    let done = run(&scene, &node, &reader, &sha, calls, json!({})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok first", "call tests/echo: ok second"], "{done}");
+}

@@ -625,8 +625,15 @@ fn decide(tools: &ToolContext, arguments: &Value) -> Value {
     let Some((capability, detail)) = builtin_gate(name, &input) else {
         return deny(format!("nexo does not know the built-in tool `{name}`, so it is refused"));
     };
-    match tools.authority().gate(&Gate::Capability(capability, &detail), name) {
-        Ok(()) => allow(input),
+    let gate = Gate::Capability(capability, &detail);
+    match tools.authority().gate_in(&gate, tools.taint(), name) {
+        Ok(()) => {
+            // The CLI runs the tool and nexo never sees its result: what it
+            // brings into the context is marked as it is allowed.
+            let labels = tools.authority().source(&gate);
+            tools.taint().mark(labels, || crate::authority::Authority::source_name(&gate));
+            allow(input)
+        }
         Err(ToolError::ApprovalRequired(m)) => deny(format!(
             "{m}; the CLI's built-in tools cannot wait for an operator's approval (nexo's own tools can: run \
              without --claude-builtin-tools)"

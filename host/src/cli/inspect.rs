@@ -170,6 +170,7 @@ fn authority_json(value: &mut serde_json::Value, grant: &Grant, manifest: Option
         "shell": grant.sandbox.shell_summary(effective.contains(&Capability::Shell)),
         "fetch-hosts": granted.fetch_hosts,
         "command-rules": granted.commands.layers().iter().map(|l| l.iter().map(|r| r.to_string()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+        "data-flow": granted.data_flow,
         "mcp": {
             "requested": mcp.requested,
             "configured": mcp.configured.iter().map(|(name, how)| serde_json::json!({"name": name, "server": how})).collect::<Vec<_>>(),
@@ -272,6 +273,22 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
     );
     row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
     command_rule_rows(&granted.commands, effective.contains(&Capability::Shell));
+    row("data flow", &data_flow_summary(&granted.data_flow));
+}
+
+/// The data-flow guard in one line: what a send meets after untrusted
+/// content, and after private content too.
+fn data_flow_summary(flow: &nexo::grant::DataFlow) -> String {
+    let private = match &flow.private_paths {
+        None => "the workspace".to_string(),
+        Some(paths) if paths.is_empty() => "nothing in the workspace".to_string(),
+        Some(paths) => paths.join(", "),
+    };
+    format!(
+        "a send after untrusted content: {}; after private content ({private}) too: {}",
+        flow.action(false).as_str(),
+        flow.action(true).as_str()
+    )
 }
 
 /// One row per command rule, in order (`nexo policy check` judges a

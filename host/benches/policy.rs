@@ -1,0 +1,98 @@
+//! What the operator's policy adds to one call: the data-flow guard on the
+//! host-call path, against the same call without it, in one run.
+//!
+//! - `glob` as the model calls it, through the whole host-call path, in an
+//!   in-memory sandbox: with nothing private (the guard marks nothing and
+//!   checks nothing: the plain gated call), with the workspace private in a
+//!   clean context (its result marks the run), and in a context that holds
+//!   untrusted and private content (the guard looks, and lets it through);
+//! - the gate's decision on a `fetch` (a send): in a clean context, and in
+//!   one that holds untrusted and private content with the guard set to
+//!   allow, so the whole check runs and the verdict is the same.
+//!
+//! Run with `cargo bench -p nexo --bench policy`.
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use nexo::authority::{Authority, Gate, Permissions};
+use nexo::flow::{Labels, Taint};
+use nexo::grant::{DataFlow, FlowAction, Grant};
+use nexo::host_call::ToolContext;
+use nexo::manifest::{AgentManifest, Capability, PermissionMode};
+use nexo::settings::{Providers, RunOptions};
+use nexo_sandbox::VirtualSandbox;
+
+/// A run's tools as a run prepares them, under `flow`.
+fn tools(rt: &tokio::runtime::Runtime, flow: DataFlow) -> Arc<ToolContext> {
+    let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi"), ("docs/a.md", "a")]).unwrap());
+    let caps = vec![Capability::Read, Capability::Glob];
+    let manifest = AgentManifest { name: "bench".into(), capabilities: caps, ..AgentManifest::default() };
+    let mut grant = Grant::default();
+    grant.data_flow = flow;
+    let options = RunOptions {
+        permissions: Permissions::new(PermissionMode::ReadOnly),
+        grant,
+        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
+        ..RunOptions::default()
+    };
+    rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default())).unwrap().tools
+}
+
+fn held(taint: &Taint) {
+    taint.mark(Labels::UNTRUSTED, || "`fetch`".into());
+    taint.mark(Labels::PRIVATE, || "`read`".into());
+}
+
+fn guard(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let call = nexo_model::ToolCall {
+        id: "c1".into(),
+        name: "glob".into(),
+        arguments: serde_json::json!({ "pattern": "**/*.md" }),
+    };
+    let nothing_private = DataFlow { private_paths: Some(Vec::new()), ..DataFlow::default() };
+    let cases = [
+        ("nothing private: the plain gated call", tools(&rt, nothing_private)),
+        ("the workspace private, a clean context", tools(&rt, DataFlow::default())),
+        ("a context holding untrusted and private content", {
+            let tb = tools(&rt, DataFlow::default());
+            held(tb.taint());
+            tb
+        }),
+    ];
+    let mut group = c.benchmark_group("data-flow guard");
+    for (name, toolbox) in &cases {
+        group.bench_function(format!("glob through the host-call path, {name}"), |b| {
+            b.iter(|| {
+                let reply = rt.block_on(toolbox.call_model(1, &call));
+                assert!(!reply.is_error, "{}", reply.content);
+                black_box(reply)
+            })
+        });
+    }
+    let manifest = AgentManifest {
+        name: "bench".into(),
+        capabilities: vec![Capability::Fetch],
+        fetch_allow: vec!["example.com".into()],
+        ..AgentManifest::default()
+    };
+    let mut grant = Grant::of([Capability::Fetch]);
+    grant.mode = PermissionMode::Auto;
+    grant.data_flow = DataFlow { private: FlowAction::Allow, ..DataFlow::default() };
+    let authority = Authority::new(&manifest, &grant, &Permissions::new(PermissionMode::Auto));
+    let fetch = Gate::Capability(Capability::Fetch, "https://example.com/page");
+    let (clean, tainted) = (Taint::new(), Taint::new());
+    held(&tainted);
+    for (name, taint) in [("a clean context", &clean), ("untrusted and private content, allowed", &tainted)] {
+        group.bench_function(format!("the gate's decision on a fetch, {name}"), |b| {
+            b.iter(|| black_box(authority.gate_in(black_box(&fetch), taint, "fetch")).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, guard);
+criterion_main!(benches);
