@@ -30,8 +30,7 @@ fn tools(rt: &tokio::runtime::Runtime, flow: DataFlow) -> Arc<ToolContext> {
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi"), ("docs/a.md", "a")]).unwrap());
     let caps = vec![Capability::Read, Capability::Glob];
     let manifest = AgentManifest { name: "bench".into(), capabilities: caps, ..AgentManifest::default() };
-    let mut grant = Grant::default();
-    grant.data_flow = flow;
+    let grant = Grant { data_flow: flow, ..Grant::default() };
     let options = RunOptions {
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant,

@@ -36,6 +36,37 @@ impl Labels {
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
+
+    /// [`Labels::is_empty`] by reference, for serde's `skip_serializing_if`.
+    pub fn is_none(&self) -> bool {
+        self.is_empty()
+    }
+
+    /// The labels' names, as a grant records them.
+    fn names(self) -> Vec<&'static str> {
+        [(Labels::UNTRUSTED, "untrusted"), (Labels::PRIVATE, "private")]
+            .into_iter()
+            .filter(|(l, _)| self.holds(*l))
+            .map(|(_, n)| n)
+            .collect()
+    }
+}
+
+impl serde::Serialize for Labels {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&self.names(), s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
+        let names: Vec<String> = serde::Deserialize::deserialize(d)?;
+        names.iter().try_fold(Labels::NONE, |all, name| match name.as_str() {
+            "untrusted" => Ok(all.with(Labels::UNTRUSTED)),
+            "private" => Ok(all.with(Labels::PRIVATE)),
+            other => Err(serde::de::Error::custom(format!("unknown label `{other}`: use untrusted or private"))),
+        })
+    }
 }
 
 /// The labels one run's context holds, and the call that first brought
@@ -51,6 +82,14 @@ impl Taint {
     /// A clean context.
     pub const fn new() -> Taint {
         Taint { held: AtomicU8::new(0), untrusted_from: OnceLock::new(), private_from: OnceLock::new() }
+    }
+
+    /// A context that holds `labels` from the start (a child run holds
+    /// what its parent held when it started it).
+    pub fn holding(labels: Labels) -> Taint {
+        let taint = Taint::new();
+        taint.mark(labels, || "the parent run".into());
+        taint
     }
 
     /// The labels held now.

@@ -77,10 +77,11 @@ pub trait CallContext: Send + Sync + 'static {
         None
     }
 
-    /// What the result of the call `gate` describes would bring into the
+    /// What the result of the call `gate` describes, which also brings
+    /// `brings` of its own ([`HostCall::brings`]), would bring into the
     /// run's context that it does not hold yet: the labels and the
     /// source's name. `None` where no guard watches.
-    fn source(&self, _gate: &Gate<'_>) -> Option<(Labels, String)> {
+    fn source(&self, _gate: &Gate<'_>, _brings: Labels, _call: &'static str) -> Option<(Labels, String)> {
         None
     }
 
@@ -203,6 +204,13 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync {
     /// The capability the call needs; `None` for calls every agent may make.
     fn capability(&self) -> Option<Capability> {
         None
+    }
+
+    /// The labels its result brings into the run's context beyond those
+    /// the authority reads from its gate ([`Authority::source`]): a signal
+    /// (a child run's outcome among them) is untrusted. Default: none.
+    fn brings(&self) -> Labels {
+        Labels::NONE
     }
 
     /// What the gate and its hooks see of the arguments: a path, a command,
@@ -424,10 +432,13 @@ impl CallContext for ToolContext {
         self.authority.gate_in(gate, &self.taint, call)
     }
 
-    fn source(&self, gate: &Gate<'_>) -> Option<(Labels, String)> {
-        let labels = self.authority.source(gate);
-        let held = self.taint.held();
-        (!labels.is_empty() && held.with(labels) != held).then(|| (labels, Authority::source_name(gate)))
+    fn source(&self, gate: &Gate<'_>, brings: Labels, call: &'static str) -> Option<(Labels, String)> {
+        let by_gate = self.authority.source(gate);
+        let (labels, held) = (by_gate.with(brings), self.taint.held());
+        (!labels.is_empty() && held.with(labels) != held).then(|| {
+            let name = if by_gate.is_empty() { format!("`{call}`") } else { Authority::source_name(gate) };
+            (labels, name)
+        })
     }
 
     fn mark(&self, labels: Labels, by: String) {
@@ -484,6 +495,13 @@ impl ToolContext {
     /// The same context, recording the gate's decisions in `audit`.
     pub fn with_audit(mut self, audit: Option<Arc<dyn AuditSink>>) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// The same context, holding `labels` from the start (what a child
+    /// run inherits from its parent).
+    pub fn holding(mut self, labels: Labels) -> Self {
+        self.taint = Taint::holding(labels);
         self
     }
 
@@ -773,7 +791,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
                 });
                 // The replayed result brings in what the live one did.
                 let detail = call.detail(args);
-                mark(cx, cx.source(&call.gate(args, &detail)), &result);
+                mark(cx, cx.source(&call.gate(args, &detail), call.brings(), call.name()), &result);
                 return Err(match model {
                     None => Reply::Guest(result),
                     Some(_) => Reply::Model(call.reply(result)),
@@ -818,7 +836,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);
         }
         if verdict.is_ok() {
-            source = cx.source(&gate);
+            source = cx.source(&gate, call.brings(), call.name());
         }
         verdict.map(|()| args)
     });

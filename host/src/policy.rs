@@ -308,6 +308,7 @@ impl Policy {
             fetch_hosts: Some(both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default()),
             commands: both.commands.unwrap_or_default(),
             data_flow: both.data_flow.unwrap_or_default(),
+            inherited: crate::flow::Labels::NONE,
             sandbox: SandboxGrant {
                 kind: sandbox,
                 chosen: true,

@@ -1277,6 +1277,7 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     std::fs::write(scene.ws().join("notes.txt"), "forty-two\n").unwrap();
     let script = scene.dir.path().join("lead.json");
     let turns = json!({"turns": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
         {"tool_calls": [{"name": "agent__probe", "arguments": {"input": "read notes.txt"}}]},
         {"text": "the probe has answered"},
     ]});
@@ -1294,7 +1295,8 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     };
     let out = run(&["--config", &config]);
     assert_eq!(out.status.code(), Some(4), "the parent waits for its child: {}", stderr(&out));
-    assert!(!stdout(&out).contains("tool-result"), "no result is shown before the child ends: {}", stdout(&out));
+    let shown = stdout(&out);
+    assert!(!shown.contains("tool-result\",\"turn\":2"), "no result is shown before the child ends: {shown}");
     let v = last_json(&out);
     assert!(v["reason"].as_str().unwrap_or_default().starts_with("waiting for child run `r"), "{v}");
     let id = v["run"].as_str().unwrap().to_string();
@@ -1305,6 +1307,8 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     let spec = nexo::runs::RunSpec::from_record(child.grant.clone()).unwrap();
     let caps: Vec<&str> = spec.grant.capabilities.iter().map(|c| c.as_str()).collect();
     assert!(!caps.is_empty() && caps.iter().all(|c| ["read", "glob"].contains(c)), "the parent's: {caps:?}");
+    // The parent had read a workspace file: the child starts holding private content.
+    assert_eq!(spec.grant.inherited, nexo::flow::Labels::PRIVATE, "{:?}", child.grant);
 
     let worker = scene.command(&["worker", "--poll-ms", "100"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
     let worker = KillOnDrop(worker.unwrap());
@@ -1325,9 +1329,9 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     assert_eq!(results[0]["verdict"], "allowed", "{results:?}");
     assert!(results[0]["summary"].as_str().unwrap_or_default().contains("forty-two"), "{results:?}");
     let turns = events.iter().filter(|e| e.kind == "turn_started").count();
-    assert_eq!(turns, 2, "the replay asked the model nothing again");
+    assert_eq!(turns, 3, "the replay asked the model nothing again");
     let calls = events.iter().filter(|e| e.kind == "tool_call").count();
-    assert_eq!(calls, 1, "the call, shown once");
+    assert_eq!(calls, 2, "each call, shown once");
 
     // Not made available: not offered, and the model is told what there is.
     let out = run(&[]);
@@ -1335,7 +1339,11 @@ async fn the_model_calls_an_agent_as_a_tool_and_reads_its_answer_once_the_child_
     let id = last_json(&out)["run"].as_str().unwrap().to_string();
     assert!(nexo_store::Runs::children(&store, &id).await.unwrap().is_empty());
     let events = nexo_store::Runs::events(&store, &id, 0, 200).await.unwrap();
-    let refused = events.iter().find(|e| e.kind == "tool_result").map(|e| e.data.clone()).unwrap_or_default();
+    let refused = events
+        .iter()
+        .find(|e| e.kind == "tool_result" && e.data["name"] == "agent__probe")
+        .map(|e| e.data.clone())
+        .unwrap_or_default();
     assert_eq!(refused["verdict"], "invalid-input", "{refused}");
     assert!(refused["summary"].as_str().unwrap_or_default().contains("there is no tool `agent__probe`"), "{refused}");
     store.close().await;

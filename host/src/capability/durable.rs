@@ -38,6 +38,7 @@ use crate::bindings::agent::nexo::plugin::durable as wit;
 use crate::capability::model::Prompt;
 use crate::children::{ChildRequest, ChildRuns};
 use crate::error::ToolError;
+use crate::flow::Labels;
 use crate::grant::{Bounds, Grant, stricter};
 use crate::host_call::{CallContext, HostCall, ToolContext};
 use crate::journal::{Effect, Halt, RESERVED, unjournaled};
@@ -730,13 +731,15 @@ impl HostCall for StartChild {
                 ));
             };
             let request = requested(&narrowing)?;
-            let grant = grant.clone().narrowed_to(&request).map_err(|(field, item)| {
+            let mut grant = grant.clone().narrowed_to(&request).map_err(|(field, item)| {
                 wit::DurableError::Invalid(format!(
                     "the child's grant asks for {field} `{item}`, which this run's effective grant does not hold; a \
                      child's authority is never wider than its parent's (narrow it, or leave the field out to keep \
                      the parent's)"
                 ))
             })?;
+            // Its prompt may carry what this run read: the child holds it too.
+            grant.inherited = grant.inherited.with(cx.taint().held());
             let child =
                 starter.prepare(ChildRequest { agent, input, grant }).await.map_err(wit::DurableError::Invalid)?;
             let id = child.run.id.clone();
@@ -825,6 +828,12 @@ impl HostCall for TakeSignal {
     type Args = String;
     type Output = Option<Taken>;
     type Error = wit::DurableError;
+
+    /// A signal's data comes from outside the run: a child run's outcome
+    /// carries what the child read.
+    fn brings(&self) -> Labels {
+        Labels::UNTRUSTED
+    }
 
     fn name(&self) -> &'static str {
         crate::journal::TAKE_SIGNAL

@@ -87,6 +87,7 @@ pub(super) fn grant(
         fetch_hosts,
         commands,
         data_flow,
+        inherited: crate::flow::Labels::NONE,
         sandbox: SandboxGrant {
             kind: sandbox.unwrap_or(SandboxKind::Virtual),
             chosen: sandbox.is_some(),

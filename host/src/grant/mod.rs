@@ -63,6 +63,9 @@ pub struct Grant {
     /// The data-flow guard: what is untrusted or private, and what a send
     /// after it meets.
     pub data_flow: DataFlow,
+    /// What the run's context holds from the start: a child run holds
+    /// what its parent held when it started it. Never narrowed away.
+    pub inherited: crate::flow::Labels,
     /// Where tools act.
     pub sandbox: SandboxGrant,
     /// The MCP servers and tools.
@@ -90,6 +93,7 @@ impl Grant {
             fetch_hosts: None,
             commands: CommandRules::default(),
             data_flow: DataFlow::default(),
+            inherited: crate::flow::Labels::NONE,
             sandbox: SandboxGrant::default(),
             mcp: McpGrant::default(),
         }
@@ -208,6 +212,8 @@ struct Stored {
     command_rules: CommandRules,
     #[serde(default, skip_serializing_if = "DataFlow::is_default")]
     data_flow: DataFlow,
+    #[serde(default, skip_serializing_if = "crate::flow::Labels::is_none")]
+    inherited: crate::flow::Labels,
     mode: PermissionMode,
     sandbox: SandboxKind,
     #[serde(default)]
@@ -230,6 +236,7 @@ impl From<Stored> for Grant {
             fetch_hosts: s.fetch_hosts,
             commands: s.command_rules,
             data_flow: s.data_flow,
+            inherited: s.inherited,
             sandbox: SandboxGrant {
                 kind: s.sandbox,
                 chosen: s.sandbox_chosen,
@@ -255,6 +262,7 @@ impl From<Grant> for Stored {
             fetch_hosts: g.fetch_hosts,
             command_rules: g.commands,
             data_flow: g.data_flow,
+            inherited: g.inherited,
             mode: g.mode,
             sandbox: g.sandbox.kind,
             sandbox_chosen: g.sandbox.chosen,
@@ -282,8 +290,14 @@ mod tests {
         assert_eq!((grant.mode, grant.sandbox.kind), (PermissionMode::Auto, SandboxKind::Local));
         assert_eq!(grant.sandbox.local_dir(), Some(std::path::Path::new("/srv/w")));
         assert_eq!(grant.mcp.servers, ["fs".to_string()].into());
-        // What is written reads back the same, even a grant of nothing.
-        for grant in [grant, Grant::none()] {
+        // What is written reads back the same, even a grant of nothing, and
+        // what a child run inherits.
+        let mut child = grant.clone();
+        child.inherited = crate::flow::Labels::UNTRUSTED.with(crate::flow::Labels::PRIVATE);
+        child.data_flow.private = FlowAction::Refuse;
+        let written = serde_json::to_value(&child).unwrap();
+        assert_eq!(written["inherited"], serde_json::json!(["untrusted", "private"]), "{written}");
+        for grant in [grant, Grant::none(), child] {
             let back: Grant = serde_json::from_value(serde_json::to_value(&grant).unwrap()).unwrap();
             assert_eq!(back, grant);
         }

@@ -139,6 +139,7 @@ pub async fn prepare(
     let events = options.context.events.clone().unwrap_or_else(crate::events::no_events);
     let tools = Arc::new(
         ToolContext::new(authority, events, limits, tools, state)
+            .holding(options.grant.inherited)
             .with_journal(options.context.journal.clone())
             .with_audit(options.context.audit.clone()),
     );
