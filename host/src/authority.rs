@@ -727,13 +727,18 @@ impl Authority {
                  the operator adds the exact name to it (a tenant's policy, or `[grant]` / `--mcp-allow`)"
             )));
         }
+        let listed = self.mcp_listed(server, tool);
         let verdict = match guard {
             Some((FlowAction::Refuse, why)) => {
                 Verdict::Deny(format!("the MCP tool `{server}/{tool}` is refused by {why}"))
             }
-            Some((_, why)) => self.permissions.ask_anyway_mcp(server, tool, arguments, &why),
-            None if self.mcp_listed(server, tool) => Verdict::Allow,
-            None => self.permissions.check_mcp(server, tool, arguments),
+            // The guard asks about what the mode would let through, never
+            // about what read-only refuses.
+            Some((_, why)) if listed || self.mode() != PermissionMode::ReadOnly => {
+                self.permissions.ask_anyway_mcp(server, tool, arguments, &why)
+            }
+            _ if listed => Verdict::Allow,
+            _ => self.permissions.check_mcp(server, tool, arguments),
         };
         match verdict {
             Verdict::Allow => Ok(()),
@@ -929,6 +934,14 @@ mod tests {
             (Approve, Pass, Asks, &untrusted, fetch, Want::Approval),
             (Approve, Pass, Asks, &both, fetch, Want::Approval),
             (ReadOnly, Pass, Asks, &both, fetch, Want::Deny),
+            (
+                ReadOnly,
+                Pass,
+                Asks,
+                &both,
+                Gate::Mcp { server: "fs", tool: Some("delete"), arguments: &args },
+                Want::Deny,
+            ),
             (Ask, Pass, Asks, &both, fetch, Want::Deny),
         ];
         for (mode, on_untrusted, on_private, taint, gate, want) in table {

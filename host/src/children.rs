@@ -9,6 +9,10 @@ use nexo_store::NewChild;
 
 use crate::grant::Grant;
 
+/// What the model tool's name of an agent made available to a run starts
+/// with, before the agent's name.
+pub const TOOL_PREFIX: &str = "agent__";
+
 /// How deep a tree of runs may grow: a run this many levels below its
 /// root starts no child.
 pub const MAX_DEPTH: u32 = 8;

@@ -88,6 +88,11 @@ pub trait CallContext: Send + Sync + 'static {
     /// Marks what a result brought into the run's context.
     fn mark(&self, _labels: Labels, _by: String) {}
 
+    /// The labels the run's context holds now.
+    fn held(&self) -> Labels {
+        Labels::NONE
+    }
+
     /// Whether the data-flow guard speaks on the call `gate` describes (for
     /// the audit's reason).
     fn guarded(&self, _gate: &Gate<'_>) -> bool {
@@ -206,10 +211,18 @@ pub trait HostCall<Cx: CallContext = ToolContext>: Send + Sync {
         None
     }
 
+    /// Whether the call makes calls of its own that a replay answers with
+    /// it, whole (a prompt, a child run, `checkpoint-all`): its entry then
+    /// records the labels the run held when it finished, which a replay
+    /// marks, since the calls inside are not replayed one by one.
+    fn spans_calls(&self) -> bool {
+        false
+    }
+
     /// The labels its result brings into the run's context beyond those
     /// the authority reads from its gate ([`Authority::source`]): a signal
     /// (a child run's outcome among them) is untrusted. Default: none.
-    fn brings(&self) -> Labels {
+    fn brings(&self, _args: &Self::Args) -> Labels {
         Labels::NONE
     }
 
@@ -443,6 +456,10 @@ impl CallContext for ToolContext {
 
     fn mark(&self, labels: Labels, by: String) {
         self.taint.mark(labels, || by);
+    }
+
+    fn held(&self) -> Labels {
+        self.taint.held()
     }
 
     fn guarded(&self, gate: &Gate<'_>) -> bool {
@@ -712,7 +729,7 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     mark(cx, source, &result);
     let record = live
         .filter(|_| result.as_ref().err().is_none_or(|e| call.journal_error(e)))
-        .map(|(journal, seq, hash)| (journal, seq, hash, serde_json::to_string(&result).unwrap_or_default()));
+        .map(|(journal, seq, hash)| (journal, seq, hash, recorded(cx, call, &result)));
     // The result's event is pending before the entry commits, so it commits
     // with it: a replay answers the call without an event, and a process
     // that died after the entry but before the next commit lost it.
@@ -736,6 +753,34 @@ struct Admitted<'c, A> {
     used: Option<CapabilityUse>,
     /// What the call's result brings into the run's context.
     source: Option<(Labels, String)>,
+}
+
+/// A result as the journal records it: a call that spans calls
+/// ([`HostCall::spans_calls`]) records the labels the run holds with it.
+fn recorded<Cx: CallContext, C: HostCall<Cx>>(cx: &Cx, call: &C, result: &Result<C::Output, C::Error>) -> String {
+    if call.spans_calls() {
+        serde_json::to_string(&serde_json::json!({"held": cx.held(), "result": result})).unwrap_or_default()
+    } else {
+        serde_json::to_string(result).unwrap_or_default()
+    }
+}
+
+/// A recorded result, read back, with the labels its entry recorded (none
+/// for a call that spans none, or an entry written before entries held
+/// them).
+fn replayed<O: serde::de::DeserializeOwned, E: serde::de::DeserializeOwned>(
+    spans: bool,
+    text: &str,
+) -> (serde_json::Result<Result<O, E>>, Labels) {
+    #[derive(serde::Deserialize)]
+    struct Spanned<R> {
+        held: Labels,
+        result: R,
+    }
+    if spans && let Ok(Spanned { held, result }) = serde_json::from_str::<Spanned<Result<O, E>>>(text) {
+        return (Ok(result), held);
+    }
+    (serde_json::from_str(text), Labels::NONE)
 }
 
 /// Marks what a result brought into the run's context: any result the
@@ -784,14 +829,18 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         match journal.begin(call.interface(), call.name(), &hash) {
             Begin::Replay(text) => {
                 spans::replayed();
-                let result = serde_json::from_str::<Result<C::Output, C::Error>>(&text).unwrap_or_else(|e| {
+                let (result, held) = replayed::<C::Output, C::Error>(call.spans_calls(), &text);
+                let result = result.unwrap_or_else(|e| {
                     let why = format!("the journal's entry for `{}` cannot be read: {e}", call.name());
                     journal.halt(crate::journal::Halt::Failed(why.clone()));
                     Err(C::Error::from(ToolError::Failed(why)))
                 });
+                if !held.is_empty() {
+                    cx.mark(held, format!("`{}`, replayed", call.name()));
+                }
                 // The replayed result brings in what the live one did.
                 let detail = call.detail(args);
-                mark(cx, cx.source(&call.gate(args, &detail), call.brings(), call.name()), &result);
+                mark(cx, cx.source(&call.gate(args, &detail), call.brings(args), call.name()), &result);
                 return Err(match model {
                     None => Reply::Guest(result),
                     Some(_) => Reply::Model(call.reply(result)),
@@ -836,7 +885,7 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);
         }
         if verdict.is_ok() {
-            source = cx.source(&gate, call.brings(), call.name());
+            source = cx.source(&gate, call.brings(&args), call.name());
         }
         verdict.map(|()| args)
     });

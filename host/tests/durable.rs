@@ -1605,3 +1605,38 @@ async fn a_page_that_asks_to_send_a_private_file_out_is_held_by_the_data_flow_gu
         }
     }
 }
+
+/// A pass that answers a finished prompt from the journal, whole, holds
+/// what its calls brought in: the prompt's entry records the labels. Here
+/// an unconfined shell (a source of untrusted and private content, and a
+/// send) runs in a first prompt; in the second, the next command is held
+/// for a decision; denied, the run goes on by replay, and the command the
+/// model tries next is held again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_hold_across_a_replayed_prompt() {
+    let scene = Scene::new().await;
+    let shell = |id: &str, command: &str| {
+        Reply::tool_calls(vec![MockToolCall::new(id, "shell", json!({ "command": command }))])
+    };
+    scene.server.push(shell("a", "echo first"));
+    scene.server.push(Reply::text("one"));
+    scene.server.push(shell("b", "echo second"));
+    scene.server.push(shell("c", "echo third"));
+    let config = scene.dir.path().join("nexo.toml");
+    std::fs::write(&config, "[grant.data-flow]\nuntrusted = \"ask\"\n").unwrap();
+    let config = config.display().to_string();
+    let flags = ["--config", &config, "--allow", "shell", "--mode", "auto", "--shell-confinement", "none"];
+    let args = scene.run_args(built::WORKFLOW_PROBE, "prompt first; prompt second", &flags);
+    let out = scene.nexo(&refs(&args));
+    assert_eq!(out.status.code(), Some(4), "{}\n{}", stderr(&out), stdout(&out));
+    let v = last_json(&out);
+    assert_eq!(v["approval"]["arguments"]["command"], "echo second", "{v}");
+    assert!(v["reason"].as_str().unwrap_or_default().contains("data-flow guard"), "{v}");
+    let id = v["run"].as_str().unwrap().to_string();
+    let out = scene.nexo(&["runs", "deny", &id, "--json", "--config", &config]);
+    assert_eq!(out.status.code(), Some(4), "{}\n{}", stderr(&out), stdout(&out));
+    let v = last_json(&out);
+    assert_eq!(v["approval"]["arguments"]["command"], "echo third", "held again after the replay: {v}");
+    assert!(v["reason"].as_str().unwrap_or_default().contains("`prompt`, replayed"), "{v}");
+    assert_eq!(scene.server.requests().len(), 4, "the first prompt was not asked again");
+}

@@ -22,8 +22,7 @@ use crate::manifest::interface::DURABLE;
 use crate::truncate::{Truncation, truncate};
 use crate::unit::{Setup, Step, Unit};
 
-/// What a model tool's name starts with, before the agent's name.
-pub const TOOL_PREFIX: &str = "agent__";
+pub use crate::children::TOOL_PREFIX;
 
 /// The agents unit.
 #[derive(Debug, Default, Clone, Copy)]
@@ -170,6 +169,10 @@ impl HostCall for CallAgent {
 
     fn journal_arguments(&self, arguments: Value) -> Value {
         json!({"agent": self.agent, "arguments": arguments})
+    }
+
+    fn spans_calls(&self) -> bool {
+        true
     }
 
     fn detail<'a>(&self, input: &'a String) -> std::borrow::Cow<'a, str> {

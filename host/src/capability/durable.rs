@@ -319,6 +319,10 @@ impl HostCall for CheckpointAll {
         "checkpoint-all"
     }
 
+    fn spans_calls(&self) -> bool {
+        true
+    }
+
     fn interface(&self) -> &'static str {
         DURABLE
     }
@@ -829,10 +833,11 @@ impl HostCall for TakeSignal {
     type Output = Option<Taken>;
     type Error = wit::DurableError;
 
-    /// A signal's data comes from outside the run: a child run's outcome
-    /// carries what the child read.
-    fn brings(&self) -> Labels {
-        Labels::UNTRUSTED
+    /// A signal's data comes from outside the run; a child run's outcome
+    /// may carry anything the child read, private content too.
+    fn brings(&self, name: &String) -> Labels {
+        let child = nexo_store::child_signal("");
+        if name.starts_with(&child) { Labels::UNTRUSTED.with(Labels::PRIVATE) } else { Labels::UNTRUSTED }
     }
 
     fn name(&self) -> &'static str {

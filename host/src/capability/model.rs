@@ -19,10 +19,13 @@ use nexo_model::{BoxFuture, Provider};
 use wasmtime::component::Linker;
 
 use crate::agent_loop::{HostLoop, Loop, LoopContext, LoopLimits, Outcome};
+use crate::authority::Gate;
 use crate::bindings::agent::nexo::plugin::model as wit;
 use crate::error::ToolError;
 use crate::events::Status;
+use crate::flow::Labels;
 use crate::host_call::{CallContext as _, HostCall, ToolContext};
+use crate::manifest::Capability;
 use crate::unit::{AgentHost, Setup, Step, Unit};
 
 /// What a run's prompts run with.
@@ -115,6 +118,10 @@ impl Prompting {
             Some(thread) => thread.history(),
             None => Arc::default(),
         };
+        // The session's earlier messages are in this prompt's context: what
+        // their tool results brought in, this run holds.
+        let earlier = Self::history_labels(tools.authority(), &history);
+        tools.taint().mark(earlier, || "the session's earlier messages".into());
         let ctx = LoopContext { provider, tools, instructions: &self.instructions, history: &history, limits, spend };
         let outcome = self.agent_loop.run(ctx, input).await;
         // Without a quota its usage is still the tenant's: counted once, live.
@@ -127,6 +134,38 @@ impl Prompting {
             }
         }
         outcome
+    }
+
+    /// The labels a context holding `history` holds, by the tool calls in it:
+    /// what their results brought in, as the authority reads each call (an
+    /// agent's answer may carry anything its child read).
+    fn history_labels(authority: &crate::authority::Authority, history: &[nexo_model::Message]) -> Labels {
+        let mut held = Labels::NONE;
+        for message in history {
+            let nexo_model::Message::Assistant { tool_calls, .. } = message else { continue };
+            for call in tool_calls {
+                let arg = |key: &str| call.arguments.get(key).and_then(serde_json::Value::as_str).unwrap_or("");
+                let cap = |cap: Capability, detail: &str| authority.source(&Gate::Capability(cap, detail));
+                let labels = match call.name.as_str() {
+                    "read_file" => cap(Capability::Read, arg("path")),
+                    "glob" => cap(Capability::Glob, arg("pattern")),
+                    "shell" => cap(Capability::Shell, ""),
+                    "fetch" => cap(Capability::Fetch, ""),
+                    "web_search" => cap(Capability::Search, ""),
+                    name if name.starts_with(crate::children::TOOL_PREFIX) => Labels::UNTRUSTED.with(Labels::PRIVATE),
+                    name => match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
+                        Some((server, tool)) => authority.source(&Gate::Mcp {
+                            server,
+                            tool: Some(tool),
+                            arguments: &serde_json::Value::Null,
+                        }),
+                        None => Labels::NONE,
+                    },
+                };
+                held = held.with(labels);
+            }
+        }
+        held
     }
 
     /// Adds a finished prompt's exchange to the session's thread. Called
@@ -390,6 +429,10 @@ impl HostCall for Prompt {
         crate::journal::Effect::Read
     }
 
+    fn spans_calls(&self) -> bool {
+        true
+    }
+
     fn journal_error(&self, error: &wit::ModelError) -> bool {
         // An unreachable provider recorded nothing; a resume tries again.
         !matches!(error, wit::ModelError::Unavailable(_))
@@ -409,3 +452,42 @@ impl HostCall for Prompt {
 
 // The model does not call `prompt`; the guest does.
 crate::guest_only!(Prompt, ToolContext);
+
+#[cfg(test)]
+mod tests {
+    use nexo_model::{Message, ToolCall};
+    use serde_json::json;
+
+    use super::*;
+    use crate::authority::{Authority, Permissions};
+    use crate::grant::Grant;
+    use crate::manifest::AgentManifest;
+
+    /// A session's next prompt holds what the earlier messages' tool results
+    /// brought in, as the authority reads each call.
+    #[test]
+    fn a_sessions_history_holds_what_its_tool_results_brought_in() {
+        let mut grant = Grant::default();
+        grant.data_flow.private_paths = Some(vec!["secrets".into()]);
+        grant.data_flow.untrusted_mcp = vec!["web".into()];
+        let manifest = AgentManifest { name: "a".into(), ..AgentManifest::default() };
+        let authority = Authority::new(&manifest, &grant, &Permissions::default());
+        let held = |name: &str, arguments: serde_json::Value| {
+            let call = ToolCall { id: "c".into(), name: name.into(), arguments };
+            let history = [
+                Message::User { text: "hi".into() },
+                Message::Assistant { text: String::new(), tool_calls: vec![call] },
+            ];
+            Prompting::history_labels(&authority, &history)
+        };
+        let both = Labels::UNTRUSTED.with(Labels::PRIVATE);
+        assert_eq!(held("read_file", json!({"path": "docs/a.md"})), Labels::NONE);
+        assert_eq!(held("read_file", json!({"path": "secrets/key"})), Labels::PRIVATE);
+        assert_eq!(held("fetch", json!({"url": "https://a.example/"})), Labels::UNTRUSTED);
+        assert_eq!(held("web_search", json!({"query": "q"})), Labels::UNTRUSTED);
+        assert_eq!(held("mcp__web__get", json!({})), Labels::UNTRUSTED);
+        assert_eq!(held("mcp__fs__read", json!({})), Labels::NONE);
+        assert_eq!(held("agent__helper", json!({"input": "x"})), both);
+        assert_eq!(held("write_file", json!({"path": "secrets/k", "content": "x"})), Labels::NONE);
+    }
+}

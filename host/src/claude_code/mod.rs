@@ -35,6 +35,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use crate::agent_loop::{Event, Loop, LoopContext, Outcome, Status};
 use crate::authority::Gate;
 use crate::error::ToolError;
+use crate::flow::Labels;
+use crate::grant::FlowAction;
 use crate::host_call::{CallContext, ModelReply, ToolContext};
 use crate::manifest::Capability;
 use crate::mcp_server::{Bridged, McpServer};
@@ -135,9 +137,25 @@ fn unavailable(message: impl Into<String>) -> ModelError {
 impl ClaudeCode {
     async fn drive(&self, ctx: LoopContext<'_>, input: &str) -> Result<Outcome, ModelError> {
         let binary = launch::binary(self.binary.as_deref())?;
-        let mode = ctx.tools.authority().mode();
-        // The CLI's `Bash` meets the command rules in nexo's gate, so it must ask.
-        let gated = launch::gated(mode, self.builtin_tools && !ctx.tools.authority().command_rules().is_empty());
+        let authority = ctx.tools.authority();
+        let mode = authority.mode();
+        // The CLI's own tools' results never reach nexo, and it reads files
+        // without asking: the run holds at once what they could bring in,
+        // so the data-flow guard judges nexo's tools (served to the CLI) as
+        // if they had.
+        let mut guarded = false;
+        if self.builtin_tools {
+            let could = [Capability::Read, Capability::Fetch, Capability::Search, Capability::Shell]
+                .into_iter()
+                .filter(|c| authority.offers(*c))
+                .fold(Labels::NONE, |all, c| all.with(authority.source(&Gate::Capability(c, ""))));
+            ctx.tools.taint().mark(could, || "the CLI's built-in tools".into());
+            guarded = could.holds(Labels::UNTRUSTED)
+                && authority.data_flow().action(could.holds(Labels::PRIVATE)) != FlowAction::Allow;
+        }
+        // The CLI's `Bash` meets the command rules in nexo's gate, and its
+        // sends the data-flow guard, so it must ask.
+        let gated = launch::gated(mode, self.builtin_tools && (!authority.command_rules().is_empty() || guarded));
         if self.builtin_tools && self.cwd.is_none() {
             return Err(ModelError::Config(
                 "--claude-builtin-tools needs the local sandbox (`--sandbox local --cwd DIR`): the CLI's own tools \

@@ -127,6 +127,10 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if run.tenant.is_none() {
         let now = crate::grant::CommandRules::layer(settings.config.grant.command_rules.clone());
         spec.grant.commands = spec.grant.commands.intersection(&now);
+        // And its data-flow guard as it is now: a guard only tightens.
+        if let Some(guard) = &settings.config.grant.data_flow {
+            spec.grant.data_flow = spec.grant.data_flow.stricter(guard);
+        }
         // The operator's price and budget as the config file sets them now:
         // raising `budget-usd` there is how a run waiting on its budget goes on.
         let model = &settings.config.model;
