@@ -1610,8 +1610,9 @@ async fn a_page_that_asks_to_send_a_private_file_out_is_held_by_the_data_flow_gu
 /// what its calls brought in: the prompt's entry records the labels. Here
 /// an unconfined shell (a source of untrusted and private content, and a
 /// send) runs in a first prompt; in the second, the next command is held
-/// for a decision; denied, the run goes on by replay, and the command the
-/// model tries next is held again.
+/// for a decision. Denied, the run goes on by replay: the held command meets
+/// the guard again and so its denial (were the labels lost, it would run),
+/// and the command the model tries next is held again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn labels_hold_across_a_replayed_prompt() {
     let scene = Scene::new().await;
@@ -1638,5 +1639,10 @@ async fn labels_hold_across_a_replayed_prompt() {
     let v = last_json(&out);
     assert_eq!(v["approval"]["arguments"]["command"], "echo third", "held again after the replay: {v}");
     assert!(v["reason"].as_str().unwrap_or_default().contains("`prompt`, replayed"), "{v}");
-    assert_eq!(scene.server.requests().len(), 4, "the first prompt was not asked again");
+    let requests = scene.server.requests();
+    assert_eq!(requests.len(), 4, "the first prompt was not asked again");
+    // The denied command did not run on the pass that went on: it met the
+    // guard again, and with it the operator's decision.
+    let after = &requests[3].raw_body;
+    assert!(after.contains("denied") && !after.contains("stdout:\\nsecond"), "{after}");
 }
