@@ -200,6 +200,12 @@ impl Policy {
                 return Err(format!("the MCP server `{server}` is not configured ([mcp.{server}] in the config file)"));
             }
         }
+        if let Some((key, server)) = self.data_flow.unknown_server(|s| self.mcp_servers.iter().any(|m| m == s)) {
+            return Err(format!(
+                "data-flow: `{key}` names the MCP server `{server}`, which is not among the policy's `mcp-servers`: \
+                 fix the name, or add the server"
+            ));
+        }
         Ok(())
     }
 }

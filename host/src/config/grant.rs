@@ -79,6 +79,15 @@ pub(super) fn grant(
         (Some(file), Some(flags)) => file.stricter(&flags),
         (file, flags) => file.or(flags).unwrap_or_default(),
     };
+    if let Some((key, server)) = data_flow.unknown_server(|s| mcp.contains_key(s) || flags.mcp.contains_key(s)) {
+        return Err(ConfigError::invalid(
+            "data-flow",
+            format!(
+                "[grant.data-flow] `{key}` names the MCP server `{server}`, which is not configured: fix the name, \
+                 or add an `[mcp.{server}]` table (or `--mcp {server}=…`)"
+            ),
+        ));
+    }
     let servers = mcp.keys().chain(flags.mcp.keys()).cloned().collect();
     let sandbox = f.sandbox.or(t.sandbox);
     let grant = Grant {

@@ -138,6 +138,31 @@ impl DataFlow {
         })
     }
 
+    /// The first MCP server the guard's lists name that `known` does not
+    /// know, with the list's key: a misspelt name would mark nothing, so it
+    /// is refused rather than let fail open.
+    pub fn unknown_server(&self, known: impl Fn(&str) -> bool) -> Option<(&'static str, String)> {
+        let lists = [
+            ("untrusted-mcp", &self.untrusted_mcp[..]),
+            ("private-mcp", &self.private_mcp[..]),
+            ("read-only-mcp", self.read_only_mcp.entries()),
+        ];
+        for (key, list) in lists {
+            for entry in list {
+                // A bare name in `read-only-mcp` is a tool, on any server.
+                let server = match entry.split_once('/') {
+                    Some((server, _)) => server,
+                    None if key == "read-only-mcp" => continue,
+                    None => entry.as_str(),
+                };
+                if !known(server) {
+                    return Some((key, server.to_string()));
+                }
+            }
+        }
+        None
+    }
+
     /// Whether anything in the workspace is private: what a shell command,
     /// which may read any of it, returns.
     pub fn any_private_path(&self) -> bool {
@@ -177,6 +202,18 @@ mod tests {
         assert!(DataFlow::default().private_path("anything"), "the whole workspace by default");
         let none = DataFlow { private_paths: Some(Vec::new()), ..DataFlow::default() };
         assert!(!none.private_path("../x") && !none.any_private_path());
+    }
+
+    #[test]
+    fn a_guard_that_names_an_unknown_server_is_found_out() {
+        let guard = DataFlow {
+            untrusted_mcp: vec!["web".into()],
+            read_only_mcp: McpAllow::new(["read_file", "fs/read_file"]),
+            ..DataFlow::default()
+        };
+        assert_eq!(guard.unknown_server(|s| ["web", "fs"].contains(&s)), None);
+        assert_eq!(guard.unknown_server(|s| s == "fs"), Some(("untrusted-mcp", "web".to_string())));
+        assert_eq!(guard.unknown_server(|s| s == "web"), Some(("read-only-mcp", "fs".to_string())));
     }
 
     #[test]
