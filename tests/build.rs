@@ -36,6 +36,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("MCP_PROBE", "mcp-probe"),
     ("BIG_MEMORY", "big-memory"),
     ("BENCH_GUEST", "bench-guest"),
+    ("HOUSE_RULES", "house-rules"),
+    ("HOOK_TRAP", "hook-trap"),
 ];
 
 fn main() {

@@ -1,6 +1,6 @@
-//! Agents written in other languages, built from `examples/` with their
-//! language's componentizer against `wit/` alone: `examples/python-agent`
-//! (componentize-py) and `examples/js-agent` (ComponentizeJS).
+//! Plugins written in other languages, built from `examples/` with their
+//! language's componentizer against `wit/` alone: `examples/python-agent` and
+//! `examples/python-hook` (componentize-py), `examples/js-agent` (ComponentizeJS).
 //!
 //! Building one takes seconds to tens of seconds, so a build is cached under
 //! `target/guests/`, named by a hash of its inputs (the sources, the WIT, the
@@ -46,6 +46,9 @@ const PYTHON: Guest = Guest {
     sources: &["build.sh", "app.py"],
 };
 
+const PYTHON_HOOK: Guest =
+    Guest { example: "python-hook", output: "python_hook", sources: &["build.sh", "app.py"], ..PYTHON };
+
 const JAVASCRIPT: Guest = Guest {
     example: "js-agent",
     output: "js_agent",
@@ -68,6 +71,12 @@ pub fn root() -> PathBuf {
 pub fn python_agent() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| build(&PYTHON))
+}
+
+/// `examples/python-hook`, built with componentize-py, like [`python_agent`].
+pub fn python_hook() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build(&PYTHON_HOOK))
 }
 
 /// `examples/js-agent`, built with ComponentizeJS, like [`python_agent`].

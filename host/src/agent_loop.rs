@@ -144,12 +144,15 @@ impl Loop for HostLoop {
                 events.emit(&Event::TurnStarted { turn: turns });
                 // The conversation moves into the request and back: a turn
                 // copies none of it, however long it has grown.
-                let request = Request {
+                let mut request = Request {
                     model: provider.model().to_string(),
                     messages: std::mem::take(&mut messages),
                     tools: std::mem::take(&mut tools),
                     max_tokens: ctx.limits.max_tokens_per_turn,
                 };
+                // The operator's hooks see the prompt first: a redaction stays
+                // in the conversation, a refusal fails the prompt.
+                ctx.tools.before_prompt(&mut request).await?;
                 let deltas: Option<DeltaSink<'_>> = if ctx.limits.stream { Some(&delta_sink) } else { None };
                 let turn = Turn { request: &request, deltas };
                 // Under a budget, one turn of the run at a time is checked and counted.

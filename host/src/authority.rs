@@ -664,18 +664,24 @@ impl Authority {
     /// an MCP call without its arguments.
     pub fn gate(&self, gate: &Gate<'_>, tool: &str) -> Result<(), ToolError> {
         static CLEAN: Taint = Taint::new();
-        self.gate_in(gate, &CLEAN, tool)
+        self.gate_in(gate, &CLEAN, None, tool)
     }
 
     /// [`Authority::gate`] in a run whose context holds `taint`: the
-    /// data-flow guard sees it.
-    pub fn gate_in(&self, gate: &Gate<'_>, taint: &Taint, tool: &str) -> Result<(), ToolError> {
+    /// data-flow guard sees it. `ask` is why an operator's hook asks for a
+    /// decision on the call: it is held like a guarded call (never refused
+    /// for it, never let through unasked).
+    pub fn gate_in(&self, gate: &Gate<'_>, taint: &Taint, ask: Option<&str>, tool: &str) -> Result<(), ToolError> {
+        let held = || match (self.guard(gate, taint), ask) {
+            (guard, None) => guard,
+            (Some((FlowAction::Refuse, why)), Some(_)) => Some((FlowAction::Refuse, why)),
+            (Some((_, why)), Some(ask)) => Some((FlowAction::Ask, format!("{why}; {ask}"))),
+            (None, Some(ask)) => Some((FlowAction::Ask, ask.to_string())),
+        };
         let outcome = match *gate {
             Gate::Open => return Ok(()),
-            Gate::Capability(cap, detail) => self.decide(cap, tool, detail, self.guard(gate, taint)),
-            Gate::Mcp { server, tool: mcp_tool, arguments } => {
-                self.decide_mcp(server, mcp_tool, arguments, self.guard(gate, taint))
-            }
+            Gate::Capability(cap, detail) => self.decide(cap, tool, detail, held()),
+            Gate::Mcp { server, tool: mcp_tool, arguments } => self.decide_mcp(server, mcp_tool, arguments, held()),
             Gate::Budget { spend, may_cost } => spend.check(may_cost).map_err(ToolError::ApprovalRequired),
         };
         // The log line is built only when someone keeps it: this runs on every call.
@@ -954,7 +960,7 @@ mod tests {
                 ..DataFlow::default()
             };
             let authority = Authority::new(&manifest, &grant, &Permissions::new(mode));
-            let got = authority.gate_in(&gate, taint, "t");
+            let got = authority.gate_in(&gate, taint, None, "t");
             let text = got.as_ref().err().map(ToolError::text).unwrap_or_default();
             assert_eq!(Want::of(got), want, "{mode:?} {on_untrusted:?}/{on_private:?} {:?} {gate:?}", taint.held());
             if want != Want::Allow && mode == Auto {
@@ -966,7 +972,7 @@ mod tests {
         grant.mode = Auto;
         let mut authority = Authority::new(&manifest, &grant, &Permissions::new(Auto));
         authority.set_shell_network(false);
-        assert_eq!(authority.gate_in(&Gate::Capability(Shell, "curl x"), &both, "t"), Ok(()));
+        assert_eq!(authority.gate_in(&Gate::Capability(Shell, "curl x"), &both, None, "t"), Ok(()));
         assert_eq!(authority.source(&Gate::Capability(Shell, "cat x")), Labels::PRIVATE);
         assert_eq!(authority.source(&Gate::Capability(Fetch, "u")), Labels::UNTRUSTED);
         assert_eq!(authority.source(&write), Labels::NONE);
@@ -979,7 +985,7 @@ mod tests {
             true
         });
         let authority = Authority::new(&manifest, &grant, &permissions);
-        assert_eq!(authority.gate_in(&fetch, &both, "t"), Ok(()));
+        assert_eq!(authority.gate_in(&fetch, &both, None, "t"), Ok(()));
         assert_eq!(*asked.lock().unwrap(), 1, "asked once, not by the mode and again by the guard");
     }
 

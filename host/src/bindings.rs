@@ -30,6 +30,17 @@ pub mod skill {
     });
 }
 
+/// The `hook-plugin` world.
+pub mod hook {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "nexo:plugin/hook-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
+    });
+}
+
 /// The `search-backend-plugin` world.
 pub mod search {
     wasmtime::component::bindgen!({

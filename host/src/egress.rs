@@ -271,7 +271,7 @@ impl CallContext for EgressState {
 
     /// These worlds name no capability: their authority is the egress grant,
     /// which the guarded client enforces on every request.
-    fn authorize(&self, _gate: &crate::authority::Gate<'_>, _call: &str) -> Result<(), ToolError> {
+    fn authorize(&self, _gate: &crate::authority::Gate<'_>, _call: &str, _ask: Option<&str>) -> Result<(), ToolError> {
         Ok(())
     }
 

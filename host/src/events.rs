@@ -67,6 +67,22 @@ pub enum Event {
         /// The start of the result or error, for display.
         summary: String,
     },
+    /// A hook decided something beyond letting a call or a prompt pass as
+    /// it was.
+    Hook {
+        /// The hook.
+        hook: String,
+        /// `before-tool-call`, `after-tool-call` or `before-prompt`.
+        moment: String,
+        /// The call (the model's tool name, or the host call's), or `prompt`.
+        call: String,
+        /// `deny`, `ask`, `rewrite`, `redact`, `replace`, or `failed` (it
+        /// trapped, ran past its deadline or answered what the host cannot
+        /// use: the call was refused, or its result withheld).
+        decision: String,
+        /// What it said: the reason, the new arguments, what it redacted.
+        detail: String,
+    },
     /// The prompt ended.
     Done {
         /// How.

@@ -43,7 +43,7 @@ impl Labels {
     }
 
     /// The labels' names, as a grant records them.
-    fn names(self) -> Vec<&'static str> {
+    pub fn names(self) -> Vec<&'static str> {
         [(Labels::UNTRUSTED, "untrusted"), (Labels::PRIVATE, "private")]
             .into_iter()
             .filter(|(l, _)| self.holds(*l))

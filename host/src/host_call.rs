@@ -46,8 +46,9 @@ use crate::engine::Limits;
 use crate::error::ToolError;
 use crate::events::{Event, EventSink};
 use crate::flow::{Labels, Taint};
+use crate::hooks::{Before, HookCall, Hooks, Origin as HookOrigin, Outcome};
 use crate::journal::{Begin, Effect, Journal, UNPOSITIONED};
-use crate::manifest::Capability;
+use crate::manifest::{Capability, HookEvent};
 use crate::telemetry::{spans, traces};
 
 /// What the path consults for one instance's calls.
@@ -55,8 +56,13 @@ pub trait CallContext: Send + Sync + 'static {
     /// The plugin's name, for logs.
     fn plugin(&self) -> &str;
 
-    /// The gate for one call.
-    fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError>;
+    /// The gate for one call; `ask` is why a hook asks for a decision on it.
+    fn authorize(&self, gate: &Gate<'_>, call: &str, ask: Option<&str>) -> Result<(), ToolError>;
+
+    /// The run's hooks, when it has any.
+    fn hooks(&self) -> Option<&Hooks> {
+        None
+    }
 
     /// Where the gate's decisions are recorded, if anywhere.
     fn audit(&self) -> Option<&dyn AuditSink> {
@@ -123,7 +129,7 @@ pub struct CapabilityUse {
     /// `allowed`, or the refusal's kind (`denied`, `approval-required`…).
     pub verdict: &'static str,
     /// What refused or held the call beyond the capability and the mode:
-    /// `data-flow` when the data-flow guard did.
+    /// `data-flow` when the data-flow guard did, `hook` when a hook did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<&'static str>,
 }
@@ -434,6 +440,7 @@ pub struct ToolContext {
     journal: Option<Arc<Journal>>,
     audit: Option<Arc<dyn AuditSink>>,
     taint: Taint,
+    hooks: Option<Arc<Hooks>>,
 }
 
 impl CallContext for ToolContext {
@@ -441,8 +448,12 @@ impl CallContext for ToolContext {
         self.authority.agent()
     }
 
-    fn authorize(&self, gate: &Gate<'_>, call: &str) -> Result<(), ToolError> {
-        self.authority.gate_in(gate, &self.taint, call)
+    fn authorize(&self, gate: &Gate<'_>, call: &str, ask: Option<&str>) -> Result<(), ToolError> {
+        self.authority.gate_in(gate, &self.taint, ask, call)
+    }
+
+    fn hooks(&self) -> Option<&Hooks> {
+        self.hooks.as_deref()
     }
 
     fn source(&self, gate: &Gate<'_>, brings: Labels, call: &'static str) -> Option<(Labels, String)> {
@@ -506,12 +517,29 @@ impl ToolContext {
     ) -> Self {
         let tools = tools.into();
         let (arg_limit, log) = (limits.host_arg_bytes, LogBudget::new(limits));
-        ToolContext { authority, events, arg_limit, log, tools, state, journal: None, audit: None, taint: Taint::new() }
+        ToolContext {
+            authority,
+            events,
+            arg_limit,
+            log,
+            tools,
+            state,
+            journal: None,
+            audit: None,
+            taint: Taint::new(),
+            hooks: None,
+        }
     }
 
     /// The same context, recording the gate's decisions in `audit`.
     pub fn with_audit(mut self, audit: Option<Arc<dyn AuditSink>>) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// The same context, asking `hooks` about its calls (none: no hook).
+    pub fn with_hooks(mut self, hooks: Option<Arc<Hooks>>) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -594,6 +622,54 @@ impl ToolContext {
         self.journal.as_ref().and_then(|j| j.halted()).map(|h| h.summary())
     }
 
+    /// hooks, before a prompt: what the run's hooks make of a model turn's
+    /// request, journaled as its own entry like a call's. A redaction is
+    /// made in `request` itself, so the conversation keeps it; a refusal is
+    /// the turn's error, and nothing is sent.
+    pub async fn before_prompt(&self, request: &mut nexo_model::Request) -> Result<(), nexo_model::ModelError> {
+        let journal = self.journal.as_deref();
+        let hooks = self.hooks.as_deref();
+        if hooks.is_none() && !journal.is_some_and(|j| j.recorded_next(crate::manifest::interface::HOOK)) {
+            return Ok(());
+        }
+        let messages = serde_json::to_value(&request.messages).unwrap_or(Value::Null);
+        let asks = hooks.is_some_and(|h| h.wants(HookEvent::BeforePrompt));
+        let ask = async {
+            let system = request.messages.iter().find_map(|m| match m {
+                nexo_model::Message::System { text } => Some(text.clone()),
+                _ => None,
+            });
+            let mut prompt = crate::hooks::Prompt {
+                agent: self.authority.agent().to_string(),
+                model: request.model.clone(),
+                system: system.unwrap_or_default(),
+                messages: messages.to_string(),
+            };
+            match hooks {
+                Some(hooks) if asks => hooks.before_prompt(&mut prompt, &*self.events).await,
+                _ => crate::hooks::PromptBefore::default(),
+            }
+        };
+        let arguments = serde_json::json!({"model": request.model, "messages": messages});
+        let Some(decided) = hook_decision(journal, BEFORE_PROMPT, &arguments, asks, ask).await else {
+            return Ok(());
+        };
+        if let Some(why) = decided.denied {
+            return Err(nexo_model::ModelError::Refused(why));
+        }
+        if !decided.redact.is_empty() {
+            let strings: Vec<&str> = decided.redact.iter().map(String::as_str).collect();
+            let mut messages = messages;
+            crate::hooks::redact(&mut messages, &strings);
+            request.messages = serde_json::from_value(messages).map_err(|e| {
+                nexo_model::ModelError::Refused(format!(
+                    "the hooks' redaction left a prompt the host cannot read ({e}), so it was not sent"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Runs one of the model's tool calls: the offered tool of that name, or
     /// an error listing the tools there are.
     pub async fn call_model(&self, turn: u32, call: &ToolCall) -> ModelReply {
@@ -642,7 +718,8 @@ pub async fn guest<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C
 /// a host bug, refused rather than blocked on.
 pub fn guest_now<Cx: CallContext, C: MaybeTool<Cx>>(cx: &Cx, call: &C, args: C::Args) -> Result<C::Output, C::Error> {
     debug_assert!(call.effect() == Effect::Skip, "`{}` is journaled: link it as an async import", call.name());
-    let admitted = match admit(cx, call, Origin::Guest(args)) {
+    let (decoded, model) = decode(cx, call, Origin::Guest(args));
+    let admitted = match admit(cx, call, decoded, model, &Before::default()) {
         Ok(admitted) => admitted,
         Err(Reply::Guest(result)) => return result,
         Err(Reply::Model(_)) => unreachable!("a guest call gets a typed reply"),
@@ -715,14 +792,38 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     call: &C,
     origin: Origin<'_, C::Args>,
 ) -> Reply<C::Output, C::Error> {
-    let Admitted { allowed, model, live, used, source } = match admit(cx, call, origin) {
+    let (mut decoded, mut model) = decode(cx, call, origin);
+    // hooks: asked before the gate; a model's call may come back rewritten
+    let (mut before, mut view, mut rewritten) = (Before::default(), None, None::<ToolCall>);
+    let seen = decoded.as_ref().ok().and_then(|args| hook_view(cx, call, args, model));
+    if let Some((seen, arguments)) = seen
+        && let Some((decided, seen)) = hooks_before(cx, call, seen, arguments).await
+    {
+        if let (Some(arguments), Some((turn, model_call))) = (&decided.arguments, model) {
+            let again = ToolCall { arguments: arguments.clone(), ..model_call.clone() };
+            decoded = call.decode_json(&again.arguments);
+            model = Some((turn, &*rewritten.insert(again)));
+        }
+        (before, view) = (decided, Some(seen));
+    }
+    let Admitted { allowed, model, live, used, source } = match admit(cx, call, decoded, model, &before) {
         Ok(admitted) => admitted,
         Err(reply) => return reply,
     };
     // execute, then truncate; audited even if this future is dropped mid-call
     let audited = Audited { cx, used };
     let result = match allowed {
-        Ok(args) => call.execute(cx, args).await.map(|out| call.truncate(cx, out)),
+        Ok(args) => {
+            let result = call.execute(cx, args).await.map(|out| call.truncate(cx, out));
+            // hooks: what they make of the result is what the caller, the
+            // journal and the audit see
+            match (cx.hooks(), &view) {
+                (Some(hooks), Some(view)) if hooks.wants(HookEvent::AfterToolCall) => {
+                    hooks_after::<Cx, C>(cx, hooks, view, result).await
+                }
+                _ => result,
+            }
+        }
         Err(refusal) => Err(C::Error::from(refusal)),
     };
     audited.finish(&result);
@@ -794,16 +895,164 @@ fn mark<Cx: CallContext, O, E: Refusal>(cx: &Cx, source: Option<(Labels, String)
     }
 }
 
-/// decode, journal (a recorded call is answered from it), authorize, event.
-/// `Err` is the reply when the call ends here.
+/// The journal's function for what the hooks decided before a call.
+const BEFORE_TOOL_CALL: &str = "before-tool-call";
+
+/// The journal's function for what the hooks decided before a prompt.
+const BEFORE_PROMPT: &str = "before-prompt";
+
+/// hooks, before the gate: what the run's hooks decide about a call the
+/// gate decides on, and the call as they saw it (for their look at its
+/// result); `None` when no hook is asked and none decided before.
+async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    call: &C,
+    mut view: HookCall,
+    arguments: Value,
+) -> Option<(Before, HookCall)> {
+    let hooks = cx.hooks();
+    let journal = cx.journal().filter(|_| call.effect() != Effect::Skip);
+    let asks = hooks.is_some_and(|h| h.wants(HookEvent::BeforeToolCall));
+    let ask = async {
+        match hooks {
+            Some(hooks) if asks => hooks.before(&mut view, cx.events()).await,
+            _ => Before::default(),
+        }
+    };
+    let decided = hook_decision(journal, BEFORE_TOOL_CALL, &arguments, asks, ask).await;
+    if decided.is_none() && hooks.is_none() {
+        return None;
+    }
+    let before = decided.unwrap_or_default();
+    if let Some(arguments) = &before.arguments {
+        view.arguments = arguments.to_string();
+    }
+    Some((before, view))
+}
+
+/// A hook decision at the run's next position, journaled as its own entry
+/// (`nexo:plugin/hook`, `function`, hashed over `arguments`): read back
+/// when the journal holds one there, so a replay asks no hook and a changed
+/// hook cannot change the past; else made live by `ask` when some hook
+/// `asks`, and journaled. `None` when there is neither: a call recorded
+/// with no hook decision before it stands as it was.
+async fn hook_decision<T, F>(
+    journal: Option<&Journal>,
+    function: &'static str,
+    arguments: &Value,
+    asks: bool,
+    ask: F,
+) -> Option<T>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Default,
+    F: std::future::Future<Output = T>,
+{
+    let hook = crate::manifest::interface::HOOK;
+    let begin = match journal {
+        Some(j) if j.recorded_next(hook) || (asks && !j.replaying_next()) => {
+            j.begin(hook, function, &crate::journal::hash_json(arguments))
+        }
+        Some(_) => return None,
+        None if asks => Begin::Unjournaled,
+        None => return None,
+    };
+    match begin {
+        Begin::Replay(text) => Some(serde_json::from_str(&text).unwrap_or_else(|e| {
+            // The run halts: the call's own entry reports it.
+            if let Some(j) = journal {
+                let why = format!("the journal's entry for the hooks' `{function}` decision cannot be read: {e}");
+                j.halt(crate::journal::Halt::Failed(why));
+            }
+            T::default()
+        })),
+        Begin::Halted(_) => None,
+        Begin::Live(seq) => {
+            let decided = ask.await;
+            if let Some(j) = journal {
+                let text = serde_json::to_string(&decided).unwrap_or_default();
+                j.finish(seq, hook, function, &crate::journal::hash_json(arguments), text, Effect::Read).await;
+            }
+            Some(decided)
+        }
+        Begin::Unjournaled => Some(ask.await),
+    }
+}
+
+/// The call as the hooks see it, with its arguments as the journal hashes
+/// them: `None` when no hook asks and no decision is to be replayed (the
+/// common case costs one lookup), or for a call the gate does not decide
+/// on.
+fn hook_view<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    call: &C,
+    args: &C::Args,
+    model: Option<(u32, &ToolCall)>,
+) -> Option<(HookCall, Value)> {
+    let journal = cx.journal().filter(|_| call.effect() != Effect::Skip);
+    if cx.hooks().is_none() && !journal.is_some_and(|j| j.recorded_next(crate::manifest::interface::HOOK)) {
+        return None;
+    }
+    let detail = call.detail(args);
+    let (capability, detail) = match call.gate(args, &detail) {
+        Gate::Capability(cap, detail) => (cap.as_str(), detail.to_string()),
+        Gate::Mcp { server, tool, .. } => ("mcp", format!("{server}/{}", tool.unwrap_or("(list)"))),
+        Gate::Open | Gate::Budget { .. } => return None,
+    };
+    let arguments = journal_value(call, model.map(|(_, c)| c), args);
+    let view = HookCall {
+        agent: cx.plugin().to_string(),
+        capability: capability.to_string(),
+        call: call.name().to_string(),
+        tool: model.map(|(_, c)| c.name.clone()),
+        detail,
+        arguments: arguments.to_string(),
+        origin: if model.is_some() { HookOrigin::Model } else { HookOrigin::Guest },
+        held: cx.held().names().into_iter().map(str::to_string).collect(),
+    };
+    Some((view, arguments))
+}
+
+/// hooks, after the handler: what the run's hooks make of a call's result.
+/// A redaction keeps the result's shape; a replacement is the output when
+/// the text can be one (a tool whose output is text), else the call fails
+/// with it; a hook that failed withholds the result.
+async fn hooks_after<Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
+    hooks: &Hooks,
+    view: &HookCall,
+    result: Result<C::Output, C::Error>,
+) -> Result<C::Output, C::Error> {
+    let (value, is_error) = match &result {
+        Ok(out) => (serde_json::to_value(out), false),
+        Err(e) => (serde_json::to_value(e), true),
+    };
+    let value = value.unwrap_or(Value::Null);
+    let unreadable = |name: &str| {
+        C::Error::from(ToolError::Denied(format!(
+            "the hooks' redaction left a result `{name}` cannot give back, so it was withheld"
+        )))
+    };
+    match hooks.after(view, value, is_error, cx.events()).await {
+        Outcome::Kept => result,
+        Outcome::Redacted(value) if is_error => {
+            Err(serde_json::from_value::<C::Error>(value).unwrap_or_else(|_| unreadable(&view.call)))
+        }
+        Outcome::Redacted(value) => serde_json::from_value::<C::Output>(value).map_err(|_| unreadable(&view.call)),
+        Outcome::Replaced(text) => serde_json::from_value::<C::Output>(Value::String(text.clone()))
+            .or_else(|_| serde_json::from_str::<C::Output>(&text))
+            .map_err(|_| C::Error::from(ToolError::Denied(format!("a hook replaced the result: {text}")))),
+        Outcome::Withheld(why) => Err(C::Error::from(ToolError::Denied(why))),
+    }
+}
+
+/// decode: WIT arguments are checked for size, the model's JSON parsed.
 #[allow(clippy::type_complexity)]
-fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
-    cx: &'c Cx,
+fn decode<'c, Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &Cx,
     call: &C,
     origin: Origin<'c, C::Args>,
-) -> Result<Admitted<'c, C::Args>, Reply<C::Output, C::Error>> {
-    // decode
-    let (decoded, model) = match origin {
+) -> (Result<C::Args, ToolError>, Option<(u32, &'c ToolCall)>) {
+    match origin {
         Origin::Guest(args) => {
             let size = call.arg_bytes(&args);
             let decoded = if size > cx.arg_limit() {
@@ -818,7 +1067,20 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             (decoded, None)
         }
         Origin::Model { turn, call: model_call } => (call.decode_json(&model_call.arguments), Some((turn, model_call))),
-    };
+    }
+}
+
+/// journal (a recorded call is answered from it), authorize (after what
+/// the hooks decided, `before`), event. `Err` is the reply when the call
+/// ends here.
+#[allow(clippy::type_complexity)]
+fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
+    cx: &'c Cx,
+    call: &C,
+    decoded: Result<C::Args, ToolError>,
+    model: Option<(u32, &'c ToolCall)>,
+    before: &Before,
+) -> Result<Admitted<'c, C::Args>, Reply<C::Output, C::Error>> {
     // journal: a recorded call is answered from the journal
     let (mut live, mut unpositioned) = (None, None);
     if let (Some(journal), Ok(args)) = (cx.journal().filter(|_| call.effect() != Effect::Skip), &decoded) {
@@ -863,7 +1125,11 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
     let allowed = decoded.and_then(|args| {
         let detail = call.detail(&args);
         let gate = call.gate(&args, &detail);
-        let verdict = match cx.authorize(&gate, call.name()) {
+        let authorized = match &before.denied {
+            Some(why) => Err(ToolError::Denied(why.clone())),
+            None => cx.authorize(&gate, call.name(), before.ask.as_deref()),
+        };
+        let verdict = match authorized {
             Err(ToolError::ApprovalRequired(message)) => match (&live, &unpositioned) {
                 (Some((journal, seq, hash)), _) => {
                     let arguments = journal_value(call, model.map(|(_, c)| c), &args);
@@ -881,7 +1147,11 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         };
         // kept for the audit, which waits for the final verdict
         if cx.audit().is_some() {
-            let guard = verdict.is_err() && cx.guarded(&gate);
+            let guard = match &verdict {
+                Ok(()) => None,
+                Err(_) if before.denied.is_some() || before.ask.is_some() => Some("hook"),
+                Err(_) => cx.guarded(&gate).then_some("data-flow"),
+            };
             used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);
         }
         if verdict.is_ok() {
@@ -919,7 +1189,7 @@ fn capability_use(
     call: &'static str,
     model: Option<&ToolCall>,
     verdict: &Result<(), ToolError>,
-    guard: bool,
+    guard: Option<&'static str>,
 ) -> Option<CapabilityUse> {
     let (server, server_tool) = match gate {
         Gate::Open => return None,
@@ -934,7 +1204,7 @@ fn capability_use(
         server_tool,
         origin: if model.is_some() { "model" } else { "guest" },
         verdict: verdict.as_ref().err().map_or("allowed", ToolError::kind),
-        guard: guard.then_some("data-flow"),
+        guard,
     })
 }
 

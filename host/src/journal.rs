@@ -327,6 +327,25 @@ impl Journal {
         usage
     }
 
+    /// Whether the journal holds an entry of `interface` (any version of
+    /// its line) at the next call's position: a hook decision to replay.
+    pub fn recorded_next(&self, interface: &str) -> bool {
+        if self.recorded.is_empty() || is_unjournaled() {
+            return false;
+        }
+        let next = self.lock().next;
+        self.recorded.get(&next).is_some_and(|e| same_interface(&e.interface, interface))
+    }
+
+    /// Whether the journal holds any entry at the next call's position.
+    pub fn replaying_next(&self) -> bool {
+        if self.recorded.is_empty() || is_unjournaled() {
+            return false;
+        }
+        let next = self.lock().next;
+        self.recorded.contains_key(&next)
+    }
+
     /// Decides how one call runs: from the journal, or live.
     pub fn begin(&self, interface: &str, function: &str, args_hash: &str) -> Begin {
         if is_unjournaled() {
@@ -695,6 +714,7 @@ impl EventSink for JournalSink {
             Event::ToolCall { turn, id, .. } => ("tool_call", self.journal.linked(*turn, id, false)),
             Event::ToolResult { turn, id, .. } => ("tool_result", self.journal.linked(*turn, id, true)),
             Event::Done { .. } => ("done", None),
+            Event::Hook { .. } => ("hook", None),
             // Streamed text is for the display only.
             Event::TextDelta { .. } => return,
         };

@@ -50,6 +50,7 @@ pub mod files;
 pub mod flow;
 pub mod grant;
 pub mod hint;
+pub mod hooks;
 pub mod host_call;
 pub mod instance;
 pub mod journal;

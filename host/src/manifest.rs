@@ -234,30 +234,33 @@ pub struct AgentManifest {
 
 /// The version of the `nexo:plugin` package this host implements. Any
 /// `0.1.x` plugin is accepted.
-pub const CONTRACT_VERSION: &str = "0.1.3";
+pub const CONTRACT_VERSION: &str = "0.1.4";
 
 /// The versioned names of the `nexo:plugin` interfaces the host serves, as
 /// linkers define them. Each ends with [`CONTRACT_VERSION`] (a unit test checks).
 pub mod interface {
     /// `nexo:plugin/tools`.
-    pub const TOOLS: &str = "nexo:plugin/tools@0.1.3";
+    pub const TOOLS: &str = "nexo:plugin/tools@0.1.4";
     /// `nexo:plugin/model`.
-    pub const MODEL: &str = "nexo:plugin/model@0.1.3";
+    pub const MODEL: &str = "nexo:plugin/model@0.1.4";
     /// `nexo:plugin/log`.
-    pub const LOG: &str = "nexo:plugin/log@0.1.3";
+    pub const LOG: &str = "nexo:plugin/log@0.1.4";
     /// `nexo:plugin/outbound-http`.
-    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.3";
+    pub const OUTBOUND_HTTP: &str = "nexo:plugin/outbound-http@0.1.4";
     /// `nexo:plugin/config`.
-    pub const CONFIG: &str = "nexo:plugin/config@0.1.3";
+    pub const CONFIG: &str = "nexo:plugin/config@0.1.4";
     /// `nexo:plugin/durable`.
-    pub const DURABLE: &str = "nexo:plugin/durable@0.1.3";
+    pub const DURABLE: &str = "nexo:plugin/durable@0.1.4";
     /// `nexo:plugin/mcp`.
-    pub const MCP: &str = "nexo:plugin/mcp@0.1.3";
+    pub const MCP: &str = "nexo:plugin/mcp@0.1.4";
     /// `nexo:plugin/agent-mcp`, the export of `mcp-agent-plugin` agents.
-    pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.3";
+    pub const AGENT_MCP: &str = "nexo:plugin/agent-mcp@0.1.4";
     /// `nexo:plugin/agent-children`, the other export of `mcp-agent-plugin`
     /// agents (since 0.1.3).
-    pub const AGENT_CHILDREN: &str = "nexo:plugin/agent-children@0.1.3";
+    pub const AGENT_CHILDREN: &str = "nexo:plugin/agent-children@0.1.4";
+    /// `nexo:plugin/hook`: a recorded run's hook decisions are journaled
+    /// under it.
+    pub const HOOK: &str = "nexo:plugin/hook@0.1.4";
     /// The agent loop's model turns (`complete`), which no WIT declares:
     /// the host makes them, for the host loop.
     pub const MODEL_TURN: &str = "nexo:model";
@@ -275,6 +278,8 @@ pub enum PluginKind {
     SearchBackend,
     /// `nexo:plugin/sandbox-provider-plugin`.
     SandboxProvider,
+    /// `nexo:plugin/hook-plugin`.
+    Hook,
 }
 
 impl PluginKind {
@@ -285,6 +290,7 @@ impl PluginKind {
             PluginKind::Skill => "nexo:plugin/skill",
             PluginKind::SearchBackend => "nexo:plugin/search-backend",
             PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider",
+            PluginKind::Hook => "nexo:plugin/hook",
         }
     }
 
@@ -295,6 +301,7 @@ impl PluginKind {
             PluginKind::Skill => "nexo:plugin/skill-plugin",
             PluginKind::SearchBackend => "nexo:plugin/search-backend-plugin",
             PluginKind::SandboxProvider => "nexo:plugin/sandbox-provider-plugin",
+            PluginKind::Hook => "nexo:plugin/hook-plugin",
         }
     }
 
@@ -302,7 +309,7 @@ impl PluginKind {
     pub(crate) fn allowed_imports(self) -> &'static [&'static str] {
         match self {
             PluginKind::Agent => &["types", "log", "tools", "model", "durable", "mcp"],
-            PluginKind::Skill => &["types"],
+            PluginKind::Skill | PluginKind::Hook => &["types"],
             PluginKind::SearchBackend | PluginKind::SandboxProvider => &["types", "log", "outbound-http", "config"],
         }
     }
@@ -316,6 +323,7 @@ impl PluginKind {
             PluginKind::Skill => "a skill",
             PluginKind::SearchBackend => "a search backend",
             PluginKind::SandboxProvider => "a sandbox provider",
+            PluginKind::Hook => "a hook",
         }
     }
 }
@@ -327,6 +335,7 @@ impl fmt::Display for PluginKind {
             PluginKind::Skill => "skill",
             PluginKind::SearchBackend => "search backend",
             PluginKind::SandboxProvider => "sandbox provider",
+            PluginKind::Hook => "hook",
         })
     }
 }
@@ -352,6 +361,8 @@ pub enum Description {
     SearchBackend(BackendInfo),
     /// A sandbox provider's info.
     SandboxProvider(ProviderInfo),
+    /// A hook's info.
+    Hook(HookInfo),
 }
 
 /// A skill's metadata: one type for SKILL.md packages and skill components.
@@ -381,6 +392,59 @@ pub struct ProviderInfo {
     pub hosts: Vec<String>,
     /// The working directory inside the remote environment.
     pub workdir: String,
+}
+
+/// A hook's self-description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HookInfo {
+    /// Short identifier.
+    pub name: String,
+    /// What it checks.
+    pub description: String,
+    /// The moments it is asked about.
+    pub events: Vec<HookEvent>,
+}
+
+/// A moment a hook can be asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookEvent {
+    /// Before a gated call runs.
+    BeforeToolCall,
+    /// After it ran.
+    AfterToolCall,
+    /// Before a prompt goes to the model.
+    BeforePrompt,
+}
+
+impl HookEvent {
+    /// Its name in the WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::BeforeToolCall => "before-tool-call",
+            HookEvent::AfterToolCall => "after-tool-call",
+            HookEvent::BeforePrompt => "before-prompt",
+        }
+    }
+}
+
+impl From<bindings::hook::exports::nexo::plugin::hook::HookInfo> for HookInfo {
+    fn from(i: bindings::hook::exports::nexo::plugin::hook::HookInfo) -> Self {
+        use bindings::hook::exports::nexo::plugin::hook::Event;
+        let mut events: Vec<HookEvent> = i
+            .events
+            .into_iter()
+            .map(|e| match e {
+                Event::BeforeToolCall => HookEvent::BeforeToolCall,
+                Event::AfterToolCall => HookEvent::AfterToolCall,
+                Event::BeforePrompt => HookEvent::BeforePrompt,
+            })
+            .collect();
+        events.sort_by_key(|e| *e as u8);
+        events.dedup();
+        HookInfo { name: i.name, description: i.description, events }
+    }
 }
 
 impl From<bindings::provider::exports::nexo::plugin::sandbox_provider::ProviderInfo> for ProviderInfo {
@@ -480,6 +544,7 @@ mod tests {
             interface::DURABLE,
             interface::MCP,
             interface::AGENT_MCP,
+            interface::HOOK,
             interface::AGENT_CHILDREN,
         ] {
             assert!(name.starts_with("nexo:plugin/") && name.ends_with(&format!("@{CONTRACT_VERSION}")), "{name}");

@@ -122,6 +122,9 @@ pub struct Providers {
     /// Skill components an agent may name; they are looked up before the
     /// skills path. Each runs with zero capabilities.
     pub skill_components: Vec<Arc<dyn SkillComponent>>,
+    /// The operator's hooks, asked about each gated call in this order
+    /// ([`crate::hooks`]). Each run gets its own instances.
+    pub hooks: Vec<crate::hooks::HookComponent>,
 }
 
 /// How far one run may go.

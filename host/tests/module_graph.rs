@@ -58,6 +58,7 @@ const CRATES: &[Layers] = &[
                 "agent_loop",
                 "model_turn",
                 "host_call",
+                "hooks",
                 "journal",
                 "children",
                 "authority",

@@ -64,6 +64,8 @@ impl Requested {
             Description::SandboxProvider(i) => {
                 Requested { hosts: hosts(&i.hosts), ..Requested::empty(PluginKind::SandboxProvider) }
             }
+            // A hook asks for nothing: its world imports no authority.
+            Description::Hook(_) => Requested::empty(PluginKind::Hook),
         }
     }
 
@@ -235,6 +237,7 @@ fn kind_name(kind: PluginKind) -> &'static str {
         PluginKind::Skill => "skill",
         PluginKind::SearchBackend => "search-backend",
         PluginKind::SandboxProvider => "sandbox-provider",
+        PluginKind::Hook => "hook",
     }
 }
 

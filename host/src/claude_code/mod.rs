@@ -644,7 +644,7 @@ fn decide(tools: &ToolContext, arguments: &Value) -> Value {
         return deny(format!("nexo does not know the built-in tool `{name}`, so it is refused"));
     };
     let gate = Gate::Capability(capability, &detail);
-    match tools.authority().gate_in(&gate, tools.taint(), name) {
+    match tools.authority().gate_in(&gate, tools.taint(), None, name) {
         Ok(()) => {
             // The CLI runs the tool and nexo never sees its result: what it
             // brings into the context is marked as it is allowed.

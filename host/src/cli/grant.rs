@@ -64,12 +64,29 @@ pub struct GrantArgs {
     /// config file's `command-rules`). Within the rules, the first match decides.
     #[arg(long = "command-rule", value_name = "RULE", value_parser = str::parse::<CommandRule>)]
     command_rules: Vec<CommandRule>,
+    /// A hook component (`.wasm`) asked about each gated call and prompt of the run, after the
+    /// config file's `[hooks]` (repeatable). A hook holds no authority and can only narrow.
+    #[arg(long = "hook", value_name = "FILE")]
+    hooks: Vec<PathBuf>,
 }
 
 impl GrantArgs {
     /// The config file, if one was given.
     pub fn config_path(&self) -> Option<&std::path::Path> {
         self.config.as_deref()
+    }
+
+    /// The hooks as a run records them: the config file's `[hooks]`, then
+    /// `--hook`'s, each loaded (a bad one stops the command before anything
+    /// is recorded or queued).
+    pub async fn recorded_hooks(
+        &self,
+        engine: &nexo::Engine,
+        file: &ConfigFile,
+    ) -> Result<Vec<nexo::runs::HookFile>, nexo::RunError> {
+        let mut paths = file.hooks.components(self.config_path());
+        paths.extend(self.hooks.iter().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())));
+        nexo::runs::prepare::hook_files(engine, &paths).await
     }
 
     /// The config file's `[grant]` table with the flags laid over it.

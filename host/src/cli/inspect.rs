@@ -97,6 +97,11 @@ pub fn print(
             row("hosts", &list(i.hosts.iter().map(String::as_str)));
             row("requested", "outbound HTTP to its granted hosts only");
         }
+        Description::Hook(i) => {
+            row("description", &i.description);
+            row("asked", &list(i.events.iter().map(|e| e.as_str())));
+            row("requested", "(none: hooks hold no capabilities, and can only narrow)");
+        }
     }
     let mut imports = plugin.imports().iter();
     row("imports", imports.next().map(String::as_str).unwrap_or("(none)"));

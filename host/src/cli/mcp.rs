@@ -81,6 +81,7 @@ pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&Plug
             skills_path: std::path::absolute(&args.model.skills_path).unwrap_or(args.model.skills_path.clone()),
             progressive_skills: args.model.progressive_skills,
             skill_components: Vec::new(),
+            hooks: Vec::new(),
             origin: None,
             agents: Default::default(),
             depth: 0,
@@ -93,6 +94,10 @@ pub async fn command(command: &McpCommand, engine: &Engine, origin: Option<&Plug
             Ok(files) => files,
             Err(e) => return report::fail(&e),
         };
+    recorded.hooks = match args.grant.recorded_hooks(engine, &file).await {
+        Ok(files) => files,
+        Err(e) => return report::fail(&e),
+    };
     // Events go to stderr: stdout may be the protocol.
     let progress = Arc::new(progress::Progress::new(false));
     let options = match runs::options(engine, &recorded, &progress).await {

@@ -510,6 +510,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     Ok(files) => files,
                     Err(e) => return fail(&e),
                 };
+            recorded.hooks = match grant.recorded_hooks(&engine, &settings.file).await {
+                Ok(files) => files,
+                Err(e) => return fail(&e),
+            };
             if *later || schedule.cron.is_some() {
                 let store = match runs::open(cli.store.as_deref(), &settings.file).await {
                     Ok(s) => s,
@@ -559,6 +563,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
             recorded.origin = origin(pulled_as.as_ref());
             let (model, config) = (&args.model, args.grant.config_path());
             recorded.skill_components = match model.recorded_skill_components(&engine, &settings.file, config).await {
+                Ok(files) => files,
+                Err(e) => return fail(&e),
+            };
+            recorded.hooks = match args.grant.recorded_hooks(&engine, &settings.file).await {
                 Ok(files) => files,
                 Err(e) => return fail(&e),
             };
@@ -696,6 +704,7 @@ fn recorded(
             progressive_skills: model.progressive_skills,
             // Loaded and recorded by the caller, which has the engine.
             skill_components: Vec::new(),
+            hooks: Vec::new(),
             origin: None,
             agents,
             depth: 0,

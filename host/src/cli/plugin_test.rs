@@ -61,8 +61,19 @@ pub async fn run(plugin: &Plugin, crate_dir: &Path) -> Vec<Check> {
             };
             checks.push(check("starts as a remote sandbox and closes", started));
         }
+        PluginKind::Hook => checks.push(hook(plugin).await),
     }
     checks
+}
+
+/// Asks a hook about a sample call for each moment it wants: it must
+/// answer, without a trap and within its deadline.
+async fn hook(plugin: &Plugin) -> Check {
+    let answered = async {
+        let hook = plugin.hook().map_err(|e| e.to_string())?;
+        hook.sample().await.map_err(|e| e.to_string())
+    };
+    check("answers a sample call at each moment it asks for", answered.await)
 }
 
 async fn agent(plugin: &Plugin, tests: &Path) -> Check {

@@ -106,6 +106,9 @@ impl EventSink for Progress {
             Event::ToolResult { name, verdict, summary, .. } => {
                 self.line(format!("{} {name}: {verdict}  {summary}", mark(verdict)));
             }
+            Event::Hook { hook, call, decision, detail, .. } => {
+                self.line(format!("↳ hook {hook} on {call}: {decision}  {detail}"));
+            }
             Event::TextDelta { .. } => {}
             Event::Done { .. } => self.finish(),
         }

@@ -11,6 +11,7 @@
 
 pub mod agents;
 mod grant;
+mod hooks;
 mod model;
 mod search;
 mod skills;
@@ -24,6 +25,7 @@ use crate::ConfigError;
 pub use crate::telemetry::{PrometheusTable, TelemetryTable};
 pub use agents::AgentsTable;
 pub use grant::{GrantFlags, GrantTable};
+pub use hooks::HooksTable;
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};
 pub use skills::SkillsTable;
@@ -43,6 +45,9 @@ pub struct ConfigFile {
     /// The `[skills]` table: skill components given to every run.
     #[serde(default)]
     pub skills: SkillsTable,
+    /// The `[hooks]` table: hook components asked about every run's calls.
+    #[serde(default)]
+    pub hooks: HooksTable,
     /// The `[agents]` table: the agents workflows may start as child runs.
     #[serde(default)]
     pub agents: AgentsTable,

@@ -18,10 +18,11 @@ use crate::manifest::AgentManifest;
 pub use crate::manifest::{CONTRACT_VERSION, Description, PluginKind, SkillDescription};
 use crate::settings::RunOptions;
 use crate::world::agent::{Agent, AgentInstance};
+use crate::world::hook::Hook;
 use crate::world::sandbox_provider::SandboxProviderPlugin;
 use crate::world::search_backend::SearchBackendPlugin;
 use crate::world::skill::Skill;
-use crate::world::{LinkFailure, Meta, agent, sandbox_provider, search_backend, skill};
+use crate::world::{LinkFailure, Meta, agent, hook, sandbox_provider, search_backend, skill};
 
 /// A loaded plugin of any world, with its typed handle. Cheap to clone;
 /// instantiate it once per run.
@@ -43,6 +44,8 @@ pub enum World {
     SearchBackend(SearchBackendPlugin),
     /// A sandbox provider.
     SandboxProvider(SandboxProviderPlugin),
+    /// A hook.
+    Hook(Hook),
 }
 
 impl fmt::Debug for Plugin {
@@ -93,6 +96,7 @@ impl Plugin {
             Description::Skill(s) => s.metadata.name.as_str(),
             Description::SearchBackend(i) => i.name.as_str(),
             Description::SandboxProvider(i) => i.name.as_str(),
+            Description::Hook(i) => i.name.as_str(),
         });
         let meta = Arc::new(Meta {
             engine: engine.clone(),
@@ -116,6 +120,7 @@ impl Plugin {
             (Linked::SandboxProvider(pre), Description::SandboxProvider(i)) => {
                 World::SandboxProvider(SandboxProviderPlugin::new(meta.clone(), pre, i.clone()))
             }
+            (Linked::Hook(pre), Description::Hook(i)) => World::Hook(Hook::new(meta.clone(), pre, i.clone())),
             _ => unreachable!("a world describes itself with its own description"),
         };
         Ok(Plugin { meta, world, description: Arc::new(description) })
@@ -221,6 +226,14 @@ impl Plugin {
         }
     }
 
+    /// The hook, or [`LoadError::WrongKind`].
+    pub fn hook(&self) -> Result<&Hook, LoadError> {
+        match &self.world {
+            World::Hook(h) => Ok(h),
+            _ => Err(self.wrong_kind(PluginKind::Hook)),
+        }
+    }
+
     /// Instantiates this agent ([`Agent::instantiate`]).
     pub async fn instantiate_agent(&self, options: &RunOptions) -> Result<AgentInstance, RunError> {
         self.agent()?.instantiate(options).await
@@ -249,6 +262,7 @@ impl Plugin {
             PluginKind::Skill => ": skills are loaded by agents, not run on their own",
             PluginKind::SearchBackend => ": search backends serve an agent's web_search tool",
             PluginKind::SandboxProvider => ": sandbox providers host an agent's tools (RunOptions.providers.sandbox)",
+            PluginKind::Hook => ": hooks are given to runs by the operator (`--hook`, `[hooks]`)",
             PluginKind::Agent => "",
         };
         LoadError::WrongKind { path: self.meta.path.clone(), expected, found: self.meta.kind, hint }
@@ -263,6 +277,7 @@ enum Linked {
     SandboxProvider(
         crate::bindings::provider::SandboxProviderPluginPre<crate::instance::Host<crate::egress::EgressState>>,
     ),
+    Hook(crate::bindings::hook::HookPluginPre<crate::instance::Host<()>>),
 }
 
 impl Linked {
@@ -285,6 +300,7 @@ impl Linked {
             PluginKind::SandboxProvider => {
                 Linked::SandboxProvider(sandbox_provider::link(engine, component).map_err(failed)?)
             }
+            PluginKind::Hook => Linked::Hook(hook::link(engine, component).map_err(failed)?),
         })
     }
 
@@ -300,6 +316,7 @@ impl Linked {
             Linked::SandboxProvider(pre) => {
                 Description::SandboxProvider(sandbox_provider::describe(engine, pre, label).await?)
             }
+            Linked::Hook(pre) => Description::Hook(hook::describe(engine, pre, label).await?),
         })
     }
 }
@@ -357,7 +374,13 @@ fn version_supported(version: Option<&str>) -> bool {
 }
 
 fn detect_kind(path: &Path, exports: &[String]) -> Result<(PluginKind, String), LoadError> {
-    let kinds = [PluginKind::Agent, PluginKind::Skill, PluginKind::SearchBackend, PluginKind::SandboxProvider];
+    let kinds = [
+        PluginKind::Agent,
+        PluginKind::Skill,
+        PluginKind::SearchBackend,
+        PluginKind::SandboxProvider,
+        PluginKind::Hook,
+    ];
     let mut found = Vec::new();
     let mut other_version = None;
     for name in exports {
@@ -413,6 +436,9 @@ fn check_imports(path: &Path, kind: PluginKind, imports: &[String]) -> Result<()
                 match kind {
                     PluginKind::Skill => "the skill world does not offer: a skill is data and holds no authority \
                         (no tools, model or network)"
+                        .to_string(),
+                    PluginKind::Hook => "the hook world does not offer: a hook only answers, and holds no \
+                        authority (no tools, model, network or log)"
                         .to_string(),
                     _ => format!("the `{}` world does not offer", kind.world()),
                 }

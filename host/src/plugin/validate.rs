@@ -144,6 +144,7 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
         Description::Skill(s) => (&s.metadata.name, &s.metadata.description),
         Description::SearchBackend(i) => (&i.name, &i.description),
         Description::SandboxProvider(i) => (&i.name, &i.description),
+        Description::Hook(i) => (&i.name, &i.description),
     };
     name_rule(n).map_err(|p| bad("name", p))?;
     description_text(desc).map_err(|p| bad("description", p))?;
@@ -157,6 +158,16 @@ pub(super) fn description(path: &Path, kind: PluginKind, d: &Description) -> Res
             }
         }
         Description::SearchBackend(_) => {}
+        Description::Hook(i) => {
+            if i.events.is_empty() {
+                return Err(bad(
+                    "events",
+                    "a hook must name at least one moment it wants to be asked about (before-tool-call, \
+                     after-tool-call, before-prompt)"
+                        .to_string(),
+                ));
+            }
+        }
         Description::SandboxProvider(i) => {
             if !i.workdir.starts_with('/') {
                 return Err(bad("workdir", format!("{} must be an absolute path", quoted(&i.workdir))));

@@ -48,7 +48,7 @@ use crate::thread::Thread;
 use crate::world::agent::Agent;
 pub use job::{JOB_ATTEMPTS, JOB_BACKOFF};
 use job::{new_job, new_wake};
-pub use spec::{ChildAgent, Origin, RunSpec, SkillFile};
+pub use spec::{ChildAgent, HookFile, Origin, RunSpec, SkillFile};
 
 /// How long a lease lasts without renewal. The owner renews it every
 /// third of that.

@@ -127,6 +127,13 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if run.tenant.is_none() {
         let now = crate::grant::CommandRules::layer(settings.config.grant.command_rules.clone());
         spec.grant.commands = spec.grant.commands.intersection(&now);
+        // And the config file's hooks as they are now: a hook only narrows,
+        // and the decisions the journal holds stand.
+        for path in settings.config.hooks.components(settings.config_path) {
+            if !spec.hooks.iter().any(|h| h.path == path) {
+                spec.hooks.push(crate::runs::HookFile { path, sha256: String::new() });
+            }
+        }
         // And its data-flow guard as it is now: a guard only tightens.
         if let Some(guard) = &settings.config.grant.data_flow {
             spec.grant.data_flow = spec.grant.data_flow.stricter(guard);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use std::path::{Path, PathBuf};
 
-use super::spec::{RunSpec, SkillFile};
+use super::spec::{HookFile, RunSpec, SkillFile};
 use crate::authority::Permissions;
 use crate::config::SearchSetup;
 use crate::error::RunError;
@@ -43,6 +43,7 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     }
     options.skills_path = Some(spec.skills_path.clone());
     options.providers.skill_components = skill_components(engine, &spec.skill_components).await?;
+    options.providers.hooks = hook_components(engine, &spec.hooks).await?;
     if spec.progressive_skills {
         options.skill_mode = SkillMode::Progressive;
     }
@@ -82,6 +83,39 @@ pub async fn skill_files(engine: &Engine, paths: &[PathBuf]) -> Result<Vec<Skill
     let wanted: Vec<(&Path, Option<&str>)> = paths.iter().map(|p| (p.as_path(), None)).collect();
     let loaded = load_plugins(engine, &wanted).await?;
     Ok(paths.iter().zip(loaded).map(|(path, (_, sha256))| SkillFile { path: path.clone(), sha256 }).collect())
+}
+
+/// The hook components at `paths` as a run records them ([`HookFile`]):
+/// each loaded now, so a run is refused before it is recorded (or queued)
+/// for a file that is not a hook, or a hook given twice.
+pub async fn hook_files(engine: &Engine, paths: &[PathBuf]) -> Result<Vec<HookFile>, RunError> {
+    let mut files: Vec<HookFile> = Vec::with_capacity(paths.len());
+    for path in paths {
+        let plugin = Plugin::load(engine, path).await?;
+        plugin.hook()?;
+        if files.iter().any(|f| f.sha256 == plugin.sha256()) {
+            return Err(ConfigError::invalid(
+                "--hook",
+                format!("the hook {} is given twice: give each hook once", path.display()),
+            )
+            .into());
+        }
+        files.push(HookFile { path: path.clone(), sha256: plugin.sha256().to_string() });
+    }
+    Ok(files)
+}
+
+/// The hook components `files` name, loaded as they are now. A file that
+/// is gone or no longer a hook refuses the pass (hooks fail closed).
+pub async fn hook_components(
+    engine: &Engine,
+    files: &[HookFile],
+) -> Result<Vec<crate::hooks::HookComponent>, RunError> {
+    let mut loaded = Vec::with_capacity(files.len());
+    for file in files {
+        loaded.push(Plugin::load(engine, &file.path).await?.hook()?.component());
+    }
+    Ok(loaded)
 }
 
 /// The skill components `files` name, loaded, each with the content the

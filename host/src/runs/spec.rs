@@ -43,6 +43,12 @@ pub struct RunSpec {
     /// recorded: every pass loads that very content or none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_components: Vec<SkillFile>,
+    /// The operator's hooks, in the order they are asked, each a file with
+    /// the SHA-256 it had when the run was recorded. A pass loads the file
+    /// as it is then: the decisions the journal holds stand whatever the
+    /// hook says now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookFile>,
     /// Where the plugin came from, when it came from a registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
@@ -82,6 +88,16 @@ pub struct SkillFile {
     pub sha256: String,
 }
 
+/// A hook component as a run records it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct HookFile {
+    /// The component's file.
+    pub path: PathBuf,
+    /// Its SHA-256 when the run was recorded.
+    pub sha256: String,
+}
+
 /// A plugin's registry origin, as a run records it: which version it was
 /// and who signed it, kept for the run's whole life (a resume loads the
 /// same digest from the cache).
@@ -106,6 +122,7 @@ impl Default for RunSpec {
             skills_path: PathBuf::from("skills"),
             progressive_skills: false,
             skill_components: Vec::new(),
+            hooks: Vec::new(),
             origin: None,
             agents: BTreeMap::new(),
             depth: 0,

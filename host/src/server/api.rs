@@ -309,6 +309,7 @@ pub(crate) async fn prepare(
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
         skill_components: Vec::new(),
+        hooks: Vec::new(),
         // Where the plugin was pulled from, recorded with the run.
         origin: stored.origin.as_deref().and_then(|o| serde_json::from_str(o).ok()),
         agents: Default::default(),

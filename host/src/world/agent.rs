@@ -141,7 +141,8 @@ pub async fn prepare(
         ToolContext::new(authority, events, limits, tools, state)
             .holding(options.grant.inherited)
             .with_journal(options.context.journal.clone())
-            .with_audit(options.context.audit.clone()),
+            .with_audit(options.context.audit.clone())
+            .with_hooks(crate::hooks::Hooks::for_run(&options.providers.hooks)),
     );
     Ok(Prepared { tools, preopens })
 }

@@ -1,11 +1,12 @@
-//! The four worlds a plugin can implement, each with a typed handle that
+//! The five worlds a plugin can implement, each with a typed handle that
 //! holds only what its world needs: [`agent::Agent`], [`skill::Skill`],
-//! [`search_backend::SearchBackendPlugin`] and
-//! [`sandbox_provider::SandboxProviderPlugin`]. Each world module owns its
+//! [`search_backend::SearchBackendPlugin`],
+//! [`sandbox_provider::SandboxProviderPlugin`] and [`hook::Hook`]. Each world module owns its
 //! store state, its linker (kept in the engine's shared slots, so the engine
 //! knows no world), its self-description call and its instances.
 
 pub mod agent;
+pub mod hook;
 pub mod sandbox_provider;
 pub mod search_backend;
 pub mod skill;

@@ -2,12 +2,12 @@
 //!
 //! Write [nexo](https://github.com/nexo-rt/nexo) plugins in Rust. A plugin is a
 //! WebAssembly component that implements one world of the `nexo:plugin` WIT
-//! package, one of four: an **agent**, a **skill**, a **search backend** or a
-//! **sandbox provider**.
+//! package, one of five: an **agent**, a **skill**, a **search backend**, a
+//! **sandbox provider** or a **hook**.
 //!
 //! Turn on the feature for the one world your plugin implements (`agent`,
-//! `skill`, `search-backend` or `sandbox-provider`), implement its trait, and
-//! export your type:
+//! `skill`, `search-backend`, `sandbox-provider` or `hook`), implement its
+//! trait, and export your type:
 //!
 //! ```ignore
 //! use nexo_sdk::agent::{Agent, Capability, Manifest};
@@ -35,16 +35,24 @@ extern crate alloc;
 extern crate self as nexo_sdk;
 
 #[cfg(any(
-    all(feature = "agent", any(feature = "skill", feature = "search-backend", feature = "sandbox-provider")),
-    all(feature = "skill", any(feature = "search-backend", feature = "sandbox-provider")),
-    all(feature = "search-backend", feature = "sandbox-provider"),
+    all(
+        feature = "agent",
+        any(feature = "skill", feature = "search-backend", feature = "sandbox-provider", feature = "hook")
+    ),
+    all(feature = "skill", any(feature = "search-backend", feature = "sandbox-provider", feature = "hook")),
+    all(feature = "search-backend", any(feature = "sandbox-provider", feature = "hook")),
+    all(feature = "sandbox-provider", feature = "hook"),
 ))]
-compile_error!("enable exactly one of the nexo-sdk features `agent`, `skill`, `search-backend` and `sandbox-provider`");
+compile_error!(
+    "enable exactly one of the nexo-sdk features `agent`, `skill`, `search-backend`, `sandbox-provider` and `hook`"
+);
 
 #[cfg(feature = "agent")]
 pub mod agent;
 #[cfg(feature = "agent")]
 pub mod durable;
+#[cfg(feature = "hook")]
+pub mod hook;
 #[cfg(feature = "sandbox-provider")]
 pub mod provider;
 #[cfg(feature = "search-backend")]
