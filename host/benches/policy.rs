@@ -1,5 +1,6 @@
-//! What the operator's policy adds to one call: the data-flow guard on the
-//! host-call path, against the same call without it, in one run.
+//! What the operator's policy adds to one call: the data-flow guard and a
+//! hook on the host-call path, against the same call without them, in one
+//! run.
 //!
 //! - `glob` as the model calls it, through the whole host-call path, in an
 //!   in-memory sandbox: with nothing private (the guard marks nothing and
@@ -8,7 +9,10 @@
 //!   untrusted and private content (the guard looks, and lets it through);
 //! - the gate's decision on a `fetch` (a send): in a clean context, and in
 //!   one that holds untrusted and private content with the guard set to
-//!   allow, so the whole check runs and the verdict is the same.
+//!   allow, so the whole check runs and the verdict is the same;
+//! - `glob` through the path with one warm hook (`plugins/hooks/house-rules`,
+//!   asked before and after the call, letting it pass), against the plain
+//!   gated call: the cost of one hook per tool call.
 //!
 //! Run with `cargo bench -p nexo --bench policy`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -27,6 +31,15 @@ use nexo_sandbox::VirtualSandbox;
 
 /// A run's tools as a run prepares them, under `flow`.
 fn tools(rt: &tokio::runtime::Runtime, flow: DataFlow) -> Arc<ToolContext> {
+    hooked(rt, flow, Vec::new())
+}
+
+/// The same, asking `hooks` about each call.
+fn hooked(
+    rt: &tokio::runtime::Runtime,
+    flow: DataFlow,
+    hooks: Vec<Arc<dyn nexo::hooks::HookComponent>>,
+) -> Arc<ToolContext> {
     let sandbox = Arc::new(VirtualSandbox::with_files([("README.md", "# hi"), ("docs/a.md", "a")]).unwrap());
     let caps = vec![Capability::Read, Capability::Glob];
     let manifest = AgentManifest { name: "bench".into(), capabilities: caps, ..AgentManifest::default() };
@@ -34,7 +47,7 @@ fn tools(rt: &tokio::runtime::Runtime, flow: DataFlow) -> Arc<ToolContext> {
     let options = RunOptions {
         permissions: Permissions::new(PermissionMode::ReadOnly),
         grant,
-        providers: Providers { sandbox: Some(sandbox), ..Providers::default() },
+        providers: Providers { sandbox: Some(sandbox), hooks, ..Providers::default() },
         ..RunOptions::default()
     };
     rt.block_on(nexo::world::agent::prepare(&manifest, &options, &[], &nexo::Limits::default())).unwrap().tools
@@ -87,11 +100,41 @@ fn guard(c: &mut Criterion) {
     held(&tainted);
     for (name, taint) in [("a clean context", &clean), ("untrusted and private content, allowed", &tainted)] {
         group.bench_function(format!("the gate's decision on a fetch, {name}"), |b| {
-            b.iter(|| black_box(authority.gate_in(black_box(&fetch), taint, "fetch")).unwrap())
+            b.iter(|| black_box(authority.gate_in(black_box(&fetch), taint, None, "fetch")).unwrap())
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, guard);
+fn hook(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let engine = nexo::Engine::new(nexo::EngineConfig::default()).unwrap();
+    let plugin = rt.block_on(nexo::Plugin::load(&engine, nexo_tests::HOUSE_RULES)).unwrap();
+    let house_rules = plugin.hook().unwrap().component();
+    let call = nexo_model::ToolCall {
+        id: "c1".into(),
+        name: "glob".into(),
+        arguments: serde_json::json!({ "pattern": "**/*.md" }),
+    };
+    let nothing_private = || DataFlow { private_paths: Some(Vec::new()), ..DataFlow::default() };
+    let cases = [
+        ("no hook: the plain gated call", tools(&rt, nothing_private())),
+        ("one warm hook, asked before and after", hooked(&rt, nothing_private(), vec![house_rules])),
+    ];
+    let mut group = c.benchmark_group("hooks");
+    for (name, toolbox) in &cases {
+        // The first call instantiates the hook: the benchmark measures warm calls.
+        assert!(!rt.block_on(toolbox.call_model(1, &call)).is_error);
+        group.bench_function(format!("glob through the host-call path, {name}"), |b| {
+            b.iter(|| {
+                let reply = rt.block_on(toolbox.call_model(1, &call));
+                assert!(!reply.is_error, "{}", reply.content);
+                black_box(reply)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, guard, hook);
 criterion_main!(benches);

@@ -15,135 +15,52 @@
 //! call's own entry, which holds the result as they left it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use nexo_model::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use wasmtime::Store;
 
-use crate::bindings::hook::exports::nexo::plugin::hook::{After, Before as Answer, PromptDecision};
-use crate::bindings::hook::{HookPlugin, HookPluginPre};
-use crate::engine::Engine;
 use crate::error::RunError;
 use crate::events::{Event, EventSink};
-use crate::instance::{Host, Wasi, arm_deadline, new_store, settle};
 use crate::manifest::HookEvent;
 
-pub use crate::bindings::hook::exports::nexo::plugin::hook::{Origin, Prompt, ToolCall as HookCall};
+pub use crate::bindings::hook::exports::nexo::plugin::hook::{
+    After, Before as Answer, Origin, Prompt, PromptDecision, ToolCall as HookCall,
+};
 
 /// What a redacted string becomes.
 pub const REDACTED: &str = "[redacted]";
 
-type Warm = Option<(Store<Host<()>>, HookPlugin)>;
-
-/// A loaded hook as a run's options hold it: what makes its instances.
-#[derive(Clone)]
-pub struct HookComponent {
-    name: Arc<str>,
-    events: Vec<HookEvent>,
-    engine: Engine,
-    pre: HookPluginPre<Host<()>>,
-}
-
-impl std::fmt::Debug for HookComponent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HookComponent").field("name", &self.name).field("events", &self.events).finish()
-    }
-}
-
-impl HookComponent {
-    /// The hook `name`, linked as `pre` on `engine`, that wants `events`.
-    pub fn new(name: Arc<str>, events: Vec<HookEvent>, engine: Engine, pre: HookPluginPre<Host<()>>) -> Self {
-        HookComponent { name, events, engine, pre }
-    }
-
+/// One run's instance of a hook, as its chain asks it. The hook world
+/// ([`crate::world::hook`]) makes them: each under its limits and deadline,
+/// a failed question reported as an error for the chain to fail closed on.
+pub trait HookInstance: Send + Sync {
     /// The hook's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// A fresh instance for one run: nothing is instantiated until the
-    /// first question.
-    pub fn for_run(&self) -> HookInstance {
-        HookInstance { component: self.clone(), warm: tokio::sync::Mutex::new(None) }
-    }
-}
-
-/// One run's instance of a hook: made at the first question and kept warm
-/// for the run's next ones. Runs never share one, so what a hook keeps in
-/// its memory stays with the run that asked.
-pub struct HookInstance {
-    component: HookComponent,
-    warm: tokio::sync::Mutex<Warm>,
-}
-
-impl std::fmt::Debug for HookInstance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HookInstance").field("hook", &self.component).finish_non_exhaustive()
-    }
-}
-
-/// Asks one question of the warm instance under a fresh deadline; a failed
-/// question drops the instance, whose state may be broken.
-macro_rules! ask {
-    ($self:ident, $function:literal, |$hook:ident, $store:ident| $call:expr) => {{
-        let timeout: Duration = $self.component.engine.limits().call_timeout;
-        let mut warm = $self.warm().await?;
-        let answer = match warm.as_mut() {
-            Some(($store, bindings)) => {
-                arm_deadline($store, timeout);
-                let $hook = bindings.nexo_plugin_hook();
-                let result = tokio::time::timeout(timeout, $call).await;
-                settle($store, $function, timeout, result)
-            }
-            None => unreachable!("`warm` made the instance"),
-        };
-        if answer.is_err() {
-            *warm = None;
-        }
-        answer
-    }};
-}
-
-impl HookInstance {
-    /// The hook's name.
-    pub fn name(&self) -> &str {
-        &self.component.name
-    }
+    fn name(&self) -> &str;
 
     /// Whether it wants to be asked about `event`.
-    pub fn wants(&self, event: HookEvent) -> bool {
-        self.component.events.contains(&event)
-    }
-
-    /// The warm instance, made now if there is none.
-    async fn warm(&self) -> Result<tokio::sync::MutexGuard<'_, Warm>, RunError> {
-        let mut warm = self.warm.lock().await;
-        if warm.is_none() {
-            let HookComponent { name, engine, pre, .. } = &self.component;
-            let timeout = engine.limits().call_timeout;
-            let mut store = new_store(engine, name.clone(), &Wasi::default(), timeout, ())?;
-            let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
-            let bindings = settle(&store, "instantiate", timeout, result)?;
-            *warm = Some((store, bindings));
-        }
-        Ok(warm)
-    }
+    fn wants(&self, event: HookEvent) -> bool;
 
     /// Asks about a call before the gate decides on it.
-    pub async fn before_tool_call(&self, call: &HookCall) -> Result<Answer, RunError> {
-        ask!(self, "before-tool-call", |hook, store| hook.call_before_tool_call(&mut *store, call))
-    }
+    fn before_tool_call<'a>(&'a self, call: &'a HookCall) -> BoxFuture<'a, Result<Answer, RunError>>;
 
     /// Shows it a call's result (as JSON).
-    pub async fn after_tool_call(&self, call: &HookCall, output: &str, is_error: bool) -> Result<After, RunError> {
-        ask!(self, "after-tool-call", |hook, store| hook.call_after_tool_call(&mut *store, call, output, is_error))
-    }
+    fn after_tool_call<'a>(
+        &'a self,
+        call: &'a HookCall,
+        output: &'a str,
+        is_error: bool,
+    ) -> BoxFuture<'a, Result<After, RunError>>;
 
     /// Shows it a prompt before the model reads it.
-    pub async fn before_prompt(&self, prompt: &Prompt) -> Result<PromptDecision, RunError> {
-        ask!(self, "before-prompt", |hook, store| hook.call_before_prompt(&mut *store, prompt))
-    }
+    fn before_prompt<'a>(&'a self, prompt: &'a Prompt) -> BoxFuture<'a, Result<PromptDecision, RunError>>;
+}
+
+/// A loaded hook as a run's options hold it: it makes each run's own
+/// instance, so runs never share what a hook keeps in its memory.
+pub trait HookComponent: Send + Sync + std::fmt::Debug {
+    /// A fresh instance for one run.
+    fn for_run(&self) -> Box<dyn HookInstance>;
 }
 
 /// What the hooks decided before a call, as its journal entry records it.
@@ -187,17 +104,22 @@ pub enum Outcome {
 }
 
 /// A run's hooks, in the operator's order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Hooks {
-    chain: Vec<HookInstance>,
+    chain: Vec<Box<dyn HookInstance>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
 }
 
 impl Hooks {
     /// One run's instances of `components`, asked in that order; `None`
     /// for none.
-    pub fn for_run(components: &[HookComponent]) -> Option<Arc<Hooks>> {
-        (!components.is_empty())
-            .then(|| Arc::new(Hooks { chain: components.iter().map(HookComponent::for_run).collect() }))
+    pub fn for_run(components: &[Arc<dyn HookComponent>]) -> Option<Arc<Hooks>> {
+        (!components.is_empty()).then(|| Arc::new(Hooks { chain: components.iter().map(|c| c.for_run()).collect() }))
     }
 
     /// Whether some hook wants to be asked about `event`.
@@ -207,7 +129,7 @@ impl Hooks {
 
     /// The hooks' names, in order.
     pub fn names(&self) -> Vec<&str> {
-        self.chain.iter().map(HookInstance::name).collect()
+        self.chain.iter().map(|h| h.name()).collect()
     }
 
     /// Asks each hook that wants it about `call`: a denial ends the asking;

@@ -124,7 +124,7 @@ pub struct Providers {
     pub skill_components: Vec<Arc<dyn SkillComponent>>,
     /// The operator's hooks, asked about each gated call in this order
     /// ([`crate::hooks`]). Each run gets its own instances.
-    pub hooks: Vec<crate::hooks::HookComponent>,
+    pub hooks: Vec<Arc<dyn crate::hooks::HookComponent>>,
 }
 
 /// How far one run may go.

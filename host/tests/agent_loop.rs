@@ -80,6 +80,7 @@ fn names(events: &[Event]) -> Vec<&'static str> {
             Event::TextDelta { .. } => "delta",
             Event::ToolCall { .. } => "call",
             Event::ToolResult { .. } => "result",
+            Event::Hook { .. } => "hook",
             Event::Done { .. } => "done",
         })
         .collect()

@@ -110,7 +110,7 @@ pub async fn hook_files(engine: &Engine, paths: &[PathBuf]) -> Result<Vec<HookFi
 pub async fn hook_components(
     engine: &Engine,
     files: &[HookFile],
-) -> Result<Vec<crate::hooks::HookComponent>, RunError> {
+) -> Result<Vec<Arc<dyn crate::hooks::HookComponent>>, RunError> {
     let mut loaded = Vec::with_capacity(files.len());
     for file in files {
         loaded.push(Plugin::load(engine, &file.path).await?.hook()?.component());

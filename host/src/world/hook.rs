@@ -1,10 +1,14 @@
 //! The hook world: the operator's check on each gated call and each prompt,
 //! as one component. Its linker offers WASI with nothing granted and
 //! `types` only, as a skill's does: a hook holds no authority, it answers.
-//! A run asks a hook through its own instance ([`crate::hooks::HookInstance`]).
+//! A run asks a hook through its own instance ([`HookInstance`]): made at
+//! the first question and kept warm for the run's next ones, under the
+//! engine's short call deadline and memory cap. A failed question (a trap,
+//! the deadline) drops it, and the next question starts a fresh one.
 
 use std::sync::Arc;
 
+use nexo_model::BoxFuture;
 use wasmtime::Store;
 use wasmtime::component::Component;
 
@@ -12,8 +16,8 @@ use super::{LinkFailure, Meta, WorldLinker};
 use crate::bindings::hook::{HookPlugin, HookPluginPre};
 use crate::engine::Engine;
 use crate::error::RunError;
-use crate::hooks::{HookCall, HookComponent, Origin, Prompt};
-use crate::instance::{Host, Wasi, new_store, settle};
+use crate::hooks::{After, Answer, HookCall, HookComponent, HookInstance, Origin, Prompt, PromptDecision};
+use crate::instance::{Host, Wasi, arm_deadline, new_store, settle};
 use crate::manifest::{HookEvent, HookInfo};
 
 type Pre = HookPluginPre<Host<()>>;
@@ -82,16 +86,15 @@ impl Hook {
     }
 
     /// What a run's options hold of it, to make the run's instance.
-    pub fn component(&self) -> HookComponent {
-        let meta = &self.meta;
-        HookComponent::new(meta.name.clone(), self.info.events.clone(), meta.engine.clone(), self.pre.clone())
+    pub fn component(&self) -> Arc<dyn HookComponent> {
+        Arc::new(self.clone())
     }
 
     /// Asks a fresh instance about a sample call (a model's `read_file`) at
     /// each moment the hook wants: it must answer, without a trap and
     /// within its deadline (`nexo plugin test`).
     pub async fn sample(&self) -> Result<(), RunError> {
-        let instance = self.component().for_run();
+        let instance = self.for_run();
         let call = HookCall {
             agent: "sample".into(),
             capability: "read".into(),
@@ -118,5 +121,71 @@ impl Hook {
             instance.before_prompt(&prompt).await?;
         }
         Ok(())
+    }
+}
+
+impl HookComponent for Hook {
+    fn for_run(&self) -> Box<dyn HookInstance> {
+        Box::new(Warm { hook: self.clone(), warm: tokio::sync::Mutex::new(None) })
+    }
+}
+
+/// One run's instance of a hook, instantiated at its first question.
+struct Warm {
+    hook: Hook,
+    warm: tokio::sync::Mutex<Option<(Store<Host<()>>, HookPlugin)>>,
+}
+
+/// Asks one question of the warm instance under a fresh deadline; a failed
+/// question drops the instance, whose state may be broken.
+macro_rules! ask {
+    ($self:ident, $function:literal, |$hook:ident, $store:ident| $call:expr) => {
+        Box::pin(async move {
+            let timeout = $self.hook.meta.engine.limits().call_timeout;
+            let mut warm = $self.warm.lock().await;
+            if warm.is_none() {
+                *warm = Some(instance(&$self.hook.meta.engine, &$self.hook.pre, $self.hook.meta.name.clone()).await?);
+            }
+            let answer = match warm.as_mut() {
+                Some(($store, bindings)) => {
+                    arm_deadline($store, timeout);
+                    let $hook = bindings.nexo_plugin_hook();
+                    let result = tokio::time::timeout(timeout, $call).await;
+                    settle($store, $function, timeout, result)
+                }
+                None => unreachable!("made above"),
+            };
+            if answer.is_err() {
+                *warm = None;
+            }
+            answer
+        })
+    };
+}
+
+impl HookInstance for Warm {
+    fn name(&self) -> &str {
+        self.hook.name()
+    }
+
+    fn wants(&self, event: HookEvent) -> bool {
+        self.hook.wants(event)
+    }
+
+    fn before_tool_call<'a>(&'a self, call: &'a HookCall) -> BoxFuture<'a, Result<Answer, RunError>> {
+        ask!(self, "before-tool-call", |hook, store| hook.call_before_tool_call(&mut *store, call))
+    }
+
+    fn after_tool_call<'a>(
+        &'a self,
+        call: &'a HookCall,
+        output: &'a str,
+        is_error: bool,
+    ) -> BoxFuture<'a, Result<After, RunError>> {
+        ask!(self, "after-tool-call", |hook, store| hook.call_after_tool_call(&mut *store, call, output, is_error))
+    }
+
+    fn before_prompt<'a>(&'a self, prompt: &'a Prompt) -> BoxFuture<'a, Result<PromptDecision, RunError>> {
+        ask!(self, "before-prompt", |hook, store| hook.call_before_prompt(&mut *store, prompt))
     }
 }
