@@ -9,9 +9,9 @@
 // Build (see README.md):
 //   componentize-js agent.js --wit wit --world-name agent-plugin -d http -d fetch-event -o js_agent.wasm
 
-import { log } from 'nexo:plugin/log@0.1.3';
-import { glob, readFile } from 'nexo:plugin/tools@0.1.3';
-import { prompt } from 'nexo:plugin/model@0.1.3';
+import { log } from 'nexo:plugin/log@0.1.4';
+import { glob, readFile } from 'nexo:plugin/tools@0.1.4';
+import { prompt } from 'nexo:plugin/model@0.1.4';
 
 // Files read per run, and characters of each file quoted to the model.
 const MAX_FILES = 20;

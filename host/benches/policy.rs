@@ -133,6 +133,26 @@ fn hook(c: &mut Criterion) {
             })
         });
     }
+    // The hook's two answers alone, on its warm instance: what a call waits for.
+    let hooks = nexo::hooks::Hooks::for_run(&[plugin.hook().unwrap().component()]).unwrap();
+    let view = nexo::hooks::HookCall {
+        agent: "bench".into(),
+        capability: "glob".into(),
+        call: "glob".into(),
+        tool: Some("glob".into()),
+        detail: "**/*.md".into(),
+        arguments: r#"{"pattern":"**/*.md"}"#.into(),
+        origin: nexo::hooks::Origin::Model,
+        held: Vec::new(),
+    };
+    let silent = nexo::events::SILENT;
+    group.bench_function("one warm hook's before-tool-call answer alone", |b| {
+        b.iter(|| black_box(rt.block_on(hooks.before(&view, 0, silent))))
+    });
+    let output = serde_json::json!(["README.md", "docs/a.md"]).to_string();
+    group.bench_function("one warm hook's after-tool-call answer alone", |b| {
+        b.iter(|| black_box(rt.block_on(hooks.after(&view, output.clone(), false, silent))))
+    });
     group.finish();
 }
 

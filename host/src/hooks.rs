@@ -31,6 +31,18 @@ pub use crate::bindings::hook::exports::nexo::plugin::hook::{
 /// What a redacted string becomes.
 pub const REDACTED: &str = "[redacted]";
 
+/// A hook component as a run records it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct HookFile {
+    /// The component's file.
+    pub path: std::path::PathBuf,
+    /// Its SHA-256 when the run was recorded (empty: added by a pass, from
+    /// the operator's configuration as it was then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+}
+
 /// One run's instance of a hook, as its chain asks it. The hook world
 /// ([`crate::world::hook`]) makes them: each under its limits and deadline,
 /// a failed question reported as an error for the chain to fail closed on.
@@ -85,9 +97,10 @@ pub struct PromptBefore {
     /// The refusal, naming the hook: the turn is not sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denied: Option<String>,
-    /// The strings replaced with [`REDACTED`] before the prompt is sent.
+    /// Each redacting hook's cuts in the conversation, in order: where,
+    /// never what, so no redacted string reaches the journal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub redact: Vec<String>,
+    pub cuts: Vec<Cuts>,
 }
 
 /// What the hooks made of a call's result.
@@ -132,20 +145,23 @@ impl Hooks {
         self.chain.iter().map(|h| h.name()).collect()
     }
 
-    /// Asks each hook that wants it about `call`: a denial ends the asking;
-    /// asks gather; a rewrite is what the next hook sees. A guest's call
-    /// cannot be rewritten (its arguments are typed, not the JSON a hook
-    /// answers), and a rewrite that is not a JSON object is refused: both
-    /// fail closed. Each decision beyond `allow` is an event.
-    pub async fn before(&self, call: &mut HookCall, events: &dyn EventSink) -> Before {
+    /// Asks each hook that wants it about `call`, from the `from`th hook of
+    /// the chain on: a denial ends the asking; asks gather. A rewrite ends
+    /// this round too: the answer says which hook rewrote, and the caller
+    /// decodes the new arguments and asks the hooks after it about the call
+    /// as rewritten. A guest's call cannot be rewritten (its arguments are
+    /// typed, not the JSON a hook answers), and a rewrite that is not a JSON
+    /// object is refused: both fail closed. Each decision beyond `allow` is
+    /// an event.
+    pub async fn before(&self, call: &HookCall, from: usize, events: &dyn EventSink) -> (Before, Option<usize>) {
         let mut before = Before::default();
         let mut asks: Vec<String> = Vec::new();
         let label = call.tool.clone().unwrap_or_else(|| call.call.clone());
-        for hook in self.chain.iter().filter(|h| h.wants(HookEvent::BeforeToolCall)) {
+        let asked = self.chain.iter().enumerate().skip(from).filter(|(_, h)| h.wants(HookEvent::BeforeToolCall));
+        for (at, hook) in asked {
             let name = hook.name();
-            let said = |decision: &str, detail: &str| {
-                decided(events, name, HookEvent::BeforeToolCall, &label, decision, detail)
-            };
+            let said =
+                |decision: &str, detail: &str| decided(events, name, HookEvent::BeforeToolCall, &label, decision, detail);
             match hook.before_tool_call(call).await {
                 Ok(Answer::Allow) => {}
                 Ok(Answer::Deny(reason)) => {
@@ -159,15 +175,15 @@ impl Hooks {
                 Ok(Answer::Rewrite(text)) => match (call.origin, serde_json::from_str::<Value>(&text)) {
                     (Origin::Model, Ok(arguments @ Value::Object(_))) => {
                         said("rewrite", &text);
-                        call.arguments = text;
                         before.arguments = Some(arguments);
+                        before.ask = (!asks.is_empty()).then(|| asks.join("; "));
+                        return (before, Some(at));
                     }
                     (Origin::Guest, _) => {
                         said("failed", "it rewrote an agent's own call, which only a model's call allows");
                         before.denied = Some(format!(
                             "the hook `{name}` rewrote the arguments of the agent's own `{}` call, which only a \
-                             model's call allows, so the call was refused (hooks fail closed): the hook denies \
-                             it instead",
+                             model's call allows, so the call was refused (hooks fail closed)",
                             call.call
                         ));
                     }
@@ -180,29 +196,29 @@ impl Hooks {
                     }
                 },
                 Err(e) => {
-                    said("failed", &e.to_string());
-                    before.denied =
-                        Some(format!("the hook `{name}` failed, so the call was refused (hooks fail closed): {e}"));
+                    let why = failure(name, &e);
+                    said("failed", why);
+                    before.denied = Some(format!("the hook `{name}` failed ({why}), so the call was refused (hooks fail closed)"));
                 }
             }
             if before.denied.is_some() {
-                before.arguments = None;
-                return before;
+                return (before, None);
             }
         }
         before.ask = (!asks.is_empty()).then(|| asks.join("; "));
-        before
+        (before, None)
     }
 
-    /// Shows each hook that wants it a prompt: a denial ends the asking;
-    /// redactions gather, and the next hook sees the prompt without them.
-    pub async fn before_prompt(&self, prompt: &mut Prompt, events: &dyn EventSink) -> PromptBefore {
+    /// Shows each hook that wants it a prompt (`prompt`, whose `messages`
+    /// is `messages` as JSON): a denial ends the asking; each redaction is
+    /// made in `messages` (and the view) before the next hook sees it, and
+    /// recorded as where it cut, never what.
+    pub async fn before_prompt(&self, prompt: &mut Prompt, messages: &mut Value, events: &dyn EventSink) -> PromptBefore {
         let mut before = PromptBefore::default();
         for hook in self.chain.iter().filter(|h| h.wants(HookEvent::BeforePrompt)) {
             let name = hook.name();
-            let said = |decision: &str, detail: &str| {
-                decided(events, name, HookEvent::BeforePrompt, "prompt", decision, detail)
-            };
+            let said =
+                |decision: &str, detail: &str| decided(events, name, HookEvent::BeforePrompt, "prompt", decision, detail);
             match hook.before_prompt(prompt).await {
                 Ok(PromptDecision::Pass) => {}
                 Ok(PromptDecision::Deny(reason)) => {
@@ -210,16 +226,23 @@ impl Hooks {
                     before.denied = Some(format!("the hook `{name}` refused the prompt: {reason}"));
                 }
                 Ok(PromptDecision::Redact(strings)) => {
-                    let strings: Vec<String> = strings.into_iter().filter(|s| !s.is_empty()).collect();
-                    let shown: Vec<&str> = strings.iter().map(String::as_str).collect();
-                    let count = redact_text(&mut prompt.system, &shown) + redact_text(&mut prompt.messages, &shown);
-                    said("redact", &format!("{count} occurrence(s) of {} string(s)", strings.len()));
-                    before.redact.extend(strings);
+                    let strings: Vec<&str> = strings.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+                    let found = Cuts::of(messages, &strings);
+                    said("redact", &format!("{} place(s)", found.len()));
+                    if !found.is_empty() {
+                        found.apply(messages);
+                        let mut system = Value::String(std::mem::take(&mut prompt.system));
+                        Cuts::of(&system, &strings).apply(&mut system);
+                        prompt.system = system.as_str().unwrap_or_default().to_string();
+                        prompt.messages = messages.to_string();
+                        before.cuts.push(found);
+                    }
                 }
                 Err(e) => {
-                    said("failed", &e.to_string());
+                    let why = failure(name, &e);
+                    said("failed", why);
                     before.denied =
-                        Some(format!("the hook `{name}` failed, so the prompt was not sent (hooks fail closed): {e}"));
+                        Some(format!("the hook `{name}` failed ({why}), so the prompt was not sent (hooks fail closed)"));
                 }
             }
             if before.denied.is_some() {
@@ -230,31 +253,46 @@ impl Hooks {
     }
 
     /// Shows each hook that wants it the result of `call` (`output`, its
-    /// JSON; `is_error` for a failed call), each seeing what the one before
-    /// it left.
-    pub async fn after(&self, call: &HookCall, output: Value, is_error: bool, events: &dyn EventSink) -> Outcome {
+    /// JSON text; `is_error` for a failed call), each seeing what the one
+    /// before it left.
+    pub async fn after(&self, call: &HookCall, output: String, is_error: bool, events: &dyn EventSink) -> Outcome {
         let mut outcome = Outcome::Kept;
-        let mut current = output;
+        // The result as a value only once a hook redacts it.
+        let mut text = output;
+        let mut current: Option<Value> = None;
         let label = call.tool.clone().unwrap_or_else(|| call.call.clone());
         for hook in self.chain.iter().filter(|h| h.wants(HookEvent::AfterToolCall)) {
             let name = hook.name();
-            let said = |decision: &str, detail: &str| {
-                decided(events, name, HookEvent::AfterToolCall, &label, decision, detail)
+            let said =
+                |decision: &str, detail: &str| decided(events, name, HookEvent::AfterToolCall, &label, decision, detail);
+            if let Some(value) = &current {
+                text = serde_json::to_string(value).unwrap_or_default();
+            }
+            let shown = match &outcome {
+                Outcome::Replaced(replaced) => replaced.as_str(),
+                _ => text.as_str(),
             };
-            let text = match &outcome {
-                Outcome::Replaced(text) => text.clone(),
-                _ => serde_json::to_string(&current).unwrap_or_default(),
-            };
-            match hook.after_tool_call(call, &text, is_error).await {
+            match hook.after_tool_call(call, shown, is_error).await {
                 Ok(After::Pass) => {}
                 Ok(After::Redact(strings)) => {
                     let strings: Vec<&str> = strings.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
-                    let count = match &mut outcome {
-                        Outcome::Replaced(text) => redact_text(text, &strings),
-                        _ => redact(&mut current, &strings),
+                    let places = match &mut outcome {
+                        Outcome::Replaced(text) => {
+                            let mut value = Value::String(std::mem::take(text));
+                            let found = Cuts::of(&value, &strings);
+                            found.apply(&mut value);
+                            *text = value.as_str().unwrap_or_default().to_string();
+                            found.len()
+                        }
+                        _ => {
+                            let value = current.get_or_insert_with(|| serde_json::from_str(&text).unwrap_or(Value::Null));
+                            let found = Cuts::of(value, &strings);
+                            found.apply(value);
+                            found.len()
+                        }
                     };
-                    said("redact", &format!("{count} occurrence(s) of {} string(s)", strings.len()));
-                    if count > 0 && outcome == Outcome::Kept {
+                    said("redact", &format!("{places} place(s)"));
+                    if places > 0 && outcome == Outcome::Kept {
                         outcome = Outcome::Redacted(Value::Null);
                     }
                 }
@@ -263,17 +301,32 @@ impl Hooks {
                     outcome = Outcome::Replaced(text);
                 }
                 Err(e) => {
-                    said("failed", &e.to_string());
+                    let why = failure(name, &e);
+                    said("failed", why);
                     return Outcome::Withheld(format!(
-                        "the hook `{name}` failed, so the result was withheld (hooks fail closed): {e}"
+                        "the hook `{name}` failed ({why}), so the result was withheld (hooks fail closed)"
                     ));
                 }
             }
         }
-        match outcome {
-            Outcome::Redacted(_) => Outcome::Redacted(current),
-            other => other,
+        match (outcome, current) {
+            (Outcome::Redacted(_), Some(value)) => Outcome::Redacted(value),
+            (outcome, _) => outcome,
         }
+    }
+}
+
+/// What went wrong with a hook, in words that quote nothing it wrote or
+/// saw (its stderr can hold what it was shown): the whole error goes to the
+/// operator's log.
+fn failure(hook: &str, e: &RunError) -> &'static str {
+    tracing::warn!(target: "nexo::hooks", hook, error = %e, "a hook failed; the call or prompt it was asked about is refused");
+    match e {
+        RunError::Deadline { .. } => "it ran past its deadline",
+        RunError::MemoryLimit { .. } | RunError::SharedMemoryLimit { .. } => "it passed its memory cap",
+        RunError::Trap { .. } => "it trapped",
+        RunError::Instantiate { .. } => "it could not start",
+        _ => "it could not answer",
     }
 }
 
@@ -288,37 +341,101 @@ fn decided(events: &dyn EventSink, hook: &str, moment: HookEvent, call: &str, de
     });
 }
 
-/// Replaces each of `strings` in every string of `value` (keys included),
-/// and returns how many occurrences were replaced.
-pub fn redact(value: &mut Value, strings: &[&str]) -> usize {
-    match value {
-        Value::String(text) => redact_text(text, strings),
-        Value::Array(items) => items.iter_mut().map(|v| redact(v, strings)).sum(),
-        Value::Object(fields) => {
-            let mut count = 0;
-            let taken = std::mem::take(fields);
-            for (mut key, mut v) in taken {
-                count += redact_text(&mut key, strings) + redact(&mut v, strings);
-                fields.insert(key, v);
+/// Where a redaction cuts a JSON value: for each string value (keys are
+/// left alone, so the value keeps its shape), by its place in a walk of the
+/// value (arrays in order, objects by key), the byte ranges that become
+/// [`REDACTED`]. It records where, never what: a journal keeps it in place
+/// of the strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cuts(Vec<(usize, Vec<(usize, usize)>)>);
+
+/// Past this many cuts in one string, the whole string is redacted: a
+/// redaction must not grow a result without bound.
+const MOST_CUTS: usize = 256;
+
+impl Cuts {
+    /// Where each of `strings` occurs in `value`'s string values,
+    /// overlapping and touching occurrences merged.
+    pub fn of(value: &Value, strings: &[&str]) -> Cuts {
+        let mut cuts = Vec::new();
+        let mut place = 0;
+        walk(value, &mut |text| {
+            let mut ranges: Vec<(usize, usize)> = Vec::new();
+            for s in strings {
+                ranges.extend(text.match_indices(s).map(|(at, m)| (at, at + m.len())));
             }
-            count
-        }
-        _ => 0,
+            if !ranges.is_empty() {
+                ranges.sort_unstable();
+                let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+                for (start, end) in ranges {
+                    match merged.last_mut() {
+                        Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                        _ => merged.push((start, end)),
+                    }
+                }
+                if merged.len() > MOST_CUTS {
+                    merged = vec![(0, text.len())];
+                }
+                cuts.push((place, merged));
+            }
+            place += 1;
+        });
+        Cuts(cuts)
+    }
+
+    /// How many places it cuts.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|(_, r)| r.len()).sum()
+    }
+
+    /// Whether it cuts nothing.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Makes the cuts in `value` (the value they were found in, or one
+    /// equal to it: a replay's). A cut that does not fit is skipped.
+    pub fn apply(&self, value: &mut Value) {
+        let mut place = 0;
+        let mut next = self.0.iter().peekable();
+        walk_mut(value, &mut |text| {
+            if let Some((_, ranges)) = next.next_if(|entry| entry.0 == place) {
+                let mut out = String::with_capacity(text.len());
+                let mut at = 0;
+                for &(start, end) in ranges {
+                    if start < at || end > text.len() || !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+                        continue;
+                    }
+                    out.push_str(&text[at..start]);
+                    out.push_str(REDACTED);
+                    at = end;
+                }
+                out.push_str(&text[at..]);
+                *text = out;
+            }
+            place += 1;
+        });
     }
 }
 
-/// Replaces each of `strings` in `text`, and returns how many occurrences
-/// were replaced.
-pub fn redact_text(text: &mut String, strings: &[&str]) -> usize {
-    let mut count = 0;
-    for s in strings {
-        let n = text.matches(s).count();
-        if n > 0 {
-            *text = text.replace(s, REDACTED);
-            count += n;
-        }
+/// Calls `f` with each string value of `value`, in a fixed order.
+fn walk(value: &Value, f: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(text) => f(text),
+        Value::Array(items) => items.iter().for_each(|v| walk(v, f)),
+        Value::Object(fields) => fields.values().for_each(|v| walk(v, f)),
+        _ => {}
     }
-    count
+}
+
+/// [`walk`], each string given to change.
+fn walk_mut(value: &mut Value, f: &mut impl FnMut(&mut String)) {
+    match value {
+        Value::String(text) => f(text),
+        Value::Array(items) => items.iter_mut().for_each(|v| walk_mut(v, f)),
+        Value::Object(fields) => fields.values_mut().for_each(|v| walk_mut(v, f)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -326,15 +443,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redaction_reaches_every_string_of_a_result() {
-        let mut value = serde_json::json!({"stdout": "key=sk-123 ok", "lines": ["sk-123", 4], "sk-123": true});
-        assert_eq!(redact(&mut value, &["sk-123"]), 3);
-        assert_eq!(
-            value,
-            serde_json::json!({"stdout": "key=[redacted] ok", "lines": ["[redacted]", 4], "[redacted]": true})
-        );
-        let mut text = "nothing here".to_string();
-        assert_eq!(redact_text(&mut text, &["sk-123"]), 0);
+    fn a_redaction_cuts_every_string_value_and_records_where_not_what() {
+        let value = serde_json::json!({"stdout": "key=sk-123 ok", "lines": ["sk-123", 4], "sk-123": true});
+        let cuts = Cuts::of(&value, &["sk-123"]);
+        assert_eq!(cuts.len(), 2, "keys are left alone");
+        let recorded = serde_json::to_string(&cuts).unwrap_or_default();
+        assert!(!recorded.contains("sk-123"), "{recorded}");
+        let mut again: Value = value.clone();
+        serde_json::from_str::<Cuts>(&recorded).unwrap_or_default().apply(&mut again);
+        assert_eq!(again, serde_json::json!({"stdout": "key=[redacted] ok", "lines": ["[redacted]", 4], "sk-123": true}));
+        // Touching matches merge; too many cut the whole string.
+        let mut touching = Value::String("aaab".into());
+        Cuts::of(&touching, &["a"]).apply(&mut touching);
+        assert_eq!(touching, Value::String("[redacted]b".into()));
+        let mut many = Value::String("ab".repeat(1000));
+        Cuts::of(&many, &["a"]).apply(&mut many);
+        assert_eq!(many, Value::String(REDACTED.into()));
     }
 
     #[test]

@@ -632,41 +632,47 @@ impl ToolContext {
         if hooks.is_none() && !journal.is_some_and(|j| j.recorded_next(crate::manifest::interface::HOOK)) {
             return Ok(());
         }
-        let messages = serde_json::to_value(&request.messages).unwrap_or(Value::Null);
+        let mut messages = serde_json::to_value(&request.messages).unwrap_or(Value::Null);
+        let arguments = serde_json::json!({"model": request.model, "messages": messages});
         let asks = hooks.is_some_and(|h| h.wants(HookEvent::BeforePrompt));
-        let ask = async {
-            let system = request.messages.iter().find_map(|m| match m {
+        let (shown, seen, mut live) = (&mut messages, &*request, false);
+        let asked = &mut live;
+        let ask = async move {
+            let Some(hooks) = hooks.filter(|_| asks) else { return crate::hooks::PromptBefore::default() };
+            *asked = true;
+            let system = seen.messages.iter().find_map(|m| match m {
                 nexo_model::Message::System { text } => Some(text.clone()),
                 _ => None,
             });
             let mut prompt = crate::hooks::Prompt {
                 agent: self.authority.agent().to_string(),
-                model: request.model.clone(),
+                model: seen.model.clone(),
                 system: system.unwrap_or_default(),
-                messages: messages.to_string(),
+                messages: shown.to_string(),
             };
-            match hooks {
-                Some(hooks) if asks => hooks.before_prompt(&mut prompt, &*self.events).await,
-                _ => crate::hooks::PromptBefore::default(),
-            }
+            hooks.before_prompt(&mut prompt, shown, &*self.events).await
         };
-        let arguments = serde_json::json!({"model": request.model, "messages": messages});
-        let Some(decided) = hook_decision(journal, BEFORE_PROMPT, &arguments, asks, ask).await else {
+        let Some(decided) = hook_decision(journal.map(|j| (j, &arguments)), BEFORE_PROMPT, asks, ask).await else {
             return Ok(());
         };
         if let Some(why) = decided.denied {
             return Err(nexo_model::ModelError::Refused(why));
         }
-        if !decided.redact.is_empty() {
-            let strings: Vec<&str> = decided.redact.iter().map(String::as_str).collect();
-            let mut messages = messages;
-            crate::hooks::redact(&mut messages, &strings);
-            request.messages = serde_json::from_value(messages).map_err(|e| {
-                nexo_model::ModelError::Refused(format!(
-                    "the hooks' redaction left a prompt the host cannot read ({e}), so it was not sent"
-                ))
-            })?;
+        if decided.cuts.is_empty() {
+            return Ok(());
         }
+        // Live, the hooks cut `messages` as they went; a replay makes the
+        // recorded cuts in the same conversation.
+        if !live {
+            for cuts in &decided.cuts {
+                cuts.apply(&mut messages);
+            }
+        }
+        request.messages = serde_json::from_value(messages).map_err(|e| {
+            nexo_model::ModelError::Refused(format!(
+                "the hooks' redaction left a prompt the host cannot read ({e}), so it was not sent"
+            ))
+        })?;
         Ok(())
     }
 
@@ -797,14 +803,19 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     let (mut before, mut view, mut rewritten) = (Before::default(), None, None::<ToolCall>);
     let seen = decoded.as_ref().ok().and_then(|args| hook_view(cx, call, args, model));
     if let Some((seen, arguments)) = seen
-        && let Some((decided, seen)) = hooks_before(cx, call, seen, arguments).await
+        && let Some((decided, seen)) = hooks_before(cx, call, seen, arguments, model).await
     {
+        view = Some(seen);
         if let (Some(arguments), Some((turn, model_call))) = (&decided.arguments, model) {
             let again = ToolCall { arguments: arguments.clone(), ..model_call.clone() };
             decoded = call.decode_json(&again.arguments);
             model = Some((turn, &*rewritten.insert(again)));
+            // The hooks see the call's result as the call that ran.
+            if let Some((seen, _)) = decoded.as_ref().ok().and_then(|args| hook_view(cx, call, args, model)) {
+                view = Some(seen);
+            }
         }
-        (before, view) = (decided, Some(seen));
+        before = decided;
     }
     let Admitted { allowed, model, live, used, source } = match admit(cx, call, decoded, model, &before) {
         Ok(admitted) => admitted,
@@ -902,32 +913,62 @@ const BEFORE_TOOL_CALL: &str = "before-tool-call";
 const BEFORE_PROMPT: &str = "before-prompt";
 
 /// hooks, before the gate: what the run's hooks decide about a call the
-/// gate decides on, and the call as they saw it (for their look at its
-/// result); `None` when no hook is asked and none decided before.
+/// gate decides on, and the call as they saw it; `None` when no hook is
+/// asked and none decided before. A hook that rewrites the model's call
+/// ends a round: the new arguments are decoded, and the hooks after it see
+/// the call as rewritten (its detail too), each hook asked once.
 async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
     cx: &Cx,
     call: &C,
     mut view: HookCall,
-    arguments: Value,
+    arguments: Option<Value>,
+    model: Option<(u32, &ToolCall)>,
 ) -> Option<(Before, HookCall)> {
     let hooks = cx.hooks();
     let journal = cx.journal().filter(|_| call.effect() != Effect::Skip);
     let asks = hooks.is_some_and(|h| h.wants(HookEvent::BeforeToolCall));
-    let ask = async {
-        match hooks {
-            Some(hooks) if asks => hooks.before(&mut view, cx.events()).await,
-            _ => Before::default(),
+    let seen = &mut view;
+    let ask = async move {
+        let Some(hooks) = hooks.filter(|_| asks) else { return Before::default() };
+        let (mut from, mut asked, mut arguments) = (0, Vec::new(), None);
+        loop {
+            let (round, rewrote) = hooks.before(seen, from, cx.events()).await;
+            asked.extend(round.ask);
+            let decided = |denied: Option<String>, arguments: Option<Value>| Before {
+                denied,
+                ask: (!asked.is_empty()).then(|| asked.join("; ")),
+                arguments,
+            };
+            let (Some(at), Some(rewritten), Some((turn, model_call))) = (rewrote, round.arguments, model) else {
+                return decided(round.denied, arguments);
+            };
+            let again = ToolCall { arguments: rewritten.clone(), ..model_call.clone() };
+            match call.decode_json(&again.arguments) {
+                Ok(args) => {
+                    if let Some((next, _)) = hook_view(cx, call, &args, Some((turn, &again))) {
+                        *seen = next;
+                    }
+                }
+                Err(e) => {
+                    let why = format!(
+                        "a hook rewrote the call into arguments `{}` cannot take, so it was refused (hooks fail \
+                         closed): {}",
+                        call.name(),
+                        e.message()
+                    );
+                    return decided(Some(why), None);
+                }
+            }
+            arguments = Some(rewritten);
+            from = at + 1;
         }
     };
-    let decided = hook_decision(journal, BEFORE_TOOL_CALL, &arguments, asks, ask).await;
+    let journaled = journal.zip(arguments.as_ref());
+    let decided = hook_decision(journaled, BEFORE_TOOL_CALL, asks, ask).await;
     if decided.is_none() && hooks.is_none() {
         return None;
     }
-    let before = decided.unwrap_or_default();
-    if let Some(arguments) = &before.arguments {
-        view.arguments = arguments.to_string();
-    }
-    Some((before, view))
+    Some((decided.unwrap_or_default(), view))
 }
 
 /// A hook decision at the run's next position, journaled as its own entry
@@ -936,25 +977,20 @@ async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
 /// hook cannot change the past; else made live by `ask` when some hook
 /// `asks`, and journaled. `None` when there is neither: a call recorded
 /// with no hook decision before it stands as it was.
-async fn hook_decision<T, F>(
-    journal: Option<&Journal>,
-    function: &'static str,
-    arguments: &Value,
-    asks: bool,
-    ask: F,
-) -> Option<T>
+async fn hook_decision<T, F>(journal: Option<(&Journal, &Value)>, function: &'static str, asks: bool, ask: F) -> Option<T>
 where
     T: serde::Serialize + serde::de::DeserializeOwned + Default,
     F: std::future::Future<Output = T>,
 {
     let hook = crate::manifest::interface::HOOK;
-    let begin = match journal {
-        Some(j) if j.recorded_next(hook) || (asks && !j.replaying_next()) => {
+    let (journal, arguments) = (journal.map(|(j, _)| j), journal.map(|(_, a)| a));
+    let begin = match (journal, arguments) {
+        (Some(j), Some(arguments)) if j.recorded_next(hook) || (asks && !j.replaying_next()) => {
             j.begin(hook, function, &crate::journal::hash_json(arguments))
         }
-        Some(_) => return None,
-        None if asks => Begin::Unjournaled,
-        None => return None,
+        (Some(_), _) => return None,
+        (None, _) if asks => Begin::Unjournaled,
+        (None, _) => return None,
     };
     match begin {
         Begin::Replay(text) => Some(serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -968,7 +1004,7 @@ where
         Begin::Halted(_) => None,
         Begin::Live(seq) => {
             let decided = ask.await;
-            if let Some(j) = journal {
+            if let (Some(j), Some(arguments)) = (journal, arguments) {
                 let text = serde_json::to_string(&decided).unwrap_or_default();
                 j.finish(seq, hook, function, &crate::journal::hash_json(arguments), text, Effect::Read).await;
             }
@@ -987,7 +1023,7 @@ fn hook_view<Cx: CallContext, C: MaybeTool<Cx>>(
     call: &C,
     args: &C::Args,
     model: Option<(u32, &ToolCall)>,
-) -> Option<(HookCall, Value)> {
+) -> Option<(HookCall, Option<Value>)> {
     let journal = cx.journal().filter(|_| call.effect() != Effect::Skip);
     if cx.hooks().is_none() && !journal.is_some_and(|j| j.recorded_next(crate::manifest::interface::HOOK)) {
         return None;
@@ -995,17 +1031,25 @@ fn hook_view<Cx: CallContext, C: MaybeTool<Cx>>(
     let detail = call.detail(args);
     let (capability, detail) = match call.gate(args, &detail) {
         Gate::Capability(cap, detail) => (cap.as_str(), detail.to_string()),
-        Gate::Mcp { server, tool, .. } => ("mcp", format!("{server}/{}", tool.unwrap_or("(list)"))),
-        Gate::Open | Gate::Budget { .. } => return None,
+        Gate::Mcp { server, tool: Some(tool), .. } => ("mcp", format!("{server}/{tool}")),
+        // Listing a server's tools acts on nothing: hooks see the calls.
+        Gate::Mcp { tool: None, .. } | Gate::Open | Gate::Budget { .. } => return None,
     };
-    let arguments = journal_value(call, model.map(|(_, c)| c), args);
+    // What a journal hashes the decision under, when there is one.
+    let arguments = journal.map(|_| journal_value(call, model.map(|(_, c)| c), args));
+    // What the hook sees is what a rewrite replaces: the model's own
+    // arguments, not the journal's wrapping of them.
+    let shown = match model {
+        Some((_, c)) => c.arguments.to_string(),
+        None => serde_json::to_string(args).unwrap_or_default(),
+    };
     let view = HookCall {
         agent: cx.plugin().to_string(),
         capability: capability.to_string(),
         call: call.name().to_string(),
         tool: model.map(|(_, c)| c.name.clone()),
         detail,
-        arguments: arguments.to_string(),
+        arguments: shown,
         origin: if model.is_some() { HookOrigin::Model } else { HookOrigin::Guest },
         held: cx.held().names().into_iter().map(str::to_string).collect(),
     };
@@ -1022,17 +1066,17 @@ async fn hooks_after<Cx: CallContext, C: MaybeTool<Cx>>(
     view: &HookCall,
     result: Result<C::Output, C::Error>,
 ) -> Result<C::Output, C::Error> {
-    let (value, is_error) = match &result {
-        Ok(out) => (serde_json::to_value(out), false),
-        Err(e) => (serde_json::to_value(e), true),
+    let (output, is_error) = match &result {
+        Ok(out) => (serde_json::to_string(out), false),
+        Err(e) => (serde_json::to_string(e), true),
     };
-    let value = value.unwrap_or(Value::Null);
+    let output = output.unwrap_or_default();
     let unreadable = |name: &str| {
         C::Error::from(ToolError::Denied(format!(
             "the hooks' redaction left a result `{name}` cannot give back, so it was withheld"
         )))
     };
-    match hooks.after(view, value, is_error, cx.events()).await {
+    match hooks.after(view, output, is_error, cx.events()).await {
         Outcome::Kept => result,
         Outcome::Redacted(value) if is_error => {
             Err(serde_json::from_value::<C::Error>(value).unwrap_or_else(|_| unreadable(&view.call)))
@@ -1147,9 +1191,13 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
         };
         // kept for the audit, which waits for the final verdict
         if cx.audit().is_some() {
+            // A hook's ask shows in the refusal it led to; a refusal of the
+            // gate's own (a capability not granted, a command rule) is not the hook's.
+            let hook_asked = |e: &ToolError| before.ask.as_deref().is_some_and(|ask| e.message().contains(ask));
             let guard = match &verdict {
                 Ok(()) => None,
-                Err(_) if before.denied.is_some() || before.ask.is_some() => Some("hook"),
+                Err(_) if before.denied.is_some() => Some("hook"),
+                Err(e) if hook_asked(e) => Some("hook"),
                 Err(_) => cx.guarded(&gate).then_some("data-flow"),
             };
             used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);

@@ -61,6 +61,11 @@ pub struct Policy {
     /// default (ask before a send after untrusted and private content).
     #[serde(default)]
     pub data_flow: DataFlow,
+    /// The operator's hooks (`[serve.hooks.NAME]`) asked about each of the
+    /// tenant's runs' calls and prompts, in this order. A hook only
+    /// narrows; a run that goes on meets the policy's hooks as they are then.
+    #[serde(default)]
+    pub hooks: Vec<String>,
     /// Limits on what the tenant's runs use (`[quotas]`).
     #[serde(default)]
     pub quotas: Quotas,
@@ -108,6 +113,7 @@ impl Default for Policy {
             mcp_allow: Vec::new(),
             command_rules: Vec::new(),
             data_flow: DataFlow::default(),
+            hooks: Vec::new(),
             quotas: Default::default(),
             registries: Vec::new(),
             wider_authority: WiderAuthority::Operator,
@@ -193,6 +199,11 @@ impl Policy {
                      model `{model}` has none: add `price = {{ input = …, output = … }}` (dollars per million \
                      tokens) to [serve.models.{model}]"
                 ));
+            }
+        }
+        for hook in &self.hooks {
+            if !config.serve.hooks.contains_key(hook) {
+                return Err(format!("the hook `{hook}` is not one of the operator's ([serve.hooks] in the config file)"));
             }
         }
         for server in &self.mcp_servers {
@@ -389,6 +400,22 @@ fn list_or_none(items: &[String]) -> String {
 /// workspace, never in a container or a remote sandbox.
 fn served(kind: SandboxKind) -> bool {
     matches!(kind, SandboxKind::Virtual | SandboxKind::Local)
+}
+
+impl Policy {
+    /// The policy's hooks as a run records them: the operator's files, by
+    /// the names the policy gives (a name the config file no longer has is
+    /// left out of a new run's; a run that goes on is refused for it, as
+    /// hooks fail closed).
+    pub fn hook_files(&self, config: &ConfigFile) -> Result<Vec<crate::hooks::HookFile>, String> {
+        self.hooks
+            .iter()
+            .map(|name| match config.serve.hooks.get(name) {
+                Some(path) => Ok(crate::hooks::HookFile { path: path.clone(), sha256: String::new() }),
+                None => Err(format!("its tenant's policy names the hook `{name}`, which the operator no longer configures")),
+            })
+            .collect()
+    }
 }
 
 impl Granted {

@@ -44,9 +44,9 @@ fn inspect_text_names_kind_and_requested_capabilities() {
     let out = nexo(&["inspect", built::HELLO]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.starts_with("hello  (agent, nexo:plugin/agent@0.1.3)"), "{text}");
+    assert!(text.starts_with("hello  (agent, nexo:plugin/agent@0.1.4)"), "{text}");
     assert!(text.contains("requested      read, glob"), "{text}");
-    assert!(text.contains("nexo:plugin/model@0.1.3"), "{text}");
+    assert!(text.contains("nexo:plugin/model@0.1.4"), "{text}");
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn wit_prints_the_contract() {
     let out = nexo(&["wit"]);
     assert!(out.status.success());
     let text = stdout(&out);
-    assert!(text.contains("package nexo:plugin@0.1.3;"));
+    assert!(text.contains("package nexo:plugin@0.1.4;"));
     for world in ["world agent-plugin", "world skill-plugin", "world search-backend-plugin"] {
         assert!(text.contains(world), "missing {world}");
     }

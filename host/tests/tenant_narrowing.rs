@@ -320,3 +320,50 @@ async fn a_tenants_data_flow_policy_refuses_a_send_after_untrusted_content() {
     let done = run(&scene, &node, &reader, &sha, calls, json!({})).await;
     assert_eq!(lines(&done), ["call tests/echo: ok first", "call tests/echo: ok second"], "{done}");
 }
+
+/// A tenant's policy names the operator's hooks: its runs' calls are asked
+/// about (here a result is redacted, and a broken hook refuses the call),
+/// and a request cannot take a hook away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
+    let scene = Scene::new(None).await;
+    scene.configure(&format!(
+        "[mcp.tests]\ncommand = \"{}\"\n\n[serve.hooks]\nhouse-rules = {:?}\nbroken = {:?}\n",
+        test_server().display(),
+        built::HOUSE_RULES,
+        built::HOOK_TRAP
+    ));
+    let policy = |hooks: Value| {
+        json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"], "hooks": hooks})
+    };
+    let hooked = scene.tenant("hooked", Some(policy(json!(["house-rules"]))));
+    let broken = scene.tenant("broken", Some(policy(json!(["broken"]))));
+    let open = scene.tenant("open", Some(policy(json!([]))));
+    let node = scene.node("a");
+    let mut plugins = Vec::new();
+    for key in [&hooked, &broken, &open] {
+        let (_, plugin) = scene.upload(&node, key, built::MCP_PROBE).await;
+        plugins.push(plugin["id"].as_str().unwrap().to_string());
+    }
+    let call = "call tests echo {\"text\":\"token sk-tenant-secret-77\"}";
+
+    let done = run(&scene, &node, &hooked, &plugins[0], call, json!({})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok token [redacted]"], "{done}");
+    let done = run(&scene, &node, &open, &plugins[2], call, json!({})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok token sk-tenant-secret-77"], "{done}");
+    let done = run(&scene, &node, &broken, &plugins[1], call, json!({})).await;
+    let result = lines(&done);
+    assert!(result[0].starts_with("call tests/echo: denied:") && result[0].contains("the hook `hook-trap` failed"), "{done}");
+    let decided = used(&scene, &node, &broken, &done["id"], 1).await;
+    assert_eq!((&decided[0]["verdict"], &decided[0]["guard"]), (&json!("denied"), &json!("hook")), "{decided:?}");
+
+    let body = json!({"plugin": plugins[0], "input": "x", "hooks": []});
+    let (status, answer) = scene.post(&node.url("/v1/runs"), &hooked, body).await;
+    assert!(status.is_client_error() && answer.to_string().contains("hooks"), "{status}: {answer}");
+    // A policy that names a hook the operator does not configure is refused.
+    let path = scene.dir.path().join("bad-policy.json");
+    std::fs::write(&path, policy(json!(["nowhere"])).to_string()).unwrap();
+    let out = scene.nexo(&["tenant", "create", "bad", "--policy", &path.display().to_string()]);
+    assert!(!out.status.success());
+    assert!(common::stderr(&out).contains("the hook `nowhere` is not one of the operator's"), "{}", common::stderr(&out));
+}

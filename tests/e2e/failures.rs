@@ -90,7 +90,7 @@ async fn a_skill_that_imports_tools_is_refused() {
     match &err {
         LoadError::ForbiddenImport { kind, import, .. } => {
             assert_eq!(*kind, PluginKind::Skill);
-            assert_eq!(import, "nexo:plugin/tools@0.1.3");
+            assert_eq!(import, "nexo:plugin/tools@0.1.4");
         }
         other => panic!("expected ForbiddenImport, got {other:?}"),
     }

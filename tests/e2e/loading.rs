@@ -13,12 +13,12 @@ async fn every_first_party_plugin_describes_itself() {
     let hello = Plugin::load(engine(), built::HELLO).await.unwrap();
     assert_eq!(hello.kind(), PluginKind::Agent);
     assert_eq!(hello.name(), "hello");
-    assert_eq!(hello.export(), "nexo:plugin/agent@0.1.3");
+    assert_eq!(hello.export(), "nexo:plugin/agent@0.1.4");
     let m = hello.manifest().unwrap();
     assert_eq!(m.capabilities, vec![Capability::Read, Capability::Glob]);
     assert_eq!(m.max_turns, Some(8));
     assert!(m.instructions.contains("helpful assistant"));
-    assert!(hello.imports().iter().any(|i| i == "nexo:plugin/model@0.1.3"));
+    assert!(hello.imports().iter().any(|i| i == "nexo:plugin/model@0.1.4"));
 
     let stats = Plugin::load(engine(), built::TEXT_STATS).await.unwrap();
     assert_eq!((stats.kind(), stats.name()), (PluginKind::Agent, "text-stats"));
@@ -42,7 +42,7 @@ async fn every_first_party_plugin_describes_itself() {
         assert_eq!((backend.kind(), backend.name()), (PluginKind::SearchBackend, name));
         let Description::SearchBackend(info) = backend.description() else { panic!("not a backend") };
         assert_eq!(info.hosts, hosts);
-        assert!(backend.imports().iter().any(|i| i == "nexo:plugin/outbound-http@0.1.3"));
+        assert!(backend.imports().iter().any(|i| i == "nexo:plugin/outbound-http@0.1.4"));
         assert!(!backend.imports().iter().any(|i| i.starts_with("nexo:plugin/tools")));
     }
 }
@@ -99,12 +99,12 @@ async fn a_component_of_another_contract_version_says_which_way_to_go() {
     let bytes = std::fs::read(built::TEXT_STATS).unwrap();
     let cases = [
         (
-            &b"nexo:plugin/agent@0.1.3"[..],
+            &b"nexo:plugin/agent@0.1.4"[..],
             &b"nexo:plugin/agent@0.9.0"[..],
             "a newer contract than this host knows",
             "Upgrade nexo",
         ),
-        (&b"nexo:plugin/agent@0.1.3"[..], &b"nexo:plugin/agent@0.0.9"[..], "an older contract", "Rebuild the plugin"),
+        (&b"nexo:plugin/agent@0.1.4"[..], &b"nexo:plugin/agent@0.0.9"[..], "an older contract", "Rebuild the plugin"),
     ];
     for (from, to, says, fix) in cases {
         let component = patched(&bytes, from, to);
@@ -119,16 +119,16 @@ async fn a_component_of_another_contract_version_says_which_way_to_go() {
 #[tokio::test]
 async fn a_component_built_against_contract_0_1_0_still_loads_and_runs_on_this_host() {
     // Every nexo name in the component, moved back to the version before
-    // `durable` (0.1.1), `mcp` (0.1.2) and timers (0.1.3) arrived: what a plugin built
+    // `durable` (0.1.1), `mcp` (0.1.2), timers (0.1.3) and hooks (0.1.4) arrived: what a plugin built
     // before them imports.
     let bytes = std::fs::read(built::TEXT_STATS).unwrap();
     let mut old = bytes.clone();
     for name in ["agent-children", "agent-mcp", "agent", "model", "log", "types"] {
-        let from = format!("nexo:plugin/{name}@0.1.3");
+        let from = format!("nexo:plugin/{name}@0.1.4");
         let to = format!("nexo:plugin/{name}@0.1.0");
         old = patched(&old, from.as_bytes(), to.as_bytes());
     }
-    assert!(!old.windows(6).any(|w| w == b"@0.1.3"), "every 0.1.3 name was patched");
+    assert!(!old.windows(6).any(|w| w == b"@0.1.4"), "every 0.1.4 name was patched");
     let plugin = Plugin::from_bytes(engine(), "old.wasm".into(), &old).await.unwrap();
     assert_eq!(plugin.export(), "nexo:plugin/agent@0.1.0");
     let out = plugin.agent().unwrap().run("a b c", &nexo::settings::RunOptions::default()).await.unwrap();

@@ -13,6 +13,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("log.wit", include_str!("../../../wit/log.wit")),
     ("model.wit", include_str!("../../../wit/model.wit")),
     ("durable.wit", include_str!("../../../wit/durable.wit")),
+    ("hook.wit", include_str!("../../../wit/hook.wit")),
     ("mcp.wit", include_str!("../../../wit/mcp.wit")),
     ("outbound-http.wit", include_str!("../../../wit/outbound-http.wit")),
     ("sandbox-provider.wit", include_str!("../../../wit/sandbox-provider.wit")),

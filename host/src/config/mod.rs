@@ -111,8 +111,15 @@ pub fn read(path: Option<&Path>) -> Result<ConfigFile, ConfigError> {
 
 /// Parses the text of a config file; `path` only names it in errors.
 pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-    toml::from_str::<ConfigFile>(text)
-        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: crate::files::toml_problem(text, &e) })
+    let mut file = toml::from_str::<ConfigFile>(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), problem: crate::files::toml_problem(text, &e) })?;
+    // `[serve.hooks]` files are the config file's, wherever a node runs from.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for hook in file.serve.hooks.values_mut() {
+        let placed = if hook.is_relative() { dir.join(&*hook) } else { hook.clone() };
+        *hook = std::path::absolute(&placed).unwrap_or(placed);
+    }
+    Ok(file)
 }
 
 /// `[worker]`: how `nexo worker` runs jobs.
@@ -168,6 +175,10 @@ pub struct ServeTable {
     /// names the ones it may use; their keys stay the operator's.
     #[serde(default)]
     pub models: BTreeMap<String, ModelTable>,
+    /// The operator's hooks, by name: `.wasm` files (relative to the config
+    /// file). A tenant's policy names the ones its runs are asked about.
+    #[serde(default)]
+    pub hooks: BTreeMap<String, PathBuf>,
     /// The reverse proxies (IP addresses and CIDR blocks) whose
     /// `X-Forwarded-For` names the client; none by default, so the peer is.
     #[serde(default)]

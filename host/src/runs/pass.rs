@@ -131,7 +131,7 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
         // and the decisions the journal holds stand.
         for path in settings.config.hooks.components(settings.config_path) {
             if !spec.hooks.iter().any(|h| h.path == path) {
-                spec.hooks.push(crate::runs::HookFile { path, sha256: String::new() });
+                spec.hooks.push(crate::hooks::HookFile { path, sha256: String::new() });
             }
         }
         // And its data-flow guard as it is now: a guard only tightens.
@@ -154,6 +154,17 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
                     return refused(format!("run {} cannot go on: {why}", run.id));
                 }
                 spec.grant = spec.grant.within(&bounds);
+                // And its policy's hooks as they are now: a hook only narrows.
+                match policy.hook_files(settings.config) {
+                    Ok(files) => {
+                        for file in files {
+                            if !spec.hooks.iter().any(|h| h.path == file.path) {
+                                spec.hooks.push(file);
+                            }
+                        }
+                    }
+                    Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
+                }
                 // The budget as the operator sets it now: raising the quota
                 // is how a run waiting on its budget goes on.
                 let budget = match crate::quota::run_budget(&**runs.store(), &run, &policy.quotas).await {

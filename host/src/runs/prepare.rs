@@ -28,6 +28,15 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     options.providers.model = resolved.provider;
     options.limits.prompt = resolved.limits;
     if let Some(mut claude) = resolved.agent_loop {
+        // Fail closed: a hook the run was given must see every prompt.
+        if !spec.hooks.is_empty() {
+            return Err(ConfigError::invalid(
+                "--hook",
+                "hooks need nexo's own loop: the Claude Code CLI sends its prompts (and runs its built-in tools) \
+                 where no hook sees them; run with `--loop host`, or without hooks",
+            )
+            .into());
+        }
         claude.cwd = spec.grant.sandbox.local_dir().map(std::path::Path::to_path_buf);
         claude.view = spec.grant.sandbox.view.clone();
         if claude.builtin_tools && claude.cwd.is_none() {

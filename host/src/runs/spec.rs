@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::config::{ModelTable, SearchTable};
 use crate::grant::Grant;
+pub use crate::hooks::HookFile;
 use crate::manifest::LoopKind;
 
 /// A run's wall-clock limit per pass when nothing says otherwise.
@@ -82,16 +83,6 @@ pub struct ChildAgent {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub struct SkillFile {
-    /// The component's file.
-    pub path: PathBuf,
-    /// Its SHA-256 when the run was recorded.
-    pub sha256: String,
-}
-
-/// A hook component as a run records it.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub struct HookFile {
     /// The component's file.
     pub path: PathBuf,
     /// Its SHA-256 when the run was recorded.

@@ -309,7 +309,7 @@ pub(crate) async fn prepare(
         skills_path: state.data_dir.join("skills"),
         progressive_skills: false,
         skill_components: Vec::new(),
-        hooks: Vec::new(),
+        hooks: policy.hook_files(&state.config).map_err(|m| ApiError::new(StatusCode::CONFLICT, "policy", m))?,
         // Where the plugin was pulled from, recorded with the run.
         origin: stored.origin.as_deref().and_then(|o| serde_json::from_str(o).ok()),
         agents: Default::default(),

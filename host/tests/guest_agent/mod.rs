@@ -75,15 +75,15 @@ pub fn inspect_shows_world_and_manifest(guest: &Guest) {
     let out = nexo(guest, &["inspect", path(guest)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.starts_with(&format!("{}  (agent, nexo:plugin/agent@0.1.3)", guest.name)), "{text}");
+    assert!(text.starts_with(&format!("{}  (agent, nexo:plugin/agent@0.1.4)", guest.name)), "{text}");
     for line in [
         "description    Surveys its workspace with glob and read-file, then answers with the model",
         "requested      read, glob",
         "max turns      4",
         "permissions    read-only",
-        "nexo:plugin/tools@0.1.3",
-        "nexo:plugin/model@0.1.3",
-        "nexo:plugin/log@0.1.3",
+        "nexo:plugin/tools@0.1.4",
+        "nexo:plugin/model@0.1.4",
+        "nexo:plugin/log@0.1.4",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
@@ -97,7 +97,7 @@ pub fn inspect_shows_world_and_manifest(guest: &Guest) {
     // host ignores exports outside `nexo:plugin`.
     let exports: Vec<&str> = v["exports"].as_array().unwrap().iter().filter_map(|e| e.as_str()).collect();
     let nexo_exports: Vec<&str> = exports.iter().copied().filter(|e| e.starts_with("nexo:")).collect();
-    assert_eq!(nexo_exports, ["nexo:plugin/agent@0.1.3"], "{exports:?}");
+    assert_eq!(nexo_exports, ["nexo:plugin/agent@0.1.4"], "{exports:?}");
 }
 
 /// With no model, `run` calls `glob` and `read-file` through the WIT imports
