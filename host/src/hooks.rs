@@ -101,6 +101,9 @@ pub struct PromptBefore {
     /// never what, so no redacted string reaches the journal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<Cuts>,
+    /// Whether a hook failed rather than decided: never recorded.
+    #[serde(skip)]
+    pub failed: bool,
 }
 
 /// What the hooks made of a call's result.
@@ -160,8 +163,9 @@ impl Hooks {
         let asked = self.chain.iter().enumerate().skip(from).filter(|(_, h)| h.wants(HookEvent::BeforeToolCall));
         for (at, hook) in asked {
             let name = hook.name();
-            let said =
-                |decision: &str, detail: &str| decided(events, name, HookEvent::BeforeToolCall, &label, decision, detail);
+            let said = |decision: &str, detail: &str| {
+                decided(events, name, HookEvent::BeforeToolCall, &label, decision, detail)
+            };
             match hook.before_tool_call(call).await {
                 Ok(Answer::Allow) => {}
                 Ok(Answer::Deny(reason)) => {
@@ -198,7 +202,8 @@ impl Hooks {
                 Err(e) => {
                     let why = failure(name, &e);
                     said("failed", why);
-                    before.denied = Some(format!("the hook `{name}` failed ({why}), so the call was refused (hooks fail closed)"));
+                    before.denied =
+                        Some(format!("the hook `{name}` failed ({why}), so the call was refused (hooks fail closed)"));
                 }
             }
             if before.denied.is_some() {
@@ -213,12 +218,18 @@ impl Hooks {
     /// is `messages` as JSON): a denial ends the asking; each redaction is
     /// made in `messages` (and the view) before the next hook sees it, and
     /// recorded as where it cut, never what.
-    pub async fn before_prompt(&self, prompt: &mut Prompt, messages: &mut Value, events: &dyn EventSink) -> PromptBefore {
+    pub async fn before_prompt(
+        &self,
+        prompt: &mut Prompt,
+        messages: &mut Value,
+        events: &dyn EventSink,
+    ) -> PromptBefore {
         let mut before = PromptBefore::default();
         for hook in self.chain.iter().filter(|h| h.wants(HookEvent::BeforePrompt)) {
             let name = hook.name();
-            let said =
-                |decision: &str, detail: &str| decided(events, name, HookEvent::BeforePrompt, "prompt", decision, detail);
+            let said = |decision: &str, detail: &str| {
+                decided(events, name, HookEvent::BeforePrompt, "prompt", decision, detail)
+            };
             match hook.before_prompt(prompt).await {
                 Ok(PromptDecision::Pass) => {}
                 Ok(PromptDecision::Deny(reason)) => {
@@ -241,8 +252,10 @@ impl Hooks {
                 Err(e) => {
                     let why = failure(name, &e);
                     said("failed", why);
-                    before.denied =
-                        Some(format!("the hook `{name}` failed ({why}), so the prompt was not sent (hooks fail closed)"));
+                    before.denied = Some(format!(
+                        "the hook `{name}` failed ({why}), so the prompt was not sent (hooks fail closed)"
+                    ));
+                    before.failed = true;
                 }
             }
             if before.denied.is_some() {
@@ -263,8 +276,9 @@ impl Hooks {
         let label = call.tool.clone().unwrap_or_else(|| call.call.clone());
         for hook in self.chain.iter().filter(|h| h.wants(HookEvent::AfterToolCall)) {
             let name = hook.name();
-            let said =
-                |decision: &str, detail: &str| decided(events, name, HookEvent::AfterToolCall, &label, decision, detail);
+            let said = |decision: &str, detail: &str| {
+                decided(events, name, HookEvent::AfterToolCall, &label, decision, detail)
+            };
             if let Some(value) = &current {
                 text = serde_json::to_string(value).unwrap_or_default();
             }
@@ -285,7 +299,8 @@ impl Hooks {
                             found.len()
                         }
                         _ => {
-                            let value = current.get_or_insert_with(|| serde_json::from_str(&text).unwrap_or(Value::Null));
+                            let value =
+                                current.get_or_insert_with(|| serde_json::from_str(&text).unwrap_or(Value::Null));
                             let found = Cuts::of(value, &strings);
                             found.apply(value);
                             found.len()
@@ -451,7 +466,10 @@ mod tests {
         assert!(!recorded.contains("sk-123"), "{recorded}");
         let mut again: Value = value.clone();
         serde_json::from_str::<Cuts>(&recorded).unwrap_or_default().apply(&mut again);
-        assert_eq!(again, serde_json::json!({"stdout": "key=[redacted] ok", "lines": ["[redacted]", 4], "sk-123": true}));
+        assert_eq!(
+            again,
+            serde_json::json!({"stdout": "key=[redacted] ok", "lines": ["[redacted]", 4], "sk-123": true})
+        );
         // Touching matches merge; too many cut the whole string.
         let mut touching = Value::String("aaab".into());
         Cuts::of(&touching, &["a"]).apply(&mut touching);

@@ -652,7 +652,16 @@ impl ToolContext {
             };
             hooks.before_prompt(&mut prompt, shown, &*self.events).await
         };
-        let Some(decided) = hook_decision(journal.map(|j| (j, &arguments)), BEFORE_PROMPT, asks, ask).await else {
+        // A hook that fails before a prompt stops the run unrecorded (its
+        // failure may pass: a deadline under load), so a resume asks again.
+        let stops = |d: &crate::hooks::PromptBefore| {
+            d.failed.then(|| {
+                let why = d.denied.clone().unwrap_or_default();
+                format!("{why}; the run stopped: fix the hook, then `nexo runs resume` asks it again")
+            })
+        };
+        let journaled = journal.map(|j| (j, &arguments));
+        let Some(decided) = hook_decision(journaled, BEFORE_PROMPT, asks, ask, stops).await else {
             return Ok(());
         };
         if let Some(why) = decided.denied {
@@ -964,7 +973,9 @@ async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
         }
     };
     let journaled = journal.zip(arguments.as_ref());
-    let decided = hook_decision(journaled, BEFORE_TOOL_CALL, asks, ask).await;
+    // A hook that fails before a call refuses it, and the refusal stands
+    // like any other: the model reads it and goes on.
+    let decided = hook_decision(journaled, BEFORE_TOOL_CALL, asks, ask, |_| None).await;
     if decided.is_none() && hooks.is_none() {
         return None;
     }
@@ -977,7 +988,13 @@ async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
 /// hook cannot change the past; else made live by `ask` when some hook
 /// `asks`, and journaled. `None` when there is neither: a call recorded
 /// with no hook decision before it stands as it was.
-async fn hook_decision<T, F>(journal: Option<(&Journal, &Value)>, function: &'static str, asks: bool, ask: F) -> Option<T>
+async fn hook_decision<T, F>(
+    journal: Option<(&Journal, &Value)>,
+    function: &'static str,
+    asks: bool,
+    ask: F,
+    stops: fn(&T) -> Option<String>,
+) -> Option<T>
 where
     T: serde::Serialize + serde::de::DeserializeOwned + Default,
     F: std::future::Future<Output = T>,
@@ -1004,6 +1021,12 @@ where
         Begin::Halted(_) => None,
         Begin::Live(seq) => {
             let decided = ask.await;
+            // A decision that stops the run is not recorded: the run's next
+            // pass asks again, at the journal's end.
+            if let (Some(j), Some(why)) = (journal, stops(&decided)) {
+                j.halt(crate::journal::Halt::Failed(why));
+                return Some(decided);
+            }
             if let (Some(j), Some(arguments)) = (journal, arguments) {
                 let text = serde_json::to_string(&decided).unwrap_or_default();
                 j.finish(seq, hook, function, &crate::journal::hash_json(arguments), text, Effect::Read).await;

@@ -203,7 +203,9 @@ impl Policy {
         }
         for hook in &self.hooks {
             if !config.serve.hooks.contains_key(hook) {
-                return Err(format!("the hook `{hook}` is not one of the operator's ([serve.hooks] in the config file)"));
+                return Err(format!(
+                    "the hook `{hook}` is not one of the operator's ([serve.hooks] in the config file)"
+                ));
             }
         }
         for server in &self.mcp_servers {
@@ -412,7 +414,9 @@ impl Policy {
             .iter()
             .map(|name| match config.serve.hooks.get(name) {
                 Some(path) => Ok(crate::hooks::HookFile { path: path.clone(), sha256: String::new() }),
-                None => Err(format!("its tenant's policy names the hook `{name}`, which the operator no longer configures")),
+                None => {
+                    Err(format!("its tenant's policy names the hook `{name}`, which the operator no longer configures"))
+                }
             })
             .collect()
     }

@@ -324,6 +324,14 @@ async fn a_hook_redacts_a_prompt_and_one_that_fails_there_keeps_it_from_the_mode
         "{said}"
     );
     assert!(scene.server.requests().is_empty(), "the model was asked nothing");
+    // The failure was not recorded as a decision: a resume asks the hook again.
+    let id = last_json(&out)["run"].as_str().unwrap().to_string();
+    let failed = |scene: &Scene| hook_events(scene, &id).iter().filter(|(_, d, _)| d == "failed").count();
+    assert_eq!(failed(&scene), 1);
+    let again = scene.nexo(&["runs", "resume", &id, "--json"]);
+    assert_ne!(again.status.code(), Some(0), "{}\n{}", stderr(&again), stdout(&again));
+    assert_eq!(failed(&scene), 2, "the resume asked the hook again");
+    assert!(scene.server.requests().is_empty(), "the model was asked nothing");
 }
 
 /// A hook is the operator's: an agent cannot name one, and a file that is
@@ -336,6 +344,12 @@ async fn a_file_that_is_not_a_hook_is_refused_before_the_run() {
     let err = stderr(&out);
     assert!(err.contains("hello") && err.contains("hook"), "{err}");
     assert!(scene.server.requests().is_empty(), "nothing ran");
+    // The Claude Code CLI sends its prompts where no hook sees them: refused.
+    let mut args = scene.run_args(&[built::HOUSE_RULES]);
+    args.extend(["--loop".to_string(), "claude-code".to_string()]);
+    let out = scene.nexo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(2), "{}\n{}", stderr(&out), stdout(&out));
+    assert!(stderr(&out).contains("hooks need nexo's own loop"), "{}", stderr(&out));
     let inspect = scene.nexo(&["inspect", built::HOUSE_RULES]);
     assert!(inspect.status.success(), "{}", stderr(&inspect));
     let text = stdout(&inspect);

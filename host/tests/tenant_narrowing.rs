@@ -333,9 +333,7 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
         built::HOUSE_RULES,
         built::HOOK_TRAP
     ));
-    let policy = |hooks: Value| {
-        json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"], "hooks": hooks})
-    };
+    let policy = |hooks: Value| json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"], "hooks": hooks});
     let hooked = scene.tenant("hooked", Some(policy(json!(["house-rules"]))));
     let broken = scene.tenant("broken", Some(policy(json!(["broken"]))));
     let open = scene.tenant("open", Some(policy(json!([]))));
@@ -353,7 +351,10 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
     assert_eq!(lines(&done), ["call tests/echo: ok token sk-tenant-secret-77"], "{done}");
     let done = run(&scene, &node, &broken, &plugins[1], call, json!({})).await;
     let result = lines(&done);
-    assert!(result[0].starts_with("call tests/echo: denied:") && result[0].contains("the hook `hook-trap` failed"), "{done}");
+    assert!(
+        result[0].starts_with("call tests/echo: denied:") && result[0].contains("the hook `hook-trap` failed"),
+        "{done}"
+    );
     let decided = used(&scene, &node, &broken, &done["id"], 1).await;
     assert_eq!((&decided[0]["verdict"], &decided[0]["guard"]), (&json!("denied"), &json!("hook")), "{decided:?}");
 
@@ -365,5 +366,9 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
     std::fs::write(&path, policy(json!(["nowhere"])).to_string()).unwrap();
     let out = scene.nexo(&["tenant", "create", "bad", "--policy", &path.display().to_string()]);
     assert!(!out.status.success());
-    assert!(common::stderr(&out).contains("the hook `nowhere` is not one of the operator's"), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("the hook `nowhere` is not one of the operator's"),
+        "{}",
+        common::stderr(&out)
+    );
 }
