@@ -10,9 +10,10 @@
 //! - the gate's decision on a `fetch` (a send): in a clean context, and in
 //!   one that holds untrusted and private content with the guard set to
 //!   allow, so the whole check runs and the verdict is the same;
-//! - `glob` through the path with one warm hook (`plugins/hooks/house-rules`,
-//!   asked before and after the call, letting it pass), against the plain
-//!   gated call: the cost of one hook per tool call.
+//! - `read_file` through the path with one warm hook
+//!   (`plugins/hooks/house-rules`, asked before and after the call, letting
+//!   it pass), against the plain gated call: the cost of one hook per tool
+//!   call; and the hook's two answers alone.
 //!
 //! Run with `cargo bench -p nexo --bench policy`.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -111,10 +112,12 @@ fn hook(c: &mut Criterion) {
     let engine = nexo::Engine::new(nexo::EngineConfig::default()).unwrap();
     let plugin = rt.block_on(nexo::Plugin::load(&engine, nexo_tests::HOUSE_RULES)).unwrap();
     let house_rules = plugin.hook().unwrap().component();
+    // `read_file` of a small file in memory: a gated call whose own work is
+    // small, so what the hook adds stands out of the noise.
     let call = nexo_model::ToolCall {
         id: "c1".into(),
-        name: "glob".into(),
-        arguments: serde_json::json!({ "pattern": "**/*.md" }),
+        name: "read_file".into(),
+        arguments: serde_json::json!({ "path": "README.md" }),
     };
     let nothing_private = || DataFlow { private_paths: Some(Vec::new()), ..DataFlow::default() };
     let cases = [
@@ -125,7 +128,7 @@ fn hook(c: &mut Criterion) {
     for (name, toolbox) in &cases {
         // The first call instantiates the hook: the benchmark measures warm calls.
         assert!(!rt.block_on(toolbox.call_model(1, &call)).is_error);
-        group.bench_function(format!("glob through the host-call path, {name}"), |b| {
+        group.bench_function(format!("read_file through the host-call path, {name}"), |b| {
             b.iter(|| {
                 let reply = rt.block_on(toolbox.call_model(1, &call));
                 assert!(!reply.is_error, "{}", reply.content);
@@ -137,11 +140,11 @@ fn hook(c: &mut Criterion) {
     let hooks = nexo::hooks::Hooks::for_run(&[plugin.hook().unwrap().component()]).unwrap();
     let view = nexo::hooks::HookCall {
         agent: "bench".into(),
-        capability: "glob".into(),
-        call: "glob".into(),
-        tool: Some("glob".into()),
-        detail: "**/*.md".into(),
-        arguments: r#"{"pattern":"**/*.md"}"#.into(),
+        capability: "read".into(),
+        call: "read-file".into(),
+        tool: Some("read_file".into()),
+        detail: "README.md".into(),
+        arguments: r#"{"path":"README.md"}"#.into(),
         origin: nexo::hooks::Origin::Model,
         held: Vec::new(),
     };
@@ -149,7 +152,7 @@ fn hook(c: &mut Criterion) {
     group.bench_function("one warm hook's before-tool-call answer alone", |b| {
         b.iter(|| black_box(rt.block_on(hooks.before(&view, 0, silent))))
     });
-    let output = serde_json::json!(["README.md", "docs/a.md"]).to_string();
+    let output = serde_json::json!("# hi").to_string();
     group.bench_function("one warm hook's after-tool-call answer alone", |b| {
         b.iter(|| black_box(rt.block_on(hooks.after(&view, output.clone(), false, silent))))
     });
