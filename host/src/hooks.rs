@@ -239,9 +239,22 @@ impl Hooks {
                 Ok(PromptDecision::Redact(strings)) => {
                     let strings: Vec<&str> = strings.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
                     let found = Cuts::of(messages, &strings);
+                    let mut cut = messages.clone();
+                    found.apply(&mut cut);
+                    // A cut in the conversation's own structure (a role, a
+                    // call id) would leave a prompt no model can be sent.
+                    if !found.is_empty() && serde_json::from_value::<Vec<nexo_model::Message>>(cut.clone()).is_err() {
+                        said("failed", "its redaction would break the conversation's structure");
+                        before.denied = Some(format!(
+                            "the hook `{name}` redacted part of the conversation's structure (a role, a call id), so \
+                             the prompt was not sent (hooks fail closed): redact content only"
+                        ));
+                        before.failed = true;
+                        return before;
+                    }
                     said("redact", &format!("{} place(s)", found.len()));
                     if !found.is_empty() {
-                        found.apply(messages);
+                        *messages = cut;
                         let mut system = Value::String(std::mem::take(&mut prompt.system));
                         Cuts::of(&system, &strings).apply(&mut system);
                         prompt.system = system.as_str().unwrap_or_default().to_string();

@@ -834,15 +834,17 @@ async fn steps<Cx: CallContext, C: MaybeTool<Cx>>(
     let audited = Audited { cx, used };
     let result = match allowed {
         Ok(args) => {
-            let result = call.execute(cx, args).await.map(|out| call.truncate(cx, out));
-            // hooks: what they make of the result is what the caller, the
-            // journal and the audit see
-            match (cx.hooks(), &view) {
+            let result = call.execute(cx, args).await;
+            // hooks: they see the whole result (a secret cut in two by the
+            // truncation would escape a redaction), and what they make of it
+            // is what the caller, the journal and the audit see
+            let result = match (cx.hooks(), &view) {
                 (Some(hooks), Some(view)) if hooks.wants(HookEvent::AfterToolCall) => {
                     hooks_after::<Cx, C>(cx, hooks, view, result).await
                 }
                 _ => result,
-            }
+            };
+            result.map(|out| call.truncate(cx, out))
         }
         Err(refusal) => Err(C::Error::from(refusal)),
     };
@@ -1073,7 +1075,11 @@ fn hook_view<Cx: CallContext, C: MaybeTool<Cx>>(
         tool: model.map(|(_, c)| c.name.clone()),
         detail,
         arguments: shown,
-        origin: if model.is_some() { HookOrigin::Model } else { HookOrigin::Guest },
+        // Turn 0 is no model's: a `checkpoint-all` step, the agent's own call.
+        origin: match model {
+            Some((turn, _)) if turn > 0 => HookOrigin::Model,
+            _ => HookOrigin::Guest,
+        },
         held: cx.held().names().into_iter().map(str::to_string).collect(),
     };
     Some((view, arguments))

@@ -345,9 +345,21 @@ async fn a_file_that_is_not_a_hook_is_refused_before_the_run() {
     assert!(err.contains("hello") && err.contains("hook"), "{err}");
     assert!(scene.server.requests().is_empty(), "nothing ran");
     // The Claude Code CLI sends its prompts where no hook sees them: refused.
-    let mut args = scene.run_args(&[built::HOUSE_RULES]);
-    args.extend(["--loop".to_string(), "claude-code".to_string()]);
-    let out = scene.nexo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (agent, ws) = (scene.dir.path().join("helper.toml"), scene.ws());
+    let (agent, ws) = (agent.display().to_string(), ws.display().to_string());
+    let out = scene.nexo(&[
+        "run",
+        &agent,
+        "tidy the project",
+        "--loop",
+        "claude-code",
+        "--sandbox",
+        "local",
+        "--cwd",
+        &ws,
+        "--hook",
+        built::HOUSE_RULES,
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}\n{}", stderr(&out), stdout(&out));
     assert!(stderr(&out).contains("hooks need nexo's own loop"), "{}", stderr(&out));
     let inspect = scene.nexo(&["inspect", built::HOUSE_RULES]);

@@ -122,10 +122,13 @@ impl Unit for SandboxUnit {
                 check_floor(&setup.manifest.name, declared, sandbox.name(), words)?;
             }
             if let Some(root) = sandbox.host_root() {
+                // A write through the preopen is asked of no hook: with hooks,
+                // the agent's own writes go through `write-file`, which is.
+                let hooked = !setup.options.providers.hooks.is_empty();
                 setup.preopens.push(Preopen {
                     host: root.to_path_buf(),
                     guest: root.to_string_lossy().into_owned(),
-                    writable: setup.authority.allows_unasked(Capability::Write),
+                    writable: setup.authority.allows_unasked(Capability::Write) && !hooked,
                 });
             }
             // The model hears of the shell only if it is offered the tool.

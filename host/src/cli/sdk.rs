@@ -15,6 +15,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("src/lib.rs", include_str!("../../../plugins/sdk/src/lib.rs")),
     ("src/agent.rs", include_str!("../../../plugins/sdk/src/agent.rs")),
     ("src/durable.rs", include_str!("../../../plugins/sdk/src/durable.rs")),
+    ("src/hook.rs", include_str!("../../../plugins/sdk/src/hook.rs")),
     ("src/provider.rs", include_str!("../../../plugins/sdk/src/provider.rs")),
     ("src/search.rs", include_str!("../../../plugins/sdk/src/search.rs")),
     ("src/skill.rs", include_str!("../../../plugins/sdk/src/skill.rs")),
