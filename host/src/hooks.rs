@@ -7,7 +7,11 @@
 //! a hook that traps, runs past its deadline or answers what the host
 //! cannot use fails closed (the call is refused, its result withheld). The
 //! hooks are asked in the order the operator gave them; each sees what the
-//! one before it left.
+//! one before it left. In `nexo serve` a tenant may add hooks of its own
+//! ([`Owner::Tenant`]): they are asked about a call before the operator's,
+//! so the operator's judge the call as it will run (a tenant's rewrite
+//! cannot slip past them), and shown a result or a prompt after the
+//! operator's, so they never see what the operator's redacted.
 //!
 //! The host-call path ([`crate::host_call`]) asks them. A recorded run
 //! journals the decisions before a call as their own entry ([`Before`]), so
@@ -41,6 +45,29 @@ pub struct HookFile {
     /// the operator's configuration as it was then).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
+    /// Whose it is: a tenant's is one of its uploaded plugins, by its
+    /// SHA-256, which each node loads from its own copy.
+    #[serde(default, skip_serializing_if = "Owner::is_operator")]
+    pub owner: Owner,
+}
+
+/// Whose a hook is, which decides where in the chain it is asked.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// The operator's (the config file, `--hook`, a tenant's policy).
+    #[default]
+    Operator,
+    /// A tenant's own, added by its run request in `nexo serve`: it draws
+    /// on the tenant's budgets as its agent does.
+    Tenant,
+}
+
+impl Owner {
+    /// Whether it is the operator's (the default, left out of records).
+    pub fn is_operator(&self) -> bool {
+        *self == Owner::Operator
+    }
 }
 
 /// One run's instance of a hook, as its chain asks it. The hook world
@@ -73,6 +100,11 @@ pub trait HookInstance: Send + Sync {
 pub trait HookComponent: Send + Sync + std::fmt::Debug {
     /// A fresh instance for one run.
     fn for_run(&self) -> Box<dyn HookInstance>;
+
+    /// Whose it is.
+    fn owner(&self) -> Owner {
+        Owner::Operator
+    }
 }
 
 /// What the hooks decided before a call, as its journal entry records it.
@@ -119,10 +151,13 @@ pub enum Outcome {
     Withheld(String),
 }
 
-/// A run's hooks, in the operator's order.
+/// A run's hooks: the operator's in the operator's order, then the
+/// tenant's in the tenant's.
 #[derive(Default)]
 pub struct Hooks {
     chain: Vec<Box<dyn HookInstance>>,
+    /// Where the tenant's begin in `chain`.
+    tenants: usize,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -132,10 +167,23 @@ impl std::fmt::Debug for Hooks {
 }
 
 impl Hooks {
-    /// One run's instances of `components`, asked in that order; `None`
-    /// for none.
+    /// One run's instances of `components`, the operator's first, each
+    /// owner's in the order given; `None` for none.
     pub fn for_run(components: &[Arc<dyn HookComponent>]) -> Option<Arc<Hooks>> {
-        (!components.is_empty()).then(|| Arc::new(Hooks { chain: components.iter().map(|c| c.for_run()).collect() }))
+        if components.is_empty() {
+            return None;
+        }
+        let mut ordered: Vec<&Arc<dyn HookComponent>> = components.iter().collect();
+        ordered.sort_by_key(|c| c.owner());
+        let tenants = ordered.iter().take_while(|c| c.owner() == Owner::Operator).count();
+        Some(Arc::new(Hooks { chain: ordered.iter().map(|c| c.for_run()).collect(), tenants }))
+    }
+
+    /// The chain in the order it is asked before a call: the tenant's
+    /// hooks first, so a rewrite of theirs meets the operator's.
+    fn before_order(&self) -> impl Iterator<Item = &dyn HookInstance> {
+        let (operators, tenants) = self.chain.split_at(self.tenants);
+        tenants.iter().chain(operators).map(|h| &**h)
     }
 
     /// Whether some hook wants to be asked about `event`.
@@ -148,8 +196,9 @@ impl Hooks {
         self.chain.iter().map(|h| h.name()).collect()
     }
 
-    /// Asks each hook that wants it about `call`, from the `from`th hook of
-    /// the chain on: a denial ends the asking; asks gather. A rewrite ends
+    /// Asks each hook that wants it about `call`, from the `from`th hook on
+    /// (of the chain in the order it is asked before a call, the tenant's
+    /// first): a denial ends the asking; asks gather. A rewrite ends
     /// this round too: the answer says which hook rewrote, and the caller
     /// decodes the new arguments and asks the hooks after it about the call
     /// as rewritten. A guest's call cannot be rewritten (its arguments are
@@ -160,7 +209,7 @@ impl Hooks {
         let mut before = Before::default();
         let mut asks: Vec<String> = Vec::new();
         let label = call.tool.clone().unwrap_or_else(|| call.call.clone());
-        let asked = self.chain.iter().enumerate().skip(from).filter(|(_, h)| h.wants(HookEvent::BeforeToolCall));
+        let asked = self.before_order().enumerate().skip(from).filter(|(_, h)| h.wants(HookEvent::BeforeToolCall));
         for (at, hook) in asked {
             let name = hook.name();
             let said = |decision: &str, detail: &str| {
@@ -490,6 +539,107 @@ mod tests {
         let mut many = Value::String("ab".repeat(1000));
         Cuts::of(&many, &["a"]).apply(&mut many);
         assert_eq!(many, Value::String(REDACTED.into()));
+    }
+
+    /// A hook that answers as told and notes what it was shown.
+    #[derive(Debug, Clone)]
+    struct Fake {
+        name: &'static str,
+        owner: Owner,
+        before: Answer,
+        after: After,
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl HookComponent for Fake {
+        fn for_run(&self) -> Box<dyn HookInstance> {
+            Box::new(self.clone())
+        }
+        fn owner(&self) -> Owner {
+            self.owner
+        }
+    }
+
+    impl HookInstance for Fake {
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn wants(&self, _: HookEvent) -> bool {
+            true
+        }
+        fn before_tool_call<'a>(&'a self, call: &'a HookCall) -> BoxFuture<'a, Result<Answer, RunError>> {
+            self.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{} before {}", self.name, call.arguments));
+            let answer = self.before.clone();
+            Box::pin(async move { Ok(answer) })
+        }
+        fn after_tool_call<'a>(
+            &'a self,
+            _: &'a HookCall,
+            output: &'a str,
+            _: bool,
+        ) -> BoxFuture<'a, Result<After, RunError>> {
+            self.seen.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{} after {output}", self.name));
+            let answer = self.after.clone();
+            Box::pin(async move { Ok(answer) })
+        }
+        fn before_prompt<'a>(&'a self, _: &'a Prompt) -> BoxFuture<'a, Result<PromptDecision, RunError>> {
+            Box::pin(async move { Ok(PromptDecision::Pass) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenants_hook_is_asked_before_the_operators_about_a_call_and_after_them_about_a_result() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        // The tenant's rewrites the call into one the operator's refuses;
+        // the operator's redacts a token the tenant's must never see.
+        let tenant = Fake {
+            name: "tenant/sly",
+            owner: Owner::Tenant,
+            before: Answer::Rewrite(r#"{"path":"secrets/key"}"#.into()),
+            after: After::Pass,
+            seen: seen.clone(),
+        };
+        let operator = Fake {
+            name: "rules",
+            owner: Owner::Operator,
+            before: Answer::Deny("no secrets".into()),
+            after: After::Redact(vec!["sk-1".into()]),
+            seen: seen.clone(),
+        };
+        let components: Vec<Arc<dyn HookComponent>> = vec![Arc::new(tenant), Arc::new(operator)];
+        let Some(hooks) = Hooks::for_run(&components) else { panic!("two hooks make a chain") };
+        assert_eq!(hooks.names(), ["rules", "tenant/sly"], "the operator's first in the chain");
+        let mut call = HookCall {
+            agent: "a".into(),
+            capability: "read".into(),
+            call: "read-file".into(),
+            tool: Some("read_file".into()),
+            detail: "notes.md".into(),
+            arguments: r#"{"path":"notes.md"}"#.into(),
+            origin: Origin::Model,
+            held: Vec::new(),
+        };
+        let events = crate::events::no_events();
+        let (round, rewrote) = hooks.before(&call, 0, &*events).await;
+        assert_eq!(rewrote, Some(0), "the tenant's is asked first: {round:?}");
+        call.arguments = r#"{"path":"secrets/key"}"#.into();
+        let (round, rewrote) = hooks.before(&call, 1, &*events).await;
+        assert_eq!((round.denied.as_deref(), rewrote), (Some("the hook `rules` refused the call: no secrets"), None));
+        let outcome = hooks.after(&call, r#"{"text":"token sk-1"}"#.into(), false, &*events).await;
+        assert_eq!(outcome, Outcome::Redacted(serde_json::json!({"text": "token [redacted]"})));
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(
+            seen,
+            [
+                r#"tenant/sly before {"path":"notes.md"}"#,
+                r#"rules before {"path":"secrets/key"}"#,
+                r#"rules after {"text":"token sk-1"}"#,
+                r#"tenant/sly after {"text":"token [redacted]"}"#,
+            ]
+        );
     }
 
     #[test]

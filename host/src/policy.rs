@@ -413,7 +413,11 @@ impl Policy {
         self.hooks
             .iter()
             .map(|name| match config.serve.hooks.get(name) {
-                Some(path) => Ok(crate::hooks::HookFile { path: path.clone(), sha256: String::new() }),
+                Some(path) => Ok(crate::hooks::HookFile {
+                    path: path.clone(),
+                    sha256: String::new(),
+                    owner: crate::hooks::Owner::Operator,
+                }),
                 None => {
                     Err(format!("its tenant's policy names the hook `{name}`, which the operator no longer configures"))
                 }

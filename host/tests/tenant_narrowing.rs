@@ -358,9 +358,9 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
     let decided = used(&scene, &node, &broken, &done["id"], 1).await;
     assert_eq!((&decided[0]["verdict"], &decided[0]["guard"]), (&json!("denied"), &json!("hook")), "{decided:?}");
 
-    let body = json!({"plugin": plugins[0], "input": "x", "hooks": []});
-    let (status, answer) = scene.post(&node.url("/v1/runs"), &hooked, body).await;
-    assert!(status.is_client_error() && answer.to_string().contains("hooks"), "{status}: {answer}");
+    // A request's own (empty) list of hooks adds nothing and removes none.
+    let done = run(&scene, &node, &hooked, &plugins[0], call, json!({"hooks": []})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok token [redacted]"], "{done}");
     // A policy that names a hook the operator does not configure is refused.
     let path = scene.dir.path().join("bad-policy.json");
     std::fs::write(&path, policy(json!(["nowhere"])).to_string()).unwrap();
@@ -371,4 +371,81 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
         "{}",
         common::stderr(&out)
     );
+}
+
+/// A tenant's own hook: uploaded as a plugin and named by a run request,
+/// it is asked besides its policy's (it only narrows) and named in events
+/// as the tenant's; a request naming what is not one of the tenant's hooks
+/// is refused before anything is queued; and the hook goes with its run to
+/// another node, which loads it from its own copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
+    use nexo_model::mock::{MockToolCall, Reply};
+    let scene = Scene::new(None).await;
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    let policy = json!({"allow": ["write"], "mode": "approve", "mcp-servers": ["tests"],
+                        "mcp-allow": ["tests/echo"], "models": ["test"]});
+    let own = scene.tenant("own", Some(policy.clone()));
+    let other = scene.tenant("other", Some(policy));
+    let a = scene.node("a");
+    let (_, agent) = scene.upload(&a, &own, built::MCP_PROBE).await;
+    let agent = agent["id"].as_str().unwrap().to_string();
+    let (status, hook) = scene.upload(&a, &own, built::HOUSE_RULES).await;
+    assert_eq!(status, StatusCode::CREATED, "{hook}");
+    assert_eq!((&hook["name"], &hook["requested"]), (&json!("house-rules"), &json!([])), "{hook}");
+    let hook = hook["id"].as_str().unwrap().to_string();
+    let call = "call tests echo {\"text\":\"token sk-tenant-secret-77\"}";
+
+    let done = run(&scene, &a, &own, &agent, call, json!({"hooks": [hook]})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok token [redacted]"], "{done}");
+    let events = scene.events(&a, &own, done["id"].as_str().unwrap(), None).await;
+    let named: Vec<&Value> = events.iter().map(|(_, _, e)| &e["data"]).filter(|d| d["hook"].is_string()).collect();
+    assert!(!named.is_empty() && named.iter().all(|d| d["hook"] == "tenant/house-rules"), "{events:?}");
+    let done = run(&scene, &a, &own, &agent, call, json!({})).await;
+    assert_eq!(lines(&done), ["call tests/echo: ok token sk-tenant-secret-77"], "{done}");
+
+    // Not a hook, given twice, no plugin, too many: refused, nothing queued.
+    let nowhere = "0".repeat(64);
+    for (hooks, status, code) in [
+        (json!([agent]), StatusCode::UNPROCESSABLE_ENTITY, "not_a_hook"),
+        (json!([hook, hook]), StatusCode::UNPROCESSABLE_ENTITY, "invalid_hooks"),
+        (json!([nowhere]), StatusCode::NOT_FOUND, "not_found"),
+        (json!(vec![hook.clone(); 9]), StatusCode::UNPROCESSABLE_ENTITY, "too_many_hooks"),
+    ] {
+        let body = json!({"plugin": agent, "input": call, "hooks": hooks});
+        let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
+        assert_eq!((got, &answer["error"]["code"]), (status, &json!(code)), "{hooks}: {answer}");
+    }
+    // Another tenant cannot name it: its id names no plugin of theirs.
+    scene.upload(&a, &other, built::MCP_PROBE).await;
+    let body = json!({"plugin": agent, "input": call, "hooks": [hook]});
+    let (got, answer) = scene.post(&a.url("/v1/runs"), &other, body).await;
+    assert_eq!((got, &answer["error"]["code"]), (StatusCode::NOT_FOUND, &json!("not_found")), "{answer}");
+    let (_, runs) = scene.get(&a.url("/v1/runs"), &other).await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
+
+    // The run waits for its write on node a, and goes on on node b: its
+    // hook redacts the token from the prompt b's pass sends.
+    let secret = "sk-tenant-secret-77";
+    let write = json!({"path": "notes.txt", "content": format!("token {secret}")});
+    scene.model.push(Reply::tool_calls(vec![MockToolCall::new("c1", "write_file", write)]));
+    scene.model.push(Reply::text("written"));
+    let body = json!({"plugin": agent, "input": "prompt note the token", "hooks": [hook], "wait": true});
+    let (status, first) = scene.post(&a.url("/v1/runs"), &own, body).await;
+    assert_eq!((status, &first["status"]), (StatusCode::OK, &json!("suspended")), "{first}\n{}", a.log());
+    let id = first["id"].as_str().unwrap().to_string();
+    drop(a);
+    // Nodes share no disk: b cannot load a's copy.
+    std::fs::remove_file(scene.data("a").join("plugins").join(format!("{hook}.wasm"))).unwrap();
+    let b = scene.node("b");
+    let copy = scene.data("b").join("plugins").join(format!("{hook}.wasm"));
+    assert!(!copy.exists(), "node b has no copy of the hook yet");
+    let decision = json!({"seq": first["approval"]["seq"], "args-hash": first["approval"]["args_hash"]});
+    let (status, answer) = scene.post(&b.url(&format!("/v1/runs/{id}/approve")), &own, decision).await;
+    assert!(status.is_success(), "{answer}\n{}", b.log());
+    let done = scene.finish(&b, &own, &id).await;
+    assert_eq!(done["status"], "done", "{done}\n{}", b.log());
+    assert!(copy.is_file(), "node b loaded the hook from its own copy");
+    let last = scene.model.requests().last().unwrap().body.to_string();
+    assert!(!last.contains(secret) && last.contains("[redacted]"), "{last}");
 }

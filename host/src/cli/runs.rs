@@ -244,7 +244,8 @@ pub async fn options(
     spec: &RunSpec,
     progress: &Arc<progress::Progress>,
 ) -> Result<RunOptions, ExitCode> {
-    let mut options = nexo::runs::prepare::options(engine, spec).await.map_err(|e| report::fail(&e))?;
+    let mut options =
+        nexo::runs::prepare::options(engine, spec, Default::default()).await.map_err(|e| report::fail(&e))?;
     note_script(&options);
     on_terminal(&mut options, progress);
     Ok(options)

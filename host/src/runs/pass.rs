@@ -14,6 +14,7 @@ use super::{ResumeOutcome, RunEnd, Runs, Subject, prepare};
 use crate::agent_file::AgentFile;
 use crate::config::ConfigFile;
 use crate::error::RunError;
+use crate::hooks::Owner;
 use crate::manifest::{AgentManifest, Capability, PermissionMode, SandboxKind};
 use crate::settings::RunOptions;
 use crate::{Engine, Plugin};
@@ -82,6 +83,9 @@ pub struct Served {
     /// The tenant's workspace on this node: a local sandbox works here,
     /// whichever node recorded the run (workspaces are per node).
     pub workspace: PathBuf,
+    /// This node's data directory, where it keeps its copies of tenants'
+    /// plugins: the tenant's own hooks load from there.
+    pub data_dir: PathBuf,
 }
 
 /// How a pass of a recorded run ended.
@@ -131,7 +135,7 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
         // and the decisions the journal holds stand.
         for path in settings.config.hooks.components(settings.config_path) {
             if !spec.hooks.iter().any(|h| h.path == path) {
-                spec.hooks.push(crate::hooks::HookFile { path, sha256: String::new() });
+                spec.hooks.push(crate::hooks::HookFile { path, sha256: String::new(), owner: Owner::Operator });
             }
         }
         // And its data-flow guard as it is now: a guard only tightens.
@@ -176,6 +180,18 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
             Err(why) => return refused(format!("run {} cannot go on: {why}", run.id)),
         }
     }
+    // The tenant's own hooks, from this node's copies (filled from the
+    // store on first need), as its agent is.
+    if let (Some(served), Some(tenant)) = (served, &run.tenant) {
+        let on = tokio::runtime::Handle::current();
+        for hook in spec.hooks.iter_mut().filter(|h| h.owner == Owner::Tenant) {
+            let copy = crate::data_dir::materialize(&**runs.store(), &served.data_dir, tenant, &hook.sha256, &on);
+            match copy.await {
+                Ok(path) => hook.path = path,
+                Err(why) => return refused(format!("run {} cannot go on: its hook {}: {why}", run.id, hook.sha256)),
+            }
+        }
+    }
     // The recorded grant names the workspace of the node that started the
     // run; this pass works in this node's.
     if let Some(served) = served
@@ -189,7 +205,8 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if !unconfigured.is_empty() {
         return refused(needs_configuration(&run.id, &unconfigured, settings.config_path));
     }
-    let mut options = match prepare::options(engine, &spec).await {
+    let budget = served.map(|s| s.budget.clone()).unwrap_or_default();
+    let mut options = match prepare::options(engine, &spec, budget).await {
         Ok(o) => o,
         Err(e) => {
             errln!("error: {e}");
@@ -199,7 +216,6 @@ pub async fn pass(runs: &Runs, engine: &Engine, id: &str, settings: PassSettings
     if let Some(front_end) = settings.front_end {
         front_end(&mut options);
     }
-    options.budget = served.map(|s| s.budget.clone()).unwrap_or_default();
     options.context.audit = served.map(|s| s.audit.clone() as Arc<dyn crate::host_call::AuditSink>);
     options.context.retry_follows = settings.retry_follows;
     // `nexo serve` loads a tenant's plugin from its own node's cache.

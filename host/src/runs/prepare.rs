@@ -13,11 +13,14 @@ use crate::authority::Permissions;
 use crate::config::SearchSetup;
 use crate::error::RunError;
 use crate::grant::Grant;
+use crate::hooks::Owner;
+use crate::quota::RunBudget;
 use crate::settings::{RunOptions, SkillMode};
 use crate::{ConfigError, Engine, EngineConfig, Plugin};
 
-/// The run options `spec` gives, on `engine`.
-pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunError> {
+/// The run options `spec` gives, on `engine`, drawing on `budget` (a
+/// served run's tenant's; the default, nothing).
+pub async fn options(engine: &Engine, spec: &RunSpec, budget: RunBudget) -> Result<RunOptions, RunError> {
     let mut options = granted(&spec.grant)?;
     if let Some(table) = &spec.search
         && let Some(setup) = table.resolve(None)?
@@ -52,7 +55,8 @@ pub async fn options(engine: &Engine, spec: &RunSpec) -> Result<RunOptions, RunE
     }
     options.skills_path = Some(spec.skills_path.clone());
     options.providers.skill_components = skill_components(engine, &spec.skill_components).await?;
-    options.providers.hooks = hook_components(engine, &spec.hooks).await?;
+    options.providers.hooks = hook_components(engine, &spec.hooks, &budget).await?;
+    options.budget = budget;
     if spec.progressive_skills {
         options.skill_mode = SkillMode::Progressive;
     }
@@ -109,20 +113,40 @@ pub async fn hook_files(engine: &Engine, paths: &[PathBuf]) -> Result<Vec<HookFi
             )
             .into());
         }
-        files.push(HookFile { path: path.clone(), sha256: plugin.sha256().to_string() });
+        files.push(HookFile { path: path.clone(), sha256: plugin.sha256().to_string(), owner: Owner::Operator });
     }
     Ok(files)
 }
 
-/// The hook components `files` name, loaded as they are now. A file that
-/// is gone or no longer a hook refuses the pass (hooks fail closed).
+/// The hook components `files` name, loaded as they are now; a tenant's
+/// drawing on `budget`. A file that is gone or no longer a hook refuses the
+/// pass (hooks fail closed), as does a tenant's whose copy on this node does
+/// not hold the plugin the run names.
 pub async fn hook_components(
     engine: &Engine,
     files: &[HookFile],
+    budget: &RunBudget,
 ) -> Result<Vec<Arc<dyn crate::hooks::HookComponent>>, RunError> {
     let mut loaded = Vec::with_capacity(files.len());
     for file in files {
-        loaded.push(Plugin::load(engine, &file.path).await?.hook()?.component());
+        let plugin = Plugin::load(engine, &file.path).await?;
+        let hook = plugin.hook()?;
+        match file.owner {
+            Owner::Operator => loaded.push(hook.component()),
+            Owner::Tenant if plugin.sha256() != file.sha256 => {
+                return Err(ConfigError::invalid(
+                    "hooks",
+                    format!(
+                        "{} does not hold the tenant's hook {}: remove the file, and it is fetched from the store \
+                         again",
+                        file.path.display(),
+                        file.sha256
+                    ),
+                )
+                .into());
+            }
+            Owner::Tenant => loaded.push(hook.tenants(budget).component()),
+        }
     }
     Ok(loaded)
 }

@@ -483,7 +483,8 @@ impl Worker {
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let served = Served { source, plugin, budget: meters.budget(memory, cpu), audit, workspace };
+                let budget = meters.budget(memory, cpu);
+                let served = Served { source, plugin, budget, audit, workspace, data_dir: dir.clone() };
                 Some(served)
             }
             _ => None,

@@ -211,6 +211,10 @@ pub struct RunRequest {
     /// by the name the workflow asks for: name → plugin id.
     #[serde(default)]
     pub(crate) agents: BTreeMap<String, String>,
+    /// The tenant's own hooks for the run, by plugin id: asked besides its
+    /// policy's, they only narrow.
+    #[serde(default)]
+    pub(crate) hooks: Vec<String>,
 }
 
 impl RunRequest {
@@ -351,6 +355,55 @@ pub(crate) async fn agents_of(
     Ok(out)
 }
 
+/// The tenant's own hooks a request adds to its run, by plugin id, as the
+/// run records them ([`crate::hooks::Owner::Tenant`]): each loaded now, so a
+/// run is refused before it is queued for a plugin that is not a hook (422),
+/// one the tenant does not have (404) or one given twice (422). They are
+/// added to the policy's and cannot remove one: a hook only narrows.
+pub(crate) async fn hooks_of(
+    state: &AppState,
+    tenant: &Tenant,
+    ids: &[String],
+) -> ApiResult<Vec<crate::hooks::HookFile>> {
+    const MOST: usize = 8;
+    if ids.len() > MOST {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many_hooks",
+            format!("a run may be given at most {MOST} hooks of the tenant's own; it was given {}", ids.len()),
+        ));
+    }
+    let mut files: Vec<crate::hooks::HookFile> = Vec::with_capacity(ids.len());
+    for id in ids {
+        if files.iter().any(|f| &f.sha256 == id) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_hooks",
+                format!("the hook {id} is given twice: give each hook once"),
+            ));
+        }
+        if state.store.plugin(&tenant.id, id).await.map_err(ApiError::store)?.is_none() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("the hook {id} names no plugin of this tenant; upload it with POST /v1/plugins"),
+            ));
+        }
+        let path = materialize(&*state.store, &state.data_dir, &tenant.id, id, &state.runs_handle)
+            .await
+            .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
+        let from = path.clone();
+        let loaded = off_api(state, &state.loads, (), move |engine| async move { Plugin::load(&engine, &from).await })
+            .await?
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+        loaded.hook().map_err(|e| {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_a_hook", format!("the hook {id}: {e}"))
+        })?;
+        files.push(crate::hooks::HookFile { path, sha256: id.clone(), owner: crate::hooks::Owner::Tenant });
+    }
+    Ok(files)
+}
+
 /// Whether the tenant's quotas let a run take `step` now ([`crate::quota::admit`]):
 /// a refusal is 429 with `Retry-After`, or 409 for a run that spent its own budget.
 async fn admit(state: &AppState, tenant: &Tenant, policy: &Policy, step: crate::quota::Step<'_>) -> ApiResult<()> {
@@ -405,6 +458,7 @@ pub async fn start_run(
     let narrowing = request.narrowing();
     let mut prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
     prepared.spec.agents = agents_of(&state, &tenant, &request.agents).await?;
+    prepared.spec.hooks.extend(hooks_of(&state, &tenant, &request.hooks).await?);
     let (run, _job) = state
         .runs
         .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, &prepared.spec)

@@ -130,14 +130,7 @@ pub async fn upload_plugin(
             .await?
         }
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
-    let agent = plugin.agent().map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "not_an_agent",
-            format!("{e}; `nexo serve` runs agent components (the `agent` world)"),
-        )
-    })?;
-    let manifest = agent.manifest().clone();
+    let about = About::of(&plugin)?;
     // A pulled plugin's version is decided on before anything is stored.
     let acceptance = match &pull {
         Some(pull) => {
@@ -156,8 +149,7 @@ pub async fn upload_plugin(
                 consent,
                 asked: pull.accept_authority,
             };
-            let requested = Requested::of_agent(&manifest);
-            let accepted = admit(&state, &tenant, &policy, &decided, &requested, By::Tenant).await?;
+            let accepted = admit(&state, &tenant, &policy, &decided, &about.requested, By::Tenant).await?;
             Some(json!({
                 "reference": pull.repository,
                 "digest": decided.digest,
@@ -202,7 +194,7 @@ pub async fn upload_plugin(
                 .put_plugin(nexo_store::NewPlugin {
                     tenant: tenant.id.clone(),
                     sha256: sha.clone(),
-                    name: manifest.name.clone(),
+                    name: about.name.clone(),
                     world: plugin.export().to_string(),
                     bytes,
                     created_ms: nexo_store::now_ms(),
@@ -213,10 +205,9 @@ pub async fn upload_plugin(
         }
     };
     if created {
-        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": manifest.name, "origin": origin}))
-            .await?;
+        audit(&state, &tenant, "plugin.uploaded", json!({"plugin": sha, "name": about.name, "origin": origin})).await?;
     }
-    let requested: Vec<Capability> = manifest.capabilities.clone();
+    let requested: Vec<Capability> = about.capabilities;
     let granted: Vec<&str> = requested
         .iter()
         .filter(|c| matches!(c, Capability::Read | Capability::Glob) || policy.allow.contains(c))
@@ -229,7 +220,7 @@ pub async fn upload_plugin(
         "world": stored.world,
         "size": stored.size,
         "created": created,
-        "description": manifest.description,
+        "description": about.description,
         "requested": requested.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
         "granted": granted,
         "policy": {"allow": policy.allow.iter().map(|c| c.as_str()).collect::<Vec<_>>(), "mode": policy.mode.as_str()},
@@ -237,6 +228,48 @@ pub async fn upload_plugin(
         "acceptance": acceptance,
     });
     Ok((status, Json(body)).into_response())
+}
+
+/// What an upload's answer and records say of a plugin.
+struct About {
+    name: String,
+    description: String,
+    /// An agent's capabilities (a hook asks for none).
+    capabilities: Vec<Capability>,
+    /// What it asks for, as a pull's acceptance weighs it.
+    requested: Requested,
+}
+
+impl About {
+    /// An agent's or a hook's: `nexo serve` runs agents, and asks a
+    /// tenant's own hooks about its runs; anything else is refused.
+    fn of(plugin: &Plugin) -> ApiResult<About> {
+        if let Ok(hook) = plugin.hook() {
+            return Ok(About {
+                name: hook.name().to_string(),
+                description: hook.info().description.clone(),
+                capabilities: Vec::new(),
+                requested: Requested::of(plugin.description()),
+            });
+        }
+        let agent = plugin.agent().map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not_an_agent",
+                format!(
+                    "{e}; `nexo serve` runs agent components (the `agent` world), and takes hook components (the \
+                     `hook-plugin` world) for a run's `hooks`"
+                ),
+            )
+        })?;
+        let m = agent.manifest();
+        Ok(About {
+            name: m.name.clone(),
+            description: m.description.clone(),
+            capabilities: m.capabilities.clone(),
+            requested: Requested::of_agent(m),
+        })
+    }
 }
 
 /// `POST /v1/plugins`'s JSON body.
@@ -563,18 +596,7 @@ pub async fn accept_plugin(
         )
         .await?
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
-    let manifest = plugin
-        .agent()
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "not_an_agent",
-                format!("{e}; `nexo serve` runs agent components (the `agent` world), so only they are accepted"),
-            )
-        })?
-        .manifest()
-        .clone();
-    let requested = Requested::of_agent(&manifest);
+    let requested = About::of(&plugin)?.requested;
     let digest = acceptance::file_digest(&sha);
     let decision = Decision {
         reference: &repository,

@@ -64,6 +64,9 @@ pub struct PromptRequest {
     model: Option<String>,
     mcp_servers: Option<Vec<String>>,
     mcp_allow: Option<Vec<String>>,
+    /// The tenant's own hooks for the prompt's run, by plugin id.
+    #[serde(default)]
+    hooks: Vec<String>,
 }
 
 /// `POST /v1/sessions/prompt`: opens the session `(agent, instance)` if it
@@ -89,7 +92,8 @@ pub async fn prompt(
         mcp_servers: request.mcp_servers.clone(),
         mcp_allow: request.mcp_allow.clone(),
     };
-    let prepared = api::prepare(&state, &tenant, &request.plugin, &narrowing).await?;
+    let mut prepared = api::prepare(&state, &tenant, &request.plugin, &narrowing).await?;
+    prepared.spec.hooks.extend(api::hooks_of(&state, &tenant, &request.hooks).await?);
     let instance = format!("{}{name}", prefix(&tenant));
     let session = state
         .store

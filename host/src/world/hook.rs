@@ -16,7 +16,7 @@ use super::{LinkFailure, Meta, WorldLinker};
 use crate::bindings::hook::{HookPlugin, HookPluginPre};
 use crate::engine::Engine;
 use crate::error::RunError;
-use crate::hooks::{After, Answer, HookCall, HookComponent, HookInstance, Origin, Prompt, PromptDecision};
+use crate::hooks::{After, Answer, HookCall, HookComponent, HookInstance, Origin, Owner, Prompt, PromptDecision};
 use crate::instance::{Host, Wasi, arm_deadline, new_store, settle};
 use crate::manifest::{HookEvent, HookInfo};
 
@@ -35,9 +35,14 @@ pub(crate) fn link(engine: &Engine, component: &Component) -> Result<Pre, LinkFa
     super::link(linker(engine), component, Pre::new)
 }
 
-async fn instance(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<(Store<Host<()>>, HookPlugin), RunError> {
+async fn instance(
+    engine: &Engine,
+    pre: &Pre,
+    label: Arc<str>,
+    wasi: &Wasi,
+) -> Result<(Store<Host<()>>, HookPlugin), RunError> {
     let timeout = engine.limits().call_timeout;
-    let mut store = new_store(engine, label, &Wasi::default(), timeout, ())?;
+    let mut store = new_store(engine, label, wasi, timeout, ())?;
     let result = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
     let bindings = settle(&store, "instantiate", timeout, result)?;
     Ok((store, bindings))
@@ -46,7 +51,7 @@ async fn instance(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<(Store<
 /// Reads a hook's info under the short call deadline.
 pub(crate) async fn describe(engine: &Engine, pre: &Pre, label: Arc<str>) -> Result<HookInfo, RunError> {
     let timeout = engine.limits().call_timeout;
-    let (mut store, bindings) = instance(engine, pre, label).await?;
+    let (mut store, bindings) = instance(engine, pre, label, &Wasi::default()).await?;
     let result = tokio::time::timeout(timeout, bindings.nexo_plugin_hook().call_info(&mut store)).await;
     settle(&store, "info", timeout, result).map(HookInfo::from)
 }
@@ -57,6 +62,9 @@ pub struct Hook {
     meta: Arc<Meta>,
     pre: Pre,
     info: Arc<HookInfo>,
+    owner: Owner,
+    /// What its instances draw on: a tenant's hook, its tenant's budgets.
+    wasi: Wasi,
 }
 
 impl std::fmt::Debug for Hook {
@@ -67,7 +75,22 @@ impl std::fmt::Debug for Hook {
 
 impl Hook {
     pub(crate) fn new(meta: Arc<Meta>, pre: Pre, info: HookInfo) -> Self {
-        Hook { meta, pre, info: Arc::new(info) }
+        Hook { meta, pre, info: Arc::new(info), owner: Owner::Operator, wasi: Wasi::default() }
+    }
+
+    /// The hook as a tenant's own: asked where a tenant's hooks are
+    /// ([`Owner::Tenant`]), named in events as the tenant's (`tenant/NAME`,
+    /// a name no plugin can give itself), its instances drawing on
+    /// `budget` (the memory total, CPU share and CPU meter of the run's
+    /// tenant) as the run's agent does.
+    pub fn tenants(&self, budget: &crate::quota::RunBudget) -> Hook {
+        let wasi = Wasi {
+            memory: budget.memory.clone(),
+            cpu: budget.cpu.clone(),
+            cpu_meter: budget.cpu_ticks.clone(),
+            ..Wasi::default()
+        };
+        Hook { owner: Owner::Tenant, wasi, ..self.clone() }
     }
 
     /// The hook's name.
@@ -126,13 +149,23 @@ impl Hook {
 
 impl HookComponent for Hook {
     fn for_run(&self) -> Box<dyn HookInstance> {
-        Box::new(Warm { hook: self.clone(), warm: tokio::sync::Mutex::new(None) })
+        let name = match self.owner {
+            Owner::Operator => self.meta.name.clone(),
+            Owner::Tenant => Arc::from(format!("tenant/{}", self.meta.name)),
+        };
+        Box::new(Warm { hook: self.clone(), name, warm: tokio::sync::Mutex::new(None) })
+    }
+
+    fn owner(&self) -> Owner {
+        self.owner
     }
 }
 
 /// One run's instance of a hook, instantiated at its first question.
 struct Warm {
     hook: Hook,
+    /// Its name in events and refusals.
+    name: Arc<str>,
     warm: tokio::sync::Mutex<Option<(Store<Host<()>>, HookPlugin)>>,
 }
 
@@ -144,7 +177,8 @@ macro_rules! ask {
             let timeout = $self.hook.meta.engine.limits().call_timeout;
             let mut warm = $self.warm.lock().await;
             if warm.is_none() {
-                *warm = Some(instance(&$self.hook.meta.engine, &$self.hook.pre, $self.hook.meta.name.clone()).await?);
+                let hook = &$self.hook;
+                *warm = Some(instance(&hook.meta.engine, &hook.pre, $self.name.clone(), &hook.wasi).await?);
             }
             let answer = match warm.as_mut() {
                 Some(($store, bindings)) => {
@@ -165,7 +199,7 @@ macro_rules! ask {
 
 impl HookInstance for Warm {
     fn name(&self) -> &str {
-        self.hook.name()
+        &self.name
     }
 
     fn wants(&self, event: HookEvent) -> bool {
