@@ -416,6 +416,12 @@ async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
         let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
         assert_eq!((got, &answer["error"]["code"]), (status, &json!(code)), "{hooks}: {answer}");
     }
+    // A hook is not run as an agent, and a plugin of another world is not taken.
+    let body = json!({"plugin": hook, "input": call});
+    let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
+    assert_eq!((got, &answer["error"]["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("not_an_agent")), "{answer}");
+    let (got, answer) = scene.upload(&a, &own, built::SEARXNG).await;
+    assert_eq!((got, &answer["error"]["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("not_an_agent")), "{answer}");
     // Another tenant cannot name it: its id names no plugin of theirs.
     scene.upload(&a, &other, built::MCP_PROBE).await;
     let body = json!({"plugin": agent, "input": call, "hooks": [hook]});

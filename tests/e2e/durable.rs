@@ -946,13 +946,13 @@ async fn a_skill_component_changed_since_the_run_was_recorded_is_refused() {
     let files = prepare::skill_files(engine(), std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(files.len(), 1);
     let spec = nexo::runs::RunSpec { skill_components: files, ..nexo::runs::RunSpec::default() };
-    let options = prepare::options(engine(), &spec).await.unwrap();
+    let options = prepare::options(engine(), &spec, Default::default()).await.unwrap();
     assert_eq!(options.providers.skill_components.iter().map(|s| s.name()).collect::<Vec<_>>(), ["code-review"]);
     // The same component with a custom section more: another SHA-256.
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend([0, 4, 3, b'n', b'e', b'w']);
     std::fs::write(&path, bytes).unwrap();
-    let err = prepare::options(engine(), &spec).await.unwrap_err().to_string();
+    let err = prepare::options(engine(), &spec, Default::default()).await.unwrap_err().to_string();
     assert!(err.contains("changed since the run was recorded") && err.contains("review.wasm"), "{err}");
     let err = prepare::skill_files(engine(), &[std::path::PathBuf::from(built::HELLO)]).await.unwrap_err();
     assert!(err.to_string().contains("not a skill"), "{err}");
