@@ -74,7 +74,7 @@ impl Guard {
         self.exempt.contains(&ip) || self.routes.contains_key(&ip) || (host_exempt && check_address(ip).is_err())
     }
 
-    fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
+    pub(crate) fn connect_addr(&self, ip: IpAddr) -> SocketAddr {
         // Port 0: hyper fills in the URL's port.
         self.routes.get(&ip).copied().unwrap_or(SocketAddr::new(ip, 0))
     }

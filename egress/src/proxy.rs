@@ -1,0 +1,465 @@
+//! The egress proxy: the one way a confined command reaches the network.
+//! It listens on a Unix socket (bound into the command's confinement,
+//! which has no network of its own) and speaks HTTP proxying: `CONNECT
+//! host:port` opens a tunnel (TLS goes through it end to end), and a
+//! request with an absolute `http://` URL is forwarded. Every connection
+//! passes the checks the guarded client's requests do:
+//!
+//! 1. the grant ([`NetHosts`]): the host, by whole labels, and the port;
+//! 2. the address guard, on every address the proxy itself resolves the
+//!    name to (the command resolves nothing), and it connects to exactly
+//!    the addresses it checked: a rebinding name is checked again;
+//! 3. the meter: both directions' bytes count against the run's egress
+//!    allowance (a tenant's quota), and a tunnel past it is closed.
+//!
+//! A forwarded request carries `Connection: close`, so each request is a
+//! connection of its own and is checked on its own (a redirect to another
+//! host is a new request, checked as any other). Each connection, let
+//! through or refused, is reported to the proxy's [`ConnectionLog`] with
+//! its host, port, bytes and verdict.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::task::JoinSet;
+use url::{Host, Url};
+
+use crate::client::GuardedClient;
+use crate::connect::Guard;
+use crate::error::EgressError;
+use crate::meter::Meter;
+use crate::net::NetHosts;
+use crate::policy::Policy;
+
+/// The longest request head the proxy reads.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a client has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the proxy tries to connect upstream.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one proxy holds at once; more are answered 503.
+const MAX_CONNECTIONS: usize = 64;
+/// The copy buffer of each direction.
+const BUFFER: usize = 64 * 1024;
+
+/// What a proxy lets through, and where it reports.
+#[derive(Clone, Default)]
+pub struct ProxyPolicy {
+    /// The hosts and ports granted.
+    pub hosts: NetHosts,
+    /// Where both directions' bytes are counted, with the allowance.
+    pub meter: Option<Arc<Meter>>,
+    /// Where each connection is reported.
+    pub log: Option<Arc<dyn ConnectionLog>>,
+}
+
+impl fmt::Debug for ProxyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyPolicy").field("hosts", &self.hosts).field("meter", &self.meter).finish_non_exhaustive()
+    }
+}
+
+/// Where a proxy reports each connection (the run's audit, its events).
+pub trait ConnectionLog: Send + Sync {
+    /// One connection, once it ended or was refused.
+    fn connection(&self, connection: &Connection);
+}
+
+/// One connection through the proxy, as it is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The host asked for (normalized; an address as written).
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// `CONNECT` (a tunnel) or the forwarded request's method.
+    pub method: String,
+    /// Bytes sent upstream.
+    pub sent: u64,
+    /// Bytes received from upstream.
+    pub received: u64,
+    /// Whether it was let through.
+    pub allowed: bool,
+    /// Why it was refused or cut short; `None` for one that ran its course.
+    pub reason: Option<String>,
+}
+
+/// A running proxy on a Unix socket. Dropped, it stops: the listener and
+/// every connection through it close, and the socket file is removed.
+#[derive(Debug)]
+pub struct EgressProxy {
+    path: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EgressProxy {
+    /// Starts a proxy on a new Unix socket at `path` (which must not
+    /// exist), checking each connection with `client`'s address guard and
+    /// `policy`. Must be called within a Tokio runtime.
+    pub fn start(client: &GuardedClient, path: &Path, policy: ProxyPolicy) -> std::io::Result<EgressProxy> {
+        let listener = UnixListener::bind(path)?;
+        let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
+        let task = tokio::spawn(accept(listener, shared));
+        Ok(EgressProxy { path: path.to_path_buf(), task })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+struct Shared {
+    guard: Arc<Guard>,
+    policy: ProxyPolicy,
+}
+
+/// Accepts until the proxy is dropped; the connections are tasks of one
+/// set, so they end with it.
+async fn accept(listener: UnixListener, shared: Arc<Shared>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if connections.len() >= MAX_CONNECTIONS {
+                        let mut stream = stream;
+                        tokio::spawn(async move {
+                            let why = format!("more than {MAX_CONNECTIONS} connections are open; close one and retry");
+                            let _ = answer(&mut stream, 503, &why).await;
+                        });
+                        continue;
+                    }
+                    connections.spawn(serve(stream, Arc::clone(&shared)));
+                }
+                Err(e) => {
+                    tracing::warn!(target: "nexo::egress", "the egress proxy cannot accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// What a client asked for.
+struct Asked {
+    method: String,
+    host: String,
+    port: u16,
+    /// A forwarded request's head, rewritten for the origin; `None` for a tunnel.
+    head: Option<Vec<u8>>,
+}
+
+/// Serves one client connection: its request read, checked, and then
+/// tunnelled or forwarded.
+async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
+    let (asked, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        Ok(Ok(Some((head, rest)))) => match parse(&head) {
+            Ok(asked) => (asked, rest),
+            Err(why) => {
+                let _ = answer(&mut client, 400, &why).await;
+                return;
+            }
+        },
+        Ok(Ok(None)) | Ok(Err(_)) => return,
+        Err(_) => {
+            let _ = answer(&mut client, 408, "the request head did not arrive in time").await;
+            return;
+        }
+    };
+    let mut report = Connection {
+        host: asked.host.clone(),
+        port: asked.port,
+        method: asked.method.clone(),
+        sent: 0,
+        received: 0,
+        allowed: false,
+        reason: None,
+    };
+    let upstream = match shared.open(&asked).await {
+        Ok(upstream) => upstream,
+        Err((status, error)) => {
+            report.reason = Some(error.to_string());
+            let _ = answer(&mut client, status, &error.to_string()).await;
+            shared.report(&report);
+            return;
+        }
+    };
+    report.allowed = true;
+    let mut upstream = upstream;
+    let opened = match &asked.head {
+        None => client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await,
+        Some(head) => upstream.write_all(head).await,
+    };
+    if opened.is_err() {
+        shared.report(&report);
+        return;
+    }
+    let meter = shared.policy.meter.as_deref();
+    let (sent, received, cut) = tunnel(client, upstream, &rest, meter).await;
+    report.sent = sent + asked.head.as_ref().map_or(0, |h| h.len() as u64);
+    report.received = received;
+    report.reason = cut;
+    shared.report(&report);
+}
+
+impl Shared {
+    fn report(&self, connection: &Connection) {
+        tracing::info!(
+            target: "nexo::egress",
+            host = %connection.host,
+            port = connection.port,
+            method = %connection.method,
+            sent = connection.sent,
+            received = connection.received,
+            allowed = connection.allowed,
+            reason = connection.reason.as_deref().unwrap_or(""),
+            "proxied connection"
+        );
+        if let Some(log) = &self.policy.log {
+            log.connection(connection);
+        }
+    }
+
+    /// Checks what was asked for and connects to the first of its checked
+    /// addresses that answers; the status to answer with otherwise.
+    async fn open(&self, asked: &Asked) -> Result<TcpStream, (u16, EgressError)> {
+        if let Some(meter) = self.policy.meter.as_deref().filter(|m| m.exhausted()) {
+            return Err((403, Policy::quota_error(meter)));
+        }
+        let parsed =
+            Host::parse(&asked.host).map_err(|e| (400, EgressError::BadUrl(format!("{}: {e}", asked.host))))?;
+        let host = match &parsed {
+            Host::Domain(name) => Host::Domain(name.as_str()),
+            Host::Ipv4(ip) => Host::Ipv4(*ip),
+            Host::Ipv6(ip) => Host::Ipv6(*ip),
+        };
+        if !self.policy.hosts.allows(&host, asked.port) {
+            let error = EgressError::HostNotAllowed {
+                host: format!("{}:{}", asked.host, asked.port),
+                allowed: self.policy.hosts.to_string(),
+            };
+            return Err((403, error));
+        }
+        let exempt = self.guard.host_exempt(&host);
+        let addresses: Vec<IpAddr> = match &host {
+            Host::Domain(name) => self.guard.resolve_checked(name).await.map_err(|e| (403, e))?,
+            Host::Ipv4(ip) => vec![self.guard.checked(&asked.host, exempt, IpAddr::V4(*ip)).map_err(|e| (403, e))?],
+            Host::Ipv6(ip) => vec![self.guard.checked(&asked.host, exempt, IpAddr::V6(*ip)).map_err(|e| (403, e))?],
+        };
+        let mut last = String::from("no address");
+        for ip in addresses {
+            let routed = self.guard.connect_addr(ip);
+            let to = if routed.port() == 0 { SocketAddr::new(ip, asked.port) } else { routed };
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            }
+        }
+        let url = format!("{}:{}", asked.host, asked.port);
+        Err((502, EgressError::Connect { url, message: last }))
+    }
+}
+
+/// Reads up to the end of the request head: the head, and what came after
+/// it; `None` for a client that closed first.
+async fn read_head(client: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let searched = buffer.len().saturating_sub(3);
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer[searched..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let end = searched + end + 4;
+            let rest = buffer.split_off(end);
+            return Ok(Some((buffer, rest)));
+        }
+        if buffer.len() > MAX_HEAD {
+            return Err(std::io::Error::other("the request head is too long"));
+        }
+    }
+}
+
+/// The request head as what was asked for: a `CONNECT host:port`, or a
+/// request for an absolute `http://` URL (rewritten to the origin's form).
+fn parse(head: &[u8]) -> Result<Asked, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err("the request head is incomplete".into()),
+        Err(e) => return Err(format!("the request head cannot be read: {e}")),
+    }
+    let method = request.method.unwrap_or_default().to_string();
+    let target = request.path.unwrap_or_default();
+    if method == "CONNECT" {
+        // `host:port`, the port required; the host as a URL would read it.
+        let (host, port) = target
+            .rsplit_once(':')
+            .and_then(|(h, p)| p.parse::<u16>().ok().filter(|p| *p != 0).map(|p| (h, p)))
+            .ok_or_else(|| format!("CONNECT needs `host:port`, not `{}`", shown(target)))?;
+        let url = Url::parse(&format!("http://{host}/"))
+            .map_err(|e| format!("CONNECT names a host that cannot be read (`{}`): {e}", shown(host)))?;
+        let host = url.host_str().unwrap_or_default().to_string();
+        return Ok(Asked { method, host, port, head: None });
+    }
+    let url = Url::parse(target).map_err(|_| {
+        format!("the proxy takes `CONNECT host:port` or a request for an absolute http:// URL, not `{}`", shown(target))
+    })?;
+    if url.scheme() != "http" {
+        return Err(format!("only http:// is forwarded; for {}:// use CONNECT (HTTPS_PROXY)", url.scheme()));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("a URL with credentials (`user:pass@`) is not forwarded".into());
+    }
+    let host = url.host_str().unwrap_or_default().to_string();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let mut out = Vec::with_capacity(head.len());
+    let path = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_string(),
+    };
+    out.extend_from_slice(format!("{method} {path} HTTP/1.1\r\n").as_bytes());
+    let mut has_host = false;
+    for header in request.headers.iter() {
+        let name = header.name.to_ascii_lowercase();
+        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(header.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(header.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        let authority = if url.port().is_some() { format!("{host}:{port}") } else { host.clone() };
+        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Asked { method, host, port, head: Some(out) })
+}
+
+/// Text a client sent, cut for an answer.
+fn shown(text: &str) -> String {
+    text.chars().take(120).collect()
+}
+
+/// Answers a client with `status` and `why`, and closes.
+async fn answer(client: &mut UnixStream, status: u16, why: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        502 => "Bad Gateway",
+        _ => "Service Unavailable",
+    };
+    let body = format!("nexo egress proxy: {why}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: \
+         close\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// Copies both ways until both sides are done, `rest` (what the client
+/// sent after its head) first: the bytes sent and received, and why it was
+/// cut short, if it was (the meter's allowance passed).
+async fn tunnel(
+    client: UnixStream,
+    upstream: TcpStream,
+    rest: &[u8],
+    meter: Option<&Meter>,
+) -> (u64, u64, Option<String>) {
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, mut upstream_write) = upstream.into_split();
+    let stop = Stop::default();
+    let mut sent = 0u64;
+    if !rest.is_empty() {
+        if !count(meter, rest.len()) || upstream_write.write_all(rest).await.is_err() {
+            return (0, 0, meter.filter(|m| m.exhausted()).map(|m| Policy::quota_error(m).to_string()));
+        }
+        sent = rest.len() as u64;
+    }
+    let (up, down) =
+        tokio::join!(pump(client_read, upstream_write, meter, &stop), pump(upstream_read, client_write, meter, &stop));
+    let cut = stop.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string()));
+    (sent + up, down, cut.flatten())
+}
+
+/// Both directions' signal to end: set when one passes the allowance.
+struct Stop {
+    quota: AtomicBool,
+    /// Set once; a direction waiting to read sees it at once, and one busy
+    /// writing sees it before its next read.
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop { quota: AtomicBool::new(false), ended: tokio::sync::watch::Sender::new(false) }
+    }
+}
+
+fn count(meter: Option<&Meter>, n: usize) -> bool {
+    meter.is_none_or(|m| m.add(n))
+}
+
+/// Copies `from` to `to` until `from` ends (then `to` is shut for
+/// writing), a side fails, or the allowance passes (then both stop).
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    meter: Option<&Meter>,
+    stop: &Stop,
+) -> u64 {
+    let mut buffer = vec![0u8; BUFFER];
+    let mut copied = 0u64;
+    let mut ended = stop.ended.subscribe();
+    loop {
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            _ = ended.wait_for(|ended| *ended) => break,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if !count(meter, n) {
+            stop.quota.store(true, Ordering::Relaxed);
+            stop.ended.send_replace(true);
+            break;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+        copied += n as u64;
+    }
+    let _ = to.shutdown().await;
+    copied
+}

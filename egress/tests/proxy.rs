@@ -1,0 +1,188 @@
+//! The egress proxy against loopback servers: what a confined command's
+//! connections meet. The fake resolver answers a "public" address that the
+//! test client routes to the loopback server, so the address guard runs as
+//! it does for real hosts.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::{FakeResolver, Reply, Server, routed_client};
+use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+/// Keeps every connection the proxy reports.
+#[derive(Default)]
+struct Log(Mutex<Vec<Connection>>);
+
+impl ConnectionLog for Log {
+    fn connection(&self, connection: &Connection) {
+        self.0.lock().unwrap().push(connection.clone());
+    }
+}
+
+impl Log {
+    fn all(&self) -> Vec<Connection> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn resolver() -> FakeResolver {
+    FakeResolver::new(&[("api.example", &["93.184.216.34"]), ("inside.example", &["10.0.0.7"])])
+}
+
+fn start(client: &GuardedClient, dir: &Path, hosts: &[&str], meter: Option<Arc<Meter>>) -> (EgressProxy, Arc<Log>) {
+    let log = Arc::new(Log::default());
+    let policy =
+        ProxyPolicy { hosts: NetHosts::new(hosts).unwrap(), meter, log: Some(log.clone() as Arc<dyn ConnectionLog>) };
+    (EgressProxy::start(client, &dir.join("proxy.sock"), policy).unwrap(), log)
+}
+
+/// Sends `request` through the proxy and reads until it closes.
+async fn exchange(proxy: &EgressProxy, request: &str) -> String {
+    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Waits until the proxy has reported `n` connections (a report is made as
+/// a connection ends, just after the client read its last byte).
+async fn reported(log: &Log, n: usize) -> Vec<Connection> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let all = log.all();
+        if all.len() >= n || tokio::time::Instant::now() > deadline {
+            return all;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_granted_host_is_forwarded_and_tunnelled_and_each_connection_is_reported() {
+    let server = Server::start(|seen| Reply::ok("text/plain", format!("hi {}", seen.target))).await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, log) = start(&client, dir.path(), &["example"], None);
+
+    // A plain request, in the absolute form HTTP_PROXY clients send.
+    let answer = exchange(
+        &proxy,
+        "GET http://api.example/x?y=1 HTTP/1.1\r\nHost: api.example\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+         Proxy-Connection: keep-alive\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hi /x?y=1"), "{answer}");
+    let seen = &server.requests()[0];
+    assert_eq!(seen.target, "/x?y=1", "the origin gets the origin's form");
+    assert_eq!(seen.header("proxy-authorization"), None, "the proxy's own headers stay with it");
+    assert_eq!(seen.header("connection"), Some("close"), "each request is a connection, checked on its own");
+
+    // A tunnel: what goes through it is the client's (TLS for real hosts).
+    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n").await.unwrap();
+    let mut opened = [0u8; 39];
+    stream.read_exact(&mut opened).await.unwrap();
+    assert_eq!(&opened, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+    stream.write_all(b"GET /through HTTP/1.1\r\nHost: api.example\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.ends_with("hi /through"), "{answer}");
+    // The tunnel ends when both sides have.
+    drop(stream);
+
+    let all = reported(&log, 2).await;
+    let shown: Vec<(&str, u16, &str, bool)> =
+        all.iter().map(|c| (c.host.as_str(), c.port, c.method.as_str(), c.allowed)).collect();
+    assert_eq!(shown, [("api.example", 80, "GET", true), ("api.example", 443, "CONNECT", true)]);
+    assert!(all.iter().all(|c| c.sent > 0 && c.received > 0 && c.reason.is_none()), "{all:?}");
+}
+
+#[tokio::test]
+async fn what_the_grant_or_the_address_guard_refuses_never_leaves() {
+    let server = Server::trap().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, log) = start(&client, dir.path(), &["api.example:8443", "inside.example", "127.0.0.1", "[::1]"], None);
+    let cases = [
+        // Not granted: another host, or a granted host on another port.
+        ("CONNECT other.example:443 HTTP/1.1\r\n\r\n", "403", "not on the allow-list"),
+        ("CONNECT api.example:443 HTTP/1.1\r\n\r\n", "403", "not on the allow-list"),
+        ("GET http://api.example/ HTTP/1.1\r\n\r\n", "403", "not on the allow-list"),
+        // Granted, but private: by its name's address, or written as one.
+        ("CONNECT inside.example:443 HTTP/1.1\r\n\r\n", "403", "10.0.0.7"),
+        ("CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n", "403", "127.0.0.1"),
+        ("CONNECT 2130706433:80 HTTP/1.1\r\n\r\n", "403", "127.0.0.1"),
+        ("CONNECT [::1]:443 HTTP/1.1\r\n\r\n", "403", "::1"),
+        ("GET http://inside.example/ HTTP/1.1\r\n\r\n", "403", "10.0.0.7"),
+        // Not a proxy request the proxy takes.
+        ("GET https://api.example:8443/ HTTP/1.1\r\n\r\n", "400", "use CONNECT"),
+        ("GET /relative HTTP/1.1\r\nHost: api.example\r\n\r\n", "400", "absolute http:// URL"),
+        ("GET http://user:pw@api.example:8443/ HTTP/1.1\r\n\r\n", "400", "credentials"),
+        ("CONNECT api.example HTTP/1.1\r\n\r\n", "400", "host:port"),
+        ("\u{1}\u{2} nonsense\r\n\r\n", "400", "cannot be read"),
+    ];
+    for (request, status, needle) in cases {
+        let answer = exchange(&proxy, request).await;
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(needle), "{request:?}: {answer}");
+    }
+    assert_eq!(server.count(), 0, "nothing reached the network");
+    let refused = reported(&log, 8).await;
+    assert_eq!(refused.len(), 8, "each checked refusal is reported: {refused:?}");
+    assert!(refused.iter().all(|c| !c.allowed && c.reason.is_some()), "{refused:?}");
+}
+
+#[tokio::test]
+async fn an_operator_may_exempt_a_private_test_server_explicitly() {
+    let server = Server::start(|_| Reply::ok("text/plain", "local")).await;
+    let port = server.addr.port();
+    let client = GuardedClient::builder().allow_private([server.addr.ip()]).build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let grant = format!("127.0.0.1:{port}");
+    let (proxy, _log) = start(&client, dir.path(), &[grant.as_str()], None);
+    let answer = exchange(&proxy, &format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n")).await;
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("local"), "{answer}");
+}
+
+#[tokio::test]
+async fn the_meter_closes_a_download_past_the_allowance_and_refuses_the_next() {
+    let big = "x".repeat(1_000_000);
+    let server = Server::start(move |_| Reply::ok("text/plain", big.clone())).await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let meter = Arc::new(Meter::new(Some(150_000)));
+    let (proxy, log) = start(&client, dir.path(), &["api.example"], Some(meter.clone()));
+
+    let answer = exchange(&proxy, "GET http://api.example/big HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.len() < 500_000, "cut short: {} bytes", answer.len());
+    let all = reported(&log, 1).await;
+    assert!(all[0].allowed && all[0].reason.as_deref().unwrap_or("").contains("quota"), "{all:?}");
+    assert!(meter.exhausted());
+    let answer = exchange(&proxy, "GET http://api.example/again HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("quota"), "{answer}");
+    assert_eq!(server.count(), 1, "the refused request never left");
+}
+
+#[tokio::test]
+async fn a_dropped_proxy_removes_its_socket_and_closes_its_tunnels() {
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, _log) = start(&client, dir.path(), &["api.example"], None);
+    let path = proxy.path().to_path_buf();
+    let mut stream = UnixStream::connect(&path).await.unwrap();
+    stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut opened = [0u8; 39];
+    stream.read_exact(&mut opened).await.unwrap();
+    drop(proxy);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "the tunnel is closed: {read:?}");
+    assert!(!path.exists(), "the socket file is gone");
+}
