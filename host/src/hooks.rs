@@ -120,6 +120,10 @@ pub struct Before {
     /// The arguments the call runs with instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Value>,
+    /// The hooks that refused or asked, by name (a tenant's as
+    /// `tenant/NAME`), for the audit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by: Vec<String>,
 }
 
 /// What the hooks decided before a prompt, as its journal entry records it.
@@ -224,6 +228,7 @@ impl Hooks {
                 Ok(Answer::Ask(reason)) => {
                     said("ask", &reason);
                     asks.push(format!("the hook `{name}` asks: {reason}"));
+                    before.by.push(name.to_string());
                 }
                 Ok(Answer::Rewrite(text)) => match (call.origin, serde_json::from_str::<Value>(&text)) {
                     (Origin::Model, Ok(arguments @ Value::Object(_))) => {
@@ -256,6 +261,7 @@ impl Hooks {
                 }
             }
             if before.denied.is_some() {
+                before.by.push(name.to_string());
                 return (before, None);
             }
         }
@@ -644,7 +650,12 @@ mod tests {
 
     #[test]
     fn a_before_record_reads_back_as_written() {
-        let before = Before { denied: None, ask: Some("why".into()), arguments: Some(serde_json::json!({"a": 1})) };
+        let before = Before {
+            denied: None,
+            ask: Some("why".into()),
+            arguments: Some(serde_json::json!({"a": 1})),
+            by: vec!["tenant/sly".into()],
+        };
         let text = serde_json::to_string(&before).unwrap_or_default();
         assert_eq!(serde_json::from_str::<Before>(&text).ok(), Some(before));
         assert_eq!(serde_json::to_string(&Before::default()).unwrap_or_default(), "{}");

@@ -132,6 +132,10 @@ pub struct CapabilityUse {
     /// `data-flow` when the data-flow guard did, `hook` when a hook did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<&'static str>,
+    /// The hooks that refused or asked about the call, by name (a tenant's
+    /// as `tenant/NAME`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<String>,
 }
 
 /// Whether a call's error is a refusal: what the audit records as the
@@ -917,6 +921,9 @@ fn mark<Cx: CallContext, O, E: Refusal>(cx: &Cx, source: Option<(Labels, String)
     }
 }
 
+/// The most of a hook's replacement text a failed call's error carries.
+const REPLACED_CHARS: usize = 16_000;
+
 /// The journal's function for what the hooks decided before a call.
 const BEFORE_TOOL_CALL: &str = "before-tool-call";
 
@@ -941,14 +948,16 @@ async fn hooks_before<Cx: CallContext, C: MaybeTool<Cx>>(
     let seen = &mut view;
     let ask = async move {
         let Some(hooks) = hooks.filter(|_| asks) else { return Before::default() };
-        let (mut from, mut asked, mut arguments) = (0, Vec::new(), None);
+        let (mut from, mut asked, mut arguments, mut by) = (0, Vec::new(), None, Vec::new());
         loop {
             let (round, rewrote) = hooks.before(seen, from, cx.events()).await;
             asked.extend(round.ask);
+            by.extend(round.by);
             let decided = |denied: Option<String>, arguments: Option<Value>| Before {
                 denied,
                 ask: (!asked.is_empty()).then(|| asked.join("; ")),
                 arguments,
+                by: by.clone(),
             };
             let (Some(at), Some(rewritten), Some((turn, model_call))) = (rewrote, round.arguments, model) else {
                 return decided(round.denied, arguments);
@@ -1111,9 +1120,15 @@ async fn hooks_after<Cx: CallContext, C: MaybeTool<Cx>>(
             Err(serde_json::from_value::<C::Error>(value).unwrap_or_else(|_| unreadable(&view.call)))
         }
         Outcome::Redacted(value) => serde_json::from_value::<C::Output>(value).map_err(|_| unreadable(&view.call)),
+        // Text the output cannot be is given as a failure, not a refusal:
+        // it reaches the model, so the call still brings in what it read
+        // (a hook cannot wash a page's label off), cut as a page is.
         Outcome::Replaced(text) => serde_json::from_value::<C::Output>(Value::String(text.clone()))
             .or_else(|_| serde_json::from_str::<C::Output>(&text))
-            .map_err(|_| C::Error::from(ToolError::Denied(format!("a hook replaced the result: {text}")))),
+            .map_err(|_| {
+                let text = crate::truncate::head_chars(&text, REPLACED_CHARS);
+                C::Error::from(ToolError::Failed(format!("a hook replaced the result: {text}")))
+            }),
         Outcome::Withheld(why) => Err(C::Error::from(ToolError::Denied(why))),
     }
 }
@@ -1223,13 +1238,18 @@ fn admit<'c, Cx: CallContext, C: MaybeTool<Cx>>(
             // A hook's ask shows in the refusal it led to; a refusal of the
             // gate's own (a capability not granted, a command rule) is not the hook's.
             let hook_asked = |e: &ToolError| before.ask.as_deref().is_some_and(|ask| e.message().contains(ask));
+            // The guard's own hold stays the guard's when a hook asked too.
             let guard = match &verdict {
                 Ok(()) => None,
                 Err(_) if before.denied.is_some() => Some("hook"),
+                Err(_) if cx.guarded(&gate) => Some("data-flow"),
                 Err(e) if hook_asked(e) => Some("hook"),
-                Err(_) => cx.guarded(&gate).then_some("data-flow"),
+                Err(_) => None,
             };
             used = capability_use(&gate, call.name(), model.map(|(_, c)| c), &verdict, guard);
+            if let Some(used) = used.as_mut().filter(|_| verdict.is_err()) {
+                used.hooks.clone_from(&before.by);
+            }
         }
         if verdict.is_ok() {
             source = cx.source(&gate, call.brings(&args), call.name());
@@ -1282,6 +1302,7 @@ fn capability_use(
         origin: if model.is_some() { "model" } else { "guest" },
         verdict: verdict.as_ref().err().map_or("allowed", ToolError::kind),
         guard,
+        hooks: Vec::new(),
     })
 }
 

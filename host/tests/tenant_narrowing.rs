@@ -319,6 +319,15 @@ async fn a_tenants_data_flow_policy_refuses_a_send_after_untrusted_content() {
 
     let done = run(&scene, &node, &reader, &sha, calls, json!({})).await;
     assert_eq!(lines(&done), ["call tests/echo: ok first", "call tests/echo: ok second"], "{done}");
+
+    // A hook that replaces the untrusted result with text cannot wash its
+    // label off: the model reads the text, and the guard still refuses.
+    let (_, hook) = scene.upload(&node, &guarded, built::HOUSE_RULES).await;
+    let calls = "call tests echo {\"text\":\"CONFIDENTIAL first\"}\ncall tests echo {\"text\":\"second\"}";
+    let done = run(&scene, &node, &guarded, &sha, calls, json!({"hooks": [hook["id"]]})).await;
+    let result = lines(&done);
+    assert!(result[0].starts_with("call tests/echo: failed: a hook replaced the result: withheld"), "{done}");
+    assert!(result[1].contains("refused by the data-flow guard"), "{done}");
 }
 
 /// A tenant's policy names the operator's hooks: its runs' calls are asked
@@ -382,9 +391,12 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
 async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
     use nexo_model::mock::{MockToolCall, Reply};
     let scene = Scene::new(None).await;
-    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    scene.configure(&format!(
+        "[mcp.tests]\ncommand = \"{}\"\n\n[serve.models.cli]\nloop = \"claude-code\"\nmodel = \"sonnet\"\n",
+        test_server().display()
+    ));
     let policy = json!({"allow": ["write"], "mode": "approve", "mcp-servers": ["tests"],
-                        "mcp-allow": ["tests/echo"], "models": ["test"]});
+                        "mcp-allow": ["tests/echo"], "models": ["test", "cli"]});
     let own = scene.tenant("own", Some(policy.clone()));
     let other = scene.tenant("other", Some(policy));
     let a = scene.node("a");
@@ -403,6 +415,12 @@ async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
     assert!(!named.is_empty() && named.iter().all(|d| d["hook"] == "tenant/house-rules"), "{events:?}");
     let done = run(&scene, &a, &own, &agent, call, json!({})).await;
     assert_eq!(lines(&done), ["call tests/echo: ok token sk-tenant-secret-77"], "{done}");
+    // A refusal of its, in the audit log: whose hook refused.
+    let trap = "call tests echo {\"text\":\"HOOK-TRAP\"}";
+    let done = run(&scene, &a, &own, &agent, trap, json!({"hooks": [hook]})).await;
+    assert!(lines(&done)[0].contains("the hook `tenant/house-rules` failed"), "{done}");
+    let decided = used(&scene, &a, &own, &done["id"], 1).await;
+    assert_eq!((&decided[0]["guard"], &decided[0]["hooks"]), (&json!("hook"), &json!(["tenant/house-rules"])));
 
     // Not a hook, given twice, no plugin, too many: refused, nothing queued.
     let nowhere = "0".repeat(64);
@@ -410,16 +428,25 @@ async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
         (json!([agent]), StatusCode::UNPROCESSABLE_ENTITY, "not_a_hook"),
         (json!([hook, hook]), StatusCode::UNPROCESSABLE_ENTITY, "invalid_hooks"),
         (json!([nowhere]), StatusCode::NOT_FOUND, "not_found"),
-        (json!(vec![hook.clone(); 9]), StatusCode::UNPROCESSABLE_ENTITY, "too_many_hooks"),
+        (json!(vec![hook.clone(); 5]), StatusCode::UNPROCESSABLE_ENTITY, "too_many_hooks"),
     ] {
         let body = json!({"plugin": agent, "input": call, "hooks": hooks});
         let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
         assert_eq!((got, &answer["error"]["code"]), (status, &json!(code)), "{hooks}: {answer}");
     }
-    // A hook is not run as an agent, and a plugin of another world is not taken.
-    let body = json!({"plugin": hook, "input": call});
+    // Hooks need nexo's own loop: a model that runs the Claude Code CLI's is refused up front.
+    let body = json!({"plugin": agent, "input": call, "model": "cli", "hooks": [hook]});
     let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
-    assert_eq!((got, &answer["error"]["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("not_an_agent")), "{answer}");
+    let code = &answer["error"]["code"];
+    assert_eq!((got, code), (StatusCode::UNPROCESSABLE_ENTITY, &json!("hooks_need_own_loop")), "{answer}");
+    // A hook is not run as an agent, and a plugin of another world is not taken.
+    for body in
+        [json!({"plugin": hook, "input": call}), json!({"plugin": agent, "input": call, "agents": {"helper": hook}})]
+    {
+        let (got, answer) = scene.post(&a.url("/v1/runs"), &own, body).await;
+        let code = &answer["error"]["code"];
+        assert_eq!((got, code), (StatusCode::UNPROCESSABLE_ENTITY, &json!("not_an_agent")), "{answer}");
+    }
     let (got, answer) = scene.upload(&a, &own, built::SEARXNG).await;
     assert_eq!((got, &answer["error"]["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("not_an_agent")), "{answer}");
     // Another tenant cannot name it: its id names no plugin of theirs.

@@ -255,6 +255,27 @@ impl Prepared {
     pub(crate) fn agent_name(&self) -> String {
         self.plugin.name().to_string()
     }
+
+    /// Adds the tenant's own hooks ([`hooks_of`]) after its policy's.
+    pub(crate) fn add_hooks(&mut self, files: Vec<crate::hooks::HookFile>) -> ApiResult<()> {
+        self.spec.hooks.extend(files);
+        hooks_need_own_loop(&self.spec)
+    }
+}
+
+/// A run with hooks needs nexo's own loop: the Claude Code CLI sends its
+/// prompts where no hook sees them. Refused before the run is queued, not
+/// when its pass fails.
+fn hooks_need_own_loop(spec: &RunSpec) -> ApiResult<()> {
+    if !spec.hooks.is_empty() && spec.model.agent_loop == Some(crate::manifest::LoopKind::ClaudeCode) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "hooks_need_own_loop",
+            "the run has hooks, and its model runs the Claude Code CLI's loop, which sends prompts where no hook \
+             sees them: choose a model that runs nexo's own loop",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a run request against the tenant's policy and quotas, and loads
@@ -319,6 +340,7 @@ pub(crate) async fn prepare(
         agents: Default::default(),
         depth: 0,
     };
+    hooks_need_own_loop(&spec)?;
     Ok(Prepared { plugin: loaded, path, spec, granted })
 }
 
@@ -342,11 +364,19 @@ pub(crate) async fn agents_of(
     for (name, plugin) in agents {
         crate::children::check_agent_name(name)
             .map_err(|m| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_agent_name", m))?;
-        if state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)?.is_none() {
+        let Some(stored) = state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)? else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 format!("the agent `{name}` names no plugin of this tenant; upload it with POST /v1/plugins"),
+            ));
+        };
+        // The tenant's other plugins are hooks, which run only as hooks.
+        if stored.world.starts_with("nexo:plugin/hook@") {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not_an_agent",
+                format!("the agent `{name}` names a hook, not an agent: give it in the run's `hooks`"),
             ));
         }
         let path = crate::data_dir::plugin_path(&state.data_dir, plugin);
@@ -365,7 +395,7 @@ pub(crate) async fn hooks_of(
     tenant: &Tenant,
     ids: &[String],
 ) -> ApiResult<Vec<crate::hooks::HookFile>> {
-    const MOST: usize = 8;
+    const MOST: usize = 4;
     if ids.len() > MOST {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -458,7 +488,7 @@ pub async fn start_run(
     let narrowing = request.narrowing();
     let mut prepared = prepare(&state, &tenant, &request.plugin, &narrowing).await?;
     prepared.spec.agents = agents_of(&state, &tenant, &request.agents).await?;
-    prepared.spec.hooks.extend(hooks_of(&state, &tenant, &request.hooks).await?);
+    prepared.add_hooks(hooks_of(&state, &tenant, &request.hooks).await?)?;
     let (run, _job) = state
         .runs
         .queue_for(Some(&tenant.id), None, prepared.subject()?, &request.input, &prepared.spec)

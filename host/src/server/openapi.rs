@@ -240,7 +240,7 @@ pub fn document() -> Value {
                     "mcp-servers": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
                     "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
                     "agents": {"type": "object", "additionalProperties": {"type": "string"}, "description": "the tenant's plugins the run may start as child runs (run-agent): name → plugin id"},
-                    "hooks": {"type": "array", "items": {"type": "string"}, "maxItems": 8, "description": "the tenant's own hook plugins (ids) asked besides its policy's: they only narrow"}}},
+                    "hooks": {"type": "array", "items": {"type": "string"}, "maxItems": 4, "description": "the tenant's own hook plugins (ids) asked besides its policy's: they only narrow"}}},
                 "Decision": {"type": "object", "required": ["seq", "args-hash"], "additionalProperties": false, "properties": {
                     "seq": {"type": "integer", "description": "the pending call's sequence number (`approval.seq`)"},
                     "args-hash": {"type": "string", "description": "the SHA-256 of the call: its capability, tool and arguments (`approval.args_hash`)"}}},

@@ -112,7 +112,7 @@ pub async fn add(
     // Checked as the run request it is: the policy, the plugin, the quotas.
     let mut prepared = api::prepare(&state, &tenant, &request.run.plugin, &request.run.narrowing()).await?;
     prepared.spec.agents = api::agents_of(&state, &tenant, &request.run.agents).await?;
-    prepared.spec.hooks.extend(api::hooks_of(&state, &tenant, &request.run.hooks).await?);
+    prepared.add_hooks(api::hooks_of(&state, &tenant, &request.run.hooks).await?)?;
     let made = (prepared.subject()?, request.run.input.as_str(), &prepared.spec);
     let schedule =
         schedules::add(&*state.store, Some(&tenant.id), made, &cron, missed).await.map_err(schedule_error)?;

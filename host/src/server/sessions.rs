@@ -93,7 +93,7 @@ pub async fn prompt(
         mcp_allow: request.mcp_allow.clone(),
     };
     let mut prepared = api::prepare(&state, &tenant, &request.plugin, &narrowing).await?;
-    prepared.spec.hooks.extend(api::hooks_of(&state, &tenant, &request.hooks).await?);
+    prepared.add_hooks(api::hooks_of(&state, &tenant, &request.hooks).await?)?;
     let instance = format!("{}{name}", prefix(&tenant));
     let session = state
         .store

@@ -80,9 +80,9 @@ impl Hook {
 
     /// The hook as a tenant's own: asked where a tenant's hooks are
     /// ([`Owner::Tenant`]), named in events as the tenant's (`tenant/NAME`,
-    /// a name no plugin can give itself), its instances drawing on
-    /// `budget` (the memory total, CPU share and CPU meter of the run's
-    /// tenant) as the run's agent does.
+    /// a name no plugin can give itself), a fresh instance for each
+    /// question, drawing on `budget` (the memory total, CPU share and CPU
+    /// meter of the run's tenant) as the run's agent does.
     pub fn tenants(&self, budget: &crate::quota::RunBudget) -> Hook {
         let wasi = Wasi {
             memory: budget.memory.clone(),
@@ -170,7 +170,8 @@ struct Warm {
 }
 
 /// Asks one question of the warm instance under a fresh deadline; a failed
-/// question drops the instance, whose state may be broken.
+/// question drops the instance, whose state may be broken, as does any
+/// question to a tenant's hook.
 macro_rules! ask {
     ($self:ident, $function:literal, |$hook:ident, $store:ident| $call:expr) => {
         Box::pin(async move {
@@ -189,7 +190,10 @@ macro_rules! ask {
                 }
                 None => unreachable!("made above"),
             };
-            if answer.is_err() {
+            // A tenant's hook keeps nothing between questions: it holds a
+            // pool slot only while it answers, and cannot carry what one
+            // question showed it into its answer to the next.
+            if answer.is_err() || $self.hook.owner == Owner::Tenant {
                 *warm = None;
             }
             answer
