@@ -93,11 +93,11 @@ const CRATES: &[Layers] = &[
     Layers {
         dir: "egress",
         layers: &[
-            &["builder"],
+            &["builder", "proxy"],
             &["client"],
             &["follow", "response"],
             &["connect", "policy"],
-            &["secret", "request"],
+            &["secret", "request", "net"],
             &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "trace"],
             &["error"],
         ],
