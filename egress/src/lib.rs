@@ -87,6 +87,8 @@ pub mod net;
 pub mod origin;
 mod policy;
 pub mod proxy;
+#[cfg(target_os = "linux")]
+mod splice;
 mod request;
 pub mod resolver;
 mod response;

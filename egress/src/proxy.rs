@@ -46,7 +46,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one proxy holds at once; more are answered 503.
 const MAX_CONNECTIONS: usize = 64;
 /// The copy buffer of each direction.
-const BUFFER: usize = 64 * 1024;
+const BUFFER: usize = 256 * 1024;
 
 /// What a proxy lets through, and where it reports.
 #[derive(Clone, Default)]
@@ -342,21 +342,19 @@ fn parse(head: &[u8]) -> Result<Asked, String> {
         None => url.path().to_string(),
     };
     out.extend_from_slice(format!("{method} {path} HTTP/1.1\r\n").as_bytes());
-    let mut has_host = false;
+    // The host checked is the host asked for: a `Host` of the client's own
+    // would reach another site behind the same address (domain fronting).
+    let authority = if url.port().is_some() { format!("{host}:{port}") } else { host.clone() };
+    out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
     for header in request.headers.iter() {
         let name = header.name.to_ascii_lowercase();
-        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+        if name.starts_with("proxy-") || matches!(name.as_str(), "connection" | "keep-alive" | "host") {
             continue;
         }
-        has_host |= name == "host";
         out.extend_from_slice(header.name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(header.value);
         out.extend_from_slice(b"\r\n");
-    }
-    if !has_host {
-        let authority = if url.port().is_some() { format!("{host}:{port}") } else { host.clone() };
-        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     Ok(Asked { method, host, port, head: Some(out) })
@@ -387,29 +385,83 @@ async fn answer(client: &mut UnixStream, status: u16, why: &str) -> std::io::Res
     client.shutdown().await
 }
 
-/// Copies both ways until both sides are done, `rest` (what the client
+/// Carries both ways until both sides are done, `rest` (what the client
 /// sent after its head) first: the bytes sent and received, and why it was
-/// cut short, if it was (the meter's allowance passed).
+/// cut short, if it was (the meter's allowance passed). The kernel moves
+/// the bytes where it can ([`crate::splice`]); a copy through a buffer
+/// otherwise.
 async fn tunnel(
     client: UnixStream,
-    upstream: TcpStream,
+    mut upstream: TcpStream,
     rest: &[u8],
     meter: Option<&Meter>,
 ) -> (u64, u64, Option<String>) {
-    let (client_read, client_write) = client.into_split();
-    let (upstream_read, mut upstream_write) = upstream.into_split();
     let stop = Stop::default();
-    let mut sent = 0u64;
+    let quota = |stop: &Stop| {
+        stop.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string())).flatten()
+    };
     if !rest.is_empty() {
-        if !count(meter, rest.len()) || upstream_write.write_all(rest).await.is_err() {
-            return (0, 0, meter.filter(|m| m.exhausted()).map(|m| Policy::quota_error(m).to_string()));
+        if !count(meter, rest.len()) {
+            return (0, 0, meter.map(|m| Policy::quota_error(m).to_string()));
         }
-        sent = rest.len() as u64;
+        if upstream.write_all(rest).await.is_err() {
+            return (0, 0, None);
+        }
     }
-    let (up, down) =
+    let sent = rest.len() as u64;
+    #[cfg(target_os = "linux")]
+    if let (Ok(up), Ok(down)) = (crate::splice::Pipe::new(), crate::splice::Pipe::new()) {
+        crate::splice::widen(&client);
+        let (sent_on, received) = tokio::join!(
+            spliced(&up, &client, &upstream, meter, &stop),
+            spliced(&down, &upstream, &client, meter, &stop)
+        );
+        return (sent + sent_on, received, quota(&stop));
+    }
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let (sent_on, received) =
         tokio::join!(pump(client_read, upstream_write, meter, &stop), pump(upstream_read, client_write, meter, &stop));
-    let cut = stop.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string()));
-    (sent + up, down, cut.flatten())
+    (sent + sent_on, received, quota(&stop))
+}
+
+/// One direction through the kernel: `from` to `to` until `from` ends
+/// (then `to` is shut for writing), a side fails, or the allowance passes
+/// (then both stop).
+#[cfg(target_os = "linux")]
+async fn spliced(
+    pipe: &crate::splice::Pipe,
+    from: &impl crate::splice::Socket,
+    to: &impl crate::splice::Socket,
+    meter: Option<&Meter>,
+    stop: &Stop,
+) -> u64 {
+    let mut ended = stop.ended.subscribe();
+    let mut copied = 0u64;
+    loop {
+        let filled = tokio::select! {
+            filled = pipe.fill(from, allowance(meter, usize::MAX)) => filled,
+            _ = ended.wait_for(|ended| *ended) => break,
+        };
+        let n = match filled {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if !count(meter, n) {
+            stop.over();
+            break;
+        }
+        let drained = tokio::select! {
+            drained = pipe.drain(to, n) => drained,
+            _ = ended.wait_for(|ended| *ended) => break,
+        };
+        if drained.is_err() {
+            break;
+        }
+        copied += n as u64;
+    }
+    crate::splice::shut_write(to);
+    copied
 }
 
 /// Both directions' signal to end: set when one passes the allowance.
@@ -426,8 +478,24 @@ impl Default for Stop {
     }
 }
 
+impl Stop {
+    /// The allowance passed: both directions end.
+    fn over(&self) {
+        self.quota.store(true, Ordering::Relaxed);
+        self.ended.send_replace(true);
+    }
+}
+
 fn count(meter: Option<&Meter>, n: usize) -> bool {
     meter.is_none_or(|m| m.add(n))
+}
+
+/// The most the next read may take: up to `most`, and no more than is left
+/// of the allowance (at least 1: a read past it ends the tunnel), so a
+/// tunnel carries exactly up to its allowance.
+fn allowance(meter: Option<&Meter>, most: usize) -> usize {
+    let left = meter.and_then(|m| m.limit().map(|limit| limit.saturating_sub(m.used())));
+    left.map_or(most, |left| usize::try_from(left).unwrap_or(usize::MAX).clamp(1, most))
 }
 
 /// Copies `from` to `to` until `from` ends (then `to` is shut for
@@ -442,8 +510,9 @@ async fn pump(
     let mut copied = 0u64;
     let mut ended = stop.ended.subscribe();
     loop {
+        let most = allowance(meter, BUFFER);
         let read = tokio::select! {
-            read = from.read(&mut buffer) => read,
+            read = from.read(&mut buffer[..most]) => read,
             _ = ended.wait_for(|ended| *ended) => break,
         };
         let n = match read {
@@ -451,11 +520,14 @@ async fn pump(
             Ok(n) => n,
         };
         if !count(meter, n) {
-            stop.quota.store(true, Ordering::Relaxed);
-            stop.ended.send_replace(true);
+            stop.over();
             break;
         }
-        if to.write_all(&buffer[..n]).await.is_err() {
+        let written = tokio::select! {
+            written = to.write_all(&buffer[..n]) => written,
+            _ = ended.wait_for(|ended| *ended) => break,
+        };
+        if written.is_err() {
             break;
         }
         copied += n as u64;

@@ -74,7 +74,7 @@ async fn a_granted_host_is_forwarded_and_tunnelled_and_each_connection_is_report
     // A plain request, in the absolute form HTTP_PROXY clients send.
     let answer = exchange(
         &proxy,
-        "GET http://api.example/x?y=1 HTTP/1.1\r\nHost: api.example\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+        "GET http://api.example/x?y=1 HTTP/1.1\r\nHost: elsewhere.example\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
          Proxy-Connection: keep-alive\r\n\r\n",
     )
     .await;
@@ -83,6 +83,7 @@ async fn a_granted_host_is_forwarded_and_tunnelled_and_each_connection_is_report
     assert_eq!(seen.target, "/x?y=1", "the origin gets the origin's form");
     assert_eq!(seen.header("proxy-authorization"), None, "the proxy's own headers stay with it");
     assert_eq!(seen.header("connection"), Some("close"), "each request is a connection, checked on its own");
+    assert_eq!(seen.all("host"), ["api.example"], "the host checked is the host asked for, not another behind it");
 
     // A tunnel: what goes through it is the client's (TLS for real hosts).
     let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
@@ -160,7 +161,9 @@ async fn the_meter_closes_a_download_past_the_allowance_and_refuses_the_next() {
     let (proxy, log) = start(&client, dir.path(), &["api.example"], Some(meter.clone()));
 
     let answer = exchange(&proxy, "GET http://api.example/big HTTP/1.1\r\n\r\n").await;
-    assert!(answer.starts_with("HTTP/1.1 200") && answer.len() < 500_000, "cut short: {} bytes", answer.len());
+    // The allowance exactly: the answer's head and the body up to it.
+    assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(200)]);
+    assert_eq!(answer.len(), 150_000, "cut at the allowance");
     let all = reported(&log, 1).await;
     assert!(all[0].allowed && all[0].reason.as_deref().unwrap_or("").contains("quota"), "{all:?}");
     assert!(meter.exhausted());
