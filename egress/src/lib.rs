@@ -87,14 +87,14 @@ pub mod net;
 pub mod origin;
 mod policy;
 pub mod proxy;
-#[cfg(target_os = "linux")]
-mod splice;
 mod request;
 pub mod resolver;
 mod response;
 mod scrub;
 mod secret;
 mod shown;
+#[cfg(target_os = "linux")]
+mod splice;
 mod trace;
 
 pub use address::{NonPublic, check_address};
