@@ -62,6 +62,15 @@
 //! the verdict; logs carry scheme, host and path only, since query strings
 //! can hold secrets.
 //!
+//! Programs that are not nexo's own (a confined command's `curl` or `git`)
+//! reach the network through the [`EgressProxy`] instead: a Unix socket
+//! speaking HTTP proxying, which puts each connection through the same
+//! address guard, a grant of `HOST[:PORT]`s ([`NetHosts`]) and the run's
+//! [`Meter`], and reports it ([`ConnectionLog`]). It forwards bytes, so
+//! secret injection and scrubbing, which need to read the request and the
+//! answer, stay with the client; a TLS tunnel's name inside the handshake
+//! is the command's to choose (the host it connects to is the one checked).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), nexo_egress::EgressError> {
 //! use nexo_egress::{GuardedClient, HostList, Policy};
