@@ -12,17 +12,22 @@
 //! 3. the meter: both directions' bytes count against the run's egress
 //!    allowance (a tenant's quota), and a tunnel past it is closed.
 //!
-//! A forwarded request carries `Connection: close`, so each request is a
-//! connection of its own and is checked on its own (a redirect to another
-//! host is a new request, checked as any other). Each connection, let
-//! through or refused, is reported to the proxy's [`ConnectionLog`] with
-//! its host, port, bytes and verdict.
+//! A forwarded request goes to its URL's host, with that `Host` and
+//! `Connection: close`: a redirect to another host is a new request,
+//! checked as any other. What a connection carries after its first request
+//! (a tunnel's bytes, a request pipelined behind the first) goes to the
+//! address and port that were checked, whatever name it gives inside: a
+//! grant reaches every site served at the address a granted name resolves
+//! to. A tunnel ends when either side fails, when the allowance passes, or
+//! when nothing moved either way for five minutes. Each connection whose
+//! request could be read, let through or refused, is reported to the
+//! proxy's [`ConnectionLog`] with its host, port, bytes and verdict.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -39,10 +44,17 @@ use crate::policy::Policy;
 
 /// The longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
+/// The most headers a request head may have.
+const MAX_HEADERS: usize = 96;
 /// How long a client has to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the proxy tries to connect upstream.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long checking and connecting may take in all (a name's addresses
+/// tried one by one).
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A tunnel in which nothing moved either way for this long is closed.
+const IDLE: Duration = Duration::from_secs(300);
 /// Connections one proxy holds at once; more are answered 503.
 const MAX_CONNECTIONS: usize = 64;
 /// The copy buffer of each direction.
@@ -101,7 +113,9 @@ pub struct EgressProxy {
 impl EgressProxy {
     /// Starts a proxy on a new Unix socket at `path` (which must not
     /// exist), checking each connection with `client`'s address guard and
-    /// `policy`. Must be called within a Tokio runtime.
+    /// `policy`. Must be called within a Tokio runtime. The guard's
+    /// exemptions come with it: give a client with none (as the fetch tool
+    /// has) unless the operator exempted an address for these commands.
     pub fn start(client: &GuardedClient, path: &Path, policy: ProxyPolicy) -> std::io::Result<EgressProxy> {
         let listener = UnixListener::bind(path)?;
         let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
@@ -175,22 +189,42 @@ async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
                 return;
             }
         },
-        Ok(Ok(None)) | Ok(Err(_)) => return,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+            // What is already here is dropped, so the close is not a reset
+            // that loses the answer.
+            let mut discard = [0u8; 4096];
+            while matches!(client.try_read(&mut discard), Ok(n) if n > 0) {}
+            let why = format!("the request head is longer than {MAX_HEAD} bytes");
+            let _ = answer(&mut client, 400, &why).await;
+            return;
+        }
+        Ok(Err(_)) => return,
         Err(_) => {
             let _ = answer(&mut client, 408, "the request head did not arrive in time").await;
             return;
         }
     };
     let mut report = Connection {
-        host: asked.host.clone(),
+        host: shown(&asked.host, 253),
         port: asked.port,
-        method: asked.method.clone(),
+        method: shown(&asked.method, 32),
         sent: 0,
         received: 0,
         allowed: false,
         reason: None,
     };
-    let upstream = match shared.open(&asked).await {
+    let meter = shared.policy.meter.as_deref();
+    let opened = tokio::time::timeout(OPEN_TIMEOUT, shared.open(&asked)).await.unwrap_or_else(|_| {
+        let message = format!("no address answered within {} s", OPEN_TIMEOUT.as_secs());
+        Err((504, EgressError::Connect { url: format!("{}:{}", asked.host, asked.port), message }))
+    });
+    // A forwarded head is sent up as it is: it counts as a tunnel's bytes do.
+    let opened = match (opened, &asked.head, meter) {
+        (Ok(_), Some(head), Some(meter)) if !meter.add(head.len()) => Err((403, Policy::quota_error(meter))),
+        (opened, ..) => opened,
+    };
+    let upstream = match opened {
         Ok(upstream) => upstream,
         Err((status, error)) => {
             report.reason = Some(error.to_string());
@@ -209,7 +243,6 @@ async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
         shared.report(&report);
         return;
     }
-    let meter = shared.policy.meter.as_deref();
     let (sent, received, cut) = tunnel(client, upstream, &rest, meter).await;
     report.sent = sent + asked.head.as_ref().map_or(0, |h| h.len() as u64);
     report.received = received;
@@ -279,8 +312,9 @@ impl Shared {
     }
 }
 
-/// Reads up to the end of the request head: the head, and what came after
-/// it; `None` for a client that closed first.
+/// Reads up to the end of the request head (as httparse finds it, bare
+/// line feeds too): the head, and what came after it; `None` for a client
+/// that closed first.
 async fn read_head(client: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
@@ -289,15 +323,19 @@ async fn read_head(client: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, 
         if n == 0 {
             return Ok(None);
         }
-        let searched = buffer.len().saturating_sub(3);
         buffer.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buffer[searched..].windows(4).position(|w| w == b"\r\n\r\n") {
-            let end = searched + end + 4;
-            let rest = buffer.split_off(end);
-            return Ok(Some((buffer, rest)));
-        }
-        if buffer.len() > MAX_HEAD {
-            return Err(std::io::Error::other("the request head is too long"));
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match httparse::Request::new(&mut headers).parse(&buffer) {
+            Ok(httparse::Status::Complete(end)) => {
+                let rest = buffer.split_off(end);
+                return Ok(Some((buffer, rest)));
+            }
+            // What cannot be read is the parser's to say, with its reason.
+            Err(_) => return Ok(Some((buffer, Vec::new()))),
+            Ok(httparse::Status::Partial) if buffer.len() > MAX_HEAD => {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "head too long"));
+            }
+            Ok(httparse::Status::Partial) => {}
         }
     }
 }
@@ -305,7 +343,7 @@ async fn read_head(client: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, 
 /// The request head as what was asked for: a `CONNECT host:port`, or a
 /// request for an absolute `http://` URL (rewritten to the origin's form).
 fn parse(head: &[u8]) -> Result<Asked, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
@@ -319,14 +357,17 @@ fn parse(head: &[u8]) -> Result<Asked, String> {
         let (host, port) = target
             .rsplit_once(':')
             .and_then(|(h, p)| p.parse::<u16>().ok().filter(|p| *p != 0).map(|p| (h, p)))
-            .ok_or_else(|| format!("CONNECT needs `host:port`, not `{}`", shown(target)))?;
+            .ok_or_else(|| format!("CONNECT needs `host:port`, not `{}`", shown(target, 120)))?;
         let url = Url::parse(&format!("http://{host}/"))
-            .map_err(|e| format!("CONNECT names a host that cannot be read (`{}`): {e}", shown(host)))?;
+            .map_err(|e| format!("CONNECT names a host that cannot be read (`{}`): {e}", shown(host, 120)))?;
         let host = url.host_str().unwrap_or_default().to_string();
         return Ok(Asked { method, host, port, head: None });
     }
     let url = Url::parse(target).map_err(|_| {
-        format!("the proxy takes `CONNECT host:port` or a request for an absolute http:// URL, not `{}`", shown(target))
+        format!(
+            "the proxy takes `CONNECT host:port` or a request for an absolute http:// URL, not `{}`",
+            shown(target, 120)
+        )
     })?;
     if url.scheme() != "http" {
         return Err(format!("only http:// is forwarded; for {}:// use CONNECT (HTTPS_PROXY)", url.scheme()));
@@ -360,9 +401,9 @@ fn parse(head: &[u8]) -> Result<Asked, String> {
     Ok(Asked { method, host, port, head: Some(out) })
 }
 
-/// Text a client sent, cut for an answer.
-fn shown(text: &str) -> String {
-    text.chars().take(120).collect()
+/// Text a client sent, cut to `most` characters for an answer or a report.
+fn shown(text: &str, most: usize) -> String {
+    text.chars().take(most).collect()
 }
 
 /// Answers a client with `status` and `why`, and closes.
@@ -371,6 +412,7 @@ async fn answer(client: &mut UnixStream, status: u16, why: &str) -> std::io::Res
         400 => "Bad Request",
         403 => "Forbidden",
         408 => "Request Timeout",
+        504 => "Gateway Timeout",
         502 => "Bad Gateway",
         _ => "Service Unavailable",
     };
@@ -442,39 +484,57 @@ async fn spliced(
         let filled = tokio::select! {
             filled = pipe.fill(from, allowance(meter, usize::MAX)) => filled,
             _ = ended.wait_for(|ended| *ended) => break,
+            () = stop.idle() => break,
         };
         let n = match filled {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => n,
+            Err(_) => {
+                stop.end();
+                break;
+            }
         };
         if !count(meter, n) {
             stop.over();
             break;
         }
+        stop.touch();
         let drained = tokio::select! {
             drained = pipe.drain(to, n) => drained,
             _ = ended.wait_for(|ended| *ended) => break,
+            () = stop.idle() => break,
         };
         if drained.is_err() {
+            stop.end();
             break;
         }
+        stop.touch();
         copied += n as u64;
     }
     crate::splice::shut_write(to);
     copied
 }
 
-/// Both directions' signal to end: set when one passes the allowance.
+/// Both directions' signal to end: set when one passes the allowance or
+/// fails, or when nothing moved either way for [`IDLE`].
 struct Stop {
     quota: AtomicBool,
     /// Set once; a direction waiting to read sees it at once, and one busy
     /// writing sees it before its next read.
     ended: tokio::sync::watch::Sender<bool>,
+    started: tokio::time::Instant,
+    /// When bytes last moved, in milliseconds since `started`.
+    moved: AtomicU64,
 }
 
 impl Default for Stop {
     fn default() -> Self {
-        Stop { quota: AtomicBool::new(false), ended: tokio::sync::watch::Sender::new(false) }
+        Stop {
+            quota: AtomicBool::new(false),
+            ended: tokio::sync::watch::Sender::new(false),
+            started: tokio::time::Instant::now(),
+            moved: AtomicU64::new(0),
+        }
     }
 }
 
@@ -482,7 +542,31 @@ impl Stop {
     /// The allowance passed: both directions end.
     fn over(&self) {
         self.quota.store(true, Ordering::Relaxed);
+        self.end();
+    }
+
+    /// Both directions end.
+    fn end(&self) {
         self.ended.send_replace(true);
+    }
+
+    /// Bytes moved now.
+    fn touch(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.moved.store(now, Ordering::Relaxed);
+    }
+
+    /// Returns once nothing has moved either way for [`IDLE`], having
+    /// ended the tunnel.
+    async fn idle(&self) {
+        loop {
+            let moved = self.moved.load(Ordering::Relaxed);
+            tokio::time::sleep_until(self.started + Duration::from_millis(moved) + IDLE).await;
+            if self.moved.load(Ordering::Relaxed) == moved {
+                self.end();
+                return;
+            }
+        }
     }
 }
 
@@ -514,22 +598,31 @@ async fn pump(
         let read = tokio::select! {
             read = from.read(&mut buffer[..most]) => read,
             _ = ended.wait_for(|ended| *ended) => break,
+            () = stop.idle() => break,
         };
         let n = match read {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => n,
+            Err(_) => {
+                stop.end();
+                break;
+            }
         };
         if !count(meter, n) {
             stop.over();
             break;
         }
+        stop.touch();
         let written = tokio::select! {
             written = to.write_all(&buffer[..n]) => written,
             _ = ended.wait_for(|ended| *ended) => break,
+            () = stop.idle() => break,
         };
         if written.is_err() {
+            stop.end();
             break;
         }
+        stop.touch();
         copied += n as u64;
     }
     let _ = to.shutdown().await;

@@ -12,7 +12,7 @@ use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 
 /// The most one splice moves, and the pipe's size.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 256 * 1024;
 
 /// A Tokio socket whose readiness a raw `splice` call can wait on.
 pub(crate) trait Socket: AsFd + Sync {
@@ -47,7 +47,9 @@ pub(crate) struct Pipe {
 }
 
 impl Pipe {
-    /// A non-blocking pipe, grown to [`CHUNK`] where the system allows.
+    /// A non-blocking pipe, grown to [`CHUNK`] where the system allows (a
+    /// user's pipes share a page budget: 256 KiB keeps a run's 64 tunnels
+    /// within it).
     pub(crate) fn new() -> io::Result<Pipe> {
         let (read, write) = rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
         let _ = rustix::pipe::fcntl_setpipe_size(&write, CHUNK);
@@ -90,8 +92,8 @@ impl Pipe {
     }
 }
 
-/// Gives the client's Unix socket room for a chunk in flight (its default
-/// send buffer is a fifth of one), as TCP's autotuning does for its own.
+/// Gives the client's Unix socket room for a chunk in flight, as TCP's
+/// autotuning does for its own.
 pub(crate) fn widen(client: &UnixStream) {
     let _ = rustix::net::sockopt::set_socket_send_buffer_size(client, CHUNK);
 }

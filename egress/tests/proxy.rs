@@ -128,14 +128,20 @@ async fn what_the_grant_or_the_address_guard_refuses_never_leaves() {
         ("GET http://user:pw@api.example:8443/ HTTP/1.1\r\n\r\n", "400", "credentials"),
         ("CONNECT api.example HTTP/1.1\r\n\r\n", "400", "host:port"),
         ("\u{1}\u{2} nonsense\r\n\r\n", "400", "cannot be read"),
+        // Bare line feeds end a head too.
+        ("CONNECT other.example:443 HTTP/1.1\n\n", "403", "not on the allow-list"),
     ];
     for (request, status, needle) in cases {
         let answer = exchange(&proxy, request).await;
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(needle), "{request:?}: {answer}");
     }
+    // A head past the limit is refused, not read on.
+    let long = format!("GET http://api.example:8443/ HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(20_000));
+    let answer = exchange(&proxy, &long).await;
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("longer than"), "{answer}");
     assert_eq!(server.count(), 0, "nothing reached the network");
-    let refused = reported(&log, 8).await;
-    assert_eq!(refused.len(), 8, "each checked refusal is reported: {refused:?}");
+    let refused = reported(&log, 9).await;
+    assert_eq!(refused.len(), 9, "each checked refusal is reported: {refused:?}");
     assert!(refused.iter().all(|c| !c.allowed && c.reason.is_some()), "{refused:?}");
 }
 
@@ -161,9 +167,11 @@ async fn the_meter_closes_a_download_past_the_allowance_and_refuses_the_next() {
     let (proxy, log) = start(&client, dir.path(), &["api.example"], Some(meter.clone()));
 
     let answer = exchange(&proxy, "GET http://api.example/big HTTP/1.1\r\n\r\n").await;
-    // The allowance exactly: the answer's head and the body up to it.
+    // The allowance exactly: the request's head as sent up, then the answer
+    // (its head and the body) up to it.
+    let sent_up = "GET /big HTTP/1.1\r\nHost: api.example\r\nConnection: close\r\n\r\n".len();
     assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(200)]);
-    assert_eq!(answer.len(), 150_000, "cut at the allowance");
+    assert_eq!(answer.len() + sent_up, 150_000, "cut at the allowance");
     let all = reported(&log, 1).await;
     assert!(all[0].allowed && all[0].reason.as_deref().unwrap_or("").contains("quota"), "{all:?}");
     assert!(meter.exhausted());
@@ -188,4 +196,24 @@ async fn a_dropped_proxy_removes_its_socket_and_closes_its_tunnels() {
     let read = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(0))), "the tunnel is closed: {read:?}");
     assert!(!path.exists(), "the socket file is gone");
+}
+
+#[tokio::test]
+async fn what_a_command_sends_up_counts_against_the_allowance_too() {
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let meter = Arc::new(Meter::new(Some(100_000)));
+    let (proxy, log) = start(&client, dir.path(), &["api.example"], Some(meter.clone()));
+    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut opened = [0u8; 39];
+    stream.read_exact(&mut opened).await.unwrap();
+    // The upload may fail part-way once the proxy closes the tunnel.
+    let _ = stream.write_all(&vec![b'u'; 300_000]).await;
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    let all = reported(&log, 1).await;
+    assert!(all[0].reason.as_deref().unwrap_or("").contains("quota"), "{all:?}");
+    assert!(all[0].sent <= 100_000 && meter.exhausted(), "{all:?}");
 }
