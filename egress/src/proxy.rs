@@ -455,38 +455,85 @@ async fn tunnel(
     if let (Ok(up), Ok(down)) = (crate::splice::Pipe::new(), crate::splice::Pipe::new()) {
         crate::splice::widen(&client);
         let (sent_on, received) = tokio::join!(
-            spliced(&up, &client, &upstream, meter, &stop),
-            spliced(&down, &upstream, &client, meter, &stop)
+            carry(Spliced { pipe: up, from: &client, to: &upstream }, meter, &stop),
+            carry(Spliced { pipe: down, from: &upstream, to: &client }, meter, &stop)
         );
         return (sent + sent_on, received, quota(&stop));
     }
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
-    let (sent_on, received) =
-        tokio::join!(pump(client_read, upstream_write, meter, &stop), pump(upstream_read, client_write, meter, &stop));
+    let (sent_on, received) = tokio::join!(
+        carry(Copied { from: client_read, to: upstream_write, buffer: vec![0; BUFFER] }, meter, &stop),
+        carry(Copied { from: upstream_read, to: client_write, buffer: vec![0; BUFFER] }, meter, &stop)
+    );
     (sent + sent_on, received, quota(&stop))
 }
 
-/// One direction through the kernel: `from` to `to` until `from` ends
-/// (then `to` is shut for writing), a side fails, or the allowance passes
-/// (then both stop).
+/// One direction's way of moving bytes: what its source has is taken into
+/// a holding place, then given to its destination.
+trait Carry {
+    /// Takes up to `most` bytes: how many, 0 at the source's end.
+    async fn take(&mut self, most: usize) -> std::io::Result<usize>;
+    /// Gives the `n` bytes taken to the destination.
+    async fn give(&mut self, n: usize) -> std::io::Result<()>;
+    /// Tells the destination nothing more comes.
+    async fn finish(self);
+}
+
+/// Through a buffer of the proxy's.
+struct Copied<R, W> {
+    from: R,
+    to: W,
+    buffer: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Carry for Copied<R, W> {
+    async fn take(&mut self, most: usize) -> std::io::Result<usize> {
+        let most = most.clamp(1, self.buffer.len());
+        self.from.read(&mut self.buffer[..most]).await
+    }
+    async fn give(&mut self, n: usize) -> std::io::Result<()> {
+        self.to.write_all(&self.buffer[..n]).await
+    }
+    async fn finish(mut self) {
+        let _ = self.to.shutdown().await;
+    }
+}
+
+/// Through a pipe, in the kernel.
 #[cfg(target_os = "linux")]
-async fn spliced(
-    pipe: &crate::splice::Pipe,
-    from: &impl crate::splice::Socket,
-    to: &impl crate::splice::Socket,
-    meter: Option<&Meter>,
-    stop: &Stop,
-) -> u64 {
+struct Spliced<'a, F, T> {
+    pipe: crate::splice::Pipe,
+    from: &'a F,
+    to: &'a T,
+}
+
+#[cfg(target_os = "linux")]
+impl<F: crate::splice::Socket, T: crate::splice::Socket> Carry for Spliced<'_, F, T> {
+    async fn take(&mut self, most: usize) -> std::io::Result<usize> {
+        self.pipe.fill(self.from, most).await
+    }
+    async fn give(&mut self, n: usize) -> std::io::Result<()> {
+        self.pipe.drain(self.to, n).await
+    }
+    async fn finish(self) {
+        crate::splice::shut_write(self.to);
+    }
+}
+
+/// One direction, until its source ends (then its destination is shut for
+/// writing), a side fails, the allowance passes, or the tunnel idles (then
+/// both end): the bytes carried.
+async fn carry(mut way: impl Carry, meter: Option<&Meter>, stop: &Stop) -> u64 {
     let mut ended = stop.ended.subscribe();
-    let mut copied = 0u64;
+    let mut carried = 0u64;
     loop {
-        let filled = tokio::select! {
-            filled = pipe.fill(from, allowance(meter, usize::MAX)) => filled,
+        let taken = tokio::select! {
+            taken = way.take(allowance(meter, usize::MAX)) => taken,
             _ = ended.wait_for(|ended| *ended) => break,
             () = stop.idle() => break,
         };
-        let n = match filled {
+        let n = match taken {
             Ok(0) => break,
             Ok(n) => n,
             Err(_) => {
@@ -499,20 +546,20 @@ async fn spliced(
             break;
         }
         stop.touch();
-        let drained = tokio::select! {
-            drained = pipe.drain(to, n) => drained,
+        let given = tokio::select! {
+            given = way.give(n) => given,
             _ = ended.wait_for(|ended| *ended) => break,
             () = stop.idle() => break,
         };
-        if drained.is_err() {
+        if given.is_err() {
             stop.end();
             break;
         }
         stop.touch();
-        copied += n as u64;
+        carried += n as u64;
     }
-    crate::splice::shut_write(to);
-    copied
+    way.finish().await;
+    carried
 }
 
 /// Both directions' signal to end: set when one passes the allowance or
@@ -582,49 +629,27 @@ fn allowance(meter: Option<&Meter>, most: usize) -> usize {
     left.map_or(most, |left| usize::try_from(left).unwrap_or(usize::MAX).clamp(1, most))
 }
 
-/// Copies `from` to `to` until `from` ends (then `to` is shut for
-/// writing), a side fails, or the allowance passes (then both stop).
-async fn pump(
-    mut from: impl AsyncRead + Unpin,
-    mut to: impl AsyncWrite + Unpin,
-    meter: Option<&Meter>,
-    stop: &Stop,
-) -> u64 {
-    let mut buffer = vec![0u8; BUFFER];
-    let mut copied = 0u64;
-    let mut ended = stop.ended.subscribe();
-    loop {
-        let most = allowance(meter, BUFFER);
-        let read = tokio::select! {
-            read = from.read(&mut buffer[..most]) => read,
-            _ = ended.wait_for(|ended| *ended) => break,
-            () = stop.idle() => break,
-        };
-        let n = match read {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(_) => {
-                stop.end();
-                break;
-            }
-        };
-        if !count(meter, n) {
-            stop.over();
-            break;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The buffered way (where the kernel's is not to be had) carries what
+    /// the spliced one does: up to the allowance, then both directions end.
+    #[tokio::test]
+    async fn a_buffered_copy_carries_up_to_the_allowance_and_to_the_end() {
+        for (limit, expected) in [(Some(4_000), 4_000), (None, 10_000)] {
+            let (mut source, from) = tokio::io::duplex(1 << 16);
+            let (to, mut destination) = tokio::io::duplex(1 << 16);
+            source.write_all(&[7; 10_000]).await.unwrap_or_default();
+            drop(source);
+            let meter = Meter::new(limit);
+            let stop = Stop::default();
+            let way = Copied { from, to, buffer: vec![0; 1_000] };
+            let carried = carry(way, Some(&meter), &stop).await;
+            let mut got = Vec::new();
+            destination.read_to_end(&mut got).await.unwrap_or_default();
+            assert_eq!((carried, got.len()), (expected, expected as usize));
+            assert_eq!(stop.quota.load(Ordering::Relaxed), limit.is_some());
         }
-        stop.touch();
-        let written = tokio::select! {
-            written = to.write_all(&buffer[..n]) => written,
-            _ = ended.wait_for(|ended| *ended) => break,
-            () = stop.idle() => break,
-        };
-        if written.is_err() {
-            stop.end();
-            break;
-        }
-        stop.touch();
-        copied += n as u64;
     }
-    let _ = to.shutdown().await;
-    copied
 }

@@ -294,13 +294,7 @@ pub(crate) async fn prepare(
     let Some(stored) = state.store.plugin(&tenant.id, plugin).await.map_err(ApiError::store)? else {
         return Err(ApiError::not_found("there is no such plugin for this tenant; upload it with POST /v1/plugins"));
     };
-    let path = materialize(&*state.store, &state.data_dir, &tenant.id, plugin, &state.runs_handle)
-        .await
-        .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
-    let from = path.clone();
-    let loaded = off_api(state, &state.loads, (), move |engine| async move { Plugin::load(&engine, &from).await })
-        .await?
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    let (path, loaded) = load_stored(state, tenant, plugin).await?;
     let manifest = loaded
         .agent()
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_an_agent", e.to_string()))?
@@ -342,6 +336,19 @@ pub(crate) async fn prepare(
     };
     hooks_need_own_loop(&spec)?;
     Ok(Prepared { plugin: loaded, path, spec, granted })
+}
+
+/// The tenant's stored plugin `id`, loaded from this node's copy (written
+/// from the store on first need): its file and the plugin.
+async fn load_stored(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<(PathBuf, Plugin)> {
+    let path = materialize(&*state.store, &state.data_dir, &tenant.id, id, &state.runs_handle)
+        .await
+        .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
+    let from = path.clone();
+    let loaded = off_api(state, &state.loads, (), move |engine| async move { Plugin::load(&engine, &from).await })
+        .await?
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+    Ok((path, loaded))
 }
 
 /// The tenant's plugins a run may start as children, by name, as the run
@@ -419,13 +426,7 @@ pub(crate) async fn hooks_of(
                 format!("the hook {id} names no plugin of this tenant; upload it with POST /v1/plugins"),
             ));
         }
-        let path = materialize(&*state.store, &state.data_dir, &tenant.id, id, &state.runs_handle)
-            .await
-            .map_err(|m| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage", m))?;
-        let from = path.clone();
-        let loaded = off_api(state, &state.loads, (), move |engine| async move { Plugin::load(&engine, &from).await })
-            .await?
-            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin", e.to_string()))?;
+        let (path, loaded) = load_stored(state, tenant, id).await?;
         loaded.hook().map_err(|e| {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "not_a_hook", format!("the hook {id}: {e}"))
         })?;
