@@ -26,6 +26,7 @@ mod confine;
 mod container;
 mod landlock_abi;
 mod local;
+pub mod network;
 mod path;
 pub mod process;
 mod program;
@@ -41,6 +42,7 @@ pub use container::{
     find_on_path,
 };
 pub use local::LocalSandbox;
+pub use network::{Gateway, PROXY_ADDR};
 pub use path::normalize;
 pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds};
 pub use program::{ConfinedCommand, ProgramConfinement, SpawnResources};
@@ -154,6 +156,24 @@ pub trait Sandbox: Send + Sync {
 
     /// Runs a shell command with a time limit.
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError>;
+
+    /// Runs a shell command whose only network is `gateway`: what it
+    /// connects to at [`PROXY_ADDR`] (named in its `HTTP_PROXY` and
+    /// `HTTPS_PROXY`) is the gateway's to serve, and nothing else is
+    /// reachable. Default: refused, for a sandbox that cannot confine a
+    /// command's network that way.
+    fn exec_with_network(
+        &self,
+        command: &str,
+        timeout: Duration,
+        gateway: &dyn Gateway,
+    ) -> Result<ExecOutput, SandboxError> {
+        let _ = (command, timeout, gateway);
+        Err(SandboxError::Unsupported(format!(
+            "the {} sandbox cannot give a command network through nexo's proxy; run it in the local sandbox",
+            self.name()
+        )))
+    }
 
     /// Releases what the sandbox holds (a container, a connection).
     /// Idempotent.

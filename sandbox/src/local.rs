@@ -252,7 +252,16 @@ impl Sandbox for LocalSandbox {
     }
 
     fn exec(&self, command: &str, timeout: Duration) -> Result<ExecOutput, SandboxError> {
-        shell::run(&self.root, command, timeout, &self.shell)
+        shell::run(&self.root, command, timeout, &self.shell, None)
+    }
+
+    fn exec_with_network(
+        &self,
+        command: &str,
+        timeout: Duration,
+        gateway: &dyn crate::Gateway,
+    ) -> Result<ExecOutput, SandboxError> {
+        shell::run(&self.root, command, timeout, &self.shell, Some(gateway))
     }
 
     fn close(&self) -> Result<(), SandboxError> {

@@ -133,14 +133,15 @@ impl ProgramConfinement {
             Confinement::Bubblewrap => {
                 let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;
                 let (mut cmd, fd) =
-                    bwrap_command(&bwrap, Some(root), limits, sockets, &view).map_err(SandboxError::Config)?;
+                    bwrap_command(&bwrap, Some(root), limits, sockets, &view, None).map_err(SandboxError::Config)?;
                 cmd.arg("--").arg(program.as_ref()).args(&arg_strs);
                 (cmd, Some(fd))
             }
             Confinement::Landlock => {
                 let mut cmd = Command::new(program.as_ref());
                 cmd.args(&arg_strs).current_dir(root);
-                let how = Landlocked { shepherd: false, sockets, connect_ports: &self.connect_ports };
+                let how =
+                    Landlocked { shepherd: false, sockets, connect_ports: &self.connect_ports, private_net: None };
                 confine_with_landlock(&mut cmd, root, limits, how, &view)?;
                 (cmd, None)
             }

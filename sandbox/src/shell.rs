@@ -42,6 +42,7 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use crate::confine::{self, LIMITS_REFUSED, Limits, SECCOMP_REFUSED, SHEPHERD_REFUSED, Sockets};
 use crate::landlock_abi::{KernelLandlock, LandlockUnusable, required_abi};
+use crate::network::{Enter, Gateway, NETWORK_REFUSED, PROXY_ADDR, PrivateNet, proxy_env};
 use crate::process::{AfterExit, Job, OnTimeout, Outcome, cloexec_all_but};
 use crate::view::{LANDLOCK_DEVICES, SystemView};
 use crate::{ExecOutput, SandboxError};
@@ -339,8 +340,8 @@ pub(crate) fn instructions(root: &Path, policy: &ShellPolicy, shell: bool) -> St
              your file tools; file access is confined to {root}."
         );
     }
-    let no_network = "There is no network access: commands cannot open TCP connections or create any other socket \
-                      (UDP, raw or Unix), only connected socket pairs.";
+    let no_network = "Commands have no direct network access: they cannot open TCP connections of their own or \
+                      create any other socket (UDP, raw or Unix), only connected socket pairs.";
     let Ok(confinement) = policy.effective_confinement() else {
         return format!(
             "You run on the host machine, in the directory {root}. File access is confined to {root}. Shell \
@@ -369,12 +370,15 @@ pub(crate) fn instructions(root: &Path, policy: &ShellPolicy, shell: bool) -> St
     )
 }
 
-/// Runs `command` with `sh -c` in `root`.
+/// Runs `command` with `sh -c` in `root`; with a `gateway`, in a network
+/// namespace of its own whose one way out is that gateway (see
+/// [`crate::network`]), unless it runs unconfined, on the host's network.
 pub(crate) fn run(
     root: &Path,
     command: &str,
     timeout: Duration,
     policy: &ShellPolicy,
+    gateway: Option<&dyn Gateway>,
 ) -> Result<ExecOutput, SandboxError> {
     if command.contains('\0') {
         return Err(SandboxError::InvalidInput("the command contains a NUL byte".into()));
@@ -382,21 +386,38 @@ pub(crate) fn run(
     if timeout.is_zero() {
         return Err(SandboxError::InvalidInput("the command's time limit is zero; give it a positive limit".into()));
     }
-    let env = child_env(root, policy)?;
     let confinement = policy.effective_confinement()?;
+    let net = match gateway {
+        Some(_) if confinement != Confinement::Unconfined => Some(
+            PrivateNet::new().map_err(|e| SandboxError::Failed(format!("cannot set up the command's network: {e}")))?,
+        ),
+        _ => None,
+    };
+    let env = child_env(root, policy, net.is_some())?;
     let limits = policy.limits.resolve();
+    let enter = net.as_ref().map(PrivateNet::enter);
     // `filter_fd` stays open until the spawn: bwrap reads the seccomp filter from it.
     let (mut cmd, filter_fd) = match confinement {
         Confinement::Bubblewrap => {
             let bwrap = policy.bwrap_binary().map_err(SandboxError::Config)?;
-            let (mut cmd, fd) =
-                bwrap_command(&bwrap, Some(root), limits, Sockets::None, &policy.view).map_err(SandboxError::Config)?;
+            let sockets = if enter.is_some() { Sockets::Tcp } else { Sockets::None };
+            let (mut cmd, fd) = bwrap_command(&bwrap, Some(root), limits, sockets, &policy.view, enter)
+                .map_err(SandboxError::Config)?;
             cmd.args(["--", SHELL, "-c", command]);
             (cmd, Some(fd))
         }
         Confinement::Landlock => {
             let mut cmd = shell_command(root, command);
-            confine_with_landlock(&mut cmd, root, limits, Landlocked::SHELL, &policy.view)?;
+            let how = match &enter {
+                Some(enter) => Landlocked {
+                    sockets: Sockets::Tcp,
+                    connect_ports: &[PROXY_ADDR.port()],
+                    private_net: Some(enter),
+                    ..Landlocked::SHELL
+                },
+                None => Landlocked::SHELL,
+            };
+            confine_with_landlock(&mut cmd, root, limits, how, &policy.view)?;
             (cmd, None)
         }
         Confinement::Unconfined => {
@@ -423,8 +444,26 @@ pub(crate) fn run(
     // Bubblewrap's PID namespace ends the command's processes; otherwise its shepherd does.
     let on_timeout = if confinement == Confinement::Bubblewrap { OnTimeout::KillGroup } else { OnTimeout::AskShepherd };
     let job = Job { stdin: None, timeout, cap: MAX_OUTPUT_BYTES, on_timeout, after_exit: AfterExit::KillGroup };
-    let child = job.spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
+    let mut child = job.spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
     drop(filter_fd);
+    // Served until the command has ended: its connections end with it.
+    let _serving = match (net, gateway) {
+        (Some(net), Some(gateway)) => match net.listener().and_then(|l| gateway.serve(l)) {
+            Ok(serving) => Some(serving),
+            Err(e) => {
+                let _ = rustix::process::kill_process_group(
+                    rustix::process::Pid::from_child(&child),
+                    rustix::process::Signal::KILL,
+                );
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(SandboxError::Failed(format!(
+                    "cannot serve the command's network, so it was stopped: {e}"
+                )));
+            }
+        },
+        _ => None,
+    };
     match job.supervise(child)? {
         Outcome::Exited(output) => Ok(output.into()),
         Outcome::TimedOut => Err(SandboxError::Timeout(format!(
@@ -452,6 +491,12 @@ pub(crate) fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error)
         Some(SHEPHERD_REFUSED) => SandboxError::Config(
             "the process that ends every process of a command could not be started (it needs \
              PR_SET_CHILD_SUBREAPER and a free process slot), so the command was not run"
+                .into(),
+        ),
+        Some(NETWORK_REFUSED) => SandboxError::Config(
+            "the command's own network namespace could not be made (it needs user namespaces, which the kernel or \
+             a security module may forbid: check kernel.unprivileged_userns_clone and \
+             kernel.apparmor_restrict_unprivileged_userns), so it was not run with the host's network"
                 .into(),
         ),
         Some(LIMITS_REFUSED) => SandboxError::Config(
@@ -482,11 +527,15 @@ pub(crate) fn spawn_error(confinement: Confinement, cmd: &Command, e: io::Error)
     }
 }
 
-/// The whole environment of the command.
-fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsString)>, SandboxError> {
+/// The whole environment of the command; with `proxied`, the variables
+/// that name its proxy too.
+fn child_env(root: &Path, policy: &ShellPolicy, proxied: bool) -> Result<Vec<(OsString, OsString)>, SandboxError> {
     let lang = std::env::var_os("LANG").filter(|v| !v.is_empty()).unwrap_or_else(|| "C.UTF-8".into());
     let mut env: Vec<(OsString, OsString)> =
         vec![("PATH".into(), DEFAULT_PATH.into()), ("HOME".into(), root.into()), ("LANG".into(), lang)];
+    if proxied {
+        env.extend(proxy_env().map(|(name, value)| (name.into(), value.into())));
+    }
     for (name, value) in &policy.env {
         if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
             return Err(SandboxError::Config(format!(
@@ -507,14 +556,16 @@ fn child_env(root: &Path, policy: &ShellPolicy) -> Result<Vec<(OsString, OsStrin
 /// seccomp filter from (to be closed once it is spawned). `view` is bound
 /// read-only into an empty root; `root` is bound writable and made the
 /// working directory; without it (the probe) nothing is writable but the
-/// private `/tmp`. Any `sockets` but [`Sockets::None`] keeps the host's
-/// network namespace.
+/// private `/tmp`. Any `sockets` but [`Sockets::None`] keeps the network
+/// namespace bwrap starts in: the host's, or with `private_net` the one
+/// made for the command before bwrap runs.
 pub(crate) fn bwrap_command(
     bwrap: &Path,
     root: Option<&Path>,
     limits: Limits,
     sockets: Sockets,
     view: &SystemView,
+    private_net: Option<Enter>,
 ) -> Result<(Command, OwnedFd), String> {
     let network = sockets != Sockets::None;
     let filter = confine::filter_bytes(&confine::syscall_filter(sockets)?);
@@ -527,11 +578,15 @@ pub(crate) fn bwrap_command(
     let filter_fd = read.as_raw_fd();
     let mut cmd = Command::new(bwrap);
     let hook = move || {
+        if let Some(net) = &private_net {
+            net.enter()?;
+        }
         cloexec_all_but(Some(filter_fd))?;
         limits.apply()
     };
     // SAFETY: the hook runs between fork and exec and only makes syscalls
-    // (close_range, fcntl, prlimit) on values prepared before the fork.
+    // (close_range, fcntl, prlimit, and those of `Enter::enter`) on values
+    // prepared before the fork.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
@@ -587,7 +642,7 @@ fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
 fn run_bwrap_probe(bwrap: &Path) -> Result<(), String> {
     let shown = bwrap.display();
     let (mut cmd, filter_fd) =
-        bwrap_command(bwrap, None, ShellLimits::NONE.resolve(), Sockets::None, &SystemView::default())?;
+        bwrap_command(bwrap, None, ShellLimits::NONE.resolve(), Sockets::None, &SystemView::default(), None)?;
     cmd.args(["--", SHELL, "-c", "true"]).env_clear().env("PATH", DEFAULT_PATH);
     let job = Job {
         stdin: None,
@@ -673,12 +728,14 @@ pub(crate) struct Landlocked<'a> {
     /// With sockets: TCP may connect to these ports only (and bind
     /// nowhere). Empty: any port.
     pub(crate) connect_ports: &'a [u16],
+    /// A network namespace of its own, made first ([`crate::network`]).
+    pub(crate) private_net: Option<&'a Enter>,
 }
 
 impl Landlocked<'_> {
     /// A shell command: shepherded, no network.
     pub(crate) const SHELL: Landlocked<'static> =
-        Landlocked { shepherd: true, sockets: Sockets::None, connect_ports: &[] };
+        Landlocked { shepherd: true, sockets: Sockets::None, connect_ports: &[], private_net: None };
 }
 
 /// Makes `cmd` confine itself between fork and exec: descriptors, shepherd,
@@ -728,10 +785,17 @@ pub(crate) fn confine_with_landlock(
             ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(|e| failed(&e))?;
         }
     }
-    let drop_caps = rustix::thread::capabilities(None).map(|c| !c.permitted.is_empty()).unwrap_or(true);
+    // A new user namespace gives every capability within it.
+    let drop_caps = how.private_net.is_some()
+        || rustix::thread::capabilities(None).map(|c| !c.permitted.is_empty()).unwrap_or(true);
+    let private_net = how.private_net.cloned();
     let mut ruleset = Some(ruleset);
     let hook = move || -> io::Result<()> {
         cloexec_all_but(None)?;
+        // First: the shepherd lives in it too, outside nothing it could reach.
+        if let Some(net) = &private_net {
+            net.enter()?;
+        }
         // Before Landlock, so the shepherd stays outside the command's domain.
         if how.shepherd {
             confine::fork_shepherd()?;
@@ -749,7 +813,8 @@ pub(crate) fn confine_with_landlock(
     };
     // SAFETY: the hook runs in the forked child before exec. It only makes
     // syscalls (close_range, fork, prctl, prlimit, capset,
-    // landlock_restrict_self, seccomp, close) and allocates nothing: the
+    // landlock_restrict_self, seccomp, close, and those of `Enter::enter`)
+    // and allocates nothing: the
     // ruleset, its path fds and the filter were prepared above, and its
     // errors are plain errnos.
     #[allow(unsafe_code)]
@@ -788,7 +853,7 @@ mod tests {
             env: vec![("PATH".into(), "/opt/bin".into()), ("EXTRA".into(), "1".into())],
             ..ShellPolicy::default()
         };
-        let env = child_env(Path::new("/work/root"), &policy).unwrap();
+        let env = child_env(Path::new("/work/root"), &policy, false).unwrap();
         let names: Vec<_> = env.iter().map(|(n, _)| n.to_str().unwrap()).collect();
         assert_eq!(names, ["HOME", "LANG", "PATH", "EXTRA"]);
         assert_eq!(env[0].1, "/work/root");
@@ -799,7 +864,7 @@ mod tests {
     fn malformed_env_is_a_config_error() {
         for (name, value) in [("", "x"), ("A=B", "x"), ("A", "x\0y")] {
             let policy = ShellPolicy { env: vec![(name.into(), value.into())], ..ShellPolicy::default() };
-            assert!(matches!(child_env(Path::new("/"), &policy), Err(SandboxError::Config(_))), "{name:?}");
+            assert!(matches!(child_env(Path::new("/"), &policy, false), Err(SandboxError::Config(_))), "{name:?}");
         }
     }
 
@@ -807,8 +872,11 @@ mod tests {
     fn bad_arguments_are_refused_before_running() {
         let policy = ShellPolicy { confinement: Confinement::Unconfined, ..ShellPolicy::default() };
         let root = Path::new("/");
-        assert!(matches!(run(root, "echo \0", Duration::from_secs(1), &policy), Err(SandboxError::InvalidInput(_))));
-        assert!(matches!(run(root, "true", Duration::ZERO, &policy), Err(SandboxError::InvalidInput(_))));
+        assert!(matches!(
+            run(root, "echo \0", Duration::from_secs(1), &policy, None),
+            Err(SandboxError::InvalidInput(_))
+        ));
+        assert!(matches!(run(root, "true", Duration::ZERO, &policy, None), Err(SandboxError::InvalidInput(_))));
     }
 
     #[test]
@@ -818,6 +886,7 @@ mod tests {
             (SECCOMP_REFUSED, "seccomp socket filter could not be installed"),
             (SHEPHERD_REFUSED, "could not be started"),
             (LIMITS_REFUSED, "resource limits could not be set"),
+            (NETWORK_REFUSED, "own network namespace could not be made"),
         ] {
             for c in [Confinement::Landlock, Confinement::Bubblewrap, Confinement::Unconfined] {
                 match spawn_error(c, &cmd, io::Error::from_raw_os_error(errno)) {
@@ -847,7 +916,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let policy = ShellPolicy { confinement: Confinement::Unconfined, ..ShellPolicy::default() };
         let command = format!("sleep 30 # {}", "é".repeat(500));
-        match run(root.path(), &command, Duration::from_millis(100), &policy) {
+        match run(root.path(), &command, Duration::from_millis(100), &policy, None) {
             Err(SandboxError::Timeout(msg)) => {
                 let shown = head_chars(&command, 200);
                 assert!(shown.chars().count() == 200 && shown.ends_with('…'), "{shown}");

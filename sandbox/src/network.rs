@@ -1,0 +1,257 @@
+//! Network for a confined command through the host's gateway and nothing
+//! else.
+//!
+//! A command granted network gets a network namespace of its own, made
+//! between fork and exec, in which only the loopback interface exists. In
+//! it, before anything of the command runs, a TCP listener is bound at
+//! [`PROXY_ADDR`] and handed to the host over a socket pair; the host serves
+//! it with a [`Gateway`] (nexo's egress proxy), and the command's
+//! environment names it in `HTTP_PROXY` and `HTTPS_PROXY`. The command's
+//! seccomp filter allows TCP sockets and no other kind (no UDP, so no DNS
+//! query leaves; no Unix, raw or netlink socket), and under Landlock it may
+//! connect to the proxy's port only and bind nowhere. A program that
+//! ignores the proxy variables finds nothing to connect to: the namespace
+//! has no route out, and the gateway, running in the host's namespace,
+//! alone decides what a connection reaches.
+//!
+//! The namespace needs a user namespace to be made without privileges; the
+//! command's user and group are mapped to themselves in it, so files keep
+//! their owners. The capabilities the command holds in it (when the host
+//! is not root) are dropped before it runs.
+
+#![allow(unsafe_code)] // raw syscalls between fork and exec
+
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Where a command's proxy listens, inside its own namespace.
+pub const PROXY_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+
+/// Errno the hooks report when the command's network namespace cannot be
+/// made. `execve` never returns it, so the parent can tell.
+pub(crate) const NETWORK_REFUSED: i32 = libc::ENONET;
+
+/// What serves a confined command's network: each connection the command
+/// makes to [`PROXY_ADDR`] arrives on the listener it is given.
+pub trait Gateway: Send + Sync {
+    /// Serves the connections accepted on `listener` (bound in the
+    /// command's namespace) until the returned guard is dropped, which the
+    /// sandbox does once the command has ended. Called off the host's async
+    /// threads.
+    fn serve(&self, listener: TcpListener) -> io::Result<Box<dyn Send>>;
+
+    /// What the gateway lets through, in a few words (`nexo inspect`, the
+    /// model's instructions), e.g. `HTTP(S) to api.example.com:443 through
+    /// nexo's egress proxy`.
+    fn describe(&self) -> String;
+}
+
+impl fmt::Debug for dyn Gateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// The variables that point a command at its proxy. `NO_PROXY` is empty:
+/// nothing is reached around it.
+pub(crate) fn proxy_env() -> [(&'static str, String); 8] {
+    let url = format!("http://{PROXY_ADDR}");
+    [
+        ("HTTP_PROXY", url.clone()),
+        ("http_proxy", url.clone()),
+        ("HTTPS_PROXY", url.clone()),
+        ("https_proxy", url.clone()),
+        ("ALL_PROXY", url.clone()),
+        ("all_proxy", url),
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+    ]
+}
+
+/// A namespace to be made in a child: the host's end of the socket pair the
+/// child hands its listener over, and what the child needs, prepared before
+/// the fork.
+pub(crate) struct PrivateNet {
+    host: OwnedFd,
+    child: OwnedFd,
+}
+
+/// The child's part of a [`PrivateNet`]: plain data, so a `pre_exec` hook
+/// can own it.
+#[derive(Debug, Clone)]
+pub(crate) struct Enter {
+    child: RawFd,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl PrivateNet {
+    /// The socket pair, ready for a fork.
+    pub(crate) fn new() -> io::Result<PrivateNet> {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two descriptors into the array.
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both were just opened and are owned by nothing else.
+        let (host, child) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(PrivateNet { host, child })
+    }
+
+    /// What the child's hook runs ([`Enter::enter`]).
+    pub(crate) fn enter(&self) -> Enter {
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Enter {
+            child: self.child.as_raw_fd(),
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+
+    /// After the spawn (the hook has run by then): the listener the child
+    /// made.
+    pub(crate) fn listener(self) -> io::Result<TcpListener> {
+        drop(self.child);
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+        // Room for one descriptor's control message, aligned for cmsghdr.
+        let mut space = [0u64; 8];
+        // SAFETY: zeroed msghdr is valid; its pointers are set to locals alive for the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&space) as _;
+        let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+        // SAFETY: recvmsg writes within the buffers msg points at.
+        let n = unsafe { libc::recvmsg(self.host.as_raw_fd(), &mut msg, flags) };
+        if n != 1 {
+            let why = if n < 0 { io::Error::last_os_error().to_string() } else { "nothing came".into() };
+            return Err(io::Error::other(format!("the command's network listener did not arrive: {why}")));
+        }
+        // SAFETY: the kernel filled the control buffer; the macros walk it within msg_controllen.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+                return Err(io::Error::other("the command's network listener did not arrive"));
+            }
+            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+            let listener = TcpListener::from_raw_fd(fd);
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        }
+    }
+}
+
+impl Enter {
+    /// In the forked child: a user and network namespace of its own, its
+    /// loopback up, a listener at [`PROXY_ADDR`] sent to the host.
+    /// Async-signal-safe: raw syscalls on memory prepared before the fork.
+    pub(crate) fn enter(&self) -> io::Result<()> {
+        let refused = || io::Error::from_raw_os_error(NETWORK_REFUSED);
+        // SAFETY: raw syscalls on locals and on buffers owned by self.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+                return Err(refused());
+            }
+            // `setgroups` must be refused before an unprivileged process may map its group.
+            let maps: [(&std::ffi::CStr, &[u8]); 3] = [
+                (c"/proc/self/setgroups", b"deny\n"),
+                (c"/proc/self/uid_map", &self.uid_map),
+                (c"/proc/self/gid_map", &self.gid_map),
+            ];
+            for (path, content) in maps {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(refused());
+                }
+                let written = libc::write(fd, content.as_ptr().cast(), content.len());
+                libc::close(fd);
+                if written != content.len() as isize {
+                    return Err(refused());
+                }
+            }
+            loopback_up().map_err(|_| refused())?;
+            let listener = listen().map_err(|_| refused())?;
+            let sent = send_fd(self.child, listener);
+            libc::close(listener);
+            libc::close(self.child);
+            sent.map_err(|_| refused())
+        }
+    }
+}
+
+/// Brings `lo` up in the current network namespace.
+unsafe fn loopback_up() -> io::Result<()> {
+    // SAFETY: raw syscalls on a local ifreq.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (to, from) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *to = *from as libc::c_char;
+        }
+        let mut done = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0;
+        if done {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            done = libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) == 0;
+        }
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if done { Ok(()) } else { Err(error) }
+    }
+}
+
+/// A listening TCP socket at [`PROXY_ADDR`].
+unsafe fn listen() -> io::Result<RawFd> {
+    // SAFETY: raw syscalls on a local sockaddr.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: PROXY_ADDR.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*PROXY_ADDR.ip()).to_be() },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), len) != 0 || libc::listen(fd, 64) != 0 {
+            let error = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(error);
+        }
+        Ok(fd)
+    }
+}
+
+/// Sends `fd` over the Unix socket `to`.
+unsafe fn send_fd(to: RawFd, fd: RawFd) -> io::Result<()> {
+    // SAFETY: sendmsg reads the locals msg points at.
+    unsafe {
+        let byte = [b'n'];
+        let mut iov = libc::iovec { iov_base: byte.as_ptr().cast_mut().cast(), iov_len: 1 };
+        let mut space = [0u64; 8];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        if libc::sendmsg(to, &msg, libc::MSG_NOSIGNAL) != 1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
