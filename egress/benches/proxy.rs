@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("proxied", |b| {
         b.iter(|| {
             rt.block_on(async {
-                assert!(fetch(UnixStream::connect(proxy.path()).await.unwrap(), &request).await > BIG)
+                assert!(fetch(UnixStream::connect(proxy.path().unwrap()).await.unwrap(), &request).await > BIG)
             })
         })
     });
@@ -122,7 +122,7 @@ fn bench(c: &mut Criterion) {
     let request = proxied("/small");
     group.bench_function("proxied", |b| {
         b.iter(|| {
-            rt.block_on(async { assert!(fetch(UnixStream::connect(proxy.path()).await.unwrap(), &request).await > 2) })
+            rt.block_on(async { assert!(fetch(UnixStream::connect(proxy.path().unwrap()).await.unwrap(), &request).await > 2) })
         })
     });
     group.finish();

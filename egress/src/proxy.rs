@@ -1,6 +1,8 @@
 //! The egress proxy: the one way a confined command reaches the network.
 //! It listens on a Unix socket (bound into the command's confinement,
-//! which has no network of its own) and speaks HTTP proxying: `CONNECT
+//! which has no network of its own), or on a TCP listener made inside the
+//! command's own network namespace ([`EgressProxy::serve`]), and speaks
+//! HTTP proxying: `CONNECT
 //! host:port` opens a tunnel (TLS goes through it end to end), and a
 //! request with an absolute `http://` URL is forwarded. Every connection
 //! passes the checks the guarded client's requests do:
@@ -31,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinSet;
 use url::{Host, Url};
 
@@ -102,11 +104,11 @@ pub struct Connection {
     pub reason: Option<String>,
 }
 
-/// A running proxy on a Unix socket. Dropped, it stops: the listener and
-/// every connection through it close, and the socket file is removed.
+/// A running proxy. Dropped, it stops: the listener and every connection
+/// through it close, and a Unix socket's file is removed.
 #[derive(Debug)]
 pub struct EgressProxy {
-    path: PathBuf,
+    path: Option<PathBuf>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -117,23 +119,108 @@ impl EgressProxy {
     /// exemptions come with it: give a client with none (as the fetch tool
     /// has) unless the operator exempted an address for these commands.
     pub fn start(client: &GuardedClient, path: &Path, policy: ProxyPolicy) -> std::io::Result<EgressProxy> {
-        let listener = UnixListener::bind(path)?;
+        let listener = Listener::Unix(UnixListener::bind(path)?);
         let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
         let task = tokio::spawn(accept(listener, shared));
-        Ok(EgressProxy { path: path.to_path_buf(), task })
+        Ok(EgressProxy { path: Some(path.to_path_buf()), task })
     }
 
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Serves the connections accepted on `listener`, a TCP listener made
+    /// elsewhere: in a confined command's own network namespace, where it
+    /// is the one thing there is to connect to. Checks as [`EgressProxy::start`]
+    /// does. Must be called within a Tokio runtime.
+    pub fn serve(
+        client: &GuardedClient,
+        listener: std::net::TcpListener,
+        policy: ProxyPolicy,
+    ) -> std::io::Result<EgressProxy> {
+        listener.set_nonblocking(true)?;
+        let listener = Listener::Tcp(TcpListener::from_std(listener)?);
+        let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
+        let task = tokio::spawn(accept(listener, shared));
+        Ok(EgressProxy { path: None, task })
+    }
+
+    /// The Unix socket's path, for a proxy [`EgressProxy::start`]ed on one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 }
 
 impl Drop for EgressProxy {
     fn drop(&mut self) {
         self.task.abort();
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
     }
+}
+
+/// Where clients come from.
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+/// A client's connection, whichever listener it came on.
+#[cfg(target_os = "linux")]
+trait Client: AsyncRead + AsyncWrite + crate::splice::Socket + Unpin + Send + 'static {
+    /// Reads what is already here, without waiting.
+    fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize>;
+    /// Makes room for a spliced chunk in flight.
+    fn widen(&self) {}
+}
+/// A client's connection, whichever listener it came on.
+#[cfg(not(target_os = "linux"))]
+trait Client: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Reads what is already here, without waiting.
+    fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize>;
+}
+impl Client for UnixStream {
+    fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        self.try_read(buffer)
+    }
+    #[cfg(target_os = "linux")]
+    fn widen(&self) {
+        crate::splice::widen(self);
+    }
+}
+impl Client for TcpStream {
+    fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        self.try_read(buffer)
+    }
+}
+
+/// A client just accepted.
+enum Accepted {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Listener::Unix(l) => Ok(Accepted::Unix(l.accept().await?.0)),
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Ok(Accepted::Tcp(stream))
+            }
+        }
+    }
+}
+
+/// Serves a client on `connections`, or answers it 503 past the most.
+
+fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<Shared>) {
+    if connections.len() >= MAX_CONNECTIONS {
+        tokio::spawn(async move {
+            let why = format!("more than {MAX_CONNECTIONS} connections are open; close one and retry");
+            let _ = answer(&mut stream, 503, &why).await;
+        });
+        return;
+    }
+    connections.spawn(serve(stream, Arc::clone(shared)));
 }
 
 struct Shared {
@@ -143,22 +230,13 @@ struct Shared {
 
 /// Accepts until the proxy is dropped; the connections are tasks of one
 /// set, so they end with it.
-async fn accept(listener: UnixListener, shared: Arc<Shared>) {
+async fn accept(listener: Listener, shared: Arc<Shared>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    if connections.len() >= MAX_CONNECTIONS {
-                        let mut stream = stream;
-                        tokio::spawn(async move {
-                            let why = format!("more than {MAX_CONNECTIONS} connections are open; close one and retry");
-                            let _ = answer(&mut stream, 503, &why).await;
-                        });
-                        continue;
-                    }
-                    connections.spawn(serve(stream, Arc::clone(&shared)));
-                }
+                Ok(Accepted::Unix(stream)) => admit(stream, &mut connections, &shared),
+                Ok(Accepted::Tcp(stream)) => admit(stream, &mut connections, &shared),
                 Err(e) => {
                     tracing::warn!(target: "nexo::egress", "the egress proxy cannot accept: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -180,7 +258,7 @@ struct Asked {
 
 /// Serves one client connection: its request read, checked, and then
 /// tunnelled or forwarded.
-async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
+async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
     let (asked, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(Some((head, rest)))) => match parse(&head) {
             Ok(asked) => (asked, rest),
@@ -194,7 +272,7 @@ async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
             // What is already here is dropped, so the close is not a reset
             // that loses the answer.
             let mut discard = [0u8; 4096];
-            while matches!(client.try_read(&mut discard), Ok(n) if n > 0) {}
+            while matches!(client.read_now(&mut discard), Ok(n) if n > 0) {}
             let why = format!("the request head is longer than {MAX_HEAD} bytes");
             let _ = answer(&mut client, 400, &why).await;
             return;
@@ -315,7 +393,7 @@ impl Shared {
 /// Reads up to the end of the request head (as httparse finds it, bare
 /// line feeds too): the head, and what came after it; `None` for a client
 /// that closed first.
-async fn read_head(client: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+async fn read_head<C: Client>(client: &mut C) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
@@ -407,7 +485,7 @@ fn shown(text: &str, most: usize) -> String {
 }
 
 /// Answers a client with `status` and `why`, and closes.
-async fn answer(client: &mut UnixStream, status: u16, why: &str) -> std::io::Result<()> {
+async fn answer<C: Client>(client: &mut C, status: u16, why: &str) -> std::io::Result<()> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
@@ -432,8 +510,8 @@ async fn answer(client: &mut UnixStream, status: u16, why: &str) -> std::io::Res
 /// cut short, if it was (the meter's allowance passed). The kernel moves
 /// the bytes where it can ([`crate::splice`]); a copy through a buffer
 /// otherwise.
-async fn tunnel(
-    client: UnixStream,
+async fn tunnel<C: Client>(
+    client: C,
     mut upstream: TcpStream,
     rest: &[u8],
     meter: Option<&Meter>,
@@ -453,14 +531,14 @@ async fn tunnel(
     let sent = rest.len() as u64;
     #[cfg(target_os = "linux")]
     if let (Ok(up), Ok(down)) = (crate::splice::Pipe::new(), crate::splice::Pipe::new()) {
-        crate::splice::widen(&client);
+        client.widen();
         let (sent_on, received) = tokio::join!(
             carry(Spliced { pipe: up, from: &client, to: &upstream }, meter, &stop),
             carry(Spliced { pipe: down, from: &upstream, to: &client }, meter, &stop)
         );
         return (sent + sent_on, received, quota(&stop));
     }
-    let (client_read, client_write) = client.into_split();
+    let (client_read, client_write) = tokio::io::split(client);
     let (upstream_read, upstream_write) = upstream.into_split();
     let (sent_on, received) = tokio::join!(
         carry(Copied { from: client_read, to: upstream_write, buffer: vec![0; BUFFER] }, meter, &stop),

@@ -43,7 +43,7 @@ fn start(client: &GuardedClient, dir: &Path, hosts: &[&str], meter: Option<Arc<M
 
 /// Sends `request` through the proxy and reads until it closes.
 async fn exchange(proxy: &EgressProxy, request: &str) -> String {
-    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    let mut stream = UnixStream::connect(proxy.path().unwrap()).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.unwrap();
@@ -86,7 +86,7 @@ async fn a_granted_host_is_forwarded_and_tunnelled_and_each_connection_is_report
     assert_eq!(seen.all("host"), ["api.example"], "the host checked is the host asked for, not another behind it");
 
     // A tunnel: what goes through it is the client's (TLS for real hosts).
-    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    let mut stream = UnixStream::connect(proxy.path().unwrap()).await.unwrap();
     stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n").await.unwrap();
     let mut opened = [0u8; 39];
     stream.read_exact(&mut opened).await.unwrap();
@@ -186,7 +186,7 @@ async fn a_dropped_proxy_removes_its_socket_and_closes_its_tunnels() {
     let client = routed_client(resolver(), &server);
     let dir = tempfile::tempdir().unwrap();
     let (proxy, _log) = start(&client, dir.path(), &["api.example"], None);
-    let path = proxy.path().to_path_buf();
+    let path = proxy.path().unwrap().to_path_buf();
     let mut stream = UnixStream::connect(&path).await.unwrap();
     stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
     let mut opened = [0u8; 39];
@@ -205,7 +205,7 @@ async fn what_a_command_sends_up_counts_against_the_allowance_too() {
     let dir = tempfile::tempdir().unwrap();
     let meter = Arc::new(Meter::new(Some(100_000)));
     let (proxy, log) = start(&client, dir.path(), &["api.example"], Some(meter.clone()));
-    let mut stream = UnixStream::connect(proxy.path()).await.unwrap();
+    let mut stream = UnixStream::connect(proxy.path().unwrap()).await.unwrap();
     stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
     let mut opened = [0u8; 39];
     stream.read_exact(&mut opened).await.unwrap();
@@ -216,4 +216,46 @@ async fn what_a_command_sends_up_counts_against_the_allowance_too() {
     let all = reported(&log, 1).await;
     assert!(all[0].reason.as_deref().unwrap_or("").contains("quota"), "{all:?}");
     assert!(all[0].sent <= 100_000 && meter.exhausted(), "{all:?}");
+}
+
+/// A proxy serving a listener made elsewhere (a confined command's own
+/// network namespace) checks and tunnels as one on a Unix socket does.
+#[tokio::test]
+async fn a_proxy_on_a_tcp_listener_checks_as_one_on_a_socket_does() {
+    let server = Server::start(|seen| Reply::ok("text/plain", format!("hi {}", seen.target))).await;
+    let client = routed_client(resolver(), &server);
+    let log = Arc::new(Log::default());
+    let policy = ProxyPolicy {
+        hosts: NetHosts::new(&["api.example"]).unwrap(),
+        meter: None,
+        log: Some(log.clone() as Arc<dyn ConnectionLog>),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    let proxy = EgressProxy::serve(&client, listener, policy).unwrap();
+    assert_eq!(proxy.path(), None);
+    let ask = |request: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(at).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let answer = ask("GET http://api.example/x HTTP/1.1\r\nHost: api.example\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hi /x"), "{answer}");
+    let answer = ask("CONNECT inside.example:443 HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let all = reported(&log, 2).await;
+    assert_eq!(all.iter().map(|c| c.allowed).collect::<Vec<_>>(), [true, false], "{all:?}");
+    drop(proxy);
+    // Dropped, it serves no one: the listener closes with it.
+    let mut closed = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(at).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(closed, "the listener outlived its proxy");
 }
