@@ -122,7 +122,9 @@ fn bench(c: &mut Criterion) {
     let request = proxied("/small");
     group.bench_function("proxied", |b| {
         b.iter(|| {
-            rt.block_on(async { assert!(fetch(UnixStream::connect(proxy.path().unwrap()).await.unwrap(), &request).await > 2) })
+            rt.block_on(async {
+                assert!(fetch(UnixStream::connect(proxy.path().unwrap()).await.unwrap(), &request).await > 2)
+            })
         })
     });
     group.finish();

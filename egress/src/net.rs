@@ -31,20 +31,60 @@ impl NetHosts {
     {
         let mut list = NetHosts::default();
         for raw in entries {
-            let raw = raw.as_ref();
-            let (host, port) = split(raw)?;
-            let hosts = HostList::new([host])?;
-            let shown = match port {
-                Some(port) if host.contains(':') => format!("[{}]:{port}", hosts.entries().join("")),
-                Some(port) => format!("{}:{port}", hosts.entries().join("")),
-                None => hosts.entries().join(""),
-            };
-            if !list.shown.contains(&shown) {
-                list.shown.push(shown);
-                list.entries.push((hosts, port));
-            }
+            let (host, port) = split(raw.as_ref())?;
+            list.push(HostList::new([host])?, port);
         }
         Ok(list)
+    }
+
+    /// Adds one entry (a list of one host), unless it is there already.
+    fn push(&mut self, hosts: HostList, port: Option<u16>) {
+        let host = hosts.entries().join("");
+        let shown = match port {
+            Some(port) if host.contains(':') => format!("[{host}]:{port}"),
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        };
+        if !self.shown.contains(&shown) {
+            self.shown.push(shown);
+            self.entries.push((hosts, port));
+        }
+    }
+
+    /// What both lists grant: each pair of entries' common hosts (a name
+    /// and its subdomain have the subdomain in common) on their common
+    /// ports, in `self`'s order.
+    pub fn intersection(&self, other: &NetHosts) -> NetHosts {
+        let mut list = NetHosts::default();
+        for (mine, my_port) in &self.entries {
+            for (theirs, their_port) in &other.entries {
+                let hosts = mine.intersection(theirs);
+                if hosts.entries().is_empty() {
+                    continue;
+                }
+                match (my_port, their_port) {
+                    (None, None) => list.push(hosts, None),
+                    (Some(p), None) | (None, Some(p)) if DEFAULT_PORTS.contains(p) => list.push(hosts, Some(*p)),
+                    (Some(a), Some(b)) if a == b => list.push(hosts, Some(*a)),
+                    _ => {}
+                }
+            }
+        }
+        list
+    }
+
+    /// The first entry of `self` that `other` does not grant in full, as
+    /// it is shown; `None` when `self` is within `other`.
+    pub fn first_beyond(&self, other: &NetHosts) -> Option<&str> {
+        let ports = |port: &Option<u16>| port.map_or(DEFAULT_PORTS.to_vec(), |p| vec![p]);
+        self.entries.iter().zip(&self.shown).find_map(|((hosts, port), shown)| {
+            let within = ports(port).iter().all(|p| {
+                other.entries.iter().any(|(theirs, their_port)| {
+                    theirs.covers(hosts) && their_port.map_or(DEFAULT_PORTS.contains(p), |q| q == *p)
+                })
+            });
+            (!within).then_some(shown.as_str())
+        })
     }
 
     /// Whether a connection to `host` (as `url` parsed it) on `port` is
@@ -133,6 +173,18 @@ mod tests {
         assert!(list.allows(&host("::1"), 9000) && !list.allows(&host("::1"), 80));
         assert!(list.allows(&host("10.0.0.5"), 80) && !list.allows(&host("10.0.0.6"), 80));
         assert!(!NetHosts::default().allows(&host("example.com"), 443), "the empty list allows nothing");
+    }
+
+    #[test]
+    fn an_intersection_keeps_common_hosts_on_common_ports() {
+        let policy = NetHosts::new(["example.com", "api.test:8443", "pypi.org:443"]).unwrap_or_default();
+        let asked = NetHosts::new(["files.example.com", "api.test", "pypi.org", "other.test"]).unwrap_or_default();
+        let both = policy.intersection(&asked);
+        assert_eq!(both.entries(), ["files.example.com", "pypi.org:443"]);
+        assert_eq!(asked.first_beyond(&policy), Some("api.test"), "80 and 443 are beyond api.test:8443");
+        assert_eq!(both.first_beyond(&policy), None);
+        assert_eq!(NetHosts::new(["example.com:80"]).unwrap_or_default().first_beyond(&policy), None);
+        assert!(policy.intersection(&NetHosts::default()).is_empty());
     }
 
     #[test]

@@ -158,6 +158,12 @@ impl Refusal for ToolError {
 pub trait AuditSink: Send + Sync {
     /// Records one decision.
     fn record(&self, used: CapabilityUse);
+
+    /// Records one connection a shell command made through the egress
+    /// proxy, let through or refused. Default: not kept.
+    fn connection(&self, connection: &nexo_egress::Connection) {
+        let _ = connection;
+    }
 }
 
 /// How many log lines an instance has written, against its limits.
@@ -533,6 +539,12 @@ impl ToolContext {
             taint: Taint::new(),
             hooks: None,
         }
+    }
+
+    /// Where the gate's decisions go, for what reports on its own later
+    /// (the shell's egress proxy, per connection).
+    pub fn audit_sink(&self) -> Option<Arc<dyn AuditSink>> {
+        self.audit.clone()
     }
 
     /// The same context, recording the gate's decisions in `audit`.

@@ -41,6 +41,11 @@ pub struct Policy {
     /// or left out: none.
     #[serde(default)]
     pub fetch_hosts: Vec<String>,
+    /// Hosts (`HOST` for ports 80 and 443, or `HOST:PORT`) the local
+    /// sandbox's shell commands may reach through nexo's egress proxy (the
+    /// same entries as `--allow-net`); empty or left out: no network.
+    #[serde(default)]
+    pub net_hosts: Vec<String>,
     /// The operator's models (`[serve.models.NAME]`) the tenant may use;
     /// the first is the default. None: the tenant's agents cannot prompt.
     #[serde(default)]
@@ -108,6 +113,7 @@ impl Default for Policy {
             mode: read_only(),
             sandboxes: virtual_only(),
             fetch_hosts: Vec::new(),
+            net_hosts: Vec::new(),
             models: Vec::new(),
             mcp_servers: Vec::new(),
             mcp_allow: Vec::new(),
@@ -162,6 +168,7 @@ impl Policy {
             ));
         }
         nexo_egress::HostList::new(self.fetch_hosts.iter()).map_err(|e| format!("fetch-hosts: {e}"))?;
+        nexo_egress::NetHosts::new(self.net_hosts.iter()).map_err(|e| format!("net-hosts: {e}"))?;
         for entry in &self.mcp_allow {
             crate::plugin::validate::mcp_allow_entry(entry).map_err(|e| format!("mcp-allow: {e}"))?;
         }
@@ -265,6 +272,7 @@ impl Policy {
             mode: Some(self.mode),
             sandboxes: Some(self.sandboxes.clone()),
             fetch_hosts: Some(HostList::new(&self.fetch_hosts).unwrap_or_default()),
+            net_hosts: Some(nexo_egress::NetHosts::new(&self.net_hosts).unwrap_or_default()),
             commands: Some(CommandRules::layer(self.command_rules.clone())),
             data_flow: Some(self.data_flow.clone()),
             models: Some(self.models.clone()),
@@ -325,6 +333,7 @@ impl Policy {
             // Always set: an empty list is no host and no tool, never "the
             // agent's list decides".
             fetch_hosts: Some(both.fetch_hosts.map(|h| h.entries().to_vec()).unwrap_or_default()),
+            net_hosts: both.net_hosts.map(|h| h.entries().to_vec()).unwrap_or_default(),
             commands: both.commands.unwrap_or_default(),
             data_flow: both.data_flow.unwrap_or_default(),
             inherited: crate::flow::Labels::NONE,
@@ -333,6 +342,7 @@ impl Policy {
                 chosen: true,
                 cwd: (sandbox == SandboxKind::Local).then(|| workspace.to_path_buf()),
                 view: config.sandbox.view(),
+                net_private: config.sandbox.net_allow_private.clone(),
                 // The operator's auto-detection confines a granted shell.
                 ..SandboxGrant::default()
             },
@@ -359,6 +369,7 @@ impl Narrowing {
             mode: self.mode,
             sandboxes: self.sandbox.map(|s| vec![s]),
             fetch_hosts,
+            net_hosts: None,
             commands: None,
             data_flow: None,
             models: self.model.as_ref().map(|m| vec![m.clone()]),
@@ -381,6 +392,10 @@ fn beyond_message(policy: &Policy, field: &str, item: &str) -> String {
         "fetch-hosts" => format!(
             "the fetch host `{item}` is beyond the tenant's policy (it allows: {})",
             list_or_none(&policy.fetch_hosts)
+        ),
+        "net-hosts" => format!(
+            "the network host `{item}` is beyond the tenant's policy (it allows: {})",
+            list_or_none(&policy.net_hosts)
         ),
         "models" => format!("the model `{item}` is not one the tenant may use ({})", list_or_none(&policy.models)),
         "mcp-servers" => format!(
@@ -436,6 +451,7 @@ impl Granted {
             "mode": g.mode.as_str(),
             "sandbox": g.sandbox.kind.as_str(),
             "fetch_hosts": g.fetch_hosts.as_deref().unwrap_or_default(),
+            "net_hosts": g.net_hosts,
             "model": self.model,
             "mcp_servers": g.mcp.servers,
             "mcp_tools": g.mcp.allow.as_ref().map(|t| t.entries()).unwrap_or_default(),

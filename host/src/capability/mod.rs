@@ -9,6 +9,7 @@ pub mod fetch;
 pub mod files;
 pub mod mcp;
 pub mod model;
+pub mod network;
 pub mod sandbox;
 pub mod search;
 pub mod shell;

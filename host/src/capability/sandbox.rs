@@ -61,6 +61,17 @@ impl Unit for SandboxUnit {
         if s.image.is_some() && s.kind != SandboxKind::Container {
             return Err(ConfigError::invalid("--image", "--image needs --sandbox container"));
         }
+        // Only the local sandbox gives commands network through the proxy; a container has none.
+        if !grant.net_hosts.is_empty() && matches!(s.kind, SandboxKind::Container | SandboxKind::Remote) {
+            return Err(ConfigError::invalid(
+                "--allow-net",
+                format!(
+                    "--allow-net (`net-hosts`) gives network to the local sandbox's commands, through nexo's egress \
+                     proxy; the {} sandbox's commands have none. Use --sandbox local, or drop --allow-net",
+                    s.kind.as_str()
+                ),
+            ));
+        }
         let sandbox: Option<Arc<dyn Sandbox>> = match s.kind {
             // Chosen, it is the operator's: an agent that asks for another
             // sandbox then runs in memory all the same (or is refused by its floor).

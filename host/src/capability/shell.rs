@@ -1,15 +1,18 @@
 //! The shell unit: the `shell` tool, which runs a command in the run's
 //! sandbox under the sandbox's own confinement, with a time limit, and cuts
-//! its output for the model (the end of a log is where the error is).
+//! its output for the model (the end of a log is where the error is). A
+//! run granted `net-hosts` gives its commands network through the egress
+//! proxy alone ([`super::network`]).
 
 use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
+use super::network::ShellNetwork;
 use super::sandbox::{Workspace, blocking};
 use crate::authority::Refusal;
 use crate::bindings::ShellOutput;
-use crate::error::ToolError;
+use crate::error::{ConfigError, ToolError};
 use crate::host_call::{DynTool, HostCall, Tool, ToolContext, string_arg};
 use crate::manifest::Capability;
 use crate::manifest::interface::TOOLS;
@@ -33,9 +36,12 @@ pub struct ShellResult {
 pub struct ShellUnit;
 
 /// The shell unit's per-instance state.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct ShellState {
     limits: ToolLimits,
+    /// The network the grant gives commands, or why it could not be set up
+    /// (said when a command runs, so a run that runs none still does).
+    network: Result<Option<ShellNetwork>, ConfigError>,
 }
 
 impl Unit for ShellUnit {
@@ -59,14 +65,24 @@ impl Unit for ShellUnit {
 
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
+        let grant = &setup.options.grant;
+        let network =
+            ShellNetwork::new(&grant.net_hosts, &grant.sandbox.net_private, setup.options.budget.egress.clone());
         if let Some(sandbox) = &sandbox {
             // What the data-flow guard counts as a send.
-            setup.authority.set_shell_network(sandbox.shell_network());
+            let granted = matches!(network, Ok(Some(_)) | Err(_));
+            setup.authority.set_shell_network(sandbox.shell_network() || granted);
+            if let Ok(Some(network)) = &network
+                && sandbox.supports_shell()
+                && setup.authority.effective().contains(&Capability::Shell)
+            {
+                setup.instructions.push(network.instructions());
+            }
         }
         if let Some(why) = sandbox.and_then(|s| refusal(s.name(), s.supports_shell())) {
             setup.authority.set_unavailable(Capability::Shell, why);
         }
-        setup.state.insert(ShellState { limits: setup.options.limits.tools });
+        setup.state.insert(ShellState { limits: setup.options.limits.tools, network });
         Step::ready(Ok(()))
     }
 }
@@ -107,8 +123,16 @@ impl HostCall for Shell {
     fn execute<'a>(&'a self, cx: &'a ToolContext, command: String) -> BoxFuture<'a, Result<ShellResult, ToolError>> {
         Box::pin(async move {
             let sandbox = &cx.state::<Workspace>()?.sandbox;
-            let limits = cx.state::<ShellState>()?.limits;
-            let out = blocking(sandbox, move |s| s.exec(&command, limits.shell_timeout)).await?;
+            let state = cx.state::<ShellState>()?;
+            let timeout = state.limits.shell_timeout;
+            let out = match &state.network {
+                Ok(None) => blocking(sandbox, move |s| s.exec(&command, timeout)).await?,
+                Ok(Some(network)) => {
+                    let gateway = network.gateway(cx.audit_sink());
+                    blocking(sandbox, move |s| s.exec_with_network(&command, timeout, &gateway)).await?
+                }
+                Err(e) => return Err(ToolError::Unsupported(e.to_string())),
+            };
             Ok(ShellResult { status: out.status, stdout: out.stdout, stderr: out.stderr })
         })
     }

@@ -49,6 +49,12 @@ pub struct GrantArgs {
     /// `fetch-hosts`). A URL must be on this list and on the agent's `fetch-allow`.
     #[arg(long = "fetch-host", value_name = "HOST", value_delimiter = ',')]
     fetch_hosts: Vec<String>,
+    /// Let the local sandbox's shell commands reach this host, through nexo's egress
+    /// proxy only: `HOST` (and its subdomains) on ports 80 and 443, or `HOST:PORT`
+    /// (repeatable; adds to `net-hosts`). Commands get HTTP_PROXY and HTTPS_PROXY;
+    /// nothing else is reachable, not even DNS.
+    #[arg(long = "allow-net", value_name = "HOST[:PORT]", value_delimiter = ',')]
+    net_hosts: Vec<String>,
     /// Configure an MCP server: `NAME=https://host/mcp` (streamable HTTP) or
     /// `NAME=COMMAND ARGS…` (stdio; shell-style quoting). Repeatable; replaces an
     /// `[mcp.NAME]` table of the config file. Agents reach it only if they request it.
@@ -107,6 +113,7 @@ impl GrantArgs {
                 cwd: self.cwd.clone(),
                 shell_confinement: self.shell_confinement,
                 fetch_hosts: listed(&self.fetch_hosts),
+                net_hosts: listed(&self.net_hosts),
                 mcp_allow: listed(&self.mcp_allow),
                 command_rules: self.command_rules.clone(),
                 data_flow: None,

@@ -174,6 +174,8 @@ fn authority_json(value: &mut serde_json::Value, grant: &Grant, manifest: Option
         "sandbox": grant.sandbox.kind.as_str(),
         "shell": grant.sandbox.shell_summary(effective.contains(&Capability::Shell)),
         "fetch-hosts": granted.fetch_hosts,
+        "net-hosts": granted.net_hosts,
+        "shell-network": grant.shell_network_summary(),
         "command-rules": granted.commands.layers().iter().map(|l| l.iter().map(|r| r.to_string()).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "data-flow": granted.data_flow,
         "mcp": {
@@ -277,6 +279,7 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
     );
     row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
+    row("shell network", &grant.shell_network_summary());
     command_rule_rows(&granted.commands, effective.contains(&Capability::Shell));
     row("data flow", &data_flow_summary(&granted.data_flow));
 }

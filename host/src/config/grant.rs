@@ -33,6 +33,10 @@ pub struct GrantTable {
     pub shell_confinement: Option<ConfinementSetting>,
     /// The hosts `fetch` may reach (`--fetch-host` adds to them).
     pub fetch_hosts: Option<Vec<String>>,
+    /// The hosts local shell commands may reach through nexo's egress
+    /// proxy, `HOST` (ports 80 and 443) or `HOST:PORT` (`--allow-net` adds
+    /// to them); left out or empty: no network.
+    pub net_hosts: Option<Vec<String>>,
     /// The MCP tools agents may call unasked (`--mcp-allow` adds to them).
     pub mcp_allow: Option<Vec<String>>,
     /// Ordered rules on the `shell` tool's commands: allow, ask or deny by
@@ -58,11 +62,11 @@ pub struct GrantFlags {
 }
 
 /// The grant a config file's `[grant]` table `t`, `[mcp.NAME]` tables
-/// `mcp` and `[sandbox]` view give, with `flags` laid over them.
+/// `mcp` and `[sandbox]` table give, with `flags` laid over them.
 pub(super) fn grant(
     t: GrantTable,
     mcp: &BTreeMap<String, nexo_mcp::ServerConfig>,
-    view: nexo_sandbox::SystemView,
+    sandbox_table: &super::SandboxTable,
     flags: GrantFlags,
 ) -> Result<Grant, ConfigError> {
     let f = flags.table;
@@ -72,6 +76,9 @@ pub(super) fn grant(
         nexo_egress::HostList::new(hosts.iter())
             .map_err(|e| ConfigError::invalid("fetch-hosts", format!("fetch-hosts: {e}")))?;
     }
+    let net_hosts = added(t.net_hosts, f.net_hosts).unwrap_or_default();
+    nexo_egress::NetHosts::new(net_hosts.iter())
+        .map_err(|e| ConfigError::invalid("net-hosts", format!("net-hosts: {e}")))?;
     let mcp_allow = added(t.mcp_allow, f.mcp_allow);
     // The flags' rules are a layer of their own: a file's `allow git` cannot shadow `--command-rule 'deny git push'`.
     let commands = CommandRules::layer(t.command_rules).intersection(&CommandRules::layer(f.command_rules));
@@ -94,6 +101,7 @@ pub(super) fn grant(
         capabilities,
         mode: f.mode.or(t.mode).unwrap_or(PermissionMode::ReadOnly),
         fetch_hosts,
+        net_hosts,
         commands,
         data_flow,
         inherited: crate::flow::Labels::NONE,
@@ -104,7 +112,8 @@ pub(super) fn grant(
             image: f.image.or(t.image),
             container_runtime: f.container_runtime.or(t.container_runtime).unwrap_or(RuntimeSetting::Docker),
             shell_confinement: f.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementSetting::Auto),
-            view,
+            view: sandbox_table.view(),
+            net_private: sandbox_table.net_allow_private.clone(),
         },
         mcp: crate::grant::McpGrant {
             servers,

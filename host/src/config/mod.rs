@@ -85,14 +85,16 @@ impl ConfigFile {
     /// The grant this file's `[grant]` and `[mcp.NAME]` tables give, with
     /// `flags` laid over them.
     pub fn grant(&self, flags: GrantFlags) -> Result<crate::grant::Grant, ConfigError> {
-        grant::grant(self.grant.clone(), &self.mcp, self.sandbox.view(), flags)
+        grant::grant(self.grant.clone(), &self.mcp, &self.sandbox, flags)
     }
 
-    /// `grant` with this file's `[mcp.NAME]` tables and `[sandbox]` view, as
-    /// a pass reads them now: neither is recorded with a run.
+    /// `grant` with this file's `[mcp.NAME]` tables and `[sandbox]` view and
+    /// private addresses, as a pass reads them now: none is recorded with a
+    /// run.
     pub fn read_into(&self, mut grant: crate::grant::Grant) -> crate::grant::Grant {
         grant.mcp.tables = self.mcp.clone();
         grant.sandbox.view = self.sandbox.view();
+        grant.sandbox.net_private = self.sandbox.net_allow_private.clone();
         grant
     }
 }
@@ -197,6 +199,12 @@ pub struct SandboxTable {
     /// `["/"]` is the whole host filesystem.
     #[serde(default, deserialize_with = "system_view")]
     pub system_paths: Option<nexo_sandbox::SystemView>,
+    /// Private addresses (a package mirror on the LAN) that shell commands
+    /// granted network (`net-hosts`) may reach through the egress proxy,
+    /// though the address guard refuses private, loopback and link-local
+    /// addresses to everyone else. Empty, the default: none.
+    #[serde(default)]
+    pub net_allow_private: Vec<std::net::IpAddr>,
 }
 
 impl SandboxTable {

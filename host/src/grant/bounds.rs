@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use nexo_egress::HostList;
+use nexo_egress::{HostList, NetHosts};
 
 use super::commands::CommandRules;
 use super::flow::DataFlow;
@@ -27,6 +27,9 @@ pub struct Bounds {
     pub sandboxes: Option<Vec<SandboxKind>>,
     /// The hosts `fetch` may reach (subdomain-aware, normalized).
     pub fetch_hosts: Option<HostList>,
+    /// The hosts and ports shell commands may reach through the egress
+    /// proxy.
+    pub net_hosts: Option<NetHosts>,
     /// The rules on the shell's commands: each party's rules only narrow,
     /// so no party's are ever beyond another's.
     pub commands: Option<CommandRules>,
@@ -53,6 +56,7 @@ impl Bounds {
             mode: manifest.permissions,
             sandboxes: manifest.sandbox.map(|s| vec![s]),
             fetch_hosts: Some(HostList::new(&manifest.fetch_allow).unwrap_or_default()),
+            net_hosts: None,
             commands: None,
             data_flow: None,
             models: None,
@@ -80,6 +84,7 @@ impl Bounds {
             mode: both(&self.mode, &other.mode, |a, b| stricter(*a, *b)),
             sandboxes: both(&self.sandboxes, &other.sandboxes, |a, b| ordered(a, b)),
             fetch_hosts: both(&self.fetch_hosts, &other.fetch_hosts, HostList::intersection),
+            net_hosts: both(&self.net_hosts, &other.net_hosts, NetHosts::intersection),
             commands: both(&self.commands, &other.commands, CommandRules::intersection),
             data_flow: both(&self.data_flow, &other.data_flow, DataFlow::stricter),
             models: both(&self.models, &other.models, |a, b| ordered(a, b)),
@@ -125,6 +130,11 @@ impl Bounds {
             && let Some(host) = mine.entries().iter().find(|h| !theirs.matches(h))
         {
             return Some(("fetch-hosts", host.clone()));
+        }
+        if let (Some(mine), Some(theirs)) = (&self.net_hosts, &other.net_hosts)
+            && let Some(host) = mine.first_beyond(theirs)
+        {
+            return Some(("net-hosts", host.to_string()));
         }
         if let Some(m) = list(&self.models, &other.models, String::clone) {
             return Some(("models", m));

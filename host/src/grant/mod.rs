@@ -24,7 +24,7 @@ mod sandbox;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use nexo_egress::HostList;
+use nexo_egress::{HostList, NetHosts};
 use serde::{Deserialize, Serialize};
 
 pub use bounds::{Bounds, stricter};
@@ -58,6 +58,10 @@ pub struct Grant {
     /// only narrow; an empty list allows no host. A served run's grant
     /// always sets it.
     pub fetch_hosts: Option<Vec<String>>,
+    /// Hosts (`HOST` for ports 80 and 443, or `HOST:PORT`) the local
+    /// sandbox's shell commands may reach, through nexo's egress proxy and
+    /// nothing else; empty, the default: no network.
+    pub net_hosts: Vec<String>,
     /// The rules on the `shell` tool's commands, one layer per party.
     pub commands: CommandRules,
     /// The data-flow guard: what is untrusted or private, and what a send
@@ -91,6 +95,7 @@ impl Grant {
             capabilities: caps.into_iter().collect(),
             mode: PermissionMode::ReadOnly,
             fetch_hosts: None,
+            net_hosts: Vec::new(),
             commands: CommandRules::default(),
             data_flow: DataFlow::default(),
             inherited: crate::flow::Labels::NONE,
@@ -124,6 +129,7 @@ impl Grant {
             mode: Some(self.mode),
             sandboxes: Some(vec![self.sandbox.kind]),
             fetch_hosts: self.fetch_hosts.as_ref().map(|h| HostList::new(h).unwrap_or_default()),
+            net_hosts: Some(NetHosts::new(&self.net_hosts).unwrap_or_default()),
             commands: (!self.commands.is_empty()).then(|| self.commands.clone()),
             data_flow: Some(self.data_flow.clone()),
             models: None,
@@ -142,6 +148,7 @@ impl Grant {
         self.capabilities = both.capabilities.unwrap_or_default();
         self.mode = both.mode.unwrap_or(self.mode);
         self.fetch_hosts = both.fetch_hosts.map(|h| h.entries().to_vec());
+        self.net_hosts = both.net_hosts.map(|h| h.entries().to_vec()).unwrap_or_default();
         self.commands = both.commands.unwrap_or_default();
         self.data_flow = both.data_flow.unwrap_or_default();
         self.mcp.servers = both.mcp_servers.unwrap_or_default();
@@ -180,6 +187,31 @@ impl Grant {
         self.narrow(bounds)
     }
 
+    /// What network the shell's commands get, in one line, truthfully: the
+    /// proxy's hosts, none, or the host's own network when they run
+    /// unconfined.
+    pub fn shell_network_summary(&self) -> String {
+        let unconfined = self.sandbox.shell_confinement == ConfinementSetting::None;
+        match (self.sandbox.kind, self.net_hosts.is_empty()) {
+            (SandboxKind::Local, _) if unconfined => "the host's own network (commands run unconfined)".into(),
+            (SandboxKind::Local, true) => "none (grant hosts with --allow-net or `net-hosts`)".into(),
+            (SandboxKind::Local, false) => {
+                let private = match self.sandbox.net_private.as_slice() {
+                    [] => String::new(),
+                    ips => format!(
+                        "; private addresses allowed: {}",
+                        ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    ),
+                };
+                format!(
+                    "HTTP(S) through nexo's egress proxy to {}{private}; nothing else, not even DNS",
+                    self.net_hosts.join(", ")
+                )
+            }
+            _ => "none".into(),
+        }
+    }
+
     /// The grant as a run records it: the local sandbox's directory made
     /// absolute, so a resume elsewhere acts in the same place.
     pub fn recorded(&self) -> Result<Grant, ConfigError> {
@@ -208,6 +240,8 @@ struct Stored {
     #[serde(default)]
     mcp_allow: Option<McpAllow>,
     fetch_hosts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    net_hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "CommandRules::is_empty")]
     command_rules: CommandRules,
     #[serde(default, skip_serializing_if = "DataFlow::is_default")]
@@ -234,6 +268,7 @@ impl From<Stored> for Grant {
             capabilities,
             mode: s.mode,
             fetch_hosts: s.fetch_hosts,
+            net_hosts: s.net_hosts,
             commands: s.command_rules,
             data_flow: s.data_flow,
             inherited: s.inherited,
@@ -245,6 +280,7 @@ impl From<Stored> for Grant {
                 container_runtime: s.container_runtime,
                 shell_confinement: s.shell_confinement,
                 view: Default::default(),
+                net_private: Vec::new(),
             },
             mcp: McpGrant { servers: s.mcp_servers, allow: s.mcp_allow, flags: s.mcp_flags, tables: BTreeMap::new() },
         }
@@ -260,6 +296,7 @@ impl From<Grant> for Stored {
             mcp_flags: g.mcp.flags,
             mcp_allow: g.mcp.allow,
             fetch_hosts: g.fetch_hosts,
+            net_hosts: g.net_hosts,
             command_rules: g.commands,
             data_flow: g.data_flow,
             inherited: g.inherited,

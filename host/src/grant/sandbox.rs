@@ -30,6 +30,10 @@ pub struct SandboxGrant {
     /// What confined processes may read of the host (`[sandbox]`): never
     /// recorded, read again at each pass as the operator has it then.
     pub view: SystemView,
+    /// The private addresses shell commands' network may reach
+    /// (`[sandbox] net-allow-private`): never recorded, read again at each
+    /// pass as the operator has it then.
+    pub net_private: Vec<std::net::IpAddr>,
 }
 
 impl Default for SandboxGrant {
@@ -43,6 +47,7 @@ impl Default for SandboxGrant {
             container_runtime: RuntimeSetting::Docker,
             shell_confinement: ConfinementSetting::Auto,
             view: SystemView::default(),
+            net_private: Vec::new(),
         }
     }
 }

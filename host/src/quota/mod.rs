@@ -327,21 +327,36 @@ impl Meters {
     }
 }
 
-/// The gate's decisions during one pass, held until the pass ends and
+/// The gate's decisions during one pass, and the connections its shell
+/// commands made through the egress proxy, held until the pass ends and
 /// written to the tenant's audit log then (the host-call path only hands
 /// them over). A call answered from the journal on a replay is not decided
 /// again, so none is audited twice.
 #[derive(Debug, Default)]
-pub struct PassAudit(std::sync::Mutex<Vec<(i64, crate::host_call::CapabilityUse)>>);
+pub struct PassAudit(std::sync::Mutex<Vec<(i64, Audited)>>);
+
+/// One entry of a [`PassAudit`].
+#[derive(Debug)]
+enum Audited {
+    /// `capability.used`.
+    Call(crate::host_call::CapabilityUse),
+    /// `net.connection`.
+    Connection(nexo_egress::Connection),
+}
 
 impl crate::host_call::AuditSink for PassAudit {
     fn record(&self, used: crate::host_call::CapabilityUse) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), used));
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), Audited::Call(used)));
+    }
+
+    fn connection(&self, connection: &nexo_egress::Connection) {
+        let entry = Audited::Connection(connection.clone());
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), entry));
     }
 }
 
 impl PassAudit {
-    fn take(&self) -> Vec<(i64, crate::host_call::CapabilityUse)> {
+    fn take(&self) -> Vec<(i64, Audited)> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -354,11 +369,20 @@ impl PassAudit {
 pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, audit: &PassAudit) {
     let now = nexo_store::now_ms();
     let tokens = pass.tokens;
-    for (at_ms, used) in audit.take() {
-        let mut data = serde_json::to_value(&used).unwrap_or_default();
+    for (at_ms, entry) in audit.take() {
+        let (kind, mut data) = match &entry {
+            Audited::Call(used) => ("capability.used", serde_json::to_value(used).unwrap_or_default()),
+            Audited::Connection(c) => (
+                "net.connection",
+                json!({
+                    "host": c.host, "port": c.port, "method": c.method, "sent": c.sent,
+                    "received": c.received, "allowed": c.allowed, "reason": c.reason,
+                }),
+            ),
+        };
         data["run"] = json!(run);
-        if let Err(err) = store.append_audit(tenant, "capability.used", &data, at_ms).await {
-            tracing::warn!(target: "nexo::server", "cannot audit run {run}'s call `{}`: {err}", used.call);
+        if let Err(err) = store.append_audit(tenant, kind, &data, at_ms).await {
+            tracing::warn!(target: "nexo::server", "cannot audit run {run}'s {kind}: {err}");
         }
     }
     let used =
