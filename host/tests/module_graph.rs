@@ -111,7 +111,7 @@ const CRATES: &[Layers] = &[
         layers: &[
             &["local", "container", "remote", "virtual_fs"],
             &["shell", "program"],
-            &["confine", "view", "landlock_abi"],
+            &["confine", "view", "landlock_abi", "network"],
             &["process", "path"],
         ],
     },

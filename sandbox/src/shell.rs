@@ -163,7 +163,9 @@ impl fmt::Display for ShellLimits {
 /// [`SystemView`] readable (programs and libraries; no home directory, no
 /// `/root`, no `/etc/shadow`, no server data), only the sandbox root
 /// writable, no sockets at all except connected Unix stream
-/// pairs (`socketpair`), so no network and no host daemon's Unix socket; no
+/// pairs (`socketpair`), so no network and no host daemon's Unix socket
+/// (a command run with a [`crate::Gateway`] gets TCP in a network namespace
+/// of its own, whose one way out is that gateway: see [`crate::network`]); no
 /// capabilities, so a host running as root does not hand root's privileges to
 /// the command; and no process outliving the command. Under every mechanism,
 /// Unconfined included, commands get [`ShellLimits`], none of the host's open
@@ -221,14 +223,16 @@ impl Confinement {
         match self {
             Confinement::Bubblewrap => {
                 "bubblewrap: only the sandbox root is writable, of the rest of the host filesystem only the system \
-                 view is visible, read-only; /tmp is private and empty; no network and no sockets except connected Unix socket pairs; no \
+                 view is visible, read-only; /tmp is private and empty; no network and no sockets except connected Unix socket pairs \
+                 (granted network: TCP in a namespace of its own, whose one way out is nexo's egress proxy); no \
                  SysV IPC or keyrings; no capabilities; host processes invisible; none of the host's open descriptors; every process ends \
                  with the command, on a timeout, or when the host dies"
             }
             Confinement::Landlock => {
                 "Landlock and seccomp: only the sandbox root (and /dev/null) is writable, of the rest of the host \
                  filesystem only the system view is readable, /tmp is neither; no network and no sockets except connected Unix \
-                 socket pairs; no SysV IPC or keyrings; no capabilities; host processes not signallable, their /proc \
+                 socket pairs (granted network: TCP to nexo's egress proxy alone, in a namespace of its own); no \
+                 SysV IPC or keyrings; no capabilities; host processes not signallable, their /proc \
                  unreadable unless the view adds /proc; none of the host's open descriptors; every process ends with the command, on a timeout, or when the host dies"
             }
             Confinement::Unconfined => {

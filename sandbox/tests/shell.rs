@@ -1084,6 +1084,7 @@ fn describe_states_what_the_active_confinement_guarantees() {
     assert!(landlock.starts_with("shell confinement Landlock and seccomp: "), "{landlock}");
     for text in [&bwrap, &landlock] {
         assert!(text.contains("no network and no sockets except connected Unix socket pairs"), "{text}");
+        assert!(text.contains("granted network: TCP") && text.contains("nexo's egress proxy"), "{text}");
         assert!(text.contains("every process ends with the command"), "{text}");
         assert!(text.contains("none of the host's open descriptors"), "{text}");
         assert!(text.contains("file size 2 GiB"), "{text}");

@@ -62,11 +62,13 @@ pub struct GrantFlags {
 }
 
 /// The grant a config file's `[grant]` table `t`, `[mcp.NAME]` tables
-/// `mcp` and `[sandbox]` table give, with `flags` laid over them.
+/// `mcp`, `[sandbox]` view and private addresses give, with `flags` laid
+/// over them.
 pub(super) fn grant(
     t: GrantTable,
     mcp: &BTreeMap<String, nexo_mcp::ServerConfig>,
-    sandbox_table: &super::SandboxTable,
+    view: nexo_sandbox::SystemView,
+    net_private: Vec<std::net::IpAddr>,
     flags: GrantFlags,
 ) -> Result<Grant, ConfigError> {
     let f = flags.table;
@@ -112,8 +114,8 @@ pub(super) fn grant(
             image: f.image.or(t.image),
             container_runtime: f.container_runtime.or(t.container_runtime).unwrap_or(RuntimeSetting::Docker),
             shell_confinement: f.shell_confinement.or(t.shell_confinement).unwrap_or(ConfinementSetting::Auto),
-            view: sandbox_table.view(),
-            net_private: sandbox_table.net_allow_private.clone(),
+            view,
+            net_private,
         },
         mcp: crate::grant::McpGrant {
             servers,

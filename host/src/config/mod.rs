@@ -85,7 +85,8 @@ impl ConfigFile {
     /// The grant this file's `[grant]` and `[mcp.NAME]` tables give, with
     /// `flags` laid over them.
     pub fn grant(&self, flags: GrantFlags) -> Result<crate::grant::Grant, ConfigError> {
-        grant::grant(self.grant.clone(), &self.mcp, &self.sandbox, flags)
+        let private = self.sandbox.net_allow_private.clone();
+        grant::grant(self.grant.clone(), &self.mcp, self.sandbox.view(), private, flags)
     }
 
     /// `grant` with this file's `[mcp.NAME]` tables and `[sandbox]` view and

@@ -267,6 +267,7 @@ pub fn document() -> Value {
                     "mode": mode,
                     "sandboxes": {"type": "array", "items": {"type": "string", "enum": ["virtual", "local"]}},
                     "fetch-hosts": {"type": "array", "items": {"type": "string"}},
+                    "net-hosts": {"type": "array", "items": {"type": "string"}, "description": "`HOST` (ports 80 and 443) or `HOST:PORT` the local sandbox's commands may reach through nexo's egress proxy; empty: no network"},
                     "models": {"type": "array", "items": {"type": "string"}},
                     "mcp-servers": {"type": "array", "items": {"type": "string"}},
                     "mcp-allow": {"type": "array", "items": {"type": "string"}},
