@@ -211,7 +211,6 @@ impl Listener {
 }
 
 /// Serves a client on `connections`, or answers it 503 past the most.
-
 fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<Shared>) {
     if connections.len() >= MAX_CONNECTIONS {
         tokio::spawn(async move {

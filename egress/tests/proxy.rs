@@ -226,7 +226,7 @@ async fn a_proxy_on_a_tcp_listener_checks_as_one_on_a_socket_does() {
     let client = routed_client(resolver(), &server);
     let log = Arc::new(Log::default());
     let policy = ProxyPolicy {
-        hosts: NetHosts::new(&["api.example"]).unwrap(),
+        hosts: NetHosts::new(["api.example"]).unwrap(),
         meter: None,
         log: Some(log.clone() as Arc<dyn ConnectionLog>),
     };
