@@ -29,7 +29,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -59,6 +59,27 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 const IDLE: Duration = Duration::from_secs(300);
 /// Connections one proxy holds at once; more are answered 503.
 const MAX_CONNECTIONS: usize = 64;
+/// Connections all the proxies of this process hold at once (each holds
+/// two sockets and two pipes); more are answered 503.
+const MAX_OPEN: usize = 512;
+
+/// Connections open through every proxy of this process.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// One of [`MAX_OPEN`], given back when its connection ends.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Slot> {
+        OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_OPEN).then_some(n + 1)).ok().map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        OPEN.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 /// The copy buffer of each direction.
 const BUFFER: usize = 256 * 1024;
 
@@ -212,14 +233,20 @@ impl Listener {
 
 /// Serves a client on `connections`, or answers it 503 past the most.
 fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<Shared>) {
-    if connections.len() >= MAX_CONNECTIONS {
-        tokio::spawn(async move {
+    let slot = if connections.len() < MAX_CONNECTIONS { Slot::take() } else { None };
+    let Some(slot) = slot else {
+        // Answered on the set too, so a flood of them ends with the proxy.
+        connections.spawn(async move {
             let why = format!("more than {MAX_CONNECTIONS} connections are open; close one and retry");
-            let _ = answer(&mut stream, 503, &why).await;
+            let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(&mut stream, 503, &why)).await;
         });
         return;
-    }
-    connections.spawn(serve(stream, Arc::clone(shared)));
+    };
+    let shared = Arc::clone(shared);
+    connections.spawn(async move {
+        serve(stream, shared).await;
+        drop(slot);
+    });
 }
 
 struct Shared {
@@ -282,14 +309,21 @@ async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
             return;
         }
     };
-    let mut report = Connection {
-        host: shown(&asked.host, 253),
-        port: asked.port,
-        method: shown(&asked.method, 32),
-        sent: 0,
-        received: 0,
-        allowed: false,
-        reason: None,
+    let mut report = Report {
+        connection: Connection {
+            host: shown(&asked.host, 253),
+            port: asked.port,
+            method: shown(&asked.method, 32),
+            sent: 0,
+            received: 0,
+            allowed: false,
+            reason: None,
+        },
+        shared: Arc::clone(&shared),
+        head: 0,
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
+        ended: false,
     };
     let meter = shared.policy.meter.as_deref();
     let opened = tokio::time::timeout(OPEN_TIMEOUT, shared.open(&asked)).await.unwrap_or_else(|_| {
@@ -304,32 +338,57 @@ async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
     let upstream = match opened {
         Ok(upstream) => upstream,
         Err((status, error)) => {
-            report.reason = Some(error.to_string());
+            report.connection.reason = Some(error.to_string());
+            report.ended = true;
             let _ = answer(&mut client, status, &error.to_string()).await;
-            shared.report(&report);
             return;
         }
     };
-    report.allowed = true;
+    report.connection.allowed = true;
     let mut upstream = upstream;
     let opened = match &asked.head {
         None => client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await,
         Some(head) => upstream.write_all(head).await,
     };
+    report.head = asked.head.as_ref().map_or(0, |h| h.len() as u64);
     if opened.is_err() {
-        shared.report(&report);
+        report.ended = true;
         return;
     }
-    let (sent, received, cut) = tunnel(client, upstream, &rest, meter).await;
-    report.sent = sent + asked.head.as_ref().map_or(0, |h| h.len() as u64);
-    report.received = received;
-    report.reason = cut;
-    shared.report(&report);
+    report.connection.reason = tunnel(client, upstream, &rest, meter, (&report.sent, &report.received)).await;
+    report.ended = true;
+}
+
+/// A connection's report, made once, when it is dropped: at its end, or
+/// unfinished when its proxy stops (the command that made it ended), with
+/// the bytes carried so far either way.
+struct Report {
+    connection: Connection,
+    shared: Arc<Shared>,
+    /// The forwarded head's bytes, sent before the tunnel's.
+    head: u64,
+    sent: AtomicU64,
+    received: AtomicU64,
+    /// Whether the connection ran its course (or was refused).
+    ended: bool,
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        let c = &mut self.connection;
+        c.sent = self.head + self.sent.load(Ordering::Relaxed);
+        c.received = self.received.load(Ordering::Relaxed);
+        if !self.ended && c.reason.is_none() {
+            c.reason = Some("cut short: the proxy stopped (the command that made it ended)".into());
+        }
+        self.shared.report(c);
+    }
 }
 
 impl Shared {
     fn report(&self, connection: &Connection) {
-        tracing::info!(
+        // The audit keeps every connection; the log only when asked.
+        tracing::debug!(
             target: "nexo::egress",
             host = %connection.host,
             port = connection.port,
@@ -505,45 +564,46 @@ async fn answer<C: Client>(client: &mut C, status: u16, why: &str) -> std::io::R
 }
 
 /// Carries both ways until both sides are done, `rest` (what the client
-/// sent after its head) first: the bytes sent and received, and why it was
-/// cut short, if it was (the meter's allowance passed). The kernel moves
-/// the bytes where it can ([`crate::splice`]); a copy through a buffer
-/// otherwise.
+/// sent after its head) first, counting the bytes sent and received in
+/// `counts` as they go: why it was cut short, if it was (the meter's
+/// allowance passed). The kernel moves the bytes where it can
+/// ([`crate::splice`]); a copy through a buffer otherwise.
 async fn tunnel<C: Client>(
     client: C,
     mut upstream: TcpStream,
     rest: &[u8],
     meter: Option<&Meter>,
-) -> (u64, u64, Option<String>) {
+    (sent, received): (&AtomicU64, &AtomicU64),
+) -> Option<String> {
     let stop = Stop::default();
     let quota = |stop: &Stop| {
         stop.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string())).flatten()
     };
     if !rest.is_empty() {
         if !count(meter, rest.len()) {
-            return (0, 0, meter.map(|m| Policy::quota_error(m).to_string()));
+            return meter.map(|m| Policy::quota_error(m).to_string());
         }
         if upstream.write_all(rest).await.is_err() {
-            return (0, 0, None);
+            return None;
         }
+        sent.fetch_add(rest.len() as u64, Ordering::Relaxed);
     }
-    let sent = rest.len() as u64;
     #[cfg(target_os = "linux")]
     if let (Ok(up), Ok(down)) = (crate::splice::Pipe::new(), crate::splice::Pipe::new()) {
         client.widen();
-        let (sent_on, received) = tokio::join!(
-            carry(Spliced { pipe: up, from: &client, to: &upstream }, meter, &stop),
-            carry(Spliced { pipe: down, from: &upstream, to: &client }, meter, &stop)
+        tokio::join!(
+            carry(Spliced { pipe: up, from: &client, to: &upstream }, meter, &stop, sent),
+            carry(Spliced { pipe: down, from: &upstream, to: &client }, meter, &stop, received)
         );
-        return (sent + sent_on, received, quota(&stop));
+        return quota(&stop);
     }
     let (client_read, client_write) = tokio::io::split(client);
     let (upstream_read, upstream_write) = upstream.into_split();
-    let (sent_on, received) = tokio::join!(
-        carry(Copied { from: client_read, to: upstream_write, buffer: vec![0; BUFFER] }, meter, &stop),
-        carry(Copied { from: upstream_read, to: client_write, buffer: vec![0; BUFFER] }, meter, &stop)
+    tokio::join!(
+        carry(Copied { from: client_read, to: upstream_write, buffer: vec![0; BUFFER] }, meter, &stop, sent),
+        carry(Copied { from: upstream_read, to: client_write, buffer: vec![0; BUFFER] }, meter, &stop, received)
     );
-    (sent + sent_on, received, quota(&stop))
+    quota(&stop)
 }
 
 /// One direction's way of moving bytes: what its source has is taken into
@@ -600,10 +660,9 @@ impl<F: crate::splice::Socket, T: crate::splice::Socket> Carry for Spliced<'_, F
 
 /// One direction, until its source ends (then its destination is shut for
 /// writing), a side fails, the allowance passes, or the tunnel idles (then
-/// both end): the bytes carried.
-async fn carry(mut way: impl Carry, meter: Option<&Meter>, stop: &Stop) -> u64 {
+/// both end), adding the bytes it carries to `carried`.
+async fn carry(mut way: impl Carry, meter: Option<&Meter>, stop: &Stop, carried: &AtomicU64) {
     let mut ended = stop.ended.subscribe();
-    let mut carried = 0u64;
     loop {
         let taken = tokio::select! {
             taken = way.take(allowance(meter, usize::MAX)) => taken,
@@ -633,10 +692,9 @@ async fn carry(mut way: impl Carry, meter: Option<&Meter>, stop: &Stop) -> u64 {
             break;
         }
         stop.touch();
-        carried += n as u64;
+        carried.fetch_add(n as u64, Ordering::Relaxed);
     }
     way.finish().await;
-    carried
 }
 
 /// Both directions' signal to end: set when one passes the allowance or
@@ -722,7 +780,9 @@ mod tests {
             let meter = Meter::new(limit);
             let stop = Stop::default();
             let way = Copied { from, to, buffer: vec![0; 1_000] };
-            let carried = carry(way, Some(&meter), &stop).await;
+            let counted = AtomicU64::new(0);
+            carry(way, Some(&meter), &stop, &counted).await;
+            let carried = counted.load(Ordering::Relaxed);
             let mut got = Vec::new();
             destination.read_to_end(&mut got).await.unwrap_or_default();
             assert_eq!((carried, got.len()), (expected, expected as usize));

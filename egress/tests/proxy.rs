@@ -259,3 +259,30 @@ async fn a_proxy_on_a_tcp_listener_checks_as_one_on_a_socket_does() {
     }
     assert!(closed, "the listener outlived its proxy");
 }
+
+/// A tunnel still open when its proxy stops (the command that made it
+/// ended) is reported all the same, with what it carried so far.
+#[tokio::test]
+async fn a_tunnel_cut_by_the_proxy_stopping_is_still_reported() {
+    // It reads the request and never answers, so the tunnel stays open.
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, log) = start(&client, dir.path(), &["api.example"], None);
+    let mut stream = UnixStream::connect(proxy.path().unwrap()).await.unwrap();
+    stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut opened = [0u8; 39];
+    stream.read_exact(&mut opened).await.unwrap();
+    let partial = b"GET /slow HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    stream.write_all(partial).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.count() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(log.all().is_empty(), "nothing is reported while the tunnel is open");
+    drop(proxy);
+    let all = reported(&log, 1).await;
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(all[0].allowed && all[0].reason.as_deref().unwrap_or("").contains("cut short"), "{all:?}");
+    assert_eq!(all[0].sent, partial.len() as u64, "{all:?}");
+}

@@ -98,6 +98,9 @@ impl PrivateNet {
         }
         // SAFETY: both were just opened and are owned by nothing else.
         let (host, child) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Above stdio, which the child's std replaces before the hook runs
+        // (a host started with stdin closed would otherwise hand out 0).
+        let child = rustix::io::fcntl_dupfd_cloexec(&child, 3)?;
         Ok(PrivateNet { host, child })
     }
 

@@ -1062,8 +1062,8 @@ fn an_unavailable_bubblewrap_is_a_config_error() {
 #[test]
 fn instructions_say_how_commands_are_confined() {
     let text = |c| Fixture::new(c).sandbox.instructions(true).unwrap();
-    assert!(text(Confinement::Bubblewrap).contains("no network access"));
-    assert!(text(Confinement::Landlock).contains("cannot open TCP connections"));
+    assert!(text(Confinement::Bubblewrap).contains("no direct network access"));
+    assert!(text(Confinement::Landlock).contains("cannot open TCP connections of their own"));
     assert!(text(Confinement::Unconfined).contains("unconfined"));
     for c in [Confinement::Bubblewrap, Confinement::Landlock] {
         let text = text(c);

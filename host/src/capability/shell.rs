@@ -72,8 +72,10 @@ impl Unit for ShellUnit {
             // What the data-flow guard counts as a send.
             let granted = matches!(network, Ok(Some(_)) | Err(_));
             setup.authority.set_shell_network(sandbox.shell_network() || granted);
+            // Commands that have a network of their own (unconfined) are not told of the proxy's.
             if let Ok(Some(network)) = &network
                 && sandbox.supports_shell()
+                && !sandbox.shell_network()
                 && setup.authority.effective().contains(&Capability::Shell)
             {
                 setup.instructions.push(network.instructions());

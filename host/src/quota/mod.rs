@@ -332,8 +332,23 @@ impl Meters {
 /// written to the tenant's audit log then (the host-call path only hands
 /// them over). A call answered from the journal on a replay is not decided
 /// again, so none is audited twice.
+///
+/// A pass lists at most [`MAX_CONNECTIONS_LISTED`] connections, so a command
+/// that opens connections in a loop cannot fill the host's memory or the
+/// log; the rest are counted in one last entry.
 #[derive(Debug, Default)]
-pub struct PassAudit(std::sync::Mutex<Vec<(i64, Audited)>>);
+pub struct PassAudit(std::sync::Mutex<Entries>);
+
+/// The most connections one pass lists in the audit log.
+pub const MAX_CONNECTIONS_LISTED: usize = 1000;
+
+#[derive(Debug, Default)]
+struct Entries {
+    listed: Vec<(i64, Audited)>,
+    connections: usize,
+    /// Past the most listed: how many, how many let through, bytes sent and received.
+    unlisted: Option<(i64, [u64; 4])>,
+}
 
 /// One entry of a [`PassAudit`].
 #[derive(Debug)]
@@ -346,18 +361,47 @@ enum Audited {
 
 impl crate::host_call::AuditSink for PassAudit {
     fn record(&self, used: crate::host_call::CapabilityUse) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), Audited::Call(used)));
+        let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        entries.listed.push((nexo_store::now_ms(), Audited::Call(used)));
     }
 
     fn connection(&self, connection: &nexo_egress::Connection) {
-        let entry = Audited::Connection(connection.clone());
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((nexo_store::now_ms(), entry));
+        let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        entries.connections += 1;
+        if entries.connections <= MAX_CONNECTIONS_LISTED {
+            entries.listed.push((nexo_store::now_ms(), Audited::Connection(connection.clone())));
+            return;
+        }
+        let (_, [count, allowed, sent, received]) = entries.unlisted.get_or_insert((nexo_store::now_ms(), [0; 4]));
+        *count += 1;
+        *allowed += u64::from(connection.allowed);
+        *sent += connection.sent;
+        *received += connection.received;
     }
 }
 
 impl PassAudit {
     fn take(&self) -> Vec<(i64, Audited)> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listed = std::mem::take(&mut entries.listed);
+        if let Some((at_ms, [count, allowed, sent, received])) = entries.unlisted.take() {
+            let reason = format!(
+                "{count} more connections of this pass ({allowed} let through) are counted here, not listed: a pass \
+                 lists at most {MAX_CONNECTIONS_LISTED}"
+            );
+            let summary = nexo_egress::Connection {
+                host: "*".into(),
+                port: 0,
+                method: "*".into(),
+                sent,
+                received,
+                allowed: allowed > 0,
+                reason: Some(reason),
+            };
+            listed.push((at_ms, Audited::Connection(summary)));
+        }
+        entries.connections = 0;
+        listed
     }
 }
 
@@ -404,6 +448,34 @@ mod tests {
     use nexo_store::{Jobs, Ledger, MemoryStore, NewTenant, Runs, Tenants};
 
     use super::*;
+
+    /// A command opening connections in a loop fills neither memory nor
+    /// the log: past the most listed, they are counted in one entry.
+    #[test]
+    fn a_pass_lists_at_most_so_many_connections_and_counts_the_rest() {
+        use crate::host_call::AuditSink;
+        let audit = PassAudit::default();
+        let connection = |allowed: bool| nexo_egress::Connection {
+            host: "a.example".into(),
+            port: 443,
+            method: "CONNECT".into(),
+            sent: 10,
+            received: 20,
+            allowed,
+            reason: None,
+        };
+        for n in 0..MAX_CONNECTIONS_LISTED + 3 {
+            audit.connection(&connection(n % 2 == 0));
+        }
+        let entries = audit.take();
+        assert_eq!(entries.len(), MAX_CONNECTIONS_LISTED + 1);
+        let Some((_, Audited::Connection(last))) = entries.last() else { panic!("no summary: {entries:?}") };
+        assert_eq!((last.sent, last.received), (30, 60), "{last:?}");
+        assert!(last.reason.as_deref().unwrap_or("").starts_with("3 more connections"), "{last:?}");
+        // The next pass starts listing again.
+        audit.connection(&connection(true));
+        assert_eq!(audit.take().len(), 1);
+    }
 
     async fn store_with_tenant() -> MemoryStore {
         let store = MemoryStore::new();
