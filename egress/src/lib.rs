@@ -102,6 +102,7 @@ mod response;
 mod scrub;
 mod secret;
 mod shown;
+mod sni;
 #[cfg(target_os = "linux")]
 mod splice;
 mod trace;

@@ -16,14 +16,20 @@
 //!
 //! A forwarded request goes to its URL's host, with that `Host` and
 //! `Connection: close`: a redirect to another host is a new request,
-//! checked as any other. What a connection carries after its first request
-//! (a tunnel's bytes, a request pipelined behind the first) goes to the
-//! address and port that were checked, whatever name it gives inside: a
-//! grant reaches every site served at the address a granted name resolves
-//! to. A tunnel ends when either side fails, when the allowance passes, or
-//! when nothing moved either way for five minutes. Each connection whose
-//! request could be read, let through or refused, is reported to the
-//! proxy's [`ConnectionLog`] with its host, port, bytes and verdict.
+//! checked as any other. A tunnel to a name that starts with a TLS
+//! handshake must ask for that name (its server name, SNI): one asking for
+//! another site served at the same address, as CDNs route by it, is
+//! refused before any of it goes up. Beyond that, what a connection
+//! carries (a tunnel's bytes, a request pipelined behind the first, a
+//! `Host` header inside TLS) goes to the address and port that were
+//! checked, whatever name it gives inside: a grant reaches what is served
+//! at the address a granted name resolves to, as far as that server lets
+//! one name reach another. A tunnel ends when either side fails, when the
+//! allowance passes, or when nothing moved either way for five minutes.
+//! Each connection whose request could be read, let through or refused,
+//! is reported to the proxy's [`ConnectionLog`] with its host, port, bytes
+//! and verdict, also when its proxy stops first. At most 64 connections
+//! are open through one proxy, and 512 through all of a process's.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -355,7 +361,15 @@ async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
         report.ended = true;
         return;
     }
-    report.connection.reason = tunnel(client, upstream, &rest, meter, (&report.sent, &report.received)).await;
+    // A tunnel to a name carries a handshake for that name only; an address's grant is the address's.
+    let named = match (&asked.head, Host::parse(&asked.host)) {
+        (None, Ok(Host::Domain(_))) => Some(asked.host.as_str()),
+        _ => None,
+    };
+    let counts = (&report.sent, &report.received);
+    let (why, refused) = tunnel(client, upstream, &rest, meter, counts, named).await;
+    report.connection.reason = why;
+    report.connection.allowed = !refused;
     report.ended = true;
 }
 
@@ -564,38 +578,61 @@ async fn answer<C: Client>(client: &mut C, status: u16, why: &str) -> std::io::R
 }
 
 /// Carries both ways until both sides are done, `rest` (what the client
-/// sent after its head) first, counting the bytes sent and received in
-/// `counts` as they go: why it was cut short, if it was (the meter's
-/// allowance passed). The kernel moves the bytes where it can
+/// sent after its head) first, counting the bytes sent and received as
+/// they go: why it was cut short, if it was, and whether that was a
+/// refusal. With `named` (a tunnel granted for a host name), the client's
+/// first bytes, if they are a TLS handshake, must ask for that name
+/// ([`crate::sni`]): a handshake for another site served at the same
+/// address is refused before any of it goes up. What the server sends
+/// first flows meanwhile. The kernel moves the bytes where it can
 /// ([`crate::splice`]); a copy through a buffer otherwise.
 async fn tunnel<C: Client>(
-    client: C,
+    mut client: C,
     mut upstream: TcpStream,
     rest: &[u8],
     meter: Option<&Meter>,
     (sent, received): (&AtomicU64, &AtomicU64),
-) -> Option<String> {
+    named: Option<&str>,
+) -> (Option<String>, bool) {
     let stop = Stop::default();
-    let quota = |stop: &Stop| {
-        stop.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string())).flatten()
-    };
-    if !rest.is_empty() {
-        if !count(meter, rest.len()) {
-            return meter.map(|m| Policy::quota_error(m).to_string());
-        }
-        if upstream.write_all(rest).await.is_err() {
-            return None;
-        }
-        sent.fetch_add(rest.len() as u64, Ordering::Relaxed);
-    }
     #[cfg(target_os = "linux")]
     if let (Ok(up), Ok(down)) = (crate::splice::Pipe::new(), crate::splice::Pipe::new()) {
         client.widen();
-        tokio::join!(
-            carry(Spliced { pipe: up, from: &client, to: &upstream }, meter, &stop, sent),
-            carry(Spliced { pipe: down, from: &upstream, to: &client }, meter, &stop, received)
-        );
-        return quota(&stop);
+        let (client, upstream) = (&client, &upstream);
+        let up = async {
+            if let Some(host) = named
+                && let Err(why) = gate(host, rest, &mut Peeked { client, rest }).await
+            {
+                stop.refuse(why);
+                return;
+            }
+            if !send(upstream, rest, meter, &stop).await {
+                return;
+            }
+            sent.fetch_add(rest.len() as u64, Ordering::Relaxed);
+            carry(Spliced { pipe: up, from: client, to: upstream }, meter, &stop, sent).await;
+        };
+        tokio::join!(up, carry(Spliced { pipe: down, from: upstream, to: client }, meter, &stop, received));
+        return stop.why(meter);
+    }
+    // Through buffers, the check reads the client's first bytes before
+    // anything flows either way: a protocol whose server speaks first
+    // waits until the client does.
+    let first = match named {
+        Some(host) => match gate(host, rest, &mut Taken(&mut client)).await {
+            Ok(first) => first,
+            Err(why) => return (Some(why), true),
+        },
+        None => rest.to_vec(),
+    };
+    if !first.is_empty() {
+        if !count(meter, first.len()) {
+            return (meter.map(|m| Policy::quota_error(m).to_string()), false);
+        }
+        if upstream.write_all(&first).await.is_err() {
+            return (None, false);
+        }
+        sent.fetch_add(first.len() as u64, Ordering::Relaxed);
     }
     let (client_read, client_write) = tokio::io::split(client);
     let (upstream_read, upstream_write) = upstream.into_split();
@@ -603,7 +640,144 @@ async fn tunnel<C: Client>(
         carry(Copied { from: client_read, to: upstream_write, buffer: vec![0; BUFFER] }, meter, &stop, sent),
         carry(Copied { from: upstream_read, to: client_write, buffer: vec![0; BUFFER] }, meter, &stop, received)
     );
-    quota(&stop)
+    stop.why(meter)
+}
+
+/// Sends `rest` up through a shared reference, counted: false when it
+/// could not be (the allowance, or a failed write), the tunnel ended.
+#[cfg(target_os = "linux")]
+async fn send(upstream: &TcpStream, mut rest: &[u8], meter: Option<&Meter>, stop: &Stop) -> bool {
+    if rest.is_empty() {
+        return true;
+    }
+    if !count(meter, rest.len()) {
+        stop.over();
+        return false;
+    }
+    while !rest.is_empty() {
+        let written = match upstream.writable().await {
+            Ok(()) => upstream.try_write(rest),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                stop.end();
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Where a tunnel's first bytes come from, for [`gate`].
+trait FirstBytes {
+    /// Adds what the client sent next to `seen`; adds nothing once the
+    /// client has closed.
+    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()>;
+}
+
+/// Reads them (the buffered way: they are sent up afterwards).
+struct Taken<'a, C>(&'a mut C);
+
+impl<C: Client> FirstBytes for Taken<'_, C> {
+    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut chunk = [0u8; 4096];
+        let n = self.0.read(&mut chunk).await?;
+        seen.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+}
+
+/// Looks at them without taking them (the spliced way: the kernel moves
+/// them later), after `rest`, which was read with the request head.
+#[cfg(target_os = "linux")]
+struct Peeked<'a, C> {
+    client: &'a C,
+    rest: &'a [u8],
+}
+
+#[cfg(target_os = "linux")]
+impl<C: Client> FirstBytes for Peeked<'_, C> {
+    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()> {
+        let had = seen.len().saturating_sub(self.rest.len());
+        let mut buffer = vec![0u8; crate::sni::MAX_HELLO];
+        loop {
+            self.client.ready(tokio::io::Interest::READABLE).await?;
+            let peeked = self.client.attempt(tokio::io::Interest::READABLE, || {
+                rustix::net::recv(self.client, &mut buffer[..], rustix::net::RecvFlags::PEEK)
+                    .map(|(n, _)| n)
+                    .map_err(std::io::Error::from)
+            });
+            match peeked {
+                Ok(0) => return Ok(()),
+                Ok(n) if n > had => {
+                    seen.clear();
+                    seen.extend_from_slice(self.rest);
+                    seen.extend_from_slice(&buffer[..n]);
+                    return Ok(());
+                }
+                // Nothing new: what is there stays readable, so wait a little.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The check of a tunnel's first bytes, `rest` and what follows from
+/// `from`: they must show a ClientHello asking for `host`, or no TLS at
+/// all. Waits as long as the client is silent (a server may speak first),
+/// then gives a handshake [`HEAD_TIMEOUT`] to complete. The bytes seen.
+async fn gate(host: &str, rest: &[u8], from: &mut impl FirstBytes) -> Result<Vec<u8>, String> {
+    let unread = |e: std::io::Error| format!("the client's first bytes could not be read: {e}");
+    let mut seen = rest.to_vec();
+    if seen.is_empty() {
+        from.more(&mut seen).await.map_err(unread)?;
+        if seen.is_empty() {
+            return Ok(seen);
+        }
+    }
+    let checked = async {
+        loop {
+            match crate::sni::client_hello(&seen) {
+                crate::sni::Hello::NotTls => return Ok(()),
+                crate::sni::Hello::Tls(Some(name)) if same_name(&name, host) => return Ok(()),
+                crate::sni::Hello::Tls(Some(name)) => {
+                    return Err(format!(
+                        "the TLS handshake asks for `{}`, not `{host}`, the host this tunnel was granted for",
+                        shown(&name, 253)
+                    ));
+                }
+                crate::sni::Hello::Tls(None) => {
+                    return Err(format!("the TLS handshake names no server: a tunnel to `{host}` must ask for it"));
+                }
+                crate::sni::Hello::Malformed => return Err("the TLS handshake cannot be read".into()),
+                crate::sni::Hello::Incomplete if seen.len() >= crate::sni::MAX_HELLO => {
+                    return Err("the TLS handshake is longer than one record".into());
+                }
+                crate::sni::Hello::Incomplete => {
+                    let before = seen.len();
+                    from.more(&mut seen).await.map_err(unread)?;
+                    if seen.len() == before {
+                        return Err("the client closed before its TLS handshake was complete".into());
+                    }
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(HEAD_TIMEOUT, checked).await {
+        Ok(Ok(())) => Ok(seen),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err("the TLS handshake did not arrive in time".into()),
+    }
+}
+
+/// Whether a server name is `host` (case and a trailing dot aside).
+fn same_name(name: &str, host: &str) -> bool {
+    name.trim_end_matches('.').eq_ignore_ascii_case(host.trim_end_matches('.'))
 }
 
 /// One direction's way of moving bytes: what its source has is taken into
@@ -701,6 +875,8 @@ async fn carry(mut way: impl Carry, meter: Option<&Meter>, stop: &Stop, carried:
 /// fails, or when nothing moved either way for [`IDLE`].
 struct Stop {
     quota: AtomicBool,
+    /// Why the tunnel was refused once open (its first bytes).
+    refused: std::sync::Mutex<Option<String>>,
     /// Set once; a direction waiting to read sees it at once, and one busy
     /// writing sees it before its next read.
     ended: tokio::sync::watch::Sender<bool>,
@@ -713,6 +889,7 @@ impl Default for Stop {
     fn default() -> Self {
         Stop {
             quota: AtomicBool::new(false),
+            refused: std::sync::Mutex::new(None),
             ended: tokio::sync::watch::Sender::new(false),
             started: tokio::time::Instant::now(),
             moved: AtomicU64::new(0),
@@ -725,6 +902,22 @@ impl Stop {
     fn over(&self) {
         self.quota.store(true, Ordering::Relaxed);
         self.end();
+    }
+
+    /// The tunnel is refused for `why`: both directions end.
+    fn refuse(&self, why: String) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.end();
+    }
+
+    /// Why the tunnel was cut short, if it was, and whether that was a
+    /// refusal.
+    fn why(&self, meter: Option<&Meter>) -> (Option<String>, bool) {
+        if let Some(why) = self.refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return (Some(why), true);
+        }
+        let quota = self.quota.load(Ordering::Relaxed).then(|| meter.map(|m| Policy::quota_error(m).to_string()));
+        (quota.flatten(), false)
     }
 
     /// Both directions end.

@@ -286,3 +286,44 @@ async fn a_tunnel_cut_by_the_proxy_stopping_is_still_reported() {
     assert!(all[0].allowed && all[0].reason.as_deref().unwrap_or("").contains("cut short"), "{all:?}");
     assert_eq!(all[0].sent, partial.len() as u64, "{all:?}");
 }
+
+/// A tunnel granted for a name carries a TLS handshake for that name only:
+/// one asking for another site at the same address (a CDN routes by it),
+/// or for none, is refused before any of it goes up. A protocol that is
+/// not TLS passes, and so does a handshake sent in pieces.
+#[tokio::test]
+async fn a_tunnel_carries_a_tls_handshake_for_its_own_host_only() {
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, log) = start(&client, dir.path(), &["api.example"], None);
+    // Sends `first` (in two pieces) through a tunnel; true when the tunnel stayed open.
+    let through = |first: Vec<u8>| {
+        let path = proxy.path().unwrap().to_path_buf();
+        async move {
+            let mut stream = UnixStream::connect(path).await.unwrap();
+            stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut opened = [0u8; 39];
+            stream.read_exact(&mut opened).await.unwrap();
+            let (a, b) = first.split_at(first.len() / 2);
+            stream.write_all(a).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            stream.write_all(b).await.unwrap();
+            let mut byte = [0u8; 1];
+            let read = tokio::time::timeout(std::time::Duration::from_millis(300), stream.read(&mut byte)).await;
+            // Refused: closed (0 bytes). Let through: the silent origin keeps it open.
+            read.is_err()
+        }
+    };
+    assert!(through(common::client_hello(Some("API.example."))).await, "its own name");
+    assert!(!through(common::client_hello(Some("evil.example"))).await, "another name");
+    assert!(!through(common::client_hello(None)).await, "no name");
+    assert!(through(b"SSH-2.0-test\r\n".to_vec()).await, "not TLS");
+    drop(proxy);
+    let all = reported(&log, 4).await;
+    let verdicts: Vec<bool> = all.iter().map(|c| c.allowed).collect();
+    assert_eq!(verdicts.iter().filter(|a| !**a).count(), 2, "{all:?}");
+    assert!(all.iter().any(|c| c.reason.as_deref().unwrap_or("").contains("asks for `evil.example`")), "{all:?}");
+    // Nothing of a refused handshake went up; all of one let through did.
+    assert!(all.iter().all(|c| (c.sent == 0) != c.allowed), "{all:?}");
+}

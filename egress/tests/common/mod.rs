@@ -210,3 +210,33 @@ pub fn routed_client(resolver: impl Resolver, server: &Server) -> GuardedClient 
 pub fn hosts(entries: &[&str]) -> HostList {
     HostList::new(entries).unwrap()
 }
+
+/// A minimal TLS ClientHello record asking for `name` (none for `None`),
+/// with another extension after it, as real clients send many.
+pub fn client_hello(name: Option<&str>) -> Vec<u8> {
+    let mut extensions = Vec::new();
+    if let Some(name) = name {
+        let mut sni = Vec::new();
+        sni.extend(((name.len() + 3) as u16).to_be_bytes());
+        sni.push(0);
+        sni.extend((name.len() as u16).to_be_bytes());
+        sni.extend(name.as_bytes());
+        extensions.extend(0u16.to_be_bytes());
+        extensions.extend((sni.len() as u16).to_be_bytes());
+        extensions.extend(sni);
+    }
+    extensions.extend([0x00, 0x17, 0x00, 0x00]);
+    let mut body = vec![0x03, 0x03];
+    body.extend([7u8; 32]);
+    body.push(0);
+    body.extend([0x00, 0x02, 0x13, 0x01, 0x01, 0x00]);
+    body.extend((extensions.len() as u16).to_be_bytes());
+    body.extend(extensions);
+    let mut handshake = vec![1];
+    handshake.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    handshake.extend(body);
+    let mut record = vec![0x16, 0x03, 0x01];
+    record.extend((handshake.len() as u16).to_be_bytes());
+    record.extend(handshake);
+    record
+}
