@@ -2,7 +2,8 @@
 //! download from a loopback server (throughput) and a one-request
 //! connection with a small answer (what the proxy adds to each connection:
 //! the Unix socket, the request head read and checked, the upstream
-//! connect). Run with `cargo bench -p nexo-egress --bench proxy`; the
+//! connect). `proxied_tcp` is the shell's way in: a TCP listener served by
+//! [`EgressProxy::serve`], as a confined command's namespace has. Run with `cargo bench -p nexo-egress --bench proxy`; the
 //! targets are ≥ 80% of direct throughput and ≤ 1 ms added per connection.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -86,12 +87,15 @@ fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = start_server();
     let dir = tempfile::tempdir().unwrap();
-    let proxy = rt.block_on(async {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let on_tcp = listener.local_addr().unwrap();
+    let (proxy, _tcp_proxy) = rt.block_on(async {
         // The test server is on loopback: the operator's explicit exemption.
         let client = GuardedClient::builder().allow_private([server.ip()]).build().unwrap();
         let hosts = NetHosts::new([format!("127.0.0.1:{}", server.port())]).unwrap();
-        EgressProxy::start(&client, &dir.path().join("proxy.sock"), ProxyPolicy { hosts, ..Default::default() })
-            .unwrap()
+        let policy = ProxyPolicy { hosts, ..Default::default() };
+        let proxy = EgressProxy::start(&client, &dir.path().join("proxy.sock"), policy.clone()).unwrap();
+        (proxy, EgressProxy::serve(&client, listener, policy).unwrap())
     });
     let direct = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").into_bytes();
     let proxied = |path: &str| format!("GET http://{server}{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").into_bytes();
@@ -112,6 +116,11 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function("proxied_tcp", |b| {
+        b.iter(|| {
+            rt.block_on(async { assert!(fetch(TcpStream::connect(on_tcp).await.unwrap(), &request).await > BIG) })
+        })
+    });
     group.finish();
 
     let mut group = c.benchmark_group("proxy_connection");
@@ -126,6 +135,9 @@ fn bench(c: &mut Criterion) {
                 assert!(fetch(UnixStream::connect(proxy.path().unwrap()).await.unwrap(), &request).await > 2)
             })
         })
+    });
+    group.bench_function("proxied_tcp", |b| {
+        b.iter(|| rt.block_on(async { assert!(fetch(TcpStream::connect(on_tcp).await.unwrap(), &request).await > 2) }))
     });
     group.finish();
 }

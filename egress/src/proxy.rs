@@ -194,6 +194,8 @@ enum Listener {
 trait Client: AsyncRead + AsyncWrite + crate::splice::Socket + Unpin + Send + 'static {
     /// Reads what is already here, without waiting.
     fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize>;
+    /// Waits until it may be readable.
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> + Send;
     /// Makes room for a spliced chunk in flight.
     fn widen(&self) {}
 }
@@ -202,10 +204,15 @@ trait Client: AsyncRead + AsyncWrite + crate::splice::Socket + Unpin + Send + 's
 trait Client: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Reads what is already here, without waiting.
     fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize>;
+    /// Waits until it may be readable.
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> + Send;
 }
 impl Client for UnixStream {
     fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize> {
         self.try_read(buffer)
+    }
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> + Send {
+        UnixStream::readable(self)
     }
     #[cfg(target_os = "linux")]
     fn widen(&self) {
@@ -215,6 +222,9 @@ impl Client for UnixStream {
 impl Client for TcpStream {
     fn read_now(&self, buffer: &mut [u8]) -> std::io::Result<usize> {
         self.try_read(buffer)
+    }
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> + Send {
+        TcpStream::readable(self)
     }
 }
 
@@ -243,7 +253,10 @@ fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<S
     let Some(slot) = slot else {
         // Answered on the set too, so a flood of them ends with the proxy.
         connections.spawn(async move {
-            let why = format!("more than {MAX_CONNECTIONS} connections are open; close one and retry");
+            let why = format!(
+                "too many connections are open (at most {MAX_CONNECTIONS} through one proxy, {MAX_OPEN} through \
+                 all of this node's); close one and retry"
+            );
             let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(&mut stream, 503, &why)).await;
         });
         return;
@@ -587,7 +600,7 @@ async fn answer<C: Client>(client: &mut C, status: u16, why: &str) -> std::io::R
 /// first flows meanwhile. The kernel moves the bytes where it can
 /// ([`crate::splice`]); a copy through a buffer otherwise.
 async fn tunnel<C: Client>(
-    mut client: C,
+    client: C,
     mut upstream: TcpStream,
     rest: &[u8],
     meter: Option<&Meter>,
@@ -600,16 +613,25 @@ async fn tunnel<C: Client>(
         client.widen();
         let (client, upstream) = (&client, &upstream);
         let up = async {
-            if let Some(host) = named
-                && let Err(why) = gate(host, rest, &mut Peeked { client, rest }).await
-            {
-                stop.refuse(why);
+            let first = match named {
+                Some(host) => {
+                    let mut ended = stop.ended.subscribe();
+                    let checked = tokio::select! {
+                        checked = gate(host, rest, client) => checked,
+                        _ = ended.wait_for(|ended| *ended) => return,
+                        () = stop.idle() => return,
+                    };
+                    match checked {
+                        Ok(first) => first,
+                        Err(why) => return stop.refuse(why),
+                    }
+                }
+                None => rest.to_vec(),
+            };
+            if !send(upstream, &first, meter, &stop).await {
                 return;
             }
-            if !send(upstream, rest, meter, &stop).await {
-                return;
-            }
-            sent.fetch_add(rest.len() as u64, Ordering::Relaxed);
+            sent.fetch_add(first.len() as u64, Ordering::Relaxed);
             carry(Spliced { pipe: up, from: client, to: upstream }, meter, &stop, sent).await;
         };
         tokio::join!(up, carry(Spliced { pipe: down, from: upstream, to: client }, meter, &stop, received));
@@ -619,9 +641,10 @@ async fn tunnel<C: Client>(
     // anything flows either way: a protocol whose server speaks first
     // waits until the client does.
     let first = match named {
-        Some(host) => match gate(host, rest, &mut Taken(&mut client)).await {
-            Ok(first) => first,
-            Err(why) => return (Some(why), true),
+        Some(host) => match tokio::time::timeout(IDLE, gate(host, rest, &client)).await {
+            Ok(Ok(first)) => first,
+            Ok(Err(why)) => return (Some(why), true),
+            Err(_) => return (Some(format!("the client sent nothing for {} s", IDLE.as_secs())), false),
         },
         None => rest.to_vec(),
     };
@@ -671,71 +694,33 @@ async fn send(upstream: &TcpStream, mut rest: &[u8], meter: Option<&Meter>, stop
     true
 }
 
-/// Where a tunnel's first bytes come from, for [`gate`].
-trait FirstBytes {
-    /// Adds what the client sent next to `seen`; adds nothing once the
-    /// client has closed.
-    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()>;
-}
-
-/// Reads them (the buffered way: they are sent up afterwards).
-struct Taken<'a, C>(&'a mut C);
-
-impl<C: Client> FirstBytes for Taken<'_, C> {
-    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()> {
-        let mut chunk = [0u8; 4096];
-        let n = self.0.read(&mut chunk).await?;
-        seen.extend_from_slice(&chunk[..n]);
-        Ok(())
-    }
-}
-
-/// Looks at them without taking them (the spliced way: the kernel moves
-/// them later), after `rest`, which was read with the request head.
-#[cfg(target_os = "linux")]
-struct Peeked<'a, C> {
-    client: &'a C,
-    rest: &'a [u8],
-}
-
-#[cfg(target_os = "linux")]
-impl<C: Client> FirstBytes for Peeked<'_, C> {
-    async fn more(&mut self, seen: &mut Vec<u8>) -> std::io::Result<()> {
-        let had = seen.len().saturating_sub(self.rest.len());
-        let mut buffer = vec![0u8; crate::sni::MAX_HELLO];
-        loop {
-            self.client.ready(tokio::io::Interest::READABLE).await?;
-            let peeked = self.client.attempt(tokio::io::Interest::READABLE, || {
-                rustix::net::recv(self.client, &mut buffer[..], rustix::net::RecvFlags::PEEK)
-                    .map(|(n, _)| n)
-                    .map_err(std::io::Error::from)
-            });
-            match peeked {
-                Ok(0) => return Ok(()),
-                Ok(n) if n > had => {
-                    seen.clear();
-                    seen.extend_from_slice(self.rest);
-                    seen.extend_from_slice(&buffer[..n]);
-                    return Ok(());
-                }
-                // Nothing new: what is there stays readable, so wait a little.
-                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+/// Reads what the client sends next onto `seen`; nothing once it has
+/// closed.
+async fn read_more<C: Client>(client: &C, seen: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        client.readable().await?;
+        match client.read_now(&mut chunk) {
+            Ok(n) => {
+                seen.extend_from_slice(&chunk[..n]);
+                return Ok(());
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
         }
     }
 }
 
-/// The check of a tunnel's first bytes, `rest` and what follows from
-/// `from`: they must show a ClientHello asking for `host`, or no TLS at
-/// all. Waits as long as the client is silent (a server may speak first),
-/// then gives a handshake [`HEAD_TIMEOUT`] to complete. The bytes seen.
-async fn gate(host: &str, rest: &[u8], from: &mut impl FirstBytes) -> Result<Vec<u8>, String> {
+/// The check of a tunnel's first bytes, `rest` and what the client sends
+/// after it: they must show a ClientHello asking for `host`, or no TLS at
+/// all. Waits for the client's first bytes as long as its caller lets it
+/// (a server may speak first), then gives a handshake [`HEAD_TIMEOUT`] to
+/// complete. The bytes read, `rest` first, to be sent up.
+async fn gate<C: Client>(host: &str, rest: &[u8], client: &C) -> Result<Vec<u8>, String> {
     let unread = |e: std::io::Error| format!("the client's first bytes could not be read: {e}");
     let mut seen = rest.to_vec();
     if seen.is_empty() {
-        from.more(&mut seen).await.map_err(unread)?;
+        read_more(client, &mut seen).await.map_err(unread)?;
         if seen.is_empty() {
             return Ok(seen);
         }
@@ -755,12 +740,18 @@ async fn gate(host: &str, rest: &[u8], from: &mut impl FirstBytes) -> Result<Vec
                     return Err(format!("the TLS handshake names no server: a tunnel to `{host}` must ask for it"));
                 }
                 crate::sni::Hello::Malformed => return Err("the TLS handshake cannot be read".into()),
+                crate::sni::Hello::Encrypted => {
+                    return Err(format!(
+                        "the TLS handshake hides the server it asks for (Encrypted Client Hello): a tunnel to \
+                         `{host}` must ask for it openly"
+                    ));
+                }
                 crate::sni::Hello::Incomplete if seen.len() >= crate::sni::MAX_HELLO => {
                     return Err("the TLS handshake is longer than one record".into());
                 }
                 crate::sni::Hello::Incomplete => {
                     let before = seen.len();
-                    from.more(&mut seen).await.map_err(unread)?;
+                    read_more(client, &mut seen).await.map_err(unread)?;
                     if seen.len() == before {
                         return Err("the client closed before its TLS handshake was complete".into());
                     }

@@ -12,9 +12,18 @@ pub(crate) enum Hello {
     NotTls,
     /// A ClientHello, with the server name it asks for, if any.
     Tls(Option<String>),
-    /// A TLS record that is not a well-formed ClientHello.
+    /// A TLS record that is not a well-formed ClientHello, or one that
+    /// names its server twice (a router could read the other name).
     Malformed,
+    /// A ClientHello that hides its real server name (Encrypted Client
+    /// Hello): the name outside need not be the one a CDN routes by.
+    Encrypted,
 }
+
+/// The server name extension.
+const SERVER_NAME: u16 = 0;
+/// The Encrypted Client Hello extension.
+const ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
 
 /// The longest ClientHello read: one TLS record's most.
 pub(crate) const MAX_HELLO: usize = 5 + (1 << 14);
@@ -49,15 +58,22 @@ pub(crate) fn client_hello(bytes: &[u8]) -> Hello {
         let compression = usize::from(hello.u8()?);
         hello.take(compression)?;
         if hello.0.is_empty() {
-            return Some(None);
+            return Some((None, false));
         }
         let extensions = usize::from(hello.u16()?);
         let mut extensions = Reader(hello.take(extensions)?);
+        let mut kinds = Vec::new();
+        let mut name = None;
         while !extensions.0.is_empty() {
             let kind = extensions.u16()?;
             let length = usize::from(extensions.u16()?);
             let mut data = Reader(extensions.take(length)?);
-            if kind != 0 {
+            // Each extension once, as TLS requires.
+            if kinds.contains(&kind) {
+                return None;
+            }
+            kinds.push(kind);
+            if kind != SERVER_NAME {
                 continue;
             }
             let list = usize::from(data.u16()?);
@@ -65,16 +81,20 @@ pub(crate) fn client_hello(bytes: &[u8]) -> Hello {
             while !list.0.is_empty() {
                 let name_type = list.u8()?;
                 let length = usize::from(list.u16()?);
-                let name = list.take(length)?;
-                if name_type == 0 {
-                    return Some(Some(String::from_utf8(name.to_vec()).ok()?));
+                let entry = list.take(length)?;
+                // One name of each type, as TLS requires.
+                if name_type == 0 && name.replace(String::from_utf8(entry.to_vec()).ok()?).is_some() {
+                    return None;
                 }
             }
-            return Some(None);
         }
-        Some(None)
+        Some((name, kinds.contains(&ENCRYPTED_CLIENT_HELLO)))
     })();
-    parsed.map_or(Hello::Malformed, Hello::Tls)
+    match parsed {
+        None => Hello::Malformed,
+        Some((_, true)) => Hello::Encrypted,
+        Some((name, false)) => Hello::Tls(name),
+    }
 }
 
 /// Reads big-endian fields off a slice.

@@ -319,10 +319,16 @@ async fn a_tunnel_carries_a_tls_handshake_for_its_own_host_only() {
     assert!(!through(common::client_hello(Some("evil.example"))).await, "another name");
     assert!(!through(common::client_hello(None)).await, "no name");
     assert!(through(b"SSH-2.0-test\r\n".to_vec()).await, "not TLS");
+    // Encrypted Client Hello hides the name a CDN routes by; two names leave a router to pick.
+    let ech = common::client_hello_with(vec!["api.example"], &[0xfe0d]);
+    assert!(!through(ech).await, "encrypted client hello");
+    assert!(!through(common::client_hello_with(vec!["api.example", "evil.example"], &[])).await, "two names");
+    assert!(!through(common::client_hello_with(vec!["api.example"], &[0x0017])).await, "an extension twice");
     drop(proxy);
-    let all = reported(&log, 4).await;
+    let all = reported(&log, 7).await;
     let verdicts: Vec<bool> = all.iter().map(|c| c.allowed).collect();
-    assert_eq!(verdicts.iter().filter(|a| !**a).count(), 2, "{all:?}");
+    assert_eq!(verdicts.iter().filter(|a| !**a).count(), 5, "{all:?}");
+    assert!(all.iter().any(|c| c.reason.as_deref().unwrap_or("").contains("Encrypted Client Hello")), "{all:?}");
     assert!(all.iter().any(|c| c.reason.as_deref().unwrap_or("").contains("asks for `evil.example`")), "{all:?}");
     // Nothing of a refused handshake went up; all of one let through did.
     assert!(all.iter().all(|c| (c.sent == 0) != c.allowed), "{all:?}");

@@ -214,18 +214,32 @@ pub fn hosts(entries: &[&str]) -> HostList {
 /// A minimal TLS ClientHello record asking for `name` (none for `None`),
 /// with another extension after it, as real clients send many.
 pub fn client_hello(name: Option<&str>) -> Vec<u8> {
+    client_hello_with(name.into_iter().collect(), &[])
+}
+
+/// A ClientHello with a server name extension listing `names` (none when
+/// empty), and after it `extra` extensions (type, empty data).
+pub fn client_hello_with(names: Vec<&str>, extra: &[u16]) -> Vec<u8> {
     let mut extensions = Vec::new();
-    if let Some(name) = name {
+    if !names.is_empty() {
+        let mut list = Vec::new();
+        for name in &names {
+            list.push(0);
+            list.extend((name.len() as u16).to_be_bytes());
+            list.extend(name.as_bytes());
+        }
         let mut sni = Vec::new();
-        sni.extend(((name.len() + 3) as u16).to_be_bytes());
-        sni.push(0);
-        sni.extend((name.len() as u16).to_be_bytes());
-        sni.extend(name.as_bytes());
+        sni.extend((list.len() as u16).to_be_bytes());
+        sni.extend(list);
         extensions.extend(0u16.to_be_bytes());
         extensions.extend((sni.len() as u16).to_be_bytes());
         extensions.extend(sni);
     }
     extensions.extend([0x00, 0x17, 0x00, 0x00]);
+    for kind in extra {
+        extensions.extend(kind.to_be_bytes());
+        extensions.extend([0, 0]);
+    }
     let mut body = vec![0x03, 0x03];
     body.extend([7u8; 32]);
     body.push(0);
