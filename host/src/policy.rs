@@ -244,6 +244,9 @@ pub struct Narrowing {
     pub sandbox: Option<SandboxKind>,
     /// Hosts within the policy's fetch hosts (a subdomain of one is).
     pub fetch_hosts: Option<Vec<String>>,
+    /// Hosts and ports within the policy's `net-hosts`, for the shell's
+    /// commands.
+    pub net_hosts: Option<Vec<String>>,
     /// One of the policy's models.
     pub model: Option<String>,
     /// A subset of the policy's MCP servers.
@@ -364,12 +367,16 @@ impl Narrowing {
             Some(hosts) => Some(HostList::new(hosts).map_err(|e| format!("fetch-hosts: {e}"))?),
             None => None,
         };
+        let net_hosts = match &self.net_hosts {
+            Some(hosts) => Some(nexo_egress::NetHosts::new(hosts).map_err(|e| format!("net-hosts: {e}"))?),
+            None => None,
+        };
         Ok(Bounds {
             capabilities: self.allow.as_ref().map(|a| with_always(a)),
             mode: self.mode,
             sandboxes: self.sandbox.map(|s| vec![s]),
             fetch_hosts,
-            net_hosts: None,
+            net_hosts,
             commands: None,
             data_flow: None,
             models: self.model.as_ref().map(|m| vec![m.clone()]),
@@ -609,6 +616,7 @@ mod tests {
             mode: Some(PermissionMode::Approve),
             sandbox: Some(SandboxKind::Local),
             fetch_hosts: Some(vec!["API.Docs.RS.".into()]),
+            net_hosts: None,
             model: Some("large".into()),
             mcp_servers: Some(vec!["fs".into()]),
             mcp_allow: Some(vec![]),
@@ -620,6 +628,29 @@ mod tests {
         assert_eq!(e.fetch_hosts, ["api.docs.rs"], "a subdomain of a policy host, normalized");
         assert_eq!(e.model.as_deref(), Some("large"));
         assert!(e.mcp_tools.is_empty());
+    }
+
+    /// The shell's network: a request narrows the policy's hosts and ports,
+    /// and asking beyond them is refused, naming the entry.
+    #[test]
+    fn a_request_narrows_the_shells_network() {
+        let policy = Policy { net_hosts: vec!["pypi.org".into(), "api.test:8443".into()], ..policy() };
+        let e = narrow(&policy, &Narrowing::default(), &greedy()).unwrap();
+        assert_eq!(e.grant.net_hosts, ["pypi.org", "api.test:8443"], "left out: the policy's");
+        let asked = Narrowing { net_hosts: Some(vec!["files.pypi.org:443".into()]), ..Default::default() };
+        assert_eq!(narrow(&policy, &asked, &greedy()).unwrap().grant.net_hosts, ["files.pypi.org:443"]);
+        let empty = Narrowing { net_hosts: Some(vec![]), ..Default::default() };
+        assert!(narrow(&policy, &empty, &greedy()).unwrap().grant.net_hosts.is_empty());
+        for (wider, named) in
+            [("api.test", "api.test"), ("evil.example", "evil.example"), ("pypi.org:22", "pypi.org:22")]
+        {
+            let asked = Narrowing { net_hosts: Some(vec![wider.into()]), ..Default::default() };
+            let e = narrow(&policy, &asked, &greedy()).unwrap_err();
+            assert!(e.contains(&format!("network host `{named}`")) && e.contains("pypi.org"), "{e}");
+        }
+        let bad = Narrowing { net_hosts: Some(vec!["pypi.org:0".into()]), ..Default::default() };
+        assert!(narrow(&policy, &bad, &greedy()).unwrap_err().contains("net-hosts"));
+        assert_eq!(policy.bounds().net_hosts.map(|h| h.entries().to_vec()).unwrap_or_default().len(), 2);
     }
 
     #[test]
@@ -734,6 +765,9 @@ mod tests {
             "127.0.0.1",
             "2130706433",
         ];
+        const NETS: &[&str] = &["docs.rs", "api.docs.rs:8443", "DOCS.RS.:443", "example.com", "x.example.com:80"];
+        const NET_PROBES: &[(&str, u16)] =
+            &[("docs.rs", 443), ("api.docs.rs", 8443), ("api.docs.rs", 80), ("x.example.com", 80), ("example.com", 22)];
         const PROBES: &[&str] = &[
             "docs.rs",
             "x.api.docs.rs",
@@ -775,7 +809,7 @@ mod tests {
                 mode in mode().prop_filter("ask needs a terminal", |m| *m != PermissionMode::Ask),
                 local_first in any::<bool>(), both in any::<bool>(),
                 fetch_hosts in strings(HOSTS), models in strings(MODELS),
-                mcp_servers in strings(SERVERS), mcp_allow in strings(TOOLS),
+                mcp_servers in strings(SERVERS), mcp_allow in strings(TOOLS), net_hosts in strings(NETS),
             ) -> Policy {
                 let sandboxes = match (local_first, both) {
                     (true, true) => vec![SandboxKind::Local, SandboxKind::Virtual],
@@ -783,7 +817,7 @@ mod tests {
                     (true, false) => vec![SandboxKind::Local],
                     (false, false) => vec![SandboxKind::Virtual],
                 };
-                Policy { allow, mode, sandboxes, fetch_hosts, models, mcp_servers, mcp_allow, ..Policy::default() }
+                Policy { allow, mode, sandboxes, fetch_hosts, net_hosts, models, mcp_servers, mcp_allow, ..Policy::default() }
             }
         }
 
@@ -796,8 +830,9 @@ mod tests {
                 model in proptest::option::of(proptest::sample::select(MODELS).prop_map(String::from)),
                 mcp_servers in proptest::option::of(strings(SERVERS)),
                 mcp_allow in proptest::option::of(strings(TOOLS)),
+                net_hosts in proptest::option::of(strings(NETS)),
             ) -> Narrowing {
-                Narrowing { allow, mode, sandbox, fetch_hosts, model, mcp_servers, mcp_allow }
+                Narrowing { allow, mode, sandbox, fetch_hosts, net_hosts, model, mcp_servers, mcp_allow }
             }
         }
 
@@ -883,6 +918,17 @@ mod tests {
                             prop_assert!(request.fetch_hosts.as_ref().is_none_or(|r| hosts(r).matches(probe)),
                                 "{probe} beyond the request");
                         }
+                    }
+                }
+                // the shell's network, host by host and port by port
+                let nets = |list: &[String]| nexo_egress::NetHosts::new(list).unwrap_or_default();
+                for (host, port) in NET_PROBES {
+                    let probe = nets(&[format!("{host}:{port}")]);
+                    let within = |list: &[String]| probe.first_beyond(&nets(list)).is_none();
+                    if within(&grant.net_hosts) {
+                        prop_assert!(within(&policy.net_hosts), "{host}:{port} beyond the policy");
+                        prop_assert!(request.net_hosts.as_ref().is_none_or(|r| within(r)),
+                            "{host}:{port} beyond the request");
                     }
                 }
                 // MCP tools that pass unasked

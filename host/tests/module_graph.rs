@@ -98,7 +98,7 @@ const CRATES: &[Layers] = &[
             &["follow", "response"],
             &["connect", "policy"],
             &["secret", "request", "net"],
-            &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "trace", "splice"],
+            &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "trace", "splice", "sni"],
             &["error"],
         ],
     },

@@ -236,6 +236,7 @@ pub fn document() -> Value {
                     "mode": mode,
                     "sandbox": {"type": "string", "enum": ["virtual", "local"]},
                     "fetch-hosts": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
+                    "net-hosts": {"type": "array", "items": {"type": "string"}, "description": "the shell's network, `HOST[:PORT]` within the policy's `net-hosts`; empty: none"},
                     "model": {"type": "string"},
                     "mcp-servers": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
                     "mcp-allow": {"type": "array", "items": {"type": "string"}, "description": "within the policy's; empty: none"},
