@@ -279,7 +279,10 @@ fn agent_rows(m: &AgentManifest, grant: &Grant, search: Option<&SearchSetup>) {
         m.permissions.map(PermissionMode::as_str).unwrap_or("(the operator's choice; default read-only)"),
     );
     row("shell", &grant.sandbox.shell_summary(effective.contains(&Capability::Shell)));
-    row("shell network", &grant.shell_network_summary());
+    // Only where commands could have network: the local sandbox, or a grant of hosts.
+    if grant.sandbox.kind == SandboxKind::Local || !grant.net_hosts.is_empty() {
+        row("shell network", &grant.shell_network_summary());
+    }
     command_rule_rows(&granted.commands, effective.contains(&Capability::Shell));
     row("data flow", &data_flow_summary(&granted.data_flow));
 }
