@@ -159,10 +159,11 @@ pub trait AuditSink: Send + Sync {
     /// Records one decision.
     fn record(&self, used: CapabilityUse);
 
-    /// Records one connection a shell command made through the egress
-    /// proxy, let through or refused. Default: not kept.
-    fn connection(&self, connection: &nexo_egress::Connection) {
-        let _ = connection;
+    /// Records one connection made through the egress proxy, let through
+    /// or refused, by `by`: `shell` (a shell command) or `mcp:NAME` (the
+    /// confined MCP server `NAME`). Default: not kept.
+    fn connection(&self, by: &str, connection: &nexo_egress::Connection) {
+        let _ = (by, connection);
     }
 }
 

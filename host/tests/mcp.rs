@@ -145,7 +145,7 @@ async fn inspect_shows_requested_configured_and_effective_servers_and_never_a_to
     assert!(text.contains("mcp requested  tests, everything"), "{text}");
     assert!(text.contains("mcp configured remote (http: https://mcp.example.com/mcp"), "{text}");
     assert!(text.contains("mcp effective  tests\n"), "{text}");
-    assert!(text.contains("mcp allow      echo, tests/image (narrowed by the operator's echo)"), "{text}");
+    assert!(text.contains("mcp allow      echo, tests/image, tests/fetch (narrowed by the operator's echo)"), "{text}");
     assert!(text.contains("agents         helper (a request:"), "the agent-children export: {text}");
     let out = scene.nexo(&["inspect", built::MCP_PROBE, "--config", &config, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -104,7 +104,12 @@ const CRATES: &[Layers] = &[
     },
     Layers {
         dir: "mcp",
-        layers: &[&["client"], &["http", "stdio", "token", "content"], &["guard", "config", "name"], &["error"]],
+        layers: &[
+            &["client"],
+            &["http", "stdio", "token", "content"],
+            &["guard", "config", "name", "network"],
+            &["error"],
+        ],
     },
     Layers {
         dir: "sandbox",

@@ -11,7 +11,10 @@
 //!   the address guard;
 //! - in `nexo serve`, the tenant's policy grants the hosts, its egress
 //!   quota stops a large download part way, and each connection is in the
-//!   tenant's audit log with its bytes and verdict.
+//!   tenant's audit log with its bytes and verdict;
+//! - a confined MCP server's own `net-hosts` (the operator's `[mcp.NAME]`)
+//!   reach those hosts through the proxy in a served run, audited as the
+//!   server's (`by: mcp:NAME`) under the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
 use std::io::{Read, Write};
@@ -280,4 +283,65 @@ async fn a_tenants_policy_grants_hosts_its_quota_stops_a_download_and_the_audit_
     let big = &connections[2];
     assert!(big["received"].as_u64().unwrap() < quota && big["reason"].as_str().unwrap().contains("egress"), "{big}");
     assert!(connections.iter().all(|c| c["run"] == run["id"]), "{connections:?}");
+}
+
+fn test_server() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
+    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_mcp_server_reaches_its_own_net_hosts_through_the_proxy_audited_as_its_own() {
+    let scene = Scene::new(None).await;
+    let origin = Origin::start(scene.dir.path().join("served"));
+    let port = origin.port;
+    let cwd = scene.dir.path().join("mcp-work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    scene.configure(&format!(
+        "[sandbox]\nnet-allow-private = [\"127.0.0.1\"]\n\n[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\nconfine = \
+         true\nnet-hosts = [\"127.0.0.1:{port}\"]\n",
+        test_server().display(),
+        cwd.display()
+    ));
+    // The tenant's shell gets no host: the server's grant is the operator's, for that server alone.
+    let alice = scene.tenant(
+        "alice",
+        Some(json!({"mode": "auto", "mcp-servers": ["tests"], "mcp-allow": ["tests/fetch"], "models": ["test"]})),
+    );
+    let node = scene.node("a");
+    let (status, plugin) = scene.upload(&node, &alice, built::MCP_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+    let call = |url: String| json!({"plugin": plugin["id"], "input": format!("call tests fetch {}", json!({"url": url})), "wait": true});
+    let (status, run) = scene.post(&node.url("/v1/runs"), &alice, call(format!("http://127.0.0.1:{port}/small"))).await;
+    assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("done")), "{run}\n{}", node.log());
+    let result = run["result"].as_str().unwrap();
+    assert!(result.contains("ok HTTP/1.1 200 OK") && result.contains("hello from the origin"), "{result}");
+    assert_eq!(origin.hits(), 1);
+    let (_, refused) = scene.post(&node.url("/v1/runs"), &alice, call("http://example.com/".into())).await;
+    assert!(refused["result"].as_str().unwrap().contains("403"), "{refused}");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let connections = loop {
+        let entries = scene.audit(&node, &alice, "net.connection").await;
+        if entries.len() >= 2 || std::time::Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let shown: Vec<(&str, String, bool, &serde_json::Value)> = connections
+        .iter()
+        .map(|c| {
+            let at = format!("{}:{}", c["host"].as_str().unwrap(), c["port"]);
+            (c["by"].as_str().unwrap(), at, c["allowed"].as_bool().unwrap(), &c["run"])
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("mcp:tests", format!("127.0.0.1:{port}"), true, &run["id"]),
+            ("mcp:tests", "example.com:80".to_string(), false, &refused["id"])
+        ],
+        "{connections:?}"
+    );
 }

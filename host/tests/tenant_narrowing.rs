@@ -159,7 +159,7 @@ async fn mcp_servers_and_tools_never_widen() {
     let scene = Scene::new(None).await;
     scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
     // The agent (mcp-probe) asks for the servers `tests` and `everything`,
-    // and lists `echo` and `tests/image` in its own mcp-allow.
+    // and lists `echo`, `tests/image` and `tests/fetch` in its own mcp-allow.
     let quiet = scene.tenant("quiet", Some(json!({"mcp-servers": ["tests"], "models": ["test"]})));
     let echo =
         scene.tenant("echo", Some(json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"]})));

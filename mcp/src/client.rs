@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use nexo_sandbox::{Confinement, SystemView};
@@ -16,6 +16,7 @@ use crate::config::{Server, Transport};
 use crate::content::{CallResult, normalize_schema, render};
 use crate::error::{McpError, egress_error};
 use crate::http::{EgressHttp, egress_client, policy};
+use crate::network::ServerNetwork;
 use crate::stdio::{ServerProcess, StderrTail, start};
 
 /// One tool as the model sees it.
@@ -69,6 +70,8 @@ struct Inner {
     confinement: Confinement,
     /// What `confine = true` servers may read of the host.
     view: SystemView,
+    /// What serves the network of servers with `net-hosts`.
+    network: OnceLock<Arc<dyn ServerNetwork>>,
     next_id: AtomicU64,
 }
 
@@ -132,6 +135,7 @@ impl Clients {
                 options,
                 confinement: Confinement::Auto,
                 view: SystemView::default(),
+                network: OnceLock::new(),
                 next_id: AtomicU64::new(1),
             }),
         }
@@ -148,6 +152,7 @@ impl Clients {
                 options: inner.options.clone(),
                 confinement,
                 view,
+                network: inner.network.clone(),
                 next_id: AtomicU64::new(1),
             }),
         }
@@ -168,6 +173,20 @@ impl Clients {
     /// before first use: clones made earlier keep their own connections.
     pub fn with_confinement(self, confinement: Confinement) -> Clients {
         self.rebuilt(confinement, self.inner.view.clone())
+    }
+
+    /// Gives confined servers with `net-hosts` their network: each one's
+    /// gateway comes from `network` when it starts. Once only: the first
+    /// call wins (clients a session shares keep the first run's), and says
+    /// so by returning `true`. Without it, such a server refuses to start.
+    pub fn with_network(&self, network: Arc<dyn ServerNetwork>) -> bool {
+        self.inner.network.set(network).is_ok()
+    }
+
+    /// Whether a configured server has `net-hosts`, so needs
+    /// [`Clients::with_network`].
+    pub fn needs_network(&self) -> bool {
+        self.inner.servers.iter().any(Server::has_net_hosts)
     }
 
     /// The configured servers, in the order given.
@@ -225,7 +244,8 @@ impl Clients {
             Transport::Stdio(spec) => {
                 // Spawned here, on a runtime thread, never in spawn_blocking.
                 let guard = self.inner.options.guard.as_deref();
-                let started = start(name, spec, guard, self.inner.confinement, &self.inner.view)?;
+                let network = self.inner.network.get().map(|n| n.as_ref());
+                let started = start(name, spec, guard, self.inner.confinement, &self.inner.view, network)?;
                 let stderr = started.stderr.clone();
                 let mut process = started.process;
                 let handshake = async {

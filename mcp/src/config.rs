@@ -16,7 +16,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: u64 = 30;
 /// One `[mcp.NAME]` table of the operator's config file, as written.
 ///
 /// A stdio server has `command` (and maybe `args`, `env`, `cwd`, `confine`,
-/// `network`); an HTTP server has `url` (and maybe `headers`, one token
+/// `network` or `net-hosts`); an HTTP server has `url` (and maybe `headers`, one token
 /// source, `allow-private`). [`Server::new`] checks the combination. `Debug`
 /// shows no token and no `env` or `headers` values.
 #[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -62,6 +62,10 @@ pub struct ServerConfig {
     /// Confined stdio: keep network access.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
+    /// Confined stdio: network to these hosts only (`HOST[:PORT]`, as the
+    /// shell's `net-hosts`), through nexo's egress proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub net_hosts: Vec<String>,
     /// Seconds per tool call (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
@@ -87,6 +91,7 @@ impl fmt::Debug for ServerConfig {
             .field("allow_private", &self.allow_private)
             .field("confine", &self.confine)
             .field("network", &self.network)
+            .field("net_hosts", &self.net_hosts)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
@@ -159,7 +164,18 @@ pub(crate) struct StdioSpec {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
     /// `Some(network)` when confined.
-    pub(crate) confine: Option<bool>,
+    pub(crate) confine: Option<ServerNet>,
+}
+
+/// A confined stdio server's network.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ServerNet {
+    /// None at all.
+    None,
+    /// The host's (`network = true`).
+    Host,
+    /// These hosts only, through the egress proxy (`net-hosts`).
+    Proxied(nexo_egress::NetHosts),
 }
 
 /// An HTTP server's endpoint.
@@ -200,7 +216,7 @@ impl fmt::Debug for Server {
     }
 }
 
-const STDIO_KEYS: &str = "`args`, `env`, `cwd`, `confine` and `network`";
+const STDIO_KEYS: &str = "`args`, `env`, `cwd`, `confine`, `network` and `net-hosts`";
 const HTTP_KEYS: &str = "`headers`, `token`, `token-env`, `token-file`, `token-command` and `allow-private`";
 
 impl Server {
@@ -257,9 +273,12 @@ impl Server {
                     line.push_str(&shorten(arg));
                 }
                 let mut notes = Vec::new();
-                match s.confine {
-                    Some(false) => notes.push("confined, no network".to_string()),
-                    Some(true) => notes.push("confined, with network".to_string()),
+                match &s.confine {
+                    Some(ServerNet::None) => notes.push("confined, no network".to_string()),
+                    Some(ServerNet::Host) => notes.push("confined, with network".to_string()),
+                    Some(ServerNet::Proxied(hosts)) => {
+                        notes.push(format!("confined, network to {hosts} through nexo's egress proxy"))
+                    }
                     None => {}
                 }
                 if let Some(cwd) = &s.cwd {
@@ -284,6 +303,11 @@ impl Server {
                 format!("http: {} ({})", shown_url(&h.url), notes.join("; "))
             }
         }
+    }
+
+    /// Whether it is a confined stdio server with `net-hosts`.
+    pub fn has_net_hosts(&self) -> bool {
+        matches!(&self.transport, Transport::Stdio(StdioSpec { confine: Some(ServerNet::Proxied(_)), .. }))
     }
 
     /// Whether the server is a local process speaking over its stdio (not
@@ -390,6 +414,27 @@ fn stdio_spec(name: &str, command: &str, config: &ServerConfig) -> Result<StdioS
                 .into(),
         ));
     }
+    if !config.net_hosts.is_empty() && !config.confine {
+        return Err(err(
+            "sets `net-hosts` without `confine = true`; an unconfined server always has the whole network, so add \
+             `confine = true` (or remove `net-hosts`)"
+                .into(),
+        ));
+    }
+    if !config.net_hosts.is_empty() && config.network {
+        return Err(err(
+            "sets both `network = true` (the host's whole network) and `net-hosts` (only these hosts, through \
+             nexo's egress proxy); keep one"
+                .into(),
+        ));
+    }
+    let net = match (config.network, config.net_hosts.is_empty()) {
+        (true, _) => ServerNet::Host,
+        (false, true) => ServerNet::None,
+        (false, false) => ServerNet::Proxied(
+            nexo_egress::NetHosts::new(&config.net_hosts).map_err(|e| err(format!("`net-hosts`: {e}")))?,
+        ),
+    };
     if config.confine {
         match &config.cwd {
             None => {
@@ -414,7 +459,7 @@ fn stdio_spec(name: &str, command: &str, config: &ServerConfig) -> Result<StdioS
         args: config.args.clone(),
         env: config.env.clone(),
         cwd: config.cwd.clone(),
-        confine: config.confine.then_some(config.network),
+        confine: config.confine.then_some(net),
     })
 }
 
@@ -433,7 +478,12 @@ fn http_spec(name: &str, raw: &str, config: &ServerConfig) -> Result<HttpSpec, C
     if !config.env.is_empty() {
         stdio_keys.push("env");
     }
-    for (key, set) in [("cwd", config.cwd.is_some()), ("confine", config.confine), ("network", config.network)] {
+    for (key, set) in [
+        ("cwd", config.cwd.is_some()),
+        ("confine", config.confine),
+        ("network", config.network),
+        ("net-hosts", !config.net_hosts.is_empty()),
+    ] {
         if set {
             stdio_keys.push(key);
         }

@@ -12,7 +12,9 @@
 //! come and go.
 //!
 //! Options: `--confine bubblewrap|landlock|unconfined --writable DIR`
-//! (`--network`, `--bwrap PATH`, and `--view PATH…` for a system view other
+//! (`--network`, or `--net-fd N` for network only through the host's
+//! gateway, the listener sent over the inherited descriptor `N`: see
+//! [`nexo_sandbox::ProgramConfinement::proxied`]; `--bwrap PATH`, and `--view PATH…` for a system view other
 //! than the default, each path after its own `--view`; `--view-none` for an
 //! empty one) run the server under
 //! [`nexo_sandbox::ProgramConfinement`]: the guard itself stays outside the
@@ -51,6 +53,8 @@ pub(crate) struct ProgramOptions {
     pub(crate) confinement: Confinement,
     pub(crate) writable: PathBuf,
     pub(crate) network: bool,
+    /// The inherited child's end of the host's `PrivateNet`.
+    pub(crate) net_fd: Option<i32>,
     pub(crate) bwrap: Option<PathBuf>,
     pub(crate) view: SystemView,
 }
@@ -64,6 +68,9 @@ impl GuardArgs {
             out.push(c.writable.clone().into());
             if c.network {
                 out.push("--network".into());
+            }
+            if let Some(fd) = c.net_fd {
+                out.extend(["--net-fd".into(), fd.to_string().into()]);
             }
             if let Some(b) = &c.bwrap {
                 out.push("--bwrap".into());
@@ -95,6 +102,7 @@ impl GuardArgs {
         let mut confinement = None;
         let mut writable = None;
         let mut network = false;
+        let mut net_fd = None;
         let mut bwrap = None;
         let mut view: Option<Vec<PathBuf>> = None;
         loop {
@@ -102,6 +110,15 @@ impl GuardArgs {
             match arg.to_str() {
                 Some("--") => break,
                 Some("--network") => network = true,
+                Some("--net-fd") => {
+                    net_fd = Some(
+                        it.next()
+                            .and_then(|a| a.to_str())
+                            .and_then(|a| a.parse::<i32>().ok())
+                            .filter(|fd| *fd > 2)
+                            .ok_or("--net-fd takes a descriptor number above 2")?,
+                    )
+                }
                 Some("--confine") => {
                     confinement = Some(match it.next().and_then(|a| a.to_str()) {
                         Some("bubblewrap") => Confinement::Bubblewrap,
@@ -129,7 +146,9 @@ impl GuardArgs {
             None => SystemView::default(),
         };
         let confine = match (confinement, writable) {
-            (Some(confinement), Some(writable)) => Some(ProgramOptions { confinement, writable, network, bwrap, view }),
+            (Some(confinement), Some(writable)) => {
+                Some(ProgramOptions { confinement, writable, network, net_fd, bwrap, view })
+            }
             (None, None) => None,
             _ => return Err("--confine and --writable go together".into()),
         };
@@ -201,6 +220,7 @@ fn spawn(args: &GuardArgs) -> Result<Child, String> {
                 confinement: o.confinement,
                 writable: o.writable.clone(),
                 network: o.network,
+                proxied: o.net_fd,
                 bwrap: o.bwrap.clone(),
                 view: o.view.clone(),
                 ..ProgramConfinement::new(&o.writable)
@@ -272,6 +292,7 @@ mod tests {
                 confinement: Confinement::Landlock,
                 writable: "/srv/data".into(),
                 network: true,
+                net_fd: Some(5),
                 bwrap: Some("/opt/bwrap".into()),
                 view: SystemView::new(["/usr", "/opt/node"]).unwrap(),
             }),
@@ -288,6 +309,7 @@ mod tests {
         assert!(parse(&["1", "a"]).unwrap_err().contains("unknown option"));
         assert!(parse(&["1", "--"]).unwrap_err().contains("no command"));
         assert!(parse(&["1", "--confine", "landlock", "--", "a"]).is_err());
+        assert!(parse(&["1", "--net-fd", "2", "--confine", "landlock", "--writable", "/x", "--", "a"]).is_err());
         assert_eq!(guard_main(&[]), FAILED);
     }
 }

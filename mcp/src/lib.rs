@@ -8,7 +8,9 @@
 //!   when it is SIGKILLed. With `confine = true` they run under the local
 //!   shell's confinement (bubblewrap, else Landlock): of the host filesystem
 //!   only the system view ([`Clients::with_view`]) and the server's own
-//!   program readable, only `cwd` writable, no network unless `network = true`.
+//!   program readable, only `cwd` writable, no network unless `network = true`
+//!   (the host's) or `net-hosts` (those hosts only, through the gateway the
+//!   host gives: [`ServerNetwork`]).
 //! - **streamable HTTP** servers are reached through
 //!   [`nexo_egress::GuardedClient`] only: the address guard (loopback and
 //!   private hosts need `allow-private`), the configured origin alone, and the
@@ -26,6 +28,7 @@ mod error;
 mod guard;
 mod http;
 mod name;
+mod network;
 mod stdio;
 mod token;
 
@@ -35,5 +38,6 @@ pub use content::CallResult;
 pub use error::McpError;
 pub use guard::{GUARD_SUBCOMMAND, guard_main};
 pub use name::{MAX_TOOL_NAME, model_tool_name};
+pub use network::ServerNetwork;
 /// The confinement mechanisms, for [`Clients::with_confinement`].
 pub use nexo_sandbox::Confinement;

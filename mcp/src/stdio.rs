@@ -14,14 +14,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nexo_sandbox::{Confinement, ProgramConfinement, SystemView};
+use nexo_sandbox::{Confinement, PrivateNet, ProgramConfinement, SystemView};
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::config::StdioSpec;
+use crate::config::{ServerNet, StdioSpec};
 use crate::error::McpError;
 use crate::guard::{GUARD_SUBCOMMAND, GuardArgs, ProgramOptions, spawn_message};
+use crate::network::{Served, ServerNetwork, serve};
 
 /// The most stderr bytes kept; older bytes are dropped.
 const STDERR_KEEP: usize = 16 << 10;
@@ -91,6 +92,8 @@ pub(crate) struct ServerProcess {
     pid: Option<Pid>,
     guarded: bool,
     ended: bool,
+    /// Its network through the host's gateway, served while it lives.
+    network: Option<Served>,
 }
 
 impl ServerProcess {
@@ -108,6 +111,7 @@ impl ServerProcess {
         if !self.guarded {
             self.kill_group();
         }
+        self.network = None;
         self.ended = true;
     }
 
@@ -197,7 +201,14 @@ fn resolve_confinement(
         Confinement::Bubblewrap => std::env::var_os("PATH").and_then(|path| nexo_sandbox::find_on_path("bwrap", &path)),
         _ => None,
     };
-    Ok(ProgramOptions { confinement, writable: writable.to_path_buf(), network, bwrap, view: view.clone() })
+    Ok(ProgramOptions {
+        confinement,
+        writable: writable.to_path_buf(),
+        network,
+        net_fd: None,
+        bwrap,
+        view: view.clone(),
+    })
 }
 
 /// Starts the server (through the guard when `guard` is given), with piped
@@ -214,6 +225,7 @@ pub(crate) fn start(
     guard: Option<&Path>,
     mechanism: Confinement,
     view: &SystemView,
+    network: Option<&dyn ServerNetwork>,
 ) -> Result<Started, McpError> {
     let spawn_err = |message: String| McpError::Spawn { server: server.to_string(), message };
     let path = server_path(&spec.env);
@@ -233,10 +245,31 @@ pub(crate) fn start(
             if spec.command.contains('/') { String::new() } else { " on PATH".to_string() }
         )));
     };
-    let confine = match (spec.confine, &spec.cwd) {
-        (Some(network), Some(cwd)) => Some(resolve_confinement(server, cwd, network, mechanism, view)?),
+    let mut confine = match (&spec.confine, &spec.cwd) {
+        (Some(net), Some(cwd)) => Some(resolve_confinement(server, cwd, *net == ServerNet::Host, mechanism, view)?),
         _ => None,
     };
+    // `net-hosts`: a namespace of its own, its listener served by the host's gateway.
+    // Unconfined (the operator turned confinement off), it has the host's network.
+    let proxied = match (&spec.confine, &confine) {
+        (Some(ServerNet::Proxied(hosts)), Some(o)) if o.confinement != Confinement::Unconfined => {
+            let Some(network) = network else {
+                return Err(spawn_err(format!(
+                    "its `net-hosts` need nexo's egress proxy, which this host does not give (Clients::with_network); \
+                     remove `net-hosts` from [mcp.{server}] or run it under nexo"
+                )));
+            };
+            let gateway =
+                network.gateway(server, hosts).map_err(|e| spawn_err(format!("cannot give it network: {e}")))?;
+            let net = PrivateNet::new().map_err(|e| spawn_err(format!("cannot set up its network: {e}")))?;
+            Some((net, gateway))
+        }
+        _ => None,
+    };
+    let net_fd = proxied.as_ref().map(|(net, _)| net.child_fd());
+    if let Some(o) = &mut confine {
+        o.net_fd = net_fd;
+    }
     let argv: Vec<OsString> =
         std::iter::once(program.clone().into_os_string()).chain(spec.args.iter().map(OsString::from)).collect();
 
@@ -246,13 +279,17 @@ pub(crate) fn start(
             let args = GuardArgs { host: std::process::id() as i32, confine: confine.clone(), argv };
             let mut cmd = std::process::Command::new(exe);
             cmd.arg(GUARD_SUBCOMMAND).args(args.to_args());
-            nexo_sandbox::close_inherited_fds(&mut cmd);
+            match net_fd {
+                Some(fd) => nexo_sandbox::close_inherited_fds_but(&mut cmd, fd),
+                None => nexo_sandbox::close_inherited_fds(&mut cmd),
+            }
             (cmd, None)
         }
         (None, Some(o)) => {
             let confined = ProgramConfinement {
                 confinement: o.confinement,
                 network: o.network,
+                proxied: o.net_fd,
                 bwrap: o.bwrap.clone(),
                 view: o.view.clone(),
                 ..ProgramConfinement::new(&o.writable)
@@ -273,6 +310,9 @@ pub(crate) fn start(
     command.env_clear().envs(&spec.env);
     if let (false, Some(p)) = (spec.env.contains_key("PATH"), &path) {
         command.env("PATH", p);
+    }
+    if proxied.is_some() {
+        command.envs(nexo_sandbox::proxy_env());
     }
     if let Some(cwd) = &spec.cwd
         && !matches!(resources.as_ref().map(|r| r.confinement()), Some(Confinement::Bubblewrap))
@@ -295,9 +335,10 @@ pub(crate) fn start(
         }
     };
     drop(resources);
+    let network = proxied.map(|(net, gateway)| serve(server, net.into_receiver(), gateway));
     let pid = child.id().and_then(|id| Pid::from_raw(id as i32));
     let pipes = (child.stdout.take(), child.stdin.take(), child.stderr.take());
-    let process = ServerProcess { child, pid, guarded: guard.is_some(), ended: false };
+    let process = ServerProcess { child, pid, guarded: guard.is_some(), ended: false, network };
     let (Some(stdout), Some(stdin), Some(stderr)) = pipes else {
         return Err(spawn_err("its stdio pipes were not set up".into()));
     };

@@ -52,6 +52,24 @@ fn bad_tables_name_the_key_and_the_fix() {
         ("c1", ServerConfig { confine: true, ..stdio() }, "`confine = true` without `cwd`"),
         ("c2", ServerConfig { confine: true, cwd: Some("rel".into()), ..stdio() }, "a relative path"),
         ("c3", ServerConfig { network: true, ..stdio() }, "sets `network` without `confine = true`"),
+        ("n1", ServerConfig { net_hosts: vec!["a.example".into()], ..stdio() }, "sets `net-hosts` without `confine"),
+        (
+            "n2",
+            ServerConfig {
+                confine: true,
+                network: true,
+                cwd: Some("/srv".into()),
+                net_hosts: vec!["a.example".into()],
+                ..stdio()
+            },
+            "sets both `network = true`",
+        ),
+        (
+            "n3",
+            ServerConfig { confine: true, cwd: Some("/srv".into()), net_hosts: vec!["a.example:0".into()], ..stdio() },
+            "`net-hosts`: ",
+        ),
+        ("n4", ServerConfig { net_hosts: vec!["a.example".into()], ..http() }, "sets `net-hosts`"),
         ("t0", ServerConfig { timeout: Some(0), ..stdio() }, "`timeout` is 0"),
         ("t1", ServerConfig { connect_timeout: Some(0), ..stdio() }, "`connect-timeout` is 0"),
         ("t2", ServerConfig { timeout: Some(100_000), ..stdio() }, "more than a day"),
@@ -138,6 +156,24 @@ fn good_tables_are_accepted_and_described() {
     .unwrap();
     assert_eq!(s.name(), "fs");
     assert_eq!(s.describe(), "stdio: node …/index.js /data (confined, no network; cwd /data; env API_KEY)");
+    let proxied = Server::new(
+        "gh",
+        ServerConfig {
+            net_hosts: vec!["api.github.com".into(), "example.com:8443".into()],
+            ..ServerConfig {
+                command: Some("gh-mcp".into()),
+                cwd: Some("/data".into()),
+                confine: true,
+                ..Default::default()
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        proxied.describe(),
+        "stdio: gh-mcp (confined, network to api.github.com, example.com:8443 through nexo's egress proxy; cwd /data)"
+    );
+    assert!(proxied.has_net_hosts() && !s.has_net_hosts());
     assert!(!format!("{s:?}").contains("sk-env-secret"));
 
     let h = Server::new("gh", ServerConfig { token_env: Some("GH_TOKEN".into()), timeout: Some(5), ..http() }).unwrap();

@@ -5,10 +5,16 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use common::{args, stdio_config};
-use nexo_mcp::{ClientOptions, Clients, Confinement, Server, ServerConfig};
+use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, NetHosts, ProxyPolicy};
+use nexo_mcp::{ClientOptions, Clients, Confinement, Server, ServerConfig, ServerNetwork};
+use nexo_sandbox::Gateway;
 use serde_json::json;
 
 fn confined(cwd: &std::path::Path, network: bool) -> ServerConfig {
@@ -66,6 +72,100 @@ async fn a_confined_server_has_no_network_unless_granted() {
         assert!(!failed, "{confinement} with network: {text}");
         on.close().await;
     }
+}
+
+/// Answers every request on a loopback port with `hello`, counting them.
+fn hello_server() -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+        }
+    });
+    (addr, served)
+}
+
+/// nexo's egress proxy for each server, allowing loopback, logging every connection.
+#[derive(Default)]
+struct Proxy(Arc<Mutex<Vec<(String, Connection)>>>);
+
+struct Log(String, Arc<Mutex<Vec<(String, Connection)>>>);
+
+impl ConnectionLog for Log {
+    fn connection(&self, connection: &Connection) {
+        self.1.lock().unwrap().push((self.0.clone(), connection.clone()));
+    }
+}
+
+struct ProxyGateway(ProxyPolicy);
+
+impl Gateway for ProxyGateway {
+    fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Send>> {
+        let client = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
+        Ok(Box::new(EgressProxy::serve(&client, listener, self.0.clone())?))
+    }
+
+    fn describe(&self) -> String {
+        "nexo's egress proxy".into()
+    }
+}
+
+impl ServerNetwork for Proxy {
+    fn gateway(&self, server: &str, hosts: &NetHosts) -> Result<Box<dyn Gateway>, String> {
+        let log = Arc::new(Log(server.to_string(), Arc::clone(&self.0)));
+        Ok(Box::new(ProxyGateway(ProxyPolicy { hosts: hosts.clone(), meter: None, log: Some(log) })))
+    }
+}
+
+#[tokio::test]
+async fn a_server_with_net_hosts_reaches_them_through_the_proxy_and_nothing_else() {
+    let (allowed, served) = hello_server();
+    let (other, _) = hello_server();
+    for confinement in [Confinement::Bubblewrap, Confinement::Landlock] {
+        for guard in [false, true] {
+            let case = format!("{confinement}, guard {guard}");
+            let dir = tempfile::tempdir().unwrap();
+            let config = ServerConfig { net_hosts: vec![allowed.clone()], ..confined(dir.path(), false) };
+            let clients = clients(config, guard, confinement);
+            let proxy = Proxy::default();
+            assert!(clients.with_network(Arc::new(Proxy(Arc::clone(&proxy.0)))));
+            let before = served.load(Ordering::SeqCst);
+            let (failed, text) = call(&clients, "fetch", json!({"url": format!("http://{allowed}/x")})).await;
+            assert!(!failed && text == "HTTP/1.1 200 OK\nhello", "{case}: {text}");
+            assert_eq!(served.load(Ordering::SeqCst), before + 1, "{case}");
+            // Another port of the same host is not granted; the proxy refuses it.
+            let (_, text) = call(&clients, "fetch", json!({"url": format!("http://{other}/")})).await;
+            assert!(text.contains("403"), "{case}: {text}");
+            // Around the proxy there is nothing: not the granted server, not the host's loopback.
+            let (failed, text) = call(&clients, "connect", json!({"addr": allowed})).await;
+            assert!(failed && text.contains("cannot connect"), "{case}: {text}");
+            assert_eq!(served.load(Ordering::SeqCst), before + 1, "{case}: a direct connection arrived");
+            clients.close().await;
+            let log = proxy.0.lock().unwrap().clone();
+            let shown: Vec<(&str, u16, bool)> = log.iter().map(|(by, c)| (by.as_str(), c.port, c.allowed)).collect();
+            let port = |addr: &str| addr.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+            assert_eq!(shown, [("box", port(&allowed), true), ("box", port(&other), false)], "{case}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_server_with_net_hosts_does_not_start_without_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig { net_hosts: vec!["a.example".into()], ..confined(dir.path(), false) };
+    let clients = clients(config, true, Confinement::Landlock);
+    let err = clients.call_tool("box", "echo", args(json!({"text": "x"}))).await.unwrap_err().to_string();
+    assert!(err.contains("`net-hosts` need nexo's egress proxy"), "{err}");
 }
 
 #[tokio::test]

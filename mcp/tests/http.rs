@@ -21,7 +21,7 @@ async fn echo(clients: &nexo_mcp::Clients, server: &str) -> Result<String, McpEr
 async fn calls_over_http_without_a_token() {
     let server = HttpServer::start(&[]).await;
     let clients = clients(vec![("web", http_config(&server.url))]);
-    assert_eq!(clients.list_tools("web").await.unwrap().len(), 9);
+    assert_eq!(clients.list_tools("web").await.unwrap().len(), 10);
     assert_eq!(echo(&clients, "web").await.unwrap(), "over http");
     let r = clients.call_tool("web", "image", no_args()).await.unwrap();
     assert_eq!(r.text, "a tiny image\n\n[image image/png, 92 base64 bytes]");

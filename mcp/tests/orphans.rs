@@ -73,7 +73,7 @@ async fn start_host(
         .unwrap();
     let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap();
-    assert_eq!(ready.as_deref(), Some("ready 9"), "the host did not connect");
+    assert_eq!(ready.as_deref(), Some("ready 10"), "the host did not connect");
     (host, lines)
 }
 

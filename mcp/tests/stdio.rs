@@ -14,7 +14,7 @@ async fn lists_tools_with_normalized_schemas_and_calls_them() {
     let clients = clients(vec![("test", stdio_config())]);
     let tools = clients.list_tools("test").await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["echo", "fail", "hang", "large", "image", "crash", "write", "env", "connect"]);
+    assert_eq!(names, ["echo", "fail", "hang", "large", "image", "crash", "write", "env", "connect", "fetch"]);
     let echo = &tools[0];
     assert_eq!(echo.description, "Returns `text`.");
     assert_eq!(echo.input_schema["type"], "object");

@@ -24,7 +24,7 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Where a command's proxy listens, inside its own namespace.
 pub const PROXY_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -56,7 +56,7 @@ impl fmt::Debug for dyn Gateway {
 
 /// The variables that point a command at its proxy. `NO_PROXY` is empty:
 /// nothing is reached around it.
-pub(crate) fn proxy_env() -> [(&'static str, String); 8] {
+pub fn proxy_env() -> [(&'static str, String); 8] {
     let url = format!("http://{PROXY_ADDR}");
     [
         ("HTTP_PROXY", url.clone()),
@@ -70,12 +70,22 @@ pub(crate) fn proxy_env() -> [(&'static str, String); 8] {
     ]
 }
 
-/// A namespace to be made in a child: the host's end of the socket pair the
-/// child hands its listener over, and what the child needs, prepared before
-/// the fork.
-pub(crate) struct PrivateNet {
+/// A namespace to be made in a child: the socket pair over which the child
+/// hands its listener to the host. The child's end may be given on to
+/// another process that spawns the program ([`PrivateNet::child_fd`]);
+/// the host keeps the other ([`PrivateNet::into_receiver`]).
+#[derive(Debug)]
+pub struct PrivateNet {
     host: OwnedFd,
     child: OwnedFd,
+}
+
+/// The host's end of a [`PrivateNet`], once the child's end is given away:
+/// the listener arrives on it. Readable (see [`AsFd`]) when it has come, or
+/// when every holder of the child's end is gone without sending it.
+#[derive(Debug)]
+pub struct ListenerReceiver {
+    host: OwnedFd,
 }
 
 /// The child's part of a [`PrivateNet`]: plain data, so a `pre_exec` hook
@@ -89,7 +99,7 @@ pub(crate) struct Enter {
 
 impl PrivateNet {
     /// The socket pair, ready for a fork.
-    pub(crate) fn new() -> io::Result<PrivateNet> {
+    pub fn new() -> io::Result<PrivateNet> {
         let mut fds = [0; 2];
         // SAFETY: socketpair writes two descriptors into the array.
         if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0
@@ -106,51 +116,108 @@ impl PrivateNet {
 
     /// What the child's hook runs ([`Enter::enter`]).
     pub(crate) fn enter(&self) -> Enter {
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Enter {
-            child: self.child.as_raw_fd(),
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-        }
+        Enter::new(self.child.as_raw_fd())
+    }
+
+    /// The child's end (close-on-exec, numbered 3 or above): for
+    /// [`crate::ProgramConfinement::proxied`], in this process or in one it
+    /// is inherited by. Open until [`PrivateNet::into_receiver`].
+    pub fn child_fd(&self) -> RawFd {
+        self.child.as_raw_fd()
+    }
+
+    /// After the spawn: closes this process's copy of the child's end and
+    /// keeps the host's, to receive the listener on.
+    pub fn into_receiver(self) -> ListenerReceiver {
+        drop(self.child);
+        ListenerReceiver { host: self.host }
     }
 
     /// After the spawn (the hook has run by then): the listener the child
     /// made.
     pub(crate) fn listener(self) -> io::Result<TcpListener> {
-        drop(self.child);
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
-        // Room for one descriptor's control message, aligned for cmsghdr.
-        let mut space = [0u64; 8];
-        // SAFETY: zeroed msghdr is valid; its pointers are set to locals alive for the call.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = space.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&space) as _;
-        let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
-        // SAFETY: recvmsg writes within the buffers msg points at.
-        let n = unsafe { libc::recvmsg(self.host.as_raw_fd(), &mut msg, flags) };
-        if n != 1 {
-            let why = if n < 0 { io::Error::last_os_error().to_string() } else { "nothing came".into() };
-            return Err(io::Error::other(format!("the command's network listener did not arrive: {why}")));
+        self.into_receiver()
+            .try_receive()?
+            .ok_or_else(|| io::Error::other("the command's network listener did not arrive: nothing came"))
+    }
+}
+
+impl AsFd for ListenerReceiver {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.host.as_fd()
+    }
+}
+
+impl From<ListenerReceiver> for OwnedFd {
+    /// The socket, to wait on it some other way (say as a
+    /// `tokio::net::UnixStream`) and call [`receive_listener`] on it.
+    fn from(receiver: ListenerReceiver) -> OwnedFd {
+        receiver.host
+    }
+}
+
+impl ListenerReceiver {
+    /// The listener, if it has come (`None`: not yet); an error if every
+    /// holder of the child's end closed it without sending one (the
+    /// program could not be started, or not in a namespace of its own).
+    /// Never blocks.
+    pub fn try_receive(&self) -> io::Result<Option<TcpListener>> {
+        receive_listener(self.host.as_fd())
+    }
+}
+
+/// [`ListenerReceiver::try_receive`] on the host's end of a [`PrivateNet`]
+/// taken out of its receiver.
+pub fn receive_listener(socket: BorrowedFd<'_>) -> io::Result<Option<TcpListener>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    // Room for one descriptor's control message, aligned for cmsghdr.
+    let mut space = [0u64; 8];
+    // SAFETY: zeroed msghdr is valid; its pointers are set to locals alive for the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&space) as _;
+    let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+    // SAFETY: recvmsg writes within the buffers msg points at.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, flags) };
+    if n < 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() == io::ErrorKind::WouldBlock {
+            return Ok(None);
         }
-        // SAFETY: the kernel filled the control buffer; the macros walk it within msg_controllen.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-                return Err(io::Error::other("the command's network listener did not arrive"));
-            }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-            let listener = TcpListener::from_raw_fd(fd);
-            listener.set_nonblocking(true)?;
-            Ok(listener)
+        return Err(io::Error::other(format!("the command's network listener did not arrive: {error}")));
+    }
+    if n != 1 {
+        return Err(io::Error::other("the command's network listener did not arrive: its end was closed without it"));
+    }
+    // SAFETY: the kernel filled the control buffer; the macros walk it within msg_controllen.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            return Err(io::Error::other("the command's network listener did not arrive"));
         }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+        let listener = TcpListener::from_raw_fd(fd);
+        listener.set_nonblocking(true)?;
+        Ok(Some(listener))
     }
 }
 
 impl Enter {
+    /// What a child's hook needs to make its namespace and send its
+    /// listener over `child`, prepared before the fork.
+    pub(crate) fn new(child: RawFd) -> Enter {
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Enter {
+            child,
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+
     /// In the forked child: a user and network namespace of its own, its
     /// loopback up, a listener at [`PROXY_ADDR`] sent to the host.
     /// Async-signal-safe: raw syscalls on memory prepared before the fork.

@@ -318,6 +318,18 @@ pub fn close_inherited_fds(cmd: &mut Command) {
     }
 }
 
+/// [`close_inherited_fds`], but `keep` is inherited, at its number (made so
+/// if it is close-on-exec): to hand the program one descriptor, such as the
+/// child's end of a [`crate::PrivateNet`] for a program that spawns the
+/// confined one.
+pub fn close_inherited_fds_but(cmd: &mut Command, keep: RawFd) {
+    // SAFETY: as close_inherited_fds's hook.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || cloexec_all_but(Some(keep)));
+    }
+}
+
 /// Marks every descriptor from 3 up close-on-exec, except `keep`, which is
 /// made inheritable. Async-signal-safe: for use between fork and exec.
 pub(crate) fn cloexec_all_but(keep: Option<RawFd>) -> io::Result<()> {

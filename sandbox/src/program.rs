@@ -2,7 +2,9 @@
 //! under the same OS confinement as the local sandbox's shell commands: of
 //! the host filesystem only the [`SystemView`] and what the program itself
 //! needs (see [`ProgramConfinement::command`]) readable, one writable
-//! directory, no network unless granted, none of the host's descriptors.
+//! directory, no network unless granted (the host's, or only through the
+//! host's gateway: see [`ProgramConfinement::proxied`]), none of the host's
+//! descriptors.
 //!
 //! Unlike a shell command, the program's lifetime and stdio are the caller's:
 //! [`ProgramConfinement::command`] only builds the [`Command`], and the caller
@@ -15,12 +17,13 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use crate::SandboxError;
 use crate::confine::Sockets;
+use crate::network::{Enter, PROXY_ADDR};
 use crate::process::close_inherited_fds;
 use crate::shell::{
     Confinement, Landlocked, ShellLimits, ShellPolicy, bwrap_command, confine_with_landlock, spawn_error,
@@ -44,6 +47,15 @@ pub struct ProgramConfinement {
     /// any socket. Only Landlock can narrow the network this way, so
     /// [`Confinement::Auto`] then picks Landlock.
     pub connect_ports: Vec<u16>,
+    /// Network only through the host's gateway, in place of `network` and
+    /// `connect_ports`: the program runs in a network namespace of its own
+    /// whose one way out is a listener at [`crate::PROXY_ADDR`] (see
+    /// [`crate::network`]), sent over this descriptor, the child's end of
+    /// a [`crate::PrivateNet`] ([`crate::PrivateNet::child_fd`]), open until
+    /// the spawn. The caller adds [`crate::proxy_env`] to the environment.
+    /// Unconfined, the program has the host's network instead, and the
+    /// listener never comes.
+    pub proxied: Option<RawFd>,
     /// The bubblewrap binary; `None` looks for `bwrap` on `PATH`.
     pub bwrap: Option<PathBuf>,
     /// Resource limits, per process as for shell commands. A long-running
@@ -64,6 +76,7 @@ impl ProgramConfinement {
             writable: writable.into(),
             network: false,
             connect_ports: Vec::new(),
+            proxied: None,
             bwrap: None,
             limits: ShellLimits::NONE,
             view: SystemView::default(),
@@ -109,7 +122,7 @@ impl ProgramConfinement {
                 root.display()
             )));
         }
-        let narrowed = self.network && !self.connect_ports.is_empty();
+        let narrowed = self.proxied.is_none() && self.network && !self.connect_ports.is_empty();
         let confinement = match self.confinement {
             Confinement::Auto if narrowed => Confinement::Landlock,
             Confinement::Auto => self.effective()?,
@@ -124,24 +137,27 @@ impl ProgramConfinement {
         let args: Vec<S> = args.into_iter().collect();
         let arg_strs: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
         let view = self.view.with(program_paths(Path::new(program.as_ref()), &arg_strs));
+        let enter = self.proxied.filter(|_| confinement != Confinement::Unconfined).map(Enter::new);
         let sockets = match (self.network, narrowed) {
+            _ if enter.is_some() => Sockets::Tcp,
             (false, _) => Sockets::None,
             (true, true) => Sockets::Tcp,
             (true, false) => Sockets::All,
         };
+        let proxy_port = [PROXY_ADDR.port()];
+        let connect_ports = if enter.is_some() { &proxy_port[..] } else { &self.connect_ports[..] };
         let (mut command, filter_fd) = match confinement {
             Confinement::Bubblewrap => {
                 let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;
                 let (mut cmd, fd) =
-                    bwrap_command(&bwrap, Some(root), limits, sockets, &view, None).map_err(SandboxError::Config)?;
+                    bwrap_command(&bwrap, Some(root), limits, sockets, &view, enter).map_err(SandboxError::Config)?;
                 cmd.arg("--").arg(program.as_ref()).args(&arg_strs);
                 (cmd, Some(fd))
             }
             Confinement::Landlock => {
                 let mut cmd = Command::new(program.as_ref());
                 cmd.args(&arg_strs).current_dir(root);
-                let how =
-                    Landlocked { shepherd: false, sockets, connect_ports: &self.connect_ports, private_net: None };
+                let how = Landlocked { shepherd: false, sockets, connect_ports, private_net: enter.as_ref() };
                 confine_with_landlock(&mut cmd, root, limits, how, &view)?;
                 (cmd, None)
             }

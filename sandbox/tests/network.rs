@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nexo_sandbox::{Confinement, ExecOutput, Gateway, LocalSandbox, PROXY_ADDR, Sandbox, ShellPolicy};
+use nexo_sandbox::{
+    Confinement, ExecOutput, Gateway, LocalSandbox, PROXY_ADDR, PrivateNet, ProgramConfinement, Sandbox, ShellPolicy,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -140,6 +142,38 @@ fn nothing_is_reached_around_the_gateway(c: Confinement) {
     assert!(f.gateway.served.load(Ordering::SeqCst), "the gateway was given the command's listener");
 }
 
+/// A long-running program confined with [`ProgramConfinement::proxied`]:
+/// its listener comes back over the handover, and it reaches the gateway
+/// and nothing else, whether it uses the proxy or not.
+fn a_program_reaches_only_its_gateway(c: Confinement) {
+    let dir = tempfile::Builder::new().prefix("net-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let net = PrivateNet::new().unwrap();
+    let confinement =
+        ProgramConfinement { confinement: c, proxied: Some(net.child_fd()), ..ProgramConfinement::new(dir.path()) };
+    let script = format!(
+        "curl -sS --max-time 10 http://service.test/program; \
+         curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT"
+    );
+    let mut command = confinement.command("/bin/sh", ["-c", script.as_str()]).unwrap();
+    command.command_mut().env_clear().env("PATH", "/usr/bin:/bin").envs(nexo_sandbox::proxy_env());
+    command.command_mut().stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let receiver = net.into_receiver();
+    let listener = receiver.try_receive().unwrap().expect("the listener came back with the spawn");
+    let gateway = Echo::default();
+    let serving = gateway.serve(listener).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(serving);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "via gateway: GET http://service.test/program HTTP/1.1\n", "under {c:?}: {out:?}");
+    assert!(host.accept().is_err(), "a direct connection reached the host under {c:?}");
+    // Everyone holding the child's end is gone: no second listener, and an error rather than a wait.
+    assert!(receiver.try_receive().is_err());
+}
+
 macro_rules! network_tests {
     ($module:ident, $confinement:expr) => {
         mod $module {
@@ -152,6 +186,10 @@ macro_rules! network_tests {
             #[test]
             fn nothing_is_reached_around_the_gateway() {
                 super::nothing_is_reached_around_the_gateway($confinement);
+            }
+            #[test]
+            fn a_program_reaches_only_its_gateway() {
+                super::a_program_reaches_only_its_gateway($confinement);
             }
         }
     };

@@ -12,13 +12,14 @@
 //! sees the tools it saw, and a run that replays only never starts a server.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nexo_mcp::{CallResult, Clients, McpError, ToolInfo, model_tool_name};
 use nexo_model::{BoxFuture, ToolCall, ToolSpec};
 use serde_json::{Map, Value, json};
 use wasmtime::component::Linker;
 
+use super::network::McpNetwork;
 use crate::authority::Gate;
 use crate::bindings::agent::nexo::plugin::mcp as wit;
 use crate::error::{ConfigError, RunError, ToolError};
@@ -143,6 +144,14 @@ impl Unit for McpUnit {
                 "the MCP servers {} are requested but not configured, so the agent runs without them",
                 missing.join(", ")
             );
+        }
+        // Servers with `net-hosts` reach them through the egress proxy, metered and audited as this run.
+        if let Some(clients) = clients.as_ref().filter(|c| c.needs_network()) {
+            clients.with_network(Arc::new(McpNetwork {
+                private: setup.options.grant.sandbox.net_private.clone(),
+                meter: setup.options.budget.egress.clone(),
+                audit: setup.options.context.audit.clone(),
+            }));
         }
         setup.state.insert(McpState { clients, names: Mutex::default() });
         Step::ready(Ok(()))

@@ -8,7 +8,7 @@ use nexo_model::{BoxFuture, ToolSpec};
 use serde_json::{Value, json};
 use wasmtime::component::Linker;
 
-use super::network::ShellNetwork;
+use super::network::ProxiedNetwork;
 use super::sandbox::{Workspace, blocking};
 use crate::authority::Refusal;
 use crate::bindings::ShellOutput;
@@ -41,7 +41,7 @@ struct ShellState {
     limits: ToolLimits,
     /// The network the grant gives commands, or why it could not be set up
     /// (said when a command runs, so a run that runs none still does).
-    network: Result<Option<ShellNetwork>, ConfigError>,
+    network: Result<Option<ProxiedNetwork>, ConfigError>,
 }
 
 impl Unit for ShellUnit {
@@ -67,7 +67,7 @@ impl Unit for ShellUnit {
         let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
         let grant = &setup.options.grant;
         let network =
-            ShellNetwork::new(&grant.net_hosts, &grant.sandbox.net_private, setup.options.budget.egress.clone());
+            ProxiedNetwork::new(&grant.net_hosts, &grant.sandbox.net_private, setup.options.budget.egress.clone());
         if let Some(sandbox) = &sandbox {
             // What the data-flow guard counts as a send.
             let granted = matches!(network, Ok(Some(_)) | Err(_));
@@ -130,7 +130,7 @@ impl HostCall for Shell {
             let out = match &state.network {
                 Ok(None) => blocking(sandbox, move |s| s.exec(&command, timeout)).await?,
                 Ok(Some(network)) => {
-                    let gateway = network.gateway(cx.audit_sink());
+                    let gateway = network.gateway(cx.audit_sink(), "shell");
                     blocking(sandbox, move |s| s.exec_with_network(&command, timeout, &gateway)).await?
                 }
                 Err(e) => return Err(ToolError::Unsupported(e.to_string())),

@@ -355,8 +355,8 @@ struct Entries {
 enum Audited {
     /// `capability.used`.
     Call(crate::host_call::CapabilityUse),
-    /// `net.connection`.
-    Connection(nexo_egress::Connection),
+    /// `net.connection`, and who made it.
+    Connection(String, nexo_egress::Connection),
 }
 
 impl crate::host_call::AuditSink for PassAudit {
@@ -365,11 +365,11 @@ impl crate::host_call::AuditSink for PassAudit {
         entries.listed.push((nexo_store::now_ms(), Audited::Call(used)));
     }
 
-    fn connection(&self, connection: &nexo_egress::Connection) {
+    fn connection(&self, by: &str, connection: &nexo_egress::Connection) {
         let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
         entries.connections += 1;
         if entries.connections <= MAX_CONNECTIONS_LISTED {
-            entries.listed.push((nexo_store::now_ms(), Audited::Connection(connection.clone())));
+            entries.listed.push((nexo_store::now_ms(), Audited::Connection(by.to_string(), connection.clone())));
             return;
         }
         let (_, [count, allowed, sent, received]) = entries.unlisted.get_or_insert((nexo_store::now_ms(), [0; 4]));
@@ -398,7 +398,7 @@ impl PassAudit {
                 allowed: allowed > 0,
                 reason: Some(reason),
             };
-            listed.push((at_ms, Audited::Connection(summary)));
+            listed.push((at_ms, Audited::Connection("*".into(), summary)));
         }
         entries.connections = 0;
         listed
@@ -416,10 +416,10 @@ pub async fn meter_pass(store: &dyn Store, tenant: &str, run: &str, pass: Pass, 
     for (at_ms, entry) in audit.take() {
         let (kind, mut data) = match &entry {
             Audited::Call(used) => ("capability.used", serde_json::to_value(used).unwrap_or_default()),
-            Audited::Connection(c) => (
+            Audited::Connection(by, c) => (
                 "net.connection",
                 json!({
-                    "host": c.host, "port": c.port, "method": c.method, "sent": c.sent,
+                    "by": by, "host": c.host, "port": c.port, "method": c.method, "sent": c.sent,
                     "received": c.received, "allowed": c.allowed, "reason": c.reason,
                 }),
             ),
@@ -465,15 +465,15 @@ mod tests {
             reason: None,
         };
         for n in 0..MAX_CONNECTIONS_LISTED + 3 {
-            audit.connection(&connection(n % 2 == 0));
+            audit.connection("shell", &connection(n % 2 == 0));
         }
         let entries = audit.take();
         assert_eq!(entries.len(), MAX_CONNECTIONS_LISTED + 1);
-        let Some((_, Audited::Connection(last))) = entries.last() else { panic!("no summary: {entries:?}") };
+        let Some((_, Audited::Connection(_, last))) = entries.last() else { panic!("no summary: {entries:?}") };
         assert_eq!((last.sent, last.received), (30, 60), "{last:?}");
         assert!(last.reason.as_deref().unwrap_or("").starts_with("3 more connections"), "{last:?}");
         // The next pass starts listing again.
-        audit.connection(&connection(true));
+        audit.connection("mcp:files", &connection(true));
         assert_eq!(audit.take().len(), 1);
     }
 

@@ -19,7 +19,8 @@
 //! `large{bytes}`, `image` (text and a PNG), `crash` (exits mid-call),
 //! `write{path, text}` (relative to its working directory, or absolute),
 //! `env{name}` (a variable's value, or `unset`), `connect{addr}` (a TCP
-//! connect to `host:port`).
+//! connect to `host:port`), `fetch{url}` (a plain-HTTP GET through the proxy
+//! `HTTP_PROXY` names: the answer's status line and body).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -58,6 +59,7 @@ fn tools() -> Vec<Tool> {
         ("write", "Writes `text` to the file `path`.", both),
         ("env", "Returns the environment variable `name`, or `unset`.", string("name")),
         ("connect", "Opens a TCP connection to `addr` (host:port).", string("addr")),
+        ("fetch", "GETs the http `url` through the proxy `HTTP_PROXY` names.", string("url")),
     ]
     .into_iter()
     .map(|(name, description, schema)| {
@@ -166,10 +168,31 @@ impl ServerHandler for TestServer {
                     Err(_) => CallToolResult::error(vec![ContentBlock::text("cannot connect: timed out")]),
                 }
             }
+            "fetch" => match tokio::time::timeout(Duration::from_secs(10), fetch(&text_arg(&args, "url")?)).await {
+                Ok(Ok(answer)) => ok(answer),
+                Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(format!("cannot fetch: {e}"))]),
+                Err(_) => CallToolResult::error(vec![ContentBlock::text("cannot fetch: timed out")]),
+            },
             other => return Err(ErrorData::invalid_params(format!("no tool named `{other}`"), None)),
         };
         Ok(result.into())
     }
+}
+
+/// A GET of `url` through the proxy in `HTTP_PROXY`: its status line and body.
+async fn fetch(url: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let proxy = std::env::var("HTTP_PROXY").map_err(|_| "HTTP_PROXY is not set".to_string())?;
+    let proxy = proxy.trim_start_matches("http://").trim_end_matches('/');
+    let host = url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    let mut stream = tokio::net::TcpStream::connect(proxy).await.map_err(|e| e.to_string())?;
+    let request = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    Ok(format!("{}\n{body}", head.lines().next().unwrap_or_default()))
 }
 
 async fn serve_stdio() -> Result<(), String> {

@@ -35,7 +35,8 @@ impl Agent for McpProbe {
     }
 
     fn mcp_allow() -> Vec<String> {
-        vec!["echo".into(), "tests/image".into()]
+        // `tests/fetch`: the network test of a confined server's `net-hosts`.
+        vec!["echo".into(), "tests/image".into(), "tests/fetch".into()]
     }
 
     // Read from the `agent-children` export (the inspect test).
