@@ -9,7 +9,7 @@
 use nexo_egress::NetHosts;
 use std::os::fd::{AsFd, OwnedFd};
 
-use nexo_sandbox::network::receive_listener;
+use nexo_sandbox::network::receive_listeners;
 use nexo_sandbox::{Gateway, ListenerReceiver};
 use tokio::io::Interest;
 
@@ -71,10 +71,13 @@ async fn receive(receiver: ListenerReceiver) -> std::io::Result<std::net::TcpLis
     loop {
         socket.readable().await?;
         let tried = socket.try_io(Interest::READABLE, || {
-            receive_listener(socket.as_fd())?.ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+            receive_listeners(socket.as_fd())?.ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
         });
         match tried {
-            Ok(listener) => return Ok(listener),
+            // A server has the proxy's listener only.
+            Ok(listeners) => {
+                return listeners.into_iter().next().ok_or_else(|| std::io::Error::other("no listener came"));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }

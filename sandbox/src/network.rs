@@ -29,6 +29,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 /// Where a command's proxy listens, inside its own namespace.
 pub const PROXY_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
 
+/// The most loopback ports a namespace may forward to the host's
+/// ([`crate::ProgramConfinement::forward_ports`]).
+pub const MAX_FORWARDS: usize = 4;
+
 /// Errno the hooks report when the command's network namespace cannot be
 /// made. `execve` never returns it, so the parent can tell.
 pub(crate) const NETWORK_REFUSED: i32 = libc::ENONET;
@@ -95,6 +99,8 @@ pub(crate) struct Enter {
     child: RawFd,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// Loopback ports bound besides the proxy's, at most [`MAX_FORWARDS`].
+    forwards: Vec<u16>,
 }
 
 impl PrivateNet {
@@ -116,7 +122,7 @@ impl PrivateNet {
 
     /// What the child's hook runs ([`Enter::enter`]).
     pub(crate) fn enter(&self) -> Enter {
-        Enter::new(self.child.as_raw_fd())
+        Enter::new(self.child.as_raw_fd(), &[])
     }
 
     /// The child's end (close-on-exec, numbered 3 or above): for
@@ -138,6 +144,7 @@ impl PrivateNet {
     pub(crate) fn listener(self) -> io::Result<TcpListener> {
         self.into_receiver()
             .try_receive()?
+            .and_then(|listeners| listeners.into_iter().next())
             .ok_or_else(|| io::Error::other("the command's network listener did not arrive: nothing came"))
     }
 }
@@ -157,18 +164,19 @@ impl From<ListenerReceiver> for OwnedFd {
 }
 
 impl ListenerReceiver {
-    /// The listener, if it has come (`None`: not yet); an error if every
-    /// holder of the child's end closed it without sending one (the
+    /// The listeners, if they have come (`None`: not yet): the proxy's
+    /// first, then one per forwarded port in order. An error if every
+    /// holder of the child's end closed it without sending them (the
     /// program could not be started, or not in a namespace of its own).
     /// Never blocks.
-    pub fn try_receive(&self) -> io::Result<Option<TcpListener>> {
-        receive_listener(self.host.as_fd())
+    pub fn try_receive(&self) -> io::Result<Option<Vec<TcpListener>>> {
+        receive_listeners(self.host.as_fd())
     }
 }
 
 /// [`ListenerReceiver::try_receive`] on the host's end of a [`PrivateNet`]
 /// taken out of its receiver.
-pub fn receive_listener(socket: BorrowedFd<'_>) -> io::Result<Option<TcpListener>> {
+pub fn receive_listeners(socket: BorrowedFd<'_>) -> io::Result<Option<Vec<TcpListener>>> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
     // Room for one descriptor's control message, aligned for cmsghdr.
@@ -192,34 +200,53 @@ pub fn receive_listener(socket: BorrowedFd<'_>) -> io::Result<Option<TcpListener
     if n != 1 {
         return Err(io::Error::other("the command's network listener did not arrive: its end was closed without it"));
     }
-    // SAFETY: the kernel filled the control buffer; the macros walk it within msg_controllen.
+    let mut listeners = Vec::new();
+    // SAFETY: the kernel filled the control buffer; the macros walk it
+    // within msg_controllen, and each descriptor it holds is ours to own.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-            return Err(io::Error::other("the command's network listener did not arrive"));
+        if !cmsg.is_null() && (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+            let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for i in 0..count {
+                listeners.push(TcpListener::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+            }
         }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        let listener = TcpListener::from_raw_fd(fd);
-        listener.set_nonblocking(true)?;
-        Ok(Some(listener))
     }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 || listeners.is_empty() || listeners.len() > 1 + MAX_FORWARDS {
+        return Err(io::Error::other("the command's network listeners did not arrive whole"));
+    }
+    for listener in &listeners {
+        // Only listening TCP sockets, whatever the other end sent.
+        let listening = rustix::net::sockopt::socket_acceptconn(listener).unwrap_or(false);
+        let tcp = matches!(listener.local_addr(), Ok(std::net::SocketAddr::V4(_)));
+        if !listening || !tcp {
+            return Err(io::Error::other("the command's network listener is not a listening TCP socket"));
+        }
+        listener.set_nonblocking(true)?;
+    }
+    Ok(Some(listeners))
 }
 
 impl Enter {
     /// What a child's hook needs to make its namespace and send its
-    /// listener over `child`, prepared before the fork.
-    pub(crate) fn new(child: RawFd) -> Enter {
+    /// listeners over `child` (the proxy's, and one per port of
+    /// `forwards`, at most [`MAX_FORWARDS`] of them), prepared before the
+    /// fork.
+    pub(crate) fn new(child: RawFd, forwards: &[u16]) -> Enter {
         // SAFETY: getuid and getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Enter {
             child,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            forwards: forwards.iter().copied().take(MAX_FORWARDS).collect(),
         }
     }
 
     /// In the forked child: a user and network namespace of its own, its
-    /// loopback up, a listener at [`PROXY_ADDR`] sent to the host.
+    /// loopback up, a listener at [`PROXY_ADDR`] (and one at each forwarded
+    /// loopback port) sent to the host.
     /// Async-signal-safe: raw syscalls on memory prepared before the fork.
     pub(crate) fn enter(&self) -> io::Result<()> {
         let refused = || io::Error::from_raw_os_error(NETWORK_REFUSED);
@@ -246,9 +273,26 @@ impl Enter {
                 }
             }
             loopback_up().map_err(|_| refused())?;
-            let listener = listen().map_err(|_| refused())?;
-            let sent = send_fd(self.child, listener);
-            libc::close(listener);
+            let mut fds: [RawFd; 1 + MAX_FORWARDS] = [-1; 1 + MAX_FORWARDS];
+            let ports = std::iter::once(PROXY_ADDR.port()).chain(self.forwards.iter().copied());
+            let mut made = 0;
+            let mut bound = Ok(());
+            for (slot, port) in fds.iter_mut().zip(ports) {
+                match listen(port) {
+                    Ok(fd) => {
+                        *slot = fd;
+                        made += 1;
+                    }
+                    Err(e) => {
+                        bound = Err(e);
+                        break;
+                    }
+                }
+            }
+            let sent = bound.and_then(|()| send_fds(self.child, &fds[..made]));
+            for fd in &fds[..made] {
+                libc::close(*fd);
+            }
             libc::close(self.child);
             sent.map_err(|_| refused())
         }
@@ -278,8 +322,8 @@ unsafe fn loopback_up() -> io::Result<()> {
     }
 }
 
-/// A listening TCP socket at [`PROXY_ADDR`].
-unsafe fn listen() -> io::Result<RawFd> {
+/// A listening TCP socket at `port` of the loopback address.
+unsafe fn listen(port: u16) -> io::Result<RawFd> {
     // SAFETY: raw syscalls on a local sockaddr.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
@@ -288,7 +332,7 @@ unsafe fn listen() -> io::Result<RawFd> {
         }
         let addr = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: PROXY_ADDR.port().to_be(),
+            sin_port: port.to_be(),
             sin_addr: libc::in_addr { s_addr: u32::from(*PROXY_ADDR.ip()).to_be() },
             sin_zero: [0; 8],
         };
@@ -302,8 +346,9 @@ unsafe fn listen() -> io::Result<RawFd> {
     }
 }
 
-/// Sends `fd` over the Unix socket `to`.
-unsafe fn send_fd(to: RawFd, fd: RawFd) -> io::Result<()> {
+/// Sends `fds` (at most 1 + [`MAX_FORWARDS`]) in one message over the Unix
+/// socket `to`.
+unsafe fn send_fds(to: RawFd, fds: &[RawFd]) -> io::Result<()> {
     // SAFETY: sendmsg reads the locals msg points at.
     unsafe {
         let byte = [b'n'];
@@ -313,12 +358,16 @@ unsafe fn send_fd(to: RawFd, fd: RawFd) -> io::Result<()> {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = space.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let size = std::mem::size_of_val(fds) as u32;
+        msg.msg_controllen = libc::CMSG_SPACE(size) as _;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size) as _;
+        let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+        for (i, fd) in fds.iter().enumerate() {
+            std::ptr::write_unaligned(data.add(i), *fd);
+        }
         if libc::sendmsg(to, &msg, libc::MSG_NOSIGNAL) != 1 {
             return Err(io::Error::last_os_error());
         }

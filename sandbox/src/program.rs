@@ -23,7 +23,7 @@ use std::process::{Child, Command};
 
 use crate::SandboxError;
 use crate::confine::Sockets;
-use crate::network::{Enter, PROXY_ADDR};
+use crate::network::{Enter, MAX_FORWARDS, PROXY_ADDR};
 use crate::process::close_inherited_fds;
 use crate::shell::{
     Confinement, Landlocked, ShellLimits, ShellPolicy, bwrap_command, confine_with_landlock, spawn_error,
@@ -56,6 +56,12 @@ pub struct ProgramConfinement {
     /// Unconfined, the program has the host's network instead, and the
     /// listener never comes.
     pub proxied: Option<RawFd>,
+    /// With [`ProgramConfinement::proxied`]: loopback ports that, inside
+    /// the program's namespace, lead to the same ports of the host's
+    /// loopback (nexo's own servers for it), at most
+    /// [`crate::network::MAX_FORWARDS`]; their listeners come after the
+    /// proxy's, for the caller to serve.
+    pub forward_ports: Vec<u16>,
     /// The bubblewrap binary; `None` looks for `bwrap` on `PATH`.
     pub bwrap: Option<PathBuf>,
     /// Resource limits, per process as for shell commands. A long-running
@@ -77,6 +83,7 @@ impl ProgramConfinement {
             network: false,
             connect_ports: Vec::new(),
             proxied: None,
+            forward_ports: Vec::new(),
             bwrap: None,
             limits: ShellLimits::NONE,
             view: SystemView::default(),
@@ -137,15 +144,26 @@ impl ProgramConfinement {
         let args: Vec<S> = args.into_iter().collect();
         let arg_strs: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
         let view = self.view.with(program_paths(Path::new(program.as_ref()), &arg_strs));
-        let enter = self.proxied.filter(|_| confinement != Confinement::Unconfined).map(Enter::new);
+        if self.forward_ports.len() > MAX_FORWARDS
+            || self.forward_ports.contains(&PROXY_ADDR.port())
+            || (self.proxied.is_none() && !self.forward_ports.is_empty())
+        {
+            return Err(SandboxError::Config(format!(
+                "a confined program may have at most {MAX_FORWARDS} forwarded ports, none of them {} (its proxy's), \
+                 and only with network through the host's gateway",
+                PROXY_ADDR.port()
+            )));
+        }
+        let enter =
+            self.proxied.filter(|_| confinement != Confinement::Unconfined).map(|fd| Enter::new(fd, &self.forward_ports));
         let sockets = match (self.network, narrowed) {
             _ if enter.is_some() => Sockets::Tcp,
             (false, _) => Sockets::None,
             (true, true) => Sockets::Tcp,
             (true, false) => Sockets::All,
         };
-        let proxy_port = [PROXY_ADDR.port()];
-        let connect_ports = if enter.is_some() { &proxy_port[..] } else { &self.connect_ports[..] };
+        let proxy_ports: Vec<u16> = std::iter::once(PROXY_ADDR.port()).chain(self.forward_ports.iter().copied()).collect();
+        let connect_ports = if enter.is_some() { &proxy_ports[..] } else { &self.connect_ports[..] };
         let (mut command, filter_fd) = match confinement {
             Confinement::Bubblewrap => {
                 let bwrap = self.policy().bwrap_binary().map_err(SandboxError::Config)?;

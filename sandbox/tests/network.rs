@@ -143,18 +143,32 @@ fn nothing_is_reached_around_the_gateway(c: Confinement) {
 }
 
 /// A long-running program confined with [`ProgramConfinement::proxied`]:
-/// its listener comes back over the handover, and it reaches the gateway
-/// and nothing else, whether it uses the proxy or not.
+/// its listeners come back over the handover, and it reaches the gateway
+/// and its forwarded port, and nothing else, whether it uses the proxy or
+/// not.
 fn a_program_reaches_only_its_gateway(c: Confinement) {
     let dir = tempfile::Builder::new().prefix("net-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let host = TcpListener::bind("127.0.0.1:0").unwrap();
     host.set_nonblocking(true).unwrap();
     let port = host.local_addr().unwrap().port();
+    // A host service the program is given, at the same port inside.
+    let service = TcpListener::bind("127.0.0.1:0").unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in service.incoming().flatten() {
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nforwarded\n");
+        }
+    });
     let net = PrivateNet::new().unwrap();
-    let confinement =
-        ProgramConfinement { confinement: c, proxied: Some(net.child_fd()), ..ProgramConfinement::new(dir.path()) };
+    let confinement = ProgramConfinement {
+        confinement: c,
+        proxied: Some(net.child_fd()),
+        forward_ports: vec![service_port],
+        ..ProgramConfinement::new(dir.path())
+    };
     let script = format!(
         "curl -sS --max-time 10 http://service.test/program; \
+         curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{service_port}/; \
          curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT"
     );
     let mut command = confinement.command("/bin/sh", ["-c", script.as_str()]).unwrap();
@@ -162,15 +176,28 @@ fn a_program_reaches_only_its_gateway(c: Confinement) {
     command.command_mut().stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let child = command.spawn().unwrap();
     let receiver = net.into_receiver();
-    let listener = receiver.try_receive().unwrap().expect("the listener came back with the spawn");
+    let mut listeners = receiver.try_receive().unwrap().expect("the listeners came back with the spawn");
+    assert_eq!(listeners.len(), 2);
+    let (listener, forwarded) = (listeners.remove(0), listeners.remove(0));
     let gateway = Echo::default();
     let serving = gateway.serve(listener).unwrap();
+    // The forwarded port, relayed to the host's service.
+    forwarded.set_nonblocking(false).unwrap();
+    std::thread::spawn(move || {
+        for mut inside in forwarded.incoming().flatten() {
+            let mut outside = std::net::TcpStream::connect(("127.0.0.1", service_port)).unwrap();
+            let _ = std::io::copy(&mut outside, &mut inside);
+        }
+    });
     let out = child.wait_with_output().unwrap();
     drop(serving);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout, "via gateway: GET http://service.test/program HTTP/1.1\n", "under {c:?}: {out:?}");
+    assert_eq!(
+        stdout, "via gateway: GET http://service.test/program HTTP/1.1\nforwarded\n",
+        "under {c:?}: {out:?}"
+    );
     assert!(host.accept().is_err(), "a direct connection reached the host under {c:?}");
-    // Everyone holding the child's end is gone: no second listener, and an error rather than a wait.
+    // Everyone holding the child's end is gone: no second handover, and an error rather than a wait.
     assert!(receiver.try_receive().is_err());
 }
 

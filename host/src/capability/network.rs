@@ -39,20 +39,29 @@ impl ProxiedNetwork {
             return Ok(None);
         }
         let hosts = NetHosts::new(hosts).map_err(|e| ConfigError::invalid("net-hosts", format!("net-hosts: {e}")))?;
-        ProxiedNetwork::for_hosts(hosts, private, meter).map(Some)
+        ProxiedNetwork::for_hosts(hosts, private, None, meter).map(Some)
     }
 
-    /// The network `hosts` grant, as [`ProxiedNetwork::new`].
+    /// The network `hosts` grant, as [`ProxiedNetwork::new`]; the name
+    /// `exempt` (one the operator gave, such as a model's endpoint) is also
+    /// exempt from the address guard.
     pub fn for_hosts(
         hosts: NetHosts,
         private: &[IpAddr],
+        exempt: Option<&str>,
         meter: Option<Arc<Meter>>,
     ) -> Result<ProxiedNetwork, ConfigError> {
-        let client = match private {
-            [] => shared_client()?,
-            private => GuardedClient::builder().allow_private(private.iter().copied()).build().map_err(|e| {
-                ConfigError::invalid("net-allow-private", format!("cannot set up the egress proxy: {e}"))
-            })?,
+        let client = match (private, exempt) {
+            ([], None) => shared_client()?,
+            (private, exempt) => {
+                let mut builder = GuardedClient::builder().allow_private(private.iter().copied());
+                if let Some(host) = exempt {
+                    builder = builder.allow_private_host(host);
+                }
+                builder.build().map_err(|e| {
+                    ConfigError::invalid("net-allow-private", format!("cannot set up the egress proxy: {e}"))
+                })?
+            }
         };
         Ok(ProxiedNetwork { client, hosts, meter })
     }
@@ -126,8 +135,8 @@ pub struct McpNetwork {
 
 impl ServerNetwork for McpNetwork {
     fn gateway(&self, server: &str, hosts: &NetHosts) -> Result<Box<dyn Gateway>, String> {
-        let network =
-            ProxiedNetwork::for_hosts(hosts.clone(), &self.private, self.meter.clone()).map_err(|e| e.to_string())?;
+        let network = ProxiedNetwork::for_hosts(hosts.clone(), &self.private, None, self.meter.clone())
+            .map_err(|e| e.to_string())?;
         Ok(Box::new(network.gateway(self.audit.clone(), &format!("mcp:{server}"))))
     }
 }

@@ -12,7 +12,8 @@
 //! permission prompts (`--permission-prompt-tool`) reach the same
 //! authority. An operator may opt in to the CLI's built-in tools
 //! ([`ClaudeCode::builtin_tools`]); the CLI then runs confined to the
-//! sandbox's directory.
+//! sandbox's directory, with network only through nexo's egress proxy (the
+//! run's `net-hosts` and the model's endpoint: see [`network`]).
 //!
 //! Durability: nexo does not see the CLI's model turns, so the calls inside
 //! one prompt cannot be lined up by a replay and are not journaled one by
@@ -21,7 +22,7 @@
 //! ([`crate::journal::UNPOSITIONED`]).
 
 mod launch;
-mod proxy;
+mod network;
 mod stream;
 
 use std::collections::{HashMap, HashSet};
@@ -79,6 +80,14 @@ pub struct ClaudeCode {
     /// What a confined CLI may read of the host besides [`ClaudeCode::cwd`],
     /// its own package and the directory it is in (which is on its `PATH`).
     pub view: nexo_sandbox::SystemView,
+    /// The hosts the CLI's own tools may reach through nexo's egress proxy
+    /// (the run's `net-hosts`), besides the model's endpoint.
+    pub net_hosts: Vec<String>,
+    /// Private addresses the operator exempts from the address guard
+    /// (`[sandbox] net-allow-private`).
+    pub net_private: Vec<std::net::IpAddr>,
+    /// The run's egress allowance, which the CLI's connections draw on.
+    pub meter: Option<std::sync::Arc<nexo_egress::Meter>>,
     api_key: Option<String>,
 }
 
@@ -91,6 +100,7 @@ impl std::fmt::Debug for ClaudeCode {
             .field("builtin_tools", &self.builtin_tools)
             .field("cwd", &self.cwd)
             .field("view", &self.view)
+            .field("net_hosts", &self.net_hosts)
             .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
             .finish()
     }
@@ -212,31 +222,25 @@ impl ClaudeCode {
         let mut env =
             launch::env(&binary, home.path(), self.api_key.as_deref(), self.base_url.as_deref(), self.builtin_tools);
         let cwd = self.cwd.clone().unwrap_or_else(|| home.path().to_path_buf());
-        // With its own tools the CLI may open TCP connections to nexo's MCP
-        // server and to the model only: on this machine directly, elsewhere
-        // through a proxy that tunnels to the model's endpoint alone.
-        let mut connect_ports = vec![port];
-        let mut _proxy = None;
-        if self.builtin_tools {
-            let endpoint = proxy::Endpoint::parse(self.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))
-                .map_err(ModelError::Config)?;
-            if endpoint.is_loopback() {
-                connect_ports.push(endpoint.port);
-            } else {
-                let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-                    .await
-                    .map_err(|e| unavailable(format!("cannot listen on loopback for the CLI's proxy: {e}")))?;
-                let proxy_port = listener.local_addr().map_err(|e| unavailable(e.to_string()))?.port();
-                _proxy = Some(AbortOnDrop(tokio::spawn(proxy::serve(listener, endpoint))));
-                connect_ports.push(proxy_port);
-                let url = format!("http://127.0.0.1:{proxy_port}");
-                for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
-                    env.push((name.into(), url.clone().into()));
-                }
-                env.push(("NO_PROXY".into(), "127.0.0.1,localhost".into()));
+        // With its own tools the CLI runs in a network namespace of its
+        // own: nexo's MCP server and a local model at their loopback ports,
+        // everything else through the egress proxy.
+        let network = match self.builtin_tools {
+            true => {
+                let base_url = self.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL);
+                let meter = self.meter.clone();
+                Some(network::CliNetwork::new(base_url, port, &self.net_hosts, &self.net_private, meter)?)
+            }
+            false => None,
+        };
+        if network.is_some() {
+            env.extend(nexo_sandbox::proxy_env().map(|(name, value)| (name.into(), value.into())));
+            // Loopback is nexo's relays inside: reached directly.
+            for name in ["NO_PROXY", "no_proxy"] {
+                env.push((name.into(), "127.0.0.1,localhost".into()));
             }
         }
-        let mut child = self.spawn(&binary, &args, env, &cwd, connect_ports)?;
+        let (mut child, _network) = self.spawn(&binary, &args, env, &cwd, network.as_ref(), ctx.tools.audit_sink())?;
         let process = ProcessGroup(child.id());
 
         // The prompt, as one stream-json user message; then end of input. A
@@ -317,29 +321,37 @@ impl ClaudeCode {
         state.finish(ctx.limits.max_turns, events, status, &stderr)
     }
 
+    /// Starts the CLI; with `network` (its own tools), confined, its
+    /// network served (the connections audited to `audit`) until the
+    /// second value is dropped.
     fn spawn(
         &self,
         binary: &std::path::Path,
         args: &[std::ffi::OsString],
         env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
         cwd: &std::path::Path,
-        connect_ports: Vec<u16>,
-    ) -> Result<tokio::process::Child, ModelError> {
-        let (mut command, resources) = if self.builtin_tools {
+        network: Option<&network::CliNetwork>,
+        audit: Option<std::sync::Arc<dyn crate::host_call::AuditSink>>,
+    ) -> Result<(tokio::process::Child, Option<network::Serving>), ModelError> {
+        let mut private_net = None;
+        let (mut command, resources) = if let Some(network) = network {
             // The CLI's own tools write only in the sandbox's directory, read
             // only the view, the CLI's package and its `PATH` directory, and
-            // make TCP connections to `connect_ports` only: no other socket.
+            // reach the network through `network` only.
             let on_path = binary.parent().filter(|d| d.is_absolute()).map(std::path::Path::to_path_buf);
             let mut view = self.view.paths().to_vec();
             view.extend(on_path);
             let view = nexo_sandbox::SystemView::new(view)
                 .map_err(|e| ModelError::Config(format!("--claude-builtin-tools: {e}")))?;
+            let net = nexo_sandbox::PrivateNet::new()
+                .map_err(|e| unavailable(format!("cannot set up the CLI's network: {e}")))?;
             let confinement = nexo_sandbox::ProgramConfinement {
-                network: true,
-                connect_ports,
+                proxied: Some(net.child_fd()),
+                forward_ports: network.forwards().to_vec(),
                 view,
                 ..nexo_sandbox::ProgramConfinement::new(cwd)
             };
+            private_net = Some(net);
             let confined = confinement.command(binary, args).map_err(|e| {
                 ModelError::Config(format!("--claude-builtin-tools: the CLI cannot be confined here: {e}"))
             })?;
@@ -359,7 +371,20 @@ impl ClaudeCode {
             None => ModelError::Config(format!("cannot start the Claude Code CLI {}: {e}", binary.display())),
         })?;
         drop(resources);
-        Ok(child)
+        // Its namespace was made before it ran: the listeners are there, or it never will be.
+        let serving = match (private_net, network) {
+            (Some(net), Some(network)) => {
+                let listeners = net.into_receiver().try_receive().ok().flatten().unwrap_or_default();
+                match network.serve(listeners, audit) {
+                    Ok(serving) => Some(serving),
+                    Err(e) => {
+                        return Err(unavailable(format!("cannot serve the CLI's network, so it was stopped: {e}")));
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok((child, serving))
     }
 }
 
