@@ -17,13 +17,33 @@
 //!   tries a TCP connection to 127.0.0.1:N and logs the outcome;
 //!   `{"fake": "connect-unix", "path": P}` the same to a Unix socket;
 //!   `{"fake": "udp", "port": N}` sends a datagram to 127.0.0.1:N;
-//!   `{"fake": "read", "path": P}` reads a file (each logs what happened).
+//!   `{"fake": "read", "path": P}` reads a file; `{"fake": "get", "url": U}`
+//!   GETs the plain-http URL U through the proxy `HTTP_PROXY` names, as
+//!   the CLI's `WebFetch` would (each logs what happened).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure should be loud
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 use serde_json::{Value, json};
+
+/// A GET through `HTTP_PROXY`: the answer's status line and body, or why none came.
+fn get(url: &str) -> String {
+    let Ok(proxy) = std::env::var("HTTP_PROXY") else { return "refused: no HTTP_PROXY".into() };
+    let proxy = proxy.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let host = url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    let mut stream = match std::net::TcpStream::connect(&proxy) {
+        Ok(s) => s,
+        Err(e) => return format!("refused: {e}"),
+    };
+    let ask = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut answer = String::new();
+    if let Err(e) = stream.write_all(ask.as_bytes()).and_then(|()| stream.read_to_string(&mut answer)) {
+        return format!("refused: {e}");
+    }
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    format!("{} {body}", head.lines().next().unwrap_or_default())
+}
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
@@ -74,6 +94,10 @@ fn main() {
                         Err(e) => format!("refused: {e}"),
                     };
                     writeln!(log_file, "{}", json!({"connect": port, "outcome": outcome})).unwrap();
+                }
+                "get" => {
+                    let url = value["url"].as_str().unwrap_or_default();
+                    writeln!(log_file, "{}", json!({"get": url, "outcome": get(url)})).unwrap();
                 }
                 "connect-unix" => {
                     let path = value["path"].as_str().unwrap_or_default();

@@ -51,6 +51,12 @@ impl NetHosts {
         }
     }
 
+    /// Each entry's host, as normalized (an address as written, without
+    /// brackets), in order.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().filter_map(|(hosts, _)| hosts.entries().first().map(String::as_str))
+    }
+
     /// What both lists grant: each pair of entries' common hosts (a name
     /// and its subdomain have the subdomain in common) on their common
     /// ports, in `self`'s order.

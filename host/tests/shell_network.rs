@@ -299,8 +299,8 @@ async fn a_confined_mcp_server_reaches_its_own_net_hosts_through_the_proxy_audit
     let cwd = scene.dir.path().join("mcp-work");
     std::fs::create_dir_all(&cwd).unwrap();
     scene.configure(&format!(
-        "[sandbox]\nnet-allow-private = [\"127.0.0.1\"]\n\n[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\nconfine = \
-         true\nnet-hosts = [\"127.0.0.1:{port}\"]\n",
+        "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\nconfine = true\nnet-hosts = [\"127.0.0.1:{port}\"]\nallow-private = \
+         true\n",
         test_server().display(),
         cwd.display()
     ));

@@ -248,6 +248,16 @@ impl Clients {
                 let started = start(name, spec, guard, self.inner.confinement, &self.inner.view, network)?;
                 let stderr = started.stderr.clone();
                 let mut process = started.process;
+                // A server with `net-hosts` is connected only once its network is served.
+                let network = tokio::time::timeout(limit, process.network_ready()).await;
+                if let Err(why) = network.unwrap_or_else(|_| Err(timed_out("its network was not set up"))) {
+                    tokio::time::sleep(STDERR_SETTLE).await;
+                    let message = format!(
+                        "its network through nexo's egress proxy could not be set up: {why}{}",
+                        process.exit_status().map(|s| format!(" (it exited, {s})")).unwrap_or_default()
+                    );
+                    return Err(McpError::Connect { server: name.to_string(), message, stderr: stderr.text() });
+                }
                 let handshake = async {
                     let service = ().serve((started.stdout, started.stdin)).await.map_err(|e| init_error(&e))?;
                     let tools = service.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;

@@ -52,7 +52,8 @@ pub struct ServerConfig {
     /// http: a command (run by `/bin/sh -c` at each connection) printing the bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_command: Option<String>,
-    /// http: the URL's host may be a private or loopback address.
+    /// http: the URL's host may be a private or loopback address; stdio
+    /// with `net-hosts`: so may those hosts.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_private: bool,
     /// stdio: run under OS confinement (only the system view and its own program readable, only `cwd` writable,
@@ -174,8 +175,9 @@ pub(crate) enum ServerNet {
     None,
     /// The host's (`network = true`).
     Host,
-    /// These hosts only, through the egress proxy (`net-hosts`).
-    Proxied(nexo_egress::NetHosts),
+    /// These hosts only, through the egress proxy (`net-hosts`); with
+    /// `allow-private`, they may be private or loopback addresses.
+    Proxied(nexo_egress::NetHosts, bool),
 }
 
 /// An HTTP server's endpoint.
@@ -276,9 +278,10 @@ impl Server {
                 match &s.confine {
                     Some(ServerNet::None) => notes.push("confined, no network".to_string()),
                     Some(ServerNet::Host) => notes.push("confined, with network".to_string()),
-                    Some(ServerNet::Proxied(hosts)) => {
-                        notes.push(format!("confined, network to {hosts} through nexo's egress proxy"))
-                    }
+                    Some(ServerNet::Proxied(hosts, private)) => notes.push(format!(
+                        "confined, network to {hosts}{} through nexo's egress proxy",
+                        if *private { " (private addresses allowed)" } else { "" }
+                    )),
                     None => {}
                 }
                 if let Some(cwd) = &s.cwd {
@@ -307,7 +310,7 @@ impl Server {
 
     /// Whether it is a confined stdio server with `net-hosts`.
     pub fn has_net_hosts(&self) -> bool {
-        matches!(&self.transport, Transport::Stdio(StdioSpec { confine: Some(ServerNet::Proxied(_)), .. }))
+        matches!(&self.transport, Transport::Stdio(StdioSpec { confine: Some(ServerNet::Proxied(..)), .. }))
     }
 
     /// Whether the server is a local process speaking over its stdio (not
@@ -381,7 +384,7 @@ fn stdio_spec(name: &str, command: &str, config: &ServerConfig) -> Result<StdioS
         ("token-env", config.token_env.is_some()),
         ("token-file", config.token_file.is_some()),
         ("token-command", config.token_command.is_some()),
-        ("allow-private", config.allow_private),
+        ("allow-private", config.allow_private && config.net_hosts.is_empty()),
     ] {
         if set {
             http_keys.push(key);
@@ -389,8 +392,9 @@ fn stdio_spec(name: &str, command: &str, config: &ServerConfig) -> Result<StdioS
     }
     if let Some(key) = http_keys.first() {
         return Err(err(format!(
-            "sets `{key}`, which applies only to HTTP servers (`url`), but this server has `command`; remove it \
-             (an HTTP server takes {HTTP_KEYS})"
+            "sets `{key}`, which applies only to HTTP servers (`url`){}, but this server has `command`; remove it \
+             (an HTTP server takes {HTTP_KEYS})",
+            if *key == "allow-private" { " and to servers with `net-hosts`" } else { "" }
         )));
     }
     if command.trim().is_empty() || command.contains('\0') {
@@ -433,6 +437,7 @@ fn stdio_spec(name: &str, command: &str, config: &ServerConfig) -> Result<StdioS
         (false, true) => ServerNet::None,
         (false, false) => ServerNet::Proxied(
             nexo_egress::NetHosts::new(&config.net_hosts).map_err(|e| err(format!("`net-hosts`: {e}")))?,
+            config.allow_private,
         ),
     };
     if config.confine {

@@ -17,8 +17,10 @@ use tokio::io::Interest;
 /// gives it ([`crate::Clients::with_network`]).
 pub trait ServerNetwork: Send + Sync {
     /// The gateway for `server`, letting through `hosts` (its
-    /// `net-hosts`). Called on the runtime the server's connection lives on.
-    fn gateway(&self, server: &str, hosts: &NetHosts) -> Result<Box<dyn Gateway>, String>;
+    /// `net-hosts`), which may be private or loopback addresses when
+    /// `allow_private` (its `allow-private`). Called on the runtime the
+    /// server's connection lives on.
+    fn gateway(&self, server: &str, hosts: &NetHosts, allow_private: bool) -> Result<Box<dyn Gateway>, String>;
 }
 
 impl std::fmt::Debug for dyn ServerNetwork {
@@ -30,38 +32,53 @@ impl std::fmt::Debug for dyn ServerNetwork {
 /// A server's network being served; dropped with its process, it stops
 /// (the gateway's guard is dropped, and with it every connection).
 #[derive(Debug)]
-pub(crate) struct Served(tokio::task::JoinHandle<()>);
+pub(crate) struct Served {
+    task: tokio::task::JoinHandle<()>,
+    /// Whether serving began, or why not; taken by [`Served::ready`].
+    ready: Option<tokio::sync::oneshot::Receiver<Result<(), String>>>,
+}
+
+impl Served {
+    /// Waits until the server's network is served, or says why it never
+    /// will be.
+    pub(crate) async fn ready(&mut self) -> Result<(), String> {
+        match self.ready.take() {
+            Some(ready) => ready.await.unwrap_or_else(|_| Err("its gateway stopped".into())),
+            None => Ok(()),
+        }
+    }
+}
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
 /// Waits for `server`'s listener on `receiver` and serves it with `gateway`.
 /// Connections the server makes before then wait in the listener's queue.
-pub(crate) fn serve(server: &str, receiver: ListenerReceiver, gateway: Box<dyn Gateway>) -> Served {
-    let server = server.to_string();
-    Served(tokio::spawn(async move {
+pub(crate) fn serve(receiver: ListenerReceiver, gateway: Box<dyn Gateway>) -> Served {
+    let (tell, ready) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        // It never ran in a namespace of its own (its start failed), or the gateway failed.
         let listener = match receive(receiver).await {
             Ok(listener) => listener,
-            // It never ran in a namespace of its own: its start fails and says why.
             Err(e) => {
-                tracing::debug!(target: "nexo::mcp", server, "no network to serve: {e}");
+                let _ = tell.send(Err(format!("it was not started in a network namespace of its own ({e})")));
                 return;
             }
         };
-        let serving = tokio::task::spawn_blocking(move || gateway.serve(listener)).await;
-        match serving {
+        match tokio::task::spawn_blocking(move || gateway.serve(listener)).await {
             Ok(Ok(guard)) => {
+                let _ = tell.send(Ok(()));
                 std::future::pending::<()>().await;
                 drop(guard);
             }
-            // The listener is gone with the error: the server's connections are refused.
-            Ok(Err(e)) => tracing::warn!(target: "nexo::mcp", server, "cannot serve the server's network: {e}"),
-            Err(e) => tracing::warn!(target: "nexo::mcp", server, "cannot serve the server's network: {e}"),
+            Ok(Err(e)) => drop(tell.send(Err(format!("its gateway could not serve it: {e}")))),
+            Err(e) => drop(tell.send(Err(format!("its gateway could not serve it: {e}")))),
         }
-    }))
+    });
+    Served { task, ready: Some(ready) }
 }
 
 async fn receive(receiver: ListenerReceiver) -> std::io::Result<std::net::TcpListener> {

@@ -115,6 +115,15 @@ impl ServerProcess {
         self.ended = true;
     }
 
+    /// Waits until its network through the host's gateway is served (at
+    /// once without `net-hosts`), or says why it never will be.
+    pub(crate) async fn network_ready(&mut self) -> Result<(), String> {
+        match &mut self.network {
+            Some(served) => served.ready().await,
+            None => Ok(()),
+        }
+    }
+
     /// How it exited, if it has (reaping it).
     pub(crate) fn exit_status(&mut self) -> Option<String> {
         let status = self.child.try_wait().ok()??;
@@ -250,17 +259,24 @@ pub(crate) fn start(
         _ => None,
     };
     // `net-hosts`: a namespace of its own, its listener served by the host's gateway.
-    // Unconfined (the operator turned confinement off), it has the host's network.
     let proxied = match (&spec.confine, &confine) {
-        (Some(ServerNet::Proxied(hosts)), Some(o)) if o.confinement != Confinement::Unconfined => {
+        (Some(ServerNet::Proxied(..)), Some(o)) if o.confinement == Confinement::Unconfined => {
+            return Err(spawn_err(format!(
+                "its `net-hosts` grant network only through nexo's egress proxy, which needs OS confinement, and \
+                 confinement is turned off here (`--shell-confinement none`); turn it on, or remove `net-hosts` from \
+                 [mcp.{server}]"
+            )));
+        }
+        (Some(ServerNet::Proxied(hosts, private)), Some(_)) => {
             let Some(network) = network else {
                 return Err(spawn_err(format!(
-                    "its `net-hosts` need nexo's egress proxy, which this host does not give (Clients::with_network); \
-                     remove `net-hosts` from [mcp.{server}] or run it under nexo"
+                    "its `net-hosts` need nexo's egress proxy, which this embedding of nexo's MCP client does not \
+                     give (Clients::with_network); remove `net-hosts` from [mcp.{server}]"
                 )));
             };
-            let gateway =
-                network.gateway(server, hosts).map_err(|e| spawn_err(format!("cannot give it network: {e}")))?;
+            let gateway = network
+                .gateway(server, hosts, *private)
+                .map_err(|e| spawn_err(format!("cannot give it network: {e}")))?;
             let net = PrivateNet::new().map_err(|e| spawn_err(format!("cannot set up its network: {e}")))?;
             Some((net, gateway))
         }
@@ -335,7 +351,7 @@ pub(crate) fn start(
         }
     };
     drop(resources);
-    let network = proxied.map(|(net, gateway)| serve(server, net.into_receiver(), gateway));
+    let network = proxied.map(|(net, gateway)| serve(net.into_receiver(), gateway));
     let pid = child.id().and_then(|id| Pid::from_raw(id as i32));
     let pipes = (child.stdout.take(), child.stdin.take(), child.stderr.take());
     let process = ServerProcess { child, pid, guarded: guard.is_some(), ended: false, network };

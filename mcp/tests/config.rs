@@ -34,7 +34,11 @@ fn bad_tables_name_the_key_and_the_fix() {
             "sets `headers`, which applies only to HTTP servers",
         ),
         ("h2", ServerConfig { token: Some("t".into()), ..stdio() }, "sets `token`, which applies only to HTTP servers"),
-        ("h3", ServerConfig { allow_private: true, ..stdio() }, "sets `allow-private`"),
+        (
+            "h3",
+            ServerConfig { allow_private: true, ..stdio() },
+            "sets `allow-private`, which applies only to HTTP servers (`url`) and to servers with `net-hosts`",
+        ),
         (
             "s1",
             ServerConfig { args: vec!["a".into()], ..http() },

@@ -121,7 +121,8 @@ impl Gateway for ProxyGateway {
 }
 
 impl ServerNetwork for Proxy {
-    fn gateway(&self, server: &str, hosts: &NetHosts) -> Result<Box<dyn Gateway>, String> {
+    fn gateway(&self, server: &str, hosts: &NetHosts, allow_private: bool) -> Result<Box<dyn Gateway>, String> {
+        assert!(allow_private, "the test's servers allow their loopback hosts");
         let log = Arc::new(Log(server.to_string(), Arc::clone(&self.0)));
         Ok(Box::new(ProxyGateway(ProxyPolicy { hosts: hosts.clone(), meter: None, log: Some(log) })))
     }
@@ -135,7 +136,8 @@ async fn a_server_with_net_hosts_reaches_them_through_the_proxy_and_nothing_else
         for guard in [false, true] {
             let case = format!("{confinement}, guard {guard}");
             let dir = tempfile::tempdir().unwrap();
-            let config = ServerConfig { net_hosts: vec![allowed.clone()], ..confined(dir.path(), false) };
+            let config =
+                ServerConfig { net_hosts: vec![allowed.clone()], allow_private: true, ..confined(dir.path(), false) };
             let clients = clients(config, guard, confinement);
             let proxy = Proxy::default();
             assert!(clients.with_network(Arc::new(Proxy(Arc::clone(&proxy.0)))));
@@ -159,13 +161,42 @@ async fn a_server_with_net_hosts_reaches_them_through_the_proxy_and_nothing_else
     }
 }
 
+/// A network whose gateways cannot serve.
+struct Failing;
+
+impl Gateway for Failing {
+    fn serve(&self, _: std::net::TcpListener) -> std::io::Result<Box<dyn Send>> {
+        Err(std::io::Error::other("no room"))
+    }
+
+    fn describe(&self) -> String {
+        "a failing gateway".into()
+    }
+}
+
+impl ServerNetwork for Failing {
+    fn gateway(&self, _: &str, _: &NetHosts, _: bool) -> Result<Box<dyn Gateway>, String> {
+        Ok(Box::new(Failing))
+    }
+}
+
 #[tokio::test]
-async fn a_server_with_net_hosts_does_not_start_without_the_proxy() {
+async fn a_server_with_net_hosts_is_not_connected_without_its_network() {
     let dir = tempfile::tempdir().unwrap();
     let config = ServerConfig { net_hosts: vec!["a.example".into()], ..confined(dir.path(), false) };
-    let clients = clients(config, true, Confinement::Landlock);
-    let err = clients.call_tool("box", "echo", args(json!({"text": "x"}))).await.unwrap_err().to_string();
+    let without = clients(config.clone(), true, Confinement::Landlock);
+    let err = without.call_tool("box", "echo", args(json!({"text": "x"}))).await.unwrap_err().to_string();
     assert!(err.contains("`net-hosts` need nexo's egress proxy"), "{err}");
+    // A gateway that cannot serve: the server is not reported connected.
+    let failing = clients(config.clone(), true, Confinement::Landlock);
+    assert!(failing.with_network(Arc::new(Failing)));
+    let err = failing.call_tool("box", "echo", args(json!({"text": "x"}))).await.unwrap_err().to_string();
+    assert!(err.contains("could not be set up: its gateway could not serve it: no room"), "{err}");
+    // Unconfined it would have the host's whole network: refused rather than widened.
+    let unconfined = clients(config, true, Confinement::Unconfined);
+    assert!(unconfined.with_network(Arc::new(Proxy::default())));
+    let err = unconfined.call_tool("box", "echo", args(json!({"text": "x"}))).await.unwrap_err().to_string();
+    assert!(err.contains("needs OS confinement"), "{err}");
 }
 
 #[tokio::test]

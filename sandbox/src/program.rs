@@ -154,15 +154,18 @@ impl ProgramConfinement {
                 PROXY_ADDR.port()
             )));
         }
-        let enter =
-            self.proxied.filter(|_| confinement != Confinement::Unconfined).map(|fd| Enter::new(fd, &self.forward_ports));
+        let enter = self
+            .proxied
+            .filter(|_| confinement != Confinement::Unconfined)
+            .map(|fd| Enter::new(fd, &self.forward_ports));
         let sockets = match (self.network, narrowed) {
             _ if enter.is_some() => Sockets::Tcp,
             (false, _) => Sockets::None,
             (true, true) => Sockets::Tcp,
             (true, false) => Sockets::All,
         };
-        let proxy_ports: Vec<u16> = std::iter::once(PROXY_ADDR.port()).chain(self.forward_ports.iter().copied()).collect();
+        let proxy_ports: Vec<u16> =
+            std::iter::once(PROXY_ADDR.port()).chain(self.forward_ports.iter().copied()).collect();
         let connect_ports = if enter.is_some() { &proxy_ports[..] } else { &self.connect_ports[..] };
         let (mut command, filter_fd) = match confinement {
             Confinement::Bubblewrap => {

@@ -192,10 +192,7 @@ fn a_program_reaches_only_its_gateway(c: Confinement) {
     let out = child.wait_with_output().unwrap();
     drop(serving);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        stdout, "via gateway: GET http://service.test/program HTTP/1.1\nforwarded\n",
-        "under {c:?}: {out:?}"
-    );
+    assert_eq!(stdout, "via gateway: GET http://service.test/program HTTP/1.1\nforwarded\n", "under {c:?}: {out:?}");
     assert!(host.accept().is_err(), "a direct connection reached the host under {c:?}");
     // Everyone holding the child's end is gone: no second handover, and an error rather than a wait.
     assert!(receiver.try_receive().is_err());

@@ -39,23 +39,23 @@ impl ProxiedNetwork {
             return Ok(None);
         }
         let hosts = NetHosts::new(hosts).map_err(|e| ConfigError::invalid("net-hosts", format!("net-hosts: {e}")))?;
-        ProxiedNetwork::for_hosts(hosts, private, None, meter).map(Some)
+        ProxiedNetwork::for_hosts(hosts, private, &[], meter).map(Some)
     }
 
-    /// The network `hosts` grant, as [`ProxiedNetwork::new`]; the name
-    /// `exempt` (one the operator gave, such as a model's endpoint) is also
-    /// exempt from the address guard.
+    /// The network `hosts` grant, as [`ProxiedNetwork::new`]; the names
+    /// `exempt` (ones the operator gave, such as a model's endpoint) are
+    /// also exempt from the address guard.
     pub fn for_hosts(
         hosts: NetHosts,
         private: &[IpAddr],
-        exempt: Option<&str>,
+        exempt: &[String],
         meter: Option<Arc<Meter>>,
     ) -> Result<ProxiedNetwork, ConfigError> {
         let client = match (private, exempt) {
-            ([], None) => shared_client()?,
+            ([], []) => shared_client()?,
             (private, exempt) => {
                 let mut builder = GuardedClient::builder().allow_private(private.iter().copied());
-                if let Some(host) = exempt {
+                for host in exempt {
                     builder = builder.allow_private_host(host);
                 }
                 builder.build().map_err(|e| {
@@ -122,11 +122,9 @@ impl ConnectionLog for Audit {
 }
 
 /// The network of a run's confined MCP servers with `net-hosts`: each
-/// server's own hosts through its own proxy, with the run's private-address
-/// exemptions, meter and audit.
+/// server's own hosts through its own proxy, with the run's meter and
+/// audit.
 pub struct McpNetwork {
-    /// `[sandbox] net-allow-private`, as the run's grant has it.
-    pub private: Vec<IpAddr>,
     /// The run's egress allowance.
     pub meter: Option<Arc<Meter>>,
     /// The run's audit.
@@ -134,9 +132,91 @@ pub struct McpNetwork {
 }
 
 impl ServerNetwork for McpNetwork {
-    fn gateway(&self, server: &str, hosts: &NetHosts) -> Result<Box<dyn Gateway>, String> {
-        let network = ProxiedNetwork::for_hosts(hosts.clone(), &self.private, None, self.meter.clone())
+    /// With `allow_private` (the server's own `allow-private`), its hosts
+    /// are exempt from the address guard; the shell's `net-allow-private`
+    /// addresses never are.
+    fn gateway(&self, server: &str, hosts: &NetHosts, allow_private: bool) -> Result<Box<dyn Gateway>, String> {
+        let (mut private, mut names) = (Vec::new(), Vec::new());
+        for host in hosts.hosts().filter(|_| allow_private) {
+            match host.parse::<IpAddr>() {
+                Ok(ip) => private.push(ip),
+                Err(_) => names.push(host.to_string()),
+            }
+        }
+        let network = ProxiedNetwork::for_hosts(hosts.clone(), &private, &names, self.meter.clone())
             .map_err(|e| e.to_string())?;
         Ok(Box::new(network.gateway(self.audit.clone(), &format!("mcp:{server}"))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failure should panic
+
+    use std::io::{Read, Write};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::host_call::CapabilityUse;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(String, Connection)>>);
+
+    impl AuditSink for Seen {
+        fn record(&self, _: CapabilityUse) {}
+
+        fn connection(&self, by: &str, connection: &Connection) {
+            self.0.lock().unwrap().push((by.to_string(), connection.clone()));
+        }
+    }
+
+    /// A loopback origin answering `hello` to each request.
+    fn origin() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+            }
+        });
+        port
+    }
+
+    /// One GET of `http://127.0.0.1:port/` through `gateway`: the answer's status line.
+    async fn get(gateway: Box<dyn Gateway>, port: u16) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = listener.local_addr().unwrap();
+        let _serving = gateway.serve(listener).unwrap();
+        let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+        let ask =
+            format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        tokio::io::AsyncWriteExt::write_all(&mut stream, ask.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_string()
+    }
+
+    #[tokio::test]
+    async fn an_mcp_server_reaches_a_private_host_only_with_its_own_allow_private() {
+        let port = origin();
+        let seen = Arc::new(Seen::default());
+        let network = McpNetwork { meter: None, audit: Some(seen.clone()) };
+        let hosts = NetHosts::new([format!("127.0.0.1:{port}")]).unwrap();
+        let refused = get(network.gateway("strict", &hosts, false).unwrap(), port).await;
+        assert!(refused.contains("403"), "{refused}");
+        let allowed = get(network.gateway("lan", &hosts, true).unwrap(), port).await;
+        assert!(allowed.contains("200"), "{allowed}");
+        // A connection is reported as its task ends, just after its last byte.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while seen.0.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let seen: Vec<(String, bool)> = seen.0.lock().unwrap().iter().map(|(by, c)| (by.clone(), c.allowed)).collect();
+        assert_eq!(seen, [("mcp:strict".to_string(), false), ("mcp:lan".to_string(), true)]);
     }
 }

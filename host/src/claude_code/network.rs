@@ -72,7 +72,7 @@ impl CliNetwork {
         let endpoint = Endpoint::parse(base_url).map_err(ModelError::Config)?;
         let mut forwards = vec![mcp_port];
         let mut granted = hosts.to_vec();
-        let mut exempt = None;
+        let mut exempt = Vec::new();
         if endpoint.is_loopback() {
             if endpoint.port != mcp_port {
                 forwards.push(endpoint.port);
@@ -83,11 +83,11 @@ impl CliNetwork {
                 false => format!("{}:{}", endpoint.host, endpoint.port),
             });
             // The operator named it: a model on the LAN is theirs to reach.
-            exempt = Some(endpoint.host.as_str());
+            exempt.push(endpoint.host.clone());
         }
         let config = |e: String| ModelError::Config(format!("--claude-builtin-tools: {e}"));
         let hosts = NetHosts::new(&granted).map_err(|e| config(format!("net-hosts: {e}")))?;
-        let network = ProxiedNetwork::for_hosts(hosts, private, exempt, meter).map_err(|e| config(e.to_string()))?;
+        let network = ProxiedNetwork::for_hosts(hosts, private, &exempt, meter).map_err(|e| config(e.to_string()))?;
         Ok(CliNetwork { network, forwards })
     }
 
