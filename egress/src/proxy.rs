@@ -133,10 +133,13 @@ pub struct Connection {
 
 /// A running proxy. Dropped, it stops: the listener and every connection
 /// through it close, and a Unix socket's file is removed.
+/// [`EgressProxy::stop`] stops it and waits until each connection is
+/// reported.
 #[derive(Debug)]
 pub struct EgressProxy {
     path: Option<PathBuf>,
     task: tokio::task::JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl EgressProxy {
@@ -148,8 +151,9 @@ impl EgressProxy {
     pub fn start(client: &GuardedClient, path: &Path, policy: ProxyPolicy) -> std::io::Result<EgressProxy> {
         let listener = Listener::Unix(UnixListener::bind(path)?);
         let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
-        let task = tokio::spawn(accept(listener, shared));
-        Ok(EgressProxy { path: Some(path.to_path_buf()), task })
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(accept(listener, shared, stopped));
+        Ok(EgressProxy { path: Some(path.to_path_buf()), task, stop: Some(stop) })
     }
 
     /// Serves the connections accepted on `listener`, a TCP listener made
@@ -164,8 +168,19 @@ impl EgressProxy {
         listener.set_nonblocking(true)?;
         let listener = Listener::Tcp(TcpListener::from_std(listener)?);
         let shared = Arc::new(Shared { guard: Arc::clone(&client.inner.guard), policy });
-        let task = tokio::spawn(accept(listener, shared));
-        Ok(EgressProxy { path: None, task })
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(accept(listener, shared, stopped));
+        Ok(EgressProxy { path: None, task, stop: Some(stop) })
+    }
+
+    /// Stops the proxy: no connection is accepted any more, each open one
+    /// is closed, and this resolves once every one has ended and been
+    /// reported to the policy's log (cut short, if it was open).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
     }
 
     /// The Unix socket's path, for a proxy [`EgressProxy::start`]ed on one.
@@ -273,12 +288,18 @@ struct Shared {
     policy: ProxyPolicy,
 }
 
-/// Accepts until the proxy is dropped; the connections are tasks of one
-/// set, so they end with it.
-async fn accept(listener: Listener, shared: Arc<Shared>) {
+/// Accepts until the proxy is stopped or dropped; the connections are
+/// tasks of one set, so they end with it.
+async fn accept(listener: Listener, shared: Arc<Shared>, mut stopped: tokio::sync::oneshot::Receiver<()>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
+            // Asked to stop (or dropped): each connection ends, and is reported, before this returns.
+            _ = &mut stopped => {
+                drop(listener);
+                connections.shutdown().await;
+                return;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(Accepted::Unix(stream)) => admit(stream, &mut connections, &shared),
                 Ok(Accepted::Tcp(stream)) => admit(stream, &mut connections, &shared),
@@ -387,7 +408,7 @@ async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
 }
 
 /// A connection's report, made once, when it is dropped: at its end, or
-/// unfinished when its proxy stops (the command that made it ended), with
+/// unfinished when its proxy stops (the program that made it ended), with
 /// the bytes carried so far either way.
 struct Report {
     connection: Connection,
@@ -406,7 +427,7 @@ impl Drop for Report {
         c.sent = self.head + self.sent.load(Ordering::Relaxed);
         c.received = self.received.load(Ordering::Relaxed);
         if !self.ended && c.reason.is_none() {
-            c.reason = Some("cut short: the proxy stopped (the command that made it ended)".into());
+            c.reason = Some("cut short: the proxy stopped (the program that made it ended)".into());
         }
         self.shared.report(c);
     }

@@ -36,6 +36,8 @@ pub(crate) struct Served {
     task: tokio::task::JoinHandle<()>,
     /// Whether serving began, or why not; taken by [`Served::ready`].
     ready: Option<tokio::sync::oneshot::Receiver<Result<(), String>>>,
+    /// Asks the task to stop serving gracefully.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Served {
@@ -49,6 +51,17 @@ impl Served {
     }
 }
 
+impl Served {
+    /// Stops serving (the server has ended): resolves once each of its
+    /// connections has ended and been reported.
+    pub(crate) async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         self.task.abort();
@@ -59,6 +72,7 @@ impl Drop for Served {
 /// Connections the server makes before then wait in the listener's queue.
 pub(crate) fn serve(receiver: ListenerReceiver, gateway: Box<dyn Gateway>) -> Served {
     let (tell, ready) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         // It never ran in a namespace of its own (its start failed), or the gateway failed.
         let listener = match receive(receiver).await {
@@ -69,16 +83,17 @@ pub(crate) fn serve(receiver: ListenerReceiver, gateway: Box<dyn Gateway>) -> Se
             }
         };
         match tokio::task::spawn_blocking(move || gateway.serve(listener)).await {
-            Ok(Ok(guard)) => {
+            Ok(Ok(serving)) => {
                 let _ = tell.send(Ok(()));
-                std::future::pending::<()>().await;
-                drop(guard);
+                // Until asked to stop (or dropped, and aborted).
+                let _ = stopped.await;
+                serving.stop().await;
             }
             Ok(Err(e)) => drop(tell.send(Err(format!("its gateway could not serve it: {e}")))),
             Err(e) => drop(tell.send(Err(format!("its gateway could not serve it: {e}")))),
         }
     });
-    Served { task, ready: Some(ready) }
+    Served { task, ready: Some(ready), stop: Some(stop) }
 }
 
 async fn receive(receiver: ListenerReceiver) -> std::io::Result<std::net::TcpListener> {

@@ -111,7 +111,10 @@ impl ServerProcess {
         if !self.guarded {
             self.kill_group();
         }
-        self.network = None;
+        // Its connections are reported before the close is over.
+        if let Some(network) = self.network.take() {
+            network.stop().await;
+        }
         self.ended = true;
     }
 

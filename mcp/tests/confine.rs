@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use common::{args, stdio_config};
 use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, NetHosts, ProxyPolicy};
 use nexo_mcp::{ClientOptions, Clients, Confinement, Server, ServerConfig, ServerNetwork};
-use nexo_sandbox::Gateway;
+use nexo_sandbox::{Gateway, Serving};
 use serde_json::json;
 
 fn confined(cwd: &std::path::Path, network: bool) -> ServerConfig {
@@ -109,10 +109,18 @@ impl ConnectionLog for Log {
 
 struct ProxyGateway(ProxyPolicy);
 
+struct Served(EgressProxy);
+
+impl Serving for Served {
+    fn stop(self: Box<Self>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.0.stop())
+    }
+}
+
 impl Gateway for ProxyGateway {
-    fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Send>> {
+    fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Serving>> {
         let client = GuardedClient::builder().allow_private([IpAddr::from([127, 0, 0, 1])]).build().unwrap();
-        Ok(Box::new(EgressProxy::serve(&client, listener, self.0.clone())?))
+        Ok(Box::new(Served(EgressProxy::serve(&client, listener, self.0.clone())?)))
     }
 
     fn describe(&self) -> String {
@@ -165,7 +173,7 @@ async fn a_server_with_net_hosts_reaches_them_through_the_proxy_and_nothing_else
 struct Failing;
 
 impl Gateway for Failing {
-    fn serve(&self, _: std::net::TcpListener) -> std::io::Result<Box<dyn Send>> {
+    fn serve(&self, _: std::net::TcpListener) -> std::io::Result<Box<dyn Serving>> {
         Err(std::io::Error::other("no room"))
     }
 

@@ -42,7 +42,7 @@ pub use container::{
     find_on_path,
 };
 pub use local::LocalSandbox;
-pub use network::{Gateway, ListenerReceiver, PROXY_ADDR, PrivateNet, proxy_env};
+pub use network::{Gateway, ListenerReceiver, PROXY_ADDR, PrivateNet, Serving, proxy_env};
 pub use path::normalize;
 pub use process::{MAX_OUTPUT_BYTES, close_inherited_fds, close_inherited_fds_but};
 pub use program::{ConfinedCommand, ProgramConfinement, SpawnResources};

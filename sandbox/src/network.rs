@@ -22,9 +22,11 @@
 #![allow(unsafe_code)] // raw syscalls between fork and exec
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
 
 /// Where a command's proxy listens, inside its own namespace.
 pub const PROXY_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -41,15 +43,43 @@ pub(crate) const NETWORK_REFUSED: i32 = libc::ENONET;
 /// makes to [`PROXY_ADDR`] arrives on the listener it is given.
 pub trait Gateway: Send + Sync {
     /// Serves the connections accepted on `listener` (bound in the
-    /// command's namespace) until the returned guard is dropped, which the
-    /// sandbox does once the command has ended. Called off the host's async
-    /// threads.
-    fn serve(&self, listener: TcpListener) -> io::Result<Box<dyn Send>>;
+    /// command's namespace) until the returned [`Serving`] is stopped or
+    /// dropped, which the sandbox does once the command has ended. Called
+    /// off the host's async threads.
+    fn serve(&self, listener: TcpListener) -> io::Result<Box<dyn Serving>>;
 
     /// What the gateway lets through, in a few words (`nexo inspect`, the
     /// model's instructions), e.g. `HTTP(S) to api.example.com:443 through
     /// nexo's egress proxy`.
     fn describe(&self) -> String;
+}
+
+/// A listener being served by a [`Gateway`]. Dropped, it stops at once;
+/// [`Serving::stop`] stops it and waits until every connection through it
+/// has ended and been accounted for (an audit record each).
+pub trait Serving: Send {
+    /// Stops serving; resolves once every connection has ended.
+    fn stop(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// Runs `future` to its end on this thread (not a runtime's: a blocking
+/// one), parked between polls: what a [`Serving`] waits for runs elsewhere.
+pub(crate) fn wait<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
 }
 
 impl fmt::Debug for dyn Gateway {

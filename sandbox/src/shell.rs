@@ -451,7 +451,7 @@ pub(crate) fn run(
     let mut child = job.spawn(&mut cmd).map_err(|e| spawn_error(confinement, &cmd, e))?;
     drop(filter_fd);
     // Served until the command has ended: its connections end with it.
-    let _serving = match (net, gateway) {
+    let serving = match (net, gateway) {
         (Some(net), Some(gateway)) => match net.listener().and_then(|l| gateway.serve(l)) {
             Ok(serving) => Some(serving),
             Err(e) => {
@@ -468,7 +468,12 @@ pub(crate) fn run(
         },
         _ => None,
     };
-    match job.supervise(child)? {
+    let outcome = job.supervise(child);
+    // Its connections are reported before its result is.
+    if let Some(serving) = serving {
+        crate::network::wait(serving.stop());
+    }
+    match outcome? {
         Outcome::Exited(output) => Ok(output.into()),
         Outcome::TimedOut => Err(SandboxError::Timeout(format!(
             "the command `{}` ran past its {timeout:?} limit and was killed, with every process it started. Split \

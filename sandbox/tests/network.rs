@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nexo_sandbox::{
-    Confinement, ExecOutput, Gateway, LocalSandbox, PROXY_ADDR, PrivateNet, ProgramConfinement, Sandbox, ShellPolicy,
+    Confinement, ExecOutput, Gateway, LocalSandbox, PROXY_ADDR, PrivateNet, ProgramConfinement, Sandbox, Serving,
+    ShellPolicy,
 };
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -34,8 +35,14 @@ impl Drop for Stop {
     }
 }
 
+impl Serving for Stop {
+    fn stop(self: Box<Self>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(async {})
+    }
+}
+
 impl Gateway for Echo {
-    fn serve(&self, listener: TcpListener) -> std::io::Result<Box<dyn Send>> {
+    fn serve(&self, listener: TcpListener) -> std::io::Result<Box<dyn Serving>> {
         self.served.store(true, Ordering::SeqCst);
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -8,12 +8,14 @@
 //! egress allowance on both directions' bytes, and each connection in the
 //! tenant's audit log, naming who made it.
 
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy};
 use nexo_mcp::ServerNetwork;
-use nexo_sandbox::Gateway;
+use nexo_sandbox::{Gateway, Serving};
 
 use crate::egress::shared_client;
 use crate::error::ConfigError;
@@ -100,15 +102,24 @@ pub struct ProxyGateway {
 }
 
 impl Gateway for ProxyGateway {
-    fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Send>> {
+    fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Serving>> {
         let _entered = self.runtime.enter();
         let log = self.audit.clone().map(|audit| Arc::new(Audit(audit, self.by.clone())) as Arc<dyn ConnectionLog>);
         let policy = ProxyPolicy { hosts: self.network.hosts.clone(), meter: self.network.meter.clone(), log };
-        Ok(Box::new(EgressProxy::serve(&self.network.client, listener, policy)?))
+        Ok(Box::new(Proxy(EgressProxy::serve(&self.network.client, listener, policy)?)))
     }
 
     fn describe(&self) -> String {
         format!("HTTP(S) to {} through nexo's egress proxy", self.network.hosts)
+    }
+}
+
+/// nexo's egress proxy on one listener.
+struct Proxy(EgressProxy);
+
+impl Serving for Proxy {
+    fn stop(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self.0.stop())
     }
 }
 

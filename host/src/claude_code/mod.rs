@@ -240,7 +240,7 @@ impl ClaudeCode {
                 env.push((name.into(), "127.0.0.1,localhost".into()));
             }
         }
-        let (mut child, _network) = self.spawn(&binary, &args, env, &cwd, network.as_ref(), ctx.tools.audit_sink())?;
+        let (mut child, served) = self.spawn(&binary, &args, env, &cwd, network.as_ref(), ctx.tools.audit_sink())?;
         let process = ProcessGroup(child.id());
 
         // The prompt, as one stream-json user message; then end of input. A
@@ -311,6 +311,10 @@ impl ClaudeCode {
             Some(s) => Some(s),
             None => child.wait().await.ok(),
         };
+        // Its connections are in the audit before the prompt's outcome is.
+        if let Some(served) = served {
+            served.stop().await;
+        }
         if let Some(e) = failure {
             return Err(e);
         }

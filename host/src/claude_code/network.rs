@@ -112,14 +112,22 @@ impl CliNetwork {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             relays.push(AbortOnDrop(tokio::spawn(relay(listener, *port))));
         }
-        Ok(Serving { _proxy: proxy, _relays: relays })
+        Ok(Serving { proxy, _relays: relays })
     }
 }
 
-/// The CLI's network being served.
+/// The CLI's network being served; dropped, it stops at once.
 pub(crate) struct Serving {
-    _proxy: Box<dyn Send>,
+    proxy: Box<dyn nexo_sandbox::Serving>,
     _relays: Vec<AbortOnDrop<()>>,
+}
+
+impl Serving {
+    /// Stops, once the CLI has ended: resolves when each of the proxy's
+    /// connections has been reported.
+    pub(crate) async fn stop(self) {
+        self.proxy.stop().await;
+    }
 }
 
 /// Each connection on `listener` (inside the CLI's namespace) joined to
