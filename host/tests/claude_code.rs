@@ -534,51 +534,41 @@ fn builtin_tools_ask_nexos_authority_through_the_permission_prompt() {
     );
 }
 
-/// The CLI's own tools reach the run's `net-hosts` through nexo's egress
-/// proxy (here a loopback origin, allowed explicitly as the shell's tests
-/// do), and nothing else: not an unlisted port, not the host directly.
+/// The CLI's own tools reach its model and nexo's MCP server, and nothing
+/// else: not the run's `net-hosts` (the CLI holds the API key, which its
+/// `Bash` could send there), which nexo's proxy refuses, and not the host
+/// directly. A model on this machine is relayed in at its own port.
 #[test]
-fn builtin_tools_reach_the_runs_hosts_through_nexos_proxy_only() {
+fn builtin_tools_reach_the_model_alone_even_with_net_hosts() {
     let scene = Scene::new();
     let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = origin.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in origin.incoming().flatten() {
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && std::io::Read::read(&mut conn, &mut byte).unwrap_or(0) == 1 {
-                head.push(byte[0]);
-            }
-            let body = b"hello from the origin";
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-            let _ = std::io::Write::write_all(&mut conn, head.as_bytes());
-            let _ = std::io::Write::write_all(&mut conn, body);
-        }
-    });
-    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let other_port = other.local_addr().unwrap().port();
+    let model = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let model_port = model.local_addr().unwrap().port();
+    let _model = model;
     let config = scene.path("nexo.toml");
     std::fs::write(&config, "[sandbox]\nnet-allow-private = [\"127.0.0.1\"]\n").unwrap();
     let tool_use = fixture("tool-use.jsonl");
-    let get = |url: String| json!({"fake": "get", "url": url}).to_string();
     let script = [
         tool_use.lines().next().unwrap().to_string(),
-        get(format!("http://127.0.0.1:{port}/x")),
-        get(format!("http://127.0.0.1:{other_port}/")),
+        json!({"fake": "get", "url": format!("http://127.0.0.1:{port}/x")}).to_string(),
         json!({"fake": "connect", "port": port}).to_string(),
+        json!({"fake": "connect", "port": model_port}).to_string(),
         tool_use.lines().last().unwrap().to_string(),
     ]
     .join("\n");
     let claude = scene.claude(&script);
     let allow = format!("127.0.0.1:{port}");
-    let flags = ["--claude-builtin-tools", "--ephemeral", "--allow-net", &allow];
+    let base_url = format!("http://127.0.0.1:{model_port}");
+    let flags = ["--claude-builtin-tools", "--ephemeral", "--allow-net", &allow, "--base-url", &base_url];
     let o = scene.run_with(&claude, &flags, &[("NEXO_CONFIG", config.to_str().unwrap())]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let log = scene.log();
     let outcome = |n: usize| log[n]["outcome"].as_str().unwrap().to_string();
-    assert_eq!(outcome(1), "HTTP/1.1 200 OK hello from the origin", "{log:?}");
-    assert!(outcome(2).starts_with("HTTP/1.1 403"), "an unlisted port is refused by the proxy: {log:?}");
-    assert!(outcome(3).starts_with("refused"), "a direct connection reached the host: {log:?}");
+    assert!(outcome(1).starts_with("HTTP/1.1 403"), "the run's net-hosts are not the CLI's: {log:?}");
+    assert!(outcome(2).starts_with("refused"), "a direct connection reached the host: {log:?}");
+    // Its listener inside; the relay behind it carries nexo's MCP calls in every test here.
+    assert_eq!(outcome(3), "connected", "the model is relayed in: {log:?}");
     let env = &log[0]["env"];
     assert_eq!(env["HTTPS_PROXY"], format!("http://{}", nexo_sandbox::PROXY_ADDR), "{env}");
 }

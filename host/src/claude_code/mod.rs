@@ -12,8 +12,8 @@
 //! permission prompts (`--permission-prompt-tool`) reach the same
 //! authority. An operator may opt in to the CLI's built-in tools
 //! ([`ClaudeCode::builtin_tools`]); the CLI then runs confined to the
-//! sandbox's directory, with network only through nexo's egress proxy (the
-//! run's `net-hosts` and the model's endpoint: see [`network`]).
+//! sandbox's directory, with network to its model alone, through nexo's
+//! egress proxy (see [`network`]).
 //!
 //! Durability: nexo does not see the CLI's model turns, so the calls inside
 //! one prompt cannot be lined up by a replay and are not journaled one by
@@ -80,14 +80,6 @@ pub struct ClaudeCode {
     /// What a confined CLI may read of the host besides [`ClaudeCode::cwd`],
     /// its own package and the directory it is in (which is on its `PATH`).
     pub view: nexo_sandbox::SystemView,
-    /// The hosts the CLI's own tools may reach through nexo's egress proxy
-    /// (the run's `net-hosts`), besides the model's endpoint.
-    pub net_hosts: Vec<String>,
-    /// Private addresses the operator exempts from the address guard
-    /// (`[sandbox] net-allow-private`).
-    pub net_private: Vec<std::net::IpAddr>,
-    /// The run's egress allowance, which the CLI's connections draw on.
-    pub meter: Option<std::sync::Arc<nexo_egress::Meter>>,
     api_key: Option<String>,
 }
 
@@ -100,7 +92,6 @@ impl std::fmt::Debug for ClaudeCode {
             .field("builtin_tools", &self.builtin_tools)
             .field("cwd", &self.cwd)
             .field("view", &self.view)
-            .field("net_hosts", &self.net_hosts)
             .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
             .finish()
     }
@@ -224,12 +215,11 @@ impl ClaudeCode {
         let cwd = self.cwd.clone().unwrap_or_else(|| home.path().to_path_buf());
         // With its own tools the CLI runs in a network namespace of its
         // own: nexo's MCP server and a local model at their loopback ports,
-        // everything else through the egress proxy.
+        // a remote model through the egress proxy, nothing else.
         let network = match self.builtin_tools {
             true => {
                 let base_url = self.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL);
-                let meter = self.meter.clone();
-                Some(network::CliNetwork::new(base_url, port, &self.net_hosts, &self.net_private, meter)?)
+                Some(network::CliNetwork::new(base_url, self.base_url.is_some(), port)?)
             }
             false => None,
         };
@@ -252,14 +242,24 @@ impl ClaudeCode {
         }
         content.push(json!({"type": "text", "text": input}));
         let message = json!({"type": "user", "message": {"role": "user", "content": content}});
-        if let Some(mut stdin) = child.stdin.take() {
-            let line = format!("{message}\n");
-            stdin.write_all(line.as_bytes()).await.map_err(|e| unavailable(format!("cannot write the prompt: {e}")))?;
-            drop(stdin);
-        }
+        let prompted = match child.stdin.take() {
+            Some(mut stdin) => {
+                let line = format!("{message}\n");
+                stdin.write_all(line.as_bytes()).await.map_err(|e| unavailable(format!("cannot write the prompt: {e}")))
+            }
+            None => Ok(()),
+        };
         let stderr = child.stderr.take().map(|s| tokio::spawn(tail(s)));
-        let Some(stdout) = child.stdout.take() else {
-            return Err(unavailable("the CLI's output pipe was not set up"));
+        let stdout = prompted
+            .and_then(|()| child.stdout.take().ok_or_else(|| unavailable("the CLI's output pipe was not set up")));
+        let stdout = match stdout {
+            Ok(stdout) => stdout,
+            Err(e) => {
+                if let Some(served) = served {
+                    served.stop().await;
+                }
+                return Err(e);
+            }
         };
         let mut reader = BufReader::new(stdout);
 
@@ -378,8 +378,10 @@ impl ClaudeCode {
         // Its namespace was made before it ran: the listeners are there, or it never will be.
         let serving = match (private_net, network) {
             (Some(net), Some(network)) => {
-                let listeners = net.into_receiver().try_receive().ok().flatten().unwrap_or_default();
-                match network.serve(listeners, audit) {
+                let listeners = net.into_receiver().try_receive().and_then(|l| {
+                    l.ok_or_else(|| std::io::Error::other("its namespace's listeners did not come with its start"))
+                });
+                match listeners.and_then(|l| network.serve(l, audit)) {
                     Ok(serving) => Some(serving),
                     Err(e) => {
                         return Err(unavailable(format!("cannot serve the CLI's network, so it was stopped: {e}")));

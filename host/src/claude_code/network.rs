@@ -1,21 +1,23 @@
 //! The CLI's network when it runs its own tools. It runs in a network
 //! namespace of its own ([`nexo_sandbox::network`]) whose ways out are:
-//! - nexo's egress proxy, at `HTTP(S)_PROXY`, with the run's `net-hosts`
-//!   grant (the shell's: the CLI's `Bash` and `WebFetch` are its shell and
-//!   fetch) and the model's endpoint, under the address guard, metered as
-//!   the run's egress and audited as `claude-code`'s connections;
+//! - nexo's egress proxy, at `HTTP(S)_PROXY`, which lets through the
+//!   model's endpoint alone, under the address guard, each connection
+//!   audited as `claude-code`'s. Not the run's `net-hosts`: the CLI holds
+//!   the operator's API key in its environment, where its own `Bash` can
+//!   read it, so its tools reach only where that key goes anyway;
 //! - at the same loopback ports as on the host, relays to nexo's MCP server
 //!   for the CLI and to a model served on this machine.
 //!
 //! Nothing else is reachable: no other port, no UDP, no name resolved
-//! inside.
+//! inside. nexo's own `shell` and `fetch` tools, which the CLI calls over
+//! MCP, have the run's `net-hosts`.
 
-use std::net::{IpAddr, TcpListener};
+use std::net::TcpListener;
 use std::sync::Arc;
 
-use nexo_egress::{Meter, NetHosts};
+use nexo_egress::NetHosts;
 use nexo_model::ModelError;
-use nexo_sandbox::Gateway;
+use nexo_sandbox::{Gateway, PROXY_ADDR};
 
 use crate::capability::network::ProxiedNetwork;
 use crate::host_call::AuditSink;
@@ -59,21 +61,26 @@ pub(crate) struct CliNetwork {
 }
 
 impl CliNetwork {
-    /// The network for a CLI reaching the model at `base_url` and nexo's
-    /// tools at `mcp_port`, its tools granted `hosts` (with the operator's
-    /// `private` exemptions), its bytes counted in `meter`.
-    pub(crate) fn new(
-        base_url: &str,
-        mcp_port: u16,
-        hosts: &[String],
-        private: &[IpAddr],
-        meter: Option<Arc<Meter>>,
-    ) -> Result<CliNetwork, ModelError> {
-        let endpoint = Endpoint::parse(base_url).map_err(ModelError::Config)?;
+    /// The network for a CLI reaching the model at `base_url` (`named`:
+    /// the operator gave it, rather than the default) and nexo's tools at
+    /// `mcp_port`. Nothing else: the CLI holds the operator's API key in
+    /// its environment, where its own tools can read it, so they reach
+    /// only where that key goes.
+    pub(crate) fn new(base_url: &str, named: bool, mcp_port: u16) -> Result<CliNetwork, ModelError> {
+        let config = |e: String| ModelError::Config(format!("--claude-builtin-tools: {e}"));
+        let endpoint = Endpoint::parse(base_url).map_err(config)?;
         let mut forwards = vec![mcp_port];
-        let mut granted = hosts.to_vec();
+        let mut granted = Vec::new();
         let mut exempt = Vec::new();
         if endpoint.is_loopback() {
+            // Relayed in at the same address and port, which must be one the relay can take.
+            if !matches!(endpoint.host.as_str(), "127.0.0.1" | "localhost") || endpoint.port == PROXY_ADDR.port() {
+                return Err(config(format!(
+                    "a model on this machine must be at http://127.0.0.1:PORT (or localhost), on a port other than \
+                     {}, for the confined CLI to reach it; `{base_url}` is not",
+                    PROXY_ADDR.port()
+                )));
+            }
             if endpoint.port != mcp_port {
                 forwards.push(endpoint.port);
             }
@@ -82,12 +89,13 @@ impl CliNetwork {
                 true => format!("[{}]:{}", endpoint.host, endpoint.port),
                 false => format!("{}:{}", endpoint.host, endpoint.port),
             });
-            // The operator named it: a model on the LAN is theirs to reach.
-            exempt.push(endpoint.host.clone());
+            // A model on the LAN the operator named is theirs to reach; the default never is.
+            if named {
+                exempt.push(endpoint.host.clone());
+            }
         }
-        let config = |e: String| ModelError::Config(format!("--claude-builtin-tools: {e}"));
-        let hosts = NetHosts::new(&granted).map_err(|e| config(format!("net-hosts: {e}")))?;
-        let network = ProxiedNetwork::for_hosts(hosts, private, &exempt, meter).map_err(|e| config(e.to_string()))?;
+        let hosts = NetHosts::new(&granted).map_err(|e| config(format!("the model's endpoint: {e}")))?;
+        let network = ProxiedNetwork::for_hosts(hosts, &[], &exempt, None).map_err(|e| config(e.to_string()))?;
         Ok(CliNetwork { network, forwards })
     }
 
@@ -104,6 +112,13 @@ impl CliNetwork {
         listeners: Vec<TcpListener>,
         audit: Option<Arc<dyn AuditSink>>,
     ) -> std::io::Result<Serving> {
+        if listeners.len() != 1 + self.forwards.len() {
+            return Err(std::io::Error::other(format!(
+                "{} listeners came from the CLI's namespace, where {} were made",
+                listeners.len(),
+                1 + self.forwards.len()
+            )));
+        }
         let mut listeners = listeners.into_iter();
         let proxy = listeners.next().ok_or_else(|| std::io::Error::other("no proxy listener came"))?;
         let proxy = self.network.gateway(audit, "claude-code").serve(proxy)?;
@@ -167,12 +182,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_model_is_granted_beside_the_runs_hosts_or_relayed_when_local() {
-        let remote = CliNetwork::new("https://api.anthropic.com", 4000, &["pypi.org".into()], &[], None).unwrap();
-        assert_eq!(remote.network.hosts().to_string(), "pypi.org, api.anthropic.com:443");
+    async fn the_cli_reaches_its_model_alone_through_the_proxy_or_a_relay() {
+        let remote = CliNetwork::new("https://api.anthropic.com", false, 4000).unwrap();
+        assert_eq!(remote.network.hosts().to_string(), "api.anthropic.com:443");
         assert_eq!(remote.forwards(), [4000]);
-        let local = CliNetwork::new("http://127.0.0.1:8080", 4000, &[], &[], None).unwrap();
-        assert!(local.network.hosts().to_string().is_empty());
+        let local = CliNetwork::new("http://127.0.0.1:8080", true, 4000).unwrap();
+        assert_eq!(local.network.hosts(), &NetHosts::default());
         assert_eq!(local.forwards(), [4000, 8080]);
+        for unrelayable in ["http://[::1]:8080", "http://127.0.0.2:8080", "http://127.0.0.1:3128"] {
+            let err = CliNetwork::new(unrelayable, true, 4000).err().unwrap().to_string();
+            assert!(err.contains("http://127.0.0.1:PORT"), "{unrelayable}: {err}");
+        }
     }
 }

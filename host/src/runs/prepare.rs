@@ -42,10 +42,6 @@ pub async fn options(engine: &Engine, spec: &RunSpec, budget: RunBudget) -> Resu
         }
         claude.cwd = spec.grant.sandbox.local_dir().map(std::path::Path::to_path_buf);
         claude.view = spec.grant.sandbox.view.clone();
-        // Its own tools reach what the run's shell may, through the egress proxy.
-        claude.net_hosts = spec.grant.net_hosts.clone();
-        claude.net_private = spec.grant.sandbox.net_private.clone();
-        claude.meter = budget.egress.clone();
         if claude.builtin_tools && claude.cwd.is_none() {
             return Err(ConfigError::invalid(
                 "--claude-builtin-tools",
