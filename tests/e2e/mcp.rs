@@ -159,8 +159,8 @@ async fn the_model_calls_an_allowed_mcp_tool_and_is_denied_another() {
     scene.model.push(Reply::text("done"));
     let answer = run_probe(&scene, "prompt go", Permissions::new(PermissionMode::ReadOnly)).await;
     assert!(answer.contains("prompt: ok done"), "{answer}");
-    // read-only offers only the listed tools: `echo` (any server) and `tests/image`.
-    assert_eq!(scene.offered(0), ["mcp__tests__echo", "mcp__tests__image"]);
+    // read-only offers only the listed tools: `echo` (any server), `tests/image` and `tests/fetch`.
+    assert_eq!(scene.offered(0), ["mcp__tests__echo", "mcp__tests__image", "mcp__tests__fetch"]);
     let results = scene.results(1);
     assert_eq!(results[0], ("c1".into(), "hello from the model".into()));
     assert!(results[1].1.contains("denied") && results[1].1.contains("mcp-allow"), "{results:?}");
