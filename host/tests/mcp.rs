@@ -4,7 +4,7 @@
 //! `nexo-mcp`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,13 +16,6 @@ use serde_json::json;
 mod common;
 
 use common::{stderr, stdout};
-
-/// nexo's rmcp test server, next to the `nexo` binary.
-fn test_server() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
-    path
-}
 
 struct Scene {
     dir: tempfile::TempDir,
@@ -94,7 +87,7 @@ async fn stdio_servers_and_everything_they_started_die_with_a_killed_nexo() {
         &script,
         format!(
             "#!/bin/bash\nbash -c 'sleep 300; : {marker}-bg' &\nsetsid bash -c 'sleep 300; : {marker}-setsid' &\nexec {} stdio {marker}-server\n",
-            test_server().display()
+            common::mcp_test_server().display()
         ),
     )
     .unwrap();
@@ -137,7 +130,7 @@ async fn inspect_shows_requested_configured_and_effective_servers_and_never_a_to
     let scene = Scene::new().await;
     let config = scene.config(&format!(
         "[mcp.tests]\ncommand = \"{}\"\n\n[mcp.remote]\nurl = \"https://mcp.example.com/mcp\"\ntoken = \"tok-inspect-5521\"\n\n[grant]\nmcp-allow = [\"echo\"]\n",
-        test_server().display()
+        common::mcp_test_server().display()
     ));
     let out = scene.nexo(&["inspect", built::MCP_PROBE, "--config", &config]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -168,7 +161,7 @@ async fn a_cli_run_calls_one_allowed_tool_and_is_denied_another() {
     let marker = format!("nexo-cli-run-{}", std::process::id());
     let config = scene.config(&format!(
         "[mcp.tests]\ncommand = \"{}\"\nargs = [\"stdio\", \"{marker}\"]\ncwd = \"{}\"\n",
-        test_server().display(),
+        common::mcp_test_server().display(),
         scene.path("ws").display()
     ));
     scene.model.push(Reply::tool_calls(vec![
@@ -204,7 +197,7 @@ async fn an_mcp_approval_survives_the_process_and_the_resume_reads_the_servers_a
     // A static token in the config file: the store must never hold it.
     let config = scene.config(&format!(
         "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\n\n[mcp.remote]\nurl = \"https://mcp.example.com/mcp\"\ntoken = \"tok-store-9931\"\n",
-        test_server().display(),
+        common::mcp_test_server().display(),
         scene.path("ws").display()
     ));
     scene.model.push(Reply::tool_calls(vec![MockToolCall::new(
@@ -380,7 +373,7 @@ async fn a_resume_without_the_config_that_defined_its_mcp_server_leaves_the_run_
     let scene = Scene::new().await;
     let config = scene.config(&format!(
         "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\n",
-        test_server().display(),
+        common::mcp_test_server().display(),
         scene.path("ws").display()
     ));
     scene.model.push(Reply::tool_calls(vec![MockToolCall::new(

@@ -285,12 +285,6 @@ async fn a_tenants_policy_grants_hosts_its_quota_stops_a_download_and_the_audit_
     assert!(connections.iter().all(|c| c["run"] == run["id"]), "{connections:?}");
 }
 
-fn test_server() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
-    path
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confined_mcp_server_reaches_its_own_net_hosts_through_the_proxy_audited_as_its_own() {
     let scene = Scene::new(None).await;
@@ -301,7 +295,7 @@ async fn a_confined_mcp_server_reaches_its_own_net_hosts_through_the_proxy_audit
     scene.configure(&format!(
         "[mcp.tests]\ncommand = \"{}\"\ncwd = \"{}\"\nconfine = true\nnet-hosts = [\"127.0.0.1:{port}\"]\nallow-private = \
          true\n",
-        test_server().display(),
+        common::mcp_test_server().display(),
         cwd.display()
     ));
     // The tenant's shell gets no host: the server's grant is the operator's, for that server alone.

@@ -6,7 +6,6 @@
 //! error text and the audit log's verdict, never the network's answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure should panic
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nexo_tests as built;
@@ -147,17 +146,10 @@ async fn fetch_hosts_never_widen_by_an_empty_list_a_case_or_an_alias() {
     assert!(lines(&done).iter().all(|l| l.starts_with(denied)), "{done}");
 }
 
-/// nexo's rmcp test server, next to the `nexo` binary.
-fn test_server() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
-    path
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_servers_and_tools_never_widen() {
     let scene = Scene::new(None).await;
-    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", common::mcp_test_server().display()));
     // The agent (mcp-probe) asks for the servers `tests` and `everything`,
     // and lists `echo`, `tests/image` and `tests/fetch` in its own mcp-allow.
     let quiet = scene.tenant("quiet", Some(json!({"mcp-servers": ["tests"], "models": ["test"]})));
@@ -251,7 +243,7 @@ async fn a_narrowed_policy_binds_the_runs_that_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_allow_is_a_ceiling_in_every_mode() {
     let scene = Scene::new(None).await;
-    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", common::mcp_test_server().display()));
     let auto = scene.tenant("auto", Some(json!({"mode": "auto", "mcp-servers": ["tests"], "models": ["test"]})));
     let approve = scene.tenant(
         "approve",
@@ -291,7 +283,7 @@ async fn mcp_allow_is_a_ceiling_in_every_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_data_flow_policy_refuses_a_send_after_untrusted_content() {
     let scene = Scene::new(None).await;
-    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", test_server().display()));
+    scene.configure(&format!("[mcp.tests]\ncommand = \"{}\"\n", common::mcp_test_server().display()));
     let policy = |read_only: Value| {
         json!({"mcp-servers": ["tests"], "mcp-allow": ["tests/echo"], "models": ["test"],
                "data-flow": {"untrusted": "refuse", "untrusted-mcp": ["tests"], "read-only-mcp": read_only}})
@@ -338,7 +330,7 @@ async fn a_tenants_policy_hooks_its_runs_and_a_request_cannot_remove_them() {
     let scene = Scene::new(None).await;
     scene.configure(&format!(
         "[mcp.tests]\ncommand = \"{}\"\n\n[serve.hooks]\nhouse-rules = {:?}\nbroken = {:?}\n",
-        test_server().display(),
+        common::mcp_test_server().display(),
         built::HOUSE_RULES,
         built::HOOK_TRAP
     ));
@@ -393,7 +385,7 @@ async fn a_tenants_own_hook_narrows_its_run_and_goes_with_it_to_another_node() {
     let scene = Scene::new(None).await;
     scene.configure(&format!(
         "[mcp.tests]\ncommand = \"{}\"\n\n[serve.models.cli]\nloop = \"claude-code\"\nmodel = \"sonnet\"\n",
-        test_server().display()
+        common::mcp_test_server().display()
     ));
     let policy = json!({"allow": ["write"], "mode": "approve", "mcp-servers": ["tests"],
                         "mcp-allow": ["tests/echo"], "models": ["test", "cli"]});

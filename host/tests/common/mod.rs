@@ -39,14 +39,19 @@ pub fn prompts(model: &nexo_model::mock::MockServer) -> Vec<String> {
         .collect()
 }
 
+/// nexo's rmcp test server, next to the `nexo` binary.
+pub fn mcp_test_server() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
+    assert!(path.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", path.display());
+    path
+}
+
 /// nexo's MCP test server over streamable HTTP on a free loopback port,
 /// with `args` after `http --port 0`: the process and the address it
 /// announced (`127.0.0.1:PORT`).
 pub fn mcp_http_server(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
     use std::io::BufRead;
-    let server = Path::new(env!("CARGO_BIN_EXE_nexo")).with_file_name("nexo-mcp-test-server");
-    assert!(server.is_file(), "{} is missing: build it with `cargo build -p nexo-mcp`", server.display());
-    let mut child = Command::new(server)
+    let mut child = Command::new(mcp_test_server())
         .args(["http", "--port", "0"])
         .args(args)
         .stdout(std::process::Stdio::piped())
