@@ -3,8 +3,12 @@
 //! connection with a small answer (what the proxy adds to each connection:
 //! the Unix socket, the request head read and checked, the upstream
 //! connect). `proxied_tcp` is the shell's way in: a TCP listener served by
-//! [`EgressProxy::serve`], as a confined command's namespace has. Run with `cargo bench -p nexo-egress --bench proxy`; the
-//! targets are ≥ 80% of direct throughput and ≤ 1 ms added per connection.
+//! [`EgressProxy::serve`], as a confined command's namespace has.
+//! `relay_floor` is the least any relay costs (blocking `splice(2)`, nothing
+//! checked): on loopback, where the bytes cost CPU and not the wire, a relay
+//! adds a second TCP connection, and the floor shows what that alone takes.
+//! Run with `cargo bench -p nexo-egress --bench proxy`; the targets are ≥ 80%
+//! of direct throughput and ≤ 1 ms added per connection.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::net::SocketAddr;
@@ -69,6 +73,47 @@ async fn serve(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
+/// The least a relay can cost, to measure the proxy against: a thread per
+/// connection that reads the request head, connects to `server`, and moves
+/// the answer with blocking `splice(2)` through a pipe; no check, no count.
+/// The client side is TCP, as the shell's is.
+#[cfg(target_os = "linux")]
+fn start_floor(server: SocketAddr) -> SocketAddr {
+    use rustix::pipe::{PipeFlags, SpliceFlags};
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let mut client = client.unwrap();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = client.read(&mut chunk).unwrap();
+                    assert!(n > 0, "the client closed before its request head");
+                    head.extend_from_slice(&chunk[..n]);
+                }
+                let mut upstream = std::net::TcpStream::connect(server).unwrap();
+                upstream.write_all(&head).unwrap();
+                let (out, into) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).unwrap();
+                let _ = rustix::pipe::fcntl_setpipe_size(&into, 256 * 1024);
+                loop {
+                    let n = rustix::pipe::splice(&upstream, None, &into, None, 256 * 1024, SpliceFlags::MOVE).unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    let mut left = n;
+                    while left > 0 {
+                        left -= rustix::pipe::splice(&out, None, &client, None, left, SpliceFlags::MOVE).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// Sends the request and reads the answer to its end: the bytes read.
 async fn fetch(mut stream: impl AsyncRead + AsyncWrite + Unpin, request: &[u8]) -> usize {
     stream.write_all(request).await.unwrap();
@@ -121,6 +166,16 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async { assert!(fetch(TcpStream::connect(on_tcp).await.unwrap(), &request).await > BIG) })
         })
     });
+    #[cfg(target_os = "linux")]
+    {
+        let floor = start_floor(server);
+        let request = direct("/big");
+        group.bench_function("relay_floor", |b| {
+            b.iter(|| {
+                rt.block_on(async { assert!(fetch(TcpStream::connect(floor).await.unwrap(), &request).await > BIG) })
+            })
+        });
+    }
     group.finish();
 
     let mut group = c.benchmark_group("proxy_connection");

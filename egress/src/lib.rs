@@ -101,6 +101,7 @@ pub mod resolver;
 mod response;
 mod scrub;
 mod secret;
+pub mod share;
 mod shown;
 mod sni;
 #[cfg(target_os = "linux")]
@@ -123,4 +124,5 @@ pub use resolver::{Resolver, SystemResolver};
 pub use response::{Response, StreamingResponse};
 pub use scrub::Redactor;
 pub use secret::SecretHeader;
+pub use share::ConnectionShare;
 pub use trace::{TRACE_HEADERS, trace_headers};

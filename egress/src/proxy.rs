@@ -29,7 +29,9 @@
 //! Each connection whose request could be read, let through or refused,
 //! is reported to the proxy's [`ConnectionLog`] with its host, port, bytes
 //! and verdict, also when its proxy stops first. At most 64 connections
-//! are open through one proxy, and 512 through all of a process's.
+//! are open through one proxy, as many as its [`ConnectionShare`] allows
+//! (a tenant's, with others of its proxies), and 512 through all of a
+//! process's.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -49,6 +51,7 @@ use crate::error::EgressError;
 use crate::meter::Meter;
 use crate::net::NetHosts;
 use crate::policy::Policy;
+use crate::share::{ConnectionShare, Held};
 
 /// The longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -98,11 +101,19 @@ pub struct ProxyPolicy {
     pub meter: Option<Arc<Meter>>,
     /// Where each connection is reported.
     pub log: Option<Arc<dyn ConnectionLog>>,
+    /// The share of connections this proxy draws on with others (a
+    /// tenant's on this node); `None`: only the proxy's own and the
+    /// process's caps.
+    pub share: Option<Arc<ConnectionShare>>,
 }
 
 impl fmt::Debug for ProxyPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProxyPolicy").field("hosts", &self.hosts).field("meter", &self.meter).finish_non_exhaustive()
+        f.debug_struct("ProxyPolicy")
+            .field("hosts", &self.hosts)
+            .field("meter", &self.meter)
+            .field("share", &self.share)
+            .finish_non_exhaustive()
     }
 }
 
@@ -264,23 +275,66 @@ impl Listener {
 
 /// Serves a client on `connections`, or answers it 503 past the most.
 fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<Shared>) {
-    let slot = if connections.len() < MAX_CONNECTIONS { Slot::take() } else { None };
-    let Some(slot) = slot else {
-        // Answered on the set too, so a flood of them ends with the proxy.
-        connections.spawn(async move {
-            let why = format!(
-                "too many connections are open (at most {MAX_CONNECTIONS} through one proxy, {MAX_OPEN} through \
-                 all of this node's); close one and retry"
-            );
-            let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(&mut stream, 503, &why)).await;
-        });
-        return;
+    let held = match hold(connections.len(), shared.policy.share.as_ref()) {
+        Ok(held) => held,
+        Err(why) => {
+            // Answered on the set too, so a flood of them ends with the proxy.
+            let shared = Arc::clone(shared);
+            connections.spawn(async move {
+                let _ = tokio::time::timeout(HEAD_TIMEOUT, turn_away(&mut stream, &shared, &why)).await;
+            });
+            return;
+        }
     };
     let shared = Arc::clone(shared);
     connections.spawn(async move {
         serve(stream, shared).await;
-        drop(slot);
+        drop(held);
     });
+}
+
+/// Answers a client there is no room for 503, its head read first (so the
+/// close is not a reset that loses the answer), and reports what it asked
+/// for as refused.
+async fn turn_away<C: Client>(client: &mut C, shared: &Shared, why: &str) {
+    if let Ok(Some((head, _))) = read_head(client).await
+        && let Ok(asked) = parse(&head)
+    {
+        shared.report(&Connection {
+            host: shown(&asked.host, 253),
+            port: asked.port,
+            method: shown(&asked.method, 32),
+            sent: 0,
+            received: 0,
+            allowed: false,
+            reason: Some(why.to_string()),
+        });
+    }
+    let _ = answer(client, 503, why).await;
+}
+
+/// A new connection's places: under this proxy's cap (`open` held now),
+/// in its share, and among the process's; why not, for the client.
+fn hold(open: usize, share: Option<&Arc<ConnectionShare>>) -> Result<(Option<Held>, Slot), String> {
+    if open >= MAX_CONNECTIONS {
+        return Err(format!(
+            "{MAX_CONNECTIONS} connections are open through this proxy, its most; close one and retry"
+        ));
+    }
+    let held = match share.map(|s| (s, s.take())) {
+        Some((share, None)) => {
+            return Err(format!(
+                "{} connections of this tenant's are open through the egress proxy on this node, its most (the \
+                 quota `net-connections`); close one and retry",
+                share.cap()
+            ));
+        }
+        Some((_, held)) => held,
+        None => None,
+    };
+    let slot = Slot::take()
+        .ok_or_else(|| format!("{MAX_OPEN} connections are open through this node's egress proxies; retry later"))?;
+    Ok((held, slot))
 }
 
 struct Shared {

@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::{FakeResolver, Reply, Server, routed_client};
-use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy};
+use nexo_egress::{
+    Connection, ConnectionLog, ConnectionShare, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -36,8 +38,12 @@ fn resolver() -> FakeResolver {
 
 fn start(client: &GuardedClient, dir: &Path, hosts: &[&str], meter: Option<Arc<Meter>>) -> (EgressProxy, Arc<Log>) {
     let log = Arc::new(Log::default());
-    let policy =
-        ProxyPolicy { hosts: NetHosts::new(hosts).unwrap(), meter, log: Some(log.clone() as Arc<dyn ConnectionLog>) };
+    let policy = ProxyPolicy {
+        hosts: NetHosts::new(hosts).unwrap(),
+        meter,
+        log: Some(log.clone() as Arc<dyn ConnectionLog>),
+        share: None,
+    };
     (EgressProxy::start(client, &dir.join("proxy.sock"), policy).unwrap(), log)
 }
 
@@ -229,6 +235,7 @@ async fn a_proxy_on_a_tcp_listener_checks_as_one_on_a_socket_does() {
         hosts: NetHosts::new(["api.example"]).unwrap(),
         meter: None,
         log: Some(log.clone() as Arc<dyn ConnectionLog>),
+        share: None,
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let at = listener.local_addr().unwrap();
@@ -333,4 +340,56 @@ async fn a_tunnel_carries_a_tls_handshake_for_its_own_host_only() {
     assert!(all.iter().any(|c| c.reason.as_deref().unwrap_or("").contains("asks for `evil.example`")), "{all:?}");
     // Nothing of a refused handshake went up; all of one let through did.
     assert!(all.iter().all(|c| (c.sent == 0) != c.allowed), "{all:?}");
+}
+
+/// A tenant's share caps the connections all its proxies hold open at once
+/// (one run's shell and another's MCP server alike): idle tunnels of one
+/// cannot take the node's from the others, and a closed one is given back.
+#[tokio::test]
+async fn a_share_caps_the_connections_of_all_the_proxies_that_draw_on_it() {
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let share = ConnectionShare::new(2);
+    let log = Arc::new(Log::default());
+    let proxy = |name: &str| {
+        let policy = ProxyPolicy {
+            hosts: NetHosts::new(["api.example"]).unwrap(),
+            share: Some(share.clone()),
+            log: Some(log.clone() as Arc<dyn ConnectionLog>),
+            ..Default::default()
+        };
+        EgressProxy::start(&client, &dir.path().join(name), policy).unwrap()
+    };
+    let (first, second) = (proxy("a.sock"), proxy("b.sock"));
+    let open = |proxy: &EgressProxy| {
+        let path = proxy.path().unwrap().to_path_buf();
+        async move {
+            let mut stream = UnixStream::connect(path).await.unwrap();
+            stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).await.unwrap();
+            (stream, String::from_utf8_lossy(&head).into_owned())
+        }
+    };
+    let (held, answer) = open(&first).await;
+    assert_eq!(answer, "HTTP/1.1 200");
+    let (_kept, answer) = open(&second).await;
+    assert_eq!(answer, "HTTP/1.1 200");
+    assert_eq!(share.open(), 2);
+    // A third, through either proxy, is refused and told why.
+    let refused = exchange(&first, "CONNECT api.example:443 HTTP/1.1\r\n\r\n").await;
+    assert!(refused.starts_with("HTTP/1.1 503") && refused.contains("net-connections"), "{refused}");
+    // Reported as refused, with what it asked for; the open two are not reported until they end.
+    let all = reported(&log, 1).await;
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!((all[0].host.as_str(), all[0].port, all[0].allowed), ("api.example", 443, false), "{all:?}");
+    assert!(all[0].reason.as_deref().unwrap_or("").contains("net-connections"), "{all:?}");
+    drop(held);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while share.open() > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (_again, answer) = open(&second).await;
+    assert_eq!(answer, "HTTP/1.1 200", "the closed tunnel's place is given back");
 }

@@ -98,7 +98,10 @@ const CRATES: &[Layers] = &[
             &["follow", "response"],
             &["connect", "policy"],
             &["secret", "request", "net"],
-            &["headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "trace", "splice", "sni"],
+            &[
+                "headers", "shown", "scrub", "origin", "allow", "address", "resolver", "meter", "share", "trace",
+                "splice", "sni",
+            ],
             &["error"],
         ],
     },

@@ -339,3 +339,51 @@ async fn a_confined_mcp_server_reaches_its_own_net_hosts_through_the_proxy_audit
         "{connections:?}"
     );
 }
+
+/// A tenant's `net-connections` caps what its commands hold open through
+/// the proxy at once: one more is answered 503 naming the quota, and is in
+/// the audit as refused; a closed one's place is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_connection_share_turns_away_one_past_it_and_gives_back_a_closed_one() {
+    let scene = Scene::new(None).await;
+    let origin = Origin::start(scene.dir.path().join("served"));
+    let port = origin.port;
+    scene.configure("[sandbox]\nnet-allow-private = [\"127.0.0.1\"]\n");
+    let alice = scene.tenant(
+        "alice",
+        Some(json!({
+            "allow": ["shell"], "mode": "auto", "sandboxes": ["local"], "models": ["test"],
+            "net-hosts": [format!("127.0.0.1:{port}")],
+            "quotas": {"net-connections": 1},
+        })),
+    );
+    let node = scene.node("a");
+    let (status, plugin) = scene.upload(&node, &alice, built::WORKFLOW_PROBE).await;
+    assert_eq!(status, StatusCode::CREATED, "{plugin}");
+
+    // fd 3 holds the tenant's one connection (the proxy waits for its head);
+    // once it is closed, a retry gets through.
+    let url = format!("http://127.0.0.1:{port}/small");
+    let command = format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128; echo \"first=$(curl -sS {url})\"; exec 3>&-; \
+         for i in $(seq 200); do out=$(curl -sSf {url}) && break; sleep 0.05; done; echo \"then=$out\"'"
+    );
+    scene.model.push(shell("c1", &command));
+    scene.model.push(Reply::text("done"));
+    let body = json!({"plugin": plugin["id"], "input": "prompt fetch", "sandbox": "local", "wait": true});
+    let (status, run) = scene.post(&node.url("/v1/runs"), &alice, body).await;
+    assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("done")), "{run}\n{}", node.log());
+    let requests = scene.model.requests();
+    let result = &requests[1].raw_body;
+    assert!(
+        result.contains("first=nexo egress proxy: 1 connections") && result.contains("net-connections"),
+        "{result}"
+    );
+    assert!(result.contains("then=hello from the origin"), "{result}");
+    assert_eq!(origin.hits(), 1, "the one turned away never reached the origin");
+
+    let connections = scene.audit(&node, &alice, "net.connection").await;
+    let verdicts: Vec<bool> = connections.iter().map(|c| c["allowed"].as_bool().unwrap()).collect();
+    assert_eq!(verdicts, [false, true], "{connections:?}");
+    assert!(connections[0]["reason"].as_str().unwrap().contains("net-connections"), "{connections:?}");
+}

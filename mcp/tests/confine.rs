@@ -132,7 +132,7 @@ impl ServerNetwork for Proxy {
     fn gateway(&self, server: &str, hosts: &NetHosts, allow_private: bool) -> Result<Box<dyn Gateway>, String> {
         assert!(allow_private, "the test's servers allow their loopback hosts");
         let log = Arc::new(Log(server.to_string(), Arc::clone(&self.0)));
-        Ok(Box::new(ProxyGateway(ProxyPolicy { hosts: hosts.clone(), meter: None, log: Some(log) })))
+        Ok(Box::new(ProxyGateway(ProxyPolicy { hosts: hosts.clone(), log: Some(log), ..Default::default() })))
     }
 }
 

@@ -148,7 +148,7 @@ impl Unit for McpUnit {
         // Servers with `net-hosts` reach them through the egress proxy, metered and audited as this run.
         if let Some(clients) = clients.as_ref().filter(|c| c.needs_network()) {
             clients.with_network(Arc::new(McpNetwork {
-                meter: setup.options.budget.egress.clone(),
+                budget: setup.options.budget.clone(),
                 audit: setup.options.context.audit.clone(),
             }));
         }

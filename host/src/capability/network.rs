@@ -5,21 +5,25 @@
 //! ([`nexo_egress::EgressProxy`]), served for it alone: its hosts and
 //! ports, the address guard on every address (with the operator's
 //! `[sandbox] net-allow-private` exemptions, nothing more), the run's
-//! egress allowance on both directions' bytes, and each connection in the
-//! tenant's audit log, naming who made it.
+//! egress allowance on both directions' bytes, its tenant's share of the
+//! node's connections, and each connection in the tenant's audit log,
+//! naming who made it.
 
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use nexo_egress::{Connection, ConnectionLog, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy};
+use nexo_egress::{
+    Connection, ConnectionLog, ConnectionShare, EgressProxy, GuardedClient, Meter, NetHosts, ProxyPolicy,
+};
 use nexo_mcp::ServerNetwork;
 use nexo_sandbox::{Gateway, Serving};
 
 use crate::egress::shared_client;
 use crate::error::ConfigError;
 use crate::host_call::AuditSink;
+use crate::quota::RunBudget;
 
 /// A grant of network to confined programs: hosts, through the proxy.
 #[derive(Debug, Clone)]
@@ -27,21 +31,23 @@ pub struct ProxiedNetwork {
     client: GuardedClient,
     hosts: NetHosts,
     meter: Option<Arc<Meter>>,
+    share: Option<Arc<ConnectionShare>>,
 }
 
 impl ProxiedNetwork {
     /// The network `hosts` grant, exempting `private` from the address
-    /// guard, counted in `meter`; `None` when no host is granted.
+    /// guard, counted in the run's `budget` (its egress meter, its
+    /// tenant's share of connections); `None` when no host is granted.
     pub fn new(
         hosts: &[String],
         private: &[IpAddr],
-        meter: Option<Arc<Meter>>,
+        budget: &RunBudget,
     ) -> Result<Option<ProxiedNetwork>, ConfigError> {
         if hosts.is_empty() {
             return Ok(None);
         }
         let hosts = NetHosts::new(hosts).map_err(|e| ConfigError::invalid("net-hosts", format!("net-hosts: {e}")))?;
-        ProxiedNetwork::for_hosts(hosts, private, &[], meter).map(Some)
+        ProxiedNetwork::for_hosts(hosts, private, &[], budget).map(Some)
     }
 
     /// The network `hosts` grant, as [`ProxiedNetwork::new`]; the names
@@ -51,7 +57,7 @@ impl ProxiedNetwork {
         hosts: NetHosts,
         private: &[IpAddr],
         exempt: &[String],
-        meter: Option<Arc<Meter>>,
+        budget: &RunBudget,
     ) -> Result<ProxiedNetwork, ConfigError> {
         let client = match (private, exempt) {
             ([], []) => shared_client()?,
@@ -65,7 +71,7 @@ impl ProxiedNetwork {
                 })?
             }
         };
-        Ok(ProxiedNetwork { client, hosts, meter })
+        Ok(ProxiedNetwork { client, hosts, meter: budget.egress.clone(), share: budget.connections.clone() })
     }
 
     /// The hosts granted.
@@ -105,7 +111,13 @@ impl Gateway for ProxyGateway {
     fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Box<dyn Serving>> {
         let _entered = self.runtime.enter();
         let log = self.audit.clone().map(|audit| Arc::new(Audit(audit, self.by.clone())) as Arc<dyn ConnectionLog>);
-        let policy = ProxyPolicy { hosts: self.network.hosts.clone(), meter: self.network.meter.clone(), log };
+        let network = &self.network;
+        let policy = ProxyPolicy {
+            hosts: network.hosts.clone(),
+            meter: network.meter.clone(),
+            log,
+            share: network.share.clone(),
+        };
         Ok(Box::new(Proxy(EgressProxy::serve(&self.network.client, listener, policy)?)))
     }
 
@@ -133,11 +145,11 @@ impl ConnectionLog for Audit {
 }
 
 /// The network of a run's confined MCP servers with `net-hosts`: each
-/// server's own hosts through its own proxy, with the run's meter and
+/// server's own hosts through its own proxy, with the run's budget and
 /// audit.
 pub struct McpNetwork {
-    /// The run's egress allowance.
-    pub meter: Option<Arc<Meter>>,
+    /// The run's egress allowance and its tenant's share of connections.
+    pub budget: RunBudget,
     /// The run's audit.
     pub audit: Option<Arc<dyn AuditSink>>,
 }
@@ -154,8 +166,8 @@ impl ServerNetwork for McpNetwork {
                 Err(_) => names.push(host.to_string()),
             }
         }
-        let network = ProxiedNetwork::for_hosts(hosts.clone(), &private, &names, self.meter.clone())
-            .map_err(|e| e.to_string())?;
+        let network =
+            ProxiedNetwork::for_hosts(hosts.clone(), &private, &names, &self.budget).map_err(|e| e.to_string())?;
         Ok(Box::new(network.gateway(self.audit.clone(), &format!("mcp:{server}"))))
     }
 }
@@ -216,7 +228,7 @@ mod tests {
     async fn an_mcp_server_reaches_a_private_host_only_with_its_own_allow_private() {
         let port = origin();
         let seen = Arc::new(Seen::default());
-        let network = McpNetwork { meter: None, audit: Some(seen.clone()) };
+        let network = McpNetwork { budget: RunBudget::default(), audit: Some(seen.clone()) };
         let hosts = NetHosts::new([format!("127.0.0.1:{port}")]).unwrap();
         let refused = get(network.gateway("strict", &hosts, false).unwrap(), port).await;
         assert!(refused.contains("403"), "{refused}");

@@ -66,8 +66,7 @@ impl Unit for ShellUnit {
     fn prepare<'a>(&'a self, setup: &'a mut Setup<'_>) -> Step<'a> {
         let sandbox = setup.state.get::<Workspace>().map(|w| w.sandbox.clone());
         let grant = &setup.options.grant;
-        let network =
-            ProxiedNetwork::new(&grant.net_hosts, &grant.sandbox.net_private, setup.options.budget.egress.clone());
+        let network = ProxiedNetwork::new(&grant.net_hosts, &grant.sandbox.net_private, &setup.options.budget);
         if let Some(sandbox) = &sandbox {
             // What the data-flow guard counts as a send.
             let granted = matches!(network, Ok(Some(_)) | Err(_));

@@ -21,6 +21,7 @@ use nexo_sandbox::{Gateway, PROXY_ADDR};
 
 use crate::capability::network::ProxiedNetwork;
 use crate::host_call::AuditSink;
+use crate::quota::RunBudget;
 use crate::task::AbortOnDrop;
 
 /// The model's endpoint, from its base URL.
@@ -95,7 +96,8 @@ impl CliNetwork {
             }
         }
         let hosts = NetHosts::new(&granted).map_err(|e| config(format!("the model's endpoint: {e}")))?;
-        let network = ProxiedNetwork::for_hosts(hosts, &[], &exempt, None).map_err(|e| config(e.to_string()))?;
+        let network =
+            ProxiedNetwork::for_hosts(hosts, &[], &exempt, &RunBudget::default()).map_err(|e| config(e.to_string()))?;
         Ok(CliNetwork { network, forwards })
     }
 

@@ -1,12 +1,13 @@
 //! The budgets a tenant's runs draw on together, and what one run draws
 //! on: the memory and CPU shares its instances hold while they run (each
-//! store's limiter takes from them, [`crate::instance::RunLimiter`]), and
+//! store's limiter takes from them, [`crate::instance::RunLimiter`]), the
+//! share of the egress proxy's connections its confined programs hold, and
 //! the meters that count what each pass uses ([`super::Meters`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use nexo_egress::Meter;
+use nexo_egress::{ConnectionShare, Meter};
 
 use super::quotas::Quotas;
 
@@ -25,7 +26,8 @@ pub struct RunBudget {
     /// every run of one tenant the same one. `None`: no share applies.
     pub cpu: Option<Arc<CpuBudget>>,
     /// Where the run's web bytes are counted: the bodies the `fetch` tool
-    /// sends and receives. With a limit, fetches past it are refused
+    /// sends and receives, and what its confined programs' connections
+    /// through the egress proxy carry. With a limit, fetches past it are refused
     /// ([`nexo_egress::EgressError::QuotaExhausted`]): `nexo serve` gives
     /// each pass of a tenant's run a meter holding the bytes left of the
     /// tenant's hourly quota. `None`: nothing is counted.
@@ -47,32 +49,35 @@ pub struct RunBudget {
     /// decision ([`crate::spend::Spend`]). `nexo serve` gives each pass of a
     /// tenant's run one. `None`: nothing is counted.
     pub cost: Option<Arc<Meter>>,
+    /// The connections the run's confined commands and servers may hold
+    /// open through the egress proxy, with the tenant's other runs on this
+    /// node (`net-connections`). `None`: only each proxy's own cap and the
+    /// node's apply.
+    pub connections: Option<Arc<ConnectionShare>>,
 }
 
-/// Each tenant's memory and CPU budgets on this node, shared by its runs.
+/// Each tenant's shares of this node, held by its runs together.
 #[derive(Debug, Default)]
-pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, TenantBudgets>>);
+pub struct Budgets(std::sync::Mutex<std::collections::HashMap<String, Shares>>);
 
-#[derive(Debug, Default)]
-struct TenantBudgets {
-    memory: Option<Arc<MemoryBudget>>,
-    cpu: Option<Arc<CpuBudget>>,
+/// A tenant's shares of this node: what all its runs here hold together.
+#[derive(Debug, Default, Clone)]
+pub struct Shares {
+    /// Its instances' memory (`memory-mib`); `None`: no such quota.
+    pub memory: Option<Arc<MemoryBudget>>,
+    /// Its guests' CPU (`cpu-cores`); `None`: no such quota.
+    pub cpu: Option<Arc<CpuBudget>>,
+    /// Its connections through the egress proxy (`net-connections`, which
+    /// has a default).
+    pub connections: Option<Arc<ConnectionShare>>,
 }
-
-type Shared<T> = Option<Arc<T>>;
 
 impl Budgets {
-    /// The tenant's budgets under its current `quotas` (`memory-mib`,
-    /// `cpu-cores`); `None` where it has no such quota, or its policy could
-    /// not be read. A changed quota starts a new budget; runs of the old
-    /// one give theirs back to it.
-    pub fn budgets(
-        &self,
-        tenant: &str,
-        quotas: Option<&Quotas>,
-        tick: Duration,
-    ) -> (Shared<MemoryBudget>, Shared<CpuBudget>) {
-        let Some(quotas) = quotas else { return (None, None) };
+    /// The tenant's shares under its current `quotas`; none when its
+    /// policy could not be read. A changed quota starts a new share; runs
+    /// of the old one give theirs back to it.
+    pub fn budgets(&self, tenant: &str, quotas: Option<&Quotas>, tick: Duration) -> Shares {
+        let Some(quotas) = quotas else { return Shares::default() };
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(tenant.to_string()).or_default();
         let memory = quotas.memory_mib.and_then(|m| usize::try_from(m).ok()).map(|m| m.saturating_mul(1 << 20));
@@ -86,7 +91,12 @@ impl Budgets {
             (Some(cores), _) => Some(CpuBudget::new(cores, tick)),
             (None, _) => None,
         };
-        (entry.memory.clone(), entry.cpu.clone())
+        let connections = usize::try_from(quotas.net_connections_cap()).unwrap_or(usize::MAX);
+        entry.connections = match entry.connections.take() {
+            Some(share) if share.cap() == connections => Some(share),
+            _ => Some(ConnectionShare::new(connections)),
+        };
+        entry.clone()
     }
 }
 
@@ -186,6 +196,22 @@ mod tests {
         assert!(wait > Duration::from_millis(10) && wait <= Duration::from_millis(25), "{wait:?}");
         // Debt adds up: the next tick waits longer.
         assert!(budget.take().unwrap() > wait);
+    }
+
+    #[test]
+    fn a_tenant_holds_one_connection_share_until_its_quota_changes() {
+        let budgets = Budgets::default();
+        let tick = Duration::from_millis(10);
+        let unset = Quotas::default();
+        let first = budgets.budgets("t", Some(&unset), tick).connections.unwrap();
+        assert_eq!(first.cap() as u64, super::super::quotas::DEFAULT_NET_CONNECTIONS);
+        let again = budgets.budgets("t", Some(&unset), tick).connections.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "the tenant's runs share one");
+        let other = budgets.budgets("u", Some(&unset), tick).connections.unwrap();
+        assert!(!Arc::ptr_eq(&first, &other), "another tenant has its own");
+        let changed = Quotas { net_connections: Some(3), ..Quotas::default() };
+        assert_eq!(budgets.budgets("t", Some(&changed), tick).connections.unwrap().cap(), 3);
+        assert!(budgets.budgets("t", None, tick).connections.is_none());
     }
 
     #[test]

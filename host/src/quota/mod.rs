@@ -26,8 +26,11 @@ use serde_json::json;
 mod budget;
 mod quotas;
 
-pub use budget::{Budgets, CpuBudget, MemoryBudget, RunBudget};
-pub use quotas::{DEFAULT_OPEN_STREAMS, DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_WORKSPACE_FILES, Quotas};
+pub use budget::{Budgets, CpuBudget, MemoryBudget, RunBudget, Shares};
+pub use quotas::{
+    DEFAULT_NET_CONNECTIONS, DEFAULT_OPEN_STREAMS, DEFAULT_PLUGIN_BYTES, DEFAULT_PLUGINS, DEFAULT_WORKSPACE_FILES,
+    Quotas,
+};
 
 /// Why a run may not start or go on now.
 #[derive(Debug, Clone, PartialEq)]
@@ -314,11 +317,12 @@ impl Meters {
     }
 
     /// The budget of the pass these meters count, with the tenant's
-    /// `memory` and `cpu` shares on this node ([`Budgets::budgets`]).
-    pub fn budget(&self, memory: Option<Arc<MemoryBudget>>, cpu: Option<Arc<CpuBudget>>) -> RunBudget {
+    /// `shares` of this node ([`Budgets::budgets`]).
+    pub fn budget(&self, shares: Shares) -> RunBudget {
         RunBudget {
-            memory,
-            cpu,
+            memory: shares.memory,
+            cpu: shares.cpu,
+            connections: shares.connections,
             egress: Some(self.egress.clone()),
             cpu_ticks: Some(self.ticks.clone()),
             tokens: Some(self.tokens.clone()),

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 
 /// A tenant's quotas, part of its policy. Unset means unlimited, except
 /// for what the tenant keeps on the server (plugin storage) and holds open
-/// (event streams): those have a default cap, so that a tenant nobody
-/// thought to limit cannot fill the disk or the node's connections.
+/// (event streams, proxied connections): those have a default cap, so that
+/// a tenant nobody thought to limit cannot fill the disk or the node's
+/// connections.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Quotas {
@@ -61,6 +62,11 @@ pub struct Quotas {
     /// Event streams the tenant may hold open at once on one node; unset:
     /// [`DEFAULT_OPEN_STREAMS`].
     pub open_streams: Option<u64>,
+    /// Connections the tenant's confined commands and MCP servers may hold
+    /// open at once through the egress proxy on one node (one more is
+    /// answered 503); unset: [`DEFAULT_NET_CONNECTIONS`], a quarter of the
+    /// node's 512, so that no tenant's idle tunnels take them all.
+    pub net_connections: Option<u64>,
     /// The bytes the tenant's workspace may hold on one node: an upload
     /// (`PUT /v1/workspace/{path}`) past it is refused. Unset: 1 GiB
     /// ([`crate::server::workspace::DEFAULT_WORKSPACE_BYTES`]), not unlimited.
@@ -79,6 +85,9 @@ pub const DEFAULT_PLUGINS: u64 = 100;
 
 /// A tenant's open event streams per node when its policy sets none.
 pub const DEFAULT_OPEN_STREAMS: u64 = 64;
+
+/// A tenant's egress proxy connections per node when its policy sets none.
+pub const DEFAULT_NET_CONNECTIONS: u64 = 128;
 
 /// A tenant's workspace files and directories when its policy sets none.
 pub const DEFAULT_WORKSPACE_FILES: u64 = 10_000;
@@ -102,5 +111,10 @@ impl Quotas {
     /// The tenant's cap on open event streams per node.
     pub fn open_streams_cap(&self) -> u64 {
         self.open_streams.unwrap_or(DEFAULT_OPEN_STREAMS)
+    }
+
+    /// The tenant's cap on egress proxy connections per node.
+    pub fn net_connections_cap(&self) -> u64 {
+        self.net_connections.unwrap_or(DEFAULT_NET_CONNECTIONS)
     }
 }

@@ -479,11 +479,11 @@ impl Worker {
                 let workspace =
                     crate::data_dir::ensure_workspace(dir, tenant).map_err(|e| again(format!("its workspace: {e}")))?;
                 let plugin = self.served_plugin(engine, &source, &sha256).await.map_err(again)?;
-                let (memory, cpu) = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
+                let shares = self.budgets.budgets(tenant, quotas.as_ref(), engine.config().epoch_tick);
                 let meters = quota::pass_meters(&**store, tenant, &job.run, quotas.as_ref()).await;
                 let audit: Arc<quota::PassAudit> = Default::default();
                 metering.start(tenant, &meters, &audit);
-                let budget = meters.budget(memory, cpu);
+                let budget = meters.budget(shares);
                 let served = Served { source, plugin, budget, audit, workspace, data_dir: dir.clone() };
                 Some(served)
             }
