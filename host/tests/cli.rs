@@ -1046,3 +1046,33 @@ fn a_compile_is_announced_on_a_cache_miss_and_not_on_a_hit() {
     assert!(off.len() == 1 && off[0].contains("at every load"), "{off:?}");
     assert_eq!(said(&inspect("c", &[])), Vec::<String>::new(), "off a terminal, without -v");
 }
+
+/// A `read-only-mcp` entry that covers a confined server the operator gave
+/// network is warned of (the guard trusts the tool; the server can send);
+/// one of a server without network is not.
+#[test]
+fn a_read_only_tool_of_a_networked_confined_server_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().display();
+    let config = dir.path().join("nexo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.docs]\ncommand = \"/bin/true\"\nconfine = true\ncwd = \"{cwd}\"\nnet-hosts = [\"docs.example\"]\n\n\
+             [mcp.fs]\ncommand = \"/bin/true\"\nconfine = true\ncwd = \"{cwd}\"\n\n\
+             [grant.data-flow]\nread-only-mcp = [\"docs/search\", \"fs/read_file\", \"lookup\"]\n"
+        ),
+    )
+    .unwrap();
+    let agent = dir.path().join("a.toml");
+    std::fs::write(&agent, "name = \"a\"\ndescription = \"d\"\ninstructions = \"i\"\n").unwrap();
+    let out = nexo(&["inspect", agent.to_str().unwrap(), "--config", config.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let warned = |entry: &str| {
+        err.contains(&format!("`read-only-mcp` names `{entry}`, a tool of confined MCP servers with network"))
+    };
+    assert!(warned("docs/search") && warned("lookup"), "{err}");
+    assert!(err.contains("network` or `net-hosts`): `docs`."), "{err}");
+    assert!(!err.contains("names `fs/read_file`"), "a server without network is not warned of: {err}");
+}
