@@ -757,14 +757,8 @@ pub(crate) fn confine_with_landlock(
     view: &SystemView,
 ) -> Result<(), SandboxError> {
     let abi = landlock_abi().map_err(|e| SandboxError::Config(e.to_string()))?;
+    // At least ABI 6 (`required_abi`): the ports below are always limited.
     let network = how.sockets != Sockets::None;
-    if network && !how.connect_ports.is_empty() && abi < ABI::V4 {
-        return Err(SandboxError::Config(
-            "limiting a program's connections to some ports needs Landlock ABI 4 (Linux 6.7 or later); this kernel \
-             has an older one"
-                .into(),
-        ));
-    }
     let filter = confine::syscall_filter(how.sockets).map_err(SandboxError::Config)?;
     let failed = |e: &dyn std::fmt::Display| SandboxError::Config(format!("cannot set up Landlock rules: {e}"));
     let path = |p: &Path| PathFd::new(p).map_err(|e| failed(&e));
