@@ -36,8 +36,8 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -71,24 +71,18 @@ const MAX_CONNECTIONS: usize = 64;
 /// Connections all the proxies of this process hold at once (each holds
 /// two sockets and two pipes); more are answered 503.
 const MAX_OPEN: usize = 512;
+/// Connections one proxy is turning away at once (each read for its head,
+/// then answered 503); more are closed unanswered.
+const MAX_TURNING: usize = 16;
+/// Connections all the proxies of this process are turning away at once.
+const MAX_TURNING_ALL: usize = 128;
+/// How long a connection being turned away has to send its head.
+const TURN_AWAY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connections open through every proxy of this process.
-static OPEN: AtomicUsize = AtomicUsize::new(0);
-
-/// One of [`MAX_OPEN`], given back when its connection ends.
-struct Slot;
-
-impl Slot {
-    fn take() -> Option<Slot> {
-        OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_OPEN).then_some(n + 1)).ok().map(|_| Slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        OPEN.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+static OPEN: LazyLock<Arc<ConnectionShare>> = LazyLock::new(|| ConnectionShare::new(MAX_OPEN));
+/// Connections every proxy of this process is turning away.
+static TURNING: LazyLock<Arc<ConnectionShare>> = LazyLock::new(|| ConnectionShare::new(MAX_TURNING_ALL));
 /// The copy buffer of each direction.
 const BUFFER: usize = 256 * 1024;
 
@@ -273,21 +267,33 @@ impl Listener {
     }
 }
 
-/// Serves a client on `connections`, or answers it 503 past the most.
-fn admit<C: Client>(mut stream: C, connections: &mut JoinSet<()>, shared: &Arc<Shared>) {
-    let held = match hold(connections.len(), shared.policy.share.as_ref()) {
+/// A proxy's tasks: the connections it serves, and those it turns away.
+#[derive(Default)]
+struct Tasks {
+    connections: JoinSet<()>,
+    refusals: JoinSet<()>,
+}
+
+/// Serves a client, or answers it 503 past the most. Turning one away is
+/// bounded too (a flood of them closed unanswered), so a flood costs the
+/// proxy a few descriptors for a short while, whatever its size.
+fn admit<C: Client>(mut stream: C, tasks: &mut Tasks, shared: &Arc<Shared>) {
+    let held = match hold(tasks.connections.len(), shared.policy.share.as_ref()) {
         Ok(held) => held,
         Err(why) => {
-            // Answered on the set too, so a flood of them ends with the proxy.
+            let Some(turning) = (tasks.refusals.len() < MAX_TURNING).then(|| TURNING.take()).flatten() else {
+                return;
+            };
             let shared = Arc::clone(shared);
-            connections.spawn(async move {
-                let _ = tokio::time::timeout(HEAD_TIMEOUT, turn_away(&mut stream, &shared, &why)).await;
+            tasks.refusals.spawn(async move {
+                let _ = tokio::time::timeout(TURN_AWAY_TIMEOUT, turn_away(&mut stream, &shared, &why)).await;
+                drop(turning);
             });
             return;
         }
     };
     let shared = Arc::clone(shared);
-    connections.spawn(async move {
+    tasks.connections.spawn(async move {
         serve(stream, shared).await;
         drop(held);
     });
@@ -315,7 +321,7 @@ async fn turn_away<C: Client>(client: &mut C, shared: &Shared, why: &str) {
 
 /// A new connection's places: under this proxy's cap (`open` held now),
 /// in its share, and among the process's; why not, for the client.
-fn hold(open: usize, share: Option<&Arc<ConnectionShare>>) -> Result<(Option<Held>, Slot), String> {
+fn hold(open: usize, share: Option<&Arc<ConnectionShare>>) -> Result<(Option<Held>, Held), String> {
     if open >= MAX_CONNECTIONS {
         return Err(format!(
             "{MAX_CONNECTIONS} connections are open through this proxy, its most; close one and retry"
@@ -332,9 +338,10 @@ fn hold(open: usize, share: Option<&Arc<ConnectionShare>>) -> Result<(Option<Hel
         Some((_, held)) => held,
         None => None,
     };
-    let slot = Slot::take()
+    let node = OPEN
+        .take()
         .ok_or_else(|| format!("{MAX_OPEN} connections are open through this node's egress proxies; retry later"))?;
-    Ok((held, slot))
+    Ok((held, node))
 }
 
 struct Shared {
@@ -345,24 +352,26 @@ struct Shared {
 /// Accepts until the proxy is stopped or dropped; the connections are
 /// tasks of one set, so they end with it.
 async fn accept(listener: Listener, shared: Arc<Shared>, mut stopped: tokio::sync::oneshot::Receiver<()>) {
-    let mut connections = JoinSet::new();
+    let mut tasks = Tasks::default();
     loop {
         tokio::select! {
             // Asked to stop (or dropped): each connection ends, and is reported, before this returns.
             _ = &mut stopped => {
                 drop(listener);
-                connections.shutdown().await;
+                tasks.refusals.shutdown().await;
+                tasks.connections.shutdown().await;
                 return;
             }
             accepted = listener.accept() => match accepted {
-                Ok(Accepted::Unix(stream)) => admit(stream, &mut connections, &shared),
-                Ok(Accepted::Tcp(stream)) => admit(stream, &mut connections, &shared),
+                Ok(Accepted::Unix(stream)) => admit(stream, &mut tasks, &shared),
+                Ok(Accepted::Tcp(stream)) => admit(stream, &mut tasks, &shared),
                 Err(e) => {
                     tracing::warn!(target: "nexo::egress", "the egress proxy cannot accept: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(_) = tasks.connections.join_next(), if !tasks.connections.is_empty() => {}
+            Some(_) = tasks.refusals.join_next(), if !tasks.refusals.is_empty() => {}
         }
     }
 }

@@ -11,19 +11,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// 503 and never opened upstream.
 #[derive(Debug)]
 pub struct ConnectionShare {
-    cap: usize,
+    cap: AtomicUsize,
     open: AtomicUsize,
 }
 
 impl ConnectionShare {
     /// A share of `cap` connections, none open.
     pub fn new(cap: usize) -> Arc<ConnectionShare> {
-        Arc::new(ConnectionShare { cap, open: AtomicUsize::new(0) })
+        Arc::new(ConnectionShare { cap: AtomicUsize::new(cap), open: AtomicUsize::new(0) })
     }
 
     /// The most open at once.
     pub fn cap(&self) -> usize {
-        self.cap
+        self.cap.load(Ordering::Acquire)
+    }
+
+    /// Changes the most open at once: a lower cap takes no connection
+    /// away, but none opens until fewer than it are open.
+    pub fn set_cap(&self, cap: usize) {
+        self.cap.store(cap, Ordering::Release);
     }
 
     /// The connections open now.
@@ -35,7 +41,7 @@ impl ConnectionShare {
     /// `None` when all are open.
     pub(crate) fn take(self: &Arc<Self>) -> Option<Held> {
         self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.cap).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.cap()).then_some(n + 1))
             .ok()
             .map(|_| Held(Arc::clone(self)))
     }
@@ -63,7 +69,13 @@ mod tests {
         assert_eq!(share.open(), 2);
         drop(a);
         assert_eq!(share.open(), 1);
-        assert!(share.take().is_some(), "the one given back is taken again");
+        let again = share.take();
+        assert!(again.is_some(), "the one given back is taken again");
         assert!(ConnectionShare::new(0).take().is_none());
+        share.set_cap(1);
+        drop(again);
+        assert!(share.take().is_none(), "lowered, none opens until fewer than the cap are open");
+        share.set_cap(3);
+        assert!(share.take().is_some(), "raised, one more opens at once");
     }
 }

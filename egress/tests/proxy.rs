@@ -393,3 +393,51 @@ async fn a_share_caps_the_connections_of_all_the_proxies_that_draw_on_it() {
     let (_again, answer) = open(&second).await;
     assert_eq!(answer, "HTTP/1.1 200", "the closed tunnel's place is given back");
 }
+
+/// Turning connections away is bounded too: past 16 at once, a proxy
+/// closes more unanswered, so a flood of silent ones past the cap holds a
+/// few descriptors for a short while, and once they are gone the next is
+/// answered and told why.
+#[tokio::test]
+async fn a_flood_past_the_cap_is_closed_unanswered_beyond_a_few() {
+    let server = Server::silent().await;
+    let client = routed_client(resolver(), &server);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = ProxyPolicy {
+        hosts: NetHosts::new(["api.example"]).unwrap(),
+        share: Some(ConnectionShare::new(0)),
+        ..Default::default()
+    };
+    let proxy = EgressProxy::start(&client, &dir.path().join("proxy.sock"), policy).unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(UnixStream::connect(proxy.path().unwrap()).await.unwrap());
+    }
+    // Those past the first 16 are closed at once, unanswered.
+    let mut closed = 0;
+    for stream in &mut flood {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(std::time::Duration::from_millis(500), stream.read(&mut byte)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 24, "{closed} of 40 were closed at once");
+    drop(flood);
+    // Once the held ones are gone (they had 2 s to send a head), one is answered again.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut stream = UnixStream::connect(proxy.path().unwrap()).await.unwrap();
+        let mut answer = Vec::new();
+        // Closed unanswered, the write or the read may fail: that is the answer "none".
+        if stream.write_all(b"CONNECT api.example:443 HTTP/1.1\r\n\r\n").await.is_ok() {
+            let _ = stream.read_to_end(&mut answer).await;
+        }
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        if answer.starts_with("HTTP/1.1 503") {
+            assert!(answer.contains("net-connections"), "{answer}");
+            break;
+        }
+        assert!(answer.is_empty() && tokio::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -99,6 +99,15 @@ impl fmt::Debug for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Whether it is a confined server the operator gave network
+    /// (`network`, or `net-hosts`): it can send what it is given, though
+    /// it is confined otherwise.
+    pub fn confined_with_network(&self) -> bool {
+        self.confine && (self.network || !self.net_hosts.is_empty())
+    }
+}
+
 fn strip_query(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or_default()
 }

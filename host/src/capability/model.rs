@@ -284,6 +284,8 @@ impl Unit for ModelUnit {
             (Some(model), None) => Some(model.clone()),
             (None, _) => hinted_model(setup.manifest),
         };
+        // What a loop that runs a program (the claude-code CLI) draws on for its network.
+        setup.state.insert(options.budget.clone());
         setup.state.insert(Prompting {
             model,
             agent_loop: options.providers.agent_loop.clone().unwrap_or_else(host_loop),

@@ -219,7 +219,9 @@ impl ClaudeCode {
         let network = match self.builtin_tools {
             true => {
                 let base_url = self.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL);
-                Some(network::CliNetwork::new(base_url, self.base_url.is_some(), port)?)
+                // The tenant's share of the node's proxy connections; its model's bytes are not web bytes.
+                let connections = ctx.tools.state::<crate::quota::RunBudget>().ok().and_then(|b| b.connections.clone());
+                Some(network::CliNetwork::new(base_url, self.base_url.is_some(), port, connections)?)
             }
             false => None,
         };

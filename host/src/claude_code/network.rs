@@ -15,7 +15,7 @@
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use nexo_egress::NetHosts;
+use nexo_egress::{ConnectionShare, NetHosts};
 use nexo_model::ModelError;
 use nexo_sandbox::{Gateway, PROXY_ADDR};
 
@@ -64,10 +64,16 @@ pub(crate) struct CliNetwork {
 impl CliNetwork {
     /// The network for a CLI reaching the model at `base_url` (`named`:
     /// the operator gave it, rather than the default) and nexo's tools at
-    /// `mcp_port`. Nothing else: the CLI holds the operator's API key in
-    /// its environment, where its own tools can read it, so they reach
+    /// `mcp_port`, its proxy's connections drawn from `connections` (the
+    /// tenant's share). Nothing else: the CLI holds the operator's API key
+    /// in its environment, where its own tools can read it, so they reach
     /// only where that key goes.
-    pub(crate) fn new(base_url: &str, named: bool, mcp_port: u16) -> Result<CliNetwork, ModelError> {
+    pub(crate) fn new(
+        base_url: &str,
+        named: bool,
+        mcp_port: u16,
+        connections: Option<Arc<ConnectionShare>>,
+    ) -> Result<CliNetwork, ModelError> {
         let config = |e: String| ModelError::Config(format!("--claude-builtin-tools: {e}"));
         let endpoint = Endpoint::parse(base_url).map_err(config)?;
         let mut forwards = vec![mcp_port];
@@ -97,7 +103,8 @@ impl CliNetwork {
         }
         let hosts = NetHosts::new(&granted).map_err(|e| config(format!("the model's endpoint: {e}")))?;
         let network =
-            ProxiedNetwork::for_hosts(hosts, &[], &exempt, &RunBudget::default()).map_err(|e| config(e.to_string()))?;
+            ProxiedNetwork::for_hosts(hosts, &[], &exempt, &RunBudget { connections, ..RunBudget::default() })
+                .map_err(|e| config(e.to_string()))?;
         Ok(CliNetwork { network, forwards })
     }
 
@@ -185,14 +192,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_cli_reaches_its_model_alone_through_the_proxy_or_a_relay() {
-        let remote = CliNetwork::new("https://api.anthropic.com", false, 4000).unwrap();
+        let remote = CliNetwork::new("https://api.anthropic.com", false, 4000, None).unwrap();
         assert_eq!(remote.network.hosts().to_string(), "api.anthropic.com:443");
         assert_eq!(remote.forwards(), [4000]);
-        let local = CliNetwork::new("http://127.0.0.1:8080", true, 4000).unwrap();
+        let local = CliNetwork::new("http://127.0.0.1:8080", true, 4000, None).unwrap();
         assert_eq!(local.network.hosts(), &NetHosts::default());
         assert_eq!(local.forwards(), [4000, 8080]);
         for unrelayable in ["http://[::1]:8080", "http://127.0.0.2:8080", "http://127.0.0.1:3128"] {
-            let err = CliNetwork::new(unrelayable, true, 4000).err().unwrap().to_string();
+            let err = CliNetwork::new(unrelayable, true, 4000, None).err().unwrap().to_string();
             assert!(err.contains("http://127.0.0.1:PORT"), "{unrelayable}: {err}");
         }
     }

@@ -152,10 +152,20 @@ fn read_policy(
         errln!("error: cannot read the policy {}: {e}", path.display());
         ExitCode::from(2)
     })?;
-    Policy::parse(&text, file).map_err(|e| {
+    let policy = Policy::parse(&text, file).map_err(|e| {
         errln!("error: the policy {} is refused: {e}{}", path.display(), config_note(&text, config));
         ExitCode::from(2)
-    })
+    })?;
+    let networked: Vec<&str> = policy
+        .mcp_servers
+        .iter()
+        .filter(|name| file.mcp.get(*name).is_some_and(|s| s.confined_with_network()))
+        .map(String::as_str)
+        .collect();
+    for (entry, covered) in policy.data_flow.read_only_networked(&networked) {
+        errln!("warning: the policy's data-flow {}", nexo::config::read_only_warning(entry, &covered));
+    }
+    Ok(policy)
 }
 
 /// Which config file a policy's models and MCP servers were checked

@@ -101,7 +101,7 @@ pub(super) fn grant(
         .iter()
         .filter(|(name, _)| !flags.mcp.contains_key(*name))
         .chain(&flags.mcp)
-        .filter(|(_, s)| s.confine && (s.network || !s.net_hosts.is_empty()))
+        .filter(|(_, s)| s.confined_with_network())
         .map(|(name, _)| name.as_str())
         .collect();
     warn_networked_read_only(&data_flow, &networked);
@@ -148,25 +148,21 @@ fn added(file: Option<Vec<String>>, flags: Option<Vec<String>>) -> Option<Vec<St
 }
 
 /// Warns of each `read-only-mcp` entry that covers a confined server the
-/// operator gave network (`network` or `net-hosts`, the `networked` ones):
-/// the guard then trusts that the tool sends nothing out, though its
-/// server can. An unconfined server is trusted as a whole, and not warned
-/// of.
+/// operator gave network (the `networked` ones); an unconfined server is
+/// trusted as a whole, and not warned of.
 fn warn_networked_read_only(data_flow: &DataFlow, networked: &[&str]) {
-    for entry in data_flow.read_only_mcp.entries() {
-        let covered: Vec<&str> = match entry.split_once('/') {
-            Some((name, _)) => networked.iter().copied().filter(|n| *n == name).collect(),
-            None => networked.to_vec(),
-        };
-        if !covered.is_empty() {
-            tracing::warn!(
-                target: "nexo::config",
-                "[grant.data-flow] `read-only-mcp` names `{entry}`, a tool of confined MCP servers with network \
-                 (`network` or `net-hosts`): {}. The data-flow guard trusts that it sends nothing out, though its \
-                 server can; take it off the list unless the server's code is known not to send what the tool is \
-                 given",
-                covered.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-            );
-        }
+    for (entry, covered) in data_flow.read_only_networked(networked) {
+        tracing::warn!(target: "nexo::config", "[grant.data-flow] {}", read_only_warning(entry, &covered));
     }
+}
+
+/// What is said of a `read-only-mcp` entry that covers the confined
+/// servers with network `covered`.
+pub fn read_only_warning(entry: &str, covered: &[&str]) -> String {
+    format!(
+        "`read-only-mcp` names `{entry}`, a tool of confined MCP servers with network (`network` or `net-hosts`): \
+         {}. The data-flow guard trusts that it sends nothing out, though its server can; take it off the list \
+         unless the server's code is known not to send what the tool is given",
+        covered.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+    )
 }

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use crate::ConfigError;
 pub use crate::telemetry::{PrometheusTable, TelemetryTable};
 pub use agents::AgentsTable;
-pub use grant::{GrantFlags, GrantTable};
+pub use grant::{GrantFlags, GrantTable, read_only_warning};
 pub use hooks::HooksTable;
 pub use model::{ModelSetup, ModelTable};
 pub use search::{ApiKeyTable, SearchSetup, SearchTable};

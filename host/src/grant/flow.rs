@@ -163,6 +163,24 @@ impl DataFlow {
         None
     }
 
+    /// The `read-only-mcp` entries that cover one of the `networked`
+    /// servers (confined ones given network), each with those it covers:
+    /// the guard trusts these tools to send nothing out, though their
+    /// servers can.
+    pub fn read_only_networked<'a>(&'a self, networked: &[&'a str]) -> Vec<(&'a str, Vec<&'a str>)> {
+        let mut found = Vec::new();
+        for entry in self.read_only_mcp.entries() {
+            let covered: Vec<&str> = match entry.split_once('/') {
+                Some((name, _)) => networked.iter().copied().filter(|n| *n == name).collect(),
+                None => networked.to_vec(),
+            };
+            if !covered.is_empty() {
+                found.push((entry.as_str(), covered));
+            }
+        }
+        found
+    }
+
     /// Whether anything in the workspace is private: what a shell command,
     /// which may read any of it, returns.
     pub fn any_private_path(&self) -> bool {
@@ -181,6 +199,15 @@ fn names(list: &[String], server: &str, tool: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_entries_covering_networked_servers_are_found() {
+        let guard =
+            DataFlow { read_only_mcp: McpAllow::new(["docs/search", "fs/read_file", "lookup"]), ..DataFlow::default() };
+        let found = guard.read_only_networked(&["docs", "web"]);
+        assert_eq!(found, [("docs/search", vec!["docs"]), ("lookup", vec!["docs", "web"])]);
+        assert!(guard.read_only_networked(&[]).is_empty());
+    }
 
     #[test]
     fn private_paths_cover_what_is_under_them_and_patterns_that_reach_them() {

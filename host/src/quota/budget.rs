@@ -74,8 +74,9 @@ pub struct Shares {
 
 impl Budgets {
     /// The tenant's shares under its current `quotas`; none when its
-    /// policy could not be read. A changed quota starts a new share; runs
-    /// of the old one give theirs back to it.
+    /// policy could not be read. A changed memory or CPU quota starts a
+    /// new budget (runs of the old one give theirs back to it); a changed
+    /// `net-connections` changes the one share's cap.
     pub fn budgets(&self, tenant: &str, quotas: Option<&Quotas>, tick: Duration) -> Shares {
         let Some(quotas) = quotas else { return Shares::default() };
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -91,11 +92,12 @@ impl Budgets {
             (Some(cores), _) => Some(CpuBudget::new(cores, tick)),
             (None, _) => None,
         };
+        // One share for good: a changed quota applies to the connections open under the old one too.
         let connections = usize::try_from(quotas.net_connections_cap()).unwrap_or(usize::MAX);
-        entry.connections = match entry.connections.take() {
-            Some(share) if share.cap() == connections => Some(share),
-            _ => Some(ConnectionShare::new(connections)),
-        };
+        match &entry.connections {
+            Some(share) => share.set_cap(connections),
+            None => entry.connections = Some(ConnectionShare::new(connections)),
+        }
         entry.clone()
     }
 }
@@ -210,7 +212,9 @@ mod tests {
         let other = budgets.budgets("u", Some(&unset), tick).connections.unwrap();
         assert!(!Arc::ptr_eq(&first, &other), "another tenant has its own");
         let changed = Quotas { net_connections: Some(3), ..Quotas::default() };
-        assert_eq!(budgets.budgets("t", Some(&changed), tick).connections.unwrap().cap(), 3);
+        let lowered = budgets.budgets("t", Some(&changed), tick).connections.unwrap();
+        assert!(Arc::ptr_eq(&first, &lowered), "a changed quota counts what is open under the old one");
+        assert_eq!(first.cap(), 3);
         assert!(budgets.budgets("t", None, tick).connections.is_none());
     }
 

@@ -64,7 +64,7 @@ pub struct Quotas {
     pub open_streams: Option<u64>,
     /// Connections the tenant's confined commands and MCP servers may hold
     /// open at once through the egress proxy on one node (one more is
-    /// answered 503); unset: [`DEFAULT_NET_CONNECTIONS`], a quarter of the
+    /// answered 503); unset: [`DEFAULT_NET_CONNECTIONS`], an eighth of the
     /// node's 512, so that no tenant's idle tunnels take them all.
     pub net_connections: Option<u64>,
     /// The bytes the tenant's workspace may hold on one node: an upload
@@ -87,7 +87,7 @@ pub const DEFAULT_PLUGINS: u64 = 100;
 pub const DEFAULT_OPEN_STREAMS: u64 = 64;
 
 /// A tenant's egress proxy connections per node when its policy sets none.
-pub const DEFAULT_NET_CONNECTIONS: u64 = 128;
+pub const DEFAULT_NET_CONNECTIONS: u64 = 64;
 
 /// A tenant's workspace files and directories when its policy sets none.
 pub const DEFAULT_WORKSPACE_FILES: u64 = 10_000;
