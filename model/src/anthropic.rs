@@ -30,6 +30,7 @@ pub(crate) struct AnthropicProvider {
     model: String,
     url: Endpoint,
     http: Http,
+    temperature: Option<f64>,
 }
 
 impl AnthropicProvider {
@@ -47,7 +48,13 @@ impl AnthropicProvider {
         let auth = Auth { header: "x-api-key", prefix: "" };
         let headers = [("anthropic-version", API_VERSION)];
         let http = Http::new("anthropic", &url, reach, auth, key, &headers, limits)?;
-        Ok(AnthropicProvider { model: model.into(), url, http })
+        Ok(AnthropicProvider { model: model.into(), url, http, temperature: None })
+    }
+
+    /// Sends `temperature` with every request.
+    pub(crate) fn with_temperature(mut self, temperature: Option<f64>) -> Self {
+        self.temperature = temperature;
+        self
     }
 
     /// The request body, serialized straight from the request: the
@@ -69,6 +76,7 @@ impl AnthropicProvider {
             model,
             stream: stream.then_some(true),
             system: (!system.is_empty()).then(|| system.join("\n\n")),
+            temperature: self.temperature,
             tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
@@ -87,6 +95,8 @@ struct Body<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
     #[serde(skip_serializing_if = "Each::is_empty")]
     tools: Each<'a, ToolSpec, WireTool<'a>>,
 }
@@ -616,16 +626,21 @@ mod tests {
         if stream {
             body["stream"] = json!(true);
         }
+        if let Some(temperature) = p.temperature {
+            body["temperature"] = json!(temperature);
+        }
         body
     }
 
     #[test]
     fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
-        let p = provider("https://api.anthropic.com");
-        for request in crate::wire::sample_requests() {
-            for stream in [false, true] {
-                let sent = String::from_utf8(p.body(&request, stream)).unwrap();
-                assert_eq!(sent, value_body(&p, &request, stream).to_string(), "stream {stream}");
+        for temperature in [None, Some(0.0), Some(1.5)] {
+            let p = provider("https://api.anthropic.com").with_temperature(temperature);
+            for request in crate::wire::sample_requests() {
+                for stream in [false, true] {
+                    let sent = String::from_utf8(p.body(&request, stream)).unwrap();
+                    assert_eq!(sent, value_body(&p, &request, stream).to_string(), "stream {stream}, {temperature:?}");
+                }
             }
         }
     }

@@ -112,12 +112,22 @@ fn build(
     let (base_url, reach) = base_url(kind, config)?;
     crate::endpoint::check_base(&base_url, name)?;
     let limits = Limits::from_config(config);
+    if let Some(t) = config.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+        return Err(ModelError::Config(format!(
+            "the temperature is {t}: it must be from 0 to 2 (`--temperature 0.2`, `temperature` in `[model]`)"
+        )));
+    }
+    let temperature = config.temperature;
     match kind {
-        ProviderKind::Anthropic => Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits, reach)?)),
+        ProviderKind::Anthropic => {
+            Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits, reach)?.with_temperature(temperature)))
+        }
         ProviderKind::Scripted => {
             Err(ModelError::Config("the scripted provider needs a script file (--script FILE)".into()))
         }
-        _ => Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits, reach)?)),
+        _ => {
+            Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits, reach)?.with_temperature(temperature)))
+        }
     }
 }
 

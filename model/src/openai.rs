@@ -26,6 +26,7 @@ pub(crate) struct OpenAiProvider {
     model: String,
     url: Endpoint,
     http: Http,
+    temperature: Option<f64>,
 }
 
 impl OpenAiProvider {
@@ -46,7 +47,13 @@ impl OpenAiProvider {
         let url = Endpoint::new(base_url, name, "/chat/completions", None)?;
         let auth = Auth { header: "authorization", prefix: "Bearer " };
         let http = Http::new(name, &url, reach, auth, key, headers, limits)?;
-        Ok(OpenAiProvider { kind, model: model.into(), url, http })
+        Ok(OpenAiProvider { kind, model: model.into(), url, http, temperature: None })
+    }
+
+    /// Sends `temperature` with every request.
+    pub(crate) fn with_temperature(mut self, temperature: Option<f64>) -> Self {
+        self.temperature = temperature;
+        self
     }
 
     /// The request body, serialized straight from the request: the
@@ -65,6 +72,7 @@ impl OpenAiProvider {
             model,
             stream: stream.then_some(true),
             stream_options: stream.then_some(StreamOptions { include_usage: true }),
+            temperature: self.temperature,
             tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
@@ -87,6 +95,8 @@ struct Body<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
     #[serde(skip_serializing_if = "Each::is_empty")]
     tools: Each<'a, ToolSpec, WireTool<'a>>,
 }
@@ -532,13 +542,18 @@ mod tests {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
+        if let Some(temperature) = p.temperature {
+            body["temperature"] = json!(temperature);
+        }
         body
     }
 
     #[test]
     fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
-        for kind in [ProviderKind::Openai, ProviderKind::Ollama] {
-            let p = provider(kind);
+        for (kind, temperature) in
+            [(ProviderKind::Openai, None), (ProviderKind::Ollama, None), (ProviderKind::Ollama, Some(0.2))]
+        {
+            let p = provider(kind).with_temperature(temperature);
             for request in crate::wire::sample_requests() {
                 for stream in [false, true] {
                     let sent = String::from_utf8(p.body(&request, stream)).unwrap();
@@ -546,6 +561,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_temperature_set_is_sent_with_every_request_and_none_is_not() {
+        let request = Request { model: String::new(), messages: vec![], tools: vec![], max_tokens: 64 };
+        assert!(body(&provider(ProviderKind::Ollama), &request, false).get("temperature").is_none());
+        let warm = provider(ProviderKind::Openai).with_temperature(Some(0.7));
+        assert_eq!(body(&warm, &request, true)["temperature"], 0.7);
     }
 
     #[test]

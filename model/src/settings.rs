@@ -67,6 +67,10 @@ pub struct ModelConfig {
     /// its events); a longer one fails rather than being cut. Default:
     /// 64 MiB.
     pub max_response_bytes: Option<usize>,
+    /// The sampling temperature, 0 to 2, sent with every request; unset:
+    /// the server's default (a small local model often calls tools more
+    /// reliably near 0).
+    pub temperature: Option<f64>,
 }
 
 impl fmt::Debug for ModelConfig {
@@ -83,6 +87,7 @@ impl fmt::Debug for ModelConfig {
             .field("retry_base_delay", &self.retry_base_delay)
             .field("retry_max_delay", &self.retry_max_delay)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("temperature", &self.temperature)
             .finish()
     }
 }

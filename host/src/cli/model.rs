@@ -34,6 +34,16 @@ pub struct ModelArgs {
     /// The most tokens (input + output) for one prompt.
     #[arg(long, value_name = "N")]
     token_budget: Option<u64>,
+    /// The most output tokens for one model turn [default: 4096].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: Option<u32>,
+    /// The time limit for one model request, in seconds; streamed, for each wait between its
+    /// events [default: 120].
+    #[arg(long = "model-timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    model_timeout: Option<u64>,
+    /// The sampling temperature, 0 to 2 [default: the server's].
+    #[arg(long, value_name = "T")]
+    temperature: Option<f64>,
     /// The run's budget in US dollars, over all its prompts and passes (needs `[model] price`): a
     /// model turn that may pass it suspends the run with a `budget` approval.
     #[arg(long, value_name = "USD")]
@@ -150,6 +160,9 @@ impl ModelArgs {
             script,
             max_turns: self.max_turns.or(t.max_turns),
             token_budget: self.token_budget.or(t.token_budget),
+            max_tokens: self.max_tokens.or(t.max_tokens),
+            timeout_secs: self.model_timeout.or(t.timeout_secs),
+            temperature: self.temperature.or(t.temperature),
             price: t.price,
             budget_usd: self.budget_usd.or(t.budget_usd),
             stream: self.stream || t.stream,

@@ -32,6 +32,17 @@ pub struct ModelTable {
     pub max_turns: Option<u32>,
     /// The most tokens (input + output) for one prompt.
     pub token_budget: Option<u64>,
+    /// The most output tokens for one model turn (default 4096): a small
+    /// local model that rambles stops here, with `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// The time limit for one model request, in seconds (default 120;
+    /// streamed, for each wait between events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    /// The sampling temperature, 0 to 2; unset: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
     /// The model's price, in US dollars per million input and output
     /// tokens: `{ input = 3.0, output = 15.0 }`. Turns are then counted in
     /// money, and a budget can be kept.
@@ -85,9 +96,27 @@ impl ModelTable {
             assume_model_exists: table.assume_model_exists,
             base_url: table.base_url.clone(),
             script: table.script.clone(),
+            timeout: table.timeout_secs.map(std::time::Duration::from_secs),
+            temperature: table.temperature,
             ..ModelConfig::default()
         };
         let mut limits = LoopLimits::default();
+        if table.timeout_secs == Some(0) {
+            return Err(ConfigError::invalid(
+                "timeout-secs",
+                "the model's timeout must be at least 1 second (`--model-timeout 300`, `timeout-secs` in `[model]`)",
+            ));
+        }
+        match table.max_tokens {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    "max-tokens",
+                    "max-tokens must be at least 1 (`--max-tokens 1024`, `max-tokens` in `[model]`)",
+                ));
+            }
+            Some(n) => limits.max_tokens_per_turn = n,
+            None => {}
+        }
         if let Some(n) = table.max_turns {
             if n == 0 {
                 return Err(ConfigError::invalid(
@@ -121,6 +150,7 @@ impl ModelTable {
         limits.budget_usd = table.budget_usd;
         limits.stream = table.stream;
         if table.agent_loop == Some(LoopKind::ClaudeCode) {
+            cli_requests(table)?;
             return claude_code(&cfg, table.claude_binary.clone(), table.claude_builtin_tools, limits);
         }
         if table.claude_builtin_tools {
@@ -139,6 +169,30 @@ impl ModelTable {
         };
         Ok(ModelSetup { provider, limits, agent_loop: None })
     }
+}
+
+/// Refuses the request settings the Claude Code CLI would not see: it
+/// makes its own model requests, so they would do nothing, unseen.
+fn cli_requests(table: &ModelTable) -> Result<(), ConfigError> {
+    let set: Vec<&str> = [
+        (table.timeout_secs.is_some(), "--model-timeout (`timeout-secs`)"),
+        (table.max_tokens.is_some(), "--max-tokens (`max-tokens`)"),
+        (table.temperature.is_some(), "--temperature (`temperature`)"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    if set.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "--loop",
+        format!(
+            "with --loop claude-code the CLI makes its own model requests, so {} cannot apply: drop it, or use the \
+             host loop (`--loop host`)",
+            set.join(" and ")
+        ),
+    ))
 }
 
 /// The Claude Code loop's settings. The CLI talks to Anthropic's API
