@@ -387,3 +387,33 @@ async fn a_tenants_connection_share_turns_away_one_past_it_and_gives_back_a_clos
     assert_eq!(verdicts, [false, true], "{connections:?}");
     assert!(connections[0]["reason"].as_str().unwrap().contains("net-connections"), "{connections:?}");
 }
+
+/// A tenant's policy that calls a tool of a confined MCP server with
+/// network read-only is set, with a warning: the guard would trust a tool
+/// whose server can send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_calling_a_networked_servers_tool_read_only_is_warned_of() {
+    let scene = Scene::new(None).await;
+    let cwd = scene.dir.path().join("mcp-work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    scene.configure(&format!(
+        "[mcp.docs]\ncommand = \"{}\"\ncwd = \"{}\"\nconfine = true\nnet-hosts = [\"docs.example\"]\n\n\
+         [mcp.plain]\ncommand = \"{0}\"\ncwd = \"{1}\"\nconfine = true\n",
+        common::mcp_test_server().display(),
+        cwd.display()
+    ));
+    let policy = scene.dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "mcp-servers = [\"docs\", \"plain\"]\n\n[data-flow]\nread-only-mcp = [\"docs/search\", \"plain/read\"]\n",
+    )
+    .unwrap();
+    let out = scene.nexo(&["tenant", "create", "acme", "--policy", policy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: the policy's data-flow `read-only-mcp` names `docs/search`, a tool of confined MCP servers with network"),
+        "{err}"
+    );
+    assert!(!err.contains("`plain/read`"), "a server without network is not warned of: {err}");
+}
