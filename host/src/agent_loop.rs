@@ -36,6 +36,24 @@ pub struct LoopLimits {
     pub budget_usd: Option<f64>,
 }
 
+/// How often a turn the model is still working on is said to be
+/// ([`Event::Waiting`]).
+pub const WAITING_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Runs `call`, saying every [`WAITING_EVERY`] how many seconds it has
+/// taken.
+async fn said_while<F: Future>(call: F, say: impl Fn(u64)) -> F::Output {
+    let mut call = std::pin::pin!(call);
+    let started = tokio::time::Instant::now();
+    let mut every = tokio::time::interval_at(started + WAITING_EVERY, WAITING_EVERY);
+    loop {
+        tokio::select! {
+            out = &mut call => return out,
+            _ = every.tick() => say(started.elapsed().as_secs()),
+        }
+    }
+}
+
 impl Default for LoopLimits {
     fn default() -> Self {
         LoopLimits {
@@ -160,7 +178,9 @@ impl Loop for HostLoop {
                     Some(spend) => spend.turn().await,
                     None => None,
                 };
-                let response = ctx.tools.call(&ModelTurn(provider, ctx.spend), turn).await;
+                let model_turn = ModelTurn(provider, ctx.spend);
+                let call = ctx.tools.call(&model_turn, turn);
+                let response = said_while(call, |seconds| events.emit(&Event::Waiting { turn: turns, seconds })).await;
                 drop(counting);
                 (messages, tools) = (request.messages, request.tools);
                 let response = match response {

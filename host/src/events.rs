@@ -36,6 +36,15 @@ pub enum Event {
         /// 1-based.
         turn: u32,
     },
+    /// The model has worked on a turn this long without answering: said
+    /// every [`crate::agent_loop::WAITING_EVERY`], so a slow model is seen
+    /// to be slow rather than stuck (for the display: not recorded).
+    Waiting {
+        /// The turn.
+        turn: u32,
+        /// Whole seconds since the turn was sent.
+        seconds: u64,
+    },
     /// Streamed text.
     TextDelta {
         /// The piece of text.

@@ -715,8 +715,8 @@ impl EventSink for JournalSink {
             Event::ToolResult { turn, id, .. } => ("tool_result", self.journal.linked(*turn, id, true)),
             Event::Done { .. } => ("done", None),
             Event::Hook { .. } => ("hook", None),
-            // Streamed text is for the display only.
-            Event::TextDelta { .. } => return,
+            // Streamed text and the wait for the model are for the display only.
+            Event::TextDelta { .. } | Event::Waiting { .. } => return,
         };
         if let Ok(mut data) = serde_json::to_value(event) {
             // The entry holding the call's full result, for the timeline.

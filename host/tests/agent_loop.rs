@@ -77,6 +77,7 @@ fn names(events: &[Event]) -> Vec<&'static str> {
         .iter()
         .map(|e| match e {
             Event::TurnStarted { .. } => "turn",
+            Event::Waiting { .. } => "waiting",
             Event::TextDelta { .. } => "delta",
             Event::ToolCall { .. } => "call",
             Event::ToolResult { .. } => "result",
@@ -104,6 +105,63 @@ async fn events_come_in_order_and_tool_results_reach_the_model() {
         panic!("{:?}", outcome.transcript)
     };
     assert_eq!((content.as_str(), *is_error), ("alpha", false));
+}
+
+/// A model that answers "done" after `.0`.
+struct Slow(std::time::Duration);
+
+impl nexo_model::Provider for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn model(&self) -> &str {
+        "slow-1"
+    }
+    fn complete<'a>(
+        &'a self,
+        _: &'a nexo_model::Request,
+        _: Option<nexo_model::DeltaSink<'a>>,
+    ) -> nexo_model::BoxFuture<'a, Result<nexo_model::Response, nexo_model::ModelError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(nexo_model::Response {
+                text: "done".into(),
+                tool_calls: vec![],
+                stop: nexo_model::StopReason::EndTurn,
+                usage: nexo_model::Usage::default(),
+                answered: Default::default(),
+            })
+        })
+    }
+}
+
+/// A slow model is said to be working every 15 s of its turn, in the
+/// events (`--json` off a terminal shows them), and not once it answered.
+#[tokio::test(start_paused = true)]
+async fn a_slow_turn_is_said_to_be_working_every_fifteen_seconds() {
+    let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[]).await;
+    let slow = Slow(std::time::Duration::from_secs(40));
+    let ctx = LoopContext {
+        provider: Some(&slow),
+        tools: &tb.tools,
+        instructions: &[],
+        history: &[],
+        limits: LoopLimits::default(),
+        spend: None,
+    };
+    let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    assert_eq!(outcome.text, "done");
+    let events = tb.events.lock().unwrap().clone();
+    let waited: Vec<(u32, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Waiting { turn, seconds } => Some((*turn, *seconds)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waited, [(1, 15), (1, 30)]);
+    assert_eq!(names(&events), ["turn", "waiting", "waiting", "done"]);
+    assert_eq!(serde_json::to_value(&events[1]).unwrap(), json!({"event": "waiting", "turn": 1, "seconds": 15}));
 }
 
 #[tokio::test]

@@ -28,20 +28,30 @@ async fn each_request_carries_the_configured_max_tokens_and_temperature_the_flag
     let dir = tempfile::tempdir().unwrap();
     let server = MockServer::start().await.unwrap();
     let config = dir.path().join("nexo.toml");
-    std::fs::write(&config, "[model]\nmax-tokens = 55\ntemperature = 0.1\n").unwrap();
+    std::fs::write(&config, "[model]\nmax-tokens = 55\ntemperature = 0.1\ntool-choice = \"required\"\n").unwrap();
     let config = config.to_str().unwrap();
-    let cases: [(&[&str], u64, Option<f64>); 3] = [
-        (&[], 4096, None),
-        (&["--config", config], 55, Some(0.1)),
-        (&["--config", config, "--max-tokens", "77", "--temperature", "0.3"], 77, Some(0.3)),
+    /// The flags, and what the request then carries: max tokens, temperature, tool choice.
+    type Case<'a> = (&'a [&'a str], u64, Option<f64>, Option<&'a str>);
+    let cases: [Case; 3] = [
+        (&[], 4096, None, None),
+        (&["--config", config], 55, Some(0.1), Some("required")),
+        (
+            &["--config", config, "--max-tokens", "77", "--temperature", "0.3", "--tool-choice", "none"],
+            77,
+            Some(0.3),
+            Some("none"),
+        ),
     ];
-    for (flags, max_tokens, temperature) in cases {
+    for (flags, max_tokens, temperature, choice) in cases {
         server.push(Reply::text("hello"));
         let out = run(dir.path(), &server, flags);
         assert!(out.status.success(), "{flags:?}: {}\n{}", stdout(&out), stderr(&out));
         let body = server.requests().last().unwrap().body.clone();
         assert_eq!(body["max_tokens"].as_u64(), Some(max_tokens), "{flags:?}: {body}");
         assert_eq!(body["temperature"].as_f64(), temperature, "{flags:?}: {body}");
+        // The first turn answers the user's message, with tools offered: `required` is asked of it.
+        assert!(body["tools"].as_array().is_some_and(|t| !t.is_empty()), "{body}");
+        assert_eq!(body["tool_choice"].as_str(), choice, "{flags:?}: {body}");
     }
 }
 
@@ -68,6 +78,7 @@ async fn settings_out_of_range_or_that_cannot_apply_are_refused_up_front() {
     refused(&["--temperature", "2.5"], "the temperature is 2.5: it must be from 0 to 2");
     refused(&["--max-tokens", "0"], "--max-tokens");
     refused(&["--model-timeout", "0"], "--model-timeout");
+    refused(&["--tool-choice", "always"], "`always` is not a tool choice: use auto, required or none");
     refused(
         &["--loop", "claude-code", "--max-tokens", "100"],
         "with --loop claude-code the CLI makes its own model requests, so --max-tokens (`max-tokens`) cannot apply",

@@ -14,8 +14,8 @@ use crate::endpoint::Endpoint;
 use crate::http::{Auth, Http, Limits, Reach, SseEvent, is_event_stream, quote};
 use crate::wire::{Each, Empty, Schema};
 use crate::{
-    Answered, BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolSpec,
-    Usage,
+    Answered, BoxFuture, DeltaSink, Message, ModelError, Provider, Request, Response, StopReason, ToolCall, ToolChoice,
+    ToolSpec, Usage,
 };
 
 /// The API version the request and event formats follow.
@@ -31,6 +31,7 @@ pub(crate) struct AnthropicProvider {
     url: Endpoint,
     http: Http,
     temperature: Option<f64>,
+    tool_choice: Option<ToolChoice>,
 }
 
 impl AnthropicProvider {
@@ -48,12 +49,13 @@ impl AnthropicProvider {
         let auth = Auth { header: "x-api-key", prefix: "" };
         let headers = [("anthropic-version", API_VERSION)];
         let http = Http::new("anthropic", &url, reach, auth, key, &headers, limits)?;
-        Ok(AnthropicProvider { model: model.into(), url, http, temperature: None })
+        Ok(AnthropicProvider { model: model.into(), url, http, temperature: None, tool_choice: None })
     }
 
-    /// Sends `temperature` with every request.
-    pub(crate) fn with_temperature(mut self, temperature: Option<f64>) -> Self {
-        self.temperature = temperature;
+    /// Sends `temperature` with every request, and `tool_choice` as
+    /// [`ToolChoice::for_request`] says.
+    pub(crate) fn sampling(mut self, temperature: Option<f64>, tool_choice: Option<ToolChoice>) -> Self {
+        (self.temperature, self.tool_choice) = (temperature, tool_choice);
         self
     }
 
@@ -77,6 +79,13 @@ impl AnthropicProvider {
             stream: stream.then_some(true),
             system: (!system.is_empty()).then(|| system.join("\n\n")),
             temperature: self.temperature,
+            tool_choice: ToolChoice::for_request(self.tool_choice, request).map(|choice| WireChoice {
+                kind: match choice {
+                    ToolChoice::Auto => "auto",
+                    ToolChoice::Required => "any",
+                    ToolChoice::None => "none",
+                },
+            }),
             tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
@@ -97,8 +106,17 @@ struct Body<'a> {
     system: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireChoice>,
     #[serde(skip_serializing_if = "Each::is_empty")]
     tools: Each<'a, ToolSpec, WireTool<'a>>,
+}
+
+/// `{"type": "auto" | "any" | "none"}`.
+#[derive(Serialize)]
+struct WireChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// One Messages API turn: `{"content": [blocks], "role"}`.
@@ -629,13 +647,22 @@ mod tests {
         if let Some(temperature) = p.temperature {
             body["temperature"] = json!(temperature);
         }
+        if let Some(choice) = ToolChoice::for_request(p.tool_choice, request) {
+            let kind = match choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Required => "any",
+                ToolChoice::None => "none",
+            };
+            body["tool_choice"] = json!({"type": kind});
+        }
         body
     }
 
     #[test]
     fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
-        for temperature in [None, Some(0.0), Some(1.5)] {
-            let p = provider("https://api.anthropic.com").with_temperature(temperature);
+        let settings = [(None, None), (Some(0.0), Some(ToolChoice::Required)), (Some(1.5), Some(ToolChoice::None))];
+        for (temperature, choice) in settings {
+            let p = provider("https://api.anthropic.com").sampling(temperature, choice);
             for request in crate::wire::sample_requests() {
                 for stream in [false, true] {
                     let sent = String::from_utf8(p.body(&request, stream)).unwrap();

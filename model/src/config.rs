@@ -117,16 +117,16 @@ fn build(
             "the temperature is {t}: it must be from 0 to 2 (`--temperature 0.2`, `temperature` in `[model]`)"
         )));
     }
-    let temperature = config.temperature;
+    let (temperature, choice) = (config.temperature, config.tool_choice);
     match kind {
         ProviderKind::Anthropic => {
-            Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits, reach)?.with_temperature(temperature)))
+            Ok(Arc::new(AnthropicProvider::new(model, &base_url, key, limits, reach)?.sampling(temperature, choice)))
         }
         ProviderKind::Scripted => {
             Err(ModelError::Config("the scripted provider needs a script file (--script FILE)".into()))
         }
         _ => {
-            Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits, reach)?.with_temperature(temperature)))
+            Ok(Arc::new(OpenAiProvider::new(kind, model, &base_url, key, limits, reach)?.sampling(temperature, choice)))
         }
     }
 }

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 pub use config::{resolve, resolve_with_env};
 pub use scripted::{Script, ScriptedCall, ScriptedProvider, ScriptedTurn};
-pub use settings::{ModelConfig, ProviderKind};
+pub use settings::{ModelConfig, ProviderKind, ToolChoice};
 
 /// A boxed, sendable future, so [`Provider`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

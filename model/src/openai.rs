@@ -16,7 +16,7 @@ use crate::http::{Auth, Http, Limits, Reach, is_event_stream, quote};
 use crate::wire::{Display, Each, Schema};
 use crate::{
     Answered, BoxFuture, DeltaSink, Message, ModelError, Provider, ProviderKind, Request, Response, StopReason,
-    ToolCall, ToolSpec, Usage,
+    ToolCall, ToolChoice, ToolSpec, Usage,
 };
 
 /// A provider speaking the chat completions API.
@@ -27,6 +27,7 @@ pub(crate) struct OpenAiProvider {
     url: Endpoint,
     http: Http,
     temperature: Option<f64>,
+    tool_choice: Option<ToolChoice>,
 }
 
 impl OpenAiProvider {
@@ -47,12 +48,13 @@ impl OpenAiProvider {
         let url = Endpoint::new(base_url, name, "/chat/completions", None)?;
         let auth = Auth { header: "authorization", prefix: "Bearer " };
         let http = Http::new(name, &url, reach, auth, key, headers, limits)?;
-        Ok(OpenAiProvider { kind, model: model.into(), url, http, temperature: None })
+        Ok(OpenAiProvider { kind, model: model.into(), url, http, temperature: None, tool_choice: None })
     }
 
-    /// Sends `temperature` with every request.
-    pub(crate) fn with_temperature(mut self, temperature: Option<f64>) -> Self {
-        self.temperature = temperature;
+    /// Sends `temperature` with every request, and `tool_choice` as
+    /// [`ToolChoice::for_request`] says.
+    pub(crate) fn sampling(mut self, temperature: Option<f64>, tool_choice: Option<ToolChoice>) -> Self {
+        (self.temperature, self.tool_choice) = (temperature, tool_choice);
         self
     }
 
@@ -73,6 +75,11 @@ impl OpenAiProvider {
             stream: stream.then_some(true),
             stream_options: stream.then_some(StreamOptions { include_usage: true }),
             temperature: self.temperature,
+            tool_choice: ToolChoice::for_request(self.tool_choice, request).map(|choice| match choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Required => "required",
+                ToolChoice::None => "none",
+            }),
             tools: Each(&request.tools, WireTool),
         };
         // Serializing borrowed strings and JSON values cannot fail.
@@ -97,6 +104,8 @@ struct Body<'a> {
     stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     #[serde(skip_serializing_if = "Each::is_empty")]
     tools: Each<'a, ToolSpec, WireTool<'a>>,
 }
@@ -545,15 +554,22 @@ mod tests {
         if let Some(temperature) = p.temperature {
             body["temperature"] = json!(temperature);
         }
+        if let Some(choice) = ToolChoice::for_request(p.tool_choice, request) {
+            body["tool_choice"] = serde_json::to_value(choice).unwrap();
+        }
         body
     }
 
     #[test]
     fn the_body_is_byte_for_byte_the_value_tree_it_replaced() {
-        for (kind, temperature) in
-            [(ProviderKind::Openai, None), (ProviderKind::Ollama, None), (ProviderKind::Ollama, Some(0.2))]
-        {
-            let p = provider(kind).with_temperature(temperature);
+        let settings = [
+            (ProviderKind::Openai, None, None),
+            (ProviderKind::Ollama, None, None),
+            (ProviderKind::Ollama, Some(0.2), Some(ToolChoice::Required)),
+            (ProviderKind::Openai, None, Some(ToolChoice::None)),
+        ];
+        for (kind, temperature, choice) in settings {
+            let p = provider(kind).sampling(temperature, choice);
             for request in crate::wire::sample_requests() {
                 for stream in [false, true] {
                     let sent = String::from_utf8(p.body(&request, stream)).unwrap();
@@ -567,8 +583,30 @@ mod tests {
     fn a_temperature_set_is_sent_with_every_request_and_none_is_not() {
         let request = Request { model: String::new(), messages: vec![], tools: vec![], max_tokens: 64 };
         assert!(body(&provider(ProviderKind::Ollama), &request, false).get("temperature").is_none());
-        let warm = provider(ProviderKind::Openai).with_temperature(Some(0.7));
+        let warm = provider(ProviderKind::Openai).sampling(Some(0.7), None);
         assert_eq!(body(&warm, &request, true)["temperature"], 0.7);
+    }
+
+    #[test]
+    fn a_required_tool_call_is_asked_of_a_turn_that_answers_the_user_only() {
+        let tools = vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: Value::Null }];
+        let user = Message::User { text: "go".into() };
+        let result =
+            Message::ToolResult { call_id: "1".into(), name: "t".into(), content: "r".into(), is_error: false };
+        let call = Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall { id: "1".into(), name: "t".into(), arguments: json!({}) }],
+        };
+        let turn = |p: &OpenAiProvider, messages: Vec<Message>, tools: Vec<ToolSpec>| {
+            body(p, &Request { model: String::new(), messages, tools, max_tokens: 0 }, false)
+        };
+        let required = provider(ProviderKind::Ollama).sampling(None, Some(ToolChoice::Required));
+        assert_eq!(turn(&required, vec![user.clone()], tools.clone())["tool_choice"], "required");
+        let after = turn(&required, vec![user.clone(), call, result], tools.clone());
+        assert!(after.get("tool_choice").is_none(), "after results it may answer: {after}");
+        assert!(turn(&required, vec![user.clone()], vec![]).get("tool_choice").is_none(), "no choice among no tools");
+        let never = provider(ProviderKind::Openai).sampling(None, Some(ToolChoice::None));
+        assert_eq!(turn(&never, vec![user], tools)["tool_choice"], "none");
     }
 
     #[test]

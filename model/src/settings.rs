@@ -71,6 +71,38 @@ pub struct ModelConfig {
     /// the server's default (a small local model often calls tools more
     /// reliably near 0).
     pub temperature: Option<f64>,
+    /// Whether the model may, must or must not call a tool; unset: the
+    /// server's default (it decides).
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// Whether the model may, must or must not call one of the tools offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolChoice {
+    /// It decides.
+    Auto,
+    /// A turn that answers the user's message must call a tool; a turn
+    /// after tool results may answer, so a prompt can end. A small local
+    /// model that would answer without looking acts first.
+    Required,
+    /// It may not call any.
+    None,
+}
+
+impl ToolChoice {
+    /// What `request` is sent with: nothing without tools (an API refuses
+    /// a choice among none), and `required` only on a turn that answers
+    /// the user (its last message is theirs), the server's own choice
+    /// after that.
+    pub(crate) fn for_request(choice: Option<ToolChoice>, request: &crate::Request) -> Option<ToolChoice> {
+        let answers_the_user = matches!(request.messages.last(), Some(crate::Message::User { .. }));
+        match choice {
+            _ if request.tools.is_empty() => None,
+            Some(ToolChoice::Required) if !answers_the_user => None,
+            choice => choice,
+        }
+    }
 }
 
 impl fmt::Debug for ModelConfig {
@@ -88,6 +120,7 @@ impl fmt::Debug for ModelConfig {
             .field("retry_max_delay", &self.retry_max_delay)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("temperature", &self.temperature)
+            .field("tool_choice", &self.tool_choice)
             .finish()
     }
 }

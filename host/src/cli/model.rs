@@ -7,7 +7,7 @@ use clap::Args;
 use nexo::ConfigError;
 use nexo::config::ModelTable;
 use nexo::manifest::LoopKind;
-use nexo_model::ProviderKind;
+use nexo_model::{ProviderKind, ToolChoice};
 
 /// Model flags of `nexo run`.
 #[derive(Args, Debug, Clone, Default)]
@@ -44,6 +44,10 @@ pub struct ModelArgs {
     /// The sampling temperature, 0 to 2 [default: the server's].
     #[arg(long, value_name = "T")]
     temperature: Option<f64>,
+    /// Whether the model may (`auto`), must (`required`: each turn that answers the prompt calls a
+    /// tool first) or must not (`none`) call a tool [default: the server's].
+    #[arg(long, value_name = "CHOICE", value_parser = parse_tool_choice)]
+    tool_choice: Option<ToolChoice>,
     /// The run's budget in US dollars, over all its prompts and passes (needs `[model] price`): a
     /// model turn that may pass it suspends the run with a `budget` approval.
     #[arg(long, value_name = "USD")]
@@ -73,6 +77,11 @@ pub struct ModelArgs {
     /// confined to the local sandbox's directory; each is checked against the grant first.
     #[arg(long)]
     claude_builtin_tools: bool,
+}
+
+fn parse_tool_choice(name: &str) -> Result<ToolChoice, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| format!("`{name}` is not a tool choice: use auto, required or none"))
 }
 
 fn parse_provider(name: &str) -> Result<ProviderKind, ConfigError> {
@@ -163,6 +172,7 @@ impl ModelArgs {
             max_tokens: self.max_tokens.or(t.max_tokens),
             timeout_secs: self.model_timeout.or(t.timeout_secs),
             temperature: self.temperature.or(t.temperature),
+            tool_choice: self.tool_choice.or(t.tool_choice),
             price: t.price,
             budget_usd: self.budget_usd.or(t.budget_usd),
             stream: self.stream || t.stream,

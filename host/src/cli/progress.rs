@@ -109,6 +109,10 @@ impl EventSink for Progress {
             Event::Hook { hook, call, decision, detail, .. } => {
                 self.line(format!("↳ hook {hook} on {call}: {decision}  {detail}"));
             }
+            Event::Waiting { turn, seconds } => match self {
+                Progress::Terminal(bar) => bar.set_message(format!("thinking (turn {turn}, {seconds} s)")),
+                _ => self.line(format!("… the model is still working (turn {turn}, {seconds} s)")),
+            },
             Event::TextDelta { .. } => {}
             Event::Done { .. } => self.finish(),
         }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nexo_model::{ModelConfig, Provider, ProviderKind};
+use nexo_model::{ModelConfig, Provider, ProviderKind, ToolChoice};
 
 use crate::ConfigError;
 use crate::agent_loop::LoopLimits;
@@ -43,6 +43,11 @@ pub struct ModelTable {
     /// The sampling temperature, 0 to 2; unset: the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Whether the model may (`auto`), must (`required`: a turn that
+    /// answers the user's message calls a tool) or must not (`none`) call
+    /// a tool; unset: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
     /// The model's price, in US dollars per million input and output
     /// tokens: `{ input = 3.0, output = 15.0 }`. Turns are then counted in
     /// money, and a budget can be kept.
@@ -98,6 +103,7 @@ impl ModelTable {
             script: table.script.clone(),
             timeout: table.timeout_secs.map(std::time::Duration::from_secs),
             temperature: table.temperature,
+            tool_choice: table.tool_choice,
             ..ModelConfig::default()
         };
         let mut limits = LoopLimits::default();
@@ -178,6 +184,7 @@ fn cli_requests(table: &ModelTable) -> Result<(), ConfigError> {
         (table.timeout_secs.is_some(), "--model-timeout (`timeout-secs`)"),
         (table.max_tokens.is_some(), "--max-tokens (`max-tokens`)"),
         (table.temperature.is_some(), "--temperature (`temperature`)"),
+        (table.tool_choice.is_some(), "--tool-choice (`tool-choice`)"),
     ]
     .into_iter()
     .filter_map(|(set, name)| set.then_some(name))
