@@ -306,15 +306,7 @@ async fn turn_away<C: Client>(client: &mut C, shared: &Shared, why: &str) {
     if let Ok(Some((head, _))) = read_head(client).await
         && let Ok(asked) = parse(&head)
     {
-        shared.report(&Connection {
-            host: shown(&asked.host, 253),
-            port: asked.port,
-            method: shown(&asked.method, 32),
-            sent: 0,
-            received: 0,
-            allowed: false,
-            reason: Some(why.to_string()),
-        });
+        shared.report(&asked.connection(Some(why.to_string())));
     }
     let _ = answer(client, 503, why).await;
 }
@@ -385,6 +377,22 @@ struct Asked {
     head: Option<Vec<u8>>,
 }
 
+impl Asked {
+    /// Its report before anything moved: not (yet) let through, for
+    /// `reason` if refused.
+    fn connection(&self, reason: Option<String>) -> Connection {
+        Connection {
+            host: shown(&self.host, 253),
+            port: self.port,
+            method: shown(&self.method, 32),
+            sent: 0,
+            received: 0,
+            allowed: false,
+            reason,
+        }
+    }
+}
+
 /// Serves one client connection: its request read, checked, and then
 /// tunnelled or forwarded.
 async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
@@ -413,15 +421,7 @@ async fn serve<C: Client>(mut client: C, shared: Arc<Shared>) {
         }
     };
     let mut report = Report {
-        connection: Connection {
-            host: shown(&asked.host, 253),
-            port: asked.port,
-            method: shown(&asked.method, 32),
-            sent: 0,
-            received: 0,
-            allowed: false,
-            reason: None,
-        },
+        connection: asked.connection(None),
         shared: Arc::clone(&shared),
         head: 0,
         sent: AtomicU64::new(0),

@@ -51,7 +51,7 @@ async fn toolbox(sandbox: Arc<dyn Sandbox>, mode: PermissionMode, caps: &[Capabi
 }
 
 async fn run(
-    provider: &ScriptedProvider,
+    provider: &dyn nexo_model::Provider,
     tb: &Toolbox,
     limits: LoopLimits,
     instructions: &[String],
@@ -140,18 +140,8 @@ impl nexo_model::Provider for Slow {
 #[tokio::test(start_paused = true)]
 async fn a_slow_turn_is_said_to_be_working_every_fifteen_seconds() {
     let tb = toolbox(Arc::new(VirtualSandbox::new()), PermissionMode::ReadOnly, &[]).await;
-    let slow = Slow(std::time::Duration::from_secs(40));
-    let ctx = LoopContext {
-        provider: Some(&slow),
-        tools: &tb.tools,
-        instructions: &[],
-        history: &[],
-        limits: LoopLimits::default(),
-        spend: None,
-    };
-    let outcome = HostLoop.run(ctx, "go").await.unwrap();
+    let (outcome, events) = run(&Slow(std::time::Duration::from_secs(40)), &tb, LoopLimits::default(), &[]).await;
     assert_eq!(outcome.text, "done");
-    let events = tb.events.lock().unwrap().clone();
     let waited: Vec<(u32, u64)> = events
         .iter()
         .filter_map(|e| match e {
